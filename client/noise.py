@@ -1,0 +1,232 @@
+"""Float-safe discrete noise on a public fixed-point grid (DESIGN invariant 2).
+
+Spec: ``user_level_ldp.md`` uses Laplace noise throughout (§3.1). uldp replaces every
+continuous Laplace draw by its discrete counterpart on an integer grid:
+
+* the device maps its clamped statistic to grid units and rounds it *unbiasedly* to an
+  integer (``randomized_round``);
+* it adds **discrete Laplace** noise ``DLap(t)`` with pmf
+  ``P(Z = z) = (1 - q) / (1 + q) * q**|z|``, ``q = exp(-1/t)``;
+* the collector sums integers exactly and rescales once.
+
+Privacy argument (pure ε-LDP). Let ``f`` map a local dataset to ``Z^k`` with L1 sensitivity
+``Δ`` (any two local datasets, since the privacy unit is the whole dataset). With
+``t = Δ / ε`` the output ``f(D) + Z`` (Z iid DLap(t) per coordinate) satisfies, for every
+output ``y``, ``P(y | D) / P(y | D') = q**(|y - f(D)|_1 - |y - f(D')|_1) <= q**(-Δ) = e**ε``.
+Randomized rounding is a randomized map applied *before* the mechanism, so its
+post-rounding values still differ by at most ``Δ`` grid units as long as the rounded range
+is ``[0, G]`` and ``Δ = G`` (post-processing/mixture of ε-DP mechanisms stays ε-DP).
+
+Exactness. ``ε`` is first rounded *down* to a dyadic rational ``ε_r = floor(ε·2^24)/2^24``
+(so the guarantee holds for the claimed ε) and ``t = Δ/ε_r`` is a rational ``a/b``. Samples
+follow Canonne–Kamath–Steinke (2020), Algorithms 1–2: only uniform integers and Bernoulli
+draws with rational probabilities from the ChaCha20 source — the produced pmf is exactly
+the one above.
+
+The discrete Gaussian (CKS Algorithm 3) is here too, for the central estimators.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from uldp.client.randomness import RandomSource
+
+__all__ = [
+    "EPS_DENOMINATOR",
+    "LaplaceScale",
+    "discrete_gaussian",
+    "discrete_gaussian_pmf",
+    "discrete_laplace",
+    "discrete_laplace_pmf",
+    "discrete_laplace_variance",
+    "laplace_scale",
+    "randomized_round",
+    "rational_epsilon",
+]
+
+EPS_DENOMINATOR = 1 << 24  # ε is rounded down to a multiple of 2^-24
+
+
+def rational_epsilon(epsilon: float) -> Fraction:
+    """ε rounded *down* to a multiple of 2^-24 (the ε the noise actually guarantees)."""
+    if not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
+        raise ValueError(f"epsilon must be a finite positive number, got {epsilon!r}")
+    num = math.floor(Fraction(epsilon) * EPS_DENOMINATOR)
+    if num < 1:
+        raise ValueError(f"epsilon={epsilon!r} is below the smallest supported 2^-24")
+    return Fraction(num, EPS_DENOMINATOR)
+
+
+@dataclass(frozen=True)
+class LaplaceScale:
+    """A discrete Laplace scale ``t = num/den`` in grid units (pmf ∝ exp(-|z|/t))."""
+
+    num: int
+    den: int
+
+    @property
+    def value(self) -> float:
+        return self.num / self.den
+
+    @property
+    def q(self) -> float:
+        return math.exp(-self.den / self.num)
+
+    def epsilon_for(self, sensitivity: int) -> float:
+        """The pure-DP ε this scale gives a query of L1 sensitivity ``sensitivity``."""
+        return sensitivity * self.den / self.num
+
+
+def laplace_scale(sensitivity: int, epsilon: float) -> LaplaceScale:
+    """Scale ``t = Δ/ε_r`` for integer L1 sensitivity ``Δ`` (grid units) and budget ε."""
+    if not isinstance(sensitivity, (int, np.integer)) or sensitivity < 1:
+        raise ValueError(f"sensitivity must be a positive integer, got {sensitivity!r}")
+    eps = rational_epsilon(epsilon)
+    t = Fraction(int(sensitivity)) / eps
+    if t.numerator >= 1 << 56:
+        raise ValueError("noise scale too large for exact sampling; use a coarser grid")
+    return LaplaceScale(t.numerator, t.denominator)
+
+
+def discrete_laplace_pmf(z: np.ndarray, t: float) -> np.ndarray:
+    """Exact pmf of DLap(t) at integers ``z`` (for tests and likelihood audits)."""
+    q = math.exp(-1.0 / t)
+    return (1 - q) / (1 + q) * np.power(q, np.abs(np.asarray(z, dtype=np.float64)))
+
+
+def discrete_laplace_variance(t: float) -> float:
+    """Var DLap(t) = 2q/(1-q)^2, q = e^{-1/t} (≈ 2t² for large t)."""
+    q = math.exp(-1.0 / t)
+    return 2.0 * q / (1.0 - q) ** 2
+
+
+# ---- exact Bernoulli(exp(-γ)) for rational γ = num/den (CKS Algorithm 1) -------------
+def _bernoulli_exp_le1(rng: RandomSource, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) for 0 <= num/den <= 1, elementwise and exact."""
+    out = np.zeros(num.shape, dtype=bool)
+    k = np.ones(num.shape, dtype=np.int64)
+    todo = np.arange(num.size)
+    while todo.size:
+        a = rng.bernoulli_rational(num[todo], den[todo] * k[todo])
+        stop = ~a
+        done = todo[stop]
+        out[done] = (k[done] % 2) == 1
+        todo = todo[a]
+        k[todo] += 1
+    return out
+
+
+def _geometric_exp_minus1(rng: RandomSource, n: int) -> np.ndarray:
+    """V with P(V = v) = (1 - e^-1) e^{-v}: count Bernoulli(e^-1) successes to a failure."""
+    v = np.zeros(n, dtype=np.int64)
+    todo = np.arange(n)
+    one = np.ones(n, dtype=np.int64)
+    while todo.size:
+        b = _bernoulli_exp_le1(rng, one[: todo.size], one[: todo.size])
+        v[todo[b]] += 1
+        todo = todo[b]
+    return v
+
+
+def discrete_laplace(scale: LaplaceScale, size: int | tuple[int, ...], rng: RandomSource,
+                     ) -> np.ndarray:
+    """``size`` iid DLap(t) integers, t = scale.num/scale.den (CKS Algorithm 2, vectorized)."""
+    shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+    n = int(np.prod(shape))
+    a, b = scale.num, scale.den
+    out = np.empty(n, dtype=np.int64)
+    todo = np.arange(n)
+    while todo.size:
+        m = todo.size
+        u = rng.below(a, size=m)
+        keep = _bernoulli_exp_le1(rng, u, np.full(m, a, dtype=np.int64))
+        idx, u = todo[keep], u[keep]
+        v = _geometric_exp_minus1(rng, idx.size)
+        x = u + a * v
+        y = x // b
+        neg = rng.below(2, size=idx.size) == 1
+        good = ~(neg & (y == 0))
+        out[idx[good]] = np.where(neg[good], -y[good], y[good])
+        done = np.zeros(n, dtype=bool)
+        done[idx[good]] = True
+        todo = todo[~done[todo]]
+    return out.reshape(shape)
+
+
+def randomized_round(x: np.ndarray, rng: RandomSource) -> np.ndarray:
+    """Unbiased rounding of real grid positions to integers: E[result] = x.
+
+    ``floor(x) + Bernoulli(x - floor(x))``; variance ``f(1-f) <= 1/4`` per value.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if not np.isfinite(x).all():
+        raise ValueError("cannot round NaN or infinite values")
+    fl = np.floor(x)
+    return fl.astype(np.int64) + rng.bernoulli_float(x - fl).astype(np.int64)
+
+
+# ---- discrete Gaussian (CKS Algorithm 3), exact, scalar loop --------------------------
+def _below_int(rng: RandomSource, n: int) -> int:
+    """Uniform integer in [0, n) for an arbitrary Python int ``n >= 1`` (exact rejection)."""
+    nbits = n.bit_length()
+    nbytes = (nbits + 7) // 8
+    mask = (1 << nbits) - 1
+    while True:
+        r = int.from_bytes(rng.bytes(nbytes), "big") & mask
+        if r < n:
+            return r
+
+
+def _bern_exp_fraction(rng: RandomSource, gamma: Fraction) -> bool:
+    """Bernoulli(exp(-γ)) for any rational γ >= 0, exact (CKS Algorithm 1, scalar)."""
+    while gamma > 1:
+        if not _bern_exp_fraction(rng, Fraction(1)):
+            return False
+        gamma -= 1
+    k = 1
+    while _below_int(rng, gamma.denominator * k) < gamma.numerator:
+        k += 1
+    return k % 2 == 1
+
+
+def discrete_gaussian(sigma2: Fraction | float, size: int, rng: RandomSource) -> np.ndarray:
+    """``size`` iid discrete Gaussians N_Z(0, σ²): pmf ∝ exp(-z²/(2σ²)) on the integers.
+
+    σ² is taken as a rational (a float is converted exactly, then rounded *up* to a
+    multiple of 2^-30 so the privacy guarantee computed for σ² still holds).
+    """
+    s2 = Fraction(sigma2)
+    if s2 <= 0:
+        raise ValueError(f"sigma2 must be positive, got {sigma2!r}")
+    if s2.denominator > 1 << 30:
+        s2 = Fraction(math.ceil(s2 * (1 << 30)), 1 << 30)
+    t = math.floor(math.sqrt(s2)) + 1
+    lap = LaplaceScale(t, 1)
+    out = np.empty(size, dtype=np.int64)
+    i = 0
+    while i < size:
+        ys = discrete_laplace(lap, max(8, 2 * (size - i)), rng)
+        for y in ys:
+            gamma = (abs(int(y)) - s2 / t) ** 2 / (2 * s2)
+            if _bern_exp_fraction(rng, gamma):
+                out[i] = y
+                i += 1
+                if i == size:
+                    break
+    return out
+
+
+def discrete_gaussian_pmf(z: np.ndarray, sigma2: float, support: int | None = None,
+                          ) -> np.ndarray:
+    """pmf of N_Z(0, σ²) at ``z`` (normalizer summed over ±support, default 40σ)."""
+    sig = math.sqrt(sigma2)
+    k = support if support is not None else int(40 * sig) + 10
+    grid = np.arange(-k, k + 1, dtype=np.float64)
+    norm = np.exp(-grid**2 / (2 * sigma2)).sum()
+    z = np.asarray(z, dtype=np.float64)
+    return np.exp(-z**2 / (2 * sigma2)) / norm

@@ -1,0 +1,136 @@
+"""The one source of randomness for privacy noise (DESIGN invariant 2).
+
+Every random bit that touches a privatized report comes from a ChaCha20 keystream
+(RFC 8439, via ``cryptography``):
+
+* ``RandomSource.secure()`` keys it from the operating system's CSPRNG (``os.urandom``).
+  This is the only mode a production device uses.
+* ``RandomSource.seeded(seed)`` keys it from a hash of a public seed. It exists for tests
+  and fleet simulations only, is marked ``simulation=True`` and a device refuses to send a
+  report made with it unless it was itself built in simulation mode.
+
+Both modes run exactly the same sampling code; only the key differs. On top of the raw
+64-bit words this module offers *exact* integer primitives (uniform integers below ``n``,
+Bernoulli with a rational probability) — no floating-point inverse CDFs, so the pmf of
+every sampler built on them is exactly the one its privacy argument assumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+__all__ = ["RandomSource", "as_source"]
+
+_BLOCK_WORDS = 1 << 15  # words produced per keystream refill (256 KiB)
+
+
+class RandomSource:
+    """ChaCha20 keystream exposed as exact integer samplers over numpy arrays."""
+
+    def __init__(self, key: bytes, *, simulation: bool) -> None:
+        if len(key) != 32:
+            raise ValueError("key must be 32 bytes")
+        nonce = b"\x00" * 16  # a fresh random key per source: a fixed nonce is safe
+        self._enc = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+        self.simulation = simulation
+
+    @classmethod
+    def secure(cls) -> RandomSource:
+        """A source keyed from OS entropy: the production mode."""
+        return cls(os.urandom(32), simulation=False)
+
+    @classmethod
+    def seeded(cls, seed: int | str | bytes) -> RandomSource:
+        """A reproducible source for tests and simulations only (``simulation=True``)."""
+        if isinstance(seed, int):
+            if seed < 0:
+                raise ValueError(f"seed must be non-negative, got {seed}")
+            material = seed.to_bytes((seed.bit_length() + 8) // 8, "big")
+        elif isinstance(seed, str):
+            material = seed.encode()
+        else:
+            material = bytes(seed)
+        return cls(hashlib.sha256(b"uldp-simulation-seed:" + material).digest(), simulation=True)
+
+    def spawn(self, label: str) -> RandomSource:
+        """An independent child source (same mode), keyed from this source's stream."""
+        key = hashlib.sha256(label.encode() + self.bytes(32)).digest()
+        return RandomSource(key, simulation=self.simulation)
+
+    # ---- raw material -------------------------------------------------------------
+    def bytes(self, n: int) -> bytes:
+        return self._enc.update(b"\x00" * n)
+
+    def words(self, n: int) -> np.ndarray:
+        """``n`` independent uniform 64-bit words."""
+        if n <= 0:
+            return np.zeros(0, dtype=np.uint64)
+        return np.frombuffer(self.bytes(8 * n), dtype=np.uint64).copy()
+
+    def numpy_generator(self) -> np.random.Generator:
+        """A numpy Generator seeded from this stream, for *non-privacy* randomness only
+        (synthetic data, shuffles of public assignments). Never use it for noise."""
+        return np.random.default_rng(np.frombuffer(self.bytes(32), dtype=np.uint64))
+
+    # ---- exact integer primitives ---------------------------------------------------
+    def below(self, n: np.ndarray | int, size: int | None = None) -> np.ndarray:
+        """Uniform integers in ``[0, n)`` by rejection (exact), ``1 <= n < 2**63``.
+
+        ``n`` is a scalar (then ``size`` values are drawn) or an array (one value each).
+        """
+        n_arr = np.asarray(n, dtype=np.uint64)
+        if n_arr.ndim == 0:
+            if size is None:
+                raise ValueError("size is required when n is a scalar")
+            n_arr = np.full(size, n_arr, dtype=np.uint64)
+        if n_arr.size and (n_arr.min() < 1 or n_arr.max() >= np.uint64(1 << 63)):
+            raise ValueError("n must be in [1, 2**63)")
+        # 2**64 mod n: words at or above it fill whole multiples of n.
+        lim = (np.uint64(0) - n_arr) % n_arr
+        out = np.empty(n_arr.shape, dtype=np.uint64)
+        todo = np.arange(n_arr.size)
+        while todo.size:
+            w = self.words(todo.size)
+            ok = w >= lim[todo]
+            out[todo[ok]] = w[ok] % n_arr[todo[ok]]
+            todo = todo[~ok]
+        return out.astype(np.int64)
+
+    def bernoulli_rational(self, num: np.ndarray | int, den: np.ndarray | int,
+                           size: int | None = None) -> np.ndarray:
+        """Exact Bernoulli(num/den) draws, ``0 <= num <= den``."""
+        num_a, den_a = np.broadcast_arrays(np.asarray(num, np.int64), np.asarray(den, np.int64))
+        if num_a.ndim == 0:
+            if size is None:
+                raise ValueError("size is required when num/den are scalars")
+            num_a = np.full(size, num_a, np.int64)
+            den_a = np.full(size, den_a, np.int64)
+        return self.below(den_a) < num_a
+
+    def bernoulli_float(self, p: np.ndarray) -> np.ndarray:
+        """Bernoulli(p) with ``p`` rounded to 53 bits: for *data* rounding, not noise.
+
+        Used by unbiased randomized rounding of a device's own statistic to the public
+        grid; the privacy of a report rests on the discrete noise added afterwards.
+        """
+        p = np.asarray(p, dtype=np.float64)
+        if p.size and (np.isnan(p).any() or p.min() < 0.0 or p.max() > 1.0):
+            raise ValueError("probabilities must lie in [0, 1]")
+        u = (self.words(p.size) >> np.uint64(11)).reshape(p.shape)
+        return u < np.floor(p * float(1 << 53)).astype(np.uint64)
+
+
+def as_source(rng: RandomSource | None) -> RandomSource:
+    """``rng`` itself, or a fresh secure source when ``None`` (the production default)."""
+    if rng is None:
+        return RandomSource.secure()
+    if not isinstance(rng, RandomSource):
+        raise TypeError(
+            f"rng must be a uldp RandomSource, got {type(rng).__name__}; "
+            "use RandomSource.seeded(seed) in tests"
+        )
+    return rng
