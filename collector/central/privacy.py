@@ -46,3 +46,21 @@ class PrivacyRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class CentralRelease:
+    """One released statistic: the noisy estimate, its privacy record and diagnostics.
+
+    ``estimate`` is a float (d = 1) or a tuple of floats; ``details`` holds anything an
+    analyst may want to see that is itself private to release (e.g. the noisy quantiles
+    used) or purely public (sizes) — never unprotected functions of the data.
+    """
+
+    estimate: Any
+    privacy: PrivacyRecord
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"estimate": self.estimate, "privacy": self.privacy.to_dict(),
+                "details": self.details}
