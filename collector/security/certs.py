@@ -1,0 +1,126 @@
+"""Development PKI for TLS on every collector port (``uldp collector certs``).
+
+Creates, with ``cryptography`` only:
+
+* ``ca.pem`` / ``ca.key`` — a self-signed CA (ECDSA P-256) valid for ``days``;
+* ``server.pem`` / ``server.key`` — a server certificate for the given DNS names / IPs
+  (serverAuth), signed by the CA;
+* ``client.pem`` / ``client.key`` — a client certificate (clientAuth) for optional
+  mutual TLS (devices, gateways or analysts present it when the collector runs with
+  ``--tls-client-ca``).
+
+Private keys are written with mode 0600. This is a development/test CA: production
+deployments bring certificates from their own PKI and point the same flags at them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+__all__ = ["DevPki", "make_dev_pki"]
+
+
+@dataclass(frozen=True)
+class DevPki:
+    """Paths of the files written by :func:`make_dev_pki`."""
+
+    directory: Path
+    ca_cert: Path
+    ca_key: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _san(hosts: list[str]) -> x509.SubjectAlternativeName:
+    names: list[x509.GeneralName] = []
+    for h in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            names.append(x509.DNSName(h))
+    return x509.SubjectAlternativeName(names)
+
+
+def _leaf(name: str, hosts: list[str], usage: x509.ObjectIdentifier,
+          ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey,
+          now: _dt.datetime, days: int) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(now + _dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
+                                     content_commitment=False, data_encipherment=False,
+                                     key_agreement=True, key_cert_sign=False, crl_sign=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+    )
+    if hosts:
+        builder = builder.add_extension(_san(hosts), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def make_dev_pki(directory: str | Path, hosts: list[str] | None = None, *,
+                 days: int = 365, overwrite: bool = False) -> DevPki:
+    """Write a dev CA, a server certificate for ``hosts`` and a client certificate."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    pki = DevPki(out, out / "ca.pem", out / "ca.key", out / "server.pem", out / "server.key",
+                 out / "client.pem", out / "client.key")
+    existing = [p for p in (pki.ca_cert, pki.server_cert, pki.client_cert) if p.exists()]
+    if existing and not overwrite:
+        raise FileExistsError(f"{existing[0]} exists (pass overwrite=True / --force)")
+    hosts = hosts or ["localhost", "127.0.0.1", "::1"]
+    now = _dt.datetime.now(_dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "uldp development CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(now + _dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
+                                     content_commitment=False, data_encipherment=False,
+                                     key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    server_cert, server_key = _leaf(hosts[0], hosts, ExtendedKeyUsageOID.SERVER_AUTH,
+                                    ca_cert, ca_key, now, days)
+    client_cert, client_key = _leaf("uldp-client", [], ExtendedKeyUsageOID.CLIENT_AUTH,
+                                    ca_cert, ca_key, now, days)
+    for path, cert in ((pki.ca_cert, ca_cert), (pki.server_cert, server_cert),
+                       (pki.client_cert, client_cert)):
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki.ca_key, ca_key)
+    _write_key(pki.server_key, server_key)
+    _write_key(pki.client_key, client_key)
+    return pki

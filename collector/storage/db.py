@@ -1,0 +1,475 @@
+"""Engine setup, migrations and every SQL statement the collector runs.
+
+SQLite (embedded default): one file in WAL mode with ``synchronous=FULL`` (a commit is on
+disk before the collector acknowledges), write transactions ``BEGIN IMMEDIATE``.
+PostgreSQL (production, several collector replicas): psycopg 3; the phase row is the
+synchronisation point — every report batch updates it (``... WHERE state = 'open'``) in
+the same transaction as its inserts, and the replica that flips it to ``closing`` does
+so with a conditional update, so exactly one replica aggregates a phase and it sees every
+report acknowledged before the flip and none after.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    create_engine,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import make_url
+
+from uldp.collector.storage import schema as S  # noqa: N812
+
+__all__ = [
+    "Database",
+    "PendingReport",
+    "ReportOutcome",
+    "now_ms",
+    "open_database",
+]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class PendingReport:
+    """One validated report waiting to be committed by the group-commit writer."""
+
+    query_id: str
+    phase: int
+    device_id: str
+    grp: int
+    stage: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    """Result of storing one report: gRPC code name ('OK', ...) and a message."""
+
+    code: str
+    message: str = ""
+    duplicate: bool = False
+    received_at_ms: int = 0
+
+
+class Database:
+    """A SQLAlchemy engine plus the collector's operations on it."""
+
+    def __init__(self, url: str, *, pool_size: int = 16, echo: bool = False) -> None:
+        u = make_url(url)
+        if u.drivername in ("postgresql", "postgres"):
+            u = u.set(drivername="postgresql+psycopg")
+        self.url = u
+        self.is_sqlite = u.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            if not u.database or u.database == ":memory:":
+                raise ValueError("the collector needs a SQLite *file* (durability)")
+            self.engine: Engine = create_engine(u, pool_size=pool_size, max_overflow=pool_size,
+                                                echo=echo)
+            event.listen(self.engine, "connect", _sqlite_on_connect)
+            event.listen(self.engine, "begin", _sqlite_on_begin)
+        else:
+            self.engine = create_engine(u, pool_size=pool_size, max_overflow=pool_size,
+                                        pool_pre_ping=True, echo=echo)
+        self._insert = sqlite_dialect.insert if self.is_sqlite else pg_dialect.insert
+
+    # ---- transactions -------------------------------------------------------------
+    def write(self) -> Any:
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
+        return self.engine.execution_options(sqlite_begin="IMMEDIATE").begin()
+
+    def read(self) -> Any:
+        return self.engine.begin()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # ---- schema ---------------------------------------------------------------------
+    def migrate(self) -> int:
+        """Create or upgrade the schema; safe when several processes start at once."""
+        with self.write() as conn:
+            if not self.is_sqlite:
+                conn.execute(text("SELECT pg_advisory_xact_lock(427311)"))
+            S.metadata.create_all(conn, checkfirst=True)
+            row = conn.execute(select(S.meta.c.value).where(S.meta.c.key == "schema_version"))
+            found = row.scalar()
+            version = int(found) if found is not None else 0
+            if version == 0:
+                conn.execute(insert(S.meta).values(key="schema_version",
+                                                   value=str(S.SCHEMA_VERSION)))
+                return S.SCHEMA_VERSION
+            if version > S.SCHEMA_VERSION:
+                raise RuntimeError(f"database schema version {version} is newer than this "
+                                   f"collector ({S.SCHEMA_VERSION}); upgrade the collector")
+            for v in range(version + 1, S.SCHEMA_VERSION + 1):
+                S.MIGRATIONS[v](conn)
+            conn.execute(update(S.meta).where(S.meta.c.key == "schema_version")
+                         .values(value=str(S.SCHEMA_VERSION)))
+            return S.SCHEMA_VERSION
+
+    def get_or_create_meta(self, key: str, make: Any) -> str:
+        """The value of ``key``, inserting ``make()`` first if absent (race-safe)."""
+        with self.read() as conn:
+            v = conn.execute(select(S.meta.c.value).where(S.meta.c.key == key)).scalar()
+        if v is not None:
+            return v
+        with self.write() as conn:
+            conn.execute(self._insert(S.meta).values(key=key, value=make())
+                         .on_conflict_do_nothing())
+            return conn.execute(select(S.meta.c.value).where(S.meta.c.key == key)).scalar_one()
+
+    # ---- devices --------------------------------------------------------------------
+    def add_device(self, device_id: str, label: str) -> None:
+        with self.write() as conn:
+            conn.execute(self._insert(S.devices).values(device_id=device_id, label=label[:256],
+                                                        enrolled_at_ms=now_ms())
+                         .on_conflict_do_nothing())
+
+    # ---- queries --------------------------------------------------------------------
+    def create_query(self, row: dict[str, Any], quotas: Sequence[int],
+                     deadline_ms: int) -> tuple[dict[str, Any], bool]:
+        """Insert a query and its phases (phase 1 open). Returns (row, created)."""
+        with self.write() as conn:
+            existing = conn.execute(select(S.queries).where(
+                S.queries.c.query_id == row["query_id"])).mappings().first()
+            if existing is not None:
+                return dict(existing), False
+            t = now_ms()
+            conn.execute(insert(S.queries).values(**row, created_at_ms=t, next_slot=0,
+                                                  finished_at_ms=0, error="", version=0))
+            conn.execute(insert(S.phases), [
+                dict(query_id=row["query_id"], phase=i + 1,
+                     state="open" if i == 0 else "pending", quota=int(q), received=0,
+                     opened_at_ms=t if i == 0 else 0, deadline_ms=deadline_ms if i == 0 else 0,
+                     closed_at_ms=0, closer="", lease_until_ms=0, published_json="")
+                for i, q in enumerate(quotas)])
+            created = conn.execute(select(S.queries).where(
+                S.queries.c.query_id == row["query_id"])).mappings().one()
+            return dict(created), True
+
+    def get_query(self, query_id: str) -> dict[str, Any] | None:
+        with self.read() as conn:
+            r = conn.execute(select(S.queries).where(S.queries.c.query_id == query_id))
+            m = r.mappings().first()
+            return dict(m) if m is not None else None
+
+    def list_queries(self, state: str | None = None) -> list[dict[str, Any]]:
+        q = select(S.queries).order_by(S.queries.c.created_at_ms, S.queries.c.query_id)
+        if state:
+            q = q.where(S.queries.c.state == state)
+        with self.read() as conn:
+            return [dict(m) for m in conn.execute(q).mappings()]
+
+    def running_queries(self) -> list[dict[str, Any]]:
+        return self.list_queries("running")
+
+    def get_phases(self, query_id: str) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(select(S.phases).where(S.phases.c.query_id == query_id)
+                                .order_by(S.phases.c.phase)).mappings()
+            return [dict(m) for m in rows]
+
+    def assigned_count(self, query_id: str) -> int:
+        with self.read() as conn:
+            return int(conn.execute(select(func.count()).select_from(S.assignments).where(
+                S.assignments.c.query_id == query_id)).scalar_one())
+
+    def cancel_query(self, query_id: str) -> bool:
+        with self.write() as conn:
+            r = conn.execute(update(S.queries).where(and_(
+                S.queries.c.query_id == query_id, S.queries.c.state == "running"))
+                .values(state="cancelled", finished_at_ms=now_ms(),
+                        version=S.queries.c.version + 1))
+            if r.rowcount != 1:
+                return False
+            conn.execute(update(S.phases).where(and_(
+                S.phases.c.query_id == query_id,
+                S.phases.c.state.in_(("open", "pending", "closing"))))
+                .values(state="cancelled", closed_at_ms=now_ms()))
+            return True
+
+    # ---- assignment -----------------------------------------------------------------
+    def get_assignment(self, query_id: str, device_id: str) -> dict[str, Any] | None:
+        with self.read() as conn:
+            m = conn.execute(select(S.assignments).where(and_(
+                S.assignments.c.query_id == query_id,
+                S.assignments.c.device_id == device_id))).mappings().first()
+            return dict(m) if m is not None else None
+
+    def device_status(self, query_id: str, device_id: str) -> tuple[dict[str, Any] | None, bool]:
+        """(assignment or None, whether a report of this device is stored)."""
+        with self.read() as conn:
+            m = conn.execute(select(S.assignments).where(and_(
+                S.assignments.c.query_id == query_id,
+                S.assignments.c.device_id == device_id))).mappings().first()
+            if m is None:
+                return None, False
+            has = conn.execute(select(S.reports.c.phase).where(and_(
+                S.reports.c.query_id == query_id,
+                S.reports.c.device_id == device_id))).first() is not None
+            return dict(m), has
+
+    def assign(self, query_id: str, device_id: str, place: Any) -> dict[str, Any] | None:
+        """The device's assignment, creating it from the next free slot if needed.
+
+        ``place(slot) -> (grp, stage, phase)`` maps a slot to its public assignment. Returns
+        None when the query is not running or all its slots are taken.
+        """
+        with self.write() as conn:
+            m = conn.execute(select(S.assignments).where(and_(
+                S.assignments.c.query_id == query_id,
+                S.assignments.c.device_id == device_id))).mappings().first()
+            if m is not None:
+                return dict(m)
+            r = conn.execute(update(S.queries).where(and_(
+                S.queries.c.query_id == query_id, S.queries.c.state == "running",
+                S.queries.c.next_slot < S.queries.c.target_users))
+                .values(next_slot=S.queries.c.next_slot + 1)
+                .returning(S.queries.c.next_slot)).first()
+            if r is None:
+                return None
+            slot = int(r[0]) - 1
+            grp, stage, phase = place(slot)
+            row = dict(query_id=query_id, device_id=device_id, slot=slot, grp=int(grp),
+                       stage=int(stage), phase=int(phase), assigned_at_ms=now_ms())
+            conn.execute(insert(S.assignments).values(**row))
+            return row
+
+    # ---- reports (group commit) -----------------------------------------------------
+    def store_reports(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        """Commit a batch of reports in one transaction; one outcome per item."""
+        out: list[ReportOutcome | None] = [None] * len(items)
+        t = now_ms()
+        with self.write() as conn:
+            by_phase: dict[tuple[str, int], list[int]] = {}
+            for i, it in enumerate(items):
+                by_phase.setdefault((it.query_id, it.phase), []).append(i)
+            rows: list[dict[str, Any]] = []
+            first_of: dict[tuple[str, str], int] = {}
+            later: list[int] = []
+            for (qid, ph), idx in sorted(by_phase.items()):
+                ok = conn.execute(update(S.phases).where(and_(
+                    S.phases.c.query_id == qid, S.phases.c.phase == ph,
+                    S.phases.c.state == "open")).values(received=S.phases.c.received)).rowcount
+                if ok != 1:
+                    st = conn.execute(select(S.phases.c.state).where(and_(
+                        S.phases.c.query_id == qid, S.phases.c.phase == ph))).scalar()
+                    msg = (f"phase {ph} of query {qid} is not open (state: {st})"
+                           if st else f"query {qid} has no phase {ph}")
+                    for i in idx:
+                        out[i] = ReportOutcome("FAILED_PRECONDITION", msg)
+                    continue
+                for i in idx:
+                    it = items[i]
+                    key = (it.query_id, it.device_id)
+                    if key in first_of:
+                        later.append(i)
+                        continue
+                    first_of[key] = i
+                    rows.append(dict(query_id=it.query_id, device_id=it.device_id,
+                                     phase=it.phase, grp=it.grp, stage=it.stage,
+                                     payload=it.payload, received_at_ms=t))
+            inserted: set[tuple[str, str]] = set()
+            if rows:
+                stmt = (self._insert(S.reports).on_conflict_do_nothing()
+                        .returning(S.reports.c.query_id, S.reports.c.device_id))
+                for r in conn.execute(stmt, rows):
+                    inserted.add((r[0], r[1]))
+            counts: dict[tuple[str, int], int] = {}
+            conflicts: list[int] = []
+            for key, i in first_of.items():
+                if key in inserted:
+                    out[i] = ReportOutcome("OK", "stored", False, t)
+                    k = (items[i].query_id, items[i].phase)
+                    counts[k] = counts.get(k, 0) + 1
+                else:
+                    conflicts.append(i)
+            conflicts.extend(later)
+            for i in conflicts:
+                it = items[i]
+                if (it.query_id, it.device_id) in inserted and i in later:
+                    same = items[first_of[(it.query_id, it.device_id)]].payload == it.payload
+                    stored_phase = it.phase
+                else:
+                    r = conn.execute(select(S.reports.c.payload, S.reports.c.phase).where(and_(
+                        S.reports.c.query_id == it.query_id,
+                        S.reports.c.device_id == it.device_id))).first()
+                    same = r is not None and bytes(r[0]) == it.payload and r[1] == it.phase
+                    stored_phase = r[1] if r is not None else it.phase
+                if same:
+                    out[i] = ReportOutcome("OK", "identical report already stored; "
+                                           "nothing changed", True, t)
+                else:
+                    out[i] = ReportOutcome(
+                        "ALREADY_EXISTS",
+                        f"device {it.device_id} already has a different report stored for "
+                        f"query {it.query_id} (phase {stored_phase}); one report per device "
+                        "per query")
+            for (qid, ph), c in counts.items():
+                conn.execute(update(S.phases).where(and_(
+                    S.phases.c.query_id == qid, S.phases.c.phase == ph))
+                    .values(received=S.phases.c.received + c))
+        return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
+                for o in out]
+
+    # ---- phase closing --------------------------------------------------------------
+    def phases_due(self, t: int | None = None) -> list[tuple[str, int]]:
+        """Open phases whose quota is in or deadline passed, and closings whose lease
+        expired (their closer died)."""
+        t = now_ms() if t is None else t
+        p = S.phases.c
+        with self.read() as conn:
+            rows = conn.execute(select(p.query_id, p.phase).where(or_(
+                and_(p.state == "open", or_(p.received >= p.quota, p.deadline_ms <= t)),
+                and_(p.state == "closing", p.lease_until_ms <= t))))
+            return [(r[0], int(r[1])) for r in rows]
+
+    def begin_close(self, query_id: str, phase: int, closer: str, lease_ms: int,
+                    force: bool = False) -> bool:
+        """Atomically claim the aggregation of a due phase; True for exactly one caller."""
+        t = now_ms()
+        p = S.phases.c
+        due = or_(p.received >= p.quota, p.deadline_ms <= t) if not force else text("1=1")
+        with self.write() as conn:
+            r = conn.execute(update(S.phases).where(and_(
+                p.query_id == query_id, p.phase == phase,
+                or_(and_(p.state == "open", due),
+                    and_(p.state == "closing", p.lease_until_ms <= t))))
+                .values(state="closing", closer=closer, lease_until_ms=t + lease_ms))
+            return r.rowcount == 1
+
+    def stream_reports(self, query_id: str, phase: int,
+                       chunk: int = 65536) -> Iterator[tuple[int, int, list[bytes]]]:
+        """Yield (grp, stage, payloads) chunks of a phase's reports, grouped by group.
+
+        Memory is bounded by ``chunk`` payloads (server-side cursor on PostgreSQL).
+        """
+        r = S.reports.c
+        stmt = (select(r.grp, r.stage, r.payload)
+                .where(and_(r.query_id == query_id, r.phase == phase))
+                .order_by(r.grp))
+        with self.engine.connect() as conn:
+            res = conn.execution_options(stream_results=True, yield_per=chunk).execute(stmt)
+            cur_key: tuple[int, int] | None = None
+            buf: list[bytes] = []
+            for part in res.partitions(chunk):
+                for g, s, pl in part:
+                    key = (int(g), int(s))
+                    if key != cur_key or len(buf) >= chunk:
+                        if buf and cur_key is not None:
+                            yield cur_key[0], cur_key[1], buf
+                        cur_key, buf = key, []
+                    buf.append(bytes(pl))
+            if buf and cur_key is not None:
+                yield cur_key[0], cur_key[1], buf
+
+    def finish_close(self, query_id: str, phase: int, closer: str, published: dict[str, Any],
+                     *, next_deadline_ms: int | None, result: dict[str, Any] | None) -> bool:
+        """Publish a closed phase and open the next one (or store the result)."""
+        t = now_ms()
+        p = S.phases.c
+        with self.write() as conn:
+            r = conn.execute(update(S.phases).where(and_(
+                p.query_id == query_id, p.phase == phase, p.state == "closing",
+                p.closer == closer))
+                .values(state="closed", closed_at_ms=t,
+                        published_json=json.dumps(published, sort_keys=True)))
+            if r.rowcount != 1:
+                return False  # lost the lease to another replica
+            q = S.queries.c
+            if result is None:
+                conn.execute(update(S.phases).where(and_(p.query_id == query_id,
+                                                         p.phase == phase + 1))
+                             .values(state="open", opened_at_ms=t,
+                                     deadline_ms=next_deadline_ms or t))
+                conn.execute(update(S.queries).where(and_(q.query_id == query_id,
+                                                          q.state == "running"))
+                             .values(current_phase=phase + 1, version=q.version + 1))
+            else:
+                conn.execute(update(S.queries).where(and_(q.query_id == query_id,
+                                                          q.state == "running"))
+                             .values(state="done", current_phase=0, finished_at_ms=t,
+                                     result_json=json.dumps(result, sort_keys=True),
+                                     version=q.version + 1))
+            return True
+
+    def fail_query(self, query_id: str, error: str) -> None:
+        with self.write() as conn:
+            q = S.queries.c
+            conn.execute(update(S.queries).where(and_(q.query_id == query_id,
+                                                      q.state == "running"))
+                         .values(state="failed", error=error[:2000], finished_at_ms=now_ms(),
+                                 version=q.version + 1))
+            conn.execute(update(S.phases).where(and_(
+                S.phases.c.query_id == query_id,
+                S.phases.c.state.in_(("open", "pending", "closing"))))
+                .values(state="cancelled", closed_at_ms=now_ms()))
+
+    def published(self, query_id: str, phase: int) -> dict[str, Any]:
+        with self.read() as conn:
+            v = conn.execute(select(S.phases.c.published_json).where(and_(
+                S.phases.c.query_id == query_id, S.phases.c.phase == phase))).scalar()
+        return json.loads(v) if v else {}
+
+    # ---- diagnostics (tests, benchmarks) --------------------------------------------
+    def table_counts(self) -> dict[str, int]:
+        out = {}
+        with self.read() as conn:
+            for t in (S.devices, S.queries, S.phases, S.assignments, S.reports):
+                out[t.name] = int(conn.execute(select(func.count()).select_from(t)).scalar_one())
+        return out
+
+    def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of the mutable tables, for 'nothing changed' assertions."""
+        out: dict[str, list[tuple[Any, ...]]] = {}
+        with self.read() as conn:
+            for t in (S.queries, S.phases, S.assignments, S.reports):
+                rows = conn.execute(select(t)).all()
+                out[t.name] = sorted(tuple(r) for r in rows)
+        return out
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _sqlite_on_begin)
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def open_database(url: str, **kw: Any) -> Database:
+    """Open (and create/migrate) the collector database at ``url``.
+
+    ``url`` is an SQLAlchemy URL (``sqlite:////var/lib/uldp/collector.db``,
+    ``postgresql://user@host:5432/uldp``) or a plain file path (SQLite).
+    """
+    if "://" not in url:
+        url = "sqlite:///" + url
+    db = Database(url, **kw)
+    db.migrate()
+    return db

@@ -1,0 +1,134 @@
+"""The collector's database schema (SQLAlchemy Core) and its migrations.
+
+Every piece of collector state lives here, so a restarted collector (or another replica
+on the same PostgreSQL database) resumes each query exactly where it was:
+
+``meta``         key/value: schema version, the database-managed token signing key.
+``devices``      enrolled devices (id, label, enrollment time).
+``queries``      one row per query: public spec (JSON), public seed of the slot
+                 permutation, state, current phase, next free assignment slot, result.
+``phases``       one row per (query, phase): state, quota, received count, deadline,
+                 closing lease (which replica aggregates it) and what it published.
+``assignments``  (query, device) -> slot, group, stage, phase. Primary key (query,
+                 device): one assignment per device per query; unique (query, slot).
+``reports``      (query, device) -> phase, group, stage, payload (little-endian int64).
+                 Primary key (query, device): one report per device per query.
+
+Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
+to the DDL that brings the previous version to it. Version 1 is the initial schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "assignments",
+    "devices",
+    "meta",
+    "metadata",
+    "phases",
+    "queries",
+    "reports",
+]
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+meta = Table(
+    "uldp_meta", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+devices = Table(
+    "uldp_devices", metadata,
+    Column("device_id", String(64), primary_key=True),
+    Column("label", String(256), nullable=False, default=""),
+    Column("enrolled_at_ms", BigInteger, nullable=False),
+)
+
+queries = Table(
+    "uldp_queries", metadata,
+    Column("query_id", String(64), primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("dataset", String(256), nullable=False),
+    Column("epsilon", Float, nullable=False),
+    Column("spec_json", Text, nullable=False),
+    Column("seed", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("current_phase", Integer, nullable=False),
+    Column("num_phases", Integer, nullable=False),
+    Column("target_users", Integer, nullable=False),
+    Column("next_slot", Integer, nullable=False, default=0),
+    Column("phase_timeout_s", Float, nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("finished_at_ms", BigInteger, nullable=False, default=0),
+    Column("result_json", Text, nullable=True),
+    Column("error", Text, nullable=False, default=""),
+    Column("version", Integer, nullable=False, default=0),
+)
+
+phases = Table(
+    "uldp_phases", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("quota", Integer, nullable=False),
+    Column("received", Integer, nullable=False, default=0),
+    Column("opened_at_ms", BigInteger, nullable=False, default=0),
+    Column("deadline_ms", BigInteger, nullable=False, default=0),
+    Column("closed_at_ms", BigInteger, nullable=False, default=0),
+    Column("closer", String(128), nullable=False, default=""),
+    Column("lease_until_ms", BigInteger, nullable=False, default=0),
+    Column("published_json", Text, nullable=False, default=""),
+    PrimaryKeyConstraint("query_id", "phase"),
+)
+
+assignments = Table(
+    "uldp_assignments", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("device_id", String(64), nullable=False),
+    Column("slot", Integer, nullable=False),
+    Column("grp", Integer, nullable=False),
+    Column("stage", Integer, nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("assigned_at_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("query_id", "device_id"),
+    UniqueConstraint("query_id", "slot", name="uq_assignment_slot"),
+)
+
+reports = Table(
+    "uldp_reports", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("device_id", String(64), nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("grp", Integer, nullable=False),
+    Column("stage", Integer, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("received_at_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("query_id", "device_id"),
+    Index("ix_reports_phase_grp", "query_id", "phase", "grp"),
+)
+
+#: version -> function(connection) applying the DDL from version-1 to version.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
