@@ -1,0 +1,350 @@
+"""Clip-User suppression planner and the per-subset pseudo-user cap.
+
+Spec: ``composition_suppression.md`` — implemented here:
+
+* §2.5 Algorithm CLIP_USER (argmin, §5 B2; cumulative stage semantics, B10; stop at K ≤ 1,
+  B6; S = 0 infeasible, B5; optional protected minimum-error grid, B7; error target E†);
+* §2.7 Algorithm PSEUDO_USER_CAP (ties to the largest cap; optional search from m = 1);
+* §2.8 defaults and tie-breaking (ascending user id, smallest grid id, largest cap);
+* §6 pipeline step 2: the plan (Γ, K, E, Ē, per-user loss) is shown before any release.
+
+Privacy: the planner reads **only** the public occupancy array A (which users touch which
+subsets, with how many records; §5 B1) and the public (U, ε, split, weights). It never sees a
+sample value, so it consumes no privacy budget and its output may be published. The release
+(:func:`uldp.collector.central.subset_stats.subset_stats` with ``plan=``) is then Kε-DP with
+K = max_ℓ |{g: Γ_{g,ℓ} > 0}| (Prop. V.1 / Thm II.3); the pseudo-user cap only lowers counts,
+so it never raises K.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from uldp.collector.central.subset_stats import (
+    ErrorModel,
+    Occupancy,
+    Statistic,
+    SubsetStatsParams,
+    _error_scalar,
+    grid_error_arrays,
+    kept_summary,
+    occupancy_from_rows,
+    require_public_occupancy,
+)
+
+__all__ = ["ClipUserPlan", "clip_user", "plan_clip_user", "plan_from_occupancy",
+           "pseudo_user_cap"]
+
+
+@dataclass(frozen=True)
+class ClipUserResult:
+    """Raw output of :func:`clip_user` (Γ per occupancy pair and bookkeeping)."""
+
+    kept: np.ndarray
+    error_initial: np.ndarray
+    error_bound: float
+    protected_grid: int | None
+    stages: int
+    suppressions: int
+    halted: str
+
+
+def clip_user(occ: Occupancy, params: SubsetStatsParams, *, error_target: float | None = None,
+              protect_min_grid: bool = False, stop_at_one: bool = True) -> ClipUserResult:
+    """Algorithm CLIP_USER (spec §2.5) on the public occupancy ``occ``.
+
+    Returns kept counts Γ aligned with ``occ``'s pairs (0 = suppressed). Reads counts only.
+    """
+    if error_target is not None and (
+            isinstance(error_target, bool) or not isinstance(error_target, (int, float))
+            or not np.isfinite(error_target) or error_target <= 0):
+        raise ValueError(f"error_target must be a finite positive number, "
+                             f"got {error_target!r}")
+    u = params.width
+    consts = params.error_constants()
+    counts = occ.counts
+    n_tot = occ.totals()
+    s0, gmax0 = kept_summary(occ, counts)
+    e0 = grid_error_arrays(s0, n_tot, gmax0, u, consts)
+    bound = float(e0.max()) if error_target is None else float(error_target)
+    protected = int(np.argmin(e0)) if protect_min_grid else None
+
+    # Mutable state in plain Python containers (the loop is scalar and sequential, B10).
+    kept: list[int] = counts.tolist()
+    grid_of: list[int] = occ.pair_grid.tolist()
+    s_cur: list[int] = s0.tolist()
+    n_list: list[int] = n_tot.tolist()
+    cnt: list[dict[int, int]] = [{} for _ in range(occ.n_subsets)]
+    for g, c in zip(grid_of, kept, strict=True):
+        cnt[g][c] = cnt[g].get(c, 0) + 1
+    distinct: list[list[int]] = [sorted(d) for d in cnt]
+    by_user = np.argsort(occ.pair_user, kind="stable")  # a user's pairs by ascending grid
+    starts = np.searchsorted(occ.pair_user[by_user], np.arange(occ.n_users + 1)).tolist()
+    user_pairs: list[int] = by_user.tolist()
+    g_user = occ.subsets_per_user()
+
+    stages = suppressions = 0
+    halted = "K <= 1" if stop_at_one else "no user left to suppress"
+    while True:
+        k_now = int(g_user.max())
+        if (stop_at_one and k_now <= 1) or k_now == 0:
+            halted = "K <= 1" if k_now <= 1 else halted
+            break
+        stages += 1
+        stop = False
+        for ell in np.flatnonzero(g_user == k_now).tolist():
+            best_e, best_p = float("inf"), -1
+            have_candidate = False
+            for p in user_pairs[starts[ell]:starts[ell + 1]]:
+                c = kept[p]
+                g = grid_of[p]
+                if c == 0 or g == protected:
+                    continue
+                have_candidate = True
+                s_new = s_cur[g] - c
+                if s_new <= 0:
+                    continue  # B5: would empty the subset (E = +inf)
+                vals = distinct[g]
+                mx = vals[-1]
+                gs_new = mx if (c < mx or cnt[g][mx] > 1) else vals[-2]
+                e = _error_scalar(s_new, n_list[g], gs_new, u, consts)
+                if e < best_e:  # strict: ties go to the smallest grid id
+                    best_e, best_p = e, p
+            if not have_candidate:
+                halted = f"user {_plain(occ.users[ell])!r} has no suppressible subset"
+                stop = True
+                break
+            if best_p < 0 or best_e > bound:
+                halted = (f"user {_plain(occ.users[ell])!r} cannot be suppressed anywhere without "
+                          f"exceeding E (best candidate {best_e:.6g} > {bound:.6g})")
+                stop = True
+                break
+            g = grid_of[best_p]
+            c = kept[best_p]
+            kept[best_p] = 0
+            s_cur[g] -= c
+            cnt[g][c] -= 1
+            if cnt[g][c] == 0:
+                del cnt[g][c]
+                del distinct[g][bisect.bisect_left(distinct[g], c)]
+            g_user[ell] -= 1
+            suppressions += 1
+        if stop:
+            break
+    return ClipUserResult(kept=np.asarray(kept, np.int64), error_initial=e0,
+                          error_bound=bound, protected_grid=protected, stages=stages,
+                          suppressions=suppressions, halted=halted)
+
+
+def pseudo_user_cap(occ: Occupancy, kept: np.ndarray, params: SubsetStatsParams, *,
+                    from_one: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Algorithm PSEUDO_USER_CAP (spec §2.7): per subset, the cap m minimising E_g.
+
+    Searches m in [min active Γ, Γ⋆] (or [1, Γ⋆] with ``from_one``); ties go to the largest
+    m. Returns (capped Γ̄ per pair, cap per subset, Ē_g per subset). Biases are against the
+    original counts; suppressed users stay at 0.
+    """
+    u = params.width
+    consts = params.error_constants()
+    n_tot = occ.totals()
+    kept = np.asarray(kept, np.int64)
+    caps = np.zeros(occ.n_subsets, np.int64)
+    errs = np.zeros(occ.n_subsets)
+    order = np.argsort(occ.pair_grid, kind="stable")
+    bounds = np.searchsorted(occ.pair_grid[order], np.arange(occ.n_subsets + 1))
+    for g in range(occ.n_subsets):
+        v = np.sort(kept[order[bounds[g]:bounds[g + 1]]])
+        v = v[v > 0]
+        if v.size == 0:
+            caps[g], errs[g] = 0, np.inf
+            continue
+        lo = 1 if from_one else int(v[0])
+        ms = np.arange(lo, int(v[-1]) + 1, dtype=np.int64)
+        prefix = np.r_[0, np.cumsum(v)]
+        below = np.searchsorted(v, ms, side="left")
+        s_m = prefix[below] + ms * (v.size - below)
+        e_m = grid_error_arrays(s_m, np.full(ms.size, n_tot[g]), ms, u, consts)
+        j = ms.size - 1 - int(np.argmin(e_m[::-1]))  # ties -> largest m
+        caps[g], errs[g] = ms[j], e_m[j]
+    capped = np.minimum(kept, caps[occ.pair_grid])
+    return capped, caps, errs
+
+
+@dataclass(frozen=True, eq=False)
+class ClipUserPlan:
+    """A suppression plan computed from public data only; print it before releasing.
+
+    ``kept`` (Γ̄, after the optional pseudo-user cap) is what the release uses; ``kept_clip``
+    is Γ after Clip-User alone. Arrays ending in ``_initial/_clip/_final`` are per subset.
+    """
+
+    params: SubsetStatsParams
+    occupancy: Occupancy
+    kept_clip: np.ndarray
+    kept: np.ndarray
+    caps: np.ndarray
+    error_initial: np.ndarray
+    error_clip: np.ndarray
+    error_final: np.ndarray
+    error_bound: float
+    error_target: float | None
+    protected_grid: int | None
+    stages: int
+    suppressions: int
+    halted: str
+    pseudo_user_cap: bool
+
+    # ---- privacy accounting (§2.6) ----------------------------------------------------
+    @property
+    def subsets_per_user_before(self) -> np.ndarray:
+        return self.occupancy.subsets_per_user()
+
+    @property
+    def subsets_per_user_after(self) -> np.ndarray:
+        return np.bincount(self.occupancy.pair_user, weights=self.kept > 0,
+                           minlength=self.occupancy.n_users).astype(np.int64)
+
+    @property
+    def user_loss_before(self) -> np.ndarray:
+        """ε·G_ℓ without suppression (per user, aligned with ``occupancy.users``)."""
+        return self.params.epsilon * self.subsets_per_user_before
+
+    @property
+    def user_loss_after(self) -> np.ndarray:
+        """ε·|{g: Γ̄_{g,ℓ} > 0}|: what each user's ledger is charged by the release."""
+        return self.params.epsilon * self.subsets_per_user_after
+
+    @property
+    def k_initial(self) -> int:
+        return int(self.subsets_per_user_before.max())
+
+    @property
+    def k_final(self) -> int:
+        return int(self.subsets_per_user_after.max())
+
+    @property
+    def epsilon_total(self) -> float:
+        """Kε: the pure-DP guarantee of the whole release (Prop. V.1)."""
+        return self.params.epsilon * self.k_final
+
+    @property
+    def initial_max_error(self) -> float:
+        return float(self.error_initial.max())
+
+    @property
+    def max_error(self) -> float:
+        """Ē = max_g Ē_g after the plan (≤ E by construction)."""
+        return float(self.error_final.max())
+
+    # ---- presentation -----------------------------------------------------------------
+    def to_table(self, kind: str = "subsets") -> list[dict[str, Any]]:
+        """Rows per subset (``kind="subsets"``) or per user (``kind="users"``)."""
+        occ = self.occupancy
+        if kind == "subsets":
+            users_before = np.bincount(occ.pair_grid, minlength=occ.n_subsets)
+            users_after = np.bincount(occ.pair_grid, weights=self.kept > 0,
+                                      minlength=occ.n_subsets).astype(np.int64)
+            kept_tot, kept_max = kept_summary(occ, self.kept)
+            return [{"subset": _plain(occ.subsets[g]), "users_before": int(users_before[g]),
+                     "users_after": int(users_after[g]), "records": int(occ.totals()[g]),
+                     "kept_records": int(kept_tot[g]), "max_kept": int(kept_max[g]),
+                     "cap": int(self.caps[g]) if self.pseudo_user_cap else None,
+                     "error_before": float(self.error_initial[g]),
+                     "error_after": float(self.error_final[g]),
+                     "protected": g == self.protected_grid}
+                    for g in range(occ.n_subsets)]
+        if kind == "users":
+            before, after = self.subsets_per_user_before, self.subsets_per_user_after
+            eps = self.params.epsilon
+            return [{"user": _plain(occ.users[i]), "subsets_before": int(before[i]),
+                     "subsets_after": int(after[i]), "loss_before": eps * int(before[i]),
+                     "loss_after": eps * int(after[i])} for i in range(occ.n_users)]
+        raise ValueError(f"kind must be 'subsets' or 'users', got {kind!r}")
+
+    def describe(self, max_rows: int = 20) -> str:
+        """Human-readable plan: K, E, Ē, per-subset errors and the most-charged users."""
+        occ = self.occupancy
+        eps = self.params.epsilon
+        lines = [
+            "Clip-User plan (spec composition_suppression §2.5-2.7) from the public occupancy "
+            "array only; no privacy budget spent",
+            f"  parameters: {self.params.describe()}",
+            f"  {occ.n_users} users, {occ.n_subsets} subsets, {int(occ.counts.sum())} records",
+            f"  K (max subsets per user): {self.k_initial} -> {self.k_final}; worst per-user "
+            f"loss {eps * self.k_initial:g} -> {eps * self.k_final:g} (pure eps-DP)",
+            f"  max worst-case error: initial {self.initial_max_error:.6g}, bound E "
+            f"{self.error_bound:.6g}"
+            + (f" (target {self.error_target:.6g})" if self.error_target is not None else "")
+            + f", after Clip-User {float(self.error_clip.max()):.6g}, final {self.max_error:.6g}",
+            f"  {self.suppressions} suppressions in {self.stages} stages; stopped: {self.halted}",
+        ]
+        if self.protected_grid is not None:
+            lines.append(f"  protected subset: {_plain(occ.subsets[self.protected_grid])!r}")
+        rows = self.to_table("subsets")
+        lines.append("  subset | users before->after | records kept/total | cap | "
+                     "error before -> after")
+        for r in rows[:max_rows]:
+            lines.append(f"  {r['subset']!s:>8} | {r['users_before']:>6} -> "
+                         f"{r['users_after']:<6} | {r['kept_records']}/{r['records']} | "
+                         f"{r['cap'] if r['cap'] is not None else '-'} | "
+                         f"{r['error_before']:.6g} -> {r['error_after']:.6g}")
+        if len(rows) > max_rows:
+            lines.append(f"  ... {len(rows) - max_rows} more subsets")
+        before, after = self.user_loss_before, self.user_loss_after
+        top = np.lexsort((np.arange(occ.n_users), -before))[:max_rows]
+        lines.append("  user | loss before -> after")
+        for i in top.tolist():
+            lines.append(f"  {_plain(occ.users[i])!s:>8} | {before[i]:g} -> {after[i]:g}")
+        if occ.n_users > max_rows:
+            lines.append(f"  ... {occ.n_users - max_rows} more users")
+        return "\n".join(lines)
+
+
+def _plain(x: Any) -> Any:
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def plan_from_occupancy(occ: Occupancy, params: SubsetStatsParams, *,
+                        error_target: float | None = None, protect_min_grid: bool = False,
+                        pseudo_user_cap_step: bool = True, cap_from_one: bool = False,
+                        ) -> ClipUserPlan:
+    """CLIP_USER then (optionally) PSEUDO_USER_CAP on a public occupancy array."""
+    res = clip_user(occ, params, error_target=error_target, protect_min_grid=protect_min_grid)
+    s, gmax = kept_summary(occ, res.kept)
+    consts = params.error_constants()
+    e_clip = grid_error_arrays(s, occ.totals(), gmax, params.width, consts)
+    if pseudo_user_cap_step:
+        final, caps, e_final = pseudo_user_cap(occ, res.kept, params, from_one=cap_from_one)
+    else:
+        final, caps, e_final = res.kept.copy(), gmax, e_clip
+    return ClipUserPlan(params=params, occupancy=occ, kept_clip=res.kept, kept=final,
+                        caps=caps, error_initial=res.error_initial, error_clip=e_clip,
+                        error_final=e_final, error_bound=res.error_bound,
+                        error_target=error_target, protected_grid=res.protected_grid,
+                        stages=res.stages, suppressions=res.suppressions, halted=res.halted,
+                        pseudo_user_cap=pseudo_user_cap_step)
+
+
+def plan_clip_user(user_ids: Any, subsets: Any, *, epsilon: float, upper: float,
+                   lower: float = 0.0, statistic: Statistic = "both", mean_share: float = 0.5,
+                   weights: tuple[float, float] = (1.0, 1.0), error_target: float | None = None,
+                   protect_min_grid: bool = False, pseudo_user_cap: bool = True,
+                   cap_from_one: bool = False, error_model: ErrorModel = "release",
+                   grid_bits: int = 16, public_occupancy: bool = False) -> ClipUserPlan:
+    """Plan suppression from record labels only (one ``(user_id, subset)`` per record).
+
+    Reads the occupancy counts, never values; pass the same ``epsilon``, bounds, statistic,
+    ``mean_share`` and ``grid_bits`` to :func:`subset_stats` together with the plan.
+    """
+    params = SubsetStatsParams(epsilon=epsilon, upper=upper, lower=lower, statistic=statistic,
+                               mean_share=mean_share, weights=weights, grid_bits=grid_bits,
+                               error_model=error_model)
+    require_public_occupancy(public_occupancy)
+    occ = occupancy_from_rows(user_ids, subsets)
+    return plan_from_occupancy(occ, params, error_target=error_target,
+                               protect_min_grid=protect_min_grid,
+                               pseudo_user_cap_step=pseudo_user_cap, cap_from_one=cap_from_one)
