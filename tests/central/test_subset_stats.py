@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-from fractions import Fraction as F
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -36,10 +36,12 @@ from uldp.collector.central.subset_stats import (
     var_sensitivity,
 )
 
+F = Fraction
 U = F(10)
+ONE = F(1)
 
 
-def exact_error(kept: list[int], counts: list[int], u: F = U, eps: F = F(1)) -> F:
+def exact_error(kept: list[int], counts: list[int], u: F = U, eps: F = ONE) -> F:
     """Eq. (13) in exact arithmetic from the small pure functions."""
     s, n, gs = sum(kept), sum(counts), max(kept)
     return (mean_bias(s, n, u) + var_bias(s, n, u) + 2 * mean_sensitivity(gs, s, u) / eps
