@@ -1,0 +1,504 @@
+"""Kashin representations: public tight frames and Lyubarskii–Vershynin coefficients.
+
+Spec: /work/shared/spec/user_level_ldp.md §3.6 (Kashin representation), §3.5 (Hadamard),
+§6.1 (ℓ2 support via Kashin, error formula with the row norms ‖u_c‖²), decisions [D8] (the
+*nonlinear* per-sample coefficient map, never the linear map ``U x``), [D9] (λ = 2, Gaussian-QR
+frame or random partial Hadamard frame for large d, δ = 0.5, max_iter = 100, tol = 1e-10, exact
+final correction, public level K_LV = 4 with a calibration warning), [D15] (power-of-two
+Hadamard sizes) and acceptance test S6 (§13.3).
+
+Frames
+------
+A :class:`KashinFrame` is a public matrix ``U ∈ R^{N×d}`` with ``Uᵀ U = I_d``. It is rebuilt
+deterministically from a public seed by client and collector alike
+(:meth:`KashinFrame.from_seed`). The seed is expanded with SHA-256 over
+``(FRAME_VERSION, kind, d, λ, seed)`` into a ``numpy.random.default_rng`` — this is *public*
+randomness for the frame, never privacy noise (privacy noise comes only from
+``uldp.client.randomness``).
+
+* ``kind="gaussian"``: ``G ~ N(0,1)^{N×d}``, ``N = ⌈λ d⌉``, thin QR ``G = Q R``,
+  ``U = Q diag(sign R_ii)`` (Haar isometry). Applied with float64 BLAS matmuls. The QR is
+  floating point, so two different LAPACK builds may disagree in the last bits (harmless: the
+  coefficients only need ``Uᵀ a = x`` for the *client's* U up to 1e-9, and estimation error is
+  many orders larger); :attr:`KashinFrame.frame_id` identifies the frame parameters exactly.
+* ``kind="hadamard"`` (scalable): ``N = N' = 2^⌈log2(λ d)⌉``,
+  ``U = diag(ξ) H_{N'}[:, S] / √N'`` with random signs ξ and a uniformly random ordered set S of
+  d distinct columns. Built from integers only (bit-exact everywhere), applied with the FWHT in
+  ``O(N' log N')`` per sample, U is never materialised (except by :meth:`KashinFrame.matrix`).
+  Never the first d Sylvester columns (§3.6).
+
+Coefficients
+------------
+:func:`kashin_coefficients` runs the Lyubarskii–Vershynin truncation iteration of §3.6 on a batch
+``(S, d) → (S, N)``: ``b = U v``, ``M = ‖v‖/√(δN)``, ``a += clamp(b, ±M)``,
+``v -= Uᵀ clamp(b, ±M)``, until ``‖v‖ ≤ tol‖x‖`` or ``max_iter``; then the exact final correction
+``a += U v`` so that ``Uᵀ a = x`` to rounding (≈1e-15 relative), whatever ``tol`` is. The
+batch is held with samples as the innermost axis (``(N, S)``), finished samples are dropped from
+the working set as they converge, and the final correction of a finished sample reuses the
+``U v`` computed in that iteration (no extra transform).
+
+Defaults are the spec's (δ = 0.5, max_iter = 100, tol = 1e-10). Each iteration contracts the
+residual by a large factor for random frames (see bench/results/kashin_speed.md), so the loop
+needs only a handful of iterations even at tol = 1e-10.
+
+Calibration
+-----------
+:func:`calibrate` reports the observed level ``√N ‖a(x)‖∞ / ‖x‖₂`` over random directions,
+frame-aligned vectors (the rows ``u_c``), basis vectors and a batched adversarial hill-climb;
+:func:`warn_if_exceeds` issues a ``UserWarning`` if it exceeds the configured public ``K_LV``
+(a too-small ``K_LV`` never breaks privacy, INV-6; it only perturbs stage-I binning).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from .hadamard import fwht_columns, next_pow2
+
+__all__ = [
+    "FRAME_VERSION",
+    "KASHIN_DELTA_DEFAULT",
+    "KASHIN_LAMBDA_DEFAULT",
+    "KASHIN_MAX_ITER_DEFAULT",
+    "KASHIN_TOL_DEFAULT",
+    "K_LV_DEFAULT",
+    "CalibrationResult",
+    "KashinFrame",
+    "KashinInfo",
+    "calibrate",
+    "coefficient_bound",
+    "kashin_coefficients",
+    "kashin_coefficients_info",
+    "kashin_level",
+    "warn_if_exceeds",
+]
+
+FRAME_VERSION = "uldp.kashin.frame/v1"
+K_LV_DEFAULT = 4.0
+KASHIN_DELTA_DEFAULT = 0.5
+KASHIN_LAMBDA_DEFAULT = 2
+KASHIN_MAX_ITER_DEFAULT = 100
+KASHIN_TOL_DEFAULT = 1e-10
+
+FrameKind = Literal["gaussian", "hadamard"]
+Seed = int | str | bytes
+
+_CHUNK = 2048  # samples per working block (keeps the (N, chunk) buffers cache-friendly)
+
+
+# --------------------------------------------------------------------------------------------
+# seeded public randomness
+# --------------------------------------------------------------------------------------------
+
+
+def _seed_bytes(seed: Seed) -> bytes:
+    """Type-tagged canonical encoding of a public seed."""
+    if isinstance(seed, bool):
+        raise TypeError("seed must be int, str or bytes, not bool")
+    if isinstance(seed, int | np.integer):
+        return b"i:" + str(int(seed)).encode()
+    if isinstance(seed, str):
+        return b"s:" + seed.encode("utf-8")
+    if isinstance(seed, bytes | bytearray):
+        return b"b:" + bytes(seed)
+    raise TypeError(f"seed must be int, str or bytes, got {type(seed).__name__}")
+
+
+def _frame_digest(d: int, seed: Seed, kind: str, lam: float) -> bytes:
+    """SHA-256 of (version, kind, d, λ, seed): the frame's public identity."""
+    h = hashlib.sha256()
+    for part in (FRAME_VERSION.encode(), kind.encode(), str(d).encode(),
+                 repr(float(lam)).encode(), _seed_bytes(seed)):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
+
+
+def _validate_frame_args(d: int, kind: str, lam: float) -> None:
+    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
+        raise ValueError(f"frame dimension d must be an integer >= 1, got {d!r}")
+    if kind not in ("gaussian", "hadamard"):
+        raise ValueError(f"kind must be 'gaussian' or 'hadamard', got {kind!r}")
+    if not (math.isfinite(float(lam)) and float(lam) >= 1.0):
+        raise ValueError(f"redundancy lam must be a finite number >= 1, got {lam!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# the frame
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class KashinFrame:
+    """A public Parseval frame ``U ∈ R^{N×d}`` (``Uᵀ U = I_d``); build with :meth:`from_seed`.
+
+    ``U`` is stored only for ``kind="gaussian"`` (``_U``, C-contiguous, and its transpose);
+    the Hadamard frame stores the signs ``ξ`` (length N) and the column set ``S`` (length d).
+    """
+
+    d: int
+    N: int
+    kind: FrameKind
+    lam: float
+    frame_id: str
+    _U: np.ndarray | None = field(default=None, repr=False)
+    _UT: np.ndarray | None = field(default=None, repr=False)
+    _signs: np.ndarray | None = field(default=None, repr=False)
+    _cols: np.ndarray | None = field(default=None, repr=False)
+
+    # ---- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_seed(cls, d: int, seed: Seed, kind: FrameKind = "gaussian",
+                  lam: float = KASHIN_LAMBDA_DEFAULT) -> KashinFrame:
+        """Deterministically build the frame of dimension ``d`` from a public ``seed``."""
+        _validate_frame_args(d, kind, lam)
+        d = int(d)
+        digest = _frame_digest(d, seed, kind, lam)
+        rng = np.random.default_rng(int.from_bytes(digest, "big"))
+        if kind == "gaussian":
+            U = _gaussian_isometry(rng, math.ceil(float(lam) * d - 1e-9), d)
+            return cls(d=d, N=U.shape[0], kind="gaussian", lam=float(lam),
+                       frame_id=digest.hex(), _U=U, _UT=np.ascontiguousarray(U.T))
+        n_prime = next_pow2(math.ceil(float(lam) * d - 1e-9))
+        signs = (1.0 - 2.0 * rng.integers(0, 2, size=n_prime)).astype(np.float64)
+        cols = rng.permutation(n_prime)[:d].astype(np.intp)
+        signs.setflags(write=False)
+        cols.setflags(write=False)
+        return cls(d=d, N=n_prime, kind="hadamard", lam=float(lam), frame_id=digest.hex(),
+                   _signs=signs, _cols=cols)
+
+    # ---- column-batch kernels (samples on the last axis) -------------------------------------
+
+    def analysis_T(self, V: np.ndarray) -> np.ndarray:
+        """``U @ V`` for ``V`` of shape ``(d, s)`` → ``(N, s)`` (float64)."""
+        if self._U is not None:
+            return self._U @ V
+        assert self._signs is not None and self._cols is not None
+        Z = np.zeros((self.N, V.shape[1]), dtype=np.float64)
+        Z[self._cols] = V
+        out = fwht_columns(Z)
+        out *= (self._signs / math.sqrt(self.N))[:, None]
+        return out
+
+    def synthesis_T(self, B: np.ndarray) -> np.ndarray:
+        """``Uᵀ @ B`` for ``B`` of shape ``(N, s)`` → ``(d, s)`` (float64)."""
+        if self._UT is not None:
+            return self._UT @ B
+        assert self._signs is not None and self._cols is not None
+        Z = B * (self._signs / math.sqrt(self.N))[:, None]
+        return fwht_columns(Z)[self._cols]
+
+    # ---- row-batch public API ---------------------------------------------------------------
+
+    def analysis(self, X: np.ndarray) -> np.ndarray:
+        """Linear frame coefficients ``U x`` for each row: ``(S, d) → (S, N)`` (or ``(d,) → (N,)``).
+
+        This is the *linear* map, not the Kashin coefficients ([D8]); see
+        :func:`kashin_coefficients`.
+        """
+        X2, squeeze = _as_batch(X, self.d, "X")
+        out = self.analysis_T(np.ascontiguousarray(X2.T)).T
+        return np.ascontiguousarray(out[0] if squeeze else out)
+
+    def synthesis(self, B: np.ndarray) -> np.ndarray:
+        """``Uᵀ b`` for each row: ``(S, N) → (S, d)`` (or ``(N,) → (d,)``)."""
+        B2, squeeze = _as_batch(B, self.N, "B")
+        out = self.synthesis_T(np.ascontiguousarray(B2.T)).T
+        return np.ascontiguousarray(out[0] if squeeze else out)
+
+    def matrix(self) -> np.ndarray:
+        """The dense ``U`` (N×d). Materialises the Hadamard frame: use for small d / tests."""
+        if self._U is not None:
+            return self._U.copy()
+        return self.analysis_T(np.eye(self.d))
+
+    def row_norms_sq(self) -> np.ndarray:
+        """``‖u_c‖²`` for each of the N rows (sum is d; Hadamard frame: all equal d/N)."""
+        if self._U is not None:
+            return np.einsum("cj,cj->c", self._U, self._U)
+        return np.full(self.N, self.d / self.N)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KashinFrame):
+            return NotImplemented
+        if (self.d, self.N, self.kind, self.frame_id) != (other.d, other.N, other.kind,
+                                                          other.frame_id):
+            return False
+        if self._U is not None and other._U is not None:
+            return bool(np.array_equal(self._U, other._U))
+        return bool(np.array_equal(self._signs, other._signs)
+                    and np.array_equal(self._cols, other._cols))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _gaussian_isometry(rng: np.random.Generator, N: int, d: int) -> np.ndarray:
+    """Haar isometry: QR of an N×d standard Gaussian, columns sign-fixed by diag(R)."""
+    G = rng.standard_normal((N, d))
+    Q, R = np.linalg.qr(G, mode="reduced")
+    signs = np.where(np.diag(R) < 0, -1.0, 1.0)
+    U = np.ascontiguousarray(Q * signs[None, :])
+    U.setflags(write=False)
+    return U
+
+
+def _as_batch(X: np.ndarray, width: int, name: str) -> tuple[np.ndarray, bool]:
+    """Validate a finite float batch ``(S, width)`` (a 1-D vector is treated as S = 1)."""
+    arr = np.asarray(X)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)
+                                   or np.issubdtype(arr.dtype, np.bool_)):
+        raise TypeError(f"{name} must be a numeric array, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise TypeError(f"{name} must be real")
+    squeeze = arr.ndim == 1
+    if squeeze:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != width:
+        raise ValueError(f"{name} must have shape (S, {width}) or ({width},), got {np.shape(X)}")
+    arr = np.asarray(arr, dtype=np.float64)
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr, squeeze
+
+
+# --------------------------------------------------------------------------------------------
+# Lyubarskii–Vershynin coefficients
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KashinInfo:
+    """Coefficients ``(S, N)`` and, per sample, the number of truncation iterations run."""
+
+    coefficients: np.ndarray
+    iterations: np.ndarray
+
+
+def _validate_lv_args(delta: float, max_iter: int, tol: float) -> None:
+    if not (0.0 < float(delta) <= 1.0):
+        raise ValueError(f"delta must be in (0, 1], got {delta!r}")
+    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 0:
+        raise ValueError(f"max_iter must be a non-negative integer, got {max_iter!r}")
+    if not (math.isfinite(float(tol)) and float(tol) >= 0.0):
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+
+
+def _col_norms(V: np.ndarray) -> np.ndarray:
+    """Euclidean norm of each column of a (k, s) array."""
+    return np.sqrt(np.einsum("ij,ij->j", V, V))
+
+
+def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int,
+              tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """LV iteration on one column block ``XT`` (d, s); returns ``A`` (N, s) and iterations (s,)."""
+    s = XT.shape[1]
+    A_out = np.zeros((frame.N, s))
+    iters = np.zeros(s, dtype=np.int64)
+    xnorm = _col_norms(XT)
+    idx = np.flatnonzero(xnorm > 0.0)  # x = 0 → a = 0
+    if idx.size == 0:
+        return A_out, iters
+    V = np.ascontiguousarray(XT[:, idx]) if idx.size < s else XT.copy()
+    thr = tol * xnorm[idx]
+    vnorm = xnorm[idx]
+    A = np.zeros((frame.N, idx.size))
+    inv_sqrt_dn = 1.0 / math.sqrt(delta * frame.N)
+    it = 0
+    while True:
+        B = frame.analysis_T(V)  # U v: truncated below, or the exact final correction
+        done = (vnorm <= thr) | (it >= max_iter)
+        if done.any():
+            fin = np.flatnonzero(done)
+            A_out[:, idx[fin]] = A[:, fin] + B[:, fin]
+            iters[idx[fin]] = it
+            if fin.size == idx.size:
+                return A_out, iters
+            keep = np.flatnonzero(~done)
+            idx = idx[keep]
+            V, B, A = (np.ascontiguousarray(Z[:, keep]) for Z in (V, B, A))
+            thr, vnorm = thr[keep], vnorm[keep]
+        M = vnorm * inv_sqrt_dn
+        np.clip(B, -M, M, out=B)
+        A += B
+        V -= frame.synthesis_T(B)
+        vnorm = _col_norms(V)
+        it += 1
+
+
+def kashin_coefficients_info(frame: KashinFrame, X: np.ndarray, *,
+                             delta: float = KASHIN_DELTA_DEFAULT,
+                             max_iter: int = KASHIN_MAX_ITER_DEFAULT,
+                             tol: float = KASHIN_TOL_DEFAULT) -> KashinInfo:
+    """:func:`kashin_coefficients` plus the per-sample iteration counts."""
+    _validate_lv_args(delta, max_iter, tol)
+    X2, squeeze = _as_batch(X, frame.d, "X")
+    S = X2.shape[0]
+    A = np.empty((S, frame.N))
+    iters = np.empty(S, dtype=np.int64)
+    for start in range(0, S, _CHUNK):
+        stop = min(S, start + _CHUNK)
+        XT = np.ascontiguousarray(X2[start:stop].T)
+        A_T, it = _lv_block(frame, XT, float(delta), int(max_iter), float(tol))
+        A[start:stop] = A_T.T
+        iters[start:stop] = it
+    if squeeze:
+        return KashinInfo(A[0], iters[:1])
+    return KashinInfo(A, iters)
+
+
+def kashin_coefficients(frame: KashinFrame, X: np.ndarray, *,
+                        delta: float = KASHIN_DELTA_DEFAULT,
+                        max_iter: int = KASHIN_MAX_ITER_DEFAULT,
+                        tol: float = KASHIN_TOL_DEFAULT) -> np.ndarray:
+    """Kashin coefficients ``a(x)`` (§3.6) of each row of ``X``: ``(S, d) → (S, N)``.
+
+    ``Uᵀ a(x) = x`` to rounding for every row (exact final correction) and, for a frame at
+    level K, ``‖a(x)‖∞ ≤ K ‖x‖₂ / √N`` (check with :func:`calibrate`). A 1-D ``x`` gives a 1-D
+    result. Zero rows give zero coefficients; NaN/inf or a wrong shape raise ``ValueError``.
+    """
+    return kashin_coefficients_info(frame, X, delta=delta, max_iter=max_iter, tol=tol).coefficients
+
+
+def kashin_level(frame: KashinFrame, X: np.ndarray, A: np.ndarray) -> np.ndarray:
+    """Per-row observed level ``√N ‖a‖∞ / ‖x‖₂`` (0 for x = 0)."""
+    X2 = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    A2 = np.atleast_2d(np.asarray(A, dtype=np.float64))
+    xn = np.linalg.norm(X2, axis=1)
+    amax = np.abs(A2).max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lev = np.where(xn > 0, math.sqrt(frame.N) * amax / np.where(xn > 0, xn, 1.0), 0.0)
+    return lev
+
+
+def coefficient_bound(D: float, N: int, K_LV: float = K_LV_DEFAULT) -> float:
+    """Per-coefficient bound ``D' = K_LV D / √N`` for samples with ``‖x‖₂ ≤ D`` (§3.6 "Use")."""
+    if not (D > 0 and N >= 1 and K_LV > 0):
+        raise ValueError("need D > 0, N >= 1 and K_LV > 0")
+    return float(K_LV) * float(D) / math.sqrt(N)
+
+
+# --------------------------------------------------------------------------------------------
+# calibration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """Observed Kashin level of a frame (max over all probes) and the per-family maxima."""
+
+    level: float
+    by_family: dict[str, float]
+    worst_x: np.ndarray = field(repr=False)
+    d: int
+    N: int
+    kind: str
+    delta: float
+    n_probes: int
+
+    def exceeds(self, K_LV: float = K_LV_DEFAULT) -> bool:
+        """True iff the observed level is strictly above the configured public level."""
+        return self.level > float(K_LV)
+
+
+def _probe_levels(frame: KashinFrame, X: np.ndarray, delta: float) -> np.ndarray:
+    A = kashin_coefficients(frame, X, delta=delta)
+    return kashin_level(frame, X, A)
+
+
+def _hill_climb(frame: KashinFrame, starts: np.ndarray, delta: float, steps: int,
+                rng: np.random.Generator) -> tuple[float, np.ndarray, int]:
+    """Batched random-perturbation hill-climb on the level from several unit starting points."""
+    X = starts / np.linalg.norm(starts, axis=1, keepdims=True)
+    lev = _probe_levels(frame, X, delta)
+    sigma = np.full(X.shape[0], 0.3)
+    probes = X.shape[0]
+    for _ in range(steps):
+        Y = X + sigma[:, None] * rng.standard_normal(X.shape) / math.sqrt(frame.d)
+        Y /= np.linalg.norm(Y, axis=1, keepdims=True)
+        new = _probe_levels(frame, Y, delta)
+        probes += Y.shape[0]
+        better = new > lev
+        X[better], lev[better] = Y[better], new[better]
+        sigma = np.where(better, np.minimum(sigma * 1.5, 1.0), np.maximum(sigma * 0.8, 1e-3))
+    best = int(np.argmax(lev))
+    return float(lev[best]), X[best].copy(), probes
+
+
+def calibrate(frame: KashinFrame, *, delta: float = KASHIN_DELTA_DEFAULT, trials: int = 2000,
+              adversarial_steps: int = 60, adversarial_starts: int = 16,
+              max_basis: int = 4096, rng_seed: int = 0) -> CalibrationResult:
+    """Observed worst level ``√N ‖a(x)‖∞ / ‖x‖₂`` of ``frame`` (§3.6, [D9], S6).
+
+    Probes: ``trials`` random Gaussian directions; frame-aligned vectors ``u_c`` (rows of U, up
+    to ``trials`` of them) and their sign patterns; coordinate basis vectors (up to
+    ``max_basis``); then an adversarial hill-climb started from the ``adversarial_starts`` worst
+    probes found so far, ``adversarial_steps`` batched perturbation rounds. Deterministic given
+    ``rng_seed`` (public randomness).
+    """
+    _validate_lv_args(delta, KASHIN_MAX_ITER_DEFAULT, KASHIN_TOL_DEFAULT)
+    if trials < 1 or adversarial_steps < 0 or adversarial_starts < 1:
+        raise ValueError("need trials >= 1, adversarial_steps >= 0, adversarial_starts >= 1")
+    rng = np.random.default_rng(rng_seed)
+    d, N = frame.d, frame.N
+    families: dict[str, np.ndarray] = {}
+    families["random"] = rng.standard_normal((trials, d))
+    rows = np.sort(rng.choice(N, size=min(N, trials), replace=False))
+    E = np.zeros((rows.size, N))
+    E[np.arange(rows.size), rows] = 1.0
+    aligned = frame.synthesis(E)  # u_c = Uᵀ e_c
+    aligned = aligned[np.linalg.norm(aligned, axis=1) > 0]
+    families["aligned"] = aligned
+    families["aligned_sign"] = np.sign(aligned) + (aligned == 0)
+    basis_idx = np.sort(rng.choice(d, size=min(d, max_basis), replace=False))
+    basis = np.zeros((basis_idx.size, d))
+    basis[np.arange(basis_idx.size), basis_idx] = 1.0
+    families["basis"] = basis
+
+    by_family: dict[str, float] = {}
+    all_X, all_lev = [], []
+    for name, Xf in families.items():
+        lev = _probe_levels(frame, Xf, delta)
+        by_family[name] = float(lev.max())
+        all_X.append(Xf)
+        all_lev.append(lev)
+    X_all = np.concatenate(all_X)
+    lev_all = np.concatenate(all_lev)
+    n_probes = X_all.shape[0]
+    worst = np.argsort(lev_all)[::-1][:adversarial_starts]
+    level = float(lev_all[worst[0]])
+    worst_x = X_all[worst[0]] / np.linalg.norm(X_all[worst[0]])
+    if adversarial_steps > 0:
+        adv_level, adv_x, probes = _hill_climb(frame, X_all[worst].copy(), delta,
+                                               adversarial_steps, rng)
+        by_family["adversarial"] = adv_level
+        n_probes += probes
+        if adv_level > level:
+            level, worst_x = adv_level, adv_x
+    return CalibrationResult(level=level, by_family=by_family, worst_x=worst_x, d=d, N=N,
+                             kind=frame.kind, delta=float(delta), n_probes=n_probes)
+
+
+def warn_if_exceeds(level: float | CalibrationResult, K_LV: float = K_LV_DEFAULT) -> bool:
+    """Issue a ``UserWarning`` (and return True) if the observed level exceeds ``K_LV``.
+
+    Exceeding never breaks privacy (INV-6): out-of-range coefficient means are clamped; it only
+    makes stage-I binning slightly less accurate. Raise ``K_LV`` or recalibrate the frame.
+    """
+    lev = level.level if isinstance(level, CalibrationResult) else float(level)
+    if lev > float(K_LV):
+        warnings.warn(
+            f"observed Kashin level {lev:.3f} exceeds the configured public level K_LV={K_LV}; "
+            "coefficients may exceed D' = K_LV*D/sqrt(N) (privacy is unaffected, accuracy of "
+            "stage-I binning may degrade)",
+            UserWarning,
+            stacklevel=2,
+        )
+        return True
+    return False

@@ -1,0 +1,220 @@
+"""Tests for uldp.client.kashin (spec §3.6, §6.1, [D8], [D9], acceptance S6)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from uldp.client.kashin import (
+    K_LV_DEFAULT,
+    KASHIN_DELTA_DEFAULT,
+    CalibrationResult,
+    KashinFrame,
+    calibrate,
+    coefficient_bound,
+    kashin_coefficients,
+    kashin_coefficients_info,
+    kashin_level,
+    warn_if_exceeds,
+)
+
+KINDS = ["gaussian", "hadamard"]
+
+
+def _data(S: int, d: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((S, d))
+    X[: S // 4] *= rng.exponential(size=(S // 4, 1))  # mixed norms
+    X[S // 4 : S // 2, : max(1, d // 8)] *= 20.0  # anisotropic
+    return X
+
+
+def test_defaults_match_spec() -> None:
+    assert K_LV_DEFAULT == 4.0
+    assert KASHIN_DELTA_DEFAULT == 0.5
+
+
+@pytest.mark.parametrize("d", [1, 8, 64, 200])
+def test_gaussian_frame_is_isometry(d: int) -> None:
+    F = KashinFrame.from_seed(d, seed=11)
+    U = F.matrix()
+    assert U.shape == (2 * d, d)
+    assert U.shape[0] == F.N
+    np.testing.assert_allclose(U.T @ U, np.eye(d), atol=1e-12)
+    np.testing.assert_allclose(F.row_norms_sq(), (U**2).sum(axis=1), atol=1e-14)
+    assert abs(F.row_norms_sq().sum() - d) < 1e-10
+
+
+@pytest.mark.parametrize("d", [1, 3, 8, 100, 256])
+def test_hadamard_frame_is_isometry(d: int) -> None:
+    F = KashinFrame.from_seed(d, seed=11, kind="hadamard")
+    N = F.N
+    assert N & (N - 1) == 0
+    assert 2 * d <= N < 4 * d
+    U = F.matrix()
+    np.testing.assert_allclose(U.T @ U, np.eye(d), atol=1e-12)
+    assert np.allclose(np.abs(U), 1 / np.sqrt(N))
+    X = _data(20, d, 1)
+    np.testing.assert_allclose(F.synthesis(F.analysis(X)), X, atol=1e-12)  # Uᵀ U = I
+    np.testing.assert_allclose(F.analysis(X), X @ U.T, atol=1e-12)
+    B = np.random.default_rng(2).standard_normal((5, N))
+    np.testing.assert_allclose(F.synthesis(B), B @ U, atol=1e-12)
+    np.testing.assert_allclose(F.row_norms_sq(), (U**2).sum(axis=1), atol=1e-14)
+    # not the first d Sylvester columns (§3.6)
+    assert not np.array_equal(np.sort(F._cols), np.arange(d)) or d == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_seed_same_frame_different_seed_differs(kind: str) -> None:
+    a = KashinFrame.from_seed(32, seed=123, kind=kind)
+    b = KashinFrame.from_seed(32, seed=123, kind=kind)  # independent construction
+    assert a == b and a.frame_id == b.frame_id
+    assert np.array_equal(a.matrix(), b.matrix())
+    for other in (KashinFrame.from_seed(32, seed=124, kind=kind),
+                  KashinFrame.from_seed(32, seed="123", kind=kind),
+                  KashinFrame.from_seed(32, seed=b"123", kind=kind)):
+        assert other != a and other.frame_id != a.frame_id
+        assert not np.allclose(other.matrix(), a.matrix())
+    assert KashinFrame.from_seed(32, 123, kind, lam=2.0) == a  # 2 and 2.0 are the same λ
+    assert KashinFrame.from_seed(33, 123, kind).frame_id != a.frame_id
+
+
+def test_frame_pinned_values() -> None:
+    """The seed → frame map is part of the protocol: pin it (changes need a new FRAME_VERSION)."""
+    F = KashinFrame.from_seed(4, seed=2024, kind="hadamard")
+    G = KashinFrame.from_seed(4, seed=2024, kind="hadamard")
+    assert F.frame_id == G.frame_id and len(F.frame_id) == 64
+    assert F._cols is not None and len(set(F._cols.tolist())) == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("d", [1, 2, 8, 64, 256])
+def test_exact_reconstruction_and_bound(kind: str, d: int) -> None:
+    F = KashinFrame.from_seed(d, seed=5, kind=kind)
+    X = _data(300, d, d)
+    A = kashin_coefficients(F, X)
+    assert A.shape == (300, F.N)
+    err = np.linalg.norm(F.synthesis(A) - X, axis=1)
+    assert (err <= 1e-9 * np.linalg.norm(X, axis=1)).all()  # S6
+    assert kashin_level(F, X, A).max() <= K_LV_DEFAULT
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_looser_tolerance_still_exact(kind: str) -> None:
+    F = KashinFrame.from_seed(64, seed=5, kind=kind)
+    X = _data(200, 64, 3)
+    for tol in (1e-2, 1e-6):
+        info = kashin_coefficients_info(F, X, tol=tol)
+        err = np.linalg.norm(F.synthesis(info.coefficients) - X, axis=1)
+        assert (err <= 1e-9 * np.linalg.norm(X, axis=1)).all()
+    fast = kashin_coefficients_info(F, X, tol=1e-2).iterations
+    slow = kashin_coefficients_info(F, X, tol=1e-10).iterations
+    assert (fast <= slow).all() and fast.mean() < slow.mean()
+    # max_iter = 0 is the linear map U x (still exact)
+    np.testing.assert_allclose(kashin_coefficients(F, X, max_iter=0), F.analysis(X), atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batch_equals_single_and_edge_rows(kind: str) -> None:
+    F = KashinFrame.from_seed(16, seed=9, kind=kind)
+    X = _data(50, 16, 4)
+    X[7] = 0.0
+    X[8] = 1e-300
+    X[9] = 1e200
+    A = kashin_coefficients(F, X)
+    assert (A[7] == 0).all()
+    for i in (0, 8, 9, 20, 49):
+        np.testing.assert_allclose(kashin_coefficients(F, X[i]), A[i], rtol=1e-9,
+                                   atol=1e-12 * np.abs(A[i]).max())
+    # homogeneity: a(c x) = c a(x) for c > 0; oddness a(-x) = -a(x)
+    np.testing.assert_allclose(kashin_coefficients(F, 3.0 * X[:5]), 3.0 * A[:5], rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_allclose(kashin_coefficients(F, -X[:5]), -A[:5], rtol=1e-9, atol=1e-12)
+    assert kashin_coefficients(F, np.zeros((0, 16))).shape == (0, F.N)
+    assert kashin_coefficients(F, X[10:].astype(np.float32)).dtype == np.float64
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bigger_than_chunk(kind: str) -> None:
+    F = KashinFrame.from_seed(8, seed=1, kind=kind)
+    X = _data(5000, 8, 8)
+    info = kashin_coefficients_info(F, X)
+    assert info.coefficients.shape == (5000, F.N) and info.iterations.shape == (5000,)
+    np.testing.assert_allclose(F.synthesis(info.coefficients), X, atol=1e-9)
+    np.testing.assert_allclose(info.coefficients[4321], kashin_coefficients(F, X[4321]),
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ValueError):
+        KashinFrame.from_seed(0, seed=1)
+    with pytest.raises(ValueError):
+        KashinFrame.from_seed(-3, seed=1)
+    with pytest.raises(ValueError):
+        KashinFrame.from_seed(4, seed=1, kind="dct")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        KashinFrame.from_seed(4, seed=1, lam=0.5)
+    with pytest.raises(TypeError):
+        KashinFrame.from_seed(4, seed=1.5)  # type: ignore[arg-type]
+    F = KashinFrame.from_seed(4, seed=1)
+    for bad in (np.array([[1.0, np.nan, 0, 0]]), np.array([0, 0, np.inf, 1.0])):
+        with pytest.raises(ValueError):
+            kashin_coefficients(F, bad)
+    for shape in [(3, 5), (5,), (2, 2, 4)]:
+        with pytest.raises(ValueError):
+            kashin_coefficients(F, np.ones(shape))
+    with pytest.raises(ValueError):
+        F.synthesis(np.ones((2, 4)))
+    with pytest.raises(ValueError):
+        kashin_coefficients(F, np.ones((1, 4)), delta=0.0)
+    with pytest.raises(ValueError):
+        kashin_coefficients(F, np.ones((1, 4)), tol=-1.0)
+    with pytest.raises(ValueError):
+        kashin_coefficients(F, np.ones((1, 4)), max_iter=-1)
+    with pytest.raises(TypeError):
+        kashin_coefficients(F, np.array([["a", "b", "c", "d"]]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("d", [8, 64, 256])
+def test_calibration_level_at_most_default(kind: str, d: int) -> None:
+    F = KashinFrame.from_seed(d, seed=2024, kind=kind)
+    res = calibrate(F, trials=300, adversarial_steps=8, adversarial_starts=8, rng_seed=1)
+    assert isinstance(res, CalibrationResult)
+    assert 1.0 <= res.level <= K_LV_DEFAULT  # S6
+    assert not res.exceeds(K_LV_DEFAULT)
+    assert res.exceeds(res.level - 1e-9)
+    assert {"random", "aligned", "basis"} <= set(res.by_family)
+    assert res.level == max(res.by_family.values())
+    x = res.worst_x
+    a = kashin_coefficients(F, x)
+    assert np.isclose(np.sqrt(F.N) * np.abs(a).max() / np.linalg.norm(x), res.level)
+
+
+def test_calibration_is_deterministic() -> None:
+    F = KashinFrame.from_seed(16, seed=3)
+    r1 = calibrate(F, trials=100, adversarial_steps=5, rng_seed=4)
+    r2 = calibrate(F, trials=100, adversarial_steps=5, rng_seed=4)
+    assert r1.level == r2.level and r1.by_family == r2.by_family
+
+
+def test_warn_if_exceeds() -> None:
+    with pytest.warns(UserWarning, match="exceeds"):
+        assert warn_if_exceeds(4.5, 4.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not warn_if_exceeds(3.9, 4.0)
+        assert not warn_if_exceeds(4.0)
+    F = KashinFrame.from_seed(8, seed=3)
+    res = calibrate(F, trials=50, adversarial_steps=2, rng_seed=0)
+    with pytest.warns(UserWarning):
+        warn_if_exceeds(res, K_LV=0.5)
+
+
+def test_coefficient_bound() -> None:
+    assert coefficient_bound(1.0, 16) == pytest.approx(1.0)
+    assert coefficient_bound(2.0, 64, K_LV=4.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        coefficient_bound(0.0, 4)
