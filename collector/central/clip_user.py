@@ -36,8 +36,35 @@ from uldp.collector.central.subset_stats import (
     require_public_occupancy,
 )
 
-__all__ = ["ClipUserPlan", "clip_user", "plan_clip_user", "plan_from_occupancy",
+__all__ = ["ClipUserOptions", "ClipUserPlan", "clip_user", "plan_clip_user", "plan_from_occupancy",
            "pseudo_user_cap"]
+
+
+@dataclass(frozen=True)
+class ClipUserOptions:
+    """Planner options (spec §2.5, §2.7, §2.8, §5 B6/B7).
+
+    error_target: the error bound E† (default: the initial max_g E_g, §2.8).
+    protect_min_grid: never suppress in the subset with the smallest initial E_g (B7).
+    pseudo_user_cap: run PSEUDO_USER_CAP after Clip-User (§2.7).
+    cap_from_one: search caps m in [1, Γ⋆_g] instead of [min Γ, Γ⋆_g] (§2.7, optional).
+    stop_at_one: stop once K ≤ 1 (B6).
+    """
+
+    error_target: float | None = None
+    protect_min_grid: bool = False
+    pseudo_user_cap: bool = True
+    cap_from_one: bool = False
+    stop_at_one: bool = True
+
+    def __post_init__(self) -> None:
+        et = self.error_target
+        if et is not None and (isinstance(et, bool) or not isinstance(et, (int, float))
+                               or not np.isfinite(et) or et <= 0):
+            raise ValueError(f"error_target must be a finite positive number, got {et!r}")
+        for name in ("protect_min_grid", "pseudo_user_cap", "cap_from_one", "stop_at_one"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -59,11 +86,8 @@ def clip_user(occ: Occupancy, params: SubsetStatsParams, *, error_target: float 
 
     Returns kept counts Γ aligned with ``occ``'s pairs (0 = suppressed). Reads counts only.
     """
-    if error_target is not None and (
-            isinstance(error_target, bool) or not isinstance(error_target, (int, float))
-            or not np.isfinite(error_target) or error_target <= 0):
-        raise ValueError(f"error_target must be a finite positive number, "
-                             f"got {error_target!r}")
+    ClipUserOptions(error_target=error_target, protect_min_grid=protect_min_grid,
+                    stop_at_one=stop_at_one)  # validates
     u = params.width
     consts = params.error_constants()
     counts = occ.counts
@@ -183,6 +207,7 @@ class ClipUserPlan:
     """
 
     params: SubsetStatsParams
+    options: ClipUserOptions
     occupancy: Occupancy
     kept_clip: np.ndarray
     kept: np.ndarray
@@ -308,25 +333,33 @@ def _plain(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
 
 
-def plan_from_occupancy(occ: Occupancy, params: SubsetStatsParams, *,
-                        error_target: float | None = None, protect_min_grid: bool = False,
-                        pseudo_user_cap_step: bool = True, cap_from_one: bool = False,
+def plan_from_occupancy(occ: Occupancy, params: SubsetStatsParams,
+                        options: ClipUserOptions | None = None, **option_kwargs: Any,
                         ) -> ClipUserPlan:
-    """CLIP_USER then (optionally) PSEUDO_USER_CAP on a public occupancy array."""
-    res = clip_user(occ, params, error_target=error_target, protect_min_grid=protect_min_grid)
+    """CLIP_USER then (optionally) PSEUDO_USER_CAP on a public occupancy array.
+
+    Options come as a :class:`ClipUserOptions` or as its fields by keyword.
+    """
+    if options is None:
+        options = ClipUserOptions(**option_kwargs)
+    elif option_kwargs:
+        raise ValueError("pass either options or option keywords, not both")
+    res = clip_user(occ, params, error_target=options.error_target,
+                    protect_min_grid=options.protect_min_grid, stop_at_one=options.stop_at_one)
     s, gmax = kept_summary(occ, res.kept)
     consts = params.error_constants()
     e_clip = grid_error_arrays(s, occ.totals(), gmax, params.width, consts)
-    if pseudo_user_cap_step:
-        final, caps, e_final = pseudo_user_cap(occ, res.kept, params, from_one=cap_from_one)
+    if options.pseudo_user_cap:
+        final, caps, e_final = pseudo_user_cap(occ, res.kept, params,
+                                               from_one=options.cap_from_one)
     else:
         final, caps, e_final = res.kept.copy(), gmax, e_clip
-    return ClipUserPlan(params=params, occupancy=occ, kept_clip=res.kept, kept=final,
-                        caps=caps, error_initial=res.error_initial, error_clip=e_clip,
-                        error_final=e_final, error_bound=res.error_bound,
-                        error_target=error_target, protected_grid=res.protected_grid,
+    return ClipUserPlan(params=params, options=options, occupancy=occ, kept_clip=res.kept,
+                        kept=final, caps=caps, error_initial=res.error_initial,
+                        error_clip=e_clip, error_final=e_final, error_bound=res.error_bound,
+                        error_target=options.error_target, protected_grid=res.protected_grid,
                         stages=res.stages, suppressions=res.suppressions, halted=res.halted,
-                        pseudo_user_cap=pseudo_user_cap_step)
+                        pseudo_user_cap=options.pseudo_user_cap)
 
 
 def plan_clip_user(user_ids: Any, subsets: Any, *, epsilon: float, upper: float,
@@ -343,8 +376,8 @@ def plan_clip_user(user_ids: Any, subsets: Any, *, epsilon: float, upper: float,
     params = SubsetStatsParams(epsilon=epsilon, upper=upper, lower=lower, statistic=statistic,
                                mean_share=mean_share, weights=weights, grid_bits=grid_bits,
                                error_model=error_model)
+    options = ClipUserOptions(error_target=error_target, protect_min_grid=protect_min_grid,
+                              pseudo_user_cap=pseudo_user_cap, cap_from_one=cap_from_one)
     require_public_occupancy(public_occupancy)
     occ = occupancy_from_rows(user_ids, subsets)
-    return plan_from_occupancy(occ, params, error_target=error_target,
-                               protect_min_grid=protect_min_grid,
-                               pseudo_user_cap_step=pseudo_user_cap, cap_from_one=cap_from_one)
+    return plan_from_occupancy(occ, params, options)

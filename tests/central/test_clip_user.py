@@ -14,6 +14,7 @@ import pytest
 
 from uldp.client.randomness import RandomSource
 from uldp.collector.central.clip_user import (
+    ClipUserOptions,
     ClipUserPlan,
     clip_user,
     plan_clip_user,
@@ -278,6 +279,27 @@ def test_describe_and_tables() -> None:
     with pytest.raises(ValueError, match="kind"):
         plan.to_table("grids")
     assert isinstance(plan, ClipUserPlan)
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"error_target": 0.0}, "error_target"), ({"protect_min_grid": 1}, "protect_min_grid"),
+    ({"cap_from_one": "yes"}, "cap_from_one"), ({"pseudo_user_cap": None}, "pseudo_user_cap"),
+])
+def test_options_validation(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        ClipUserOptions(**kwargs)
+    occ = Occupancy.from_dense(example_29())
+    with pytest.raises(ValueError, match="either"):
+        plan_from_occupancy(occ, PAPER, ClipUserOptions(), protect_min_grid=True)
+
+
+def test_cap_from_one_never_worse() -> None:
+    occ = Occupancy.from_dense(random_occupancy(700, n_users=40, n_grids=6))
+    p = SubsetStatsParams(epsilon=0.2, upper=1.0)
+    a = plan_from_occupancy(occ, p)
+    b = plan_from_occupancy(occ, p, ClipUserOptions(cap_from_one=True))
+    assert (b.error_final <= a.error_final).all() and b.k_final == a.k_final
+    assert b.options.cap_from_one and not a.options.cap_from_one
 
 
 @pytest.mark.parametrize(("kwargs", "name"), [

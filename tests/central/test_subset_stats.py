@@ -403,7 +403,7 @@ def test_release_is_accurate_with_large_epsilon_and_keeps_first_records() -> Non
     # a plan keeping 1 record of user 0 in "a" keeps its FIRST record (value 1.0)
     occ = occupancy_from_rows(users, subs)
     params = SubsetStatsParams(epsilon=1e4, upper=10.0)
-    plan = plan_from_occupancy(occ, params, pseudo_user_cap_step=False)
+    plan = plan_from_occupancy(occ, params, pseudo_user_cap=False)
     kept = occ.counts.copy()
     kept[(occ.pair_user == 0) & (occ.pair_grid == 0)] = 1
     object.__setattr__(plan, "kept", kept)
