@@ -58,6 +58,7 @@ class PendingReport:
     device_id: str
     grp: int
     stage: int
+    slot: int
     payload: bytes
 
 
@@ -140,9 +141,12 @@ class Database:
     # ---- devices --------------------------------------------------------------------
     def add_device(self, device_id: str, label: str) -> None:
         with self.write() as conn:
-            conn.execute(self._insert(S.devices).values(device_id=device_id, label=label[:256],
-                                                        enrolled_at_ms=now_ms())
-                         .on_conflict_do_nothing())
+            self.add_device_in(conn, device_id, label)
+
+    def add_device_in(self, conn: Connection, device_id: str, label: str) -> None:
+        conn.execute(self._insert(S.devices).values(device_id=device_id, label=label[:256],
+                                                    enrolled_at_ms=now_ms())
+                     .on_conflict_do_nothing())
 
     # ---- queries --------------------------------------------------------------------
     def create_query(self, row: dict[str, Any], quotas: Sequence[int],
@@ -235,99 +239,107 @@ class Database:
         None when the query is not running or all its slots are taken.
         """
         with self.write() as conn:
-            m = conn.execute(select(S.assignments).where(and_(
-                S.assignments.c.query_id == query_id,
-                S.assignments.c.device_id == device_id))).mappings().first()
-            if m is not None:
-                return dict(m)
-            r = conn.execute(update(S.queries).where(and_(
-                S.queries.c.query_id == query_id, S.queries.c.state == "running",
-                S.queries.c.next_slot < S.queries.c.target_users))
-                .values(next_slot=S.queries.c.next_slot + 1)
-                .returning(S.queries.c.next_slot)).first()
-            if r is None:
-                return None
-            slot = int(r[0]) - 1
-            grp, stage, phase = place(slot)
-            row = dict(query_id=query_id, device_id=device_id, slot=slot, grp=int(grp),
-                       stage=int(stage), phase=int(phase), assigned_at_ms=now_ms())
-            conn.execute(insert(S.assignments).values(**row))
-            return row
+            return self.assign_in(conn, query_id, device_id, place)
+
+    def assign_in(self, conn: Connection, query_id: str, device_id: str,
+                  place: Any) -> dict[str, Any] | None:
+        m = conn.execute(select(S.assignments).where(and_(
+            S.assignments.c.query_id == query_id,
+            S.assignments.c.device_id == device_id))).mappings().first()
+        if m is not None:
+            return dict(m)
+        r = conn.execute(update(S.queries).where(and_(
+            S.queries.c.query_id == query_id, S.queries.c.state == "running",
+            S.queries.c.next_slot < S.queries.c.target_users))
+            .values(next_slot=S.queries.c.next_slot + 1)
+            .returning(S.queries.c.next_slot)).first()
+        if r is None:
+            return None
+        slot = int(r[0]) - 1
+        grp, stage, phase = place(slot)
+        row = dict(query_id=query_id, device_id=device_id, slot=slot, grp=int(grp),
+                   stage=int(stage), phase=int(phase), assigned_at_ms=now_ms())
+        conn.execute(insert(S.assignments).values(**row))
+        return row
 
     # ---- reports (group commit) -----------------------------------------------------
     def store_reports(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         """Commit a batch of reports in one transaction; one outcome per item."""
+        with self.write() as conn:
+            return self.store_reports_in(conn, items)
+
+    def store_reports_in(self, conn: Connection,
+                         items: Sequence[PendingReport]) -> list[ReportOutcome]:
         out: list[ReportOutcome | None] = [None] * len(items)
         t = now_ms()
-        with self.write() as conn:
-            by_phase: dict[tuple[str, int], list[int]] = {}
-            for i, it in enumerate(items):
-                by_phase.setdefault((it.query_id, it.phase), []).append(i)
-            rows: list[dict[str, Any]] = []
-            first_of: dict[tuple[str, str], int] = {}
-            later: list[int] = []
-            for (qid, ph), idx in sorted(by_phase.items()):
-                ok = conn.execute(update(S.phases).where(and_(
-                    S.phases.c.query_id == qid, S.phases.c.phase == ph,
-                    S.phases.c.state == "open")).values(received=S.phases.c.received)).rowcount
-                if ok != 1:
-                    st = conn.execute(select(S.phases.c.state).where(and_(
-                        S.phases.c.query_id == qid, S.phases.c.phase == ph))).scalar()
-                    msg = (f"phase {ph} of query {qid} is not open (state: {st})"
-                           if st else f"query {qid} has no phase {ph}")
-                    for i in idx:
-                        out[i] = ReportOutcome("FAILED_PRECONDITION", msg)
-                    continue
+        by_phase: dict[tuple[str, int], list[int]] = {}
+        for i, it in enumerate(items):
+            by_phase.setdefault((it.query_id, it.phase), []).append(i)
+        rows: list[dict[str, Any]] = []
+        first_of: dict[tuple[str, str], int] = {}
+        later: list[int] = []
+        for (qid, ph), idx in sorted(by_phase.items()):
+            ok = conn.execute(update(S.phases).where(and_(
+                S.phases.c.query_id == qid, S.phases.c.phase == ph,
+                S.phases.c.state == "open")).values(received=S.phases.c.received)).rowcount
+            if ok != 1:
+                st = conn.execute(select(S.phases.c.state).where(and_(
+                    S.phases.c.query_id == qid, S.phases.c.phase == ph))).scalar()
+                msg = (f"phase {ph} of query {qid} is not open (state: {st})"
+                       if st else f"query {qid} has no phase {ph}")
                 for i in idx:
-                    it = items[i]
-                    key = (it.query_id, it.device_id)
-                    if key in first_of:
-                        later.append(i)
-                        continue
-                    first_of[key] = i
-                    rows.append(dict(query_id=it.query_id, device_id=it.device_id,
-                                     phase=it.phase, grp=it.grp, stage=it.stage,
-                                     payload=it.payload, received_at_ms=t))
-            inserted: set[tuple[str, str]] = set()
-            if rows:
-                stmt = (self._insert(S.reports).on_conflict_do_nothing()
-                        .returning(S.reports.c.query_id, S.reports.c.device_id))
-                for r in conn.execute(stmt, rows):
-                    inserted.add((r[0], r[1]))
-            counts: dict[tuple[str, int], int] = {}
-            conflicts: list[int] = []
-            for key, i in first_of.items():
-                if key in inserted:
-                    out[i] = ReportOutcome("OK", "stored", False, t)
-                    k = (items[i].query_id, items[i].phase)
-                    counts[k] = counts.get(k, 0) + 1
-                else:
-                    conflicts.append(i)
-            conflicts.extend(later)
-            for i in conflicts:
+                    out[i] = ReportOutcome("FAILED_PRECONDITION", msg)
+                continue
+            for i in idx:
                 it = items[i]
-                if (it.query_id, it.device_id) in inserted and i in later:
-                    same = items[first_of[(it.query_id, it.device_id)]].payload == it.payload
-                    stored_phase = it.phase
-                else:
-                    r = conn.execute(select(S.reports.c.payload, S.reports.c.phase).where(and_(
-                        S.reports.c.query_id == it.query_id,
-                        S.reports.c.device_id == it.device_id))).first()
-                    same = r is not None and bytes(r[0]) == it.payload and r[1] == it.phase
-                    stored_phase = r[1] if r is not None else it.phase
-                if same:
-                    out[i] = ReportOutcome("OK", "identical report already stored; "
-                                           "nothing changed", True, t)
-                else:
-                    out[i] = ReportOutcome(
-                        "ALREADY_EXISTS",
-                        f"device {it.device_id} already has a different report stored for "
-                        f"query {it.query_id} (phase {stored_phase}); one report per device "
-                        "per query")
-            for (qid, ph), c in counts.items():
-                conn.execute(update(S.phases).where(and_(
-                    S.phases.c.query_id == qid, S.phases.c.phase == ph))
-                    .values(received=S.phases.c.received + c))
+                key = (it.query_id, it.device_id)
+                if key in first_of:
+                    later.append(i)
+                    continue
+                first_of[key] = i
+                rows.append(dict(query_id=it.query_id, device_id=it.device_id,
+                                 phase=it.phase, grp=it.grp, stage=it.stage,
+                                 slot=it.slot, payload=it.payload, received_at_ms=t))
+        inserted: set[tuple[str, str]] = set()
+        if rows:
+            stmt = (self._insert(S.reports).on_conflict_do_nothing()
+                    .returning(S.reports.c.query_id, S.reports.c.device_id))
+            for r in conn.execute(stmt, rows):
+                inserted.add((r[0], r[1]))
+        counts: dict[tuple[str, int], int] = {}
+        conflicts: list[int] = []
+        for key, i in first_of.items():
+            if key in inserted:
+                out[i] = ReportOutcome("OK", "stored", False, t)
+                k = (items[i].query_id, items[i].phase)
+                counts[k] = counts.get(k, 0) + 1
+            else:
+                conflicts.append(i)
+        conflicts.extend(later)
+        for i in conflicts:
+            it = items[i]
+            if (it.query_id, it.device_id) in inserted and i in later:
+                same = items[first_of[(it.query_id, it.device_id)]].payload == it.payload
+                stored_phase = it.phase
+            else:
+                r = conn.execute(select(S.reports.c.payload, S.reports.c.phase).where(and_(
+                    S.reports.c.query_id == it.query_id,
+                    S.reports.c.device_id == it.device_id))).first()
+                same = r is not None and bytes(r[0]) == it.payload and r[1] == it.phase
+                stored_phase = r[1] if r is not None else it.phase
+            if same:
+                out[i] = ReportOutcome("OK", "identical report already stored; "
+                                       "nothing changed", True, t)
+            else:
+                out[i] = ReportOutcome(
+                    "ALREADY_EXISTS",
+                    f"device {it.device_id} already has a different report stored for "
+                    f"query {it.query_id} (phase {stored_phase}); one report per device "
+                    "per query")
+        for (qid, ph), c in counts.items():
+            conn.execute(update(S.phases).where(and_(
+                S.phases.c.query_id == qid, S.phases.c.phase == ph))
+                .values(received=S.phases.c.received + c))
         return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
                 for o in out]
 
@@ -358,29 +370,32 @@ class Database:
             return r.rowcount == 1
 
     def stream_reports(self, query_id: str, phase: int,
-                       chunk: int = 65536) -> Iterator[tuple[int, int, list[bytes]]]:
-        """Yield (grp, stage, payloads) chunks of a phase's reports, grouped by group.
+                       chunk: int = 65536
+                       ) -> Iterator[tuple[int, int, list[int], list[bytes]]]:
+        """Yield (grp, stage, slots, payloads) chunks of a phase's reports, by group.
 
         Memory is bounded by ``chunk`` payloads (server-side cursor on PostgreSQL).
         """
         r = S.reports.c
-        stmt = (select(r.grp, r.stage, r.payload)
+        stmt = (select(r.grp, r.stage, r.slot, r.payload)
                 .where(and_(r.query_id == query_id, r.phase == phase))
                 .order_by(r.grp))
         with self.engine.connect() as conn:
             res = conn.execution_options(stream_results=True, yield_per=chunk).execute(stmt)
             cur_key: tuple[int, int] | None = None
             buf: list[bytes] = []
+            slots: list[int] = []
             for part in res.partitions(chunk):
-                for g, s, pl in part:
+                for g, s, sl, pl in part:
                     key = (int(g), int(s))
                     if key != cur_key or len(buf) >= chunk:
                         if buf and cur_key is not None:
-                            yield cur_key[0], cur_key[1], buf
-                        cur_key, buf = key, []
+                            yield cur_key[0], cur_key[1], slots, buf
+                        cur_key, buf, slots = key, [], []
                     buf.append(bytes(pl))
+                    slots.append(int(sl))
             if buf and cur_key is not None:
-                yield cur_key[0], cur_key[1], buf
+                yield cur_key[0], cur_key[1], slots, buf
 
     def finish_close(self, query_id: str, phase: int, closer: str, published: dict[str, Any],
                      *, next_deadline_ms: int | None, result: dict[str, Any] | None) -> bool:

@@ -11,7 +11,8 @@ on the same PostgreSQL database) resumes each query exactly where it was:
                  closing lease (which replica aggregates it) and what it published.
 ``assignments``  (query, device) -> slot, group, stage, phase. Primary key (query,
                  device): one assignment per device per query; unique (query, slot).
-``reports``      (query, device) -> phase, group, stage, payload (little-endian int64).
+``reports``      (query, device) -> phase, group, stage, slot, payload (little-endian
+                 int64).
                  Primary key (query, device): one report per device per query.
 
 Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
@@ -124,6 +125,7 @@ reports = Table(
     Column("phase", Integer, nullable=False),
     Column("grp", Integer, nullable=False),
     Column("stage", Integer, nullable=False),
+    Column("slot", Integer, nullable=False),
     Column("payload", LargeBinary, nullable=False),
     Column("received_at_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("query_id", "device_id"),

@@ -1,0 +1,86 @@
+"""Client transport: TLS channels to the collector and retries with backoff and jitter."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
+
+__all__ = ["RETRYABLE", "Endpoint", "RetryPolicy", "call_with_retry", "secure_channel"]
+
+T = TypeVar("T")
+
+#: Status codes worth retrying (transient); everything else is a definitive answer.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                       grpc.StatusCode.ABORTED})
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to reach a collector: ``target`` is ``host:port``; TLS always.
+
+    ``ca_cert`` verifies the server (PEM path); ``client_cert``/``client_key`` are for
+    mutual TLS; ``server_name`` overrides the name checked against the certificate.
+    """
+
+    target: str
+    ca_cert: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    server_name: str | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+
+def secure_channel(ep: Endpoint) -> grpc.Channel:
+    """A TLS channel to ``ep`` (system roots when ``ca_cert`` is None)."""
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=Path(ep.ca_cert).read_bytes() if ep.ca_cert else None,
+        private_key=Path(ep.client_key).read_bytes() if ep.client_key else None,
+        certificate_chain=Path(ep.client_cert).read_bytes() if ep.client_cert else None)
+    opts: list[tuple[str, object]] = [
+        ("grpc.max_receive_message_length", ep.max_message_bytes),
+        ("grpc.max_send_message_length", ep.max_message_bytes),
+        ("grpc.enable_retries", 0),  # retries are ours: same bytes, backoff with jitter
+    ]
+    if ep.server_name:
+        opts.append(("grpc.ssl_target_name_override", ep.server_name))
+    return grpc.secure_channel(ep.target, creds, options=opts)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter: attempt k waits U(0, min(cap, base·2^k))."""
+
+    attempts: int = 8
+    base_s: float = 0.1
+    cap_s: float = 10.0
+    timeout_s: float = 30.0  # per call
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return rng.uniform(0.0, min(self.cap_s, self.base_s * (2 ** attempt)))
+
+
+def call_with_retry(fn: Callable[[float], T], policy: RetryPolicy,
+                    rng: random.Random | None = None,
+                    sleep: Callable[[float], None] = time.sleep) -> T:
+    """Call ``fn(timeout)``; on a retryable :class:`grpc.RpcError` wait and try again.
+
+    The caller makes ``fn`` idempotent (e.g. it re-sends the same stored report bytes).
+    """
+    rng = rng or random.Random()
+    for attempt in range(policy.attempts):
+        try:
+            return fn(policy.timeout_s)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            if code not in RETRYABLE or attempt == policy.attempts - 1:
+                raise
+            sleep(policy.delay(attempt, rng))
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,196 @@
+"""Simulated fleets over real gRPC (``uldp fleet run``).
+
+Every simulated device is a real :class:`uldp.client.device.Device` with its own state
+directory (identity + ledger), its own local datasets drawn from the same populations as
+``uldp simulate`` (``uldp.collector.datasets.make_fleet_data``), and it talks to the
+collector over TLS exactly like an app would: enroll, GetTasks, check, privatize, persist,
+SubmitReport. Concurrency is bounded by a pool of worker threads sharing a few channels;
+devices whose phase is not open yet are re-polled after the collector's retry hint.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from uldp.client.device import Device
+from uldp.client.randomness import RandomSource
+from uldp.client.transport import Endpoint, RetryPolicy, secure_channel
+from uldp.collector.datasets import FleetData, make_fleet_data
+
+__all__ = ["FleetDataset", "FleetResult", "dataset_for_query", "run_fleet"]
+
+log = logging.getLogger("uldp.fleet")
+
+
+@dataclass
+class FleetDataset:
+    """A named dataset every device of (a share of) the fleet holds."""
+
+    name: str
+    data: FleetData
+    #: which devices hold it: device i holds it iff ``i % modulo == residue``
+    modulo: int = 1
+    residue: int = 0
+    values: np.ndarray | None = None  # (devices, m[, d]) drawn lazily
+
+
+@dataclass
+class FleetResult:
+    devices: int
+    submitted: int = 0
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    unfinished: int = 0
+    seconds: float = 0.0
+
+
+def dataset_for_query(kind: str, dist: str, samples: int, dim: int, bound: float | None,
+                      seed: int | None, moment_p: float | None = None) -> FleetData:
+    rng = np.random.default_rng(seed)
+    return make_fleet_data(kind, dist, samples, dim, bound, rng, moment_p=moment_p)
+
+
+class _Bar:
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.done, self._last = max(total, 1), enabled, 0, 0.0
+        self._lock = threading.Lock()
+        self.t0 = time.monotonic()
+
+    def update(self, k: int = 1) -> None:
+        with self._lock:
+            self.done += k
+            now = time.monotonic()
+            if self.enabled and (now - self._last > 0.2 or self.done >= self.total):
+                self._last = now
+                frac = min(self.done / self.total, 1.0)
+                rate = self.done / max(now - self.t0, 1e-9)
+                sys.stderr.write(f"\rfleet [{'#' * int(30 * frac):<30}] {self.done}/"
+                                 f"{self.total} devices done ({rate:,.0f}/s)")
+                if self.done >= self.total:
+                    sys.stderr.write("\n")
+                sys.stderr.flush()
+
+
+def run_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int,
+              datasets: list[FleetDataset], *, concurrency: int = 32, budget: float = 10.0,
+              enrollment_secret: str = "", seed: int | None = None, channels: int = 4,
+              timeout_s: float = 900.0, progress: bool | None = None, durable: bool = False,
+              keep_state: bool = True, max_failures: int = 8,
+              on_device: Callable[[int, Device], None] | None = None) -> FleetResult:
+    """Run ``n_devices`` devices until none has anything left to do (or ``timeout_s``).
+
+    ``seed`` makes the devices' noise reproducible (simulation mode); None uses the
+    production OS-keyed source. ``durable=False`` skips fsync in the device ledgers
+    (they still survive a crash of the fleet process, not of the machine).
+    """
+    root = Path(state_root)
+    root.mkdir(parents=True, exist_ok=True)
+    for ds in datasets:
+        if ds.values is None:
+            holders = len(range(ds.residue, n_devices, ds.modulo))
+            ds.values = ds.data.draw(holders)
+    chans = [secure_channel(endpoint) for _ in range(max(1, channels))]
+    retry = RetryPolicy(attempts=10, base_s=0.2, cap_s=5.0)
+    res = FleetResult(devices=n_devices)
+    bar = _Bar(n_devices, sys.stderr.isatty() if progress is None else progress)
+    heap: list[tuple[float, int]] = [(0.0, i) for i in range(n_devices)]
+    cv = threading.Condition()
+    active = [0]
+    failures: dict[int, int] = {}
+    devices: dict[int, Device] = {}
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+
+    def make(i: int) -> Device:
+        dev = devices.get(i)
+        if dev is None:
+            rng = RandomSource.seeded(f"fleet:{seed}:{i}") if seed is not None else None
+            dev = Device(endpoint, root / f"device-{i:07d}", budget=budget,
+                         enrollment_secret=enrollment_secret, label="uldp-fleet",
+                         channel=chans[i % len(chans)], retry=retry, rng=rng,
+                         durable=durable)
+            for ds in datasets:
+                if i % ds.modulo == ds.residue:
+                    assert ds.values is not None
+                    dev.add_dataset(ds.name, ds.values[i // ds.modulo])
+            if on_device is not None:
+                on_device(i, dev)
+            devices[i] = dev
+        return dev
+
+    def worker() -> None:
+        while True:
+            with cv:
+                while True:
+                    if not heap and active[0] == 0:
+                        cv.notify_all()
+                        return
+                    if time.monotonic() > deadline:
+                        return
+                    if heap and heap[0][0] <= time.monotonic():
+                        _, i = heapq.heappop(heap)
+                        active[0] += 1
+                        break
+                    wait = heap[0][0] - time.monotonic() if heap else 0.1
+                    cv.wait(timeout=max(0.005, min(wait, 0.1)))
+            again = None
+            try:
+                dev = make(i)
+                r = dev.poll()
+                with cv:
+                    res.submitted += len(r.submitted)
+                    res.refused += r.refused
+                    res.rejected += r.rejected
+                if r.waiting:
+                    again = time.monotonic() + r.retry_after_ms / 1000 * (0.5 + np.random.rand())
+            except Exception as exc:
+                msg = (f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError)
+                       else f"{type(exc).__name__}: {exc}")
+                with cv:
+                    failures[i] = failures.get(i, 0) + 1
+                    if failures[i] >= max_failures:
+                        res.errors.append(f"device {i}: {msg}")
+                    else:
+                        again = time.monotonic() + 0.5 * failures[i]
+            with cv:
+                active[0] -= 1
+                if again is not None:
+                    heapq.heappush(heap, (again, i))
+                else:
+                    devices.pop(i, None)
+                    bar.update()
+                cv.notify_all()
+
+    threads = [threading.Thread(target=worker, name=f"fleet-{k}", daemon=True)
+               for k in range(max(1, concurrency))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    res.unfinished = len(heap) + active[0]
+    res.seconds = time.monotonic() - t0
+    for c in chans:
+        c.close()
+    if not keep_state:
+        shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+def summarize(res: FleetResult) -> dict[str, Any]:
+    return {"devices": res.devices, "reports_acknowledged": res.submitted,
+            "refused": len(res.refused), "rejected": len(res.rejected),
+            "errors": len(res.errors), "unfinished": res.unfinished,
+            "seconds": round(res.seconds, 2)}

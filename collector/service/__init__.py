@@ -1,0 +1,1 @@
+"""The collector's gRPC service: query lifecycle, assignment, ingestion and phase closing."""

@@ -1,0 +1,488 @@
+"""Collector logic behind the gRPC servicers (no gRPC types in here).
+
+Spec: ``user_level_ldp.md`` §2.2 (round template: phases, assignment, broadcast of k̂),
+§3.7 / [D1] [D2] (random balanced assignment drawn before data use), §2.4 / [D12]
+(dropouts: a phase closes at its deadline with the reports received), [D22] (broadcast
+k̂, devices derive [L, R]), [D23] (one message per device and query).
+
+* A query compiles (``uldp.collector.planner.compile_query``) into a plan; phase ``p`` of
+  the database is the ``p``-th entry of ``plan.phases`` (two-stage: 1 = stage I of every
+  group, 2 = stage II; single-stage methods: one phase).
+* Devices take *slots* 0, 1, 2, ... in check-in order; ``plan.assign(slot)`` maps a slot
+  to (group, stage) through the permutation drawn from the query's public seed. The slot
+  counter, the assignment and its unique keys live in the database, so the same device
+  always gets the same answer, from any replica, across restarts.
+* Reports are validated here (assignment, phase, task digest, length, range) and then
+  committed by the group-commit writer, which re-checks under the phase-row lock that the
+  phase is open and enforces one report per (query, device).
+* A background ticker closes due phases. ``Database.begin_close`` is a conditional update,
+  so exactly one replica aggregates a phase; it streams the stored reports into the
+  plan's accumulators, publishes k̂ (or the final estimate) and opens the next phase.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from uldp.client.tasks import TaskSpec, report_length, report_limit
+from uldp.client.wire import MAX_ABS_REPORT_VALUE
+from uldp.collector.planner import Plan, QuerySpec, compile_query
+from uldp.collector.security.tokens import AdminAuth, TokenError, TokenKey
+from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, now_ms
+from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
+
+__all__ = ["CollectorCore", "CoreConfig", "ServiceError", "TaskInfo"]
+
+log = logging.getLogger("uldp.collector")
+
+_QUERY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_SPEC_EXTRA = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence")
+
+
+class ServiceError(Exception):
+    """A request is refused: ``code`` is a gRPC status code name, ``message`` says why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    token_ttl_s: float = 7 * 24 * 3600.0
+    token_grace_s: float = 90 * 24 * 3600.0  # re-enrolment with an expired token
+    default_phase_timeout_s: float = 3600.0
+    close_lease_ms: int = 120_000
+    tick_s: float = 0.2
+    enrollment_secret: str | None = None
+    max_users: int = 10_000_000
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as handed to a device (public)."""
+
+    query_id: str
+    phase: int
+    group: int
+    stage: int
+    dataset: str
+    task_json: str
+    digest: str
+    length: int
+    limit: int
+    deadline_ms: int
+
+
+@dataclass
+class _QueryStatic:
+    query_id: str
+    dataset: str
+    kind: str
+    plan: Plan
+    num_phases: int
+
+
+def phase_of_stage(stage: int) -> int:
+    """Database phase (1-based) of a stage: stage I and single-stage → 1, stage II → 2."""
+    return 2 if stage == 2 else 1
+
+
+class CollectorCore:
+    """All collector behaviour; thread-safe; one per process."""
+
+    def __init__(self, db: Database, token_key: TokenKey, admin: AdminAuth,
+                 config: CoreConfig | None = None, name: str | None = None) -> None:
+        self.db = db
+        self.token_key = token_key
+        self.admin = admin
+        self.config = config or CoreConfig()
+        self.name = name or f"collector-{secrets.token_hex(4)}"
+        self.writer = GroupCommitWriter(db)
+        self._statics: dict[str, _QueryStatic] = {}
+        self._tasks: OrderedDict[tuple[Any, ...], TaskInfo] = OrderedDict()
+        self._assign_cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._running_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
+        self._stop = threading.Event()
+        self._closing: set[tuple[str, int]] = set()
+        self._ticker = threading.Thread(target=self._tick_loop, name="uldp-closer", daemon=True)
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def start(self) -> None:
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._ticker.is_alive():
+            self._ticker.join(timeout=30)
+        self.writer.close()
+
+    # ---- authentication -------------------------------------------------------------
+    def device_from_token(self, token: str | None) -> str:
+        if not token:
+            raise ServiceError("UNAUTHENTICATED", "missing device token "
+                               "(metadata 'authorization: Bearer <token>')")
+        try:
+            return self.token_key.verify(token).device_id
+        except TokenError as exc:
+            raise ServiceError("UNAUTHENTICATED", str(exc)) from None
+
+    def check_admin(self, token: str | None) -> None:
+        if not self.admin.check(token):
+            raise ServiceError("UNAUTHENTICATED", "analyst calls need the admin credential "
+                               "(metadata 'authorization: Bearer <admin token>')")
+
+    # ---- enrollment -----------------------------------------------------------------
+    def enroll(self, secret: str, label: str, previous_token: str) -> tuple[str, str, int]:
+        want = self.config.enrollment_secret
+        if want is not None and not secrets.compare_digest(secret.encode(), want.encode()):
+            raise ServiceError("UNAUTHENTICATED", "wrong or missing enrollment secret")
+        device_id = None
+        if previous_token:
+            try:
+                claims = self.token_key.verify(previous_token, allow_expired=True)
+            except TokenError as exc:
+                raise ServiceError("UNAUTHENTICATED", f"previous token rejected: {exc}") from None
+            if now_ms() - claims.expires_at_ms > self.config.token_grace_s * 1000:
+                raise ServiceError("UNAUTHENTICATED", "previous token expired too long ago")
+            device_id = claims.device_id
+        if device_id is None:
+            device_id = "d-" + secrets.token_hex(12)
+            self.writer.run(lambda conn: self.db.add_device_in(conn, device_id, label))
+        token, exp = self.token_key.issue(device_id, self.config.token_ttl_s)
+        return device_id, token, exp
+
+    # ---- queries --------------------------------------------------------------------
+    def _static(self, query_id: str) -> _QueryStatic | None:
+        with self._lock:
+            st = self._statics.get(query_id)
+        if st is not None:
+            return st
+        row = self.db.get_query(query_id)
+        if row is None:
+            return None
+        spec = QuerySpec.from_dict(json.loads(row["spec_json"]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plan = compile_query(spec)
+        st = _QueryStatic(query_id, row["dataset"], row["kind"], plan, int(row["num_phases"]))
+        with self._lock:
+            self._statics[query_id] = st
+        return st
+
+    def create_query(self, *, kind: str, epsilon: float, dataset: str, bound: float,
+                     samples: int, users: int, dim: int, method: str, params_json: str,
+                     phase_timeout_s: float, query_id: str) -> dict[str, Any]:
+        if query_id and not _QUERY_ID.match(query_id):
+            raise ServiceError("INVALID_ARGUMENT",
+                               "query_id must match [A-Za-z0-9_.-]{1,64}")
+        if not dataset or len(dataset) > 256:
+            raise ServiceError("INVALID_ARGUMENT", "dataset must be a name of 1..256 chars")
+        try:
+            params = json.loads(params_json) if params_json else {}
+        except json.JSONDecodeError as exc:
+            raise ServiceError("INVALID_ARGUMENT", f"params_json is not JSON: {exc}") from None
+        if not isinstance(params, dict) or set(params) - set(_SPEC_EXTRA):
+            raise ServiceError("INVALID_ARGUMENT",
+                               f"params_json must be an object with keys among {_SPEC_EXTRA}")
+        if users > self.config.max_users:
+            raise ServiceError("INVALID_ARGUMENT", f"users must be <= {self.config.max_users}")
+        if not (phase_timeout_s >= 0 and np.isfinite(phase_timeout_s)):
+            raise ServiceError("INVALID_ARGUMENT", "phase_timeout_seconds must be >= 0")
+        qid = query_id or "q-" + secrets.token_hex(6)
+        heavy = params.get("moment_p") is not None
+        fields: dict[str, Any] = dict(
+            kind=kind, epsilon=float(epsilon), users=int(users), samples=int(samples),
+            dim=int(dim) if dim else 1, bound=None if heavy and not bound else float(bound),
+            method=method or "two-stage", query_id=qid, **params)
+        try:
+            probe = QuerySpec(**{**fields, "seed": 0})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compile_query(probe)
+        except (ValueError, TypeError) as exc:
+            raise ServiceError("INVALID_ARGUMENT", f"invalid query: {exc}") from None
+        # the slot permutation's seed: public, drawn now, before any data exist (INV-3)
+        spec = QuerySpec(**{**fields, "seed": secrets.randbits(63)})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plan = compile_query(spec)
+        _, stage = plan.assign_all()
+        phase_per_slot = np.where(stage == 2, 2, 1)
+        quotas = [int(np.count_nonzero(phase_per_slot == p + 1))
+                  for p in range(len(plan.phases))]
+        timeout = phase_timeout_s or self.config.default_phase_timeout_s
+        row = dict(query_id=qid, kind=kind, dataset=dataset, epsilon=float(epsilon),
+                   spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
+                   state="running", current_phase=1, num_phases=len(plan.phases),
+                   target_users=int(users), phase_timeout_s=float(timeout), result_json=None)
+        stored, created = self.db.create_query(row, quotas, now_ms() + int(timeout * 1000))
+        if not created:
+            old = json.loads(stored["spec_json"])
+            old.pop("seed", None)
+            new = spec.to_dict()
+            new.pop("seed", None)
+            if old != new or stored["dataset"] != dataset:
+                raise ServiceError("ALREADY_EXISTS",
+                                   f"query {qid} exists with different parameters")
+        log.info("query %s (%s) %s", qid, kind, "created" if created else "exists")
+        return stored
+
+    def get_query(self, query_id: str) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+        row = self.db.get_query(query_id)
+        if row is None:
+            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        return row, self.db.get_phases(query_id), min(int(row["next_slot"]),
+                                                      int(row["target_users"]))
+
+    def list_queries(self, state: str | None) -> list[dict[str, Any]]:
+        return self.db.list_queries(state)
+
+    def cancel_query(self, query_id: str) -> None:
+        if self.db.get_query(query_id) is None:
+            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        if not self.db.cancel_query(query_id):
+            row = self.db.get_query(query_id)
+            raise ServiceError("FAILED_PRECONDITION",
+                               f"query {query_id} is {row['state'] if row else 'gone'}; "
+                               "only a running query can be cancelled")
+
+    # ---- tasks ----------------------------------------------------------------------
+    def _running(self) -> list[dict[str, Any]]:
+        t, rows = self._running_cache
+        if time.monotonic() - t > 0.25:
+            rows = self.db.running_queries()
+            self._running_cache = (time.monotonic(), rows)
+        return rows
+
+    def task_info(self, st: _QueryStatic, assignment: dict[str, Any],
+                  phase_row: dict[str, Any]) -> TaskInfo:
+        grp, stage, phase = assignment["grp"], assignment["stage"], assignment["phase"]
+        baseline_a = st.plan.spec.method == "baseline-a"
+        key = (st.query_id, phase, grp, stage, assignment["slot"] if baseline_a else -1)
+        with self._lock:
+            info = self._tasks.get(key)
+        if info is not None:
+            return info
+        khat = None
+        if stage == 2:
+            pub = json.loads(phase_row["_prev_published"] or "{}")
+            if "khat" not in pub:
+                raise ServiceError("FAILED_PRECONDITION",
+                                   f"phase {phase} of query {st.query_id} is not open yet")
+            khat = tuple(int(k) for k in pub["khat"][str(grp)])
+        task: TaskSpec = st.plan.task_for(grp, stage, khat, slot=assignment["slot"])
+        text = task.to_json()
+        info = TaskInfo(st.query_id, phase, grp, stage, st.dataset, text,
+                        hashlib.sha256(text.encode()).hexdigest(), report_length(task),
+                        min(report_limit(task), MAX_ABS_REPORT_VALUE), 0)
+        with self._lock:
+            self._tasks[key] = info
+            if len(self._tasks) > 100_000:
+                self._tasks.popitem(last=False)
+        return info
+
+    def _phase_rows(self, query_id: str) -> dict[int, dict[str, Any]]:
+        rows = {r["phase"]: r for r in self.db.get_phases(query_id)}
+        for p, r in rows.items():
+            prev = rows.get(p - 1)
+            r["_prev_published"] = prev["published_json"] if prev else ""
+        return rows
+
+    def _remember(self, a: dict[str, Any]) -> None:
+        with self._lock:
+            self._assign_cache[(a["query_id"], a["device_id"])] = a
+            if len(self._assign_cache) > 500_000:
+                self._assign_cache.popitem(last=False)
+
+    def get_tasks(self, device_id: str, datasets: Sequence[str],
+                  query_id: str = "") -> tuple[list[TaskInfo], list[tuple[str, int]], int]:
+        """(tasks to run now, (query, phase) assignments waiting, retry-after ms)."""
+        wanted = set(datasets)
+        queries = [q for q in self._running()
+                   if q["dataset"] in wanted and (not query_id or q["query_id"] == query_id)]
+        if query_id and not queries:
+            row = self.db.get_query(query_id)
+            if row is None:
+                raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        todo: list[tuple[_QueryStatic, dict[str, Any] | None]] = []
+        need_assign = []
+        for q in queries:
+            st = self._static(q["query_id"])
+            if st is None:
+                continue
+            a, reported = self.db.device_status(st.query_id, device_id)
+            if reported:
+                continue
+            todo.append((st, a))
+            if a is None:
+                need_assign.append(st)
+        if need_assign:
+            def op(conn: Any) -> dict[str, dict[str, Any] | None]:
+                out = {}
+                for st in need_assign:
+                    plan = st.plan
+
+                    def place(slot: int, plan: Plan = plan) -> tuple[int, int, int]:
+                        g, s = plan.assign(slot)
+                        return g, s, phase_of_stage(s)
+                    out[st.query_id] = self.db.assign_in(conn, st.query_id, device_id, place)
+                return out
+            try:
+                made = self.writer.run(op)
+            except WriterUnavailable as exc:
+                raise ServiceError("UNAVAILABLE", str(exc)) from None
+            todo = [(st, a if a is not None else made.get(st.query_id)) for st, a in todo]
+        tasks: list[TaskInfo] = []
+        waiting: list[tuple[str, int]] = []
+        for st, a in todo:
+            if a is None:
+                continue  # all slots taken
+            self._remember(a)
+            rows = self._phase_rows(st.query_id)
+            ph = rows.get(a["phase"])
+            if ph is None:
+                continue
+            if ph["state"] == "open":
+                info = self.task_info(st, a, ph)
+                tasks.append(TaskInfo(**{**info.__dict__, "deadline_ms": int(ph["deadline_ms"])}))
+            elif ph["state"] in ("pending", "closing"):
+                waiting.append((st.query_id, a["phase"]))
+        retry = 300 if waiting else (0 if tasks else 2000)
+        return tasks, waiting, retry
+
+    # ---- reports --------------------------------------------------------------------
+    def _assignment(self, query_id: str, device_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            a = self._assign_cache.get((query_id, device_id))
+        if a is None:
+            a = self.db.get_assignment(query_id, device_id)
+            if a is not None:
+                self._remember(a)
+        return a
+
+    def validate_report(self, device_id: str, query_id: str, phase: int,
+                        values: Sequence[int], digest: str) -> PendingReport:
+        """Check a report against the device's assignment and task; ServiceError if bad."""
+        st = self._static(query_id)
+        if st is None:
+            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        a = self._assignment(query_id, device_id)
+        if a is None:
+            raise ServiceError("PERMISSION_DENIED",
+                               f"device {device_id} is not assigned to query {query_id}")
+        if phase != a["phase"]:
+            raise ServiceError("FAILED_PRECONDITION",
+                               f"device {device_id} is assigned to phase {a['phase']} of query "
+                               f"{query_id}, not phase {phase}")
+        rows = self._phase_rows(query_id)
+        ph = rows.get(phase)
+        if ph is None:
+            raise ServiceError("FAILED_PRECONDITION", f"query {query_id} has no phase {phase}")
+        if ph["state"] != "open":
+            raise ServiceError("FAILED_PRECONDITION",
+                               f"phase {phase} of query {query_id} is not open "
+                               f"(state: {ph['state']})")
+        info = self.task_info(st, a, ph)
+        if len(values) != info.length:
+            raise ServiceError("INVALID_ARGUMENT",
+                               f"report has {len(values)} values; the task of group "
+                               f"{a['grp']} stage {a['stage']} needs exactly {info.length}")
+        arr = np.asarray(values, dtype=np.int64) if values else np.zeros(0, np.int64)
+        if arr.size:
+            bad = np.flatnonzero(np.abs(arr) > info.limit)
+            if bad.size:
+                i = int(bad[0])
+                raise ServiceError("INVALID_ARGUMENT",
+                                   f"report value #{i} = {int(arr[i])} is outside "
+                                   f"[-{info.limit}, {info.limit}]")
+        if digest != info.digest:
+            raise ServiceError("FAILED_PRECONDITION",
+                               "report was computed for a different task (task_digest "
+                               f"{digest[:16] or '<empty>'}… != {info.digest[:16]}…); "
+                               "fetch the current task")
+        return PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
+                             arr.astype("<i8").tobytes())
+
+    def store(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        try:
+            return self.writer.store_reports(items)
+        except WriterUnavailable as exc:
+            raise ServiceError("UNAVAILABLE", str(exc)) from None
+
+    # ---- phase closing --------------------------------------------------------------
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(self.config.tick_s):
+            try:
+                for qid, phase in self.db.phases_due():
+                    if self._stop.is_set():
+                        break
+                    self.close_phase(qid, phase)
+            except Exception:  # keep ticking: the database may be briefly unavailable
+                log.exception("phase ticker")
+
+    def close_phase(self, query_id: str, phase: int, force: bool = False) -> bool:
+        """Aggregate a due phase if this replica wins the claim; True if it closed it."""
+        if not self.db.begin_close(query_id, phase, self.name, self.config.close_lease_ms,
+                                   force=force):
+            return False
+        t0 = time.perf_counter()
+        try:
+            st = self._static(query_id)
+            assert st is not None
+            plan = st.plan
+            khat: dict[int, tuple[int, ...]] = {}
+            if phase > 1:
+                pub = self.db.published(query_id, phase - 1)
+                khat = {int(g): tuple(int(x) for x in k) for g, k in pub.get("khat", {}).items()}
+            accs: dict[int, Any] = {}
+            n = 0
+            for grp, stage, slots, payloads in self.db.stream_reports(query_id, phase):
+                acc = accs.get(grp)
+                if acc is None:
+                    acc = plan.new_accumulator(grp, stage, khat.get(grp) if stage == 2 else None)
+                    accs[grp] = acc
+                arr = np.frombuffer(b"".join(payloads), dtype="<i8").reshape(len(payloads), -1)
+                if plan.spec.method == "baseline-a":
+                    acc.add(arr, plan.offset_for(np.asarray(slots)))
+                else:
+                    acc.add(arr)
+                n += len(payloads)
+            if phase < st.num_phases:
+                kh = plan.khat_from(accs)
+                published = {"khat": {str(g): [int(x) for x in k] for g, k in kh.items()},
+                             "reports": n}
+                row = self.db.get_query(query_id)
+                timeout = float(row["phase_timeout_s"]) if row else 3600.0
+                ok = self.db.finish_close(query_id, phase, self.name, published,
+                                          next_deadline_ms=now_ms() + int(timeout * 1000),
+                                          result=None)
+            else:
+                est = plan.finalize(accs)
+                result = est.to_dict()
+                if phase > 1:
+                    result["khat"] = {str(g): list(k) for g, k in khat.items()}
+                ok = self.db.finish_close(query_id, phase, self.name, {"reports": n},
+                                          next_deadline_ms=None, result=result)
+            log.info("query %s phase %d closed by %s: %d reports in %.2fs", query_id, phase,
+                     self.name, n, time.perf_counter() - t0)
+            return ok
+        except Exception as exc:
+            log.exception("closing phase %d of query %s failed", phase, query_id)
+            self.db.fail_query(query_id, f"closing phase {phase} failed: {exc}")
+            return False

@@ -1,0 +1,148 @@
+"""Assembling and running the collector's gRPC server (``uldp collector serve``).
+
+Every port is TLS (server certificate + key; optional client CA for mutual TLS). The
+server exposes ``uldp.v1.DeviceService``, ``uldp.v1.AnalystService``, the standard
+``grpc.health.v1.Health`` service and server reflection, with message size limits in
+both directions. State lives in the database only, so any number of replicas can serve
+one PostgreSQL database and a restarted process resumes every query.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import signal
+import threading
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from uldp.client.wire import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    SERVICE_NAMES,
+    analyst_pb2_grpc,
+    device_pb2_grpc,
+)
+from uldp.collector.security.tokens import AdminAuth, TokenKey, new_admin_token
+from uldp.collector.service.core import CollectorCore, CoreConfig
+from uldp.collector.service.servicers import AnalystServicer, DeviceServicer
+from uldp.collector.storage.db import Database, open_database
+
+__all__ = ["CollectorServer", "ServerConfig", "load_admin_token", "load_token_key"]
+
+log = logging.getLogger("uldp.collector")
+
+
+@dataclass
+class ServerConfig:
+    """Everything ``uldp collector serve`` needs (see its --help for each flag)."""
+
+    db_url: str
+    tls_cert: Path
+    tls_key: Path
+    host: str = "127.0.0.1"
+    port: int = 50051
+    tls_client_ca: Path | None = None  # set -> mutual TLS (clients must present a cert)
+    admin_token_file: Path | None = None
+    token_key_file: Path | None = None
+    enrollment_secret_file: Path | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    workers: int = 32
+    name: str | None = None
+    core: CoreConfig = field(default_factory=CoreConfig)
+
+
+def load_token_key(db: Database, path: Path | None) -> TokenKey:
+    """The device-token signing key: from ``path`` (PEM), else the database-managed key."""
+    if path is not None:
+        return TokenKey.from_file(path)
+    pem = db.get_or_create_meta("token_signing_key",
+                                lambda: TokenKey.generate().private_pem().decode())
+    return TokenKey.from_pem(pem.encode())
+
+
+def load_admin_token(path: Path) -> AdminAuth:
+    """The admin credential in ``path``; a fresh one is written (0600) if it is missing."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "x") as f:
+            f.write(new_admin_token() + "\n")
+        path.chmod(0o600)
+        log.warning("wrote a new admin token to %s", path)
+    return AdminAuth.from_file(path)
+
+
+class CollectorServer:
+    """A running collector process: database, core logic and the gRPC server."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.db = open_database(config.db_url)
+        core_cfg = config.core
+        if config.enrollment_secret_file is not None:
+            secret = Path(config.enrollment_secret_file).read_text().strip()
+            core_cfg = CoreConfig(**{**core_cfg.__dict__, "enrollment_secret": secret})
+        admin_path = config.admin_token_file or config.tls_cert.parent / "admin.token"
+        self.core = CollectorCore(self.db, load_token_key(self.db, config.token_key_file),
+                                  load_admin_token(Path(admin_path)), core_cfg,
+                                  name=config.name or f"collector-{secrets.token_hex(4)}")
+        limit = config.max_message_bytes
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.workers,
+                                       thread_name_prefix="uldp-rpc"),
+            options=[("grpc.max_receive_message_length", limit),
+                     ("grpc.max_send_message_length", limit),
+                     ("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=config.workers * 64)
+        device_pb2_grpc.add_DeviceServiceServicer_to_server(DeviceServicer(self.core),
+                                                            self.server)
+        analyst_pb2_grpc.add_AnalystServiceServicer_to_server(AnalystServicer(self.core),
+                                                              self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                 reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, self.server)
+        client_ca = (Path(config.tls_client_ca).read_bytes()
+                     if config.tls_client_ca is not None else None)
+        creds = grpc.ssl_server_credentials(
+            [(Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())],
+            root_certificates=client_ca, require_client_auth=client_ca is not None)
+        self.port = self.server.add_secure_port(f"{config.host}:{config.port}", creds)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {config.host}:{config.port}")
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        self.server.start()
+        self.core.start()
+        for name in ("", *SERVICE_NAMES):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("collector %s listening on %s:%d (TLS%s)", self.core.name, self.config.host,
+                 self.port, ", mutual" if self.config.tls_client_ca else "")
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+        self.core.stop()
+        self.db.dispose()
+
+    def serve_forever(self) -> None:
+        """Start, then block until SIGTERM/SIGINT; shut down gracefully."""
+        done = threading.Event()
+
+        def _handler(signum: int, _frame: object) -> None:
+            log.info("signal %d: shutting down", signum)
+            done.set()
+        signal.signal(signal.SIGTERM, _handler)
+        signal.signal(signal.SIGINT, _handler)
+        self.start()
+        done.wait()
+        self.stop()

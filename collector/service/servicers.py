@@ -1,0 +1,214 @@
+"""gRPC servicers of ``uldp.v1``: translate messages and map refusals to status codes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from uldp.client.wire import (
+    AUTH_METADATA_KEY,
+    analyst_pb2,
+    analyst_pb2_grpc,
+    common_pb2,
+    device_pb2_grpc,
+)
+from uldp.client.wire import device_pb2 as dpb
+from uldp.collector.service.core import CollectorCore, ServiceError
+
+__all__ = ["AnalystServicer", "DeviceServicer", "bearer_from"]
+
+log = logging.getLogger("uldp.collector")
+T = TypeVar("T")
+
+_QSTATE = {"running": common_pb2.QUERY_STATE_RUNNING, "done": common_pb2.QUERY_STATE_DONE,
+           "cancelled": common_pb2.QUERY_STATE_CANCELLED, "failed": common_pb2.QUERY_STATE_FAILED}
+_QSTATE_NAME = {v: k for k, v in _QSTATE.items()}
+_PSTATE = {"pending": common_pb2.PHASE_STATE_PENDING, "open": common_pb2.PHASE_STATE_OPEN,
+           "closing": common_pb2.PHASE_STATE_CLOSING, "closed": common_pb2.PHASE_STATE_CLOSED,
+           "cancelled": common_pb2.PHASE_STATE_CLOSED}
+
+
+def bearer_from(context: grpc.ServicerContext) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == AUTH_METADATA_KEY and isinstance(value, str):
+            return value[7:].strip() if value.startswith("Bearer ") else None
+    return None
+
+
+def _guard(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except ServiceError as exc:
+        context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
+    def __init__(self, core: CollectorCore) -> None:
+        self.core = core
+
+    def Enroll(self, request: dpb.EnrollRequest, context: grpc.ServicerContext
+               ) -> dpb.EnrollResponse:
+        def run() -> dpb.EnrollResponse:
+            device_id, token, exp = self.core.enroll(request.enrollment_secret, request.label,
+                                                     request.previous_token)
+            return dpb.EnrollResponse(device_id=device_id, token=token, expires_at_ms=exp)
+        return _guard(context, run)
+
+    def GetTasks(self, request: dpb.GetTasksRequest, context: grpc.ServicerContext
+                 ) -> dpb.GetTasksResponse:
+        def run() -> dpb.GetTasksResponse:
+            device = self.core.device_from_token(bearer_from(context))
+            tasks, waiting, retry = self.core.get_tasks(device, list(request.datasets),
+                                                        request.query_id)
+            return dpb.GetTasksResponse(
+                tasks=[dpb.Task(query_id=t.query_id, phase=t.phase, group=t.group,
+                                stage=t.stage, dataset=t.dataset, task_json=t.task_json,
+                                report_length=t.length, task_digest=t.digest,
+                                deadline_ms=t.deadline_ms, max_abs_value=t.limit)
+                       for t in tasks],
+                waiting=[dpb.WaitingAssignment(query_id=q, phase=p) for q, p in waiting],
+                retry_after_ms=retry)
+        return _guard(context, run)
+
+    def SubmitReport(self, request: dpb.SubmitReportRequest, context: grpc.ServicerContext
+                     ) -> dpb.SubmitReportResponse:
+        def run() -> dpb.SubmitReportResponse:
+            device = self.core.device_from_token(bearer_from(context))
+            r = request.report
+            if r.device_token:
+                raise ServiceError("INVALID_ARGUMENT", "device_token is only used in "
+                                   "SubmitReportBatch; authenticate with call metadata")
+            item = self.core.validate_report(device, r.query_id, r.phase, r.values,
+                                             r.task_digest)
+            out = self.core.store([item])[0]
+            if out.code != "OK":
+                raise ServiceError(out.code, out.message)
+            return dpb.SubmitReportResponse(duplicate=out.duplicate,
+                                            received_at_ms=out.received_at_ms)
+        return _guard(context, run)
+
+    def SubmitReportBatch(self, request: dpb.SubmitReportBatchRequest,
+                          context: grpc.ServicerContext) -> dpb.SubmitReportBatchResponse:
+        def run() -> dpb.SubmitReportBatchResponse:
+            results: list[dpb.ReportResult | None] = [None] * len(request.reports)
+            items, where = [], []
+            for i, r in enumerate(request.reports):
+                try:
+                    device = self.core.device_from_token(r.device_token)
+                    items.append(self.core.validate_report(device, r.query_id, r.phase,
+                                                           r.values, r.task_digest))
+                    where.append(i)
+                except ServiceError as exc:
+                    results[i] = dpb.ReportResult(
+                        code=getattr(grpc.StatusCode, exc.code).value[0], message=exc.message)
+            if items:
+                for i, out in zip(where, self.core.store(items), strict=True):
+                    results[i] = dpb.ReportResult(
+                        code=getattr(grpc.StatusCode, out.code).value[0],
+                        message=out.message, duplicate=out.duplicate)
+            return dpb.SubmitReportBatchResponse(results=results)
+        return _guard(context, run)
+
+
+def query_message(row: dict[str, Any], phases: list[dict[str, Any]],
+                  assigned: int) -> analyst_pb2.Query:
+    return analyst_pb2.Query(
+        query_id=row["query_id"], kind=row["kind"], dataset=row["dataset"],
+        epsilon=row["epsilon"], state=_QSTATE.get(row["state"], 0),
+        current_phase=row["current_phase"],
+        phases=[analyst_pb2.PhaseStatus(
+            index=p["phase"], state=_PSTATE.get(p["state"], 0), quota=p["quota"],
+            received=p["received"], opened_at_ms=p["opened_at_ms"],
+            deadline_ms=p["deadline_ms"], closed_at_ms=p["closed_at_ms"],
+            published_json=p["published_json"]) for p in phases],
+        assigned=assigned, target_users=row["target_users"],
+        created_at_ms=row["created_at_ms"], finished_at_ms=row["finished_at_ms"],
+        spec_json=row["spec_json"], error=row["error"])
+
+
+class AnalystServicer(analyst_pb2_grpc.AnalystServiceServicer):
+    def __init__(self, core: CollectorCore, watch_interval_s: float = 0.2) -> None:
+        self.core = core
+        self.watch_interval_s = watch_interval_s
+
+    def _auth(self, context: grpc.ServicerContext) -> None:
+        self.core.check_admin(bearer_from(context))
+
+    def _query(self, query_id: str) -> analyst_pb2.Query:
+        return query_message(*self.core.get_query(query_id))
+
+    def CreateQuery(self, request: analyst_pb2.CreateQueryRequest,
+                    context: grpc.ServicerContext) -> analyst_pb2.Query:
+        def run() -> analyst_pb2.Query:
+            self._auth(context)
+            row = self.core.create_query(
+                kind=request.kind, epsilon=request.epsilon, dataset=request.dataset,
+                bound=request.bound, samples=request.samples, users=request.users,
+                dim=request.dim, method=request.method, params_json=request.params_json,
+                phase_timeout_s=request.phase_timeout_seconds, query_id=request.query_id)
+            return self._query(row["query_id"])
+        return _guard(context, run)
+
+    def ListQueries(self, request: analyst_pb2.ListQueriesRequest,
+                    context: grpc.ServicerContext) -> analyst_pb2.ListQueriesResponse:
+        def run() -> analyst_pb2.ListQueriesResponse:
+            self._auth(context)
+            rows = self.core.list_queries(_QSTATE_NAME.get(request.state))
+            return analyst_pb2.ListQueriesResponse(
+                queries=[self._query(r["query_id"]) for r in rows])
+        return _guard(context, run)
+
+    def GetQuery(self, request: analyst_pb2.GetQueryRequest,
+                 context: grpc.ServicerContext) -> analyst_pb2.Query:
+        def run() -> analyst_pb2.Query:
+            self._auth(context)
+            return self._query(request.query_id)
+        return _guard(context, run)
+
+    def CancelQuery(self, request: analyst_pb2.CancelQueryRequest,
+                    context: grpc.ServicerContext) -> analyst_pb2.Query:
+        def run() -> analyst_pb2.Query:
+            self._auth(context)
+            self.core.cancel_query(request.query_id)
+            return self._query(request.query_id)
+        return _guard(context, run)
+
+    def GetResult(self, request: analyst_pb2.GetResultRequest,
+                  context: grpc.ServicerContext) -> analyst_pb2.QueryResult:
+        def run() -> analyst_pb2.QueryResult:
+            self._auth(context)
+            row, phases, _ = self.core.get_query(request.query_id)
+            if row["state"] != "done" or not row["result_json"]:
+                raise ServiceError("FAILED_PRECONDITION",
+                                   f"query {request.query_id} is {row['state']}; the result "
+                                   "is available once it is done"
+                                   + (f" (error: {row['error']})" if row["error"] else ""))
+            est = json.loads(row["result_json"])
+            return analyst_pb2.QueryResult(
+                query_id=row["query_id"], kind=row["kind"], values=est["values"],
+                ci_low=est["ci_low"], ci_high=est["ci_high"], confidence=est["level"],
+                reports_per_phase=[p["received"] for p in phases],
+                estimate_json=row["result_json"])
+        return _guard(context, run)
+
+    def WatchQuery(self, request: analyst_pb2.WatchQueryRequest,
+                   context: grpc.ServicerContext) -> Iterator[analyst_pb2.Query]:
+        try:
+            self._auth(context)
+            last = None
+            while context.is_active():
+                q = self._query(request.query_id)
+                if q != last:
+                    yield q
+                    last = q
+                if q.state != common_pb2.QUERY_STATE_RUNNING:
+                    return
+                time.sleep(self.watch_interval_s)
+        except ServiceError as exc:
+            context.abort(getattr(grpc.StatusCode, exc.code), exc.message)

@@ -1,0 +1,202 @@
+"""Fixtures of the service tests: dev PKI, real collectors on loopback (in-process or as
+subprocesses), a real PostgreSQL started from the local binaries, and fleets.
+
+PostgreSQL: ``initdb``/``pg_ctl``/``postgres`` are looked up on PATH and in
+/usr/local/bin and /usr/lib/postgresql/*/bin; tests marked ``postgres`` are skipped with
+the reason when they are absent. As root, the server runs as the ``postgres`` user
+(PostgreSQL refuses to run as root).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from uldp.client.transport import Endpoint, secure_channel
+from uldp.collector.security.certs import DevPki, make_dev_pki
+from uldp.collector.service.client import AnalystClient
+from uldp.collector.service.core import CoreConfig
+from uldp.collector.service.server import CollectorServer, ServerConfig
+
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> DevPki:
+    d = tmp_path_factory.mktemp("pki")
+    p = make_dev_pki(d)
+    (d / "admin.token").write_text(ADMIN_TOKEN + "\n")
+    return p
+
+
+@dataclass
+class Collector:
+    """A running collector (in-process server or subprocess) and clients for it."""
+
+    port: int
+    db_url: str
+    pki: DevPki
+    server: CollectorServer | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.target, self.pki.ca_cert)
+
+    def analyst(self) -> AnalystClient:
+        return AnalystClient(self.endpoint, ADMIN_TOKEN)
+
+    def channel(self) -> grpc.Channel:
+        return secure_channel(self.endpoint)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop(grace=1.0)
+            self.server = None
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def start_collector(pki: DevPki, tmp_path: Path) -> Iterator:
+    """Factory: ``start_collector(db_url=None, subprocess=False, port=0, **core_kw)``."""
+    started: list[Collector] = []
+
+    def start(db_url: str | None = None, *, subprocess_: bool = False, port: int = 0,
+              name: str | None = None, **core_kw: object) -> Collector:
+        url = db_url or f"sqlite:///{tmp_path / 'collector.db'}"
+        if not subprocess_:
+            cfg = ServerConfig(db_url=url, tls_cert=pki.server_cert, tls_key=pki.server_key,
+                               port=port, admin_token_file=pki.directory / "admin.token",
+                               name=name, core=CoreConfig(**core_kw))  # type: ignore[arg-type]
+            srv = CollectorServer(cfg)
+            srv.start()
+            c = Collector(srv.port, url, pki, server=srv)
+        else:
+            port = port or _free_port()
+            log = open(tmp_path / f"collector-{port}-{len(started)}.log", "wb")  # noqa: SIM115
+            cmd = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
+                   "--db", url, "--port", str(port), "--tls-dir", str(pki.directory),
+                   "--log-level", "warning", "--name", name or f"proc-{port}"]
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            c = Collector(port, url, pki, proc=proc)
+            _wait_healthy(c, proc)
+        started.append(c)
+        return c
+
+    yield start
+    for c in started:
+        c.stop()
+
+
+def _wait_healthy(c: Collector, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"collector exited with {proc.returncode}")
+        try:
+            with c.channel() as ch:
+                r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
+                                                         timeout=1)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+        except grpc.RpcError:
+            time.sleep(0.1)
+    raise TimeoutError("collector did not become healthy")
+
+
+# ---- PostgreSQL ----------------------------------------------------------------------------
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for cand in [f"/usr/local/bin/{name}", *sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))]:
+        if os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+@dataclass
+class Postgres:
+    port: int
+    root: Path
+
+    def url(self, db: str) -> str:
+        return f"postgresql+psycopg://uldp@127.0.0.1:{self.port}/{db}"
+
+    def new_database(self) -> str:
+        import psycopg
+
+        name = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=uldp dbname=postgres",
+                             autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
+    initdb, pg_ctl, postgres_bin = _pg_bin("initdb"), _pg_bin("pg_ctl"), _pg_bin("postgres")
+    if not (initdb and pg_ctl and postgres_bin):
+        pytest.skip("PostgreSQL binaries (initdb, pg_ctl, postgres) not found on PATH, "
+                    "/usr/local/bin or /usr/lib/postgresql/*/bin")
+    root = tmp_path_factory.mktemp("pg")
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        runuser = shutil.which("runuser")
+        try:
+            import pwd
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run PostgreSQL")
+        if not runuser:
+            pytest.skip("running as root and runuser is missing")
+        prefix = [runuser, "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    data = root / "data"
+    port = _free_port()
+    subprocess.run([*prefix, initdb, "-D", str(data), "-U", "uldp", "--auth=trust", "-E",
+                    "UTF8", "--no-sync"], check=True, capture_output=True)
+    opts = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=on "
+            "-c max_connections=200 -c shared_buffers=128MB")
+    subprocess.run([*prefix, pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"),
+                    "-w", "start"], check=True, capture_output=True)
+    try:
+        yield Postgres(port, root)
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"],
+                       capture_output=True)

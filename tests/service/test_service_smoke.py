@@ -1,0 +1,28 @@
+"""Smoke: one mean query end to end over TLS on loopback (SQLite)."""
+
+from __future__ import annotations
+
+import json
+
+from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet
+from uldp.collector.service.client import QueryRequest
+
+
+def test_mean_end_to_end(start_collector, tmp_path):
+    c = start_collector()
+    a = c.analyst()
+    q = a.create(QueryRequest(kind="mean", epsilon=2.0, dataset="x", users=400, samples=50,
+                              bound=1.0, query_id="m1"))
+    assert q.query_id == "m1"
+    data = dataset_for_query("mean", "uniform", 50, 1, 1.0, seed=1)
+    res = run_fleet(c.endpoint, tmp_path / "fleet", 400, [FleetDataset("x", data)],
+                    concurrency=16, seed=1, progress=False, timeout_s=120)
+    assert not res.errors, res.errors[:3]
+    assert res.submitted == 400
+    final = a.wait("m1", 60)
+    assert final.state == 2, final
+    r = a.result("m1")
+    est = json.loads(r.estimate_json)
+    assert len(r.values) == 1
+    assert r.ci_low[0] <= r.values[0] <= r.ci_high[0]
+    assert abs(r.values[0] - data.truth[0]) < 0.3, (r.values, data.truth, est)
