@@ -730,6 +730,11 @@ def subset_stats(user_ids: Any, values: Any, subsets: Any, *, epsilon: float, up
 
 
 def _half_widths(sens: np.ndarray, bits: np.ndarray, eps: float, coords: int) -> np.ndarray:
-    return np.array([noise_interval(float(d), eps, delta=0.05, coordinates=coords,
-                                    grid_bits=int(k)) for d, k in zip(sens, bits, strict=True)])
+    """95% per-coordinate half-widths (B9): k_b·Δ/2^b, k_b computed once per grid size b."""
+    out = np.zeros(sens.shape)
+    for b in np.unique(bits):
+        sel = bits == b
+        per_unit = noise_interval(1.0, eps, delta=0.05, coordinates=coords, grid_bits=int(b))
+        out[sel] = sens[sel] * per_unit
+    return out
 

@@ -139,6 +139,23 @@ def test_formula_bad_inputs(fn, args, name) -> None:  # type: ignore[no-untyped-
         fn(*args)
 
 
+def test_uniform_cap_lemmas_d1_d4_and_d3_counterexample() -> None:
+    """Lemma D.1 (Δμ_clip ≤ Δμ) and D.4 (N even, m ∈ {m_ℓ} ⇒ ΔVar_clip ≤ ΔVar) hold on
+    random counts; Lemma D.3 (a minimiser over m lies in {m_ℓ}) FAILS for L = 2 because of
+    the odd-S branch — the planner therefore searches every integer cap (§2.7)."""
+    gen = RandomSource.seeded(14).numpy_generator()
+    for _ in range(1500):
+        m = gen.integers(1, 12, int(gen.integers(2, 7)))
+        n, top = int(m.sum()), int(m.max())
+        for c in range(int(m.min()), top + 1):
+            s = int(np.minimum(m, c).sum())
+            assert mean_sensitivity(c, s, U) <= mean_sensitivity(top, n, U)
+            if n % 2 == 0 and c in set(m.tolist()):
+                assert var_sensitivity(c, s, U) <= var_sensitivity(top, n, U)
+    d = {c: var_sensitivity(c, 4 + c, ONE) for c in range(4, 9)}  # counts (4, 8)
+    assert d[4] == d[8] == F(1, 4) and d[5] == F(20, 81) < F(1, 4)  # interior minimiser
+
+
 # ---- §7 item 2: brute-force sensitivities -------------------------------------------
 def _sums(vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return vals.sum(axis=1), (vals * vals).sum(axis=1)
@@ -373,6 +390,8 @@ def test_noise_scales_recomputed_from_public_inputs() -> None:
         assert d["mean_sensitivity"][i] == mean_sensitivity(gs, s, 1.0)
         assert d["variance_sensitivity"][i] == var_sensitivity(gs, s, 1.0)
         assert d["mean_grid_step"][i] == d["mean_sensitivity"][i] / 2**16
+    np.testing.assert_allclose(d["mean_half_width_95"], [noise_interval(
+        float(x), 0.5, delta=0.05, coordinates=2) for x in d["mean_sensitivity"]], rtol=1e-15)
     assert d["noise_scale_grid_units"]["mean"] == {16: "{}/{}".format(
         *(lambda s: (s.num, s.den))(laplace_scale(2**16 + 1, 0.5)))}
     # the same values but a tampered plan (kept > counts) is refused, not trusted
