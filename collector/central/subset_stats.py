@@ -9,7 +9,8 @@ Spec: ``composition_suppression.md`` — implemented here:
 * §2.4 worst-case error metric (eq. 12/13) with the split of §5 B11 and weights of §5 B8;
 * §2.6 release after Clip-User (the plan comes from :mod:`uldp.collector.central.clip_user`);
 * §5 B1 (occupancy must be declared public), B4 (keep the *first* Γ records in input order),
-  B5 (S = 0 is infeasible), B9 (per-coordinate intervals), B13 (discrete noise), B15 (clamp).
+  B5 (S = 0 is infeasible), B9 (per-coordinate intervals), B13 (discrete noise), B15 (clamp;
+  the clamp count is logged for operators, never put in the release).
 
 Privacy argument (pure user-level ε-DP per subset; Kε overall by Thm II.3)
 -------------------------------------------------------------------------
@@ -48,6 +49,7 @@ public by declaration (B1) and the caller must say so with ``public_occupancy=Tr
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,6 +86,7 @@ __all__ = [
 Statistic = Literal["mean", "variance", "both"]
 ErrorModel = Literal["release", "paper"]
 Number = Any  # int, float or fractions.Fraction (formulas are exact on Fractions)
+_LOG = logging.getLogger(__name__)
 
 # Float-safety budget: the computed grid position may be off by at most 2^(k-48)·S units
 # (see _effective_bits); we keep that at or below 1/8 of a unit.
@@ -185,7 +188,9 @@ class SubsetStatsParams:
     statistic: ``"mean"``, ``"variance"`` or ``"both"``.
     mean_share: fraction of ε spent on the mean when ``statistic == "both"`` (B11).
     weights: (w_μ, w_Var) of the error metric (B8; change the plan, never privacy).
-    grid_bits: k in the fixed-point grid step γ = Δ/2^k (B13).
+    grid_bits: k in the fixed-point grid step γ = Δ/2^k (B13). A subset with more than
+        2^29 kept records uses a smaller, public k (float safety, :func:`_effective_bits`);
+        the ``"release"`` error model then slightly understates its E|noise|.
     error_model: ``"release"`` — E|noise| of the discrete noise actually added (rounded-up
         sensitivity, B13); ``"paper"`` — the continuous Laplace term Δ/ε_i of eq. (13).
     """
@@ -673,8 +678,11 @@ def subset_stats(user_ids: Any, values: Any, subsets: Any, *, epsilon: float, up
         "subsets": occ.subsets, "records": n_tot, "kept_records": s, "max_kept": gmax,
         "users_per_subset": np.bincount(occ.pair_grid, weights=kept > 0,
                                         minlength=occ.n_subsets).astype(np.int64),
-        "grid_bits": bits, "clamped_values": n_clamped,
+        "grid_bits": bits,
     }
+    if n_clamped:  # B15: for operators only — a data-dependent count, never in the release
+        _LOG.info("subset_stats clamped %d of %d values to [%g, %g]", n_clamped, n_rows,
+                  params.lower, params.upper)
     released: dict[str, np.ndarray] = {}
     scales: dict[str, dict[int, str]] = {}
     if params.epsilon_mean > 0:
