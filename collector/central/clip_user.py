@@ -14,6 +14,13 @@ sample value, so it consumes no privacy budget and its output may be published. 
 (:func:`uldp.collector.central.subset_stats.subset_stats` with ``plan=``) is then Kε-DP with
 K = max_ℓ |{g: Γ_{g,ℓ} > 0}| (Prop. V.1 / Thm II.3); the pseudo-user cap only lowers counts,
 so it never raises K.
+
+Usage::
+
+    plan = plan_clip_user(user_ids, subsets, epsilon=0.5, upper=65.0, public_occupancy=True)
+    print(plan.describe())            # K before/after, per-subset worst-case errors, ledger
+    rel = subset_stats(user_ids, speeds, subsets, epsilon=0.5, upper=65.0, plan=plan,
+                       public_occupancy=True)      # rel.privacy.epsilon == plan.epsilon_total
 """
 
 from __future__ import annotations
