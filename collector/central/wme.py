@@ -1,0 +1,295 @@
+"""Two-stage Winsorized Mean Estimator (WME, Levy et al. 2021) — the HLM baseline.
+
+Spec: ``huber_user_level_dp.md`` §3 (PrivateRange, WME-1D balanced/imbalanced, option
+``stage2="gaussian"``, WME-HighD with a randomised Hadamard rotation), decisions A23
+(split, bins, noise law, high-d composition, per-coordinate τ) and A24 (imbalanced stage 1
+is an unweighted histogram of user means).
+
+Privacy argument (OpenDP style). Neighbours replace one user's whole local dataset with
+every ``m_i`` public (spec §1). The random signs of the Hadamard rotation are drawn from
+the same :class:`RandomSource` *before* touching the data and are public.
+
+* **Stage 1 — PrivateRange** (per coordinate, budget ``ε_r``): the histogram of user
+  means over the public bins ``[-B + 2τj, -B + 2τ(j+1))`` changes in at most two counts by
+  one (L1 sensitivity 2). Adding iid discrete Laplace ``DLap(2/ε_r)`` (exact CKS sampler,
+  ``uldp.client.noise``) makes the noisy count vector pure ``ε_r``-DP; the argmax and the
+  interval ``[a, b]`` are post-processing. In d' coordinates with ``ε_r = ε₁/d'`` basic
+  composition gives pure ``ε₁``.
+* **Stage 2 — clipped mean on a grid.** Each user mean is clipped into ``[a, b]`` (per
+  coordinate), mapped to grid units ``(Π(y) − a)/g`` with ``g = (b − a)/K`` and randomly
+  rounded *unbiasedly* to an integer in ``[0, K]`` (a randomised pre-processing of the
+  user's own record; any two users' rounded values still differ by at most ``K`` per
+  coordinate). The statistic ``U = Σ_i m_i u_i`` is an exact integer with sensitivity
+  ``m_max K`` (L1, d = 1) or ``m_max K √d'`` (L2).
+  - ``stage2="laplace"`` (d = 1 only): ``U + DLap(m_max K / ε₂)`` is pure ``ε₂``-DP, so
+    WME-1D is pure ε-DP in total (basic composition).
+  - ``stage2="gaussian"``: ``U + N_Z(0, σ²)`` (discrete Gaussian, exact CKS sampler) is
+    ``ρ``-zCDP with ``ρ = Δ₂²/(2σ²)`` for integer-valued shifts of L2 norm ``<= Δ₂``
+    (CKS 2020, Thm 14 — identical to the continuous Gaussian); σ is the smallest value for
+    which the CKS zCDP→(ε, δ) conversion (Cor. 13,
+    ``δ = inf_{a>1} e^{(a−1)(aρ−ε)} (1 − 1/a)^a / (a − 1)``) gives ``(ε₂, δ)``.
+  The release ``a + g (U + noise)/N`` is post-processing. Total: ``(ε₁ + ε₂, δ)``.
+
+Weights: the stage-2 average is weighted by ``m_i/N`` (equal to ``1/n`` for balanced users,
+spec §3); ``weighting="users"`` uses ``1/n`` instead (sensitivity ``K``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from uldp.client.noise import discrete_gaussian, discrete_laplace, laplace_scale, randomized_round
+from uldp.client.randomness import RandomSource, as_source
+from uldp.collector.central.data import group_by_user
+from uldp.collector.central.huber import validate_budget
+from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
+
+__all__ = [
+    "WMEParams",
+    "clipped_grid_sum",
+    "default_tau",
+    "fwht",
+    "hadamard_rotation",
+    "histogram_counts",
+    "private_range",
+    "range_bins",
+    "wme_mean",
+    "zcdp_delta",
+    "zcdp_sigma",
+]
+
+
+@dataclass(frozen=True)
+class WMEParams:
+    """Public parameters of WME (spec §3).
+
+    tau: concentration radius of user means (per coordinate in the rotated basis for
+      d > 1); bins have width 2τ and the stage-2 interval width 4τ. None → default_tau.
+    bound: ``B`` with ``|μ_j| <= B`` (spec: ``B = R_c``).
+    split: share of ε spent on stage 1 (spec: 1/2).
+    stage2: ``"laplace"`` (pure DP, d = 1 only) or ``"gaussian"``; None → Laplace for
+      d = 1, Gaussian for d > 1.
+    weighting: ``"samples"`` (``m_i/N``, spec) or ``"users"`` (``1/n``).
+    grid_units: ``K``, integer grid units across the stage-2 interval.
+    """
+
+    tau: float | None = None
+    bound: float = 1.0
+    split: float = 0.5
+    stage2: str | None = None
+    weighting: str = "samples"
+    grid_units: int = 1 << 12
+
+    def __post_init__(self) -> None:
+        for name in ("tau",):
+            v = getattr(self, name)
+            if v is not None and not _pos(v):
+                raise ValueError(f"{name} must be a finite positive number, got {v!r}")
+        if not _pos(self.bound):
+            raise ValueError(f"bound must be a finite positive number, got {self.bound!r}")
+        if not (_pos(self.split) and self.split < 1):
+            raise ValueError(f"split must be a number in (0, 1), got {self.split!r}")
+        if self.stage2 not in (None, "laplace", "gaussian"):
+            raise ValueError(f"stage2 must be None, 'laplace' or 'gaussian', "
+                             f"got {self.stage2!r}")
+        if self.weighting not in ("samples", "users"):
+            raise ValueError(f"weighting must be 'samples' or 'users', got {self.weighting!r}")
+        if (not isinstance(self.grid_units, int) or isinstance(self.grid_units, bool)
+                or not 1 <= self.grid_units <= 1 << 24):
+            raise ValueError(f"grid_units must be an integer in [1, 2^24], "
+                             f"got {self.grid_units!r}")
+
+
+def _pos(x: object) -> bool:
+    return (isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+            and math.isfinite(float(x)) and float(x) > 0)
+
+
+def default_tau(bound: float, n: int, m_min: int, d: int = 1) -> float:
+    """``B √(2 ln(2 n² d)/m_min)``: Hoeffding radius of a mean of ``m_min`` draws in
+    ``[-B, B]`` holding for all users and coordinates w.p. ``>= 1 − 1/n``."""
+    return bound * math.sqrt(2 * math.log(2 * n * n * d) / m_min)
+
+
+# ---- stage 1 ------------------------------------------------------------------------
+def range_bins(tau: float, bound: float) -> int:
+    """Number of bins ``⌈B/τ⌉`` of width 2τ covering ``[-B, B)``."""
+    return max(1, math.ceil(bound / tau))
+
+
+def histogram_counts(x: np.ndarray, tau: float, bound: float) -> np.ndarray:
+    """Counts of ``x`` in ``I_j = [-B + 2τj, -B + 2τ(j+1))``; points outside are ignored."""
+    J = range_bins(tau, bound)
+    j = np.floor((np.asarray(x, dtype=float) + bound) / (2 * tau))
+    j = j[(j >= 0) & (j < J)].astype(np.int64)
+    return np.bincount(j, minlength=J).astype(np.int64)
+
+
+def private_range(x: np.ndarray, tau: float, bound: float, epsilon: float,
+                  rng: RandomSource) -> tuple[float, float]:
+    """PrivateRange (spec §3): noisy-argmax bin, widened by τ on both sides; pure ε-DP."""
+    counts = histogram_counts(x, tau, bound)
+    noisy = counts + discrete_laplace(laplace_scale(2, epsilon), counts.size, rng)
+    j = int(np.argmax(noisy))  # ties: smallest j
+    left = -bound + 2 * tau * j
+    return left - tau, left + 2 * tau + tau
+
+
+# ---- stage 2 ------------------------------------------------------------------------
+def clipped_grid_sum(y: np.ndarray, a: float, b: float, weights: np.ndarray, K: int,
+                     rng: RandomSource) -> np.ndarray:
+    """``Σ_i weights_i u_i`` with ``u_i`` = randomised rounding of ``K (Π_[a,b](y_i) − a)/(b − a)``.
+
+    ``y`` is (n,) or (n, d') with per-coordinate ``a``/``b``; returns exact integers.
+    """
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    pos = (np.clip(y, a, b) - a) / (b - a) * K
+    u = np.clip(randomized_round(pos, rng), 0, K)
+    w = np.asarray(weights, dtype=np.int64)
+    return (w[:, None] * u.reshape(u.shape[0], -1)).sum(axis=0) if u.ndim == 2 else \
+        np.array([int((w * u).sum())])
+
+
+def zcdp_delta(rho: float, epsilon: float) -> float:
+    """CKS 2020 Cor. 13: ρ-zCDP ⇒ (ε, δ) with δ = inf_a e^{(a−1)(aρ−ε)} (1−1/a)^a/(a−1)."""
+    a = np.exp(np.linspace(math.log(1.0 + 1e-6), math.log(1e6), 20000))
+    log_d = (a - 1) * (a * rho - epsilon) + a * np.log1p(-1 / a) - np.log(a - 1)
+    return float(min(1.0, math.exp(float(np.min(log_d)))))
+
+
+def zcdp_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """Smallest σ (1e-6 relative, rounded up) with ``zcdp_delta(Δ²/(2σ²), ε) <= δ``."""
+    return _unit_sigma(float(epsilon), float(delta)) * sensitivity
+
+
+@lru_cache(maxsize=256)
+def _unit_sigma(epsilon: float, delta: float) -> float:
+    lo, hi = 1e-3, 1.0
+    while zcdp_delta(1 / (2 * lo * lo), epsilon) <= delta:
+        lo /= 2
+    while zcdp_delta(1 / (2 * hi * hi), epsilon) > delta:
+        hi *= 2
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        if zcdp_delta(1 / (2 * mid * mid), epsilon) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# ---- rotation -----------------------------------------------------------------------
+def fwht(x: np.ndarray) -> np.ndarray:
+    """Unnormalised fast Walsh–Hadamard transform along the last axis (length 2^k)."""
+    x = np.array(x, dtype=float, copy=True)
+    d = x.shape[-1]
+    if d & (d - 1):
+        raise ValueError(f"length must be a power of two, got {d}")
+    h = 1
+    while h < d:
+        y = x.reshape(*x.shape[:-1], d // (2 * h), 2, h)
+        a, b = y[..., 0, :].copy(), y[..., 1, :].copy()
+        y[..., 0, :] = a + b
+        y[..., 1, :] = a - b
+        x = y.reshape(*x.shape[:-1], d)
+        h *= 2
+    return x
+
+
+def hadamard_rotation(y: np.ndarray, signs: np.ndarray) -> np.ndarray:
+    """``U y`` with ``U = H D_ξ/√d'`` (orthogonal); ``y`` zero-padded to ``d' = len(signs)``."""
+    dp = signs.size
+    pad = np.zeros((*y.shape[:-1], dp))
+    pad[..., : y.shape[-1]] = y
+    return fwht(pad * signs) / math.sqrt(dp)
+
+
+def hadamard_inverse(z: np.ndarray, signs: np.ndarray) -> np.ndarray:
+    """``Uᵀ z = D_ξ H z/√d'``."""
+    return fwht(z) * signs / math.sqrt(signs.size)
+
+
+# ---- the estimator --------------------------------------------------------------------
+def wme_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta: float,
+             params: WMEParams | None = None, rng: RandomSource | None = None,
+             tau: float | None = None, bound: float | None = None) -> CentralRelease:
+    """Two-stage WME (spec §3). d = 1: WME-1D; d > 1: WME-HighD (Hadamard rotation).
+
+    ``tau``/``bound`` override the same fields of ``params``. ``delta`` is used by the
+    Gaussian stage 2; with the default Laplace stage 2 in d = 1 the release is pure ε-DP.
+    """
+    epsilon, delta = validate_budget(epsilon, delta)
+    p = params if params is not None else WMEParams()
+    if not isinstance(p, WMEParams):
+        raise ValueError(f"params must be a WMEParams, got {type(p).__name__}")
+    if tau is not None:
+        p = replace(p, tau=tau)
+    if bound is not None:
+        p = replace(p, bound=bound)
+    src = as_source(rng)
+    groups = group_by_user(user_ids, values)
+    n = groups.n_users
+    one_d = groups.values.ndim == 1
+    y = groups.user_means()
+    y = y[:, None] if y.ndim == 1 else y
+    d = y.shape[1]
+    m = groups.counts.astype(np.int64)
+    stage2 = p.stage2 or ("laplace" if d == 1 else "gaussian")
+    if stage2 == "laplace" and d > 1:
+        raise ValueError("stage2='laplace' is only available for d = 1 (spec §3)")
+    T = p.tau if p.tau is not None else default_tau(p.bound, n, int(m.min()), d)
+    eps1, eps2 = p.split * epsilon, (1 - p.split) * epsilon
+
+    if d == 1:
+        dp, signs, z = 1, np.ones(1), y
+    else:
+        dp = 1 << math.ceil(math.log2(d))
+        signs = np.where(src.below(2, size=dp) == 1, 1.0, -1.0)  # public, data independent
+        z = hadamard_rotation(y, signs)
+
+    lo = np.empty(dp)
+    hi = np.empty(dp)
+    for j in range(dp):
+        lo[j], hi[j] = private_range(z[:, j], T, p.bound, eps1 / dp, src)
+
+    K = p.grid_units
+    if p.weighting == "samples":
+        wts, N, mmax = m, int(m.sum()), int(m.max())
+    else:
+        wts, N, mmax = np.ones(n, np.int64), n, 1
+    U = clipped_grid_sum(z, lo, hi, wts, K, src)
+    g = (hi - lo) / K
+    if stage2 == "laplace":
+        noise = discrete_laplace(laplace_scale(mmax * K, eps2), 1, src)
+        mode, sigma = "pure", None
+    else:
+        sigma = zcdp_sigma(mmax * K * math.sqrt(dp), eps2, delta)
+        noise = discrete_gaussian(sigma * sigma * (1 + 1e-9), dp, src)
+        mode = "approx"
+    zhat = lo + g * (U + noise).astype(float) / N
+    est = zhat if d == 1 else hadamard_inverse(zhat, signs)[:d]
+
+    public = {"n": n, "d": d, "m_i": "per-user sample sizes (public, spec §1)", "tau": T,
+              "bound": p.bound, "grid_units": K, "stage2": stage2, "weighting": p.weighting,
+              "bins_per_coordinate": range_bins(T, p.bound)}
+    if d > 1:
+        public["rotation_signs"] = signs.astype(int).tolist()
+    record = PrivacyRecord(
+        mechanism="wme-two-stage" if d == 1 else "wme-highd-hadamard", mode=mode,
+        epsilon=epsilon, delta=delta if mode == "approx" else None,
+        split={"private_range": p.split, "clipped_mean": 1 - p.split}, public=public,
+        notes=("stage 1 discrete-Laplace histogram argmax per coordinate (basic composition);"
+               " stage 2 integer grid sum + " + ("discrete Laplace (pure DP)" if mode == "pure"
+                                                else "discrete Gaussian via zCDP conversion")),
+    )
+    details = {"n_users": n, "n_records": int(m.sum()),
+               "ranges": [(float(a), float(b)) for a, b in zip(lo, hi, strict=True)]}
+    if sigma is not None:
+        details["stage2_sigma_grid_units"] = sigma
+    estimate: float | tuple[float, ...] = float(est[0]) if one_d else tuple(map(float, est))
+    return CentralRelease(estimate=estimate, privacy=record, details=details)
