@@ -1,2 +1,174 @@
-def main() -> None:
-    print("hi")
+"""The ``uldp`` command line.
+
+* ``uldp simulate KIND``: a whole query in-process over a simulated fleet (issue 2).
+* ``uldp collector|query|fleet|demo``: the gRPC service (``service_cli``).
+* ``uldp central``: central user-level DP releases from a CSV file (``central/cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["build_parser", "main"]
+
+SIM_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text!r}")
+    return v
+
+
+def _add_simulate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate", help="run a query in-process over a simulated fleet",
+        description="Run one user-level LDP query in-process over n virtual users x m "
+                    "samples with the production device and collector code.")
+    p.add_argument("kind", choices=SIM_KINDS + ("sgd", "classify", "regress"))
+    p.add_argument("--method", default="two-stage",
+                   choices=("two-stage", "baseline-a", "baseline-b", "ssl"))
+    p.add_argument("--users", type=_positive_int, default=10_000)
+    p.add_argument("--samples", type=_positive_int, default=100)
+    p.add_argument("--dim", type=_positive_int, default=None,
+                   help="dimension d (alphabet size for distribution); default 1, or 8")
+    p.add_argument("--epsilon", type=_positive_float, default=1.0)
+    p.add_argument("--dist", default=None,
+                   help="uniform | bernoulli | gaussian | student-t:DF | sphere | zipf:S")
+    p.add_argument("--bound", type=_positive_float, default=1.0, help="support bound D")
+    p.add_argument("--moment", default=None, metavar="P[:M]",
+                   help="heavy tails: E|X|^P <= M (M computed from --dist when omitted)")
+    p.add_argument("--frame", default="gaussian", choices=("gaussian", "hadamard"),
+                   help="Kashin frame for mean-l2")
+    p.add_argument("--mode", default="default", choices=("default", "paper"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reps", type=_positive_int, default=1)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    p.set_defaults(func=_cmd_simulate)
+
+
+_DEFAULT_DIST = {"mean": "bernoulli", "mean-linf": "uniform", "mean-l2": "sphere",
+                 "mean-l1": "bernoulli", "distribution": "zipf:1.1"}
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.kind not in SIM_KINDS:
+        mod = importlib.import_module("uldp.collector.learning.cli")
+        return mod.simulate_learning(args)
+    from uldp.client.randomness import RandomSource
+    from uldp.collector.datasets import make_fleet_data
+    from uldp.collector.estimators.variance import predicted_mse
+    from uldp.collector.planner import QuerySpec, compile_query
+    from uldp.collector.simulate import simulate_reps
+
+    dim = args.dim or (1 if args.kind == "mean" else 8)
+    if args.kind == "mean" and dim != 1:
+        raise ValueError("--dim must be 1 for kind mean (use mean-linf for vectors)")
+    dist = args.dist or _DEFAULT_DIST[args.kind]
+    moment_p = moment_m = None
+    bound: float | None = args.bound
+    if args.moment:
+        p_text, _, m_text = args.moment.partition(":")
+        moment_p = float(p_text)
+        moment_m = float(m_text) if m_text else None
+        bound = None
+    rng_data = np.random.default_rng(args.seed)
+    data = make_fleet_data(args.kind, dist, args.samples, dim, bound, rng_data,
+                           moment_p=moment_p)
+    if moment_p is not None and moment_m is None:
+        if data.moment is None:
+            raise ValueError(f"give --moment {moment_p:g}:M explicitly for --dist {dist}")
+        moment_m = data.moment[1]
+    spec = QuerySpec(kind=args.kind, epsilon=args.epsilon, users=args.users,
+                     samples=args.samples, dim=dim, bound=bound, method=args.method,
+                     moment_p=moment_p, moment_m=moment_m, frame_kind=args.frame,
+                     mode=args.mode, seed=args.seed, query_id=f"sim-{args.seed}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = compile_query(spec)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    rng = RandomSource.seeded(args.seed)
+    result = simulate_reps(spec, data, rng, reps=args.reps, progress=args.progress)
+    predicted = None
+    if spec.moment_p is None:
+        pilot = data.draw(max(1, 20_000 // args.samples))
+        flat = pilot.reshape((-1,) + pilot.shape[2:])
+        sample_var = plan.kind.sample_map(plan.template, flat).var(axis=0)
+        predicted = predicted_mse(plan, sample_var)
+    out = result.to_dict(spec, predicted)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{spec.kind} via {spec.method}: n={spec.users} users x m={spec.samples} samples, "
+          f"d={spec.dim}, epsilon={spec.epsilon:g} ({out['regime']} regime), "
+          f"{args.reps} rep(s) in {result.seconds:.2f}s")
+    width = min(len(result.truth), 16)
+    print(f"{'coord':>5} {'estimate':>11} {'truth':>11} {'95% CI':>25}")
+    for j in range(width):
+        lo, hi = result.last.ci_low[j], result.last.ci_high[j]
+        print(f"{j:>5} {result.estimate[j]:>11.5f} {result.truth[j]:>11.5f} "
+              f"   [{lo:>10.5f}, {hi:>10.5f}]")
+    if len(result.truth) > width:
+        print(f"  ... {len(result.truth) - width} more coordinates (use --json)")
+    pred = f"{predicted:.4g}" if predicted is not None else "n/a"
+    print(f"squared error {result.sq_error:.4g} (predicted MSE {pred}); "
+          f"CI coverage {result.ci_coverage:.3f}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="uldp", description="User-level local differential privacy: simulate, serve, "
+                                 "collect and release.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_simulate(sub)
+    for module in ("uldp.collector.service_cli", "uldp.collector.central.cli"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"uldp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("uldp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

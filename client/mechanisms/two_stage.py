@@ -1,0 +1,90 @@
+"""Device half of Algorithm 1 (two-stage mean), batch form over users.
+
+Spec: ``user_level_ldp.md`` §4.3 (rounds 1 and 2, client steps 1–3 and 7–8), §4.4 (privacy),
+§5.3 (several components per user), §12 (single-stage Laplace, SSL), [D3], [D12], [D22].
+The collector half is ``uldp.collector.estimators.two_stage``.
+
+Input is a matrix ``Y`` of user statistics (one row per user, one column per component this
+user serves); each function returns integer reports, one row per user.
+
+Privacy argument (user-level ε-LDP; the unit is the *whole* local dataset):
+
+* **Stage I** — statistic: for each component the one-hot vector of ``bin(clamp(Y_c))``,
+  which has exactly one 1 for *any* input (clamping is mandatory, INV-6). Two datasets give
+  one-hot vectors at L1 distance <= 2, so i.i.d. ``DLap(2/ε_c)`` per entry is ε_c-LDP per
+  component (``uldp.client.noise`` proof), and ``k`` components compose to ``k·ε_c``.
+* **Stage II / SSL** — statistic: ``clamp(Y_c, lo, hi)`` with ``[lo, hi]`` fixed from public
+  values before the data are touched, mapped to ``[0, GRID_STEPS]`` and rounded unbiasedly
+  to an integer. Any two datasets give values at distance <= ``GRID_STEPS`` grid units, so
+  ``DLap(GRID_STEPS/ε_c)`` is ε_c-LDP — the continuous spec's ``Lap((hi-lo)/ε_c)``
+  expressed in grid units.
+
+The noise scale is computed here, from ``eps_c`` and the public interval, never received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from uldp.client.noise import discrete_laplace, laplace_scale, randomized_round
+from uldp.client.params import GRID_STEPS, Alg1Params, bin_index
+from uldp.client.randomness import RandomSource
+
+__all__ = ["grid_encode", "one_hot_bins", "stage1_reports", "stage2_reports"]
+
+
+def _check_stats(Y: np.ndarray, k: int) -> np.ndarray:
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2 or Y.shape[1] != k:
+        raise ValueError(f"user statistics must have shape (users, {k}), got {Y.shape}")
+    if not np.isfinite(Y).all():
+        raise ValueError("user statistics contain NaN or infinity")
+    return Y
+
+
+def one_hot_bins(Y: np.ndarray, params: Sequence[Alg1Params]) -> np.ndarray:
+    """Concatenated one-hot bin vectors (users × ΣB_c) of the clamped statistics (P2)."""
+    Y = _check_stats(Y, len(params))
+    widths = [p.bins for p in params]
+    out = np.zeros((Y.shape[0], sum(widths)), dtype=np.int64)
+    start = 0
+    rows = np.arange(Y.shape[0])
+    for c, p in enumerate(params):
+        out[rows, start + bin_index(Y[:, c], p) - 1] = 1
+        start += p.bins
+    return out
+
+
+def stage1_reports(Y: np.ndarray, params: Sequence[Alg1Params], eps_c: float,
+                   rng: RandomSource) -> np.ndarray:
+    """Round 1: one-hot bins plus ``DLap(2/ε_c)`` per entry (§4.3 steps 1–3)."""
+    onehot = one_hot_bins(Y, params)
+    noise = discrete_laplace(laplace_scale(2, eps_c), onehot.shape, rng)
+    return onehot + noise
+
+
+def grid_encode(Y: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                rng: RandomSource) -> np.ndarray:
+    """Clamp each column to ``[lo_c, hi_c]`` and round unbiasedly to ``{0..GRID_STEPS}``."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    if np.any(hi <= lo):
+        raise ValueError("clamp intervals must have hi > lo")
+    pos = (np.clip(Y, lo, hi) - lo) / (hi - lo) * GRID_STEPS
+    return np.clip(randomized_round(pos, rng), 0, GRID_STEPS)
+
+
+def stage2_reports(Y: np.ndarray, intervals: Sequence[tuple[float, float]], eps_c: float,
+                   rng: RandomSource) -> np.ndarray:
+    """Round 2 (and SSL): clamp to the public interval, grid-encode, add ``DLap(G/ε_c)``.
+
+    ``intervals[c]`` is the clamp interval of component ``c`` — for stage II derived on the
+    device from ``k̂_c`` (``Alg1Params.clamp_interval``), for SSL ``[-D_c, D_c]``.
+    """
+    Y = _check_stats(Y, len(intervals))
+    lo = np.array([a for a, _ in intervals])
+    hi = np.array([b for _, b in intervals])
+    enc = grid_encode(Y, lo, hi, rng)
+    return enc + discrete_laplace(laplace_scale(GRID_STEPS, eps_c), enc.shape, rng)

@@ -1,0 +1,63 @@
+"""The estimate a query returns: values with standard errors and confidence intervals.
+
+Spec: ``user_level_ldp.md`` §4.5 (variance of the two-stage mean), §5.5 / §6.1 (sums of
+per-component variances through the output transform). Component estimates ``θ̂`` come
+with per-group covariance blocks; an output ``μ̂ = T θ̂`` gets
+``Var μ̂_j = Σ_g T[j, g] Cov_g T[j, g]ᵀ`` (groups are disjoint users, hence independent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Estimate", "combine"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    values: np.ndarray
+    std_error: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    level: float
+    counts: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "values": self.values.tolist(),
+            "std_error": self.std_error.tolist(),
+            "ci_low": self.ci_low.tolist(),
+            "ci_high": self.ci_high.tolist(),
+            "level": self.level,
+            "counts": dict(self.counts),
+            **{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in self.extra.items()},
+        }
+
+    def covers(self, truth: np.ndarray) -> np.ndarray:
+        t = np.asarray(truth, dtype=np.float64)
+        return (self.ci_low <= t) & (t <= self.ci_high)
+
+
+def combine(n_components: int, blocks: Sequence[tuple[Sequence[int], np.ndarray, np.ndarray]],
+            transform: np.ndarray | None, level: float = 0.95,
+            counts: dict[str, int] | None = None) -> Estimate:
+    """Assemble ``θ̂`` from per-group ``(components, means, covariance)`` and map it by ``T``."""
+    theta = np.zeros(n_components)
+    T = np.eye(n_components) if transform is None else np.asarray(transform, dtype=np.float64)
+    var = np.zeros(T.shape[0])
+    for comps, means, cov in blocks:
+        idx = list(comps)
+        theta[idx] = means
+        Tg = T[:, idx]
+        var += np.einsum("ji,ik,jk->j", Tg, cov, Tg)
+    values = T @ theta
+    se = np.sqrt(np.maximum(var, 0.0))
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return Estimate(values, se, values - z * se, values + z * se, level,
+                    counts=dict(counts or {}), extra={"components": theta})

@@ -1,0 +1,43 @@
+"""Output transforms from component estimates ``θ̂`` to the quantity a query asks for.
+
+Spec: ``user_level_ldp.md`` §6.1 (ℓ2: ``μ̂ = Uᵀ θ̂``), §6.2 (ℓ1: first ``d`` entries of
+``H θ̂ / √d'``), §6.3 (distribution: first ``A`` entries of ``H θ̂ / √A'``, optional
+projection onto the simplex). Pure post-processing (INV-5): no privacy cost.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from uldp.client.hadamard import hadamard_matrix, next_pow2
+from uldp.client.tasks import TaskSpec
+
+__all__ = ["output_transform", "project_simplex"]
+
+
+def output_transform(task: TaskSpec, n_components: int) -> np.ndarray | None:
+    """The matrix ``T`` with ``output = T θ̂`` (``None`` = identity)."""
+    if task.kind in ("mean", "mean-linf"):
+        return None
+    if task.kind == "mean-l2":
+        from uldp.client.statistics import kashin_frame
+
+        frame = kashin_frame(task)
+        return frame.synthesis(np.eye(frame.N)).T  # Uᵀ, shape (d, N)
+    if task.kind in ("mean-l1", "distribution"):
+        K = next_pow2(task.dim)
+        return hadamard_matrix(K)[: task.dim].astype(np.float64) / math.sqrt(K)
+    raise ValueError(f"no output transform for kind {task.kind!r}")
+
+
+def project_simplex(v: np.ndarray) -> np.ndarray:
+    """Euclidean projection onto the probability simplex (sort-based, exact)."""
+    v = np.asarray(v, dtype=np.float64)
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u) - 1.0
+    idx = np.arange(1, v.size + 1)
+    rho = np.nonzero(u - css / idx > 0)[0][-1]
+    theta = css[rho] / (rho + 1)
+    return np.maximum(v - theta, 0.0)
