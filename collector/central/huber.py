@@ -89,7 +89,8 @@ class HLMParams:
     """Public parameters of HLM (spec §2.1). All must be fixed without looking at values.
 
     radius: ``R_c`` — prior ball ``‖μ‖ <= R_c`` the non-private estimate is clipped into.
-    T: balanced Huber connecting point; None → theory rule Thm 2 with ``R = R_c``.
+    T: balanced Huber connecting point; None → ``A/√m`` if ``A`` is given, else the
+      theory rule of Thm 2 with ``R = R_c``.
     A: imbalanced scale (``T_i = A/√(m_i ∧ m_c)``); None → theory rule Thm 5.
     gamma: imbalance degree γ >= 1; None → smallest γ satisfying Assumption 3 (A19).
     k0: outlier budget (imbalanced); None → ``⌊n/(8γ)⌋`` clamped to ``[0, n−1]``.
@@ -339,7 +340,12 @@ def _setup(m: np.ndarray, d: int, p: HLMParams) -> _Setup:
     n = m.size
     balanced = bool(np.all(m == m[0])) if p.balanced is None else p.balanced
     if balanced:
-        T = p.T if p.T is not None else theory_T(int(m.max()), n, d, p.radius, p.c_t)
+        if p.T is not None:
+            T = p.T
+        elif p.A is not None:  # equal sizes: the imbalanced rule reduces to T = A/√m
+            T = p.A / math.sqrt(float(m[0]))
+        else:
+            T = theory_T(int(m.max()), n, d, p.radius, p.c_t)
         return _Setup(True, np.full(n, 1.0 / n), np.full(n, float(T)), float(T), None,
                       None, None, None)
     gamma = p.gamma if p.gamma is not None else assumption3_gamma(m)

@@ -348,6 +348,49 @@ def test_sensitivity_imbalanced_1d():
     assert {"a", "b", "c"} <= set(cases)
 
 
+def test_imbalanced_2d_lattice_path():
+    """Imbalanced d = 2: lattice Δ̃ is 1-Lipschitz, its witness meets the (R1) condition,
+    and the empirical sensitivity stays below G(D, 0) on adversarial replacements."""
+    rng = np.random.default_rng(24)
+    for t in range(4):
+        n = 48
+        m, w, T, k0 = _imb_instance(rng, n)
+        rho = imbalanced_radii(w, T, k0)
+        rmin = float(rho.min())
+        rr = np.minimum(rho, 4 * rmin)
+        h = rmin / (2 * math.sqrt(2))
+        y = rng.normal(size=(n, 2)) * 0.02 / np.sqrt(m)[:, None]
+        if t % 2:
+            y[0] += 3.0
+        dt, c = outlier_count_lattice(y, rr, h, return_center=True)
+        kept = np.linalg.norm(y - c, axis=1) < rr
+        ystar = np.where(kept[:, None], y, c)
+        Z = np.linalg.norm(ystar - (w[:, None] * ystar).sum(axis=0), axis=1)
+        assert h_imbalanced(w, T, Z, k0) < np.min(T - Z)
+
+        def state(yy, w=w, T=T, k0=k0, rr=rr, h=h):
+            f = _clip(huber_minimize(yy, w, T), 1.0)
+            d_t = outlier_count_lattice(yy, rr, h, k0)
+            Zi = np.linalg.norm(yy - (w[:, None] * yy).sum(axis=0), axis=1)
+            g0 = g_imbalanced(w, T, Zi, 1.0, d_t, k0)[0]
+            return f, g0, smooth_sensitivity_imbalanced(w, T, Zi, 1.0, BETA, d_t, k0), d_t
+
+        _, _, _, d0 = state(y)
+        assert d0 == min(dt, k0)
+        _check_pairs(rng, y, state, 2)
+
+
+def test_imbalanced_end_to_end_2d():
+    rng = RandomSource.seeded(44).numpy_generator()
+    m = rng.integers(1, 30, 3000)
+    ids = np.repeat(np.arange(3000), m)
+    x = rng.normal(0.1, 1.0, (m.sum(), 2))
+    r = hlm_mean(ids, x, epsilon=EPS, delta=DELTA, rng=RandomSource.seeded(45),
+                 params=HLMParams(A=20.0, constants="nrs"))
+    assert r.privacy.public["path"] == "imbalanced" and len(r.estimate) == 2
+    assert np.linalg.norm(np.array(r.estimate) - 0.1) < 0.5
+
+
 def test_repaired_h_covers_paper_counterexample():
     """Spec A8 [check]: n=200, m=50 except one 100; a user at 0.9 T_j from ȳ_w."""
     n = 200
