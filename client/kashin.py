@@ -53,7 +53,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -89,7 +91,7 @@ KASHIN_TOL_DEFAULT = 1e-10
 FrameKind = Literal["gaussian", "hadamard"]
 Seed = int | str | bytes
 
-_CHUNK = 2048  # samples per working block (keeps the (N, chunk) buffers cache-friendly)
+_CHUNK_ELEMS = 1 << 17  # N × samples per working block (keeps the buffers cache-resident)
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,6 +153,7 @@ class KashinFrame:
     _UT: np.ndarray | None = field(default=None, repr=False)
     _signs: np.ndarray | None = field(default=None, repr=False)
     _cols: np.ndarray | None = field(default=None, repr=False)
+    _mask: np.ndarray | None = field(default=None, repr=False)
 
     # ---- construction ----------------------------------------------------------------------
 
@@ -169,10 +172,12 @@ class KashinFrame:
         n_prime = next_pow2(math.ceil(float(lam) * d - 1e-9))
         signs = (1.0 - 2.0 * rng.integers(0, 2, size=n_prime)).astype(np.float64)
         cols = rng.permutation(n_prime)[:d].astype(np.intp)
-        signs.setflags(write=False)
-        cols.setflags(write=False)
+        mask = np.zeros((n_prime, 1))
+        mask[cols] = 1.0 / n_prime  # Π_S / N' between the two transforms of P = U Uᵀ
+        for arr in (signs, cols, mask):
+            arr.setflags(write=False)
         return cls(d=d, N=n_prime, kind="hadamard", lam=float(lam), frame_id=digest.hex(),
-                   _signs=signs, _cols=cols)
+                   _signs=signs, _cols=cols, _mask=mask)
 
     # ---- column-batch kernels (samples on the last axis) -------------------------------------
 
@@ -194,6 +199,35 @@ class KashinFrame:
         assert self._signs is not None and self._cols is not None
         Z = B * (self._signs / math.sqrt(self.N))[:, None]
         return fwht_columns(Z)[self._cols]
+
+    # ---- LV kernels in internal coordinates ------------------------------------------------
+    # The LV iteration runs on b = U v instead of v (same iterates: ‖U v‖ = ‖v‖ and the next
+    # b is P r with P = U Uᵀ and r = b − clamp(b)). For the Hadamard frame the internal
+    # coordinates are sign-rotated, b̃ = ξ ⊙ b: clamping commutes with ±1 signs, so
+    # P̃ = H Π_S H / N' needs no per-iteration sign flips; _lv_block rotates back at the end.
+
+    def _internal_start(self, XT: np.ndarray, out: np.ndarray, scratch: np.ndarray,
+                        scratch2: np.ndarray) -> None:
+        """``out ← b_0 = U x`` in internal coordinates for ``XT`` of shape ``(d, s)``."""
+        if self._U is not None:
+            np.matmul(self._U, XT, out=out)
+            return
+        assert self._cols is not None
+        scratch.fill(0.0)
+        scratch[self._cols] = XT
+        fwht_columns(scratch, out=out, scratch=scratch2)
+        out *= 1.0 / math.sqrt(self.N)
+
+    def _internal_project(self, R: np.ndarray, scratch: np.ndarray,
+                          scratch2: np.ndarray) -> None:
+        """``R ← P R`` (``P = U Uᵀ``) in internal coordinates, ``R`` of shape ``(N, s)``."""
+        if self._U is not None:
+            np.matmul(self._U, self._UT @ R, out=R)
+            return
+        assert self._mask is not None
+        fwht_columns(R, out=scratch, scratch=scratch2)
+        scratch *= self._mask
+        fwht_columns(scratch, out=R, scratch=scratch2)
 
     # ---- row-batch public API ---------------------------------------------------------------
 
@@ -295,59 +329,126 @@ def _col_norms(V: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->j", V, V))
 
 
+class _Workspace:
+    """Preallocated ``(N, m)`` C-contiguous buffers (fresh large arrays cost page faults)."""
+
+    def __init__(self, N: int, width: int, count: int) -> None:
+        self.N = N
+        self._flat = [np.empty(N * width) for _ in range(count)]
+
+    def get(self, i: int, m: int) -> np.ndarray:
+        return self._flat[i][: self.N * m].reshape(self.N, m)
+
+    def swap(self, i: int, j: int) -> None:
+        self._flat[i], self._flat[j] = self._flat[j], self._flat[i]
+
+
+_A, _B, _C, _S1, _S2 = range(5)  # workspace slots
+
+
 def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int,
               tol: float) -> tuple[np.ndarray, np.ndarray]:
-    """LV iteration on one column block ``XT`` (d, s); returns ``A`` (N, s) and iterations (s,)."""
-    s = XT.shape[1]
-    A_out = np.zeros((frame.N, s))
+    """LV iteration on one column block ``XT`` (d, s); returns ``A`` (s, N) and iterations (s,).
+
+    Runs on ``b_k = U v_k`` (see the frame's internal kernels): ``M = ‖b‖/√(δN)``,
+    ``c = clamp(b, ±M)``, ``a += c``, ``b ← P (b − c)``; a finished column gets the exact final
+    correction ``a += b`` (= ``U v``) and is frozen (``b = 0`` keeps it fixed); frozen columns
+    are dropped from the working set once they are at least half of it.
+    """
+    N, s = frame.N, XT.shape[1]
+    A_out = np.zeros((s, N))
     iters = np.zeros(s, dtype=np.int64)
     xnorm = _col_norms(XT)
     idx = np.flatnonzero(xnorm > 0.0)  # x = 0 → a = 0
-    if idx.size == 0:
+    m = idx.size
+    if m == 0:
         return A_out, iters
-    V = np.ascontiguousarray(XT[:, idx]) if idx.size < s else XT.copy()
-    thr = tol * xnorm[idx]
-    vnorm = xnorm[idx]
-    A = np.zeros((frame.N, idx.size))
-    inv_sqrt_dn = 1.0 / math.sqrt(delta * frame.N)
+    ws = _Workspace(N, m, 5)
+    B = ws.get(_B, m)
+    frame._internal_start(XT[:, idx] if m < s else XT, B, ws.get(_S1, m), ws.get(_S2, m))
+    A = ws.get(_A, m)
+    A.fill(0.0)
+    bnorm = xnorm[idx]  # ‖v_0‖ = ‖x‖
+    thr = tol * bnorm
+    live = np.ones(m, dtype=bool)
+    n_live = m
+    inv_sqrt_dn = 1.0 / math.sqrt(delta * N)
     it = 0
     while True:
-        B = frame.analysis_T(V)  # U v: truncated below, or the exact final correction
-        done = (vnorm <= thr) | (it >= max_iter)
+        done = live & ((bnorm <= thr) | (it >= max_iter))
         if done.any():
             fin = np.flatnonzero(done)
-            A_out[:, idx[fin]] = A[:, fin] + B[:, fin]
+            A_out[idx[fin]] = (A[:, fin] + B[:, fin]).T  # exact final correction
             iters[idx[fin]] = it
-            if fin.size == idx.size:
-                return A_out, iters
-            keep = np.flatnonzero(~done)
-            idx = idx[keep]
-            V, B, A = (np.ascontiguousarray(Z[:, keep]) for Z in (V, B, A))
-            thr, vnorm = thr[keep], vnorm[keep]
-        M = vnorm * inv_sqrt_dn
-        np.clip(B, -M, M, out=B)
-        A += B
-        V -= frame.synthesis_T(B)
-        vnorm = _col_norms(V)
+            live[fin] = False
+            n_live -= fin.size
+            if n_live == 0:
+                break
+            if 2 * n_live <= m:  # compact the working set
+                keep = np.flatnonzero(live)
+                m = keep.size
+                np.take(A, keep, axis=1, out=ws.get(_C, m))
+                ws.swap(_A, _C)
+                np.take(B, keep, axis=1, out=ws.get(_C, m))
+                ws.swap(_B, _C)
+                A, B = ws.get(_A, m), ws.get(_B, m)
+                idx, thr, bnorm = idx[keep], thr[keep], bnorm[keep]
+                live = np.ones(m, dtype=bool)
+            else:  # freeze: b = 0 ⇒ M = 0, c = 0, P·0 = 0
+                B[:, fin] = 0.0
+                bnorm[fin] = 0.0
+        C = ws.get(_C, m)
+        M = bnorm * inv_sqrt_dn
+        np.minimum(B, M, out=C)
+        np.maximum(C, -M, out=C)
+        A += C
+        B -= C  # r = b − clamp(b)
+        frame._internal_project(B, ws.get(_S1, m), ws.get(_S2, m))
+        bnorm = _col_norms(B)
         it += 1
+    if frame._signs is not None:  # rotate internal Hadamard coordinates back
+        A_out *= frame._signs[None, :]
+    return A_out, iters
+
+
+def _chunk_size(N: int) -> int:
+    return max(64, min(4096, _CHUNK_ELEMS // N))
+
+
+def _default_workers(frame: KashinFrame) -> int:
+    # numpy ufuncs release the GIL, so the FWHT path scales over threads; the Gaussian path
+    # is BLAS-bound and BLAS already threads internally.
+    return 1 if frame.kind == "gaussian" else min(4, os.cpu_count() or 1)
 
 
 def kashin_coefficients_info(frame: KashinFrame, X: np.ndarray, *,
                              delta: float = KASHIN_DELTA_DEFAULT,
                              max_iter: int = KASHIN_MAX_ITER_DEFAULT,
-                             tol: float = KASHIN_TOL_DEFAULT) -> KashinInfo:
+                             tol: float = KASHIN_TOL_DEFAULT,
+                             workers: int | None = None) -> KashinInfo:
     """:func:`kashin_coefficients` plus the per-sample iteration counts."""
     _validate_lv_args(delta, max_iter, tol)
     X2, squeeze = _as_batch(X, frame.d, "X")
     S = X2.shape[0]
     A = np.empty((S, frame.N))
     iters = np.empty(S, dtype=np.int64)
-    for start in range(0, S, _CHUNK):
-        stop = min(S, start + _CHUNK)
+    chunk = _chunk_size(frame.N)
+    starts = list(range(0, S, chunk))
+
+    def run(start: int) -> None:
+        stop = min(S, start + chunk)
         XT = np.ascontiguousarray(X2[start:stop].T)
-        A_T, it = _lv_block(frame, XT, float(delta), int(max_iter), float(tol))
-        A[start:stop] = A_T.T
-        iters[start:stop] = it
+        A[start:stop], iters[start:stop] = _lv_block(frame, XT, float(delta), int(max_iter),
+                                                     float(tol))
+
+    n_workers = min(len(starts), _default_workers(frame) if workers is None else int(workers))
+    if n_workers <= 1:
+        for start in starts:
+            run(start)
+    else:
+        with ThreadPoolExecutor(max_workers=n_workers) as pool:
+            for fut in [pool.submit(run, start) for start in starts]:
+                fut.result()
     if squeeze:
         return KashinInfo(A[0], iters[:1])
     return KashinInfo(A, iters)
@@ -356,14 +457,16 @@ def kashin_coefficients_info(frame: KashinFrame, X: np.ndarray, *,
 def kashin_coefficients(frame: KashinFrame, X: np.ndarray, *,
                         delta: float = KASHIN_DELTA_DEFAULT,
                         max_iter: int = KASHIN_MAX_ITER_DEFAULT,
-                        tol: float = KASHIN_TOL_DEFAULT) -> np.ndarray:
+                        tol: float = KASHIN_TOL_DEFAULT,
+                        workers: int | None = None) -> np.ndarray:
     """Kashin coefficients ``a(x)`` (§3.6) of each row of ``X``: ``(S, d) → (S, N)``.
 
     ``Uᵀ a(x) = x`` to rounding for every row (exact final correction) and, for a frame at
     level K, ``‖a(x)‖∞ ≤ K ‖x‖₂ / √N`` (check with :func:`calibrate`). A 1-D ``x`` gives a 1-D
     result. Zero rows give zero coefficients; NaN/inf or a wrong shape raise ``ValueError``.
     """
-    return kashin_coefficients_info(frame, X, delta=delta, max_iter=max_iter, tol=tol).coefficients
+    return kashin_coefficients_info(frame, X, delta=delta, max_iter=max_iter, tol=tol,
+                                    workers=workers).coefficients
 
 
 def kashin_level(frame: KashinFrame, X: np.ndarray, A: np.ndarray) -> np.ndarray:
