@@ -171,6 +171,7 @@ class Device:
         if self._own_channel and self._channel is not None:
             self._channel.close()
         self._channel = self._stub = None
+        self.ledger.close()
 
     # ---- identity -------------------------------------------------------------------
     @property
@@ -187,7 +188,8 @@ class Device:
         with open(tmp, "w") as f:
             json.dump(ident, f)
             f.flush()
-            os.fsync(f.fileno())
+            if self.ledger.durable:
+                os.fsync(f.fileno())
         os.replace(tmp, self._identity_path)
         self._identity = ident
 

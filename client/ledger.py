@@ -17,6 +17,7 @@ simulated fleets pass ``durable=False`` (survives a process crash, not a power c
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,17 +60,33 @@ class Ledger:
         self.path = Path(path)
         self.total_epsilon = float(total_epsilon)
         self.durable = durable
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.RLock()
         with self._connect() as c:
             c.execute("CREATE TABLE IF NOT EXISTS entries (query_id TEXT PRIMARY KEY, "
                       "task_digest TEXT NOT NULL, phase INTEGER NOT NULL, "
                       "epsilon REAL NOT NULL, report BLOB NOT NULL, state TEXT NOT NULL, "
                       "created_at REAL NOT NULL, detail TEXT NOT NULL DEFAULT '')")
 
-    def _connect(self) -> sqlite3.Connection:
-        c = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        c.execute("PRAGMA journal_mode=WAL")
-        c.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'OFF'}")
-        return _Closing(c)  # type: ignore[return-value]
+    def _connect(self) -> _Locked:
+        """The ledger's connection (opened once), held under the ledger lock."""
+        with self._lock:
+            if self._conn is None:
+                c = sqlite3.connect(self.path, isolation_level=None, timeout=30,
+                                    check_same_thread=False)
+                if self.durable:  # fsync every commit
+                    c.execute("PRAGMA journal_mode=WAL")
+                    c.execute("PRAGMA synchronous=FULL")
+                else:  # rollback journal, no fsync: survives a process crash only
+                    c.execute("PRAGMA synchronous=OFF")
+                self._conn = c
+            return _Locked(self._conn, self._lock)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     # ---- queries --------------------------------------------------------------------
     def spent(self) -> float:
@@ -153,14 +170,15 @@ class Ledger:
                       (state, detail[:1000], query_id))
 
 
-class _Closing:
-    """A sqlite3 connection used as a context manager that *closes* on exit."""
+class _Locked:
+    """Context manager: the shared connection, with the ledger lock held."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._c = conn
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self._c, self._lock = conn, lock
 
     def __enter__(self) -> sqlite3.Connection:
+        self._lock.acquire()
         return self._c
 
     def __exit__(self, *exc: object) -> None:
-        self._c.close()
+        self._lock.release()

@@ -170,7 +170,9 @@ def run_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int,
                 if again is not None:
                     heapq.heappush(heap, (again, i))
                 else:
-                    devices.pop(i, None)
+                    done_dev = devices.pop(i, None)
+                    if done_dev is not None:
+                        done_dev.close()
                     bar.update()
                 cv.notify_all()
 

@@ -105,6 +105,8 @@ def phase_of_stage(stage: int) -> int:
 class CollectorCore:
     """All collector behaviour; thread-safe; one per process."""
 
+    PHASE_CACHE_S = 0.25
+
     def __init__(self, db: Database, token_key: TokenKey, admin: AdminAuth,
                  config: CoreConfig | None = None, name: str | None = None) -> None:
         self.db = db
@@ -119,7 +121,7 @@ class CollectorCore:
         self._lock = threading.Lock()
         self._running_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
         self._stop = threading.Event()
-        self._closing: set[tuple[str, int]] = set()
+        self._phase_cache: dict[str, tuple[float, dict[int, dict[str, Any]]]] = {}
         self._ticker = threading.Thread(target=self._tick_loop, name="uldp-closer", daemon=True)
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -163,7 +165,8 @@ class CollectorCore:
             device_id = claims.device_id
         if device_id is None:
             device_id = "d-" + secrets.token_hex(12)
-            self.writer.run(lambda conn: self.db.add_device_in(conn, device_id, label))
+            # the registry row is informational (tokens are stateless): do not wait for it
+            self.writer.run_later(lambda conn: self.db.add_device_in(conn, device_id, label))
         token, exp = self.token_key.issue(device_id, self.config.token_ttl_s)
         return device_id, token, exp
 
@@ -256,7 +259,10 @@ class CollectorCore:
     def cancel_query(self, query_id: str) -> None:
         if self.db.get_query(query_id) is None:
             raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
-        if not self.db.cancel_query(query_id):
+        ok = self.db.cancel_query(query_id)
+        with self._lock:
+            self._phase_cache.pop(query_id, None)
+        if not ok:
             row = self.db.get_query(query_id)
             raise ServiceError("FAILED_PRECONDITION",
                                f"query {query_id} is {row['state'] if row else 'gone'}; "
@@ -297,11 +303,22 @@ class CollectorCore:
                 self._tasks.popitem(last=False)
         return info
 
-    def _phase_rows(self, query_id: str) -> dict[int, dict[str, Any]]:
+    def _phase_rows(self, query_id: str, fresh: bool = False) -> dict[int, dict[str, Any]]:
+        """Phase rows of a query, cached for ``PHASE_CACHE_S`` (the writer re-checks the
+        phase state under the row lock, so a stale answer can delay, never corrupt)."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._phase_cache.get(query_id)
+        if hit is not None and not fresh and now - hit[0] < self.PHASE_CACHE_S:
+            return hit[1]
         rows = {r["phase"]: r for r in self.db.get_phases(query_id)}
         for p, r in rows.items():
             prev = rows.get(p - 1)
             r["_prev_published"] = prev["published_json"] if prev else ""
+        with self._lock:  # never let an older read replace a newer one
+            cur = self._phase_cache.get(query_id)
+            if cur is None or cur[0] <= now:
+                self._phase_cache[query_id] = (now, rows)
         return rows
 
     def _remember(self, a: dict[str, Any]) -> None:
@@ -392,6 +409,8 @@ class CollectorCore:
                                f"{query_id}, not phase {phase}")
         rows = self._phase_rows(query_id)
         ph = rows.get(phase)
+        if ph is None or ph["state"] != "open":  # the cache may be behind: look again
+            ph = self._phase_rows(query_id, fresh=True).get(phase)
         if ph is None:
             raise ServiceError("FAILED_PRECONDITION", f"query {query_id} has no phase {phase}")
         if ph["state"] != "open":
@@ -479,6 +498,8 @@ class CollectorCore:
                     result["khat"] = {str(g): list(k) for g, k in khat.items()}
                 ok = self.db.finish_close(query_id, phase, self.name, {"reports": n},
                                           next_deadline_ms=None, result=result)
+            with self._lock:
+                self._phase_cache.pop(query_id, None)
             log.info("query %s phase %d closed by %s: %d reports in %.2fs", query_id, phase,
                      self.name, n, time.perf_counter() - t0)
             return ok

@@ -99,7 +99,8 @@ class Database:
         return self.engine.execution_options(sqlite_begin="IMMEDIATE").begin()
 
     def read(self) -> Any:
-        return self.engine.begin()
+        """A read-only connection (autocommit reads; one statement = one snapshot)."""
+        return self.engine.connect()
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -221,16 +222,18 @@ class Database:
 
     def device_status(self, query_id: str, device_id: str) -> tuple[dict[str, Any] | None, bool]:
         """(assignment or None, whether a report of this device is stored)."""
-        with self.read() as conn:
-            m = conn.execute(select(S.assignments).where(and_(
-                S.assignments.c.query_id == query_id,
-                S.assignments.c.device_id == device_id))).mappings().first()
-            if m is None:
-                return None, False
-            has = conn.execute(select(S.reports.c.phase).where(and_(
-                S.reports.c.query_id == query_id,
-                S.reports.c.device_id == device_id))).first() is not None
-            return dict(m), has
+        a, r = S.assignments, S.reports
+        stmt = (select(a, r.c.phase.label("reported_phase"))
+                .select_from(a.outerjoin(r, and_(r.c.query_id == a.c.query_id,
+                                                 r.c.device_id == a.c.device_id)))
+                .where(and_(a.c.query_id == query_id, a.c.device_id == device_id)))
+        with self.engine.connect() as conn:
+            m = conn.execute(stmt).mappings().first()
+        if m is None:
+            return None, False
+        row = dict(m)
+        reported = row.pop("reported_phase") is not None
+        return row, reported
 
     def assign(self, query_id: str, device_id: str, place: Any) -> dict[str, Any] | None:
         """The device's assignment, creating it from the next free slot if needed.

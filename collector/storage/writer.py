@@ -67,6 +67,13 @@ class GroupCommitWriter:
         """Run ``op(conn)`` inside the next batch transaction and return its result."""
         return self._submit(_Ticket(op=op), timeout).result
 
+    def run_later(self, op: Callable[[Connection], Any]) -> None:
+        """Queue ``op`` for the next batch without waiting (best effort, not durable)."""
+        with self._cv:
+            if not self._stop:
+                self._q.append(_Ticket(op=op))
+                self._cv.notify()
+
     def close(self) -> None:
         with self._cv:
             self._stop = True
