@@ -13,6 +13,7 @@ kinds of later sections register themselves here too.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ class Kind:
     sample_map: Callable[[TaskSpec, np.ndarray], np.ndarray]
     user_stats: Callable[[TaskSpec, np.ndarray], np.ndarray] | None = None
     bounds: Callable[[TaskSpec], np.ndarray] | None = None  # per-component D_c (bounded)
-    uses_labels: bool = False
+    uses_labels: bool = False  # if True, samples arrive as (..., d + 1): label last
 
     def params(self, task: TaskSpec) -> list[Alg1Params]:
         """Alg-1 parameters of every component (bounded or heavy-tailed), from public values."""
@@ -150,10 +151,16 @@ def _radial(x: np.ndarray, bound: float | None, ord: float) -> np.ndarray:
     return x * scale
 
 
-def kashin_frame(task: TaskSpec):  # -> KashinFrame (import kept local: heavy module)
+def kashin_frame(task: TaskSpec):  # -> KashinFrame
+    """The task's public Kashin frame (rebuilt deterministically from its seed, cached)."""
+    return _frame(task.dim, task.frame_seed, task.frame_kind)
+
+
+@functools.lru_cache(maxsize=32)
+def _frame(dim: int, seed: int, kind: str):
     from uldp.client.kashin import KashinFrame
 
-    return KashinFrame.from_seed(task.dim, task.frame_seed, kind=task.frame_kind)
+    return KashinFrame.from_seed(dim, seed, kind=kind)
 
 
 def _kashin_map(task: TaskSpec, x: np.ndarray) -> np.ndarray:

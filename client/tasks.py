@@ -239,8 +239,8 @@ def compute_reports(task: TaskSpec, samples: np.ndarray, rng: RandomSource,
     """
     kind = validate_task(task)
     X = check_samples(samples, kind.vector, task.dim if kind.vector else None)
-    if kind.uses_labels:
-        X = kind.attach_labels(task, X, labels)  # type: ignore[attr-defined]
+    if kind.uses_labels:  # labels travel as one extra last column of the samples
+        X = _attach_labels(X, labels)
     if task.method == "baseline-a":
         return _baseline_a(task, kind, X, rng, offsets)
     if task.method == "baseline-b":
@@ -258,6 +258,19 @@ def compute_reports(task: TaskSpec, samples: np.ndarray, rng: RandomSource,
     else:
         intervals = _ssl_intervals(params)
     return stage2_reports(Y, intervals, task.eps_c, rng)
+
+
+def _attach_labels(X: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
+    if labels is None:
+        raise DataError("this task needs labels for every sample")
+    lab = np.asarray(labels, dtype=np.float64)
+    if lab.shape != X.shape[:2]:
+        raise DataError(f"labels must have one value per sample, shape {X.shape[:2]}, "
+                        f"got {lab.shape}")
+    if not np.isfinite(lab).all():
+        raise DataError("labels contain NaN or infinity")
+    Xv = X if X.ndim == 3 else X[..., None]
+    return np.concatenate([Xv, lab[..., None]], axis=2)
 
 
 def _baseline_a(task: TaskSpec, kind: Kind, X: np.ndarray, rng: RandomSource,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -59,6 +59,7 @@ class QuerySpec:
     seed: int = 0
     query_id: str = "query"
     confidence: float = 0.95
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # learning kinds
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -288,7 +289,7 @@ def compile_query(spec: QuerySpec) -> Plan:
         stage=1 if spec.method == "two-stage" else 0, dim=spec.dim,
         bound=None if spec.bound is None else float(spec.bound),
         moment_p=spec.moment_p, moment_m=spec.moment_m,
-        frame_seed=spec.frame_seed, frame_kind=spec.frame_kind,
+        frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra),
     )
     grouping = _grouping_for(spec, kind, base)
     if spec.method == "baseline-a":

@@ -8,28 +8,53 @@ projection onto the simplex). Pure post-processing (INV-5): no privacy cost.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from uldp.client.hadamard import hadamard_matrix, next_pow2
 from uldp.client.tasks import TaskSpec
 
-__all__ = ["output_transform", "project_simplex"]
+__all__ = ["OUTPUT_TRANSFORMS", "kashin_transform", "output_transform", "project_simplex",
+           "register_transform"]
+
+Transform = Callable[[TaskSpec, int], "np.ndarray | None"]
+OUTPUT_TRANSFORMS: dict[str, Transform] = {}
+
+
+def register_transform(kind: str, fn: Transform) -> Transform:
+    """Register the output transform of a kind (learning kinds add theirs)."""
+    OUTPUT_TRANSFORMS[kind] = fn
+    return fn
 
 
 def output_transform(task: TaskSpec, n_components: int) -> np.ndarray | None:
     """The matrix ``T`` with ``output = T θ̂`` (``None`` = identity)."""
-    if task.kind in ("mean", "mean-linf"):
-        return None
-    if task.kind == "mean-l2":
-        from uldp.client.statistics import kashin_frame
+    try:
+        fn = OUTPUT_TRANSFORMS[task.kind]
+    except KeyError:
+        raise ValueError(f"no output transform for kind {task.kind!r}") from None
+    return fn(task, n_components)
 
-        frame = kashin_frame(task)
-        return frame.synthesis(np.eye(frame.N)).T  # Uᵀ, shape (d, N)
-    if task.kind in ("mean-l1", "distribution"):
-        K = next_pow2(task.dim)
-        return hadamard_matrix(K)[: task.dim].astype(np.float64) / math.sqrt(K)
-    raise ValueError(f"no output transform for kind {task.kind!r}")
+
+def kashin_transform(task: TaskSpec, n_components: int) -> np.ndarray:
+    """``Uᵀ`` (d × N) of the task's public Kashin frame (§6.1)."""
+    from uldp.client.statistics import kashin_frame
+
+    frame = kashin_frame(task)
+    return frame.synthesis(np.eye(frame.N)).T
+
+
+def _hadamard_transform(task: TaskSpec, n_components: int) -> np.ndarray:
+    K = next_pow2(task.dim)
+    return hadamard_matrix(K)[: task.dim].astype(np.float64) / math.sqrt(K)
+
+
+register_transform("mean", lambda task, C: None)
+register_transform("mean-linf", lambda task, C: None)
+register_transform("mean-l2", kashin_transform)
+register_transform("mean-l1", _hadamard_transform)
+register_transform("distribution", _hadamard_transform)
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:
