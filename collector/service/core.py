@@ -166,7 +166,7 @@ class CollectorCore:
         if device_id is None:
             device_id = "d-" + secrets.token_hex(12)
             # the registry row is informational (tokens are stateless): do not wait for it
-            self.writer.run_later(lambda conn: self.db.add_device_in(conn, device_id, label))
+            self.writer.register_device(device_id, label)
         token, exp = self.token_key.issue(device_id, self.config.token_ttl_s)
         return device_id, token, exp
 
@@ -321,6 +321,13 @@ class CollectorCore:
                 self._phase_cache[query_id] = (now, rows)
         return rows
 
+    @staticmethod
+    def _placer(plan: Plan) -> Any:
+        def place(slot: int) -> tuple[int, int, int]:
+            g, s = plan.assign(slot)
+            return g, s, phase_of_stage(s)
+        return place
+
     def _remember(self, a: dict[str, Any]) -> None:
         with self._lock:
             self._assign_cache[(a["query_id"], a["device_id"])] = a
@@ -350,18 +357,11 @@ class CollectorCore:
             if a is None:
                 need_assign.append(st)
         if need_assign:
-            def op(conn: Any) -> dict[str, dict[str, Any] | None]:
-                out = {}
-                for st in need_assign:
-                    plan = st.plan
-
-                    def place(slot: int, plan: Plan = plan) -> tuple[int, int, int]:
-                        g, s = plan.assign(slot)
-                        return g, s, phase_of_stage(s)
-                    out[st.query_id] = self.db.assign_in(conn, st.query_id, device_id, place)
-                return out
+            made: dict[str, dict[str, Any] | None] = {}
             try:
-                made = self.writer.run(op)
+                for st in need_assign:
+                    made[st.query_id] = self.writer.assign(st.query_id, device_id,
+                                                           self._placer(st.plan))
             except WriterUnavailable as exc:
                 raise ServiceError("UNAVAILABLE", str(exc)) from None
             todo = [(st, a if a is not None else made.get(st.query_id)) for st, a in todo]

@@ -35,6 +35,8 @@ class WriterUnavailable(Exception):
 class _Ticket:
     reports: Sequence[PendingReport] = ()
     op: Callable[[Connection], Any] | None = None
+    assign: tuple[str, str, Any] | None = None  # (query id, device id, place)
+    device: tuple[str, str] | None = None  # (device id, label): registry row
     done: threading.Event = field(default_factory=threading.Event)
     outcomes: list[ReportOutcome] | None = None
     result: Any = None
@@ -44,7 +46,7 @@ class _Ticket:
 class GroupCommitWriter:
     """A background thread committing queued work in shared transactions."""
 
-    def __init__(self, db: Database, *, max_reports: int = 8192, max_ops: int = 512) -> None:
+    def __init__(self, db: Database, *, max_reports: int = 8192, max_ops: int = 2048) -> None:
         self.db = db
         self.max_reports = max_reports
         self.max_ops = max_ops
@@ -63,15 +65,21 @@ class GroupCommitWriter:
         assert t.outcomes is not None
         return t.outcomes
 
+    def assign(self, query_id: str, device_id: str, place: Any,
+               timeout: float = 60.0) -> dict[str, Any] | None:
+        """The device's assignment (created from the next free slot), batched with every
+        other assignment of the same query waiting in this commit."""
+        return self._submit(_Ticket(assign=(query_id, device_id, place)), timeout).result
+
     def run(self, op: Callable[[Connection], Any], timeout: float = 60.0) -> Any:
         """Run ``op(conn)`` inside the next batch transaction and return its result."""
         return self._submit(_Ticket(op=op), timeout).result
 
-    def run_later(self, op: Callable[[Connection], Any]) -> None:
-        """Queue ``op`` for the next batch without waiting (best effort, not durable)."""
+    def register_device(self, device_id: str, label: str) -> None:
+        """Queue a device-registry row for the next batch without waiting (best effort)."""
         with self._cv:
             if not self._stop:
-                self._q.append(_Ticket(op=op))
+                self._q.append(_Ticket(device=(device_id, label)))
                 self._cv.notify()
 
     def close(self) -> None:
@@ -103,7 +111,7 @@ class GroupCommitWriter:
                 t = self._q.popleft()
                 batch.append(t)
                 n_rep += len(t.reports)
-                n_ops += 1 if t.op is not None else 0
+                n_ops += 1 if t.op is not None or t.assign is not None else 0
             return batch
 
     def _run(self) -> None:
@@ -126,11 +134,25 @@ class GroupCommitWriter:
             for t in batch:
                 if t.op is not None:
                     t.result = t.op(conn)
+            devices = [t.device for t in batch if t.device is not None]
+            if devices:
+                self.db.add_devices_in(conn, devices)
+            by_query: dict[str, list[_Ticket]] = {}
+            for t in batch:
+                if t.assign is not None:
+                    by_query.setdefault(t.assign[0], []).append(t)
+            for qid, ts in by_query.items():
+                assert ts[0].assign is not None
+                got = self.db.assign_many_in(conn, qid, [t.assign[1] for t in ts if t.assign],
+                                             ts[0].assign[2])
+                for t in ts:
+                    assert t.assign is not None
+                    t.result = got.get(t.assign[1])
             reports = [r for t in batch for r in t.reports]
             outcomes = self.db.store_reports_in(conn, reports) if reports else []
         i = 0
         for t in batch:
-            if t.op is None:
+            if t.op is None and t.assign is None and t.device is None:
                 t.outcomes = outcomes[i:i + len(t.reports)]
                 i += len(t.reports)
         self.batches += 1
