@@ -84,13 +84,15 @@ class _Bar:
                 sys.stderr.flush()
 
 
-def run_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int,
+def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_devices: int,
               datasets: list[FleetDataset], *, concurrency: int = 32, budget: float = 10.0,
               enrollment_secret: str = "", seed: int | None = None, channels: int = 4,
               timeout_s: float = 900.0, progress: bool | None = None, durable: bool = False,
               keep_state: bool = True, max_failures: int = 8,
               on_device: Callable[[int, Device], None] | None = None) -> FleetResult:
     """Run ``n_devices`` devices until none has anything left to do (or ``timeout_s``).
+
+    With several endpoints (collector replicas), device ``i`` uses ``endpoint[i % k]``.
 
     ``seed`` makes the devices' noise reproducible (simulation mode); None uses the
     production OS-keyed source. ``durable=False`` skips fsync in the device ledgers
@@ -102,7 +104,9 @@ def run_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int,
         if ds.values is None:
             holders = len(range(ds.residue, n_devices, ds.modulo))
             ds.values = ds.data.draw(holders)
-    chans = [secure_channel(endpoint) for _ in range(max(1, channels))]
+    eps = endpoint if isinstance(endpoint, list) else [endpoint]
+    # device i talks to eps[i % len(eps)] through one of `channels` channels per endpoint
+    chans = [[secure_channel(e) for _ in range(max(1, channels))] for e in eps]
     retry = RetryPolicy(attempts=10, base_s=0.2, cap_s=5.0)
     res = FleetResult(devices=n_devices)
     bar = _Bar(n_devices, sys.stderr.isatty() if progress is None else progress)
@@ -118,9 +122,11 @@ def run_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int,
         dev = devices.get(i)
         if dev is None:
             rng = RandomSource.seeded(f"fleet:{seed}:{i}") if seed is not None else None
-            dev = Device(endpoint, root / f"device-{i:07d}", budget=budget,
+            e = i % len(eps)
+            pool = chans[e]
+            dev = Device(eps[e], root / f"device-{i:07d}", budget=budget,
                          enrollment_secret=enrollment_secret, label="uldp-fleet",
-                         channel=chans[i % len(chans)], retry=retry, rng=rng,
+                         channel=pool[(i // len(eps)) % len(pool)], retry=retry, rng=rng,
                          durable=durable)
             for ds in datasets:
                 if i % ds.modulo == ds.residue:
@@ -184,8 +190,9 @@ def run_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int,
         t.join()
     res.unfinished = len(heap) + active[0]
     res.seconds = time.monotonic() - t0
-    for c in chans:
-        c.close()
+    for pool in chans:
+        for c in pool:
+            c.close()
     if not keep_state:
         shutil.rmtree(root, ignore_errors=True)
     return res

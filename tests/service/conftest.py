@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -89,30 +90,43 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
+                     subprocess_: bool = False, port: int = 0, name: str | None = None,
+                     extra_args: list[str] | None = None, **core_kw: object) -> Collector:
+    """Start a collector on 127.0.0.1 (in-process, or ``uldp collector serve`` as a
+    subprocess); the caller stops it."""
+    url = db_url or f"sqlite:///{workdir / 'collector.db'}"
+    if not subprocess_:
+        cfg = ServerConfig(db_url=url, tls_cert=pki.server_cert, tls_key=pki.server_key,
+                           port=port, admin_token_file=pki.directory / "admin.token",
+                           name=name, core=CoreConfig(**core_kw))  # type: ignore[arg-type]
+        srv = CollectorServer(cfg)
+        srv.start()
+        return Collector(srv.port, url, pki, server=srv)
+    port = port or _free_port()
+    log = open(workdir / f"collector-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
+    cmd = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
+           "--db", url, "--port", str(port), "--tls-dir", str(pki.directory),
+           "--log-level", "info", "--name", name or f"proc-{port}", *(extra_args or [])]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    c = Collector(port, url, pki, proc=proc)
+    try:
+        _wait_healthy(c, proc)
+    except Exception:
+        c.stop()
+        raise
+    return c
+
+
 @pytest.fixture
 def start_collector(pki: DevPki, tmp_path: Path) -> Iterator:
-    """Factory: ``start_collector(db_url=None, subprocess=False, port=0, **core_kw)``."""
+    """Factory fixture: ``start_collector(db_url=None, subprocess_=False, port=0, ...)``;
+    every collector it started is stopped at teardown."""
     started: list[Collector] = []
 
-    def start(db_url: str | None = None, *, subprocess_: bool = False, port: int = 0,
-              name: str | None = None, **core_kw: object) -> Collector:
-        url = db_url or f"sqlite:///{tmp_path / 'collector.db'}"
-        if not subprocess_:
-            cfg = ServerConfig(db_url=url, tls_cert=pki.server_cert, tls_key=pki.server_key,
-                               port=port, admin_token_file=pki.directory / "admin.token",
-                               name=name, core=CoreConfig(**core_kw))  # type: ignore[arg-type]
-            srv = CollectorServer(cfg)
-            srv.start()
-            c = Collector(srv.port, url, pki, server=srv)
-        else:
-            port = port or _free_port()
-            log = open(tmp_path / f"collector-{port}-{len(started)}.log", "wb")  # noqa: SIM115
-            cmd = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
-                   "--db", url, "--port", str(port), "--tls-dir", str(pki.directory),
-                   "--log-level", "warning", "--name", name or f"proc-{port}"]
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-            c = Collector(port, url, pki, proc=proc)
-            _wait_healthy(c, proc)
+    def start(db_url: str | None = None, **kw: object) -> Collector:
+        c = launch_collector(pki, tmp_path, db_url, **kw)  # type: ignore[arg-type]
         started.append(c)
         return c
 
@@ -174,7 +188,8 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
     if not (initdb and pg_ctl and postgres_bin):
         pytest.skip("PostgreSQL binaries (initdb, pg_ctl, postgres) not found on PATH, "
                     "/usr/local/bin or /usr/lib/postgresql/*/bin")
-    root = tmp_path_factory.mktemp("pg")
+    # directly under /tmp: the pytest temp tree is private to root, PostgreSQL may not be
+    root = Path(tempfile.mkdtemp(prefix="uldp-pg-"))
     prefix: list[str] = []
     if os.geteuid() == 0:
         runuser = shutil.which("runuser")
@@ -189,8 +204,11 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
         shutil.chown(root, "postgres")
     data = root / "data"
     port = _free_port()
-    subprocess.run([*prefix, initdb, "-D", str(data), "-U", "uldp", "--auth=trust", "-E",
-                    "UTF8", "--no-sync"], check=True, capture_output=True)
+    r = subprocess.run([*prefix, initdb, "-D", str(data), "-U", "uldp", "--auth=trust", "-E",
+                        "UTF8", "--no-sync"], capture_output=True, text=True)
+    if r.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"initdb failed: {r.stderr or r.stdout}")
     opts = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=on "
             "-c max_connections=200 -c shared_buffers=128MB")
     subprocess.run([*prefix, pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"),
@@ -200,3 +218,10 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
     finally:
         subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"],
                        capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def launcher():
+    """``launch_collector`` itself, for module-scoped fixtures that manage their own."""
+    return launch_collector
