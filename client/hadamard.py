@@ -18,7 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fwht", "fwht_columns", "hadamard_matrix", "is_pow2", "next_pow2", "pad_pow2"]
+__all__ = [
+    "fwht",
+    "fwht_columns",
+    "hadamard_factors",
+    "hadamard_matrix",
+    "is_pow2",
+    "next_pow2",
+    "pad_pow2",
+]
 
 
 def is_pow2(n: int) -> bool:
@@ -71,14 +79,49 @@ def _c_buffer(x: np.ndarray, buf: np.ndarray | None, name: str) -> np.ndarray:
     return buf
 
 
+def hadamard_factors(K: int, max_bits: int = 4) -> list[int]:
+    """Split ``K = 2^r`` into Sylvester factors of at most ``2^max_bits`` with near-equal sizes.
+
+    ``H_K = H_{f_1} ⊗ ... ⊗ H_{f_p}`` (Sylvester order is the Kronecker order, most significant
+    bits first), e.g. 256 → [16, 16], 1024 → [16, 8, 8].
+    """
+    if not is_pow2(K):
+        raise ValueError(f"Hadamard order must be a power of two, got {K}")
+    r = K.bit_length() - 1
+    if r == 0:
+        return [1]
+    parts = -(-r // max_bits)
+    bits = [r // parts + (1 if i < r % parts else 0) for i in range(parts)]
+    return [1 << b for b in bits]
+
+
+_KRON = True
+_H_FLOAT_CACHE: dict[tuple[int, str], np.ndarray] = {}
+
+
+def _hadamard_float(f: int, dtype: np.dtype) -> np.ndarray:
+    key = (f, np.dtype(dtype).str)
+    H = _H_FLOAT_CACHE.get(key)
+    if H is None:
+        H = hadamard_matrix(f).astype(dtype)
+        H.setflags(write=False)
+        _H_FLOAT_CACHE[key] = H
+    return H
+
+
 def fwht_columns(x: np.ndarray, *, out: np.ndarray | None = None,
                  scratch: np.ndarray | None = None) -> np.ndarray:
     """Unnormalized FWHT along axis 0 of a C-contiguous 2-D array ``(K, batch)``.
 
-    This is the fast kernel: with the batch as the innermost (contiguous) axis every butterfly
-    stage is two numpy ufunc calls over long contiguous runs (``h * batch`` elements), which is
-    several times faster than transforming along the last axis (short inner loops for small
-    strides). Ping-pongs between ``out`` and ``scratch`` (allocated if not given; both must be
+    This is the fast kernel, with the batch as the innermost (contiguous) axis:
+
+    * floating point: ``H_K`` is applied as a Kronecker product of small Sylvester factors
+      (:func:`hadamard_factors`), one broadcast BLAS matmul per factor — ``O(K log K)`` work up
+      to the constant factor size (≤ 16), about 1.5× faster than radix-2 butterflies in numpy;
+    * integers: radix-2 butterflies, two ufunc calls per stage over contiguous runs of
+      ``h * batch`` elements (exact in int64).
+
+    Ping-pongs between ``out`` and ``scratch`` (allocated if not given; both must be
     C-contiguous with ``x``'s shape and dtype and must not alias ``x``); ``x`` is not modified.
     Returns ``out``.
     """
@@ -90,11 +133,26 @@ def fwht_columns(x: np.ndarray, *, out: np.ndarray | None = None,
         out[...] = x
         return out
     scratch = _c_buffer(x, scratch, "scratch")
+    if _KRON and (np.issubdtype(x.dtype, np.floating)
+                  or np.issubdtype(x.dtype, np.complexfloating)):
+        factors = hadamard_factors(K)
+        src, pre, rest = x, 1, K
+        for j, f in enumerate(factors):
+            rest //= f
+            # alternate buffers so that the last factor writes into ``out``
+            dst = out if (len(factors) - 1 - j) % 2 == 0 else scratch
+            # (pre, f, rest, batch) viewed as a stack of (f, batch) matrices: every GEMM is
+            # f×f×batch, small enough that BLAS does not spawn threads for it
+            shape = (pre, f, rest, batch)
+            np.matmul(_hadamard_float(f, x.dtype), src.reshape(shape).transpose(0, 2, 1, 3),
+                      out=dst.reshape(shape).transpose(0, 2, 1, 3))
+            pre *= f
+            src = dst
+        return out
     n_stages = K.bit_length() - 1
     src = x
     for stage in range(n_stages):
         h = 1 << stage
-        # alternate buffers so that the last stage writes into ``out``
         dst = out if (n_stages - 1 - stage) % 2 == 0 else scratch
         s = src.reshape(K // (2 * h), 2, h * batch)
         t = dst.reshape(K // (2 * h), 2, h * batch)
