@@ -23,10 +23,12 @@ Usage: ``python bench/central_hlm_wme.py [--quick] [--jobs 2] [--out bench/resul
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -96,6 +98,7 @@ class Config:
     tune: int
     trials: int
     seed: int
+    constants: str = "calibrated"
 
 
 def _mse(est, mu) -> float:
@@ -109,7 +112,8 @@ def _run_b1(cfg: Config, y: np.ndarray, which: str, c: float, rs: RandomSource):
     vals = y[:, 0] if cfg.d == 1 else y
     if which == "hlm":
         return hlm_mean(ids, vals, epsilon=EPS, delta=DELTA, rng=rs,
-                        params=HLMParams(radius=RC, T=c * scale)).estimate
+                        params=HLMParams(radius=RC, T=c * scale,
+                                         constants=cfg.constants)).estimate
     return wme_mean(ids, vals, epsilon=EPS, delta=DELTA, rng=rs,
                     params=WMEParams(tau=c * scale, bound=RC)).estimate
 
@@ -121,9 +125,10 @@ def _run_b3(cfg: Config, data: tuple, which: str, c: float, rs: RandomSource):
     sx = SIGMA_X[cfg.law]
     if which == "hlm":
         if np.all(m == m[0]):
-            params = HLMParams(radius=RC, T=c * sx / math.sqrt(m[0]))
+            params = HLMParams(radius=RC, T=c * sx / math.sqrt(m[0]), constants=cfg.constants)
         else:
-            params = HLMParams(radius=RC, A=c * sx, gamma=max(1.0, cfg.x))
+            params = HLMParams(radius=RC, A=c * sx, gamma=max(1.0, cfg.x),
+                               constants=cfg.constants)
         return hlm_mean(ids, vals, epsilon=EPS, delta=DELTA, rng=rs, params=params).estimate
     tau = c * sx / math.sqrt(m.sum() / m.size)
     return wme_mean(ids, vals, epsilon=EPS, delta=DELTA, rng=rs,
@@ -131,6 +136,8 @@ def _run_b3(cfg: Config, data: tuple, which: str, c: float, rs: RandomSource):
 
 
 def run_config(cfg: Config) -> dict:
+    if cfg.constants == "paper":  # reproduction mode: the d = 1 warning is expected
+        warnings.filterwarnings("ignore", message="constants='paper'")
     mu = np.full(cfg.d, MEAN[cfg.law])
     root = RandomSource.seeded(f"bench:{cfg.plan}:{cfg.law}:{cfg.d}:{cfg.n}:{cfg.x}:{cfg.seed}")
     if cfg.plan == "B1":
@@ -294,6 +301,31 @@ def plot_b3(results: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+def _key(c: Config) -> tuple:
+    return (c.plan, c.law, c.d, c.n, c.x)
+
+
+def _load(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as fh:
+        for line in fh:
+            r = json.loads(line)
+            r["cfg"] = Config(**r["cfg"])
+            out.append(r)
+    return out
+
+
+def _budget(args, tune: int, trials: int, d: int, n: int) -> tuple[int, int]:
+    """Fewer data sets for the expensive d = 3 lattice runs (documented in the report)."""
+    if d == 3 and n >= 10_000:
+        return max(1, tune // 2), max(2, trials // 3)
+    if d == 3:
+        return tune, max(2, (2 * trials) // 3)
+    return tune, trials
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small grids, few trials (~1 min)")
@@ -303,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune", type=int, default=None, help="tuning data sets per point")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: b1,b3,timing")
     ap.add_argument("--timing-n", type=int, default=1_000_000)
+    ap.add_argument("--constants", default="calibrated", choices=("calibrated", "nrs", "paper"),
+                    help="HLM (alpha, beta) mode (spec §2.9); 'paper' = reproduction only")
+    ap.add_argument("--dims", default="1,3", help="B1 dimensions, e.g. 1")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse finished configurations from the JSONL log")
     ap.add_argument("--b3-n", type=lambda v: [int(x) for x in v.split(",")],
                     default=[1000, 10000], help="user counts for B3 (spec: 1000; N = 100 n)")
     args = ap.parse_args(argv)
@@ -317,44 +354,57 @@ def main(argv: list[str] | None = None) -> int:
         trials, tune = args.trials or 10, args.tune or 2
     else:
         ms = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
-        b1_grid = [(law, d, n, m) for d in (1, 3) for law in ("uniform", "gauss", "lomax")
-                   for n in (1000, 10000) for m in ms]
+        dims = tuple(int(v) for v in args.dims.split(","))
+        b1_grid = [(law, d, n, m) for d in dims for law in ("uniform", "gauss", "lomax")
+                   for n in (1000, 10000) for m in ms
+                   if d == 1 or n == 1000 or m in (1, 10, 100, 1000)]
         b3_grid = [(law, n, g) for law in ("uniform", "gauss", "exponential")
                    for n in args.b3_n for g in (1, 1.5, 2, 3, 4, 5, 6, 8, 10)]
-        trials, tune = args.trials or 40, args.tune or 4
+        trials, tune = args.trials or 30, args.tune or 3
 
     md = ["# HLM vs WME — measured (bench/central_hlm_wme.py"
           + (" --quick" if args.quick else "") + ")", "",
-          f"ε = {EPS}, δ = {DELTA}, R_c = B = {RC}; HLM constants = calibrated, default β; "
-          f"tuning data sets per point = {tune}, evaluation trials per point = {trials} "
-          "(d = 3, n = 10000: half).", ""]
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        if "b1" not in skip:
-            cfgs = [Config("B1", law, d, n, float(m), tune,
-                           trials if not (d == 3 and n >= 10000) else max(2, trials // 2), 0)
-                    for law, d, n, m in b1_grid]
-            t0 = time.time()
-            res = sorted(pool.map(run_config, cfgs),
-                         key=lambda r: (r["cfg"].d, r["cfg"].law, r["cfg"].n, r["cfg"].x))
-            table = b1_table(res)
-            print("## B1 balanced: MSE vs m\n\n" + table + "\n", flush=True)
-            md += ["## B1 balanced: MSE vs m", "", table, "",
-                   f"![B1](b1_mse_vs_m{'_quick' if args.quick else ''}.png)", "",
-                   f"(B1 wall time {time.time() - t0:.0f} s)", ""]
-            plot_b1(res, os.path.join(args.out,
-                                      f"b1_mse_vs_m{'_quick' if args.quick else ''}.png"))
-        if "b3" not in skip:
-            cfgs = [Config("B3", law, 1, n, float(g), tune, trials, 0) for law, n, g in b3_grid]
-            t0 = time.time()
-            res = sorted(pool.map(run_config, cfgs),
-                         key=lambda r: (r["cfg"].law, r["cfg"].n, r["cfg"].x))
-            table = b3_table(res)
-            print("## B3 imbalanced: MSE vs γ\n\n" + table + "\n", flush=True)
-            md += ["## B3 imbalanced: MSE vs γ (N ≈ 100 n)", "", table, "",
-                   f"![B3](b3_mse_vs_gamma{'_quick' if args.quick else ''}.png)", "",
-                   f"(B3 wall time {time.time() - t0:.0f} s)", ""]
-            plot_b3(res, os.path.join(args.out,
-                                      f"b3_mse_vs_gamma{'_quick' if args.quick else ''}.png"))
+          f"ε = {EPS}, δ = {DELTA}, R_c = B = {RC}; HLM constants = {args.constants}; "
+          f"tuning data sets / evaluation trials per point: see the `tune`/`trials` columns "
+          "of the JSONL log.", ""]
+    suffix = ("_quick" if args.quick else "") + \
+        ("" if args.constants == "calibrated" else f"_{args.constants}")
+    log = os.path.join(args.out, f"central_hlm_wme{suffix}.jsonl")
+    done = _load(log) if args.resume else []
+    seen = {_key(r["cfg"]) for r in done}
+    cfgs = []
+    if "b1" not in skip:
+        cfgs += [Config("B1", law, d, n, float(m), *_budget(args, tune, trials, d, n), 0,
+                        args.constants) for law, d, n, m in b1_grid]
+    if "b3" not in skip:
+        cfgs += [Config("B3", law, 1, n, float(g), tune, trials, 0, args.constants)
+                 for law, n, g in b3_grid]
+    todo = [c for c in cfgs if _key(c) not in seen]
+    todo.sort(key=lambda c: (c.d == 3 and c.n >= 10_000, c.d == 3))  # cheap ones first
+    t0 = time.time()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool, open(log, "a") as fh:
+        for r in pool.map(run_config, todo):
+            done.append(r)
+            fh.write(json.dumps({**r, "cfg": r["cfg"].__dict__}) + "\n")
+            fh.flush()
+            c = r["cfg"]
+            print(f"[{time.time() - t0:6.0f}s] {c.plan} {c.law} d={c.d} n={c.n} x={c.x:g}: "
+                  f"HLM {r['hlm']:.3g} WME {r['wme']:.3g}", flush=True)
+    b1 = sorted((r for r in done if r["cfg"].plan == "B1"),
+                key=lambda r: (r["cfg"].d, r["cfg"].law, r["cfg"].n, r["cfg"].x))
+    b3 = sorted((r for r in done if r["cfg"].plan == "B3"),
+                key=lambda r: (r["cfg"].law, r["cfg"].n, r["cfg"].x))
+    if b1:
+        table = b1_table(b1)
+        print("## B1 balanced: MSE vs m\n\n" + table + "\n", flush=True)
+        md += ["## B1 balanced: MSE vs m", "", table, "", f"![B1](b1_mse_vs_m{suffix}.png)", ""]
+        plot_b1(b1, os.path.join(args.out, f"b1_mse_vs_m{suffix}.png"))
+    if b3:
+        table = b3_table(b3)
+        print("## B3 imbalanced: MSE vs γ\n\n" + table + "\n", flush=True)
+        md += ["## B3 imbalanced: MSE vs γ (N ≈ 100 n)", "", table, "",
+               f"![B3](b3_mse_vs_gamma{suffix}.png)", ""]
+        plot_b3(b3, os.path.join(args.out, f"b3_mse_vs_gamma{suffix}.png"))
     if "timing" not in skip:
         n = 10_000 if args.quick else args.timing_n
         tm = timing(n, 10, 3)
@@ -364,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"| WME (d=1, Laplace) | {tm['wme']:.2f} | {tm['wme_core']:.2f} |")
         print(f"## Run time at n = {n} users (median of 3)\n\n{table}\n", flush=True)
         md += [f"## Run time at n = {n:,} users, m = 10 (median of 3)", "", table, ""]
-    name = "central_hlm_wme_quick.md" if args.quick else "central_hlm_wme_raw.md"
+    name = f"central_hlm_wme_raw{suffix}.md"
     with open(os.path.join(args.out, name), "w") as fh:
         fh.write("\n".join(md) + "\n")
     return 0
