@@ -137,3 +137,28 @@ def test_pad_pow2() -> None:
     assert np.abs(z).max() <= np.abs(v).sum() / np.sqrt(8) + 1e-15
     with pytest.raises(ValueError):
         pad_pow2(np.ones((2, 0)))
+
+
+def test_hadamard_factors() -> None:
+    from uldp.client.hadamard import hadamard_factors
+
+    assert hadamard_factors(1) == [1]
+    assert hadamard_factors(256) == [16, 16]
+    assert hadamard_factors(1024) == [16, 8, 8]
+    for r in range(15):
+        f = hadamard_factors(1 << r)
+        assert int(np.prod(f)) == 1 << r and max(f) <= 16
+    with pytest.raises(ValueError):
+        hadamard_factors(12)
+
+
+@pytest.mark.parametrize("K", [2048, 4096])
+def test_fwht_float_kronecker_path_matches_exact_integer_path(K: int) -> None:
+    rng = np.random.default_rng(K)
+    Xi = rng.integers(-1000, 1000, size=(3, K))
+    exact = fwht(Xi)  # int64 butterflies
+    np.testing.assert_array_equal(fwht(Xi.astype(np.float64)), exact.astype(np.float64))
+    X = rng.standard_normal((3, K))
+    np.testing.assert_allclose(fwht(fwht(X)) / K, X, atol=1e-12)
+    y = fwht(X)
+    np.testing.assert_allclose(np.linalg.norm(y, axis=1), np.sqrt(K) * np.linalg.norm(X, axis=1))

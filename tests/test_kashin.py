@@ -10,6 +10,7 @@ import pytest
 from uldp.client.kashin import (
     K_LV_DEFAULT,
     KASHIN_DELTA_DEFAULT,
+    KASHIN_TOL_DEFAULT,
     CalibrationResult,
     KashinFrame,
     calibrate,
@@ -218,3 +219,29 @@ def test_coefficient_bound() -> None:
     assert coefficient_bound(2.0, 64, K_LV=4.0) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         coefficient_bound(0.0, 4)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_threads_and_chunks_do_not_change_results(kind: str) -> None:
+    F = KashinFrame.from_seed(8, seed=6, kind=kind)
+    X = _data(9000, 8, 6)  # several blocks
+    a1 = kashin_coefficients(F, X, workers=1)
+    a2 = kashin_coefficients(F, X, workers=2)
+    np.testing.assert_allclose(a1, a2, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(a1[:40], kashin_coefficients(F, X[:40]), rtol=1e-9, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_spec_tolerance_1e10(kind: str) -> None:
+    """The spec's tol = 1e-10 ([D9]) is available and changes the level only marginally."""
+    F = KashinFrame.from_seed(64, seed=8, kind=kind)
+    X = _data(400, 64, 8)
+    info_spec = kashin_coefficients_info(F, X, tol=1e-10)
+    info_def = kashin_coefficients_info(F, X)
+    assert (info_spec.iterations >= info_def.iterations).all()
+    res = np.linalg.norm(F.synthesis(info_spec.coefficients) - X, axis=1)
+    assert (res <= 1e-9 * np.linalg.norm(X, axis=1)).all()
+    lev_spec = kashin_level(F, X, info_spec.coefficients)
+    lev_def = kashin_level(F, X, info_def.coefficients)
+    assert np.abs(lev_spec - lev_def).max() <= KASHIN_TOL_DEFAULT * (np.sqrt(F.N) + 3)
+    assert lev_spec.max() <= K_LV_DEFAULT
