@@ -85,6 +85,22 @@ def test_zcdp_conversion_and_sigma():
     assert zcdp_sigma(3.0, 0.5, 1e-5) == pytest.approx(3 * s)
 
 
+def test_gaussian_stage2_noise_scale_formula():
+    """σ (grid units) = zcdp_sigma(m_max K √d', ε/2, δ): L2 sensitivity of Σ m_i u_i."""
+    m = np.array([1, 3, 2, 5] * 5)
+    ids = np.repeat(np.arange(m.size), m)
+    x = np.tile(np.linspace(-0.3, 0.3, 3), (m.sum(), 1))
+    r = wme_mean(ids, x, epsilon=EPS, delta=DELTA, tau=0.3, rng=RandomSource.seeded(2),
+                 params=WMEParams(grid_units=256))
+    assert r.details["stage2_sigma_grid_units"] == pytest.approx(
+        zcdp_sigma(5 * 256 * math.sqrt(4), EPS / 2, DELTA))
+    r1 = wme_mean(ids, x[:, 0], epsilon=EPS, delta=DELTA, tau=0.3, rng=RandomSource.seeded(2),
+                  params=WMEParams(grid_units=256, stage2="gaussian", weighting="users"))
+    assert r1.details["stage2_sigma_grid_units"] == pytest.approx(
+        zcdp_sigma(256, EPS / 2, DELTA))
+    assert r1.privacy.mode == "approx"
+
+
 def test_clipped_grid_sum_is_exact_on_grid_points():
     y = np.array([-5.0, 0.0, 0.25, 0.5, 9.0])
     got = clipped_grid_sum(y, 0.0, 1.0, np.array([1, 2, 3, 4, 5]), 4, RandomSource.seeded(0))
