@@ -74,7 +74,7 @@ def _c_buffer(x: np.ndarray, buf: np.ndarray | None, name: str) -> np.ndarray:
         return np.empty(x.shape, dtype=x.dtype)
     if buf.shape != x.shape or buf.dtype != x.dtype or not buf.flags.c_contiguous:
         raise ValueError(f"{name} must be a C-contiguous array of shape {x.shape}, {x.dtype}")
-    if np.shares_memory(buf, x):
+    if np.may_share_memory(buf, x):
         raise ValueError(f"{name} must not alias the input")
     return buf
 

@@ -339,6 +339,25 @@ def _validate_lv_args(delta: float, max_iter: int, tol: float) -> None:
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
 
 
+_SAFE_EXP = 400  # |x| within 2^±400: squares neither overflow nor underflow
+
+
+def _rescale_columns(XT: np.ndarray) -> np.ndarray | None:
+    """Scale extreme columns of ``XT`` in place by powers of two (exact); return the exponents.
+
+    The LV map is positively homogeneous (``a(c x) = c a(x)``), so columns with huge or tiny
+    entries are brought to max-abs in [1/2, 1) and scaled back afterwards. ``None`` if no column
+    needed it (the common case: no extra pass over the coefficients).
+    """
+    maxabs = np.abs(XT).max(axis=0) if XT.size else np.zeros(XT.shape[1])
+    extreme = (maxabs > 2.0**_SAFE_EXP) | ((maxabs < 2.0**-_SAFE_EXP) & (maxabs > 0))
+    if not extreme.any():
+        return None
+    exps = np.where(extreme, np.frexp(maxabs)[1], 0).astype(np.int64)
+    np.ldexp(XT, -exps[None, :], out=XT)
+    return exps
+
+
 def _col_norms(V: np.ndarray) -> np.ndarray:
     """Euclidean norm of each column of a (k, s) array."""
     return np.sqrt(np.einsum("ij,ij->j", V, V))
@@ -361,9 +380,9 @@ class _Workspace:
 _A, _B, _C, _S1, _S2 = range(5)  # workspace slots
 
 
-def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int,
-              tol: float) -> tuple[np.ndarray, np.ndarray]:
-    """LV iteration on one column block ``XT`` (d, s); returns ``A`` (s, N) and iterations (s,).
+def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int, tol: float,
+              A_out: np.ndarray, iters: np.ndarray) -> None:
+    """LV iteration on one column block ``XT`` (d, s) into ``A_out`` (s, N) and ``iters`` (s,).
 
     Runs on ``b_k = U v_k`` (see the frame's internal kernels): ``M = ‖b‖/√(δN)``,
     ``c = clamp(b, ±M)``, ``a += c``, ``b ← P (b − c)``; a finished column gets the exact final
@@ -371,13 +390,15 @@ def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int,
     are dropped from the working set once they are at least half of it.
     """
     N, s = frame.N, XT.shape[1]
-    A_out = np.zeros((s, N))
-    iters = np.zeros(s, dtype=np.int64)
+    exps = _rescale_columns(XT)
     xnorm = _col_norms(XT)
     idx = np.flatnonzero(xnorm > 0.0)  # x = 0 → a = 0
     m = idx.size
+    if m < s:
+        A_out[xnorm == 0.0] = 0.0
+        iters[xnorm == 0.0] = 0
     if m == 0:
-        return A_out, iters
+        return
     ws = _Workspace(N, m, 5)
     B = ws.get(_B, m)
     frame._internal_start(XT[:, idx] if m < s else XT, B, ws.get(_S1, m), ws.get(_S2, m))
@@ -423,7 +444,8 @@ def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int,
         it += 1
     if frame._signs is not None:  # rotate internal Hadamard coordinates back
         A_out *= frame._signs[None, :]
-    return A_out, iters
+    if exps is not None:  # undo the exact power-of-two rescaling (a is 1-homogeneous)
+        np.ldexp(A_out, exps[:, None], out=A_out)
 
 
 def _chunk_size(N: int) -> int:
@@ -452,9 +474,9 @@ def kashin_coefficients_info(frame: KashinFrame, X: np.ndarray, *,
 
     def run(start: int) -> None:
         stop = min(S, start + chunk)
-        XT = np.ascontiguousarray(X2[start:stop].T)
-        A[start:stop], iters[start:stop] = _lv_block(frame, XT, float(delta), int(max_iter),
-                                                     float(tol))
+        XT = X2[start:stop].T.copy()  # own C-contiguous copy (rescaled in place)
+        _lv_block(frame, XT, float(delta), int(max_iter), float(tol), A[start:stop],
+                  iters[start:stop])
 
     n_workers = min(len(starts), _default_workers(frame) if workers is None else int(workers))
     if n_workers <= 1:
@@ -488,7 +510,9 @@ def kashin_level(frame: KashinFrame, X: np.ndarray, A: np.ndarray) -> np.ndarray
     """Per-row observed level ``√N ‖a‖∞ / ‖x‖₂`` (0 for x = 0)."""
     X2 = np.atleast_2d(np.asarray(X, dtype=np.float64))
     A2 = np.atleast_2d(np.asarray(A, dtype=np.float64))
-    xn = np.linalg.norm(X2, axis=1)
+    xmax = np.abs(X2).max(axis=1, keepdims=True)
+    safe = np.where(xmax > 0, xmax, 1.0)
+    xn = np.linalg.norm(X2 / safe, axis=1) * safe[:, 0]  # no overflow for huge rows
     amax = np.abs(A2).max(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         lev = np.where(xn > 0, math.sqrt(frame.N) * amax / np.where(xn > 0, xn, 1.0), 0.0)

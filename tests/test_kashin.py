@@ -245,3 +245,24 @@ def test_spec_tolerance_1e10(kind: str) -> None:
     lev_def = kashin_level(F, X, info_def.coefficients)
     assert np.abs(lev_spec - lev_def).max() <= KASHIN_TOL_DEFAULT * (np.sqrt(F.N) + 3)
     assert lev_spec.max() <= K_LV_DEFAULT
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_extreme_magnitudes(kind: str) -> None:
+    """Huge / tiny rows: no overflow or underflow in the norms (exact power-of-two rescaling)."""
+    F = KashinFrame.from_seed(16, seed=12, kind=kind)
+    base = _data(6, 16, 12)
+    scales = np.array([1e300, 1e-300, 1e200, 1e-310, 1.0, 3.0])
+    X = base * scales[:, None]
+    X_before = X.copy()
+    A = kashin_coefficients(F, X)
+    assert np.array_equal(X, X_before)  # input untouched
+    assert np.isfinite(A).all()
+    ref = kashin_coefficients(F, base)
+    for i, c in enumerate(scales):
+        np.testing.assert_allclose(A[i] / c, ref[i], rtol=1e-6, atol=1e-9 * np.abs(ref[i]).max())
+    lev = kashin_level(F, X, A)
+    assert (lev <= K_LV_DEFAULT).all() and (lev > 0.5).all()
+    one = X[0].copy()
+    kashin_coefficients(F, one)
+    assert np.array_equal(one, X_before[0])  # single row: still untouched
