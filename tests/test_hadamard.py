@@ -162,3 +162,14 @@ def test_fwht_float_kronecker_path_matches_exact_integer_path(K: int) -> None:
     np.testing.assert_allclose(fwht(fwht(X)) / K, X, atol=1e-12)
     y = fwht(X)
     np.testing.assert_allclose(np.linalg.norm(y, axis=1), np.sqrt(K) * np.linalg.norm(X, axis=1))
+
+
+def test_fwht_butterfly_and_kronecker_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uldp.client.hadamard as had
+
+    X = np.random.default_rng(5).standard_normal((512, 7))
+    kron = had.fwht_columns(X)
+    monkeypatch.setattr(had, "_KRON", False)
+    bfly = had.fwht_columns(X)
+    np.testing.assert_allclose(kron, bfly, atol=1e-11)
+    np.testing.assert_allclose(bfly, hadamard_matrix(512) @ X, atol=1e-11)
