@@ -52,7 +52,10 @@ class AnalystClient:
         self._own = channel is None
         self.channel = channel or secure_channel(endpoint)
         self.stub = analyst_pb2_grpc.AnalystServiceStub(self.channel)
-        self.meta = bearer(admin_token.strip())
+        token = admin_token.strip()
+        if not token or any(ch.isspace() or not ch.isprintable() for ch in token):
+            raise ValueError("the admin token must be one line of printable characters")
+        self.meta = bearer(token)
         self.timeout_s = timeout_s
 
     @classmethod
