@@ -512,3 +512,18 @@ def test_nonprivate_modified_winsorized_mean() -> None:
     x[-1] = 1e6
     # p = max(min(1, 2.5)/100, 0) = 0.01: clip at x_(1) = 0 and x_(99) = 98
     assert modified_winsorized_mean(x) == pytest.approx((np.arange(99).sum() + 98) / 100)
+
+
+def test_per_coordinate_params_and_gaussian_mode_flagged() -> None:
+    g = np.random.default_rng(3)
+    vals = np.column_stack([g.normal(size=400), g.normal(100.0, 1.0, size=400)])
+    plist = [PMWMParams(lower=-10, upper=10),
+             PMWMParams(lower=0, upper=200, quantile_noise="gaussian")]
+    rel = pmwm_mean(np.arange(400), vals, epsilon=None, rho=8.0, params=plist,
+                    rng=RandomSource.seeded(0))
+    assert abs(rel.estimate[0]) < 0.3 and abs(rel.estimate[1] - 100.0) < 0.3
+    assert "Lemma D.1" in rel.privacy.notes
+    assert [p["quantile_noise"] for p in rel.privacy.public["params"]] == [
+        "exponential", "gaussian"]
+    with pytest.raises(ValueError, match="params"):
+        pmwm_mean(np.arange(400), vals, epsilon=1.0, params=plist[:1])

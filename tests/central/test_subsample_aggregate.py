@@ -224,3 +224,18 @@ def test_sa_bad_inputs() -> None:
     with pytest.raises(ValueError, match="weights"):
         subsample_and_aggregate(uid, vals, "mean", epsilon=1.0,
                                 params=SAParams(weights=(0.5, 0.5)))
+
+
+def test_sa_spread_leftover_uses_every_user() -> None:
+    uid, vals = _panel(105, 5)
+    seen: list[int] = []
+
+    def spy(v: np.ndarray, u: np.ndarray) -> float:
+        seen.extend(np.unique(u).tolist())
+        return float(v.mean())
+
+    rel = subsample_and_aggregate(uid, vals, spy, epsilon=2.0,
+                                  params=SAParams(group_size=10, leftover="spread"),
+                                  rng=RandomSource.seeded(1))
+    assert sorted(seen) == sorted(np.unique(uid).tolist())
+    assert rel.privacy.public["users_dropped"] == 0 and rel.privacy.public["groups"] == 10
