@@ -12,6 +12,15 @@ Given ``C`` components, a user-level budget ε and ``n`` users in the invocation
 * ``low`` (ε >= C·ln n): one group with all components, ``ε_c = ε / C``.
 
 Privacy (basic composition, §5.4): a user in group ``g`` spends ``k_g · ε_c <= ε``.
+
+``mode="tuned"`` (uldp's addition, not in the paper): the spec's S5 asks that the error be
+non-increasing in ε, but [D7]'s ``k = ⌊ε⌋`` components per group is not — e.g. ℓ∞, d = 4:
+ε = 1.5 (4 groups at ε_c = 1.5) beats ε = 2 (2 groups at ε_c = 1) by 12 %. The tuned mode
+picks the group size ``k ∈ [1, C]`` that minimizes the explicit §4.5 variance bound with
+the worst-case sample variance ``σ² = D²``:
+``Σ_g k_g · G · (1 + 2(12 + 2√ln N_Δ)² k_g² / ε²)`` (the bound's scale-free part; ε_c =
+ε/k_g). It uses public values only, so privacy is unchanged, and it is non-increasing in
+ε by construction (every candidate's bound decreases in ε).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Group", "Grouping", "group_components"]
+__all__ = ["MODES", "Group", "Grouping", "group_components"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,23 @@ class Grouping:
     groups: tuple[Group, ...]
 
 
+MODES = ("default", "paper", "tuned")
+
+
+def _tuned(C: int, epsilon: float, n_delta: int) -> Grouping:
+    c0 = 2 * (12 + 2 * math.sqrt(math.log(max(n_delta, 2)))) ** 2
+    best_k, best = 1, math.inf
+    for k in range(1, C + 1):
+        G = math.ceil(C / k)
+        sizes = [k] * (G - 1) + [C - (G - 1) * k]
+        bound = sum(kg * G * (1 + c0 * kg**2 / epsilon**2) for kg in sizes)
+        if bound < best * (1 - 1e-12):
+            best_k, best = k, bound
+    groups = tuple(Group(tuple(range(s, min(s + best_k, C))), epsilon / min(best_k, C - s))
+                   for s in range(0, C, best_k))
+    return Grouping(f"tuned-k{best_k}", groups)
+
+
 def group_components(n_components: int, epsilon: float, n_users: int,
                      mode: str = "default") -> Grouping:
     """Split ``n_components`` into groups by the ε regime (§5.2, [D7], [D11])."""
@@ -50,11 +76,13 @@ def group_components(n_components: int, epsilon: float, n_users: int,
         raise ValueError(f"epsilon must be a finite positive number, got {epsilon!r}")
     if n_users < 1:
         raise ValueError(f"n_users must be >= 1, got {n_users}")
-    if mode not in ("default", "paper"):
-        raise ValueError(f"mode must be 'default' or 'paper', got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     C = n_components
     if C == 1:
         return Grouping("single", (Group((0,), epsilon),))
+    if mode == "tuned":
+        return _tuned(C, epsilon, n_users)
     if epsilon < 1:
         return Grouping("high", tuple(Group((c,), epsilon) for c in range(C)))
     if epsilon >= C * math.log(max(n_users, 2)):

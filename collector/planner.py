@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from uldp.client.regimes import Grouping, group_components
+from uldp.client.regimes import MODES, Grouping, group_components
 from uldp.client.statistics import KINDS, Kind
 from uldp.client.tasks import METHODS, TaskSpec, report_limit, validate_task
 from uldp.collector.estimators.estimate import Estimate, combine
@@ -83,8 +83,8 @@ class QuerySpec:
             raise ValueError(f"bound must be a finite positive number, got {self.bound!r}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
-        if self.mode not in ("default", "paper"):
-            raise ValueError(f"mode must be 'default' or 'paper', got {self.mode!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
