@@ -317,3 +317,8 @@ def compute_report(task: TaskSpec, samples: np.ndarray, labels: np.ndarray | Non
     x = np.asarray(samples)
     lab = None if labels is None else np.asarray(labels)[None]
     return compute_reports(task, x[None], rng, labels=lab)[0]
+
+
+# The learning kinds (sgd, classify, regress; spec §8–§10) register themselves in KINDS on
+# import; importing them here makes every device and collector that loads tasks know them.
+import uldp.client.learning  # noqa: E402,F401

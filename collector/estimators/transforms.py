@@ -66,3 +66,7 @@ def project_simplex(v: np.ndarray) -> np.ndarray:
     rho = np.nonzero(u - css / idx > 0)[0][-1]
     theta = css[rho] / (rho + 1)
     return np.maximum(v - theta, 0.0)
+
+
+# Output transforms of the learning kinds (§8–§10) register themselves on import.
+import uldp.collector.learning.transforms  # noqa: E402,F401

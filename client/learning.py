@@ -1,0 +1,316 @@
+"""Device side of the learning queries: per-sample gradients, grid/Hadamard features.
+
+Spec: ``user_level_ldp.md`` §8 (Algorithm 3, SGD: per-sample gradients at the broadcast
+θ_t, clipped to norm D, Kashin coefficients per sample, [D8], [D14]), §9 (Algorithm 4,
+classification: ``K_H`` components ``Y·H_{k,bin(X)}``, [D15], [D16]), §10 (Algorithm 5,
+regression: ``2K_H`` components, ``Q`` with bound ``T_y`` and ``P`` with bound 1, [D18]),
+§1.3 INV-6 (all clamps mandatory on the device), [D5] (``N_Δ = K_H·n`` for §9/§10).
+
+Three kinds are registered in :data:`uldp.client.statistics.KINDS`; all have
+``uses_labels=True``, so ``compute_report(task, samples, labels)`` receives the labels as
+the last column of every sample (label-free gradient models such as the quadratic test
+loss ignore it; pass zeros).
+
+* ``sgd`` — public ``task.extra``: ``model`` (a name in :data:`GRADIENTS`), ``theta``
+  (θ_t, ``task.dim`` floats), optional ``l2`` (ridge/logistic penalty λ >= 0); the clip
+  norm is ``task.bound``. Each per-sample gradient is sanitised (a row with NaN/inf is
+  replaced by the zero vector), clipped to ``‖g‖₂ <= D`` without overflow, mapped to its
+  Kashin coefficients and clamped to ``[-D', D']``, ``D' = K_LV·D/√N``. Whatever a custom
+  gradient returns, the user statistic therefore lies in ``[-D', D']^N`` and the
+  Algorithm-1 mechanism clamps it again: huge or NaN outputs never reach a report.
+* ``classify`` — public ``task.extra``: ``grid`` (M cells per axis), optional ``lo``/``hi``
+  (declared feature box, default ``[0, 1]^d``). Features are affinely rescaled to
+  ``[0, 1]^d`` and clamped; labels are mapped to ±1 (``y > 0 → +1``, else −1, so both
+  {0, 1} and {−1, +1} encodings work, [D16]); component ``k`` of a sample is
+  ``y·H[k, bin(x)]`` with ``K_H = next_pow2(M^d)``.
+* ``regress`` — as ``classify`` plus ``label_bound`` ``T_y``: labels are clamped to
+  ``[-T_y, T_y]``; components ``0..K_H-1`` are ``y·H[k, bin(x)]`` (bound ``T_y``) and
+  ``K_H..2K_H-1`` are ``H[k, bin(x)]`` (bound 1).
+
+Every public value in ``extra`` is validated when the device validates the task
+(``validate_task`` calls ``n_components``), so a malformed task is refused with
+:class:`~uldp.client.tasks.TaskRefused` naming the field. The noise scales are the core
+Algorithm-1 ones, computed on the device from ``eps_c`` and the public bounds (INV-7).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from uldp.client.hadamard import fwht, next_pow2
+from uldp.client.params import Alg1Params
+from uldp.client.statistics import DataError, Kind, kashin_frame, register_kind
+from uldp.client.tasks import TaskRefused, TaskSpec
+
+__all__ = [
+    "GRADIENTS",
+    "MAX_GRID_CELLS",
+    "GradientFn",
+    "clip_rows",
+    "grid_bins",
+    "grid_spec",
+    "label_signs",
+    "per_sample_gradients",
+    "register_gradient",
+]
+
+#: ``fn(theta (p,), X (S, p), y (S,), extra) -> (S, p)`` per-sample gradients.
+GradientFn = Callable[[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]], np.ndarray]
+GRADIENTS: dict[str, GradientFn] = {}
+MAX_GRID_CELLS = 1 << 20  # largest M^d a device accepts (K_H <= 2^20)
+
+
+def register_gradient(name: str, fn: GradientFn) -> GradientFn:
+    """Register a per-sample gradient under ``name`` (usable as ``extra["model"]``).
+
+    The device never trusts its output: non-finite rows become zero, rows are clipped to
+    the task's norm ``D`` and the Kashin coefficients are clamped (INV-6).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"gradient name must be a non-empty string, got {name!r}")
+    if not callable(fn):
+        raise ValueError(f"gradient {name!r} must be callable")
+    GRADIENTS[name] = fn
+    return fn
+
+
+def label_signs(y: np.ndarray) -> np.ndarray:
+    """Labels mapped to ±1: ``y > 0 → +1`` and everything else ``→ −1`` ([D16])."""
+    return np.where(np.asarray(y, dtype=np.float64) > 0, 1.0, -1.0)
+
+
+def _l2(extra: dict[str, Any]) -> float:
+    return float(extra.get("l2", 0.0))
+
+
+def _quadratic(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+               extra: dict[str, Any]) -> np.ndarray:
+    """§8.5 test loss ½‖θ − x‖² (labels ignored): gradient θ − x."""
+    return theta[None, :] - X
+
+
+def _least_squares(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+                   extra: dict[str, Any]) -> np.ndarray:
+    """½(xᵀθ − y)² (+ ½λ‖θ‖²): gradient (xᵀθ − y) x + λθ."""
+    r = X @ theta - y
+    return r[:, None] * X + _l2(extra) * theta[None, :]
+
+
+def _logistic(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
+              extra: dict[str, Any]) -> np.ndarray:
+    """log(1 + exp(−s xᵀθ)) (+ ½λ‖θ‖²), s = ±1: gradient −s σ(−s xᵀθ) x + λθ."""
+    s = label_signs(y)
+    z = np.clip(-s * (X @ theta), -500.0, 500.0)
+    w = -s / (1.0 + np.exp(-z))  # -s * sigmoid(z)
+    return w[:, None] * X + _l2(extra) * theta[None, :]
+
+
+register_gradient("quadratic", _quadratic)
+register_gradient("least_squares", _least_squares)
+register_gradient("ridge", _least_squares)
+register_gradient("logistic", _logistic)
+
+
+def clip_rows(G: np.ndarray, D: float) -> np.ndarray:
+    """Rows with NaN/inf → 0, then ``g · min(1, D/‖g‖₂)`` computed without overflow."""
+    G = np.array(G, dtype=np.float64, copy=True)
+    bad = ~np.isfinite(G).all(axis=1)
+    G[bad] = 0.0
+    amax = np.abs(G).max(axis=1, initial=0.0)
+    nz = amax > 0
+    unit = np.zeros_like(G)
+    unit[nz] = G[nz] / amax[nz, None]  # entries in [-1, 1], norm in [1, √p]
+    un = np.linalg.norm(unit, axis=1)
+    scale = np.zeros_like(amax)
+    scale[nz] = np.minimum(amax[nz], D / un[nz])
+    out = unit * scale[:, None]
+    # belt and braces: the norm can exceed D only by rounding; clamp that too.
+    norms = np.linalg.norm(out, axis=1)
+    over = norms > D
+    out[over] *= (D / norms[over])[:, None]
+    return out
+
+
+# ---- public-parameter validation (runs inside validate_task via n_components) ----------
+def _finite(name: str, v: Any, positive: bool = False, nonneg: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TaskRefused(f"{name} must be a number, got {v!r}")
+    f = float(v)
+    if not math.isfinite(f) or (positive and f <= 0) or (nonneg and f < 0):
+        kind = "positive " if positive else "non-negative " if nonneg else ""
+        raise TaskRefused(f"{name} must be a finite {kind}number, got {v!r}")
+    return f
+
+
+def _theta(task: TaskSpec) -> np.ndarray:
+    raw = task.extra.get("theta")
+    if raw is None:
+        raise TaskRefused("an sgd task needs extra['theta'] (the broadcast model θ_t)")
+    try:
+        theta = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TaskRefused("extra['theta'] must be a list of numbers") from None
+    if theta.shape != (task.dim,):
+        raise TaskRefused(f"extra['theta'] must have {task.dim} entries, got shape "
+                          f"{theta.shape}")
+    if not np.isfinite(theta).all():
+        raise TaskRefused("extra['theta'] contains NaN or infinity")
+    return theta
+
+
+def _check_sgd(task: TaskSpec) -> None:
+    model = task.extra.get("model")
+    if model not in GRADIENTS:
+        raise TaskRefused(f"extra['model'] must be one of {sorted(GRADIENTS)}, got {model!r}")
+    if task.bound is None:
+        raise TaskRefused("an sgd task needs bound (the gradient clip norm D)")
+    _finite("bound (gradient clip norm)", task.bound, positive=True)
+    if "l2" in task.extra:
+        _finite("extra['l2']", task.extra["l2"], nonneg=True)
+    _theta(task)
+
+
+def _sgd_components(task: TaskSpec) -> int:
+    _check_sgd(task)
+    return kashin_frame(task).N
+
+
+def per_sample_gradients(task: TaskSpec, x: np.ndarray) -> np.ndarray:
+    """Clipped per-sample gradients ``(S, d)`` of samples ``(S, d + 1)`` (label last)."""
+    _check_sgd(task)
+    d = task.dim
+    X, y = x[:, :d], x[:, d]
+    fn = GRADIENTS[task.extra["model"]]
+    with np.errstate(all="ignore"):
+        try:
+            G = np.asarray(fn(_theta(task), X, y, dict(task.extra)), dtype=np.float64)
+        except (ArithmeticError, ValueError, TypeError) as exc:
+            raise DataError(f"gradient {task.extra['model']!r} failed: {exc}") from None
+    if G.shape != (x.shape[0], d):
+        raise DataError(f"gradient {task.extra['model']!r} returned shape {G.shape}, "
+                        f"expected {(x.shape[0], d)}")
+    return clip_rows(G, float(task.bound))
+
+
+def _sgd_map(task: TaskSpec, x: np.ndarray) -> np.ndarray:
+    from uldp.client.kashin import kashin_coefficients
+
+    frame = kashin_frame(task)
+    a = kashin_coefficients(frame, per_sample_gradients(task, x), delta=task.kashin_delta)
+    Dp = _sgd_bound(task)
+    return np.clip(a, -Dp, Dp)  # mandatory (INV-6), whatever the Kashin level turned out
+
+
+def _sgd_bound(task: TaskSpec) -> float:
+    return task.kashin_level * float(task.bound) / math.sqrt(kashin_frame(task).N)
+
+
+@dataclass(frozen=True)
+class _GridKind(Kind):
+    """A Hadamard-grid kind: Algorithm-1 parameters use ``N_Δ = K_H·n`` ([D5])."""
+
+    def params(self, task: TaskSpec) -> list[Alg1Params]:
+        K = grid_spec(task)[2]
+        return super().params(replace(task, n_delta=K * max(int(task.n_delta), 1)))
+
+
+register_kind(Kind(
+    name="sgd", vector=True,
+    n_components=_sgd_components,
+    sample_map=_sgd_map,
+    bounds=lambda t: np.full(_sgd_components(t), _sgd_bound(t)),
+    uses_labels=True,
+))
+
+
+# ---- grid + Hadamard features (§9.2, §10.2) -------------------------------------------
+def grid_spec(task: TaskSpec) -> tuple[int, tuple[np.ndarray, np.ndarray], int]:
+    """``(M, (lo, hi), K_H)`` of a classify/regress task, validated (TaskRefused if bad)."""
+    M = task.extra.get("grid")
+    if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < 1:
+        raise TaskRefused(f"extra['grid'] (cells per axis M) must be a positive integer, "
+                          f"got {M!r}")
+    d = int(task.dim)
+    if M**d > MAX_GRID_CELLS:
+        raise TaskRefused(f"grid M^d = {M}^{d} exceeds the device limit {MAX_GRID_CELLS}")
+    try:
+        lo = np.asarray(task.extra.get("lo", [0.0] * d), dtype=np.float64)
+        hi = np.asarray(task.extra.get("hi", [1.0] * d), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TaskRefused("extra['lo'] and extra['hi'] must be lists of numbers") from None
+    if lo.shape != (d,) or hi.shape != (d,):
+        raise TaskRefused(f"extra['lo'] and extra['hi'] must have {d} entries each")
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()) or np.any(hi <= lo):
+        raise TaskRefused("feature box needs finite lo < hi on every axis")
+    return int(M), (lo, hi), next_pow2(int(M) ** d)
+
+
+def grid_bins(X: np.ndarray, M: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """0-based cell of each row of ``X`` (``(..., d)``): rescale to ``[0,1]^d``, clamp,
+    ``j_s = min(⌊M u_s⌋, M−1)``, ``bin = Σ_s j_s M^s`` (§9.2, [D16])."""
+    X = np.asarray(X, dtype=np.float64)
+    u = np.clip((X - lo) / (hi - lo), 0.0, 1.0)
+    j = np.minimum(np.floor(u * M).astype(np.int64), M - 1)
+    weights = M ** np.arange(X.shape[-1], dtype=np.int64)
+    return (j * weights).sum(axis=-1)
+
+
+def _label_bound(task: TaskSpec) -> float:
+    if "label_bound" not in task.extra:
+        raise TaskRefused("a regress task needs extra['label_bound'] (T_y)")
+    return _finite("extra['label_bound']", task.extra["label_bound"], positive=True)
+
+
+def _hadamard_features(task: TaskSpec, X: np.ndarray, weights: list[np.ndarray]) -> np.ndarray:
+    """``(n, len(weights)·K_H)``: for each weight array ``w`` (n, m), ``H · hist_w / m``."""
+    M, (lo, hi), K = grid_spec(task)
+    n, m = X.shape[:2]
+    out = np.zeros((n, K * len(weights)))
+    if m == 0:  # [D10]: a user without samples reports the zero statistic
+        return out
+    bins = grid_bins(X[..., : task.dim], M, lo, hi)  # (n, m)
+    flat = (np.arange(n)[:, None] * K + bins).ravel()
+    for i, w in enumerate(weights):
+        hist = np.bincount(flat, weights=(w / m).ravel(), minlength=n * K).reshape(n, K)
+        out[:, i * K:(i + 1) * K] = fwht(hist, axis=-1)
+    return out
+
+
+def _classify_stats(task: TaskSpec, X: np.ndarray) -> np.ndarray:
+    grid_spec(task)
+    return _hadamard_features(task, X, [label_signs(X[..., task.dim])])
+
+
+def _regress_stats(task: TaskSpec, X: np.ndarray) -> np.ndarray:
+    T = _label_bound(task)
+    y = np.clip(X[..., task.dim], -T, T)  # mandatory label clamp (INV-6)
+    return _hadamard_features(task, X, [y, np.ones_like(y)])
+
+
+def _regress_components(task: TaskSpec) -> int:
+    _label_bound(task)
+    return 2 * grid_spec(task)[2]
+
+
+register_kind(_GridKind(
+    name="classify", vector=True,
+    n_components=lambda t: grid_spec(t)[2],
+    sample_map=lambda t, x: _classify_stats(t, x[:, None, :]),
+    user_stats=_classify_stats,
+    bounds=lambda t: np.ones(grid_spec(t)[2]),
+    uses_labels=True,
+))
+register_kind(_GridKind(
+    name="regress", vector=True,
+    n_components=_regress_components,
+    sample_map=lambda t, x: _regress_stats(t, x[:, None, :]),
+    user_stats=_regress_stats,
+    bounds=lambda t: np.concatenate([np.full(grid_spec(t)[2], _label_bound(t)),
+                                     np.ones(grid_spec(t)[2])]),
+    uses_labels=True,
+))

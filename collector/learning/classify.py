@@ -1,0 +1,274 @@
+"""Algorithm 4: nonparametric classification on a grid with Hadamard features.
+
+Spec: ``user_level_ldp.md`` §9.2 (grid, ``K_H``, targets ``Q = H q``), §9.3 (protocol: a
+``K_H``-dimensional MeanEst with bound 1, ``N_Δ = K_H n``; ``q̂ = H Q̂ / K_H`` by fast WHT;
+``Ŷ(x) = sign(q̂_{bin(x)})``, ``sign(0) = +1``), §9.4 (bin side and the regime
+circularity, resolved by :func:`choose_grid`), [D15], [D16], [D17], §12 (baselines: the
+same kind run with ``method="baseline-a"|"baseline-b"``).
+
+A query is one MeanEst invocation of kind ``classify`` (device side in
+``uldp.client.learning``); everything here is post-processing (INV-5).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from uldp.client.hadamard import fwht, next_pow2
+from uldp.client.learning import MAX_GRID_CELLS, grid_bins
+from uldp.client.randomness import RandomSource
+from uldp.client.regimes import group_components
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.learning.runner import as_source, run_plan
+from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.simulate import Progress
+
+__all__ = ["GridChoice", "GridModel", "choose_grid", "effective_sizes", "hadamard_inverse",
+           "noise_constant", "run_classify"]
+
+STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
+
+
+@dataclass(frozen=True)
+class GridChoice:
+    """Bin side ``l``, cells per axis ``M = ⌈1/l⌉``, ``K_H`` and the regime it implies."""
+
+    side: float
+    M: int
+    K: int
+    regime: str
+
+
+def _grid_for(side: float, d: int) -> tuple[int, int]:
+    M = max(1, math.ceil(1.0 / side - 1e-9))
+    M = min(M, max(1, math.floor(MAX_GRID_CELLS ** (1.0 / d) + 1e-9)))
+    return M, next_pow2(M**d)
+
+
+def effective_sizes(n: int, m: int, epsilon: float, method: str) -> tuple[int, int, float]:
+    """``(n, m, ε)`` seen by the rate formulas: baseline B has one sample per user at ε;
+    baseline A has ``nm`` virtual users at ``ε/m`` (Proposition 1, §12)."""
+    if method == "baseline-b":
+        return n, 1, epsilon
+    if method == "baseline-a":
+        return n * m, 1, epsilon / m
+    if method == "ssl":  # user means + single-stage Laplace: the noise does not shrink in m
+        return n, 1, epsilon
+    return n, m, epsilon
+
+
+def noise_constant(method: str, n: int, K: int) -> float:
+    """``c²`` with ``Var q̂_l ≈ c² / (n m (ε²∧ε))`` (per cell, any regime).
+
+    Two-stage: ``4(12 + 2√ln(K n))²`` — the Algorithm-1 stage-II noise term of §4.5
+    (``4D²(12+2√ln n)²/(mnε²)``, ``D = 1``); SSL and the baselines: ``8`` (``Lap(2/ε)``).
+    """
+    if method == "two-stage":
+        return 4.0 * (12.0 + 2.0 * math.sqrt(math.log(max(K * n, 2)))) ** 2
+    return 8.0
+
+
+def _stage1_ok(n: int, C: int, epsilon: float, mode: str) -> bool:
+    grouping = group_components(C, epsilon, n, mode)
+    G = len(grouping.groups)
+    smallest = n // G
+    eps_min = min(g.eps_c for g in grouping.groups)
+    return smallest >= 2 and (smallest // 2) * eps_min**2 >= STAGE1_MIN
+
+
+def choose_grid(n: int, m: int, d: int, epsilon: float, *, beta: float = 1.0,
+                c_l: float | None = None, task: str = "classify", mode: str = "default",
+                method: str = "two-stage") -> GridChoice:
+    """§9.4 / §10.4 with the circularity resolved as in [D17].
+
+    Compute the non-private side ``l_np = (nm/ln n)^{-1/(2β+d)}`` and its ``K_H^np``; if
+    ``ε >= C^np ln n`` (``C = K_H`` for classify, ``2K_H`` for regress) use the low regime
+    with ``l_np``. Otherwise ``l = c_l (mn(ε²∧ε))^{-1/(2(d+β))}`` (regression: ``mn(ε²∧ε)``
+    divided by ``ln² n``), recompute ``K_H`` and take the regime from the grouping rule.
+
+    ``c_l=None`` (default) calibrates the constant the paper leaves open:
+    ``c_l = c^{1/(d+β)}`` with ``c²`` from :func:`noise_constant`, which balances the
+    approximation error ``l^β`` against the cell noise ``c/(l^d √(mnε²))``; ``c_l = 1`` is
+    the spec's literal default (far too fine a grid at practical ``n``: the Algorithm-1
+    noise constant is ≈ 1300). Two-stage only: ``M`` is then reduced until the smallest
+    group's stage I has ``n_I ε_c² >= 200`` (as the SGD ``t0`` cap of [D13]).
+    """
+    if task not in ("classify", "regress"):
+        raise ValueError(f"task must be 'classify' or 'regress', got {task!r}")
+    if beta <= 0 or (c_l is not None and c_l <= 0):
+        raise ValueError("beta and c_l must be positive")
+    n_e, m_e, eps_e = effective_sizes(n, m, epsilon, method)
+    ln_n = math.log(max(n_e, 2))
+    per_bin = 1 if task == "classify" else 2
+    l_np = (n_e * m_e / ln_n) ** (-1.0 / (2 * beta + d))
+    M, K = _grid_for(l_np, d)
+    if eps_e >= per_bin * K * ln_n:
+        return GridChoice(l_np, M, K, "low")
+    e2 = min(eps_e**2, eps_e)
+    base = n_e * m_e * e2 / (ln_n**2 if task == "regress" else 1.0)
+    side = max(base, 1e-300) ** (-1.0 / (2 * (d + beta)))
+    if c_l is None:
+        c2 = noise_constant(method, n_e, K)
+        side *= c2 ** (1.0 / (2 * (d + beta)))
+    else:
+        side *= c_l
+    M, K = _grid_for(side, d)
+    if method == "two-stage" and c_l is None:
+        while M > 1 and not _stage1_ok(n, per_bin * K, epsilon, mode):
+            M -= 1
+            K = next_pow2(M**d)
+    regime = group_components(per_bin * K, eps_e, n_e, mode).regime
+    return GridChoice(side, M, K, regime)
+
+
+def hadamard_inverse(Q: np.ndarray) -> np.ndarray:
+    """``H Q / K_H`` by the fast WHT (``H⁻¹ = H/K_H``, §3.5)."""
+    Q = np.asarray(Q, dtype=np.float64)
+    return fwht(Q, axis=-1) / Q.shape[-1]
+
+
+@dataclass
+class GridModel:
+    """A fitted grid predictor (classifier or regressor): the result dict of a query."""
+
+    kind: str  # "classify" | "regress"
+    M: int
+    dim: int
+    lo: np.ndarray
+    hi: np.ndarray
+    q: np.ndarray  # K_H entries (first M^d are the cells)
+    p: np.ndarray | None = None  # regression: cell probabilities
+    label_bound: float | None = None
+    tau: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def K(self) -> int:
+        return int(self.q.size)
+
+    def cells(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim == 1:
+            X = X[:, None] if self.dim == 1 else X[None, :]
+        if X.shape[-1] != self.dim:
+            raise ValueError(f"X must have {self.dim} features, got shape {X.shape}")
+        if not np.isfinite(X).all():
+            raise ValueError("X contains NaN or infinity")
+        return grid_bins(X, self.M, self.lo, self.hi)
+
+    def decision(self, X: np.ndarray) -> np.ndarray:
+        """Classifier: ``q̂_{bin(x)}``; regressor: ``η̂(x)`` (§10.3, [D19])."""
+        b = self.cells(X)
+        if self.kind == "classify":
+            return self.q[b]
+        assert self.p is not None and self.label_bound is not None and self.tau is not None
+        T = self.label_bound
+        return np.clip(self.q[b] / np.maximum(self.p[b], self.tau), -T, T)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        v = self.decision(X)
+        return np.where(v >= 0, 1.0, -1.0) if self.kind == "classify" else v
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "q": self.q.tolist(),
+               "grid": {"M": self.M, "dim": self.dim, "lo": self.lo.tolist(),
+                        "hi": self.hi.tolist(), "K_H": self.K}, **self.info}
+        if self.kind == "regress":
+            out.update({"p": None if self.p is None else self.p.tolist(),
+                        "label_bound": self.label_bound, "tau": self.tau})
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GridModel:
+        try:
+            g = d["grid"]
+            kind = d["kind"]
+            q = np.asarray(d["q"], dtype=np.float64)
+            M, dim = int(g["M"]), int(g["dim"])
+            lo = np.asarray(g.get("lo", [0.0] * dim), dtype=np.float64)
+            hi = np.asarray(g.get("hi", [1.0] * dim), dtype=np.float64)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"result dict is missing {exc}") from None
+        if kind not in ("classify", "regress"):
+            raise ValueError(f"result kind must be classify or regress, got {kind!r}")
+        if q.size != next_pow2(M**dim):
+            raise ValueError(f"q has {q.size} entries, the grid needs {next_pow2(M**dim)}")
+        p = None if d.get("p") is None else np.asarray(d["p"], dtype=np.float64)
+        if kind == "regress" and (p is None or p.size != q.size):
+            raise ValueError("a regress result needs p with as many entries as q")
+        info = {k: v for k, v in d.items()
+                if k not in ("kind", "q", "grid", "p", "label_bound", "tau")}
+        return cls(kind, M, dim, lo, hi, q, p,
+                   None if d.get("label_bound") is None else float(d["label_bound"]),
+                   None if d.get("tau") is None else float(d["tau"]), info)
+
+
+def _grid_extra(M: int, lo: np.ndarray, hi: np.ndarray) -> dict[str, Any]:
+    return {"grid": int(M), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
+
+
+def components_of(est: Estimate) -> np.ndarray:
+    """``θ̂`` (the component estimates Q̂ or (Q̂, P̂)) of a finished query."""
+    return np.asarray(est.extra["components"], dtype=np.float64)
+
+
+def run_grid_query(kind: str, users: Any, labels: Any, *, epsilon: float,
+                   lo: np.ndarray, hi: np.ndarray, M: int | None, beta: float,
+                   method: str, seed: int, rng: RandomSource, m_ref: int | None,
+                   extra: dict[str, Any], progress: bool | None,
+                   query_id: str) -> tuple[GridChoice, Estimate, int, int]:
+    """Shared driver of Algorithms 4 and 5: choose the grid, run one MeanEst query."""
+    source = as_source(users, labels)
+    n, d = source.n_users, source.dim
+    m = int(m_ref or getattr(source, "samples", 0) or
+            np.median(getattr(source, "sizes", [1])))
+    choice = choose_grid(n, m, d, epsilon, beta=beta, task=kind, method=method)
+    if M is not None:
+        if not isinstance(M, (int, np.integer)) or M < 1:
+            raise ValueError(f"M (cells per axis) must be a positive integer, got {M!r}")
+        choice = GridChoice(1.0 / M, int(M), next_pow2(int(M) ** d), "given")
+    ex = _grid_extra(choice.M, lo, hi)
+    ex.update(extra)
+    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m, dim=d, bound=1.0,
+                     method=method, seed=seed, query_id=query_id, extra=ex)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = compile_query(spec)
+    for w in caught:
+        warnings.warn(str(w.message), stacklevel=3)
+    bar = Progress(n, f"{kind}", progress)
+    est = run_plan(plan, source, np.arange(n), rng, bar)
+    choice = GridChoice(choice.side, choice.M, choice.K, plan.grouping.regime)
+    return choice, est, n, m
+
+
+def _box(d: int, lo: Any, hi: Any) -> tuple[np.ndarray, np.ndarray]:
+    lo_a = np.zeros(d) if lo is None else np.asarray(lo, dtype=np.float64).reshape(-1)
+    hi_a = np.ones(d) if hi is None else np.asarray(hi, dtype=np.float64).reshape(-1)
+    if lo_a.shape != (d,) or hi_a.shape != (d,) or np.any(hi_a <= lo_a) \
+            or not (np.isfinite(lo_a).all() and np.isfinite(hi_a).all()):
+        raise ValueError(f"feature bounds lo/hi must be {d} finite values with lo < hi")
+    return lo_a, hi_a
+
+
+def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomSource,
+                 lo: Any = None, hi: Any = None, M: int | None = None, beta: float = 1.0,
+                 method: str = "two-stage", seed: int = 0, m_ref: int | None = None,
+                 progress: bool | None = None, query_id: str = "classify") -> GridModel:
+    """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1)."""
+    source = as_source(users, labels)
+    lo_a, hi_a = _box(source.dim, lo, hi)
+    choice, est, n, m = run_grid_query(
+        "classify", source, None, epsilon=epsilon, lo=lo_a, hi=hi_a, M=M, beta=beta,
+        method=method, seed=seed, rng=rng, m_ref=m_ref, extra={}, progress=progress,
+        query_id=query_id)
+    Q = components_of(est)
+    q = hadamard_inverse(Q)
+    info = {"Q": Q.tolist(), "regime": choice.regime, "side": choice.side, "users": n,
+            "samples": m, "epsilon": epsilon, "method": method}
+    return GridModel("classify", choice.M, source.dim, lo_a, hi_a, q, info=info)

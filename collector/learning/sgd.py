@@ -1,0 +1,242 @@
+"""Algorithm 3: private SGD with one fresh group of users per step.
+
+Spec: ``user_level_ldp.md`` §8.2 (parameters), §8.3 (protocol), §8.4 (privacy), §8.5
+(Theorem 8), [D13] (``t0`` default and cap), [D14] (ℓ2/Kashin gradient mean, per-sample
+clipping to norm ``D``, ``η = 1/G``, optional projection), §15 erratum 3.
+
+The collector draws a balanced random partition of the ``n`` users into ``t0`` groups from
+the public seed (INV-3). Step ``t`` compiles a ``QuerySpec`` of kind ``sgd`` over group
+``S_t`` with ``θ_t`` in ``extra`` (:func:`step_spec`), runs that MeanEst invocation (the
+production plan and device code, :mod:`uldp.collector.learning.runner`), gets
+``g_t = Uᵀ θ̂`` and updates ``θ_{t+1} = Π(θ_t − η g_t)``. Every user reports once, inside
+one ε-LDP invocation; θ_t is post-processing of earlier groups (§8.4).
+
+Defaults: ``η = 1/G``; ``t0 = ⌈ln(nm)/(ηγ)⌉`` reduced until every step's smallest stage-I
+group has ``n_I ε_c² >= 200`` (the planner's warning threshold); a warning is issued when
+even ``t0 = 1`` is too small. ``G``/``γ`` come from :data:`MODEL_CONSTANTS` unless given
+(for features with ``‖x‖₂ <= 1``, which the estimators guarantee by public rescaling).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from uldp.client.learning import GRADIENTS
+from uldp.client.randomness import RandomSource
+from uldp.client.regimes import group_components
+from uldp.collector.learning.runner import UserSource, as_source, run_plan
+from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.simulate import Progress
+
+__all__ = [
+    "MODEL_CONSTANTS",
+    "SGDConfig",
+    "SGDResult",
+    "choose_steps",
+    "model_constants",
+    "partition",
+    "run_sgd",
+    "step_spec",
+    "theorem8_bound",
+]
+
+STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
+
+#: (smoothness G, strong convexity γ) of the built-in losses for ‖x‖₂ <= 1; ``λ`` = l2.
+MODEL_CONSTANTS: dict[str, Any] = {
+    "quadratic": lambda lam: (1.0, 1.0),
+    "least_squares": lambda lam: (1.0 + lam, max(lam, 0.1)),
+    "ridge": lambda lam: (1.0 + lam, max(lam, 0.1)),
+    "logistic": lambda lam: (0.25 + lam, max(lam, 0.05)),
+}
+
+
+def model_constants(model: str, l2: float = 0.0) -> tuple[float, float]:
+    """Default ``(G, γ)``; γ for unregularised models is a conservative guess."""
+    fn = MODEL_CONSTANTS.get(model)
+    return fn(l2) if fn is not None else (1.0, 1.0)
+
+
+@dataclass
+class SGDConfig:
+    """Public parameters of an SGD query (all overridable; see module docstring)."""
+
+    model: str
+    epsilon: float
+    clip: float = 1.0  # D: per-sample gradient norm bound
+    t0: int | None = None
+    eta: float | None = None
+    smoothness: float | None = None  # G
+    strong_convexity: float | None = None  # γ
+    theta0: Sequence[float] | None = None
+    radius: float | None = None  # projection onto {‖θ‖₂ <= radius}
+    l2: float = 0.0
+    method: str = "two-stage"
+    frame_kind: str = "gaussian"
+    mode: str = "default"
+    seed: int = 0
+    query_id: str = "sgd"
+    average: bool = False  # output the mean of θ_{⌈t0/2⌉..t0} (Polyak tail average)
+    extra: dict[str, Any] = field(default_factory=dict)  # more public values for custom models
+
+    def __post_init__(self) -> None:
+        if self.model not in GRADIENTS:
+            raise ValueError(f"model must be one of {sorted(GRADIENTS)} (or register_gradient "
+                             f"it), got {self.model!r}")
+        for name in ("epsilon", "clip"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"{name} must be a finite positive number, got {v!r}")
+        for name in ("eta", "smoothness", "strong_convexity", "radius"):
+            v = getattr(self, name)
+            if v is not None and (not math.isfinite(v) or v <= 0):
+                raise ValueError(f"{name} must be a finite positive number, got {v!r}")
+        if self.t0 is not None and (not isinstance(self.t0, int) or self.t0 < 1):
+            raise ValueError(f"t0 must be a positive integer, got {self.t0!r}")
+        if not math.isfinite(self.l2) or self.l2 < 0:
+            raise ValueError(f"l2 must be a finite non-negative number, got {self.l2!r}")
+
+    @property
+    def constants(self) -> tuple[float, float]:
+        G, gamma = model_constants(self.model, self.l2)
+        return (self.smoothness or G, self.strong_convexity or gamma)
+
+    @property
+    def step_size(self) -> float:
+        return self.eta if self.eta is not None else 1.0 / self.constants[0]
+
+
+def _stage1_ok(n_t: int, N: int, epsilon: float, mode: str) -> bool:
+    if n_t < 2:
+        return False
+    grouping = group_components(N, epsilon, n_t, mode)
+    G = len(grouping.groups)
+    smallest = n_t // G
+    if smallest < 2:
+        return False
+    eps_min = min(g.eps_c for g in grouping.groups)
+    return (smallest // 2) * eps_min**2 >= STAGE1_MIN
+
+
+def _n_kashin(d: int, frame_kind: str) -> int:
+    N = math.ceil(2.0 * d - 1e-9)
+    return N if frame_kind == "gaussian" else 1 << (N - 1).bit_length()
+
+
+def choose_steps(n: int, m: int, d: int, config: SGDConfig) -> int:
+    """``t0`` of [D13]: the default ``⌈ln(nm)/(ηγ)⌉`` (or the configured one), reduced so
+    every group passes the stage-I rule; warns if groups are too small."""
+    _, gamma = config.constants
+    wanted = config.t0 or max(1, math.ceil(math.log(max(n * m, 2)) /
+                                           (config.step_size * gamma)))
+    wanted = min(wanted, max(1, n // 2))
+    N = _n_kashin(d, config.frame_kind)
+    if config.t0 is not None:
+        if not _stage1_ok(n // wanted, N, config.epsilon, config.mode):
+            warnings.warn(f"t0={wanted} leaves {n // wanted} users per step: stage I of the "
+                          f"gradient MeanEst is unreliable (n_I·ε_c² < {STAGE1_MIN:g})",
+                          stacklevel=2)
+        return wanted
+    t0 = wanted
+    while t0 > 1 and not _stage1_ok(n // t0, N, config.epsilon, config.mode):
+        t0 -= 1
+    if not _stage1_ok(n // t0, N, config.epsilon, config.mode):
+        warnings.warn(f"{n} users are too few for even one reliable SGD step at "
+                      f"epsilon={config.epsilon:g}, d={d} (n_I·ε_c² < {STAGE1_MIN:g})",
+                      stacklevel=2)
+    return t0
+
+
+def partition(n: int, t0: int, seed: int) -> list[np.ndarray]:
+    """Balanced random partition of users ``0..n-1`` into ``t0`` groups (§3.7, [D1])."""
+    perm = np.random.default_rng([seed, 0x5ED]).permutation(n)
+    return [np.sort(perm[t::t0]) for t in range(t0)]
+
+
+def step_spec(config: SGDConfig, theta: np.ndarray, n_t: int, m_ref: int, d: int,
+              t: int) -> QuerySpec:
+    """The MeanEst query of step ``t``: kind ``sgd`` with ``θ_t`` in ``extra``."""
+    extra = dict(config.extra)
+    extra.update({"model": config.model, "theta": [float(v) for v in theta],
+                  "l2": float(config.l2), "step": t})
+    return QuerySpec(kind="sgd", epsilon=config.epsilon, users=n_t, samples=m_ref, dim=d,
+                     bound=config.clip, method=config.method, frame_kind=config.frame_kind,
+                     frame_seed=config.seed, mode=config.mode, seed=config.seed * 1009 + t + 1,
+                     query_id=f"{config.query_id}/step-{t}", extra=extra)
+
+
+def project(theta: np.ndarray, radius: float | None) -> np.ndarray:
+    """``Π_Θ`` onto the ℓ2 ball of ``radius`` (identity if None); post-processing."""
+    if radius is None:
+        return theta
+    nrm = float(np.linalg.norm(theta))
+    return theta if nrm <= radius else theta * (radius / nrm)
+
+
+@dataclass
+class SGDResult:
+    theta: np.ndarray
+    trajectory: list[dict[str, Any]]
+    t0: int
+    eta: float
+    config: SGDConfig
+    users: int
+    samples: int
+    dim: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result dict format read by the estimators' ``from_result``."""
+        cfg = asdict(self.config)
+        cfg["theta0"] = None if cfg["theta0"] is None else [float(v) for v in cfg["theta0"]]
+        return {"kind": "sgd", "model": self.config.model, "theta": self.theta.tolist(),
+                "trajectory": self.trajectory, "t0": self.t0, "eta": self.eta,
+                "users": self.users, "samples": self.samples, "dim": self.dim,
+                "epsilon": self.config.epsilon, "config": cfg}
+
+
+def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
+            rng: RandomSource, m_ref: int | None = None,
+            progress: bool | None = None) -> SGDResult:
+    """Algorithm 3 over the users of ``users`` (see :func:`runner.as_source`)."""
+    source: UserSource = as_source(users, labels)
+    n, d = source.n_users, source.dim
+    m = int(m_ref or getattr(source, "samples", 0) or
+            np.median(getattr(source, "sizes", [1])))
+    t0 = choose_steps(n, m, d, config)
+    eta = config.step_size
+    theta = np.zeros(d) if config.theta0 is None else np.asarray(config.theta0, dtype=float)
+    if theta.shape != (d,):
+        raise ValueError(f"theta0 must have {d} entries, got shape {theta.shape}")
+    bar = Progress(n, f"sgd {config.model}", progress)
+    trajectory = []
+    iterates: list[np.ndarray] = []
+    for t, members in enumerate(partition(n, t0, config.seed)):
+        spec = step_spec(config, theta, members.size, m, d, t)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # choose_steps already warned about stage I
+            plan = compile_query(spec)
+        est = run_plan(plan, source, members, rng, bar)
+        g = np.asarray(est.values, dtype=np.float64)
+        trajectory.append({"step": t, "users": int(members.size), "theta": theta.tolist(),
+                           "gradient": g.tolist(), "std_error": est.std_error.tolist(),
+                           "regime": plan.grouping.regime})
+        theta = project(theta - eta * g, config.radius)
+        iterates.append(theta)
+    if config.average:  # post-processing of public iterates (INV-5)
+        theta = np.mean(iterates[len(iterates) // 2:], axis=0)
+    return SGDResult(theta, trajectory, t0, eta, config, n, m, d)
+
+
+def theorem8_bound(n: int, m: int, d: int, epsilon: float, D: float, gamma: float,
+                   eta: float, t0: int, dist0: float, C: float = 1.0) -> float:
+    """Theorem 8 (§8.5) with constant ``C``: ``(1−ηγ/2)^{t0}‖θ0−θ*‖ +
+    (2D/γ)√(C t0/(nm) (1 + d ln n/(ε²∧ε)))``."""
+    e2 = min(epsilon**2, epsilon)
+    noise = (2 * D / gamma) * math.sqrt(C * t0 / (n * m) * (1 + d * math.log(n) / e2))
+    return (1 - eta * gamma / 2) ** t0 * dist0 + noise
