@@ -338,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--constants", default="calibrated", choices=("calibrated", "nrs", "paper"),
                     help="HLM (alpha, beta) mode (spec §2.9); 'paper' = reproduction only")
     ap.add_argument("--dims", default="1,3", help="B1 dimensions, e.g. 1")
+    ap.add_argument("--report-only", action="store_true",
+                    help="only rebuild tables/plots from the JSONL log (no new runs)")
     ap.add_argument("--resume", action="store_true",
                     help="reuse finished configurations from the JSONL log")
     ap.add_argument("--b3-n", type=lambda v: [int(x) for x in v.split(",")],
@@ -364,13 +366,11 @@ def main(argv: list[str] | None = None) -> int:
 
     md = ["# HLM vs WME — measured (bench/central_hlm_wme.py"
           + (" --quick" if args.quick else "") + ")", "",
-          f"ε = {EPS}, δ = {DELTA}, R_c = B = {RC}; HLM constants = {args.constants}; "
-          f"tuning data sets / evaluation trials per point: see the `tune`/`trials` columns "
-          "of the JSONL log.", ""]
+          f"ε = {EPS}, δ = {DELTA}, R_c = B = {RC}; HLM constants = {args.constants}.", ""]
     suffix = ("_quick" if args.quick else "") + \
         ("" if args.constants == "calibrated" else f"_{args.constants}")
     log = os.path.join(args.out, f"central_hlm_wme{suffix}.jsonl")
-    done = _load(log) if args.resume else []
+    done = _load(log) if args.resume or args.report_only else []
     seen = {_key(r["cfg"]) for r in done}
     cfgs = []
     if "b1" not in skip:
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     if "b3" not in skip:
         cfgs += [Config("B3", law, 1, n, float(g), tune, trials, 0, args.constants)
                  for law, n, g in b3_grid]
-    todo = [c for c in cfgs if _key(c) not in seen]
+    todo = [] if args.report_only else [c for c in cfgs if _key(c) not in seen]
     todo.sort(key=lambda c: (c.d == 3 and c.n >= 10_000, c.d == 3))  # cheap ones first
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool, open(log, "a") as fh:
@@ -390,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
             c = r["cfg"]
             print(f"[{time.time() - t0:6.0f}s] {c.plan} {c.law} d={c.d} n={c.n} x={c.x:g}: "
                   f"HLM {r['hlm']:.3g} WME {r['wme']:.3g}", flush=True)
+    budgets = sorted({(r["cfg"].plan, r["cfg"].d, r["cfg"].n, r["cfg"].tune, r["cfg"].trials)
+                      for r in done})
+    md += ["Budgets (plan, d, n, tuning data sets, evaluation trials): "
+           + "; ".join(f"{p} d={d} n={n}: {tu}/{tr}" for p, d, n, tu, tr in budgets), ""]
     b1 = sorted((r for r in done if r["cfg"].plan == "B1"),
                 key=lambda r: (r["cfg"].d, r["cfg"].law, r["cfg"].n, r["cfg"].x))
     b3 = sorted((r for r in done if r["cfg"].plan == "B3"),
