@@ -36,6 +36,19 @@ Privacy argument (OpenDP style).
    ``1e-12`` (§2.4 rule 4, decision A16).
 
 Only the noisy estimate is released; ``S``, ``Z``, Δ̃ stay internal.
+
+Example::
+
+    >>> import numpy as np
+    >>> from uldp.client.randomness import RandomSource
+    >>> from uldp.collector.central.huber import HLMParams, hlm_mean
+    >>> g = np.random.default_rng(0)
+    >>> ids = np.repeat(np.arange(5000), 10)          # 5000 users, 10 records each
+    >>> x = g.normal(0.2, 1.0, ids.size)
+    >>> r = hlm_mean(ids, x, epsilon=1.0, delta=1e-5, rng=RandomSource.seeded(1),
+    ...              params=HLMParams(radius=1.0, T=5 / np.sqrt(10)))
+    >>> abs(r.estimate - 0.2) < 0.05, r.privacy.mode
+    (True, 'approx')
 """
 
 from __future__ import annotations
