@@ -169,6 +169,7 @@ class KashinFrame:
     _signs: np.ndarray | None = field(default=None, repr=False)
     _cols: np.ndarray | None = field(default=None, repr=False)
     _mask: np.ndarray | None = field(default=None, repr=False)
+    _mask32: np.ndarray | None = field(default=None, repr=False)
 
     # ---- construction ----------------------------------------------------------------------
 
@@ -189,10 +190,11 @@ class KashinFrame:
         cols = rng.permutation(n_prime)[:d].astype(np.intp)
         mask = np.zeros((n_prime, 1))
         mask[cols] = 1.0 / n_prime  # Π_S / N' between the two transforms of P = U Uᵀ
-        for arr in (signs, cols, mask):
+        mask32 = mask.astype(np.float32)
+        for arr in (signs, cols, mask, mask32):
             arr.setflags(write=False)
         return cls(d=d, N=n_prime, kind="hadamard", lam=float(lam), frame_id=digest.hex(),
-                   _signs=signs, _cols=cols, _mask=mask)
+                   _signs=signs, _cols=cols, _mask=mask, _mask32=mask32)
 
     # ---- column-batch kernels (samples on the last axis) -------------------------------------
 
@@ -241,8 +243,21 @@ class KashinFrame:
             return
         assert self._mask is not None
         fwht_columns(R, out=scratch, scratch=scratch2)
-        scratch *= self._mask
+        scratch *= self._mask if R.dtype == np.float64 else self._mask32
         fwht_columns(scratch, out=R, scratch=scratch2)
+
+    def _internal_exact_correction(self, XT: np.ndarray, A: np.ndarray) -> None:
+        """``A ← A + U (x − Uᵀ A)`` in float64 internal coordinates (Hadamard frame).
+
+        Makes ``Uᵀ A = x`` to float64 rounding whatever precision produced ``A``.
+        """
+        assert self._cols is not None
+        root = math.sqrt(self.N)
+        Z = fwht_columns(A)
+        V = XT - Z[self._cols] / root  # residual v = x − Uᵀ a
+        Z.fill(0.0)
+        Z[self._cols] = V
+        A += fwht_columns(Z) / root
 
     # ---- row-batch public API ---------------------------------------------------------------
 
@@ -342,7 +357,7 @@ def _validate_lv_args(delta: float, max_iter: int, tol: float) -> None:
 _SAFE_EXP = 400  # |x| within 2^±400: squares neither overflow nor underflow
 
 
-def _rescale_columns(XT: np.ndarray) -> np.ndarray | None:
+def _rescale_columns(XT: np.ndarray, safe_exp: int = _SAFE_EXP) -> np.ndarray | None:
     """Scale extreme columns of ``XT`` in place by powers of two (exact); return the exponents.
 
     The LV map is positively homogeneous (``a(c x) = c a(x)``), so columns with huge or tiny
@@ -350,7 +365,7 @@ def _rescale_columns(XT: np.ndarray) -> np.ndarray | None:
     needed it (the common case: no extra pass over the coefficients).
     """
     maxabs = np.abs(XT).max(axis=0) if XT.size else np.zeros(XT.shape[1])
-    extreme = (maxabs > 2.0**_SAFE_EXP) | ((maxabs < 2.0**-_SAFE_EXP) & (maxabs > 0))
+    extreme = (maxabs > 2.0**safe_exp) | ((maxabs < 2.0**-safe_exp) & (maxabs > 0))
     if not extreme.any():
         return None
     exps = np.where(extreme, np.frexp(maxabs)[1], 0).astype(np.int64)
@@ -366,9 +381,9 @@ def _col_norms(V: np.ndarray) -> np.ndarray:
 class _Workspace:
     """Preallocated ``(N, m)`` C-contiguous buffers (fresh large arrays cost page faults)."""
 
-    def __init__(self, N: int, width: int, count: int) -> None:
+    def __init__(self, N: int, width: int, count: int, dtype: type = np.float64) -> None:
         self.N = N
-        self._flat = [np.empty(N * width) for _ in range(count)]
+        self._flat = [np.empty(N * width, dtype=dtype) for _ in range(count)]
 
     def get(self, i: int, m: int) -> np.ndarray:
         return self._flat[i][: self.N * m].reshape(self.N, m)
@@ -380,32 +395,59 @@ class _Workspace:
 _A, _B, _C, _S1, _S2 = range(5)  # workspace slots
 
 
+_MIXED_MIN_TOL = 1e-5  # float32 iterates resolve residuals down to ~1e-7‖x‖
+
+
 def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int, tol: float,
               A_out: np.ndarray, iters: np.ndarray) -> None:
-    """LV iteration on one column block ``XT`` (d, s) into ``A_out`` (s, N) and ``iters`` (s,).
+    """LV coefficients of one column block ``XT`` (d, s) into ``A_out`` (s, N), ``iters`` (s,).
 
-    Runs on ``b_k = U v_k`` (see the frame's internal kernels): ``M = ‖b‖/√(δN)``,
-    ``c = clamp(b, ±M)``, ``a += c``, ``b ← P (b − c)``; a finished column gets the exact final
-    correction ``a += b`` (= ``U v``) and is frozen (``b = 0`` keeps it fixed); frozen columns
-    are dropped from the working set once they are at least half of it.
+    ``XT`` is a private copy (it may be rescaled in place). Hadamard frame with
+    ``tol ≥ 1e-5``: the truncation iterations run in float32 (2× less memory traffic) and the
+    final correction is recomputed exactly in float64 from the true residual,
+    ``a = a_32 + U (x − Uᵀ a_32)``, so ``Uᵀ a = x`` to float64 rounding; otherwise everything is
+    float64 and the final correction is the ``b = U v`` at hand.
     """
     N, s = frame.N, XT.shape[1]
-    exps = _rescale_columns(XT)
+    mixed = frame.kind == "hadamard" and tol >= _MIXED_MIN_TOL
+    exps = _rescale_columns(XT, 60 if mixed else 400)
     xnorm = _col_norms(XT)
+    A_int = np.zeros((N, s))  # float64, internal coordinates
+    iters[:] = 0
     idx = np.flatnonzero(xnorm > 0.0)  # x = 0 → a = 0
-    m = idx.size
-    if m < s:
-        A_out[xnorm == 0.0] = 0.0
-        iters[xnorm == 0.0] = 0
-    if m == 0:
-        return
-    ws = _Workspace(N, m, 5)
+    if idx.size:
+        _lv_iterate(frame, XT[:, idx] if idx.size < s else XT, xnorm[idx], idx, delta,
+                    max_iter, tol, np.float32 if mixed else np.float64, A_int, iters)
+        if mixed:
+            frame._internal_exact_correction(XT, A_int)
+    if frame._signs is not None:  # rotate internal Hadamard coordinates back (fused transpose)
+        np.multiply(A_int.T, frame._signs[None, :], out=A_out)
+    else:
+        A_out[...] = A_int.T
+    if exps is not None:  # undo the exact power-of-two rescaling (a is 1-homogeneous)
+        np.ldexp(A_out, exps[:, None], out=A_out)
+
+
+def _lv_iterate(frame: KashinFrame, XT: np.ndarray, xnorm: np.ndarray, idx: np.ndarray,
+                delta: float, max_iter: int, tol: float, dtype: type, A_int: np.ndarray,
+                iters: np.ndarray) -> None:
+    """The LV loop on nonzero columns ``XT`` (d, m); results go to columns ``idx`` of ``A_int``.
+
+    Runs on ``b_k = U v_k`` (see the frame's internal kernels): ``M = ‖b‖/√(δN)``,
+    ``c = clamp(b, ±M)``, ``a += c``, ``b ← P (b − c)``. A finished column gets the final
+    correction ``a += b`` (= ``U v``; float64 only — the mixed path recomputes it exactly) and
+    is frozen (``b = 0`` keeps it fixed); frozen columns are dropped from the working set once
+    they are at least half of it.
+    """
+    N, m = frame.N, XT.shape[1]
+    exact_final = dtype == np.float64
+    ws = _Workspace(N, m, 5, dtype)
     B = ws.get(_B, m)
-    frame._internal_start(XT[:, idx] if m < s else XT, B, ws.get(_S1, m), ws.get(_S2, m))
+    frame._internal_start(XT, B, ws.get(_S1, m), ws.get(_S2, m))
     A = ws.get(_A, m)
     A.fill(0.0)
-    bnorm = xnorm[idx]  # ‖v_0‖ = ‖x‖
-    thr = tol * bnorm
+    bnorm = xnorm.astype(dtype)  # ‖v_0‖ = ‖x‖
+    thr = tol * xnorm
     live = np.ones(m, dtype=bool)
     n_live = m
     inv_sqrt_dn = 1.0 / math.sqrt(delta * N)
@@ -414,12 +456,12 @@ def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int, t
         done = live & ((bnorm <= thr) | (it >= max_iter))
         if done.any():
             fin = np.flatnonzero(done)
-            A_out[idx[fin]] = (A[:, fin] + B[:, fin]).T  # exact final correction
+            A_int[:, idx[fin]] = A[:, fin] + B[:, fin] if exact_final else A[:, fin]
             iters[idx[fin]] = it
             live[fin] = False
             n_live -= fin.size
             if n_live == 0:
-                break
+                return
             if 2 * n_live <= m:  # compact the working set
                 keep = np.flatnonzero(live)
                 m = keep.size
@@ -434,7 +476,7 @@ def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int, t
                 B[:, fin] = 0.0
                 bnorm[fin] = 0.0
         C = ws.get(_C, m)
-        M = bnorm * inv_sqrt_dn
+        M = (bnorm * inv_sqrt_dn).astype(dtype, copy=False)
         np.minimum(B, M, out=C)
         np.maximum(C, -M, out=C)
         A += C
@@ -442,10 +484,6 @@ def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int, t
         frame._internal_project(B, ws.get(_S1, m), ws.get(_S2, m))
         bnorm = _col_norms(B)
         it += 1
-    if frame._signs is not None:  # rotate internal Hadamard coordinates back
-        A_out *= frame._signs[None, :]
-    if exps is not None:  # undo the exact power-of-two rescaling (a is 1-homogeneous)
-        np.ldexp(A_out, exps[:, None], out=A_out)
 
 
 def _chunk_size(N: int) -> int:

@@ -24,6 +24,15 @@ from uldp.client.kashin import (
 KINDS = ["gaussian", "hadamard"]
 
 
+def _close(actual: np.ndarray, desired: np.ndarray, kind: str, tol: float | None = None) -> None:
+    """Equal up to the iteration precision: float64 (Gaussian, or any frame with tol < 1e-5)
+    or float32 iterates (Hadamard frame at the default tol; the final correction is exact)."""
+    f32 = kind == "hadamard" and (tol is None or tol >= 1e-5)
+    rel = 2e-5 if f32 else 1e-9
+    scale = max(float(np.abs(desired).max(initial=0.0)), 1e-300)
+    np.testing.assert_allclose(actual, desired, rtol=rel, atol=rel * 1e-2 * scale)
+
+
 def _data(S: int, d: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((S, d))
@@ -127,12 +136,14 @@ def test_batch_equals_single_and_edge_rows(kind: str) -> None:
     A = kashin_coefficients(F, X)
     assert (A[7] == 0).all()
     for i in (0, 8, 9, 20, 49):
-        np.testing.assert_allclose(kashin_coefficients(F, X[i]), A[i], rtol=1e-9,
-                                   atol=1e-12 * np.abs(A[i]).max())
+        _close(kashin_coefficients(F, X[i]), A[i], kind)
     # homogeneity: a(c x) = c a(x) for c > 0; oddness a(-x) = -a(x)
-    np.testing.assert_allclose(kashin_coefficients(F, 3.0 * X[:5]), 3.0 * A[:5], rtol=1e-9,
-                               atol=1e-12)
-    np.testing.assert_allclose(kashin_coefficients(F, -X[:5]), -A[:5], rtol=1e-9, atol=1e-12)
+    _close(kashin_coefficients(F, 3.0 * X[:5]), 3.0 * A[:5], kind)
+    _close(kashin_coefficients(F, -X[:5]), -A[:5], kind)
+    # float64 iterates (spec tol) agree batch vs single to 1e-9
+    A64 = kashin_coefficients(F, X[:12], tol=1e-10)
+    for i in (0, 8, 9, 11):
+        _close(kashin_coefficients(F, X[i], tol=1e-10), A64[i], kind, tol=1e-10)
     assert kashin_coefficients(F, np.zeros((0, 16))).shape == (0, F.N)
     assert kashin_coefficients(F, X[10:].astype(np.float32)).dtype == np.float64
 
@@ -144,8 +155,7 @@ def test_bigger_than_chunk(kind: str) -> None:
     info = kashin_coefficients_info(F, X)
     assert info.coefficients.shape == (5000, F.N) and info.iterations.shape == (5000,)
     np.testing.assert_allclose(F.synthesis(info.coefficients), X, atol=1e-9)
-    np.testing.assert_allclose(info.coefficients[4321], kashin_coefficients(F, X[4321]),
-                               rtol=1e-9, atol=1e-12)
+    _close(info.coefficients[4321], kashin_coefficients(F, X[4321]), kind)
 
 
 def test_bad_inputs() -> None:
@@ -228,7 +238,8 @@ def test_threads_and_chunks_do_not_change_results(kind: str) -> None:
     a1 = kashin_coefficients(F, X, workers=1)
     a2 = kashin_coefficients(F, X, workers=2)
     np.testing.assert_allclose(a1, a2, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(a1[:40], kashin_coefficients(F, X[:40]), rtol=1e-9, atol=1e-13)
+    for i in (0, 17, 39):
+        _close(a1[i], kashin_coefficients(F, X[i]), kind)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -260,7 +271,7 @@ def test_extreme_magnitudes(kind: str) -> None:
     assert np.isfinite(A).all()
     ref = kashin_coefficients(F, base)
     for i, c in enumerate(scales):
-        np.testing.assert_allclose(A[i] / c, ref[i], rtol=1e-6, atol=1e-9 * np.abs(ref[i]).max())
+        _close(A[i] / c, ref[i], kind)
     lev = kashin_level(F, X, A)
     assert (lev <= K_LV_DEFAULT).all() and (lev > 0.5).all()
     one = X[0].copy()
