@@ -120,20 +120,29 @@ def clip_rows(G: np.ndarray, D: float) -> np.ndarray:
     """Rows with NaN/inf → 0, then ``g · min(1, D/‖g‖₂)`` computed without overflow."""
     G = np.array(G, dtype=np.float64, copy=True)
     bad = ~np.isfinite(G).all(axis=1)
-    G[bad] = 0.0
+    if bad.any():
+        G[bad] = 0.0
     amax = np.abs(G).max(axis=1, initial=0.0)
-    nz = amax > 0
-    unit = np.zeros_like(G)
-    unit[nz] = G[nz] / amax[nz, None]  # entries in [-1, 1], norm in [1, √p]
-    un = np.linalg.norm(unit, axis=1)
-    scale = np.zeros_like(amax)
-    scale[nz] = np.minimum(amax[nz], D / un[nz])
-    out = unit * scale[:, None]
-    # belt and braces: the norm can exceed D only by rounding; clamp that too.
-    norms = np.linalg.norm(out, axis=1)
+    if amax.size and amax.max() < 1e150:  # fast path: squares cannot overflow
+        norms = np.sqrt(np.einsum("ij,ij->i", G, G))
+    else:  # rescale by the largest entry first: norm = amax·‖g/amax‖, no overflow
+        safe = np.where(amax > 0, amax, 1.0)
+        unit = G / safe[:, None]  # entries in [-1, 1], norm in [1, √p] (or 0)
+        unorm = np.sqrt(np.einsum("ij,ij->i", unit, unit))
+        length = np.minimum(safe, D / np.maximum(unorm, 1e-300))  # min(‖g‖, D)/‖unit‖
+        return _final_clip(unit * np.where(amax > 0, length, 0.0)[:, None], D)
+    with np.errstate(divide="ignore"):
+        scale = np.where(norms > D, D / np.maximum(norms, 1e-300), 1.0)
+    return _final_clip(G * scale[:, None], D)
+
+
+def _final_clip(G: np.ndarray, D: float) -> np.ndarray:
+    """The norm can exceed D only by rounding; clamp that too (belt and braces)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", G, G))
     over = norms > D
-    out[over] *= (D / norms[over])[:, None]
-    return out
+    if over.any():
+        G[over] *= (D / norms[over])[:, None]
+    return G
 
 
 # ---- public-parameter validation (runs inside validate_task via n_components) ----------

@@ -165,7 +165,7 @@ class _SGDBase(_Base):
                          clip=float(self.clip or self._default_clip), t0=self.t0,
                          eta=self.eta, radius=self.radius, l2=float(self.alpha),
                          method=self.method, seed=_seed(self.random_state),
-                         strong_convexity=self.strong_convexity)
+                         strong_convexity=self.strong_convexity, average=bool(self.average))
 
     def fit(self, users: Any, y: Any = None) -> _SGDBase:
         source = as_source(users, y)
@@ -226,10 +226,11 @@ class LDPSGDRegressor(_SGDBase):
                  alpha: float = 0.0, fit_intercept: bool = True, feature_bounds: Any = None,
                  label_bound: float = 1.0, clip: float | None = None, t0: int | None = None,
                  eta: float | None = None, strong_convexity: float | None = None,
-                 radius: float | None = None, method: str = "two-stage",
-                 m_ref: int | None = None, random_state: Any = None,
-                 progress: bool | None = None) -> None:
+                 radius: float | None = None, average: bool = False,
+                 method: str = "two-stage", m_ref: int | None = None,
+                 random_state: Any = None, progress: bool | None = None) -> None:
         self.epsilon, self.loss, self.alpha = epsilon, loss, alpha
+        self.average = average
         self.fit_intercept, self.feature_bounds, self.label_bound = (
             fit_intercept, feature_bounds, label_bound)
         self.clip, self.t0, self.eta, self.strong_convexity, self.radius = (
@@ -271,9 +272,10 @@ class LDPLogisticRegression(_SGDBase):
                  classes: tuple[Any, Any] = (0, 1), clip: float | None = None,
                  t0: int | None = None, eta: float | None = None,
                  strong_convexity: float | None = None, radius: float | None = None,
-                 method: str = "two-stage", m_ref: int | None = None,
+                 average: bool = False, method: str = "two-stage", m_ref: int | None = None,
                  random_state: Any = None, progress: bool | None = None) -> None:
         self.epsilon, self.alpha, self.fit_intercept = epsilon, alpha, fit_intercept
+        self.average = average
         self.feature_bounds, self.classes, self.clip = feature_bounds, classes, clip
         self.t0, self.eta, self.strong_convexity, self.radius = t0, eta, strong_convexity, radius
         self.method, self.m_ref, self.random_state, self.progress = (
