@@ -106,18 +106,21 @@ def discrete_laplace_variance(t: float) -> float:
 
 
 # ---- exact Bernoulli(exp(-γ)) for rational γ = num/den (CKS Algorithm 1) -------------
-def _bernoulli_exp_le1(rng: RandomSource, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) for 0 <= num/den <= 1, elementwise and exact."""
+def _bernoulli_exp_le1(rng: RandomSource, num: np.ndarray, den: int) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) for integers 0 <= num <= den, elementwise and exact.
+
+    CKS Algorithm 1: draw Bernoulli(γ/k) for k = 1, 2, ... until the first failure and
+    return whether that k is odd. All still-active entries share the same k, so each
+    round is one vectorized comparison against uniform integers below ``den·k``.
+    """
     out = np.zeros(num.shape, dtype=bool)
-    k = np.ones(num.shape, dtype=np.int64)
     todo = np.arange(num.size)
+    k = 1
     while todo.size:
-        a = rng.bernoulli_rational(num[todo], den[todo] * k[todo])
-        stop = ~a
-        done = todo[stop]
-        out[done] = (k[done] % 2) == 1
+        a = rng.below(den * k, size=todo.size) < num[todo]
+        out[todo[~a]] = k % 2 == 1
         todo = todo[a]
-        k[todo] += 1
+        k += 1
     return out
 
 
@@ -125,9 +128,8 @@ def _geometric_exp_minus1(rng: RandomSource, n: int) -> np.ndarray:
     """V with P(V = v) = (1 - e^-1) e^{-v}: count Bernoulli(e^-1) successes to a failure."""
     v = np.zeros(n, dtype=np.int64)
     todo = np.arange(n)
-    one = np.ones(n, dtype=np.int64)
     while todo.size:
-        b = _bernoulli_exp_le1(rng, one[: todo.size], one[: todo.size])
+        b = _bernoulli_exp_le1(rng, np.ones(todo.size, dtype=np.int64), 1)
         v[todo[b]] += 1
         todo = todo[b]
     return v
@@ -144,7 +146,7 @@ def discrete_laplace(scale: LaplaceScale, size: int | tuple[int, ...], rng: Rand
     while todo.size:
         m = todo.size
         u = rng.below(a, size=m)
-        keep = _bernoulli_exp_le1(rng, u, np.full(m, a, dtype=np.int64))
+        keep = _bernoulli_exp_le1(rng, u, a)
         idx, u = todo[keep], u[keep]
         v = _geometric_exp_minus1(rng, idx.size)
         x = u + a * v

@@ -81,12 +81,13 @@ class RandomSource:
         """Uniform integers in ``[0, n)`` by rejection (exact), ``1 <= n < 2**63``.
 
         ``n`` is a scalar (then ``size`` values are drawn) or an array (one value each).
+        A power-of-two scalar ``n`` takes the top bits of each word (no rejection needed).
         """
-        n_arr = np.asarray(n, dtype=np.uint64)
-        if n_arr.ndim == 0:
+        if np.ndim(n) == 0:
             if size is None:
                 raise ValueError("size is required when n is a scalar")
-            n_arr = np.full(size, n_arr, dtype=np.uint64)
+            return self._below_scalar(int(n), int(size))
+        n_arr = np.asarray(n, dtype=np.uint64)
         if n_arr.size and (n_arr.min() < 1 or n_arr.max() >= np.uint64(1 << 63)):
             raise ValueError("n must be in [1, 2**63)")
         # 2**64 mod n: words at or above it fill whole multiples of n.
@@ -99,6 +100,24 @@ class RandomSource:
             out[todo[ok]] = w[ok] % n_arr[todo[ok]]
             todo = todo[~ok]
         return out.astype(np.int64)
+
+    def _below_scalar(self, n: int, size: int) -> np.ndarray:
+        if not 1 <= n < 1 << 63:
+            raise ValueError(f"n must be in [1, 2**63), got {n}")
+        if n & (n - 1) == 0:  # power of two: the top log2(n) bits are exactly uniform
+            if n == 1:
+                return np.zeros(size, dtype=np.int64)
+            return (self.words(size) >> np.uint64(64 - (n.bit_length() - 1))).astype(np.int64)
+        lim = np.uint64((1 << 64) % n)
+        nn = np.uint64(n)
+        out = np.empty(size, dtype=np.int64)
+        todo = np.arange(size)
+        while todo.size:
+            w = self.words(todo.size)
+            ok = w >= lim
+            out[todo[ok]] = (w[ok] % nn).astype(np.int64)
+            todo = todo[~ok]
+        return out
 
     def bernoulli_rational(self, num: np.ndarray | int, den: np.ndarray | int,
                            size: int | None = None) -> np.ndarray:
