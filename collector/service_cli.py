@@ -14,6 +14,8 @@ import argparse
 import json
 import logging
 import os
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -130,14 +132,58 @@ def _cmd_serve(a: argparse.Namespace) -> int:
         if a.enrollment_secret_file else None,
         max_message_bytes=a.max_message_bytes, workers=a.workers, name=a.name,
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl))
+    children: list[subprocess.Popen[bytes]] = []
+    if a.processes > 1:
+        # N processes share one port (SO_REUSEPORT) and the database, like replicas
+        if cfg.port == 0:
+            with socket.socket() as s_:
+                s_.bind((a.host, 0))
+                cfg.port = s_.getsockname()[1]
+        cfg.reuse_port = True
+        argv = [x for x in sys.argv[1:]]
+        base = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve"]
+        rest = argv[argv.index("serve") + 1:] if "serve" in argv else []
+        rest = _strip_flags(rest, ("--processes", "--port", "--port-file", "--name"))
+        for k in range(1, a.processes):
+            children.append(subprocess.Popen(
+                [*base, *rest, "--processes", "1", "--reuse-port", "--port", str(cfg.port),
+                 "--name", f"{a.name or 'collector'}-{k}"]))
+    if a.reuse_port:
+        cfg.reuse_port = True
     srv = CollectorServer(cfg)
     if a.port_file:
         tmp = Path(a.port_file + ".tmp")
         tmp.write_text(str(srv.port))
         os.replace(tmp, a.port_file)
-    print(f"uldp collector {srv.core.name} listening on {a.host}:{srv.port}", flush=True)
-    srv.serve_forever()
+    print(f"uldp collector {srv.core.name} listening on {a.host}:{srv.port}"
+          + (f" ({a.processes} processes)" if a.processes > 1 else ""), flush=True)
+    try:
+        srv.serve_forever()
+    finally:
+        for ch in children:
+            ch.terminate()
+        for ch in children:
+            try:
+                ch.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                ch.kill()
     return 0
+
+
+def _strip_flags(args: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``args`` without ``flags`` (and their values, in both --f v and --f=v forms)."""
+    out, skip = [], False
+    for x in args:
+        if skip:
+            skip = False
+            continue
+        if x in flags:
+            skip = True
+            continue
+        if any(x.startswith(f + "=") for f in flags):
+            continue
+        out.append(x)
+    return out
 
 
 def _cmd_certs(a: argparse.Namespace) -> int:
@@ -343,6 +389,10 @@ def register(subparsers: Any) -> None:
                    help="require this shared secret to enroll devices")
     s.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
     s.add_argument("--workers", type=int, default=32, help="gRPC handler threads")
+    s.add_argument("--processes", type=int, default=1,
+                   help="serve from N processes sharing the port (SO_REUSEPORT) and the "
+                        "database; they coordinate like replicas")
+    s.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     s.add_argument("--phase-timeout", type=float, default=3600.0,
                    help="default phase deadline in seconds (per query override)")
     s.add_argument("--token-ttl", type=float, default=7 * 24 * 3600.0,

@@ -63,6 +63,17 @@ class _MappedSource:
             yield sub, self.fx(Xv), None if (y is None or self.fy is None) else self.fy(y)
 
 
+def _params_from(cls: type, result: dict[str, Any]) -> dict[str, Any]:
+    """Constructor arguments recorded in a result dict (JSON turns tuples into lists)."""
+    params = dict(result.get("estimator", {}))
+    valid = set(cls._param_names())  # type: ignore[attr-defined]
+    out = {k: v for k, v in params.items() if k in valid}
+    for key in ("classes", "feature_bounds"):
+        if isinstance(out.get(key), list):
+            out[key] = tuple(out[key])
+    return out
+
+
 def _rng(random_state: Any) -> RandomSource:
     if random_state is None:
         return RandomSource.secure()
@@ -195,16 +206,18 @@ class _SGDBase(_Base):
         lo, hi = _bounds(self.feature_bounds, d, (-1.0, 1.0))
         root = math.sqrt(p)
         w = self.theta_[:d]
-        self.coef_ = 2.0 * w / ((hi - lo) * root)
+        k = self._output_scale()
+        self.coef_ = k * 2.0 * w / ((hi - lo) * root)
         b = self.theta_[d] if self.fit_intercept else 0.0
-        self.intercept_ = float((b - np.sum(w * (2.0 * lo / (hi - lo) + 1.0))) / root)
+        self.intercept_ = float(k * (b - np.sum(w * (2.0 * lo / (hi - lo) + 1.0))) / root)
+
+    def _output_scale(self) -> float:
+        return 1.0
 
     @classmethod
     def from_result(cls, result: dict[str, Any]) -> _SGDBase:
         """The fitted estimator of a finished SGD query result (see module docstring)."""
-        params = dict(result.get("estimator", {}))
-        valid = set(cls._param_names())
-        est = cls(**{k: v for k, v in params.items() if k in valid})
+        est = cls(**_params_from(cls, result))
         if "n_features" not in result:
             result = dict(result)
             result["n_features"] = len(result["theta"]) - (1 if est.fit_intercept else 0)
@@ -249,6 +262,9 @@ class LDPSGDRegressor(_SGDBase):
         if not math.isfinite(T) or T <= 0:
             raise ValueError(f"label_bound must be a finite positive number, got {T!r}")
         return lambda y: np.clip(y / T, -1.0, 1.0)
+
+    def _output_scale(self) -> float:
+        return float(self.label_bound)
 
     def predict(self, X: Any) -> np.ndarray:
         return self._linear(X) * float(self.label_bound)
@@ -315,9 +331,7 @@ class _GridBase(_Base):
     @classmethod
     def from_result(cls, result: dict[str, Any]) -> _GridBase:
         """The fitted estimator of a finished classify/regress query result."""
-        params = dict(result.get("estimator", {}))
-        valid = set(cls._param_names())
-        est = cls(**{k: v for k, v in params.items() if k in valid})
+        est = cls(**_params_from(cls, result))
         model = GridModel.from_dict(result)
         if model.kind != est._kind:
             raise ValueError(f"{cls.__name__} needs a {est._kind} result, got {model.kind}")

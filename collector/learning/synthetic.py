@@ -90,6 +90,6 @@ def excess_risk(predict: Callable[[np.ndarray], np.ndarray], d: int,
 
 
 def l2_risk(predict: Callable[[np.ndarray], np.ndarray], d: int,
-            per_axis: int | None = None) -> float:
+            per_axis: int | None = None, phase: float = 0.0) -> float:
     X = quadrature_points(d, per_axis or (2000 if d == 1 else 200))
-    return float(np.mean((predict(X) - eta_sine(X)) ** 2))
+    return float(np.mean((predict(X) - eta_sine(X, phase)) ** 2))

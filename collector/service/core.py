@@ -95,6 +95,14 @@ class _QueryStatic:
     kind: str
     plan: Plan
     num_phases: int
+    _slots: tuple[np.ndarray, np.ndarray] | None = None
+
+    def slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(group, stage) of every slot, computed once (``Plan.assign`` is O(n) per call)."""
+        if self._slots is None:
+            g, s = self.plan.assign_all()
+            self._slots = (np.asarray(g), np.asarray(s))
+        return self._slots
 
 
 def phase_of_stage(stage: int) -> int:
@@ -322,9 +330,11 @@ class CollectorCore:
         return rows
 
     @staticmethod
-    def _placer(plan: Plan) -> Any:
+    def _placer(st: _QueryStatic) -> Any:
+        groups, stages = st.slots()
+
         def place(slot: int) -> tuple[int, int, int]:
-            g, s = plan.assign(slot)
+            g, s = int(groups[slot]), int(stages[slot])
             return g, s, phase_of_stage(s)
         return place
 
@@ -357,11 +367,9 @@ class CollectorCore:
             if a is None:
                 need_assign.append(st)
         if need_assign:
-            made: dict[str, dict[str, Any] | None] = {}
             try:
-                for st in need_assign:
-                    made[st.query_id] = self.writer.assign(st.query_id, device_id,
-                                                           self._placer(st.plan))
+                made = self.writer.assign([(st.query_id, device_id, self._placer(st))
+                                           for st in need_assign])
             except WriterUnavailable as exc:
                 raise ServiceError("UNAVAILABLE", str(exc)) from None
             todo = [(st, a if a is not None else made.get(st.query_id)) for st, a in todo]
@@ -392,6 +400,18 @@ class CollectorCore:
             if a is not None:
                 self._remember(a)
         return a
+
+    def prefetch_assignments(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Load the uncached assignments of many (query, device) pairs, one SELECT per
+        query (batched ingestion from gateways)."""
+        with self._lock:
+            missing: dict[str, list[str]] = {}
+            for q, d in pairs:
+                if (q, d) not in self._assign_cache:
+                    missing.setdefault(q, []).append(d)
+        for q, devs in missing.items():
+            for a in self.db.get_assignments(q, devs):
+                self._remember(a)
 
     def validate_report(self, device_id: str, query_id: str, phase: int,
                         values: Sequence[int], digest: str) -> PendingReport:

@@ -10,6 +10,7 @@ one PostgreSQL database and a restarted process resumes every query.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -53,6 +54,7 @@ class ServerConfig:
     enrollment_secret_file: Path | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     workers: int = 32
+    reuse_port: bool = False  # share the port with sibling processes (--processes)
     name: str | None = None
     core: CoreConfig = field(default_factory=CoreConfig)
 
@@ -84,7 +86,7 @@ class CollectorServer:
         self.config = config
         # Handler threads are CPU-bound while the writer thread releases the GIL for every
         # SQLite call; a short switch interval keeps the writer from starving (convoy).
-        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        sys.setswitchinterval(float(os.environ.get("ULDP_SWITCH", "0.001")))
         self.db = open_database(config.db_url)
         core_cfg = config.core
         if config.enrollment_secret_file is not None:
@@ -100,7 +102,7 @@ class CollectorServer:
                                        thread_name_prefix="uldp-rpc"),
             options=[("grpc.max_receive_message_length", limit),
                      ("grpc.max_send_message_length", limit),
-                     ("grpc.so_reuseport", 0)],
+                     ("grpc.so_reuseport", 1 if config.reuse_port else 0)],
             maximum_concurrent_rpcs=config.workers * 64)
         device_pb2_grpc.add_DeviceServiceServicer_to_server(DeviceServicer(self.core),
                                                             self.server)
@@ -136,6 +138,7 @@ class CollectorServer:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         self.core.stop()
+        log.info("collector %s stopped; writer %s", self.core.name, self.core.writer.stats())
         self.db.dispose()
 
     def serve_forever(self) -> None:

@@ -97,10 +97,21 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                           context: grpc.ServicerContext) -> dpb.SubmitReportBatchResponse:
         def run() -> dpb.SubmitReportBatchResponse:
             results: list[dpb.ReportResult | None] = [None] * len(request.reports)
-            items, where = [], []
+            devices: list[str | None] = []
             for i, r in enumerate(request.reports):
                 try:
-                    device = self.core.device_from_token(r.device_token)
+                    devices.append(self.core.device_from_token(r.device_token))
+                except ServiceError as exc:
+                    devices.append(None)
+                    results[i] = dpb.ReportResult(
+                        code=getattr(grpc.StatusCode, exc.code).value[0], message=exc.message)
+            self.core.prefetch_assignments([(r.query_id, d) for r, d in
+                                            zip(request.reports, devices, strict=True) if d])
+            items, where = [], []
+            for i, (r, device) in enumerate(zip(request.reports, devices, strict=True)):
+                if device is None:
+                    continue
+                try:
                     items.append(self.core.validate_report(device, r.query_id, r.phase,
                                                            r.values, r.task_digest))
                     where.append(i)

@@ -225,6 +225,12 @@ class Database:
                 S.assignments.c.device_id == device_id))).mappings().first()
             return dict(m) if m is not None else None
 
+    def get_assignments(self, query_id: str, device_ids: Sequence[str]) -> list[dict[str, Any]]:
+        a = S.assignments.c
+        with self.read() as conn:
+            return [dict(m) for m in conn.execute(select(S.assignments).where(and_(
+                a.query_id == query_id, a.device_id.in_(set(device_ids))))).mappings()]
+
     def device_status(self, query_id: str, device_id: str) -> tuple[dict[str, Any] | None, bool]:
         """(assignment or None, whether a report of this device is stored)."""
         a, r = S.assignments, S.reports

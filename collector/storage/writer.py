@@ -35,7 +35,7 @@ class WriterUnavailable(Exception):
 class _Ticket:
     reports: Sequence[PendingReport] = ()
     op: Callable[[Connection], Any] | None = None
-    assign: tuple[str, str, Any] | None = None  # (query id, device id, place)
+    assign: list[tuple[str, str, Any]] | None = None  # [(query id, device id, place)]
     device: tuple[str, str] | None = None  # (device id, label): registry row
     done: threading.Event = field(default_factory=threading.Event)
     outcomes: list[ReportOutcome] | None = None
@@ -55,6 +55,8 @@ class GroupCommitWriter:
         self._stop = False
         self.batches = 0
         self.items = 0
+        self.tickets = 0
+        self.busy_s = 0.0
         self._thread = threading.Thread(target=self._run, name="uldp-writer", daemon=True)
         self._thread.start()
 
@@ -65,11 +67,12 @@ class GroupCommitWriter:
         assert t.outcomes is not None
         return t.outcomes
 
-    def assign(self, query_id: str, device_id: str, place: Any,
-               timeout: float = 60.0) -> dict[str, Any] | None:
-        """The device's assignment (created from the next free slot), batched with every
-        other assignment of the same query waiting in this commit."""
-        return self._submit(_Ticket(assign=(query_id, device_id, place)), timeout).result
+    def assign(self, wanted: list[tuple[str, str, Any]],
+               timeout: float = 60.0) -> dict[str, dict[str, Any] | None]:
+        """Assignments (query id -> row, None if the query is full) of devices to queries
+        ``[(query id, device id, place)]``, created from the next free slots; batched with
+        every other assignment waiting for this commit."""
+        return self._submit(_Ticket(assign=wanted), timeout).result
 
     def run(self, op: Callable[[Connection], Any], timeout: float = 60.0) -> Any:
         """Run ``op(conn)`` inside the next batch transaction and return its result."""
@@ -81,6 +84,11 @@ class GroupCommitWriter:
             if not self._stop:
                 self._q.append(_Ticket(device=(device_id, label)))
                 self._cv.notify()
+
+    def stats(self) -> dict[str, float]:
+        """Counters for operators: commits, tickets and reports, seconds spent writing."""
+        return {"commits": self.batches, "tickets": self.tickets, "reports": self.items,
+                "busy_s": round(self.busy_s, 3)}
 
     def close(self) -> None:
         with self._cv:
@@ -119,6 +127,7 @@ class GroupCommitWriter:
             batch = self._take()
             if not batch:
                 return  # stopped and drained
+            t0 = time.perf_counter()
             try:
                 self._commit(batch)
             except Exception as exc:  # the whole transaction rolled back
@@ -126,6 +135,8 @@ class GroupCommitWriter:
                 time.sleep(0.05)
                 for t in batch:
                     t.error = exc
+            self.busy_s += time.perf_counter() - t0
+            self.tickets += len(batch)
             for t in batch:
                 t.done.set()
 
@@ -137,17 +148,17 @@ class GroupCommitWriter:
             devices = [t.device for t in batch if t.device is not None]
             if devices:
                 self.db.add_devices_in(conn, devices)
-            by_query: dict[str, list[_Ticket]] = {}
+            by_query: dict[str, list[tuple[_Ticket, str, Any]]] = {}
             for t in batch:
                 if t.assign is not None:
-                    by_query.setdefault(t.assign[0], []).append(t)
-            for qid, ts in by_query.items():
-                assert ts[0].assign is not None
-                got = self.db.assign_many_in(conn, qid, [t.assign[1] for t in ts if t.assign],
-                                             ts[0].assign[2])
-                for t in ts:
-                    assert t.assign is not None
-                    t.result = got.get(t.assign[1])
+                    t.result = {}
+                    for qid, dev, place in t.assign:
+                        by_query.setdefault(qid, []).append((t, dev, place))
+            for qid, items in by_query.items():
+                got = self.db.assign_many_in(conn, qid, [dev for _, dev, _ in items],
+                                             items[0][2])
+                for t, dev, _ in items:
+                    t.result[qid] = got.get(dev)
             reports = [r for t in batch for r in t.reports]
             outcomes = self.db.store_reports_in(conn, reports) if reports else []
         i = 0

@@ -1,0 +1,313 @@
+"""Benchmark: report ingestion over loopback with TLS and durable acknowledgements.
+
+    python bench/ingest.py [--devices 10000] [--backend sqlite|postgres|both]
+
+For each backend a real ``uldp collector serve`` process is started (SQLite file in WAL
+mode with synchronous=FULL; PostgreSQL 15 with fsync=on, synchronous_commit=on, started
+from the local binaries). Preparation (not timed): ``--devices`` devices enroll and call
+GetTasks once, which assigns each of them to every query (single-phase ``ssl`` mean
+queries, one report per device per query) and warms the token/assignment caches as a
+real device's GetTasks → SubmitReport sequence does. The reports are computed on the
+client with the production device function.
+
+Timed:
+* unary: ``--unary-queries`` × devices ``SubmitReport`` calls from ``--threads`` client
+  threads; reports/s and per-call latency p50/p99 (an OK answer = committed);
+* batched: ``--batch-queries`` × devices reports sent as ``SubmitReportBatch`` calls of
+  ``--batch-size`` reports (each with its own device token) from ``--batch-threads``
+  threads; reports/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from uldp.client.randomness import RandomSource
+from uldp.client.tasks import TaskSpec, compute_reports
+from uldp.client.transport import Endpoint, secure_channel
+from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
+from uldp.collector.demo import start_collector_process
+from uldp.collector.security.certs import make_dev_pki
+from uldp.collector.security.tokens import new_admin_token
+from uldp.collector.service.client import AnalystClient, QueryRequest
+
+__all__ = ["LocalPostgres", "local_postgres"]
+
+
+# ---- a throwaway PostgreSQL from the local binaries -----------------------------------------
+def _pg_bin(name: str) -> str:
+    for cand in [shutil.which(name), f"/usr/local/bin/{name}",
+                 *sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))]:
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    raise FileNotFoundError(f"PostgreSQL binary {name} not found")
+
+
+@dataclass
+class LocalPostgres:
+    port: int
+
+    def new_database(self) -> str:
+        import psycopg
+
+        name = "b_" + uuid.uuid4().hex[:10]
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=uldp dbname=postgres",
+                             autocommit=True) as c:
+            c.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://uldp@127.0.0.1:{self.port}/{name}"
+
+
+@contextlib.contextmanager
+def local_postgres(durable: bool = True) -> Iterator[LocalPostgres]:
+    """initdb + pg_ctl start on a free loopback port (as user postgres when root)."""
+    root = Path(tempfile.mkdtemp(prefix="uldp-bench-pg-"))
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        pwd.getpwnam("postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = root / "data"
+    subprocess.run([*prefix, _pg_bin("initdb"), "-D", str(data), "-U", "uldp",
+                    "--auth=trust", "-E", "UTF8"], check=True, capture_output=True)
+    opts = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200 "
+            f"-c shared_buffers=256MB -c fsync={'on' if durable else 'off'} "
+            "-c synchronous_commit=on")
+    subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-o", opts, "-l",
+                    str(root / "log"), "-w", "start"], check=True, capture_output=True)
+    try:
+        yield LocalPostgres(port)
+    finally:
+        subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w",
+                        "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) of process ``pid`` (None: this process)."""
+    if pid is None:
+        import resource
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---- the benchmark -----------------------------------------------------------------------
+@dataclass
+class Prepared:
+    tokens: list[str]
+    tasks: list[dict[str, device_pb2.Task]]  # per device: query id -> task
+
+
+def _prepare(ep: Endpoint, n: int, threads: int) -> Prepared:
+    tokens: list[str] = [""] * n
+    tasks: list[dict[str, device_pb2.Task]] = [{} for _ in range(n)]
+    chans = [secure_channel(ep) for _ in range(4)]
+
+    def one(i: int) -> None:
+        stub = device_pb2_grpc.DeviceServiceStub(chans[i % 4])
+        tok = stub.Enroll(device_pb2.EnrollRequest(label="bench")).token
+        r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"]), metadata=bearer(tok))
+        tokens[i] = tok
+        tasks[i] = {t.query_id: t for t in r.tasks}
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(one, range(n)))
+    for c in chans:
+        c.close()
+    return Prepared(tokens, tasks)
+
+
+def _reports(prep: Prepared, qid: str, seed: int) -> list[device_pb2.Report]:
+    t0 = prep.tasks[0][qid]
+    spec = TaskSpec.from_json(t0.task_json)
+    rng = RandomSource.seeded(seed)
+    X = rng.numpy_generator().uniform(-0.5, 0.5, size=(len(prep.tokens), spec.m_ref))
+    vals = compute_reports(spec, X, rng)
+    out = []
+    for i, t in enumerate(prep.tasks):
+        task = t[qid]
+        out.append(device_pb2.Report(query_id=qid, phase=task.phase, values=vals[i].tolist(),
+                                     task_digest=task.task_digest))
+    return out
+
+
+def _unary(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Report]],
+           threads: int) -> tuple[float, np.ndarray]:
+    chans = [secure_channel(ep) for _ in range(8)]
+    stubs = [device_pb2_grpc.DeviceServiceStub(c) for c in chans]
+    lat = np.zeros(len(reports))
+    nxt = iter(range(len(reports)))
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        stub = stubs[k % len(stubs)]
+        while True:
+            with lock:
+                j = next(nxt, None)
+            if j is None:
+                return
+            dev, rep = reports[j]
+            t = time.perf_counter()
+            stub.SubmitReport(device_pb2.SubmitReportRequest(report=rep),
+                              metadata=bearer(prep.tokens[dev]), timeout=60)
+            lat[j] = time.perf_counter() - t
+    t0 = time.perf_counter()
+    ths = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    el = time.perf_counter() - t0
+    for c in chans:
+        c.close()
+    return len(reports) / el, lat
+
+
+def _batched(ep: Endpoint, batches: list[device_pb2.SubmitReportBatchRequest],
+             threads: int) -> tuple[float, int]:
+    chans = [secure_channel(Endpoint(ep.target, ep.ca_cert, max_message_bytes=64 << 20))
+             for _ in range(threads)]
+    stubs = [device_pb2_grpc.DeviceServiceStub(c) for c in chans]
+    nxt = iter(range(len(batches)))
+    lock = threading.Lock()
+    bad = [0]
+
+    def worker(k: int) -> None:
+        while True:
+            with lock:
+                j = next(nxt, None)
+            if j is None:
+                return
+            r = stubs[k].SubmitReportBatch(batches[j], timeout=120)
+            nb = sum(1 for x in r.results if x.code != 0)
+            if nb:
+                with lock:
+                    bad[0] += nb
+    n = sum(len(b.reports) for b in batches)
+    t0 = time.perf_counter()
+    ths = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    el = time.perf_counter() - t0
+    for c in chans:
+        c.close()
+    return n / el, bad[0]
+
+
+def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> dict[str, float]:
+    proc, port = start_collector_process(work, db_url, work / "pki",
+                                         ["--workers", str(a.workers),
+                                          "--processes", str(a.processes)])
+    ep = Endpoint(f"127.0.0.1:{port}", work / "pki" / "ca.pem")
+    try:
+        an = AnalystClient(ep, (work / "pki" / "admin.token").read_text())
+        n = a.devices
+        qids = [f"{name}-u{i}" for i in range(a.unary_queries)] + \
+               [f"{name}-b{i}" for i in range(a.batch_queries)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for q in qids:
+                an.create(QueryRequest(kind="mean", epsilon=1.0, dataset="x", users=n,
+                                       samples=16, method="ssl", query_id=q,
+                                       phase_timeout_s=3600))
+        t0 = time.perf_counter()
+        prep = _prepare(ep, n, a.threads)
+        prep_s = time.perf_counter() - t0
+        assert all(len(t) == len(qids) for t in prep.tasks)
+        unary = [(i, r) for k, q in enumerate(qids[:a.unary_queries])
+                 for i, r in enumerate(_reports(prep, q, k))]
+        c0, s0 = _cpu(proc.pid), _cpu(None)
+        u_rate, lat = _unary(ep, prep, unary, a.threads)
+        cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0)
+        batch_items = []
+        for k, q in enumerate(qids[a.unary_queries:]):
+            for i, r in enumerate(_reports(prep, q, 100 + k)):
+                r.device_token = prep.tokens[i]
+                batch_items.append(r)
+        batches = [device_pb2.SubmitReportBatchRequest(reports=batch_items[s:s + a.batch_size])
+                   for s in range(0, len(batch_items), a.batch_size)]
+        c0, s0 = _cpu(proc.pid), _cpu(None)
+        b_rate, bad = _batched(ep, batches, a.batch_threads)
+        cpu_b = (_cpu(proc.pid) - c0, _cpu(None) - s0)
+        assert bad == 0, f"{bad} batched reports refused"
+        for q in qids:  # every report was committed: each query closes with all reports
+            final = an.wait(q, 300)
+            assert final.state == 2 and final.phases[0].received == n, (q, final)
+        an.close()
+        return {"prep_s": prep_s, "unary_rps": u_rate, "p50_ms": float(np.median(lat) * 1e3),
+                "p99_ms": float(np.percentile(lat, 99) * 1e3), "unary_n": len(unary),
+                "batched_rps": b_rate, "batched_n": len(batch_items),
+                "server_cpu_us_per_unary": 1e6 * cpu_u[0] / len(unary),
+                "client_cpu_us_per_unary": 1e6 * cpu_u[1] / len(unary),
+                "server_cpu_us_per_batched": 1e6 * cpu_b[0] / len(batch_items),
+                "client_cpu_us_per_batched": 1e6 * cpu_b[1] / len(batch_items)}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        if os.environ.get("ULDP_BENCH_LOG"):
+            print((work / "collector.log").read_text()[-3000:], file=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--devices", type=int, default=10_000)
+    ap.add_argument("--unary-queries", type=int, default=2)
+    ap.add_argument("--batch-queries", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=64)
+    ap.add_argument("--batch-threads", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
+    ap.add_argument("--processes", type=int, default=1, help="collector processes")
+    ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="uldp-bench-ingest-") as tmp:
+        work = Path(tmp)
+        make_dev_pki(work / "pki", ["localhost", "127.0.0.1"])
+        (work / "pki" / "admin.token").write_text(new_admin_token())
+        if a.backend in ("sqlite", "both"):
+            rows.append(("sqlite", run_backend("s", f"sqlite:///{work / 'ingest.db'}", work, a)))
+        if a.backend in ("postgres", "both"):
+            with local_postgres(durable=True) as pg:
+                rows.append(("postgres", run_backend("p", pg.new_database(), work, a)))
+    print(f"cores: {os.cpu_count()}, devices: {a.devices}, unary threads: {a.threads}, "
+          f"batch size: {a.batch_size} x {a.batch_threads} threads", file=sys.stderr)
+    print("| backend | unary reports/s | unary p50 (ms) | unary p99 (ms) | batched reports/s | "
+          "unary n | batched n |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, r in rows:
+        print(f"{name}: CPU µs per report: unary server {r['server_cpu_us_per_unary']:.0f} "
+              f"client {r['client_cpu_us_per_unary']:.0f}; batched server "
+              f"{r['server_cpu_us_per_batched']:.0f} client "
+              f"{r['client_cpu_us_per_batched']:.0f}", file=sys.stderr)
+    for name, r in rows:
+        print(f"| {name} | {r['unary_rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
+              f"{r['batched_rps']:,.0f} | {r['unary_n']:,} | {r['batched_n']:,} |")
+
+
+if __name__ == "__main__":
+    main()
