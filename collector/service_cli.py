@@ -205,6 +205,25 @@ def _cmd_certs(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_health(a: argparse.Namespace) -> int:
+    """Exit 0 iff the collector answers grpc.health.v1 Check with SERVING (TLS)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from uldp.client.transport import Endpoint, secure_channel
+    ep = Endpoint(a.target, Path(a.ca), Path(a.client_cert) if a.client_cert else None,
+                  Path(a.client_key) if a.client_key else None, server_name=a.server_name)
+    try:
+        with secure_channel(ep) as ch:
+            r = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=a.service), timeout=a.timeout)
+    except grpc.RpcError as exc:
+        print(f"unhealthy: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+    print(status)
+    return 0 if r.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
 # ---- query ---------------------------------------------------------------------------------
 def _cmd_query_create(a: argparse.Namespace) -> int:
     from uldp.collector.service.client import QueryRequest
@@ -407,6 +426,12 @@ def register(subparsers: Any) -> None:
     s.add_argument("--days", type=int, default=365)
     s.add_argument("--force", action="store_true", help="overwrite existing files")
     s.set_defaults(func=_cmd_certs)
+    s = sc.add_parser("health", help="gRPC health check over TLS (container/k8s probes)")
+    _conn_flags(s, admin=False)
+    s.add_argument("--server-name", help="name to verify in the server certificate")
+    s.add_argument("--service", default="", help="service name ('' = whole server)")
+    s.add_argument("--timeout", type=float, default=3.0)
+    s.set_defaults(func=_cmd_health)
 
     # query
     pq = subparsers.add_parser("query", help="create and inspect queries (analyst)")

@@ -10,7 +10,6 @@ one PostgreSQL database and a restarted process resumes every query.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import signal
 import sys
@@ -86,7 +85,7 @@ class CollectorServer:
         self.config = config
         # Handler threads are CPU-bound while the writer thread releases the GIL for every
         # SQLite call; a short switch interval keeps the writer from starving (convoy).
-        sys.setswitchinterval(float(os.environ.get("ULDP_SWITCH", "0.001")))
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         self.db = open_database(config.db_url)
         core_cfg = config.core
         if config.enrollment_secret_file is not None:
