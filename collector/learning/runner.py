@@ -167,6 +167,11 @@ def _stage(plan: Plan, source: UserSource, users: np.ndarray, task_of: Callable[
            acc: Any, rng: RandomSource, progress: Progress | None, slots: _Slots) -> None:
     needs_labels = plan.kind.uses_labels
     for sub, X, y in source.batches(users, _users_per_batch(plan)):
+        if not plan.kind.vector and X.ndim == 3:  # scalar kinds take (users, m)
+            if X.shape[2] != 1:
+                raise ValueError(f"kind {plan.spec.kind!r} needs scalar samples, got "
+                                 f"{X.shape[2]} features")
+            X = X[..., 0]
         if needs_labels and y is None:
             y = np.zeros(X.shape[:2])  # label-free models (e.g. quadratic loss) ignore it
         lab = y if needs_labels else None
