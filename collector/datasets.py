@@ -114,7 +114,13 @@ def make_fleet_data(kind: str, dist: str, samples: int, dim: int = 1, bound: flo
             return FleetData(lambda n: loc + rng.uniform(-w, w, size=shape(n)), loc.copy())
         if name == "bernoulli":
             p_plus = (1 + loc / D) / 2
-            return FleetData(lambda n: np.where(rng.random(shape(n)) < p_plus, D, -D), loc.copy())
+            thr = np.floor(p_plus * 2.0**32).astype(np.uint64)
+
+            def draw_pm(n: int) -> np.ndarray:
+                hit = rng.integers(0, 2**32, size=shape(n), dtype=np.uint32) < thr
+                return np.where(hit, D, -D)
+
+            return FleetData(draw_pm, loc.copy())
         if name == "gaussian":
             sd = 0.5 * D
             truth = loc.copy() if bound is None else _clamp_mean_normal(loc, sd, D)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,18 +56,33 @@ def _chunk_users(spec: QuerySpec) -> int:
 
 def _run_stage(plan: Plan, data: FleetData, members: np.ndarray, task_of: Callable[..., Any],
                acc: Any, rng: RandomSource, progress: Progress | None) -> None:
+    """Privatize and aggregate ``members`` chunk by chunk; the next chunk's synthetic data
+    are generated on a second thread meanwhile (numpy releases the GIL while filling)."""
     step = _chunk_users(plan.spec)
-    for start in range(0, members.size, step):
-        idx = members[start: start + step]
-        X = data.draw(idx.size)
-        task = task_of()
-        if plan.spec.method == "baseline-a":
-            offs = plan.offset_for(idx)
-            acc.add(compute_reports(task, X, rng, offsets=offs), offs)
-        else:
-            acc.add(compute_reports(task, X, rng))
-        if progress:
-            progress.update(idx.size)
+    starts = list(range(0, members.size, step))
+    if not starts:
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(data.draw, min(step, members.size))
+        for i, start in enumerate(starts):
+            idx = members[start: start + step]
+            X = pending.result()
+            if i + 1 < len(starts):
+                nxt = members[starts[i + 1]: starts[i + 1] + step]
+                pending = pool.submit(data.draw, nxt.size)
+            _privatize_chunk(plan, X, idx, task_of, acc, rng)
+            if progress:
+                progress.update(idx.size)
+
+
+def _privatize_chunk(plan: Plan, X: np.ndarray, idx: np.ndarray, task_of: Callable[..., Any],
+                     acc: Any, rng: RandomSource) -> None:
+    task = task_of()
+    if plan.spec.method == "baseline-a":
+        offs = plan.offset_for(idx)
+        acc.add(compute_reports(task, X, rng, offsets=offs), offs)
+    else:
+        acc.add(compute_reports(task, X, rng))
 
 
 def run_query(spec: QuerySpec, data: FleetData, rng: RandomSource,
