@@ -1,0 +1,86 @@
+"""``uldp central`` (issue 5 §2): every subcommand on a small CSV, and its clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from uldp.collector.cli import main
+
+
+@pytest.fixture()
+def csv_file(tmp_path):
+    g = np.random.default_rng(0)
+    lines = ["user,value,region,other"]
+    for u in range(300):
+        for _ in range(int(g.integers(1, 5))):
+            lines.append(f"u{u},{g.normal(2.0, 1.0):.4f},{g.choice(['a', 'b'])},x")
+    p = tmp_path / "data.csv"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def _run(capsys, *argv):
+    code = main(["central", *argv, "--seed", "1", "--json"])
+    return code, capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv", [
+    ["mean", "--epsilon", "2", "--delta", "1e-5", "--method", "hlm", "--bound", "6"],
+    ["mean", "--epsilon", "2", "--method", "wme", "--bound", "6"],
+    ["robust-mean", "--epsilon", "2", "--method", "pmwm"],
+    ["robust-mean", "--epsilon", "2", "--method", "sa", "--statistic", "mean"],
+])
+def test_mean_releases_carry_a_privacy_record(csv_file, capsys, argv):
+    code, out = _run(capsys, argv[0], str(csv_file), "--user-col", "user", "--value-col",
+                     "value", *argv[1:])
+    assert code == 0, out.err
+    d = json.loads(out.out)
+    assert np.isfinite(d["estimate"])
+    assert d["privacy"]["unit"] == "user" and d["privacy"]["epsilon"] == pytest.approx(2.0)
+
+
+def test_subset_stats_with_clip_user(csv_file, capsys):
+    code, out = _run(capsys, "subset-stats", str(csv_file), "--user-col", "user",
+                     "--value-col", "value", "--subset-col", "region", "--epsilon", "1",
+                     "--upper", "6", "--clip-user")
+    assert code == 0, out.err
+    d = json.loads(out.out)
+    assert set(d["estimate"]) == {"a", "b"}
+
+
+def test_plan_is_printed_before_the_release(csv_file, capsys):
+    assert main(["central", "subset-stats", str(csv_file), "--user-col", "user",
+                 "--value-col", "value", "--subset-col", "region", "--epsilon", "1",
+                 "--upper", "6", "--clip-user", "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("Clip-User plan") < out.index("privacy:")
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("user,value\nu1,1.0\nu2,abc\n", "row 3, column 'value': 'abc' is not a number"),
+    ("user,value\nu1,nan\n", "NaN or infinite"),
+    ("user,value\n", "no data rows"),
+    ("usr,value\nu1,1\n", "missing column(s) ['user']"),
+    ("user,value\n,1\n", "empty user id"),
+])
+def test_bad_csv_gives_a_clear_error(tmp_path, capsys, content, needle):
+    p = tmp_path / "bad.csv"
+    p.write_text(content)
+    code = main(["central", "robust-mean", str(p), "--user-col", "user", "--value-col",
+                 "value", "--epsilon", "1"])
+    assert code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_budget_that_cannot_work(csv_file, capsys):
+    assert main(["central", "mean", str(csv_file), "--user-col", "user", "--value-col",
+                 "value", "--epsilon", "1"]) == 2
+    assert "--delta is required" in capsys.readouterr().err
+    assert main(["central", "robust-mean", str(csv_file), "--user-col", "user",
+                 "--value-col", "value", "--epsilon", "-1"]) == 2
+    assert "epsilon" in capsys.readouterr().err
+    assert main(["central", "mean", str(csv_file) + ".missing", "--user-col", "user",
+                 "--value-col", "value", "--epsilon", "1"]) == 2
