@@ -83,7 +83,7 @@ class SGDConfig:
     radius: float | None = None  # projection onto {‖θ‖₂ <= radius}
     l2: float = 0.0
     method: str = "two-stage"
-    frame_kind: str = "gaussian"
+    frame_kind: str = "auto"  # [D9]: Gaussian frame, random partial Hadamard for large d
     mode: str = "default"
     seed: int = 0
     query_id: str = "sgd"
@@ -102,6 +102,9 @@ class SGDConfig:
             v = getattr(self, name)
             if v is not None and (not math.isfinite(v) or v <= 0):
                 raise ValueError(f"{name} must be a finite positive number, got {v!r}")
+        if self.frame_kind not in ("auto", "gaussian", "hadamard"):
+            raise ValueError(f"frame_kind must be auto, gaussian or hadamard, got "
+                             f"{self.frame_kind!r}")
         if self.t0 is not None and (not isinstance(self.t0, int) or self.t0 < 1):
             raise ValueError(f"t0 must be a positive integer, got {self.t0!r}")
         if not math.isfinite(self.l2) or self.l2 < 0:
@@ -129,9 +132,19 @@ def _stage1_ok(n_t: int, N: int, epsilon: float, mode: str) -> bool:
     return (smallest // 2) * eps_min**2 >= STAGE1_MIN
 
 
+HADAMARD_FROM_DIM = 32  # "auto" frame: Hadamard from this d on (≈ 20x faster at d = 100)
+
+
+def frame_for(frame_kind: str, d: int) -> str:
+    """The Kashin frame of a step: ``auto`` → Gaussian below d = 32, Hadamard above ([D9])."""
+    if frame_kind == "auto":
+        return "hadamard" if d >= HADAMARD_FROM_DIM else "gaussian"
+    return frame_kind
+
+
 def _n_kashin(d: int, frame_kind: str) -> int:
     N = math.ceil(2.0 * d - 1e-9)
-    return N if frame_kind == "gaussian" else 1 << (N - 1).bit_length()
+    return N if frame_for(frame_kind, d) == "gaussian" else 1 << (N - 1).bit_length()
 
 
 def choose_steps(n: int, m: int, d: int, config: SGDConfig) -> int:
@@ -171,7 +184,8 @@ def step_spec(config: SGDConfig, theta: np.ndarray, n_t: int, m_ref: int, d: int
     extra.update({"model": config.model, "theta": [float(v) for v in theta],
                   "l2": float(config.l2), "step": t})
     return QuerySpec(kind="sgd", epsilon=config.epsilon, users=n_t, samples=m_ref, dim=d,
-                     bound=config.clip, method=config.method, frame_kind=config.frame_kind,
+                     bound=config.clip, method=config.method,
+                     frame_kind=frame_for(config.frame_kind, d),
                      frame_seed=config.seed, mode=config.mode, seed=config.seed * 1009 + t + 1,
                      query_id=f"{config.query_id}/step-{t}", extra=extra)
 
