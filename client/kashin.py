@@ -413,36 +413,35 @@ def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int, t
     ``a = a_32 + U (x − Uᵀ a_32)``, so ``Uᵀ a = x`` to float64 rounding; otherwise everything is
     float64 and the final correction is the ``b = U v`` at hand.
     """
-    N, s = frame.N, XT.shape[1]
+    s = XT.shape[1]
     mixed = frame.kind == "hadamard" and tol >= _MIXED_MIN_TOL
     exps = _rescale_columns(XT, 60 if mixed else 400)
     xnorm = _col_norms(XT)
-    A_int = np.zeros((N, s))  # float64, internal coordinates
-    iters[:] = 0
-    idx = np.flatnonzero(xnorm > 0.0)  # x = 0 → a = 0
+    zero = xnorm == 0.0  # x = 0 → a = 0
+    if zero.any():
+        A_out[zero] = 0.0
+        iters[zero] = 0
+    idx = np.flatnonzero(~zero)
     if idx.size:
         _lv_iterate(frame, XT[:, idx] if idx.size < s else XT, xnorm[idx], idx, delta,
-                    max_iter, tol, np.float32 if mixed else np.float64, A_int, iters)
-        if mixed:
-            frame._internal_exact_correction(XT, A_int)
-    if frame._signs is not None:  # rotate internal Hadamard coordinates back (fused transpose)
-        np.multiply(A_int.T, frame._signs[None, :], out=A_out)
-    else:
-        A_out[...] = A_int.T
+                    max_iter, tol, np.float32 if mixed else np.float64, A_out, iters)
+    if frame._signs is not None:  # rotate internal Hadamard coordinates back
+        A_out *= frame._signs[None, :]
     if exps is not None:  # undo the exact power-of-two rescaling (a is 1-homogeneous)
         np.ldexp(A_out, exps[:, None], out=A_out)
 
 
 def _lv_iterate(frame: KashinFrame, XT: np.ndarray, xnorm: np.ndarray, idx: np.ndarray,
-                delta: float, max_iter: int, tol: float, dtype: type, A_int: np.ndarray,
+                delta: float, max_iter: int, tol: float, dtype: type, A_out: np.ndarray,
                 iters: np.ndarray) -> None:
-    """The LV loop on nonzero columns ``XT`` (d, m); results go to columns ``idx`` of ``A_int``.
+    """The LV loop on nonzero columns ``XT`` (d, m); results go to rows ``idx`` of ``A_out``.
 
     Runs on ``b_k = U v_k`` (see the frame's internal kernels): ``M = ‖b‖/√(δN)``,
-    ``c = clamp(b, ±M)``, ``a += c``, ``b ← P (b − c)``. A finished column gets the final
-    correction ``a += b`` (= ``U v``; float64 only — the mixed path recomputes it exactly) and
-    is frozen (``b = 0`` keeps it fixed); frozen columns are dropped from the working set once
-    they are at least half of it.
+    ``c = clamp(b, ±M)``, ``a += c``, ``b ← P (b − c)``. A finished column gets its final
+    correction (``a += b`` = ``U v`` in float64; recomputed exactly in the mixed path), is
+    written out and frozen (``M = 0`` ⇒ ``c = 0``, so ``a`` no longer changes); the working set
+    is compacted once at most a quarter of it is live. Column gathers use ``np.take`` and the
+    output is written as contiguous rows — strided column scatters are avoided (slow in numpy).
     """
     N, m = frame.N, XT.shape[1]
     exact_final = dtype == np.float64
@@ -461,13 +460,18 @@ def _lv_iterate(frame: KashinFrame, XT: np.ndarray, xnorm: np.ndarray, idx: np.n
         done = live & ((bnorm <= thr) | (it >= max_iter))
         if done.any():
             fin = np.flatnonzero(done)
-            A_int[:, idx[fin]] = A[:, fin] + B[:, fin] if exact_final else A[:, fin]
+            A_fin = np.take(A, fin, axis=1).astype(np.float64)
+            if exact_final:
+                A_fin += np.take(B, fin, axis=1)
+            else:
+                frame._internal_exact_correction(np.take(XT, fin, axis=1), A_fin)
+            A_out[idx[fin]] = A_fin.T
             iters[idx[fin]] = it
             live[fin] = False
             n_live -= fin.size
             if n_live == 0:
                 return
-            if 2 * n_live <= m:  # compact the working set
+            if 4 * n_live <= m:  # compact the working set
                 keep = np.flatnonzero(live)
                 m = keep.size
                 np.take(A, keep, axis=1, out=ws.get(_C, m))
@@ -475,13 +479,12 @@ def _lv_iterate(frame: KashinFrame, XT: np.ndarray, xnorm: np.ndarray, idx: np.n
                 np.take(B, keep, axis=1, out=ws.get(_C, m))
                 ws.swap(_B, _C)
                 A, B = ws.get(_A, m), ws.get(_B, m)
-                idx, thr, bnorm = idx[keep], thr[keep], bnorm[keep]
-                live = np.ones(m, dtype=bool)
-            else:  # freeze: b = 0 ⇒ M = 0, c = 0, P·0 = 0
-                B[:, fin] = 0.0
-                bnorm[fin] = 0.0
+                XT = np.take(XT, keep, axis=1)
+                idx, thr, bnorm, live = idx[keep], thr[keep], bnorm[keep], live[keep]
         C = ws.get(_C, m)
-        M = (bnorm * inv_sqrt_dn).astype(dtype, copy=False)
+        M = bnorm * inv_sqrt_dn
+        M *= live  # frozen columns: M = 0 ⇒ c = 0
+        M = M.astype(dtype, copy=False)
         np.minimum(B, M, out=C)
         np.maximum(C, -M, out=C)
         A += C
