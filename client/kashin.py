@@ -651,15 +651,11 @@ def calibrate(frame: KashinFrame, *, delta: float = KASHIN_DELTA_DEFAULT,
     basis[np.arange(basis_idx.size), basis_idx] = 1.0
     families["basis"] = basis
 
-    by_family: dict[str, float] = {}
-    all_X, all_lev = [], []
-    for name, Xf in families.items():
-        lev = _probe_levels(frame, Xf, delta, tol)
-        by_family[name] = float(lev.max())
-        all_X.append(Xf)
-        all_lev.append(lev)
-    X_all = np.concatenate(all_X)
-    lev_all = np.concatenate(all_lev)
+    X_all = np.concatenate(list(families.values()))
+    lev_all = _probe_levels(frame, X_all, delta, tol)  # one batched call for all families
+    bounds = np.cumsum([0] + [len(v) for v in families.values()])
+    by_family = {name: float(lev_all[lo:hi].max())
+                 for name, lo, hi in zip(families, bounds[:-1], bounds[1:], strict=True)}
     n_probes = X_all.shape[0]
     worst = np.argsort(lev_all)[::-1][:adversarial_starts]
     level = float(lev_all[worst[0]])
