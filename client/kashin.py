@@ -415,7 +415,8 @@ def _lv_block(frame: KashinFrame, XT: np.ndarray, delta: float, max_iter: int, t
     """
     s = XT.shape[1]
     mixed = frame.kind == "hadamard" and tol >= _MIXED_MIN_TOL
-    exps = _rescale_columns(XT, 60 if mixed else 400)
+    # float32 iterates: normalise every column (max-abs in [1/2, 1)); float64: only extremes
+    exps = _rescale_columns(XT, 0 if mixed else _SAFE_EXP)
     xnorm = _col_norms(XT)
     zero = xnorm == 0.0  # x = 0 → a = 0
     if zero.any():
