@@ -401,14 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     if b1:
         table = b1_table(b1)
         print("## B1 balanced: MSE vs m\n\n" + table + "\n", flush=True)
-        md += ["## B1 balanced: MSE vs m", "", table, "", f"![B1](b1_mse_vs_m{suffix}.png)", ""]
-        plot_b1(b1, os.path.join(args.out, f"b1_mse_vs_m{suffix}.png"))
+        md += ["## B1 balanced: MSE vs m", "", table, "",
+               f"![B1](central_hlm_wme_b1{suffix}.png)", ""]
+        plot_b1(b1, os.path.join(args.out, f"central_hlm_wme_b1{suffix}.png"))
     if b3:
         table = b3_table(b3)
         print("## B3 imbalanced: MSE vs γ\n\n" + table + "\n", flush=True)
         md += ["## B3 imbalanced: MSE vs γ (N ≈ 100 n)", "", table, "",
-               f"![B3](b3_mse_vs_gamma{suffix}.png)", ""]
-        plot_b3(b3, os.path.join(args.out, f"b3_mse_vs_gamma{suffix}.png"))
+               f"![B3](central_hlm_wme_b3{suffix}.png)", ""]
+        plot_b3(b3, os.path.join(args.out, f"central_hlm_wme_b3{suffix}.png"))
     if "timing" not in skip:
         n = 10_000 if args.quick else args.timing_n
         tm = timing(n, 10, 3)
