@@ -115,6 +115,9 @@ class HLMParams:
       ``"exact"`` (balanced d = 1 only), ``"quarter_ball"``, ``"none"`` (Δ̃ ≡ n).
     c_t: the constant ``C_T`` of the theory rules (must exceed 16√(2/3) for the theorems).
     grid_bits: the noise grid step is ``2^{-grid_bits}`` times a public lower bound on σ.
+    clip_output: project the *noisy* release onto ``B(0, R_c)`` (post-processing, so the
+      guarantee is unchanged; not in the paper — off by default). Bounds the error by
+      ``2R_c`` when the ``2R_c e^{-βk}`` term of ``S`` dominates (small n, spec §5.4).
     """
 
     radius: float = 1.0
@@ -128,6 +131,7 @@ class HLMParams:
     outlier: str = "auto"
     c_t: float = 13.07
     grid_bits: int = 12
+    clip_output: bool = False
 
     def __post_init__(self) -> None:
         _positive("radius", self.radius)
@@ -150,6 +154,8 @@ class HLMParams:
         if self.outlier not in OUTLIER_METHODS:
             raise ValueError(f"outlier must be one of {OUTLIER_METHODS}, got {self.outlier!r}")
         _positive("c_t", self.c_t)
+        if not isinstance(self.clip_output, bool):
+            raise ValueError(f"clip_output must be True or False, got {self.clip_output!r}")
         if not isinstance(self.grid_bits, int) or not 4 <= self.grid_bits <= 30:
             raise ValueError(f"grid_bits must be an integer in [4, 30], got {self.grid_bits!r}")
 
@@ -456,11 +462,15 @@ def hlm_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta:
     step = grid_step_for(_sigma_lower(st, n, p.radius, alpha), p.grid_bits)
     sigma = (S + step * math.sqrt(d)) / alpha
     est = grid_gaussian(f, sigma, step, src)
+    if p.clip_output:  # post-processing of the DP release
+        nrm_est = float(np.linalg.norm(est))
+        if nrm_est > p.radius:
+            est = est * (p.radius / nrm_est)
 
     public = {"n": n, "d": d, "m_i": "per-user sample sizes (public, spec §1)",
               "radius": p.radius, "alpha": alpha, "beta": beta, "constants": p.constants,
               "grid_step": step, "path": "balanced" if st.balanced else "imbalanced",
-              "outlier_method": p.outlier}
+              "outlier_method": p.outlier, "clip_output": p.clip_output}
     if st.balanced:
         public["T"] = st.T_scalar
     else:

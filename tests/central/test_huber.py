@@ -506,10 +506,26 @@ def test_bad_data(ids, vals, name):
     ({"constants": "magic"}, "constants"), ({"beta": 0.0}, "beta"),
     ({"outlier": "guess"}, "outlier"), ({"grid_bits": 2}, "grid_bits"),
     ({"balanced": "yes"}, "balanced"), ({"c_t": -1.0}, "c_t"),
+    ({"clip_output": 1}, "clip_output"),
 ])
 def test_bad_params(kwargs, name):
     with pytest.raises(ValueError, match=name):
         HLMParams(**kwargs)
+
+
+def test_clip_output_is_post_processing_onto_the_ball():
+    """Tiny n with a small prior ball: σ is large, the clipped release stays in B(0, R_c)
+    and equals the projection of the unclipped release made with the same seed."""
+    ids = np.repeat(np.arange(6), 2)
+    vals = np.linspace(-3, 3, 12)
+    for seed in range(20):
+        p = HLMParams(T=0.1, radius=0.5, beta=0.03)
+        raw = hlm_mean(ids, vals, epsilon=EPS, delta=DELTA, params=p,
+                       rng=RandomSource.seeded(seed)).estimate
+        clipped = hlm_mean(ids, vals, epsilon=EPS, delta=DELTA, rng=RandomSource.seeded(seed),
+                           params=HLMParams(T=0.1, radius=0.5, beta=0.03, clip_output=True))
+        assert clipped.estimate == pytest.approx(float(np.clip(raw, -0.5, 0.5)))
+        assert clipped.privacy.public["clip_output"] is True
 
 
 def test_bad_rng_and_exact_in_3d():
