@@ -466,7 +466,14 @@ class CollectorCore:
 
     # ---- phase closing --------------------------------------------------------------
     def _tick_loop(self) -> None:
+        last_checkpoint = time.monotonic()
         while not self._stop.wait(self.config.tick_s):
+            if time.monotonic() - last_checkpoint > 1.0:
+                last_checkpoint = time.monotonic()
+                try:
+                    self.db.checkpoint()
+                except Exception:
+                    log.exception("WAL checkpoint")
             try:
                 for qid, phase in self.db.phases_due():
                     if self._stop.is_set():
@@ -491,17 +498,24 @@ class CollectorCore:
                 khat = {int(g): tuple(int(x) for x in k) for g, k in pub.get("khat", {}).items()}
             accs: dict[int, Any] = {}
             n = 0
-            for grp, stage, slots, payloads in self.db.stream_reports(query_id, phase):
+            baseline_a = plan.spec.method == "baseline-a"
+
+            def acc_for(grp: int, stage: int) -> Any:
                 acc = accs.get(grp)
                 if acc is None:
                     acc = plan.new_accumulator(grp, stage, khat.get(grp) if stage == 2 else None)
                     accs[grp] = acc
-                arr = np.frombuffer(b"".join(payloads), dtype="<i8").reshape(len(payloads), -1)
-                if plan.spec.method == "baseline-a":
-                    acc.add(arr, plan.offset_for(np.asarray(slots)))
-                else:
-                    acc.add(arr)
-                n += len(payloads)
+                return acc
+            if baseline_a:  # needs each report's slot (its virtual offset)
+                for grp, stage, slots, payloads in self.db.stream_reports(query_id, phase):
+                    arr = np.frombuffer(b"".join(payloads), "<i8").reshape(len(payloads), -1)
+                    acc_for(grp, stage).add(arr, plan.offset_for(np.asarray(slots)))
+                    n += len(payloads)
+            else:
+                for grp, stage, count, blob in self.db.report_blocks(query_id, phase,
+                                                                     plan.spec.users):
+                    acc_for(grp, stage).add(np.frombuffer(blob, "<i8").reshape(count, -1))
+                    n += count
             if phase < st.num_phases:
                 kh = plan.khat_from(accs)
                 published = {"khat": {str(g): [int(x) for x in k] for g, k in kh.items()},

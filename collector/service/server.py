@@ -9,6 +9,8 @@ one PostgreSQL database and a restarted process resumes every query.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import secrets
 import signal
@@ -17,6 +19,7 @@ import threading
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -30,7 +33,12 @@ from uldp.client.wire import (
 )
 from uldp.collector.security.tokens import AdminAuth, TokenKey, new_admin_token
 from uldp.collector.service.core import CollectorCore, CoreConfig
-from uldp.collector.service.servicers import AnalystServicer, DeviceServicer
+from uldp.collector.service.servicers import (
+    AnalystServicer,
+    AsyncAnalystServicer,
+    AsyncDeviceServicer,
+    DeviceServicer,
+)
 from uldp.collector.storage.db import Database, open_database
 
 __all__ = ["CollectorServer", "ServerConfig", "load_admin_token", "load_token_key"]
@@ -54,6 +62,9 @@ class ServerConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     workers: int = 32
     reuse_port: bool = False  # share the port with sibling processes (--processes)
+    #: "aio": grpc.aio server, device calls on an event loop (default, fewer threads);
+    #: "threads": classic grpc.server with one thread per in-flight call
+    mode: str = "aio"
     name: str | None = None
     core: CoreConfig = field(default_factory=CoreConfig)
 
@@ -96,37 +107,77 @@ class CollectorServer:
                                   load_admin_token(Path(admin_path)), core_cfg,
                                   name=config.name or f"collector-{secrets.token_hex(4)}")
         limit = config.max_message_bytes
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.workers,
-                                       thread_name_prefix="uldp-rpc"),
-            options=[("grpc.max_receive_message_length", limit),
-                     ("grpc.max_send_message_length", limit),
-                     ("grpc.so_reuseport", 1 if config.reuse_port else 0)],
-            maximum_concurrent_rpcs=config.workers * 64)
-        device_pb2_grpc.add_DeviceServiceServicer_to_server(DeviceServicer(self.core),
-                                                            self.server)
-        analyst_pb2_grpc.add_AnalystServiceServicer_to_server(AnalystServicer(self.core),
-                                                              self.server)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        names = (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                 reflection.SERVICE_NAME)
-        reflection.enable_server_reflection(names, self.server)
+        options = [("grpc.max_receive_message_length", limit),
+                   ("grpc.max_send_message_length", limit),
+                   ("grpc.so_reuseport", 1 if config.reuse_port else 0)]
         client_ca = (Path(config.tls_client_ca).read_bytes()
                      if config.tls_client_ca is not None else None)
         creds = grpc.ssl_server_credentials(
             [(Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())],
             root_certificates=client_ca, require_client_auth=client_ca is not None)
-        self.port = self.server.add_secure_port(f"{config.host}:{config.port}", creds)
+        self._names = (*SERVICE_NAMES,
+                       health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                       reflection.SERVICE_NAME)
+        self._pool = futures.ThreadPoolExecutor(max_workers=config.workers,
+                                                thread_name_prefix="uldp-rpc")
+        if config.mode not in ("aio", "threads"):
+            raise ValueError(f"server mode must be aio or threads, got {config.mode!r}")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if config.mode == "threads":
+            self.server = grpc.server(self._pool, options=options,
+                                      maximum_concurrent_rpcs=config.workers * 64)
+            device_pb2_grpc.add_DeviceServiceServicer_to_server(DeviceServicer(self.core),
+                                                                self.server)
+            analyst_pb2_grpc.add_AnalystServiceServicer_to_server(
+                AnalystServicer(self.core), self.server)
+            self.health = health.HealthServicer()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+            reflection.enable_server_reflection(self._names, self.server)
+            self.port = self.server.add_secure_port(f"{config.host}:{config.port}", creds)
+        else:
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever,
+                                                 name="uldp-aio", daemon=True)
+            self._loop_thread.start()
+            self.port = self._on_loop(self._build_aio(options, creds))
         if self.port == 0:
             raise OSError(f"cannot listen on {config.host}:{config.port}")
         self._stopped = threading.Event()
 
-    def start(self) -> None:
-        self.server.start()
-        self.core.start()
+    def _on_loop(self, coro: Any) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    async def _build_aio(self, options: list[tuple[str, Any]],
+                         creds: grpc.ServerCredentials) -> int:
+        # sync handlers (analyst calls, reflection) run in the migration thread pool
+        self.server = grpc.aio.server(migration_thread_pool=self._pool, options=options,
+                                      maximum_concurrent_rpcs=self.config.workers * 64)
+        device_pb2_grpc.add_DeviceServiceServicer_to_server(
+            AsyncDeviceServicer(self.core, self._pool), self.server)
+        analyst_pb2_grpc.add_AnalystServiceServicer_to_server(
+            AsyncAnalystServicer(self.core, self._pool), self.server)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(self._names, self.server)
+        return self.server.add_secure_port(f"{self.config.host}:{self.config.port}", creds)
+
+    async def _set_health(self, status: Any) -> None:
         for name in ("", *SERVICE_NAMES):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self.health.set(name, status)
+
+    def start(self) -> None:
+        # long-lived objects out of the cyclic GC's way: fewer, shorter collections
+        gc.collect()
+        gc.freeze()
+        if self._loop is not None:
+            self._on_loop(self.server.start())
+            self._on_loop(self._set_health(health_pb2.HealthCheckResponse.SERVING))
+        else:
+            self.server.start()
+            for name in ("", *SERVICE_NAMES):
+                self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.core.start()
         log.info("collector %s listening on %s:%d (TLS%s)", self.core.name, self.config.host,
                  self.port, ", mutual" if self.config.tls_client_ca else "")
 
@@ -134,8 +185,16 @@ class CollectorServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        self.health.enter_graceful_shutdown()
-        self.server.stop(grace).wait()
+        if self._loop is not None:
+            self._on_loop(self.health.enter_graceful_shutdown())
+            self._on_loop(self.server.stop(grace))
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(timeout=10)
+            self._loop.close()
+        else:
+            self.health.enter_graceful_shutdown()
+            self.server.stop(grace).wait()
+        self._pool.shutdown(wait=False)
         self.core.stop()
         log.info("collector %s stopped; writer %s", self.core.name, self.core.writer.stats())
         self.db.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -19,8 +20,16 @@ from uldp.client.wire import (
 )
 from uldp.client.wire import device_pb2 as dpb
 from uldp.collector.service.core import CollectorCore, ServiceError
+from uldp.collector.storage.db import PendingReport, ReportOutcome
 
-__all__ = ["AnalystServicer", "DeviceServicer", "bearer_from"]
+__all__ = [
+    "AnalystServicer",
+    "AsyncAnalystServicer",
+    "AsyncDeviceServicer",
+    "DeviceLogic",
+    "DeviceServicer",
+    "bearer_from",
+]
 
 log = logging.getLogger("uldp.collector")
 T = TypeVar("T")
@@ -48,83 +57,178 @@ def _guard(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
+def _code(name: str) -> int:
+    return int(getattr(grpc.StatusCode, name).value[0])
+
+
+class DeviceLogic:
+    """The device service's steps without gRPC plumbing, shared by the thread-pool and
+    the asyncio servers (so both run exactly the same checks)."""
+
     def __init__(self, core: CollectorCore) -> None:
         self.core = core
 
+    def enroll(self, request: dpb.EnrollRequest) -> dpb.EnrollResponse:
+        device_id, token, exp = self.core.enroll(request.enrollment_secret, request.label,
+                                                 request.previous_token)
+        return dpb.EnrollResponse(device_id=device_id, token=token, expires_at_ms=exp)
+
+    def get_tasks(self, token: str | None, request: dpb.GetTasksRequest
+                  ) -> dpb.GetTasksResponse:
+        device = self.core.device_from_token(token)
+        tasks, waiting, retry = self.core.get_tasks(device, list(request.datasets),
+                                                    request.query_id)
+        return dpb.GetTasksResponse(
+            tasks=[dpb.Task(query_id=t.query_id, phase=t.phase, group=t.group,
+                            stage=t.stage, dataset=t.dataset, task_json=t.task_json,
+                            report_length=t.length, task_digest=t.digest,
+                            deadline_ms=t.deadline_ms, max_abs_value=t.limit)
+                   for t in tasks],
+            waiting=[dpb.WaitingAssignment(query_id=q, phase=p) for q, p in waiting],
+            retry_after_ms=retry)
+
+    def check_one(self, token: str | None, request: dpb.SubmitReportRequest) -> PendingReport:
+        device = self.core.device_from_token(token)
+        r = request.report
+        if r.device_token:
+            raise ServiceError("INVALID_ARGUMENT", "device_token is only used in "
+                               "SubmitReportBatch; authenticate with call metadata")
+        return self.core.validate_report(device, r.query_id, r.phase, r.values,
+                                         r.task_digest)
+
+    @staticmethod
+    def answer_one(out: ReportOutcome) -> dpb.SubmitReportResponse:
+        if out.code != "OK":
+            raise ServiceError(out.code, out.message)
+        return dpb.SubmitReportResponse(duplicate=out.duplicate,
+                                        received_at_ms=out.received_at_ms)
+
+    def check_batch(self, request: dpb.SubmitReportBatchRequest
+                    ) -> tuple[list[dpb.ReportResult | None], list[PendingReport], list[int]]:
+        results: list[dpb.ReportResult | None] = [None] * len(request.reports)
+        devices: list[str | None] = []
+        for i, r in enumerate(request.reports):
+            try:
+                devices.append(self.core.device_from_token(r.device_token))
+            except ServiceError as exc:
+                devices.append(None)
+                results[i] = dpb.ReportResult(code=_code(exc.code), message=exc.message)
+        self.core.prefetch_assignments([(r.query_id, d) for r, d in
+                                        zip(request.reports, devices, strict=True) if d])
+        items, where = [], []
+        for i, (r, device) in enumerate(zip(request.reports, devices, strict=True)):
+            if device is None:
+                continue
+            try:
+                items.append(self.core.validate_report(device, r.query_id, r.phase,
+                                                       r.values, r.task_digest))
+                where.append(i)
+            except ServiceError as exc:
+                results[i] = dpb.ReportResult(code=_code(exc.code), message=exc.message)
+        return results, items, where
+
+    @staticmethod
+    def answer_batch(results: list[dpb.ReportResult | None], where: list[int],
+                     outcomes: list[ReportOutcome]) -> dpb.SubmitReportBatchResponse:
+        for i, out in zip(where, outcomes, strict=True):
+            results[i] = dpb.ReportResult(code=_code(out.code), message=out.message,
+                                          duplicate=out.duplicate)
+        return dpb.SubmitReportBatchResponse(results=results)
+
+
+class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
+    """Thread-pool servicer (``grpc.server``)."""
+
+    def __init__(self, core: CollectorCore) -> None:
+        self.core = core
+        self.logic = DeviceLogic(core)
+
     def Enroll(self, request: dpb.EnrollRequest, context: grpc.ServicerContext
                ) -> dpb.EnrollResponse:
-        def run() -> dpb.EnrollResponse:
-            device_id, token, exp = self.core.enroll(request.enrollment_secret, request.label,
-                                                     request.previous_token)
-            return dpb.EnrollResponse(device_id=device_id, token=token, expires_at_ms=exp)
-        return _guard(context, run)
+        return _guard(context, lambda: self.logic.enroll(request))
 
     def GetTasks(self, request: dpb.GetTasksRequest, context: grpc.ServicerContext
                  ) -> dpb.GetTasksResponse:
-        def run() -> dpb.GetTasksResponse:
-            device = self.core.device_from_token(bearer_from(context))
-            tasks, waiting, retry = self.core.get_tasks(device, list(request.datasets),
-                                                        request.query_id)
-            return dpb.GetTasksResponse(
-                tasks=[dpb.Task(query_id=t.query_id, phase=t.phase, group=t.group,
-                                stage=t.stage, dataset=t.dataset, task_json=t.task_json,
-                                report_length=t.length, task_digest=t.digest,
-                                deadline_ms=t.deadline_ms, max_abs_value=t.limit)
-                       for t in tasks],
-                waiting=[dpb.WaitingAssignment(query_id=q, phase=p) for q, p in waiting],
-                retry_after_ms=retry)
-        return _guard(context, run)
+        return _guard(context, lambda: self.logic.get_tasks(bearer_from(context), request))
 
     def SubmitReport(self, request: dpb.SubmitReportRequest, context: grpc.ServicerContext
                      ) -> dpb.SubmitReportResponse:
         def run() -> dpb.SubmitReportResponse:
-            device = self.core.device_from_token(bearer_from(context))
-            r = request.report
-            if r.device_token:
-                raise ServiceError("INVALID_ARGUMENT", "device_token is only used in "
-                                   "SubmitReportBatch; authenticate with call metadata")
-            item = self.core.validate_report(device, r.query_id, r.phase, r.values,
-                                             r.task_digest)
-            out = self.core.store([item])[0]
-            if out.code != "OK":
-                raise ServiceError(out.code, out.message)
-            return dpb.SubmitReportResponse(duplicate=out.duplicate,
-                                            received_at_ms=out.received_at_ms)
+            item = self.logic.check_one(bearer_from(context), request)
+            return self.logic.answer_one(self.core.store([item])[0])
         return _guard(context, run)
 
     def SubmitReportBatch(self, request: dpb.SubmitReportBatchRequest,
                           context: grpc.ServicerContext) -> dpb.SubmitReportBatchResponse:
         def run() -> dpb.SubmitReportBatchResponse:
-            results: list[dpb.ReportResult | None] = [None] * len(request.reports)
-            devices: list[str | None] = []
-            for i, r in enumerate(request.reports):
-                try:
-                    devices.append(self.core.device_from_token(r.device_token))
-                except ServiceError as exc:
-                    devices.append(None)
-                    results[i] = dpb.ReportResult(
-                        code=getattr(grpc.StatusCode, exc.code).value[0], message=exc.message)
-            self.core.prefetch_assignments([(r.query_id, d) for r, d in
-                                            zip(request.reports, devices, strict=True) if d])
-            items, where = [], []
-            for i, (r, device) in enumerate(zip(request.reports, devices, strict=True)):
-                if device is None:
-                    continue
-                try:
-                    items.append(self.core.validate_report(device, r.query_id, r.phase,
-                                                           r.values, r.task_digest))
-                    where.append(i)
-                except ServiceError as exc:
-                    results[i] = dpb.ReportResult(
-                        code=getattr(grpc.StatusCode, exc.code).value[0], message=exc.message)
-            if items:
-                for i, out in zip(where, self.core.store(items), strict=True):
-                    results[i] = dpb.ReportResult(
-                        code=getattr(grpc.StatusCode, out.code).value[0],
-                        message=out.message, duplicate=out.duplicate)
-            return dpb.SubmitReportBatchResponse(results=results)
+            results, items, where = self.logic.check_batch(request)
+            outcomes = self.core.store(items) if items else []
+            return self.logic.answer_batch(results, where, outcomes)
         return _guard(context, run)
+
+
+class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
+    """asyncio servicer (``grpc.aio.server``): cheap steps run on the event loop, database
+    reads in ``pool``, and commits are awaited through the group-commit writer's
+    callback, so no thread is parked per in-flight report."""
+
+    def __init__(self, core: CollectorCore, pool: Any) -> None:
+        self.core = core
+        self.logic = DeviceLogic(core)
+        self.pool = pool
+
+    async def _store(self, items: list[PendingReport]) -> list[ReportOutcome]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def resolve(ticket: Any) -> None:
+            if not fut.done():
+                fut.set_result(ticket)
+        self.core.writer.store_reports_async(
+            items, lambda t: loop.call_soon_threadsafe(resolve, t))
+        ticket = await fut
+        if ticket.error is not None:
+            raise ServiceError("UNAVAILABLE", f"database write failed: {ticket.error}")
+        return ticket.outcomes
+
+    async def _run(self, context: Any, fn: Callable[[], Any]) -> Any:
+        try:
+            return await fn()
+        except ServiceError as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+
+    async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def Enroll(self, request: dpb.EnrollRequest, context: Any) -> dpb.EnrollResponse:
+        async def run() -> dpb.EnrollResponse:
+            return self.logic.enroll(request)
+        return await self._run(context, run)
+
+    async def GetTasks(self, request: dpb.GetTasksRequest, context: Any
+                       ) -> dpb.GetTasksResponse:
+        token = bearer_from(context)
+
+        async def run() -> dpb.GetTasksResponse:
+            return await self._in_pool(self.logic.get_tasks, token, request)
+        return await self._run(context, run)
+
+    async def SubmitReport(self, request: dpb.SubmitReportRequest, context: Any
+                           ) -> dpb.SubmitReportResponse:
+        token = bearer_from(context)
+
+        async def run() -> dpb.SubmitReportResponse:
+            item = self.logic.check_one(token, request)
+            return self.logic.answer_one((await self._store([item]))[0])
+        return await self._run(context, run)
+
+    async def SubmitReportBatch(self, request: dpb.SubmitReportBatchRequest, context: Any
+                                ) -> dpb.SubmitReportBatchResponse:
+        async def run() -> dpb.SubmitReportBatchResponse:
+            results, items, where = await self._in_pool(self.logic.check_batch, request)
+            outcomes = await self._store(items) if items else []
+            return self.logic.answer_batch(results, where, outcomes)
+        return await self._run(context, run)
 
 
 def query_message(row: dict[str, Any], phases: list[dict[str, Any]],
@@ -223,3 +327,30 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServiceServicer):
                 time.sleep(self.watch_interval_s)
         except ServiceError as exc:
             context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+
+
+class AsyncAnalystServicer(AnalystServicer):
+    """Analyst service for ``grpc.aio``: unary calls stay synchronous (they run in the
+    server's thread pool); the progress stream is an async generator on the loop that
+    stops as soon as the client goes away."""
+
+    def __init__(self, core: CollectorCore, pool: Any, watch_interval_s: float = 0.2) -> None:
+        super().__init__(core, watch_interval_s)
+        self.pool = pool
+
+    async def WatchQuery(self, request: analyst_pb2.WatchQueryRequest,  # type: ignore[override]
+                         context: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            self.core.check_admin(bearer_from(context))
+            last = None
+            while True:
+                q = await loop.run_in_executor(self.pool, self._query, request.query_id)
+                if q != last:
+                    yield q
+                    last = q
+                if q.state != common_pb2.QUERY_STATE_RUNNING:
+                    return
+                await asyncio.sleep(self.watch_interval_s)
+        except ServiceError as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)

@@ -12,11 +12,13 @@ report acknowledged before the flip and none after.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy import (
     Connection,
     Engine,
@@ -418,33 +420,73 @@ class Database:
                 .values(state="closing", closer=closer, lease_until_ms=t + lease_ms))
             return r.rowcount == 1
 
-    def stream_reports(self, query_id: str, phase: int,
-                       chunk: int = 65536
-                       ) -> Iterator[tuple[int, int, list[int], list[bytes]]]:
-        """Yield (grp, stage, slots, payloads) chunks of a phase's reports, by group.
+    def report_blocks(self, query_id: str, phase: int, target_users: int,
+                      window: int = 1 << 17) -> Iterator[tuple[int, int, int, bytes]]:
+        """Yield (grp, stage, count, concatenated payloads) per group and slot window.
 
-        Memory is bounded by ``chunk`` payloads (server-side cursor on PostgreSQL).
+        The database concatenates the payloads of ``window`` consecutive slots per group
+        (index range scan on (query, phase, slot)), so Python touches a few large byte
+        strings instead of one object per report; memory is bounded by the window.
         """
-        r = S.reports.c
-        stmt = (select(r.grp, r.stage, r.slot, r.payload)
-                .where(and_(r.query_id == query_id, r.phase == phase))
-                .order_by(r.grp))
-        with self.engine.connect() as conn:
-            res = conn.execution_options(stream_results=True, yield_per=chunk).execute(stmt)
-            cur_key: tuple[int, int] | None = None
-            buf: list[bytes] = []
-            slots: list[int] = []
-            for part in res.partitions(chunk):
-                for g, s, sl, pl in part:
-                    key = (int(g), int(s))
-                    if key != cur_key or len(buf) >= chunk:
-                        if buf and cur_key is not None:
-                            yield cur_key[0], cur_key[1], slots, buf
-                        cur_key, buf, slots = key, [], []
-                    buf.append(bytes(pl))
-                    slots.append(int(sl))
-            if buf and cur_key is not None:
-                yield cur_key[0], cur_key[1], slots, buf
+        if self.is_sqlite:
+            sql = ("SELECT grp, stage, count(*), group_concat(hex(payload), '') FROM "
+                   "uldp_reports WHERE query_id = ? AND phase = ? AND slot >= ? AND slot < ? "
+                   "GROUP BY grp, stage")
+        else:
+            sql = ("SELECT grp, stage, count(*), string_agg(payload, ''::bytea) FROM "
+                   "uldp_reports WHERE query_id = %s AND phase = %s AND slot >= %s "
+                   "AND slot < %s GROUP BY grp, stage")
+        raw = self.engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            for lo in range(0, max(target_users, 1), window):
+                cur.execute(sql, (query_id, phase, lo, lo + window))
+                for g, st, n, blob in cur.fetchall():
+                    data = bytes.fromhex(blob) if self.is_sqlite else bytes(blob)
+                    yield int(g), int(st), int(n), data
+            cur.close()
+            if not self.is_sqlite:
+                raw.rollback()
+        finally:
+            raw.close()
+
+    def stream_reports(self, query_id: str, phase: int, chunk: int = 65536,
+                       with_slots: bool = True
+                       ) -> Iterator[tuple[int, int, list[int], list[bytes]]]:
+        """Yield (grp, stage, slots, payloads) chunks of a phase's reports, one group per
+        chunk. Memory is bounded by ``chunk`` rows: a raw DBAPI cursor (server-side on
+        PostgreSQL) fetched ``chunk`` rows at a time, bucketed by group in numpy."""
+        cols = "grp, stage, slot, payload" if with_slots else "grp, stage, payload"
+        sql = f"SELECT {cols} FROM uldp_reports WHERE query_id = %s AND phase = %s"
+        raw = self.engine.raw_connection()
+        try:
+            if self.is_sqlite:
+                cur = raw.cursor()
+                cur.execute(sql.replace("%s", "?"), (query_id, phase))
+            else:
+                cur = raw.driver_connection.cursor(name=f"uldp_stream_{secrets.token_hex(6)}")
+                cur.itersize = chunk
+                cur.execute(sql, (query_id, phase))
+            while True:
+                rows = cur.fetchmany(chunk)
+                if not rows:
+                    break
+                cols_ = list(zip(*rows, strict=True))
+                grps = np.fromiter(cols_[0], dtype=np.int64, count=len(rows))
+                stages = cols_[1]
+                slots = cols_[2] if with_slots else ()
+                payloads = cols_[-1]
+                uniq = np.unique(grps)
+                for g in uniq:
+                    idx = np.flatnonzero(grps == g) if uniq.size > 1 else range(len(rows))
+                    yield (int(g), int(stages[idx[0]]),
+                           [int(slots[i]) for i in idx] if with_slots else [],
+                           [bytes(payloads[i]) for i in idx])
+            cur.close()
+            if not self.is_sqlite:
+                raw.rollback()
+        finally:
+            raw.close()
 
     def finish_close(self, query_id: str, phase: int, closer: str, published: dict[str, Any],
                      *, next_deadline_ms: int | None, result: dict[str, Any] | None) -> bool:
@@ -494,6 +536,17 @@ class Database:
                 S.phases.c.query_id == query_id, S.phases.c.phase == phase))).scalar()
         return json.loads(v) if v else {}
 
+    def checkpoint(self) -> None:
+        """SQLite: copy the WAL back into the database file without blocking writers
+        (PASSIVE); called periodically off the request path. No-op on PostgreSQL."""
+        if not self.is_sqlite:
+            return
+        raw = self.engine.raw_connection()
+        try:
+            raw.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            raw.close()
+
     # ---- diagnostics (tests, benchmarks) --------------------------------------------
     def table_counts(self) -> dict[str, int]:
         out = {}
@@ -518,6 +571,9 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=FULL")
     cur.execute("PRAGMA busy_timeout=60000")
+    # no checkpoint inside a commit (latency spikes on the acknowledging path): the
+    # collector's background thread checkpoints instead (Database.checkpoint)
+    cur.execute("PRAGMA wal_autocheckpoint=0")
     cur.close()
 
 

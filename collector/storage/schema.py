@@ -129,7 +129,7 @@ reports = Table(
     Column("payload", LargeBinary, nullable=False),
     Column("received_at_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("query_id", "device_id"),
-    Index("ix_reports_phase_grp", "query_id", "phase", "grp"),
+    Index("ix_reports_phase_slot", "query_id", "phase", "slot"),
 )
 
 #: version -> function(connection) applying the DDL from version-1 to version.

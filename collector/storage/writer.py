@@ -37,6 +37,7 @@ class _Ticket:
     op: Callable[[Connection], Any] | None = None
     assign: list[tuple[str, str, Any]] | None = None  # [(query id, device id, place)]
     device: tuple[str, str] | None = None  # (device id, label): registry row
+    callback: Callable[[_Ticket], None] | None = None  # called by the writer when done
     done: threading.Event = field(default_factory=threading.Event)
     outcomes: list[ReportOutcome] | None = None
     result: Any = None
@@ -66,6 +67,19 @@ class GroupCommitWriter:
         t = self._submit(_Ticket(reports=items), timeout)
         assert t.outcomes is not None
         return t.outcomes
+
+    def store_reports_async(self, items: Sequence[PendingReport],
+                            callback: Callable[[_Ticket], None]) -> None:
+        """Queue reports; ``callback(ticket)`` runs on the writer thread after the commit
+        (``ticket.outcomes``) or the failure (``ticket.error``)."""
+        t = _Ticket(reports=items, callback=callback)
+        with self._cv:
+            if self._stop:
+                t.error = WriterUnavailable("collector is shutting down")
+                callback(t)
+                return
+            self._q.append(t)
+            self._cv.notify()
 
     def assign(self, wanted: list[tuple[str, str, Any]],
                timeout: float = 60.0) -> dict[str, dict[str, Any] | None]:
@@ -139,6 +153,11 @@ class GroupCommitWriter:
             self.tickets += len(batch)
             for t in batch:
                 t.done.set()
+                if t.callback is not None:
+                    try:
+                        t.callback(t)
+                    except Exception:  # a closed event loop must not kill the writer
+                        log.exception("report callback failed")
 
     def _commit(self, batch: list[_Ticket]) -> None:
         with self.db.write() as conn:
