@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -45,17 +45,27 @@ from uldp.collector.planner import Plan, QuerySpec, compile_query
 __all__ = ["INTEGRATION", "LearningProgram", "grid_result", "run_in_process", "sgd_query"]
 
 INTEGRATION = """
-Changes needed in the gRPC collector (files owned by the service engineer):
-1. core.py create_query: accept "extra" in params_json (add it to _SPEC_EXTRA) so classify/
-   regress/sgd queries carry their public values (grid, lo, hi, label_bound; model, l2, t0…).
-2. core.py _QueryStatic: hold LearningProgram.from_spec(spec) for kind "sgd"; num_phases =
-   program.num_phases; quotas at creation = program.quotas(); _placer = program.place.
-3. core.py task_info / close_phase: for kind "sgd" take the plan of the phase from
-   program.plan_for(phase, published) (published = {phase: published_json} of the closed
-   phases); close_phase publishes program.close(phase, accs, published) and stores
-   program.result(published) after the last phase.
-4. For classify/regress nothing else changes; the final result can be turned into the
-   estimator format with grid_result(spec, estimate_dict).
+Changes needed in the gRPC collector (collector/service/core.py, owned by the service
+engineer); classify/regress need only change 1 (tests/learning/test_service_grpc.py runs
+them over real gRPC with change 1 monkeypatched in).
+1. _SPEC_EXTRA: add "extra", so CreateQuery params_json can carry the public values of
+   the learning kinds (grid, lo, hi, label_bound; for sgd the dict built by sgd_query).
+2. create_query: for kind "sgd" build the stored spec with sgd_query(...) semantics (t0
+   fixed at creation) and take num_phases = program.num_phases and the per-phase quotas
+   from program.quotas() instead of plan.phases / the stage counts.
+3. _QueryStatic: keep program = LearningProgram.from_spec(spec) for kind "sgd";
+   _placer(st) returns program.place (slot -> (group, stage, phase), phase = 2t + stage)
+   instead of phase_of_stage(stage).
+4. task_info: for kind "sgd" the task is program.task_for(phase, grp, stage, published)
+   where published = {p: json.loads(published_json)} of the closed phases (the phase
+   cache already reads them); its query_id is the service query id.
+5. close_phase: for kind "sgd" accumulate into program.new_accumulator(phase, grp, stage,
+   published); publish program.close(phase, accs, published) (k̂ after a stage-I phase,
+   θ_{t+1} after a stage-II phase) with finish_close; after the last phase store
+   result = program.result(published). Everything is a function of the stored spec and
+   the published JSON, so a restart resumes in the phase it was in (INV-4).
+For classify/regress the final estimate becomes the estimator result dict with
+grid_result(spec, estimate_dict).
 """
 
 
@@ -150,12 +160,18 @@ class LearningProgram:
         theta = self.theta_at(t, published)
         key = (t, tuple(float(v) for v in theta))
         if key not in self._plans:
-            spec = step_spec(self.config, theta, int(self._groups[t].size),
-                             self.spec.samples, self.spec.dim, t)
+            spec = self._step_spec(theta, t)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self._plans[key] = compile_query(spec)
         return self._plans[key]
+
+    def _step_spec(self, theta: np.ndarray, t: int) -> QuerySpec:
+        """Step ``t``'s MeanEst query; its tasks carry the service query id (the device
+        checks that the task text names the query it was fetched for)."""
+        spec = step_spec(self.config, theta, int(self._groups[t].size), self.spec.samples,
+                         self.spec.dim, t)
+        return replace(spec, query_id=self.spec.query_id)
 
     def place(self, slot: int) -> tuple[int, int, int]:
         """``(group, stage, phase)`` of enrolment slot ``slot`` (drawn before data, INV-3)."""
@@ -173,8 +189,7 @@ class LearningProgram:
         # the step's grouping does not depend on θ: compile with θ = 0 for the layout
         key = ("layout", t)
         if key not in self._plans:
-            spec = step_spec(self.config, np.zeros(self.spec.dim), int(self._groups[t].size),
-                             self.spec.samples, self.spec.dim, t)
+            spec = self._step_spec(np.zeros(self.spec.dim), t)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self._plans[key] = compile_query(spec)

@@ -43,6 +43,8 @@ def test_sgd_phase_layout() -> None:
     # each step's users form one balanced group, half (±1) in each stage
     per_step = np.bincount([(p - 1) // 2 for _, _, p in places])
     assert per_step.max() - per_step.min() <= 1
+    task = prog.task_for(1, 0, 1, {})
+    assert task.query_id == "sgd-svc" and task.kind == "sgd" and task.extra["theta"] == [0, 0]
     with pytest.raises(ValueError, match="theta_1 is not published"):
         prog.plan_for(3, {})
     with pytest.raises(ValueError, match="extra"):
