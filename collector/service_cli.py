@@ -131,6 +131,7 @@ def _cmd_serve(a: argparse.Namespace) -> int:
         enrollment_secret_file=Path(a.enrollment_secret_file)
         if a.enrollment_secret_file else None,
         max_message_bytes=a.max_message_bytes, workers=a.workers, name=a.name,
+        mode=a.server_mode,
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl))
     children: list[subprocess.Popen[bytes]] = []
     if a.processes > 1:
@@ -407,7 +408,11 @@ def register(subparsers: Any) -> None:
     s.add_argument("--enrollment-secret-file", default=_env("ULDP_ENROLLMENT_SECRET_FILE"),
                    help="require this shared secret to enroll devices")
     s.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
-    s.add_argument("--workers", type=int, default=32, help="gRPC handler threads")
+    s.add_argument("--workers", type=int, default=32,
+                   help="threads for database reads and analyst calls (aio mode) or for "
+                        "every call (threads mode)")
+    s.add_argument("--server-mode", choices=("aio", "threads"), default="aio",
+                   help="aio: asyncio gRPC server (default); threads: thread per call")
     s.add_argument("--processes", type=int, default=1,
                    help="serve from N processes sharing the port (SO_REUSEPORT) and the "
                         "database; they coordinate like replicas")

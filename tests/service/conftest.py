@@ -92,14 +92,16 @@ def _free_port() -> int:
 
 def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
                      subprocess_: bool = False, port: int = 0, name: str | None = None,
-                     extra_args: list[str] | None = None, **core_kw: object) -> Collector:
+                     extra_args: list[str] | None = None, server_mode: str = "aio",
+                     **core_kw: object) -> Collector:
     """Start a collector on 127.0.0.1 (in-process, or ``uldp collector serve`` as a
     subprocess); the caller stops it."""
     url = db_url or f"sqlite:///{workdir / 'collector.db'}"
     if not subprocess_:
         cfg = ServerConfig(db_url=url, tls_cert=pki.server_cert, tls_key=pki.server_key,
                            port=port, admin_token_file=pki.directory / "admin.token",
-                           name=name, core=CoreConfig(**core_kw))  # type: ignore[arg-type]
+                           name=name, mode=server_mode,
+                           core=CoreConfig(**core_kw))  # type: ignore[arg-type]
         srv = CollectorServer(cfg)
         srv.start()
         return Collector(srv.port, url, pki, server=srv)
@@ -107,7 +109,8 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
     log = open(workdir / f"collector-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
     cmd = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
            "--db", url, "--port", str(port), "--tls-dir", str(pki.directory),
-           "--log-level", "info", "--name", name or f"proc-{port}", *(extra_args or [])]
+           "--log-level", "info", "--name", name or f"proc-{port}", "--server-mode",
+           server_mode, *(extra_args or [])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     c = Collector(port, url, pki, proc=proc)

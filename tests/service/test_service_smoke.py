@@ -1,15 +1,18 @@
-"""Smoke: one mean query end to end over TLS on loopback (SQLite)."""
+"""Smoke: one mean query end to end over TLS on loopback (SQLite), in both server modes."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet
 from uldp.collector.service.client import QueryRequest
 
 
-def test_mean_end_to_end(start_collector, tmp_path):
-    c = start_collector()
+@pytest.mark.parametrize("mode", ["aio", "threads"])
+def test_mean_end_to_end(start_collector, tmp_path, mode):
+    c = start_collector(server_mode=mode)
     a = c.analyst()
     q = a.create(QueryRequest(kind="mean", epsilon=2.0, dataset="x", users=400, samples=50,
                               bound=1.0, query_id="m1"))
