@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -99,11 +102,36 @@ def test_same_seed_same_frame_different_seed_differs(kind: str) -> None:
 
 
 def test_frame_pinned_values() -> None:
-    """The seed → frame map is part of the protocol: pin it (changes need a new FRAME_VERSION)."""
+    """The seed → frame map is part of the protocol: pin it. If this fails after a numpy upgrade
+    (Generator stream change), clients and collectors on different versions would disagree —
+    bump FRAME_VERSION (or ship U) instead of updating the numbers silently."""
     F = KashinFrame.from_seed(4, seed=2024, kind="hadamard")
-    G = KashinFrame.from_seed(4, seed=2024, kind="hadamard")
-    assert F.frame_id == G.frame_id and len(F.frame_id) == 64
-    assert F._cols is not None and len(set(F._cols.tolist())) == 4
+    assert F.frame_id == "4f620ed731d0962ec7d72703510a3f5d0fef03756e111d5d773a0fcde43bfa7f"
+    assert F._cols is not None and F._signs is not None
+    assert F._cols.tolist() == [0, 4, 1, 2]
+    assert F._signs.astype(int).tolist() == [1, -1, 1, 1, 1, -1, 1, -1]
+    G = KashinFrame.from_seed(2, seed=2024)
+    np.testing.assert_allclose(G.matrix(), [[0.667747303251, -0.383797424156],
+                                            [0.575371790037, 0.354625518969],
+                                            [-0.19604943401, 0.723214581338],
+                                            [-0.429680650781, -0.451553925735]], atol=1e-11)
+
+
+def test_same_frame_in_a_fresh_interpreter() -> None:
+    """S6: client and collector rebuild the same U from the public seed (independent process)."""
+    code = (
+        "import hashlib, numpy as np\n"
+        "from uldp.client.kashin import KashinFrame\n"
+        "for kind in ('gaussian', 'hadamard'):\n"
+        "    U = KashinFrame.from_seed(24, seed='client-42', kind=kind).matrix()\n"
+        "    print(hashlib.sha256(np.ascontiguousarray(U).tobytes()).hexdigest())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split()
+    here = [hashlib.sha256(np.ascontiguousarray(
+        KashinFrame.from_seed(24, seed="client-42", kind=kind).matrix()).tobytes()).hexdigest()
+        for kind in ("gaussian", "hadamard")]
+    assert out == here
 
 
 @pytest.mark.parametrize("kind", KINDS)
