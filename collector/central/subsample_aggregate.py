@@ -241,11 +241,18 @@ def partition_users(n_users: int, k: int, rng: RandomSource,
     return groups
 
 
-def _rows_of(groups: UserGroups, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    users = np.sort(users)
+def _group_row_index(groups: UserGroups, partition: Sequence[np.ndarray],
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of every group, concatenated (users sorted within a group), and the
+    group boundaries into that array. Vectorized: one ``arange`` over all rows."""
+    users = np.concatenate([np.sort(np.asarray(p, dtype=np.int64)) for p in partition])
     starts, ends = groups.offsets[users], groups.offsets[users + 1]
-    idx = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends, strict=True)])
-    return groups.values[idx], np.repeat(groups.users[users], ends - starts)
+    lens = ends - starts
+    run_start = np.cumsum(lens) - lens
+    idx = np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(starts - run_start, lens)
+    user_bounds = np.r_[0, np.cumsum([len(p) for p in partition])]
+    row_bounds = np.r_[0, np.cumsum(lens)][user_bounds]
+    return idx, row_bounds
 
 
 def group_statistics(groups: UserGroups, partition: Sequence[np.ndarray],
@@ -259,8 +266,11 @@ def group_statistics(groups: UserGroups, partition: Sequence[np.ndarray],
     a group whose output has another length counts as failed.
     """
     outs: list[np.ndarray | None] = []
-    for users in partition:
-        vals, uids = _rows_of(groups, users)
+    idx, bounds = _group_row_index(groups, partition)
+    row_user = np.repeat(groups.users, groups.counts)
+    for i in range(len(partition)):
+        rows = idx[bounds[i] : bounds[i + 1]]
+        vals, uids = groups.values[rows], row_user[rows]
         try:
             out = np.atleast_1d(np.asarray(statistic(vals, uids), dtype=np.float64)).ravel()
         except Exception:  # any failure of T on a group: A8
