@@ -255,7 +255,15 @@ class LearningProgram:
         theta = (np.mean(iterates[len(iterates) // 2:], axis=0) if self.config.average
                  else iterates[-1])
         cfg = dict(self.spec.extra["sgd"])
-        return {"kind": "sgd", "model": self.config.model, "theta": theta.tolist(),
+        # Estimate-shaped fields for the collector's GetResult: values = θ̂; the standard
+        # error is η × that of the last step's gradient (the noise of the final update
+        # only — a lower bound on the uncertainty of θ̂, which also carries earlier steps)
+        se = self.config.step_size * np.asarray(traj[-1]["std_error"], dtype=np.float64)
+        z = 1.959963984540054
+        return {"values": theta.tolist(), "std_error": se.tolist(),
+                "ci_low": (theta - z * se).tolist(), "ci_high": (theta + z * se).tolist(),
+                "level": 0.95,
+                "kind": "sgd", "model": self.config.model, "theta": theta.tolist(),
                 "trajectory": traj, "t0": self.t0, "eta": self.config.step_size,
                 "users": self.spec.users, "samples": self.spec.samples,
                 "dim": self.spec.dim, "epsilon": self.spec.epsilon, "config": cfg}
