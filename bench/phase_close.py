@@ -71,6 +71,7 @@ def run(n: int, db_url: str) -> dict[str, float]:
     phases = db.get_phases("close")
     assert [p["state"] for p in phases] == ["closed", "open"]
     pub = json.loads(phases[0]["published_json"])
+    assert pub["reports"] == n, pub  # every stored report was aggregated
     core.stop()
     db.dispose()
     return {"reports": n, "report_ints": int(reps.shape[1]), "load_s": load_s,

@@ -107,7 +107,8 @@ class PollResult:
     submitted: list[str] = field(default_factory=list)  # query ids acknowledged now
     refused: list[tuple[str, str]] = field(default_factory=list)  # (query id, reason)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # collector refusals
-    waiting: int = 0  # assignments whose phase is not open yet
+    waiting: int = 0  # assignments whose phase is not open yet, plus pending reports
+    pending: int = 0  # persisted reports not acknowledged (collector unreachable)
     retry_after_ms: int = 0
 
 
@@ -299,8 +300,10 @@ class Device:
         return resp
 
     # ---- main loop ------------------------------------------------------------------
-    def resend_pending(self) -> list[str]:
-        """Re-send every persisted but unacknowledged report (after a crash)."""
+    def resend_pending(self, out: PollResult | None = None) -> list[str]:
+        """Re-send every persisted but unacknowledged report (after a crash or an
+        outage). Reports still unacknowledged because the collector is unreachable stay
+        pending and count as ``waiting`` in ``out``."""
         done = []
         for e in self.ledger.entries("pending"):
             try:
@@ -308,7 +311,16 @@ class Device:
                 done.append(e.query_id)
             except ReportRejected as exc:
                 log.warning("%s", exc)
+                if out is not None:
+                    self._note_failure(out, e.query_id, exc)
         return done
+
+    @staticmethod
+    def _note_failure(out: PollResult, query_id: str, exc: ReportRejected) -> None:
+        if exc.code in RETRYABLE:  # still pending in the ledger: try again later
+            out.pending += 1
+        else:
+            out.rejected.append((query_id, f"{exc.code.name}: {exc.message}"))
 
     def fetch_tasks(self, query_id: str = "") -> device_pb2.GetTasksResponse:
         req = device_pb2.GetTasksRequest(datasets=self.datasets, query_id=query_id)
@@ -326,7 +338,7 @@ class Device:
     def poll(self, query_id: str = "") -> PollResult:
         """Enroll if needed, re-send pending reports, then run every task offered now."""
         out = PollResult()
-        out.submitted.extend(self.resend_pending())
+        out.submitted.extend(self.resend_pending(out))
         resp = self.fetch_tasks(query_id)
         for task in resp.tasks:
             try:
@@ -339,9 +351,9 @@ class Device:
                 self.send(report)
                 out.submitted.append(task.query_id)
             except ReportRejected as exc:
-                out.rejected.append((task.query_id, f"{exc.code.name}: {exc.message}"))
-        out.waiting = len(resp.waiting)
-        out.retry_after_ms = resp.retry_after_ms
+                self._note_failure(out, task.query_id, exc)
+        out.waiting = len(resp.waiting) + out.pending
+        out.retry_after_ms = max(resp.retry_after_ms, 1000 if out.pending else 0)
         return out
 
     def run(self, timeout_s: float = 600.0, query_id: str = "") -> PollResult:

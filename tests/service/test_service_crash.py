@@ -89,7 +89,8 @@ def _run_with_kill(start_collector, db_url: str, tmp_path: Path) -> None:
     c2 = start_collector(db_url, subprocess_=True, port=c.port, name="second")
     th.join(timeout=300)
     r = result["r"]
-    assert not r.errors and not r.refused and r.unfinished == 0, r.errors[:3]
+    assert not r.errors and not r.refused and not r.rejected and r.unfinished == 0, (
+        r.errors[:3], r.rejected[:3])
     a2 = c2.analyst()
     q = a2.wait("crash", 120)
     assert q.state == 2, q.error
