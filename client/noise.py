@@ -39,6 +39,8 @@ from uldp.client.randomness import RandomSource
 __all__ = [
     "EPS_DENOMINATOR",
     "LaplaceScale",
+    "bernoulli_exp",
+    "bernoulli_exp_scalar",
     "discrete_gaussian",
     "discrete_gaussian_pmf",
     "discrete_laplace",
@@ -172,7 +174,7 @@ def randomized_round(x: np.ndarray, rng: RandomSource) -> np.ndarray:
     return fl.astype(np.int64) + rng.bernoulli_float(x - fl).astype(np.int64)
 
 
-# ---- discrete Gaussian (CKS Algorithm 3), exact, scalar loop --------------------------
+# ---- discrete Gaussian (CKS Algorithm 3), exact, vectorized ------------------------------
 def _below_int(rng: RandomSource, n: int) -> int:
     """Uniform integer in [0, n) for an arbitrary Python int ``n >= 1`` (exact rejection)."""
     nbits = n.bit_length()
@@ -184,10 +186,10 @@ def _below_int(rng: RandomSource, n: int) -> int:
             return r
 
 
-def _bern_exp_fraction(rng: RandomSource, gamma: Fraction) -> bool:
-    """Bernoulli(exp(-γ)) for any rational γ >= 0, exact (CKS Algorithm 1, scalar)."""
+def bernoulli_exp_scalar(rng: RandomSource, gamma: Fraction) -> bool:
+    """Bernoulli(exp(-γ)) for any rational γ >= 0 with Python integers (no overflow)."""
     while gamma > 1:
-        if not _bern_exp_fraction(rng, Fraction(1)):
+        if not bernoulli_exp_scalar(rng, Fraction(1)):
             return False
         gamma -= 1
     k = 1
@@ -196,26 +198,75 @@ def _bern_exp_fraction(rng: RandomSource, gamma: Fraction) -> bool:
     return k % 2 == 1
 
 
+def bernoulli_exp(rng: RandomSource, num: np.ndarray, den: int) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) elementwise for integers ``num >= 0``, ``den >= 1``, exact:
+    ``exp(-g) = exp(-1)^⌊g⌋ · exp(-(g - ⌊g⌋))`` as an AND of independent Bernoullis."""
+    num = np.asarray(num, dtype=np.int64)
+    whole = num // den
+    frac = num - whole * den
+    ok = np.ones(num.shape, dtype=bool)
+    rem = whole.copy()
+    todo = np.flatnonzero(rem > 0)
+    while todo.size:
+        b = _bernoulli_exp_le1(rng, np.ones(todo.size, dtype=np.int64), 1)
+        ok[todo[~b]] = False
+        rem[todo] -= 1
+        todo = todo[b & (rem[todo] > 0)]
+    idx = np.flatnonzero(ok)
+    ok[idx] = _bernoulli_exp_le1(rng, frac[idx], den)
+    return ok
+
+
 def discrete_gaussian(sigma2: Fraction | float, size: int, rng: RandomSource) -> np.ndarray:
     """``size`` iid discrete Gaussians N_Z(0, σ²): pmf ∝ exp(-z²/(2σ²)) on the integers.
 
-    σ² is taken as a rational (a float is converted exactly, then rounded *up* to a
-    multiple of 2^-30 so the privacy guarantee computed for σ² still holds).
+    σ² is rounded *up* to a multiple of 2^-10 (below 256) or to an integer, so a privacy
+    claim computed for ``sigma2`` still holds. Proposal ``Y ~ DLap(t)``,
+    ``t = ⌊√σ²⌋ + 1``; accept with probability ``exp(-(|Y| - σ²/t)² / (2σ²))`` written as the
+    rational ``(|Y| b t - a)² / (2 a b t²)`` for ``σ² = a/b`` (CKS 2020, Algorithm 3).
+    Entries whose numerator would overflow int64 use Python integers.
     """
     s2 = Fraction(sigma2)
     if s2 <= 0:
         raise ValueError(f"sigma2 must be positive, got {sigma2!r}")
-    if s2.denominator > 1 << 30:
-        s2 = Fraction(math.ceil(s2 * (1 << 30)), 1 << 30)
-    t = math.floor(math.sqrt(s2)) + 1
+    if s2 > 1 << 16:
+        return _discrete_gaussian_big(s2, size, rng)
+    b = 1 << 10 if s2 < 256 else 1
+    a = math.ceil(s2 * b)
+    t = math.isqrt(a // b) + 1  # ⌊√σ²⌋ + 1, exact
+    lap = LaplaceScale(t, 1)
+    den_val = 2 * a * b * t * t
+    lim = math.isqrt((1 << 62) - 1)
+    vector_ok = den_val < 1 << 62
+    out = np.empty(size, dtype=np.int64)
+    filled = 0
+    while filled < size:
+        need = size - filled
+        y = discrete_laplace(lap, 2 * need + 8, rng)
+        root = np.abs(y) * (b * t) - a
+        small = (np.abs(root) < lim) if vector_ok else np.zeros(y.size, dtype=bool)
+        acc = np.zeros(y.size, dtype=bool)
+        idx = np.flatnonzero(small)
+        acc[idx] = bernoulli_exp(rng, root[idx] * root[idx], den_val)
+        for j in np.flatnonzero(~small):
+            r = abs(int(y[j])) * b * t - a
+            acc[j] = bernoulli_exp_scalar(rng, Fraction(r * r, den_val))
+        keep = y[acc][:need]
+        out[filled: filled + keep.size] = keep
+        filled += keep.size
+    return out
+
+
+def _discrete_gaussian_big(s2: Fraction, size: int, rng: RandomSource) -> np.ndarray:
+    """CKS Algorithm 3 with Python integers, for large σ² (rounded up to an integer)."""
+    s2 = Fraction(math.ceil(s2))
+    t = math.isqrt(int(s2)) + 1
     lap = LaplaceScale(t, 1)
     out = np.empty(size, dtype=np.int64)
     i = 0
     while i < size:
-        ys = discrete_laplace(lap, max(8, 2 * (size - i)), rng)
-        for y in ys:
-            gamma = (abs(int(y)) - s2 / t) ** 2 / (2 * s2)
-            if _bern_exp_fraction(rng, gamma):
+        for y in discrete_laplace(lap, max(8, 2 * (size - i)), rng):
+            if bernoulli_exp_scalar(rng, (abs(int(y)) - s2 / t) ** 2 / (2 * s2)):
                 out[i] = y
                 i += 1
                 if i == size:

@@ -166,3 +166,10 @@ def test_discrete_gaussian_matches_exact_pmf():
 def test_discrete_gaussian_rejects_bad_sigma():
     with pytest.raises(ValueError, match="sigma2"):
         discrete_gaussian(0.0, 3, RandomSource.seeded(1))
+
+
+def test_discrete_gaussian_large_sigma_path():
+    # σ² > 2^16 takes the Python-integer path; variance within 5 s.e. (false alarm < 1e-6)
+    z = discrete_gaussian(10**6, 4000, RandomSource.seeded(22)).astype(float)
+    assert abs(z.var() / 1e6 - 1) < 5 * math.sqrt(2 / z.size)
+    assert abs(z.mean()) < 5 * math.sqrt(1e6 / z.size)

@@ -34,7 +34,6 @@ from typing import Any, Literal
 import numpy as np
 
 from uldp.client.noise import (
-    LaplaceScale,
     discrete_gaussian,
     discrete_laplace,
     laplace_scale,
@@ -236,103 +235,8 @@ def geometric(epsilon: float, size: int, rng: RandomSource) -> np.ndarray:
     return out
 
 
-def _bern_exp_le1(rng: RandomSource, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) for ``0 <= num <= den`` elementwise (CKS 2020, Alg. 1)."""
-    out = np.zeros(num.shape, dtype=bool)
-    k = np.ones(num.shape, dtype=np.int64)
-    todo = np.arange(num.size)
-    while todo.size:
-        a = rng.bernoulli_rational(num[todo], den[todo] * k[todo])
-        done = todo[~a]
-        out[done] = (k[done] % 2) == 1
-        todo = todo[a]
-        k[todo] += 1
-    return out
-
-
-def _bern_exp(rng: RandomSource, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) for any rational ``num/den >= 0`` (int64 arrays), exact.
-
-    ``exp(-g) = exp(-1)^floor(g) * exp(-(g - floor g))``: AND of independent Bernoullis.
-    """
-    whole = num // den
-    frac = num - whole * den
-    ok = np.ones(num.shape, dtype=bool)
-    rem = whole.copy()
-    todo = np.flatnonzero(rem > 0)
-    while todo.size:
-        one = np.ones(todo.size, dtype=np.int64)
-        b = _bern_exp_le1(rng, one, one)
-        ok[todo[~b]] = False
-        rem[todo] -= 1
-        todo = todo[b & (rem[todo] > 0)]
-    idx = np.flatnonzero(ok)
-    ok[idx] = _bern_exp_le1(rng, frac[idx], den[idx])
-    return ok
-
-
-def _below_big(rng: RandomSource, n: int) -> int:
-    nbits = n.bit_length()
-    mask = (1 << nbits) - 1
-    while True:
-        r = int.from_bytes(rng.bytes((nbits + 7) // 8), "big") & mask
-        if r < n:
-            return r
-
-
-def _bern_exp_fraction(rng: RandomSource, gamma: Fraction) -> bool:
-    """Scalar exact Bernoulli(exp(-gamma)) with Python integers (overflow fallback)."""
-    while gamma > 1:
-        if not _bern_exp_fraction(rng, Fraction(1)):
-            return False
-        gamma -= 1
-    k = 1
-    while _below_big(rng, gamma.denominator * k) < gamma.numerator:
-        k += 1
-    return k % 2 == 1
-
-
-def discrete_gaussian_vec(sigma2: Fraction | float, size: int, rng: RandomSource,
-                          ) -> np.ndarray:
-    """``size`` iid discrete Gaussians ``N_Z(0, s2)``, vectorized CKS Algorithm 3.
-
-    ``s2`` is ``sigma2`` rounded *up* to a multiple of 2^-10 (below 256) or to an integer
-    (so a privacy claim computed for ``sigma2`` still holds). Proposal ``Y ~ DLap(t)``,
-    ``t = floor(sqrt(s2)) + 1``; accept with probability ``exp(-(|Y| - s2/t)^2 / (2 s2))``
-    written as the rational ``(|Y| b t - a)^2 / (2 a b t^2)`` for ``s2 = a/b``. Exact; falls
-    back to Python integers for entries whose numerator would overflow int64 and to the
-    scalar sampler of ``uldp.client.noise`` for ``s2 > 2^16``.
-    """
-    s2 = Fraction(sigma2)
-    if s2 <= 0:
-        raise ValueError(f"sigma2 must be positive, got {sigma2!r}")
-    if s2 > 1 << 16:
-        return discrete_gaussian(s2, size, rng)
-    b = 1 << 10 if s2 < 256 else 1
-    a = math.ceil(s2 * b)
-    s2 = Fraction(a, b)
-    t = math.isqrt(a // b) + 1  # floor(sqrt(s2)) + 1, exact
-    lap = LaplaceScale(t, 1)
-    den_val = 2 * a * b * t * t
-    lim = math.isqrt((1 << 62) - 1)  # |num_root| must stay below this
-    out = np.empty(size, dtype=np.int64)
-    filled = 0
-    while filled < size:
-        need = size - filled
-        y = discrete_laplace(lap, 2 * need + 8, rng)
-        root = np.abs(y) * (b * t) - a
-        small = np.abs(root) < lim
-        acc = np.zeros(y.size, dtype=bool)
-        idx = np.flatnonzero(small)
-        num = root[idx] * root[idx]
-        acc[idx] = _bern_exp(rng, num, np.full(idx.size, den_val, dtype=np.int64))
-        for j in np.flatnonzero(~small):
-            r = abs(int(y[j])) * b * t - a
-            acc[j] = _bern_exp_fraction(rng, Fraction(r * r, den_val))
-        keep = y[acc][:need]
-        out[filled : filled + keep.size] = keep
-        filled += keep.size
-    return out
+#: the exact vectorized discrete Gaussian lives with the other samplers in uldp.client.noise
+discrete_gaussian_vec = discrete_gaussian
 
 
 # ---------------------------------------------------------------------------------------
