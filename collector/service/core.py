@@ -27,6 +27,7 @@ import json
 import logging
 import re
 import secrets
+import struct
 import threading
 import time
 import warnings
@@ -442,21 +443,19 @@ class CollectorCore:
             raise ServiceError("INVALID_ARGUMENT",
                                f"report has {len(values)} values; the task of group "
                                f"{a['grp']} stage {a['stage']} needs exactly {info.length}")
-        arr = np.asarray(values, dtype=np.int64) if values else np.zeros(0, np.int64)
-        if arr.size:
-            bad = np.flatnonzero(np.abs(arr) > info.limit)
-            if bad.size:
-                i = int(bad[0])
-                raise ServiceError("INVALID_ARGUMENT",
-                                   f"report value #{i} = {int(arr[i])} is outside "
-                                   f"[-{info.limit}, {info.limit}]")
+        vals = list(values)
+        lim = info.limit
+        if vals and (max(vals) > lim or min(vals) < -lim):
+            i = next(k for k, v in enumerate(vals) if abs(v) > lim)
+            raise ServiceError("INVALID_ARGUMENT",
+                               f"report value #{i} = {vals[i]} is outside [-{lim}, {lim}]")
         if digest != info.digest:
             raise ServiceError("FAILED_PRECONDITION",
                                "report was computed for a different task (task_digest "
                                f"{digest[:16] or '<empty>'}… != {info.digest[:16]}…); "
                                "fetch the current task")
         return PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
-                             arr.astype("<i8").tobytes())
+                             struct.pack(f"<{len(vals)}q", *vals))
 
     def store(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         try:

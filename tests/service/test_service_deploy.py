@@ -11,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the deploy/ manifests")
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 HEALTH = ["collector", "health", "--target", "127.0.0.1:50051", "--ca", "/etc/uldp/tls/ca.pem"]
