@@ -95,6 +95,8 @@ def hadamard_factors(K: int, max_bits: int = 4) -> list[int]:
     return [1 << b for b in bits]
 
 
+_FWHT_BLOCK_ELEMS = 1 << 17  # fwht(): numbers per transposed block (stays in L2)
+
 # Floating-point FWHT via Kronecker factors + BLAS (True) or radix-2 ufunc butterflies (False);
 # both are exact up to rounding, the factor form measured ~1.4x faster (bench/kashin_speed.py).
 _KRON = True
@@ -117,11 +119,11 @@ def fwht_columns(x: np.ndarray, *, out: np.ndarray | None = None,
 
     This is the fast kernel, with the batch as the innermost (contiguous) axis:
 
-    * floating point: ``H_K`` is applied as a Kronecker product of small Sylvester factors
-      (:func:`hadamard_factors`), one broadcast BLAS matmul per factor — ``O(K log K)`` work up
-      to the constant factor size (≤ 16), about 1.5× faster than radix-2 butterflies in numpy;
-    * integers: radix-2 butterflies, two ufunc calls per stage over contiguous runs of
-      ``h * batch`` elements (exact in int64).
+    * floating point, batch ≥ 8: ``H_K`` is applied as a Kronecker product of small Sylvester
+      factors (:func:`hadamard_factors`), one broadcast BLAS matmul per factor — ``O(K log K)``
+      work up to the constant factor size (≤ 16), 1.5–2× faster than radix-2 butterflies;
+    * integers (or tiny batches): radix-2 butterflies, two ufunc calls per stage over
+      contiguous runs of ``h * batch`` elements (exact in int64).
 
     Ping-pongs between ``out`` and ``scratch`` (allocated if not given; both must be
     C-contiguous with ``x``'s shape and dtype and must not alias ``x``); ``x`` is not modified.
@@ -135,8 +137,8 @@ def fwht_columns(x: np.ndarray, *, out: np.ndarray | None = None,
         out[...] = x
         return out
     scratch = _c_buffer(x, scratch, "scratch")
-    if _KRON and (np.issubdtype(x.dtype, np.floating)
-                  or np.issubdtype(x.dtype, np.complexfloating)):
+    if _KRON and batch >= 8 and (np.issubdtype(x.dtype, np.floating)
+                                 or np.issubdtype(x.dtype, np.complexfloating)):
         factors = hadamard_factors(K)
         src, pre, rest = x, 1, K
         for j, f in enumerate(factors):
@@ -181,10 +183,22 @@ def fwht(a: np.ndarray, axis: int = -1) -> np.ndarray:
     K = arr.shape[ax]
     if not is_pow2(K):
         raise ValueError(f"fwht length must be a power of two, got {K} (use pad_pow2)")
-    moved = np.moveaxis(arr, ax, 0)  # batch innermost: see fwht_columns
-    work = np.ascontiguousarray(moved, dtype=_work_dtype(arr.dtype)).reshape(K, -1)
-    res = fwht_columns(work)
-    return np.moveaxis(res.reshape(moved.shape), 0, ax)
+    dtype = _work_dtype(arr.dtype)
+    moved = np.moveaxis(arr, ax, -1)
+    rows = moved.reshape(-1, K)  # a view for the common axis=-1 case
+    out = np.empty(rows.shape, dtype=dtype)
+    # cache-sized blocks, each transposed so the batch is innermost (see fwht_columns)
+    step = max(1, _FWHT_BLOCK_ELEMS // K, min(16, (1 << 22) // K))
+    buf_out = np.empty((K, min(step, rows.shape[0])), dtype=dtype)
+    buf_tmp = np.empty_like(buf_out)
+    for start in range(0, rows.shape[0], step):
+        block = rows[start:start + step]
+        c = block.shape[0]
+        work = np.ascontiguousarray(block.T, dtype=dtype)
+        res = fwht_columns(work, out=buf_out[:, :c] if c == buf_out.shape[1] else None,
+                           scratch=buf_tmp[:, :c] if c == buf_out.shape[1] else None)
+        out[start:start + c] = res.T
+    return np.moveaxis(out.reshape(moved.shape), -1, ax)
 
 
 def pad_pow2(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -50,8 +50,10 @@ def test_hadamard_matrix_rejects_non_pow2(K: int) -> None:
 @pytest.mark.parametrize("K", ORDERS)
 def test_fwht_equals_matrix_product_and_involution(K: int) -> None:
     rng = np.random.default_rng(K)
-    X = rng.standard_normal((7, K))
+    X = rng.standard_normal((7, K))  # batch < 8: butterflies
     H = hadamard_matrix(K).astype(float)
+    X40 = rng.standard_normal((40, K))  # batch >= 8: Kronecker factors
+    np.testing.assert_allclose(fwht(X40), X40 @ H, atol=1e-12 * K)
     np.testing.assert_allclose(fwht(X), X @ H, atol=1e-12 * K)
     np.testing.assert_allclose(fwht(fwht(X)), K * X, atol=1e-12 * K)
     x = rng.standard_normal(K)  # 1-D
@@ -72,6 +74,15 @@ def test_fwht_other_axes_and_shapes() -> None:
     before = Z.copy()
     fwht(Z)
     assert np.array_equal(Z, before)  # input untouched
+
+
+def test_fwht_large_batch_blocks() -> None:
+    """fwht() transforms cache-sized blocks; results must not depend on the blocking."""
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((3000, 64))  # several blocks of 2048 rows
+    ref = X @ hadamard_matrix(64)
+    np.testing.assert_allclose(fwht(X), ref, atol=1e-11)
+    assert fwht(X).flags.c_contiguous
 
 
 def test_fwht_integer_exact() -> None:
@@ -155,10 +166,10 @@ def test_hadamard_factors() -> None:
 @pytest.mark.parametrize("K", [2048, 4096])
 def test_fwht_float_kronecker_path_matches_exact_integer_path(K: int) -> None:
     rng = np.random.default_rng(K)
-    Xi = rng.integers(-1000, 1000, size=(3, K))
+    Xi = rng.integers(-1000, 1000, size=(12, K))
     exact = fwht(Xi)  # int64 butterflies
     np.testing.assert_array_equal(fwht(Xi.astype(np.float64)), exact.astype(np.float64))
-    X = rng.standard_normal((3, K))
+    X = rng.standard_normal((12, K))
     np.testing.assert_allclose(fwht(fwht(X)) / K, X, atol=1e-12)
     y = fwht(X)
     np.testing.assert_allclose(np.linalg.norm(y, axis=1), np.sqrt(K) * np.linalg.norm(X, axis=1))
@@ -167,7 +178,7 @@ def test_fwht_float_kronecker_path_matches_exact_integer_path(K: int) -> None:
 def test_fwht_butterfly_and_kronecker_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     import uldp.client.hadamard as had
 
-    X = np.random.default_rng(5).standard_normal((512, 7))
+    X = np.random.default_rng(5).standard_normal((512, 40))  # batch >= 8: Kronecker path
     kron = had.fwht_columns(X)
     monkeypatch.setattr(had, "_KRON", False)
     bfly = had.fwht_columns(X)
