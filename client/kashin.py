@@ -14,7 +14,9 @@ deterministically from a public seed by client and collector alike
 (:meth:`KashinFrame.from_seed`). The seed is expanded with SHA-256 over
 ``(FRAME_VERSION, kind, d, λ, seed)`` into a ``numpy.random.default_rng`` — this is *public*
 randomness for the frame, never privacy noise (privacy noise comes only from
-``uldp.client.randomness``).
+``uldp.client.randomness``). The map also depends on numpy's Generator algorithms (PCG64,
+``integers``/``permutation``/``standard_normal``); tests pin its output, and any change must
+bump :data:`FRAME_VERSION` (or the collector ships U).
 
 * ``kind="gaussian"``: ``G ~ N(0,1)^{N×d}``, ``N = ⌈λ d⌉``, thin QR ``G = Q R``,
   ``U = Q diag(sign R_ii)`` (Haar isometry). Applied with float64 BLAS matmuls. The QR is
