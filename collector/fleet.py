@@ -161,6 +161,7 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
                     res.refused += r.refused
                     res.rejected += r.rejected
                 if r.waiting:
+                    dev.ledger.close()  # reopened on the next poll; keeps idle devices small
                     again = time.monotonic() + r.retry_after_ms / 1000 * (0.5 + np.random.rand())
             except Exception as exc:
                 msg = (f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError)
