@@ -50,7 +50,8 @@ __all__ = ["CollectorCore", "CoreConfig", "ServiceError", "TaskInfo"]
 log = logging.getLogger("uldp.collector")
 
 _QUERY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_SPEC_EXTRA = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence")
+_SPEC_EXTRA = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
+               "extra")  # extra: public values of the learning kinds (grid, label bound)
 
 
 class ServiceError(Exception):
