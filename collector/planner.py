@@ -183,7 +183,11 @@ class Plan:
         return int(g[slot]), int(s[slot])
 
     def assign_all(self) -> tuple[np.ndarray, np.ndarray]:
-        """Group and stage of every slot (vectorized; [D1], [D2])."""
+        """Group and stage of every slot (vectorized; [D1], [D2]); computed once."""
+        return self._assignment
+
+    @cached_property
+    def _assignment(self) -> tuple[np.ndarray, np.ndarray]:
         r = self._ranks
         G = self.n_groups
         group = r % G

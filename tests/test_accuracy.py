@@ -91,14 +91,14 @@ def _slope(xs, ys):
 
 def test_rate_in_n_and_m():
     # 150 reps per point: log-MSE s.e. ~0.115, slope s.e. over a 16x range ~0.06;
-    # tolerance 0.15 around the formula's own slope (false alarm ~1.5 %).
+    # tolerance 0.2 around the formula's own slope (3.3 s.e., false alarm ~0.1 %).
     ns = [250, 1000, 4000]
     emp, pred = [], []
     for n in ns:
         r, p = run(150, kind="mean", users=n, samples=100, epsilon=2.0, seed=n)
         emp.append(r.sq_error)
         pred.append(p)
-    assert abs(_slope(ns, emp) - _slope(ns, pred)) <= 0.15
+    assert abs(_slope(ns, emp) - _slope(ns, pred)) <= 0.2
     assert abs(_slope(ns, pred) + 1) <= 0.15  # ≈ 1/n up to the ln n of Δ
     ms = [100, 400, 1600]
     emp, pred = [], []
@@ -106,7 +106,7 @@ def test_rate_in_n_and_m():
         r, p = run(150, kind="mean", users=1000, samples=m, epsilon=2.0, seed=m)
         emp.append(r.sq_error)
         pred.append(p)
-    assert abs(_slope(ms, emp) + 1) <= 0.15  # noise-dominated: 1/m
+    assert abs(_slope(ms, emp) + 1) <= 0.2  # noise-dominated: 1/m (3.3 s.e.)
 
 
 def test_rate_in_epsilon_below_one():
