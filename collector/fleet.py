@@ -44,6 +44,7 @@ class FleetDataset:
     modulo: int = 1
     residue: int = 0
     values: np.ndarray | None = None  # (devices, m[, d]) drawn lazily
+    labels: np.ndarray | None = None  # (devices, m) for the learning kinds
 
 
 @dataclass
@@ -57,10 +58,38 @@ class FleetResult:
     seconds: float = 0.0
 
 
+LEARNING_DISTS = {"classify": "sine[:PHASE]", "regress": "sine[:PHASE]",
+                  "sgd": "quadratic | logistic"}
+
+
 def dataset_for_query(kind: str, dist: str, samples: int, dim: int, bound: float | None,
                       seed: int | None, moment_p: float | None = None) -> FleetData:
+    """The population of a query kind; learning kinds draw ``(samples, labels)`` pairs."""
     rng = np.random.default_rng(seed)
+    if kind in LEARNING_DISTS:
+        return _learning_population(kind, dist, samples, dim, rng)
     return make_fleet_data(kind, dist, samples, dim, bound, rng, moment_p=moment_p)
+
+
+def _learning_population(kind: str, dist: str, samples: int, dim: int,
+                         rng: np.random.Generator) -> FleetData:
+    from uldp.collector.learning import synthetic
+
+    name, _, arg = (dist or "").partition(":")
+    if kind in ("classify", "regress"):
+        if name not in ("", "sine"):
+            raise ValueError(f"--dist for {kind} must be {LEARNING_DISTS[kind]}, got {dist!r}")
+        phase = float(arg) if arg else 0.0
+        pop = synthetic.sine_population(0, samples, dim, rng, task=kind, phase=phase)
+        return FleetData(pop.draw, np.zeros(0))
+    if name in ("", "quadratic"):
+        pop, mu = synthetic.quadratic_population(0, samples, dim, rng)
+        return FleetData(lambda k: pop.draw(k)[0], mu)
+    if name == "logistic":
+        w = np.linspace(1.0, -1.0, dim) if dim > 1 else np.array([1.5])
+        pop = synthetic.logistic_population(0, samples, w, 0.0, rng)
+        return FleetData(pop.draw, w)
+    raise ValueError(f"--dist for sgd must be {LEARNING_DISTS['sgd']}, got {dist!r}")
 
 
 class _Bar:
@@ -103,7 +132,8 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
     for ds in datasets:
         if ds.values is None:
             holders = len(range(ds.residue, n_devices, ds.modulo))
-            ds.values = ds.data.draw(holders)
+            drawn = ds.data.draw(holders)
+            ds.values, ds.labels = drawn if isinstance(drawn, tuple) else (drawn, None)
     eps = endpoint if isinstance(endpoint, list) else [endpoint]
     # device i talks to eps[i % len(eps)] through one of `channels` channels per endpoint
     chans = [[secure_channel(e) for _ in range(max(1, channels))] for e in eps]
@@ -131,7 +161,9 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
             for ds in datasets:
                 if i % ds.modulo == ds.residue:
                     assert ds.values is not None
-                    dev.add_dataset(ds.name, ds.values[i // ds.modulo])
+                    j = i // ds.modulo
+                    dev.add_dataset(ds.name, ds.values[j],
+                                    labels=None if ds.labels is None else ds.labels[j])
             if on_device is not None:
                 on_device(i, dev)
             devices[i] = dev
