@@ -234,6 +234,11 @@ def _cmd_query_create(a: argparse.Namespace) -> int:
         v = getattr(a, k)
         if v is not None:
             params[k] = v
+    if a.extra is not None:
+        try:
+            params["extra"] = json.loads(a.extra)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--extra is not JSON: {exc}") from None
     req = QueryRequest(kind=a.kind, epsilon=a.epsilon, dataset=a.dataset, users=a.users,
                        samples=a.samples, dim=a.dim, bound=a.bound or 0.0, method=a.method,
                        params=params or None, phase_timeout_s=a.phase_timeout,
@@ -443,7 +448,8 @@ def register(subparsers: Any) -> None:
     sq = pq.add_subparsers(dest="query_cmd", required=True)
     s = sq.add_parser("create", help="create a query")
     s.add_argument("--kind", required=True,
-                   help="mean, mean-linf, mean-l2, mean-l1, distribution")
+                   help="mean, mean-linf, mean-l2, mean-l1, distribution, classify, "
+                   "regress, sgd")
     s.add_argument("--epsilon", type=float, required=True)
     s.add_argument("--dataset", required=True, help="name of the devices' local dataset")
     s.add_argument("--users", type=int, required=True, help="target number of devices")
@@ -456,6 +462,9 @@ def register(subparsers: Any) -> None:
     s.add_argument("--frame-kind", dest="frame_kind")
     s.add_argument("--mode", choices=("default", "paper"))
     s.add_argument("--confidence", type=float)
+    s.add_argument("--extra", help="JSON object of public values of the learning kinds: "
+                   "grid, lo, hi, label_bound (classify/regress); for sgd "
+                   '\'{"model": "logistic", "sgd": {"t0": 5, ...}}\' (SGDConfig fields)')
     s.add_argument("--phase-timeout", type=float, default=0.0,
                    help="seconds each phase stays open at most (0 = collector default)")
     s.add_argument("--id", help="query id (idempotent create)")

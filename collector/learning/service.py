@@ -21,7 +21,7 @@ resume them after a crash from its database alone:
 
 ``run_in_process`` drives a program with the production device function, persisting only
 JSON between phases (and optionally rebuilding the program mid-run, as a restart would).
-How the gRPC collector would call this is described in the module's ``INTEGRATION`` note.
+How the gRPC collector calls this is described in the module's ``INTEGRATION`` note.
 """
 
 from __future__ import annotations
@@ -45,9 +45,12 @@ from uldp.collector.planner import Plan, QuerySpec, compile_query
 __all__ = ["INTEGRATION", "LearningProgram", "grid_result", "run_in_process", "sgd_query"]
 
 INTEGRATION = """
-Changes needed in the gRPC collector (collector/service/core.py, owned by the service
-engineer); classify/regress need only change 1 (tests/learning/test_service_grpc.py runs
-them over real gRPC with change 1 monkeypatched in).
+DONE: all five changes below are implemented in the gRPC collector
+(collector/service/core.py: CollectorCore._create_sgd, _QueryStatic.program, _placer,
+task_info, _close_program_phase); `uldp query create --kind sgd --extra '{"model": ...,
+"sgd": {...}}'` creates an sgd query. tests/learning/test_service_grpc.py (classify,
+regress) and test_service_sgd_grpc.py (sgd with a restart mid-run) run the unpatched
+service over real gRPC. The list is kept as the description of the integration.
 1. _SPEC_EXTRA: add "extra", so CreateQuery params_json can carry the public values of
    the learning kinds (grid, lo, hi, label_bound; for sgd the dict built by sgd_query).
 2. create_query: for kind "sgd" build the stored spec with sgd_query(...) semantics (t0

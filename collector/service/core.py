@@ -18,6 +18,11 @@ k̂, devices derive [L, R]), [D23] (one message per device and query).
 * A background ticker closes due phases. ``Database.begin_close`` is a conditional update,
   so exactly one replica aggregates a phase; it streams the stored reports into the
   plan's accumulators, publishes k̂ (or the final estimate) and opens the next phase.
+* Kind ``sgd`` (Algorithm 3, §8.3) runs as ``2·t0`` phases driven by a
+  ``uldp.collector.learning.service.LearningProgram`` built from the stored spec: a slot
+  maps to (group, stage, phase = 2t + stage) of step ``t``; a phase's tasks and closing
+  rule are functions of the published JSON of the closed phases (k̂ after stage I, θ_{t+1}
+  after stage II), so a restart resumes in the phase it was in (INV-4).
 """
 
 from __future__ import annotations
@@ -95,9 +100,10 @@ class _QueryStatic:
     query_id: str
     dataset: str
     kind: str
-    plan: Plan
+    plan: Plan  # for kind "sgd": the plan of step 0 (the program drives every phase)
     num_phases: int
     _slots: tuple[np.ndarray, np.ndarray] | None = None
+    program: Any = None  # LearningProgram of a kind "sgd" query
 
     def slots(self) -> tuple[np.ndarray, np.ndarray]:
         """(group, stage) of every slot, computed once (``Plan.assign`` is O(n) per call)."""
@@ -105,6 +111,13 @@ class _QueryStatic:
             g, s = self.plan.assign_all()
             self._slots = (np.asarray(g), np.asarray(s))
         return self._slots
+
+
+def _learning() -> Any:
+    """``uldp.collector.learning.service``, imported on first use (keeps this module's
+    import light; the learning package is only needed for kind ``sgd``)."""
+    from uldp.collector.learning import service
+    return service
 
 
 def phase_of_stage(stage: int) -> int:
@@ -190,10 +203,16 @@ class CollectorCore:
         if row is None:
             return None
         spec = QuerySpec.from_dict(json.loads(row["spec_json"]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            plan = compile_query(spec)
-        st = _QueryStatic(query_id, row["dataset"], row["kind"], plan, int(row["num_phases"]))
+        program = None
+        if row["kind"] == "sgd":
+            program = _learning().LearningProgram.from_spec(spec)
+            plan = program.plan_for(1, {})
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                plan = compile_query(spec)
+        st = _QueryStatic(query_id, row["dataset"], row["kind"], plan, int(row["num_phases"]),
+                          program=program)
         with self._lock:
             self._statics[query_id] = st
         return st
@@ -218,6 +237,10 @@ class CollectorCore:
         if not (phase_timeout_s >= 0 and np.isfinite(phase_timeout_s)):
             raise ServiceError("INVALID_ARGUMENT", "phase_timeout_seconds must be >= 0")
         qid = query_id or "q-" + secrets.token_hex(6)
+        if kind == "sgd":
+            return self._create_sgd(epsilon=epsilon, dataset=dataset, bound=bound,
+                                    samples=samples, users=users, dim=dim, method=method,
+                                    params=params, phase_timeout_s=phase_timeout_s, qid=qid)
         heavy = params.get("moment_p") is not None
         fields: dict[str, Any] = dict(
             kind=kind, epsilon=float(epsilon), users=int(users), samples=int(samples),
@@ -256,6 +279,77 @@ class CollectorCore:
         log.info("query %s (%s) %s", qid, kind, "created" if created else "exists")
         return stored
 
+    def _create_sgd(self, *, epsilon: float, dataset: str, bound: float, samples: int,
+                    users: int, dim: int, method: str, params: dict[str, Any],
+                    phase_timeout_s: float, qid: str) -> dict[str, Any]:
+        """CreateQuery for kind ``sgd``: the stored spec is ``sgd_query(config, ...)`` (t0
+        fixed now, public); ``2·t0`` phases with the program's per-phase quotas.
+
+        ``params_json`` carries the public SGD configuration in ``extra``: ``model`` and
+        an ``sgd`` object of ``SGDConfig`` fields (e.g. the ``extra`` of ``sgd_query``);
+        the request's epsilon, bound (the clip D) and method fill the fields not given
+        there and must agree with those given. ``frame_kind`` / ``mode`` may also be
+        top-level params. Without ``sgd.seed`` the collector draws the seed of the step
+        partition and slot permutation now, before any data exist (INV-3)."""
+        lrn = _learning()
+        bad = set(params) - {"extra", "frame_kind", "mode"}
+        if bad:
+            raise ServiceError("INVALID_ARGUMENT",
+                               f"params {sorted(bad)} do not apply to kind sgd")
+        extra = params.get("extra") or {}
+        cfg_in = extra.get("sgd") if isinstance(extra, dict) else None
+        if not isinstance(extra, dict) or not isinstance(cfg_in or {}, dict):
+            raise ServiceError("INVALID_ARGUMENT",
+                               "params_json extra must be an object whose 'sgd' is an object")
+        cfg = dict(cfg_in or {})
+        given = {"epsilon": float(epsilon), "clip": float(bound) if bound else None,
+                 "method": method or None, "model": extra.get("model"),
+                 "frame_kind": params.get("frame_kind"), "mode": params.get("mode")}
+        for k, v in given.items():
+            if v is None:
+                continue
+            if k in cfg and cfg[k] is not None and cfg[k] != v:
+                raise ServiceError("INVALID_ARGUMENT",
+                                   f"sgd {k} = {cfg[k]!r} disagrees with the request's {v!r}")
+            cfg[k] = v
+        seed_drawn = "seed" not in cfg
+        if seed_drawn:
+            cfg["seed"] = secrets.randbits(48)
+        cfg["query_id"] = qid
+        d = int(dim) if dim else 1
+        try:
+            config = lrn.SGDConfig(**cfg)
+            if config.theta0 is not None and len(config.theta0) != d:
+                raise ValueError(f"theta0 has {len(config.theta0)} values, dim is {d}")
+            if int(users) < 2 or int(samples) < 1:
+                raise ValueError("sgd needs users >= 2 and samples >= 1")
+            spec = lrn.sgd_query(config, int(users), int(samples), d, query_id=qid)
+            program = lrn.LearningProgram.from_spec(spec)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                quotas = program.quotas()
+                program.plan_for(1, {})  # step 0 compiles (θ_0, model, frame)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ServiceError("INVALID_ARGUMENT", f"invalid sgd query: {exc}") from None
+        timeout = phase_timeout_s or self.config.default_phase_timeout_s
+        row = dict(query_id=qid, kind="sgd", dataset=dataset, epsilon=spec.epsilon,
+                   spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
+                   state="running", current_phase=1, num_phases=program.num_phases,
+                   target_users=spec.users, phase_timeout_s=float(timeout), result_json=None)
+        stored, created = self.db.create_query(row, quotas, now_ms() + int(timeout * 1000))
+        if not created:
+            old, new = json.loads(stored["spec_json"]), spec.to_dict()
+            if seed_drawn:  # the same request again: only the drawn seed differs
+                for sd in (old, new):
+                    sd.pop("seed", None)
+                    sd.get("extra", {}).get("sgd", {}).pop("seed", None)
+            if old != new or stored["dataset"] != dataset:
+                raise ServiceError("ALREADY_EXISTS",
+                                   f"query {qid} exists with different parameters")
+        log.info("query %s (sgd, t0=%d) %s", qid, program.t0,
+                 "created" if created else "exists")
+        return stored
+
     def get_query(self, query_id: str) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
         row = self.db.get_query(query_id)
         if row is None:
@@ -286,15 +380,33 @@ class CollectorCore:
             self._running_cache = (time.monotonic(), rows)
         return rows
 
+    def _published_before(self, query_id: str, phase: int) -> dict[int, dict[str, Any]]:
+        """Published JSON of phases ``1 .. phase-1`` (all closed once ``phase`` is open)."""
+        rows = self._phase_rows(query_id)
+        if any(not (rows.get(p) or {}).get("published_json") for p in range(1, phase)):
+            rows = self._phase_rows(query_id, fresh=True)
+        out: dict[int, dict[str, Any]] = {}
+        for p in range(1, phase):
+            text = (rows.get(p) or {}).get("published_json")
+            if not text:
+                raise ServiceError("FAILED_PRECONDITION",
+                                   f"phase {phase} of query {query_id} is not open yet")
+            out[p] = json.loads(text)
+        return out
+
     def task_info(self, st: _QueryStatic, assignment: dict[str, Any],
                   phase_row: dict[str, Any]) -> TaskInfo:
         grp, stage, phase = assignment["grp"], assignment["stage"], assignment["phase"]
-        baseline_a = st.plan.spec.method == "baseline-a"
+        baseline_a = st.program is None and st.plan.spec.method == "baseline-a"
         key = (st.query_id, phase, grp, stage, assignment["slot"] if baseline_a else -1)
         with self._lock:
             info = self._tasks.get(key)
         if info is not None:
             return info
+        if st.program is not None:  # sgd: step t's task with θ_t (and k̂ in stage II)
+            task = st.program.task_for(phase, grp, stage,
+                                       self._published_before(st.query_id, phase))
+            return self._cache_task(key, st, assignment, task)
         khat = None
         if stage == 2:
             pub = json.loads(phase_row["_prev_published"] or "{}")
@@ -303,6 +415,11 @@ class CollectorCore:
                                    f"phase {phase} of query {st.query_id} is not open yet")
             khat = tuple(int(k) for k in pub["khat"][str(grp)])
         task: TaskSpec = st.plan.task_for(grp, stage, khat, slot=assignment["slot"])
+        return self._cache_task(key, st, assignment, task)
+
+    def _cache_task(self, key: tuple[Any, ...], st: _QueryStatic, assignment: dict[str, Any],
+                    task: TaskSpec) -> TaskInfo:
+        grp, stage, phase = assignment["grp"], assignment["stage"], assignment["phase"]
         text = task.to_json()
         info = TaskInfo(st.query_id, phase, grp, stage, st.dataset, text,
                         hashlib.sha256(text.encode()).hexdigest(), report_length(task),
@@ -333,6 +450,8 @@ class CollectorCore:
 
     @staticmethod
     def _placer(st: _QueryStatic) -> Any:
+        if st.program is not None:  # sgd: slot -> (group, stage, phase = 2t + stage)
+            return st.program.place
         groups, stages = st.slots()
 
         def place(slot: int) -> tuple[int, int, int]:
@@ -491,6 +610,11 @@ class CollectorCore:
         try:
             st = self._static(query_id)
             assert st is not None
+            if st.program is not None:
+                n, ok = self._close_program_phase(st, phase)
+                log.info("query %s phase %d/%d closed by %s: %d reports in %.2fs", query_id,
+                         phase, st.num_phases, self.name, n, time.perf_counter() - t0)
+                return ok
             plan = st.plan
             khat: dict[int, tuple[int, ...]] = {}
             if phase > 1:
@@ -541,3 +665,34 @@ class CollectorCore:
             log.exception("closing phase %d of query %s failed", phase, query_id)
             self.db.fail_query(query_id, f"closing phase {phase} failed: {exc}")
             return False
+
+    def _close_program_phase(self, st: _QueryStatic, phase: int) -> tuple[int, bool]:
+        """Close a phase of an ``sgd`` query (the caller holds the closing lease): publish
+        ``program.close`` (k̂ after stage I, θ_{t+1} after stage II); after the last phase
+        store ``program.result``. Returns (reports aggregated, finished)."""
+        prog, qid = st.program, st.query_id
+        published = {p: self.db.published(qid, p) for p in range(1, phase)}
+        accs: dict[int, Any] = {}
+        n = 0
+        for grp, stage, count, blob in self.db.report_blocks(qid, phase, prog.spec.users):
+            acc = accs.get(grp)
+            if acc is None:
+                acc = accs[grp] = prog.new_accumulator(phase, grp, stage, published)
+            acc.add(np.frombuffer(blob, "<i8").reshape(count, -1))
+            n += count
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pub = prog.close(phase, accs, published)
+        if phase < st.num_phases:
+            row = self.db.get_query(qid)
+            timeout = float(row["phase_timeout_s"]) if row else 3600.0
+            ok = self.db.finish_close(qid, phase, self.name, pub,
+                                      next_deadline_ms=now_ms() + int(timeout * 1000),
+                                      result=None)
+        else:
+            result = prog.result({**published, phase: pub})
+            ok = self.db.finish_close(qid, phase, self.name, pub, next_deadline_ms=None,
+                                      result=result)
+        with self._lock:
+            self._phase_cache.pop(qid, None)
+        return n, ok

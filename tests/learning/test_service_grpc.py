@@ -1,10 +1,8 @@
 """Classification and regression queries through the real gRPC collector on loopback
 (spec §9.3, §10.3; DESIGN: the same query over real gRPC with simulated devices).
 
-The collector's ``CreateQuery`` does not yet accept the public ``extra`` values of the
-learning kinds (grid, feature box, label bound); the test adds ``"extra"`` to the accepted
-``params_json`` keys with ``monkeypatch`` — exactly change 1 of
-``uldp.collector.learning.service.INTEGRATION`` — and otherwise runs the unmodified
+The collector's ``CreateQuery`` accepts the public ``extra`` values of the learning kinds
+(grid, feature box, label bound) in ``params_json``; the test runs the unmodified
 service: enrolment, assignment, two phases, device SDK with labelled datasets (the
 production ``compute_report``), aggregation, result.
 """
@@ -23,7 +21,6 @@ from uldp.collector.learning.estimators import (
 )
 from uldp.collector.learning.service import grid_result
 from uldp.collector.planner import QuerySpec
-from uldp.collector.service import core as service_core
 from uldp.collector.service.client import QueryRequest
 
 N, M = 600, 40
@@ -39,8 +36,7 @@ def _data(task: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("kind", ["classify", "regress"])
-def test_learning_query_over_grpc(kind, start_collector, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(service_core, "_SPEC_EXTRA", (*service_core._SPEC_EXTRA, "extra"))
+def test_learning_query_over_grpc(kind, start_collector, tmp_path) -> None:
     c = start_collector()
     a = c.analyst()
     extra = {"grid": 2, "lo": [10.0], "hi": [20.0]}

@@ -2,9 +2,9 @@
 collector restart in the middle of the run (INV-4: a restart resumes every query in the
 phase it was in).
 
-The service engineer's collector does not run multi-step queries yet; the changes listed
-in ``uldp.collector.learning.service.INTEGRATION`` are applied with ``monkeypatch``
-(``tests/learning/sgd_service_patch.py``). Devices are the production SDK (``run_fleet``):
+The collector runs the ``sgd`` kind natively (``collector/service/core.py`` drives a
+``LearningProgram``: ``2·t0`` phases, θ published between steps); nothing is patched.
+Devices are the production SDK (``run_fleet``):
 they fetch θ_t inside their task, compute clipped per-sample gradients, Kashin
 coefficients and one Algorithm-1 report, and keep their ledgers across the restart.
 """
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from typing import Any
 
 import numpy as np
 
-from tests.learning.sgd_service_patch import install, wait_for_phase
 from uldp.collector.fleet import run_fleet
 from uldp.collector.learning.estimators import LDPSGDRegressor
 from uldp.collector.learning.service import sgd_query
@@ -27,8 +28,18 @@ N, M, D = 900, 40, 2
 MU = np.array([0.3, -0.2])
 
 
-def test_sgd_over_grpc_with_restart(start_collector, tmp_path, monkeypatch) -> None:
-    install(monkeypatch)
+def wait_for_phase(analyst: Any, query_id: str, phase: int, timeout_s: float = 120) -> None:
+    """Block until the query's current phase is at least ``phase`` (or it finished)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        q = analyst.get(query_id)
+        if q.current_phase == 0 or q.current_phase >= phase:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"query {query_id} did not reach phase {phase}")
+
+
+def test_sgd_over_grpc_with_restart(start_collector, tmp_path) -> None:
     c = start_collector()
     a = c.analyst()
     cfg = SGDConfig(model="quadratic", epsilon=32.0, clip=1.0, t0=3, seed=4)
@@ -37,6 +48,7 @@ def test_sgd_over_grpc_with_restart(start_collector, tmp_path, monkeypatch) -> N
                               dim=D, bound=1.0, params={"extra": spec.extra},
                               query_id="sgd-grpc", phase_timeout_s=15))
     assert q.query_id == "sgd-grpc"
+    assert len(q.phases) == 6  # 2·t0 phases, t0 = 3 fixed at creation
     rng = np.random.default_rng(7)
     X = MU + rng.uniform(-0.3, 0.3, size=(N, M, D))
 
