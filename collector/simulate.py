@@ -23,7 +23,7 @@ from uldp.collector.datasets import FleetData
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.planner import Plan, QuerySpec, compile_query
 
-__all__ = ["Progress", "SimulationResult", "run_query", "simulate_reps"]
+__all__ = ["Progress", "SimulationResult", "drive_plan", "run_query", "simulate_reps"]
 
 CHUNK_CELLS = 1 << 23  # samples·dims generated per chunk (≈ 64 MiB of float64)
 
@@ -85,34 +85,43 @@ def _privatize_chunk(plan: Plan, X: np.ndarray, idx: np.ndarray, task_of: Callab
         acc.add(compute_reports(task, X, rng))
 
 
-def run_query(spec: QuerySpec, data: FleetData, rng: RandomSource,
-              progress: Progress | None = None) -> Estimate:
-    """Run one query over ``spec.users`` simulated users; return the collector's estimate."""
-    plan = compile_query(spec)
+StageRunner = Callable[[np.ndarray, Callable[[], Any], Any], None]
+
+
+def drive_plan(plan: Plan, run_stage: StageRunner) -> Estimate:
+    """The collector's round template (§2.2) over a plan: stage I of every group, k̂,
+    stage II, finalize (or the single stage of SSL/baselines). ``run_stage(mask, task_of,
+    acc)`` privatizes the slots selected by the boolean ``mask`` into ``acc``."""
     group, stage = plan.assign_all()
     final: dict[int, Any] = {}
     if plan.two_stage:
         stage1 = {}
         for g in range(plan.n_groups):
             acc = plan.new_accumulator(g, 1)
-            _run_stage(plan, data, np.flatnonzero((group == g) & (stage == 1)),
-                       lambda g=g: plan.task_for(g, 1), acc, rng, progress)
+            run_stage((group == g) & (stage == 1), lambda g=g: plan.task_for(g, 1), acc)
             stage1[g] = acc
         khat = plan.khat_from(stage1)
         for g in range(plan.n_groups):
             acc = plan.new_accumulator(g, 2, khat[g])
-            _run_stage(plan, data, np.flatnonzero((group == g) & (stage == 2)),
-                       lambda g=g: plan.task_for(g, 2, khat[g]), acc, rng, progress)
+            run_stage((group == g) & (stage == 2), lambda g=g: plan.task_for(g, 2, khat[g]),
+                      acc)
             final[g] = acc
         est = plan.finalize(final)
         est.extra["khat"] = {str(g): list(k) for g, k in khat.items()}
         return est
     for g in range(plan.n_groups):
         acc = plan.new_accumulator(g, 0)
-        _run_stage(plan, data, np.flatnonzero(group == g),
-                   lambda g=g: plan.task_for(g, 0), acc, rng, progress)
+        run_stage(group == g, lambda g=g: plan.task_for(g, 0), acc)
         final[g] = acc
     return plan.finalize(final)
+
+
+def run_query(spec: QuerySpec, data: FleetData, rng: RandomSource,
+              progress: Progress | None = None) -> Estimate:
+    """Run one query over ``spec.users`` simulated users; return the collector's estimate."""
+    plan = compile_query(spec)
+    return drive_plan(plan, lambda mask, task_of, acc: _run_stage(
+        plan, data, np.flatnonzero(mask), task_of, acc, rng, progress))
 
 
 @dataclass

@@ -23,7 +23,7 @@ from uldp.client.randomness import RandomSource
 from uldp.client.tasks import compute_reports
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.planner import Plan, QuerySpec, compile_query
-from uldp.collector.simulate import Progress
+from uldp.collector.simulate import Progress, drive_plan
 
 __all__ = ["ArrayUsers", "ListUsers", "SyntheticUsers", "UserSource", "as_source",
            "run_plan", "run_spec"]
@@ -190,33 +190,11 @@ def run_plan(plan: Plan, source: UserSource, members: np.ndarray, rng: RandomSou
     members = np.asarray(members, dtype=np.int64)
     if members.size != plan.spec.users:
         raise ValueError(f"the plan is for {plan.spec.users} users, got {members.size}")
-    group, stage = plan.assign_all()
     if np.unique(members).size != members.size:
         raise ValueError("members must be distinct users")
     slots = _Slots(members)
-    final: dict[int, Any] = {}
-    if plan.two_stage:
-        stage1 = {}
-        for g in range(plan.n_groups):
-            acc = plan.new_accumulator(g, 1)
-            _stage(plan, source, members[(group == g) & (stage == 1)],
-                   lambda g=g: plan.task_for(g, 1), acc, rng, progress, slots)
-            stage1[g] = acc
-        khat = plan.khat_from(stage1)
-        for g in range(plan.n_groups):
-            acc = plan.new_accumulator(g, 2, khat[g])
-            _stage(plan, source, members[(group == g) & (stage == 2)],
-                   lambda g=g: plan.task_for(g, 2, khat[g]), acc, rng, progress, slots)
-            final[g] = acc
-        est = plan.finalize(final)
-        est.extra["khat"] = {str(g): list(k) for g, k in khat.items()}
-        return est
-    for g in range(plan.n_groups):
-        acc = plan.new_accumulator(g, 0)
-        _stage(plan, source, members[group == g], lambda g=g: plan.task_for(g, 0), acc, rng,
-               progress, slots)
-        final[g] = acc
-    return plan.finalize(final)
+    return drive_plan(plan, lambda mask, task_of, acc: _stage(
+        plan, source, members[mask], task_of, acc, rng, progress, slots))
 
 
 def run_spec(spec: QuerySpec, source: UserSource, members: np.ndarray | None,
