@@ -58,8 +58,8 @@ class FleetResult:
     seconds: float = 0.0
 
 
-LEARNING_DISTS = {"classify": "sine[:PHASE]", "regress": "sine[:PHASE]",
-                  "sgd": "quadratic | logistic"}
+LEARNING_DISTS = {"classify": "sine[:PHASE] (default)", "regress": "sine[:PHASE] (default)",
+                  "sgd": "quadratic (default) | logistic"}
 
 
 def dataset_for_query(kind: str, dist: str, samples: int, dim: int, bound: float | None,
@@ -77,12 +77,12 @@ def _learning_population(kind: str, dist: str, samples: int, dim: int,
 
     name, _, arg = (dist or "").partition(":")
     if kind in ("classify", "regress"):
-        if name not in ("", "sine"):
+        if name not in ("", "sine", "uniform"):  # uniform features, η = sin(2π(x₁+φ))/2
             raise ValueError(f"--dist for {kind} must be {LEARNING_DISTS[kind]}, got {dist!r}")
         phase = float(arg) if arg else 0.0
         pop = synthetic.sine_population(0, samples, dim, rng, task=kind, phase=phase)
         return FleetData(pop.draw, np.zeros(0))
-    if name in ("", "quadratic"):
+    if name in ("", "quadratic", "uniform"):
         pop, mu = synthetic.quadratic_population(0, samples, dim, rng)
         return FleetData(lambda k: pop.draw(k)[0], mu)
     if name == "logistic":
