@@ -94,9 +94,12 @@ class CollectorServer:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        # Handler threads are CPU-bound while the writer thread releases the GIL for every
-        # SQLite call; a short switch interval keeps the writer from starving (convoy).
-        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        # Thread-pool mode: handler threads are CPU-bound while the writer thread releases
+        # the GIL for every SQLite call; a short switch interval keeps the writer from
+        # starving (convoy). The asyncio mode has few threads and keeps the default
+        # interval (fewer GIL hand-offs, fewer futex calls per report).
+        if config.mode == "threads":
+            sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         self.db = open_database(config.db_url)
         core_cfg = config.core
         if config.enrollment_secret_file is not None:

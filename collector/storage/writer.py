@@ -10,6 +10,7 @@ being bounded by the disk's fsync rate.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -37,11 +38,19 @@ class _Ticket:
     op: Callable[[Connection], Any] | None = None
     assign: list[tuple[str, str, Any]] | None = None  # [(query id, device id, place)]
     device: tuple[str, str] | None = None  # (device id, label): registry row
-    callback: Callable[[_Ticket], None] | None = None  # called by the writer when done
+    future: Any = None  # asyncio.Future resolved with the ticket on ``loop``
+    loop: Any = None
     done: threading.Event = field(default_factory=threading.Event)
     outcomes: list[ReportOutcome] | None = None
     result: Any = None
     error: BaseException | None = None
+
+
+def _resolve(tickets: list[_Ticket]) -> None:
+    """On the event loop: hand each ticket to the coroutine awaiting it."""
+    for t in tickets:
+        if not t.future.done():
+            t.future.set_result(t)
 
 
 class GroupCommitWriter:
@@ -68,18 +77,21 @@ class GroupCommitWriter:
         assert t.outcomes is not None
         return t.outcomes
 
-    def store_reports_async(self, items: Sequence[PendingReport],
-                            callback: Callable[[_Ticket], None]) -> None:
-        """Queue reports; ``callback(ticket)`` runs on the writer thread after the commit
-        (``ticket.outcomes``) or the failure (``ticket.error``)."""
-        t = _Ticket(reports=items, callback=callback)
+    def submit_reports_aio(self, items: Sequence[PendingReport], loop: Any) -> Any:
+        """Queue reports from coroutine code on ``loop``; returns an asyncio future
+        resolved (on ``loop``) with the ticket after the commit or failure. All futures
+        of one commit are resolved in a single loop callback (one wake-up per commit, not
+        one per report)."""
+        fut = loop.create_future()
+        t = _Ticket(reports=items, future=fut, loop=loop)
         with self._cv:
             if self._stop:
                 t.error = WriterUnavailable("collector is shutting down")
-                callback(t)
-                return
+                fut.set_result(t)
+                return fut
             self._q.append(t)
             self._cv.notify()
+        return fut
 
     def assign(self, wanted: list[tuple[str, str, Any]],
                timeout: float = 60.0) -> dict[str, dict[str, Any] | None]:
@@ -151,13 +163,15 @@ class GroupCommitWriter:
                     t.error = exc
             self.busy_s += time.perf_counter() - t0
             self.tickets += len(batch)
+            by_loop: dict[Any, list[_Ticket]] = {}
             for t in batch:
                 t.done.set()
-                if t.callback is not None:
-                    try:
-                        t.callback(t)
-                    except Exception:  # a closed event loop must not kill the writer
-                        log.exception("report callback failed")
+                if t.loop is not None:
+                    by_loop.setdefault(t.loop, []).append(t)
+            for loop, tickets in by_loop.items():
+                # a closed loop (shutdown) has nobody waiting; it must not kill the writer
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_resolve, tickets)
 
     def _commit(self, batch: list[_Ticket]) -> None:
         with self.db.write() as conn:
