@@ -364,7 +364,14 @@ class Database:
                     first_of[key] = i
                     rows.append(it)
             inserted: set[tuple[str, str]] = set()
-            for s0 in range(0, len(rows), _INSERT_CHUNK):
+            if rows and not self.is_sqlite:  # PostgreSQL: one column array per field
+                cur.execute(sql["insert_unnest"], (
+                    [it.query_id for it in rows], [it.device_id for it in rows],
+                    [it.phase for it in rows], [it.grp for it in rows],
+                    [it.stage for it in rows], [it.slot for it in rows],
+                    [it.payload for it in rows], [t] * len(rows)))
+                inserted.update((r[0], r[1]) for r in cur.fetchall())
+            for s0 in range(0, len(rows) if self.is_sqlite else 0, _INSERT_CHUNK):
                 chunk = rows[s0:s0 + _INSERT_CHUNK]
                 params: list[Any] = []
                 for it in chunk:
@@ -586,7 +593,8 @@ _INSERT_CHUNK = 1000
 
 def _report_sql(mark: str) -> dict[str, str]:
     """The fixed statements of :meth:`Database.store_reports_in` in the driver's
-    parameter style (``?`` for sqlite3, ``%s`` for psycopg)."""
+    parameter style (``?`` for sqlite3, ``%s`` for psycopg; multi-row VALUES on SQLite,
+    ``unnest`` of arrays on PostgreSQL)."""
     ph, rep = S.phases.name, S.reports.name
     cols = ("query_id", "device_id", "phase", "grp", "stage", "slot", "payload",
             "received_at_ms")
@@ -598,6 +606,12 @@ def _report_sql(mark: str) -> dict[str, str]:
         "insert_head": f"INSERT INTO {rep} ({', '.join(cols)}) VALUES ",
         "insert_row": "(" + ", ".join("?" * len(cols)) + ")",
         "insert_tail": " ON CONFLICT DO NOTHING RETURNING query_id, device_id",
+        # PostgreSQL: 8 array parameters instead of 8 per row (adapting thousands of
+        # scalar parameters costs ~40 µs per report in psycopg; arrays ~2 µs)
+        "insert_unnest": f"INSERT INTO {rep} ({', '.join(cols)}) SELECT * FROM unnest("
+                         "?::varchar[], ?::varchar[], ?::int[], ?::int[], ?::int[], "
+                         "?::int[], ?::bytea[], ?::bigint[]) "
+                         "ON CONFLICT DO NOTHING RETURNING query_id, device_id",
         "stored": f"SELECT payload, phase FROM {rep} WHERE query_id = ? AND device_id = ?",
         "count": f"UPDATE {ph} SET received = received + ? WHERE query_id = ? AND phase = ?",
     }
