@@ -173,6 +173,9 @@ class CollectorServer:
         # long-lived objects out of the cyclic GC's way: fewer, shorter collections
         gc.collect()
         gc.freeze()
+        # per-request garbage is freed by reference counting; young-generation scans every
+        # 700 allocations only cost CPU on the ingest path (~3 % of it)
+        gc.set_threshold(50_000, 20, 20)
         if self._loop is not None:
             self._on_loop(self.server.start())
             self._on_loop(self._set_health(health_pb2.HealthCheckResponse.SERVING))

@@ -11,6 +11,7 @@ report acknowledged before the flip and none after.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -319,100 +320,126 @@ class Database:
     # ---- reports (group commit) -----------------------------------------------------
     def store_reports(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         """Commit a batch of reports in one transaction; one outcome per item."""
-        with self.write() as conn:
-            return self.store_reports_in(conn, items)
+        with self.raw_write() as cur:
+            return self.store_reports_cursor(cur, items)
 
     def store_reports_in(self, conn: Connection,
                          items: Sequence[PendingReport]) -> list[ReportOutcome]:
-        """Store validated reports inside the open write transaction ``conn``.
+        """:meth:`store_reports_cursor` inside the SQLAlchemy transaction ``conn``."""
+        cur = conn.connection.cursor()
+        try:
+            return self.store_reports_cursor(cur, items)
+        finally:
+            cur.close()
 
-        This is the ingest hot path, so it talks to the DB-API cursor directly with
-        fixed SQL (SQLAlchemy's per-statement compilation cost ~60 µs per report at
-        typical group-commit sizes). Per (query, phase): a guard update on the phase row
-        (which must be open; it also serialises with a replica closing the phase), one
-        multi-row ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` per chunk, and one
-        ``received += n``. A conflicting (query, device) is a duplicate: OK if the stored
-        bytes are identical, ALREADY_EXISTS otherwise.
+    @contextlib.contextmanager
+    def raw_write(self) -> Iterator[Any]:
+        """A write transaction on a bare DB-API connection from the pool, yielding a
+        cursor: the ingest fast path of the group-commit writer (no per-transaction
+        SQLAlchemy events). ``BEGIN IMMEDIATE`` on SQLite; psycopg begins implicitly."""
+        raw = self.engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            if self.is_sqlite:
+                cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                raw.rollback()
+                raise
+            raw.commit()
+            cur.close()
+        finally:
+            raw.close()  # back to the pool
+
+    def store_reports_cursor(self, cur: Any,
+                             items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        """Store validated reports with the DB-API cursor ``cur`` of an open write
+        transaction.
+
+        This is the ingest hot path, so it runs fixed SQL on the driver directly
+        (SQLAlchemy's per-statement compilation costs ~60 µs per report at typical
+        group-commit sizes). Per (query, phase): a guard update on the phase row
+        (which must be open; it also serialises with a replica closing the phase), the
+        inserts (``ON CONFLICT DO NOTHING RETURNING``), and one ``received += n``. A
+        conflicting (query, device) is a duplicate: OK if the stored bytes are
+        identical, ALREADY_EXISTS otherwise.
         """
         out: list[ReportOutcome | None] = [None] * len(items)
         t = now_ms()
         sql = self._sql
-        cur = conn.connection.cursor()
-        try:
-            by_phase: dict[tuple[str, int], list[int]] = {}
-            for i, it in enumerate(items):
-                by_phase.setdefault((it.query_id, it.phase), []).append(i)
-            rows: list[PendingReport] = []
-            first_of: dict[tuple[str, str], int] = {}
-            later: list[int] = []
-            for (qid, ph), idx in sorted(by_phase.items()):
-                cur.execute(sql["guard"], (qid, ph))
-                if cur.rowcount != 1:
-                    cur.execute(sql["phase_state"], (qid, ph))
-                    found = cur.fetchone()
-                    msg = (f"phase {ph} of query {qid} is not open (state: {found[0]})"
-                           if found else f"query {qid} has no phase {ph}")
-                    for i in idx:
-                        out[i] = ReportOutcome("FAILED_PRECONDITION", msg)
-                    continue
+        by_phase: dict[tuple[str, int], list[int]] = {}
+        for i, it in enumerate(items):
+            by_phase.setdefault((it.query_id, it.phase), []).append(i)
+        rows: list[PendingReport] = []
+        first_of: dict[tuple[str, str], int] = {}
+        later: list[int] = []
+        for (qid, ph), idx in sorted(by_phase.items()):
+            cur.execute(sql["guard"], (qid, ph))
+            if cur.rowcount != 1:
+                cur.execute(sql["phase_state"], (qid, ph))
+                found = cur.fetchone()
+                msg = (f"phase {ph} of query {qid} is not open (state: {found[0]})"
+                       if found else f"query {qid} has no phase {ph}")
                 for i in idx:
-                    it = items[i]
-                    key = (it.query_id, it.device_id)
-                    if key in first_of:
-                        later.append(i)
-                        continue
-                    first_of[key] = i
-                    rows.append(it)
-            inserted: set[tuple[str, str]] = set()
-            if rows and not self.is_sqlite:  # PostgreSQL: one column array per field
-                cur.execute(sql["insert_unnest"], (
-                    [it.query_id for it in rows], [it.device_id for it in rows],
-                    [it.phase for it in rows], [it.grp for it in rows],
-                    [it.stage for it in rows], [it.slot for it in rows],
-                    [it.payload for it in rows], [t] * len(rows)))
-                inserted.update((r[0], r[1]) for r in cur.fetchall())
-            for s0 in range(0, len(rows) if self.is_sqlite else 0, _INSERT_CHUNK):
-                chunk = rows[s0:s0 + _INSERT_CHUNK]
-                params: list[Any] = []
-                for it in chunk:
-                    params += (it.query_id, it.device_id, it.phase, it.grp, it.stage,
-                               it.slot, it.payload, t)
-                cur.execute(sql["insert_head"] + ",".join([sql["insert_row"]] * len(chunk))
-                            + sql["insert_tail"], params)
-                inserted.update((r[0], r[1]) for r in cur.fetchall())
-            counts: dict[tuple[str, int], int] = {}
-            conflicts: list[int] = []
-            for key, i in first_of.items():
-                if key in inserted:
-                    out[i] = ReportOutcome("OK", "stored", False, t)
-                    k = (items[i].query_id, items[i].phase)
-                    counts[k] = counts.get(k, 0) + 1
-                else:
-                    conflicts.append(i)
-            conflicts.extend(later)
-            for i in conflicts:
+                    out[i] = ReportOutcome("FAILED_PRECONDITION", msg)
+                continue
+            for i in idx:
                 it = items[i]
-                if (it.query_id, it.device_id) in inserted and i in later:
-                    same = items[first_of[(it.query_id, it.device_id)]].payload == it.payload
-                    stored_phase = it.phase
-                else:
-                    cur.execute(sql["stored"], (it.query_id, it.device_id))
-                    r = cur.fetchone()
-                    same = r is not None and bytes(r[0]) == it.payload and r[1] == it.phase
-                    stored_phase = r[1] if r is not None else it.phase
-                if same:
-                    out[i] = ReportOutcome("OK", "identical report already stored; "
-                                           "nothing changed", True, t)
-                else:
-                    out[i] = ReportOutcome(
-                        "ALREADY_EXISTS",
-                        f"device {it.device_id} already has a different report stored for "
-                        f"query {it.query_id} (phase {stored_phase}); one report per device "
-                        "per query")
-            for (qid, ph), c in counts.items():
-                cur.execute(sql["count"], (c, qid, ph))
-        finally:
-            cur.close()
+                key = (it.query_id, it.device_id)
+                if key in first_of:
+                    later.append(i)
+                    continue
+                first_of[key] = i
+                rows.append(it)
+        inserted: set[tuple[str, str]] = set()
+        if rows and not self.is_sqlite:  # PostgreSQL: one column array per field
+            cur.execute(sql["insert_unnest"], (
+                [it.query_id for it in rows], [it.device_id for it in rows],
+                [it.phase for it in rows], [it.grp for it in rows],
+                [it.stage for it in rows], [it.slot for it in rows],
+                [it.payload for it in rows], [t] * len(rows)))
+            inserted.update((r[0], r[1]) for r in cur.fetchall())
+        for s0 in range(0, len(rows) if self.is_sqlite else 0, _INSERT_CHUNK):
+            chunk = rows[s0:s0 + _INSERT_CHUNK]
+            params: list[Any] = []
+            for it in chunk:
+                params += (it.query_id, it.device_id, it.phase, it.grp, it.stage,
+                           it.slot, it.payload, t)
+            cur.execute(sql["insert_head"] + ",".join([sql["insert_row"]] * len(chunk))
+                        + sql["insert_tail"], params)
+            inserted.update((r[0], r[1]) for r in cur.fetchall())
+        counts: dict[tuple[str, int], int] = {}
+        conflicts: list[int] = []
+        for key, i in first_of.items():
+            if key in inserted:
+                out[i] = ReportOutcome("OK", "stored", False, t)
+                k = (items[i].query_id, items[i].phase)
+                counts[k] = counts.get(k, 0) + 1
+            else:
+                conflicts.append(i)
+        conflicts.extend(later)
+        for i in conflicts:
+            it = items[i]
+            if (it.query_id, it.device_id) in inserted and i in later:
+                same = items[first_of[(it.query_id, it.device_id)]].payload == it.payload
+                stored_phase = it.phase
+            else:
+                cur.execute(sql["stored"], (it.query_id, it.device_id))
+                r = cur.fetchone()
+                same = r is not None and bytes(r[0]) == it.payload and r[1] == it.phase
+                stored_phase = r[1] if r is not None else it.phase
+            if same:
+                out[i] = ReportOutcome("OK", "identical report already stored; "
+                                       "nothing changed", True, t)
+            else:
+                out[i] = ReportOutcome(
+                    "ALREADY_EXISTS",
+                    f"device {it.device_id} already has a different report stored for "
+                    f"query {it.query_id} (phase {stored_phase}); one report per device "
+                    "per query")
+        for (qid, ph), c in counts.items():
+            cur.execute(sql["count"], (c, qid, ph))
         return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
                 for o in out]
 

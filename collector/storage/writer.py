@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -40,7 +40,7 @@ class _Ticket:
     device: tuple[str, str] | None = None  # (device id, label): registry row
     future: Any = None  # asyncio.Future resolved with the ticket on ``loop``
     loop: Any = None
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event | None = None  # set for callers that block (not asyncio)
     outcomes: list[ReportOutcome] | None = None
     result: Any = None
     error: BaseException | None = None
@@ -124,6 +124,7 @@ class GroupCommitWriter:
 
     # ---- internals ------------------------------------------------------------------
     def _submit(self, ticket: _Ticket, timeout: float) -> _Ticket:
+        ticket.done = threading.Event()
         with self._cv:
             if self._stop:
                 raise WriterUnavailable("collector is shutting down")
@@ -165,7 +166,8 @@ class GroupCommitWriter:
             self.tickets += len(batch)
             by_loop: dict[Any, list[_Ticket]] = {}
             for t in batch:
-                t.done.set()
+                if t.done is not None:
+                    t.done.set()
                 if t.loop is not None:
                     by_loop.setdefault(t.loop, []).append(t)
             for loop, tickets in by_loop.items():
@@ -174,26 +176,32 @@ class GroupCommitWriter:
                     loop.call_soon_threadsafe(_resolve, tickets)
 
     def _commit(self, batch: list[_Ticket]) -> None:
-        with self.db.write() as conn:
-            for t in batch:
-                if t.op is not None:
-                    t.result = t.op(conn)
-            devices = [t.device for t in batch if t.device is not None]
-            if devices:
-                self.db.add_devices_in(conn, devices)
-            by_query: dict[str, list[tuple[_Ticket, str, Any]]] = {}
-            for t in batch:
-                if t.assign is not None:
-                    t.result = {}
-                    for qid, dev, place in t.assign:
-                        by_query.setdefault(qid, []).append((t, dev, place))
-            for qid, items in by_query.items():
-                got = self.db.assign_many_in(conn, qid, [dev for _, dev, _ in items],
-                                             items[0][2])
-                for t, dev, _ in items:
-                    t.result[qid] = got.get(dev)
+        if all(t.op is None and t.assign is None and t.device is None for t in batch):
+            # only reports (the ingest steady state): the bare DB-API transaction
             reports = [r for t in batch for r in t.reports]
-            outcomes = self.db.store_reports_in(conn, reports) if reports else []
+            with self.db.raw_write() as cur:
+                outcomes = self.db.store_reports_cursor(cur, reports)
+        else:
+            with self.db.write() as conn:
+                for t in batch:
+                    if t.op is not None:
+                        t.result = t.op(conn)
+                devices = [t.device for t in batch if t.device is not None]
+                if devices:
+                    self.db.add_devices_in(conn, devices)
+                by_query: dict[str, list[tuple[_Ticket, str, Any]]] = {}
+                for t in batch:
+                    if t.assign is not None:
+                        t.result = {}
+                        for qid, dev, place in t.assign:
+                            by_query.setdefault(qid, []).append((t, dev, place))
+                for qid, items in by_query.items():
+                    got = self.db.assign_many_in(conn, qid, [dev for _, dev, _ in items],
+                                                 items[0][2])
+                    for t, dev, _ in items:
+                        t.result[qid] = got.get(dev)
+                reports = [r for t in batch for r in t.reports]
+                outcomes = self.db.store_reports_in(conn, reports) if reports else []
         i = 0
         for t in batch:
             if t.op is None and t.assign is None and t.device is None:
