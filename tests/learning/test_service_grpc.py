@@ -35,6 +35,17 @@ def _data(task: str) -> tuple[np.ndarray, np.ndarray]:
     return X, eta + rng.uniform(-0.5, 0.5, size=eta.shape)
 
 
+def _truth(kind: str, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The estimand of the two cells [10, 15), [15, 20]: the user-average of each user's
+    mean of (2y−1)·1{cell} (classify), or of clamp(y)·1{cell} and 1{cell} (regress)."""
+    cell = X[..., 0] >= 15
+    ind = np.stack([~cell, cell], -1).astype(float)
+    if kind == "regress":
+        yc = np.clip(y, -1.0, 1.0)[..., None]
+        return np.concatenate([(yc * ind).mean(1).mean(0), ind.mean(1).mean(0)])
+    return ((2 * y - 1)[..., None] * ind).mean(1).mean(0)
+
+
 @pytest.mark.parametrize("kind", ["classify", "regress"])
 def test_learning_query_over_grpc(kind, start_collector, tmp_path) -> None:
     c = start_collector()
@@ -57,13 +68,21 @@ def test_learning_query_over_grpc(kind, start_collector, tmp_path) -> None:
     final = a.wait(qid, 120)
     assert final.state == 2, final
     est = json.loads(a.result(qid).estimate_json)
+    # Every cell value within 5 reported standard errors of the truth of the data. The
+    # intervals are calibrated (in-process, 200 runs: z mean |·| < 0.07, sd 0.90–1.06), so
+    # the false-alarm rate is ≈ 6e-7 per value. (Asserting the predicted signs instead
+    # failed ~16 % of runs at this size: the cell-mean sd is 0.16 against ±0.32.)
+    values, se = np.array(est["values"]), np.array(est["std_error"])
+    z = (values - _truth(kind, X, y)) / se
+    assert np.all(np.abs(z) < 5), (z, values, se)
     spec = QuerySpec(kind=kind, epsilon=8.0, users=N, samples=M, extra=extra)
     result = grid_result(spec, est)
     x = np.array([[12.5], [17.5]])
     if kind == "classify":
         model = LDPHistogramClassifier.from_result(result)
-        assert np.array_equal(model.predict(x), [1, -1])
+        assert np.array_equal(model.predict(x), np.where(values >= 0, 1, -1))
     else:
         model = LDPHistogramRegressor.from_result(result)
-        pred = model.predict(x)
-        assert pred[0] > 0.1 and pred[1] < -0.1, pred  # cell means ±1/π ≈ ±0.32
+        pred = model.predict(x)  # η̂ = clip(q̂ / max(p̂, τ), ±T), τ = 0.5 / (2·2 cells)
+        want = np.clip(values[:2] / np.maximum(values[2:], 0.125), -1.0, 1.0)
+        np.testing.assert_allclose(pred, want, rtol=1e-12)
