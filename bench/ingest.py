@@ -104,6 +104,19 @@ def local_postgres(durable: bool = True) -> Iterator[LocalPostgres]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _postgres_cpu() -> float:
+    """CPU seconds of every ``postgres`` process on the box (0 without PostgreSQL)."""
+    tot = 0
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "comm").read_text().strip() == "postgres":
+                st = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                tot += int(st[11]) + int(st[12])
+        except OSError:
+            continue
+    return tot / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu(pid: int | None) -> float:
     """CPU seconds (user + system) of process ``pid`` (None: this process)."""
     if pid is None:
@@ -278,12 +291,12 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
         assert all(len(t) == len(qids) for t in prep.tasks)
         unary = [(i, r) for k, q in enumerate(qids[:a.unary_queries])
                  for i, r in enumerate(_reports(prep, q, k))]
-        c0, s0 = _cpu(proc.pid), _cpu(None)
+        c0, s0, d0 = _cpu(proc.pid), _cpu(None), _postgres_cpu()
         if a.client == "aio":
             u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency)
         else:
             u_rate, lat = _unary(ep, prep, unary, a.threads)
-        cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0)
+        cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0, _postgres_cpu() - d0)
         batch_items = []
         for k, q in enumerate(qids[a.unary_queries:]):
             for i, r in enumerate(_reports(prep, q, 100 + k)):
@@ -291,9 +304,9 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
                 batch_items.append(r)
         batches = [device_pb2.SubmitReportBatchRequest(reports=batch_items[s:s + a.batch_size])
                    for s in range(0, len(batch_items), a.batch_size)]
-        c0, s0 = _cpu(proc.pid), _cpu(None)
+        c0, s0, d0 = _cpu(proc.pid), _cpu(None), _postgres_cpu()
         b_rate, bad = _batched(ep, batches, a.batch_threads)
-        cpu_b = (_cpu(proc.pid) - c0, _cpu(None) - s0)
+        cpu_b = (_cpu(proc.pid) - c0, _cpu(None) - s0, _postgres_cpu() - d0)
         assert bad == 0, f"{bad} batched reports refused"
         for q in qids:  # every report was committed: each query closes with all reports
             final = an.wait(q, 300)
@@ -305,7 +318,9 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
                 "server_cpu_us_per_unary": 1e6 * cpu_u[0] / len(unary),
                 "client_cpu_us_per_unary": 1e6 * cpu_u[1] / len(unary),
                 "server_cpu_us_per_batched": 1e6 * cpu_b[0] / len(batch_items),
-                "client_cpu_us_per_batched": 1e6 * cpu_b[1] / len(batch_items)}
+                "client_cpu_us_per_batched": 1e6 * cpu_b[1] / len(batch_items),
+                "db_cpu_us_per_unary": 1e6 * cpu_u[2] / len(unary),
+                "db_cpu_us_per_batched": 1e6 * cpu_b[2] / len(batch_items)}
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -322,9 +337,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=64)
     ap.add_argument("--client", choices=("aio", "threads"), default="aio",
                     help="unary load generator: one asyncio client or --threads threads")
-    ap.add_argument("--concurrency", type=int, default=32,
+    ap.add_argument("--concurrency", type=int, default=48,
                     help="calls in flight from the asyncio client")
-    ap.add_argument("--batch-threads", type=int, default=4)
+    ap.add_argument("--batch-threads", type=int, default=8)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
@@ -346,9 +361,11 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in rows:
         print(f"{name}: CPU µs per report: unary server {r['server_cpu_us_per_unary']:.0f} "
-              f"client {r['client_cpu_us_per_unary']:.0f}; batched server "
+              f"client {r['client_cpu_us_per_unary']:.0f} "
+              f"postgres {r['db_cpu_us_per_unary']:.0f}; batched server "
               f"{r['server_cpu_us_per_batched']:.0f} client "
-              f"{r['client_cpu_us_per_batched']:.0f}", file=sys.stderr)
+              f"{r['client_cpu_us_per_batched']:.0f} "
+              f"postgres {r['db_cpu_us_per_batched']:.0f}", file=sys.stderr)
     for name, r in rows:
         print(f"| {name} | {r['unary_rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
               f"{r['batched_rps']:,.0f} | {r['unary_n']:,} | {r['batched_n']:,} |")

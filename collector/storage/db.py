@@ -364,6 +364,11 @@ class Database:
         inserts (``ON CONFLICT DO NOTHING RETURNING``), and one ``received += n``. A
         conflicting (query, device) is a duplicate: OK if the stored bytes are
         identical, ALREADY_EXISTS otherwise.
+
+        PostgreSQL first tries all of it as one pipelined round trip (guards, then one
+        statement inserting and counting) under a savepoint; if a phase turns out not to
+        be open it rolls back to the savepoint and takes the statement-by-statement path,
+        which says which phase was refused.
         """
         out: list[ReportOutcome | None] = [None] * len(items)
         t = now_ms()
@@ -371,44 +376,27 @@ class Database:
         by_phase: dict[tuple[str, int], list[int]] = {}
         for i, it in enumerate(items):
             by_phase.setdefault((it.query_id, it.phase), []).append(i)
-        rows: list[PendingReport] = []
-        first_of: dict[tuple[str, str], int] = {}
-        later: list[int] = []
-        for (qid, ph), idx in sorted(by_phase.items()):
-            cur.execute(sql["guard"], (qid, ph))
-            if cur.rowcount != 1:
+        phases = sorted(by_phase)
+        inserted: set[tuple[str, str]] | None = None
+        if not self.is_sqlite:
+            rows, first_of, later = _first_reports(items, [by_phase[k] for k in phases])
+            inserted = self._pg_pipelined(cur, phases, rows, t)
+        counted = inserted is not None  # the pipelined statement counted its inserts
+        if inserted is None:
+            open_groups = []
+            for (qid, ph) in phases:
+                cur.execute(sql["guard"], (qid, ph))
+                if cur.rowcount == 1:
+                    open_groups.append(by_phase[(qid, ph)])
+                    continue
                 cur.execute(sql["phase_state"], (qid, ph))
                 found = cur.fetchone()
                 msg = (f"phase {ph} of query {qid} is not open (state: {found[0]})"
                        if found else f"query {qid} has no phase {ph}")
-                for i in idx:
+                for i in by_phase[(qid, ph)]:
                     out[i] = ReportOutcome("FAILED_PRECONDITION", msg)
-                continue
-            for i in idx:
-                it = items[i]
-                key = (it.query_id, it.device_id)
-                if key in first_of:
-                    later.append(i)
-                    continue
-                first_of[key] = i
-                rows.append(it)
-        inserted: set[tuple[str, str]] = set()
-        if rows and not self.is_sqlite:  # PostgreSQL: one column array per field
-            cur.execute(sql["insert_unnest"], (
-                [it.query_id for it in rows], [it.device_id for it in rows],
-                [it.phase for it in rows], [it.grp for it in rows],
-                [it.stage for it in rows], [it.slot for it in rows],
-                [it.payload for it in rows], [t] * len(rows)))
-            inserted.update((r[0], r[1]) for r in cur.fetchall())
-        for s0 in range(0, len(rows) if self.is_sqlite else 0, _INSERT_CHUNK):
-            chunk = rows[s0:s0 + _INSERT_CHUNK]
-            params: list[Any] = []
-            for it in chunk:
-                params += (it.query_id, it.device_id, it.phase, it.grp, it.stage,
-                           it.slot, it.payload, t)
-            cur.execute(sql["insert_head"] + ",".join([sql["insert_row"]] * len(chunk))
-                        + sql["insert_tail"], params)
-            inserted.update((r[0], r[1]) for r in cur.fetchall())
+            rows, first_of, later = _first_reports(items, open_groups)
+            inserted = self._insert_reports(cur, rows, t)
         counts: dict[tuple[str, int], int] = {}
         conflicts: list[int] = []
         for key, i in first_of.items():
@@ -418,10 +406,11 @@ class Database:
                 counts[k] = counts.get(k, 0) + 1
             else:
                 conflicts.append(i)
+        later_set = set(later)
         conflicts.extend(later)
         for i in conflicts:
             it = items[i]
-            if (it.query_id, it.device_id) in inserted and i in later:
+            if (it.query_id, it.device_id) in inserted and i in later_set:
                 same = items[first_of[(it.query_id, it.device_id)]].payload == it.payload
                 stored_phase = it.phase
             else:
@@ -438,10 +427,53 @@ class Database:
                     f"device {it.device_id} already has a different report stored for "
                     f"query {it.query_id} (phase {stored_phase}); one report per device "
                     "per query")
-        for (qid, ph), c in counts.items():
-            cur.execute(sql["count"], (c, qid, ph))
+        if not counted:
+            for (qid, ph), c in counts.items():
+                cur.execute(sql["count"], (c, qid, ph))
         return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
                 for o in out]
+
+    def _insert_reports(self, cur: Any, rows: list[PendingReport],
+                        t: int) -> set[tuple[str, str]]:
+        """Insert ``rows`` (ON CONFLICT DO NOTHING); the (query, device) keys inserted."""
+        sql = self._sql
+        inserted: set[tuple[str, str]] = set()
+        if rows and not self.is_sqlite:  # PostgreSQL: one column array per field
+            cur.execute(sql["insert_unnest"], _report_arrays(rows, t))
+            inserted.update((r[0], r[1]) for r in cur.fetchall())
+        for s0 in range(0, len(rows) if self.is_sqlite else 0, _INSERT_CHUNK):
+            chunk = rows[s0:s0 + _INSERT_CHUNK]
+            params: list[Any] = []
+            for it in chunk:
+                params += (it.query_id, it.device_id, it.phase, it.grp, it.stage,
+                           it.slot, it.payload, t)
+            cur.execute(sql["insert_head"] + ",".join([sql["insert_row"]] * len(chunk))
+                        + sql["insert_tail"], params)
+            inserted.update((r[0], r[1]) for r in cur.fetchall())
+        return inserted
+
+    def _pg_pipelined(self, cur: Any, phases: list[tuple[str, int]],
+                      rows: list[PendingReport], t: int) -> set[tuple[str, str]] | None:
+        """PostgreSQL: guards + insert-and-count in one pipelined round trip under a
+        savepoint. The inserted keys, or None (rolled back) if a phase is not open."""
+        sql = self._sql
+        conn = cur.connection
+        guards = [conn.cursor() for _ in phases]
+        ins = conn.cursor()
+        try:
+            with conn.pipeline():
+                cur.execute("SAVEPOINT uldp_ingest")
+                for g, (qid, ph) in zip(guards, phases, strict=True):
+                    g.execute(sql["guard"], (qid, ph))
+                if rows:
+                    ins.execute(sql["insert_count"], _report_arrays(rows, t))
+            if any(g.rowcount != 1 for g in guards):
+                cur.execute("ROLLBACK TO SAVEPOINT uldp_ingest")
+                return None
+            return {(r[0], r[1]) for r in ins.fetchall()} if rows else set()
+        finally:
+            for c in (*guards, ins):
+                c.close()
 
     # ---- phase closing --------------------------------------------------------------
     def phases_due(self, t: int | None = None) -> list[tuple[str, int]]:
@@ -614,6 +646,33 @@ class Database:
         return out
 
 
+def _first_reports(items: Sequence[PendingReport], groups: list[list[int]]
+                   ) -> tuple[list[PendingReport], dict[tuple[str, str], int], list[int]]:
+    """Within a batch, the first report of each (query, device) is inserted; later ones
+    (``later``, by index) are duplicates judged against it. ``groups``: item indices of
+    the phases taken, in order."""
+    rows: list[PendingReport] = []
+    first_of: dict[tuple[str, str], int] = {}
+    later: list[int] = []
+    for idx in groups:
+        for i in idx:
+            it = items[i]
+            key = (it.query_id, it.device_id)
+            if key in first_of:
+                later.append(i)
+                continue
+            first_of[key] = i
+            rows.append(it)
+    return rows, first_of, later
+
+
+def _report_arrays(rows: list[PendingReport], t: int) -> tuple[list[Any], ...]:
+    """The column arrays of the PostgreSQL ``unnest`` inserts."""
+    return ([it.query_id for it in rows], [it.device_id for it in rows],
+            [it.phase for it in rows], [it.grp for it in rows], [it.stage for it in rows],
+            [it.slot for it in rows], [it.payload for it in rows], [t] * len(rows))
+
+
 #: rows per multi-row INSERT (8 parameters each; SQLite allows 32766, PostgreSQL 65535)
 _INSERT_CHUNK = 1000
 
@@ -639,6 +698,17 @@ def _report_sql(mark: str) -> dict[str, str]:
                          "?::varchar[], ?::varchar[], ?::int[], ?::int[], ?::int[], "
                          "?::int[], ?::bytea[], ?::bigint[]) "
                          "ON CONFLICT DO NOTHING RETURNING query_id, device_id",
+        # PostgreSQL pipelined path: insert and count the inserted rows per phase in one
+        # statement (a data-modifying CTE runs even though nothing reads its output)
+        "insert_count": f"WITH ins AS (INSERT INTO {rep} ({', '.join(cols)}) "
+                        "SELECT * FROM unnest(?::varchar[], ?::varchar[], ?::int[], "
+                        "?::int[], ?::int[], ?::int[], ?::bytea[], ?::bigint[]) "
+                        "ON CONFLICT DO NOTHING RETURNING query_id, device_id, phase), "
+                        "c AS (SELECT query_id, phase, count(*) AS n FROM ins "
+                        "GROUP BY query_id, phase), "
+                        f"u AS (UPDATE {ph} p SET received = p.received + c.n FROM c "
+                        "WHERE p.query_id = c.query_id AND p.phase = c.phase RETURNING 1) "
+                        "SELECT query_id, device_id FROM ins",
         "stored": f"SELECT payload, phase FROM {rep} WHERE query_id = ? AND device_id = ?",
         "count": f"UPDATE {ph} SET received = received + ? WHERE query_id = ? AND phase = ?",
     }
