@@ -11,11 +11,17 @@ real device's GetTasks → SubmitReport sequence does. The reports are computed 
 client with the production device function.
 
 Timed:
-* unary: ``--unary-queries`` × devices ``SubmitReport`` calls from ``--threads`` client
-  threads; reports/s and per-call latency p50/p99 (an OK answer = committed);
+* unary: ``--unary-queries`` × devices ``SubmitReport`` calls, ``--concurrency`` in flight
+  from one asyncio client over 8 TLS channels (requests serialized before the clock
+  starts; ``--client threads`` uses ``--threads`` blocking threads instead, which costs
+  the shared cores more per call); reports/s and per-call latency p50/p99 (an OK answer
+  = committed);
 * batched: ``--batch-queries`` × devices reports sent as ``SubmitReportBatch`` calls of
   ``--batch-size`` reports (each with its own device token) from ``--batch-threads``
   threads; reports/s.
+
+Also printed (stderr): CPU µs per report of the collector, the load generator and the
+PostgreSQL server processes, from /proc.
 """
 
 from __future__ import annotations

@@ -367,8 +367,8 @@ class Database:
 
         PostgreSQL first tries all of it as one pipelined round trip (guards, then one
         statement inserting and counting) under a savepoint; if a phase turns out not to
-        be open it rolls back to the savepoint and takes the statement-by-statement path,
-        which says which phase was refused.
+        be open or a row conflicts (a retry), it rolls back to the savepoint and takes the
+        statement-by-statement path, which says which phase or report was refused.
         """
         out: list[ReportOutcome | None] = [None] * len(items)
         t = now_ms()
@@ -377,11 +377,12 @@ class Database:
         for i, it in enumerate(items):
             by_phase.setdefault((it.query_id, it.phase), []).append(i)
         phases = sorted(by_phase)
-        inserted: set[tuple[str, str]] | None = None
+        inserted: Any = None  # container of the (query, device) keys inserted
+        counted = False  # the pipelined statement counted its inserts
         if not self.is_sqlite:
             rows, first_of, later = _first_reports(items, [by_phase[k] for k in phases])
-            inserted = self._pg_pipelined(cur, phases, rows, t)
-        counted = inserted is not None  # the pipelined statement counted its inserts
+            if self._pg_pipelined(cur, phases, rows, t):
+                inserted, counted = first_of.keys(), True
         if inserted is None:
             open_groups = []
             for (qid, ph) in phases:
@@ -453,9 +454,10 @@ class Database:
         return inserted
 
     def _pg_pipelined(self, cur: Any, phases: list[tuple[str, int]],
-                      rows: list[PendingReport], t: int) -> set[tuple[str, str]] | None:
+                      rows: list[PendingReport], t: int) -> bool:
         """PostgreSQL: guards + insert-and-count in one pipelined round trip under a
-        savepoint. The inserted keys, or None (rolled back) if a phase is not open."""
+        savepoint. True if every phase was open and every row was new (all inserted and
+        counted); otherwise False, rolled back to the savepoint."""
         sql = self._sql
         conn = cur.connection
         guards = [conn.cursor() for _ in phases]
@@ -467,10 +469,12 @@ class Database:
                     g.execute(sql["guard"], (qid, ph))
                 if rows:
                     ins.execute(sql["insert_count"], _report_arrays(rows, t))
-            if any(g.rowcount != 1 for g in guards):
+            n = ins.fetchone()[0] if rows else 0
+            if n != len(rows) or any(g.rowcount != 1 for g in guards):
+                # a phase is not open, or a device already has a stored report
                 cur.execute("ROLLBACK TO SAVEPOINT uldp_ingest")
-                return None
-            return {(r[0], r[1]) for r in ins.fetchall()} if rows else set()
+                return False
+            return True
         finally:
             for c in (*guards, ins):
                 c.close()
@@ -708,7 +712,7 @@ def _report_sql(mark: str) -> dict[str, str]:
                         "GROUP BY query_id, phase), "
                         f"u AS (UPDATE {ph} p SET received = p.received + c.n FROM c "
                         "WHERE p.query_id = c.query_id AND p.phase = c.phase RETURNING 1) "
-                        "SELECT query_id, device_id FROM ins",
+                        "SELECT count(*) FROM ins",
         "stored": f"SELECT payload, phase FROM {rep} WHERE query_id = ? AND device_id = ?",
         "count": f"UPDATE {ph} SET received = received + ? WHERE query_id = ? AND phase = ?",
     }
