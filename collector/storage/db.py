@@ -98,6 +98,7 @@ class Database:
                                         pool_pre_ping=True, echo=echo)
         self._insert = sqlite_dialect.insert if self.is_sqlite else pg_dialect.insert
         self._sql = _report_sql("?" if self.is_sqlite else "%s")
+        self._held: Any = None  # the writer thread's connection (raw_write(hold=True))
 
     # ---- transactions -------------------------------------------------------------
     def write(self) -> Any:
@@ -109,6 +110,10 @@ class Database:
         return self.engine.connect()
 
     def dispose(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            with contextlib.suppress(Exception):
+                held.close()
         self.engine.dispose()
 
     # ---- schema ---------------------------------------------------------------------
@@ -333,11 +338,18 @@ class Database:
             cur.close()
 
     @contextlib.contextmanager
-    def raw_write(self) -> Iterator[Any]:
-        """A write transaction on a bare DB-API connection from the pool, yielding a
-        cursor: the ingest fast path of the group-commit writer (no per-transaction
-        SQLAlchemy events). ``BEGIN IMMEDIATE`` on SQLite; psycopg begins implicitly."""
-        raw = self.engine.raw_connection()
+    def raw_write(self, hold: bool = False) -> Iterator[Any]:
+        """A write transaction on a bare DB-API connection, yielding a cursor: the ingest
+        fast path of the group-commit writer (no per-transaction SQLAlchemy events).
+        ``BEGIN IMMEDIATE`` on SQLite; psycopg begins implicitly.
+
+        ``hold=True`` (the writer thread only) keeps the connection between transactions
+        instead of returning it to the pool: no pool checkout, and on PostgreSQL no
+        pre-ping round trip per commit. After any failure the held connection is
+        invalidated and the next transaction takes a fresh one."""
+        raw = self._held if hold else None
+        if raw is None:
+            raw = self.engine.raw_connection()
         try:
             cur = raw.cursor()
             if self.is_sqlite:
@@ -349,8 +361,17 @@ class Database:
                 raise
             raw.commit()
             cur.close()
+        except BaseException:
+            if hold:
+                self._held = None
+                with contextlib.suppress(Exception):
+                    raw.invalidate()  # possibly broken: never reuse it
+            raise
         finally:
-            raw.close()  # back to the pool
+            if not hold:
+                raw.close()  # back to the pool
+        if hold:
+            self._held = raw
 
     def store_reports_cursor(self, cur: Any,
                              items: Sequence[PendingReport]) -> list[ReportOutcome]:

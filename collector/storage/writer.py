@@ -179,7 +179,7 @@ class GroupCommitWriter:
         if all(t.op is None and t.assign is None and t.device is None for t in batch):
             # only reports (the ingest steady state): the bare DB-API transaction
             reports = [r for t in batch for r in t.reports]
-            with self.db.raw_write() as cur:
+            with self.db.raw_write(hold=True) as cur:
                 outcomes = self.db.store_reports_cursor(cur, reports)
         else:
             with self.db.write() as conn:
