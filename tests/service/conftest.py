@@ -138,20 +138,26 @@ def start_collector(pki: DevPki, tmp_path: Path) -> Iterator:
         c.stop()
 
 
-def _wait_healthy(c: Collector, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+def _wait_healthy(c: Collector, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    """Wait for SERVING. The limits are for a heavily loaded machine, where starting the
+    interpreter and the TLS handshake alone can take many seconds: each attempt's deadline
+    grows (1 s, 2 s, ... 10 s) so a slow handshake is not cut off again and again."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     end = time.monotonic() + timeout
+    per_try = 1.0
     while time.monotonic() < end:
         if proc.poll() is not None:
             raise RuntimeError(f"collector exited with {proc.returncode}")
         try:
             with c.channel() as ch:
-                r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
-                                                         timeout=1)
+                r = health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(),
+                    timeout=max(0.1, min(per_try, end - time.monotonic())))
                 if r.status == health_pb2.HealthCheckResponse.SERVING:
                     return
         except grpc.RpcError:
+            per_try = min(per_try + 1.0, 10.0)
             time.sleep(0.1)
     raise TimeoutError("collector did not become healthy")
 

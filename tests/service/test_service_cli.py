@@ -55,7 +55,11 @@ def test_cli_workflow(tmp_path):
         r = uldp("query", "result", "cli1", "--json", env=env)
         res = json.loads(r.stdout)
         assert res["ci_low"][0] <= res["values"][0] <= res["ci_high"][0]
-        assert abs(res["values"][0] - fleet["truth"][0]) < 6 * res["std_error"][0]
+        # A gross-error check only (60 users): z-scores are calibrated (in-process, 20000
+        # runs with random check-in orders: z mean -0.03, sd 1.03, |z| > 4 in 1.5e-4 of
+        # runs), but the standard error is itself noisy at this size (sd 20 % of its mean),
+        # so 6 standard errors bound the false-alarm rate only by ≈ 2e-5; 7 give ≈ 2e-6.
+        assert abs(res["values"][0] - fleet["truth"][0]) < 7 * res["std_error"][0]
         r = uldp("query", "result", "cli1", env=env)
         assert "INTERVAL" in r.stdout
         r = uldp("query", "result", "cli2", env=env)

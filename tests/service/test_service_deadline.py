@@ -18,17 +18,24 @@ from uldp.collector.service.client import QueryRequest
 def test_deadline_closes_phases_with_dropouts(start_collector, tmp_path):
     c = start_collector()
     a = c.analyst()
+    # enrol first: phase 1's deadline runs from the creation of the query, and 40
+    # enrolments can take longer than that on a loaded machine; the check-ins that must
+    # fall in phase 1 are then only 40 GetTasks calls on one channel. 3 s (not less): the
+    # 10 stage-II reports below must also arrive before phase 2's deadline under load.
+    enrolled = []
+    for i in range(40):
+        d = Device(c.endpoint, tmp_path / f"d{i}", budget=4.0,
+                   rng=RandomSource.seeded(i), durable=False)
+        d.add_dataset("x", np.full(16, 0.4))
+        d.enroll()
+        enrolled.append(d)
     a.create(QueryRequest(kind="mean", epsilon=2.0, dataset="x", users=40, samples=16,
-                          query_id="dl", phase_timeout_s=1.5))
+                          query_id="dl", phase_timeout_s=3.0))
     # every device checks in during phase 1, but no stage-I device reports (dropouts)
     devices, waiting = [], []
     with c.channel() as ch:
         stub = device_pb2_grpc.DeviceServiceStub(ch)
-        for i in range(40):
-            d = Device(c.endpoint, tmp_path / f"d{i}", budget=4.0,
-                       rng=RandomSource.seeded(i), durable=False)
-            d.add_dataset("x", np.full(16, 0.4))
-            d.enroll()
+        for d in enrolled:
             r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"]),
                               metadata=bearer(d._load_identity()["token"]))
             (waiting if r.waiting else devices).append(d)

@@ -25,6 +25,9 @@ KINDS = [("mean", 1, "gaussian"), ("mean-linf", 3, "uniform"), ("mean-l2", 4, "s
 USERS = 500
 SAMPLES = 64
 EPS = 2.0
+#: in-process simulations per kind (~1 s in all): with 16, the standard-error ratio check
+#: below alone failed ≈ 2e-4 of runs (the spread of 16 draws is too noisy)
+SIM_REPS = 32
 
 
 @dataclass
@@ -76,7 +79,7 @@ def backend_run(request, pki, launcher, tmp_path_factory) -> Iterator[Run]:
     yield _run_all(launcher, pki, workdir, url)
 
 
-def _simulate(spec_json: str, fd, reps: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def _simulate(spec_json: str, fd, reps: int = SIM_REPS) -> tuple[np.ndarray, np.ndarray]:
     spec = QuerySpec.from_dict(json.loads(spec_json))
     rng = RandomSource.seeded(2024)
     with warnings.catch_warnings():
@@ -104,12 +107,20 @@ def test_kind_matches_simulation(backend_run: Run, kind: str) -> None:
     values = np.array(r.values)
     assert np.all(np.array(r.ci_low) <= values) and np.all(values <= np.array(r.ci_high))
     sim_mean, sim_sd = _simulate(q.spec_json, backend_run.data[kind])
-    z = np.abs(values - sim_mean) / (sim_sd * np.sqrt(1 + 1 / 16))
-    assert np.all(z < 5.0), (kind, values, sim_mean, sim_sd)
-    # the interval the service reports has the width the simulation's spread implies
     se = np.array(est["std_error"])
+    # The slot order (device check-in order) and the noise of the service's run are random,
+    # so its estimate is one draw of the simulated distribution. The reported standard
+    # errors are calibrated for every kind (in-process, 1000 runs with random check-in
+    # orders and noise: z mean |·| < 0.11, sd 0.96–1.04), so the estimate lies within 6
+    # combined errors of the simulations' mean: false-alarm rate ≈ 1e-6 per run of the 16
+    # values. (The former |z| < 5 against the 16 simulations' own spread is a t-test with
+    # 15 degrees of freedom: it failed ≈ 2.5e-3 of runs.)
+    z = (values - sim_mean) / np.sqrt(se ** 2 + sim_sd ** 2 / SIM_REPS)
+    assert np.all(np.abs(z) < 6.0), (kind, z, values, sim_mean, sim_sd, se)
+    # the interval the service reports has the width the simulation's spread implies (a
+    # factor 3 either way; with 32 simulations the false-alarm rate is ≈ 3e-8 per run)
     ratio = se / sim_sd
-    assert np.all((ratio > 0.35) & (ratio < 3.0)), (kind, se, sim_sd)
-    # and it estimates the population's truth
+    assert np.all((ratio > 1 / 3) & (ratio < 3.0)), (kind, se, sim_sd)
+    # and it estimates the population's truth (6 calibrated standard errors: ≈ 1e-6 per run)
     truth = np.asarray(backend_run.data[kind].truth).ravel()
     assert np.all(np.abs(values - truth) < 6 * se + 1e-9), (kind, values, truth, se)
