@@ -345,7 +345,7 @@ def main() -> None:
                     help="unary load generator: one asyncio client or --threads threads")
     ap.add_argument("--concurrency", type=int, default=48,
                     help="calls in flight from the asyncio client")
-    ap.add_argument("--batch-threads", type=int, default=8)
+    ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
