@@ -113,6 +113,10 @@ def _cmd_serve(a: argparse.Namespace) -> int:
 
     logging.basicConfig(level=getattr(logging, a.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not 0.0 <= a.commit_linger_ms <= 100.0:
+        print(f"error: --commit-linger-ms must be between 0 and 100, got {a.commit_linger_ms}",
+              file=sys.stderr)
+        return 2
     tls = Path(a.tls_dir) if a.tls_dir else None
     cert = Path(a.tls_cert) if a.tls_cert else (tls / "server.pem" if tls else None)
     key = Path(a.tls_key) if a.tls_key else (tls / "server.key" if tls else None)
@@ -132,7 +136,8 @@ def _cmd_serve(a: argparse.Namespace) -> int:
         if a.enrollment_secret_file else None,
         max_message_bytes=a.max_message_bytes, workers=a.workers, name=a.name,
         mode=a.server_mode,
-        core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl))
+        core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
+                        commit_linger_ms=a.commit_linger_ms))
     children: list[subprocess.Popen[bytes]] = []
     if a.processes > 1:
         # N processes share one port (SO_REUSEPORT) and the database, like replicas
@@ -426,6 +431,9 @@ def register(subparsers: Any) -> None:
                    help="default phase deadline in seconds (per query override)")
     s.add_argument("--token-ttl", type=float, default=7 * 24 * 3600.0,
                    help="device token lifetime in seconds")
+    s.add_argument("--commit-linger-ms", type=float, default=2.0,
+                   help="group commit: when few reports are queued, wait this long (ms, "
+                        "0-100) for more before committing (fewer, larger transactions)")
     s.add_argument("--name", help="replica name (logs, phase-closing lease)")
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=_cmd_serve)

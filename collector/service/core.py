@@ -77,6 +77,7 @@ class CoreConfig:
     tick_s: float = 0.2
     enrollment_secret: str | None = None
     max_users: int = 10_000_000
+    commit_linger_ms: float = 2.0  # group commit: wait this long for more reports
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class CollectorCore:
         self.admin = admin
         self.config = config or CoreConfig()
         self.name = name or f"collector-{secrets.token_hex(4)}"
-        self.writer = GroupCommitWriter(db)
+        self.writer = GroupCommitWriter(db, linger_s=self.config.commit_linger_ms / 1000)
         self._statics: dict[str, _QueryStatic] = {}
         self._tasks: OrderedDict[tuple[Any, ...], TaskInfo] = OrderedDict()
         self._assign_cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()

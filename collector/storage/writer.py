@@ -56,8 +56,16 @@ def _resolve(tickets: list[_Ticket]) -> None:
 class GroupCommitWriter:
     """A background thread committing queued work in shared transactions."""
 
-    def __init__(self, db: Database, *, max_reports: int = 8192, max_ops: int = 2048) -> None:
+    def __init__(self, db: Database, *, max_reports: int = 8192, max_ops: int = 2048,
+                 linger_s: float = 0.002, linger_below: int = 64) -> None:
+        if not 0.0 <= linger_s <= 0.1:
+            raise ValueError(f"linger_s must be in [0, 0.1] seconds, got {linger_s!r}")
         self.db = db
+        #: when fewer than ``linger_below`` reports are queued, wait ``linger_s`` for more
+        #: before committing: bigger transactions, fewer commits (each one costs the
+        #: database ~1 ms of CPU and an fsync), for at most ``linger_s`` more latency
+        self.linger_s = linger_s
+        self.linger_below = linger_below
         self.max_reports = max_reports
         self.max_ops = max_ops
         self._q: deque[_Ticket] = deque()
@@ -140,6 +148,11 @@ class GroupCommitWriter:
         with self._cv:
             while not self._q and not self._stop:
                 self._cv.wait()
+            linger = (self.linger_s > 0 and not self._stop
+                      and sum(len(t.reports) for t in self._q) < self.linger_below)
+        if linger:
+            time.sleep(self.linger_s)
+        with self._cv:
             batch: list[_Ticket] = []
             n_rep = n_ops = 0
             while self._q and n_rep < self.max_reports and n_ops < self.max_ops:
