@@ -109,6 +109,11 @@ class Database:
         """A read-only connection (autocommit reads; one statement = one snapshot)."""
         return self.engine.connect()
 
+    @property
+    def dbapi_error(self) -> type[Exception]:
+        """The driver's base exception (``sqlite3.Error`` / ``psycopg.Error``)."""
+        return self.engine.dialect.loaded_dbapi.Error  # type: ignore[no-any-return]
+
     def dispose(self) -> None:
         held, self._held = self._held, None
         if held is not None:

@@ -169,7 +169,7 @@ class GroupCommitWriter:
                 return  # stopped and drained
             t0 = time.perf_counter()
             try:
-                self._commit(batch)
+                self._commit_retrying(batch)
             except Exception as exc:  # the whole transaction rolled back
                 log.warning("batch of %d requests failed: %s", len(batch), exc)
                 time.sleep(0.05)
@@ -187,6 +187,21 @@ class GroupCommitWriter:
                 # a closed loop (shutdown) has nobody waiting; it must not kill the writer
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(_resolve, tickets)
+
+    def _commit_retrying(self, batch: list[_Ticket]) -> None:
+        """:meth:`_commit`; a report-only batch that fails with a database error (e.g. the
+        held connection died with a database restart) is retried once on a fresh
+        connection. That is safe even if the failed COMMIT did land: a report already
+        stored with the same bytes is an OK duplicate, counted once."""
+        try:
+            self._commit(batch)
+        except self.db.dbapi_error as exc:
+            if not all(t.op is None and t.assign is None and t.device is None
+                       for t in batch):
+                raise
+            log.warning("report batch failed (%s); retrying once on a fresh connection",
+                        exc)
+            self._commit(batch)
 
     def _commit(self, batch: list[_Ticket]) -> None:
         if all(t.op is None and t.assign is None and t.device is None for t in batch):

@@ -87,3 +87,38 @@ def test_unknown_phase_only_batch_changes_nothing(db):
     assert "query a has no phase 7" in out[0].message
     assert "query zz has no phase 1" in out[1].message
     assert db.snapshot() == before
+
+
+def _terminate_other_backends(db: Database) -> int:
+    """Kill every other PostgreSQL session on this database (a database restart, as seen
+    by the collector's held connection)."""
+    from sqlalchemy import text
+
+    with db.engine.connect() as conn:
+        n = conn.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar()
+        conn.commit()
+    return int(n or 0)
+
+
+@pytest.mark.postgres
+def test_writer_survives_a_dropped_connection(postgres):
+    from uldp.collector.storage.writer import GroupCommitWriter
+
+    db = open_database(postgres.new_database())
+    _query(db, "a")
+    w = GroupCommitWriter(db, linger_s=0.0)
+    try:
+        assert w.store_reports([_rep("a", 1, "d1", b"\x01" * 8)])[0].code == "OK"
+        assert db._held is not None  # the writer keeps its connection between commits
+        assert _terminate_other_backends(db) >= 1
+        # the held connection is dead: the batch fails once and is retried on a fresh one
+        out = w.store_reports([_rep("a", 1, "d2", b"\x02" * 8), _rep("a", 1, "d3", b"\x03" * 8)])
+        assert [o.code for o in out] == ["OK", "OK"]
+        assert [o.duplicate for o in out] == [False, False]
+        assert _received(db, "a") == [3, 0]
+        assert set(_stored(db)) == {("a", "d1"), ("a", "d2"), ("a", "d3")}
+    finally:
+        w.close()
+        db.dispose()
