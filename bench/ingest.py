@@ -27,6 +27,7 @@ PostgreSQL server processes, from /proc.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import glob
 import os
@@ -40,11 +41,12 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import numpy as np
 
 from uldp.client.randomness import RandomSource
@@ -172,6 +174,21 @@ def _reports(prep: Prepared, qid: str, seed: int) -> list[device_pb2.Report]:
     return out
 
 
+def _run_threads(worker: Callable[[int], None], threads: int,
+                 chans: list[grpc.Channel]) -> float:
+    """Run ``worker(k)`` for k < ``threads`` in threads; close ``chans``; seconds taken."""
+    t0 = time.perf_counter()
+    ths = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    el = time.perf_counter() - t0
+    for c in chans:
+        c.close()
+    return el
+
+
 def _unary(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Report]],
            threads: int) -> tuple[float, np.ndarray]:
     chans = [secure_channel(ep) for _ in range(8)]
@@ -192,25 +209,12 @@ def _unary(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Rep
             stub.SubmitReport(device_pb2.SubmitReportRequest(report=rep),
                               metadata=bearer(prep.tokens[dev]), timeout=60)
             lat[j] = time.perf_counter() - t
-    t0 = time.perf_counter()
-    ths = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    el = time.perf_counter() - t0
-    for c in chans:
-        c.close()
-    return len(reports) / el, lat
+    return len(reports) / _run_threads(worker, threads, chans), lat
 
 
 def _unary_aio(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Report]],
                concurrency: int, channels: int = 8) -> tuple[float, np.ndarray]:
     """The same calls from one asyncio client (cheaper per call than 64 threads)."""
-    import asyncio
-
-    import grpc
-
     creds = grpc.ssl_channel_credentials(Path(ep.ca_cert).read_bytes())
     lat = np.zeros(len(reports))
 
@@ -263,16 +267,7 @@ def _batched(ep: Endpoint, batches: list[device_pb2.SubmitReportBatchRequest],
                 with lock:
                     bad[0] += nb
     n = sum(len(b.reports) for b in batches)
-    t0 = time.perf_counter()
-    ths = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    el = time.perf_counter() - t0
-    for c in chans:
-        c.close()
-    return n / el, bad[0]
+    return n / _run_threads(worker, threads, chans), bad[0]
 
 
 def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> dict[str, float]:

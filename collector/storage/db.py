@@ -464,11 +464,13 @@ class Database:
                         t: int) -> set[tuple[str, str]]:
         """Insert ``rows`` (ON CONFLICT DO NOTHING); the (query, device) keys inserted."""
         sql = self._sql
-        inserted: set[tuple[str, str]] = set()
-        if rows and not self.is_sqlite:  # PostgreSQL: one column array per field
+        if not rows:
+            return set()
+        if not self.is_sqlite:  # PostgreSQL: one column array per field
             cur.execute(sql["insert_unnest"], _report_arrays(rows, t))
-            inserted.update((r[0], r[1]) for r in cur.fetchall())
-        for s0 in range(0, len(rows) if self.is_sqlite else 0, _INSERT_CHUNK):
+            return {(r[0], r[1]) for r in cur.fetchall()}
+        inserted: set[tuple[str, str]] = set()
+        for s0 in range(0, len(rows), _INSERT_CHUNK):  # SQLite: multi-row VALUES
             chunk = rows[s0:s0 + _INSERT_CHUNK]
             params: list[Any] = []
             for it in chunk:
@@ -708,32 +710,30 @@ _INSERT_CHUNK = 1000
 
 
 def _report_sql(mark: str) -> dict[str, str]:
-    """The fixed statements of :meth:`Database.store_reports_in` in the driver's
+    """The fixed statements of :meth:`Database.store_reports_cursor` in the driver's
     parameter style (``?`` for sqlite3, ``%s`` for psycopg; multi-row VALUES on SQLite,
     ``unnest`` of arrays on PostgreSQL)."""
     ph, rep = S.phases.name, S.reports.name
     cols = ("query_id", "device_id", "phase", "grp", "stage", "slot", "payload",
             "received_at_ms")
     assert all(c in S.reports.c for c in cols)
+    insert = f"INSERT INTO {rep} ({', '.join(cols)}) "
+    # PostgreSQL: 8 array parameters instead of 8 per row (adapting thousands of scalar
+    # parameters costs ~40 µs per report in psycopg; arrays ~2 µs)
+    unnest = (insert + "SELECT * FROM unnest(?::varchar[], ?::varchar[], ?::int[], "
+              "?::int[], ?::int[], ?::int[], ?::bytea[], ?::bigint[]) ON CONFLICT DO NOTHING "
+              "RETURNING query_id, device_id")
     q = {
         "guard": f"UPDATE {ph} SET received = received WHERE query_id = ? AND phase = ? "
                  "AND state = 'open'",
         "phase_state": f"SELECT state FROM {ph} WHERE query_id = ? AND phase = ?",
-        "insert_head": f"INSERT INTO {rep} ({', '.join(cols)}) VALUES ",
+        "insert_head": insert + "VALUES ",
         "insert_row": "(" + ", ".join("?" * len(cols)) + ")",
         "insert_tail": " ON CONFLICT DO NOTHING RETURNING query_id, device_id",
-        # PostgreSQL: 8 array parameters instead of 8 per row (adapting thousands of
-        # scalar parameters costs ~40 µs per report in psycopg; arrays ~2 µs)
-        "insert_unnest": f"INSERT INTO {rep} ({', '.join(cols)}) SELECT * FROM unnest("
-                         "?::varchar[], ?::varchar[], ?::int[], ?::int[], ?::int[], "
-                         "?::int[], ?::bytea[], ?::bigint[]) "
-                         "ON CONFLICT DO NOTHING RETURNING query_id, device_id",
+        "insert_unnest": unnest,
         # PostgreSQL pipelined path: insert and count the inserted rows per phase in one
         # statement (a data-modifying CTE runs even though nothing reads its output)
-        "insert_count": f"WITH ins AS (INSERT INTO {rep} ({', '.join(cols)}) "
-                        "SELECT * FROM unnest(?::varchar[], ?::varchar[], ?::int[], "
-                        "?::int[], ?::int[], ?::int[], ?::bytea[], ?::bigint[]) "
-                        "ON CONFLICT DO NOTHING RETURNING query_id, device_id, phase), "
+        "insert_count": f"WITH ins AS ({unnest}, phase), "
                         "c AS (SELECT query_id, phase, count(*) AS n FROM ins "
                         "GROUP BY query_id, phase), "
                         f"u AS (UPDATE {ph} p SET received = p.received + c.n FROM c "

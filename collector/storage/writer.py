@@ -45,6 +45,11 @@ class _Ticket:
     result: Any = None
     error: BaseException | None = None
 
+    @property
+    def reports_only(self) -> bool:
+        """Only reports to store (no operation, assignment or device row)."""
+        return self.op is None and self.assign is None and self.device is None
+
 
 def _resolve(tickets: list[_Ticket]) -> None:
     """On the event loop: hand each ticket to the coroutine awaiting it."""
@@ -196,15 +201,14 @@ class GroupCommitWriter:
         try:
             self._commit(batch)
         except self.db.dbapi_error as exc:
-            if not all(t.op is None and t.assign is None and t.device is None
-                       for t in batch):
+            if not all(t.reports_only for t in batch):
                 raise
             log.warning("report batch failed (%s); retrying once on a fresh connection",
                         exc)
             self._commit(batch)
 
     def _commit(self, batch: list[_Ticket]) -> None:
-        if all(t.op is None and t.assign is None and t.device is None for t in batch):
+        if all(t.reports_only for t in batch):
             # only reports (the ingest steady state): the bare DB-API transaction
             reports = [r for t in batch for r in t.reports]
             with self.db.raw_write(hold=True) as cur:
@@ -232,7 +236,7 @@ class GroupCommitWriter:
                 outcomes = self.db.store_reports_in(conn, reports) if reports else []
         i = 0
         for t in batch:
-            if t.op is None and t.assign is None and t.device is None:
+            if t.reports_only:
                 t.outcomes = outcomes[i:i + len(t.reports)]
                 i += len(t.reports)
         self.batches += 1

@@ -30,6 +30,8 @@ from uldp.collector.security.certs import DevPki, make_dev_pki
 from uldp.collector.service.client import AnalystClient
 from uldp.collector.service.core import CoreConfig
 from uldp.collector.service.server import CollectorServer, ServerConfig
+from uldp.collector.storage import open_database
+from uldp.collector.storage.db import Database
 
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
 
@@ -235,3 +237,15 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
 def launcher():
     """``launch_collector`` itself, for module-scoped fixtures that manage their own."""
     return launch_collector
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated collector database, once on a SQLite file and once on PostgreSQL."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 's.db'}"
+    else:
+        url = request.getfixturevalue("postgres").new_database()
+    d = open_database(url)
+    yield d
+    d.dispose()

@@ -22,17 +22,6 @@ def _query(db: Database, qid: str) -> None:
                     [100, 100], 2**62)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 's.db'}"
-    else:
-        url = request.getfixturevalue("postgres").new_database()
-    d = open_database(url)
-    yield d
-    d.dispose()
-
-
 def _rep(qid: str, phase: int, dev: str, payload: bytes) -> PendingReport:
     return PendingReport(qid, phase, dev, 0, 1, int(dev[1:]), payload)
 

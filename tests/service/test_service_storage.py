@@ -27,17 +27,6 @@ def _query(db: Database, qid: str = "q", quota: int = 10_000) -> None:
                     [quota, quota], 2**62)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 's.db'}"
-    else:
-        url = request.getfixturevalue("postgres").new_database()
-    d = open_database(url)
-    yield d
-    d.dispose()
-
-
 def test_migrate_is_idempotent_and_versioned(db):
     assert db.migrate() == SCHEMA_VERSION
     assert db.migrate() == SCHEMA_VERSION
