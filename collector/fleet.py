@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import random
 import shutil
 import sys
 import threading
@@ -147,6 +148,7 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
     devices: dict[int, Device] = {}
     t0 = time.monotonic()
     deadline = t0 + timeout_s
+    jitter = random.Random(None if seed is None else f"fleet-jitter:{seed}")  # scheduling only
 
     def make(i: int) -> Device:
         dev = devices.get(i)
@@ -194,7 +196,7 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
                     res.rejected += r.rejected
                 if r.waiting:
                     dev.ledger.close()  # reopened on the next poll; keeps idle devices small
-                    again = time.monotonic() + r.retry_after_ms / 1000 * (0.5 + np.random.rand())
+                    again = time.monotonic() + r.retry_after_ms / 1000 * (0.5 + jitter.random())
             except Exception as exc:
                 msg = (f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError)
                        else f"{type(exc).__name__}: {exc}")
