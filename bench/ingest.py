@@ -11,6 +11,11 @@ real device's GetTasks → SubmitReport sequence does. The reports are computed 
 client with the production device function.
 
 Timed:
+* floor: ``--floor-calls`` empty ``grpc.health.v1.Health/Check`` calls to the same
+  collector from the same asyncio client: what this machine's gRPC + TLS stack can do
+  right now with nothing validated or stored. The unary rate is printed as a fraction of
+  it, which separates the collector's own cost from a slow or busy box (the empty-call
+  rate alone varies by ±20 % between runs on a shared VM);
 * unary: ``--unary-queries`` × devices ``SubmitReport`` calls, ``--concurrency`` in flight
   from one asyncio client over 8 TLS channels (requests serialized before the clock
   starts; ``--client threads`` uses ``--threads`` blocking threads instead, which costs
@@ -48,6 +53,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+from grpc_health.v1 import health_pb2
 
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskSpec, compute_reports
@@ -212,23 +218,16 @@ def _unary(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Rep
     return len(reports) / _run_threads(worker, threads, chans), lat
 
 
-def _unary_aio(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Report]],
+def _aio_calls(ep: Endpoint, method: str, wire: list[bytes], meta: list[tuple],
                concurrency: int, channels: int = 8) -> tuple[float, np.ndarray]:
-    """The same calls from one asyncio client (cheaper per call than 64 threads)."""
+    """Pre-serialized unary calls from one asyncio client: (calls/s, per-call latency)."""
     creds = grpc.ssl_channel_credentials(Path(ep.ca_cert).read_bytes())
-    lat = np.zeros(len(reports))
-
-    # requests serialized up front: the generator's CPU goes to gRPC, not to protobuf
-    wire = [device_pb2.SubmitReportRequest(report=rep).SerializeToString()
-            for _, rep in reports]
-    meta = [bearer(prep.tokens[dev]) for dev, _ in reports]
-    method = "/" + device_pb2.DESCRIPTOR.services_by_name["DeviceService"].full_name + \
-        "/SubmitReport"
+    lat = np.zeros(len(wire))
 
     async def run() -> float:
         chans = [grpc.aio.secure_channel(ep.target, creds) for _ in range(channels)]
         calls = [c.unary_unary(method) for c in chans]  # bytes in, bytes out
-        nxt = iter(range(len(reports)))
+        nxt = iter(range(len(wire)))
 
         async def worker(k: int) -> None:
             call = calls[k % len(calls)]
@@ -243,7 +242,28 @@ def _unary_aio(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2
             await c.close()
         return el
     el = asyncio.run(run())
-    return len(reports) / el, lat
+    return len(wire) / el, lat
+
+
+def _unary_aio(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Report]],
+               concurrency: int) -> tuple[float, np.ndarray]:
+    """The same calls from one asyncio client (cheaper per call than 64 threads); the
+    requests are serialized up front: the generator's CPU goes to gRPC, not to protobuf."""
+    wire = [device_pb2.SubmitReportRequest(report=rep).SerializeToString()
+            for _, rep in reports]
+    meta = [bearer(prep.tokens[dev]) for dev, _ in reports]
+    method = "/" + device_pb2.DESCRIPTOR.services_by_name["DeviceService"].full_name + \
+        "/SubmitReport"
+    return _aio_calls(ep, method, wire, meta, concurrency)
+
+
+def _floor(ep: Endpoint, calls: int, concurrency: int) -> float:
+    """The machine's gRPC ceiling right now, in calls/s: empty
+    ``grpc.health.v1.Health/Check`` calls to the same collector over the same TLS channels
+    from the same client as the unary run (nothing validated, nothing stored)."""
+    wire = [health_pb2.HealthCheckRequest().SerializeToString()] * calls
+    return _aio_calls(ep, "/grpc.health.v1.Health/Check", wire, [()] * calls,
+                      concurrency)[0]
 
 
 def _batched(ep: Endpoint, batches: list[device_pb2.SubmitReportBatchRequest],
@@ -292,6 +312,11 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
         assert all(len(t) == len(qids) for t in prep.tasks)
         unary = [(i, r) for k, q in enumerate(qids[:a.unary_queries])
                  for i, r in enumerate(_reports(prep, q, k))]
+        floor = cpu_f = float("nan")
+        if a.floor_calls:
+            c0, s0 = _cpu(proc.pid), _cpu(None)
+            floor = _floor(ep, a.floor_calls, a.concurrency)
+            cpu_f = (_cpu(proc.pid) - c0 + _cpu(None) - s0) / a.floor_calls
         c0, s0, d0 = _cpu(proc.pid), _cpu(None), _postgres_cpu()
         if a.client == "aio":
             u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency)
@@ -315,6 +340,7 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
         an.close()
         return {"prep_s": prep_s, "unary_rps": u_rate, "p50_ms": float(np.median(lat) * 1e3),
                 "p99_ms": float(np.percentile(lat, 99) * 1e3), "unary_n": len(unary),
+                "floor_cps": floor, "floor_cpu_us": 1e6 * cpu_f,
                 "batched_rps": b_rate, "batched_n": len(batch_items),
                 "server_cpu_us_per_unary": 1e6 * cpu_u[0] / len(unary),
                 "client_cpu_us_per_unary": 1e6 * cpu_u[1] / len(unary),
@@ -343,6 +369,9 @@ def main() -> None:
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
+    ap.add_argument("--floor-calls", type=int, default=20_000,
+                    help="empty Health/Check calls timed first, for the machine's gRPC "
+                         "ceiling (0: skip)")
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     a = ap.parse_args()
     rows = []
@@ -358,18 +387,20 @@ def main() -> None:
     print(f"cores: {os.cpu_count()}, devices: {a.devices}, unary threads: {a.threads}, "
           f"batch size: {a.batch_size} x {a.batch_threads} threads", file=sys.stderr)
     print("| backend | unary reports/s | unary p50 (ms) | unary p99 (ms) | batched reports/s | "
-          "unary n | batched n |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "unary n | batched n | empty calls/s | unary / empty |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in rows:
         print(f"{name}: CPU µs per report: unary server {r['server_cpu_us_per_unary']:.0f} "
               f"client {r['client_cpu_us_per_unary']:.0f} "
               f"postgres {r['db_cpu_us_per_unary']:.0f}; batched server "
               f"{r['server_cpu_us_per_batched']:.0f} client "
               f"{r['client_cpu_us_per_batched']:.0f} "
-              f"postgres {r['db_cpu_us_per_batched']:.0f}", file=sys.stderr)
+              f"postgres {r['db_cpu_us_per_batched']:.0f}; empty call (collector + client) "
+              f"{r['floor_cpu_us']:.0f}", file=sys.stderr)
     for name, r in rows:
         print(f"| {name} | {r['unary_rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-              f"{r['batched_rps']:,.0f} | {r['unary_n']:,} | {r['batched_n']:,} |")
+              f"{r['batched_rps']:,.0f} | {r['unary_n']:,} | {r['batched_n']:,} | "
+              f"{r['floor_cps']:,.0f} | {r['unary_rps'] / r['floor_cps']:.0%} |")
 
 
 if __name__ == "__main__":
