@@ -108,6 +108,7 @@ def test_log_likelihood_ratio_never_exceeds_epsilon(name, task):
     rng = RandomSource.seeded(name)
     m = task.m_ref
     worst = 0.0
+    far = 3 * (1 << 18)
     for trial in range(25):
         D = _datasets(task.kind, m, task.dim, gen)
         D2 = _datasets(task.kind, m, task.dim, gen)
@@ -118,7 +119,6 @@ def test_log_likelihood_ratio_never_exceeds_epsilon(name, task):
             # also probe outputs far in the tails, where float samplers leak: away from 0 per
             # coordinate, and all coordinates to one side (where the per-sample terms of
             # baseline A add up instead of cancelling)
-            far = 3 * (1 << 18)
             for probe in (z, z + far * np.sign(z + 0.5).astype(np.int64), z + far, z - far):
                 r = log_likelihood(task, D, probe) - log_likelihood(task, D2, probe)
                 worst = max(worst, abs(r))
