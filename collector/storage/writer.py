@@ -208,9 +208,9 @@ class GroupCommitWriter:
             self._commit(batch)
 
     def _commit(self, batch: list[_Ticket]) -> None:
+        reports = [r for t in batch for r in t.reports]
         if all(t.reports_only for t in batch):
             # only reports (the ingest steady state): the bare DB-API transaction
-            reports = [r for t in batch for r in t.reports]
             with self.db.raw_write(hold=True) as cur:
                 outcomes = self.db.store_reports_cursor(cur, reports)
         else:
@@ -232,7 +232,6 @@ class GroupCommitWriter:
                                                  items[0][2])
                     for t, dev, _ in items:
                         t.result[qid] = got.get(dev)
-                reports = [r for t in batch for r in t.reports]
                 outcomes = self.db.store_reports_in(conn, reports) if reports else []
         i = 0
         for t in batch:
