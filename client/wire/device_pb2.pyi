@@ -78,18 +78,20 @@ class GetTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., waiting: _Optional[_Iterable[_Union[WaitingAssignment, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("query_id", "phase", "values", "task_digest", "device_token")
+    __slots__ = ("query_id", "phase", "values", "task_digest", "device_token", "simulated")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     TASK_DIGEST_FIELD_NUMBER: _ClassVar[int]
     DEVICE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SIMULATED_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     phase: int
     values: _containers.RepeatedScalarFieldContainer[int]
     task_digest: str
     device_token: str
-    def __init__(self, query_id: _Optional[str] = ..., phase: _Optional[int] = ..., values: _Optional[_Iterable[int]] = ..., task_digest: _Optional[str] = ..., device_token: _Optional[str] = ...) -> None: ...
+    simulated: bool
+    def __init__(self, query_id: _Optional[str] = ..., phase: _Optional[int] = ..., values: _Optional[_Iterable[int]] = ..., task_digest: _Optional[str] = ..., device_token: _Optional[str] = ..., simulated: _Optional[bool] = ...) -> None: ...
 
 class SubmitReportRequest(_message.Message):
     __slots__ = ("report",)
