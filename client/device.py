@@ -2,23 +2,33 @@
 against its own rules, privatizes on the device and reports exactly once per query.
 
 Spec: ``user_level_ldp.md`` §1.3 (INV-1 single participation, INV-4 budget, INV-7 the
-device derives clip interval and noise scale itself), §2.2 (round template), [D22].
+device derives clip interval and noise scale itself), §2.2 (round template), [D22];
+``docs/privacy.md`` (totality, the ledger, randomness).
 
 Usage (an app)::
 
     dev = Device("collector.example:443", "/var/lib/myapp/uldp",
                  ca_cert="ca.pem", budget=4.0)
-    dev.add_dataset("steps", samples=np.array([...]), support=(-1e4, 1e4))
+    dev.add_dataset("steps", samples=np.array([...]))   # any values: NaN, empty, huge
     result = dev.poll()          # enroll if needed, run every task available now
 
-What the device checks before it touches its data (refusals raise / are reported as
+**Totality (DESIGN invariant 6).** Whether the device reports, and how many messages it
+sends, depend only on public facts: the task, the device's ledger and what the app
+declared when it registered the dataset (name, dimension, kind of values, labels). The
+checks before a task is accepted look at nothing else (refusals are
 :class:`TaskRefused`): the task parses and names a known kind and method
 (``uldp.client.tasks.validate_task`` — public parameters consistent, k̂ inside the bin
-range so the clip interval derived on the device is well defined, ε share ≤ the query
-budget), the digest matches the task text, the named dataset is registered, the report
-length matches, and the ledger accepts it (ε within the remaining budget, no other task
-for the same query). The report is persisted in the ledger before it is sent and every
-retry re-sends the same bytes.
+range, ε share ≤ the query budget, sizes within the device limits), the digest matches
+the task text, the named dataset is registered and its declaration fits the task, the
+report length matches, and the ledger accepts it (ε within the remaining budget, no
+other task for the same query). Then the ε is charged in the ledger, and only then is
+the data touched: the report is computed for *any* dataset (unusable values are
+sanitized, never an error), persisted, and sent; every retry re-sends the same bytes.
+
+**Randomness.** A production device draws every report's noise from a fresh OS-keyed
+ChaCha20 source. A seeded source is accepted only with ``simulation=True``, and every
+report of such a device carries ``simulated = true`` on the wire; collectors refuse
+those unless the query or the server allows simulations.
 """
 
 from __future__ import annotations
@@ -38,14 +48,22 @@ from typing import Any
 import grpc
 import numpy as np
 
-from uldp.client.ledger import AlreadyParticipated, BudgetExceeded, Ledger, LedgerError
+from uldp.client.dataset import DatasetSchema, LocalDataset, align_labels, coerce_values
+from uldp.client.ledger import (
+    AlreadyParticipated,
+    BudgetExceeded,
+    Ledger,
+    LedgerEntry,
+    LedgerError,
+)
 from uldp.client.randomness import RandomSource
+from uldp.client.statistics import KINDS, Kind
 from uldp.client.tasks import (
     TaskRefused,
     TaskSpec,
     compute_report,
     report_length,
-    task_epsilon,
+    task_epsilon_units,
     validate_task,
 )
 from uldp.client.transport import (
@@ -60,7 +78,7 @@ from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
 __all__ = [
     "AlreadyParticipated",
     "BudgetExceeded",
-    "Dataset",
+    "DatasetSchema",
     "Device",
     "DeviceError",
     "EnrollmentError",
@@ -90,16 +108,6 @@ class ReportRejected(DeviceError):
         self.message = message
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """A named local dataset: ``samples`` (m,) or (m, d), optional ``labels`` (m,)."""
-
-    name: str
-    samples: np.ndarray
-    labels: np.ndarray | None = None
-    support: tuple[float, float] | None = None
-
-
 @dataclass
 class PollResult:
     """What one :meth:`Device.poll` did."""
@@ -120,9 +128,17 @@ class Device:
                  client_key: str | Path | None = None, budget: float = 10.0,
                  enrollment_secret: str = "", label: str = "",
                  channel: grpc.Channel | None = None, retry: RetryPolicy | None = None,
-                 rng: RandomSource | None = None, durable: bool = True) -> None:
-        """``rng``: leave None in production (a fresh OS-keyed source per report); a
-        seeded source is accepted only for simulations and tests (``rng.simulation``)."""
+                 rng: RandomSource | None = None, durable: bool = True,
+                 simulation: bool = False) -> None:
+        """``rng``: leave None in production (a fresh OS-keyed source per report). A
+        seeded source is accepted only together with ``simulation=True`` (fleet
+        simulations and tests); such a device marks every report ``simulated``."""
+        if rng is not None and not simulation:
+            raise ValueError("a seeded random source is for simulations only: pass "
+                             "simulation=True (reports are then marked simulated), or "
+                             "rng=None for a production device")
+        if rng is not None and not (isinstance(rng, RandomSource) and rng.simulation):
+            raise ValueError("rng must be a simulation RandomSource (RandomSource.seeded)")
         self.endpoint = target if isinstance(target, Endpoint) else Endpoint(
             target, Path(ca_cert) if ca_cert else None,
             Path(client_cert) if client_cert else None,
@@ -133,11 +149,12 @@ class Device:
         self.enrollment_secret = enrollment_secret
         self.label = label
         self.retry = retry or RetryPolicy()
+        self.simulation = bool(simulation)
         self._rng = rng
         self._own_channel = channel is None
         self._channel = channel
         self._stub: device_pb2_grpc.DeviceServiceStub | None = None
-        self._datasets: dict[str, Dataset] = {}
+        self._datasets: dict[str, LocalDataset] = {}
         self._identity: dict[str, Any] | None = None
         self._jitter = random.Random()
         self._lock = threading.Lock()
@@ -145,17 +162,28 @@ class Device:
         self.before_send: Callable[[str], None] | None = None
 
     # ---- setup ----------------------------------------------------------------------
-    def add_dataset(self, name: str, samples: Any, labels: Any = None,
-                    support: tuple[float, float] | None = None) -> None:
-        x = np.asarray(samples, dtype=np.float64)
-        if x.ndim not in (1, 2):
-            raise ValueError("samples must be (m,) or (m, d)")
-        if not np.all(np.isfinite(x)):
-            raise ValueError(f"dataset {name!r} contains NaN or inf")
-        y = None if labels is None else np.asarray(labels, dtype=np.float64)
-        if y is not None and y.shape[0] != x.shape[0]:
-            raise ValueError("labels must have one entry per sample")
-        self._datasets[name] = Dataset(name, x, y, support)
+    def add_dataset(self, name: str, samples: Any, labels: Any = None, *,
+                    dim: int | None = None, values: str = "any",
+                    alphabet: int | None = None) -> DatasetSchema:
+        """Register (or replace) a local dataset; returns its public declaration.
+
+        The declaration is public: ``name``; ``dim`` — None for scalar samples ``(m,)``,
+        ``d`` for vectors ``(m, d)`` (inferred from a 2-D ``samples`` when not given;
+        declare it when the data may be empty or ragged); ``values`` — ``"real"``,
+        ``"categorical"`` (integer codes ``0..alphabet-1``) or ``"any"``; whether
+        ``labels`` are given. Tasks that contradict it are refused. The values
+        themselves are private and never rejected: NaN, ±inf, huge numbers, non-numbers,
+        missing labels are kept as missing values and ignored by the statistics
+        (``uldp.client.dataset``). Only a structure that contradicts the declaration
+        (e.g. a matrix for a scalar dataset) raises ``ValueError``.
+        """
+        if dim is None:
+            dim = _declared_dim(samples)
+        schema = DatasetSchema(name, dim, values, labels is not None, alphabet)
+        x = coerce_values(samples, dim)
+        y = align_labels(labels, x.shape[0]) if labels is not None else None
+        self._datasets[name] = LocalDataset(schema, x, y)
+        return schema
 
     @property
     def datasets(self) -> list[str]:
@@ -226,28 +254,41 @@ class Device:
         return bearer(ident["token"])
 
     # ---- task checks ----------------------------------------------------------------
-    def check_task(self, task: device_pb2.Task) -> tuple[TaskSpec, Dataset, float]:
-        """Apply the device's rules to a task; raise :class:`TaskRefused` if it fails."""
+    def check_task(self, task: device_pb2.Task) -> tuple[TaskSpec, LocalDataset, int]:
+        """Apply the device's rules to a task; raise :class:`TaskRefused` if it fails.
+
+        Looks only at the task, the dataset's public declaration and the ledger. Returns
+        the parsed task, the dataset and the ε it spends in units of 2^-24.
+        """
+        try:
+            return self._check_task(task)
+        except TaskRefused:
+            raise
+        except Exception as exc:  # a hostile task must be refused, never crash the poll
+            raise TaskRefused(f"task could not be checked: {exc}") from None
+
+    def _check_task(self, task: device_pb2.Task) -> tuple[TaskSpec, LocalDataset, int]:
         if hashlib.sha256(task.task_json.encode()).hexdigest() != task.task_digest:
             raise TaskRefused("task digest does not match the task text")
         spec = TaskSpec.from_json(task.task_json)
         if spec.query_id != task.query_id:
             raise TaskRefused(f"task text is for query {spec.query_id!r}, "
                               f"not {task.query_id!r}")
-        validate_task(spec)  # kind, method, parameters, k̂ range, ε share <= query ε
+        kind = validate_task(spec)  # kind, method, parameters, k̂ range, ε share, limits
         ds = self._datasets.get(task.dataset)
         if ds is None:
             raise TaskRefused(f"dataset {task.dataset!r} is not registered on this device")
+        check_declaration(spec, kind, ds.schema)
         n = report_length(spec)
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}")
-        eps = task_epsilon(spec)
+        units = task_epsilon_units(spec)
         try:
-            self.ledger.check(task.query_id, task.task_digest, eps)
+            self.ledger.check(task.query_id, task.task_digest, units)
         except LedgerError as exc:
             raise TaskRefused(str(exc)) from exc
-        return spec, ds, eps
+        return spec, ds, units
 
     def _source(self) -> RandomSource:
         if self._rng is None:
@@ -257,47 +298,73 @@ class Device:
         return self._rng.spawn("report")
 
     def prepare(self, task: device_pb2.Task) -> device_pb2.Report:
-        """Check the task, compute and persist the report; the returned message is what
-        must be sent (also for a retry: the stored bytes, never a new draw)."""
+        """Check the task, charge its ε, compute and persist the report; the returned
+        message is what must be sent (also for a retry: the stored bytes, never a new
+        draw). Raises :class:`TaskRefused` only from public facts, before any charge."""
         entry = self.ledger.get(task.query_id)
-        if entry is not None and entry.task_digest == task.task_digest:
-            return self._message(entry.query_id, entry.phase, entry.report, entry.task_digest)
-        spec, ds, eps = self.check_task(task)
-        with self._lock:  # one report computation at a time per device
-            values = compute_report(spec, ds.samples, ds.labels, rng=self._source())
-            data = np.asarray(values, dtype="<i8").tobytes()
-            try:
-                entry = self.ledger.record(task.query_id, task.task_digest, task.phase, eps,
-                                           data)
-            except LedgerError as exc:
-                raise TaskRefused(str(exc)) from exc
-        return self._message(entry.query_id, entry.phase, entry.report, entry.task_digest)
+        if entry is not None and entry.task_digest == task.task_digest and entry.report:
+            return self._message(entry)
+        spec, ds, units = self.check_task(task)
+        rng = self._source()  # before the charge: a misconfigured source charges nothing
+        try:
+            entry = self.ledger.reserve(task.query_id, task.task_digest, task.phase, units,
+                                        task.SerializeToString())
+        except LedgerError as exc:
+            raise TaskRefused(str(exc)) from exc
+        if entry.report:  # a concurrent poll stored it meanwhile
+            return self._message(entry)
+        return self._compute_and_store(entry, spec, ds, rng)
 
-    @staticmethod
-    def _message(query_id: str, phase: int, data: bytes, digest: str) -> device_pb2.Report:
-        vals = np.frombuffer(data, dtype="<i8").tolist()
-        return device_pb2.Report(query_id=query_id, phase=phase, values=vals,
-                                 task_digest=digest)
+    def _compute_and_store(self, entry: LedgerEntry, spec: TaskSpec, ds: LocalDataset | None,
+                           rng: RandomSource) -> device_pb2.Report:
+        """The charged task's report over the dataset (its empty version if the dataset
+        is gone or anything fails: one report is owed whatever happens), persisted."""
+        with self._lock:  # one report computation at a time per device
+            values = None
+            if ds is not None:
+                try:
+                    values = compute_report(spec, ds.samples, ds.labels, rng=rng,
+                                            dim=ds.schema.dim)
+                except Exception:  # totality backstop (compute_report is total itself)
+                    log.error("report of query %s fell back to the empty dataset",
+                              entry.query_id)
+            if values is None:
+                values = _empty_report(spec, rng)
+            data = np.asarray(values, dtype="<i8").tobytes()
+            entry = self.ledger.store_report(entry.query_id, data)
+        return self._message(entry)
+
+    def _message(self, entry: LedgerEntry) -> device_pb2.Report:
+        vals = np.frombuffer(entry.report, dtype="<i8").tolist()
+        return device_pb2.Report(query_id=entry.query_id, phase=entry.phase, values=vals,
+                                 task_digest=entry.task_digest, simulated=self.simulation)
 
     def send(self, report: device_pb2.Report) -> device_pb2.SubmitReportResponse:
-        """Send a persisted report (retrying the same bytes); update the ledger."""
+        """Send a persisted report (retrying the same bytes); update the ledger.
+
+        On UNAUTHENTICATED the device re-enrolls once and tries again; a second
+        UNAUTHENTICATED is a rejection like any other definitive answer."""
         if self.before_send is not None:
             self.before_send(report.query_id)
         req = device_pb2.SubmitReportRequest(report=report)
-        try:
-            resp = call_with_retry(
-                lambda t: self._stub_().SubmitReport(req, timeout=t, metadata=self._meta()),
-                self.retry, self._jitter)
-        except grpc.RpcError as exc:
-            code = exc.code()
-            if code == grpc.StatusCode.UNAUTHENTICATED:
-                self.enroll(force=True)
-                return self.send(report)
-            if code not in RETRYABLE:
-                self.ledger.mark(report.query_id, "rejected", f"{code.name}: {exc.details()}")
-            raise ReportRejected(report.query_id, code, exc.details() or "") from None
-        self.ledger.mark(report.query_id, "acked", "duplicate" if resp.duplicate else "")
-        return resp
+        for attempt in (0, 1):
+            try:
+                resp = call_with_retry(
+                    lambda t: self._stub_().SubmitReport(req, timeout=t, metadata=self._meta()),
+                    self.retry, self._jitter)
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.UNAUTHENTICATED and attempt == 0:
+                    self.enroll(force=True)
+                    continue
+                if code not in RETRYABLE:
+                    self.ledger.mark(report.query_id, "rejected",
+                                     f"{code.name}: {exc.details()}")
+                raise ReportRejected(report.query_id, code, exc.details() or "") from None
+            self.ledger.mark(report.query_id, "acknowledged",
+                             "duplicate" if resp.duplicate else "")
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # ---- main loop ------------------------------------------------------------------
     def resend_pending(self, out: PollResult | None = None) -> list[str]:
@@ -305,15 +372,24 @@ class Device:
         outage). Reports still unacknowledged because the collector is unreachable stay
         pending and count as ``waiting`` in ``out``."""
         done = []
+        for e in self.ledger.entries("reserved"):  # charged, crashed before storing
+            self._recompute(e)
         for e in self.ledger.entries("pending"):
             try:
-                self.send(self._message(e.query_id, e.phase, e.report, e.task_digest))
+                self.send(self._message(e))
                 done.append(e.query_id)
             except ReportRejected as exc:
                 log.warning("%s", exc)
                 if out is not None:
                     self._note_failure(out, e.query_id, exc)
         return done
+
+    def _recompute(self, e: LedgerEntry) -> None:
+        """The report owed for a charged task whose report was never stored (a crash
+        between charge and store): computed now from the stored task (nothing was sent)."""
+        task = device_pb2.Task.FromString(e.task)
+        spec = TaskSpec.from_json(task.task_json)
+        self._compute_and_store(e, spec, self._datasets.get(task.dataset), self._source())
 
     @staticmethod
     def _note_failure(out: PollResult, query_id: str, exc: ReportRejected) -> None:
@@ -324,16 +400,17 @@ class Device:
 
     def fetch_tasks(self, query_id: str = "") -> device_pb2.GetTasksResponse:
         req = device_pb2.GetTasksRequest(datasets=self.datasets, query_id=query_id)
-        try:
-            return call_with_retry(
-                lambda t: self._stub_().GetTasks(req, timeout=t, metadata=self._meta()),
-                self.retry, self._jitter)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-                self.enroll(force=True)
-                return self._stub_().GetTasks(req, timeout=self.retry.timeout_s,
-                                              metadata=self._meta())
-            raise
+        for attempt in (0, 1):
+            try:
+                return call_with_retry(
+                    lambda t: self._stub_().GetTasks(req, timeout=t, metadata=self._meta()),
+                    self.retry, self._jitter)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED and attempt == 0:
+                    self.enroll(force=True)
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def poll(self, query_id: str = "") -> PollResult:
         """Enroll if needed, re-send pending reports, then run every task offered now."""
@@ -369,3 +446,48 @@ class Device:
             if not r.waiting or time.monotonic() > end:
                 return total
             time.sleep(max(r.retry_after_ms, 50) / 1000 * self._jitter.uniform(0.5, 1.5))
+
+
+def _declared_dim(samples: Any) -> int | None:
+    """The dimension a dataset's structure declares: None for ``(m,)``, ``d`` for ``(m, d)``."""
+    try:
+        shape = np.shape(samples)
+    except ValueError:  # ragged
+        raise ValueError("samples are ragged: declare dim=d explicitly") from None
+    if len(shape) == 1:
+        return None
+    if len(shape) == 2 and shape[1] >= 1:
+        return int(shape[1])
+    raise ValueError(f"samples must have shape (m,) or (m, d), got {shape}; "
+                     "declare dim=d for an empty vector dataset")
+
+
+def check_declaration(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> None:
+    """Refuse a task that contradicts the dataset's public declaration."""
+    if kind.vector:
+        if schema.dim != task.dim:
+            raise TaskRefused(f"dataset {schema.name!r} holds samples of dimension "
+                              f"{schema.dim or 'scalar'}; the task needs dimension {task.dim}")
+    elif schema.dim not in (None, 1):
+        raise TaskRefused(f"dataset {schema.name!r} holds {schema.dim}-dimensional samples; "
+                          f"kind {task.kind!r} needs scalars")
+    if kind.uses_labels and not schema.labelled:
+        raise TaskRefused(f"kind {task.kind!r} needs labelled samples; dataset "
+                          f"{schema.name!r} was registered without labels")
+    if task.kind == "distribution":
+        if schema.values == "real":
+            raise TaskRefused(f"dataset {schema.name!r} was declared real-valued; a "
+                              "distribution task needs categorical values")
+        if schema.alphabet is not None and schema.alphabet != task.dim:
+            raise TaskRefused(f"dataset {schema.name!r} has {schema.alphabet} categories; "
+                              f"the task asks about {task.dim}")
+    elif schema.values == "categorical":
+        raise TaskRefused(f"dataset {schema.name!r} was declared categorical; kind "
+                          f"{task.kind!r} needs real values")
+
+
+def _empty_report(spec: TaskSpec, rng: RandomSource) -> np.ndarray:
+    kind = KINDS[spec.kind]
+    shape = (0, spec.dim) if kind.vector else (0,)
+    return compute_report(spec, np.zeros(shape), np.zeros(0) if kind.uses_labels else None,
+                          rng=rng)

@@ -44,7 +44,7 @@ import numpy as np
 
 from uldp.client.hadamard import fwht, next_pow2
 from uldp.client.params import Alg1Params
-from uldp.client.statistics import DataError, Kind, kashin_frame, register_kind
+from uldp.client.statistics import Kind, kashin_frame, register_kind
 from uldp.client.tasks import TaskRefused, TaskSpec
 
 __all__ = [
@@ -198,11 +198,10 @@ def per_sample_gradients(task: TaskSpec, x: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         try:
             G = np.asarray(fn(_theta(task), X, y, dict(task.extra)), dtype=np.float64)
-        except (ArithmeticError, ValueError, TypeError) as exc:
-            raise DataError(f"gradient {task.extra['model']!r} failed: {exc}") from None
-    if G.shape != (x.shape[0], d):
-        raise DataError(f"gradient {task.extra['model']!r} returned shape {G.shape}, "
-                        f"expected {(x.shape[0], d)}")
+        except Exception:  # totality: a failing gradient is the zero gradient
+            G = np.zeros((x.shape[0], d))
+    if G.shape != (x.shape[0], d):  # totality: a malformed gradient is the zero gradient
+        G = np.zeros((x.shape[0], d))
     return clip_rows(G, float(task.bound))
 
 
@@ -275,30 +274,37 @@ def _label_bound(task: TaskSpec) -> float:
     return _finite("extra['label_bound']", task.extra["label_bound"], positive=True)
 
 
-def _hadamard_features(task: TaskSpec, X: np.ndarray, weights: list[np.ndarray]) -> np.ndarray:
-    """``(n, len(weights)·K_H)``: for each weight array ``w`` (n, m), ``H · hist_w / m``."""
+def _hadamard_features(task: TaskSpec, X: np.ndarray, valid: np.ndarray,
+                       weights: list[np.ndarray]) -> np.ndarray:
+    """``(n, len(weights)·K_H)``: for each weight array ``w`` (n, m), ``H · hist_w / m_i``
+    over the valid samples (``m_i`` of them; a user with none reports 0, [D10])."""
     M, (lo, hi), K = grid_spec(task)
     n, m = X.shape[:2]
     out = np.zeros((n, K * len(weights)))
     if m == 0:  # [D10]: a user without samples reports the zero statistic
         return out
+    share = valid / np.maximum(valid.sum(axis=1, keepdims=True), 1)  # 1/m_i or 0
     bins = grid_bins(X[..., : task.dim], M, lo, hi)  # (n, m)
     flat = (np.arange(n)[:, None] * K + bins).ravel()
     for i, w in enumerate(weights):
-        hist = np.bincount(flat, weights=(w / m).ravel(), minlength=n * K).reshape(n, K)
+        hist = np.bincount(flat, weights=(w * share).ravel(), minlength=n * K).reshape(n, K)
         out[:, i * K:(i + 1) * K] = fwht(hist, axis=-1)
     return out
 
 
-def _classify_stats(task: TaskSpec, X: np.ndarray) -> np.ndarray:
+def _all_valid(x: np.ndarray) -> np.ndarray:
+    return np.ones(x.shape[:2], dtype=bool)
+
+
+def _classify_stats(task: TaskSpec, X: np.ndarray, valid: np.ndarray) -> np.ndarray:
     grid_spec(task)
-    return _hadamard_features(task, X, [label_signs(X[..., task.dim])])
+    return _hadamard_features(task, X, valid, [label_signs(X[..., task.dim])])
 
 
-def _regress_stats(task: TaskSpec, X: np.ndarray) -> np.ndarray:
+def _regress_stats(task: TaskSpec, X: np.ndarray, valid: np.ndarray) -> np.ndarray:
     T = _label_bound(task)
     y = np.clip(X[..., task.dim], -T, T)  # mandatory label clamp (INV-6)
-    return _hadamard_features(task, X, [y, np.ones_like(y)])
+    return _hadamard_features(task, X, valid, [y, np.ones_like(y)])
 
 
 def _regress_components(task: TaskSpec) -> int:
@@ -309,7 +315,7 @@ def _regress_components(task: TaskSpec) -> int:
 register_kind(_GridKind(
     name="classify", vector=True,
     n_components=lambda t: grid_spec(t)[2],
-    sample_map=lambda t, x: _classify_stats(t, x[:, None, :]),
+    sample_map=lambda t, x: _classify_stats(t, x[:, None, :], _all_valid(x[:, None, :])),
     user_stats=_classify_stats,
     bounds=lambda t: np.ones(grid_spec(t)[2]),
     uses_labels=True,
@@ -317,7 +323,7 @@ register_kind(_GridKind(
 register_kind(_GridKind(
     name="regress", vector=True,
     n_components=_regress_components,
-    sample_map=lambda t, x: _regress_stats(t, x[:, None, :]),
+    sample_map=lambda t, x: _regress_stats(t, x[:, None, :], _all_valid(x[:, None, :])),
     user_stats=_regress_stats,
     bounds=lambda t: np.concatenate([np.full(grid_spec(t)[2], _label_bound(t)),
                                      np.ones(grid_spec(t)[2])]),

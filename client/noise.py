@@ -34,6 +34,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from uldp.client.budget import EPS_DENOMINATOR, epsilon_units
 from uldp.client.randomness import RandomSource
 
 __all__ = [
@@ -51,17 +52,16 @@ __all__ = [
     "rational_epsilon",
 ]
 
-EPS_DENOMINATOR = 1 << 24  # ε is rounded down to a multiple of 2^-24
 
 
 def rational_epsilon(epsilon: float) -> Fraction:
-    """ε rounded *down* to a multiple of 2^-24 (the ε the noise actually guarantees)."""
-    if not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a finite positive number, got {epsilon!r}")
-    num = math.floor(Fraction(epsilon) * EPS_DENOMINATOR)
-    if num < 1:
-        raise ValueError(f"epsilon={epsilon!r} is below the smallest supported 2^-24")
-    return Fraction(num, EPS_DENOMINATOR)
+    """ε rounded *down* to a multiple of 2^-24 (the ε the noise actually guarantees).
+
+    Same rounding as the device's budget arithmetic (``uldp.client.budget``); raises
+    :class:`~uldp.client.budget.EpsilonError` (a ``ValueError``) for ε that is not finite,
+    below 2^-24 or above ``MAX_EPSILON``.
+    """
+    return Fraction(epsilon_units(epsilon), EPS_DENOMINATOR)
 
 
 @dataclass(frozen=True)

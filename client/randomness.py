@@ -5,9 +5,16 @@ Every random bit that touches a privatized report comes from a ChaCha20 keystrea
 
 * ``RandomSource.secure()`` keys it from the operating system's CSPRNG (``os.urandom``).
   This is the only mode a production device uses.
-* ``RandomSource.seeded(seed)`` keys it from a hash of a public seed. It exists for tests
-  and fleet simulations only, is marked ``simulation=True`` and a device refuses to send a
-  report made with it unless it was itself built in simulation mode.
+* ``RandomSource.seeded(seed)`` keys it from a hash of a public seed and
+  ``RandomSource.from_key(key)`` from a given 32-byte key (conformance vectors). Both exist
+  for tests, conformance vectors and fleet simulations only, are marked
+  ``simulation=True``, and a :class:`uldp.client.device.Device` accepts them only when it
+  is itself built with ``simulation=True`` — its reports then say ``simulated`` on the wire
+  and a collector refuses them unless the query or the server allows simulations.
+
+A production source (``simulation=False``) can only be made by :meth:`RandomSource.secure`
+(and its :meth:`~RandomSource.spawn` children): the constructor refuses a caller-chosen key
+for production use.
 
 Both modes run exactly the same sampling code; only the key differs. On top of the raw
 64-bit words this module offers *exact* integer primitives (uniform integers below ``n``,
@@ -28,20 +35,32 @@ __all__ = ["RandomSource", "as_source"]
 _BLOCK_WORDS = 1 << 15  # words produced per keystream refill (256 KiB)
 
 
+_OS_KEYED = object()  # capability: only secure() and spawn() make production sources
+
+
 class RandomSource:
     """ChaCha20 keystream exposed as exact integer samplers over numpy arrays."""
 
-    def __init__(self, key: bytes, *, simulation: bool) -> None:
-        if len(key) != 32:
+    def __init__(self, key: bytes, *, simulation: bool = True, _os_keyed: object = None,
+                 ) -> None:
+        if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
             raise ValueError("key must be 32 bytes")
+        if not simulation and _os_keyed is not _OS_KEYED:
+            raise ValueError("a production random source is keyed by the OS: use "
+                             "RandomSource.secure(); a caller-chosen key is for simulations")
         nonce = b"\x00" * 16  # a fresh random key per source: a fixed nonce is safe
-        self._enc = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
-        self.simulation = simulation
+        self._enc = Cipher(algorithms.ChaCha20(bytes(key), nonce), mode=None).encryptor()
+        self.simulation = bool(simulation)
 
     @classmethod
     def secure(cls) -> RandomSource:
         """A source keyed from OS entropy: the production mode."""
-        return cls(os.urandom(32), simulation=False)
+        return cls(os.urandom(32), simulation=False, _os_keyed=_OS_KEYED)
+
+    @classmethod
+    def from_key(cls, key: bytes) -> RandomSource:
+        """The keystream of a given 32-byte key (conformance vectors; ``simulation=True``)."""
+        return cls(key, simulation=True)
 
     @classmethod
     def seeded(cls, seed: int | str | bytes) -> RandomSource:
@@ -59,7 +78,8 @@ class RandomSource:
     def spawn(self, label: str) -> RandomSource:
         """An independent child source (same mode), keyed from this source's stream."""
         key = hashlib.sha256(label.encode() + self.bytes(32)).digest()
-        return RandomSource(key, simulation=self.simulation)
+        return RandomSource(key, simulation=self.simulation,
+                            _os_keyed=None if self.simulation else _OS_KEYED)
 
     # ---- raw material -------------------------------------------------------------
     def bytes(self, n: int) -> bytes:

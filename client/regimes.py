@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from uldp.client.budget import split_epsilon
+
 __all__ = ["MODES", "Group", "Grouping", "group_components"]
 
 
@@ -62,7 +64,7 @@ def _tuned(C: int, epsilon: float, n_delta: int) -> Grouping:
         bound = sum(kg * G * (1 + c0 * kg**2 / epsilon**2) for kg in sizes)
         if bound < best * (1 - 1e-12):
             best_k, best = k, bound
-    groups = tuple(Group(tuple(range(s, min(s + best_k, C))), epsilon / min(best_k, C - s))
+    groups = tuple(Group(tuple(range(s, min(s + best_k, C))), split_epsilon(epsilon, min(best_k, C - s)))
                    for s in range(0, C, best_k))
     return Grouping(f"tuned-k{best_k}", groups)
 
@@ -86,11 +88,11 @@ def group_components(n_components: int, epsilon: float, n_users: int,
     if epsilon < 1:
         return Grouping("high", tuple(Group((c,), epsilon) for c in range(C)))
     if epsilon >= C * math.log(max(n_users, 2)):
-        return Grouping("low", (Group(tuple(range(C)), epsilon / C),))
+        return Grouping("low", (Group(tuple(range(C)), split_epsilon(epsilon, C)),))
     per = math.floor(epsilon)
     groups = []
     for start in range(0, C, per):
         comps = tuple(range(start, min(start + per, C)))
-        eps_c = 1.0 if mode == "paper" else epsilon / len(comps)
+        eps_c = 1.0 if mode == "paper" else split_epsilon(epsilon, len(comps))
         groups.append(Group(comps, eps_c))
     return Grouping("medium", tuple(groups))

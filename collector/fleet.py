@@ -159,7 +159,7 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
             dev = Device(eps[e], root / f"device-{i:07d}", budget=budget,
                          enrollment_secret=enrollment_secret, label="uldp-fleet",
                          channel=pool[(i // len(eps)) % len(pool)], retry=retry, rng=rng,
-                         durable=durable)
+                         durable=durable, simulation=True)
             for ds in datasets:
                 if i % ds.modulo == ds.residue:
                     assert ds.values is not None

@@ -1,10 +1,12 @@
 """Exact likelihood-ratio audits of every device function (spec §4.4, §13.3 P3).
 
 For random pairs of *whole* local datasets (D, D') — including values far outside the
-declared support — reports are drawn from the real device function ``compute_report`` on D,
-and the exact log-likelihood of each report is evaluated under D and D'. User-level
-ε-LDP means the log ratio never exceeds the ε the task spends. The audits also check the
-bound is nearly attained for extreme pairs, so a mechanism with too little noise fails.
+declared support and the degenerate datasets of the totality invariant (empty, one
+sample, NaN/±inf, ±1e308, off-alphabet categories, fewer samples than m_ref) — reports
+are drawn from the real device function ``compute_report`` on D, and the exact
+log-likelihood of each report is evaluated under D and D'. User-level ε-LDP means the log
+ratio never exceeds the ε the task spends. The audits also check the bound is nearly
+attained for extreme pairs, so a mechanism with too little noise fails.
 """
 
 from __future__ import annotations
@@ -28,17 +30,27 @@ def _stats(task: TaskSpec, samples: np.ndarray) -> np.ndarray:
     return kind.statistics(task, np.asarray(samples, dtype=float)[None])[0]
 
 
+def _usable(task: TaskSpec, samples: np.ndarray) -> np.ndarray:
+    """The samples the device's sanitizing rules keep, in order."""
+    kind = validate_task(task)
+    X = np.asarray(samples, dtype=float)
+    return X[kind.valid_samples(task, X[None])[0]]
+
+
 def log_likelihood(task: TaskSpec, samples: np.ndarray, report: np.ndarray) -> float:
-    """Exact log P(report | local dataset) for any task of the mean kinds."""
+    """Exact log P(report | local dataset) for any task of the mean kinds (datasets with at
+    most m_ref usable samples for baseline A, whose slots are then filled in order)."""
     kind = validate_task(task)
     params = kind.params(task)
     if task.method == "baseline-a":
+        X = _usable(task, samples)
+        assert len(X) <= task.m_ref, "the exact audit covers the deterministic slot filling"
         G = len(task.virtual_groups)
         total, pos = 0.0, 0
         for j in range(task.m_ref):
             g = (task.virtual_offset + j) % G
             comps = list(task.virtual_groups[g])
-            y = _stats(task, samples[j: j + 1])[comps]
+            y = _stats(task, X[j % len(X): j % len(X) + 1] if len(X) else X[:0])[comps]
             iv = [(-params[c].bound, params[c].bound) for c in comps]
             total += stage2_log_likelihood(y, report[pos: pos + len(comps)], iv,
                                            task.virtual_eps[g])
@@ -47,10 +59,13 @@ def log_likelihood(task: TaskSpec, samples: np.ndarray, report: np.ndarray) -> f
     comps = list(task.components)
     served = [params[c] for c in comps]
     if task.method == "baseline-b":  # mixture over the device's uniform choice of a sample
+        X = _usable(task, samples)
         iv = [(-p.bound, p.bound) for p in served]
-        lls = [stage2_log_likelihood(_stats(task, samples[j: j + 1])[comps], report, iv,
-                                     task.eps_c) for j in range(len(samples))]
-        return float(logsumexp(lls) - np.log(len(samples)))
+        if len(X) == 0:
+            return stage2_log_likelihood(_stats(task, X)[comps], report, iv, task.eps_c)
+        lls = [stage2_log_likelihood(_stats(task, X[j: j + 1])[comps], report, iv,
+                                     task.eps_c) for j in range(len(X))]
+        return float(logsumexp(lls) - np.log(len(X)))
     y = _stats(task, samples)[comps]
     if task.stage == 1:
         return stage1_log_likelihood(y, report, served, task.eps_c)
@@ -68,6 +83,22 @@ def _datasets(kind: str, m: int, dim: int, rng: np.random.Generator) -> np.ndarr
         return rng.integers(0, dim, size=m).astype(float)
     shape = (m,) if kind == "mean" else (m, dim)
     return scale * rng.standard_normal(shape) + rng.uniform(-2, 2)
+
+
+def degenerate_datasets(kind: str, m: int, dim: int) -> list[np.ndarray]:
+    """The totality invariant's datasets: empty, one sample, NaN/±inf, ±1e308, fewer
+    samples than m_ref, off-alphabet categories."""
+    shape = (lambda k: (k,)) if kind in ("mean", "distribution") else (lambda k: (k, dim))
+    out = [np.zeros(shape(0)), np.ones(shape(1)), np.full(shape(m), np.nan),
+           np.full(shape(m), np.inf), np.full(shape(m), -1e308), np.full(shape(m), 1e308)]
+    mixed = np.ones(shape(m))
+    mixed[0] = np.nan
+    mixed[-1] = -np.inf
+    out.append(mixed)
+    out.append(np.full(shape(max(m // 2, 1)), -1.0))
+    if kind == "distribution":
+        out += [np.array([dim, -1, 0.5, dim + 7.0]), np.array([0.0, dim - 1.0, 1e308])]
+    return out
 
 
 def _tasks():
@@ -109,11 +140,15 @@ def test_log_likelihood_ratio_never_exceeds_epsilon(name, task):
     m = task.m_ref
     worst = 0.0
     far = 3 * (1 << 18)
-    for trial in range(25):
-        D = _datasets(task.kind, m, task.dim, gen)
-        D2 = _datasets(task.kind, m, task.dim, gen)
-        if trial == 0 and task.kind != "distribution":  # the extreme pair
-            D, D2 = np.full_like(D, -50.0), np.full_like(D2, 50.0)
+    degenerate = degenerate_datasets(task.kind, m, task.dim)
+    pairs = [(_datasets(task.kind, m, task.dim, gen), _datasets(task.kind, m, task.dim, gen))
+             for _ in range(25)]
+    if task.kind != "distribution":  # the extreme pair
+        pairs[0] = (np.full_like(pairs[0][0], -50.0), np.full_like(pairs[0][1], 50.0))
+    pairs += [(d, pairs[i % 25][i % 2]) for i, d in enumerate(degenerate)]
+    pairs += [(degenerate[i], degenerate[(i + 3) % len(degenerate)])
+              for i in range(len(degenerate))]
+    for D, D2 in pairs:
         for src in (D, D2):
             z = compute_report(task, src, rng=rng)
             # also probe outputs far in the tails, where float samplers leak: away from 0 per

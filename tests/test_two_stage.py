@@ -156,19 +156,26 @@ def test_unknown_fields_and_bad_json_are_refused():
         TaskSpec.from_json("{not json")
 
 
-def test_bad_local_data_is_rejected():
+def test_unusable_local_data_is_sanitized_not_refused():
+    """Totality: values never raise; unusable samples are ignored (docs/privacy.md)."""
     t = _task()
-    rng = RandomSource.seeded(1)
-    with pytest.raises(DataError, match="NaN"):
-        compute_report(t, np.full((10, 5), np.nan), rng=rng)
+    empty = compute_report(t, np.zeros((0, 5)), rng=RandomSource.seeded(1))
+    nan = compute_report(t, np.full((10, 5), np.nan), rng=RandomSource.seeded(1))
+    assert np.array_equal(nan, empty)  # NaN rows are missing: same as no samples
+    mixed = np.zeros((3, 5))
+    mixed[1, 2] = np.inf
+    assert np.array_equal(compute_report(t, mixed, rng=RandomSource.seeded(3)),
+                          compute_report(t, mixed[[0, 2]], rng=RandomSource.seeded(3)))
+    # structure is a public declaration: a mismatch is an error, never silently reshaped
     with pytest.raises(DataError, match="dimension"):
-        compute_report(t, np.zeros((10, 4)), rng=rng)
-    with pytest.raises(DataError, match="axes"):
-        compute_report(t, np.zeros(10), rng=rng)
+        compute_report(t, np.zeros((10, 4)), rng=RandomSource.seeded(1))
+    with pytest.raises(DataError, match="dimension"):
+        compute_report(t, np.zeros(10), rng=RandomSource.seeded(1))
     d = compile_query(QuerySpec(kind="distribution", epsilon=1.0, users=100, samples=5,
                                 dim=4)).task_for(0, 1)
-    with pytest.raises(DataError, match="categories"):
-        compute_report(d, np.array([0, 1, 9]), rng=rng)
+    off = compute_report(d, np.array([0, 1, 9, 2.5, -1, "x"], dtype=object),
+                         rng=RandomSource.seeded(4))
+    assert np.array_equal(off, compute_report(d, np.array([0, 1]), rng=RandomSource.seeded(4)))
 
 
 def test_device_with_no_samples_still_reports():  # [D10]

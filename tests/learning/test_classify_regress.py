@@ -100,15 +100,19 @@ def test_bad_public_parameters_are_refused(kind: str, extra: dict, field: str) -
         validate_task(task)
 
 
-def test_missing_labels_and_nan_labels_rejected() -> None:
+def test_missing_and_nan_labels_are_sanitized() -> None:
+    """Totality: a sample without a usable label (or features) is ignored, never an error."""
     task = _task("classify", grid=2)
     X = np.zeros((10, 2))
-    with pytest.raises(DataError, match="labels"):
-        compute_report(task, X, rng=RandomSource.seeded(0))
-    with pytest.raises(DataError, match="NaN"):
-        compute_report(task, X, np.full(10, np.nan), rng=RandomSource.seeded(0))
-    with pytest.raises(DataError, match="NaN"):
-        compute_report(task, np.full((10, 2), np.inf), np.ones(10), rng=RandomSource.seeded(0))
+    empty = compute_report(task, np.zeros((0, 2)), np.zeros(0), rng=RandomSource.seeded(0))
+    for labels, feats in ((None, X), (np.full(10, np.nan), X),
+                          (np.ones(10), np.full((10, 2), np.inf)), (np.ones(3), X[:0])):
+        got = compute_report(task, feats, labels, rng=RandomSource.seeded(0))
+        assert np.array_equal(got, empty)
+    # a short label list labels the first samples; the rest are missing
+    short = compute_report(task, X, np.ones(4), rng=RandomSource.seeded(5))
+    assert np.array_equal(short, compute_report(task, X[:4], np.ones(4),
+                                                rng=RandomSource.seeded(5)))
 
 
 def test_hadamard_inverse_is_exact() -> None:

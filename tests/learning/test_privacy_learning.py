@@ -67,6 +67,16 @@ def _datasets(rng: np.random.Generator, d: int, m: int, kind: str) -> list:
     out.append((np.zeros((m, d)), np.ones(m)))
     out.append((np.full((m, d), 1e12), -np.ones(m) * 1e12))
     out.append((rng.uniform(size=(m, d)), rng.uniform(size=m) > 0.5))
+    # the totality invariant's degenerate datasets: empty, one sample, NaN labels,
+    # non-finite and ±1e308 features, missing labels
+    out.append((np.zeros((0, d)), np.zeros(0)))
+    out.append((np.ones((1, d)), np.ones(1)))
+    out.append((rng.uniform(size=(m, d)), np.full(m, np.nan)))
+    bad = rng.uniform(size=(m, d))
+    bad[::2] = np.inf
+    out.append((bad, np.ones(m)))
+    out.append((np.full((m, d), -1e308), np.full(m, 1e308)))
+    out.append((rng.uniform(size=(m, d)), None))
     return out
 
 

@@ -61,7 +61,7 @@ def _check_store(db_url: str, ledgers: dict[str, tuple[str, bytes]]) -> None:
     for p, received, quota, state in phases:
         assert state == "closed"
         assert received == quota == sum(1 for r in rows if r[1] == p)  # counted once
-    acked = {d for d, (st, _) in ledgers.items() if st == "acked"}
+    acked = {d for d, (st, _) in ledgers.items() if st == "acknowledged"}
     assert acked == set(stored)  # every acknowledged report is stored ...
     for dev, payload in stored.items():  # ... with exactly the bytes the device persisted
         assert ledgers[dev][1] == payload

@@ -25,7 +25,7 @@ def test_deadline_closes_phases_with_dropouts(start_collector, tmp_path):
     enrolled = []
     for i in range(40):
         d = Device(c.endpoint, tmp_path / f"d{i}", budget=4.0,
-                   rng=RandomSource.seeded(i), durable=False)
+                   rng=RandomSource.seeded(i), durable=False, simulation=True)
         d.add_dataset("x", np.full(16, 0.4))
         d.enroll()
         enrolled.append(d)

@@ -63,7 +63,8 @@ def hostile(pki):
 
 def make_device(ep, path, budget=1.0) -> Device:
     d = Device(ep, path, budget=budget, rng=RandomSource.seeded(str(path)),
-               retry=RetryPolicy(attempts=4, base_s=0.01, cap_s=0.05, timeout_s=5))
+               retry=RetryPolicy(attempts=4, base_s=0.01, cap_s=0.05, timeout_s=5),
+               simulation=True)
     d.add_dataset("x", np.linspace(-0.5, 0.5, 16))
     return d
 
@@ -154,7 +155,7 @@ def test_retries_resend_the_same_bytes(hostile, tmp_path):
     assert len(svc.reports) == 3
     assert len({tuple(x.values) for x in svc.reports}) == 1
     e = dev.ledger.get("h1")
-    assert e.state == "acked"
+    assert e.state == "acknowledged"
     assert np.frombuffer(e.report, "<i8").tolist() == list(svc.reports[0].values)
     # asked again for the same task (lost ack): the stored bytes, not a fresh draw
     dev.poll()
@@ -189,18 +190,27 @@ def test_crash_after_persist_resends_stored_bytes(hostile, tmp_path, monkeypatch
     r = dev2.poll()
     assert r.submitted == ["h1"]
     assert list(svc.reports[0].values) == np.frombuffer(stored.report, "<i8").tolist()
-    assert dev2.ledger.get("h1").state == "acked"
+    assert dev2.ledger.get("h1").state == "acknowledged"
     dev2.close()
 
 
 def test_production_device_refuses_seeded_noise(hostile, tmp_path):
     svc, ep = hostile
     svc.tasks = [wire(base_task())]
+    with pytest.raises(ValueError, match="simulation=True"):
+        Device(ep, tmp_path / "s", budget=2.0, rng=RandomSource.seeded(1))
     dev = Device(ep, tmp_path / "p", budget=2.0)
     dev.add_dataset("x", np.zeros(16))
-    dev._rng = RandomSource.secure()  # a non-simulation source passed in explicitly
+    dev._rng = RandomSource.secure()  # a non-simulation source smuggled in
     with pytest.raises(TypeError):
         dev.poll()
+    assert dev.ledger.entries() == []  # refused before anything was charged
+    dev._rng = None
+    assert dev.poll().submitted == ["h1"]
+    assert svc.reports[-1].simulated is False  # production reports say so
     dev.close()
-    with pytest.raises(ValueError, match="NaN"):
-        dev.add_dataset("y", [0.0, float("nan")])
+    sim = Device(ep, tmp_path / "q", budget=2.0, rng=RandomSource.seeded(1), simulation=True)
+    sim.add_dataset("x", [0.0, float("nan")])  # values are never rejected (totality)
+    assert sim.poll().submitted == ["h1"]
+    assert svc.reports[-1].simulated is True
+    sim.close()

@@ -1,0 +1,148 @@
+"""A device's local dataset: its public declaration and the sanitizing of its values.
+
+See ``docs/privacy.md`` ("Totality"). What an app declares when it registers a dataset is
+*public* — the name, the per-sample dimension, the kind of values, whether samples carry
+labels — and a device may refuse a task by comparing it with these facts. Everything else
+(how many samples, their values) is private: it may change the noisy report's content,
+never whether, when or how many messages the device sends. So converting values never
+raises; values that are not usable are marked *missing* by documented rules:
+
+* a value is ``float(v)`` when that conversion succeeds (numbers, booleans, numeric
+  strings), otherwise NaN (missing);
+* a vector row that is not a sequence of exactly ``dim`` values is a row of NaN;
+* labels are aligned to the samples: missing labels (a shorter or absent label list)
+  are NaN, surplus labels are ignored.
+
+Which samples a statistic then uses (every coordinate finite, label finite, category in
+the alphabet) is the kind's rule (``uldp.client.statistics.Kind.valid_samples``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["VALUE_KINDS", "DatasetSchema", "LocalDataset", "align_labels", "coerce_values"]
+
+#: What an app may declare about its values: ``real`` numbers, ``categorical`` codes
+#: (integers 0..A-1), or ``any`` (the device accepts every task kind over it).
+VALUE_KINDS = ("any", "real", "categorical")
+
+
+@dataclass(frozen=True)
+class DatasetSchema:
+    """The public facts of a registered dataset."""
+
+    name: str
+    dim: int | None  # None: scalar samples (m,); d: vectors (m, d)
+    values: str = "any"
+    labelled: bool = False
+    alphabet: int | None = None  # categorical: the number of categories A, if declared
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError("a dataset needs a non-empty name")
+        if self.dim is not None and (not isinstance(self.dim, int) or self.dim < 1):
+            raise ValueError(f"dim must be a positive integer or None, got {self.dim!r}")
+        if self.values not in VALUE_KINDS:
+            raise ValueError(f"values must be one of {VALUE_KINDS}, got {self.values!r}")
+        if self.alphabet is not None and (self.values != "categorical"
+                                          or not isinstance(self.alphabet, int)
+                                          or self.alphabet < 1):
+            raise ValueError("alphabet (a positive integer) goes with values='categorical'")
+
+
+@dataclass(frozen=True)
+class LocalDataset:
+    """A registered dataset: its public schema and its private, sanitized arrays."""
+
+    schema: DatasetSchema
+    samples: np.ndarray  # float64 (m,) or (m, d); NaN marks a missing value
+    labels: np.ndarray | None = None  # float64 (m,) when labelled
+
+    @property
+    def name(self) -> str:
+        return self.schema.name
+
+
+def _to_float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
+
+
+def _row(v: Any, dim: int) -> np.ndarray:
+    try:
+        r = np.asarray(v, dtype=np.float64)
+        if r.shape == (dim,):
+            return r
+    except (TypeError, ValueError, OverflowError):
+        pass
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        return np.full(dim, np.nan)
+    vals = list(v)
+    if len(vals) != dim:
+        return np.full(dim, np.nan)
+    return np.array([_to_float(x) for x in vals])
+
+
+def coerce_values(samples: Any, dim: int | None) -> np.ndarray:
+    """float64 ``(m,)`` (``dim=None``) or ``(m, dim)``; unusable values become NaN.
+
+    Raises ``ValueError`` only when the *structure* contradicts the declaration: a
+    scalar dataset given as a matrix with more than one column, or a vector dataset
+    given as something that is not a list of rows.
+    """
+    if isinstance(samples, np.ndarray) and samples.dtype.kind in "biuf":
+        arr = samples.astype(np.float64)
+    else:
+        try:
+            arr = np.asarray(samples, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            arr = None
+    if dim is None:
+        if arr is None:
+            items = _items(samples)
+            return np.array([_to_float(v) for v in items], dtype=np.float64)
+        if arr.ndim == 0:
+            raise ValueError("samples must be a sequence of values, got a single value")
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            return arr[:, 0].copy()
+        if arr.ndim != 1:
+            raise ValueError(f"a scalar dataset needs samples of shape (m,), got {arr.shape}")
+        return arr
+    if arr is not None:
+        if arr.size == 0:
+            return np.zeros((0, dim))
+        if arr.ndim == 2 and arr.shape[1] == dim:
+            return arr
+        if arr.ndim == 1 and dim == 1:
+            return arr[:, None]
+        raise ValueError(f"a dataset of dimension {dim} needs samples of shape (m, {dim}), "
+                         f"got {arr.shape}")
+    items = _items(samples)
+    if not items:
+        return np.zeros((0, dim))
+    return np.stack([_row(v, dim) for v in items])
+
+
+def _items(samples: Any) -> list[Any]:
+    if isinstance(samples, (str, bytes)) or not isinstance(samples, Iterable):
+        raise ValueError("samples must be a sequence")
+    return list(samples)
+
+
+def align_labels(labels: Any, m: int) -> np.ndarray:
+    """Labels as float64 ``(m,)``: converted like values, NaN where missing or unusable,
+    padded with NaN or truncated to the number of samples."""
+    if labels is None:
+        return np.full(m, np.nan)
+    lab = coerce_values(labels, None)
+    out = np.full(m, np.nan)
+    k = min(m, lab.shape[0])
+    out[:k] = lab[:k]
+    return out
