@@ -64,7 +64,8 @@ def _tuned(C: int, epsilon: float, n_delta: int) -> Grouping:
         bound = sum(kg * G * (1 + c0 * kg**2 / epsilon**2) for kg in sizes)
         if bound < best * (1 - 1e-12):
             best_k, best = k, bound
-    groups = tuple(Group(tuple(range(s, min(s + best_k, C))), split_epsilon(epsilon, min(best_k, C - s)))
+    groups = tuple(Group(tuple(range(s, min(s + best_k, C))),
+                         split_epsilon(epsilon, min(best_k, C - s)))
                    for s in range(0, C, best_k))
     return Grouping(f"tuned-k{best_k}", groups)
 

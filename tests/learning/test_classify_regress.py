@@ -13,7 +13,7 @@ from uldp.client.hadamard import hadamard_matrix, next_pow2
 from uldp.client.learning import grid_bins
 from uldp.client.randomness import RandomSource
 from uldp.client.statistics import KINDS
-from uldp.client.tasks import DataError, TaskRefused, TaskSpec, compute_report, validate_task
+from uldp.client.tasks import TaskRefused, TaskSpec, compute_report, validate_task
 from uldp.collector.learning.classify import (
     GridModel,
     choose_grid,
