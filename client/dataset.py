@@ -69,6 +69,8 @@ class LocalDataset:
 
 
 def _to_float(v: Any) -> float:
+    if isinstance(v, (list, tuple, dict, set, np.ndarray)):
+        return float("nan")  # a container is not a value
     try:
         return float(v)
     except (TypeError, ValueError, OverflowError):
@@ -93,9 +95,11 @@ def _row(v: Any, dim: int) -> np.ndarray:
 def coerce_values(samples: Any, dim: int | None) -> np.ndarray:
     """float64 ``(m,)`` (``dim=None``) or ``(m, dim)``; unusable values become NaN.
 
-    Raises ``ValueError`` only when the *structure* contradicts the declaration: a
-    scalar dataset given as a matrix with more than one column, or a vector dataset
-    given as something that is not a list of rows.
+    Raises ``ValueError`` only when the *structure* of the argument contradicts the
+    declaration — an app bug that shows on every non-empty dataset: something that is
+    not a sequence, a numeric matrix for a scalar dataset (declare ``dim``), a numeric
+    matrix or vector whose width is not ``dim``. Inside a list, an element or row of the
+    wrong form is a missing sample, never an error.
     """
     if isinstance(samples, np.ndarray) and samples.dtype.kind in "biuf":
         arr = samples.astype(np.float64)
@@ -113,7 +117,8 @@ def coerce_values(samples: Any, dim: int | None) -> np.ndarray:
         if arr.ndim == 2 and arr.shape[1] == 1:
             return arr[:, 0].copy()
         if arr.ndim != 1:
-            raise ValueError(f"a scalar dataset needs samples of shape (m,), got {arr.shape}")
+            raise ValueError(f"a scalar dataset needs samples of shape (m,), got {arr.shape}; "
+                             "declare dim=d for vectors")
         return arr
     if arr is not None:
         if arr.size == 0:

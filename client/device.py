@@ -168,8 +168,8 @@ class Device:
         """Register (or replace) a local dataset; returns its public declaration.
 
         The declaration is public: ``name``; ``dim`` — None for scalar samples ``(m,)``,
-        ``d`` for vectors ``(m, d)`` (inferred from a 2-D ``samples`` when not given;
-        declare it when the data may be empty or ragged); ``values`` — ``"real"``,
+        ``d`` for vectors ``(m, d)`` (never inferred from the data: an empty list would
+        otherwise declare another structure than a full one); ``values`` — ``"real"``,
         ``"categorical"`` (integer codes ``0..alphabet-1``) or ``"any"``; whether
         ``labels`` are given. Tasks that contradict it are refused. The values
         themselves are private and never rejected: NaN, ±inf, huge numbers, non-numbers,
@@ -177,8 +177,6 @@ class Device:
         (``uldp.client.dataset``). Only a structure that contradicts the declaration
         (e.g. a matrix for a scalar dataset) raises ``ValueError``.
         """
-        if dim is None:
-            dim = _declared_dim(samples)
         schema = DatasetSchema(name, dim, values, labels is not None, alphabet)
         x = coerce_values(samples, dim)
         y = align_labels(labels, x.shape[0]) if labels is not None else None
@@ -446,20 +444,6 @@ class Device:
             if not r.waiting or time.monotonic() > end:
                 return total
             time.sleep(max(r.retry_after_ms, 50) / 1000 * self._jitter.uniform(0.5, 1.5))
-
-
-def _declared_dim(samples: Any) -> int | None:
-    """The dimension a dataset's structure declares: None for ``(m,)``, ``d`` for ``(m, d)``."""
-    try:
-        shape = np.shape(samples)
-    except ValueError:  # ragged
-        raise ValueError("samples are ragged: declare dim=d explicitly") from None
-    if len(shape) == 1:
-        return None
-    if len(shape) == 2 and shape[1] >= 1:
-        return int(shape[1])
-    raise ValueError(f"samples must have shape (m,) or (m, d), got {shape}; "
-                     "declare dim=d for an empty vector dataset")
 
 
 def check_declaration(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> None:

@@ -164,8 +164,10 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
                 if i % ds.modulo == ds.residue:
                     assert ds.values is not None
                     j = i // ds.modulo
-                    dev.add_dataset(ds.name, ds.values[j],
-                                    labels=None if ds.labels is None else ds.labels[j])
+                    vals = ds.values[j]
+                    dev.add_dataset(ds.name, vals,
+                                    labels=None if ds.labels is None else ds.labels[j],
+                                    dim=int(vals.shape[1]) if vals.ndim == 2 else None)
             if on_device is not None:
                 on_device(i, dev)
             devices[i] = dev

@@ -59,7 +59,7 @@ def test_learning_query_over_grpc(kind, start_collector, tmp_path) -> None:
     X, y = _data(kind)
 
     def give(i: int, dev) -> None:
-        dev.add_dataset("flights", X[i], labels=y[i])
+        dev.add_dataset("flights", X[i], labels=y[i], dim=X.shape[2])
 
     res = run_fleet(c.endpoint, tmp_path / "fleet", N, [], concurrency=16, seed=1,
                     progress=False, timeout_s=180, on_device=give)

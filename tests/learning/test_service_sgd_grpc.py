@@ -53,7 +53,7 @@ def test_sgd_over_grpc_with_restart(start_collector, tmp_path) -> None:
     X = MU + rng.uniform(-0.3, 0.3, size=(N, M, D))
 
     def give(i: int, dev) -> None:
-        dev.add_dataset("pts", X[i], labels=np.zeros(M))
+        dev.add_dataset("pts", X[i], labels=np.zeros(M), dim=D)
 
     out: dict = {}
 
