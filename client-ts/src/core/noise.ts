@@ -123,6 +123,10 @@ function geometricExpMinus1(rng: RandomSource, n: number): bigint[] {
  */
 export function discreteLaplace(scale: LaplaceScale, n: number, rng: RandomSource): bigint[] {
   const { num: a, den: b } = scale;
+  if (b >= 1n << 63n) {
+    // the Python SDK's int64 arithmetic overflows here: such an ε is outside the contract
+    throw new RangeError("noise scale denominator >= 2^63: epsilon too large");
+  }
   const out = new Array<bigint>(n);
   let todo = Array.from({ length: n }, (_, i) => i);
   while (todo.length) {
