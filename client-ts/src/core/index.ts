@@ -14,3 +14,4 @@ export {
   stage2LogLikelihood, stage2Report, type Interval,
 } from "./twoStage.js";
 export { bytesToHex, f64FromHex, f64ToHex, hexToBytes } from "./encoding.js";
+export { intervalsOf, KindRegistry, privatize, type Dataset, type Kind, type Mechanism } from "./kinds.js";
