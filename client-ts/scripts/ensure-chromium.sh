@@ -15,4 +15,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends chromium >/dev/null
-"$CHROMIUM" --version
+"$CHROMIUM" --version 2>/dev/null || true
