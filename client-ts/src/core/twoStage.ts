@@ -1,0 +1,107 @@
+/**
+ * Device half of Algorithm 1 for ONE user (docs/device-protocol.md §9; Python:
+ * uldp.client.mechanisms.two_stage with a single row).
+ *
+ * Input is the statistics vector y of one user (one entry per served component).
+ *  - Stage I: concatenated one-hot bin vectors (B_c entries per component) + iid DLap(2/ε_c).
+ *  - Stage II / SSL: clamp to the public interval, grid-encode to {0..2^16} with unbiased
+ *    randomized rounding, + iid DLap(2^16/ε_c).
+ * The noise scale is computed here from ε_c, never received.
+ */
+import { discreteLaplace, discreteLaplaceLogPmf, laplaceScale, laplaceScaleValue, randomizedRound } from "./noise.js";
+import { type Alg1Params, binIndex, clip, GRID_STEPS } from "./params.js";
+import type { RandomSource } from "./random.js";
+
+export type Interval = readonly [number, number];
+
+function checkStats(y: readonly number[], k: number): void {
+  if (y.length !== k) throw new RangeError(`user statistics must have ${k} entries, got ${y.length}`);
+  for (const v of y) {
+    if (typeof v !== "number" || !Number.isFinite(v)) {
+      throw new RangeError("user statistics contain NaN or infinity");
+    }
+  }
+}
+
+/** Concatenated one-hot vectors of the clamped statistics (length ΣB_c). */
+export function oneHotBins(y: readonly number[], params: readonly Alg1Params[]): number[] {
+  checkStats(y, params.length);
+  const out: number[] = [];
+  params.forEach((p, c) => {
+    const k = binIndex(y[c], p);
+    for (let i = 1; i <= p.bins; i++) out.push(i === k ? 1 : 0);
+  });
+  return out;
+}
+
+/** Stage-I report: one-hot bins + DLap(2/ε_c) per entry (noise drawn in entry order). */
+export function stage1Report(y: readonly number[], params: readonly Alg1Params[], epsC: number,
+  rng: RandomSource): bigint[] {
+  const onehot = oneHotBins(y, params);
+  const noise = discreteLaplace(laplaceScale(2, epsC), onehot.length, rng);
+  return onehot.map((v, i) => BigInt(v) + noise[i]);
+}
+
+/** Grid positions ((clip(y, lo, hi) - lo) / (hi - lo)) · 2^16 of each component. */
+export function gridPositions(y: readonly number[], intervals: readonly Interval[]): number[] {
+  for (const [lo, hi] of intervals) {
+    if (!(hi > lo)) throw new RangeError("clamp intervals must have hi > lo");
+  }
+  return y.map((v, c) => {
+    const [lo, hi] = intervals[c];
+    return ((clip(v, lo, hi) - lo) / (hi - lo)) * GRID_STEPS;
+  });
+}
+
+/** Clamp and round unbiasedly to {0..2^16} (one keystream word per component). */
+export function gridEncode(y: readonly number[], intervals: readonly Interval[], rng: RandomSource): bigint[] {
+  const r = randomizedRound(gridPositions(y, intervals), rng);
+  const G = BigInt(GRID_STEPS);
+  return r.map((v) => (v < 0n ? 0n : v > G ? G : v));
+}
+
+/** Stage-II / SSL report: grid-encode all components, then DLap(2^16/ε_c) per component. */
+export function stage2Report(y: readonly number[], intervals: readonly Interval[], epsC: number,
+  rng: RandomSource): bigint[] {
+  checkStats(y, intervals.length);
+  const enc = gridEncode(y, intervals, rng);
+  const noise = discreteLaplace(laplaceScale(GRID_STEPS, epsC), enc.length, rng);
+  return enc.map((v, i) => v + noise[i]);
+}
+
+// ---- exact likelihoods (privacy audits) ---------------------------------------------------
+
+/** log P(report | y) of a stage-I report. */
+export function stage1LogLikelihood(y: readonly number[], report: readonly bigint[],
+  params: readonly Alg1Params[], epsC: number): number {
+  const onehot = oneHotBins(y, params);
+  const t = laplaceScaleValue(laplaceScale(2, epsC));
+  let s = 0;
+  for (let i = 0; i < onehot.length; i++) s += discreteLaplaceLogPmf(Number(report[i]) - onehot[i], t);
+  return s;
+}
+
+function logAddExp(a: number, b: number): number {
+  if (a === -Infinity) return b;
+  if (b === -Infinity) return a;
+  const m = Math.max(a, b);
+  return m + Math.log(Math.exp(a - m) + Math.exp(b - m));
+}
+
+/** log P(report | y) of a stage-II/SSL report: each coordinate is the two-point mixture
+ * (1-f)·DLap(z - ⌊pos⌋) + f·DLap(z - ⌊pos⌋ - 1), f = pos - ⌊pos⌋. */
+export function stage2LogLikelihood(y: readonly number[], report: readonly bigint[],
+  intervals: readonly Interval[], epsC: number): number {
+  const pos = gridPositions(y, intervals);
+  const t = laplaceScaleValue(laplaceScale(GRID_STEPS, epsC));
+  let s = 0;
+  pos.forEach((p, c) => {
+    const fl = Math.floor(p);
+    const f = p - fl;
+    const z = Number(report[c]);
+    const a = discreteLaplaceLogPmf(z - fl, t);
+    const b = discreteLaplaceLogPmf(z - fl - 1, t);
+    s += logAddExp(Math.log1p(-f) + a, f > 0 ? Math.log(f) + b : -Infinity);
+  });
+  return s;
+}

@@ -1,0 +1,7 @@
+/** @uldp/device/node: the Node-only parts (gRPC transport, file ledger store). */
+export {
+  DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DeviceTransport, encodeSubmitReport, grpc, RETRYABLE, wire,
+  RpcError, type EndpointOptions, type GetTasksResult, type ReportMessage, type RetryPolicy,
+  type TaskMessage,
+} from "./transport.js";
+export { FileStore } from "./fileStore.js";

@@ -1,0 +1,80 @@
+/** Ledger semantics on the in-memory and the file store. */
+import assert from "node:assert/strict";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import {
+  AlreadyParticipated, BudgetExceeded, budgetUnits, decodeValues, encodeValues, Ledger,
+  MemoryStore, type LedgerStore,
+} from "../src/ledger/index.js";
+import { FileStore } from "../src/node/index.js";
+
+const U = 1n << 24n; // units of one ε
+
+async function semantics(store: LedgerStore): Promise<Ledger> {
+  const l = await Ledger.open(store, 2.0);
+  assert.equal(l.totalUnits, 2n * U);
+  const a = await l.record("q1", "d1", 1, U, [1n, -2n, 3n], false);
+  assert.equal(a.state, "pending");
+  assert.deepEqual(decodeValues(a.report), [1n, -2n, 3n]);
+  // the same task again: the stored entry (and its bytes) come back, nothing is spent twice
+  const again = await l.record("q1", "d1", 1, U, [9n, 9n, 9n], false);
+  assert.deepEqual(decodeValues(again.report), [1n, -2n, 3n]);
+  assert.equal(l.spentUnits(), U);
+  // another task for the same query is refused
+  await assert.rejects(l.record("q1", "other", 2, 1n, [0n], false), AlreadyParticipated);
+  // exactly filling the budget is allowed, one unit more is not
+  await assert.rejects(l.record("q2", "d2", 1, U + 1n, [0n], false), BudgetExceeded);
+  await l.record("q2", "d2", 1, U, [0n], true);
+  assert.equal(l.remainingUnits(), 0n);
+  await assert.rejects(l.record("q3", "d3", 1, 1n, [0n], false), BudgetExceeded);
+  await l.mark("q1", "acked", "");
+  assert.deepEqual(l.entries("pending").map((e) => e.queryId), ["q2"]);
+  return l;
+}
+
+test("memory store: one report per query, exact budget in 2^-24 units, resend returns stored bytes", async () => {
+  await semantics(new MemoryStore());
+});
+
+test("concurrent records are serialized: two tasks that together exceed the budget", async () => {
+  const l = await Ledger.open(new MemoryStore(), { units: 3n });
+  const r = await Promise.allSettled([
+    l.record("a", "da", 1, 2n, [1n], false), l.record("b", "db", 1, 2n, [1n], false),
+  ]);
+  assert.deepEqual(r.map((x) => x.status), ["fulfilled", "rejected"]);
+  assert.ok((r[1] as PromiseRejectedResult).reason instanceof BudgetExceeded);
+  assert.equal(l.spentUnits(), 2n);
+});
+
+test("the budget is rounded down to units; int64 report bytes round-trip", () => {
+  assert.equal(budgetUnits(0.1), 1677721n);
+  assert.equal(budgetUnits(2 ** -24), 1n);
+  assert.throws(() => budgetUnits(0), RangeError);
+  const v = [0n, -1n, (1n << 63n) - 1n, -(1n << 63n)];
+  assert.deepEqual(decodeValues(encodeValues(v)), v);
+  assert.deepEqual([...encodeValues([-2n])], [0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+  assert.throws(() => encodeValues([1n << 63n]), RangeError);
+});
+
+test("file store: entries survive a reopen; the directory is locked while open", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "uldp-ledger-"));
+  try {
+    const store = new FileStore(dir);
+    await semantics(store);
+    assert.throws(() => new FileStore(dir), /in use/);
+    store.close();
+    const again = new FileStore(dir);
+    const l = await Ledger.open(again, 2.0);
+    assert.equal(l.spentUnits(), 2n * U);
+    assert.equal(l.get("q1")?.state, "acked");
+    assert.equal(l.get("q2")?.simulated, true);
+    assert.deepEqual(decodeValues(l.get("q1")!.report), [1n, -2n, 3n]);
+    await assert.rejects(l.record("q1", "other", 1, 1n, [0n], false), AlreadyParticipated);
+    assert.deepEqual(readdirSync(join(dir, "entries")).filter((f) => f.endsWith(".tmp")), []);
+    again.close();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
