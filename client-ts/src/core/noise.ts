@@ -10,6 +10,8 @@
 import type { RandomSource } from "./random.js";
 
 export const EPS_DENOMINATOR = 1n << 24n;
+/** The largest ε a device accepts anywhere (component, query, budget): 2^20. */
+export const MAX_EPSILON = 2 ** 20;
 const SCALE_NUM_LIMIT = 1n << 56n;
 
 function gcd(a: bigint, b: bigint): bigint {
@@ -41,6 +43,9 @@ export function floorTimesPow2(x: number, k: number): bigint {
 export function rationalEpsilon(epsilon: number): bigint {
   if (typeof epsilon !== "number" || !Number.isFinite(epsilon) || epsilon <= 0) {
     throw new RangeError(`epsilon must be a finite positive number, got ${epsilon}`);
+  }
+  if (epsilon > MAX_EPSILON) {
+    throw new RangeError(`epsilon=${epsilon} is above the largest supported epsilon 2^20`);
   }
   const n = floorTimesPow2(epsilon, 24);
   if (n < 1n) throw new RangeError(`epsilon=${epsilon} is below the smallest supported 2^-24`);
