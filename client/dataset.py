@@ -96,43 +96,58 @@ def coerce_values(samples: Any, dim: int | None) -> np.ndarray:
     """float64 ``(m,)`` (``dim=None``) or ``(m, dim)``; unusable values become NaN.
 
     Raises ``ValueError`` only when the *structure* of the argument contradicts the
-    declaration — an app bug that shows on every non-empty dataset: something that is
-    not a sequence, a numeric matrix for a scalar dataset (declare ``dim``), a numeric
-    matrix or vector whose width is not ``dim``. Inside a list, an element or row of the
-    wrong form is a missing sample, never an error.
+    declaration — an app bug, the same for every non-empty dataset: something that is not
+    a sequence, or a NumPy array of another shape (a matrix for a scalar dataset, a
+    matrix of another width). Inside a list, an element or row of the wrong form is a
+    missing sample, never an error.
     """
-    if isinstance(samples, np.ndarray) and samples.dtype.kind in "biuf":
-        arr = samples.astype(np.float64)
-    else:
-        try:
-            arr = np.asarray(samples, dtype=np.float64)
-        except (TypeError, ValueError, OverflowError):
-            arr = None
-    if dim is None:
-        if arr is None:
-            items = _items(samples)
-            return np.array([_to_float(v) for v in items], dtype=np.float64)
-        if arr.ndim == 0:
-            raise ValueError("samples must be a sequence of values, got a single value")
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            return arr[:, 0].copy()
-        if arr.ndim != 1:
-            raise ValueError(f"a scalar dataset needs samples of shape (m,), got {arr.shape}; "
-                             "declare dim=d for vectors")
-        return arr
-    if arr is not None:
-        if arr.size == 0:
-            return np.zeros((0, dim))
-        if arr.ndim == 2 and arr.shape[1] == dim:
+    if isinstance(samples, np.ndarray):
+        return _coerce_array(samples, dim)
+    try:
+        arr = np.asarray(samples, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        arr = None
+    if arr is not None:  # a regular list: use it if it has the declared form
+        if dim is None and arr.ndim == 1:
             return arr
-        if arr.ndim == 1 and dim == 1:
-            return arr[:, None]
-        raise ValueError(f"a dataset of dimension {dim} needs samples of shape (m, {dim}), "
-                         f"got {arr.shape}")
+        if dim is not None and arr.ndim == 2 and arr.shape[1] == dim:
+            return arr
+        if arr.size == 0 and arr.ndim >= 1:
+            return np.zeros((0,) if dim is None else (0, dim))
     items = _items(samples)
+    if dim is None:
+        return np.array([_to_float(v) for v in items], dtype=np.float64)
     if not items:
         return np.zeros((0, dim))
     return np.stack([_row(v, dim) for v in items])
+
+
+def _coerce_array(a: np.ndarray, dim: int | None) -> np.ndarray:
+    if a.ndim == 0:
+        raise ValueError("samples must be a sequence of values, got a single value")
+    if a.size == 0:
+        return np.zeros((0,) if dim is None else (0, dim))
+    if a.dtype.kind in "biuf":
+        arr = a.astype(np.float64)
+    else:  # object or string arrays: element by element
+        arr = None
+    if dim is None:
+        if a.ndim == 2 and a.shape[1] == 1:
+            a = a[:, 0]
+            arr = None if arr is None else arr[:, 0]
+        if a.ndim != 1:
+            raise ValueError(f"a scalar dataset needs samples of shape (m,), got {a.shape}; "
+                             "declare dim=d for vectors")
+        return arr.copy() if arr is not None else np.array([_to_float(v) for v in a])
+    if a.ndim == 1 and dim == 1:
+        a = a[:, None]
+        arr = None if arr is None else arr[:, None]
+    if a.ndim != 2 or a.shape[1] != dim:
+        raise ValueError(f"a dataset of dimension {dim} needs samples of shape (m, {dim}), "
+                         f"got {a.shape}")
+    if arr is not None:
+        return arr
+    return np.array([[_to_float(v) for v in row] for row in a], dtype=np.float64).reshape(-1, dim)
 
 
 def _items(samples: Any) -> list[Any]:
