@@ -127,10 +127,8 @@ def _coerce_array(a: np.ndarray, dim: int | None) -> np.ndarray:
         raise ValueError("samples must be a sequence of values, got a single value")
     if a.size == 0:
         return np.zeros((0,) if dim is None else (0, dim))
-    if a.dtype.kind in "biuf":
-        arr = a.astype(np.float64)
-    else:  # object or string arrays: element by element
-        arr = None
+    # numeric arrays convert at once; object or string arrays element by element
+    arr = a.astype(np.float64) if a.dtype.kind in "biuf" else None
     if dim is None:
         if a.ndim == 2 and a.shape[1] == 1:
             a = a[:, 0]

@@ -162,7 +162,7 @@ def test_compute_report_is_total(case, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no numpy warning may escape either
         z = compute_report(task, samples, labels, rng=RandomSource.seeded(seed), dim=_dim(task))
-    assert tasks_mod.FALLBACKS == before, f"{name}: the statistic raised"
+    assert before == tasks_mod.FALLBACKS, f"{name}: the statistic raised"
     assert z.dtype == np.int64 and z.shape == (report_length(task),), name
     assert np.abs(z).max(initial=0) <= report_limit(task), name
 
@@ -260,7 +260,7 @@ def test_device_sends_exactly_one_report_per_accepted_task(recorder, tmp_path_fa
     lab_empty = np.zeros(0) if kind.uses_labels else None
     r, calls, reports, entries = _poll_once(svc, chan, tmp, tasks, samples, lab, _dim(task))
     empty = np.zeros((0, task.dim)) if kind.vector else np.zeros(0)
-    r0, calls0, reports0, _ = _poll_once(svc, chan, tmp, tasks, empty, lab_empty, _dim(task))
+    _r0, calls0, reports0, _ = _poll_once(svc, chan, tmp, tasks, empty, lab_empty, _dim(task))
     assert r.submitted == ["q0", "q1", "q2"] and not r.refused and not r.rejected, name
     assert calls == calls0, name
     assert [len(x.values) for x in reports] == [len(x.values) for x in reports0]
