@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from uldp.client.randomness import RandomSource
-from uldp.collector.learning.classify import GridModel, choose_grid, run_classify
+from uldp.collector.learning.classify import GridModel, choose_grid
 from uldp.collector.learning.estimators import LDPLogisticRegression
-from uldp.collector.learning.regress import run_regress
-from uldp.collector.learning.sgd import SGDConfig, run_sgd, theorem8_bound
+from uldp.collector.learning.fit import run_classify, run_regress, run_sgd
+from uldp.collector.learning.sgd import SGDConfig, theorem8_bound
 from uldp.collector.learning.synthetic import (
     excess_risk,
     l2_risk,

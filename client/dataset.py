@@ -14,7 +14,7 @@ raises; values that are not usable are marked *missing* by documented rules:
   are NaN, surplus labels are ignored.
 
 Which samples a statistic then uses (every coordinate finite, label finite, category in
-the alphabet) is the kind's rule (``uldp.client.statistics.Kind.valid_samples``).
+the alphabet) is the kind's rule (``uldp.client.kinds.Kind.valid_samples``).
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ import grpc
 import numpy as np
 
 from uldp.client.dataset import DatasetSchema, LocalDataset, align_labels, coerce_values
+from uldp.client.kinds import KINDS, Kind
 from uldp.client.ledger import (
     AlreadyParticipated,
     BudgetExceeded,
@@ -57,7 +58,6 @@ from uldp.client.ledger import (
     LedgerError,
 )
 from uldp.client.randomness import RandomSource
-from uldp.client.statistics import KINDS, Kind
 from uldp.client.tasks import (
     TaskRefused,
     TaskSpec,

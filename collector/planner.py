@@ -1,16 +1,17 @@
-"""Query compiler: from a query to groups, stages, tasks, accumulators and the estimate.
+"""Query compiler: one MeanEst invocation, from a query to groups, stages and tasks.
 
-Spec: ``user_level_ldp.md`` §2.2 (round template), §3.7 (random balanced partition),
+See ``docs/architecture.md`` and ``docs/algorithms.md``. Spec: ``user_level_ldp.md`` §2.2
+(round template), §3.7 (random balanced partition), §4.2/§4.6 (Algorithm-1 parameters),
 §5.2–5.3 (regimes and grouping), §12 (baselines and SSL), [D1], [D2], [D5], [D7], [D11],
-[D12], [D22], [D23].
+[D12].
 
 A :class:`QuerySpec` is what an analyst asks for. ``compile_query`` turns it into a
-:class:`Plan`, which the in-process simulation and the gRPC collector use alike:
-
-* ``assign(slot)`` maps the r-th enrolled device to its group and stage through a
-  permutation drawn from the query's public seed *before* any data are used (INV-3);
-* ``task_for(group, stage, khat)`` is the public task that device receives;
-* ``new_accumulator`` / ``khat_from`` / ``finalize`` are the collector's aggregation.
+:class:`Plan`: the grouping of its components, the random balanced assignment of
+enrolment slots to (group, stage) drawn from the query's public seed *before* any data are
+used (INV-3), the Algorithm-1 parameters of every group, and the method's collector half
+(``uldp.collector.methods``), which builds the public tasks, accumulators and the estimate.
+Programs (``uldp.collector.programs``) run plans phase by phase, in simulation and in the
+service alike.
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ from typing import Any
 
 import numpy as np
 
+from uldp.client.kinds import KINDS, Kind
+from uldp.client.params import Alg1Params, bounded_params, heavy_tailed_params
 from uldp.client.regimes import MODES, Grouping, group_components
-from uldp.client.statistics import KINDS, Kind
-from uldp.client.tasks import METHODS, TaskSpec, report_limit, validate_task
-from uldp.collector.estimators.estimate import Estimate, combine
-from uldp.collector.estimators.transforms import output_transform, project_simplex
-from uldp.collector.estimators.two_stage import BinAccumulator, ValueAccumulator
+from uldp.client.tasks import validate_task
+from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.accumulators import Accumulator
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
 
-__all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "VirtualAccumulator", "compile_query"]
+__all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "compile_query"]
 
 MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
 
@@ -64,8 +67,9 @@ class QuerySpec:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {list(METHODS)}, got {self.method!r}")
+        if self.method not in METHOD_PLANS:
+            raise ValueError(f"method must be one of {list(METHOD_PLANS)}, got "
+                             f"{self.method!r}")
         if not isinstance(self.epsilon, (int, float)) or not math.isfinite(self.epsilon) \
                 or self.epsilon <= 0:
             raise ValueError(f"epsilon must be a finite positive number, got {self.epsilon!r}")
@@ -98,61 +102,33 @@ class QuerySpec:
         return cls(**d)
 
 
-@dataclass
-class VirtualAccumulator:
-    """Baseline A: one value accumulator per virtual group; reports split per sample."""
-
-    task: TaskSpec
-    parts: list[ValueAccumulator]
-
-    def add(self, reports: np.ndarray, offsets: np.ndarray) -> None:
-        r = np.asarray(reports)
-        if r.ndim == 1:
-            r = r[None]
-        offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
-        if offsets.size != r.shape[0]:
-            raise ValueError("baseline-a needs one offset per report")
-        G = len(self.task.virtual_groups)
-        lens = np.array([len(g) for g in self.task.virtual_groups])
-        gidx = (offsets[:, None] + np.arange(self.task.m_ref)[None]) % G
-        total = lens[gidx].sum(axis=1)
-        if np.any(total > r.shape[1]):
-            raise ValueError("baseline-a report is shorter than its layout")
-        pos = np.cumsum(lens[gidx], axis=1) - lens[gidx]
-        for g, acc in enumerate(self.parts):
-            ii, jj = np.nonzero(gidx == g)
-            if ii.size:
-                cols = pos[ii, jj][:, None] + np.arange(lens[g])[None]
-                acc.add(r[ii[:, None], cols])
-
-    def merge(self, other: VirtualAccumulator) -> None:
-        for a, b in zip(self.parts, other.parts, strict=True):
-            a.merge(b)
-
-    @property
-    def count(self) -> int:
-        return sum(p.count for p in self.parts)
-
-
 @dataclass(frozen=True)
 class Plan:
+    """One compiled MeanEst invocation (see the module docstring)."""
+
     spec: QuerySpec
     kind: Kind
     grouping: Grouping
-    template: TaskSpec  # a valid task of group 0, stage 1 (or 0), for public parameters
+    template: TaskSpec  # the kind-level public fields every task of the plan shares
+    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- public structure ---------------------------------------------------------------
     @property
-    def two_stage(self) -> bool:
-        return self.spec.method == "two-stage"
+    def method(self) -> MethodPlan:
+        return METHOD_PLANS[self.spec.method]
 
     @property
     def phases(self) -> list[int]:
-        return [1, 2] if self.two_stage else [0]
+        """The stages of the method in phase order (two-stage: [1, 2]; else [0])."""
+        return list(self.method.stages)
+
+    @property
+    def two_stage(self) -> bool:
+        return len(self.phases) == 2
 
     @property
     def n_groups(self) -> int:
-        return 1 if self.spec.method == "baseline-a" else len(self.grouping.groups)
+        return self.method.n_groups(self)
 
     @cached_property
     def n_components(self) -> int:
@@ -203,76 +179,80 @@ class Plan:
         G = len(self.grouping.groups)
         return (self._ranks[slot] * self.spec.samples) % G
 
+    # ---- Algorithm-1 parameters ---------------------------------------------------------
+    def group_params(self, g: int) -> list[Alg1Params]:
+        """Algorithm-1 parameters of every component for group ``g``'s runs (cached)."""
+        key = ("params", g)
+        if key not in self._cache:
+            self._cache[key] = self._params(g)
+        return self._cache[key]
+
+    def _params(self, g: int) -> list[Alg1Params]:
+        spec, t = self.spec, self.template
+        C = self.n_components
+        if spec.moment_p is not None:
+            assert spec.moment_m is not None
+            if self.n_groups == len(self.grouping.groups):  # one Algorithm-1 run per group
+                eps_c, n_run = self.grouping.groups[g].eps_c, self.group_size(g)
+            else:  # virtual groups (baseline A): the whole population at the query's ε
+                eps_c, n_run = spec.epsilon, spec.users
+            M_c = self.kind.moment_scale(t, spec.moment_p, spec.moment_m)
+            p = heavy_tailed_params(spec.moment_p, M_c, spec.samples, max(n_run, 1), eps_c)
+            return [p] * C
+        n_delta = spec.users * self.kind.delta_users(t)
+        cache: dict[float, Alg1Params] = {}
+        out = []
+        for b in self.kind.component_bounds(t):
+            key = float(b)
+            if key not in cache:
+                cache[key] = bounded_params(key, spec.samples, n_delta)
+            out.append(cache[key])
+        return out
+
     # ---- tasks ------------------------------------------------------------------------
-    def task_for(self, group: int, stage: int, khat: tuple[int, ...] | None = None,
-                 slot: int | None = None) -> TaskSpec:
-        if self.spec.method == "baseline-a":
-            off = int(self.offset_for(slot)) if slot is not None else 0
-            return replace(self.template, virtual_offset=off)
-        grp = self.grouping.groups[group]
-        task = replace(self.template, components=grp.components, eps_c=grp.eps_c,
-                       n_run=max(self.group_size(group), 1), stage=stage,
-                       khat=tuple(khat) if stage == 2 else ())
-        if stage == 2 and khat is None:
-            raise ValueError("a stage-2 task needs khat from stage 1")
+    def group_task(self, group: int, stage: int, **fields_: Any) -> TaskSpec:
+        """The task of ``(group, stage)``: the template with the group's components and
+        ε share, the heavy-tail clamp, and the method's fields (bins or intervals)."""
+        grp = self.grouping.groups[min(group, len(self.grouping.groups) - 1)]
+        stat = self.group_params(group)[0].bound if self.spec.moment_p is not None else None
+        base: dict[str, Any] = dict(components=grp.components, eps_c=grp.eps_c, stage=stage,
+                                    stat_bound=stat)
+        base.update(fields_)
+        task = replace(self.template, **base)
         validate_task(task)
         return task
 
+    def task_for(self, group: int, stage: int, khat: tuple[int, ...] | None = None,
+                 slot: int | None = None, previous: Published | None = None) -> TaskSpec:
+        """The public task of ``(group, stage)``; a stage-II task needs what stage I
+        published (``previous``) or, for the paper's rule, the group's ``k̂``."""
+        if stage == 2 and previous is None:
+            if khat is None:
+                raise ValueError("a stage-2 task needs khat (or what stage 1 published)")
+            from uldp.collector.methods.two_stage import paper_intervals
+
+            previous = {"intervals": {str(group): paper_intervals(self, group, tuple(khat))}}
+        return self.method.task(self, group, stage, previous, slot)
+
     # ---- aggregation --------------------------------------------------------------------
-    def new_accumulator(self, group: int, stage: int,
-                        khat: tuple[int, ...] | None = None):
-        """Accumulator for the reports of ``(group, stage)``; stage 2 needs the ``k̂``."""
-        if self.spec.method == "baseline-a":
-            t = self.template
-            params = self.kind.params(t)
-            parts = [ValueAccumulator([(-params[c].bound, params[c].bound) for c in comps],
-                                      report_limit(t)) for comps in t.virtual_groups]
-            return VirtualAccumulator(t, parts)
-        task = self.task_for(group, stage, khat)
-        allp = self.kind.params(task)
-        served = [allp[c] for c in task.components]
-        if stage == 1:
-            return BinAccumulator(served, report_limit(task))
-        if stage == 2:
-            intervals = [p.clamp_interval(k) for p, k in zip(served, task.khat, strict=True)]
-        else:
-            intervals = [(-p.bound, p.bound) for p in served]
-        return ValueAccumulator(intervals, report_limit(task))
+    def new_accumulator(self, group: int, stage: int, khat: tuple[int, ...] | None = None,
+                        previous: Published | None = None) -> Accumulator:
+        """Accumulator for the reports of ``(group, stage)``."""
+        return self.method.accumulator(self, self.task_for(group, stage, khat,
+                                                           previous=previous))
 
-    def khat_from(self, stage1: dict[int, BinAccumulator]) -> dict[int, tuple[int, ...]]:
+    def publish(self, stage: int, accs: dict[int, Any]) -> Published:
+        """What closing ``stage`` publishes (two-stage: ``k̂`` and intervals per group)."""
+        return self.method.publish(self, stage, accs)
+
+    def khat_from(self, stage1: dict[int, Any]) -> dict[int, tuple[int, ...]]:
         """``k̂`` per group from its stage-I accumulator (0 = fallback when it is missing)."""
-        out = {}
-        for g in range(self.n_groups):
-            acc = stage1.get(g)
-            comps = self.grouping.groups[g].components
-            out[g] = acc.khat() if acc is not None else tuple(0 for _ in comps)
-        return out
+        pub = self.publish(1, stage1)
+        return {int(g): tuple(k) for g, k in pub["khat"].items()}
 
-    def finalize(self, final: dict[int, Any]) -> Estimate:
+    def finalize(self, final: dict[int, Any], previous: Published | None = None) -> Estimate:
         """The estimate from the last phase's accumulators (per group)."""
-        blocks = []
-        counts = {"reports": 0}
-        if self.spec.method == "baseline-a":
-            acc = final.get(0)
-            for comps, part in zip(self.template.virtual_groups, acc.parts, strict=True):
-                blocks.append((comps, part.means(), part.covariance()))
-            counts["reports"] = acc.count // max(self.spec.samples, 1)
-        else:
-            for g, grp in enumerate(self.grouping.groups):
-                acc = final.get(g)
-                if acc is None:
-                    k = len(grp.components)
-                    bounds = [self.kind.params(self.template)[c].bound for c in grp.components]
-                    blocks.append((grp.components, np.zeros(k), np.diag(np.square(bounds))))
-                    continue
-                blocks.append((grp.components, acc.means(), acc.covariance()))
-                counts["reports"] += acc.count
-        T = output_transform(self.template, self.n_components)
-        est = combine(self.n_components, blocks, T, self.spec.confidence, counts)
-        if self.spec.kind == "distribution":
-            est.extra["projected"] = project_simplex(est.values)
-        est.extra["regime"] = self.grouping.regime
-        return est
+        return self.method.finalize(self, final, previous)
 
 
 def _grouping_for(spec: QuerySpec, kind: Kind, probe: TaskSpec) -> Grouping:
@@ -283,29 +263,23 @@ def _grouping_for(spec: QuerySpec, kind: Kind, probe: TaskSpec) -> Grouping:
     return group_components(C, spec.epsilon, spec.users, spec.mode)
 
 
+def _template(spec: QuerySpec) -> TaskSpec:
+    return TaskSpec(
+        query_id=spec.query_id, kind=spec.kind, method=spec.method,
+        stage=1 if spec.method == "two-stage" else 0, epsilon=float(spec.epsilon),
+        eps_c=float(spec.epsilon), components=(0,), dim=spec.dim,
+        bound=None if spec.bound is None else float(spec.bound),
+        frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra))
+
+
 def compile_query(spec: QuerySpec) -> Plan:
     """Compile a query into its plan (raises ValueError for an impossible configuration)."""
     kind = KINDS[spec.kind]
-    base = TaskSpec(
-        query_id=spec.query_id, kind=spec.kind, epsilon=float(spec.epsilon),
-        m_ref=spec.samples, n_delta=spec.users, n_run=spec.users, components=(0,),
-        eps_c=float(spec.epsilon), method=spec.method,
-        stage=1 if spec.method == "two-stage" else 0, dim=spec.dim,
-        bound=None if spec.bound is None else float(spec.bound),
-        moment_p=spec.moment_p, moment_m=spec.moment_m,
-        frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra),
-    )
-    grouping = _grouping_for(spec, kind, base)
-    if spec.method == "baseline-a":
-        template = replace(base, components=(0,), eps_c=float(spec.epsilon),
-                           virtual_groups=tuple(g.components for g in grouping.groups),
-                           virtual_eps=tuple(g.eps_c for g in grouping.groups))
-    else:
-        g0 = grouping.groups[0]
-        template = replace(base, components=g0.components, eps_c=g0.eps_c)
-    validate_task(template)
+    template = _template(spec)
+    grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
-    if spec.method == "two-stage":
+    plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
+    if plan.two_stage:
         smallest = min(plan.group_size(g) for g in range(plan.n_groups))
         if smallest < 2:
             raise ValueError(

@@ -18,6 +18,7 @@ import pytest
 from scipy.special import logsumexp
 
 from uldp.client.mechanisms.two_stage import stage1_log_likelihood, stage2_log_likelihood
+from uldp.client.methods.base import bin_params
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskSpec, compute_report, task_epsilon, validate_task
 from uldp.collector.planner import QuerySpec, compile_query
@@ -40,8 +41,8 @@ def _usable(task: TaskSpec, samples: np.ndarray) -> np.ndarray:
 def log_likelihood(task: TaskSpec, samples: np.ndarray, report: np.ndarray) -> float:
     """Exact log P(report | local dataset) for any task of the mean kinds (datasets with at
     most m_ref usable samples for baseline A, whose slots are then filled in order)."""
-    kind = validate_task(task)
-    params = kind.params(task)
+    validate_task(task)
+    ivs = {c: tuple(iv) for c, iv in zip(task.components, task.intervals, strict=False)}
     if task.method == "baseline-a":
         X = _usable(task, samples)
         assert len(X) <= task.m_ref, "the exact audit covers the deterministic slot filling"
@@ -51,16 +52,15 @@ def log_likelihood(task: TaskSpec, samples: np.ndarray, report: np.ndarray) -> f
             g = (task.virtual_offset + j) % G
             comps = list(task.virtual_groups[g])
             y = _stats(task, X[j % len(X): j % len(X) + 1] if len(X) else X[:0])[comps]
-            iv = [(-params[c].bound, params[c].bound) for c in comps]
+            iv = [ivs[c] for c in comps]
             total += stage2_log_likelihood(y, report[pos: pos + len(comps)], iv,
                                            task.virtual_eps[g])
             pos += len(comps)
         return total
     comps = list(task.components)
-    served = [params[c] for c in comps]
     if task.method == "baseline-b":  # mixture over the device's uniform choice of a sample
         X = _usable(task, samples)
-        iv = [(-p.bound, p.bound) for p in served]
+        iv = [ivs[c] for c in comps]
         if len(X) == 0:
             return stage2_log_likelihood(_stats(task, X)[comps], report, iv, task.eps_c)
         lls = [stage2_log_likelihood(_stats(task, X[j: j + 1])[comps], report, iv,
@@ -68,12 +68,8 @@ def log_likelihood(task: TaskSpec, samples: np.ndarray, report: np.ndarray) -> f
         return float(logsumexp(lls) - np.log(len(X)))
     y = _stats(task, samples)[comps]
     if task.stage == 1:
-        return stage1_log_likelihood(y, report, served, task.eps_c)
-    if task.stage == 2:
-        iv = [p.clamp_interval(k) for p, k in zip(served, task.khat, strict=True)]
-    else:
-        iv = [(-p.bound, p.bound) for p in served]
-    return stage2_log_likelihood(y, report, iv, task.eps_c)
+        return stage1_log_likelihood(y, report, bin_params(task), task.eps_c)
+    return stage2_log_likelihood(y, report, [ivs[c] for c in comps], task.eps_c)
 
 
 def _datasets(kind: str, m: int, dim: int, rng: np.random.Generator) -> np.ndarray:
@@ -113,7 +109,7 @@ def _tasks():
             if method == "two-stage":
                 t1 = plan.task_for(0, 1)
                 cases.append((f"{kind}-{method}-1", t1))
-                bins = [p.bins for p in plan.kind.params(t1)]
+                bins = [B for _, _, B in t1.bins]
                 khat = tuple(int(b) // 2 + 1 for b in bins[: len(t1.components)])
                 cases.append((f"{kind}-{method}-2", plan.task_for(0, 2, khat)))
                 cases.append((f"{kind}-{method}-2-fallback",

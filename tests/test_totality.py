@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 import uldp.client.tasks as tasks_mod
 from uldp.client.device import Device
+from uldp.client.kinds import KINDS
 from uldp.client.randomness import RandomSource
-from uldp.client.statistics import KINDS
 from uldp.client.tasks import TaskRefused, TaskSpec, compute_report, report_length, report_limit
 from uldp.client.wire import device_pb2, device_pb2_grpc
 from uldp.collector.planner import QuerySpec, compile_query
@@ -55,7 +55,7 @@ def _stage_tasks(plan, label: str) -> list[tuple[str, TaskSpec]]:
         if plan.spec.method == "two-stage":
             t1 = plan.task_for(g, 1)
             out.append((f"{label}-g{g}-1", t1))
-            bins = [plan.kind.params(t1)[c].bins for c in t1.components]
+            bins = [B for _, _, B in t1.bins]
             for name, kh in (("fallback", [0] * len(bins)), ("first", [1] * len(bins)),
                              ("last", bins), ("mid", [b // 2 + 1 for b in bins])):
                 out.append((f"{label}-g{g}-2-{name}", plan.task_for(g, 2, tuple(kh))))
@@ -352,12 +352,12 @@ def test_hostile_tasks_are_refused_not_crashes():
     """Public-parameter garbage is a TaskRefused (before any charge), never an exception."""
     base = _task("mean").to_dict()
     bad = [{"components": "abc"}, {"components": [True]}, {"eps_c": "1"}, {"epsilon": 1e300},
-           {"eps_c": 2.0**-30}, {"dim": 10**12}, {"m_ref": -1}, {"moment_p": float("nan"),
-                                                                  "bound": None, "moment_m": 1.0},
-           {"bound": 1e308}, {"kind": "mean-l2", "dim": 5000, "frame_kind": "gaussian"},
+           {"eps_c": 2.0**-30}, {"dim": 10**12}, {"m_ref": -1}, {"stat_bound": float("nan")},
+           {"bins": [[1.0, 0.5, "x"]]}, {"bins": [[1.0, float("inf"), 2]]},
+           {"bins": [[1.0, 0.5]]}, {"kind": "mean-l2", "dim": 5000, "frame_kind": "gaussian"},
            {"virtual_groups": [[0]], "method": "baseline-a", "virtual_eps": [1.0],
-            "m_ref": 10**12, "stage": 0},
-           {"extra": []}, {"khat": [1]}, {"stage": 7}]
+            "m_ref": 10**12, "stage": 0, "bins": [], "intervals": [[0, 1]]},
+           {"extra": []}, {"khat": [1]}, {"stage": 7}, {"schema": None}]
     for change in bad:
         with pytest.raises(TaskRefused):
             t = TaskSpec.from_dict({**base, **change})

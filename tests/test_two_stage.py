@@ -26,7 +26,7 @@ from uldp.client.tasks import (
     task_epsilon,
     validate_task,
 )
-from uldp.collector.estimators.two_stage import BinAccumulator, ReportError, ValueAccumulator
+from uldp.collector.estimators.accumulators import BinAccumulator, ReportError, ValueAccumulator
 from uldp.collector.planner import QuerySpec, compile_query
 
 
@@ -125,6 +125,19 @@ def _task(**kw) -> TaskSpec:
     return TaskSpec.from_dict({**base.to_dict(), **kw})
 
 
+def test_tasks_carry_bins_and_intervals_from_the_plan():
+    """The collector sends stage-I bins and stage-II intervals explicitly (uldp.task/2);
+    they are the plan's Algorithm-1 parameters and the paper's interval rule."""
+    plan = compile_query(QuerySpec(kind="mean-linf", epsilon=3.0, users=1000, samples=100,
+                                   dim=5))
+    t1 = plan.task_for(0, 1)
+    p = plan.group_params(0)
+    assert t1.bins == tuple((p[c].bound, p[c].bin_width, p[c].bins) for c in t1.components)
+    t2 = plan.task_for(0, 2, khat=(2, 1, 0))
+    assert t2.bins == () and t2.intervals == (p[0].clamp_interval(2), p[1].clamp_interval(1),
+                                              (-1.0, 1.0))
+
+
 def test_task_json_round_trip_and_layout():
     t = _task()
     assert TaskSpec.from_json(t.to_json()) == t
@@ -136,13 +149,17 @@ def test_task_json_round_trip_and_layout():
     ({"eps_c": 2.0}, "above the query budget"),
     ({"kind": "telemetry"}, "unknown task kind"),
     ({"method": "magic"}, "unknown method"),
-    ({"stage": 2, "khat": [1, 1]}, "one khat per component"),
-    ({"stage": 2, "khat": [9, 9, 9]}, "outside"),
+    ({"stage": 2, "bins": [], "intervals": [[0, 1]] * 2}, "needs 3 intervals"),
+    ({"stage": 2, "bins": [], "intervals": [[0, 1], [1, 0], [0, 1]]}, "finite lo < hi"),
+    ({"stage": 2}, "carries intervals, not bins"),
+    ({"bins": [[1.0, 0.5, 4]] * 2}, "bins for each of its 3"),
+    ({"bins": [[1.0, 0.0, 4]] * 3}, "finite positive D and h"),
+    ({"bins": [[1.0, 0.5, 1 << 20]] * 3}, "bins, got"),
     ({"components": [0, 0, 1]}, "distinct"),
     ({"components": [0, 1, 7]}, "components must lie"),
     ({"bound": -1.0}, "bound"),
-    ({"m_ref": 0}, "m_ref"),
-    ({"khat": [1, 1, 1]}, "only a stage-2"),
+    ({"schema": "uldp.task/1"}, "schema"),
+    ({"intervals": [[0, 1]] * 3}, "carries bins, not intervals"),
 ])
 def test_hostile_or_inconsistent_tasks_are_refused(change, match):
     with pytest.raises(TaskRefused, match=match):

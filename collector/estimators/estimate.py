@@ -39,6 +39,16 @@ class Estimate:
             **{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in self.extra.items()},
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Estimate:
+        """The inverse of :meth:`to_dict` (extras come back as lists, not arrays)."""
+        core = ("values", "std_error", "ci_low", "ci_high", "level", "counts")
+        extra = {k: v for k, v in d.items() if k not in core}
+        if "components" in extra:
+            extra["components"] = np.asarray(extra["components"], dtype=np.float64)
+        return cls(*(np.asarray(d[k], dtype=np.float64) for k in core[:4]), float(d["level"]),
+                   counts=dict(d.get("counts", {})), extra=extra)
+
     def covers(self, truth: np.ndarray) -> np.ndarray:
         t = np.asarray(truth, dtype=np.float64)
         return (self.ci_low <= t) & (t <= self.ci_high)

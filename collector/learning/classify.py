@@ -7,29 +7,25 @@ circularity, resolved by :func:`choose_grid`), [D15], [D16], [D17], §12 (baseli
 same kind run with ``method="baseline-a"|"baseline-b"``).
 
 A query is one MeanEst invocation of kind ``classify`` (device side in
-``uldp.client.learning``); everything here is post-processing (INV-5).
+``uldp.client.kinds.learning``); everything here is post-processing (INV-5).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from uldp.client.hadamard import fwht, next_pow2
-from uldp.client.learning import MAX_GRID_CELLS, grid_bins
-from uldp.client.randomness import RandomSource
+from uldp.client.kinds.learning import MAX_GRID_CELLS, grid_bins
 from uldp.client.regimes import group_components
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.learning.runner import as_source, run_plan
-from uldp.collector.planner import QuerySpec, compile_query
-from uldp.collector.simulate import Progress
+from uldp.collector.planner import QuerySpec
 
-__all__ = ["GridChoice", "GridModel", "choose_grid", "effective_sizes", "hadamard_inverse",
-           "noise_constant", "run_classify"]
+__all__ = ["GridChoice", "GridModel", "choose_grid", "components_of", "effective_sizes",
+           "feature_box", "grid_result", "hadamard_inverse", "noise_constant"]
 
 STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
 
@@ -208,7 +204,7 @@ class GridModel:
                    None if d.get("tau") is None else float(d["tau"]), info)
 
 
-def _grid_extra(M: int, lo: np.ndarray, hi: np.ndarray) -> dict[str, Any]:
+def grid_extra(M: int, lo: np.ndarray, hi: np.ndarray) -> dict[str, Any]:
     return {"grid": int(M), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
 
 
@@ -217,37 +213,7 @@ def components_of(est: Estimate) -> np.ndarray:
     return np.asarray(est.extra["components"], dtype=np.float64)
 
 
-def run_grid_query(kind: str, users: Any, labels: Any, *, epsilon: float,
-                   lo: np.ndarray, hi: np.ndarray, M: int | None, beta: float,
-                   method: str, seed: int, rng: RandomSource, m_ref: int | None,
-                   extra: dict[str, Any], progress: bool | None,
-                   query_id: str) -> tuple[GridChoice, Estimate, int, int]:
-    """Shared driver of Algorithms 4 and 5: choose the grid, run one MeanEst query."""
-    source = as_source(users, labels)
-    n, d = source.n_users, source.dim
-    m = int(m_ref or getattr(source, "samples", 0) or
-            np.median(getattr(source, "sizes", [1])))
-    choice = choose_grid(n, m, d, epsilon, beta=beta, task=kind, method=method)
-    if M is not None:
-        if not isinstance(M, (int, np.integer)) or M < 1:
-            raise ValueError(f"M (cells per axis) must be a positive integer, got {M!r}")
-        choice = GridChoice(1.0 / M, int(M), next_pow2(int(M) ** d), "given")
-    ex = _grid_extra(choice.M, lo, hi)
-    ex.update(extra)
-    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m, dim=d, bound=1.0,
-                     method=method, seed=seed, query_id=query_id, extra=ex)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        plan = compile_query(spec)
-    for w in caught:
-        warnings.warn(str(w.message), stacklevel=3)
-    bar = Progress(n, f"{kind}", progress)
-    est = run_plan(plan, source, np.arange(n), rng, bar)
-    choice = GridChoice(choice.side, choice.M, choice.K, plan.grouping.regime)
-    return choice, est, n, m
-
-
-def _box(d: int, lo: Any, hi: Any) -> tuple[np.ndarray, np.ndarray]:
+def feature_box(d: int, lo: Any, hi: Any) -> tuple[np.ndarray, np.ndarray]:
     lo_a = np.zeros(d) if lo is None else np.asarray(lo, dtype=np.float64).reshape(-1)
     hi_a = np.ones(d) if hi is None else np.asarray(hi, dtype=np.float64).reshape(-1)
     if lo_a.shape != (d,) or hi_a.shape != (d,) or np.any(hi_a <= lo_a) \
@@ -256,19 +222,24 @@ def _box(d: int, lo: Any, hi: Any) -> tuple[np.ndarray, np.ndarray]:
     return lo_a, hi_a
 
 
-def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomSource,
-                 lo: Any = None, hi: Any = None, M: int | None = None, beta: float = 1.0,
-                 method: str = "two-stage", seed: int = 0, m_ref: int | None = None,
-                 progress: bool | None = None, query_id: str = "classify") -> GridModel:
-    """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1)."""
-    source = as_source(users, labels)
-    lo_a, hi_a = _box(source.dim, lo, hi)
-    choice, est, n, m = run_grid_query(
-        "classify", source, None, epsilon=epsilon, lo=lo_a, hi=hi_a, M=M, beta=beta,
-        method=method, seed=seed, rng=rng, m_ref=m_ref, extra={}, progress=progress,
-        query_id=query_id)
-    Q = components_of(est)
-    q = hadamard_inverse(Q)
-    info = {"Q": Q.tolist(), "regime": choice.regime, "side": choice.side, "users": n,
-            "samples": m, "epsilon": epsilon, "method": method}
-    return GridModel("classify", choice.M, source.dim, lo_a, hi_a, q, info=info)
+def grid_result(spec: QuerySpec, estimate: dict[str, Any] | Estimate) -> dict[str, Any]:
+    """A finished classify/regress estimate → the GridModel result dict (§9.3, §10.3)."""
+    est = estimate.to_dict() if isinstance(estimate, Estimate) else estimate
+    theta = np.asarray(est["components"], dtype=np.float64)
+    ex = spec.extra
+    M, d = int(ex["grid"]), spec.dim
+    lo = np.asarray(ex.get("lo", [0.0] * d), float)
+    hi = np.asarray(ex.get("hi", [1.0] * d), float)
+    info = {"regime": est.get("regime"), "users": spec.users, "samples": spec.samples,
+            "epsilon": spec.epsilon, "method": spec.method}
+    if spec.kind == "classify":
+        mdl = GridModel("classify", M, d, lo, hi, hadamard_inverse(theta),
+                        info={"Q": theta.tolist(), **info})
+        return mdl.to_dict()
+    K = theta.size // 2
+    T = float(ex["label_bound"])
+    tau = float(ex.get("density_floor", 0.5)) / (2 * M**d)
+    mdl = GridModel("regress", M, d, lo, hi, hadamard_inverse(theta[:K]),
+                    hadamard_inverse(theta[K:]), T, tau,
+                    info={"Q": theta[:K].tolist(), "P": theta[K:].tolist(), **info})
+    return mdl.to_dict()

@@ -26,9 +26,9 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.learning.classify import GridModel, run_classify
+from uldp.collector.learning.classify import GridModel
 from uldp.collector.learning.estimators import LDPLogisticRegression
-from uldp.collector.learning.regress import run_regress
+from uldp.collector.learning.fit import run_classify, run_regress
 from uldp.collector.learning.runner import ListUsers, run_spec
 from uldp.collector.planner import QuerySpec
 
@@ -117,7 +117,7 @@ def delay_mean(data: FlightsData, epsilon: float, rng: RandomSource, *, seed: in
     spec = QuerySpec(kind="mean", epsilon=epsilon, users=data.n_users, samples=m_ref,
                      bound=None, moment_p=moment[0], moment_m=moment[1], method=method,
                      seed=seed, query_id="flights-delay")
-    _, est = run_spec(spec, users, None, rng)
+    est = run_spec(spec, users, None, rng)
     truth = float(np.mean([d.mean() for d in data.delay]))
     return est, truth
 

@@ -3,13 +3,12 @@
 Spec: ``user_level_ldp.md`` §2.2 (round template), §3.7 (assignment), §8.3/§9.3/§10.3
 (each learning query is one or several MeanEst invocations), [D10] (unequal ``m_i``).
 
-This is :func:`uldp.collector.simulate.run_query` for labelled data: it runs the production
-plan (``compile_query``: assignment, tasks, accumulators, ``k̂``, finalize) and the
-production device function ``compute_reports(task, samples, rng, labels=...)``. The only
-difference is where the local datasets come from: a :class:`UserSource` hands out the
-datasets of given users (real per-user data of unequal sizes, equal-size arrays, or a
-synthetic i.i.d. population), in batches of equal sample count because
-``compute_reports`` vectorizes over users with the same ``m``.
+A :class:`UserSource` hands out the local datasets of given users (real per-user data of
+unequal sizes, equal-size arrays, or a synthetic i.i.d. population) in batches of equal
+sample count (``compute_reports`` vectorizes over users with the same ``m``);
+:func:`source_privatizer` turns it into the ``privatize`` step of the one simulation
+driver (``uldp.collector.programs.driver``), which runs the production program (tasks,
+accumulators, what each phase publishes) and the production device function.
 """
 
 from __future__ import annotations
@@ -19,14 +18,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from uldp.client.kinds import KINDS
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import compute_reports
+from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.planner import Plan, QuerySpec, compile_query
-from uldp.collector.simulate import Progress, drive_plan
+from uldp.collector.planner import QuerySpec
+from uldp.collector.programs import program_for
+from uldp.collector.programs.driver import Privatize, run_program
+from uldp.collector.progress import Progress
 
 __all__ = ["ArrayUsers", "ListUsers", "SyntheticUsers", "UserSource", "as_source",
-           "run_plan", "run_spec"]
+           "run_source", "run_spec", "source_privatizer"]
 
 CHUNK_CELLS = 1 << 22  # floats materialised per device batch (≈ 32 MiB)
 
@@ -143,63 +147,60 @@ def as_source(users: Any, labels: Any = None) -> UserSource:
     return ListUsers(users)
 
 
-def _users_per_batch(plan: Plan) -> Callable[[int], int]:
-    per_sample = plan.spec.method == "baseline-a" or plan.kind.user_stats is None
-    width = (plan.n_components if per_sample else 0) + plan.spec.dim + 1
+def _users_per_batch(task: TaskSpec) -> Callable[[int], int]:
+    kind = KINDS[task.kind]
+    per_sample = bool(task.virtual_groups) or kind.user_stats is None  # per-sample maps
+    width = (kind.n_components(task) if per_sample else 0) + task.dim + 1
 
     def fn(m: int) -> int:
         return max(1, CHUNK_CELLS // max(1, m * width))
     return fn
 
 
-class _Slots:
-    """Enrolment slot of each user of this invocation (slot ``r`` is ``members[r]``)."""
-
-    def __init__(self, members: np.ndarray) -> None:
-        self.order = np.argsort(members, kind="stable")
-        self.sorted = members[self.order]
-
-    def __call__(self, users: np.ndarray) -> np.ndarray:
-        return self.order[np.searchsorted(self.sorted, users)]
-
-
-def _stage(plan: Plan, source: UserSource, users: np.ndarray, task_of: Callable[[], Any],
-           acc: Any, rng: RandomSource, progress: Progress | None, slots: _Slots) -> None:
-    needs_labels = plan.kind.uses_labels
-    for sub, X, y in source.batches(users, _users_per_batch(plan)):
-        if not plan.kind.vector and X.ndim == 3:  # scalar kinds take (users, m)
-            if X.shape[2] != 1:
-                raise ValueError(f"kind {plan.spec.kind!r} needs scalar samples, got "
-                                 f"{X.shape[2]} features")
-            X = X[..., 0]
-        if needs_labels and y is None:
-            y = np.zeros(X.shape[:2])  # label-free models (e.g. quadratic loss) ignore it
-        lab = y if needs_labels else None
-        if plan.spec.method == "baseline-a":
-            offs = plan.offset_for(slots(sub))
-            acc.add(compute_reports(task_of(), X, rng, labels=lab, offsets=offs), offs)
-        else:
-            acc.add(compute_reports(task_of(), X, rng, labels=lab))
-        if progress:
-            progress.update(sub.size)
-
-
-def run_plan(plan: Plan, source: UserSource, members: np.ndarray, rng: RandomSource,
-             progress: Progress | None = None) -> Estimate:
-    """Run ``plan`` over the users ``members`` (slot ``r`` is user ``members[r]``)."""
+def source_privatizer(source: UserSource, members: np.ndarray, rng: RandomSource,
+                      progress: Progress | None = None) -> Privatize:
+    """The driver's ``privatize`` step over ``source``: enrolment slot ``r`` is user
+    ``members[r]``; each batch of that slot's users computes its reports on the device
+    function and adds them with their slots."""
     members = np.asarray(members, dtype=np.int64)
-    if members.size != plan.spec.users:
-        raise ValueError(f"the plan is for {plan.spec.users} users, got {members.size}")
-    if np.unique(members).size != members.size:
+    order = np.argsort(members, kind="stable")
+    by_user = members[order]
+
+    def privatize(slots: np.ndarray, task: TaskSpec, offsets: np.ndarray | None,
+                  acc: Accumulator) -> None:
+        kind = KINDS[task.kind]
+        for sub, X, y in source.batches(members[slots], _users_per_batch(task)):
+            if not kind.vector and X.ndim == 3:  # scalar kinds take (users, m)
+                if X.shape[2] != 1:
+                    raise ValueError(f"kind {task.kind!r} needs scalar samples, got "
+                                     f"{X.shape[2]} features")
+                X = X[..., 0]
+            if kind.uses_labels and y is None:
+                y = np.zeros(X.shape[:2])  # label-free models (quadratic loss) ignore it
+            sl = order[np.searchsorted(by_user, sub)]
+            offs = None if offsets is None else offsets[np.searchsorted(slots, sl)]
+            reports = compute_reports(task, X, rng, labels=y if kind.uses_labels else None,
+                                      offsets=offs)
+            acc.add(reports, sl)
+            if progress:
+                progress.update(sub.size)
+    return privatize
+
+
+def run_source(spec: QuerySpec, source: UserSource, members: np.ndarray | None,
+               rng: RandomSource, progress: Progress | None = None) -> dict[str, Any]:
+    """Run the program of ``spec`` over ``source`` (``members[r]`` is the user in slot
+    ``r``; None: users ``0..spec.users-1``); returns the program's result."""
+    mem = np.arange(spec.users) if members is None else np.asarray(members, dtype=np.int64)
+    if mem.size != spec.users:
+        raise ValueError(f"the query is for {spec.users} users, got {mem.size}")
+    if np.unique(mem).size != mem.size:
         raise ValueError("members must be distinct users")
-    slots = _Slots(members)
-    return drive_plan(plan, lambda mask, task_of, acc: _stage(
-        plan, source, members[mask], task_of, acc, rng, progress, slots))
+    program = program_for(spec)
+    return run_program(program, source_privatizer(source, mem, rng, progress))
 
 
 def run_spec(spec: QuerySpec, source: UserSource, members: np.ndarray | None,
-             rng: RandomSource, progress: Progress | None = None) -> tuple[Plan, Estimate]:
-    """Compile ``spec`` and run it (``members=None``: users ``0..spec.users-1``)."""
-    plan = compile_query(spec)
-    mem = np.arange(spec.users) if members is None else np.asarray(members)
-    return plan, run_plan(plan, source, mem, rng, progress)
+             rng: RandomSource, progress: Progress | None = None) -> Estimate:
+    """A mean-kind query over ``source``: its :class:`Estimate`."""
+    return Estimate.from_dict(run_source(spec, source, members, rng, progress))

@@ -4,10 +4,11 @@ Spec: ``user_level_ldp.md`` §8.2 (parameters), §8.3 (protocol), §8.4 (privacy
 (Theorem 8), [D13] (``t0`` default and cap), [D14] (ℓ2/Kashin gradient mean, per-sample
 clipping to norm ``D``, ``η = 1/G``, optional projection), §15 erratum 3.
 
-The collector draws a balanced random partition of the ``n`` users into ``t0`` groups from
-the public seed (INV-3). Step ``t`` compiles a ``QuerySpec`` of kind ``sgd`` over group
-``S_t`` with ``θ_t`` in ``extra`` (:func:`step_spec`), runs that MeanEst invocation (the
-production plan and device code, :mod:`uldp.collector.learning.runner`), gets
+The configuration and the math of the steps; the phases are run by
+``uldp.collector.programs.sgd.SGDProgram`` (in simulation and in the service alike). The
+collector draws a balanced random partition of the ``n`` users into ``t0`` groups from the
+public seed (INV-3). Step ``t`` compiles a ``QuerySpec`` of kind ``sgd`` over group
+``S_t`` with ``θ_t`` in ``extra`` (:func:`step_spec`), runs that MeanEst invocation, gets
 ``g_t = Uᵀ θ̂`` and updates ``θ_{t+1} = Π(θ_t − η g_t)``. Every user reports once, inside
 one ε-LDP invocation; θ_t is post-processing of earlier groups (§8.4).
 
@@ -27,12 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from uldp.client.learning import GRADIENTS
-from uldp.client.randomness import RandomSource
+from uldp.client.kinds.learning import GRADIENTS
 from uldp.client.regimes import group_components
-from uldp.collector.learning.runner import UserSource, as_source, run_plan
-from uldp.collector.planner import QuerySpec, compile_query
-from uldp.collector.simulate import Progress
+from uldp.collector.planner import QuerySpec
 
 __all__ = [
     "MODEL_CONSTANTS",
@@ -41,7 +39,7 @@ __all__ = [
     "choose_steps",
     "model_constants",
     "partition",
-    "run_sgd",
+    "sgd_query",
     "step_spec",
     "theorem8_bound",
 ]
@@ -219,39 +217,6 @@ class SGDResult:
                 "epsilon": self.config.epsilon, "config": cfg}
 
 
-def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
-            rng: RandomSource, m_ref: int | None = None,
-            progress: bool | None = None) -> SGDResult:
-    """Algorithm 3 over the users of ``users`` (see :func:`runner.as_source`)."""
-    source: UserSource = as_source(users, labels)
-    n, d = source.n_users, source.dim
-    m = int(m_ref or getattr(source, "samples", 0) or
-            np.median(getattr(source, "sizes", [1])))
-    t0 = choose_steps(n, m, d, config)
-    eta = config.step_size
-    theta = np.zeros(d) if config.theta0 is None else np.asarray(config.theta0, dtype=float)
-    if theta.shape != (d,):
-        raise ValueError(f"theta0 must have {d} entries, got shape {theta.shape}")
-    bar = Progress(n, f"sgd {config.model}", progress)
-    trajectory = []
-    iterates: list[np.ndarray] = []
-    for t, members in enumerate(partition(n, t0, config.seed)):
-        spec = step_spec(config, theta, members.size, m, d, t)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # choose_steps already warned about stage I
-            plan = compile_query(spec)
-        est = run_plan(plan, source, members, rng, bar)
-        g = np.asarray(est.values, dtype=np.float64)
-        trajectory.append({"step": t, "users": int(members.size), "theta": theta.tolist(),
-                           "gradient": g.tolist(), "std_error": est.std_error.tolist(),
-                           "regime": plan.grouping.regime})
-        theta = project(theta - eta * g, config.radius)
-        iterates.append(theta)
-    if config.average:  # post-processing of public iterates (INV-5)
-        theta = np.mean(iterates[len(iterates) // 2:], axis=0)
-    return SGDResult(theta, trajectory, t0, eta, config, n, m, d)
-
-
 def theorem8_bound(n: int, m: int, d: int, epsilon: float, D: float, gamma: float,
                    eta: float, t0: int, dist0: float, C: float = 1.0) -> float:
     """Theorem 8 (§8.5) with constant ``C``: ``(1−ηγ/2)^{t0}‖θ0−θ*‖ +
@@ -259,3 +224,21 @@ def theorem8_bound(n: int, m: int, d: int, epsilon: float, D: float, gamma: floa
     e2 = min(epsilon**2, epsilon)
     noise = (2 * D / gamma) * math.sqrt(C * t0 / (n * m) * (1 + d * math.log(n) / e2))
     return (1 - eta * gamma / 2) ** t0 * dist0 + noise
+
+
+def sgd_query(config: SGDConfig, users: int, samples: int, dim: int,
+              query_id: str = "sgd") -> QuerySpec:
+    """The stored query of an SGD run: t0 is fixed *at creation* (public, [D13])."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = choose_steps(users, samples, dim, config)
+    cfg = asdict(config)
+    cfg["t0"] = t0
+    cfg["query_id"] = query_id
+    cfg["theta0"] = None if cfg["theta0"] is None else [float(v) for v in cfg["theta0"]]
+    return QuerySpec(kind="sgd", epsilon=config.epsilon, users=users, samples=samples,
+                     dim=dim, bound=config.clip, method=config.method, seed=config.seed,
+                     query_id=query_id,
+                     extra={"sgd": cfg, "model": config.model,
+                            "theta": [0.0] * dim if config.theta0 is None else
+                            cfg["theta0"]})

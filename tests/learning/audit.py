@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from uldp.client.kinds import check_samples
 from uldp.client.mechanisms.two_stage import one_hot_bins
+from uldp.client.methods.base import bin_params
 from uldp.client.noise import discrete_laplace_pmf, laplace_scale
 from uldp.client.params import GRID_STEPS
-from uldp.client.statistics import check_samples
 from uldp.client.tasks import TaskSpec, _attach_labels, task_epsilon, validate_task
 
 
@@ -35,18 +36,13 @@ def user_statistic(task: TaskSpec, samples: np.ndarray, labels: np.ndarray | Non
 
 def log_pmf(task: TaskSpec, Y: np.ndarray, Z: np.ndarray) -> np.ndarray:
     """``log P(report = z | statistic Y)`` for each row ``z`` of ``Z``."""
-    kind = validate_task(task)
-    allp = kind.params(task)
-    params = [allp[c] for c in task.components]
+    validate_task(task)
     Z = np.atleast_2d(np.asarray(Z, dtype=np.int64))
-    if task.method == "two-stage" and task.stage == 1:
-        onehot = one_hot_bins(np.asarray(Y)[None], params)[0]
+    if task.stage == 1:
+        onehot = one_hot_bins(np.asarray(Y)[None], bin_params(task))[0]
         t = laplace_scale(2, task.eps_c).value
         return np.log(discrete_laplace_pmf(Z - onehot[None], t)).sum(axis=1)
-    if task.method == "two-stage":
-        intervals = [p.clamp_interval(int(k)) for p, k in zip(params, task.khat, strict=True)]
-    else:
-        intervals = [(-p.bound, p.bound) for p in params]
+    intervals = [tuple(iv) for iv in task.intervals]
     lo = np.array([a for a, _ in intervals])
     hi = np.array([b for _, b in intervals])
     pos = (np.clip(Y, lo, hi) - lo) / (hi - lo) * GRID_STEPS
@@ -61,10 +57,9 @@ def log_pmf(task: TaskSpec, Y: np.ndarray, Z: np.ndarray) -> np.ndarray:
 
 def probe_outputs(task: TaskSpec, rng: np.random.Generator, k: int = 400) -> np.ndarray:
     """Report vectors to evaluate: typical values, the grid ends and far tails."""
-    kind = validate_task(task)
-    allp = kind.params(task)
-    if task.method == "two-stage" and task.stage == 1:
-        width = sum(allp[c].bins for c in task.components)
+    validate_task(task)
+    if task.stage == 1:
+        width = sum(B for _, _, B in task.bins)
         spread = int(4 * 2 / task.eps_c) + 2
         return rng.integers(-spread, spread + 2, size=(k, width))
     width = len(task.components)

@@ -10,17 +10,16 @@ import numpy as np
 import pytest
 
 from uldp.client.hadamard import hadamard_matrix, next_pow2
-from uldp.client.learning import grid_bins
+from uldp.client.kinds import KINDS
+from uldp.client.kinds.learning import grid_bins
 from uldp.client.randomness import RandomSource
-from uldp.client.statistics import KINDS
 from uldp.client.tasks import TaskRefused, TaskSpec, compute_report, validate_task
 from uldp.collector.learning.classify import (
     GridModel,
     choose_grid,
     hadamard_inverse,
-    run_classify,
 )
-from uldp.collector.learning.regress import run_regress
+from uldp.collector.learning.fit import run_classify, run_regress
 from uldp.collector.learning.synthetic import (
     bayes_risk_sine,
     eta_sine,
@@ -28,11 +27,13 @@ from uldp.collector.learning.synthetic import (
     l2_risk,
     sine_population,
 )
+from uldp.collector.planner import QuerySpec, compile_query
 
 
 def _task(kind: str, **extra) -> TaskSpec:
-    return TaskSpec(query_id="q", kind=kind, epsilon=4.0, m_ref=30, n_delta=100, n_run=100,
-                    components=(0, 1), eps_c=2.0, dim=2, extra=extra)
+    return TaskSpec(query_id="q", kind=kind, method="ssl", stage=0, epsilon=4.0,
+                    components=(0, 1), eps_c=2.0, dim=2, intervals=((-1.0, 1.0),) * 2,
+                    extra=extra)
 
 
 def test_classify_statistics_match_brute_force() -> None:
@@ -72,7 +73,11 @@ def test_regress_statistics_clamp_labels() -> None:
     assert np.allclose(Y[:, K:], H[cells].mean(axis=1))
     bounds = KINDS["regress"].bounds(task)
     assert np.array_equal(bounds, [2, 2, 2, 2, 1, 1, 1, 1])
-    params = KINDS["regress"].params(task)
+    spec = QuerySpec(kind="regress", epsilon=4.0, users=100, samples=30, dim=2,
+                     extra={"grid": 2, "label_bound": 2.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        params = compile_query(spec).group_params(0)
     # N_Δ = K_H·n ([D5]): Δ = D √(ln(K n)/m)
     assert params[0].margin == pytest.approx(2 * math.sqrt(math.log(4 * 100) / 30))
     assert params[4].margin == pytest.approx(math.sqrt(math.log(4 * 100) / 30))
@@ -94,8 +99,9 @@ def test_regress_statistics_clamp_labels() -> None:
     ("sgd", {"model": "ridge", "theta": [0, 0], "l2": -1}, "l2"),
 ])
 def test_bad_public_parameters_are_refused(kind: str, extra: dict, field: str) -> None:
-    task = TaskSpec(query_id="q", kind=kind, epsilon=1.0, m_ref=10, n_delta=10, n_run=10,
-                    components=(0,), eps_c=1.0, dim=2, bound=1.0, extra=extra)
+    task = TaskSpec(query_id="q", kind=kind, method="ssl", stage=0, epsilon=1.0,
+                    components=(0,), eps_c=1.0, dim=2, bound=1.0, intervals=((-1.0, 1.0),),
+                    extra=extra)
     with pytest.raises(TaskRefused, match=field):
         validate_task(task)
 

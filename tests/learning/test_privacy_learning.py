@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.learning.audit import budget, pairwise_max_log_ratio, user_statistic
-from uldp.client.learning import GRADIENTS, register_gradient
+from uldp.client.kinds.learning import GRADIENTS, register_gradient
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import compute_report, report_limit
 from uldp.collector.planner import QuerySpec, compile_query
@@ -28,8 +28,8 @@ def _tasks(kind: str, epsilon: float, extra: dict, dim: int = 2, users: int = 40
     for g in range(min(plan.n_groups, 3)):
         if method == "two-stage":
             t1 = plan.task_for(g, 1)
-            params = plan.kind.params(t1)
-            khat = tuple(1 + (c % params[c].bins) for c in t1.components)
+            bins = [B for _, _, B in t1.bins]
+            khat = tuple(1 + (c % bins[i]) for i, c in enumerate(t1.components))
             out += [t1, plan.task_for(g, 2, khat),
                     plan.task_for(g, 2, tuple(0 for _ in t1.components))]
         else:
@@ -103,9 +103,9 @@ def test_adversarial_gradient_statistic_is_clamped(model: str) -> None:
     """Whatever a registered gradient returns, the user statistic stays in [-D', D']."""
     rng = np.random.default_rng(7)
     task = _tasks("sgd", 2.0, {"model": model, "theta": [0.0, 1.0]})[0]
-    from uldp.client.statistics import KINDS
+    from uldp.client.kinds import KINDS
 
-    Dp = KINDS["sgd"].params(task)[0].bound
+    Dp = KINDS["sgd"].component_bounds(task)[0]
     for X, y in _datasets(rng, 2, 30, "sgd"):
         Y = user_statistic(task, X, y)
         assert np.isfinite(Y).all() and np.abs(Y).max() <= Dp + 1e-12

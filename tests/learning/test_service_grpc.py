@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from uldp.collector.fleet import run_fleet
+from uldp.collector.learning.classify import grid_result
 from uldp.collector.learning.estimators import (
     LDPHistogramClassifier,
     LDPHistogramRegressor,
 )
-from uldp.collector.learning.service import grid_result
 from uldp.collector.planner import QuerySpec
 from uldp.collector.service.client import QueryRequest
 

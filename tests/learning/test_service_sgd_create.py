@@ -10,7 +10,8 @@ import grpc
 import pytest
 
 from uldp.collector.cli import main
-from uldp.collector.learning.service import LearningProgram
+from uldp.collector.planner import QuerySpec
+from uldp.collector.programs import program_for
 from uldp.collector.service.client import QueryRequest
 
 
@@ -30,7 +31,7 @@ def test_cli_creates_sgd_query(start_collector, pki, capsys) -> None:
     assert cfg["t0"] == 2 and cfg["seed"] == 5 and cfg["query_id"] == "sgd-cli"
     assert cfg["epsilon"] == 16.0 and cfg["clip"] == 1.0 and spec["extra"]["model"] == "quadratic"
     quotas = [p["quota"] for p in q["phases"]]
-    assert quotas == LearningProgram.from_spec(spec).quotas() and sum(quotas) == 300
+    assert quotas == program_for(QuerySpec.from_dict(spec)).quotas() and sum(quotas) == 300
     # the same command again is an idempotent create
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["query_id"] == "sgd-cli"

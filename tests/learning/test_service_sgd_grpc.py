@@ -20,8 +20,7 @@ import numpy as np
 
 from uldp.collector.fleet import run_fleet
 from uldp.collector.learning.estimators import LDPSGDRegressor
-from uldp.collector.learning.service import sgd_query
-from uldp.collector.learning.sgd import SGDConfig
+from uldp.collector.learning.sgd import SGDConfig, sgd_query
 from uldp.collector.service.client import QueryRequest
 
 N, M, D = 900, 40, 2

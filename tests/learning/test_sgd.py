@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from uldp.client.randomness import RandomSource
+from uldp.collector.learning.fit import run_sgd
 from uldp.collector.learning.runner import ArrayUsers
 from uldp.collector.learning.sgd import (
     SGDConfig,
     choose_steps,
     partition,
     project,
-    run_sgd,
     step_spec,
     theorem8_bound,
 )

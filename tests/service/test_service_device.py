@@ -106,13 +106,13 @@ def test_refuses_hostile_tasks(hostile, tmp_path):
     dev = make_device(ep, tmp_path / "d", budget=1.0)
     t = base_task()
     over_budget = dataclasses.replace(base_task(eps=2.0))  # spends 2 > device budget 1
-    stage2 = dataclasses.replace(t, stage=2, khat=(10_000,))  # k̂ outside the bin range
+    stage2 = dataclasses.replace(t, stage=2, bins=(), intervals=((1.0, -1.0),))  # empty
     greedy = dataclasses.replace(t, eps_c=5.0)  # share above the query's ε
     bad_kind = t.to_dict() | {"kind": "exfiltrate"}
     import json
     cases = {
         "budget": wire(over_budget),
-        "outside [0,": wire(stage2),
+        "finite lo < hi": wire(stage2),
         "above the query budget": wire(greedy),
         "unknown task kind": raw(json.dumps(bad_kind)),
         "digest does not match": wire(t, task_digest="0" * 64),
@@ -131,7 +131,7 @@ def test_refuses_hostile_tasks(hostile, tmp_path):
     # a valid task is run once; a *second* (different) task for the same query is refused
     svc.tasks = [wire(t)]
     assert dev.poll().submitted == ["h1"]
-    second = dataclasses.replace(t, stage=2, khat=(1,))
+    second = dataclasses.replace(t, stage=2, bins=(), intervals=((-1.0, 1.0),))
     svc.tasks = [wire(second)]
     r = dev.poll()
     assert "at most once per query" in r.refused[0][1]

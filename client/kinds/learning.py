@@ -1,4 +1,5 @@
-"""Device side of the learning queries: per-sample gradients, grid/Hadamard features.
+"""Learning kinds, device half: per-sample gradients (sgd), grid/Hadamard features
+(classify, regress). See ``docs/algorithms.md`` ("Learning").
 
 Spec: ``user_level_ldp.md`` §8 (Algorithm 3, SGD: per-sample gradients at the broadcast
 θ_t, clipped to norm D, Kashin coefficients per sample, [D8], [D14]), §9 (Algorithm 4,
@@ -6,7 +7,7 @@ classification: ``K_H`` components ``Y·H_{k,bin(X)}``, [D15], [D16]), §10 (Alg
 regression: ``2K_H`` components, ``Q`` with bound ``T_y`` and ``P`` with bound 1, [D18]),
 §1.3 INV-6 (all clamps mandatory on the device), [D5] (``N_Δ = K_H·n`` for §9/§10).
 
-Three kinds are registered in :data:`uldp.client.statistics.KINDS`; all have
+Three kinds are registered in :data:`uldp.client.kinds.KINDS`; all have
 ``uses_labels=True``, so ``compute_report(task, samples, labels)`` receives the labels as
 the last column of every sample (label-free gradient models such as the quadratic test
 loss ignore it; pass zeros).
@@ -29,7 +30,7 @@ loss ignore it; pass zeros).
 
 Every public value in ``extra`` is validated when the device validates the task
 (``validate_task`` calls ``n_components``), so a malformed task is refused with
-:class:`~uldp.client.tasks.TaskRefused` naming the field. The noise scales are the core
+:class:`~uldp.client.taskspec.TaskRefused` naming the field. The noise scales are the core
 Algorithm-1 ones, computed on the device from ``eps_c`` and the public bounds (INV-7).
 """
 
@@ -37,26 +38,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from uldp.client.hadamard import fwht, next_pow2
-from uldp.client.params import Alg1Params
-from uldp.client.statistics import Kind, kashin_frame, register_kind
-from uldp.client.tasks import TaskRefused, TaskSpec
+from uldp.client.hadamard import fwht, hadamard_matrix, next_pow2
+from uldp.client.kashin import kashin_coefficients
+from uldp.client.kinds.base import Kind, finite_number, kashin_frame, register_kind
+from uldp.client.kinds.means import check_frame, kashin_transform
+from uldp.client.taskspec import TaskRefused, TaskSpec
 
 __all__ = [
+    "DENSE_LIMIT",
     "GRADIENTS",
     "MAX_GRID_CELLS",
     "GradientFn",
+    "classify_transform",
     "clip_rows",
     "grid_bins",
     "grid_spec",
     "label_signs",
     "per_sample_gradients",
     "register_gradient",
+    "regress_transform",
 ]
 
 #: ``fn(theta (p,), X (S, p), y (S,), extra) -> (S, p)`` per-sample gradients.
@@ -146,16 +150,6 @@ def _final_clip(G: np.ndarray, D: float) -> np.ndarray:
 
 
 # ---- public-parameter validation (runs inside validate_task via n_components) ----------
-def _finite(name: str, v: Any, positive: bool = False, nonneg: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise TaskRefused(f"{name} must be a number, got {v!r}")
-    f = float(v)
-    if not math.isfinite(f) or (positive and f <= 0) or (nonneg and f < 0):
-        kind = "positive " if positive else "non-negative " if nonneg else ""
-        raise TaskRefused(f"{name} must be a finite {kind}number, got {v!r}")
-    return f
-
-
 def _theta(task: TaskSpec) -> np.ndarray:
     raw = task.extra.get("theta")
     if raw is None:
@@ -178,14 +172,15 @@ def _check_sgd(task: TaskSpec) -> None:
         raise TaskRefused(f"extra['model'] must be one of {sorted(GRADIENTS)}, got {model!r}")
     if task.bound is None:
         raise TaskRefused("an sgd task needs bound (the gradient clip norm D)")
-    _finite("bound (gradient clip norm)", task.bound, positive=True)
+    finite_number("bound (gradient clip norm)", task.bound, positive=True)
     if "l2" in task.extra:
-        _finite("extra['l2']", task.extra["l2"], nonneg=True)
+        finite_number("extra['l2']", task.extra["l2"], nonneg=True)
     _theta(task)
 
 
 def _sgd_components(task: TaskSpec) -> int:
     _check_sgd(task)
+    check_frame(task)
     return kashin_frame(task).N
 
 
@@ -206,8 +201,6 @@ def per_sample_gradients(task: TaskSpec, x: np.ndarray) -> np.ndarray:
 
 
 def _sgd_map(task: TaskSpec, x: np.ndarray) -> np.ndarray:
-    from uldp.client.kashin import kashin_coefficients
-
     frame = kashin_frame(task)
     a = kashin_coefficients(frame, per_sample_gradients(task, x), delta=task.kashin_delta)
     Dp = _sgd_bound(task)
@@ -218,21 +211,13 @@ def _sgd_bound(task: TaskSpec) -> float:
     return task.kashin_level * float(task.bound) / math.sqrt(kashin_frame(task).N)
 
 
-@dataclass(frozen=True)
-class _GridKind(Kind):
-    """A Hadamard-grid kind: Algorithm-1 parameters use ``N_Δ = K_H·n`` ([D5])."""
-
-    def params(self, task: TaskSpec) -> list[Alg1Params]:
-        K = grid_spec(task)[2]
-        return super().params(replace(task, n_delta=K * max(int(task.n_delta), 1)))
-
-
 register_kind(Kind(
     name="sgd", vector=True,
     n_components=_sgd_components,
     sample_map=_sgd_map,
     bounds=lambda t: np.full(_sgd_components(t), _sgd_bound(t)),
     uses_labels=True,
+    transform=kashin_transform,  # g_t = Uᵀ θ̂ (§8.3 step 2d)
 ))
 
 
@@ -271,7 +256,7 @@ def grid_bins(X: np.ndarray, M: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarr
 def _label_bound(task: TaskSpec) -> float:
     if "label_bound" not in task.extra:
         raise TaskRefused("a regress task needs extra['label_bound'] (T_y)")
-    return _finite("extra['label_bound']", task.extra["label_bound"], positive=True)
+    return finite_number("extra['label_bound']", task.extra["label_bound"], positive=True)
 
 
 def _hadamard_features(task: TaskSpec, X: np.ndarray, valid: np.ndarray,
@@ -312,15 +297,17 @@ def _regress_components(task: TaskSpec) -> int:
     return 2 * grid_spec(task)[2]
 
 
-register_kind(_GridKind(
+register_kind(Kind(
     name="classify", vector=True,
     n_components=lambda t: grid_spec(t)[2],
     sample_map=lambda t, x: _classify_stats(t, x[:, None, :], _all_valid(x[:, None, :])),
     user_stats=_classify_stats,
     bounds=lambda t: np.ones(grid_spec(t)[2]),
     uses_labels=True,
+    transform=lambda t, C: classify_transform(C),
+    delta_users=lambda t: grid_spec(t)[2],  # N_Δ = K_H·n ([D5])
 ))
-register_kind(_GridKind(
+register_kind(Kind(
     name="regress", vector=True,
     n_components=_regress_components,
     sample_map=lambda t, x: _regress_stats(t, x[:, None, :], _all_valid(x[:, None, :])),
@@ -328,4 +315,32 @@ register_kind(_GridKind(
     bounds=lambda t: np.concatenate([np.full(grid_spec(t)[2], _label_bound(t)),
                                      np.ones(grid_spec(t)[2])]),
     uses_labels=True,
+    transform=lambda t, C: regress_transform(C),
+    delta_users=lambda t: grid_spec(t)[2],  # N_Δ = K_H·n ([D5])
 ))
+
+
+# ---- output transforms (§8.3 step 2d, §9.3, §10.3; post-processing, INV-5) --------------
+#: Up to this many components the dense Hadamard transform is used (it also carries the
+#: standard errors of q̂, p̂); above it the output is Q̂, P̂ themselves and the collector
+#: computes q̂, p̂ with the fast WHT.
+DENSE_LIMIT = 2048
+
+
+def classify_transform(C: int) -> np.ndarray | None:
+    """``H / K_H`` (``C = K_H``), or None above :data:`DENSE_LIMIT`."""
+    if C > DENSE_LIMIT:
+        return None
+    return hadamard_matrix(C).astype(np.float64) / C
+
+
+def regress_transform(C: int) -> np.ndarray | None:
+    """Block diagonal ``diag(H/K_H, H/K_H)`` (``C = 2K_H``), or None above the limit."""
+    if C > DENSE_LIMIT:
+        return None
+    K = C // 2
+    H = hadamard_matrix(K).astype(np.float64) / K
+    T = np.zeros((C, C))
+    T[:K, :K] = H
+    T[K:, K:] = H
+    return T

@@ -1,6 +1,8 @@
-"""Collector half of Algorithm 1 (and of SSL / the baselines): mergeable accumulators.
+"""Mergeable accumulators of the two report mechanisms (stage-I bins, values).
 
-Spec: ``user_level_ldp.md`` §4.3 (collector steps 4–6 and 9), §4.5 (variance formula),
+See ``docs/algorithms.md``. The device half is ``uldp.client.mechanisms.two_stage``; the
+methods (``uldp.collector.methods``) build one accumulator per task. Spec:
+``user_level_ldp.md`` §4.3 (collector steps 4–6 and 9), §4.5 (variance formula),
 §5.3 (per-component arg max), §2.4/[D12] (dropouts: ``k̂ = 0`` fallback, estimate 0),
 [D4] (ties: smallest index). The device half is ``uldp.client.mechanisms.two_stage``.
 
@@ -13,13 +15,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from uldp.client.params import GRID_STEPS, Alg1Params
 
-__all__ = ["BinAccumulator", "ReportError", "ValueAccumulator"]
+__all__ = ["Accumulator", "BinAccumulator", "ReportError", "ValueAccumulator"]
+
+
+@runtime_checkable
+class Accumulator(Protocol):
+    """What a phase's reports are summed into (exactly mergeable across processes).
+
+    ``add(reports, slots)``: a batch of reports ``(k, width)`` and the enrolment slots of
+    the devices that sent them (used only by accumulators whose layout depends on the
+    device, ``needs_slots``)."""
+
+    count: int
+    needs_slots: bool
+
+    def add(self, reports: np.ndarray, slots: np.ndarray | None = None) -> None: ...
+
+    def merge(self, other: Any) -> None: ...
 
 
 class ReportError(ValueError):
@@ -48,6 +66,7 @@ class BinAccumulator:
     limit: int
     sums: np.ndarray = field(init=False)
     count: int = field(default=0, init=False)
+    needs_slots = False
 
     def __post_init__(self) -> None:
         self.sums = np.zeros(sum(p.bins for p in self.params), dtype=np.int64)
@@ -56,7 +75,7 @@ class BinAccumulator:
     def width(self) -> int:
         return int(self.sums.size)
 
-    def add(self, reports: np.ndarray) -> None:
+    def add(self, reports: np.ndarray, slots: np.ndarray | None = None) -> None:
         r = _check_reports(reports, self.width, self.limit)
         self.sums += r.sum(axis=0)
         self.count += r.shape[0]
@@ -98,13 +117,14 @@ class ValueAccumulator:
     sums: np.ndarray = field(init=False)
     sq: np.ndarray = field(init=False)  # Σ (z - G/2)(z - G/2)^T, float64
     count: int = field(default=0, init=False)
+    needs_slots = False
 
     def __post_init__(self) -> None:
         k = len(self.intervals)
         self.sums = np.zeros(k, dtype=np.int64)
         self.sq = np.zeros((k, k))
 
-    def add(self, reports: np.ndarray) -> None:
+    def add(self, reports: np.ndarray, slots: np.ndarray | None = None) -> None:
         r = _check_reports(reports, len(self.intervals), self.limit)
         self.sums += r.sum(axis=0)
         c = r - GRID_STEPS // 2

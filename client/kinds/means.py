@@ -1,0 +1,131 @@
+"""Mean kinds: 1-d mean, ℓ∞, ℓ2 (Kashin) and ℓ1 (Hadamard) means of vectors.
+
+See ``docs/algorithms.md`` ("Kinds"). Spec: ``user_level_ldp.md`` §4.1/§4.6 (1-d mean,
+bounded and heavy tails), §5.1 (ℓ∞ coordinates), §6.1 (ℓ2 via Kashin coefficients, per
+sample, [D8]), §6.2 (ℓ1 via Hadamard), §7 (multi-d heavy tails), [D21] (support).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from uldp.client.hadamard import fwht, hadamard_matrix, next_pow2
+from uldp.client.kashin import kashin_coefficients
+from uldp.client.kinds.base import (
+    HEAVY_GUARD,
+    Kind,
+    finite_number,
+    kashin_frame,
+    masked_mean,
+    radial,
+    register_kind,
+)
+from uldp.client.taskspec import TaskRefused, TaskSpec
+
+__all__ = ["check_frame", "hadamard_rows", "hadamard_transform", "kashin_transform"]
+
+
+# ---- 1-d mean and ℓ∞ mean ---------------------------------------------------------------
+def _clamp_support(task: TaskSpec, x: np.ndarray) -> np.ndarray:
+    """Clamp samples to the declared support ``[-D, D]`` ([D21]); heavy-tailed tasks (no
+    support) clamp to the numerical guard ±2^500 instead. A no-op copy-free pass when the
+    samples already lie inside (the common case for well-behaved apps)."""
+    if x.size == 0:
+        return x
+    b = HEAVY_GUARD if task.bound is None else task.bound
+    if x.min() >= -b and x.max() <= b:
+        return x
+    return np.clip(x, -b, b)
+
+
+register_kind(Kind(
+    name="mean", vector=False,
+    n_components=lambda t: 1,
+    sample_map=lambda t, x: _clamp_support(t, x).reshape(-1, 1),
+    user_stats=lambda t, X, v: masked_mean(_clamp_support(t, X), v).reshape(-1, 1),
+    heavy_tails=True,
+))
+register_kind(Kind(
+    name="mean-linf", vector=True,
+    n_components=lambda t: t.dim,
+    sample_map=lambda t, x: _clamp_support(t, x),
+    user_stats=lambda t, X, v: masked_mean(_clamp_support(t, X), v),
+    heavy_tails=True,
+))
+
+
+# ---- ℓ2 mean via Kashin coefficients (per sample, [D8]) ---------------------------------
+def check_frame(task: TaskSpec) -> None:
+    finite_number("kashin_level", task.kashin_level, positive=True)
+    if not 0 < task.kashin_delta <= 1:
+        raise TaskRefused(f"kashin_delta must be in (0, 1], got {task.kashin_delta!r}")
+    if task.frame_kind not in ("gaussian", "hadamard"):
+        raise TaskRefused(f"frame_kind must be gaussian or hadamard, got {task.frame_kind!r}")
+
+
+def _kashin_components(task: TaskSpec) -> int:
+    check_frame(task)
+    return kashin_frame(task).N
+
+
+def _kashin_bound(task: TaskSpec) -> float:
+    """``D' = K_LV·D/√N``: every Kashin coefficient of a sample of norm ``<= D``."""
+    return task.kashin_level * float(task.bound) / math.sqrt(_kashin_components(task))  # type: ignore[arg-type]
+
+
+def _kashin_map(task: TaskSpec, x: np.ndarray) -> np.ndarray:
+    frame = kashin_frame(task)
+    a = kashin_coefficients(frame, radial(x, task.bound, 2), delta=task.kashin_delta)
+    if task.bound is not None:  # mandatory clamp to [-D', D'] (INV-6)
+        Dp = _kashin_bound(task)
+        a = np.clip(a, -Dp, Dp)
+    return a
+
+
+def kashin_transform(task: TaskSpec, n_components: int) -> np.ndarray:
+    """``Uᵀ`` (d × N) of the task's public Kashin frame (§6.1)."""
+    frame = kashin_frame(task)
+    return frame.synthesis(np.eye(frame.N)).T
+
+
+register_kind(Kind(
+    name="mean-l2", vector=True,
+    n_components=_kashin_components,
+    sample_map=_kashin_map,
+    bounds=lambda t: np.full(_kashin_components(t), _kashin_bound(t)),
+    transform=kashin_transform,
+    heavy_tails=True,
+    # Case B of §7: the norm moment M becomes K^p M N^{-p/2} per Kashin coefficient
+    moment_scale=lambda t, p, M: t.kashin_level**p * M * _kashin_components(t) ** (-p / 2),
+))
+
+
+# ---- ℓ1 mean via Hadamard (§6.2) ------------------------------------------------------
+def _l1_dim(task: TaskSpec) -> int:
+    return next_pow2(task.dim)
+
+
+def hadamard_rows(v: np.ndarray, K: int) -> np.ndarray:
+    """Rows ``v`` (…, d) zero-padded to K and transformed: ``H v / √K``."""
+    pad = np.zeros(v.shape[:-1] + (K,))
+    pad[..., : v.shape[-1]] = v
+    return fwht(pad, axis=-1) / math.sqrt(K)
+
+
+def hadamard_transform(task: TaskSpec, n_components: int) -> np.ndarray:
+    """The first ``d`` rows of ``H / √K`` (§6.2, §6.3): back from Hadamard coefficients."""
+    K = next_pow2(task.dim)
+    return hadamard_matrix(K)[: task.dim].astype(np.float64) / math.sqrt(K)
+
+
+register_kind(Kind(
+    name="mean-l1", vector=True,
+    n_components=_l1_dim,
+    sample_map=lambda t, x: hadamard_rows(radial(x, t.bound, 1), _l1_dim(t)),
+    user_stats=lambda t, X, v: hadamard_rows(masked_mean(radial(X, t.bound, 1), v),
+                                             _l1_dim(t)),
+    bounds=lambda t: np.full(_l1_dim(t), float(t.bound) / math.sqrt(_l1_dim(t))),
+    transform=hadamard_transform,
+))

@@ -1,0 +1,23 @@
+"""The methods a device can run (device half), registered by name.
+
+* ``two-stage`` — Algorithm 1 (stage-I bins, stage-II values);
+* ``ssl`` — the user statistic with single-stage Laplace noise (§12);
+* ``baseline-a`` — item-level reports of ``m_ref`` samples at ε/m (§12);
+* ``baseline-b`` — one sample per user (§12).
+
+Each method's collector half has the same name in ``uldp.collector.methods``.
+"""
+
+from uldp.client.methods.base import Method
+from uldp.client.methods.baselines import BaselineA, BaselineB
+from uldp.client.methods.two_stage import TwoStage, UserValues
+
+__all__ = ["METHODS", "Method", "method_named"]
+
+METHODS: dict[str, Method] = {m.name: m for m in (TwoStage(), UserValues(), BaselineA(),
+                                                  BaselineB())}
+
+
+def method_named(name: str) -> Method:
+    """The method registered as ``name`` (``KeyError`` if none)."""
+    return METHODS[name]

@@ -1,0 +1,89 @@
+"""Algorithm 1 (two-stage mean), device half of the method: stage-I bins, stage-II values.
+
+See ``docs/algorithms.md`` ("Two-stage"). Spec: ``user_level_ldp.md`` §4.3 (client steps
+1–3 and 7–8), §5.3 ([D23]: all served components in one message). The mechanism and its
+privacy argument are in ``uldp.client.mechanisms.two_stage``; the collector half is
+``uldp.collector.methods.two_stage``.
+
+A stage-I task carries the bins ``(D_c, h_c, B_c)`` of each served component; the report
+is the concatenation of the components' ``B_c`` noisy bin indicators. A stage-II task
+carries the clamp interval ``[lo_c, hi_c]`` of each served component (the collector
+derives it from stage I); the report is one noisy grid value per component.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uldp.client.kinds.base import Kind
+from uldp.client.mechanisms.two_stage import stage1_reports, stage2_reports
+from uldp.client.methods.base import (
+    bin_params,
+    bins_limit,
+    check_bins,
+    check_intervals,
+    component_units,
+    intervals,
+    values_limit,
+)
+from uldp.client.randomness import RandomSource
+from uldp.client.taskspec import TaskSpec
+
+__all__ = ["TwoStage", "UserValues"]
+
+
+class UserValues:
+    """A single-stage value report of the user statistic (SSL, §12): every served
+    component's statistic clamped to its interval, one noisy grid value each."""
+
+    name = "ssl"
+    stages: tuple[int, ...] = (0,)
+
+    def check(self, task: TaskSpec, n_components: int) -> None:
+        check_intervals(task)
+
+    def report_length(self, task: TaskSpec) -> int:
+        return len(task.components)
+
+    def epsilon_units(self, task: TaskSpec) -> int:
+        return len(task.components) * component_units("eps_c", task.eps_c)
+
+    def report_limit(self, task: TaskSpec) -> int:
+        return values_limit(task.eps_c)
+
+    def statistics(self, task: TaskSpec, kind: Kind, X: np.ndarray, valid: np.ndarray,
+                   rng: RandomSource) -> np.ndarray:
+        return kind.statistics(task, X, valid)[:, list(task.components)]
+
+    def compute(self, task: TaskSpec, kind: Kind, X: np.ndarray, valid: np.ndarray,
+                rng: RandomSource, offsets: np.ndarray | None) -> np.ndarray:
+        Y = self.statistics(task, kind, X, valid, rng)
+        return stage2_reports(Y, intervals(task), task.eps_c, rng)
+
+
+class TwoStage(UserValues):
+    """Stage I (``stage = 1``): bins; stage II (``stage = 2``): values."""
+
+    name = "two-stage"
+    stages = (1, 2)
+
+    def check(self, task: TaskSpec, n_components: int) -> None:
+        if task.stage == 1:
+            check_bins(task)
+        else:
+            check_intervals(task)
+
+    def report_length(self, task: TaskSpec) -> int:
+        if task.stage == 1:
+            return sum(int(B) for _, _, B in task.bins)
+        return len(task.components)
+
+    def report_limit(self, task: TaskSpec) -> int:
+        return bins_limit(task.eps_c) if task.stage == 1 else values_limit(task.eps_c)
+
+    def compute(self, task: TaskSpec, kind: Kind, X: np.ndarray, valid: np.ndarray,
+                rng: RandomSource, offsets: np.ndarray | None) -> np.ndarray:
+        Y = self.statistics(task, kind, X, valid, rng)
+        if task.stage == 1:
+            return stage1_reports(Y, bin_params(task), task.eps_c, rng)
+        return stage2_reports(Y, intervals(task), task.eps_c, rng)

@@ -1,0 +1,114 @@
+"""The public task a device runs: schema ``uldp.task/2`` (see ``docs/device-protocol.md``).
+
+A task holds only public values: the kind (which statistic) and method (which report),
+the ε it may spend, the components it serves, and the public parameters of its mechanism
+— for a stage-I report the bins ``(D_c, h_c, B_c)`` of every served component, for a value
+report the clamp interval ``[lo_c, hi_c]`` of every served component — plus what the kind's
+statistic needs (support bound, dimension, Kashin frame, learning parameters). Nothing in
+a task is a noise scale: the device derives every scale from ``eps_c`` and the grid
+(DESIGN invariant 1).
+
+The collector computes the bins and intervals (Algorithm-1 parameters, the stage-II
+interval from stage I) and sends them explicitly. The privacy of a report does not depend
+on them — the sensitivity is 2 for bins and ``2^16`` grid units for values whatever they
+are — so a device need not recompute them, which keeps the device computation free of
+logarithms and powers (exact across languages, ``docs/device-protocol.md``).
+
+This module has no dependency on the rest of the SDK: kinds, methods and the device all
+import it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = ["SCHEMA", "TaskRefused", "TaskSpec"]
+
+#: The schema tag every task JSON carries (``"schema"``); a device refuses other versions.
+SCHEMA = "uldp.task/2"
+
+
+class TaskRefused(ValueError):
+    """The device will not run this task (inconsistent, unsupported or over-budget public
+    parameters, or a task that contradicts the dataset's declaration or the ledger)."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Public parameters of one report (see the module docstring and the protocol doc)."""
+
+    query_id: str
+    kind: str
+    method: str
+    stage: int  # 1: stage-I bins; 2: stage-II values; 0: single-stage values
+    epsilon: float  # the query's user-level budget: what this task may spend at most
+    eps_c: float  # budget of each served component (baseline A: see virtual_eps)
+    components: tuple[int, ...]  # served components, in report order
+    dim: int = 1  # d, or the alphabet size A for "distribution"
+    bound: float | None = None  # support D of the samples (None: heavy tails)
+    stat_bound: float | None = None  # heavy tails: user statistics clamped to [-D, D]
+    bins: tuple[tuple[float, float, int], ...] = ()  # stage I: (D_c, h_c, B_c) per component
+    intervals: tuple[tuple[float, float], ...] = ()  # values: (lo_c, hi_c) per component
+    frame_kind: str = "gaussian"  # ℓ2 / sgd: the public Kashin frame
+    frame_seed: int = 0
+    kashin_level: float = 4.0  # K_LV [D9]
+    kashin_delta: float = 0.5
+    m_ref: int = 1  # baseline A: report slots per device
+    virtual_groups: tuple[tuple[int, ...], ...] = ()  # baseline A
+    virtual_eps: tuple[float, ...] = ()  # baseline A: ε of one slot of each virtual group
+    virtual_offset: int = 0  # baseline A: virtual group of slot 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # learning kinds
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["schema"] = SCHEMA
+        d["components"] = list(self.components)
+        d["bins"] = [[float(D), float(h), int(B)] for D, h, B in self.bins]
+        d["intervals"] = [[float(lo), float(hi)] for lo, hi in self.intervals]
+        d["virtual_groups"] = [list(g) for g in self.virtual_groups]
+        d["virtual_eps"] = list(self.virtual_eps)
+        return d
+
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys, no spaces (the digest is over these bytes)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"),
+                          allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TaskSpec:
+        if not isinstance(d, dict):
+            raise TaskRefused("a task is a JSON object")
+        d = dict(d)
+        schema = d.pop("schema", None)
+        if schema != SCHEMA:
+            raise TaskRefused(f"task schema {schema!r} is not supported (this device "
+                              f"speaks {SCHEMA!r})")
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise TaskRefused(f"task has unknown fields: {sorted(unknown)}")
+        for key in ("components", "virtual_eps"):
+            if key in d:
+                d[key] = tuple(_list(d[key], key))
+        for key in ("bins", "intervals", "virtual_groups"):
+            if key in d:
+                d[key] = tuple(tuple(_list(row, key)) for row in _list(d[key], key))
+        try:
+            return cls(**d)
+        except TypeError as exc:
+            raise TaskRefused(f"malformed task: {exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskSpec:
+        try:
+            return cls.from_dict(json.loads(text))
+        except (json.JSONDecodeError, RecursionError, UnicodeDecodeError) as exc:
+            raise TaskRefused(f"task is not valid JSON: {exc}") from None
+
+
+def _list(v: Any, name: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise TaskRefused(f"{name} must be a list")
+    return v

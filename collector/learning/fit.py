@@ -1,0 +1,147 @@
+"""In-process fits of the learning queries over users' local datasets (Algorithms 3–5).
+
+See ``docs/algorithms.md`` ("Learning"). Spec: ``user_level_ldp.md`` §8.3 (SGD), §9.3
+(classification), §10.3 (regression, [D19], erratum 8). Each fit builds the query the
+collector would run, and runs its program (``uldp.collector.programs``) with the one
+simulation driver over a :class:`~uldp.collector.learning.runner.UserSource`: the
+production tasks, device function, accumulators and closing rules, in one process.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from uldp.client.hadamard import next_pow2
+from uldp.client.randomness import RandomSource
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.learning.classify import (
+    GridChoice,
+    GridModel,
+    choose_grid,
+    components_of,
+    feature_box,
+    grid_extra,
+    hadamard_inverse,
+)
+from uldp.collector.learning.runner import (
+    UserSource,
+    as_source,
+    run_source,
+    source_privatizer,
+)
+from uldp.collector.learning.sgd import SGDConfig, SGDResult, sgd_query
+from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.programs import MeanEstProgram
+from uldp.collector.programs.driver import run_program
+from uldp.collector.progress import Progress
+
+__all__ = ["run_classify", "run_grid_query", "run_regress", "run_sgd"]
+
+
+def _m_ref(source: UserSource, m_ref: int | None) -> int:
+    return int(m_ref or getattr(source, "samples", 0) or
+               np.median(getattr(source, "sizes", [1])))
+
+
+def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
+            rng: RandomSource, m_ref: int | None = None,
+            progress: bool | None = None) -> SGDResult:
+    """Algorithm 3 over the users of ``users`` (see :func:`runner.as_source`)."""
+    source = as_source(users, labels)
+    n, d = source.n_users, source.dim
+    if config.theta0 is not None and np.shape(config.theta0) != (d,):
+        raise ValueError(f"theta0 must have {d} entries, got shape {np.shape(config.theta0)}")
+    spec = sgd_query(config, n, _m_ref(source, m_ref), d, query_id=config.query_id)
+    bar = Progress(n, f"sgd {config.model}", progress)
+    res = run_source(spec, source, None, rng, bar)
+    cfg = SGDConfig(**res["config"])
+    return SGDResult(np.asarray(res["theta"]), res["trajectory"], int(res["t0"]),
+                     float(res["eta"]), cfg, n, spec.samples, d)
+
+
+def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndarray,
+                   hi: np.ndarray, M: int | None, beta: float, method: str, seed: int,
+                   rng: RandomSource, m_ref: int | None, extra: dict[str, Any],
+                   progress: bool | None, query_id: str
+                   ) -> tuple[GridChoice, Estimate, int, int]:
+    """Shared driver of Algorithms 4 and 5: choose the grid, run one MeanEst query."""
+    n, d = source.n_users, source.dim
+    m = _m_ref(source, m_ref)
+    choice = choose_grid(n, m, d, epsilon, beta=beta, task=kind, method=method)
+    if M is not None:
+        if not isinstance(M, (int, np.integer)) or M < 1:
+            raise ValueError(f"M (cells per axis) must be a positive integer, got {M!r}")
+        choice = GridChoice(1.0 / M, int(M), next_pow2(int(M) ** d), "given")
+    ex = grid_extra(choice.M, lo, hi)
+    ex.update(extra)
+    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m, dim=d, bound=1.0,
+                     method=method, seed=seed, query_id=query_id, extra=ex)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        regime = compile_query(spec).grouping.regime
+    for w in caught:
+        warnings.warn(str(w.message), stacklevel=3)
+    bar = Progress(n, f"{kind}", progress)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # already reported above
+        program = MeanEstProgram(spec)  # the estimate itself (θ̂), not the kind's model
+    result = run_program(program, source_privatizer(source, np.arange(n), rng, bar))
+    return GridChoice(choice.side, choice.M, choice.K, regime), Estimate.from_dict(result), n, m
+
+
+def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomSource,
+                 lo: Any = None, hi: Any = None, M: int | None = None, beta: float = 1.0,
+                 method: str = "two-stage", seed: int = 0, m_ref: int | None = None,
+                 progress: bool | None = None, query_id: str = "classify") -> GridModel:
+    """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1)."""
+    source = as_source(users, labels)
+    lo_a, hi_a = feature_box(source.dim, lo, hi)
+    choice, est, n, m = run_grid_query(
+        "classify", source, epsilon=epsilon, lo=lo_a, hi=hi_a, M=M, beta=beta,
+        method=method, seed=seed, rng=rng, m_ref=m_ref, extra={}, progress=progress,
+        query_id=query_id)
+    Q = components_of(est)
+    info = {"Q": Q.tolist(), "regime": choice.regime, "side": choice.side, "users": n,
+            "samples": m, "epsilon": epsilon, "method": method}
+    return GridModel("classify", choice.M, source.dim, lo_a, hi_a, hadamard_inverse(Q),
+                     info=info)
+
+
+def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: float,
+                rng: RandomSource, lo: Any = None, hi: Any = None, M: int | None = None,
+                beta: float = 1.0, density_floor: float = 0.5, fix_p1: bool = False,
+                method: str = "two-stage", seed: int = 0, m_ref: int | None = None,
+                progress: bool | None = None, query_id: str = "regress") -> GridModel:
+    """Algorithm 5 over ``users``; ``label_bound`` is ``T_y`` (labels clamped on device).
+
+    Components ``Q_k`` (bound ``T_y``) and ``P_k`` (bound 1); ``q̂ = H Q̂/K_H``,
+    ``p̂ = H P̂/K_H`` (erratum 8); predictor ``η̂(x) = clamp(q̂_k / max(p̂_k, τ), ±T_y)``
+    with ``τ = f_L/(2B)`` ([D19]). ``fix_p1`` sets ``P̂_1 = 1`` (known: Σ p_l = 1;
+    optional, privacy-neutral, §10.3).
+    """
+    if not isinstance(label_bound, (int, float)) or not math.isfinite(label_bound) \
+            or label_bound <= 0:
+        raise ValueError(f"label_bound must be a finite positive number, got {label_bound!r}")
+    if not math.isfinite(density_floor) or density_floor <= 0:
+        raise ValueError(f"density_floor must be positive, got {density_floor!r}")
+    source = as_source(users, labels)
+    lo_a, hi_a = feature_box(source.dim, lo, hi)
+    choice, est, n, m = run_grid_query(
+        "regress", source, epsilon=epsilon, lo=lo_a, hi=hi_a, M=M, beta=beta,
+        method=method, seed=seed, rng=rng, m_ref=m_ref,
+        extra={"label_bound": float(label_bound)}, progress=progress, query_id=query_id)
+    theta = components_of(est)
+    K = theta.size // 2
+    Q, P = theta[:K].copy(), theta[K:].copy()
+    if fix_p1:
+        P[0] = 1.0
+    tau = density_floor / (2 * choice.M ** source.dim)
+    info = {"Q": Q.tolist(), "P": P.tolist(), "regime": choice.regime, "side": choice.side,
+            "users": n, "samples": m, "epsilon": epsilon, "method": method,
+            "density_floor": density_floor}
+    return GridModel("regress", choice.M, source.dim, lo_a, hi_a, hadamard_inverse(Q),
+                     hadamard_inverse(P), float(label_bound), tau, info)

@@ -1,0 +1,17 @@
+"""The methods a query can use (collector half), registered by name.
+
+The device half of each is in ``uldp.client.methods`` under the same name:
+
+* ``two-stage`` (:class:`~uldp.collector.methods.two_stage.TwoStage`) — Algorithm 1;
+* ``ssl`` / ``baseline-b`` (:mod:`~uldp.collector.methods.two_stage`) — single stage;
+* ``baseline-a`` (:mod:`~uldp.collector.methods.baselines`) — item-level reports.
+"""
+
+from uldp.collector.methods.base import MethodPlan, Published
+from uldp.collector.methods.baselines import BaselineA
+from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage
+
+__all__ = ["METHOD_PLANS", "MethodPlan", "Published"]
+
+METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in (TwoStage(), SSL(), BaselineA(),
+                                                           BaselineB())}

@@ -1,0 +1,58 @@
+"""Methods, collector half: the phases of a MeanEst invocation and how they aggregate.
+
+See ``docs/algorithms.md`` ("Methods") and ``docs/architecture.md``. Each method here is the
+collector half of the device method of the same name in ``uldp.client.methods``: it says
+which stages run, builds the public task of every (group, stage) from the plan and from
+what the previous stage published, makes the accumulator of a task, decides what a closed
+stage publishes, turns the final accumulators into an :class:`Estimate`, and predicts the
+per-component variance (the explicit error formula).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.accumulators import Accumulator
+from uldp.collector.estimators.estimate import Estimate
+
+__all__ = ["MethodPlan", "Published"]
+
+#: What a closed stage published for the next one (JSON-able; e.g. per-group intervals).
+Published = dict[str, Any]
+
+
+class MethodPlan(Protocol):
+    """Collector half of a method (see the module docstring). ``plan`` is a
+    ``uldp.collector.planner.Plan``."""
+
+    name: str
+    stages: tuple[int, ...]
+
+    def n_groups(self, plan: Any) -> int:
+        """Groups of users the invocation splits its users into."""
+
+    def task(self, plan: Any, group: int, stage: int, previous: Published | None,
+             slot: int | None = None) -> TaskSpec:
+        """The public task of ``(group, stage)`` (``previous``: what the previous stage
+        published; ``slot``: the device's enrolment slot, for per-device parameters)."""
+
+    def accumulator(self, plan: Any, task: TaskSpec) -> Accumulator:
+        """An empty accumulator for the reports of ``task``."""
+
+    def publish(self, plan: Any, stage: int, accs: dict[int, Accumulator]) -> Published:
+        """What a closed non-final stage publishes (the next stage's tasks depend on it)."""
+
+    def finalize(self, plan: Any, accs: dict[int, Accumulator],
+                 previous: Published | None) -> Estimate:
+        """The estimate from the last stage's accumulators (one per group)."""
+
+    def component_variance(self, plan: Any, sample_var: np.ndarray) -> np.ndarray:
+        """Predicted variance of every component estimate given each component's
+        per-sample variance ``Var φ_c(X)``."""
+
+    def device_offsets(self, plan: Any, slots: np.ndarray) -> np.ndarray | None:
+        """Per-device task parameter of the given enrolment slots (baseline A's virtual
+        offsets), or None when every device of a group gets the same task."""

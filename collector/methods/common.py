@@ -1,0 +1,59 @@
+"""Shared pieces of the collector halves: the estimate from per-group value accumulators,
+and the variance of one grid-encoded report.
+
+See ``docs/algorithms.md`` ("Estimates"). Spec: ``user_level_ldp.md`` §4.5 (variance
+formula), §5.5 / §6.1 (per-component variances through the output transform), [D12].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from uldp.client.noise import discrete_laplace_variance, laplace_scale
+from uldp.client.params import GRID_STEPS
+from uldp.collector.estimators.accumulators import ValueAccumulator
+from uldp.collector.estimators.estimate import Estimate, combine
+from uldp.collector.estimators.transforms import project_simplex
+
+__all__ = ["estimate_from_blocks", "noise_variance", "value_blocks"]
+
+Block = tuple[Sequence[int], np.ndarray, np.ndarray]
+
+
+def noise_variance(width: float, eps_c: float) -> float:
+    """Variance of one grid-encoded report of an interval of ``width`` at budget ε_c: the
+    exact discrete Laplace variance plus the randomized-rounding bound ``1/4`` step²."""
+    t = laplace_scale(GRID_STEPS, eps_c).value
+    step = width / GRID_STEPS
+    return (discrete_laplace_variance(t) + 0.25) * step**2
+
+
+def value_blocks(plan: Any, accs: dict[int, Any]) -> tuple[list[Block], int]:
+    """``(components, means, covariance)`` of every group and the reports counted; a group
+    without reports gets 0 with the variance of a value known only to lie in its support."""
+    blocks: list[Block] = []
+    n = 0
+    for g in range(plan.n_groups):
+        comps = plan.grouping.groups[g].components
+        acc: ValueAccumulator | None = accs.get(g)
+        if acc is None:
+            D = np.array([plan.group_params(g)[c].bound for c in comps])
+            blocks.append((comps, np.zeros(len(comps)), np.diag(D**2)))
+            continue
+        blocks.append((comps, acc.means(), acc.covariance()))
+        n += acc.count
+    return blocks, n
+
+
+def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int) -> Estimate:
+    """Combine the blocks, map them through the kind's output transform, attach extras."""
+    T = plan.kind.transform(plan.template, plan.n_components)
+    est = combine(plan.n_components, blocks, T, plan.spec.confidence, {"reports": reports})
+    if plan.spec.kind == "distribution":
+        est.extra["projected"] = project_simplex(est.values)
+    est.extra["regime"] = plan.grouping.regime
+    est.extra["method"] = plan.spec.method
+    return est

@@ -1,0 +1,137 @@
+"""Algorithm 1 (two-stage mean), collector half, and SSL / baseline B (single stage).
+
+See ``docs/algorithms.md`` ("Two-stage"). Spec: ``user_level_ldp.md`` §4.3 (collector
+steps 4–6 and 9), §4.5 (variance), §5.3 (per-component arg max), §12 (SSL, baseline B),
+§2.4/[D12] (dropouts: ``k̂ = 0`` fallback), [D22]. The device half is
+``uldp.client.methods.two_stage``.
+
+Stage I: each group's stage-I users report noisy bins; closing the stage publishes, per
+group, ``k̂_c`` (arg max of the summed noisy bins, 0 when no report came) and the stage-II
+clamp interval of every component ``[L - Δ, R + Δ]``, ``L = -D + (k̂-2)h``,
+``R = -D + (k̂+1)h`` (full support ``[-D, D]`` for ``k̂ = 0``). Stage II: the group's other
+users report values on that interval; the estimate is their decoded mean.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from uldp.client.methods.base import bin_params, bins_limit, values_limit
+from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumulator
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.methods.base import Published
+from uldp.collector.methods.common import estimate_from_blocks, noise_variance, value_blocks
+
+__all__ = ["SSL", "BaselineB", "TwoStage", "paper_intervals"]
+
+
+def paper_intervals(plan: Any, group: int, khat: tuple[int, ...]) -> list[list[float]]:
+    """The stage-II interval of each served component from ``k̂`` (§4.3 step 5, [D22])."""
+    params = plan.group_params(group)
+    comps = plan.grouping.groups[group].components
+    return [list(params[c].clamp_interval(int(k))) for c, k in zip(comps, khat, strict=True)]
+
+
+class SSL:
+    """Single-stage Laplace on the user statistic: values on the support ``[-D_c, D_c]``."""
+
+    name = "ssl"
+    stages: tuple[int, ...] = (0,)
+    per_sample = False  # the variance of a report involves the user mean (σ²/m)
+
+    def n_groups(self, plan: Any) -> int:
+        return len(plan.grouping.groups)
+
+    def task(self, plan: Any, group: int, stage: int, previous: Published | None,
+             slot: int | None = None) -> TaskSpec:
+        params = plan.group_params(group)
+        comps = plan.grouping.groups[group].components
+        return plan.group_task(group, stage,
+                               intervals=tuple((-params[c].bound, params[c].bound)
+                                               for c in comps))
+
+    def accumulator(self, plan: Any, task: TaskSpec) -> ValueAccumulator:
+        return ValueAccumulator([tuple(iv) for iv in task.intervals], values_limit(task.eps_c))
+
+    def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
+        raise ValueError(f"method {self.name} has a single stage")
+
+    def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
+                 ) -> Estimate:
+        blocks, n = value_blocks(plan, accs)
+        return estimate_from_blocks(plan, blocks, n)
+
+    def component_variance(self, plan: Any, sample_var: np.ndarray) -> np.ndarray:
+        v = np.zeros(plan.n_components)
+        m = 1 if self.per_sample else plan.spec.samples
+        for g, grp in enumerate(plan.grouping.groups):
+            params = plan.group_params(g)
+            k = plan.stage_size(g, self.stages[-1])
+            for c in grp.components:
+                width = self._width(params[c])
+                v[c] = (sample_var[c] / m + noise_variance(width, grp.eps_c)) / max(k, 1)
+        return v
+
+    def _width(self, p: Any) -> float:
+        return 2 * p.bound
+
+    def device_offsets(self, plan: Any, slots: np.ndarray) -> np.ndarray | None:
+        return None
+
+
+class BaselineB(SSL):
+    """Baseline B: one sample per user, single-stage values on ``[-D_c, D_c]``."""
+
+    name = "baseline-b"
+    per_sample = True
+
+
+class TwoStage(SSL):
+    """Algorithm 1: stage I publishes ``k̂`` and the stage-II intervals (module docstring)."""
+
+    name = "two-stage"
+    stages = (1, 2)
+
+    def task(self, plan: Any, group: int, stage: int, previous: Published | None,
+             slot: int | None = None) -> TaskSpec:
+        if stage == 1:
+            params = plan.group_params(group)
+            comps = plan.grouping.groups[group].components
+            bins = tuple((params[c].bound, params[c].bin_width, params[c].bins)
+                         for c in comps)
+            return plan.group_task(group, 1, bins=bins)
+        if previous is None or str(group) not in previous.get("intervals", {}):
+            raise ValueError(f"stage II of group {group} needs the intervals stage I published")
+        ivs = tuple(tuple(iv) for iv in previous["intervals"][str(group)])
+        return plan.group_task(group, 2, intervals=ivs)
+
+    def accumulator(self, plan: Any, task: TaskSpec) -> Any:
+        if task.stage == 1:
+            return BinAccumulator(bin_params(task), bins_limit(task.eps_c))
+        return super().accumulator(plan, task)
+
+    def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
+        khat: dict[str, list[int]] = {}
+        ivs: dict[str, list[list[float]]] = {}
+        n = 0
+        for g in range(self.n_groups(plan)):
+            acc = accs.get(g)
+            comps = plan.grouping.groups[g].components
+            k = acc.khat() if acc is not None else tuple(0 for _ in comps)
+            n += acc.count if acc is not None else 0
+            khat[str(g)] = [int(x) for x in k]
+            ivs[str(g)] = paper_intervals(plan, g, k)
+        return {"khat": khat, "intervals": ivs, "reports": n}
+
+    def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
+                 ) -> Estimate:
+        est = super().finalize(plan, accs, previous)
+        if previous is not None:
+            est.extra["khat"] = previous.get("khat", {})
+        return est
+
+    def _width(self, p: Any) -> float:
+        return p.stage2_width

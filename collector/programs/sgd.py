@@ -1,0 +1,172 @@
+"""Algorithm 3 (private SGD) as a program: ``2·t0`` phases, one MeanEst step per pair.
+
+See ``docs/algorithms.md`` ("SGD"). Spec: ``user_level_ldp.md`` §8.3 (protocol), §8.4
+(privacy), [D13] (``t0`` fixed at creation), [D14]. The SGD configuration and its math are
+in ``uldp.collector.learning.sgd``.
+
+Slots are split into ``t0`` balanced groups from the public seed (one group per step,
+INV-3); phase ``2t+1`` is stage I and ``2t+2`` stage II of step ``t``, whose plan is
+``compile_query(step_spec(config, θ_t, ...))``. Closing phase ``2t+2`` finalizes the step
+(``g_t = Uᵀ θ̂``) and publishes ``θ_{t+1} = Π(θ_t − η g_t)``; the result is the final θ
+(or the tail average) with the trajectory. Every user reports once, inside one ε-LDP
+invocation; θ_t is post-processing of earlier groups (§8.4).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.accumulators import Accumulator
+from uldp.collector.learning.sgd import SGDConfig, partition, project, step_spec
+from uldp.collector.planner import Plan, QuerySpec, compile_query
+from uldp.collector.programs.base import PublishedPhases
+from uldp.collector.programs.meanest import jsonable
+
+__all__ = ["SGDProgram"]
+
+
+@dataclass
+class SGDProgram:
+    """Phase layout, tasks and closing rules of an SGD query (module docstring)."""
+
+    spec: QuerySpec
+    _plans: dict[Any, Plan] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.spec.kind != "sgd" or "sgd" not in self.spec.extra:
+            raise ValueError("an sgd program needs a query built by sgd_query (extra['sgd'])")
+
+    @cached_property
+    def config(self) -> SGDConfig:
+        return SGDConfig(**dict(self.spec.extra["sgd"]))
+
+    @property
+    def t0(self) -> int:
+        return int(self.config.t0)  # type: ignore[arg-type]
+
+    @property
+    def num_phases(self) -> int:
+        return 2 * self.t0
+
+    @cached_property
+    def _groups(self) -> list[np.ndarray]:
+        return partition(self.spec.users, self.t0, self.config.seed)
+
+    # ---- plans --------------------------------------------------------------------------
+    def theta_at(self, t: int, published: PublishedPhases) -> np.ndarray:
+        """θ_t: θ_0 from the config, θ_{t+1} published when phase 2t+2 closed."""
+        if t == 0:
+            th0 = self.config.theta0
+            return np.zeros(self.spec.dim) if th0 is None else np.asarray(th0, float)
+        pub = published.get(2 * t)
+        if pub is None or "theta" not in pub:
+            raise ValueError(f"theta_{t} is not published yet (phase {2 * t} is not closed)")
+        return np.asarray(pub["theta"], dtype=np.float64)
+
+    def _compiled(self, key: Any, theta: np.ndarray, t: int) -> Plan:
+        if key not in self._plans:
+            spec = replace(step_spec(self.config, theta, int(self._groups[t].size),
+                                     self.spec.samples, self.spec.dim, t),
+                           query_id=self.spec.query_id)  # devices check the query id
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # choose_steps warned about stage I
+                self._plans[key] = compile_query(spec)
+        return self._plans[key]
+
+    def plan_for(self, phase: int, published: PublishedPhases) -> Plan:
+        if not 1 <= phase <= self.num_phases:
+            raise ValueError(f"phase must be in [1, {self.num_phases}], got {phase}")
+        t = (phase - 1) // 2
+        theta = self.theta_at(t, published)
+        return self._compiled((t, tuple(float(v) for v in theta)), theta, t)
+
+    def _layout(self, t: int) -> Plan:
+        # the step's grouping does not depend on θ: compile with θ = 0 for the layout
+        return self._compiled(("layout", t), np.zeros(self.spec.dim), t)
+
+    # ---- placement --------------------------------------------------------------------
+    @cached_property
+    def _placements(self) -> np.ndarray:
+        out = np.zeros((self.spec.users, 3), dtype=np.int64)
+        for t, members in enumerate(self._groups):
+            g, s = self._layout(t).assign_all()
+            out[members, 0] = g
+            out[members, 1] = s
+            out[members, 2] = 2 * t + s
+        return out
+
+    def placements(self) -> np.ndarray:
+        return self._placements
+
+    def place(self, slot: int) -> tuple[int, int, int]:
+        if not 0 <= slot < self.spec.users:
+            raise ValueError(f"slot {slot} outside [0, {self.spec.users})")
+        g, s, p = self._placements[slot]
+        return int(g), int(s), int(p)
+
+    def quotas(self) -> list[int]:
+        counts = np.bincount(self._placements[:, 2], minlength=self.num_phases + 1)
+        return [int(c) for c in counts[1:]]
+
+    # ---- phases -------------------------------------------------------------------------
+    def task(self, phase: int, group: int, stage: int, published: PublishedPhases,
+             slot: int | None = None) -> TaskSpec:
+        plan = self.plan_for(phase, published)
+        return plan.method.task(plan, group, stage, published.get(phase - 1), slot)
+
+    def accumulator(self, phase: int, group: int, stage: int,
+                    published: PublishedPhases) -> Accumulator:
+        plan = self.plan_for(phase, published)
+        return plan.method.accumulator(plan, self.task(phase, group, stage, published))
+
+    def offsets(self, phase: int, slots: np.ndarray) -> np.ndarray | None:
+        plan = self._layout((phase - 1) // 2)
+        return plan.method.device_offsets(plan, slots)
+
+    def close(self, phase: int, accs: dict[int, Any],
+              published: PublishedPhases) -> dict[str, Any]:
+        """k̂ and intervals after a stage-I phase; θ_{t+1} after a step's stage II."""
+        plan = self.plan_for(phase, published)
+        if phase % 2 == 1:
+            return jsonable(plan.publish(1, accs))
+        est = plan.finalize(accs, published.get(phase - 1))
+        t = (phase - 1) // 2
+        theta = self.theta_at(t, published)
+        g = np.asarray(est.values, dtype=np.float64)
+        new = project(theta - self.config.step_size * g, self.config.radius)
+        return jsonable({"reports": int(est.counts.get("reports", 0)), "step": t,
+                         "theta": new.tolist(), "gradient": g.tolist(),
+                         "std_error": est.std_error.tolist(),
+                         "regime": plan.grouping.regime})
+
+    def result(self, published: PublishedPhases) -> dict[str, Any]:
+        """The result dict after the last phase (the estimators' ``from_result`` format)."""
+        traj, iterates = [], []
+        for t in range(self.t0):
+            pub = published[2 * t + 2]
+            traj.append({"step": t, "users": int(self._groups[t].size),
+                         "theta": self.theta_at(t, published).tolist(),
+                         "gradient": pub["gradient"], "std_error": pub["std_error"],
+                         "regime": pub["regime"]})
+            iterates.append(np.asarray(pub["theta"]))
+        theta = (np.mean(iterates[len(iterates) // 2:], axis=0) if self.config.average
+                 else iterates[-1])
+        cfg = dict(self.spec.extra["sgd"])
+        # Estimate-shaped fields for GetResult: values = θ̂; the standard error is η × that
+        # of the last step's gradient (the noise of the final update only — a lower bound
+        # on the uncertainty of θ̂, which also carries earlier steps)
+        se = self.config.step_size * np.asarray(traj[-1]["std_error"], dtype=np.float64)
+        z = 1.959963984540054
+        return {"values": theta.tolist(), "std_error": se.tolist(),
+                "ci_low": (theta - z * se).tolist(), "ci_high": (theta + z * se).tolist(),
+                "level": 0.95,
+                "kind": "sgd", "model": self.config.model, "theta": theta.tolist(),
+                "trajectory": traj, "t0": self.t0, "eta": self.config.step_size,
+                "users": self.spec.users, "samples": self.spec.samples,
+                "dim": self.spec.dim, "epsilon": self.spec.epsilon, "config": cfg}

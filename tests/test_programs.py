@@ -1,0 +1,135 @@
+"""The phase protocol (``uldp.collector.programs``): one driver runs every program, and a
+run resumes from the published JSON alone (spec §2.2, §8.3, §9.3; INV-4).
+
+SGD: 2·t0 phases with θ published between steps; a restart mid-run (the program rebuilt
+from its spec) and a resume from a partial store give identical results. Classification:
+the result feeds the scikit-style estimator. Mean kinds: every method's program places
+every slot once and publishes JSON only.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from uldp.client.randomness import RandomSource
+from uldp.client.tasks import compute_reports
+from uldp.collector.learning.estimators import LDPHistogramClassifier, LDPSGDRegressor
+from uldp.collector.learning.sgd import SGDConfig, sgd_query
+from uldp.collector.planner import QuerySpec
+from uldp.collector.programs import MeanEstProgram, SGDProgram, program_for
+from uldp.collector.programs.driver import run_program
+
+N, M, D = 1200, 40, 2
+MU = np.array([0.3, -0.2])
+
+
+def _quadratic(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(slots)  # each device's data are fixed by its slot
+    X = MU + rng.uniform(-0.3, 0.3, size=(slots.size, M, D))
+    return X, np.zeros((slots.size, M))
+
+
+def _privatize(data, seed):
+    def privatize(slots, task, offsets, acc):
+        key = hashlib.sha256(task.to_json().encode()).hexdigest()
+        X, y = data(slots)
+        acc.add(compute_reports(task, X, RandomSource.seeded(f"{seed}:{key}"), labels=y,
+                                offsets=offsets), slots)
+    return privatize
+
+
+def _spec() -> QuerySpec:
+    cfg = SGDConfig(model="quadratic", epsilon=32.0, clip=1.0, t0=4, seed=3)
+    return sgd_query(cfg, N, M, D, query_id="sgd-svc")
+
+
+def test_sgd_phase_layout() -> None:
+    prog = program_for(QuerySpec.from_dict(json.loads(json.dumps(_spec().to_dict()))))
+    assert isinstance(prog, SGDProgram)
+    assert prog.num_phases == 8 and prog.t0 == 4
+    places = [prog.place(s) for s in range(N)]
+    quotas = prog.quotas()
+    assert sum(quotas) == N and len(quotas) == 8
+    for _g, stage, phase in places:
+        assert stage == (2 if phase % 2 == 0 else 1)
+    per_step = np.bincount([(p - 1) // 2 for _, _, p in places])
+    assert per_step.max() - per_step.min() <= 1
+    task = prog.task(1, 0, 1, {})
+    assert task.query_id == "sgd-svc" and task.kind == "sgd" and task.extra["theta"] == [0, 0]
+    with pytest.raises(ValueError, match="theta_1 is not published"):
+        prog.plan_for(3, {})
+    with pytest.raises(ValueError, match="extra"):
+        SGDProgram(QuerySpec(kind="sgd", epsilon=1.0, users=10, samples=5,
+                             extra={"model": "quadratic", "theta": [0]}))
+
+
+def test_sgd_runs_and_restart_mid_run_is_identical() -> None:
+    spec = _spec()
+    store: dict = {}
+    res = run_program(program_for(spec), _privatize(_quadratic, 5),
+                      on_close=lambda p, j: store.__setitem__(p, j))
+    assert res["t0"] == 4 and len(res["trajectory"]) == 4
+    assert np.linalg.norm(np.asarray(res["theta"]) - MU) < 0.2
+    for t, step in enumerate(res["trajectory"]):  # θ_{t+1} = θ_t − η g_t, published
+        assert np.allclose(np.asarray(step["theta"]) - np.asarray(step["gradient"]),
+                           store[2 * t + 2]["theta"])
+    # a collector restart after phase 3 (mid-step 1): the program rebuilt from its spec JSON
+    text = json.dumps(spec.to_dict())
+    again = run_program(program_for(spec), _privatize(_quadratic, 5),
+                        rebuild=lambda: program_for(QuerySpec.from_dict(json.loads(text))),
+                        restart_after=3)
+    assert again == res
+    # a crash after phase 5: only phases 1..5 were persisted; resume from them
+    partial = {p: copy.deepcopy(j) for p, j in store.items() if p <= 5}
+    resumed = run_program(program_for(spec), _privatize(_quadratic, 5),
+                          published=json.loads(json.dumps(partial)))
+    assert resumed == res
+    fitted = LDPSGDRegressor.from_result({**res, "n_features": 2,
+                                          "estimator": {"fit_intercept": False}})
+    assert np.allclose(fitted.theta_, res["theta"])
+
+
+def test_classify_query_result_feeds_the_estimator() -> None:
+    spec = QuerySpec(kind="classify", epsilon=4.0, users=3000, samples=60, dim=1,
+                     extra={"grid": 4}, query_id="cls-svc", seed=2)
+
+    def data(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(slots)
+        X = rng.uniform(size=(slots.size, 60, 1))
+        eta = np.sin(2 * np.pi * X[..., 0]) / 2
+        return X, np.where(rng.uniform(size=eta.shape) < (1 + eta) / 2, 1.0, -1.0)
+    prog = program_for(spec)
+    assert prog.num_phases == 2 and sum(prog.quotas()) == 3000
+    res = run_program(prog, _privatize(data, 1))
+    assert res["kind"] == "classify" and res["grid"]["M"] == 4
+    est = LDPHistogramClassifier.from_result(res)
+    x = np.array([[0.1], [0.4], [0.6], [0.9]])
+    assert np.array_equal(est.predict(x), [1, 1, -1, -1])
+
+
+@pytest.mark.parametrize("method", ["two-stage", "ssl", "baseline-a", "baseline-b"])
+def test_mean_programs_place_every_slot_once_and_publish_json(method: str) -> None:
+    spec = QuerySpec(kind="mean-linf", epsilon=2.0, users=900, samples=6, dim=3,
+                     method=method, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = MeanEstProgram(spec)
+    place = prog.placements()
+    assert place.shape == (900, 3) and sum(prog.quotas()) == 900
+    assert set(np.unique(place[:, 2])) == set(range(1, prog.num_phases + 1))
+    seen: dict = {}
+
+    def data(slots):
+        return np.full((slots.size, 6, 3), 0.25), None
+    res = run_program(prog, _privatize(data, 2), on_close=seen.__setitem__)
+    assert json.loads(json.dumps(seen)) == {str(k): v for k, v in seen.items()}
+    assert res["counts"]["reports"] == 900 - (len(seen) - 1) * (900 // 2 if method ==
+                                                                 "two-stage" else 0)
+    err = np.abs(np.asarray(res["values"]) - 0.25)  # every user's mean is 0.25 exactly
+    assert np.all(err <= 4.5 * np.asarray(res["std_error"]) + 1e-9), (err, res["std_error"])
