@@ -47,7 +47,13 @@ from uldp.client.tasks import TaskSpec, report_length, report_limit
 from uldp.client.wire import MAX_ABS_REPORT_VALUE
 from uldp.collector.planner import Plan, QuerySpec, compile_query
 from uldp.collector.security.tokens import AdminAuth, TokenError, TokenKey
-from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, now_ms
+from uldp.collector.storage.db import (
+    Database,
+    PendingReport,
+    ReportOutcome,
+    judge_stored,
+    now_ms,
+)
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
 __all__ = ["CollectorCore", "CoreConfig", "ServiceError", "TaskInfo"]
@@ -119,6 +125,11 @@ def _learning() -> Any:
     import light; the learning package is only needed for kind ``sgd``)."""
     from uldp.collector.learning import service
     return service
+
+
+def _not_open(query_id: str, phase: int, state: str) -> str:
+    """The FAILED_PRECONDITION message of a report for a phase that is not open."""
+    return f"phase {phase} of query {query_id} is not open (state: {state})"
 
 
 def phase_of_stage(stage: int) -> int:
@@ -536,8 +547,14 @@ class CollectorCore:
                 self._remember(a)
 
     def validate_report(self, device_id: str, query_id: str, phase: int,
-                        values: Sequence[int], digest: str) -> PendingReport:
-        """Check a report against the device's assignment and task; ServiceError if bad."""
+                        values: Sequence[int], digest: str
+                        ) -> PendingReport | ReportOutcome:
+        """Check a report against the device's assignment and task.
+
+        Returns the report to commit, or the final answer (OK, ``duplicate``) when the
+        identical report is already stored and its phase is no longer open (a re-send
+        after a lost acknowledgement); raises :class:`ServiceError` for a refusal. The
+        order of the checks is the one documented in ``proto/uldp/v1/device.proto``."""
         st = self._static(query_id)
         if st is None:
             raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
@@ -555,10 +572,8 @@ class CollectorCore:
             ph = self._phase_rows(query_id, fresh=True).get(phase)
         if ph is None:
             raise ServiceError("FAILED_PRECONDITION", f"query {query_id} has no phase {phase}")
-        if ph["state"] != "open":
-            raise ServiceError("FAILED_PRECONDITION",
-                               f"phase {phase} of query {query_id} is not open "
-                               f"(state: {ph['state']})")
+        if not ph["opened_at_ms"]:  # never opened: no report of it can be stored
+            raise ServiceError("FAILED_PRECONDITION", _not_open(query_id, phase, ph["state"]))
         info = self.task_info(st, a, ph)
         if len(values) != info.length:
             raise ServiceError("INVALID_ARGUMENT",
@@ -575,8 +590,18 @@ class CollectorCore:
                                "report was computed for a different task (task_digest "
                                f"{digest[:16] or '<empty>'}… != {info.digest[:16]}…); "
                                "fetch the current task")
-        return PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
+        item = PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
                              struct.pack(f"<{len(vals)}q", *vals))
+        if ph["state"] == "open":
+            return item  # the writer judges a stored report under the phase-row lock
+        # closing, closed or cancelled: a stored report is answered before the phase
+        # refusal (a committed report never changes, so this read is authoritative)
+        out = judge_stored(item, self.db.stored_report(query_id, device_id))
+        if out is None:
+            raise ServiceError("FAILED_PRECONDITION", _not_open(query_id, phase, ph["state"]))
+        if out.code != "OK":
+            raise ServiceError(out.code, out.message)
+        return out
 
     def store(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         try:

@@ -61,6 +61,12 @@ def _code(name: str) -> int:
     return int(getattr(grpc.StatusCode, name).value[0])
 
 
+def _result(out: ReportOutcome) -> dpb.ReportResult:
+    """A batch item's result from its outcome."""
+    return dpb.ReportResult(code=_code(out.code), message=out.message,
+                            duplicate=out.duplicate)
+
+
 class DeviceLogic:
     """The device service's steps without gRPC plumbing, shared by the thread-pool and
     the asyncio servers (so both run exactly the same checks)."""
@@ -87,7 +93,10 @@ class DeviceLogic:
             waiting=[dpb.WaitingAssignment(query_id=q, phase=p) for q, p in waiting],
             retry_after_ms=retry)
 
-    def check_one(self, token: str | None, request: dpb.SubmitReportRequest) -> PendingReport:
+    def check_one(self, token: str | None, request: dpb.SubmitReportRequest
+                  ) -> PendingReport | ReportOutcome:
+        """The report to commit, or the final answer of an identical re-send whose phase
+        is no longer open; ServiceError for a refusal."""
         device = self.core.device_from_token(token)
         r = request.report
         if r.device_token:
@@ -120,19 +129,23 @@ class DeviceLogic:
             if device is None:
                 continue
             try:
-                items.append(self.core.validate_report(device, r.query_id, r.phase,
-                                                       r.values, r.task_digest))
-                where.append(i)
+                got = self.core.validate_report(device, r.query_id, r.phase, r.values,
+                                                r.task_digest)
             except ServiceError as exc:
                 results[i] = dpb.ReportResult(code=_code(exc.code), message=exc.message)
+                continue
+            if isinstance(got, ReportOutcome):  # answered without a commit (duplicate)
+                results[i] = _result(got)
+            else:
+                items.append(got)
+                where.append(i)
         return results, items, where
 
     @staticmethod
     def answer_batch(results: list[dpb.ReportResult | None], where: list[int],
                      outcomes: list[ReportOutcome]) -> dpb.SubmitReportBatchResponse:
         for i, out in zip(where, outcomes, strict=True):
-            results[i] = dpb.ReportResult(code=_code(out.code), message=out.message,
-                                          duplicate=out.duplicate)
+            results[i] = _result(out)
         return dpb.SubmitReportBatchResponse(results=results)
 
 
@@ -155,6 +168,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                      ) -> dpb.SubmitReportResponse:
         def run() -> dpb.SubmitReportResponse:
             item = self.logic.check_one(bearer_from(context), request)
+            if isinstance(item, ReportOutcome):
+                return self.logic.answer_one(item)
             return self.logic.answer_one(self.core.store([item])[0])
         return _guard(context, run)
 
@@ -210,6 +225,8 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         # the hot path: inline (no per-call closure), validation on the loop (µs)
         try:
             item = self.logic.check_one(bearer_from(context), request)
+            if isinstance(item, ReportOutcome):  # a re-send after the phase closed
+                return self.logic.answer_one(item)
             return self.logic.answer_one((await self._store([item]))[0])
         except ServiceError as exc:
             await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)

@@ -249,3 +249,11 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     d = open_database(url)
     yield d
     d.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A collector database URL: once a SQLite file, once a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'collector.db'}"
+    return request.getfixturevalue("postgres").new_database()

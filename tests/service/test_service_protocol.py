@@ -1,0 +1,180 @@
+"""Wire-protocol corner cases a client written from the proto alone runs into (issue 9):
+real collectors on loopback with TLS, on a SQLite file and on PostgreSQL.
+
+* an identical re-send after the phase closed (the acknowledgement of the report that
+  closed it was lost) is OK with ``duplicate = true``, unary and batched, through the
+  collector's checks and through the storage guard; a different one is ALREADY_EXISTS;
+* the real SDK ``Device`` whose acknowledgement is lost ends with the report
+  acknowledged in its ledger.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from uldp.client.device import Device
+from uldp.client.randomness import RandomSource
+from uldp.client.tasks import TaskSpec, compute_report
+from uldp.client.transport import RetryPolicy
+from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
+from uldp.collector.service.client import QueryRequest
+from uldp.collector.storage.db import Database, PendingReport, open_database
+
+#: a one-phase query (method ssl): every device reports in phase 1, quota = USERS
+USERS = 3
+WAIT_S = 120.0  # ceiling on a wait on a loaded machine, never a condition of the test
+
+
+def _one_phase_query(c, qid: str = "q") -> None:
+    a = c.analyst()
+    a.create(QueryRequest(kind="mean", method="ssl", epsilon=2.0, dataset="x", users=USERS,
+                          samples=16, query_id=qid, phase_timeout_s=3600))
+    a.close()
+
+
+def _device(stub) -> tuple[str, device_pb2.Task]:
+    """Enroll a device over a raw stub and fetch its task; (token, task)."""
+    tok = stub.Enroll(device_pb2.EnrollRequest(label="t")).token
+    r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"]), metadata=bearer(tok))
+    assert len(r.tasks) == 1
+    return tok, r.tasks[0]
+
+
+def _report(task: device_pb2.Task, seed: int) -> device_pb2.Report:
+    spec = TaskSpec.from_json(task.task_json)
+    v = compute_report(spec, np.full(16, 0.25), rng=RandomSource.seeded(seed))
+    return device_pb2.Report(query_id=task.query_id, phase=task.phase, values=v.tolist(),
+                             task_digest=task.task_digest)
+
+
+def _send(stub, tok: str, rep: device_pb2.Report) -> device_pb2.SubmitReportResponse:
+    return stub.SubmitReport(device_pb2.SubmitReportRequest(report=rep), metadata=bearer(tok))
+
+
+def _wait_done(c, qid: str = "q") -> None:
+    a = c.analyst()
+    end = time.monotonic() + WAIT_S
+    while a.get(qid).state != 2 and time.monotonic() < end:
+        time.sleep(0.05)
+    q = a.get(qid)
+    a.close()
+    assert q.state == 2 and q.phases[0].state == 4, q  # DONE, phase CLOSED
+
+
+def test_identical_resend_after_close_is_a_duplicate(start_collector, db_url):
+    c = start_collector(db_url)
+    _one_phase_query(c)
+    ch = c.channel()
+    stub = device_pb2_grpc.DeviceServiceStub(ch)
+    devices = [_device(stub) for _ in range(USERS)]
+    reports = [_report(task, seed=i) for i, (_, task) in enumerate(devices)]
+    for (tok, _), rep in zip(devices, reports, strict=True):
+        r = _send(stub, tok, rep)
+        assert not r.duplicate
+    last_tok, last_rep = devices[-1][0], reports[-1]  # this report closed the phase
+    _wait_done(c)
+    db = c.server.db
+    before = db.snapshot()
+    stored_at = db.stored_report("q", c.server.core.device_from_token(last_tok))
+    assert stored_at is not None
+    # the acknowledgement was lost: the same Report message again
+    r = _send(stub, last_tok, last_rep)
+    assert r.duplicate and r.received_at_ms == stored_at.received_at_ms
+    # batched, from a gateway
+    item = device_pb2.Report()
+    item.CopyFrom(last_rep)
+    item.device_token = last_tok
+    b = stub.SubmitReportBatch(device_pb2.SubmitReportBatchRequest(reports=[item, item]))
+    assert [(x.code, x.duplicate) for x in b.results] == [(0, True), (0, True)]
+    # a different report of the same device is not a duplicate, closed phase or not
+    other = _report(devices[-1][1], seed=99)
+    assert list(other.values) != list(last_rep.values)
+    with pytest.raises(grpc.RpcError) as ei:
+        _send(stub, last_tok, other)
+    assert ei.value.code() == grpc.StatusCode.ALREADY_EXISTS, ei.value.details()
+    other.device_token = last_tok
+    b = stub.SubmitReportBatch(device_pb2.SubmitReportBatchRequest(reports=[other]))
+    assert b.results[0].code == grpc.StatusCode.ALREADY_EXISTS.value[0]
+    assert db.snapshot() == before  # nothing changed
+    ch.close()
+
+
+def test_storage_guard_judges_the_stored_report_before_the_phase(tmp_path, db_url):
+    """The writer's re-check under the phase-row lock (the core's cached phase state may
+    still say open): identical → OK duplicate, different → ALREADY_EXISTS, nothing
+    stored → FAILED_PRECONDITION; PostgreSQL's pipelined path falls back correctly."""
+    db: Database = open_database(db_url)
+    db.create_query(dict(query_id="q", kind="mean", dataset="x", epsilon=1.0, spec_json="{}",
+                         seed="1", state="running", current_phase=1, num_phases=1,
+                         target_users=3, phase_timeout_s=60.0, result_json=None), [2], 2**62)
+
+    def rep(dev: str, slot: int, payload: bytes) -> PendingReport:
+        return PendingReport("q", 1, dev, 0, 1, slot, payload)
+    first = [rep("a", 0, b"\x01" * 8), rep("b", 1, b"\x02" * 8)]
+    assert [o.code for o in db.store_reports(first)] == ["OK", "OK"]
+    assert db.begin_close("q", 1, "closer#1", 60_000)
+    assert db.finish_close("q", 1, "closer#1", {"reports": 2}, next_deadline_ms=None,
+                           result={"values": []})
+    before = db.snapshot()
+    out = db.store_reports([rep("a", 0, b"\x01" * 8), rep("b", 1, b"\x09" * 8),
+                            rep("c", 2, b"\x03" * 8), rep("a", 0, b"\x01" * 8)])
+    assert [(o.code, o.duplicate) for o in out] == [
+        ("OK", True), ("ALREADY_EXISTS", False), ("FAILED_PRECONDITION", False), ("OK", True)]
+    assert "not open (state: closed)" in out[2].message
+    assert out[0].received_at_ms == db.stored_report("q", "a").received_at_ms
+    assert db.snapshot() == before
+    db.dispose()
+
+
+class _LoseFirstAck(grpc.UnaryUnaryClientInterceptor):
+    """The first SubmitReport reaches the collector (and is stored), but its answer is
+    lost: the caller sees UNAVAILABLE only after ``wait()`` returns (the phase closed)."""
+
+    class Lost(grpc.RpcError, grpc.Call):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self) -> str:
+            return "connection lost before the acknowledgement arrived"
+
+    def __init__(self, wait) -> None:
+        self.wait = wait
+        self.lost = 0
+
+    def intercept_unary_unary(self, continuation, details, request):
+        call = continuation(details, request)
+        if details.method.endswith("/SubmitReport") and self.lost == 0:
+            call.result()  # the report was stored and acknowledged ...
+            self.lost += 1
+            self.wait()  # ... its report closed the phase ...
+            raise self.Lost()  # ... and the acknowledgement never arrived
+        return call
+
+
+def test_sdk_lost_ack_after_close_ends_acknowledged(start_collector, db_url, tmp_path):
+    c = start_collector(db_url)
+    _one_phase_query(c)
+    with c.channel() as ch:
+        stub = device_pb2_grpc.DeviceServiceStub(ch)
+        for i in range(USERS - 1):
+            tok, task = _device(stub)
+            _send(stub, tok, _report(task, seed=i))
+    lose = _LoseFirstAck(lambda: _wait_done(c))
+    ch = grpc.intercept_channel(c.channel(), lose)
+    dev = Device(c.endpoint, tmp_path / "dev", channel=ch, budget=4.0,
+                 retry=RetryPolicy(attempts=4, base_s=0.01, cap_s=0.05, timeout_s=30))
+    dev.add_dataset("x", np.linspace(-0.5, 0.5, 16))
+    r = dev.poll()
+    assert lose.lost == 1
+    assert r.submitted == ["q"] and not r.rejected and not r.pending, r
+    led = sqlite3.connect(tmp_path / "dev" / "ledger.sqlite")
+    state = led.execute("SELECT state FROM entries WHERE query_id = 'q'").fetchone()
+    led.close()
+    assert state == ("acked",)
+    assert c.server.db.table_counts()["uldp_reports"] == USERS
+    ch.close()
