@@ -5,17 +5,23 @@ real collectors on loopback with TLS, on a SQLite file and on PostgreSQL.
   closed it was lost) is OK with ``duplicate = true``, unary and batched, through the
   collector's checks and through the storage guard; a different one is ALREADY_EXISTS;
 * the real SDK ``Device`` whose acknowledgement is lost ends with the report
-  acknowledged in its ledger.
+  acknowledged in its ledger;
+* bytes that are not a valid request get INVALID_ARGUMENT naming only public names, and
+  the server logs one WARNING line per call (no ERROR traceback), in both server modes;
+* server reflection answers under ``grpc.reflection.v1`` as well as ``v1alpha``.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 
 import grpc
 import numpy as np
 import pytest
+from google.protobuf import descriptor_pb2
+from grpc_reflection.v1alpha import reflection_pb2 as v1alpha
 
 from uldp.client.device import Device
 from uldp.client.randomness import RandomSource
@@ -178,3 +184,91 @@ def test_sdk_lost_ack_after_close_ends_acknowledged(start_collector, db_url, tmp
     assert state == ("acked",)
     assert c.server.db.table_counts()["uldp_reports"] == USERS
     ch.close()
+
+
+GARBAGE = b"\xff\xff\xff\xff not a protobuf message"
+#: (method path, streaming shape) of every kind of method the collector serves
+METHODS = [
+    ("/uldp.v1.DeviceService/Enroll", "unary"),
+    ("/uldp.v1.DeviceService/SubmitReport", "unary"),
+    ("/uldp.v1.DeviceService/SubmitReportBatch", "unary"),
+    ("/uldp.v1.AnalystService/CreateQuery", "unary"),
+    ("/uldp.v1.AnalystService/WatchQuery", "server_stream"),
+    ("/grpc.health.v1.Health/Check", "unary"),
+    ("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "bidi"),
+    ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "bidi"),
+]
+
+
+def _raw_call(ch: grpc.Channel, path: str, shape: str) -> None:
+    """Send GARBAGE as the request body of ``path`` (no serializer: raw bytes)."""
+    if shape == "unary":
+        ch.unary_unary(path)(GARBAGE, timeout=30)
+    elif shape == "server_stream":
+        list(ch.unary_stream(path)(GARBAGE, timeout=30))
+    else:
+        list(ch.stream_stream(path)(iter([GARBAGE]), timeout=30))
+
+
+@pytest.mark.parametrize("mode", ["aio", "threads"])
+def test_undecodable_request_is_invalid_argument_with_one_warning(start_collector, mode,
+                                                                  caplog):
+    c = start_collector(server_mode=mode)
+    _one_phase_query(c)
+    before = c.server.db.snapshot()
+    with c.channel() as ch:
+        for path, shape in METHODS:
+            caplog.clear()
+            with caplog.at_level(logging.INFO), pytest.raises(grpc.RpcError) as ei:
+                _raw_call(ch, path, shape)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (path, ei.value)
+            details = ei.value.details()
+            assert details.startswith(f"the request to {path} is not a valid "), details
+            for leak in ("Traceback", "Error", "Exception", "class", "google", "pb2", ".py"):
+                assert leak not in details, (path, details)
+            mine = [r for r in caplog.records if "undecodable request" in r.getMessage()]
+            assert [r.levelno for r in mine] == [logging.WARNING], (path, caplog.text)
+            assert path in mine[0].getMessage() and "\n" not in mine[0].getMessage()
+            assert mine[0].exc_info is None
+            assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert c.server.db.snapshot() == before
+    # a well-formed call on the same server still works
+    with c.channel() as ch:
+        assert device_pb2_grpc.DeviceServiceStub(ch).Enroll(device_pb2.EnrollRequest()).token
+
+
+#: ServerReflectionRequest{list_services: ""} encoded by hand from the v1 proto (field 7,
+#: length-delimited): independent of the message classes the server uses
+LIST_SERVICES_V1 = bytes([7 << 3 | 2, 0])
+
+
+@pytest.mark.parametrize("mode", ["aio", "threads"])
+def test_reflection_serves_v1_and_v1alpha(start_collector, mode):
+    c = start_collector(server_mode=mode)
+    want = {"uldp.v1.DeviceService", "uldp.v1.AnalystService", "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"}
+    with c.channel() as ch:
+        for version in ("v1", "v1alpha"):
+            call = ch.stream_stream(f"/grpc.reflection.{version}.ServerReflection/"
+                                    "ServerReflectionInfo",
+                                    response_deserializer=v1alpha.ServerReflectionResponse
+                                    .FromString)
+            sym = v1alpha.ServerReflectionRequest(
+                file_containing_symbol="grpc.reflection.v1.ServerReflection")
+            dev = v1alpha.ServerReflectionRequest(
+                file_containing_symbol="uldp.v1.DeviceService")
+            got = list(call(iter([LIST_SERVICES_V1, sym.SerializeToString(),
+                                  dev.SerializeToString()]), timeout=30))
+            assert len(got) == 3
+            assert {s.name for s in got[0].list_services_response.service} == want
+            files = {}
+            for r in got[1:]:
+                assert not r.HasField("error_response"), r.error_response
+                for raw in r.file_descriptor_response.file_descriptor_proto:
+                    f = descriptor_pb2.FileDescriptorProto.FromString(raw)
+                    files[f.name] = f
+            v1 = files["grpc/reflection/v1/reflection.proto"]
+            assert v1.package == "grpc.reflection.v1"
+            assert [m.input_type for m in v1.service[0].method] == [
+                ".grpc.reflection.v1.ServerReflectionRequest"]
+            assert files["uldp/v1/device.proto"].service[0].name == "DeviceService"
