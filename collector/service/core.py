@@ -63,6 +63,11 @@ log = logging.getLogger("uldp.collector")
 _QUERY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SPEC_EXTRA = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
                "extra")  # extra: public values of the learning kinds (grid, label bound)
+#: CreateQuery params key (JSON bool): the query accepts reports marked simulated; stored
+#: with the query (not part of its statistical spec)
+_ALLOW_SIMULATED = "allow_simulated"
+SIMULATED_REFUSED = ("report is from a simulation (seeded noise); this query does not "
+                     "accept simulated reports")
 
 
 class ServiceError(Exception):
@@ -84,6 +89,9 @@ class CoreConfig:
     enrollment_secret: str | None = None
     max_users: int = 10_000_000
     commit_linger_ms: float = 2.0  # group commit: wait this long for more reports
+    #: accept reports marked ``simulated`` (seeded noise) for every query; otherwise only
+    #: queries created with ``"allow_simulated": true`` in their params accept them
+    allow_simulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,7 @@ class _QueryStatic:
     num_phases: int
     _slots: tuple[np.ndarray, np.ndarray] | None = None
     program: Any = None  # LearningProgram of a kind "sgd" query
+    allow_simulated: bool = False  # the query accepts reports marked simulated
 
     def slots(self) -> tuple[np.ndarray, np.ndarray]:
         """(group, stage) of every slot, computed once (``Plan.assign`` is O(n) per call)."""
@@ -224,7 +233,7 @@ class CollectorCore:
                 warnings.simplefilter("ignore")
                 plan = compile_query(spec)
         st = _QueryStatic(query_id, row["dataset"], row["kind"], plan, int(row["num_phases"]),
-                          program=program)
+                          program=program, allow_simulated=bool(row["allow_simulated"]))
         with self._lock:
             self._statics[query_id] = st
         return st
@@ -241,9 +250,13 @@ class CollectorCore:
             params = json.loads(params_json) if params_json else {}
         except json.JSONDecodeError as exc:
             raise ServiceError("INVALID_ARGUMENT", f"params_json is not JSON: {exc}") from None
-        if not isinstance(params, dict) or set(params) - set(_SPEC_EXTRA):
+        if not isinstance(params, dict) or set(params) - {*_SPEC_EXTRA, _ALLOW_SIMULATED}:
+            raise ServiceError("INVALID_ARGUMENT", "params_json must be an object with keys "
+                               f"among {(*_SPEC_EXTRA, _ALLOW_SIMULATED)}")
+        allow_simulated = params.pop(_ALLOW_SIMULATED, False)
+        if not isinstance(allow_simulated, bool):
             raise ServiceError("INVALID_ARGUMENT",
-                               f"params_json must be an object with keys among {_SPEC_EXTRA}")
+                               f"params_json {_ALLOW_SIMULATED!r} must be true or false")
         if users > self.config.max_users:
             raise ServiceError("INVALID_ARGUMENT", f"users must be <= {self.config.max_users}")
         if not (phase_timeout_s >= 0 and np.isfinite(phase_timeout_s)):
@@ -252,7 +265,8 @@ class CollectorCore:
         if kind == "sgd":
             return self._create_sgd(epsilon=epsilon, dataset=dataset, bound=bound,
                                     samples=samples, users=users, dim=dim, method=method,
-                                    params=params, phase_timeout_s=phase_timeout_s, qid=qid)
+                                    params=params, phase_timeout_s=phase_timeout_s, qid=qid,
+                                    allow_simulated=allow_simulated)
         heavy = params.get("moment_p") is not None
         fields: dict[str, Any] = dict(
             kind=kind, epsilon=float(epsilon), users=int(users), samples=int(samples),
@@ -278,14 +292,16 @@ class CollectorCore:
         row = dict(query_id=qid, kind=kind, dataset=dataset, epsilon=float(epsilon),
                    spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
                    state="running", current_phase=1, num_phases=len(plan.phases),
-                   target_users=int(users), phase_timeout_s=float(timeout), result_json=None)
+                   target_users=int(users), phase_timeout_s=float(timeout), result_json=None,
+                   allow_simulated=allow_simulated)
         stored, created = self.db.create_query(row, quotas, now_ms() + int(timeout * 1000))
         if not created:
             old = json.loads(stored["spec_json"])
             old.pop("seed", None)
             new = spec.to_dict()
             new.pop("seed", None)
-            if old != new or stored["dataset"] != dataset:
+            if (old != new or stored["dataset"] != dataset
+                    or bool(stored["allow_simulated"]) != allow_simulated):
                 raise ServiceError("ALREADY_EXISTS",
                                    f"query {qid} exists with different parameters")
         log.info("query %s (%s) %s", qid, kind, "created" if created else "exists")
@@ -293,7 +309,8 @@ class CollectorCore:
 
     def _create_sgd(self, *, epsilon: float, dataset: str, bound: float, samples: int,
                     users: int, dim: int, method: str, params: dict[str, Any],
-                    phase_timeout_s: float, qid: str) -> dict[str, Any]:
+                    phase_timeout_s: float, qid: str,
+                    allow_simulated: bool = False) -> dict[str, Any]:
         """CreateQuery for kind ``sgd``: the stored spec is ``sgd_query(config, ...)`` (t0
         fixed now, public); ``2·t0`` phases with the program's per-phase quotas.
 
@@ -347,7 +364,8 @@ class CollectorCore:
         row = dict(query_id=qid, kind="sgd", dataset=dataset, epsilon=spec.epsilon,
                    spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
                    state="running", current_phase=1, num_phases=program.num_phases,
-                   target_users=spec.users, phase_timeout_s=float(timeout), result_json=None)
+                   target_users=spec.users, phase_timeout_s=float(timeout), result_json=None,
+                   allow_simulated=allow_simulated)
         stored, created = self.db.create_query(row, quotas, now_ms() + int(timeout * 1000))
         if not created:
             old, new = json.loads(stored["spec_json"]), spec.to_dict()
@@ -355,7 +373,8 @@ class CollectorCore:
                 for sd in (old, new):
                     sd.pop("seed", None)
                     sd.get("extra", {}).get("sgd", {}).pop("seed", None)
-            if old != new or stored["dataset"] != dataset:
+            if (old != new or stored["dataset"] != dataset
+                    or bool(stored["allow_simulated"]) != allow_simulated):
                 raise ServiceError("ALREADY_EXISTS",
                                    f"query {qid} exists with different parameters")
         log.info("query %s (sgd, t0=%d) %s", qid, program.t0,
@@ -547,7 +566,7 @@ class CollectorCore:
                 self._remember(a)
 
     def validate_report(self, device_id: str, query_id: str, phase: int,
-                        values: Sequence[int], digest: str
+                        values: Sequence[int], digest: str, simulated: bool = False
                         ) -> PendingReport | ReportOutcome:
         """Check a report against the device's assignment and task.
 
@@ -558,6 +577,8 @@ class CollectorCore:
         st = self._static(query_id)
         if st is None:
             raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        if simulated and not (self.config.allow_simulated or st.allow_simulated):
+            raise ServiceError("FAILED_PRECONDITION", SIMULATED_REFUSED)
         a = self._assignment(query_id, device_id)
         if a is None:
             raise ServiceError("PERMISSION_DENIED",

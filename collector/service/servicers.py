@@ -103,7 +103,7 @@ class DeviceLogic:
             raise ServiceError("INVALID_ARGUMENT", "device_token is only used in "
                                "SubmitReportBatch; authenticate with call metadata")
         return self.core.validate_report(device, r.query_id, r.phase, r.values,
-                                         r.task_digest)
+                                         r.task_digest, r.simulated)
 
     @staticmethod
     def answer_one(out: ReportOutcome) -> dpb.SubmitReportResponse:
@@ -130,7 +130,7 @@ class DeviceLogic:
                 continue
             try:
                 got = self.core.validate_report(device, r.query_id, r.phase, r.values,
-                                                r.task_digest)
+                                                r.task_digest, r.simulated)
             except ServiceError as exc:
                 results[i] = dpb.ReportResult(code=_code(exc.code), message=exc.message)
                 continue
@@ -254,7 +254,8 @@ def query_message(row: dict[str, Any], phases: list[dict[str, Any]],
             published_json=p["published_json"]) for p in phases],
         assigned=assigned, target_users=row["target_users"],
         created_at_ms=row["created_at_ms"], finished_at_ms=row["finished_at_ms"],
-        spec_json=row["spec_json"], error=row["error"])
+        spec_json=row["spec_json"], error=row["error"],
+        allow_simulated=bool(row["allow_simulated"]))
 
 
 class AnalystServicer(analyst_pb2_grpc.AnalystServiceServicer):

@@ -272,3 +272,102 @@ def test_reflection_serves_v1_and_v1alpha(start_collector, mode):
             assert [m.input_type for m in v1.service[0].method] == [
                 ".grpc.reflection.v1.ServerReflectionRequest"]
             assert files["uldp/v1/device.proto"].service[0].name == "DeviceService"
+
+
+SIMULATED = ("report is from a simulation (seeded noise); this query does not accept "
+             "simulated reports")
+
+
+def _create(c, qid: str, **kw) -> object:
+    a = c.analyst()
+    try:
+        return a.create(QueryRequest(kind="mean", method="ssl", epsilon=2.0, dataset="x",
+                                     users=USERS, samples=16, query_id=qid,
+                                     phase_timeout_s=3600, **kw))
+    finally:
+        a.close()
+
+
+def _sim(rep: device_pb2.Report) -> device_pb2.Report:
+    out = device_pb2.Report()
+    out.CopyFrom(rep)
+    out.simulated = True
+    return out
+
+
+def test_simulated_reports_are_refused_unless_the_query_allows_them(start_collector,
+                                                                    db_url):
+    c = start_collector(db_url, allow_simulated=False)
+    assert not _create(c, "strict").allow_simulated
+    assert _create(c, "sim", allow_simulated=True).allow_simulated
+    assert c.analyst().get("sim").allow_simulated  # stored, shown in the status
+    db = c.server.db
+    with c.channel() as ch:
+        stub = device_pb2_grpc.DeviceServiceStub(ch)
+        tok = stub.Enroll(device_pb2.EnrollRequest()).token
+        r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"]), metadata=bearer(tok))
+        tasks = {t.query_id: t for t in r.tasks}
+        assert set(tasks) == {"strict", "sim"}
+        strict = _report(tasks["strict"], seed=1)
+        before = db.snapshot()
+        # unary and batched: refused, nothing stored
+        with pytest.raises(grpc.RpcError) as ei:
+            _send(stub, tok, _sim(strict))
+        assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert ei.value.details() == SIMULATED
+        item = _sim(strict)
+        item.device_token = tok
+        b = stub.SubmitReportBatch(device_pb2.SubmitReportBatchRequest(reports=[item]))
+        assert (b.results[0].code, b.results[0].message) == (
+            grpc.StatusCode.FAILED_PRECONDITION.value[0], SIMULATED)
+        assert db.snapshot() == before
+        # the order of checks: an unknown query is NOT_FOUND first; the simulated check
+        # comes before the assignment (a device never assigned to "strict")
+        tok2 = stub.Enroll(device_pb2.EnrollRequest()).token
+        for qid, code in (("nope", grpc.StatusCode.NOT_FOUND),
+                          ("strict", grpc.StatusCode.FAILED_PRECONDITION)):
+            rep = _sim(strict)
+            rep.query_id = qid
+            with pytest.raises(grpc.RpcError) as ei:
+                _send(stub, tok2, rep)
+            assert ei.value.code() == code, ei.value.details()
+        assert db.snapshot() == before
+        # the same report unmarked is accepted; a simulated one where the query allows it
+        assert not _send(stub, tok, strict).duplicate
+        assert not _send(stub, tok, _sim(_report(tasks["sim"], seed=2))).duplicate
+    assert db.table_counts()["uldp_reports"] == 2
+
+
+def test_allow_simulated_is_part_of_the_idempotent_create(start_collector):
+    c = start_collector(allow_simulated=False)
+    _create(c, "q", allow_simulated=True)
+    assert _create(c, "q", allow_simulated=True).allow_simulated  # same request again
+    with pytest.raises(grpc.RpcError) as ei:
+        _create(c, "q")
+    assert ei.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    with pytest.raises(grpc.RpcError) as ei:
+        _create(c, "q2", params={"allow_simulated": "yes"})
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'allow_simulated' must be true or false" in ei.value.details()
+
+
+def test_cli_allow_simulated_flags(start_collector, pki, capsys):
+    """``uldp collector serve --allow-simulated`` (the subprocess fixture passes it)
+    accepts a simulated report for a query that does not allow it itself;
+    ``uldp query create --allow-simulated`` stores the query option."""
+    from uldp.collector.service_cli import main
+
+    c = start_collector(subprocess_=True)
+    conn = ["--target", c.target, "--ca", str(pki.ca_cert), "--admin-token-file",
+            str(pki.directory / "admin.token"), "--json"]
+    assert main(["query", "create", "--kind", "mean", "--method", "ssl", "--epsilon", "2",
+                 "--dataset", "x", "--users", "3", "--samples", "16", "--id", "cliq",
+                 "--allow-simulated", *conn]) == 0
+    assert '"allow_simulated": true' in capsys.readouterr().out
+    _create(c, "strict")
+    with c.channel() as ch:
+        stub = device_pb2_grpc.DeviceServiceStub(ch)
+        tok = stub.Enroll(device_pb2.EnrollRequest()).token
+        r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"], query_id="strict"),
+                          metadata=bearer(tok))
+        assert not _send(stub, tok, _sim(_report(r.tasks[0], seed=3))).duplicate
