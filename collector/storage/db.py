@@ -541,7 +541,11 @@ class Database:
 
     def begin_close(self, query_id: str, phase: int, closer: str, lease_ms: int,
                     force: bool = False) -> bool:
-        """Atomically claim the aggregation of a due phase; True for exactly one caller."""
+        """Atomically claim the aggregation of a due phase, or take over one whose
+        closing lease expired; True for exactly one caller. The claim is a lease until
+        now + ``lease_ms`` that its holder renews (:meth:`renew_lease`) while it works;
+        :meth:`finish_close` only succeeds for the current holder, so a phase is closed
+        exactly once even when a slow holder loses it to another replica."""
         t = now_ms()
         p = S.phases.c
         due = or_(p.received >= p.quota, p.deadline_ms <= t) if not force else text("1=1")
@@ -552,6 +556,36 @@ class Database:
                     and_(p.state == "closing", p.lease_until_ms <= t))))
                 .values(state="closing", closer=closer, lease_until_ms=t + lease_ms))
             return r.rowcount == 1
+
+    def renew_lease(self, query_id: str, phase: int, closer: str, lease_ms: int) -> bool:
+        """Extend the closing lease ``closer`` holds to now + ``lease_ms``; False if it
+        no longer holds it (another replica took the phase over)."""
+        p = S.phases.c
+        with self.write() as conn:
+            r = conn.execute(update(S.phases).where(and_(
+                p.query_id == query_id, p.phase == phase, p.state == "closing",
+                p.closer == closer)).values(lease_until_ms=now_ms() + lease_ms))
+            return r.rowcount == 1
+
+    def expire_leases(self, owned: Any, keep: str) -> list[tuple[str, int]]:
+        """Expire at once the closing leases whose holder ``owned(closer)`` says is an
+        earlier incarnation of this replica (other than ``keep``, the current one): it
+        was killed mid-close and cannot still be working. Returns the phases freed."""
+        p = S.phases.c
+        with self.read() as conn:
+            held = conn.execute(select(p.query_id, p.phase, p.closer)
+                                .where(p.state == "closing")).all()
+        freed = []
+        for qid, ph, closer in held:
+            if closer == keep or not owned(closer):
+                continue
+            with self.write() as conn:
+                r = conn.execute(update(S.phases).where(and_(
+                    p.query_id == qid, p.phase == ph, p.state == "closing",
+                    p.closer == closer)).values(lease_until_ms=0))
+                if r.rowcount == 1:
+                    freed.append((str(qid), int(ph)))
+        return freed
 
     def report_blocks(self, query_id: str, phase: int, target_users: int,
                       window: int = 1 << 17) -> Iterator[tuple[int, int, int, bytes]]:
@@ -649,6 +683,26 @@ class Database:
                              .values(state="done", current_phase=0, finished_at_ms=t,
                                      result_json=json.dumps(result, sort_keys=True),
                                      version=q.version + 1))
+            return True
+
+    def fail_close(self, query_id: str, phase: int, closer: str, error: str) -> bool:
+        """Fail the query whose phase ``closer`` is closing, if it still holds the lease
+        (a replica that lost the phase to another must not fail it)."""
+        p, q = S.phases.c, S.queries.c
+        t = now_ms()
+        with self.write() as conn:
+            r = conn.execute(update(S.phases).where(and_(
+                p.query_id == query_id, p.phase == phase, p.state == "closing",
+                p.closer == closer)).values(state="cancelled", closed_at_ms=t))
+            if r.rowcount != 1:
+                return False
+            conn.execute(update(S.queries).where(and_(q.query_id == query_id,
+                                                      q.state == "running"))
+                         .values(state="failed", error=error[:2000], finished_at_ms=t,
+                                 version=q.version + 1))
+            conn.execute(update(S.phases).where(and_(
+                p.query_id == query_id, p.state.in_(("open", "pending", "closing"))))
+                .values(state="cancelled", closed_at_ms=t))
             return True
 
     def fail_query(self, query_id: str, error: str) -> None:

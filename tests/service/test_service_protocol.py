@@ -23,43 +23,19 @@ import pytest
 from google.protobuf import descriptor_pb2
 from grpc_reflection.v1alpha import reflection_pb2 as v1alpha
 
+from tests.service.wire import (
+    USERS,
+    enroll_with_task,
+    one_phase_query,
+    report_for,
+    send,
+)
 from uldp.client.device import Device
-from uldp.client.randomness import RandomSource
-from uldp.client.tasks import TaskSpec, compute_report
 from uldp.client.transport import RetryPolicy
 from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
-from uldp.collector.service.client import QueryRequest
 from uldp.collector.storage.db import Database, PendingReport, open_database
 
-#: a one-phase query (method ssl): every device reports in phase 1, quota = USERS
-USERS = 3
 WAIT_S = 120.0  # ceiling on a wait on a loaded machine, never a condition of the test
-
-
-def _one_phase_query(c, qid: str = "q") -> None:
-    a = c.analyst()
-    a.create(QueryRequest(kind="mean", method="ssl", epsilon=2.0, dataset="x", users=USERS,
-                          samples=16, query_id=qid, phase_timeout_s=3600))
-    a.close()
-
-
-def _device(stub) -> tuple[str, device_pb2.Task]:
-    """Enroll a device over a raw stub and fetch its task; (token, task)."""
-    tok = stub.Enroll(device_pb2.EnrollRequest(label="t")).token
-    r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"]), metadata=bearer(tok))
-    assert len(r.tasks) == 1
-    return tok, r.tasks[0]
-
-
-def _report(task: device_pb2.Task, seed: int) -> device_pb2.Report:
-    spec = TaskSpec.from_json(task.task_json)
-    v = compute_report(spec, np.full(16, 0.25), rng=RandomSource.seeded(seed))
-    return device_pb2.Report(query_id=task.query_id, phase=task.phase, values=v.tolist(),
-                             task_digest=task.task_digest)
-
-
-def _send(stub, tok: str, rep: device_pb2.Report) -> device_pb2.SubmitReportResponse:
-    return stub.SubmitReport(device_pb2.SubmitReportRequest(report=rep), metadata=bearer(tok))
 
 
 def _wait_done(c, qid: str = "q") -> None:
@@ -74,13 +50,13 @@ def _wait_done(c, qid: str = "q") -> None:
 
 def test_identical_resend_after_close_is_a_duplicate(start_collector, db_url):
     c = start_collector(db_url)
-    _one_phase_query(c)
+    one_phase_query(c)
     ch = c.channel()
     stub = device_pb2_grpc.DeviceServiceStub(ch)
-    devices = [_device(stub) for _ in range(USERS)]
-    reports = [_report(task, seed=i) for i, (_, task) in enumerate(devices)]
+    devices = [enroll_with_task(stub) for _ in range(USERS)]
+    reports = [report_for(task, seed=i) for i, (_, task) in enumerate(devices)]
     for (tok, _), rep in zip(devices, reports, strict=True):
-        r = _send(stub, tok, rep)
+        r = send(stub, tok, rep)
         assert not r.duplicate
     last_tok, last_rep = devices[-1][0], reports[-1]  # this report closed the phase
     _wait_done(c)
@@ -89,7 +65,7 @@ def test_identical_resend_after_close_is_a_duplicate(start_collector, db_url):
     stored_at = db.stored_report("q", c.server.core.device_from_token(last_tok))
     assert stored_at is not None
     # the acknowledgement was lost: the same Report message again
-    r = _send(stub, last_tok, last_rep)
+    r = send(stub, last_tok, last_rep)
     assert r.duplicate and r.received_at_ms == stored_at.received_at_ms
     # batched, from a gateway
     item = device_pb2.Report()
@@ -98,10 +74,10 @@ def test_identical_resend_after_close_is_a_duplicate(start_collector, db_url):
     b = stub.SubmitReportBatch(device_pb2.SubmitReportBatchRequest(reports=[item, item]))
     assert [(x.code, x.duplicate) for x in b.results] == [(0, True), (0, True)]
     # a different report of the same device is not a duplicate, closed phase or not
-    other = _report(devices[-1][1], seed=99)
+    other = report_for(devices[-1][1], seed=99)
     assert list(other.values) != list(last_rep.values)
     with pytest.raises(grpc.RpcError) as ei:
-        _send(stub, last_tok, other)
+        send(stub, last_tok, other)
     assert ei.value.code() == grpc.StatusCode.ALREADY_EXISTS, ei.value.details()
     other.device_token = last_tok
     b = stub.SubmitReportBatch(device_pb2.SubmitReportBatchRequest(reports=[other]))
@@ -164,12 +140,12 @@ class _LoseFirstAck(grpc.UnaryUnaryClientInterceptor):
 
 def test_sdk_lost_ack_after_close_ends_acknowledged(start_collector, db_url, tmp_path):
     c = start_collector(db_url)
-    _one_phase_query(c)
+    one_phase_query(c)
     with c.channel() as ch:
         stub = device_pb2_grpc.DeviceServiceStub(ch)
         for i in range(USERS - 1):
-            tok, task = _device(stub)
-            _send(stub, tok, _report(task, seed=i))
+            tok, task = enroll_with_task(stub)
+            send(stub, tok, report_for(task, seed=i))
     lose = _LoseFirstAck(lambda: _wait_done(c))
     ch = grpc.intercept_channel(c.channel(), lose)
     dev = Device(c.endpoint, tmp_path / "dev", channel=ch, budget=4.0,
@@ -214,7 +190,7 @@ def _raw_call(ch: grpc.Channel, path: str, shape: str) -> None:
 def test_undecodable_request_is_invalid_argument_with_one_warning(start_collector, mode,
                                                                   caplog):
     c = start_collector(server_mode=mode)
-    _one_phase_query(c)
+    one_phase_query(c)
     before = c.server.db.snapshot()
     with c.channel() as ch:
         for path, shape in METHODS:
@@ -278,16 +254,6 @@ SIMULATED = ("report is from a simulation (seeded noise); this query does not ac
              "simulated reports")
 
 
-def _create(c, qid: str, **kw) -> object:
-    a = c.analyst()
-    try:
-        return a.create(QueryRequest(kind="mean", method="ssl", epsilon=2.0, dataset="x",
-                                     users=USERS, samples=16, query_id=qid,
-                                     phase_timeout_s=3600, **kw))
-    finally:
-        a.close()
-
-
 def _sim(rep: device_pb2.Report) -> device_pb2.Report:
     out = device_pb2.Report()
     out.CopyFrom(rep)
@@ -298,8 +264,8 @@ def _sim(rep: device_pb2.Report) -> device_pb2.Report:
 def test_simulated_reports_are_refused_unless_the_query_allows_them(start_collector,
                                                                     db_url):
     c = start_collector(db_url, allow_simulated=False)
-    assert not _create(c, "strict").allow_simulated
-    assert _create(c, "sim", allow_simulated=True).allow_simulated
+    assert not one_phase_query(c, "strict").allow_simulated
+    assert one_phase_query(c, "sim", allow_simulated=True).allow_simulated
     assert c.analyst().get("sim").allow_simulated  # stored, shown in the status
     db = c.server.db
     with c.channel() as ch:
@@ -308,11 +274,11 @@ def test_simulated_reports_are_refused_unless_the_query_allows_them(start_collec
         r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"]), metadata=bearer(tok))
         tasks = {t.query_id: t for t in r.tasks}
         assert set(tasks) == {"strict", "sim"}
-        strict = _report(tasks["strict"], seed=1)
+        strict = report_for(tasks["strict"], seed=1)
         before = db.snapshot()
         # unary and batched: refused, nothing stored
         with pytest.raises(grpc.RpcError) as ei:
-            _send(stub, tok, _sim(strict))
+            send(stub, tok, _sim(strict))
         assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert ei.value.details() == SIMULATED
         item = _sim(strict)
@@ -329,24 +295,24 @@ def test_simulated_reports_are_refused_unless_the_query_allows_them(start_collec
             rep = _sim(strict)
             rep.query_id = qid
             with pytest.raises(grpc.RpcError) as ei:
-                _send(stub, tok2, rep)
+                send(stub, tok2, rep)
             assert ei.value.code() == code, ei.value.details()
         assert db.snapshot() == before
         # the same report unmarked is accepted; a simulated one where the query allows it
-        assert not _send(stub, tok, strict).duplicate
-        assert not _send(stub, tok, _sim(_report(tasks["sim"], seed=2))).duplicate
+        assert not send(stub, tok, strict).duplicate
+        assert not send(stub, tok, _sim(report_for(tasks["sim"], seed=2))).duplicate
     assert db.table_counts()["uldp_reports"] == 2
 
 
 def test_allow_simulated_is_part_of_the_idempotent_create(start_collector):
     c = start_collector(allow_simulated=False)
-    _create(c, "q", allow_simulated=True)
-    assert _create(c, "q", allow_simulated=True).allow_simulated  # same request again
+    one_phase_query(c, "q", allow_simulated=True)
+    assert one_phase_query(c, "q", allow_simulated=True).allow_simulated  # same request again
     with pytest.raises(grpc.RpcError) as ei:
-        _create(c, "q")
+        one_phase_query(c, "q")
     assert ei.value.code() == grpc.StatusCode.ALREADY_EXISTS
     with pytest.raises(grpc.RpcError) as ei:
-        _create(c, "q2", params={"allow_simulated": "yes"})
+        one_phase_query(c, "q2", params={"allow_simulated": "yes"})
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "'allow_simulated' must be true or false" in ei.value.details()
 
@@ -364,10 +330,10 @@ def test_cli_allow_simulated_flags(start_collector, pki, capsys):
                  "--dataset", "x", "--users", "3", "--samples", "16", "--id", "cliq",
                  "--allow-simulated", *conn]) == 0
     assert '"allow_simulated": true' in capsys.readouterr().out
-    _create(c, "strict")
+    one_phase_query(c, "strict")
     with c.channel() as ch:
         stub = device_pb2_grpc.DeviceServiceStub(ch)
         tok = stub.Enroll(device_pb2.EnrollRequest()).token
         r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"], query_id="strict"),
                           metadata=bearer(tok))
-        assert not _send(stub, tok, _sim(_report(r.tasks[0], seed=3))).duplicate
+        assert not send(stub, tok, _sim(report_for(r.tasks[0], seed=3))).duplicate
