@@ -1,15 +1,22 @@
-"""gRPC servicers of ``uldp.v1``: translate messages and map refusals to status codes."""
+"""gRPC servicers of ``uldp.v1``: translate messages and map refusals to status codes.
+
+Every exception leaving a servicer becomes a status with a message written for the
+caller (:func:`refusal`): refusals keep their code, a failing database is UNAVAILABLE,
+anything else INTERNAL (logged with its traceback on the collector). The status codes
+and the order of the checks are documented in ``proto/uldp/v1/*.proto``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
+from sqlalchemy.exc import SQLAlchemyError
 
 from uldp.client.wire import (
     AUTH_METADATA_KEY,
@@ -21,6 +28,7 @@ from uldp.client.wire import (
 from uldp.client.wire import device_pb2 as dpb
 from uldp.collector.service.core import CollectorCore, ServiceError
 from uldp.collector.storage.db import PendingReport, ReportOutcome
+from uldp.collector.storage.writer import WRITE_FAILED
 
 __all__ = [
     "AnalystServicer",
@@ -49,11 +57,51 @@ def bearer_from(context: grpc.ServicerContext) -> str | None:
     return None
 
 
+def _database_errors() -> tuple[type[BaseException], ...]:
+    """Exception types of a failing database (SQLAlchemy's and the drivers')."""
+    errors: list[type[BaseException]] = [SQLAlchemyError, sqlite3.Error]
+    try:
+        import psycopg
+        errors.append(psycopg.Error)
+    except ImportError:  # pragma: no cover - PostgreSQL support not installed
+        pass
+    return tuple(errors)
+
+
+_DB_ERRORS = _database_errors()
+DATABASE_UNAVAILABLE = "the collector's database is unavailable; retry later"
+INTERNAL_ERROR = "internal collector error (the collector logged it)"
+
+
+def refusal(exc: Exception) -> ServiceError:
+    """The status of an exception raised while serving a call. A :class:`ServiceError`
+    is itself; a database failure is UNAVAILABLE (nothing was acknowledged: retry); any
+    other exception is INTERNAL, logged here with its traceback. The wire never carries
+    a Python class name or a traceback."""
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, _DB_ERRORS):
+        log.warning("database error while serving a call: %s", exc)
+        return ServiceError("UNAVAILABLE", DATABASE_UNAVAILABLE)
+    log.error("unexpected error while serving a call", exc_info=exc)
+    return ServiceError("INTERNAL", INTERNAL_ERROR)
+
+
+def _abort(context: grpc.ServicerContext, exc: Exception) -> None:
+    err = refusal(exc)
+    context.abort(getattr(grpc.StatusCode, err.code), err.message)
+
+
+async def _abort_aio(context: Any, exc: Exception) -> None:
+    err = refusal(exc)
+    await context.abort(getattr(grpc.StatusCode, err.code), err.message)
+
+
 def _guard(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
     try:
         return fn()
-    except ServiceError as exc:
-        context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+    except Exception as exc:
+        _abort(context, exc)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -194,15 +242,15 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     async def _store(self, items: list[PendingReport]) -> list[ReportOutcome]:
         ticket = await self.core.writer.submit_reports_aio(items, asyncio.get_running_loop())
-        if ticket.error is not None:
-            raise ServiceError("UNAVAILABLE", f"database write failed: {ticket.error}")
+        if ticket.error is not None:  # the writer logged it
+            raise ServiceError("UNAVAILABLE", WRITE_FAILED)
         return ticket.outcomes
 
     async def _run(self, context: Any, fn: Callable[[], Any]) -> Any:
         try:
             return await fn()
-        except ServiceError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception as exc:
+            await _abort_aio(context, exc)
 
     async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -228,8 +276,8 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             if isinstance(item, ReportOutcome):  # a re-send after the phase closed
                 return self.logic.answer_one(item)
             return self.logic.answer_one((await self._store([item]))[0])
-        except ServiceError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception as exc:
+            await _abort_aio(context, exc)
             raise AssertionError("unreachable") from None  # pragma: no cover
 
     async def SubmitReportBatch(self, request: dpb.SubmitReportBatchRequest, context: Any
@@ -336,8 +384,8 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServiceServicer):
                 if q.state != common_pb2.QUERY_STATE_RUNNING:
                     return
                 time.sleep(self.watch_interval_s)
-        except ServiceError as exc:
-            context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception as exc:
+            _abort(context, exc)
 
 
 class AsyncAnalystServicer(AnalystServicer):
@@ -363,5 +411,5 @@ class AsyncAnalystServicer(AnalystServicer):
                 if q.state != common_pb2.QUERY_STATE_RUNNING:
                     return
                 await asyncio.sleep(self.watch_interval_s)
-        except ServiceError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception as exc:
+            await _abort_aio(context, exc)

@@ -33,6 +33,7 @@ from tests.service.wire import (
 from uldp.client.device import Device
 from uldp.client.transport import RetryPolicy
 from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
+from uldp.collector.service.servicers import DATABASE_UNAVAILABLE
 from uldp.collector.storage.db import Database, PendingReport, open_database
 
 WAIT_S = 120.0  # ceiling on a wait on a loaded machine, never a condition of the test
@@ -337,3 +338,30 @@ def test_cli_allow_simulated_flags(start_collector, pki, capsys):
         r = stub.GetTasks(device_pb2.GetTasksRequest(datasets=["x"], query_id="strict"),
                           metadata=bearer(tok))
         assert not send(stub, tok, _sim(report_for(r.tasks[0], seed=3))).duplicate
+
+
+@pytest.mark.postgres
+def test_database_outage_is_unavailable_without_internals(start_collector, postgres):
+    """A call that hits a database that refuses connections gets UNAVAILABLE with a
+    message for the caller (no driver or Python class names), and works again after."""
+    import psycopg
+
+    url = postgres.new_database()
+    name = url.rsplit("/", 1)[1]
+    c = start_collector(url)
+    one_phase_query(c)
+    a = c.analyst()
+    admin = f"host=127.0.0.1 port={postgres.port} user=uldp dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as pg:
+        pg.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        pg.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                   "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+        try:
+            with pytest.raises(grpc.RpcError) as ei:
+                a.get("q")
+            assert ei.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert ei.value.details() == DATABASE_UNAVAILABLE
+        finally:
+            pg.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    assert a.get("q").query_id == "q"
+    a.close()
