@@ -705,18 +705,6 @@ class Database:
                 .values(state="cancelled", closed_at_ms=t))
             return True
 
-    def fail_query(self, query_id: str, error: str) -> None:
-        with self.write() as conn:
-            q = S.queries.c
-            conn.execute(update(S.queries).where(and_(q.query_id == query_id,
-                                                      q.state == "running"))
-                         .values(state="failed", error=error[:2000], finished_at_ms=now_ms(),
-                                 version=q.version + 1))
-            conn.execute(update(S.phases).where(and_(
-                S.phases.c.query_id == query_id,
-                S.phases.c.state.in_(("open", "pending", "closing"))))
-                .values(state="cancelled", closed_at_ms=now_ms()))
-
     def published(self, query_id: str, phase: int) -> dict[str, Any]:
         with self.read() as conn:
             v = conn.execute(select(S.phases.c.published_json).where(and_(
