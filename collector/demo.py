@@ -57,7 +57,7 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
         [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
          "--db", db_url, "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
          "--tls-dir", str(tls_dir), "--log-level", os.environ.get("ULDP_LOG_LEVEL", "warning"),
-         *(extra or [])],
+         "--allow-simulated", *(extra or [])],
         stdout=log, stderr=subprocess.STDOUT)
     log.close()
     end = time.monotonic() + timeout_s

@@ -79,6 +79,7 @@ def _query_dict(q: Any) -> dict[str, Any]:
                    for p in q.phases],
         "created_at_ms": q.created_at_ms, "finished_at_ms": q.finished_at_ms,
         "spec": json.loads(q.spec_json) if q.spec_json else None, "error": q.error,
+        "allow_simulated": q.allow_simulated,
     }
 
 
@@ -137,7 +138,8 @@ def _cmd_serve(a: argparse.Namespace) -> int:
         max_message_bytes=a.max_message_bytes, workers=a.workers, name=a.name,
         mode=a.server_mode,
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
-                        commit_linger_ms=a.commit_linger_ms))
+                        commit_linger_ms=a.commit_linger_ms,
+                        allow_simulated=a.allow_simulated))
     children: list[subprocess.Popen[bytes]] = []
     if a.processes > 1:
         # N processes share one port (SO_REUSEPORT) and the database, like replicas
@@ -247,7 +249,7 @@ def _cmd_query_create(a: argparse.Namespace) -> int:
     req = QueryRequest(kind=a.kind, epsilon=a.epsilon, dataset=a.dataset, users=a.users,
                        samples=a.samples, dim=a.dim, bound=a.bound or 0.0, method=a.method,
                        params=params or None, phase_timeout_s=a.phase_timeout,
-                       query_id=a.id or "")
+                       query_id=a.id or "", allow_simulated=a.allow_simulated)
     c = _analyst(a)
     try:
         q = c.create(req)
@@ -435,6 +437,9 @@ def register(subparsers: Any) -> None:
                    help="group commit: when few reports are queued, wait this long (ms, "
                         "0-100) for more before committing (fewer, larger transactions)")
     s.add_argument("--name", help="replica name (logs, phase-closing lease)")
+    s.add_argument("--allow-simulated", action="store_true",
+                   help="accept reports marked simulated (seeded noise: fleets, demos, "
+                        "tests) for every query; never on a production collector")
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=_cmd_serve)
     s = sc.add_parser("certs", help="write a development CA, server and client certificates")
@@ -476,6 +481,9 @@ def register(subparsers: Any) -> None:
     s.add_argument("--phase-timeout", type=float, default=0.0,
                    help="seconds each phase stays open at most (0 = collector default)")
     s.add_argument("--id", help="query id (idempotent create)")
+    s.add_argument("--allow-simulated", action="store_true",
+                   help="this query accepts reports marked simulated (seeded noise, e.g. "
+                        "`uldp fleet run`)")
     s.set_defaults(func=_cmd_query_create)
     s = sq.add_parser("list", help="list queries")
     s.add_argument("--state", choices=("running", "done", "cancelled", "failed"))

@@ -55,7 +55,7 @@ class PhaseStatus(_message.Message):
     def __init__(self, index: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.PhaseState, str]] = ..., quota: _Optional[int] = ..., received: _Optional[int] = ..., opened_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., closed_at_ms: _Optional[int] = ..., published_json: _Optional[str] = ...) -> None: ...
 
 class Query(_message.Message):
-    __slots__ = ("query_id", "kind", "dataset", "epsilon", "state", "current_phase", "phases", "assigned", "target_users", "created_at_ms", "finished_at_ms", "spec_json", "error")
+    __slots__ = ("query_id", "kind", "dataset", "epsilon", "state", "current_phase", "phases", "assigned", "target_users", "created_at_ms", "finished_at_ms", "spec_json", "error", "allow_simulated")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class Query(_message.Message):
     FINISHED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_SIMULATED_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     kind: str
     dataset: str
@@ -82,7 +83,8 @@ class Query(_message.Message):
     finished_at_ms: int
     spec_json: str
     error: str
-    def __init__(self, query_id: _Optional[str] = ..., kind: _Optional[str] = ..., dataset: _Optional[str] = ..., epsilon: _Optional[float] = ..., state: _Optional[_Union[_common_pb2.QueryState, str]] = ..., current_phase: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[PhaseStatus, _Mapping]]] = ..., assigned: _Optional[int] = ..., target_users: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., spec_json: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    allow_simulated: bool
+    def __init__(self, query_id: _Optional[str] = ..., kind: _Optional[str] = ..., dataset: _Optional[str] = ..., epsilon: _Optional[float] = ..., state: _Optional[_Union[_common_pb2.QueryState, str]] = ..., current_phase: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[PhaseStatus, _Mapping]]] = ..., assigned: _Optional[int] = ..., target_users: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., spec_json: _Optional[str] = ..., error: _Optional[str] = ..., allow_simulated: _Optional[bool] = ...) -> None: ...
 
 class ListQueriesRequest(_message.Message):
     __slots__ = ("state",)

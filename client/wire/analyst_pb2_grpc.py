@@ -71,39 +71,68 @@ class AnalystServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def CreateQuery(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Creates a query (phase 1 open, the others pending) and returns it. Checks, in order:
+        INVALID_ARGUMENT  query_id is given and does not match [A-Za-z0-9_.-]{1,64};
+        dataset is empty or longer than 256 characters; params_json is
+        not JSON, not an object, has a key outside those listed at
+        CreateQueryRequest.params_json, or "allow_simulated" is not a
+        JSON boolean; users is above the collector's maximum
+        (10 000 000); phase_timeout_seconds is negative or not finite;
+        the planner refuses the parameters ("invalid query: ..." e.g.
+        unknown kind or method, epsilon not finite and positive, users
+        < 2, samples < 1, bound not finite and positive); kind "sgd":
+        params other than extra, frame_kind, mode, allow_simulated, or
+        an invalid or contradicting SGD configuration ("invalid sgd
+        query: ...");
+        ALREADY_EXISTS    a query with this query_id exists with different parameters
+        (kind, epsilon, dataset, bound, samples, users, dim, method,
+        params, allow_simulated; the seed the collector drew and
+        phase_timeout_seconds are not compared). The same parameters
+        again return the existing query unchanged (idempotent).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListQueries(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Lists queries, oldest first (no RPC-specific errors).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetQuery(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """NOT_FOUND  no query has this query_id.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelQuery(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Cancels a running query: its open, pending and closing phases end, later reports
+        are refused (FAILED_PRECONDITION, "not open (state: cancelled)"), stored reports
+        stay.
+        NOT_FOUND            no query has this query_id;
+        FAILED_PRECONDITION  the query is not running (done, cancelled or failed).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetResult(self, request, context):
-        """FAILED_PRECONDITION until the query is DONE.
+        """NOT_FOUND            no query has this query_id;
+        FAILED_PRECONDITION  the query is not DONE yet (the message says its state, and
+        the error of a FAILED query).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WatchQuery(self, request, context):
-        """Streams the query's progress: the current state at once, then every change, and
-        ends when the query is DONE, CANCELLED or FAILED.
+        """Streams the query's progress: the current state at once, then every change (the
+        collector looks every 0.2 s), and ends after sending a DONE, CANCELLED or FAILED
+        state. The admin credential is checked before the first message.
+        NOT_FOUND  no query has this query_id (before any message is sent).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -62,30 +62,53 @@ class DeviceServiceServicer:
 
     def Enroll(self, request, context):
         """Registers a device and returns its token. No authorization metadata needed.
+        Checks, in order:
+        UNAUTHENTICATED  the collector requires an enrollment secret (started with
+        --enrollment-secret-file) and enrollment_secret differs from it
+        ("wrong or missing enrollment secret");
+        UNAUTHENTICATED  previous_token is given and not genuine ("previous token
+        rejected: ..."), or it expired more than the grace period
+        (90 days) ago ("previous token expired too long ago"). An expired
+        previous token within the grace period is accepted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetTasks(self, request, context):
-        """Returns the tasks this device should run now (assigning it to running queries it
-        has not been assigned to yet).
+        """Returns the tasks this device should run now. The device is assigned (once, for
+        good) to every running query over one of the listed datasets that it has not been
+        assigned to yet, while the query has free slots; a query it already reported to
+        gives no task. An assignment whose phase is open gives its task; one whose phase is
+        pending or closing is listed in waiting; one whose phase closed without a report of
+        this device gives nothing.
+        UNAUTHENTICATED  the token is missing, malformed, forged or expired;
+        NOT_FOUND        query_id is given and no query has it (a query that exists but
+        is not running, or is over another dataset, gives no task);
+        UNAVAILABLE      the assignment could not be stored (database failure).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SubmitReport(self, request, context):
-        """Stores one report; an OK answer means it is durably committed.
+        """Stores one report. The checks and their order are listed at the top of this file;
+        OK with duplicate = false means the report is durably committed, OK with
+        duplicate = true that the identical report was already stored.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SubmitReportBatch(self, request, context):
-        """Stores many reports of many devices in one call (for gateways). Each report carries
-        its own device token; each gets its own result. An OK call status means every
-        item with code 0 is durably committed.
+        """Stores many reports of many devices in one call (for gateways). Each report
+        carries its own device token (call metadata is not read) and gets its own result:
+        the same checks, order and codes as SubmitReport, except that device_token must be
+        set. Several items of one device and query: the first is stored, later ones are
+        judged against it as in step 10 (identical: OK duplicate; different:
+        ALREADY_EXISTS). An OK call status means every item with code 0 is durably
+        committed; the call fails as a whole only with the codes every RPC can return
+        (UNAVAILABLE: the batch transaction failed; re-sending the whole batch is safe).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

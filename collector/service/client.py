@@ -35,12 +35,17 @@ class QueryRequest:
     params: dict[str, Any] | None = None
     phase_timeout_s: float = 0.0
     query_id: str = ""
+    #: the query accepts reports marked simulated (params_json "allow_simulated": true)
+    allow_simulated: bool = False
 
     def message(self) -> analyst_pb2.CreateQueryRequest:
+        params = dict(self.params or {})
+        if self.allow_simulated:
+            params["allow_simulated"] = True
         return analyst_pb2.CreateQueryRequest(
             kind=self.kind, epsilon=self.epsilon, dataset=self.dataset, bound=self.bound,
             samples=self.samples, users=self.users, dim=self.dim, method=self.method,
-            params_json=json.dumps(self.params) if self.params else "",
+            params_json=json.dumps(params) if params else "",
             phase_timeout_seconds=self.phase_timeout_s, query_id=self.query_id)
 
 

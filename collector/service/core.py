@@ -12,11 +12,16 @@ k̂, devices derive [L, R]), [D23] (one message per device and query).
   to (group, stage) through the permutation drawn from the query's public seed. The slot
   counter, the assignment and its unique keys live in the database, so the same device
   always gets the same answer, from any replica, across restarts.
-* Reports are validated here (assignment, phase, task digest, length, range) and then
+* Reports are validated here (query, simulated flag, assignment, phase, length, range,
+  task digest; the order is documented in ``proto/uldp/v1/device.proto``) and then
   committed by the group-commit writer, which re-checks under the phase-row lock that the
-  phase is open and enforces one report per (query, device).
+  phase is open and enforces one report per (query, device). An identical re-send is an
+  OK duplicate even after its phase closed (the stored report is judged before the
+  phase refusal).
 * A background ticker closes due phases. ``Database.begin_close`` is a conditional update,
-  so exactly one replica aggregates a phase; it streams the stored reports into the
+  so exactly one replica aggregates a phase under a short lease it renews while working
+  (``uldp.collector.service.lease``: a dead closer is taken over within one lease, a
+  restarted one frees its own leases at start); it streams the stored reports into the
   plan's accumulators, publishes k̂ (or the final estimate) and opens the next phase.
 * Kind ``sgd`` (Algorithm 3, §8.3) runs as ``2·t0`` phases driven by a
   ``uldp.collector.learning.service.LearningProgram`` built from the stored spec: a slot
@@ -30,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import secrets
 import struct
@@ -42,12 +48,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sqlalchemy.exc import DBAPIError
 
 from uldp.client.tasks import TaskSpec, report_length, report_limit
 from uldp.client.wire import MAX_ABS_REPORT_VALUE
 from uldp.collector.planner import Plan, QuerySpec, compile_query
 from uldp.collector.security.tokens import AdminAuth, TokenError, TokenKey
-from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, now_ms
+from uldp.collector.service.lease import LeaseKeeper, LeaseLost, closer_id, owned_by
+from uldp.collector.storage.db import (
+    Database,
+    PendingReport,
+    ReportOutcome,
+    judge_stored,
+    now_ms,
+)
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
 __all__ = ["CollectorCore", "CoreConfig", "ServiceError", "TaskInfo"]
@@ -57,6 +71,13 @@ log = logging.getLogger("uldp.collector")
 _QUERY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SPEC_EXTRA = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
                "extra")  # extra: public values of the learning kinds (grid, label bound)
+#: CreateQuery params key (JSON bool): the query accepts reports marked simulated; stored
+#: with the query (not part of its statistical spec)
+_ALLOW_SIMULATED = "allow_simulated"
+#: environment variable of the slow-close test hook (seconds; unset in production)
+TEST_CLOSE_DELAY_ENV = "ULDP_TEST_CLOSE_DELAY_S"
+SIMULATED_REFUSED = ("report is from a simulation (seeded noise); this query does not "
+                     "accept simulated reports")
 
 
 class ServiceError(Exception):
@@ -73,11 +94,16 @@ class CoreConfig:
     token_ttl_s: float = 7 * 24 * 3600.0
     token_grace_s: float = 90 * 24 * 3600.0  # re-enrolment with an expired token
     default_phase_timeout_s: float = 3600.0
-    close_lease_ms: int = 120_000
+    #: closing lease: renewed every third of it while a phase is aggregated; a replica
+    #: that dies mid-close is taken over within this long (uldp.collector.service.lease)
+    close_lease_ms: int = 5_000
     tick_s: float = 0.2
     enrollment_secret: str | None = None
     max_users: int = 10_000_000
     commit_linger_ms: float = 2.0  # group commit: wait this long for more reports
+    #: accept reports marked ``simulated`` (seeded noise) for every query; otherwise only
+    #: queries created with ``"allow_simulated": true`` in their params accept them
+    allow_simulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +131,7 @@ class _QueryStatic:
     num_phases: int
     _slots: tuple[np.ndarray, np.ndarray] | None = None
     program: Any = None  # LearningProgram of a kind "sgd" query
+    allow_simulated: bool = False  # the query accepts reports marked simulated
 
     def slots(self) -> tuple[np.ndarray, np.ndarray]:
         """(group, stage) of every slot, computed once (``Plan.assign`` is O(n) per call)."""
@@ -119,6 +146,17 @@ def _learning() -> Any:
     import light; the learning package is only needed for kind ``sgd``)."""
     from uldp.collector.learning import service
     return service
+
+
+def _test_close_delay_s() -> float:
+    """Seconds every close stalls after its claim, from the test-only environment
+    variable ``ULDP_TEST_CLOSE_DELAY_S`` (unset: 0, no stall)."""
+    return float(os.environ.get(TEST_CLOSE_DELAY_ENV) or 0)
+
+
+def _not_open(query_id: str, phase: int, state: str) -> str:
+    """The FAILED_PRECONDITION message of a report for a phase that is not open."""
+    return f"phase {phase} of query {query_id} is not open (state: {state})"
 
 
 def phase_of_stage(stage: int) -> int:
@@ -138,6 +176,8 @@ class CollectorCore:
         self.admin = admin
         self.config = config or CoreConfig()
         self.name = name or f"collector-{secrets.token_hex(4)}"
+        #: this process's holder id in closing leases (a restart gets a new one)
+        self.closer_id = closer_id(self.name)
         self.writer = GroupCommitWriter(db, linger_s=self.config.commit_linger_ms / 1000)
         self._statics: dict[str, _QueryStatic] = {}
         self._tasks: OrderedDict[tuple[Any, ...], TaskInfo] = OrderedDict()
@@ -150,6 +190,12 @@ class CollectorCore:
 
     # ---- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
+        # an earlier incarnation of this replica killed mid-close cannot still be working:
+        # free its leases now instead of waiting for them to run out
+        freed = self.db.expire_leases(owned_by(self.name), keep=self.closer_id)
+        for qid, phase in freed:
+            log.warning("query %s phase %d: took back the closing lease of an earlier "
+                        "incarnation of %s", qid, phase, self.name)
         self._ticker.start()
 
     def stop(self) -> None:
@@ -213,7 +259,7 @@ class CollectorCore:
                 warnings.simplefilter("ignore")
                 plan = compile_query(spec)
         st = _QueryStatic(query_id, row["dataset"], row["kind"], plan, int(row["num_phases"]),
-                          program=program)
+                          program=program, allow_simulated=bool(row["allow_simulated"]))
         with self._lock:
             self._statics[query_id] = st
         return st
@@ -230,9 +276,13 @@ class CollectorCore:
             params = json.loads(params_json) if params_json else {}
         except json.JSONDecodeError as exc:
             raise ServiceError("INVALID_ARGUMENT", f"params_json is not JSON: {exc}") from None
-        if not isinstance(params, dict) or set(params) - set(_SPEC_EXTRA):
+        if not isinstance(params, dict) or set(params) - {*_SPEC_EXTRA, _ALLOW_SIMULATED}:
+            raise ServiceError("INVALID_ARGUMENT", "params_json must be an object with keys "
+                               f"among {(*_SPEC_EXTRA, _ALLOW_SIMULATED)}")
+        allow_simulated = params.pop(_ALLOW_SIMULATED, False)
+        if not isinstance(allow_simulated, bool):
             raise ServiceError("INVALID_ARGUMENT",
-                               f"params_json must be an object with keys among {_SPEC_EXTRA}")
+                               f"params_json {_ALLOW_SIMULATED!r} must be true or false")
         if users > self.config.max_users:
             raise ServiceError("INVALID_ARGUMENT", f"users must be <= {self.config.max_users}")
         if not (phase_timeout_s >= 0 and np.isfinite(phase_timeout_s)):
@@ -241,7 +291,8 @@ class CollectorCore:
         if kind == "sgd":
             return self._create_sgd(epsilon=epsilon, dataset=dataset, bound=bound,
                                     samples=samples, users=users, dim=dim, method=method,
-                                    params=params, phase_timeout_s=phase_timeout_s, qid=qid)
+                                    params=params, phase_timeout_s=phase_timeout_s, qid=qid,
+                                    allow_simulated=allow_simulated)
         heavy = params.get("moment_p") is not None
         fields: dict[str, Any] = dict(
             kind=kind, epsilon=float(epsilon), users=int(users), samples=int(samples),
@@ -267,14 +318,16 @@ class CollectorCore:
         row = dict(query_id=qid, kind=kind, dataset=dataset, epsilon=float(epsilon),
                    spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
                    state="running", current_phase=1, num_phases=len(plan.phases),
-                   target_users=int(users), phase_timeout_s=float(timeout), result_json=None)
+                   target_users=int(users), phase_timeout_s=float(timeout), result_json=None,
+                   allow_simulated=allow_simulated)
         stored, created = self.db.create_query(row, quotas, now_ms() + int(timeout * 1000))
         if not created:
             old = json.loads(stored["spec_json"])
             old.pop("seed", None)
             new = spec.to_dict()
             new.pop("seed", None)
-            if old != new or stored["dataset"] != dataset:
+            if (old != new or stored["dataset"] != dataset
+                    or bool(stored["allow_simulated"]) != allow_simulated):
                 raise ServiceError("ALREADY_EXISTS",
                                    f"query {qid} exists with different parameters")
         log.info("query %s (%s) %s", qid, kind, "created" if created else "exists")
@@ -282,7 +335,8 @@ class CollectorCore:
 
     def _create_sgd(self, *, epsilon: float, dataset: str, bound: float, samples: int,
                     users: int, dim: int, method: str, params: dict[str, Any],
-                    phase_timeout_s: float, qid: str) -> dict[str, Any]:
+                    phase_timeout_s: float, qid: str,
+                    allow_simulated: bool = False) -> dict[str, Any]:
         """CreateQuery for kind ``sgd``: the stored spec is ``sgd_query(config, ...)`` (t0
         fixed now, public); ``2·t0`` phases with the program's per-phase quotas.
 
@@ -336,7 +390,8 @@ class CollectorCore:
         row = dict(query_id=qid, kind="sgd", dataset=dataset, epsilon=spec.epsilon,
                    spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
                    state="running", current_phase=1, num_phases=program.num_phases,
-                   target_users=spec.users, phase_timeout_s=float(timeout), result_json=None)
+                   target_users=spec.users, phase_timeout_s=float(timeout), result_json=None,
+                   allow_simulated=allow_simulated)
         stored, created = self.db.create_query(row, quotas, now_ms() + int(timeout * 1000))
         if not created:
             old, new = json.loads(stored["spec_json"]), spec.to_dict()
@@ -344,7 +399,8 @@ class CollectorCore:
                 for sd in (old, new):
                     sd.pop("seed", None)
                     sd.get("extra", {}).get("sgd", {}).pop("seed", None)
-            if old != new or stored["dataset"] != dataset:
+            if (old != new or stored["dataset"] != dataset
+                    or bool(stored["allow_simulated"]) != allow_simulated):
                 raise ServiceError("ALREADY_EXISTS",
                                    f"query {qid} exists with different parameters")
         log.info("query %s (sgd, t0=%d) %s", qid, program.t0,
@@ -536,11 +592,19 @@ class CollectorCore:
                 self._remember(a)
 
     def validate_report(self, device_id: str, query_id: str, phase: int,
-                        values: Sequence[int], digest: str) -> PendingReport:
-        """Check a report against the device's assignment and task; ServiceError if bad."""
+                        values: Sequence[int], digest: str, simulated: bool = False
+                        ) -> PendingReport | ReportOutcome:
+        """Check a report against the device's assignment and task.
+
+        Returns the report to commit, or the final answer (OK, ``duplicate``) when the
+        identical report is already stored and its phase is no longer open (a re-send
+        after a lost acknowledgement); raises :class:`ServiceError` for a refusal. The
+        order of the checks is the one documented in ``proto/uldp/v1/device.proto``."""
         st = self._static(query_id)
         if st is None:
             raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        if simulated and not (self.config.allow_simulated or st.allow_simulated):
+            raise ServiceError("FAILED_PRECONDITION", SIMULATED_REFUSED)
         a = self._assignment(query_id, device_id)
         if a is None:
             raise ServiceError("PERMISSION_DENIED",
@@ -555,10 +619,8 @@ class CollectorCore:
             ph = self._phase_rows(query_id, fresh=True).get(phase)
         if ph is None:
             raise ServiceError("FAILED_PRECONDITION", f"query {query_id} has no phase {phase}")
-        if ph["state"] != "open":
-            raise ServiceError("FAILED_PRECONDITION",
-                               f"phase {phase} of query {query_id} is not open "
-                               f"(state: {ph['state']})")
+        if not ph["opened_at_ms"]:  # never opened: no report of it can be stored
+            raise ServiceError("FAILED_PRECONDITION", _not_open(query_id, phase, ph["state"]))
         info = self.task_info(st, a, ph)
         if len(values) != info.length:
             raise ServiceError("INVALID_ARGUMENT",
@@ -575,8 +637,18 @@ class CollectorCore:
                                "report was computed for a different task (task_digest "
                                f"{digest[:16] or '<empty>'}… != {info.digest[:16]}…); "
                                "fetch the current task")
-        return PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
+        item = PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
                              struct.pack(f"<{len(vals)}q", *vals))
+        if ph["state"] == "open":
+            return item  # the writer judges a stored report under the phase-row lock
+        # closing, closed or cancelled: a stored report is answered before the phase
+        # refusal (a committed report never changes, so this read is authoritative)
+        out = judge_stored(item, self.db.stored_report(query_id, device_id))
+        if out is None:
+            raise ServiceError("FAILED_PRECONDITION", _not_open(query_id, phase, ph["state"]))
+        if out.code != "OK":
+            raise ServiceError(out.code, out.message)
+        return out
 
     def store(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         try:
@@ -603,79 +675,112 @@ class CollectorCore:
                 log.exception("phase ticker")
 
     def close_phase(self, query_id: str, phase: int, force: bool = False) -> bool:
-        """Aggregate a due phase if this replica wins the claim; True if it closed it."""
-        if not self.db.begin_close(query_id, phase, self.name, self.config.close_lease_ms,
-                                   force=force):
+        """Aggregate a due phase if this replica wins the claim; True if it closed it.
+
+        The claim is a lease renewed by a :class:`LeaseKeeper` while the phase is
+        aggregated (``uldp.collector.service.lease``). Losing it stops the close without
+        publishing; a database error leaves the phase ``closing`` for a retry once the
+        lease runs out; any other error fails the query (if the lease is still ours)."""
+        closer, lease_ms = self.closer_id, self.config.close_lease_ms
+        if not self.db.begin_close(query_id, phase, closer, lease_ms, force=force):
             return False
         t0 = time.perf_counter()
         try:
-            st = self._static(query_id)
-            assert st is not None
-            if st.program is not None:
-                n, ok = self._close_program_phase(st, phase)
-                log.info("query %s phase %d/%d closed by %s: %d reports in %.2fs", query_id,
-                         phase, st.num_phases, self.name, n, time.perf_counter() - t0)
-                return ok
-            plan = st.plan
-            khat: dict[int, tuple[int, ...]] = {}
-            if phase > 1:
-                pub = self.db.published(query_id, phase - 1)
-                khat = {int(g): tuple(int(x) for x in k) for g, k in pub.get("khat", {}).items()}
-            accs: dict[int, Any] = {}
-            n = 0
-            baseline_a = plan.spec.method == "baseline-a"
-
-            def acc_for(grp: int, stage: int) -> Any:
-                acc = accs.get(grp)
-                if acc is None:
-                    acc = plan.new_accumulator(grp, stage, khat.get(grp) if stage == 2 else None)
-                    accs[grp] = acc
-                return acc
-            if baseline_a:  # needs each report's slot (its virtual offset)
-                for grp, stage, slots, payloads in self.db.stream_reports(query_id, phase):
-                    arr = np.frombuffer(b"".join(payloads), "<i8").reshape(len(payloads), -1)
-                    acc_for(grp, stage).add(arr, plan.offset_for(np.asarray(slots)))
-                    n += len(payloads)
-            else:
-                for grp, stage, count, blob in self.db.report_blocks(query_id, phase,
-                                                                     plan.spec.users):
-                    acc_for(grp, stage).add(np.frombuffer(blob, "<i8").reshape(count, -1))
-                    n += count
-            if phase < st.num_phases:
-                kh = plan.khat_from(accs)
-                published = {"khat": {str(g): [int(x) for x in k] for g, k in kh.items()},
-                             "reports": n}
-                row = self.db.get_query(query_id)
-                timeout = float(row["phase_timeout_s"]) if row else 3600.0
-                ok = self.db.finish_close(query_id, phase, self.name, published,
-                                          next_deadline_ms=now_ms() + int(timeout * 1000),
-                                          result=None)
-            else:
-                est = plan.finalize(accs)
-                result = est.to_dict()
-                if phase > 1:
-                    result["khat"] = {str(g): list(k) for g, k in khat.items()}
-                ok = self.db.finish_close(query_id, phase, self.name, {"reports": n},
-                                          next_deadline_ms=None, result=result)
+            with LeaseKeeper(self.db, query_id, phase, closer, lease_ms) as keeper:
+                delay = _test_close_delay_s()
+                if delay > 0:  # test hook: a slow close to kill or take over
+                    keeper.sleep(delay)
+                n, ok = self._aggregate_and_publish(query_id, phase, keeper)
+        except LeaseLost as exc:
+            log.warning("stopped closing: %s", exc)
+            return False
+        except Exception as exc:
+            if isinstance(exc, (DBAPIError, self.db.dbapi_error)):
+                log.warning("closing phase %d of query %s hit a database error (retried "
+                            "when the lease runs out): %s", phase, query_id, exc)
+                return False
+            log.exception("closing phase %d of query %s failed", phase, query_id)
+            self.db.fail_close(query_id, phase, closer,
+                               f"closing phase {phase} failed: {exc}")
+            return False
+        finally:
             with self._lock:
                 self._phase_cache.pop(query_id, None)
-            log.info("query %s phase %d closed by %s: %d reports in %.2fs", query_id, phase,
-                     self.name, n, time.perf_counter() - t0)
-            return ok
-        except Exception as exc:
-            log.exception("closing phase %d of query %s failed", phase, query_id)
-            self.db.fail_query(query_id, f"closing phase {phase} failed: {exc}")
-            return False
+        st = self._static(query_id)
+        total = st.num_phases if st is not None else phase
+        if ok:
+            log.info("query %s phase %d closed by %s (phase %d of %d): %d reports in %.2fs",
+                     query_id, phase, self.name, phase, total, n, time.perf_counter() - t0)
+        else:
+            log.warning("query %s phase %d: lost the closing lease before publishing",
+                        query_id, phase)
+        return ok
 
-    def _close_program_phase(self, st: _QueryStatic, phase: int) -> tuple[int, bool]:
+    def _aggregate_and_publish(self, query_id: str, phase: int,
+                               keeper: LeaseKeeper) -> tuple[int, bool]:
+        """Stream the phase's reports into the plan's accumulators, then publish k̂ (and
+        open the next phase) or store the result. Returns (reports, published); the
+        caller holds the lease, checked between report blocks."""
+        st = self._static(query_id)
+        assert st is not None
+        if st.program is not None:
+            return self._close_program_phase(st, phase, keeper)
+        plan = st.plan
+        khat: dict[int, tuple[int, ...]] = {}
+        if phase > 1:
+            pub = self.db.published(query_id, phase - 1)
+            khat = {int(g): tuple(int(x) for x in k) for g, k in pub.get("khat", {}).items()}
+        accs: dict[int, Any] = {}
+        n = 0
+
+        def acc_for(grp: int, stage: int) -> Any:
+            acc = accs.get(grp)
+            if acc is None:
+                acc = plan.new_accumulator(grp, stage, khat.get(grp) if stage == 2 else None)
+                accs[grp] = acc
+            return acc
+        if plan.spec.method == "baseline-a":  # needs each report's slot (its offset)
+            for grp, stage, slots, payloads in self.db.stream_reports(query_id, phase):
+                keeper.check()
+                arr = np.frombuffer(b"".join(payloads), "<i8").reshape(len(payloads), -1)
+                acc_for(grp, stage).add(arr, plan.offset_for(np.asarray(slots)))
+                n += len(payloads)
+        else:
+            for grp, stage, count, blob in self.db.report_blocks(query_id, phase,
+                                                                 plan.spec.users):
+                keeper.check()
+                acc_for(grp, stage).add(np.frombuffer(blob, "<i8").reshape(count, -1))
+                n += count
+        keeper.check()
+        if phase < st.num_phases:
+            kh = plan.khat_from(accs)
+            published = {"khat": {str(g): [int(x) for x in k] for g, k in kh.items()},
+                         "reports": n}
+            row = self.db.get_query(query_id)
+            timeout = float(row["phase_timeout_s"]) if row else 3600.0
+            ok = self.db.finish_close(query_id, phase, keeper.closer, published,
+                                      next_deadline_ms=now_ms() + int(timeout * 1000),
+                                      result=None)
+        else:
+            est = plan.finalize(accs)
+            result = est.to_dict()
+            if phase > 1:
+                result["khat"] = {str(g): list(k) for g, k in khat.items()}
+            ok = self.db.finish_close(query_id, phase, keeper.closer, {"reports": n},
+                                      next_deadline_ms=None, result=result)
+        return n, ok
+
+    def _close_program_phase(self, st: _QueryStatic, phase: int,
+                             keeper: LeaseKeeper) -> tuple[int, bool]:
         """Close a phase of an ``sgd`` query (the caller holds the closing lease): publish
         ``program.close`` (k̂ after stage I, θ_{t+1} after stage II); after the last phase
-        store ``program.result``. Returns (reports aggregated, finished)."""
+        store ``program.result``. Returns (reports aggregated, published)."""
         prog, qid = st.program, st.query_id
         published = {p: self.db.published(qid, p) for p in range(1, phase)}
         accs: dict[int, Any] = {}
         n = 0
         for grp, stage, count, blob in self.db.report_blocks(qid, phase, prog.spec.users):
+            keeper.check()
             acc = accs.get(grp)
             if acc is None:
                 acc = accs[grp] = prog.new_accumulator(phase, grp, stage, published)
@@ -684,16 +789,15 @@ class CollectorCore:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pub = prog.close(phase, accs, published)
+        keeper.check()
         if phase < st.num_phases:
             row = self.db.get_query(qid)
             timeout = float(row["phase_timeout_s"]) if row else 3600.0
-            ok = self.db.finish_close(qid, phase, self.name, pub,
+            ok = self.db.finish_close(qid, phase, keeper.closer, pub,
                                       next_deadline_ms=now_ms() + int(timeout * 1000),
                                       result=None)
         else:
             result = prog.result({**published, phase: pub})
-            ok = self.db.finish_close(qid, phase, self.name, pub, next_deadline_ms=None,
+            ok = self.db.finish_close(qid, phase, keeper.closer, pub, next_deadline_ms=None,
                                       result=result)
-        with self._lock:
-            self._phase_cache.pop(qid, None)
         return n, ok

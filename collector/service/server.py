@@ -2,9 +2,12 @@
 
 Every port is TLS (server certificate + key; optional client CA for mutual TLS). The
 server exposes ``uldp.v1.DeviceService``, ``uldp.v1.AnalystService``, the standard
-``grpc.health.v1.Health`` service and server reflection, with message size limits in
-both directions. State lives in the database only, so any number of replicas can serve
-one PostgreSQL database and a restarted process resumes every query.
+``grpc.health.v1.Health`` service and server reflection (``grpc.reflection.v1`` and
+``v1alpha``), with message size limits in both directions. Every service is registered
+through ``uldp.collector.service.handlers``: an undecodable request gets
+INVALID_ARGUMENT and one WARNING log line, never an ERROR traceback. State lives in the
+database only, so any number of replicas can serve one PostgreSQL database and a
+restarted process resumes every query.
 """
 
 from __future__ import annotations
@@ -22,17 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
 from uldp.client.wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
     SERVICE_NAMES,
-    analyst_pb2_grpc,
-    device_pb2_grpc,
+    analyst_pb2,
+    device_pb2,
 )
 from uldp.collector.security.tokens import AdminAuth, TokenKey, new_admin_token
 from uldp.collector.service.core import CollectorCore, CoreConfig
+from uldp.collector.service.handlers import add_service
+from uldp.collector.service.reflection import add_reflection
 from uldp.collector.service.servicers import (
     AnalystServicer,
     AsyncAnalystServicer,
@@ -44,6 +48,10 @@ from uldp.collector.storage.db import Database, open_database
 __all__ = ["CollectorServer", "ServerConfig", "load_admin_token", "load_token_key"]
 
 log = logging.getLogger("uldp.collector")
+
+_DEVICE = device_pb2.DESCRIPTOR.services_by_name["DeviceService"]
+_ANALYST = analyst_pb2.DESCRIPTOR.services_by_name["AnalystService"]
+_HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
 
 
 @dataclass
@@ -118,9 +126,7 @@ class CollectorServer:
         creds = grpc.ssl_server_credentials(
             [(Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())],
             root_certificates=client_ca, require_client_auth=client_ca is not None)
-        self._names = (*SERVICE_NAMES,
-                       health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                       reflection.SERVICE_NAME)
+        self._names = (*SERVICE_NAMES, _HEALTH.full_name)
         self._pool = futures.ThreadPoolExecutor(max_workers=config.workers,
                                                 thread_name_prefix="uldp-rpc")
         if config.mode not in ("aio", "threads"):
@@ -129,13 +135,11 @@ class CollectorServer:
         if config.mode == "threads":
             self.server = grpc.server(self._pool, options=options,
                                       maximum_concurrent_rpcs=config.workers * 64)
-            device_pb2_grpc.add_DeviceServiceServicer_to_server(DeviceServicer(self.core),
-                                                                self.server)
-            analyst_pb2_grpc.add_AnalystServiceServicer_to_server(
-                AnalystServicer(self.core), self.server)
+            add_service(self.server, DeviceServicer(self.core), _DEVICE)
+            add_service(self.server, AnalystServicer(self.core), _ANALYST)
             self.health = health.HealthServicer()
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-            reflection.enable_server_reflection(self._names, self.server)
+            add_service(self.server, self.health, _HEALTH)
+            add_reflection(self.server, self._names, aio=False)
             self.port = self.server.add_secure_port(f"{config.host}:{config.port}", creds)
         else:
             self._loop = asyncio.new_event_loop()
@@ -156,13 +160,11 @@ class CollectorServer:
         # sync handlers (analyst calls, reflection) run in the migration thread pool
         self.server = grpc.aio.server(migration_thread_pool=self._pool, options=options,
                                       maximum_concurrent_rpcs=self.config.workers * 64)
-        device_pb2_grpc.add_DeviceServiceServicer_to_server(
-            AsyncDeviceServicer(self.core, self._pool), self.server)
-        analyst_pb2_grpc.add_AnalystServiceServicer_to_server(
-            AsyncAnalystServicer(self.core, self._pool), self.server)
+        add_service(self.server, AsyncDeviceServicer(self.core, self._pool), _DEVICE)
+        add_service(self.server, AsyncAnalystServicer(self.core, self._pool), _ANALYST)
         self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(self._names, self.server)
+        add_service(self.server, self.health, _HEALTH)
+        add_reflection(self.server, self._names, aio=True)
         return self.server.add_secure_port(f"{self.config.host}:{self.config.port}", creds)
 
     async def _set_health(self, status: Any) -> None:

@@ -1,15 +1,22 @@
-"""gRPC servicers of ``uldp.v1``: translate messages and map refusals to status codes."""
+"""gRPC servicers of ``uldp.v1``: translate messages and map refusals to status codes.
+
+Every exception leaving a servicer becomes a status with a message written for the
+caller (:func:`refusal`): refusals keep their code, a failing database is UNAVAILABLE,
+anything else INTERNAL (logged with its traceback on the collector). The status codes
+and the order of the checks are documented in ``proto/uldp/v1/*.proto``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
+from sqlalchemy.exc import SQLAlchemyError
 
 from uldp.client.wire import (
     AUTH_METADATA_KEY,
@@ -21,6 +28,7 @@ from uldp.client.wire import (
 from uldp.client.wire import device_pb2 as dpb
 from uldp.collector.service.core import CollectorCore, ServiceError
 from uldp.collector.storage.db import PendingReport, ReportOutcome
+from uldp.collector.storage.writer import WRITE_FAILED
 
 __all__ = [
     "AnalystServicer",
@@ -49,16 +57,62 @@ def bearer_from(context: grpc.ServicerContext) -> str | None:
     return None
 
 
+def _database_errors() -> tuple[type[BaseException], ...]:
+    """Exception types of a failing database (SQLAlchemy's and the drivers')."""
+    errors: list[type[BaseException]] = [SQLAlchemyError, sqlite3.Error]
+    try:
+        import psycopg
+        errors.append(psycopg.Error)
+    except ImportError:  # pragma: no cover - PostgreSQL support not installed
+        pass
+    return tuple(errors)
+
+
+_DB_ERRORS = _database_errors()
+DATABASE_UNAVAILABLE = "the collector's database is unavailable; retry later"
+INTERNAL_ERROR = "internal collector error (the collector logged it)"
+
+
+def refusal(exc: Exception) -> ServiceError:
+    """The status of an exception raised while serving a call. A :class:`ServiceError`
+    is itself; a database failure is UNAVAILABLE (nothing was acknowledged: retry); any
+    other exception is INTERNAL, logged here with its traceback. The wire never carries
+    a Python class name or a traceback."""
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, _DB_ERRORS):
+        log.warning("database error while serving a call: %s", exc)
+        return ServiceError("UNAVAILABLE", DATABASE_UNAVAILABLE)
+    log.error("unexpected error while serving a call", exc_info=exc)
+    return ServiceError("INTERNAL", INTERNAL_ERROR)
+
+
+def _abort(context: grpc.ServicerContext, exc: Exception) -> None:
+    err = refusal(exc)
+    context.abort(getattr(grpc.StatusCode, err.code), err.message)
+
+
+async def _abort_aio(context: Any, exc: Exception) -> None:
+    err = refusal(exc)
+    await context.abort(getattr(grpc.StatusCode, err.code), err.message)
+
+
 def _guard(context: grpc.ServicerContext, fn: Callable[[], T]) -> T:
     try:
         return fn()
-    except ServiceError as exc:
-        context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+    except Exception as exc:
+        _abort(context, exc)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _code(name: str) -> int:
     return int(getattr(grpc.StatusCode, name).value[0])
+
+
+def _result(out: ReportOutcome) -> dpb.ReportResult:
+    """A batch item's result from its outcome."""
+    return dpb.ReportResult(code=_code(out.code), message=out.message,
+                            duplicate=out.duplicate)
 
 
 class DeviceLogic:
@@ -87,14 +141,17 @@ class DeviceLogic:
             waiting=[dpb.WaitingAssignment(query_id=q, phase=p) for q, p in waiting],
             retry_after_ms=retry)
 
-    def check_one(self, token: str | None, request: dpb.SubmitReportRequest) -> PendingReport:
+    def check_one(self, token: str | None, request: dpb.SubmitReportRequest
+                  ) -> PendingReport | ReportOutcome:
+        """The report to commit, or the final answer of an identical re-send whose phase
+        is no longer open; ServiceError for a refusal."""
         device = self.core.device_from_token(token)
         r = request.report
         if r.device_token:
             raise ServiceError("INVALID_ARGUMENT", "device_token is only used in "
                                "SubmitReportBatch; authenticate with call metadata")
         return self.core.validate_report(device, r.query_id, r.phase, r.values,
-                                         r.task_digest)
+                                         r.task_digest, r.simulated)
 
     @staticmethod
     def answer_one(out: ReportOutcome) -> dpb.SubmitReportResponse:
@@ -120,19 +177,23 @@ class DeviceLogic:
             if device is None:
                 continue
             try:
-                items.append(self.core.validate_report(device, r.query_id, r.phase,
-                                                       r.values, r.task_digest))
-                where.append(i)
+                got = self.core.validate_report(device, r.query_id, r.phase, r.values,
+                                                r.task_digest, r.simulated)
             except ServiceError as exc:
                 results[i] = dpb.ReportResult(code=_code(exc.code), message=exc.message)
+                continue
+            if isinstance(got, ReportOutcome):  # answered without a commit (duplicate)
+                results[i] = _result(got)
+            else:
+                items.append(got)
+                where.append(i)
         return results, items, where
 
     @staticmethod
     def answer_batch(results: list[dpb.ReportResult | None], where: list[int],
                      outcomes: list[ReportOutcome]) -> dpb.SubmitReportBatchResponse:
         for i, out in zip(where, outcomes, strict=True):
-            results[i] = dpb.ReportResult(code=_code(out.code), message=out.message,
-                                          duplicate=out.duplicate)
+            results[i] = _result(out)
         return dpb.SubmitReportBatchResponse(results=results)
 
 
@@ -155,6 +216,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                      ) -> dpb.SubmitReportResponse:
         def run() -> dpb.SubmitReportResponse:
             item = self.logic.check_one(bearer_from(context), request)
+            if isinstance(item, ReportOutcome):
+                return self.logic.answer_one(item)
             return self.logic.answer_one(self.core.store([item])[0])
         return _guard(context, run)
 
@@ -179,15 +242,15 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     async def _store(self, items: list[PendingReport]) -> list[ReportOutcome]:
         ticket = await self.core.writer.submit_reports_aio(items, asyncio.get_running_loop())
-        if ticket.error is not None:
-            raise ServiceError("UNAVAILABLE", f"database write failed: {ticket.error}")
+        if ticket.error is not None:  # the writer logged it
+            raise ServiceError("UNAVAILABLE", WRITE_FAILED)
         return ticket.outcomes
 
     async def _run(self, context: Any, fn: Callable[[], Any]) -> Any:
         try:
             return await fn()
-        except ServiceError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception as exc:
+            await _abort_aio(context, exc)
 
     async def _in_pool(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -210,9 +273,11 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         # the hot path: inline (no per-call closure), validation on the loop (µs)
         try:
             item = self.logic.check_one(bearer_from(context), request)
+            if isinstance(item, ReportOutcome):  # a re-send after the phase closed
+                return self.logic.answer_one(item)
             return self.logic.answer_one((await self._store([item]))[0])
-        except ServiceError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception as exc:
+            await _abort_aio(context, exc)
             raise AssertionError("unreachable") from None  # pragma: no cover
 
     async def SubmitReportBatch(self, request: dpb.SubmitReportBatchRequest, context: Any
@@ -237,7 +302,8 @@ def query_message(row: dict[str, Any], phases: list[dict[str, Any]],
             published_json=p["published_json"]) for p in phases],
         assigned=assigned, target_users=row["target_users"],
         created_at_ms=row["created_at_ms"], finished_at_ms=row["finished_at_ms"],
-        spec_json=row["spec_json"], error=row["error"])
+        spec_json=row["spec_json"], error=row["error"],
+        allow_simulated=bool(row["allow_simulated"]))
 
 
 class AnalystServicer(analyst_pb2_grpc.AnalystServiceServicer):
@@ -318,8 +384,8 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServiceServicer):
                 if q.state != common_pb2.QUERY_STATE_RUNNING:
                     return
                 time.sleep(self.watch_interval_s)
-        except ServiceError as exc:
-            context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception as exc:
+            _abort(context, exc)
 
 
 class AsyncAnalystServicer(AnalystServicer):
@@ -345,5 +411,5 @@ class AsyncAnalystServicer(AnalystServicer):
                 if q.state != common_pb2.QUERY_STATE_RUNNING:
                     return
                 await asyncio.sleep(self.watch_interval_s)
-        except ServiceError as exc:
-            await context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception as exc:
+            await _abort_aio(context, exc)

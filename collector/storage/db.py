@@ -43,6 +43,8 @@ __all__ = [
     "Database",
     "PendingReport",
     "ReportOutcome",
+    "StoredReport",
+    "judge_stored",
     "now_ms",
     "open_database",
 ]
@@ -63,6 +65,16 @@ class PendingReport:
     stage: int
     slot: int
     payload: bytes
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    """The report stored for one (query, device): reports are never changed or deleted,
+    so a committed row is a permanent fact."""
+
+    phase: int
+    payload: bytes
+    received_at_ms: int
 
 
 @dataclass(frozen=True)
@@ -247,6 +259,14 @@ class Database:
             return [dict(m) for m in conn.execute(select(S.assignments).where(and_(
                 a.query_id == query_id, a.device_id.in_(set(device_ids))))).mappings()]
 
+    def stored_report(self, query_id: str, device_id: str) -> StoredReport | None:
+        """The report stored for (query, device), if any."""
+        r = S.reports.c
+        with self.read() as conn:
+            row = conn.execute(select(r.phase, r.payload, r.received_at_ms).where(and_(
+                r.query_id == query_id, r.device_id == device_id))).first()
+        return _stored_row(row)
+
     def device_status(self, query_id: str, device_id: str) -> tuple[dict[str, Any] | None, bool]:
         """(assignment or None, whether a report of this device is stored)."""
         a, r = S.assignments, S.reports
@@ -389,7 +409,10 @@ class Database:
         (which must be open; it also serialises with a replica closing the phase), the
         inserts (``ON CONFLICT DO NOTHING RETURNING``), and one ``received += n``. A
         conflicting (query, device) is a duplicate: OK if the stored bytes are
-        identical, ALREADY_EXISTS otherwise.
+        identical, ALREADY_EXISTS otherwise (:func:`judge_stored`). A report for a phase
+        that is not open is judged against the stored report first, the same way (an
+        identical re-send after the phase closed is an OK duplicate), and only refused
+        with FAILED_PRECONDITION when nothing is stored for its (query, device).
 
         PostgreSQL first tries all of it as one pipelined round trip (guards, then one
         statement inserting and counting) under a savepoint; if a phase turns out not to
@@ -421,7 +444,12 @@ class Database:
                 msg = (f"phase {ph} of query {qid} is not open (state: {found[0]})"
                        if found else f"query {qid} has no phase {ph}")
                 for i in by_phase[(qid, ph)]:
-                    out[i] = ReportOutcome("FAILED_PRECONDITION", msg)
+                    # the stored report is looked up before the phase refusal: an identical
+                    # re-send after the phase closed (lost acknowledgement) is a duplicate
+                    it = items[i]
+                    cur.execute(sql["stored"], (it.query_id, it.device_id))
+                    out[i] = (judge_stored(it, _stored_row(cur.fetchone()))
+                              or ReportOutcome("FAILED_PRECONDITION", msg))
             rows, first_of, later = _first_reports(items, open_groups)
             inserted = self._insert_reports(cur, rows, t)
         counts: dict[tuple[str, int], int] = {}
@@ -438,22 +466,14 @@ class Database:
         for i in conflicts:
             it = items[i]
             if (it.query_id, it.device_id) in inserted and i in later_set:
-                same = items[first_of[(it.query_id, it.device_id)]].payload == it.payload
-                stored_phase = it.phase
+                first = items[first_of[(it.query_id, it.device_id)]]
+                stored = StoredReport(first.phase, first.payload, t)
             else:
                 cur.execute(sql["stored"], (it.query_id, it.device_id))
-                r = cur.fetchone()
-                same = r is not None and bytes(r[0]) == it.payload and r[1] == it.phase
-                stored_phase = r[1] if r is not None else it.phase
-            if same:
-                out[i] = ReportOutcome("OK", "identical report already stored; "
-                                       "nothing changed", True, t)
-            else:
-                out[i] = ReportOutcome(
-                    "ALREADY_EXISTS",
-                    f"device {it.device_id} already has a different report stored for "
-                    f"query {it.query_id} (phase {stored_phase}); one report per device "
-                    "per query")
+                stored = _stored_row(cur.fetchone())
+            # ON CONFLICT DO NOTHING skipped the row: it exists and this transaction sees it
+            out[i] = judge_stored(it, stored) or ReportOutcome(
+                "INTERNAL", "report conflicted but no stored report was found")
         if not counted:
             for (qid, ph), c in counts.items():
                 cur.execute(sql["count"], (c, qid, ph))
@@ -521,7 +541,11 @@ class Database:
 
     def begin_close(self, query_id: str, phase: int, closer: str, lease_ms: int,
                     force: bool = False) -> bool:
-        """Atomically claim the aggregation of a due phase; True for exactly one caller."""
+        """Atomically claim the aggregation of a due phase, or take over one whose
+        closing lease expired; True for exactly one caller. The claim is a lease until
+        now + ``lease_ms`` that its holder renews (:meth:`renew_lease`) while it works;
+        :meth:`finish_close` only succeeds for the current holder, so a phase is closed
+        exactly once even when a slow holder loses it to another replica."""
         t = now_ms()
         p = S.phases.c
         due = or_(p.received >= p.quota, p.deadline_ms <= t) if not force else text("1=1")
@@ -532,6 +556,36 @@ class Database:
                     and_(p.state == "closing", p.lease_until_ms <= t))))
                 .values(state="closing", closer=closer, lease_until_ms=t + lease_ms))
             return r.rowcount == 1
+
+    def renew_lease(self, query_id: str, phase: int, closer: str, lease_ms: int) -> bool:
+        """Extend the closing lease ``closer`` holds to now + ``lease_ms``; False if it
+        no longer holds it (another replica took the phase over)."""
+        p = S.phases.c
+        with self.write() as conn:
+            r = conn.execute(update(S.phases).where(and_(
+                p.query_id == query_id, p.phase == phase, p.state == "closing",
+                p.closer == closer)).values(lease_until_ms=now_ms() + lease_ms))
+            return r.rowcount == 1
+
+    def expire_leases(self, owned: Any, keep: str) -> list[tuple[str, int]]:
+        """Expire at once the closing leases whose holder ``owned(closer)`` says is an
+        earlier incarnation of this replica (other than ``keep``, the current one): it
+        was killed mid-close and cannot still be working. Returns the phases freed."""
+        p = S.phases.c
+        with self.read() as conn:
+            held = conn.execute(select(p.query_id, p.phase, p.closer)
+                                .where(p.state == "closing")).all()
+        freed = []
+        for qid, ph, closer in held:
+            if closer == keep or not owned(closer):
+                continue
+            with self.write() as conn:
+                r = conn.execute(update(S.phases).where(and_(
+                    p.query_id == qid, p.phase == ph, p.state == "closing",
+                    p.closer == closer)).values(lease_until_ms=0))
+                if r.rowcount == 1:
+                    freed.append((str(qid), int(ph)))
+        return freed
 
     def report_blocks(self, query_id: str, phase: int, target_users: int,
                       window: int = 1 << 17) -> Iterator[tuple[int, int, int, bytes]]:
@@ -631,17 +685,25 @@ class Database:
                                      version=q.version + 1))
             return True
 
-    def fail_query(self, query_id: str, error: str) -> None:
+    def fail_close(self, query_id: str, phase: int, closer: str, error: str) -> bool:
+        """Fail the query whose phase ``closer`` is closing, if it still holds the lease
+        (a replica that lost the phase to another must not fail it)."""
+        p, q = S.phases.c, S.queries.c
+        t = now_ms()
         with self.write() as conn:
-            q = S.queries.c
+            r = conn.execute(update(S.phases).where(and_(
+                p.query_id == query_id, p.phase == phase, p.state == "closing",
+                p.closer == closer)).values(state="cancelled", closed_at_ms=t))
+            if r.rowcount != 1:
+                return False
             conn.execute(update(S.queries).where(and_(q.query_id == query_id,
                                                       q.state == "running"))
-                         .values(state="failed", error=error[:2000], finished_at_ms=now_ms(),
+                         .values(state="failed", error=error[:2000], finished_at_ms=t,
                                  version=q.version + 1))
             conn.execute(update(S.phases).where(and_(
-                S.phases.c.query_id == query_id,
-                S.phases.c.state.in_(("open", "pending", "closing"))))
-                .values(state="cancelled", closed_at_ms=now_ms()))
+                p.query_id == query_id, p.state.in_(("open", "pending", "closing"))))
+                .values(state="cancelled", closed_at_ms=t))
+            return True
 
     def published(self, query_id: str, phase: int) -> dict[str, Any]:
         with self.read() as conn:
@@ -676,6 +738,28 @@ class Database:
                 rows = conn.execute(select(t)).all()
                 out[t.name] = sorted(tuple(r) for r in rows)
         return out
+
+
+def _stored_row(row: Any) -> StoredReport | None:
+    """A ``stored`` statement's row (phase, payload, received_at_ms) as a StoredReport."""
+    return None if row is None else StoredReport(int(row[0]), bytes(row[1]), int(row[2]))
+
+
+def judge_stored(item: PendingReport, stored: StoredReport | None) -> ReportOutcome | None:
+    """The answer to ``item`` given the report already stored for its (query, device):
+    None if nothing is stored; OK with ``duplicate`` if the stored report is identical
+    (same phase, same payload bytes; the task digest was checked against the same
+    assignment before), ALREADY_EXISTS otherwise. Independent of the phase's state, so
+    a re-send after the phase closed gets the same answer as one while it is open."""
+    if stored is None:
+        return None
+    if stored.phase == item.phase and stored.payload == item.payload:
+        return ReportOutcome("OK", "identical report already stored; nothing changed",
+                             True, stored.received_at_ms)
+    return ReportOutcome(
+        "ALREADY_EXISTS",
+        f"device {item.device_id} already has a different report stored for query "
+        f"{item.query_id} (phase {stored.phase}); one report per device per query")
 
 
 def _first_reports(items: Sequence[PendingReport], groups: list[list[int]]
@@ -739,7 +823,8 @@ def _report_sql(mark: str) -> dict[str, str]:
                         f"u AS (UPDATE {ph} p SET received = p.received + c.n FROM c "
                         "WHERE p.query_id = c.query_id AND p.phase = c.phase RETURNING 1) "
                         "SELECT count(*) FROM ins",
-        "stored": f"SELECT payload, phase FROM {rep} WHERE query_id = ? AND device_id = ?",
+        "stored": f"SELECT phase, payload, received_at_ms FROM {rep} "
+                  "WHERE query_id = ? AND device_id = ?",
         "count": f"UPDATE {ph} SET received = received + ? WHERE query_id = ? AND phase = ?",
     }
     return {k: v.replace("?", mark) for k, v in q.items()}

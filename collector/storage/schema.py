@@ -6,7 +6,8 @@ on the same PostgreSQL database) resumes each query exactly where it was:
 ``meta``         key/value: schema version, the database-managed token signing key.
 ``devices``      enrolled devices (id, label, enrollment time).
 ``queries``      one row per query: public spec (JSON), public seed of the slot
-                 permutation, state, current phase, next free assignment slot, result.
+                 permutation, state, current phase, next free assignment slot, result,
+                 whether it accepts reports marked ``simulated`` (seeded noise).
 ``phases``       one row per (query, phase): state, quota, received count, deadline,
                  closing lease (which replica aggregates it) and what it published.
 ``assignments``  (query, device) -> slot, group, stage, phase. Primary key (query,
@@ -16,7 +17,8 @@ on the same PostgreSQL database) resumes each query exactly where it was:
                  Primary key (query, device): one report per device per query.
 
 Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
-to the DDL that brings the previous version to it. Version 1 is the initial schema.
+to the DDL that brings the previous version to it. Version 1 is the initial schema;
+version 2 adds ``queries.allow_simulated`` (false for existing queries).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Connection,
     Float,
@@ -37,6 +40,8 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
+    text,
 )
 
 __all__ = [
@@ -51,7 +56,7 @@ __all__ = [
     "reports",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -87,6 +92,9 @@ queries = Table(
     Column("result_json", Text, nullable=True),
     Column("error", Text, nullable=False, default=""),
     Column("version", Integer, nullable=False, default=0),
+    # the query accepts reports marked simulated (CreateQuery params "allow_simulated")
+    Column("allow_simulated", Boolean, nullable=False, default=False,
+           server_default=false()),
 )
 
 phases = Table(
@@ -132,5 +140,12 @@ reports = Table(
     Index("ix_reports_phase_slot", "query_id", "phase", "slot"),
 )
 
+def _v2_allow_simulated(conn: Connection) -> None:
+    """Version 2: ``queries.allow_simulated`` (existing queries refuse simulated reports)."""
+    no = "false" if conn.dialect.name == "postgresql" else "0"
+    conn.execute(text(f"ALTER TABLE {queries.name} ADD COLUMN allow_simulated BOOLEAN "
+                      f"NOT NULL DEFAULT {no}"))
+
+
 #: version -> function(connection) applying the DDL from version-1 to version.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_allow_simulated}

@@ -23,9 +23,13 @@ from sqlalchemy import Connection
 
 from uldp.collector.storage.db import Database, PendingReport, ReportOutcome
 
-__all__ = ["GroupCommitWriter", "WriterUnavailable"]
+__all__ = ["WRITE_FAILED", "GroupCommitWriter", "WriterUnavailable"]
 
 log = logging.getLogger(__name__)
+
+
+#: the caller-facing message of a failed batch transaction (its cause is logged here)
+WRITE_FAILED = "database write failed; not acknowledged, retry later"
 
 
 class WriterUnavailable(Exception):
@@ -145,8 +149,8 @@ class GroupCommitWriter:
             self._cv.notify()
         if not ticket.done.wait(timeout):
             raise WriterUnavailable("timed out waiting for the database")
-        if ticket.error is not None:
-            raise WriterUnavailable(f"database write failed: {ticket.error}") from ticket.error
+        if ticket.error is not None:  # logged by the writer thread
+            raise WriterUnavailable(WRITE_FAILED) from ticket.error
         return ticket
 
     def _take(self) -> list[_Ticket]:

@@ -95,10 +95,14 @@ def _free_port() -> int:
 def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
                      subprocess_: bool = False, port: int = 0, name: str | None = None,
                      extra_args: list[str] | None = None, server_mode: str = "aio",
-                     **core_kw: object) -> Collector:
+                     env: dict[str, str] | None = None, **core_kw: object) -> Collector:
     """Start a collector on 127.0.0.1 (in-process, or ``uldp collector serve`` as a
-    subprocess); the caller stops it."""
+    subprocess with ``env`` added to its environment); the caller stops it.
+
+    Test collectors accept reports marked simulated (the fleets' seeded devices) unless
+    ``allow_simulated=False`` is given."""
     url = db_url or f"sqlite:///{workdir / 'collector.db'}"
+    allow_simulated = bool(core_kw.setdefault("allow_simulated", True))
     if not subprocess_:
         cfg = ServerConfig(db_url=url, tls_cert=pki.server_cert, tls_key=pki.server_key,
                            port=port, admin_token_file=pki.directory / "admin.token",
@@ -112,8 +116,10 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
     cmd = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
            "--db", url, "--port", str(port), "--tls-dir", str(pki.directory),
            "--log-level", "info", "--name", name or f"proc-{port}", "--server-mode",
-           server_mode, *(extra_args or [])]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+           server_mode, *(["--allow-simulated"] if allow_simulated else []),
+           *(extra_args or [])]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})})
     log.close()
     c = Collector(port, url, pki, proc=proc)
     try:
@@ -249,3 +255,11 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     d = open_database(url)
     yield d
     d.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A collector database URL: once a SQLite file, once a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'collector.db'}"
+    return request.getfixturevalue("postgres").new_database()

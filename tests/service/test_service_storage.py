@@ -37,6 +37,24 @@ def test_migrate_is_idempotent_and_versioned(db):
         db.migrate()
 
 
+def test_migration_1_to_2_adds_allow_simulated(db):
+    """A version-1 database (before ``queries.allow_simulated``) is upgraded in place:
+    existing queries keep their rows and refuse simulated reports."""
+    _query(db)
+    with db.write() as conn:
+        conn.execute(text("ALTER TABLE uldp_queries DROP COLUMN allow_simulated"))
+        conn.execute(update(S.meta).where(S.meta.c.key == "schema_version").values(value="1"))
+    db.dispose()
+    d2 = open_database(str(db.url.render_as_string(hide_password=False)))
+    try:
+        row = d2.get_query("q")
+        assert row is not None and row["allow_simulated"] is False
+        assert row["target_users"] == 20_000
+        assert d2.migrate() == SCHEMA_VERSION == 2
+    finally:
+        d2.dispose()
+
+
 def test_unique_report_per_query_and_device_in_schema(db):
     _query(db)
     row = dict(query_id="q", device_id="d", phase=1, grp=0, stage=1, slot=0, payload=b"x",
