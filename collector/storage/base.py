@@ -1,0 +1,32 @@
+"""What the table mixins of :class:`uldp.collector.storage.db.Database` share.
+
+See ``docs/architecture.md`` ("Storage").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine
+
+__all__ = ["Tables"]
+
+
+class Tables:
+    """Attributes :class:`~uldp.collector.storage.db.Database` sets up for its mixins."""
+
+    engine: Engine
+    is_sqlite: bool
+    _insert: Any  # the dialect's INSERT construct (ON CONFLICT support)
+    _sql: dict[str, str]  # report statements with the driver's parameter marker
+    _held: Any  # the writer thread's held connection
+
+    def write(self) -> Any:
+        raise NotImplementedError
+
+    def read(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def dbapi_error(self) -> type[Exception]:
+        raise NotImplementedError

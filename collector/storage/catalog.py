@@ -1,0 +1,103 @@
+"""Queries and phases: the catalogue tables (create, list, cancel, phase rows, due phases).
+
+See ``docs/architecture.md`` ("Storage"). A mixin of :class:`uldp.collector.storage.db.Database`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, func, insert, or_, select, update
+
+from uldp.collector.storage import schema as S  # noqa: N812
+from uldp.collector.storage.base import Tables
+from uldp.collector.storage.records import (
+    now_ms,
+)
+
+__all__ = ["QueryTables"]
+
+
+class QueryTables(Tables):
+    """Statements on the ``queries`` and ``phases`` tables."""
+
+    def create_query(self, row: dict[str, Any], quotas: Sequence[int],
+                     deadline_ms: int) -> tuple[dict[str, Any], bool]:
+        """Insert a query and its phases (phase 1 open). Returns (row, created)."""
+        with self.write() as conn:
+            existing = conn.execute(select(S.queries).where(
+                S.queries.c.query_id == row["query_id"])).mappings().first()
+            if existing is not None:
+                return dict(existing), False
+            t = now_ms()
+            conn.execute(insert(S.queries).values(**row, created_at_ms=t, next_slot=0,
+                                                  finished_at_ms=0, error="", version=0))
+            conn.execute(insert(S.phases), [
+                dict(query_id=row["query_id"], phase=i + 1,
+                     state="open" if i == 0 else "pending", quota=int(q), received=0,
+                     opened_at_ms=t if i == 0 else 0, deadline_ms=deadline_ms if i == 0 else 0,
+                     closed_at_ms=0, closer="", lease_until_ms=0, published_json="")
+                for i, q in enumerate(quotas)])
+            created = conn.execute(select(S.queries).where(
+                S.queries.c.query_id == row["query_id"])).mappings().one()
+            return dict(created), True
+
+    def get_query(self, query_id: str) -> dict[str, Any] | None:
+        with self.read() as conn:
+            r = conn.execute(select(S.queries).where(S.queries.c.query_id == query_id))
+            m = r.mappings().first()
+            return dict(m) if m is not None else None
+
+    def list_queries(self, state: str | None = None) -> list[dict[str, Any]]:
+        q = select(S.queries).order_by(S.queries.c.created_at_ms, S.queries.c.query_id)
+        if state:
+            q = q.where(S.queries.c.state == state)
+        with self.read() as conn:
+            return [dict(m) for m in conn.execute(q).mappings()]
+
+    def running_queries(self) -> list[dict[str, Any]]:
+        return self.list_queries("running")
+
+    def get_phases(self, query_id: str) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(select(S.phases).where(S.phases.c.query_id == query_id)
+                                .order_by(S.phases.c.phase)).mappings()
+            return [dict(m) for m in rows]
+
+    def assigned_count(self, query_id: str) -> int:
+        with self.read() as conn:
+            return int(conn.execute(select(func.count()).select_from(S.assignments).where(
+                S.assignments.c.query_id == query_id)).scalar_one())
+
+    def cancel_query(self, query_id: str) -> bool:
+        with self.write() as conn:
+            r = conn.execute(update(S.queries).where(and_(
+                S.queries.c.query_id == query_id, S.queries.c.state == "running"))
+                .values(state="cancelled", finished_at_ms=now_ms(),
+                        version=S.queries.c.version + 1))
+            if r.rowcount != 1:
+                return False
+            conn.execute(update(S.phases).where(and_(
+                S.phases.c.query_id == query_id,
+                S.phases.c.state.in_(("open", "pending", "closing"))))
+                .values(state="cancelled", closed_at_ms=now_ms()))
+            return True
+
+    def published(self, query_id: str, phase: int) -> dict[str, Any]:
+        with self.read() as conn:
+            v = conn.execute(select(S.phases.c.published_json).where(and_(
+                S.phases.c.query_id == query_id, S.phases.c.phase == phase))).scalar()
+        return json.loads(v) if v else {}
+
+    def phases_due(self, t: int | None = None) -> list[tuple[str, int]]:
+        """Open phases whose quota is in or deadline passed, and closings whose lease
+        expired (their closer died)."""
+        t = now_ms() if t is None else t
+        p = S.phases.c
+        with self.read() as conn:
+            rows = conn.execute(select(p.query_id, p.phase).where(or_(
+                and_(p.state == "open", or_(p.received >= p.quota, p.deadline_ms <= t)),
+                and_(p.state == "closing", p.lease_until_ms <= t))))
+            return [(r[0], int(r[1])) for r in rows]
