@@ -29,9 +29,11 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import compute_report, report_length, report_limit
-from uldp.collector.learning.runner import SyntheticUsers, run_plan
+from uldp.collector.learning.runner import SyntheticUsers, source_privatizer
 from uldp.collector.learning.sgd import SGDConfig, step_spec
 from uldp.collector.planner import compile_query
+from uldp.collector.programs import MeanEstProgram
+from uldp.collector.programs.driver import run_program
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -51,9 +53,7 @@ def device_time(d: int, m: int, frame: str, repeats: int) -> dict[str, float]:
     X = rng.uniform(-1, 1, size=(m, d)) / np.sqrt(d)
     y = (rng.uniform(size=m) < 0.5).astype(float)
     t1 = plan.task_for(0, 1)
-    params = plan.kind.params(t1)
-    t2 = plan.task_for(0, 2, tuple(p.bins // 2 + 1 for p in
-                                   (params[c] for c in t1.components)))
+    t2 = plan.task_for(0, 2, tuple(B // 2 + 1 for _, _, B in t1.bins))
     src = RandomSource.seeded(3)
     out = {}
     for name, task in (("stage I", t1), ("stage II", t2)):
@@ -124,7 +124,8 @@ def end_to_end(d: int, m: int, n_t: int, frame: str) -> float:
         return X, (gen.uniform(size=(k, m)) < 0.5).astype(float)
     src = SyntheticUsers(n_t, m, d, draw)
     t = time.perf_counter()
-    run_plan(plan, src, np.arange(n_t), RandomSource.seeded(4))
+    run_program(MeanEstProgram(spec, plan=plan),
+                source_privatizer(src, np.arange(n_t), RandomSource.seeded(4)))
     return time.perf_counter() - t
 
 

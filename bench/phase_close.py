@@ -42,9 +42,9 @@ def run(n: int, db_url: str) -> dict[str, float]:
         core.create_query(kind="mean", epsilon=1.0, dataset="x", bound=1.0, samples=100,
                           users=2 * n, dim=1, method="", params_json="", phase_timeout_s=3600,
                           query_id="close")
-    st = core._static("close")
-    assert st is not None
-    plan = st.plan
+    rt = core.runtime("close")
+    assert rt is not None
+    plan = rt.program.plan
     group, stage = plan.assign_all()
     slots = np.flatnonzero(stage == 1)
     assert slots.size == n

@@ -1,0 +1,183 @@
+"""The phase closer: the service's driver loop over every query's program.
+
+See ``docs/architecture.md`` ("Programs", "Service"). Spec: ``user_level_ldp.md`` §2.2
+(round template), §2.4 / [D12] (a phase closes at its deadline with the reports received).
+A background ticker closes due phases (quota in, or deadline passed). Closing one is the
+same step for every kind and method: claim the phase (``Database.begin_close``, a
+conditional update — exactly one replica wins), stream its stored reports into the
+program's accumulators, and publish ``program.close`` (opening the next phase) or store
+``program.result`` after the last phase. The claim is a lease renewed while the closer
+works (``uldp.collector.service.lease``): a dead closer is taken over within one lease, a
+restarted one frees its own leases at start. Everything a close needs is the stored spec
+and the published JSON of the earlier phases, so a restart resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from sqlalchemy.exc import DBAPIError
+
+from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
+from uldp.collector.service.lease import LeaseKeeper, LeaseLost, owned_by
+from uldp.collector.service.phases import PhaseView
+from uldp.collector.storage.db import Database, now_ms
+
+__all__ = ["TEST_CLOSE_DELAY_ENV", "PhaseCloser"]
+
+log = logging.getLogger("uldp.collector")
+
+#: environment variable of the slow-close test hook (seconds; unset in production)
+TEST_CLOSE_DELAY_ENV = "ULDP_TEST_CLOSE_DELAY_S"
+
+
+def _test_close_delay_s() -> float:
+    """Seconds every close stalls after its claim, from the test-only environment
+    variable ``ULDP_TEST_CLOSE_DELAY_S`` (unset: 0, no stall)."""
+    return float(os.environ.get(TEST_CLOSE_DELAY_ENV) or 0)
+
+
+class PhaseCloser:
+    """Closes due phases of every query (see the module docstring)."""
+
+    def __init__(self, db: Database, catalogue: QueryCatalogue, phases: PhaseView, *,
+                 name: str, closer_id: str, lease_ms: int, tick_s: float) -> None:
+        self.db, self.catalogue, self.phases = db, catalogue, phases
+        self.name, self.closer_id = name, closer_id
+        self.lease_ms, self.tick_s = lease_ms, tick_s
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_loop, name="uldp-closer", daemon=True)
+
+    def start(self) -> None:
+        # an earlier incarnation of this replica killed mid-close cannot still be working:
+        # free its leases now instead of waiting for them to run out
+        for qid, phase in self.db.expire_leases(owned_by(self.name), keep=self.closer_id):
+            log.warning("query %s phase %d: took back the closing lease of an earlier "
+                        "incarnation of %s", qid, phase, self.name)
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._ticker.is_alive():
+            self._ticker.join(timeout=30)
+
+    def _tick_loop(self) -> None:
+        last_checkpoint = time.monotonic()
+        while not self._stop.wait(self.tick_s):
+            if time.monotonic() - last_checkpoint > 1.0:
+                last_checkpoint = time.monotonic()
+                try:
+                    self.db.checkpoint()
+                except Exception:
+                    log.exception("WAL checkpoint")
+            try:
+                for qid, phase in self.db.phases_due():
+                    if self._stop.is_set():
+                        break
+                    self.close_phase(qid, phase)
+            except Exception:  # keep ticking: the database may be briefly unavailable
+                log.exception("phase ticker")
+
+    def close_phase(self, query_id: str, phase: int, force: bool = False) -> bool:
+        """Aggregate a due phase if this replica wins the claim; True if it closed it.
+
+        Losing the lease stops the close without publishing; a database error leaves the
+        phase ``closing`` for a retry once the lease runs out; any other error fails the
+        query (if the lease is still ours)."""
+        closer = self.closer_id
+        if not self.db.begin_close(query_id, phase, closer, self.lease_ms, force=force):
+            return False
+        t0 = time.perf_counter()
+        try:
+            with LeaseKeeper(self.db, query_id, phase, closer, self.lease_ms) as keeper:
+                delay = _test_close_delay_s()
+                if delay > 0:  # test hook: a slow close to kill or take over
+                    keeper.sleep(delay)
+                n, ok = self._close(query_id, phase, keeper)
+        except LeaseLost as exc:
+            log.warning("stopped closing: %s", exc)
+            return False
+        except Exception as exc:
+            return self._failed(query_id, phase, exc)
+        finally:
+            self.phases.forget(query_id)
+        if ok:
+            log.info("query %s phase %d closed by %s: %d reports in %.2fs", query_id, phase,
+                     self.name, n, time.perf_counter() - t0)
+        else:
+            log.warning("query %s phase %d: lost the closing lease before publishing",
+                        query_id, phase)
+        return ok
+
+    def _failed(self, query_id: str, phase: int, exc: Exception) -> bool:
+        if isinstance(exc, (DBAPIError, self.db.dbapi_error)):
+            log.warning("closing phase %d of query %s hit a database error (retried when the "
+                        "lease runs out): %s", phase, query_id, exc)
+            return False
+        log.exception("closing phase %d of query %s failed", phase, query_id)
+        self.db.fail_close(query_id, phase, self.closer_id, f"closing phase {phase} failed: {exc}")
+        return False
+
+    def _close(self, query_id: str, phase: int, keeper: LeaseKeeper) -> tuple[int, bool]:
+        """Accumulate, then publish (and open the next phase) or store the result."""
+        rt = self.catalogue.runtime(query_id)
+        assert rt is not None
+        published = {p: self.db.published(query_id, p) for p in range(1, phase)}
+        accs, n = self._accumulate(rt, phase, published, keeper.check)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pub = rt.program.close(phase, accs, published)
+        keeper.check()
+        if phase < rt.num_phases:
+            row = self.db.get_query(query_id)
+            timeout = float(row["phase_timeout_s"]) if row else 3600.0
+            ok = self.db.finish_close(query_id, phase, keeper.closer, pub,
+                                      next_deadline_ms=now_ms() + int(timeout * 1000),
+                                      result=None)
+        else:
+            result = rt.program.result({**published, phase: pub})
+            ok = self.db.finish_close(query_id, phase, keeper.closer, pub,
+                                      next_deadline_ms=None, result=result)
+        return n, ok
+
+    def _accumulate(self, rt: QueryRuntime, phase: int, published: dict[int, Any],
+                    check: Callable[[], None]) -> tuple[dict[int, Any], int]:
+        """Stream the phase's stored reports into one accumulator per group."""
+        accs: dict[int, Any] = {}
+        n = 0
+
+        def acc_for(grp: int, stage: int) -> Any:
+            if grp not in accs:
+                accs[grp] = rt.program.accumulator(phase, grp, stage, published)
+            return accs[grp]
+        if self._needs_slots(rt, phase, published):
+            for grp, stage, slots, payloads in self.db.stream_reports(rt.query_id, phase):
+                check()
+                arr = np.frombuffer(b"".join(payloads), "<i8").reshape(len(payloads), -1)
+                acc_for(grp, stage).add(arr, np.asarray(slots))
+                n += len(payloads)
+        else:
+            for grp, stage, count, blob in self.db.report_blocks(rt.query_id, phase,
+                                                                 rt.spec.users):
+                check()
+                acc_for(grp, stage).add(np.frombuffer(blob, "<i8").reshape(count, -1))
+                n += count
+        check()
+        return accs, n
+
+    @staticmethod
+    def _needs_slots(rt: QueryRuntime, phase: int, published: dict[int, Any]) -> bool:
+        """Do this phase's accumulators need each report's slot (device-specific layout)?"""
+        place = rt.program.placements()
+        in_phase = np.flatnonzero(place[:, 2] == phase)
+        if in_phase.size == 0:
+            return False
+        g, s = int(place[in_phase[0], 0]), int(place[in_phase[0], 1])
+        return bool(rt.program.accumulator(phase, g, s, published).needs_slots)

@@ -1,0 +1,103 @@
+"""Report ingest: the checks a report passes before the group-commit writer stores it.
+
+See ``docs/architecture.md`` ("Service") and the numbered order of the checks in
+``proto/uldp/v1/device.proto``. Spec: [D23] (one message per device and query).
+The writer re-checks under the phase-row lock that the phase is open and enforces one
+report per (query, device). An identical re-send is an OK duplicate even after its phase
+closed (the stored report is judged before the phase refusal).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from uldp.collector.service.catalogue import QueryCatalogue
+from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.phases import PhaseView
+from uldp.collector.service.tasks import TaskServer
+from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, judge_stored
+from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
+
+__all__ = ["SIMULATED_REFUSED", "ReportIngest", "not_open"]
+
+SIMULATED_REFUSED = ("report is from a simulation (seeded noise); this query does not "
+                     "accept simulated reports")
+
+
+def not_open(query_id: str, phase: int, state: str) -> str:
+    """The FAILED_PRECONDITION message of a report for a phase that is not open."""
+    return f"phase {phase} of query {query_id} is not open (state: {state})"
+
+
+class ReportIngest:
+    """SubmitReport / SubmitReportBatch: validate, then commit through the writer."""
+
+    def __init__(self, db: Database, writer: GroupCommitWriter, catalogue: QueryCatalogue,
+                 phases: PhaseView, tasks: TaskServer, *, allow_simulated: bool) -> None:
+        self.db, self.writer, self.catalogue = db, writer, catalogue
+        self.phases, self.tasks = phases, tasks
+        self.allow_simulated = allow_simulated
+
+    def validate(self, device_id: str, query_id: str, phase: int, values: Sequence[int],
+                 digest: str, simulated: bool = False) -> PendingReport | ReportOutcome:
+        """The report to commit, or the final answer (OK, ``duplicate``) when the
+        identical report is already stored and its phase is no longer open; raises
+        :class:`ServiceError` for a refusal (checks in the documented order)."""
+        rt = self.catalogue.runtime(query_id)
+        if rt is None:
+            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        if simulated and not (self.allow_simulated or rt.allow_simulated):
+            raise ServiceError("FAILED_PRECONDITION", SIMULATED_REFUSED)
+        a = self.tasks.assignment(query_id, device_id)
+        if a is None:
+            raise ServiceError("PERMISSION_DENIED",
+                               f"device {device_id} is not assigned to query {query_id}")
+        if phase != a["phase"]:
+            raise ServiceError("FAILED_PRECONDITION",
+                               f"device {device_id} is assigned to phase {a['phase']} of query "
+                               f"{query_id}, not phase {phase}")
+        ph = self.phases.rows(query_id).get(phase)
+        if ph is None or ph["state"] != "open":  # the cache may be behind: look again
+            ph = self.phases.rows(query_id, fresh=True).get(phase)
+        if ph is None:
+            raise ServiceError("FAILED_PRECONDITION", f"query {query_id} has no phase {phase}")
+        if not ph["opened_at_ms"]:  # never opened: no report of it can be stored
+            raise ServiceError("FAILED_PRECONDITION", not_open(query_id, phase, ph["state"]))
+        info = self.tasks.task_info(rt, a)
+        vals = list(values)
+        _check_values(vals, info.length, info.limit, a)
+        if digest != info.digest:
+            raise ServiceError("FAILED_PRECONDITION",
+                               "report was computed for a different task (task_digest "
+                               f"{digest[:16] or '<empty>'}… != {info.digest[:16]}…); "
+                               "fetch the current task")
+        item = PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
+                             struct.pack(f"<{len(vals)}q", *vals))
+        if ph["state"] == "open":
+            return item  # the writer judges a stored report under the phase-row lock
+        # closing, closed or cancelled: a stored report is answered before the phase
+        # refusal (a committed report never changes, so this read is authoritative)
+        out = judge_stored(item, self.db.stored_report(query_id, device_id))
+        if out is None:
+            raise ServiceError("FAILED_PRECONDITION", not_open(query_id, phase, ph["state"]))
+        if out.code != "OK":
+            raise ServiceError(out.code, out.message)
+        return out
+
+    def store(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        try:
+            return self.writer.store_reports(items)
+        except WriterUnavailable as exc:
+            raise ServiceError("UNAVAILABLE", str(exc)) from None
+
+
+def _check_values(vals: list[int], length: int, limit: int, a: dict[str, object]) -> None:
+    if len(vals) != length:
+        raise ServiceError("INVALID_ARGUMENT",
+                           f"report has {len(vals)} values; the task of group {a['grp']} "
+                           f"stage {a['stage']} needs exactly {length}")
+    if vals and (max(vals) > limit or min(vals) < -limit):
+        i = next(k for k, v in enumerate(vals) if abs(v) > limit)
+        raise ServiceError("INVALID_ARGUMENT",
+                           f"report value #{i} = {vals[i]} is outside [-{limit}, {limit}]")

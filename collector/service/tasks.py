@@ -1,0 +1,167 @@
+"""The task server: assigning devices to slots and handing them their public tasks.
+
+See ``docs/architecture.md`` ("Service") and ``proto/uldp/v1/device.proto``. Spec:
+``user_level_ldp.md`` §2.2, §3.7 / [D1] [D2] (random balanced assignment drawn before data
+use). Devices take *slots* 0, 1, 2, ... in check-in order; the query's program places a
+slot in (group, stage, phase) through the permutation drawn from the query's public seed.
+The slot counter, the assignment and its unique keys live in the database, so the same
+device always gets the same answer, from any replica, across restarts. A task is the
+program's task for the slot given what the closed phases published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from uldp.client.tasks import report_length, report_limit
+from uldp.client.wire import MAX_ABS_REPORT_VALUE
+from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
+from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.phases import PhaseView
+from uldp.collector.storage.db import Database
+from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
+
+__all__ = ["TaskInfo", "TaskServer"]
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as handed to a device (public)."""
+
+    query_id: str
+    phase: int
+    group: int
+    stage: int
+    dataset: str
+    task_json: str
+    digest: str
+    length: int
+    limit: int
+    deadline_ms: int
+
+
+class TaskServer:
+    """GetTasks: assignments (cached) and tasks (cached per phase, group and stage)."""
+
+    def __init__(self, db: Database, writer: GroupCommitWriter, catalogue: QueryCatalogue,
+                 phases: PhaseView) -> None:
+        self.db, self.writer, self.catalogue, self.phases = db, writer, catalogue, phases
+        self._tasks: OrderedDict[tuple[Any, ...], TaskInfo] = OrderedDict()
+        self._assignments: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._running: tuple[float, list[dict[str, Any]]] = (0.0, [])
+        self._lock = threading.Lock()
+
+    # ---- assignments --------------------------------------------------------------------
+    def remember(self, a: dict[str, Any]) -> None:
+        with self._lock:
+            self._assignments[(a["query_id"], a["device_id"])] = a
+            if len(self._assignments) > 500_000:
+                self._assignments.popitem(last=False)
+
+    def assignment(self, query_id: str, device_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            a = self._assignments.get((query_id, device_id))
+        if a is None:
+            a = self.db.get_assignment(query_id, device_id)
+            if a is not None:
+                self.remember(a)
+        return a
+
+    def prefetch_assignments(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Load the uncached assignments of many (query, device) pairs, one SELECT per
+        query (batched ingestion from gateways)."""
+        with self._lock:
+            missing: dict[str, list[str]] = {}
+            for q, d in pairs:
+                if (q, d) not in self._assignments:
+                    missing.setdefault(q, []).append(d)
+        for q, devs in missing.items():
+            for a in self.db.get_assignments(q, devs):
+                self.remember(a)
+
+    # ---- tasks ------------------------------------------------------------------------
+    def task_info(self, rt: QueryRuntime, a: dict[str, Any]) -> TaskInfo:
+        """The task of assignment ``a`` (its phase must be open, or closed: its earlier
+        phases have published)."""
+        grp, stage, phase, slot = a["grp"], a["stage"], a["phase"], a["slot"]
+        per_device = rt.program.offsets(phase, np.array([slot])) is not None
+        key = (rt.query_id, phase, grp, stage, slot if per_device else -1)
+        with self._lock:
+            info = self._tasks.get(key)
+        if info is not None:
+            return info
+        published = self.phases.published_before(rt.query_id, phase)
+        task = rt.program.task(phase, grp, stage, published, slot if per_device else None)
+        text = task.to_json()
+        info = TaskInfo(rt.query_id, phase, grp, stage, rt.dataset, text,
+                        hashlib.sha256(text.encode()).hexdigest(), report_length(task),
+                        min(report_limit(task), MAX_ABS_REPORT_VALUE), 0)
+        with self._lock:
+            self._tasks[key] = info
+            if len(self._tasks) > 100_000:
+                self._tasks.popitem(last=False)
+        return info
+
+    def _running_queries(self) -> list[dict[str, Any]]:
+        t, rows = self._running
+        if time.monotonic() - t > 0.25:
+            rows = self.db.running_queries()
+            self._running = (time.monotonic(), rows)
+        return rows
+
+    def _todo(self, device_id: str, queries: list[dict[str, Any]]
+              ) -> list[tuple[QueryRuntime, dict[str, Any] | None]]:
+        """The device's (query, assignment) pairs still to report; assigns it to the
+        queries it has no slot in yet."""
+        todo: list[tuple[QueryRuntime, dict[str, Any] | None]] = []
+        need: list[QueryRuntime] = []
+        for q in queries:
+            rt = self.catalogue.runtime(q["query_id"])
+            if rt is None:
+                continue
+            a, reported = self.db.device_status(rt.query_id, device_id)
+            if reported:
+                continue
+            todo.append((rt, a))
+            if a is None:
+                need.append(rt)
+        if need:
+            try:
+                made = self.writer.assign([(rt.query_id, device_id, rt.program.place)
+                                           for rt in need])
+            except WriterUnavailable as exc:
+                raise ServiceError("UNAVAILABLE", str(exc)) from None
+            todo = [(rt, a if a is not None else made.get(rt.query_id)) for rt, a in todo]
+        return todo
+
+    def get_tasks(self, device_id: str, datasets: Sequence[str],
+                  query_id: str = "") -> tuple[list[TaskInfo], list[tuple[str, int]], int]:
+        """(tasks to run now, (query, phase) assignments waiting, retry-after ms)."""
+        wanted = set(datasets)
+        queries = [q for q in self._running_queries()
+                   if q["dataset"] in wanted and (not query_id or q["query_id"] == query_id)]
+        if query_id and not queries and self.db.get_query(query_id) is None:
+            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        tasks: list[TaskInfo] = []
+        waiting: list[tuple[str, int]] = []
+        for rt, a in self._todo(device_id, queries):
+            if a is None:
+                continue  # all slots taken
+            self.remember(a)
+            ph = self.phases.rows(rt.query_id).get(a["phase"])
+            if ph is None:
+                continue
+            if ph["state"] == "open":
+                tasks.append(replace(self.task_info(rt, a), deadline_ms=int(ph["deadline_ms"])))
+            elif ph["state"] in ("pending", "closing"):
+                waiting.append((rt.query_id, a["phase"]))
+        retry = 300 if waiting else (0 if tasks else 2000)
+        return tasks, waiting, retry
