@@ -20,8 +20,7 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 from uldp.collector.datasets import make_fleet_data
-from uldp.collector.estimators.variance import predicted_mse
-from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
 from uldp.collector.simulate import simulate_reps
 
 METHODS = ("two-stage", "ssl", "baseline-b", "baseline-a")

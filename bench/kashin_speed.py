@@ -22,10 +22,10 @@ from uldp.client.kashin import (
     KASHIN_DELTA_DEFAULT,
     KASHIN_TOL_DEFAULT,
     KashinFrame,
-    calibrate,
     kashin_coefficients_info,
     kashin_level,
 )
+from uldp.client.kashin_calibration import calibrate
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

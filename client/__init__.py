@@ -1,0 +1,61 @@
+"""uldp device SDK: one privatized report per query from a user's whole local dataset.
+
+See ``docs/privacy.md`` (what is guaranteed and why) and ``docs/device-protocol.md`` (the
+contract a device in any language implements). The app-facing API::
+
+    from uldp.client import Device
+    dev = Device("collector.example:443", "/var/lib/myapp/uldp", ca_cert="ca.pem", budget=4.0)
+    dev.add_dataset("steps", samples=my_samples)
+    dev.poll()
+
+The report functions (:func:`compute_report`, :func:`compute_reports`) and the primitives
+below are also what the collector and the simulations use: the package is the trusted
+core both halves share (randomness, exact noise, task checks). It never imports the
+collector.
+"""
+
+from uldp.client.budget import EPS_DENOMINATOR, MAX_EPSILON, epsilon_units
+from uldp.client.dataset import DatasetSchema
+from uldp.client.device import Device, PollResult, ReportRejected
+from uldp.client.kinds import KINDS, DataError, Kind
+from uldp.client.ledger import BudgetExceeded, Ledger
+from uldp.client.methods import METHODS
+from uldp.client.randomness import RandomSource
+from uldp.client.tasks import (
+    compute_report,
+    compute_reports,
+    report_length,
+    report_limit,
+    task_epsilon,
+    validate_task,
+)
+from uldp.client.taskspec import SCHEMA, TaskRefused, TaskSpec
+from uldp.client.transport import Endpoint, RetryPolicy
+
+__all__ = [
+    "EPS_DENOMINATOR",
+    "KINDS",
+    "MAX_EPSILON",
+    "METHODS",
+    "SCHEMA",
+    "BudgetExceeded",
+    "DataError",
+    "DatasetSchema",
+    "Device",
+    "Endpoint",
+    "Kind",
+    "Ledger",
+    "PollResult",
+    "RandomSource",
+    "ReportRejected",
+    "RetryPolicy",
+    "TaskRefused",
+    "TaskSpec",
+    "compute_report",
+    "compute_reports",
+    "epsilon_units",
+    "report_length",
+    "report_limit",
+    "task_epsilon",
+    "validate_task",
+]

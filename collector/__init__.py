@@ -1,0 +1,40 @@
+"""uldp collector: queries as phase programs, estimates, simulations and the gRPC service.
+
+See ``docs/architecture.md``. The in-process API::
+
+    from uldp.collector import QuerySpec, simulate_reps, make_fleet_data
+    spec = QuerySpec(kind="mean", epsilon=1.0, users=100_000, samples=100)
+    res = simulate_reps(spec, make_fleet_data("mean", "bernoulli", 100), RandomSource.seeded(1))
+
+* :class:`QuerySpec`, :func:`compile_query` — a query and its plan;
+* :func:`program_for`, :func:`run_program` — the phase program of a query and the one
+  simulation driver; :func:`run_query` / :func:`simulate_reps` — synthetic fleets;
+* :class:`Estimate` — values, standard errors, intervals;
+* central user-level DP estimators: ``uldp.collector.central``; scikit-style learners:
+  ``uldp.collector.learning``; the service: ``uldp.collector.service``.
+"""
+
+from uldp.collector.datasets import FleetData, make_fleet_data
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.planner import Plan, QuerySpec, compile_query, predicted_mse
+from uldp.collector.programs import MeanEstProgram, Program, SGDProgram, program_for
+from uldp.collector.programs.driver import run_program
+from uldp.collector.simulate import SimulationResult, run_query, simulate_reps
+
+__all__ = [
+    "Estimate",
+    "FleetData",
+    "MeanEstProgram",
+    "Plan",
+    "Program",
+    "QuerySpec",
+    "SGDProgram",
+    "SimulationResult",
+    "compile_query",
+    "make_fleet_data",
+    "predicted_mse",
+    "program_for",
+    "run_program",
+    "run_query",
+    "simulate_reps",
+]

@@ -82,8 +82,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return mod.simulate_learning(args)
     from uldp.client.randomness import RandomSource
     from uldp.collector.datasets import make_fleet_data
-    from uldp.collector.estimators.variance import predicted_mse
-    from uldp.collector.planner import QuerySpec, compile_query
+    from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
     from uldp.collector.simulate import simulate_reps
 
     dim = args.dim or (1 if args.kind == "mean" else 8)

@@ -92,82 +92,109 @@ def make_fleet_data(kind: str, dist: str, samples: int, dim: int = 1, bound: flo
     """Population for ``kind`` drawn from ``dist`` (see module docstring)."""
     rng = rng or np.random.default_rng()
     name, arg = parse_dist(dist)
-    D = 1.0 if bound is None else float(bound)
-    m = samples
-    if kind == "distribution":
-        if name == "zipf":
-            w = (np.arange(dim) + 1.0) ** (-arg)
-        elif name == "uniform":
-            w = np.ones(dim)
-        else:
-            raise ValueError(f"--dist {dist!r} is not available for distribution queries; "
-                             "use zipf:S or uniform")
-        p = w / w.sum()
-        return FleetData(lambda n: rng.choice(dim, size=(n, m), p=p).astype(np.float64), p)
-    vector = kind != "mean"
-    d = dim if vector else 1
-    shape = (lambda n: (n, m, d)) if vector else (lambda n: (n, m))
-    loc = _locations(d, D)
-    if kind in ("mean", "mean-linf"):
-        if name == "uniform":
-            w = 0.7 * D
-            return FleetData(lambda n: loc + rng.uniform(-w, w, size=shape(n)), loc.copy())
-        if name == "bernoulli":
-            p_plus = (1 + loc / D) / 2
-            thr = np.floor(p_plus * 2.0**32).astype(np.uint64)
+    spec = _Pop(name, arg, dist, samples, dim if kind != "mean" else 1,
+                1.0 if bound is None else float(bound), bound is None, moment_p, rng)
+    builder = _BUILDERS.get(kind)
+    if builder is None:
+        raise ValueError(f"unknown kind {kind!r}")
+    return builder(spec, kind)
 
-            def draw_pm(n: int) -> np.ndarray:
-                hit = rng.integers(0, 2**32, size=shape(n), dtype=np.uint32) < thr
-                return np.where(hit, D, -D)
 
-            return FleetData(draw_pm, loc.copy())
-        if name == "gaussian":
-            sd = 0.5 * D
-            truth = loc.copy() if bound is None else _clamp_mean_normal(loc, sd, D)
-            mom = None
-            if moment_p is not None:
-                from scipy.stats import norm
-                mom = (moment_p, max(float(norm.expect(lambda x: abs(x) ** moment_p, loc=mu,
-                                                       scale=sd)) for mu in loc))
-            return FleetData(lambda n: loc + sd * rng.standard_normal(shape(n)), truth, mom)
-        if name == "student-t":
-            sc = 0.5 * D
-            truth = loc.copy() if bound is None else _clamp_mean_t(loc, sc, arg, D)
-            mom = None
-            if moment_p is not None:
-                if moment_p >= arg:
-                    raise ValueError(f"student-t:{arg:g} has no finite moment of order "
-                                     f"{moment_p:g}")
-                mom = (moment_p, max(_abs_moment_t(mu, sc, arg, moment_p) for mu in loc))
-            return FleetData(lambda n: loc + sc * rng.standard_t(arg, size=shape(n)), truth, mom)
-        raise ValueError(f"--dist {dist!r} is not available for {kind} queries")
-    if kind == "mean-l2":
-        v = np.ones(d) / math.sqrt(d)
-        if name == "sphere":
-            def draw(n: int) -> np.ndarray:
-                g = rng.standard_normal((n, m, d))
-                g /= np.linalg.norm(g, axis=-1, keepdims=True)
-                pick = rng.random((n, m, 1)) < 0.3
-                return D * np.where(pick, v, g)
-            return FleetData(draw, 0.3 * D * v)
-        if name == "bernoulli":
-            return _hard_instance(rng, n_dim=d, m=m, D=D)
-        if name == "student-t" and bound is None:
-            sc = 0.5 / math.sqrt(d)
-            mu = 0.3 * v
-            mom = None
-            if moment_p is not None:
-                # E||X||^p estimated by Monte Carlo (public in a simulation)
-                z = mu + sc * rng.standard_t(arg, size=(200_000, d))
-                mom = (moment_p, float(np.mean(np.linalg.norm(z, axis=1) ** moment_p)))
-            return FleetData(lambda n: mu + sc * rng.standard_t(arg, size=(n, m, d)), mu, mom)
-        raise ValueError(f"--dist {dist!r} is not available for mean-l2; use sphere or "
-                         "bernoulli (or student-t:DF with --moment)")
-    if kind == "mean-l1":
-        if name == "bernoulli":
-            return _hard_instance(rng, n_dim=d, m=m, D=D)
-        raise ValueError(f"--dist {dist!r} is not available for mean-l1; use bernoulli")
-    raise ValueError(f"unknown kind {kind!r}")
+@dataclass(frozen=True)
+class _Pop:
+    name: str
+    arg: float
+    dist: str
+    m: int
+    d: int
+    D: float
+    heavy: bool
+    moment_p: float | None
+    rng: np.random.Generator
+
+    def shape(self, n: int, vector: bool) -> tuple[int, ...]:
+        return (n, self.m, self.d) if vector else (n, self.m)
+
+
+def _distribution(p: _Pop, kind: str) -> FleetData:
+    if p.name == "zipf":
+        w = (np.arange(p.d) + 1.0) ** (-p.arg)
+    elif p.name == "uniform":
+        w = np.ones(p.d)
+    else:
+        raise ValueError(f"--dist {p.dist!r} is not available for distribution queries; "
+                         "use zipf:S or uniform")
+    probs = w / w.sum()
+    return FleetData(lambda n: p.rng.choice(p.d, size=(n, p.m), p=probs).astype(np.float64),
+                     probs)
+
+
+def _coordinates(p: _Pop, kind: str) -> FleetData:
+    """mean and mean-linf: each coordinate around its own location."""
+    vec, rng, D = kind != "mean", p.rng, p.D
+    loc = _locations(p.d, D)
+    if p.name == "uniform":
+        return FleetData(lambda n: loc + rng.uniform(-0.7 * D, 0.7 * D, size=p.shape(n, vec)),
+                         loc.copy())
+    if p.name == "bernoulli":
+        thr = np.floor((1 + loc / D) / 2 * 2.0**32).astype(np.uint64)
+        return FleetData(lambda n: np.where(rng.integers(0, 2**32, size=p.shape(n, vec),
+                                                         dtype=np.uint32) < thr, D, -D),
+                         loc.copy())
+    if p.name == "gaussian":
+        sd = 0.5 * D
+        truth = loc.copy() if p.heavy else _clamp_mean_normal(loc, sd, D)
+        mom = None
+        if p.moment_p is not None:
+            from scipy.stats import norm
+            q = p.moment_p
+            mom = (q, max(float(norm.expect(lambda x: abs(x) ** q, loc=mu, scale=sd))
+                          for mu in loc))
+        return FleetData(lambda n: loc + sd * rng.standard_normal(p.shape(n, vec)), truth, mom)
+    if p.name == "student-t":
+        sc, df = 0.5 * D, p.arg
+        truth = loc.copy() if p.heavy else _clamp_mean_t(loc, sc, df, D)
+        mom = None
+        if p.moment_p is not None:
+            if p.moment_p >= df:
+                raise ValueError(f"student-t:{df:g} has no finite moment of order "
+                                 f"{p.moment_p:g}")
+            mom = (p.moment_p, max(_abs_moment_t(mu, sc, df, p.moment_p) for mu in loc))
+        return FleetData(lambda n: loc + sc * rng.standard_t(df, size=p.shape(n, vec)),
+                         truth, mom)
+    raise ValueError(f"--dist {p.dist!r} is not available for {kind} queries")
+
+
+def _l2(p: _Pop, kind: str) -> FleetData:
+    d, m, D, rng = p.d, p.m, p.D, p.rng
+    v = np.ones(d) / math.sqrt(d)
+    if p.name == "sphere":
+        def draw(n: int) -> np.ndarray:
+            g = rng.standard_normal((n, m, d))
+            g /= np.linalg.norm(g, axis=-1, keepdims=True)
+            return D * np.where(rng.random((n, m, 1)) < 0.3, v, g)
+        return FleetData(draw, 0.3 * D * v)
+    if p.name == "bernoulli":
+        return _hard_instance(rng, n_dim=d, m=m, D=D)
+    if p.name == "student-t" and p.heavy:
+        sc, mu = 0.5 / math.sqrt(d), 0.3 * v
+        mom = None
+        if p.moment_p is not None:  # E||X||^p by Monte Carlo (public in a simulation)
+            z = mu + sc * rng.standard_t(p.arg, size=(200_000, d))
+            mom = (p.moment_p, float(np.mean(np.linalg.norm(z, axis=1) ** p.moment_p)))
+        return FleetData(lambda n: mu + sc * rng.standard_t(p.arg, size=(n, m, d)), mu, mom)
+    raise ValueError(f"--dist {p.dist!r} is not available for mean-l2; use sphere or "
+                     "bernoulli (or student-t:DF with --moment)")
+
+
+def _l1(p: _Pop, kind: str) -> FleetData:
+    if p.name == "bernoulli":
+        return _hard_instance(p.rng, n_dim=p.d, m=p.m, D=p.D)
+    raise ValueError(f"--dist {p.dist!r} is not available for mean-l1; use bernoulli")
+
+
+_BUILDERS = {"distribution": _distribution, "mean": _coordinates, "mean-linf": _coordinates,
+             "mean-l2": _l2, "mean-l1": _l1}
 
 
 def _hard_instance(rng: np.random.Generator, n_dim: int, m: int, D: float) -> FleetData:

@@ -33,7 +33,7 @@ from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
 
-__all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "compile_query"]
+__all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "compile_query", "predicted_mse"]
 
 MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
 
@@ -254,19 +254,34 @@ class Plan:
         """The estimate from the last phase's accumulators (per group)."""
         return self.method.finalize(self, final, previous)
 
+    def predicted_mse(self, sample_var: np.ndarray) -> float:
+        """Predicted ``E‖μ̂ − μ‖²`` given each component's per-sample variance ``σ_c²``.
+
+        Spec §4.5 (``Var μ̂ = σ²/(m|S_II|) + 2(3h+2Δ)²/(|S_II| ε_c²)``), §5.5 (sum over
+        components), §6.1 (through the output transform), §12 (SSL, baselines). The
+        method gives the per-component variances; the Laplace term is the exact variance
+        of the discrete noise plus the randomized-rounding bound.
+        """
+        v = self.method.component_variance(self, np.asarray(sample_var, dtype=np.float64))
+        T = self.kind.transform(self.template, self.n_components)
+        return float(v.sum()) if T is None else float(np.sum(np.square(T) @ v))
+
+
+def predicted_mse(plan: Plan, sample_var: np.ndarray) -> float:
+    """:meth:`Plan.predicted_mse` as a function."""
+    return plan.predicted_mse(sample_var)
+
 
 def _grouping_for(spec: QuerySpec, kind: Kind, probe: TaskSpec) -> Grouping:
-    C = kind.n_components(probe)
-    if spec.method == "baseline-a":
-        return group_components(C, spec.epsilon / spec.samples, spec.users * spec.samples,
-                                spec.mode)
-    return group_components(C, spec.epsilon, spec.users, spec.mode)
+    """The ε-regime grouping of the components ([D7], [D11]) over the method's runs."""
+    eps, n = METHOD_PLANS[spec.method].grouping_budget(spec)
+    return group_components(kind.n_components(probe), eps, n, spec.mode)
 
 
 def _template(spec: QuerySpec) -> TaskSpec:
     return TaskSpec(
         query_id=spec.query_id, kind=spec.kind, method=spec.method,
-        stage=1 if spec.method == "two-stage" else 0, epsilon=float(spec.epsilon),
+        stage=METHOD_PLANS[spec.method].stages[0], epsilon=float(spec.epsilon),
         eps_c=float(spec.epsilon), components=(0,), dim=spec.dim,
         bound=None if spec.bound is None else float(spec.bound),
         frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra))

@@ -19,8 +19,7 @@ import pytest
 from uldp.client.params import bin_index, bounded_params
 from uldp.client.randomness import RandomSource
 from uldp.collector.datasets import make_fleet_data
-from uldp.collector.estimators.variance import predicted_mse
-from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
 from uldp.collector.simulate import simulate_reps
 
 pytestmark = pytest.mark.slow

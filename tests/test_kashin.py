@@ -15,13 +15,15 @@ from uldp.client.kashin import (
     K_LV_DEFAULT,
     KASHIN_DELTA_DEFAULT,
     KASHIN_TOL_DEFAULT,
-    CalibrationResult,
     KashinFrame,
-    calibrate,
-    coefficient_bound,
     kashin_coefficients,
     kashin_coefficients_info,
     kashin_level,
+)
+from uldp.client.kashin_calibration import (
+    CalibrationResult,
+    calibrate,
+    coefficient_bound,
     warn_if_exceeds,
 )
 

@@ -107,8 +107,9 @@ def test_classify_query_result_feeds_the_estimator() -> None:
     prog = program_for(spec)
     assert prog.num_phases == 2 and sum(prog.quotas()) == 3000
     res = run_program(prog, _privatize(data, 1))
-    assert res["kind"] == "classify" and res["grid"]["M"] == 4
-    est = LDPHistogramClassifier.from_result(res)
+    assert res["model"]["kind"] == "classify" and res["model"]["grid"]["M"] == 4
+    assert len(res["values"]) == 4  # the estimate itself comes with it
+    est = LDPHistogramClassifier.from_result(res["model"])
     x = np.array([[0.1], [0.4], [0.6], [0.9]])
     assert np.array_equal(est.predict(x), [1, 1, -1, -1])
 

@@ -22,6 +22,7 @@ from uldp.client.hadamard import fwht, next_pow2
 from uldp.client.kinds.learning import MAX_GRID_CELLS, grid_bins
 from uldp.client.regimes import group_components
 from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.methods import METHOD_PLANS
 from uldp.collector.planner import QuerySpec
 
 __all__ = ["GridChoice", "GridModel", "choose_grid", "components_of", "effective_sizes",
@@ -47,26 +48,13 @@ def _grid_for(side: float, d: int) -> tuple[int, int]:
 
 
 def effective_sizes(n: int, m: int, epsilon: float, method: str) -> tuple[int, int, float]:
-    """``(n, m, ε)`` seen by the rate formulas: baseline B has one sample per user at ε;
-    baseline A has ``nm`` virtual users at ``ε/m`` (Proposition 1, §12)."""
-    if method == "baseline-b":
-        return n, 1, epsilon
-    if method == "baseline-a":
-        return n * m, 1, epsilon / m
-    if method == "ssl":  # user means + single-stage Laplace: the noise does not shrink in m
-        return n, 1, epsilon
-    return n, m, epsilon
+    """``(n, m, ε)`` seen by the rate formulas (the method's ``effective_sizes``)."""
+    return METHOD_PLANS[method].effective_sizes(n, m, epsilon)
 
 
 def noise_constant(method: str, n: int, K: int) -> float:
-    """``c²`` with ``Var q̂_l ≈ c² / (n m (ε²∧ε))`` (per cell, any regime).
-
-    Two-stage: ``4(12 + 2√ln(K n))²`` — the Algorithm-1 stage-II noise term of §4.5
-    (``4D²(12+2√ln n)²/(mnε²)``, ``D = 1``); SSL and the baselines: ``8`` (``Lap(2/ε)``).
-    """
-    if method == "two-stage":
-        return 4.0 * (12.0 + 2.0 * math.sqrt(math.log(max(K * n, 2)))) ** 2
-    return 8.0
+    """``c²`` with ``Var q̂_l ≈ c² / (n m (ε²∧ε))`` per cell (the method's constant)."""
+    return METHOD_PLANS[method].noise_constant(n, K)
 
 
 def _stage1_ok(n: int, C: int, epsilon: float, mode: str) -> bool:
@@ -114,7 +102,7 @@ def choose_grid(n: int, m: int, d: int, epsilon: float, *, beta: float = 1.0,
     else:
         side *= c_l
     M, K = _grid_for(side, d)
-    if method == "two-stage" and c_l is None:
+    if len(METHOD_PLANS[method].stages) == 2 and c_l is None:
         while M > 1 and not _stage1_ok(n, per_bin * K, epsilon, mode):
             M -= 1
             K = next_pow2(M**d)

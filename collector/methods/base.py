@@ -34,6 +34,15 @@ class MethodPlan(Protocol):
     def n_groups(self, plan: Any) -> int:
         """Groups of users the invocation splits its users into."""
 
+    def grouping_budget(self, spec: Any) -> tuple[float, int]:
+        """``(ε, n)`` the ε-regime grouping of the components is chosen for."""
+
+    def effective_sizes(self, n: int, m: int, epsilon: float) -> tuple[int, int, float]:
+        """``(n, m, ε)`` the rate formulas of the learning queries see (§9.4, §12)."""
+
+    def noise_constant(self, n: int, K: int) -> float:
+        """``c²`` with ``Var q̂_l ≈ c² / (n m (ε²∧ε))`` per grid cell (§9.4)."""
+
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:
         """The public task of ``(group, stage)`` (``previous``: what the previous stage

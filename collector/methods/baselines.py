@@ -71,6 +71,16 @@ class BaselineA:
     def n_groups(self, plan: Any) -> int:
         return 1
 
+    def grouping_budget(self, spec: Any) -> tuple[float, int]:
+        """The ``n·m`` virtual users at ``ε/m`` each (Proposition 1)."""
+        return spec.epsilon / spec.samples, spec.users * spec.samples
+
+    def effective_sizes(self, n: int, m: int, epsilon: float) -> tuple[int, int, float]:
+        return n * m, 1, epsilon / m
+
+    def noise_constant(self, n: int, K: int) -> float:
+        return 8.0
+
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:
         params = plan.group_params(0)

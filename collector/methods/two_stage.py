@@ -14,6 +14,7 @@ users report values on that interval; the estimate is their decoded mean.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,16 @@ class SSL:
 
     def n_groups(self, plan: Any) -> int:
         return len(plan.grouping.groups)
+
+    def grouping_budget(self, spec: Any) -> tuple[float, int]:
+        return spec.epsilon, spec.users
+
+    def effective_sizes(self, n: int, m: int, epsilon: float) -> tuple[int, int, float]:
+        # user means + single-stage Laplace: the noise does not shrink in m
+        return n, 1, epsilon
+
+    def noise_constant(self, n: int, K: int) -> float:
+        return 8.0  # Lap(2/ε) on a width-2 interval
 
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:
@@ -135,3 +146,11 @@ class TwoStage(SSL):
 
     def _width(self, p: Any) -> float:
         return p.stage2_width
+
+    def effective_sizes(self, n: int, m: int, epsilon: float) -> tuple[int, int, float]:
+        return n, m, epsilon
+
+    def noise_constant(self, n: int, K: int) -> float:
+        """``4(12 + 2√ln(K n))²``: the Algorithm-1 stage-II noise term of §4.5
+        (``4D²(12+2√ln n)²/(mnε²)``, ``D = 1``)."""
+        return 4.0 * (12.0 + 2.0 * math.sqrt(math.log(max(K * n, 2)))) ** 2

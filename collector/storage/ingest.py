@@ -222,7 +222,6 @@ class IngestTables(Tables):
         """
         out: list[ReportOutcome | None] = [None] * len(items)
         t = now_ms()
-        sql = self._sql
         by_phase: dict[tuple[str, int], list[int]] = {}
         for i, it in enumerate(items):
             by_phase.setdefault((it.query_id, it.phase), []).append(i)
@@ -234,25 +233,46 @@ class IngestTables(Tables):
             if self._pg_pipelined(cur, phases, rows, t):
                 inserted, counted = first_of.keys(), True
         if inserted is None:
-            open_groups = []
-            for (qid, ph) in phases:
-                cur.execute(sql["guard"], (qid, ph))
-                if cur.rowcount == 1:
-                    open_groups.append(by_phase[(qid, ph)])
-                    continue
-                cur.execute(sql["phase_state"], (qid, ph))
-                found = cur.fetchone()
-                msg = (f"phase {ph} of query {qid} is not open (state: {found[0]})"
-                       if found else f"query {qid} has no phase {ph}")
-                for i in by_phase[(qid, ph)]:
-                    # the stored report is looked up before the phase refusal: an identical
-                    # re-send after the phase closed (lost acknowledgement) is a duplicate
-                    it = items[i]
-                    cur.execute(sql["stored"], (it.query_id, it.device_id))
-                    out[i] = (judge_stored(it, stored_row(cur.fetchone()))
-                              or ReportOutcome("FAILED_PRECONDITION", msg))
+            open_groups = self._guard_phases(cur, items, by_phase, out)
             rows, first_of, later = first_reports(items, open_groups)
             inserted = self._insert_reports(cur, rows, t)
+        counts = self._judge_inserts(cur, items, first_of, later, inserted, out, t)
+        if not counted:
+            for (qid, ph), c in counts.items():
+                cur.execute(self._sql["count"], (c, qid, ph))
+        return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
+                for o in out]
+
+    def _guard_phases(self, cur: Any, items: Sequence[PendingReport],
+                      by_phase: dict[tuple[str, int], list[int]],
+                      out: list[ReportOutcome | None]) -> list[list[int]]:
+        """Guard each (query, phase); the item groups of open phases. Items of a phase
+        that is not open are judged against their stored report first (an identical
+        re-send after the phase closed is a duplicate), else FAILED_PRECONDITION."""
+        sql = self._sql
+        open_groups = []
+        for (qid, ph) in sorted(by_phase):
+            cur.execute(sql["guard"], (qid, ph))
+            if cur.rowcount == 1:
+                open_groups.append(by_phase[(qid, ph)])
+                continue
+            cur.execute(sql["phase_state"], (qid, ph))
+            found = cur.fetchone()
+            msg = (f"phase {ph} of query {qid} is not open (state: {found[0]})"
+                   if found else f"query {qid} has no phase {ph}")
+            for i in by_phase[(qid, ph)]:
+                it = items[i]
+                cur.execute(sql["stored"], (it.query_id, it.device_id))
+                out[i] = (judge_stored(it, stored_row(cur.fetchone()))
+                          or ReportOutcome("FAILED_PRECONDITION", msg))
+        return open_groups
+
+    def _judge_inserts(self, cur: Any, items: Sequence[PendingReport],
+                       first_of: dict[tuple[str, str], int], later: list[int],
+                       inserted: Any, out: list[ReportOutcome | None],
+                       t: int) -> dict[tuple[str, int], int]:
+        """Outcomes of the inserted reports and of the conflicting ones (judged against
+        the stored report); returns the reports counted per (query, phase)."""
         counts: dict[tuple[str, int], int] = {}
         conflicts: list[int] = []
         for key, i in first_of.items():
@@ -263,23 +283,18 @@ class IngestTables(Tables):
             else:
                 conflicts.append(i)
         later_set = set(later)
-        conflicts.extend(later)
-        for i in conflicts:
+        for i in conflicts + list(later):
             it = items[i]
             if (it.query_id, it.device_id) in inserted and i in later_set:
                 first = items[first_of[(it.query_id, it.device_id)]]
-                stored = StoredReport(first.phase, first.payload, t)
+                stored: StoredReport | None = StoredReport(first.phase, first.payload, t)
             else:
-                cur.execute(sql["stored"], (it.query_id, it.device_id))
+                cur.execute(self._sql["stored"], (it.query_id, it.device_id))
                 stored = stored_row(cur.fetchone())
             # ON CONFLICT DO NOTHING skipped the row: it exists and this transaction sees it
             out[i] = judge_stored(it, stored) or ReportOutcome(
                 "INTERNAL", "report conflicted but no stored report was found")
-        if not counted:
-            for (qid, ph), c in counts.items():
-                cur.execute(sql["count"], (c, qid, ph))
-        return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
-                for o in out]
+        return counts
 
     def _insert_reports(self, cur: Any, rows: list[PendingReport],
                         t: int) -> set[tuple[str, str]]:

@@ -1,0 +1,207 @@
+"""The shape of the code base (docs/architecture.md), checked rather than hoped for.
+
+* The import graph of ``uldp.client`` and ``uldp.collector`` — every ``import`` statement,
+  also the ones inside functions — has no cycle, and no module imports a layer above its
+  own (the layers are listed below; the device SDK never imports the collector).
+* No dispatch on method strings (``method ==``): methods are objects.
+* No source file over 600 lines, no function over 60 lines (generated code excluded).
+* The public API imports from short paths; the doctests that exist pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"uldp.client": ROOT / "client", "uldp.collector": ROOT / "collector"}
+GENERATED = re.compile(r"_pb2(_grpc)?\.pyi?$")
+
+#: layers from the bottom; a module may import its own layer or lower ones (longest
+#: matching prefix decides a module's layer)
+LAYERS: list[tuple[str, ...]] = [
+    ("uldp.client.wire",),
+    ("uldp.client",),
+    ("uldp.collector.estimators", "uldp.collector.progress", "uldp.collector.datasets",
+     "uldp.collector.central"),
+    ("uldp.collector.methods",),
+    ("uldp.collector.planner",),
+    ("uldp.collector.learning.sgd", "uldp.collector.learning.classify",
+     "uldp.collector.realdata"),
+    ("uldp.collector.programs",),
+    ("uldp.collector.simulate", "uldp.collector.learning"),
+    ("uldp.collector.storage", "uldp.collector.security"),
+    ("uldp.collector.service",),
+    ("uldp.collector.fleet", "uldp.collector.demo", "uldp.collector.learning.cli",
+     "uldp.collector.central.cli", "uldp.collector.service_cli", "uldp.collector.cli",
+     "uldp.collector"),
+]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            if GENERATED.search(path.name):
+                continue
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([pkg, *parts])] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _imports(name: str, top_level: bool = False) -> set[str]:
+    """The uldp modules a module imports (absolute and relative; at any depth, or only
+    the statements run when the module is imported)."""
+    tree = ast.parse(MODULES[name].read_text())
+    base = name if _is_package(name) else name.rpartition(".")[0]
+    found: set[str] = set()
+    nodes = tree.body if top_level else list(ast.walk(tree))
+    for node in nodes:
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                parent = base.split(".")[: len(base.split(".")) - node.level + 1]
+                mod = ".".join(parent + ([mod] if mod else []))
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in MODULES:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in MODULES]
+
+
+def _runtime_graph() -> dict[str, set[str]]:
+    """What importing a module runs: its top-level imports, and importing a module first
+    imports each package above it (except the importer's own packages, already loading)."""
+    out: dict[str, set[str]] = {}
+    for m in MODULES:
+        edges = set()
+        for t in _imports(m, top_level=True):
+            edges.add(t)
+            edges.update(p for p in _parents(t) if p not in _parents(m) and p != m)
+        out[m] = {t for t in edges if not (_is_package(m) and t.startswith(m + "."))}
+    return out
+
+
+def layer(name: str) -> int:
+    best, rank = -1, -1
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and len(p) > best:
+                best, rank = len(p), i
+    assert rank >= 0, f"{name} is in no layer of tests/test_architecture.py"
+    return rank
+
+
+def test_no_upward_imports():
+    bad = [(m, t) for m, ts in GRAPH.items() for t in ts
+           if layer(t) > layer(m) and not t.startswith(m + ".")]
+    assert not bad, "upward imports:\n" + "\n".join(f"{m} -> {t}" for m, t in sorted(bad))
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    # a package's __init__ importing its own submodules is not a cycle of the code
+    graph = {m: {t for t in ts if not (_is_package(m) and t.startswith(m + "."))}
+             for m, ts in GRAPH.items()}
+    assert _cycles(graph) == []
+
+
+def test_importing_never_runs_in_a_cycle():
+    assert _cycles(_runtime_graph()) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_dispatch_on_method_strings():
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in MODULES.values()
+            for i, line in enumerate(p.read_text().splitlines(), 1) if "method ==" in line]
+    assert hits == []
+
+
+def test_files_and_functions_are_short():
+    long_files = [str(p.relative_to(ROOT)) for p in MODULES.values()
+                  if len(p.read_text().splitlines()) > 600]
+    long_funcs = []
+    for p in MODULES.values():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if n > 60:
+                    long_funcs.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name} ({n})")
+    assert long_files == [] and long_funcs == []
+
+
+def test_public_api():
+    from uldp.client import Device, RandomSource, TaskSpec, compute_report  # noqa: F401
+    from uldp.collector import QuerySpec, compile_query, program_for, run_query  # noqa: F401
+    from uldp.collector.central import hlm_mean, pmwm_mean, wme_mean  # noqa: F401
+    from uldp.collector.learning import LDPLogisticRegression, LDPSGDRegressor  # noqa: F401
+
+
+@pytest.mark.parametrize("name", sorted(m for m, p in MODULES.items()
+                                        if ">>>" in p.read_text()))
+def test_doctests(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
