@@ -62,7 +62,7 @@ import numpy as np
 
 from uldp.client.noise import discrete_gaussian
 from uldp.client.randomness import RandomSource, as_source
-from uldp.collector.central.data import group_by_user
+from uldp.collector.central.data import UserGroups, group_by_user
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
 from uldp.collector.central.smooth_sensitivity import (
     CONSTANT_MODES,
@@ -84,6 +84,7 @@ __all__ = [
     "assumption3_gamma",
     "grid_gaussian",
     "grid_step_for",
+    "hlm_from_groups",
     "hlm_mean",
     "hlm_regime",
     "huber_gradient",
@@ -472,8 +473,19 @@ def hlm_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta:
         p = replace(p, radius=radius)
     if T is not None:
         p = replace(p, T=T)
+    return hlm_from_groups(group_by_user(user_ids, values), epsilon=epsilon, delta=delta,
+                           params=p, rng=rng)
+
+
+def hlm_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
+                    params: HLMParams | None = None, rng: RandomSource | None = None,
+                    ) -> CentralRelease:
+    """:func:`hlm_mean` on rows already grouped by user (repeated releases, benches)."""
+    epsilon, delta = validate_budget(epsilon, delta)
+    p = params if params is not None else HLMParams()
+    if not isinstance(p, HLMParams):
+        raise ValueError(f"params must be an HLMParams, got {type(p).__name__}")
     src = as_source(rng)
-    groups = group_by_user(user_ids, values)
     n = groups.n_users
     if n < 2:
         raise ValueError(f"user_ids: HLM needs at least 2 users, got {n}")
