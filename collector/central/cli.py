@@ -27,7 +27,7 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 
-__all__ = ["read_columns", "register"]
+__all__ = ["read_columns", "register", "shifted_release"]
 
 
 def read_columns(path: str, user_col: str, value_cols: Sequence[str],
@@ -156,13 +156,18 @@ def _one_column(values: np.ndarray, method: str) -> None:
                          f"(got {values.shape[1]})")
 
 
-def _shifted(rel: Any, c: float) -> Any:
-    """A release of ``values - c`` reported on the original scale (public shift)."""
+def shifted_release(rel: Any, c: float, lo: float, hi: float) -> Any:
+    """A release of ``values - c`` reported on the original scale (a public shift), with
+    the estimate and interval clamped into ``[lo, hi]`` again (the shift by ``c`` can
+    round one ulp past the range)."""
     from dataclasses import replace
 
+    def back(v: float) -> float:
+        return min(max(v + c, lo), hi)
+
     est = rel.estimate
-    est = est + c if isinstance(est, float) else tuple(v + c for v in est)
-    ci = None if rel.interval is None else (rel.interval[0] + c, rel.interval[1] + c)
+    est = back(est) if isinstance(est, float) else tuple(back(v) for v in est)
+    ci = None if rel.interval is None else (back(rel.interval[0]), back(rel.interval[1]))
     rel.privacy.public["center"] = c
     estimand = (rel.estimand or "") + (f" (computed on value - {c:g}, the centre of "
                                        "--lo/--hi, and shifted back)")
@@ -203,7 +208,7 @@ def _release_mean(args: argparse.Namespace, method: str, users: np.ndarray,
         rel = wme_mean(users, values - c, epsilon=args.epsilon,
                        delta=args.delta if args.delta is not None else 1e-6,
                        params=WMEParams(bound=B), rng=_rng(args))
-        return _shifted(rel, c)
+        return shifted_release(rel, c, lo, hi)
     from uldp.collector.central.huber import HLMParams, hlm_mean
 
     if args.delta is None:
@@ -218,7 +223,7 @@ def _release_mean(args: argparse.Namespace, method: str, users: np.ndarray,
             raise ValueError(f"{exc}. Use --method adaptive, or --allow-small-n to release "
                              "anyway") from None
         raise
-    return _shifted(rel, c)
+    return shifted_release(rel, c, lo, hi)
 
 
 def _cmd_mean(args: argparse.Namespace) -> int:
