@@ -1,13 +1,16 @@
 """``uldp central``: central user-level DP releases from a warehouse CSV file.
 
 Specs: ``huber_user_level_dp.md`` (``mean --method hlm|wme``),
-``private_modified_winsorized_mean.md`` (``robust-mean --method pmwm|sa``),
+``private_modified_winsorized_mean.md`` (``--method pmwm``, ``robust-mean --method sa``),
+issue 11 (``--method adaptive|simple``, the user-mean estimators of ``user_mean.py``;
+``adaptive`` is the default of ``mean`` and ``robust-mean``: the best measured RMSE on
+real skewed data, ``bench/results/realdata.md``),
 ``composition_suppression.md`` (``subset-stats``, optionally planned by Clip-User, whose
 plan is printed *before* any release and reads only the public occupancy counts).
 
 The CSV is read with the standard library; every problem with it (missing column, empty
 file, non-numeric or NaN value) is reported with the row and column, and nothing is
-released.
+released. Every release prints its estimand (which mean) and an interval.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 
-__all__ = ["read_columns", "register"]
+__all__ = ["read_columns", "register", "shifted_release"]
 
 
 def read_columns(path: str, user_col: str, value_cols: Sequence[str],
@@ -85,19 +88,32 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def _fmt(v: Any) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
 def _print_release(release: Any, as_json: bool, title: str) -> None:
     d = _jsonable(release.to_dict())
     if as_json:
         print(json.dumps(d))
         return
     print(title)
+    if d.get("estimand"):
+        print(f"estimand: {d['estimand']}")
     est = d["estimate"]
     if isinstance(est, dict):
         print(f"{'subset':>16}  estimate")
         for k, v in est.items():
             print(f"{k:>16}  {v}")
     else:
-        print(f"estimate: {est}")
+        line = f"estimate: {_fmt(est)}"
+        ci = d.get("interval")
+        if ci is not None:
+            cov = d["details"].get("coverage", d["details"].get("coverage_noise_only", 0.95))
+            line += f"   {100 * cov:g}% interval [{_fmt(ci[0])}, {_fmt(ci[1])}]"
+        else:
+            line += "   (no interval: see the estimand)"
+        print(line)
     priv = d["privacy"]
     spent = {k: priv[k] for k in ("epsilon", "delta", "rho") if priv.get(k) is not None}
     print(f"privacy: {priv['mechanism']} ({priv['mode']}, user-level) "
@@ -108,39 +124,122 @@ def _print_release(release: Any, as_json: bool, title: str) -> None:
         print("  public: " + ", ".join(f"{k}={v}" for k, v in priv["public"].items()))
 
 
+def _public_range(args: argparse.Namespace, method: str, required: bool
+                  ) -> tuple[float, float] | None:
+    """``--lo/--hi`` (or ``--bound B`` = ``[-B, B]``), validated; errors name the flags."""
+    lo, hi = args.lo, args.hi
+    bound = getattr(args, "bound", None)
+    if bound is not None:
+        if lo is not None or hi is not None:
+            raise ValueError("give either --bound B or --lo/--hi, not both")
+        if not (math.isfinite(bound) and bound > 0):
+            raise ValueError(f"--bound must be a finite positive number, got {bound!r}")
+        return -bound, bound
+    if (lo is None) != (hi is None):
+        raise ValueError("--lo and --hi go together: give both (the public range of one "
+                         "value)")
+    if lo is None:
+        if required:
+            raise ValueError(f"--lo and --hi (the public range of one value, e.g. a rating "
+                             f"scale; never computed from the data) are required for "
+                             f"--method {method}")
+        return None
+    if not (math.isfinite(lo) and math.isfinite(hi)) or not lo < hi:
+        raise ValueError(f"--lo must be below --hi (finite numbers), got --lo {lo:g} "
+                         f"--hi {hi:g}")
+    return lo, hi
+
+
+def _one_column(values: np.ndarray, method: str) -> None:
+    if values.ndim != 1:
+        raise ValueError(f"--value-col: --method {method} takes exactly one value column "
+                         f"(got {values.shape[1]})")
+
+
+def shifted_release(rel: Any, c: float, lo: float, hi: float) -> Any:
+    """A release of ``values - c`` reported on the original scale (a public shift), with
+    the estimate and interval clamped into ``[lo, hi]`` again (the shift by ``c`` can
+    round one ulp past the range)."""
+    from dataclasses import replace
+
+    def back(v: float) -> float:
+        return min(max(v + c, lo), hi)
+
+    est = rel.estimate
+    est = back(est) if isinstance(est, float) else tuple(back(v) for v in est)
+    ci = None if rel.interval is None else (back(rel.interval[0]), back(rel.interval[1]))
+    rel.privacy.public["center"] = c
+    estimand = (rel.estimand or "") + (f" (computed on value - {c:g}, the centre of "
+                                       "--lo/--hi, and shifted back)")
+    return replace(rel, estimate=est, interval=ci, estimand=estimand)
+
+
+def _release_mean(args: argparse.Namespace, method: str, users: np.ndarray,
+                  values: np.ndarray) -> Any:
+    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
+        raise ValueError(f"--epsilon must be a finite positive number, got {args.epsilon:g}")
+    if not 0 < getattr(args, "alpha", 0.05) < 1:
+        raise ValueError(f"--alpha must be in (0, 1), got {args.alpha:g}")
+    if method in ("adaptive", "simple"):
+        from uldp.collector.central.user_mean import adaptive_user_mean, user_mean
+
+        lo, hi = _public_range(args, method, required=True)
+        _one_column(values, method)
+        fn = adaptive_user_mean if method == "adaptive" else user_mean
+        return fn(users, values, epsilon=args.epsilon, lo=lo, hi=hi, alpha=args.alpha,
+                  rng=_rng(args))
+    if method == "pmwm":
+        from uldp.collector.central.pmwm import PMWMParams, pmwm_mean
+
+        rng = _public_range(args, method, required=False)
+        params = None if rng is None else PMWMParams(lower=rng[0], upper=rng[1],
+                                                     hard_bounds=rng)
+        return pmwm_mean(users, values, epsilon=args.epsilon, params=params, rng=_rng(args))
+    if method == "sa":
+        from uldp.collector.central.subsample_aggregate import subsample_and_aggregate
+
+        return subsample_and_aggregate(users, values, args.statistic, epsilon=args.epsilon,
+                                       rng=_rng(args))
+    lo, hi = _public_range(args, method, required=True)
+    c, B = (lo + hi) / 2, (hi - lo) / 2
+    if method == "wme":
+        from uldp.collector.central.wme import WMEParams, wme_mean
+
+        rel = wme_mean(users, values - c, epsilon=args.epsilon,
+                       delta=args.delta if args.delta is not None else 1e-6,
+                       params=WMEParams(bound=B), rng=_rng(args))
+        return shifted_release(rel, c, lo, hi)
+    from uldp.collector.central.huber import HLMParams, hlm_mean
+
+    if args.delta is None:
+        raise ValueError("--delta is required for --method hlm ((epsilon, delta)-DP); the "
+                         "other methods are pure epsilon-DP")
+    params = HLMParams(radius=B, regime="warn" if args.allow_small_n else "refuse")
+    try:
+        rel = hlm_mean(users, values - c, epsilon=args.epsilon, delta=args.delta,
+                       params=params, rng=_rng(args))
+    except ValueError as exc:
+        if "outside the regime" in str(exc):
+            raise ValueError(f"{exc}. Use --method adaptive, or --allow-small-n to release "
+                             "anyway") from None
+        raise
+    return shifted_release(rel, c, lo, hi)
+
+
 def _cmd_mean(args: argparse.Namespace) -> int:
     users, values, _ = read_columns(args.file, args.user_col, args.value_col)
-    if args.method == "hlm":
-        from uldp.collector.central.huber import hlm_mean
-
-        if args.delta is None:
-            raise ValueError("--delta is required for --method hlm ((epsilon, delta)-DP)")
-        rel = hlm_mean(users, values, epsilon=args.epsilon, delta=args.delta,
-                       radius=args.bound, rng=_rng(args))
-    else:
-        from uldp.collector.central.wme import wme_mean
-
-        rel = wme_mean(users, values, epsilon=args.epsilon,
-                       delta=args.delta if args.delta is not None else 1e-6,
-                       bound=args.bound, rng=_rng(args))
-    _print_release(rel, args.json, f"user-level mean of {args.value_col} ({args.method})")
+    rel = _release_mean(args, args.method, users, values)
+    _print_release(rel, args.json, f"user-level mean of {', '.join(args.value_col)} "
+                                   f"(--method {args.method})")
     return 0
 
 
 def _cmd_robust(args: argparse.Namespace) -> int:
     users, values, _ = read_columns(args.file, args.user_col, args.value_col)
-    if args.method == "pmwm":
-        from uldp.collector.central.pmwm import pmwm_mean
-
-        rel = pmwm_mean(users, values, epsilon=args.epsilon, rng=_rng(args))
-    else:
-        from uldp.collector.central.subsample_aggregate import subsample_and_aggregate
-
-        rel = subsample_and_aggregate(users, values, args.statistic, epsilon=args.epsilon,
-                                      rng=_rng(args))
+    rel = _release_mean(args, args.method, users, values)
     what = args.statistic if args.method == "sa" else "mean"
-    _print_release(rel, args.json, f"user-level robust {what} of {args.value_col} "
-                                   f"({args.method})")
+    _print_release(rel, args.json, f"user-level robust {what} of {', '.join(args.value_col)} "
+                                   f"(--method {args.method})")
     return 0
 
 
@@ -174,10 +273,30 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user-col", required=True, help="column holding the user id")
     p.add_argument("--value-col", required=True, nargs="+",
                    help="value column(s); several give a vector per row")
-    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--epsilon", type=float, required=True,
+                   help="user-level privacy budget of this release")
     p.add_argument("--seed", type=int, default=None,
                    help="seeded noise for tests/simulations only (never for a real release)")
     p.add_argument("--json", action="store_true")
+
+
+def _range_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lo", type=float, default=None,
+                   help="public lower bound of one value (e.g. the bottom of a rating scale; "
+                        "never computed from the data)")
+    p.add_argument("--hi", type=float, default=None, help="public upper bound of one value")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="the interval has coverage 1 - alpha (adaptive, simple)")
+
+
+METHODS_HELP = (
+    "adaptive (default): mean of user means, a small share of epsilon finds where the user "
+    "means lie and narrows the public range when that pays (pure DP; best measured RMSE on "
+    "real skewed data, docs/central.md); simple: mean of user means clamped to --lo/--hi "
+    "+ discrete Laplace (pure DP); pmwm: private modified winsorized mean of user means "
+    "(pure DP); wme: two-stage winsorized mean, user weighting (pure DP); hlm: Huber-loss "
+    "mean ((epsilon, delta)-DP, needs --delta, refused below the sample size of its "
+    "theorem unless --allow-small-n)")
 
 
 def register(subparsers: Any) -> None:
@@ -185,19 +304,32 @@ def register(subparsers: Any) -> None:
     pc = subparsers.add_parser("central", help="central user-level DP releases from a CSV",
                                description=__doc__.split("\n\n")[0])
     sc = pc.add_subparsers(dest="central_command", required=True)
-    m = sc.add_parser("mean", help="Huber-loss mean (hlm) or winsorized mean estimator (wme)")
+    m = sc.add_parser("mean", help="user-level mean of user means (default: adaptive)",
+                      description=METHODS_HELP)
     _common(m)
-    m.add_argument("--delta", type=float, default=None)
-    m.add_argument("--method", choices=("hlm", "wme"), default="hlm")
+    _range_flags(m)
     m.add_argument("--bound", type=float, default=None,
-                   help="public bound/radius of the data (default: the estimator's)")
-    m.set_defaults(func=_cmd_mean)
-    r = sc.add_parser("robust-mean", help="private modified winsorized mean (pmwm) or "
-                                          "subsample-and-aggregate (sa)")
+                   help="shorthand for --lo -BOUND --hi BOUND")
+    m.add_argument("--delta", type=float, default=None,
+                   help="required for --method hlm ((epsilon, delta)-DP); unused by the "
+                        "pure-DP methods")
+    m.add_argument("--method", choices=("adaptive", "simple", "pmwm", "wme", "hlm"),
+                   default="adaptive", help=METHODS_HELP)
+    m.add_argument("--allow-small-n", action="store_true",
+                   help="hlm: release even below the sample size its accuracy theorem needs "
+                        "(a warning instead of an error)")
+    m.set_defaults(func=_cmd_mean, statistic="mean")
+    r = sc.add_parser("robust-mean", help="robust user-level mean (default: adaptive), "
+                                          "pmwm, or subsample-and-aggregate (sa)",
+                      description=METHODS_HELP)
     _common(r)
-    r.add_argument("--method", choices=("pmwm", "sa"), default="pmwm")
-    r.add_argument("--statistic", default="mean", help="sa: built-in statistic name")
-    r.set_defaults(func=_cmd_robust)
+    _range_flags(r)
+    r.add_argument("--method", choices=("adaptive", "simple", "pmwm", "sa"),
+                   default="adaptive", help=METHODS_HELP + "; sa: subsample-and-aggregate "
+                   "of --statistic over groups of users (PMWM aggregation)")
+    r.add_argument("--statistic", default="mean",
+                   help="sa: built-in statistic name ('mean' = mean of user means)")
+    r.set_defaults(func=_cmd_robust, bound=None, delta=None, allow_small_n=False)
     s = sc.add_parser("subset-stats", help="per-subset means/variances (Clip-User optional)")
     _common(s)
     s.add_argument("--subset-col", required=True)

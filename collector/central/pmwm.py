@@ -20,6 +20,12 @@ Spec: ``private_modified_winsorized_mean.md``. Implemented here:
   values coordinate-wise with the even budget split of §5 A2).
 
 Neighbouring relation: replace one user (all of that user's rows), number of users public.
+
+Estimand of :func:`pmwm_mean`: the mean of user means, winsorized at the private
+quantiles (``C`` users per end in the practical version); with ``hard_bounds`` (a public
+range) the release is clamped into it (post-processing). Its ``interval`` is the 95 %
+noise interval of the mean step given the private quantiles — it does not include the
+winsorizing bias.
 """
 
 from __future__ import annotations
@@ -392,7 +398,7 @@ def mean_step(x: np.ndarray, a: float, b: float, *, budget: float, mode: Mode,
     g, delta = mean_grid(a, b)
     if delta == 0:
         return float(a), {"grid_step": 0.0, "sensitivity_units": 0, "noise_scale": 0.0,
-                          "noise_sd": 0.0}
+                          "noise_sd": 0.0, "half_width_95": 0.0}
     v = np.floor((project(x, a, b) - a) / g + 0.5).astype(np.int64)
     total = int(v.sum())
     if mode == "pure":
@@ -400,14 +406,20 @@ def mean_step(x: np.ndarray, a: float, b: float, *, budget: float, mode: Mode,
         z = int(discrete_laplace(scale, 1, rng)[0])
         noise_scale = scale.value * g / n  # Laplace scale b of the released mean
         noise_sd = math.sqrt(2.0) * noise_scale
+        from uldp.collector.central.user_mean import dlap_abs_quantile
+
+        half = g * dlap_abs_quantile(scale, 0.05) / n
     else:
         sigma2 = Fraction(delta * delta) / (2 * Fraction(budget))
         z = int(discrete_gaussian(sigma2, 1, rng)[0])
         noise_scale = math.sqrt(float(sigma2)) * g / n  # Gaussian sd of the released mean
         noise_sd = noise_scale
+        half = 1.96 * noise_sd
     est = a + g * (total + z) / n
+    # 95 % half-width of the noise plus the snapping (each v_i is off by <= g/2)
     return float(est), {"grid_step": g, "sensitivity_units": delta,
-                        "noise_scale": noise_scale, "noise_sd": noise_sd}
+                        "noise_scale": noise_scale, "noise_sd": noise_sd,
+                        "half_width_95": half + g / 2}
 
 
 # ---------------------------------------------------------------------------------------
@@ -524,6 +536,8 @@ def pmwm_practical(x: np.ndarray, *, budget: float, mode: Mode = "pure",
         h0, h1 = params.hard_bounds
         a, b = min(max(a, h0), h1), min(max(b, h0), h1)
     est, info = mean_step(x, a, b, budget=mb, mode=mode, rng=src)
+    if params.hard_bounds is not None:  # post-processing into the public range
+        est = min(max(est, params.hard_bounds[0]), params.hard_bounds[1])
     return PMWMResult(est, a, b, crossed, p, qb, mb, low, lo.capped, hi.capped, info)
 
 
@@ -688,4 +702,17 @@ def pmwm_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float | None
              + (" (gaussian mode rests on the paper's Lemma D.1, spec §5 A3)"
                 if any(p.quantile_noise == "gaussian" for p in plist) else ""))
     rec = _record("pmwm", mode, total, d, plist, public, notes)
-    return CentralRelease(estimate=est, privacy=rec, details=_details(results))
+    interval = None
+    if d == 1:
+        r0 = results[0]
+        half = r0.mean.get("half_width_95", 0.0)
+        lo_i, hi_i = r0.estimate - half, r0.estimate + half
+        if plist[0].hard_bounds is not None:
+            h0, h1 = plist[0].hard_bounds
+            lo_i, hi_i = min(max(lo_i, h0), h1), min(max(hi_i, h0), h1)
+        interval = (float(lo_i), float(hi_i))
+    estimand = ("mean of user means, winsorized at the private quantiles (the "
+                "clip_lower/clip_upper details); the interval covers the noise only, not "
+                "the winsorizing bias")
+    return CentralRelease(estimate=est, privacy=rec, details=_details(results),
+                          interval=interval, estimand=estimand)

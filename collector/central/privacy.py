@@ -55,12 +55,18 @@ class CentralRelease:
     ``estimate`` is a float (d = 1) or a tuple of floats; ``details`` holds anything an
     analyst may want to see that is itself private to release (e.g. the noisy quantiles
     used) or purely public (sizes) — never unprotected functions of the data.
+    ``interval`` is a ``(low, high)`` interval for the estimand (its coverage and what it
+    accounts for are in ``details`` and the estimator's docstring); ``estimand`` says in
+    words which quantity the estimate targets (e.g. the mean of user means).
     """
 
     estimate: Any
     privacy: PrivacyRecord
     details: dict[str, Any] = field(default_factory=dict)
+    interval: tuple[float, float] | None = None
+    estimand: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"estimate": self.estimate, "privacy": self.privacy.to_dict(),
+        return {"estimate": self.estimate, "interval": self.interval,
+                "estimand": self.estimand, "privacy": self.privacy.to_dict(),
                 "details": self.details}

@@ -15,6 +15,14 @@ most one row, whatever ``T`` does (``T`` need not have bounded sensitivity; fail
 mapped to a fixed public value, still a function of that one group). Each column is then a
 replace-one neighbour for PMWM, which spends ``w_j * total`` on column ``j``; basic
 composition over ``sum_j w_j = 1`` gives ``total`` (eps-DP or rho-zCDP).
+
+Estimand (issue 11). With the built-in ``"mean"`` each group's statistic is the mean of
+its users' means, so the release targets the **mean of user means** (of the users kept
+in groups; with ``leftover="drop"`` the dropped users are a uniformly random subset),
+winsorized over groups by PMWM. ``"pooled-mean"`` (the mean of the group's rows) is kept
+for comparison: aggregated with equal group weights it estimates neither the pooled mean
+of all rows nor the mean of user means. For other statistics the estimand is the
+PMWM-winsorized mean over groups of the statistic on k users.
 """
 
 from __future__ import annotations
@@ -58,7 +66,20 @@ def _as_2d(v: np.ndarray) -> np.ndarray:
     return v[:, None] if v.ndim == 1 else v
 
 
-def _stat_mean(v: np.ndarray, _u: np.ndarray) -> np.ndarray:
+def _stat_mean(v: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Mean of the group's *user means* (each user's rows averaged first, users weighted
+    equally): aggregated over groups this targets the mean of user means."""
+    v = _as_2d(v)
+    _, inv = np.unique(np.asarray(u), return_inverse=True)
+    cnt = np.bincount(inv)
+    sums = np.stack([np.bincount(inv, weights=v[:, j]) for j in range(v.shape[1])], axis=1)
+    return (sums / cnt[:, None]).mean(axis=0)
+
+
+def _stat_pooled_mean(v: np.ndarray, _u: np.ndarray) -> np.ndarray:
+    """Mean of the group's rows (users weighted by their row counts). Aggregated with equal
+    weight per group, this is neither the pooled mean of all rows nor the mean of user
+    means (a group with many rows counts as much as one with few)."""
     return _as_2d(v).mean(axis=0)
 
 
@@ -134,6 +155,7 @@ def random_intercept_lmm(v: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 BUILTIN_STATISTICS: dict[str, Statistic] = {
     "mean": _stat_mean,
+    "pooled-mean": _stat_pooled_mean,
     "median": _stat_median,
     "variance-mle": _stat_variance_mle,
     "ols": _stat_ols,
@@ -295,7 +317,8 @@ def group_statistics(groups: UserGroups, partition: Sequence[np.ndarray],
 
 
 _BUILTIN_DIM: dict[str, Callable[[int], int]] = {
-    "mean": lambda p: p, "median": lambda p: p, "variance-mle": lambda p: p,
+    "mean": lambda p: p, "pooled-mean": lambda p: p, "median": lambda p: p,
+    "variance-mle": lambda p: p,
     "ols": lambda p: p, "ols-slope": lambda p: 1, "random-intercept-lmm": lambda p: p + 2,
 }
 
@@ -376,4 +399,11 @@ def subsample_and_aggregate(user_ids: np.ndarray, values: np.ndarray,
     # failure counts (§5 A8) are not private: they are deliberately not released here;
     # an operator can recompute them with group_statistics on the trusted side.
     del failed
-    return CentralRelease(estimate=est, privacy=rec, details=details)
+    name = statistic if isinstance(statistic, str) else "the caller's statistic"
+    estimand = {"mean": "mean of user means (per group: the average of its users' means; "
+                        "groups aggregated by PMWM, winsorized)",
+                "pooled-mean": "the average over groups of each group's pooled row mean "
+                               "(neither the pooled mean nor the mean of user means)"}.get(
+        name, f"PMWM-winsorized mean over groups of {name} on groups of "
+              f"{params.group_size} users")
+    return CentralRelease(estimate=est, privacy=rec, details=details, estimand=estimand)

@@ -43,6 +43,11 @@ composition (Thm II.3) the whole release is ``max_ℓ ε·|{g: Γ_{g,ℓ} > 0}| 
 ``Δ = 0`` (the variance of a single kept sample) the statistic is the constant 0 and is
 released without noise.
 
+Every released mean is clamped into ``[lower, upper]`` and every released variance into
+``[0, (upper − lower)²/4]`` (post-processing; the estimands lie there). Estimands: the
+per-subset mean and population variance of the kept *records* (record-weighted, not a
+mean of user means).
+
 Only sample *values* are protected: ``A`` (who is in which subset, with how many records) is
 public by declaration (B1) and the caller must say so with ``public_occupancy=True``.
 """
@@ -687,14 +692,20 @@ def subset_stats(user_ids: Any, values: Any, subsets: Any, *, epsilon: float, up
     scales: dict[str, dict[int, str]] = {}
     if params.epsilon_mean > 0:
         out, step, sc = _release_one(mean, d_mu, bits, params.epsilon_mean, src_mu)
-        released["mean"] = out + params.lower
+        # post-processing into the public range (issue 11): a mean of values in
+        # [lower, upper] lies there
+        released["mean"] = np.clip(out + params.lower, params.lower, params.upper)
+        details["mean_unclamped"] = out + params.lower  # the noisy value before the clamp
         details.update(mean_sensitivity=d_mu, mean_grid_step=step)
         details["mean_half_width_95"] = _half_widths(d_mu, bits, params.epsilon_mean,
                                                      2 if statistic == "both" else 1)
         scales["mean"] = sc
     if params.epsilon_var > 0:
         out, step, sc = _release_one(var, d_var, bits, params.epsilon_var, src_var)
-        released["variance"] = out
+        # post-processing: a population variance of values in [lower, upper] lies in
+        # [0, (upper - lower)^2 / 4]
+        released["variance"] = np.clip(out, 0.0, float(u) ** 2 / 4)
+        details["variance_unclamped"] = out
         details.update(variance_sensitivity=d_var, variance_grid_step=step)
         details["variance_half_width_95"] = _half_widths(d_var, bits, params.epsilon_var,
                                                          2 if statistic == "both" else 1)

@@ -30,8 +30,27 @@ the same :class:`RandomSource` *before* touching the data and are public.
     ``δ = inf_{a>1} e^{(a−1)(aρ−ε)} (1 − 1/a)^a / (a − 1)``) gives ``(ε₂, δ)``.
   The release ``a + g (U + noise)/N`` is post-processing. Total: ``(ε₁ + ε₂, δ)``.
 
-Weights: the stage-2 average is weighted by ``m_i/N`` (equal to ``1/n`` for balanced users,
-spec §3); ``weighting="users"`` uses ``1/n`` instead (sensitivity ``K``).
+Weights: ``weighting="users"`` (the default since issue 11) averages user means with
+weight ``1/n`` (sensitivity ``K``); ``weighting="samples"`` is the spec's ``m_i/N``
+(equal to ``1/n`` for balanced users, spec §3), whose sensitivity ``m_max K`` makes the
+noise grow with the largest user (RMSE 11–38 on skewed real counts).
+
+Estimand. With user weighting: the **mean of user means** (each user mean clamped to the
+public range ``[-B, B]``). WME clamps user means to the stage-2 interval ``[a, b]``, so
+the release is biased when user means lie outside it; ``interval`` accounts for the
+stage-2 noise only (exact discrete Laplace quantile, Laplace stage 2) and covers the mean
+of user means clamped to ``[a, b]``. With sample weighting: the pooled mean of all rows
+(users weighted by their counts), clamped in the same way.
+
+Concentration radius τ (issue 11): the spec's default ``B √(2 ln(2n²d)/m_min)`` takes
+the *smallest* user's count, so one user with one row makes the stage-2 interval as wide
+as the whole range. Here τ is, in order: ``tau`` if given; else ``default_tau`` at a
+declared public ``typical_count``; else at a **private median count**: the pure-DP
+upper-quantile walk of :mod:`uldp.collector.central.pmwm` (geometric grid ``1.1^i``,
+replace-one sensitivity of every count query 1) on the users' row counts, spending
+``count_share`` of ε (taken from stage 1's share). The stage-2 interval is intersected
+with ``[-B, B]`` (post-processing of the stage-1 output) and the release is clamped into
+``[-B, B]`` (post-processing).
 """
 
 from __future__ import annotations
@@ -44,7 +63,7 @@ import numpy as np
 
 from uldp.client.noise import discrete_gaussian, discrete_laplace, laplace_scale, randomized_round
 from uldp.client.randomness import RandomSource, as_source
-from uldp.collector.central.data import group_by_user
+from uldp.collector.central.data import UserGroups, group_by_user
 from uldp.collector.central.huber import validate_budget
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
 
@@ -55,8 +74,10 @@ __all__ = [
     "fwht",
     "hadamard_rotation",
     "histogram_counts",
+    "private_median_count",
     "private_range",
     "range_bins",
+    "wme_from_groups",
     "wme_mean",
     "zcdp_delta",
     "zcdp_sigma",
@@ -73,16 +94,23 @@ class WMEParams:
     split: share of ε spent on stage 1 (spec: 1/2).
     stage2: ``"laplace"`` (pure DP, d = 1 only) or ``"gaussian"``; None → Laplace for
       d = 1, Gaussian for d > 1.
-    weighting: ``"samples"`` (``m_i/N``, spec) or ``"users"`` (``1/n``).
+    weighting: ``"users"`` (``1/n``, default) or ``"samples"`` (``m_i/N``, spec).
     grid_units: ``K``, integer grid units across the stage-2 interval.
+    typical_count: a declared public typical number of rows per user for the default τ.
+    count_share: share of ε spent on the private median count when neither ``tau`` nor
+      ``typical_count`` is given (taken out of stage 1's share).
+    alpha: the interval's miscoverage (noise part).
     """
 
     tau: float | None = None
     bound: float = 1.0
     split: float = 0.5
     stage2: str | None = None
-    weighting: str = "samples"
+    weighting: str = "users"
     grid_units: int = 1 << 12
+    typical_count: float | None = None
+    count_share: float = 0.1
+    alpha: float = 0.05
 
     def __post_init__(self) -> None:
         for name in ("tau",):
@@ -98,6 +126,14 @@ class WMEParams:
                              f"got {self.stage2!r}")
         if self.weighting not in ("samples", "users"):
             raise ValueError(f"weighting must be 'samples' or 'users', got {self.weighting!r}")
+        if self.typical_count is not None and not (_pos(self.typical_count)
+                                                   and self.typical_count >= 1):
+            raise ValueError(f"typical_count must be a number >= 1, got "
+                             f"{self.typical_count!r}")
+        if not (_pos(self.count_share) and self.count_share < self.split):
+            raise ValueError(f"count_share must be in (0, split), got {self.count_share!r}")
+        if not (_pos(self.alpha) and self.alpha < 1):
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha!r}")
         if (not isinstance(self.grid_units, int) or isinstance(self.grid_units, bool)
                 or not 1 <= self.grid_units <= 1 << 24):
             raise ValueError(f"grid_units must be an integer in [1, 2^24], "
@@ -223,6 +259,27 @@ def wme_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta:
     ``tau``/``bound`` override the same fields of ``params``. ``delta`` is used by the
     Gaussian stage 2; with the default Laplace stage 2 in d = 1 the release is pure ε-DP.
     """
+    return wme_from_groups(group_by_user(user_ids, values), epsilon=epsilon, delta=delta,
+                           params=params, rng=rng, tau=tau, bound=bound)
+
+
+def private_median_count(m: np.ndarray, epsilon: float, rng: RandomSource) -> float:
+    """Pure ε-DP median of the per-user row counts (PMWM upper-quantile walk, grid 1.1^i).
+
+    Replacing one user changes one count, so every count query of the walk moves by at
+    most one in one direction: the walk's privacy argument (``pmwm.upper_quantile``)
+    applies with budget ``(ε/2, ε/2)``. The result is clamped to ``>= 1``."""
+    from uldp.collector.central.pmwm import upper_quantile
+
+    rel = upper_quantile(m.astype(np.float64), 0.5, 1.0, budget=(epsilon / 2, epsilon / 2),
+                         rng=rng, beta=1.1, i_max=400)
+    return max(1.0, float(rel.value))
+
+
+def wme_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
+                    params: WMEParams | None = None, rng: RandomSource | None = None,
+                    tau: float | None = None, bound: float | None = None) -> CentralRelease:
+    """:func:`wme_mean` on rows already grouped by user (repeated releases, benches)."""
     epsilon, delta = validate_budget(epsilon, delta)
     p = params if params is not None else WMEParams()
     if not isinstance(p, WMEParams):
@@ -232,7 +289,6 @@ def wme_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta:
     if bound is not None:
         p = replace(p, bound=bound)
     src = as_source(rng)
-    groups = group_by_user(user_ids, values)
     n = groups.n_users
     one_d = groups.values.ndim == 1
     y = groups.user_means()
@@ -242,8 +298,20 @@ def wme_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta:
     stage2 = p.stage2 or ("laplace" if d == 1 else "gaussian")
     if stage2 == "laplace" and d > 1:
         raise ValueError("stage2='laplace' is only available for d = 1 (spec §3)")
-    T = p.tau if p.tau is not None else default_tau(p.bound, n, int(m.min()), d)
-    eps1, eps2 = p.split * epsilon, (1 - p.split) * epsilon
+    split = {"private_range": p.split, "clipped_mean": 1 - p.split}
+    if p.tau is not None:
+        T, tau_from = p.tau, "declared tau"
+        eps1 = p.split * epsilon
+    elif p.typical_count is not None:
+        T, tau_from = default_tau(p.bound, n, p.typical_count, d), "declared typical_count"
+        eps1 = p.split * epsilon
+    else:
+        m_typ = private_median_count(m, p.count_share * epsilon, src)
+        T, tau_from = default_tau(p.bound, n, m_typ, d), f"private median count {m_typ:g}"
+        eps1 = (p.split - p.count_share) * epsilon
+        split = {"median_count": p.count_share, "private_range": p.split - p.count_share,
+                 "clipped_mean": 1 - p.split}
+    eps2 = (1 - p.split) * epsilon
 
     if d == 1:
         dp, signs, z = 1, np.ones(1), y
@@ -255,7 +323,9 @@ def wme_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta:
     lo = np.empty(dp)
     hi = np.empty(dp)
     for j in range(dp):
-        lo[j], hi[j] = private_range(z[:, j], T, p.bound, eps1 / dp, src)
+        a, b = private_range(z[:, j], T, p.bound, eps1 / dp, src)
+        # post-processing: intersect with the public range [-B, B] (|U mu|_j <= B)
+        lo[j], hi[j] = max(a, -p.bound), min(b, p.bound)
 
     K = p.grid_units
     if p.weighting == "samples":
@@ -264,32 +334,56 @@ def wme_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta:
         wts, N, mmax = np.ones(n, np.int64), n, 1
     U = clipped_grid_sum(z, lo, hi, wts, K, src)
     g = (hi - lo) / K
+    half = None
     if stage2 == "laplace":
-        noise = discrete_laplace(laplace_scale(mmax * K, eps2), 1, src)
+        scale = laplace_scale(mmax * K, eps2)
+        noise = discrete_laplace(scale, 1, src)
         mode, sigma = "pure", None
+        from uldp.collector.central.user_mean import dlap_abs_quantile
+
+        half = float(g[0] * dlap_abs_quantile(scale, p.alpha) / N)
     else:
         sigma = zcdp_sigma(mmax * K * math.sqrt(dp), eps2, delta)
         noise = discrete_gaussian(sigma * sigma * (1 + 1e-9), dp, src)
         mode = "approx"
     zhat = lo + g * (U + noise).astype(float) / N
     est = zhat if d == 1 else hadamard_inverse(zhat, signs)[:d]
+    # post-processing into the public range: the interval [-B, B] (d = 1) / the ball of
+    # radius B*sqrt(d) that contains every |mu_j| <= B vector (d > 1: per coordinate)
+    est = np.clip(est, -p.bound, p.bound)
 
-    public = {"n": n, "d": d, "m_i": "per-user sample sizes (public, spec §1)", "tau": T,
-              "bound": p.bound, "grid_units": K, "stage2": stage2, "weighting": p.weighting,
-              "bins_per_coordinate": range_bins(T, p.bound)}
+    public = {"n": n, "d": d, "m_i": "per-user sample sizes (public, spec §1)"
+              if p.weighting == "samples" else "not used (user weighting)", "tau": T,
+              "tau_from": tau_from, "bound": p.bound, "grid_units": K, "stage2": stage2,
+              "weighting": p.weighting, "bins_per_coordinate": range_bins(T, p.bound)}
     if d > 1:
         public["rotation_signs"] = signs.astype(int).tolist()
     record = PrivacyRecord(
         mechanism="wme-two-stage" if d == 1 else "wme-highd-hadamard", mode=mode,
         epsilon=epsilon, delta=delta if mode == "approx" else None,
-        split={"private_range": p.split, "clipped_mean": 1 - p.split}, public=public,
+        split=split, public=public,
         notes=("stage 1 discrete-Laplace histogram argmax per coordinate (basic composition);"
                " stage 2 integer grid sum + " + ("discrete Laplace (pure DP)" if mode == "pure"
-                                                else "discrete Gaussian via zCDP conversion")),
+                                                else "discrete Gaussian via zCDP conversion")
+               + ("; tau from a pure-DP median of the per-user counts"
+                  if "median_count" in split else "")),
     )
     details = {"n_users": n, "n_records": int(m.sum()),
-               "ranges": [(float(a), float(b)) for a, b in zip(lo, hi, strict=True)]}
+               "ranges": [(float(a), float(b)) for a, b in zip(lo, hi, strict=True)],
+               "stage2_noisy_sum": [int(v) for v in (U + noise)]}
     if sigma is not None:
         details["stage2_sigma_grid_units"] = sigma
     estimate: float | tuple[float, ...] = float(est[0]) if one_d else tuple(map(float, est))
-    return CentralRelease(estimate=estimate, privacy=record, details=details)
+    interval = None
+    if half is not None:
+        raw = float(zhat[0])
+        interval = (float(np.clip(raw - half, -p.bound, p.bound)),
+                    float(np.clip(raw + half, -p.bound, p.bound)))
+        details["coverage_noise_only"] = 1 - p.alpha
+    which = ("mean of user means" if p.weighting == "users"
+             else "pooled mean of all rows (users weighted by their counts)")
+    estimand = (f"{which}, each user mean clamped to the private stage-2 interval "
+                f"(intersected with [-{p.bound:g}, {p.bound:g}]); the interval covers the "
+                "noise only")
+    return CentralRelease(estimate=estimate, privacy=record, details=details,
+                          interval=interval, estimand=estimand)

@@ -28,8 +28,13 @@ def _run(capsys, *argv):
 
 
 @pytest.mark.parametrize("argv", [
-    ["mean", "--epsilon", "2", "--delta", "1e-5", "--method", "hlm", "--bound", "6"],
+    ["mean", "--epsilon", "2", "--delta", "1e-5", "--method", "hlm", "--bound", "6",
+     "--allow-small-n"],
     ["mean", "--epsilon", "2", "--method", "wme", "--bound", "6"],
+    ["mean", "--epsilon", "2", "--lo", "-6", "--hi", "6"],
+    ["mean", "--epsilon", "2", "--lo", "-6", "--hi", "6", "--method", "simple"],
+    ["mean", "--epsilon", "2", "--lo", "-6", "--hi", "6", "--method", "pmwm"],
+    ["robust-mean", "--epsilon", "2", "--lo", "-6", "--hi", "6"],
     ["robust-mean", "--epsilon", "2", "--method", "pmwm"],
     ["robust-mean", "--epsilon", "2", "--method", "sa", "--statistic", "mean"],
 ])
@@ -40,6 +45,21 @@ def test_mean_releases_carry_a_privacy_record(csv_file, capsys, argv):
     d = json.loads(out.out)
     assert np.isfinite(d["estimate"])
     assert d["privacy"]["unit"] == "user" and d["privacy"]["epsilon"] == pytest.approx(2.0)
+    assert "mean" in d["estimand"]  # every release says which mean it estimates
+    if "sa" not in argv:
+        lo, hi = d["interval"]
+        assert lo <= d["estimate"] <= hi
+    if "--lo" in argv or "--bound" in argv:
+        assert -6 <= d["estimate"] <= 6
+
+
+def test_default_method_prints_estimand_and_interval(csv_file, capsys):
+    assert main(["central", "mean", str(csv_file), "--user-col", "user", "--value-col",
+                 "value", "--epsilon", "1", "--lo", "-4", "--hi", "8", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "(--method adaptive)" in out
+    assert "estimand: mean of user means" in out
+    assert "95% interval [" in out
 
 
 def test_subset_stats_with_clip_user(csv_file, capsys):
@@ -75,10 +95,34 @@ def test_bad_csv_gives_a_clear_error(tmp_path, capsys, content, needle):
     assert needle in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra,needle", [
+    ([], "--lo and --hi (the public range of one value"),
+    (["--lo", "1"], "--lo and --hi go together"),
+    (["--lo", "5", "--hi", "1"], "--lo must be below --hi"),
+    (["--lo", "0", "--hi", "1", "--bound", "2"], "either --bound B or --lo/--hi"),
+    (["--method", "hlm", "--bound", "6"], "--delta is required for --method hlm"),
+    (["--method", "hlm", "--bound", "6", "--delta", "1e-5"], "--allow-small-n"),
+    (["--lo", "0", "--hi", "1", "--alpha", "2"], "--alpha must be in (0, 1)"),
+    (["--lo", "0", "--hi", "1", "--epsilon", "0"], "--epsilon must be"),
+])
+def test_bad_flags_name_the_flag(csv_file, capsys, extra, needle):
+    argv = ["central", "mean", str(csv_file), "--user-col", "user", "--value-col", "value",
+            "--epsilon", "1", *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1  # one clear line
+
+
+def test_two_value_columns_are_refused_by_the_scalar_methods(tmp_path, capsys):
+    p = tmp_path / "two.csv"
+    p.write_text("user,a,b\nu1,1,2\nu2,3,4\n")
+    assert main(["central", "mean", str(p), "--user-col", "user", "--value-col", "a", "b",
+                 "--epsilon", "1", "--lo", "0", "--hi", "5"]) == 2
+    assert "--value-col: --method adaptive takes exactly one value column" in \
+        capsys.readouterr().err
+
+
 def test_budget_that_cannot_work(csv_file, capsys):
-    assert main(["central", "mean", str(csv_file), "--user-col", "user", "--value-col",
-                 "value", "--epsilon", "1"]) == 2
-    assert "--delta is required" in capsys.readouterr().err
     assert main(["central", "robust-mean", str(csv_file), "--user-col", "user",
                  "--value-col", "value", "--epsilon", "-1"]) == 2
     assert "epsilon" in capsys.readouterr().err

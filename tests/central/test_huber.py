@@ -17,6 +17,7 @@ from uldp.client.noise import discrete_gaussian_pmf
 from uldp.client.randomness import RandomSource
 from uldp.collector.central.huber import (
     HLMParams,
+    HLMRegimeWarning,
     _huber_1d_exact,
     _huber_irls,
     assumption3_gamma,
@@ -564,7 +565,7 @@ def test_hlm_release_noise_law():
     n, T, R, beta = 40, 1.0, 1.0, 0.03
     ids = np.repeat(np.arange(n), 2)
     vals = np.full(2 * n, 0.3)
-    params = HLMParams(T=T, radius=R, beta=beta)
+    params = HLMParams(T=T, radius=R, beta=beta, clip_output=False, regime="off")
     alpha = calibrated_alpha(EPS, DELTA, beta, 1)
     S = smooth_sensitivity_balanced(0.0, n, T, R, beta, 0)
     step = grid_step_for(min(2 * R, T / (n - 1)) / alpha, params.grid_bits)
@@ -582,6 +583,33 @@ def test_hlm_release_noise_law():
     res = stats.kstest(np.round(z), lambda x: np.interp(np.floor(x), support, cdf))
     assert res.pvalue > 1e-3
     assert np.std(z) == pytest.approx(s, rel=0.1)
+
+
+def test_regime_check_states_the_theorem_threshold():
+    """Issue 11: below the sample size of Thm 2/Thm 5 HLM warns (or refuses) and says why."""
+    g = np.random.default_rng(5)
+    m = g.integers(1, 60, 300)
+    ids = np.repeat(np.arange(300), m)
+    vals = np.clip(g.normal(0.2, 0.5, ids.size), -1, 1)
+    with pytest.warns(HLMRegimeWarning, match=r"Thm 5.*n = 300 users"):
+        rel = hlm_mean(ids, vals, epsilon=1.0, delta=1e-5, rng=RandomSource.seeded(1))
+    reg = rel.details["regime"]
+    assert reg["ok"] is False and reg["needed"] > 300 and "gamma" in reg["condition"]
+    assert -1.0 <= rel.estimate <= 1.0  # clip_output is on by default
+    assert rel.interval[0] <= rel.estimate <= rel.interval[1]
+    assert "Huber location" in rel.estimand
+    with pytest.raises(ValueError, match="outside the regime"):
+        hlm_mean(ids, vals, epsilon=1.0, delta=1e-5, rng=RandomSource.seeded(1),
+                 params=HLMParams(regime="refuse"))
+    with pytest.raises(ValueError, match="regime"):
+        HLMParams(regime="maybe")
+    # balanced users, large n: inside the regime, no warning
+    ids = np.repeat(np.arange(20000), 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HLMRegimeWarning)
+        rel = hlm_mean(ids, np.clip(g.normal(0, 0.3, ids.size), -1, 1), epsilon=1.0,
+                       delta=1e-5, rng=RandomSource.seeded(2))
+    assert rel.details["regime"]["ok"] is True and "Thm 2" in rel.details["regime"]["theorem"]
 
 
 # =====================================================================================

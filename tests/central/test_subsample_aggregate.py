@@ -159,6 +159,11 @@ def test_builtin_statistics() -> None:
     np.testing.assert_allclose(BUILTIN_STATISTICS["ols"](xy, u), np.polyfit(x, y, 1)[::-1])
     np.testing.assert_allclose(BUILTIN_STATISTICS["ols-slope"](xy, u), [np.polyfit(x, y, 1)[0]])
     np.testing.assert_allclose(BUILTIN_STATISTICS["mean"](x, u), [x.mean()])
+    # "mean" averages user means (users weighted equally); "pooled-mean" averages rows
+    uu = np.array([0, 0, 0, 1])
+    vv = np.array([1.0, 1.0, 1.0, 3.0])
+    np.testing.assert_allclose(BUILTIN_STATISTICS["mean"](vv, uu), [2.0])
+    np.testing.assert_allclose(BUILTIN_STATISTICS["pooled-mean"](vv, uu), [1.5])
     np.testing.assert_allclose(BUILTIN_STATISTICS["median"](x, u), [np.median(x)])
     np.testing.assert_allclose(BUILTIN_STATISTICS["variance-mle"](x, u), [x.var()])
     with pytest.raises(ValueError, match="statistic"):
@@ -188,6 +193,20 @@ def test_sa_mean_accuracy() -> None:
                                       params=SAParams(group_size=10),
                                       rng=RandomSource.seeded(2), **kw)
         assert abs(rel.estimate - 1.0) < 0.05
+
+
+def test_sa_mean_estimates_the_mean_of_user_means() -> None:
+    """Skewed counts: heavy users have low values. The mean of user means (0.75) and the
+    pooled mean (~0.12) differ a lot; SA's "mean" targets the former (issue 11)."""
+    g = np.random.default_rng(12)
+    n = 4000
+    heavy = np.arange(n) < n // 4
+    counts = np.where(heavy, 40, 1)
+    uid = np.repeat(np.arange(n), counts)
+    vals = np.where(heavy[uid], 0.0, 1.0) + 0.01 * g.normal(size=uid.size)
+    rel = subsample_and_aggregate(uid, vals, "mean", epsilon=2.0,
+                                  params=SAParams(group_size=10), rng=RandomSource.seeded(3))
+    assert abs(rel.estimate - 0.75) < 0.03 and "mean of user means" in rel.estimand
 
 
 def test_sa_is_deterministic_given_seed() -> None:

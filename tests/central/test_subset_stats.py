@@ -509,8 +509,10 @@ def test_noise_is_discrete_laplace_chi_square() -> None:
     for stat, truth in (("mean", np.mean([0.1, 0.4, 0.4, 0.9])),
                         ("variance", np.var([0.1, 0.4, 0.4, 0.9]))):
         step = d[f"{stat}_grid_step"]
-        released = np.array([rel.estimate[i][0 if stat == "mean" else 1]
-                             for i in range(2000)])
+        released = np.asarray(d[f"{stat}_unclamped"])
+        clamped = np.array([rel.estimate[i][0 if stat == "mean" else 1] for i in range(2000)])
+        np.testing.assert_array_equal(clamped, np.clip(released, 0.0, 1.0 if stat == "mean"
+                                                       else 0.25))
         snapped = np.floor(truth / step + 0.5)
         z = released / step - snapped
         assert np.abs(z - np.round(z)).max() < 1e-6  # noise is an integer number of steps
@@ -551,8 +553,8 @@ def test_empirical_error_matches_formulas() -> None:
     assert set(plan.caps.tolist()) == {1} and plan.k_final == 1
     rel = subset_stats(uid, vals, sub, epsilon=0.5, upper=1.0, plan=plan,
                        public_occupancy=True, rng=RandomSource.seeded(22))
-    mu = np.array([rel.estimate[i][0] for i in range(n_grids)])
-    var = np.array([rel.estimate[i][1] for i in range(n_grids)])
+    mu = np.asarray(rel.details["mean_unclamped"])  # the formulas describe the raw noise
+    var = np.asarray(rel.details["variance_unclamped"])
     true_mu, true_var = np.mean(values), np.var(values)
     b_mu = float(mean_bias(5, 10, 1.0))
     assert b_mu == pytest.approx(true_mu - 0.0)  # kept records are all 0
@@ -574,10 +576,25 @@ def test_empirical_error_matches_formulas() -> None:
     # and the unclipped baseline's error is pure noise: E|err| = E|noise| of the formula
     base = subset_stats(uid, vals, sub, epsilon=0.5, upper=1.0, public_occupancy=True,
                         rng=RandomSource.seeded(23))
-    berr = np.abs(np.array([base.estimate[i][0] for i in range(n_grids)]) - true_mu)
+    berr = np.abs(np.asarray(base.details["mean_unclamped"]) - true_mu)
     want_b = expected_abs_noise(float(mean_sensitivity(6, 10, 1.0)), 0.25)
     assert berr.mean() == pytest.approx(want_b, abs=5 * berr.std() / math.sqrt(n_grids))
     assert t_var > 0
+
+
+def test_releases_are_clamped_into_their_public_ranges() -> None:
+    """Issue 11: 31 % of raw releases fell outside the range at eps = 1 with users in many
+    subsets; every released mean is in [lower, upper] and every variance in [0, U²/4]."""
+    g = np.random.default_rng(8)
+    rows = [(u, g.uniform(2.0, 3.0), f"s{k}") for u in range(6) for k in range(18)]
+    uid, vals, sub = (np.array(c) for c in zip(*rows, strict=True))
+    rel = subset_stats(uid, vals.astype(float), sub, epsilon=1.0, lower=2.0, upper=3.0,
+                       public_occupancy=True, rng=RandomSource.seeded(3))
+    raw_mu = np.asarray(rel.details["mean_unclamped"])
+    raw_var = np.asarray(rel.details["variance_unclamped"])
+    assert ((raw_mu < 2) | (raw_mu > 3)).any() and (raw_var < 0).any()  # the clamp matters
+    for mu, var in rel.estimate.values():
+        assert 2.0 <= mu <= 3.0 and 0.0 <= var <= 0.25
 
 
 def test_occupancy_dense_roundtrip() -> None:

@@ -14,6 +14,7 @@ from uldp.collector.central.huber import HLMParams, hlm_mean
 from uldp.collector.central.wme import (
     WMEParams,
     clipped_grid_sum,
+    default_tau,
     fwht,
     hadamard_inverse,
     hadamard_rotation,
@@ -91,7 +92,7 @@ def test_gaussian_stage2_noise_scale_formula():
     ids = np.repeat(np.arange(m.size), m)
     x = np.tile(np.linspace(-0.3, 0.3, 3), (m.sum(), 1))
     r = wme_mean(ids, x, epsilon=EPS, delta=DELTA, tau=0.3, rng=RandomSource.seeded(2),
-                 params=WMEParams(grid_units=256))
+                 params=WMEParams(grid_units=256, weighting="samples"))
     assert r.details["stage2_sigma_grid_units"] == pytest.approx(
         zcdp_sigma(5 * 256 * math.sqrt(4), EPS / 2, DELTA))
     r1 = wme_mean(ids, x[:, 0], epsilon=EPS, delta=DELTA, tau=0.3, rng=RandomSource.seeded(2),
@@ -128,7 +129,7 @@ def test_wme_stage2_noise_is_discrete_laplace():
     n, K = 30, 8
     ids = np.repeat(np.arange(n), 2)
     vals = np.full(2 * n, 0.125)  # exactly on the grid of the bin [0, 0.5) ± 0.25
-    params = WMEParams(tau=0.25, grid_units=K)
+    params = WMEParams(tau=0.25, grid_units=K, weighting="samples")
     src = RandomSource.seeded(5)
     z = []
     for _ in range(2000):
@@ -138,11 +139,9 @@ def test_wme_stage2_noise_is_discrete_laplace():
         pos = (min(max(0.125, a), b) - a) / g
         assert pos == round(pos)
         u_sum = round(pos) * 2 * n  # Σ m_i u_i
-        noise = (r.estimate - a) * (2 * n) / g - u_sum
-        z.append(noise)
-    z = np.array(z)
-    np.testing.assert_allclose(z, np.round(z), atol=1e-6)
-    z = np.round(z).astype(int)
+        z.append(r.details["stage2_noisy_sum"][0] - u_sum)
+        assert -1.0 <= r.estimate <= 1.0  # post-processed into [-B, B]
+    z = np.array(z, dtype=np.int64)
     t = K * 2 / (EPS / 2)  # sensitivity m_max K, ε₂ = ε/2
     support = np.arange(-40 * int(t), 40 * int(t) + 1)
     cdf = np.cumsum(discrete_laplace_pmf(support, t))
@@ -282,3 +281,48 @@ def test_lomax_large_m_both_estimators_nearly_unbiased():
     for errs, var in ((np.array(err_h), var_h), (np.array(err_w), var_w)):
         assert abs(errs.mean()) < 4 * errs.std(ddof=1) / math.sqrt(errs.size) + 1e-12
         assert np.mean(errs**2) < 5 * var
+
+
+# ---- issue 11: tau, intersection with the public range, user weighting ----------------
+def test_tau_comes_from_a_private_median_count_not_the_smallest_user():
+    """One user with a single row used to set tau (default_tau at m_min = 1)."""
+    g = np.random.default_rng(3)
+    m = np.r_[1, np.full(999, 50)]
+    ids = np.repeat(np.arange(m.size), m)
+    vals = np.clip(g.normal(0.1, 0.3, ids.size), -1, 1)
+    r = wme_mean(ids, vals, epsilon=1.0, delta=DELTA, rng=RandomSource.seeded(1))
+    pub = r.privacy.public
+    assert pub["tau_from"].startswith("private median count")
+    m_typ = float(pub["tau_from"].split()[-1])
+    assert 30 <= m_typ <= 80  # the median count is 50, the smallest 1
+    assert pub["tau"] < default_tau(1.0, m.size, 1) / 4
+    assert r.privacy.split["median_count"] == pytest.approx(0.1)
+    assert sum(r.privacy.split.values()) == pytest.approx(1.0)
+    assert pub["weighting"] == "users" and pub["m_i"].startswith("not used")
+    r2 = wme_mean(ids, vals, epsilon=1.0, delta=DELTA, rng=RandomSource.seeded(1),
+                  params=WMEParams(typical_count=50))
+    assert r2.privacy.public["tau_from"] == "declared typical_count"
+    assert "median_count" not in r2.privacy.split
+
+
+def test_stage2_interval_and_release_lie_in_the_public_range():
+    g = np.random.default_rng(4)
+    ids = np.repeat(np.arange(300), 3)
+    vals = np.clip(g.normal(0.9, 0.1, ids.size), -1, 1)
+    src = RandomSource.seeded(6)
+    for _ in range(20):
+        r = wme_mean(ids, vals, epsilon=0.3, delta=DELTA, rng=src,
+                     params=WMEParams(typical_count=1))
+        (a, b), = r.details["ranges"]
+        assert -1.0 <= a < b <= 1.0
+        assert -1.0 <= r.estimate <= 1.0
+        assert -1.0 <= r.interval[0] <= r.interval[1] <= 1.0
+        assert "mean of user means" in r.estimand
+
+
+def test_wme_param_validation_for_the_new_fields():
+    for kwargs, name in (({"typical_count": 0.5}, "typical_count"),
+                         ({"count_share": 0.6}, "count_share"),
+                         ({"alpha": 0.0}, "alpha")):
+        with pytest.raises(ValueError, match=name):
+            WMEParams(**kwargs)
