@@ -300,8 +300,9 @@ class KashinFrame:
             return False
         if self._U is not None and other._U is not None:
             return bool(np.array_equal(self._U, other._U))
-        return bool(np.array_equal(self._signs, other._signs)
-                    and np.array_equal(self._cols, other._cols))
+        pairs = ((self._signs, other._signs), (self._cols, other._cols))
+        return all(a is not None and b is not None and bool(np.array_equal(a, b))
+                   for a, b in pairs)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -386,7 +387,8 @@ class _Workspace:
 
     def __init__(self, N: int, width: int, count: int, dtype: type = np.float64) -> None:
         self.N = N
-        self._flat = [np.empty(N * width, dtype=dtype) for _ in range(count)]
+        self._flat: list[np.ndarray] = [np.empty(N * width, dtype=dtype)
+                                        for _ in range(count)]
 
     def get(self, i: int, m: int) -> np.ndarray:
         return self._flat[i][: self.N * m].reshape(self.N, m)
@@ -449,7 +451,7 @@ def _lv_iterate(frame: KashinFrame, XT: np.ndarray, xnorm: np.ndarray, idx: np.n
     frame._internal_start(XT, B, ws.get(_S1, m), ws.get(_S2, m))
     A = ws.get(_A, m)
     A.fill(0.0)
-    bnorm = xnorm.astype(dtype)  # ‖v_0‖ = ‖x‖
+    bnorm: np.ndarray = xnorm.astype(dtype)  # ‖v_0‖ = ‖x‖
     thr = tol * xnorm
     live = np.ones(m, dtype=bool)
     n_live = m

@@ -32,6 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from uldp.client.budget import EPS_DENOMINATOR, epsilon_units, units_to_epsilon
 
@@ -223,7 +224,7 @@ def _spent(c: sqlite3.Connection) -> int:
     return int(c.execute("SELECT COALESCE(SUM(eps_units), 0) FROM entries").fetchone()[0])
 
 
-def _entry(r: tuple) -> LedgerEntry:  # type: ignore[type-arg]
+def _entry(r: tuple[Any, ...]) -> LedgerEntry:
     q, digest, phase, units, report, state, created, detail, task = r
     return LedgerEntry(q, digest, int(phase), int(units), bytes(report), state, float(created),
                        detail, bytes(task or b""))

@@ -92,7 +92,7 @@ def make_fleet_data(kind: str, dist: str, samples: int, dim: int = 1, bound: flo
     """Population for ``kind`` drawn from ``dist`` (see module docstring)."""
     rng = rng or np.random.default_rng()
     name, arg = parse_dist(dist)
-    spec = _Pop(name, arg, dist, samples, dim if kind != "mean" else 1,
+    spec = _Pop(name, float(arg or 0.0), dist, samples, dim if kind != "mean" else 1,
                 1.0 if bound is None else float(bound), bound is None, moment_p, rng)
     builder = _BUILDERS.get(kind)
     if builder is None:

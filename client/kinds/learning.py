@@ -197,7 +197,7 @@ def per_sample_gradients(task: TaskSpec, x: np.ndarray) -> np.ndarray:
             G = np.zeros((x.shape[0], d))
     if G.shape != (x.shape[0], d):  # totality: a malformed gradient is the zero gradient
         G = np.zeros((x.shape[0], d))
-    return clip_rows(G, float(task.bound))
+    return clip_rows(G, float(task.bound or 0.0))  # _check_sgd: bound is set
 
 
 def _sgd_map(task: TaskSpec, x: np.ndarray) -> np.ndarray:
@@ -208,7 +208,7 @@ def _sgd_map(task: TaskSpec, x: np.ndarray) -> np.ndarray:
 
 
 def _sgd_bound(task: TaskSpec) -> float:
-    return task.kashin_level * float(task.bound) / math.sqrt(kashin_frame(task).N)
+    return task.kashin_level * float(task.bound or 0.0) / math.sqrt(kashin_frame(task).N)
 
 
 register_kind(Kind(

@@ -126,6 +126,6 @@ register_kind(Kind(
     sample_map=lambda t, x: hadamard_rows(radial(x, t.bound, 1), _l1_dim(t)),
     user_stats=lambda t, X, v: hadamard_rows(masked_mean(radial(X, t.bound, 1), v),
                                              _l1_dim(t)),
-    bounds=lambda t: np.full(_l1_dim(t), float(t.bound) / math.sqrt(_l1_dim(t))),
+    bounds=lambda t: np.full(_l1_dim(t), float(t.bound or 0.0) / math.sqrt(_l1_dim(t))),
     transform=hadamard_transform,
 ))

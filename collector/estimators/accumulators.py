@@ -32,8 +32,13 @@ class Accumulator(Protocol):
     the devices that sent them (used only by accumulators whose layout depends on the
     device, ``needs_slots``)."""
 
-    count: int
-    needs_slots: bool
+    @property
+    def count(self) -> int:
+        """Reports added so far."""
+
+    @property
+    def needs_slots(self) -> bool:
+        """Whether :meth:`add` needs the devices' slots (device-specific layouts)."""
 
     def add(self, reports: np.ndarray, slots: np.ndarray | None = None) -> None: ...
 

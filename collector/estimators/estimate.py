@@ -46,7 +46,8 @@ class Estimate:
         extra = {k: v for k, v in d.items() if k not in core}
         if "components" in extra:
             extra["components"] = np.asarray(extra["components"], dtype=np.float64)
-        return cls(*(np.asarray(d[k], dtype=np.float64) for k in core[:4]), float(d["level"]),
+        arrays = [np.asarray(d[k], dtype=np.float64) for k in core[:4]]
+        return cls(arrays[0], arrays[1], arrays[2], arrays[3], float(d["level"]),
                    counts=dict(d.get("counts", {})), extra=extra)
 
     def covers(self, truth: np.ndarray) -> np.ndarray:

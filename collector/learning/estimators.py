@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -155,6 +155,21 @@ def _bounds(feature_bounds: Any, d: int, default: tuple[float, float]
 class _SGDBase(_Base):
     _model: str = "least_squares"
     _default_clip = 2.0
+    # hyper-parameters, set by the subclasses' __init__ (sklearn convention)
+    epsilon: float
+    alpha: float
+    fit_intercept: bool
+    feature_bounds: Any
+    clip: float | None
+    t0: int | None
+    eta: float | None
+    strong_convexity: float | None
+    radius: float | None
+    average: bool
+    method: str
+    m_ref: int | None
+    random_state: Any
+    progress: bool | None
 
     def _scaler(self, d: int) -> Callable[[np.ndarray], np.ndarray]:
         lo, hi = _bounds(self.feature_bounds, d, (-1.0, 1.0))
@@ -178,7 +193,7 @@ class _SGDBase(_Base):
                          method=self.method, seed=_seed(self.random_state),
                          strong_convexity=self.strong_convexity, average=bool(self.average))
 
-    def fit(self, users: Any, y: Any = None) -> _SGDBase:
+    def fit(self, users: Any, y: Any = None) -> Self:
         source = as_source(users, y)
         d = source.dim
         fx = self._scaler(d)
@@ -320,6 +335,9 @@ class LDPLogisticRegression(_SGDBase):
 
 # ---- Algorithms 4 and 5 ---------------------------------------------------------------
 class _GridBase(_Base):
+    _kind: str
+    feature_bounds: Any
+
     def _set_model(self, model: GridModel, extra: dict[str, Any] | None = None) -> None:
         self.model_ = model
         self.n_features_in_ = model.dim

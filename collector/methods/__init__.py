@@ -13,5 +13,5 @@ from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage
 
 __all__ = ["METHOD_PLANS", "MethodPlan", "Published"]
 
-METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in (TwoStage(), SSL(), BaselineA(),
-                                                           BaselineB())}
+_PLANS: tuple[MethodPlan, ...] = (TwoStage(), SSL(), BaselineA(), BaselineB())
+METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in _PLANS}

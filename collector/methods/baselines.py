@@ -23,7 +23,7 @@ from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods.base import Published
-from uldp.collector.methods.common import estimate_from_blocks, noise_variance
+from uldp.collector.methods.common import Block, estimate_from_blocks, noise_variance
 
 __all__ = ["BaselineA", "VirtualAccumulator"]
 
@@ -95,8 +95,9 @@ class BaselineA:
 
     def accumulator(self, plan: Any, task: TaskSpec) -> VirtualAccumulator:
         iv = dict(zip(task.components, task.intervals, strict=True))
-        parts = [ValueAccumulator([tuple(iv[c]) for c in comps], values_limit(min(
-            task.virtual_eps))) for comps in task.virtual_groups]
+        limit = values_limit(min(task.virtual_eps))
+        parts = [ValueAccumulator([(float(iv[c][0]), float(iv[c][1])) for c in comps], limit)
+                 for comps in task.virtual_groups]
         return VirtualAccumulator(task, parts, plan.offset_for)
 
     def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
@@ -108,8 +109,9 @@ class BaselineA:
         task = self.task(plan, 0, 0, None)
         if acc is None:
             acc = self.accumulator(plan, task)
-        blocks = [(comps, part.means(), part.covariance())
-                  for comps, part in zip(task.virtual_groups, acc.parts, strict=True)]
+        blocks: list[Block] = [(comps, part.means(), part.covariance())
+                               for comps, part in zip(task.virtual_groups, acc.parts,
+                                                      strict=True)]
         return estimate_from_blocks(plan, blocks, acc.count // max(plan.spec.samples, 1))
 
     def device_offsets(self, plan: Any, slots: np.ndarray) -> np.ndarray | None:

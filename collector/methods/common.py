@@ -18,7 +18,7 @@ from uldp.collector.estimators.accumulators import ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate, combine
 from uldp.collector.estimators.transforms import project_simplex
 
-__all__ = ["estimate_from_blocks", "noise_variance", "value_blocks"]
+__all__ = ["Block", "estimate_from_blocks", "noise_variance", "value_blocks"]
 
 Block = tuple[Sequence[int], np.ndarray, np.ndarray]
 

@@ -65,7 +65,8 @@ class SSL:
                                                for c in comps))
 
     def accumulator(self, plan: Any, task: TaskSpec) -> ValueAccumulator:
-        return ValueAccumulator([tuple(iv) for iv in task.intervals], values_limit(task.eps_c))
+        return ValueAccumulator([(float(lo), float(hi)) for lo, hi in task.intervals],
+                                values_limit(task.eps_c))
 
     def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
         raise ValueError(f"method {self.name} has a single stage")
@@ -104,7 +105,7 @@ class TwoStage(SSL):
     """Algorithm 1: stage I publishes ``k̂`` and the stage-II intervals (module docstring)."""
 
     name = "two-stage"
-    stages = (1, 2)
+    stages: tuple[int, ...] = (1, 2)
 
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:

@@ -80,7 +80,8 @@ class AnalystClient:
 
     def list(self, state: str | None = None) -> list[analyst_pb2.Query]:
         r = self.stub.ListQueries(analyst_pb2.ListQueriesRequest(
-            state=QUERY_STATES.get(state or "", 0)), metadata=self.meta, timeout=self.timeout_s)
+            state=QUERY_STATES.get(state or "", common_pb2.QUERY_STATE_UNSPECIFIED)),
+            metadata=self.meta, timeout=self.timeout_s)
         return list(r.queries)
 
     def get(self, query_id: str) -> analyst_pb2.Query:

@@ -45,6 +45,8 @@ T = TypeVar("T")
 _QSTATE = {"running": common_pb2.QUERY_STATE_RUNNING, "done": common_pb2.QUERY_STATE_DONE,
            "cancelled": common_pb2.QUERY_STATE_CANCELLED, "failed": common_pb2.QUERY_STATE_FAILED}
 _QSTATE_NAME = {v: k for k, v in _QSTATE.items()}
+_QSTATE_UNKNOWN = common_pb2.QUERY_STATE_UNSPECIFIED
+_PSTATE_UNKNOWN = common_pb2.PHASE_STATE_UNSPECIFIED
 _PSTATE = {"pending": common_pb2.PHASE_STATE_PENDING, "open": common_pb2.PHASE_STATE_OPEN,
            "closing": common_pb2.PHASE_STATE_CLOSING, "closed": common_pb2.PHASE_STATE_CLOSED,
            "cancelled": common_pb2.PHASE_STATE_CLOSED}
@@ -194,7 +196,9 @@ class DeviceLogic:
                      outcomes: list[ReportOutcome]) -> dpb.SubmitReportBatchResponse:
         for i, out in zip(where, outcomes, strict=True):
             results[i] = _result(out)
-        return dpb.SubmitReportBatchResponse(results=results)
+        done = [r for r in results if r is not None]
+        assert len(done) == len(results), "every report of a batch gets a result"
+        return dpb.SubmitReportBatchResponse(results=done)
 
 
 class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
@@ -293,10 +297,10 @@ def query_message(row: dict[str, Any], phases: list[dict[str, Any]],
                   assigned: int) -> analyst_pb2.Query:
     return analyst_pb2.Query(
         query_id=row["query_id"], kind=row["kind"], dataset=row["dataset"],
-        epsilon=row["epsilon"], state=_QSTATE.get(row["state"], 0),
+        epsilon=row["epsilon"], state=_QSTATE.get(row["state"], _QSTATE_UNKNOWN),
         current_phase=row["current_phase"],
         phases=[analyst_pb2.PhaseStatus(
-            index=p["phase"], state=_PSTATE.get(p["state"], 0), quota=p["quota"],
+            index=p["phase"], state=_PSTATE.get(p["state"], _PSTATE_UNKNOWN), quota=p["quota"],
             received=p["received"], opened_at_ms=p["opened_at_ms"],
             deadline_ms=p["deadline_ms"], closed_at_ms=p["closed_at_ms"],
             published_json=p["published_json"]) for p in phases],
@@ -397,7 +401,7 @@ class AsyncAnalystServicer(AnalystServicer):
         super().__init__(core, watch_interval_s)
         self.pool = pool
 
-    async def WatchQuery(self, request: analyst_pb2.WatchQueryRequest,  # type: ignore[override]
+    async def WatchQuery(self, request: analyst_pb2.WatchQueryRequest,
                          context: Any) -> Any:
         loop = asyncio.get_running_loop()
         try:

@@ -120,7 +120,8 @@ class ClosingTables(Tables):
                 cur = raw.cursor()
                 cur.execute(sql.replace("%s", "?"), (query_id, phase))
             else:
-                cur = raw.driver_connection.cursor(name=f"uldp_stream_{secrets.token_hex(6)}")
+                driver: Any = raw.driver_connection
+                cur = driver.cursor(name=f"uldp_stream_{secrets.token_hex(6)}")
                 cur.itersize = chunk
                 cur.execute(sql, (query_id, phase))
             while True:

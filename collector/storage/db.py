@@ -94,7 +94,8 @@ class Database(QueryTables, IngestTables, ClosingTables):
     @property
     def dbapi_error(self) -> type[Exception]:
         """The driver's base exception (``sqlite3.Error`` / ``psycopg.Error``)."""
-        return self.engine.dialect.loaded_dbapi.Error  # type: ignore[no-any-return]
+        err: type[Exception] = self.engine.dialect.loaded_dbapi.Error
+        return err
 
     def dispose(self) -> None:
         held, self._held = self._held, None

@@ -145,7 +145,7 @@ class IngestTables(Tables):
                                  grp=int(grp), stage=int(stage), phase=int(phase),
                                  assigned_at_ms=t))
             conn.execute(insert(S.assignments), rows)
-            out.update({row["device_id"]: row for row in rows})
+            out.update({str(row["device_id"]): row for row in rows})
         out.update({d: None for d in new[k:]})
         return out
 
