@@ -32,10 +32,15 @@ from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
+from uldp.collector.methods.auto import resolve_auto
 
 __all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "compile_query", "predicted_mse"]
 
 MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
+#: the default method: chosen per query by ``uldp.collector.methods.auto``
+AUTO = "auto"
+#: method names that resolve to a concrete method at compile time (public values only)
+RESOLVERS = {AUTO: resolve_auto}
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class QuerySpec:
     samples: int
     dim: int = 1
     bound: float | None = 1.0
-    method: str = "two-stage"
+    method: str = "auto"
     moment_p: float | None = None
     moment_m: float | None = None
     frame_kind: str = "gaussian"
@@ -62,13 +67,14 @@ class QuerySpec:
     seed: int = 0
     query_id: str = "query"
     confidence: float = 0.95
+    stage1_share: float = 0.5  # two-stage: the share of each group's users in stage I
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # learning kinds
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
-        if self.method not in METHOD_PLANS:
-            raise ValueError(f"method must be one of {list(METHOD_PLANS)}, got "
+        if self.method not in METHOD_PLANS and self.method not in RESOLVERS:
+            raise ValueError(f"method must be one of {[*RESOLVERS, *METHOD_PLANS]}, got "
                              f"{self.method!r}")
         if not isinstance(self.epsilon, (int, float)) or not math.isfinite(self.epsilon) \
                 or self.epsilon <= 0:
@@ -87,6 +93,8 @@ class QuerySpec:
             raise ValueError(f"bound must be a finite positive number, got {self.bound!r}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
+        if not (isinstance(self.stage1_share, (int, float)) and 0 < self.stage1_share < 1):
+            raise ValueError(f"stage1_share must be in (0, 1), got {self.stage1_share!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
 
@@ -138,11 +146,16 @@ class Plan:
         n, G = self.spec.users, self.n_groups
         return n // G + (1 if g < n % G else 0)
 
+    def stage1_size(self, g: int) -> int:
+        """Stage-I users of group ``g``: ``⌊share·size⌋``, at least 1 and leaving 1 ([D2])."""
+        size = self.group_size(g)
+        return min(max(int(self.spec.stage1_share * size), 1), max(size - 1, 1))
+
     def stage_size(self, g: int, stage: int) -> int:
         size = self.group_size(g)
         if stage == 0:
             return size
-        return size // 2 if stage == 1 else size - size // 2
+        return self.stage1_size(g) if stage == 1 else size - self.stage1_size(g)
 
     @cached_property
     def _ranks(self) -> np.ndarray:
@@ -170,8 +183,8 @@ class Plan:
         if not self.two_stage:
             return group, np.zeros_like(group)
         q = r // G
-        sizes = np.array([self.group_size(g) for g in range(G)])
-        stage = np.where(q < sizes[group] // 2, 1, 2)
+        first = np.array([self.stage1_size(g) for g in range(G)])
+        stage = np.where(q < first[group], 1, 2)
         return group, stage
 
     def offset_for(self, slot: int | np.ndarray) -> np.ndarray:
@@ -280,7 +293,7 @@ def _grouping_for(spec: QuerySpec, kind: Kind, probe: TaskSpec) -> Grouping:
 
 def _template(spec: QuerySpec) -> TaskSpec:
     return TaskSpec(
-        query_id=spec.query_id, kind=spec.kind, method=spec.method,
+        query_id=spec.query_id, kind=spec.kind, method=METHOD_PLANS[spec.method].device_method,
         stage=METHOD_PLANS[spec.method].stages[0], epsilon=float(spec.epsilon),
         eps_c=float(spec.epsilon), components=(0,), dim=spec.dim,
         bound=None if spec.bound is None else float(spec.bound),
@@ -288,7 +301,20 @@ def _template(spec: QuerySpec) -> TaskSpec:
 
 
 def compile_query(spec: QuerySpec) -> Plan:
-    """Compile a query into its plan (raises ValueError for an impossible configuration)."""
+    """Compile a query into its plan (raises ValueError for an impossible configuration).
+
+    ``method="auto"`` resolves to a concrete method and grouping first
+    (``uldp.collector.methods.auto``: public values only, the same on every replica)."""
+    resolve = RESOLVERS.get(spec.method)
+    if resolve is None:
+        return _compile(spec)
+    concrete, record = resolve(spec, _compile)
+    plan = _compile(concrete)
+    plan._cache["auto"] = record
+    return plan
+
+
+def _compile(spec: QuerySpec) -> Plan:
     kind = KINDS[spec.kind]
     template = _template(spec)
     grouping = _grouping_for(spec, kind, template)

@@ -65,7 +65,7 @@ def test_sgd_phase_layout() -> None:
     with pytest.raises(ValueError, match="theta_1 is not published"):
         prog.plan_for(3, {})
     with pytest.raises(ValueError, match="extra"):
-        SGDProgram(QuerySpec(kind="sgd", epsilon=1.0, users=10, samples=5,
+        SGDProgram(QuerySpec(method="two-stage", kind="sgd", epsilon=1.0, users=10, samples=5,
                              extra={"model": "quadratic", "theta": [0]}))
 
 
@@ -96,7 +96,7 @@ def test_sgd_runs_and_restart_mid_run_is_identical() -> None:
 
 
 def test_classify_query_result_feeds_the_estimator() -> None:
-    spec = QuerySpec(kind="classify", epsilon=4.0, users=3000, samples=60, dim=1,
+    spec = QuerySpec(method="two-stage", kind="classify", epsilon=4.0, users=3000, samples=60, dim=1,
                      extra={"grid": 4}, query_id="cls-svc", seed=2)
 
     def data(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

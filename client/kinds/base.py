@@ -114,7 +114,8 @@ class Kind:
     Collector half (public math): ``bounds(task)`` per-component support ``D_c`` of a
     bounded task; ``transform(task, C)`` the output transform; ``delta_users(task)`` the
     factor of ``N_Δ`` per user ([D5]); ``moment_scale(task, p, M)`` the per-component
-    moment bound of a heavy-tailed task (§7).
+    moment bound of a heavy-tailed task (§7); ``output_range(task)`` the public range of
+    every output coordinate (DESIGN invariant 7: releases are post-processed into it).
     """
 
     name: str
@@ -129,6 +130,9 @@ class Kind:
     heavy_tails: bool = False  # may run without a support bound (moment parameters)
     delta_users: Callable[[TaskSpec], int] = lambda task: 1
     moment_scale: Callable[[TaskSpec, float, float], float] = lambda task, p, M: M
+    #: public range ``(lo, hi)`` of every output coordinate (estimates are post-processed
+    #: into it), or None when there is none
+    output_range: Callable[[TaskSpec], tuple[float, float] | None] = lambda task: None
 
     def check(self, task: TaskSpec) -> int:
         """Validate the kind's public values; returns the number of components."""

@@ -55,4 +55,5 @@ register_kind(Kind(
     bounds=lambda t: np.full(_alphabet(t), 1.0 / math.sqrt(_alphabet(t))),
     valid_value=_in_alphabet,
     transform=hadamard_transform,
+    output_range=lambda t: (0.0, 1.0),  # frequencies
 ))

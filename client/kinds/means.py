@@ -27,6 +27,11 @@ from uldp.client.taskspec import TaskRefused, TaskSpec
 __all__ = ["check_frame", "hadamard_rows", "hadamard_transform", "kashin_transform"]
 
 
+def _support(task: TaskSpec) -> tuple[float, float] | None:
+    """``[-D, D]`` of a bounded task; a heavy-tailed one has no public range."""
+    return None if task.bound is None else (-float(task.bound), float(task.bound))
+
+
 # ---- 1-d mean and ℓ∞ mean ---------------------------------------------------------------
 def _clamp_support(task: TaskSpec, x: np.ndarray) -> np.ndarray:
     """Clamp samples to the declared support ``[-D, D]`` ([D21]); heavy-tailed tasks (no
@@ -46,6 +51,7 @@ register_kind(Kind(
     sample_map=lambda t, x: _clamp_support(t, x).reshape(-1, 1),
     user_stats=lambda t, X, v: masked_mean(_clamp_support(t, X), v).reshape(-1, 1),
     heavy_tails=True,
+    output_range=lambda t: _support(t),
 ))
 register_kind(Kind(
     name="mean-linf", vector=True,
@@ -53,6 +59,7 @@ register_kind(Kind(
     sample_map=lambda t, x: _clamp_support(t, x),
     user_stats=lambda t, X, v: masked_mean(_clamp_support(t, X), v),
     heavy_tails=True,
+    output_range=lambda t: _support(t),
 ))
 
 
@@ -97,6 +104,7 @@ register_kind(Kind(
     bounds=lambda t: np.full(_kashin_components(t), _kashin_bound(t)),
     transform=kashin_transform,
     heavy_tails=True,
+    output_range=lambda t: _support(t),  # the ℓ2 ball of radius D lies in [-D, D]^d
     # Case B of §7: the norm moment M becomes K^p M N^{-p/2} per Kashin coefficient
     moment_scale=lambda t, p, M: t.kashin_level**p * M * _kashin_components(t) ** (-p / 2),
 ))
@@ -128,4 +136,5 @@ register_kind(Kind(
                                              _l1_dim(t)),
     bounds=lambda t: np.full(_l1_dim(t), float(t.bound or 0.0) / math.sqrt(_l1_dim(t))),
     transform=hadamard_transform,
+    output_range=lambda t: _support(t),  # the ℓ1 ball of radius D lies in [-D, D]^d
 ))

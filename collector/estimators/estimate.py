@@ -44,8 +44,9 @@ class Estimate:
         """The inverse of :meth:`to_dict` (extras come back as lists, not arrays)."""
         core = ("values", "std_error", "ci_low", "ci_high", "level", "counts")
         extra = {k: v for k, v in d.items() if k not in core}
-        if "components" in extra:
-            extra["components"] = np.asarray(extra["components"], dtype=np.float64)
+        for key in ("components", "projected"):
+            if key in extra:
+                extra[key] = np.asarray(extra[key], dtype=np.float64)
         arrays = [np.asarray(d[k], dtype=np.float64) for k in core[:4]]
         return cls(arrays[0], arrays[1], arrays[2], arrays[3], float(d["level"]),
                    counts=dict(d.get("counts", {})), extra=extra)
@@ -57,8 +58,16 @@ class Estimate:
 
 def combine(n_components: int, blocks: Sequence[tuple[Sequence[int], np.ndarray, np.ndarray]],
             transform: np.ndarray | None, level: float = 0.95,
-            counts: dict[str, int] | None = None) -> Estimate:
-    """Assemble ``θ̂`` from per-group ``(components, means, covariance)`` and map it by ``T``."""
+            counts: dict[str, int] | None = None,
+            bias: tuple[np.ndarray, np.ndarray] | None = None,
+            output_range: tuple[float, float] | None = None) -> Estimate:
+    """Assemble ``θ̂`` from per-group ``(components, means, covariance)`` and map it by ``T``.
+
+    ``bias = (b_lo, b_hi)``: per component, the true ``θ_c`` may lie up to ``b_lo`` below
+    or ``b_hi`` above ``θ̂_c`` beyond the noise (stage-II clamping); the interval of every
+    output widens by the bounds carried through ``T``. ``output_range``: the public range
+    of the outputs; values and interval ends are post-processed into it.
+    """
     theta = np.zeros(n_components)
     T = np.eye(n_components) if transform is None else np.asarray(transform, dtype=np.float64)
     var = np.zeros(T.shape[0])
@@ -70,5 +79,15 @@ def combine(n_components: int, blocks: Sequence[tuple[Sequence[int], np.ndarray,
     values = T @ theta
     se = np.sqrt(np.maximum(var, 0.0))
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    return Estimate(values, se, values - z * se, values + z * se, level,
-                    counts=dict(counts or {}), extra={"components": theta})
+    low, high = values - z * se, values + z * se
+    extra: dict[str, Any] = {"components": theta}
+    if bias is not None:
+        Tp, Tn = np.maximum(T, 0.0), np.maximum(-T, 0.0)
+        down = Tp @ bias[0] + Tn @ bias[1]
+        up = Tp @ bias[1] + Tn @ bias[0]
+        low, high = low - down, high + up
+        extra["bias_bound"] = [down.tolist(), up.tolist()]
+    if output_range is not None:
+        lo, hi = output_range
+        values, low, high = (np.clip(x, lo, hi) for x in (values, low, high))
+    return Estimate(values, se, low, high, level, counts=dict(counts or {}), extra=extra)

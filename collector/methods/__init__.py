@@ -2,16 +2,17 @@
 
 The device half of each is in ``uldp.client.methods`` under the same name:
 
-* ``two-stage`` (:class:`~uldp.collector.methods.two_stage.TwoStage`) — Algorithm 1;
+* ``two-stage`` (:class:`~uldp.collector.methods.two_stage.TwoStage`) — Algorithm 1 with
+  the adaptive stage-II interval; ``two-stage-paper`` — with the paper's interval;
 * ``ssl`` / ``baseline-b`` (:mod:`~uldp.collector.methods.two_stage`) — single stage;
 * ``baseline-a`` (:mod:`~uldp.collector.methods.baselines`) — item-level reports.
 """
 
 from uldp.collector.methods.base import MethodPlan, Published
 from uldp.collector.methods.baselines import BaselineA
-from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage
+from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage, TwoStagePaper
 
 __all__ = ["METHOD_PLANS", "MethodPlan", "Published"]
 
-_PLANS: tuple[MethodPlan, ...] = (TwoStage(), SSL(), BaselineA(), BaselineB())
+_PLANS: tuple[MethodPlan, ...] = (TwoStage(), TwoStagePaper(), SSL(), BaselineA(), BaselineB())
 METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in _PLANS}

@@ -29,6 +29,7 @@ class MethodPlan(Protocol):
     ``uldp.collector.planner.Plan``."""
 
     name: str
+    device_method: str  # the device half it runs (``uldp.client.methods``)
     stages: tuple[int, ...]
 
     def n_groups(self, plan: Any) -> int:

@@ -66,6 +66,7 @@ class BaselineA:
     """Collector half of baseline A (module docstring)."""
 
     name = "baseline-a"
+    device_method = "baseline-a"
     stages: tuple[int, ...] = (0,)
 
     def n_groups(self, plan: Any) -> int:

@@ -48,12 +48,18 @@ def value_blocks(plan: Any, accs: dict[int, Any]) -> tuple[list[Block], int]:
     return blocks, n
 
 
-def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int) -> Estimate:
-    """Combine the blocks, map them through the kind's output transform, attach extras."""
+def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
+                         bias: tuple[np.ndarray, np.ndarray] | None = None) -> Estimate:
+    """Combine the blocks, map them through the kind's output transform (widening the
+    interval by the clamping-bias bounds, if any), post-process into the kind's public
+    range, attach extras."""
     T = plan.kind.transform(plan.template, plan.n_components)
-    est = combine(plan.n_components, blocks, T, plan.spec.confidence, {"reports": reports})
+    est = combine(plan.n_components, blocks, T, plan.spec.confidence, {"reports": reports},
+                  bias=bias, output_range=plan.kind.output_range(plan.template))
     if plan.spec.kind == "distribution":
         est.extra["projected"] = project_simplex(est.values)
     est.extra["regime"] = plan.grouping.regime
     est.extra["method"] = plan.spec.method
+    if "auto" in plan._cache:
+        est.extra["auto"] = plan._cache["auto"]
     return est

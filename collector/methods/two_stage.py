@@ -20,13 +20,19 @@ from typing import Any
 import numpy as np
 
 from uldp.client.methods.base import bin_params, bins_limit, values_limit
+from uldp.client.params import Alg1Params
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods.base import Published
 from uldp.collector.methods.common import estimate_from_blocks, noise_variance, value_blocks
+from uldp.collector.methods.intervals import (
+    StageTwoInterval,
+    adaptive_interval,
+    paper_interval,
+)
 
-__all__ = ["SSL", "BaselineB", "TwoStage", "paper_intervals"]
+__all__ = ["SSL", "BaselineB", "TwoStage", "TwoStagePaper", "paper_intervals"]
 
 
 def paper_intervals(plan: Any, group: int, khat: tuple[int, ...]) -> list[list[float]]:
@@ -40,6 +46,7 @@ class SSL:
     """Single-stage Laplace on the user statistic: values on the support ``[-D_c, D_c]``."""
 
     name = "ssl"
+    device_method = "ssl"
     stages: tuple[int, ...] = (0,)
     per_sample = False  # the variance of a report involves the user mean (σ²/m)
 
@@ -98,14 +105,18 @@ class BaselineB(SSL):
     """Baseline B: one sample per user, single-stage values on ``[-D_c, D_c]``."""
 
     name = "baseline-b"
+    device_method = "baseline-b"
     per_sample = True
 
 
 class TwoStage(SSL):
-    """Algorithm 1: stage I publishes ``k̂`` and the stage-II intervals (module docstring)."""
+    """Algorithm 1 with the adaptive stage-II interval (module docstring and
+    ``uldp.collector.methods.intervals``); every interval carries clamping-bias bounds."""
 
     name = "two-stage"
+    device_method = "two-stage"
     stages: tuple[int, ...] = (1, 2)
+    interval_rule = "adaptive"
 
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:
@@ -125,24 +136,51 @@ class TwoStage(SSL):
             return BinAccumulator(bin_params(task), bins_limit(task.eps_c))
         return super().accumulator(plan, task)
 
+    def interval(self, p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_c: float,
+                 n_II: int) -> StageTwoInterval:
+        """The stage-II interval of one component from its stage-I histogram."""
+        return adaptive_interval(p, khat, sums, n_I, eps_c, n_II, noise_variance)
+
     def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
         khat: dict[str, list[int]] = {}
         ivs: dict[str, list[list[float]]] = {}
+        bias: dict[str, list[list[float]]] = {}
         n = 0
         for g in range(self.n_groups(plan)):
+            grp = plan.grouping.groups[g]
             acc = accs.get(g)
-            comps = plan.grouping.groups[g].components
-            k = acc.khat() if acc is not None else tuple(0 for _ in comps)
-            n += acc.count if acc is not None else 0
+            n_I = acc.count if acc is not None else 0
+            sums = acc.sums if acc is not None else None
+            k = acc.khat() if acc is not None else tuple(0 for _ in grp.components)
+            n += n_I
+            params = plan.group_params(g)
+            rows, start = [], 0
+            for c, kc in zip(grp.components, k, strict=True):
+                p = params[c]
+                s_c = sums[start:start + p.bins] if sums is not None else np.zeros(p.bins)
+                start += p.bins
+                rows.append(self.interval(p, int(kc), s_c, n_I, grp.eps_c,
+                                          plan.stage_size(g, 2)))
             khat[str(g)] = [int(x) for x in k]
-            ivs[str(g)] = paper_intervals(plan, g, k)
-        return {"khat": khat, "intervals": ivs, "reports": n}
+            ivs[str(g)] = [[r.lo, r.hi] for r in rows]
+            bias[str(g)] = [[r.bias_lo, r.bias_hi] for r in rows]
+        return {"khat": khat, "intervals": ivs, "bias": bias, "rule": self.interval_rule,
+                "reports": n}
 
     def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
                  ) -> Estimate:
-        est = super().finalize(plan, accs, previous)
+        blocks, n = value_blocks(plan, accs)
+        bias = None
+        if previous is not None and "bias" in previous:
+            b = np.zeros((2, plan.n_components))
+            for g, rows in previous["bias"].items():
+                comps = plan.grouping.groups[int(g)].components
+                b[:, list(comps)] = np.asarray(rows, dtype=np.float64).T
+            bias = (b[0], b[1])
+        est = estimate_from_blocks(plan, blocks, n, bias)
         if previous is not None:
             est.extra["khat"] = previous.get("khat", {})
+            est.extra["interval_rule"] = previous.get("rule", self.interval_rule)
         return est
 
     def _width(self, p: Any) -> float:
@@ -155,3 +193,15 @@ class TwoStage(SSL):
         """``4(12 + 2√ln(K n))²``: the Algorithm-1 stage-II noise term of §4.5
         (``4D²(12+2√ln n)²/(mnε²)``, ``D = 1``)."""
         return 4.0 * (12.0 + 2.0 * math.sqrt(math.log(max(K * n, 2)))) ** 2
+
+
+class TwoStagePaper(TwoStage):
+    """Algorithm 1 with the paper's stage-II interval around ``k̂`` (§4.3 step 5), its
+    clamping bias bounded from the same histogram."""
+
+    name = "two-stage-paper"
+    interval_rule = "paper"
+
+    def interval(self, p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_c: float,
+                 n_II: int) -> StageTwoInterval:
+        return paper_interval(p, khat, sums, n_I, eps_c)

@@ -73,7 +73,7 @@ def test_regress_statistics_clamp_labels() -> None:
     assert np.allclose(Y[:, K:], H[cells].mean(axis=1))
     bounds = KINDS["regress"].bounds(task)
     assert np.array_equal(bounds, [2, 2, 2, 2, 1, 1, 1, 1])
-    spec = QuerySpec(kind="regress", epsilon=4.0, users=100, samples=30, dim=2,
+    spec = QuerySpec(method="two-stage", kind="regress", epsilon=4.0, users=100, samples=30, dim=2,
                      extra={"grid": 2, "label_bound": 2.0})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -75,7 +75,7 @@ def test_learning_query_over_grpc(kind, start_collector, tmp_path) -> None:
     values, se = np.array(est["values"]), np.array(est["std_error"])
     z = (values - _truth(kind, X, y)) / se
     assert np.all(np.abs(z) < 5), (z, values, se)
-    spec = QuerySpec(kind=kind, epsilon=8.0, users=N, samples=M, extra=extra)
+    spec = QuerySpec(method="two-stage", kind=kind, epsilon=8.0, users=N, samples=M, extra=extra)
     result = grid_result(spec, est)
     x = np.array([[12.5], [17.5]])
     if kind == "classify":
