@@ -45,7 +45,8 @@ def _privatize(kind: str, users: int, samples: int, dim: int, frame: str = "gaus
     from uldp.collector.datasets import make_fleet_data
     from uldp.collector.planner import QuerySpec, compile_query
 
-    spec = QuerySpec(method="two-stage", kind=kind, epsilon=1.0 if kind == "mean" else 8.0, users=users,
+    spec = QuerySpec(method="two-stage",
+                     kind=kind, epsilon=1.0 if kind == "mean" else 8.0, users=users,
                      samples=samples, dim=dim, frame_kind=frame)
     dist = "bernoulli" if kind == "mean" else "sphere"
     data = make_fleet_data(kind, dist, samples, dim, 1.0, np.random.default_rng(0))

@@ -134,7 +134,8 @@ def test_linf_regimes_match_sum_formula(epsilon, regime):
 
 
 def _pred(kind, dim, eps, users=100_000, samples=100, dist="uniform", mode="default"):
-    spec = QuerySpec(method="two-stage", kind=kind, epsilon=eps, users=users, samples=samples, dim=dim, mode=mode)
+    spec = QuerySpec(method="two-stage",
+                     kind=kind, epsilon=eps, users=users, samples=samples, dim=dim, mode=mode)
     data = make_fleet_data(kind, dist, samples, dim, 1.0, np.random.default_rng(0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

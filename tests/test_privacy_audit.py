@@ -116,7 +116,8 @@ def _tasks():
                               plan.task_for(0, 2, tuple(0 for _ in t1.components))))
             else:
                 cases.append((f"{kind}-{method}", plan.task_for(0, 0, slot=3)))
-    heavy = QuerySpec(method="two-stage", kind="mean", epsilon=1.0, users=400, samples=6, bound=None,
+    heavy = QuerySpec(method="two-stage",
+                      kind="mean", epsilon=1.0, users=400, samples=6, bound=None,
                       moment_p=3.0, moment_m=2.0)
     hp = compile_query(heavy)
     cases.append(("mean-heavy-1", hp.task_for(0, 1)))

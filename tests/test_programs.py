@@ -96,7 +96,8 @@ def test_sgd_runs_and_restart_mid_run_is_identical() -> None:
 
 
 def test_classify_query_result_feeds_the_estimator() -> None:
-    spec = QuerySpec(method="two-stage", kind="classify", epsilon=4.0, users=3000, samples=60, dim=1,
+    spec = QuerySpec(method="two-stage",
+                     kind="classify", epsilon=4.0, users=3000, samples=60, dim=1,
                      extra={"grid": 4}, query_id="cls-svc", seed=2)
 
     def data(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

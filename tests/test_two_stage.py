@@ -120,7 +120,8 @@ def test_regimes_reject_bad_input(kwargs, match):
 
 # ---- tasks (INV-7, P4) -------------------------------------------------------------------
 def _task(**kw) -> TaskSpec:
-    spec = QuerySpec(method="two-stage", kind="mean-linf", epsilon=3.0, users=1000, samples=100, dim=5)
+    spec = QuerySpec(method="two-stage",
+                     kind="mean-linf", epsilon=3.0, users=1000, samples=100, dim=5)
     base = compile_query(spec).task_for(0, 1)
     return TaskSpec.from_dict({**base.to_dict(), **kw})
 
@@ -128,7 +129,8 @@ def _task(**kw) -> TaskSpec:
 def test_tasks_carry_bins_and_intervals_from_the_plan():
     """The collector sends stage-I bins and stage-II intervals explicitly (uldp.task/2);
     they are the plan's Algorithm-1 parameters and the paper's interval rule."""
-    plan = compile_query(QuerySpec(method="two-stage", kind="mean-linf", epsilon=3.0, users=1000, samples=100,
+    plan = compile_query(QuerySpec(method="two-stage",
+                                   kind="mean-linf", epsilon=3.0, users=1000, samples=100,
                                    dim=5))
     t1 = plan.task_for(0, 1)
     p = plan.group_params(0)
@@ -188,7 +190,8 @@ def test_unusable_local_data_is_sanitized_not_refused():
         compute_report(t, np.zeros((10, 4)), rng=RandomSource.seeded(1))
     with pytest.raises(DataError, match="dimension"):
         compute_report(t, np.zeros(10), rng=RandomSource.seeded(1))
-    d = compile_query(QuerySpec(method="two-stage", kind="distribution", epsilon=1.0, users=100, samples=5,
+    d = compile_query(QuerySpec(method="two-stage",
+                                kind="distribution", epsilon=1.0, users=100, samples=5,
                                 dim=4)).task_for(0, 1)
     off = compute_report(d, np.array([0, 1, 9, 2.5, -1, "x"], dtype=object),
                          rng=RandomSource.seeded(4))
@@ -244,7 +247,8 @@ def test_accumulators_reject_bad_reports():
 
 
 def test_planner_assignment_is_balanced_and_deterministic():
-    spec = QuerySpec(method="two-stage", kind="mean-linf", epsilon=0.5, users=1003, samples=100, dim=4, seed=5)
+    spec = QuerySpec(method="two-stage",
+                     kind="mean-linf", epsilon=0.5, users=1003, samples=100, dim=4, seed=5)
     plan = compile_query(spec)
     g, s = plan.assign_all()
     sizes = np.bincount(g)
@@ -269,4 +273,5 @@ def test_query_spec_rejects_bad_input(kwargs, match):
 
 def test_too_few_users_for_the_regime_is_a_configuration_error():  # [D2]
     with pytest.raises(ValueError, match=">= 2 users"):
-        compile_query(QuerySpec(method="two-stage", kind="mean-linf", epsilon=0.5, users=10, samples=10, dim=8))
+        compile_query(QuerySpec(method="two-stage",
+                                kind="mean-linf", epsilon=0.5, users=10, samples=10, dim=8))

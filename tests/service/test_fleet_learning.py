@@ -43,7 +43,8 @@ def test_fleet_runs_a_classifier_query_with_labelled_datasets(start_collector, t
     assert res.submitted == N
     assert a.wait("cls", 120).state == 2
     est = json.loads(a.result("cls").estimate_json)
-    spec = QuerySpec(method="two-stage", kind="classify", epsilon=8.0, users=N, samples=M, extra=extra)
+    spec = QuerySpec(method="two-stage",
+                     kind="classify", epsilon=8.0, users=N, samples=M, extra=extra)
     # Every cell value within 5 reported standard errors of the truth of the data the
     # devices held: the user-average of each user's mean of y·1{cell}, y = ±1 (≈ ±0.16;
     # η = sin(2πx)/2 is positive on (0, ½) and negative on (½, 1)). The intervals are

@@ -72,7 +72,8 @@ def make_device(ep, path, budget=1.0) -> Device:
 def base_task(eps: float = 1.0) -> TaskSpec:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan = compile_query(QuerySpec(method="two-stage", kind="mean", epsilon=eps, users=100, samples=16,
+        plan = compile_query(QuerySpec(method="two-stage",
+                                       kind="mean", epsilon=eps, users=100, samples=16,
                                        query_id="h1"))
     return plan.task_for(0, 1)
 
