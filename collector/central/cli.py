@@ -172,12 +172,21 @@ def _cmd_subset(args: argparse.Namespace) -> int:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="CSV file with a header row")
     p.add_argument("--user-col", required=True, help="column holding the user id")
-    p.add_argument("--value-col", required=True, nargs="+",
-                   help="value column(s); several give a vector per row")
-    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--value-col", required=True, action="extend", type=_column_list,
+                   help="value column; repeat it or give a comma-separated list for a "
+                        "vector per row (--value-col x --value-col y, or --value-col x,y)")
+    p.add_argument("--epsilon", type=float, required=True,
+                   help="user-level privacy budget of the release")
     p.add_argument("--seed", type=int, default=None,
                    help="seeded noise for tests/simulations only (never for a real release)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _column_list(text: str) -> list[str]:
+    cols = [c.strip() for c in text.split(",")]
+    if not all(cols):
+        raise argparse.ArgumentTypeError(f"expected column name(s), got {text!r}")
+    return cols
 
 
 def register(subparsers: Any) -> None:
@@ -187,23 +196,29 @@ def register(subparsers: Any) -> None:
     sc = pc.add_subparsers(dest="central_command", required=True)
     m = sc.add_parser("mean", help="Huber-loss mean (hlm) or winsorized mean estimator (wme)")
     _common(m)
-    m.add_argument("--delta", type=float, default=None)
-    m.add_argument("--method", choices=("hlm", "wme"), default="hlm")
+    m.add_argument("--delta", type=float, default=None,
+                   help="delta of (epsilon, delta)-DP (required by hlm; wme default 1e-6)")
+    m.add_argument("--method", choices=("hlm", "wme"), default="hlm",
+                   help="hlm: Huber-loss mean (default); wme: winsorized mean estimator")
     m.add_argument("--bound", type=float, default=None,
                    help="public bound/radius of the data (default: the estimator's)")
     m.set_defaults(func=_cmd_mean)
     r = sc.add_parser("robust-mean", help="private modified winsorized mean (pmwm) or "
                                           "subsample-and-aggregate (sa)")
     _common(r)
-    r.add_argument("--method", choices=("pmwm", "sa"), default="pmwm")
+    r.add_argument("--method", choices=("pmwm", "sa"), default="pmwm",
+                   help="pmwm: private modified winsorized mean (default); sa: "
+                        "subsample-and-aggregate of --statistic")
     r.add_argument("--statistic", default="mean", help="sa: built-in statistic name")
     r.set_defaults(func=_cmd_robust)
     s = sc.add_parser("subset-stats", help="per-subset means/variances (Clip-User optional)")
     _common(s)
-    s.add_argument("--subset-col", required=True)
+    s.add_argument("--subset-col", required=True,
+                   help="column naming the subset (e.g. region) of each row")
     s.add_argument("--upper", type=float, required=True, help="public upper value bound")
     s.add_argument("--lower", type=float, default=0.0, help="public lower value bound")
-    s.add_argument("--statistic", choices=("mean", "variance", "both"), default="both")
+    s.add_argument("--statistic", choices=("mean", "variance", "both"), default="both",
+                   help="per-subset statistic to release (default both)")
     s.add_argument("--clip-user", action="store_true",
                    help="plan suppression with Clip-User first (the plan is printed)")
     s.set_defaults(func=_cmd_subset)
