@@ -113,7 +113,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     rng = RandomSource.seeded(args.seed)
-    result = simulate_reps(spec, data, rng, reps=args.reps, progress=args.progress)
+    with warnings.catch_warnings():  # the ones compile_query gave are printed above
+        warnings.simplefilter("ignore")
+        result = simulate_reps(spec, data, rng, reps=args.reps, progress=args.progress)
     predicted = None
     if spec.moment_p is None:
         pilot = data.draw(max(1, 20_000 // args.samples))

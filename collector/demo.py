@@ -140,15 +140,14 @@ class ProgressPrinter:
             return
         self.finished = final
         self.last = now
-        rate = p.done / p.seconds if p.seconds > 0 else 0.0
+        frac = 1.0 if final else p.fraction
         if final:
             eta = "done"
-        elif p.done < max(10, p.devices // 100) or rate <= 0:
+        elif frac < 0.02 or p.seconds <= 0:
             eta = "ETA --:--"
         else:
-            left = (p.devices - p.done) / rate
+            left = p.seconds * (1.0 - frac) / frac
             eta = f"ETA {int(left // 60)}:{int(left % 60):02d}"
-        frac = p.done / max(p.devices, 1)
         line = (f"fleet [{'#' * int(24 * frac):<24}] {p.done:,}/{p.devices:,} devices done, "
                 f"{p.reports:,} reports acknowledged, {p.seconds:4.0f}s elapsed, {eta}")
         if self.tty:

@@ -263,6 +263,13 @@ class FleetProgress:
     done: int
     reports: int
     seconds: float
+    checked_in: int = 0  # devices that fetched their tasks at least once
+
+    @property
+    def fraction(self) -> float:
+        """Share of the work done: a device counts half once it checked in, fully once
+        it is done (devices of a later phase wait for the earlier one to close)."""
+        return (self.checked_in + self.done) / max(2 * self.devices, 1)
 
 
 @dataclass
@@ -293,6 +300,7 @@ class _DevState:
     failures: int = 0
     done: bool = False
     polled: bool = False
+    checked_in: bool = False
 
 
 _RETRYABLE_CODES = {grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.ABORTED.value[0],
@@ -315,8 +323,8 @@ class _Gateway:
 
     LINGER_S = 0.05  # a partial batch waits this long for more reports
 
-    def __init__(self, share: _Share, on_progress: Callable[[int, int], None] | None = None
-                 ) -> None:
+    def __init__(self, share: _Share,
+                 on_progress: Callable[[int, int, int], None] | None = None) -> None:
         self.share = share
         self.on_progress = on_progress
         self.res = FleetResult(devices=len(share.device_ids))
@@ -343,6 +351,7 @@ class _Gateway:
         self.active = 0
         self.sending = 0
         self.done = 0
+        self.checked_in = 0
         self.stop = False
         self.jitter = random.Random(None if share.seed is None else f"gw:{share.seed}")
         for i in reversed(share.device_ids):
@@ -402,6 +411,9 @@ class _Gateway:
         with self.cv:
             self.res.refused += refused
             st = self.state[i]
+            if not st.checked_in:
+                st.checked_in = True
+                self.checked_in += 1
             for key in keys - st.keys:
                 self.waiting.setdefault(key, {})[i] = None
                 if key not in self.probe_at:
@@ -581,7 +593,7 @@ class _Gateway:
             now = time.monotonic()
             if self.on_progress is not None and now - last >= 0.5:
                 last = now
-                self.on_progress(self.done, self.res.submitted)
+                self.on_progress(self.done, self.res.submitted, self.checked_in)
             if time.time() > self.share.deadline + 1.0:
                 break  # calls in flight are cut off below
         with self.cv:
@@ -597,7 +609,7 @@ class _Gateway:
             dev.close()
         self.res.seconds = time.monotonic() - t0
         if self.on_progress is not None:
-            self.on_progress(self.done, self.res.submitted)
+            self.on_progress(self.done, self.res.submitted, self.checked_in)
         return self.res
 
 
@@ -605,7 +617,7 @@ def _gateway_main(share: _Share, queue: Any, g: int) -> None:
     """Entry point of a gateway process: progress and the result go to ``queue``."""
     logging.basicConfig(level=logging.WARNING)
     try:
-        res = _Gateway(share, lambda d, r: queue.put(("progress", g, d, r))).run()
+        res = _Gateway(share, lambda d, r, c: queue.put(("progress", g, d, r, c))).run()
         queue.put(("result", g, res))
     except BaseException as exc:  # the parent reports it; never a silent hang
         queue.put(("failed", g, f"{type(exc).__name__}: {exc}"))
@@ -644,20 +656,20 @@ def run_gateway_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int
         shares.append(_Share(endpoint, str(root), ids, parts, budget, enrollment_secret, seed,
                              deadline, batch_size, concurrency, durable))
     t0 = time.monotonic()
-    done = [0] * G
-    reports = [0] * G
+    done, reports, checked = [0] * G, [0] * G, [0] * G
 
     def report() -> None:
         if progress is not None:
-            progress(FleetProgress(n_devices, sum(done), sum(reports), time.monotonic() - t0))
+            progress(FleetProgress(n_devices, sum(done), sum(reports), time.monotonic() - t0,
+                                   sum(checked)))
 
     if G == 1:
-        def one(d: int, r: int) -> None:
-            done[0], reports[0] = d, r
+        def one(d: int, r: int, c: int) -> None:
+            done[0], reports[0], checked[0] = d, r, c
             report()
         res = _Gateway(shares[0], one).run()
     else:
-        res = _run_gateway_processes(shares, deadline, done, reports, report)
+        res = _run_gateway_processes(shares, deadline, done, reports, checked, report)
     res.devices = n_devices
     res.seconds = time.monotonic() - t0
     if not keep_state:
@@ -666,7 +678,8 @@ def run_gateway_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int
 
 
 def _run_gateway_processes(shares: list[_Share], deadline: float, done: list[int],
-                           reports: list[int], report: Callable[[], None]) -> FleetResult:
+                           reports: list[int], checked: list[int],
+                           report: Callable[[], None]) -> FleetResult:
     import multiprocessing as mp
     import queue as queue_mod
 
@@ -689,7 +702,7 @@ def _run_gateway_processes(shares: list[_Share], deadline: float, done: list[int
                 continue
             kind, g = msg[0], msg[1]
             if kind == "progress":
-                done[g], reports[g] = msg[2], msg[3]
+                done[g], reports[g], checked[g] = msg[2], msg[3], msg[4]
                 report()
             elif kind == "result":
                 results[g] = msg[2]
