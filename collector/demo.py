@@ -126,7 +126,13 @@ class ProgressPrinter:
     """A progress line with an ETA: redrawn in place on a terminal, otherwise one plain
     line every ``every_s`` seconds (CI logs, ``| tee``)."""
 
-    def __init__(self, say: Callable[..., None], tty: bool, every_s: float = 5.0) -> None:
+    def __init__(self, say: Callable[..., None], tty: bool, every_s: float | None = None
+                 ) -> None:
+        if every_s is None:  # ULDP_PROGRESS_SECONDS: the interval of the plain lines
+            try:
+                every_s = float(os.environ.get("ULDP_PROGRESS_SECONDS", "5"))
+            except ValueError:
+                every_s = 5.0
         self.say, self.tty, self.every_s = say, tty, every_s
         self.last = -1e9
         self.open = False

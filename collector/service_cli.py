@@ -75,6 +75,12 @@ def _conn_flags(p: argparse.ArgumentParser, admin: bool = True) -> None:
                        help="file holding the admin credential (env ULDP_ADMIN_TOKEN_FILE)")
 
 
+def _unused_admin_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--admin-token-file", default=None,
+                   help="accepted and ignored, so one set of connection flags ($A in the "
+                        "README) works with every command")
+
+
 def _analyst(a: argparse.Namespace) -> Any:
     from uldp.collector.service.client import AnalystClient
 
@@ -784,6 +790,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("--service", default="", help="service name ('' = whole server)")
     s.add_argument("--timeout", type=positive_float, default=3.0,
                    help="seconds to wait for the answer (default 3)")
+    _unused_admin_flag(s)
     s.set_defaults(func=_cmd_health)
     s = sc.add_parser("wait", help="wait until a collector serves (for scripts)",
                       description="Poll the collector's health check until it is SERVING "
@@ -794,6 +801,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("--timeout", type=positive_float, default=30.0,
                    help="seconds to wait at most (default 30)")
     s.add_argument("--quiet", action="store_true", help="print nothing when it is up")
+    _unused_admin_flag(s)
     s.set_defaults(func=_cmd_wait)
 
     # query

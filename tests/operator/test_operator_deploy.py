@@ -170,21 +170,23 @@ def test_container_entry_command_runs_outside_docker(tmp_path):
     copied = _build_context(src)
     assert "pyproject.toml" in copied and not any(c.endswith(".key") for c in copied)
     # the venv of the image; its dependencies come from this test environment (no network
-    # at test time), uldp itself is built and installed from the build context
+    # at test time), uldp itself is built from the build context and installed with
+    # --target, which never touches this environment's own uldp
     venv = tmp_path / "opt-uldp"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "deps-from-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-cache-dir", "--no-deps",
-                        "--no-build-isolation", "--prefix", str(venv), "--no-warn-script-location",
-                        "-q", d["pip"]], cwd=src, capture_output=True, text=True, timeout=300,
+                        "--no-build-isolation", "--target", str(site), "-q", d["pip"]],
+                       cwd=src, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     assert r.returncode == 0, r.stderr
+    (site / "zz-deps-from-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    script = site / "bin" / d["entrypoint"][0]
     uldp_exe = venv / "bin" / d["entrypoint"][0]
-    assert uldp_exe.exists()
-    # pip ran from this environment: point the script at the image venv's interpreter
-    uldp_exe.write_text(f"#!{venv / 'bin' / 'python'}\n" +
-                        uldp_exe.read_text().split("\n", 1)[1])
+    uldp_exe.write_text(f"#!{venv / 'bin' / 'python'}\n" +  # the image's interpreter
+                        script.read_text().split("\n", 1)[1])
+    uldp_exe.chmod(0o755)
+    assert "uldp.collector.cli" in uldp_exe.read_text()
     # the image's configuration: its ENV, with the paths and port of this test
     tls = tmp_path / "etc-uldp-tls"
     r = subprocess.run([str(uldp_exe), "collector", "certs", "--out", str(tls)],
