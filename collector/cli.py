@@ -146,7 +146,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="uldp", description="User-level local differential privacy: simulate, serve, "
-                                 "collect and release.")
+                                 "collect and release.",
+        epilog="exit codes: 0 done; 1 ran, but the outcome is not a success (e.g. a fleet "
+               "with unfinished devices); 2 an operator mistake or unusable environment, "
+               "shown as one line (--debug adds the traceback); 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
     for module in ("uldp.collector.service_cli", "uldp.collector.central.cli"):
