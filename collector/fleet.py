@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from uldp.client import ledger as _ledger
 from uldp.client.device import Device, TaskRefused
 from uldp.client.randomness import RandomSource
 from uldp.client.transport import Endpoint, RetryPolicy, call_with_retry, secure_channel
@@ -307,6 +308,9 @@ _RETRYABLE_CODES = {grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.ABORTE
                     grpc.StatusCode.DEADLINE_EXCEEDED.value[0]}
 _UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED.value[0]
 _CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+# the ledger's name of an acknowledged report ("acked" before the ledger gained its
+# explicit STATES tuple, "acknowledged" after)
+_ACKED = "acknowledged" if "acknowledged" in getattr(_ledger, "STATES", ()) else "acked"
 
 
 def _device_token(dev: Device) -> str:
@@ -364,7 +368,8 @@ class _Gateway:
         if dev is None:
             s = self.share
             rng = RandomSource.seeded(f"fleet:{s.seed}:{i}") if s.seed is not None else None
-            # NOTE(lead): Device will require simulation=True next to a seeded rng
+            # NOTE(lead, merge): main's Device needs simulation=rng is not None here, and
+            # add_dataset(..., dim=values.shape[1] for 2-d values) below, as run_fleet has
             dev = Device(s.endpoint, self.root / f"device-{i:07d}", budget=s.budget,
                          enrollment_secret=s.enrollment_secret, label="uldp-gateway",
                          channel=self.chans[i % len(self.chans)], retry=self.retry, rng=rng,
@@ -527,6 +532,13 @@ class _Gateway:
                 self.sending += 1
             try:
                 self._send(batch)
+            except Exception as exc:  # never a silent sender death: count and go on
+                with self.cv:
+                    self.res.errors.append(f"batch of {len(batch)}: {type(exc).__name__}: "
+                                           f"{exc}")
+                    for i, _ in batch:
+                        self.state[i].unacked = 0
+                        self._finish_if_idle(i)
             finally:
                 with self.cv:
                     self.sending -= 1
@@ -550,7 +562,7 @@ class _Gateway:
         for (i, rep), r in zip(batch, resp.results, strict=True):
             dev = self._make(i)
             if r.code == 0:
-                dev.ledger.mark(rep.query_id, "acked", "duplicate" if r.duplicate else "")
+                dev.ledger.mark(rep.query_id, _ACKED, "duplicate" if r.duplicate else "")
                 acked += 1
             elif r.code in _RETRYABLE_CODES:
                 again.append((i, rep))
