@@ -10,36 +10,24 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import sys
 import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
+from uldp.collector.cliutil import (
+    Parser,
+    add_debug_flag,
+    positive_float,
+    positive_int,
+    quiet_grpc_logs,
+    run_cli,
+)
+
 __all__ = ["build_parser", "main"]
 
 SIM_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text!r}")
-    return v
 
 
 def _add_simulate(sub: argparse._SubParsersAction) -> None:
@@ -47,17 +35,25 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
         "simulate", help="run a query in-process over a simulated fleet",
         description="Run one user-level LDP query in-process over n virtual users x m "
                     "samples with the production device and collector code.")
-    p.add_argument("kind", choices=SIM_KINDS + ("sgd", "classify", "regress"))
+    p.add_argument("kind", choices=SIM_KINDS + ("sgd", "classify", "regress"),
+                   help="what to estimate: mean (1-d), mean-linf / mean-l2 / mean-l1 "
+                        "(d-dimensional mean, error in that norm), distribution (histogram "
+                        "over --dim symbols), sgd / classify / regress (learning)")
     p.add_argument("--method", default="two-stage",
-                   choices=("two-stage", "baseline-a", "baseline-b", "ssl"))
-    p.add_argument("--users", type=_positive_int, default=10_000)
-    p.add_argument("--samples", type=_positive_int, default=100)
-    p.add_argument("--dim", type=_positive_int, default=None,
+                   choices=("two-stage", "baseline-a", "baseline-b", "ssl"),
+                   help="two-stage (the spec's Algorithm 1, default), the baselines a/b, or "
+                        "ssl (sample-level LDP for comparison)")
+    p.add_argument("--users", type=positive_int, default=10_000,
+                   help="number of simulated users n (default 10000)")
+    p.add_argument("--samples", type=positive_int, default=100,
+                   help="samples per user m (default 100)")
+    p.add_argument("--dim", type=positive_int, default=None,
                    help="dimension d (alphabet size for distribution); default 1, or 8")
-    p.add_argument("--epsilon", type=_positive_float, default=1.0)
+    p.add_argument("--epsilon", type=positive_float, default=1.0,
+                   help="user-level privacy budget epsilon of each user (default 1)")
     p.add_argument("--dist", default=None,
                    help="uniform | bernoulli | gaussian | student-t:DF | sphere | zipf:S")
-    p.add_argument("--bound", type=_positive_float, default=1.0, help="support bound D")
+    p.add_argument("--bound", type=positive_float, default=1.0, help="support bound D")
     p.add_argument("--moment", default=None, metavar="P[:M]",
                    help="heavy tails: E|X|^P <= M (M computed from --dist when omitted)")
     p.add_argument("--frame", default="gaussian", choices=("gaussian", "hadamard"),
@@ -65,10 +61,13 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", default="default", choices=("default", "paper", "tuned"),
                    help="grouping: spec [D7] default, paper (eps_c = 1), or tuned (minimizes "
                         "the explicit error bound; monotone in epsilon)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--reps", type=_positive_int, default=1)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the simulated data and noise (simulation only; default 0)")
+    p.add_argument("--reps", type=positive_int, default=1,
+                   help="repetitions averaged into the reported error (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only on a terminal)")
     p.set_defaults(func=_cmd_simulate)
 
 
@@ -113,7 +112,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     rng = RandomSource.seeded(args.seed)
-    result = simulate_reps(spec, data, rng, reps=args.reps, progress=args.progress)
+    with warnings.catch_warnings():  # the ones compile_query gave are printed above
+        warnings.simplefilter("ignore")
+        result = simulate_reps(spec, data, rng, reps=args.reps, progress=args.progress)
     predicted = None
     if spec.moment_p is None:
         pilot = data.draw(max(1, 20_000 // args.samples))
@@ -142,9 +143,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="uldp", description="User-level local differential privacy: simulate, serve, "
-                                 "collect and release.")
+                                 "collect and release.",
+        epilog="exit codes: 0 done; 1 ran, but the outcome is not a success (e.g. a fleet "
+               "with unfinished devices); 2 an operator mistake or unusable environment, "
+               "shown as one line (--debug adds the traceback); 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
     for module in ("uldp.collector.service_cli", "uldp.collector.central.cli"):
@@ -159,16 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``uldp``: exit codes and error lines as in ``uldp.collector.cliutil``."""
+    quiet_grpc_logs()
     parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"uldp: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("uldp: interrupted", file=sys.stderr)
-        return 130
+    add_debug_flag(parser)
+    return run_cli(parser, argv)
 
 
 if __name__ == "__main__":

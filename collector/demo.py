@@ -1,15 +1,23 @@
 """``uldp demo``: the whole system on one machine, over real gRPC with TLS.
 
-1. writes a development CA, a server certificate and an admin token to a work directory;
-2. starts ``uldp collector serve`` (a separate process) on a SQLite file, loopback only;
-3. creates one query per kind of the core algorithms (mean, mean-linf, mean-l2, mean-l1,
+1. checks the arguments (every demo query must compile) before anything starts;
+2. writes a development CA, a server certificate and an admin token to a private work
+   directory;
+3. starts ``uldp collector serve`` (a separate process) on a SQLite file, loopback only,
+   and waits for its ready file;
+4. creates one query per kind of the core algorithms (mean, mean-linf, mean-l2, mean-l1,
    distribution), each over its own dataset name;
-4. runs a fleet of simulated devices (default 20 000; device ``i`` holds the dataset of
-   kind ``i mod 5``), every one a real ``uldp.client.Device`` with its own state;
-5. waits for every query to finish and prints each estimate next to the truth of the
-   simulated population, with its confidence interval;
-6. stops the collector (SIGTERM, graceful) and removes the work directory (unless
+5. runs a fleet of simulated devices (default 20 000; device ``i`` holds the dataset of
+   kind ``i mod 5``), every one a real ``uldp.client.Device`` with its own state, behind
+   ``--gateways`` gateway processes that send the reports in ``SubmitReportBatch`` calls
+   (``uldp.collector.fleet.run_gateway_fleet``), with a progress line and an ETA (one plain
+   line every few seconds when stdout is not a terminal);
+6. waits for every query to finish and prints a table of each estimate next to the truth
+   of the simulated population, with its confidence interval and a legend;
+7. stops the collector (SIGTERM, graceful) and removes the work directory (unless
    ``--workdir`` was given).
+
+Exit code 0 when every query finished and every device reported, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +38,20 @@ import grpc
 import numpy as np
 
 from uldp.client.transport import Endpoint, secure_channel
-from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet, summarize
+from uldp.collector.cliutil import OperatorError
+from uldp.collector.fleet import (
+    FleetDataset,
+    FleetProgress,
+    dataset_for_query,
+    run_gateway_fleet,
+    summarize,
+)
 from uldp.collector.security.certs import make_dev_pki
+from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import new_admin_token
 from uldp.collector.service.client import AnalystClient, QueryRequest
 
-__all__ = ["DEMO_QUERIES", "run_demo", "start_collector_process"]
+__all__ = ["DEMO_QUERIES", "check_demo_args", "run_demo", "start_collector_process"]
 
 #: (kind, dimension, population) of the demo queries
 DEMO_QUERIES: tuple[tuple[str, int, str], ...] = (
@@ -51,11 +69,11 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
     """Start ``uldp collector serve`` on 127.0.0.1 (free port); wait until it serves."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    port_file = workdir / f"collector-{os.getpid()}-{time.monotonic_ns()}.port"
+    ready = workdir / f"collector-{os.getpid()}-{time.monotonic_ns()}.ready"
     log = open(workdir / "collector.log", "ab")  # noqa: SIM115 - owned by the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
-         "--db", db_url, "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
+         "--db", db_url, "--host", "127.0.0.1", "--port", "0", "--ready-file", str(ready),
          "--tls-dir", str(tls_dir), "--log-level", os.environ.get("ULDP_LOG_LEVEL", "warning"),
          "--allow-simulated", *(extra or [])],
         stdout=log, stderr=subprocess.STDOUT)
@@ -63,47 +81,167 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"collector exited with {proc.returncode}; "
-                               f"see {workdir / 'collector.log'}")
-        if port_file.exists():
-            port = int(port_file.read_text())
+            tail = (workdir / "collector.log").read_text(errors="replace").strip()
+            last = tail.splitlines()[-1] if tail else ""
+            raise RuntimeError(f"collector exited with {proc.returncode}: {last} "
+                               f"(see {workdir / 'collector.log'})")
+        if ready.exists():
+            port = int(ready.read_text().strip().rsplit(":", 1)[1])
             try:
                 with secure_channel(Endpoint(f"127.0.0.1:{port}", tls_dir / "ca.pem")) as ch:
                     r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
-                                                             timeout=2)
+                                                             timeout=5)
                 if r.status == health_pb2.HealthCheckResponse.SERVING:
                     return proc, port
             except grpc.RpcError:
                 pass
-        time.sleep(0.1)
+        time.sleep(0.05)
     proc.kill()
+    proc.wait()
     raise TimeoutError("collector did not start")
 
 
-def _fmt(v: float) -> str:
-    return f"{v:+.4f}"
+def check_demo_args(devices: int, epsilon: float, samples: int) -> None:
+    """OperatorError (naming the flag) unless every demo query compiles."""
+    from uldp.collector.planner import QuerySpec, compile_query
+
+    k = len(DEMO_QUERIES)
+    if devices < 2 * k:
+        raise OperatorError(f"--devices {devices}: the demo needs at least {2 * k} devices "
+                            f"(2 for each of its {k} queries)")
+    for i, (kind, dim, _) in enumerate(DEMO_QUERIES):
+        users = len(range(i, devices, k))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compile_query(QuerySpec(kind=kind, epsilon=epsilon, users=users,
+                                        samples=samples, dim=dim, bound=1.0))
+        except ValueError as exc:
+            raise OperatorError(f"--devices {devices} --epsilon {epsilon:g} --samples "
+                                f"{samples}: the {kind} query cannot run over {users} "
+                                f"devices: {exc}") from None
+
+
+class ProgressPrinter:
+    """A progress line with an ETA: redrawn in place on a terminal, otherwise one plain
+    line every ``every_s`` seconds (CI logs, ``| tee``)."""
+
+    def __init__(self, say: Callable[..., None], tty: bool, every_s: float | None = None
+                 ) -> None:
+        if every_s is None:  # ULDP_PROGRESS_SECONDS: the interval of the plain lines
+            try:
+                every_s = float(os.environ.get("ULDP_PROGRESS_SECONDS", "5"))
+            except ValueError:
+                every_s = 5.0
+        self.say, self.tty, self.every_s = say, tty, every_s
+        self.last = -1e9
+        self.open = False
+        self.finished = False
+
+    def __call__(self, p: FleetProgress) -> None:
+        now = time.monotonic()
+        final = p.done >= p.devices
+        if self.finished or (not final and now - self.last < (0.25 if self.tty
+                                                              else self.every_s)):
+            return
+        self.finished = final
+        self.last = now
+        frac = 1.0 if final else p.fraction
+        if final:
+            eta = "done"
+        elif frac < 0.02 or p.seconds <= 0:
+            eta = "ETA --:--"
+        else:
+            left = p.seconds * (1.0 - frac) / frac
+            eta = f"ETA {int(left // 60)}:{int(left % 60):02d}"
+        line = (f"fleet [{'#' * int(24 * frac):<24}] {p.done:,}/{p.devices:,} devices done, "
+                f"{p.reports:,} reports acknowledged, {p.seconds:4.0f}s elapsed, {eta}")
+        if self.tty:
+            sys.stdout.write("\r" + line + ("\n" if final else ""))
+            sys.stdout.flush()
+            self.open = not final
+        else:
+            self.say(line)
+
+    def close(self) -> None:
+        if self.tty and self.open:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.open = False
+
+
+LEGEND = """\
+  truth     the value over the whole simulated population (what the query estimates:
+            the mean of per-user means, or the share of users per symbol)
+  estimate  the collector's answer, computed from the privatized reports only
+  95% interval  the interval the collector reports; it holds the truth 95% of the time
+  error     estimate - truth
+  covered   yes when the interval holds the truth (expect about 1 in 20 'no')"""
+
+
+def _table(rows: list[dict[str, Any]], per_query: dict[str, int]) -> str:
+    head = (f"{'query':<13} {'coord':>5} {'users':>6} {'truth':>8} {'estimate':>9} "
+            f"{'95% interval':>21} {'error':>8}  covered")
+    out = [head, "-" * len(head)]
+    prev = None
+    for r in rows:
+        kind = r["kind"] if r["kind"] != prev else ""
+        users = str(per_query.get(r["query"], "")) if r["kind"] != prev else ""
+        prev = r["kind"]
+        out.append(f"{kind:<13} {r['component']:>5} {users:>6} {r['truth']:>+8.4f} "
+                   f"{r['estimate']:>+9.4f} [{r['ci_low']:>+8.4f}, {r['ci_high']:>+8.4f}] "
+                   f"{r['estimate'] - r['truth']:>+8.4f}  {'yes' if r['covered'] else 'NO'}")
+    return "\n".join(out)
+
+
+def _device_root(work: Path, keep: bool) -> Path:
+    """Where the simulated devices keep their state (identity, ledger): in the work
+    directory when it is kept, else in a memory-backed directory when the machine has one
+    (20 000 small SQLite ledgers cost the disk a lot of system time; they are removed at
+    the end either way). The collector's database stays on disk (durable acks)."""
+    shm = Path("/dev/shm")
+    if keep or not (shm.is_dir() and os.access(shm, os.W_OK)):
+        return work / "devices"
+    return Path(tempfile.mkdtemp(prefix="uldp-demo-devices-", dir=shm))
 
 
 def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
-             concurrency: int = 48, workdir: str | None = None, as_json: bool = False,
-             seed: int | None = None) -> int:
+             concurrency: int = 16, workdir: str | None = None, as_json: bool = False,
+             seed: int | None = None, gateways: int = 2) -> int:
+    check_demo_args(devices, epsilon, samples)
+    if workdir is not None and Path(workdir).exists() and not Path(workdir).is_dir():
+        raise OperatorError(f"--workdir {workdir} is a file, not a directory")
     t0 = time.perf_counter()
+    old_umask = os.umask(0o077)  # the work directory holds keys and the database
     tmp = None
-    if workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="uldp-demo-")
-        work = Path(tmp.name)
-    else:
-        work = Path(workdir)
-        work.mkdir(parents=True, exist_ok=True)
-    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if as_json else \
-        (lambda *a: print(*a, flush=True))
+    try:
+        if workdir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="uldp-demo-")
+            work = Path(tmp.name)
+        else:
+            work = Path(workdir)
+            work.mkdir(parents=True, exist_ok=True)
+        return _run(work, tmp is None, devices, epsilon, samples, concurrency, as_json, seed,
+                    gateways, t0)
+    finally:
+        os.umask(old_umask)
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
+         concurrency: int, as_json: bool, seed: int | None, gateways: int, t0: float) -> int:
+    out = sys.stderr if as_json else sys.stdout
+
+    def say(*a: Any) -> None:
+        print(*a, file=out, flush=True)
+
     tls = work / "pki"
     if not (tls / "server.pem").exists():
         make_dev_pki(tls, ["localhost", "127.0.0.1"])
     admin_file = tls / "admin.token"
     if not admin_file.exists():
-        admin_file.write_text(new_admin_token() + "\n")
-        admin_file.chmod(0o600)
+        write_private(admin_file, (new_admin_token() + "\n").encode())
     db_url = f"sqlite:///{work / 'collector.db'}"
     proc, port = start_collector_process(work, db_url, tls)
     ep = Endpoint(f"127.0.0.1:{port}", tls / "ca.pem")
@@ -112,8 +250,7 @@ def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
     rc = 0
     try:
         k = len(DEMO_QUERIES)
-        per = devices // k
-        datasets, qids = [], []
+        datasets, qids, per_query = [], [], {}
         rng_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
         for i, (kind, dim, dist) in enumerate(DEMO_QUERIES):
             users = len(range(i, devices, k))
@@ -123,15 +260,20 @@ def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
                                             phase_timeout_s=600.0,
                                             query_id=f"demo-{kind}-{rng_seed % 100000}"))
             qids.append(q.query_id)
+            per_query[q.query_id] = users
             data = dataset_for_query(kind, dist, samples, dim, 1.0, rng_seed + i)
             datasets.append(FleetDataset(name, data, modulo=k, residue=i))
             say(f"query {q.query_id}: {kind} d={dim} eps={epsilon:g} over {users} devices "
-                f"({dist})")
-        say(f"fleet: {devices} devices (~{per} per query), concurrency {concurrency}")
+                f"({dist} data, {len(q.phases)} phases)")
+        say(f"fleet: {devices} devices behind {gateways} gateway process(es), "
+            f"{concurrency} devices in flight each; reports go in batches")
+        printer = ProgressPrinter(say, tty=out.isatty())
         t_fleet = time.perf_counter()
-        res = run_fleet(ep, work / "devices", devices, datasets, concurrency=concurrency,
-                        budget=max(epsilon, 1.0) * 2, seed=seed, progress=None if not as_json
-                        else False, keep_state=workdir is not None, timeout_s=1800)
+        res = run_gateway_fleet(ep, _device_root(work, keep), devices, datasets,
+                                gateways=gateways, concurrency=concurrency,
+                                budget=max(epsilon, 1.0) * 2, seed=seed, keep_state=keep,
+                                timeout_s=1800, progress=printer)
+        printer.close()
         fleet_s = time.perf_counter() - t_fleet
         rows: list[dict[str, Any]] = []
         for qid, ds in zip(qids, datasets, strict=True):
@@ -152,19 +294,20 @@ def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
         if as_json:
             print(json.dumps({"fleet": summary, "estimates": rows}, indent=2))
         else:
+            cov = sum(r_["covered"] for r_ in rows)
             print()
-            print(f"{'kind':13s} {'#':>2s} {'truth':>9s} {'estimate':>9s}   "
-                  f"{'95% interval':23s} covered")
-            for r_ in rows:
-                print(f"{r_['kind']:13s} {r_['component']:2d} {_fmt(r_['truth']):>9s} "
-                      f"{_fmt(r_['estimate']):>9s}   [{_fmt(r_['ci_low'])}, "
-                      f"{_fmt(r_['ci_high'])}]  {'yes' if r_['covered'] else 'NO'}")
-            cov = np.mean([r_["covered"] for r_ in rows]) if rows else 0.0
-            print(f"\n{summary['reports_acknowledged']} reports from {devices} devices in "
-                  f"{fleet_s:.1f}s; interval coverage {100 * cov:.0f}%; "
-                  f"total {summary['wall_seconds']:.1f}s")
-        if res.errors or res.unfinished:
+            print(_table(rows, per_query))
+            print()
+            print(LEGEND)
+            print()
+            print(f"{summary['reports_acknowledged']:,} reports from {devices:,} devices in "
+                  f"{fleet_s:.1f}s ({summary['reports_acknowledged'] / max(fleet_s, 1e-9):,.0f}"
+                  f"/s); {cov} of {len(rows)} intervals hold the truth; total "
+                  f"{summary['wall_seconds']:.1f}s")
+        if res.errors or res.unfinished or res.rejected or res.refused:
             rc = 1
+            say(f"fleet incomplete: {res.unfinished} unfinished, {len(res.rejected)} "
+                f"rejected, {len(res.refused)} refused, {len(res.errors)} errors")
             for e in res.errors[:5]:
                 say("error:", e)
     finally:
@@ -175,6 +318,4 @@ def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if tmp is not None:
-            tmp.cleanup()
     return rc

@@ -271,13 +271,21 @@ def _cmd_subset(args: argparse.Namespace) -> int:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="CSV file with a header row")
     p.add_argument("--user-col", required=True, help="column holding the user id")
-    p.add_argument("--value-col", required=True, nargs="+",
-                   help="value column(s); several give a vector per row")
+    p.add_argument("--value-col", required=True, action="extend", type=_column_list,
+                   help="value column; repeat it or give a comma-separated list for a "
+                        "vector per row (--value-col x --value-col y, or --value-col x,y)")
     p.add_argument("--epsilon", type=float, required=True,
-                   help="user-level privacy budget of this release")
+                   help="user-level privacy budget of the release")
     p.add_argument("--seed", type=int, default=None,
                    help="seeded noise for tests/simulations only (never for a real release)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _column_list(text: str) -> list[str]:
+    cols = [c.strip() for c in text.split(",")]
+    if not all(cols):
+        raise argparse.ArgumentTypeError(f"expected column name(s), got {text!r}")
+    return cols
 
 
 def _range_flags(p: argparse.ArgumentParser) -> None:
@@ -332,10 +340,12 @@ def register(subparsers: Any) -> None:
     r.set_defaults(func=_cmd_robust, bound=None, delta=None, allow_small_n=False)
     s = sc.add_parser("subset-stats", help="per-subset means/variances (Clip-User optional)")
     _common(s)
-    s.add_argument("--subset-col", required=True)
+    s.add_argument("--subset-col", required=True,
+                   help="column naming the subset (e.g. region) of each row")
     s.add_argument("--upper", type=float, required=True, help="public upper value bound")
     s.add_argument("--lower", type=float, default=0.0, help="public lower value bound")
-    s.add_argument("--statistic", choices=("mean", "variance", "both"), default="both")
+    s.add_argument("--statistic", choices=("mean", "variance", "both"), default="both",
+                   help="per-subset statistic to release (default both)")
     s.add_argument("--clip-user", action="store_true",
                    help="plan suppression with Clip-User first (the plan is printed)")
     s.set_defaults(func=_cmd_subset)

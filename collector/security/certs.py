@@ -9,7 +9,8 @@ Creates, with ``cryptography`` only:
   mutual TLS (devices, gateways or analysts present it when the collector runs with
   ``--tls-client-ca``).
 
-Private keys are written with mode 0600. This is a development/test CA: production
+Private keys are written with mode 0600 (also when they existed with a wider mode).
+This is a development/test CA: production
 deployments bring certificates from their own PKI and point the same flags at them.
 """
 
@@ -26,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["DevPki", "make_dev_pki"]
+__all__ = ["DevPki", "existing_pki", "make_dev_pki"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     data = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also when the file existed with a wider mode (--force)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
 
@@ -84,16 +86,24 @@ def _leaf(name: str, hosts: list[str], usage: x509.ObjectIdentifier,
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
+def existing_pki(directory: str | Path) -> Path | None:
+    """The first certificate of a dev PKI already in ``directory``, or None."""
+    out = Path(directory)
+    for name in ("ca.pem", "server.pem", "client.pem"):
+        if (out / name).exists():
+            return out / name
+    return None
+
+
 def make_dev_pki(directory: str | Path, hosts: list[str] | None = None, *,
                  days: int = 365, overwrite: bool = False) -> DevPki:
     """Write a dev CA, a server certificate for ``hosts`` and a client certificate."""
     out = Path(directory)
+    if existing_pki(out) is not None and not overwrite:
+        raise FileExistsError(f"{existing_pki(out)} exists (pass overwrite=True / --force)")
     out.mkdir(parents=True, exist_ok=True)
     pki = DevPki(out, out / "ca.pem", out / "ca.key", out / "server.pem", out / "server.key",
                  out / "client.pem", out / "client.key")
-    existing = [p for p in (pki.ca_cert, pki.server_cert, pki.client_cert) if p.exists()]
-    if existing and not overwrite:
-        raise FileExistsError(f"{existing[0]} exists (pass overwrite=True / --force)")
     hosts = hosts or ["localhost", "127.0.0.1", "::1"]
     now = _dt.datetime.now(_dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())

@@ -30,9 +30,8 @@ def test_kubernetes_manifests():
     assert c["args"] == ["collector", "serve"]
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["exec"]["command"] == ["uldp", *HEALTH]
-    kinds = {d["kind"] for f in ("k8s/service.yaml", "k8s/secret.yaml", "k8s/configmap.yaml")
-             for d in _docs(f)}
-    assert kinds == {"Service", "Secret", "ConfigMap"}
+    kinds = {d["kind"] for f in ("k8s/service.yaml", "k8s/configmap.yaml") for d in _docs(f)}
+    assert kinds == {"Service", "ConfigMap"}  # secrets: created by command only (issue 12)
     (cm,) = _docs("k8s/configmap.yaml")
     assert cm["data"]["ULDP_TLS_DIR"] == "/etc/uldp/tls"
 

@@ -1,0 +1,248 @@
+"""Shared plumbing of the ``uldp`` command line: argument types, operator errors and the
+one place that turns any failure into one clear line and an exit code.
+
+Exit codes of every ``uldp`` command:
+
+* ``0`` — done;
+* ``1`` — the command ran but its outcome is not a success (a fleet with unfinished or
+  rejected devices, a query that was cancelled or failed, an unhealthy collector);
+* ``2`` — an operator mistake or an unusable environment (bad flag value, missing file,
+  port in use, unreachable collector or database, wrong CA, wrong credential): one line
+  naming what is wrong and how to fix it, nothing written;
+* ``130`` — interrupted (Ctrl-C).
+
+``--debug`` (or ``ULDP_DEBUG=1``) prints the traceback as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+__all__ = [
+    "OperatorError",
+    "Parser",
+    "add_debug_flag",
+    "describe_error",
+    "finite_float",
+    "nonneg_float",
+    "nonneg_int",
+    "port_number",
+    "positive_float",
+    "positive_int",
+    "quiet_grpc_logs",
+    "redact_url",
+    "run_cli",
+]
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage dump) naming the flag and
+    pointing at ``--help``; sub-command parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+class OperatorError(Exception):
+    """An operator mistake or unusable environment: printed as one line, exit code 2."""
+
+    exit_code = 2
+
+
+# ---- argument types (argparse prefixes their message with the flag's name) --------------
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return v
+
+
+def port_number(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535 (0 = any free "
+                                         f"port), got {text!r}")
+    return v
+
+
+def finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text!r}")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return v
+
+
+# ---- errors ------------------------------------------------------------------------------
+def quiet_grpc_logs() -> None:
+    """Keep gRPC's C core from printing its own log lines (e.g. a failed TLS handshake)
+    on the operator's terminal; the CLI reports the failure itself. Must run before the
+    C core initializes (the first ``import grpc`` of the process)."""
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+_TLS_HINTS = (
+    ("certificate signature failure", "the collector's certificate is not signed by the "
+                                      "CA given with --ca"),
+    ("certificate verify failed", "the collector's certificate could not be verified with "
+                                  "--ca"),
+    ("Peer name", "the collector's certificate does not name the --target host (use the "
+                  "name it was issued for, or --server-name)"),
+    ("ssl_transport_security", "TLS handshake failed"),
+    ("Handshake failed", "TLS handshake failed"),
+    ("Tls handshake failed", "TLS handshake failed (wrong --ca, or not a TLS server)"),
+)
+
+
+def describe_rpc_error(exc: Any) -> str:
+    """One line for a failed gRPC call, with the likely fix."""
+    try:
+        code, details = exc.code(), exc.details() or ""
+        name = code.name
+    except Exception:  # pragma: no cover - not a call error
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if name == "UNAVAILABLE":
+        for needle, hint in _TLS_HINTS:
+            if needle in details:
+                return f"cannot connect to the collector: {hint} (UNAVAILABLE)"
+        if "Connection refused" in details or "connection refused" in details.lower():
+            return ("no collector is listening at --target (connection refused); start "
+                    "`uldp collector serve` or fix --target (`uldp collector wait` waits "
+                    "until it is up) (UNAVAILABLE)")
+        if "failed to connect" in details or "Deadline" in details:
+            return f"cannot reach the collector at --target: {details} (UNAVAILABLE)"
+    if name == "DEADLINE_EXCEEDED":
+        return "the collector did not answer in time (DEADLINE_EXCEEDED); is --target right?"
+    if name == "UNAUTHENTICATED":
+        return (f"the collector refused the credential (UNAUTHENTICATED): {details}; check "
+                "--admin-token-file")
+    return f"{name}: {details}"
+
+
+def describe_error(exc: BaseException) -> tuple[str, int]:
+    """(one line, exit code) for any exception a command raised."""
+    import grpc
+
+    if isinstance(exc, OperatorError):
+        return str(exc), exc.exit_code
+    if isinstance(exc, grpc.RpcError):
+        return describe_rpc_error(exc), 2
+    if isinstance(exc, OSError) and exc.filename is None and exc.strerror is None:
+        return str(exc), 2  # raised with a message of our own
+    if isinstance(exc, FileNotFoundError):
+        return f"no such file or directory: {exc.filename}", 2
+    if isinstance(exc, PermissionError):
+        return f"permission denied: {exc.filename}", 2
+    if isinstance(exc, FileExistsError):
+        return f"already exists: {exc.filename}", 2
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}", 2
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ModuleNotFoundError:  # pragma: no cover - client-only install
+        SQLAlchemyError = ()  # type: ignore[assignment,misc]
+    if SQLAlchemyError and isinstance(exc, SQLAlchemyError):
+        orig = getattr(exc, "orig", None) or exc
+        first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+        return f"database error: {first}", 2
+    if isinstance(exc, ValueError):
+        return str(exc), 2
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return (f"unexpected {type(exc).__name__}{': ' + text if text else ''} "
+            "(rerun with --debug for the traceback and report it)"), 1
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` on ``parser`` and on every sub-command parser below it."""
+    seen: set[int] = set()
+
+    def walk(p: argparse.ArgumentParser, top: bool) -> None:
+        if id(p) in seen:
+            return
+        seen.add(id(p))
+        if not any("--debug" in a.option_strings for a in p._actions):
+            p.add_argument("--debug", action="store_true",
+                           default=False if top else argparse.SUPPRESS,
+                           help="on an error, also print the Python traceback")
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub in a.choices.values():
+                    walk(sub, False)
+    walk(parser, True)
+
+
+def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+            after: Callable[[argparse.Namespace, int], None] | None = None) -> int:
+    """Parse ``argv``, run the chosen command, and turn every failure into one line."""
+    args = parser.parse_args(argv)
+    debug = bool(getattr(args, "debug", False) or os.environ.get("ULDP_DEBUG"))
+    try:
+        rc = int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("uldp: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `uldp ... | head`
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
+        return 0
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        msg, code = describe_error(exc)
+        print(f"uldp: error: {msg}", file=sys.stderr)
+        return code
+    if after is not None:
+        after(args, rc)
+    return rc
