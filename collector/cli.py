@@ -39,10 +39,14 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                    help="what to estimate: mean (1-d), mean-linf / mean-l2 / mean-l1 "
                         "(d-dimensional mean, error in that norm), distribution (histogram "
                         "over --dim symbols), sgd / classify / regress (learning)")
-    p.add_argument("--method", default="two-stage",
-                   choices=("two-stage", "baseline-a", "baseline-b", "ssl"),
-                   help="two-stage (the spec's Algorithm 1, default), the baselines a/b, or "
-                        "ssl (sample-level LDP for comparison)")
+    p.add_argument("--method", default="auto",
+                   choices=("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a",
+                            "baseline-b"),
+                   help="auto (default: chosen from the public parameters by the explicit "
+                        "error bound), "
+                        "two-stage (Algorithm 1, adaptive stage-II interval), two-stage-paper "
+                        "(the paper's interval), ssl (user mean, single-stage Laplace), "
+                        "baseline-a / baseline-b (spec §12); see the README's method guide")
     p.add_argument("--users", type=positive_int, default=10_000,
                    help="number of simulated users n (default 10000)")
     p.add_argument("--samples", type=positive_int, default=100,

@@ -829,8 +829,13 @@ def register(subparsers: Any) -> None:
     s.add_argument("--bound", type=positive_float, default=1.0,
                    help="public support bound D of the data (default 1)")
     s.add_argument("--method", default="",
-                   choices=("two-stage", "ssl", "baseline-a", "baseline-b"),
-                   help="two-stage (default), ssl, baseline-a or baseline-b")
+                   choices=("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a",
+                            "baseline-b"),
+                   help="auto (default: chosen from the public parameters by the explicit "
+                        "error bound), "
+                        "two-stage (Algorithm 1, adaptive stage-II interval), two-stage-paper "
+                        "(the paper's interval), ssl (user mean, single-stage Laplace), "
+                        "baseline-a / baseline-b (spec §12); see the README's method guide")
     s.add_argument("--moment-p", dest="moment_p", type=positive_float,
                    help="heavy tails: the moment order p of E|X|^p <= M (instead of --bound)")
     s.add_argument("--moment-m", dest="moment_m", type=positive_float,

@@ -45,7 +45,8 @@ def _privatize(data, seed):
 
 
 def _spec() -> QuerySpec:
-    cfg = SGDConfig(model="quadratic", epsilon=32.0, clip=1.0, t0=4, seed=3)
+    cfg = SGDConfig(model="quadratic", epsilon=32.0, clip=1.0, t0=4, seed=3,
+                    method="two-stage")
     return sgd_query(cfg, N, M, D, query_id="sgd-svc")
 
 
@@ -93,6 +94,20 @@ def test_sgd_runs_and_restart_mid_run_is_identical() -> None:
     fitted = LDPSGDRegressor.from_result({**res, "n_features": 2,
                                           "estimator": {"fit_intercept": False}})
     assert np.allclose(fitted.theta_, res["theta"])
+
+
+@pytest.mark.parametrize("method", ["ssl", "baseline-b", "auto"])
+def test_sgd_steps_of_a_single_stage_method(method: str) -> None:
+    """A step of a single-stage method is one phase; θ is published after it."""
+    cfg = SGDConfig(model="quadratic", epsilon=32.0, clip=1.0, t0=3, seed=3, method=method)
+    spec = sgd_query(cfg, N, M, D, query_id="sgd-1")
+    prog = program_for(spec)
+    per_step = 1 if method != "two-stage" else 2
+    assert prog.num_phases == 3 * per_step and sum(prog.quotas()) == N
+    store: dict = {}
+    res = run_program(prog, _privatize(_quadratic, 7), on_close=store.__setitem__)
+    assert len(res["trajectory"]) == 3 and all("theta" in store[p] for p in (1, 2, 3))
+    assert np.linalg.norm(np.asarray(res["theta"]) - MU) < 0.3
 
 
 def test_classify_query_result_feeds_the_estimator() -> None:

@@ -80,7 +80,7 @@ class SGDConfig:
     theta0: Sequence[float] | None = None
     radius: float | None = None  # projection onto {‖θ‖₂ <= radius}
     l2: float = 0.0
-    method: str = "two-stage"
+    method: str = "auto"
     frame_kind: str = "auto"  # [D9]: Gaussian frame, random partial Hadamard for large d
     mode: str = "default"
     seed: int = 0

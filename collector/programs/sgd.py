@@ -5,10 +5,11 @@ See ``docs/algorithms.md`` ("SGD"). Spec: ``user_level_ldp.md`` §8.3 (protocol)
 in ``uldp.collector.learning.sgd``.
 
 Slots are split into ``t0`` balanced groups from the public seed (one group per step,
-INV-3); phase ``2t+1`` is stage I and ``2t+2`` stage II of step ``t``, whose plan is
-``compile_query(step_spec(config, θ_t, ...))``. Closing phase ``2t+2`` finalizes the step
-(``g_t = Uᵀ θ̂``) and publishes ``θ_{t+1} = Π(θ_t − η g_t)``; the result is the final θ
-(or the tail average) with the trajectory. Every user reports once, inside one ε-LDP
+INV-3); step ``t`` runs the phases of its MeanEst plan ``compile_query(step_spec(config,
+θ_t, ...))`` — two (stage I, stage II) for two-stage, one for the single-stage methods;
+``auto`` resolves per step from public values, the same for every θ. Closing a step's last
+phase finalizes it (``g_t = Uᵀ θ̂``) and publishes ``θ_{t+1} = Π(θ_t − η g_t)``; the result
+is the final θ (or the tail average) with the trajectory. Every user reports once, inside one ε-LDP
 invocation; θ_t is post-processing of earlier groups (§8.4).
 """
 
@@ -50,9 +51,26 @@ class SGDProgram:
     def t0(self) -> int:
         return int(self.config.t0)  # type: ignore[arg-type]
 
+    @cached_property
+    def _first_phase(self) -> list[int]:
+        """Phase number of each step's first phase, and one past the last step's last."""
+        out = [1]
+        for t in range(self.t0):
+            out.append(out[-1] + len(self._layout(t).phases))
+        return out
+
     @property
     def num_phases(self) -> int:
-        return 2 * self.t0
+        return self._first_phase[-1] - 1
+
+    def step_of(self, phase: int) -> int:
+        """The SGD step a phase belongs to."""
+        if not 1 <= phase <= self.num_phases:
+            raise ValueError(f"phase must be in [1, {self.num_phases}], got {phase}")
+        return max(t for t in range(self.t0) if self._first_phase[t] <= phase)
+
+    def _last_of_step(self, phase: int) -> bool:
+        return phase == self._first_phase[self.step_of(phase) + 1] - 1
 
     @cached_property
     def _groups(self) -> list[np.ndarray]:
@@ -60,13 +78,14 @@ class SGDProgram:
 
     # ---- plans --------------------------------------------------------------------------
     def theta_at(self, t: int, published: PublishedPhases) -> np.ndarray:
-        """θ_t: θ_0 from the config, θ_{t+1} published when phase 2t+2 closed."""
+        """θ_t: θ_0 from the config, θ_t published when step t-1's last phase closed."""
         if t == 0:
             th0 = self.config.theta0
             return np.zeros(self.spec.dim) if th0 is None else np.asarray(th0, float)
-        pub = published.get(2 * t)
+        last = self._first_phase[t] - 1
+        pub = published.get(last)
         if pub is None or "theta" not in pub:
-            raise ValueError(f"theta_{t} is not published yet (phase {2 * t} is not closed)")
+            raise ValueError(f"theta_{t} is not published yet (phase {last} is not closed)")
         return np.asarray(pub["theta"], dtype=np.float64)
 
     def _compiled(self, key: Any, theta: np.ndarray, t: int) -> Plan:
@@ -80,9 +99,7 @@ class SGDProgram:
         return self._plans[key]
 
     def plan_for(self, phase: int, published: PublishedPhases) -> Plan:
-        if not 1 <= phase <= self.num_phases:
-            raise ValueError(f"phase must be in [1, {self.num_phases}], got {phase}")
-        t = (phase - 1) // 2
+        t = self.step_of(phase)
         theta = self.theta_at(t, published)
         return self._compiled((t, tuple(float(v) for v in theta)), theta, t)
 
@@ -95,10 +112,13 @@ class SGDProgram:
     def _placements(self) -> np.ndarray:
         out = np.zeros((self.spec.users, 3), dtype=np.int64)
         for t, members in enumerate(self._groups):
-            g, s = self._layout(t).assign_all()
+            plan = self._layout(t)
+            g, s = plan.assign_all()
+            index = {stage: i for i, stage in enumerate(plan.phases)}
             out[members, 0] = g
             out[members, 1] = s
-            out[members, 2] = 2 * t + s
+            out[members, 2] = self._first_phase[t] + np.array([index[int(x)] for x in s],
+                                                             dtype=np.int64)
         return out
 
     def placements(self) -> np.ndarray:
@@ -115,10 +135,15 @@ class SGDProgram:
         return [int(c) for c in counts[1:]]
 
     # ---- phases -------------------------------------------------------------------------
+    def _previous(self, phase: int, published: PublishedPhases) -> dict[str, Any] | None:
+        """What the step's previous phase published (None for a step's first phase)."""
+        t = self.step_of(phase)
+        return published.get(phase - 1) if phase > self._first_phase[t] else None
+
     def task(self, phase: int, group: int, stage: int, published: PublishedPhases,
              slot: int | None = None) -> TaskSpec:
         plan = self.plan_for(phase, published)
-        return plan.method.task(plan, group, stage, published.get(phase - 1), slot)
+        return plan.method.task(plan, group, stage, self._previous(phase, published), slot)
 
     def accumulator(self, phase: int, group: int, stage: int,
                     published: PublishedPhases) -> Accumulator:
@@ -126,17 +151,18 @@ class SGDProgram:
         return plan.method.accumulator(plan, self.task(phase, group, stage, published))
 
     def offsets(self, phase: int, slots: np.ndarray) -> np.ndarray | None:
-        plan = self._layout((phase - 1) // 2)
+        plan = self._layout(self.step_of(phase))
         return plan.method.device_offsets(plan, slots)
 
     def close(self, phase: int, accs: dict[int, Any],
               published: PublishedPhases) -> dict[str, Any]:
-        """k̂ and intervals after a stage-I phase; θ_{t+1} after a step's stage II."""
+        """k̂ and intervals after a stage-I phase; θ_{t+1} after a step's last phase."""
         plan = self.plan_for(phase, published)
-        if phase % 2 == 1:
-            return jsonable(plan.publish(1, accs))
-        est = plan.finalize(accs, published.get(phase - 1))
-        t = (phase - 1) // 2
+        t = self.step_of(phase)
+        if not self._last_of_step(phase):
+            return jsonable(plan.publish(plan.phases[phase - self._first_phase[t]], accs))
+        prev = published.get(phase - 1) if phase > self._first_phase[t] else None
+        est = plan.finalize(accs, prev)
         theta = self.theta_at(t, published)
         g = np.asarray(est.values, dtype=np.float64)
         new = project(theta - self.config.step_size * g, self.config.radius)
@@ -149,7 +175,7 @@ class SGDProgram:
         """The result dict after the last phase (the estimators' ``from_result`` format)."""
         traj, iterates = [], []
         for t in range(self.t0):
-            pub = published[2 * t + 2]
+            pub = published[self._first_phase[t + 1] - 1]
             traj.append({"step": t, "users": int(self._groups[t].size),
                          "theta": self.theta_at(t, published).tolist(),
                          "gradient": pub["gradient"], "std_error": pub["std_error"],

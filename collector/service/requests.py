@@ -46,7 +46,7 @@ def _mean_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
         kind=req.kind, epsilon=float(req.epsilon), users=int(req.users),
         samples=int(req.samples), dim=int(req.dim) if req.dim else 1,
         bound=None if heavy and not req.bound else float(req.bound),
-        method=req.method or "two-stage", query_id=req.query_id, **req.params)
+        method=req.method or "auto", query_id=req.query_id, **req.params)
     probe = QuerySpec(**{**fields, "seed": 0})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

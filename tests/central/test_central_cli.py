@@ -116,7 +116,7 @@ def test_bad_flags_name_the_flag(csv_file, capsys, extra, needle):
 def test_two_value_columns_are_refused_by_the_scalar_methods(tmp_path, capsys):
     p = tmp_path / "two.csv"
     p.write_text("user,a,b\nu1,1,2\nu2,3,4\n")
-    assert main(["central", "mean", str(p), "--user-col", "user", "--value-col", "a", "b",
+    assert main(["central", "mean", str(p), "--user-col", "user", "--value-col", "a,b",
                  "--epsilon", "1", "--lo", "0", "--hi", "5"]) == 2
     assert "--value-col: --method adaptive takes exactly one value column" in \
         capsys.readouterr().err
