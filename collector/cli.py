@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import sys
 import warnings
 from collections.abc import Sequence
@@ -70,6 +71,21 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reps", type=positive_int, default=1,
                    help="repetitions averaged into the reported error (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    own = p.add_argument_group(
+        "own data", "run the query over the users of a CSV file instead of a simulated "
+        "fleet: prints the estimate, the same estimand without privacy, the interval and "
+        "the error (--users/--dist are then unused; --samples is m_ref, default the "
+        "median count)")
+    own.add_argument("--data", metavar="FILE.csv", help="CSV file, one row per sample")
+    own.add_argument("--user-col", help="column naming each row's user")
+    own.add_argument("--value-col", action="extend", type=_column_list, default=[],
+                     help="value column(s): repeat it or give x,y for vectors")
+    own.add_argument("--label-col", help="label column (classify, regress)")
+    own.add_argument("--category-col", help="category column (distribution)")
+    own.add_argument("--lo", type=float, help="public lower end of a value's range (mean "
+                     "kinds; default: the data's minimum, fine for a check, never for a "
+                     "deployment)")
+    own.add_argument("--hi", type=float, help="public upper end of a value's range")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only on a terminal)")
     p.set_defaults(func=_cmd_simulate)
@@ -79,7 +95,62 @@ _DEFAULT_DIST = {"mean": "bernoulli", "mean-linf": "uniform", "mean-l2": "sphere
                  "mean-l1": "bernoulli", "distribution": "zipf:1.1"}
 
 
+def _column_list(text: str) -> list[str]:
+    cols = [c.strip() for c in text.split(",") if c.strip()]
+    if not cols:
+        raise argparse.ArgumentTypeError("give a column name")
+    return cols
+
+
+def _cmd_own_data(args: argparse.Namespace) -> int:
+    """``uldp simulate KIND --data FILE.csv ...`` (``uldp.collector.own_data``)."""
+    from uldp.collector.own_data import read_user_csv, run_users
+
+    if not args.user_col:
+        raise ValueError("--user-col: name the column of each row's user")
+    if args.kind == "distribution" and not args.category_col:
+        raise ValueError("--category-col: a distribution needs the category column")
+    if args.kind != "distribution" and not args.value_col:
+        raise ValueError("--value-col: name the value column(s)")
+    if args.kind in ("classify", "regress", "sgd") and not args.label_col:
+        raise ValueError(f"--label-col: kind {args.kind} needs labels")
+    data = read_user_csv(args.data, args.user_col, args.value_col, label_col=args.label_col,
+                         category_col=args.category_col)
+    lo, hi, note = args.lo, args.hi, ""
+    if args.kind in ("mean", "mean-linf") and (lo is None or hi is None):
+        allv = np.concatenate([np.ravel(v) for v in data.values])
+        allv = allv[np.isfinite(allv)]
+        lo = float(allv.min()) if lo is None else lo
+        hi = float(allv.max()) if hi is None else hi
+        note = " (range from the data: give --lo/--hi from domain knowledge in a deployment)"
+    extra = {"grid": 4} if args.kind in ("classify", "regress") else {}
+    if args.kind == "regress":
+        extra["label_bound"] = 1.0
+    dim = len(data.categories) if args.kind == "distribution" else None
+    res = run_users(args.kind, data, epsilon=args.epsilon, lo=lo, hi=hi, method=args.method,
+                    samples=args.samples if args.samples != 100 else None, dim=dim,
+                    seed=args.seed, extra=extra)
+    if args.json:
+        print(json.dumps(res.to_dict()))
+        return 0
+    e = res.estimate
+    print(f"{res.kind} over {res.users} users of {args.data} (m_ref={res.m_ref}, "
+          f"epsilon={res.epsilon:g}), method {res.method}"
+          + (f" (auto: {res.auto['chosen']})" if res.auto else "") + note)
+    print(f"estimand: {res.estimand}")
+    labels = data.categories or [str(j) for j in range(len(res.truth))]
+    print(f"{'coord':>12} {'estimate':>11} {'truth':>11} {'95% interval':>27}")
+    for j in range(min(len(res.truth), 16)):
+        print(f"{labels[j][:12]:>12} {e.values[j]:>11.5f} {res.truth[j]:>11.5f}    "
+              f"[{e.ci_low[j]:>10.5f}, {e.ci_high[j]:>10.5f}]")
+    print(f"error (l2) {res.error:.5f}; predicted RMSE {math.sqrt(res.predicted_mse or 0):.5f}; "
+          f"{int(res.covered.sum())}/{res.covered.size} intervals hold the truth")
+    return 0
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.data:
+        return _cmd_own_data(args)
     if args.kind not in SIM_KINDS:
         mod = importlib.import_module("uldp.collector.learning.cli")
         return mod.simulate_learning(args)

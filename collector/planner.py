@@ -267,22 +267,27 @@ class Plan:
         """The estimate from the last phase's accumulators (per group)."""
         return self.method.finalize(self, final, previous)
 
-    def predicted_mse(self, sample_var: np.ndarray) -> float:
-        """Predicted ``E‖μ̂ − μ‖²`` given each component's per-sample variance ``σ_c²``.
+    def predicted_mse(self, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
+                      ) -> float:
+        """Predicted ``E‖μ̂ − μ‖²`` given each component's per-sample variance ``σ_c²``
+        (and optionally the variance ``stat_var`` of the user statistics across users:
+        with unequal counts and spread-out user means it replaces ``σ_c²/m``).
 
         Spec §4.5 (``Var μ̂ = σ²/(m|S_II|) + 2(3h+2Δ)²/(|S_II| ε_c²)``), §5.5 (sum over
         components), §6.1 (through the output transform), §12 (SSL, baselines). The
         method gives the per-component variances; the Laplace term is the exact variance
         of the discrete noise plus the randomized-rounding bound.
         """
-        v = self.method.component_variance(self, np.asarray(sample_var, dtype=np.float64))
+        sv = None if stat_var is None else np.asarray(stat_var, dtype=np.float64)
+        v = self.method.component_variance(self, np.asarray(sample_var, dtype=np.float64), sv)
         T = self.kind.transform(self.template, self.n_components)
         return float(v.sum()) if T is None else float(np.sum(np.square(T) @ v))
 
 
-def predicted_mse(plan: Plan, sample_var: np.ndarray) -> float:
+def predicted_mse(plan: Plan, sample_var: np.ndarray,
+                  stat_var: np.ndarray | None = None) -> float:
     """:meth:`Plan.predicted_mse` as a function."""
-    return plan.predicted_mse(sample_var)
+    return plan.predicted_mse(sample_var, stat_var)
 
 
 def _grouping_for(spec: QuerySpec, kind: Kind, probe: TaskSpec) -> Grouping:

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("uldp.collector.learning.sgd", "uldp.collector.learning.classify",
      "uldp.collector.realdata"),
     ("uldp.collector.programs",),
-    ("uldp.collector.simulate", "uldp.collector.learning"),
+    ("uldp.collector.simulate", "uldp.collector.learning", "uldp.collector.own_data"),
     ("uldp.collector.storage", "uldp.collector.security"),
     ("uldp.collector.service",),
     ("uldp.collector.fleet", "uldp.collector.demo", "uldp.collector.learning.cli",

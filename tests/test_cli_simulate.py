@@ -52,7 +52,8 @@ def test_human_output_shows_estimate_truth_and_interval(capsys):
     (["mean", "--dist", "nope"], "unknown --dist"),
     (["distribution", "--dist", "gaussian"], "not available"),
     (["mean", "--dim", "3"], "--dim must be 1"),
-    (["mean-linf", "--dim", "8", "--epsilon", "0.5", "--users", "10"], "too few"),
+    (["mean-linf", "--dim", "8", "--epsilon", "0.5", "--users", "10", "--method", "two-stage"],
+     "too few"),
 ])
 def test_bad_arguments_give_a_clear_error(argv, needle):
     proc = subprocess.run([sys.executable, "-m", "uldp.collector.cli", "simulate", *argv],

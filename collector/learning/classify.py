@@ -23,7 +23,7 @@ from uldp.client.kinds.learning import MAX_GRID_CELLS, grid_bins
 from uldp.client.regimes import group_components
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS
-from uldp.collector.planner import QuerySpec
+from uldp.collector.planner import RESOLVERS, QuerySpec
 
 __all__ = ["GridChoice", "GridModel", "choose_grid", "components_of", "effective_sizes",
            "feature_box", "grid_result", "hadamard_inverse", "noise_constant"]
@@ -47,14 +47,20 @@ def _grid_for(side: float, d: int) -> tuple[int, int]:
     return M, next_pow2(M**d)
 
 
+def _method(name: str) -> Any:
+    """The method whose rates size the grid; ``auto`` sizes it as two-stage (the spec's
+    rule) and then resolves the query's method for that grid."""
+    return METHOD_PLANS["two-stage" if name in RESOLVERS else name]
+
+
 def effective_sizes(n: int, m: int, epsilon: float, method: str) -> tuple[int, int, float]:
     """``(n, m, ε)`` seen by the rate formulas (the method's ``effective_sizes``)."""
-    return METHOD_PLANS[method].effective_sizes(n, m, epsilon)
+    return _method(method).effective_sizes(n, m, epsilon)
 
 
 def noise_constant(method: str, n: int, K: int) -> float:
     """``c²`` with ``Var q̂_l ≈ c² / (n m (ε²∧ε))`` per cell (the method's constant)."""
-    return METHOD_PLANS[method].noise_constant(n, K)
+    return _method(method).noise_constant(n, K)
 
 
 def _stage1_ok(n: int, C: int, epsilon: float, mode: str) -> bool:
@@ -102,7 +108,7 @@ def choose_grid(n: int, m: int, d: int, epsilon: float, *, beta: float = 1.0,
     else:
         side *= c_l
     M, K = _grid_for(side, d)
-    if len(METHOD_PLANS[method].stages) == 2 and c_l is None:
+    if len(_method(method).stages) == 2 and c_l is None:
         while M > 1 and not _stage1_ok(n, per_bin * K, epsilon, mode):
             M -= 1
             K = next_pow2(M**d)

@@ -29,7 +29,8 @@ from uldp.collector.programs import program_for
 from uldp.collector.programs.driver import Privatize, run_program
 from uldp.collector.progress import Progress
 
-__all__ = ["ArrayUsers", "ListUsers", "SyntheticUsers", "UserSource", "as_source",
+__all__ = ["ArrayUsers", "ListUsers", "PaddedUsers", "SyntheticUsers", "UserSource",
+           "as_source",
            "run_source", "run_spec", "source_privatizer"]
 
 CHUNK_CELLS = 1 << 22  # floats materialised per device batch (≈ 32 MiB)
@@ -117,6 +118,40 @@ class ListUsers:
                 sub = same[s: s + step]
                 X = np.stack([self.X[i] for i in sub])
                 y = None if self.y[0] is None else np.stack([self.y[i] for i in sub])
+                yield sub, X, y
+
+
+class PaddedUsers:
+    """Per-user arrays of unequal sizes in few batches: users are bucketed by the next
+    power of two of their count and padded with NaN, which the device function treats as
+    missing values (the sanitizing rules of docs/privacy.md), so every user's report is
+    exactly what it would be alone. ``values[i]``: ``(m_i,)`` or ``(m_i, d)``."""
+
+    def __init__(self, values: Sequence[Any], labels: Sequence[Any] | None = None) -> None:
+        xs = [np.asarray(v, dtype=np.float64) for v in values]
+        self.X = [x[:, None] if x.ndim == 1 else x for x in xs]
+        self.y = None if labels is None else [np.asarray(v, dtype=np.float64) for v in labels]
+        if not self.X:
+            raise ValueError("users must not be empty")
+        self.dim = self.X[0].shape[1]
+        self.n_users = len(self.X)
+        self.sizes = np.array([x.shape[0] for x in self.X])
+        self.bucket = np.array([1 << max(int(m) - 1, 0).bit_length() for m in self.sizes])
+
+    def batches(self, idx: np.ndarray, users_per_batch: Callable[[int], int]
+                ) -> Iterator[Batch]:
+        idx = np.asarray(idx)
+        for b in np.unique(self.bucket[idx]):
+            same = idx[self.bucket[idx] == b]
+            step = users_per_batch(int(b))
+            for s in range(0, same.size, step):
+                sub = same[s: s + step]
+                X = np.full((sub.size, int(b), self.dim), np.nan)
+                y = None if self.y is None else np.full((sub.size, int(b)), np.nan)
+                for r, i in enumerate(sub):
+                    X[r, : self.sizes[i]] = self.X[i]
+                    if y is not None and self.y is not None:
+                        y[r, : self.sizes[i]] = self.y[i]
                 yield sub, X, y
 
 

@@ -118,7 +118,8 @@ class BaselineA:
     def device_offsets(self, plan: Any, slots: np.ndarray) -> np.ndarray | None:
         return np.asarray(plan.offset_for(np.asarray(slots)), dtype=np.int64)
 
-    def component_variance(self, plan: Any, sample_var: np.ndarray) -> np.ndarray:
+    def component_variance(self, plan: Any, sample_var: np.ndarray,
+                           stat_var: np.ndarray | None = None) -> np.ndarray:
         v = np.zeros(plan.n_components)
         params = plan.group_params(0)
         groups = plan.grouping.groups

@@ -20,9 +20,10 @@ Two rules choose ``[a, b]`` (a union of adjacent bins, or the whole support):
 * ``paper`` — the spec's interval around the arg max bin ``k̂`` (with its margin ``Δ``);
 * ``adaptive`` (default) — the paper's interval or a widening of it by whole bins on
   either side, up to the whole support: the one with the smallest estimated mean squared
-  error, noise variance of its width plus the (unbiasedly estimated) squared clamping
-  bias. It is never narrower than the paper's (the arg max is the histogram's most robust
-  statistic; narrower choices from noisy masses overfit the noise), and the whole support
+  error, noise variance of its width plus the squared clamping bias the histogram shows
+  beyond its noise. It is never narrower than the paper's (the arg max is the histogram's
+  most robust statistic; narrower choices from noisy masses overfit the noise), and the
+  whole support
   is a candidate, so it never does much worse than single-stage Laplace on the stage-II
   users.
 
@@ -42,6 +43,9 @@ from uldp.client.params import Alg1Params
 
 __all__ = ["Z_BIAS", "StageTwoInterval", "adaptive_interval", "bias_bounds",
            "bin_edges", "candidate_intervals", "paper_interval"]
+
+#: evidence a widening needs: a bias estimate counts only beyond this many noise sds
+Z_WIDEN = 2.0
 
 #: one-sided normal quantile of the bias upper confidence bounds (95 %); the bounds put
 #: all the mass outside at the far edge of its bin, so they are conservative beyond it
@@ -134,10 +138,10 @@ def adaptive_interval(p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_
                       ) -> StageTwoInterval:
     """The candidate interval (:func:`candidate_intervals`: never narrower than the
     paper's) with the smallest estimated mean squared error, ``noise_var(b − a)/n_II +
-    (β̂² − Var β̂)⁺``: the noise variance of its width plus the squared net clamping bias
-    estimated from the noisy stage-I masses at the bins' centres (``Var β̂`` removes the
-    noise's own contribution). The returned bias bounds are the honest upper confidence
-    bounds of :func:`bias_bounds`.
+    ((|β̂| − z·sd β̂)⁺)²``: the noise variance of its width plus the squared net clamping
+    bias estimated from the noisy stage-I masses at the bins' centres, counted only where
+    it stands out of the histogram's noise (``z =`` :data:`Z_WIDEN`). The returned bias
+    bounds are the honest upper confidence bounds of :func:`bias_bounds`.
     """
     n2 = max(int(n_II), 1)
     if n_I <= 0:
@@ -147,7 +151,10 @@ def adaptive_interval(p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_
     best: tuple[float, float, float] | None = None
     for lo, hi in candidate_intervals(p, khat):
         net, var = _net_bias(p, mass, v, lo, hi)
-        mse = noise_var(hi - lo, eps_c) / n2 + max(net * net - var, 0.0)
+        # only a bias the histogram shows beyond its noise counts (soft threshold): a
+        # widening must pay for itself with evidence, not with the noise's fluctuations
+        shown = max(abs(net) - Z_WIDEN * var**0.5, 0.0)
+        mse = noise_var(hi - lo, eps_c) / n2 + shown * shown
         if best is None or mse < best[0] - 1e-18:
             best = (mse, lo, hi)
     assert best is not None

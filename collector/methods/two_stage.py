@@ -83,15 +83,21 @@ class SSL:
         blocks, n = value_blocks(plan, accs)
         return estimate_from_blocks(plan, blocks, n)
 
-    def component_variance(self, plan: Any, sample_var: np.ndarray) -> np.ndarray:
+    def component_variance(self, plan: Any, sample_var: np.ndarray,
+                           stat_var: np.ndarray | None = None) -> np.ndarray:
+        """Per component ``(Var(user statistic) + noise variance) / reporters``; the
+        statistic's variance is ``stat_var`` when given (real users: between-user spread
+        and unequal counts included), else ``σ²/m`` of i.i.d. samples (``σ²`` itself for
+        the one-sample baseline)."""
         v = np.zeros(plan.n_components)
         m = 1 if self.per_sample else plan.spec.samples
+        data = sample_var / m if stat_var is None or self.per_sample else stat_var
         for g, grp in enumerate(plan.grouping.groups):
             params = plan.group_params(g)
             k = plan.stage_size(g, self.stages[-1])
             for c in grp.components:
                 width = self._width(params[c])
-                v[c] = (sample_var[c] / m + noise_variance(width, grp.eps_c)) / max(k, 1)
+                v[c] = (data[c] + noise_variance(width, grp.eps_c)) / max(k, 1)
         return v
 
     def _width(self, p: Any) -> float:

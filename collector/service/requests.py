@@ -93,7 +93,9 @@ def _sgd_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = program_for(spec)
-        program.task(1, 0, 1, {})  # step 0 compiles (θ_0, model, frame)
+        g, stage, _ = next(tuple(map(int, row)) for row in program.placements()
+                           if row[2] == 1)
+        program.task(1, g, stage, {})  # step 0 compiles (θ_0, model, frame)
     return spec, drawn
 
 

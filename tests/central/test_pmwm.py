@@ -318,7 +318,8 @@ def _mse(name: str, n: int, rho: float, eta: float, runs: int, seed: int,
     rng = RandomSource.seeded(seed)
     err = []
     for _ in range(runs):
-        p = PMWMParams(C=int(g.integers(1, 101)), eta=eta, quantile_noise=noise)  # type: ignore[arg-type]
+        p = PMWMParams(C=int(g.integers(1, 101)), eta=eta,
+                       quantile_noise=noise)  # type: ignore[arg-type]
         est = pmwm_practical(_gen(name, n, g), budget=rho, mode="zcdp", params=p,
                              rng=rng).estimate
         err.append((est - _TRUE[name]) ** 2)
@@ -457,11 +458,13 @@ def test_quantile_argument_validation() -> None:
     with pytest.raises(ValueError, match="beta"):
         upper_quantile(y, 0.5, 0.0, budget=(1.0, 1.0), rng=rng, beta=0.9)
     with pytest.raises(ValueError, match="noise"):
-        upper_quantile(y, 0.5, 0.0, budget=(1.0, 1.0), rng=rng, noise="cauchy")  # type: ignore[arg-type]
+        upper_quantile(y, 0.5, 0.0, budget=(1.0, 1.0), rng=rng,
+                       noise="cauchy")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="n must"):
         trimming_level(0, 1, 0.0)
     with pytest.raises(TypeError, match="rng"):
-        pmwm_practical(np.zeros(5), budget=1.0, rng=np.random.default_rng(0))  # type: ignore[arg-type]
+        pmwm_practical(np.zeros(5), budget=1.0,
+                       rng=np.random.default_rng(0))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ def test_learning_query_over_grpc(kind, start_collector, tmp_path) -> None:
     if kind == "regress":
         extra["label_bound"] = 1.0
     qid = f"{kind}-grpc"
-    a.create(QueryRequest(kind=kind, epsilon=8.0, dataset="flights", users=N, samples=M,
+    a.create(QueryRequest(method="two-stage", kind=kind, epsilon=8.0, dataset="flights", users=N,
+                          samples=M,
                           params={"extra": extra}, query_id=qid))
     X, y = _data(kind)
 

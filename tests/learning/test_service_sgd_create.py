@@ -17,7 +17,7 @@ from uldp.collector.service.client import QueryRequest
 
 def test_cli_creates_sgd_query(start_collector, pki, capsys) -> None:
     c = start_collector()
-    extra = {"model": "quadratic", "sgd": {"t0": 2, "seed": 5}}
+    extra = {"model": "quadratic", "sgd": {"t0": 2, "seed": 5, "method": "two-stage"}}
     argv = ["query", "create", "--kind", "sgd", "--epsilon", "16", "--dataset", "pts",
             "--users", "300", "--samples", "20", "--dim", "2", "--extra", json.dumps(extra),
             "--id", "sgd-cli", "--json", "--target", c.target, "--ca", str(pki.ca_cert),
@@ -40,8 +40,11 @@ def test_cli_creates_sgd_query(start_collector, pki, capsys) -> None:
 def test_sgd_create_draws_seed_and_refuses_bad_config(start_collector) -> None:
     c = start_collector()
     a = c.analyst()
-    req = QueryRequest(kind="sgd", epsilon=8.0, dataset="pts", users=200, samples=10, dim=3,
-                       bound=0.5, params={"extra": {"model": "logistic", "sgd": {"t0": 2}}},
+    req = QueryRequest(kind="sgd", method="two-stage", epsilon=8.0, dataset="pts", users=200,
+                       samples=10, dim=3,
+                       bound=0.5,
+                       params={"extra": {"model": "logistic",
+                                         "sgd": {"t0": 2, "method": "two-stage"}}},
                        query_id="sgd-seed")
     q = a.create(req)
     cfg = json.loads(q.spec_json)["extra"]["sgd"]
@@ -55,6 +58,7 @@ def test_sgd_create_draws_seed_and_refuses_bad_config(start_collector) -> None:
            {"extra": {"model": "logistic"}, "moment_p": 2.0}]
     for i, params in enumerate(bad):
         with pytest.raises(grpc.RpcError) as err:
-            a.create(QueryRequest(kind="sgd", epsilon=8.0, dataset="pts", users=200,
+            a.create(QueryRequest(kind="sgd", method="two-stage", epsilon=8.0, dataset="pts",
+                                  users=200,
                                   samples=10, dim=3, params=params, query_id=f"sgd-bad{i}"))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, params

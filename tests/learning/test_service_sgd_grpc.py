@@ -43,7 +43,8 @@ def test_sgd_over_grpc_with_restart(start_collector, tmp_path) -> None:
     a = c.analyst()
     cfg = SGDConfig(model="quadratic", epsilon=32.0, clip=1.0, t0=3, seed=4)
     spec = sgd_query(cfg, N, M, D, query_id="sgd-grpc")
-    q = a.create(QueryRequest(kind="sgd", epsilon=32.0, dataset="pts", users=N, samples=M,
+    q = a.create(QueryRequest(kind="sgd", method="two-stage", epsilon=32.0, dataset="pts",
+                              users=N, samples=M,
                               dim=D, bound=1.0, params={"extra": spec.extra},
                               query_id="sgd-grpc", phase_timeout_s=15))
     assert q.query_id == "sgd-grpc"

@@ -63,7 +63,8 @@ def start_serve(pki: Path, workdir: Path, *extra: str, timeout: float = 120) -> 
     proc = subprocess.Popen(
         [sys.executable, "-m", "uldp.collector.cli", "collector", "serve", "--db", str(db),
          "--tls-dir", str(pki), "--port", "0", "--ready-file", str(ready),
-         "--log-level", "warning", *extra], stdout=log, stderr=subprocess.STDOUT)
+         "--log-level", "warning", "--allow-simulated", *extra], stdout=log,
+        stderr=subprocess.STDOUT)
     log.close()
     end = time.monotonic() + timeout
     while not ready.exists():

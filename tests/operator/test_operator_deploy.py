@@ -205,7 +205,8 @@ def test_container_entry_command_runs_outside_docker(tmp_path):
                             cwd=tmp_path / "var-lib-uldp")
     try:
         health = [str(x).replace("127.0.0.1:50051", f"127.0.0.1:{port}")
-                  .replace("/etc/uldp/tls", str(tls)) for x in d["health"]]  # type: ignore[union-attr]
+                  .replace("/etc/uldp/tls",
+                           str(tls)) for x in d["health"]]  # type: ignore[union-attr]
         wait = subprocess.run([health[0], "collector", "wait", *health[3:], "--timeout", "120"],
                               env=env, capture_output=True, text=True, timeout=180)
         assert wait.returncode == 0, wait.stderr

@@ -103,11 +103,13 @@ def test_value_col_does_not_swallow_the_file(tmp_path):
     f = tmp_path / "w.csv"
     f.write_text("user,v,w\n" + "".join(f"u{i % 7},{i % 3},{i % 5}\n" for i in range(60)))
     r = uldp("central", "mean", "--user-col", "user", "--value-col", "v", str(f),
-             "--epsilon", "1", "--method", "wme", "--seed", "1", "--json")
+             "--epsilon", "1", "--method", "wme", "--lo", "0", "--hi", "5", "--seed", "1",
+             "--json")
     assert r.returncode == 0, r.stderr
     assert isinstance(json.loads(r.stdout)["estimate"], float)
     r = uldp("central", "mean", "--user-col", "user", "--value-col", "v,w", str(f),
-             "--epsilon", "1", "--method", "wme", "--seed", "1", "--json")
+             "--epsilon", "1", "--method", "wme", "--lo", "0", "--hi", "5", "--seed", "1",
+             "--json")
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["estimate"]) == 2
     one_line_error(uldp("central", "mean", "--user-col", "user", "--value-col", "v",

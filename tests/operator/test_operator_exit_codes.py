@@ -18,7 +18,8 @@ def test_fleet_run_stops_at_its_timeout_and_exits_1(collector, gateways):
     phase 2 are still waiting at --timeout."""
     qid = f"starve{gateways}"
     r = uldp("query", "create", *collector.conn(), "--kind", "mean", "--epsilon", "1",
-             "--dataset", qid, "--users", "20", "--samples", "5", "--id", qid)
+             "--dataset", qid, "--users", "20", "--samples", "5", "--id", qid,
+             "--method", "two-stage")
     assert r.returncode == 0, r.stderr
     t0 = time.monotonic()
     r = uldp("fleet", "run", *collector.conn(), "--query", qid, "--devices", "6",

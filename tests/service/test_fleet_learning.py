@@ -33,7 +33,8 @@ def test_fleet_runs_a_classifier_query_with_labelled_datasets(start_collector, t
     c = start_collector()
     a = c.analyst()
     extra = {"grid": 2, "lo": [0.0], "hi": [1.0]}
-    a.create(QueryRequest(kind="classify", epsilon=8.0, dataset="obs", users=N, samples=M,
+    a.create(QueryRequest(method="two-stage", kind="classify", epsilon=8.0, dataset="obs",
+                          users=N, samples=M,
                           params={"extra": extra}, query_id="cls"))
     data = dataset_for_query("classify", "sine:0.0", M, 1, None, seed=4)
     ds = FleetDataset("obs", data)

@@ -24,7 +24,8 @@ USERS = 24
 def env(start_collector):
     c = start_collector()
     a = c.analyst()
-    a.create(QueryRequest(kind="mean", epsilon=2.0, dataset="x", users=USERS, samples=16,
+    a.create(QueryRequest(method="two-stage", kind="mean", epsilon=2.0, dataset="x", users=USERS,
+                          samples=16,
                           query_id="q1", phase_timeout_s=600))
     ch = c.channel()
     stub = device_pb2_grpc.DeviceServiceStub(ch)
@@ -196,17 +197,21 @@ def test_analyst_failures(env):
                                          metadata=bearer("wrong-token-wrong-token")), U,
                 "admin credential")
     IA = grpc.StatusCode.INVALID_ARGUMENT
-    refused(c, lambda: a.create(QueryRequest(kind="mean", epsilon=-1, dataset="x", users=10,
+    refused(c, lambda: a.create(QueryRequest(method="two-stage", kind="mean", epsilon=-1,
+                                             dataset="x", users=10,
                                              samples=4)), IA, "epsilon")
     refused(c, lambda: a.create(QueryRequest(kind="nope", epsilon=1, dataset="x", users=10,
                                              samples=4)), IA, "kind")
-    refused(c, lambda: a.create(QueryRequest(kind="mean", epsilon=1, dataset="x", users=10,
+    refused(c, lambda: a.create(QueryRequest(method="two-stage", kind="mean", epsilon=1,
+                                             dataset="x", users=10,
                                              samples=4, query_id="bad id!")), IA, "query_id")
-    refused(c, lambda: a.create(QueryRequest(kind="mean", epsilon=3.0, dataset="x",
+    refused(c, lambda: a.create(QueryRequest(method="two-stage", kind="mean", epsilon=3.0,
+                                             dataset="x",
                                              users=USERS, samples=16, query_id="q1")),
             grpc.StatusCode.ALREADY_EXISTS, "different parameters")
     # idempotent re-create
-    assert a.create(QueryRequest(kind="mean", epsilon=2.0, dataset="x", users=USERS,
+    assert a.create(QueryRequest(method="two-stage", kind="mean", epsilon=2.0, dataset="x",
+                                 users=USERS,
                                  samples=16, query_id="q1", phase_timeout_s=600)).query_id == "q1"
     refused(c, lambda: a.result("q1"), grpc.StatusCode.FAILED_PRECONDITION, "is running")
     refused(c, lambda: a.get("missing"), grpc.StatusCode.NOT_FOUND, "unknown query")

@@ -31,7 +31,8 @@ def test_cli_workflow(tmp_path):
                "ULDP_CA": str(tmp_path / "pki" / "ca.pem"),
                "ULDP_ADMIN_TOKEN_FILE": str(tmp_path / "pki" / "admin.token")}
         r = uldp("query", "create", "--kind", "mean", "--epsilon", "2", "--dataset", "steps",
-                 "--users", "60", "--samples", "16", "--id", "cli1", "--json", env=env)
+                 "--users", "60", "--samples", "16", "--id", "cli1", "--json",
+                 "--method", "two-stage", env=env)
         assert r.returncode == 0, r.stderr
         q = json.loads(r.stdout)
         assert q["query_id"] == "cli1" and q["state"] == "running" and len(q["phases"]) == 2

@@ -70,7 +70,8 @@ def _check_store(db_url: str, ledgers: dict[str, tuple[str, bytes]]) -> None:
 def _run_with_kill(start_collector, db_url: str, tmp_path: Path) -> None:
     c = start_collector(db_url, subprocess_=True, name="first")
     a = c.analyst()
-    a.create(QueryRequest(kind="mean", epsilon=2.0, dataset="x", users=USERS, samples=16,
+    a.create(QueryRequest(method="two-stage", kind="mean", epsilon=2.0, dataset="x", users=USERS,
+                          samples=16,
                           query_id="crash", phase_timeout_s=PHASE_TIMEOUT_S))
     data = dataset_for_query("mean", "gaussian", 16, 1, 1.0, seed=5)
     root = tmp_path / "fleet"
@@ -129,7 +130,8 @@ def test_two_replicas_on_postgres(start_collector, postgres, tmp_path):
     c1 = start_collector(url, subprocess_=True, name="replica-a")
     c2 = start_collector(url, subprocess_=True, name="replica-b")
     a = c1.analyst()
-    a.create(QueryRequest(kind="mean-linf", epsilon=2.0, dataset="x", users=USERS,
+    a.create(QueryRequest(method="two-stage", kind="mean-linf", epsilon=2.0, dataset="x",
+                          users=USERS,
                           samples=16, dim=2, query_id="crash", phase_timeout_s=300))
     data = dataset_for_query("mean-linf", "uniform", 16, 2, 1.0, seed=6)
     root = tmp_path / "fleet"

@@ -29,7 +29,8 @@ def test_deadline_closes_phases_with_dropouts(start_collector, tmp_path):
         d.add_dataset("x", np.full(16, 0.4))
         d.enroll()
         enrolled.append(d)
-    a.create(QueryRequest(kind="mean", epsilon=2.0, dataset="x", users=40, samples=16,
+    a.create(QueryRequest(method="two-stage", kind="mean", epsilon=2.0, dataset="x", users=40,
+                          samples=16,
                           query_id="dl", phase_timeout_s=3.0))
     # every device checks in during phase 1, but no stage-I device reports (dropouts)
     devices, waiting = [], []

@@ -45,7 +45,8 @@ def _run_all(launch, pki, workdir, db_url) -> Run:
         a = c.analyst()
         datasets, data = [], {}
         for i, (kind, dim, dist) in enumerate(KINDS):
-            a.create(QueryRequest(kind=kind, epsilon=EPS, dataset=f"ds-{kind}", users=USERS,
+            a.create(QueryRequest(method="two-stage", kind=kind, epsilon=EPS,
+                                  dataset=f"ds-{kind}", users=USERS,
                                   samples=SAMPLES, dim=dim, bound=1.0, query_id=f"q-{kind}",
                                   phase_timeout_s=120))
             fd = dataset_for_query(kind, dist, SAMPLES, dim, 1.0, seed=100 + i)

@@ -14,7 +14,8 @@ from uldp.collector.service.client import QueryRequest
 def test_mean_end_to_end(start_collector, tmp_path, mode):
     c = start_collector(server_mode=mode)
     a = c.analyst()
-    q = a.create(QueryRequest(kind="mean", epsilon=2.0, dataset="x", users=400, samples=50,
+    q = a.create(QueryRequest(method="two-stage", kind="mean", epsilon=2.0, dataset="x",
+                              users=400, samples=50,
                               bound=1.0, query_id="m1"))
     assert q.query_id == "m1"
     data = dataset_for_query("mean", "uniform", 50, 1, 1.0, seed=1)

@@ -1,0 +1,199 @@
+"""Bring your own per-user data: run a query's real device and collector code over it.
+
+See ``docs/algorithms.md`` ("Estimates") and the README ("Check a method on your own
+data"). :func:`run_users` takes one array of values per user (skewed counts, empty users,
+anything), runs the query's program through the simulation driver with the production
+device function, and returns the estimate next to the **same estimand** computed without
+privacy from the same users: the mean over users of each user's statistic (for a mean, the
+mean of user means; a user without usable samples counts with the zero statistic, [D10]),
+mapped through the kind's output transform. :func:`read_user_csv` reads such data from a
+CSV file (``uldp simulate KIND --data FILE.csv ...``).
+
+Mean kinds need the public range ``[lo, hi]`` of a value: the data are centred on it so
+the kinds' symmetric support ``[-D, D]`` applies, and the results are shifted back. A range
+taken from the data themselves is fine for checking a method, never in a deployment.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from uldp.client.randomness import RandomSource
+from uldp.client.tasks import _attach_labels
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.learning.runner import PaddedUsers, run_spec
+from uldp.collector.planner import QuerySpec, compile_query
+
+__all__ = ["UserData", "UserDataRun", "read_user_csv", "run_users"]
+
+#: kinds whose values are real numbers on a public range (centred on it)
+CENTRED = ("mean", "mean-linf")
+
+
+@dataclass
+class UserData:
+    """Per-user arrays: ``values[i]`` is ``(m_i,)`` or ``(m_i, d)``; ``labels[i]`` ``(m_i,)``."""
+
+    values: list[np.ndarray]
+    labels: list[np.ndarray] | None = None
+    categories: list[str] = field(default_factory=list)  # distribution: value -> label
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.array([len(v) for v in self.values], dtype=np.int64)
+
+
+@dataclass
+class UserDataRun:
+    """An estimate on one's own data next to the same estimand without privacy."""
+
+    kind: str
+    method: str  # the method that ran (``auto`` resolved)
+    epsilon: float
+    users: int
+    m_ref: int
+    estimate: Estimate
+    truth: np.ndarray
+    predicted_mse: float | None
+    estimand: str
+    range: tuple[float, float] | None
+    auto: dict[str, Any] | None = None
+
+    @property
+    def error(self) -> float:
+        """ℓ2 distance of the estimate from the truth."""
+        return float(np.linalg.norm(self.estimate.values - self.truth))
+
+    @property
+    def covered(self) -> np.ndarray:
+        return self.estimate.covers(self.truth)
+
+    def to_dict(self) -> dict[str, Any]:
+        e = self.estimate
+        return {"kind": self.kind, "method": self.method, "epsilon": self.epsilon,
+                "users": self.users, "m_ref": self.m_ref, "estimand": self.estimand,
+                "estimate": e.values.tolist(), "truth": self.truth.tolist(),
+                "ci_low": e.ci_low.tolist(), "ci_high": e.ci_high.tolist(),
+                "std_error": e.std_error.tolist(), "error": self.error,
+                "covered": self.covered.tolist(), "predicted_mse": self.predicted_mse,
+                "range": list(self.range) if self.range else None, "auto": self.auto}
+
+
+def _estimand(kind: str) -> str:
+    if kind in CENTRED:
+        return "mean over users of each user's mean (a user without values counts as the " \
+               "centre of the range)"
+    if kind == "distribution":
+        return "mean over users of each user's category frequencies"
+    return "mean over users of each user's statistic, through the kind's output transform"
+
+
+def _exact(plan: Any, source: PaddedUsers, n: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over users, without privacy: the mean and the variance of the user statistics, and
+    the variance of one uniformly chosen sample of a uniformly chosen user (the one-sample
+    baselines' statistic: mean within-user variance plus the variance of the user means)."""
+    kind, task = plan.kind, plan.template
+    C = plan.n_components
+    stats, within, means = np.zeros((n, C)), np.zeros((n, C)), np.zeros((n, C))
+    for sub, X, y in source.batches(np.arange(n), lambda m: max(1, 2**20 // max(m * C, 1))):
+        if not kind.vector and X.ndim == 3:
+            X = X[..., 0]
+        if kind.uses_labels:
+            X = _attach_labels(X, y)
+        valid = kind.valid_samples(task, X)
+        stats[sub] = kind.statistics(task, X, valid)
+        k, m = X.shape[:2]
+        flat = np.where(valid.reshape(valid.shape + (1,) * (X.ndim - 2)), X, 0.0)
+        phi = kind.sample_map(task, flat.reshape((k * m,) + X.shape[2:])).reshape(k, m, C)
+        w = valid[..., None] / np.maximum(valid.sum(axis=1), 1)[:, None, None]
+        mu = (phi * w).sum(axis=1)
+        means[sub], within[sub] = mu, ((phi - mu[:, None]) ** 2 * w).sum(axis=1)
+    return stats.mean(axis=0), stats.var(axis=0), within.mean(axis=0) + means.var(axis=0)
+
+
+def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = None,
+              hi: float | None = None, method: str = "auto", samples: int | None = None,
+              dim: int | None = None, seed: int = 0, extra: dict[str, Any] | None = None,
+              ) -> UserDataRun:
+    """Run ``kind`` over the users of ``data`` (module docstring); ``samples`` is the
+    public reference count m_ref (default: the median count)."""
+    n = len(data.values)
+    if n < 2:
+        raise ValueError("need at least 2 users")
+    counts = data.counts
+    m_ref = int(samples or max(int(np.median(counts)), 1))
+    arrays = [np.asarray(v, dtype=np.float64) for v in data.values]
+    d = dim or (arrays[0].shape[1] if arrays[0].ndim == 2 else 1)
+    centre, bound, rng_ = 0.0, 1.0, None
+    if kind in CENTRED:
+        if lo is None or hi is None or not hi > lo:
+            raise ValueError("mean kinds need the public range of a value: lo < hi")
+        centre, bound, rng_ = (lo + hi) / 2, (hi - lo) / 2, (lo, hi)
+        arrays = [a - centre for a in arrays]
+    users = PaddedUsers([a.reshape(len(a), -1) for a in arrays], data.labels)
+    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, bound=bound,
+                     method=method, seed=seed, query_id="own-data", extra=dict(extra or {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = compile_query(spec)
+        est = run_spec(spec, users, None, RandomSource.seeded(f"own-data:{seed}"))
+    theta, stat_var, sample_var = _exact(plan, users, n)
+    T = plan.kind.transform(plan.template, plan.n_components)
+    truth = theta if T is None else T @ theta
+    predicted = plan.predicted_mse(sample_var, stat_var)
+    if centre:
+        est = Estimate(est.values + centre, est.std_error, est.ci_low + centre,
+                       est.ci_high + centre, est.level, est.counts, est.extra)
+        truth = truth + centre
+    return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, est, np.asarray(truth),
+                       predicted, _estimand(kind), rng_, plan._cache.get("auto"))
+
+
+def read_user_csv(path: str | Path, user_col: str, value_cols: Sequence[str], *,
+                  label_col: str | None = None, category_col: str | None = None
+                  ) -> UserData:
+    """Group a CSV's rows by ``user_col``. Values are ``value_cols`` (numbers; a row with an
+    empty or non-numeric value is kept as a missing value, as a device would); with
+    ``category_col`` the values are its categories, numbered in sorted order."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        wanted = [user_col, *value_cols] if category_col is None else [user_col, category_col]
+        for col in wanted + ([label_col] if label_col else []):
+            if col not in header:
+                raise ValueError(f"{path}: no column {col!r} (columns: {', '.join(header)})")
+        rows = list(reader)
+    if not rows:
+        raise ValueError(f"{path}: no data rows")
+    by_user: dict[str, list[dict[str, str]]] = {}
+    for r in rows:
+        by_user.setdefault(r[user_col], []).append(r)
+    cats = sorted({r[category_col] for r in rows}) if category_col else []
+    code = {c: float(i) for i, c in enumerate(cats)}
+    values, labels = [], []
+    for rs in by_user.values():
+        if category_col:
+            values.append(np.array([code[r[category_col]] for r in rs]))
+        else:
+            values.append(np.array([[_num(r[c]) for c in value_cols] for r in rs]).squeeze(-1)
+                          if len(value_cols) == 1 else
+                          np.array([[_num(r[c]) for c in value_cols] for r in rs]))
+        if label_col:
+            labels.append(np.array([_num(r[label_col]) for r in rs]))
+    return UserData(values, labels if label_col else None, cats)
+
+
+def _num(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
