@@ -62,6 +62,7 @@ import numpy as np
 
 from uldp.client.noise import discrete_gaussian
 from uldp.client.randomness import RandomSource, as_source
+from uldp.collector.central.checks import is_finite_number, require_positive, validate_budget
 from uldp.collector.central.data import UserGroups, group_by_user
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
 from uldp.collector.central.smooth_sensitivity import (
@@ -93,7 +94,6 @@ __all__ = [
     "imbalanced_weights",
     "theory_A",
     "theory_T",
-    "validate_budget",
 ]
 
 OUTLIER_METHODS = ("auto", "exact", "quarter_ball", "none")
@@ -146,12 +146,12 @@ class HLMParams:
     regime: str = "warn"
 
     def __post_init__(self) -> None:
-        _positive("radius", self.radius)
+        require_positive("radius", self.radius)
         if self.T is not None:
-            _positive("T", self.T)
+            require_positive("T", self.T)
         if self.A is not None:
-            _positive("A", self.A)
-        if self.gamma is not None and not (_finite(self.gamma) and self.gamma >= 1):
+            require_positive("A", self.A)
+        if self.gamma is not None and not (is_finite_number(self.gamma) and self.gamma >= 1):
             raise ValueError(f"gamma must be a finite number >= 1, got {self.gamma!r}")
         if self.k0 is not None and (not isinstance(self.k0, (int, np.integer))
                                     or isinstance(self.k0, bool) or self.k0 < 0):
@@ -162,35 +162,16 @@ class HLMParams:
             raise ValueError(f"constants must be one of {CONSTANT_MODES}, "
                              f"got {self.constants!r}")
         if self.beta is not None:
-            _positive("beta", self.beta)
+            require_positive("beta", self.beta)
         if self.outlier not in OUTLIER_METHODS:
             raise ValueError(f"outlier must be one of {OUTLIER_METHODS}, got {self.outlier!r}")
-        _positive("c_t", self.c_t)
+        require_positive("c_t", self.c_t)
         if self.regime not in ("warn", "refuse", "off"):
             raise ValueError(f"regime must be 'warn', 'refuse' or 'off', got {self.regime!r}")
         if not isinstance(self.clip_output, bool):
             raise ValueError(f"clip_output must be True or False, got {self.clip_output!r}")
         if not isinstance(self.grid_bits, int) or not 4 <= self.grid_bits <= 30:
             raise ValueError(f"grid_bits must be an integer in [4, 30], got {self.grid_bits!r}")
-
-
-def _finite(x: object) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
-        and math.isfinite(float(x))
-
-
-def _positive(name: str, x: object) -> None:
-    if not _finite(x) or float(x) <= 0:
-        raise ValueError(f"{name} must be a finite positive number, got {x!r}")
-
-
-def validate_budget(epsilon: object, delta: object) -> tuple[float, float]:
-    """Check ``ε > 0`` finite and ``0 < δ < 1``; errors name the bad argument."""
-    if not _finite(epsilon) or float(epsilon) <= 0:
-        raise ValueError(f"epsilon must be a finite positive number, got {epsilon!r}")
-    if not _finite(delta) or not 0 < float(delta) < 1:
-        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
-    return float(epsilon), float(delta)
 
 
 # =====================================================================================

@@ -76,7 +76,6 @@ from typing import Any
 import numpy as np
 
 from uldp.client.noise import (
-    LaplaceScale,
     discrete_laplace,
     discrete_laplace_variance,
     laplace_scale,
@@ -84,6 +83,7 @@ from uldp.client.noise import (
 )
 from uldp.client.randomness import RandomSource, as_source
 from uldp.collector.central.data import group_by_user
+from uldp.collector.central.intervals import dlap_abs_quantile
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
 
 __all__ = [
@@ -91,7 +91,6 @@ __all__ = [
     "AdaptiveParams",
     "adaptive_user_mean",
     "adaptive_user_mean_of_means",
-    "dlap_abs_quantile",
     "grid_sum",
     "histogram",
     "outside_count",
@@ -159,23 +158,6 @@ def histogram(y: np.ndarray, lo: float, hi: float, J: int) -> np.ndarray:
 def outside_count(y: np.ndarray, a: float, b: float) -> int:
     """``#{i: y_i < a or y_i > b}``: replace-one sensitivity 1."""
     return int(np.count_nonzero((y < a) | (y > b)))
-
-
-def dlap_abs_quantile(scale: LaplaceScale, alpha: float) -> int:
-    """Smallest integer k with ``P(|Z| > k) <= alpha`` for ``Z ~ DLap(t)``, ``t = scale``.
-
-    ``P(|Z| > k) = 2 q^{k+1}/(1 + q)``, ``q = e^{−1/t}``.
-    """
-    t = scale.num / scale.den
-    log_q = -1.0 / t
-    q = math.exp(log_q)
-    k = math.ceil(math.log(alpha * (1 + q) / 2) / log_q - 1)
-    k = max(k, 0)
-    while k > 0 and 2 * math.exp((k) * log_q) / (1 + q) <= alpha:  # k - 1 also works
-        k -= 1
-    while 2 * math.exp((k + 1) * log_q) / (1 + q) > alpha:
-        k += 1
-    return k
 
 
 # ---- the mean step -----------------------------------------------------------------------

@@ -63,9 +63,11 @@ import numpy as np
 
 from uldp.client.noise import discrete_gaussian, discrete_laplace, laplace_scale, randomized_round
 from uldp.client.randomness import RandomSource, as_source
+from uldp.collector.central.checks import validate_budget
 from uldp.collector.central.data import UserGroups, group_by_user
-from uldp.collector.central.huber import validate_budget
+from uldp.collector.central.intervals import dlap_abs_quantile
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
+from uldp.collector.central.quantile_walk import upper_quantile
 
 __all__ = [
     "WMEParams",
@@ -269,8 +271,6 @@ def private_median_count(m: np.ndarray, epsilon: float, rng: RandomSource) -> fl
     Replacing one user changes one count, so every count query of the walk moves by at
     most one in one direction: the walk's privacy argument (``pmwm.upper_quantile``)
     applies with budget ``(ε/2, ε/2)``. The result is clamped to ``>= 1``."""
-    from uldp.collector.central.pmwm import upper_quantile
-
     rel = upper_quantile(m.astype(np.float64), 0.5, 1.0, budget=(epsilon / 2, epsilon / 2),
                          rng=rng, beta=1.1, i_max=400)
     return max(1.0, float(rel.value))
@@ -339,8 +339,6 @@ def wme_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
         scale = laplace_scale(mmax * K, eps2)
         noise = discrete_laplace(scale, 1, src)
         mode, sigma = "pure", None
-        from uldp.collector.central.user_mean import dlap_abs_quantile
-
         half = float(g[0] * dlap_abs_quantile(scale, p.alpha) / N)
     else:
         sigma = zcdp_sigma(mmax * K * math.sqrt(dp), eps2, delta)

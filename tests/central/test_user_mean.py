@@ -16,11 +16,11 @@ import pytest
 from uldp.client.noise import discrete_laplace, discrete_laplace_pmf, laplace_scale
 from uldp.client.randomness import RandomSource
 from uldp.collector.central import user_mean as um
+from uldp.collector.central.intervals import dlap_abs_quantile
 from uldp.collector.central.user_mean import (
     AdaptiveParams,
     adaptive_user_mean,
     adaptive_user_mean_of_means,
-    dlap_abs_quantile,
     grid_sum,
     histogram,
     outside_count,
