@@ -11,7 +11,7 @@ Spec: ``composition_suppression.md`` — implemented here:
 Privacy: the planner reads **only** the public occupancy array A (which users touch which
 subsets, with how many records; §5 B1) and the public (U, ε, split, weights). It never sees a
 sample value, so it consumes no privacy budget and its output may be published. The release
-(:func:`uldp.collector.central.subset_stats.subset_stats` with ``plan=``) is then Kε-DP with
+(:func:`uldp.collector.central.subset_release.subset_stats` with ``plan=``) is then Kε-DP with
 K = max_ℓ |{g: Γ_{g,ℓ} > 0}| (Prop. V.1 / Thm II.3); the pseudo-user cap only lowers counts,
 so it never raises K.
 
@@ -403,7 +403,8 @@ def plan_clip_user(user_ids: Any, subsets: Any, *, epsilon: float, upper: float,
     """Plan suppression from record labels only (one ``(user_id, subset)`` per record).
 
     Reads the occupancy counts, never values; pass the same ``epsilon``, bounds, statistic,
-    ``mean_share`` and ``grid_bits`` to :func:`subset_stats` together with the plan.
+    ``mean_share`` and ``grid_bits`` to
+    :func:`~uldp.collector.central.subset_release.subset_stats` together with the plan.
     """
     params = SubsetStatsParams(epsilon=epsilon, upper=upper, lower=lower, statistic=statistic,
                                mean_share=mean_share, weights=weights, grid_bits=grid_bits,

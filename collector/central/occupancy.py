@@ -7,7 +7,7 @@ subset keep their input order, so "the first Γ records" is well defined).
 A says which users contribute to which subset and with how many records. Everything here
 reads record *labels* only, never values: the Clip-User planner
 (:mod:`uldp.collector.central.clip_user`) works on A alone, and the release
-(:mod:`uldp.collector.central.subset_stats`) indexes its rows through it.
+(:mod:`uldp.collector.central.subset_release`) indexes its rows through it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md`` §5 B13
 (discrete noise on the grid γ = Δ/2^k, Δ_int = 2^k + 1 units) and B9 (per-coordinate
 intervals). The privacy argument of the grid, including the float-safety bound that
-:func:`effective_bits` enforces, is in :mod:`uldp.collector.central.subset_stats`.
+:func:`effective_bits` enforces, is in :mod:`uldp.collector.central.subset_release`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def noise_interval(sensitivity: float, epsilon: float, *, delta: float = 0.05,
 
 def effective_bits(grid_bits: int, kept_total: np.ndarray) -> np.ndarray:
     """Per-subset k ≤ grid_bits with 2^(k-48)·S ≤ 1/8 (float safety; the privacy argument in
-    :mod:`uldp.collector.central.subset_stats`, step 3).
+    :mod:`uldp.collector.central.subset_release`, step 3).
 
     Derivation: fsum makes the computed mean exact up to ≲ 2 ulp(U) ≤ 2^-51·U, and the
     two-pass variance up to ≲ 2^-49·U²; the division by γ adds a relative 2^-53. Since

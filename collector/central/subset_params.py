@@ -6,7 +6,7 @@ weights of §5 B8) and §5 B13 (the grid of the release, whose E|noise| the ``"r
 error model uses).
 
 The planner (:mod:`uldp.collector.central.clip_user`) and the release
-(:mod:`uldp.collector.central.subset_stats`) must use the same parameters; the error metric
+(:mod:`uldp.collector.central.subset_release`) must use the same parameters; the error metric
 reads public counts only.
 """
 

@@ -23,7 +23,7 @@ from uldp.collector.central.clip_user import (
 )
 from uldp.collector.central.occupancy import Occupancy, kept_summary, occupancy_from_rows
 from uldp.collector.central.subset_params import SubsetStatsParams, grid_error
-from uldp.collector.central.subset_stats import subset_stats
+from uldp.collector.central.subset_release import subset_stats
 
 PAPER = SubsetStatsParams(epsilon=1.0, upper=10.0, error_model="paper")
 

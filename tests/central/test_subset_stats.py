@@ -1,4 +1,4 @@
-"""Tests for uldp.collector.central.subset_stats (spec composition_suppression.md).
+"""Tests for uldp.collector.central.subset_release (spec composition_suppression.md).
 
 Checklist §7 items 1-3 and 7 live here (exact §2.9 vectors, brute-force sensitivities and
 biases, noise scales recomputed from public inputs), plus bad inputs, the noise pmf and an
@@ -30,7 +30,7 @@ from uldp.collector.central.subset_noise import effective_bits as _effective_bit
 from uldp.collector.central.subset_noise import expected_abs_noise, noise_interval
 from uldp.collector.central.subset_params import SubsetStatsParams, grid_error, grid_error_arrays
 from uldp.collector.central.subset_params import error_scalar as _error_scalar
-from uldp.collector.central.subset_stats import subset_stats
+from uldp.collector.central.subset_release import subset_stats
 
 F = Fraction
 U = F(10)

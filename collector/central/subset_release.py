@@ -80,7 +80,8 @@ from uldp.collector.central.subset_params import Statistic, SubsetStatsParams, g
 
 __all__ = ["subset_stats"]
 
-_LOG = logging.getLogger(__name__)
+#: operators filter the clamp count (B15) on this name, the name of the release it comes from
+_LOG = logging.getLogger("uldp.collector.central.subset_stats")
 
 
 # ---- §2.2 / §2.6: the release ---------------------------------------------------------
