@@ -1,6 +1,7 @@
 """Clip-User suppression planner and the per-subset pseudo-user cap.
 
-Spec: ``composition_suppression.md`` — implemented here:
+See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md`` —
+implemented here:
 
 * §2.5 Algorithm CLIP_USER (argmin, §5 B2; cumulative stage semantics, B10; stop at K ≤ 1,
   B6; S = 0 infeasible, B5; optional protected minimum-error grid, B7; error target E†);
