@@ -22,7 +22,7 @@ import argparse
 import csv
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -288,7 +288,7 @@ def methods_of(command: str) -> tuple[str, ...]:
     return tuple(name for name, m in METHODS.items() if command in m.commands)
 
 
-def _methods_help(names: Sequence[str]) -> str:
+def _methods_help(names: Iterable[str]) -> str:
     return "; ".join(f"{n} (default): {METHODS[n].help}" if n == DEFAULT_METHOD
                      else f"{n}: {METHODS[n].help}" for n in names)
 
