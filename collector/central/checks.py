@@ -23,19 +23,19 @@ def finite_number(name: str, value: Any) -> float:
     return float(value)
 
 
-def is_finite_number(x: object) -> bool:
+def is_finite_number(x: Any) -> bool:
     """Whether ``x`` is a finite real number (not a bool)."""
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
         and math.isfinite(float(x))
 
 
-def require_positive(name: str, x: object) -> None:
+def require_positive(name: str, x: Any) -> None:
     """ValueError unless ``x`` is a finite positive number."""
     if not is_finite_number(x) or float(x) <= 0:
         raise ValueError(f"{name} must be a finite positive number, got {x!r}")
 
 
-def validate_budget(epsilon: object, delta: object) -> tuple[float, float]:
+def validate_budget(epsilon: Any, delta: Any) -> tuple[float, float]:
     """Check ``ε > 0`` finite and ``0 < δ < 1``; errors name the bad argument."""
     if not is_finite_number(epsilon) or float(epsilon) <= 0:
         raise ValueError(f"epsilon must be a finite positive number, got {epsilon!r}")

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -154,6 +154,11 @@ def _public_range(args: argparse.Namespace, method: str, required: bool
     return lo, hi
 
 
+def _required_range(args: argparse.Namespace) -> tuple[float, float]:
+    """:func:`_public_range` of ``--method`` when the method needs one (never None)."""
+    return cast(tuple[float, float], _public_range(args, args.method, required=True))
+
+
 def _one_column(values: np.ndarray, method: str) -> None:
     if values.ndim != 1:
         raise ValueError(f"--value-col: --method {method} takes exactly one value column "
@@ -200,7 +205,7 @@ def _user_mean(args: argparse.Namespace, users: np.ndarray, values: np.ndarray,
                adaptive: bool) -> Any:
     from uldp.collector.central.mean_of_means import adaptive_user_mean, user_mean
 
-    lo, hi = _public_range(args, args.method, required=True)
+    lo, hi = _required_range(args)
     _one_column(values, args.method)
     fn = adaptive_user_mean if adaptive else user_mean
     return fn(users, values, epsilon=args.epsilon, lo=lo, hi=hi, alpha=args.alpha,
@@ -233,7 +238,7 @@ def _release_sa(args: argparse.Namespace, users: np.ndarray, values: np.ndarray)
 def _release_wme(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
     from uldp.collector.central.wme import WMEParams, wme_mean
 
-    lo, hi = _public_range(args, args.method, required=True)
+    lo, hi = _required_range(args)
     c, B = (lo + hi) / 2, (hi - lo) / 2
     rel = wme_mean(users, values - c, epsilon=args.epsilon,
                    delta=args.delta if args.delta is not None else 1e-6,
@@ -244,7 +249,7 @@ def _release_wme(args: argparse.Namespace, users: np.ndarray, values: np.ndarray
 def _release_hlm(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
     from uldp.collector.central.huber import HLMParams, hlm_mean
 
-    lo, hi = _public_range(args, args.method, required=True)
+    lo, hi = _required_range(args)
     c, B = (lo + hi) / 2, (hi - lo) / 2
     if args.delta is None:
         raise ValueError("--delta is required for --method hlm ((epsilon, delta)-DP); the "

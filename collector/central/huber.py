@@ -59,6 +59,7 @@ import math
 import warnings
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import cast
 
 import numpy as np
 
@@ -243,19 +244,29 @@ class _Setup:
     k0: int | None
     radii: np.ndarray | None
 
+    @property
+    def t(self) -> float:
+        """T of the balanced path (set whenever ``balanced``)."""
+        return cast(float, self.T_scalar)
+
+    @property
+    def k(self) -> int:
+        """k0 of the imbalanced path (set whenever not ``balanced``)."""
+        return cast(int, self.k0)
+
 
 def _setup(m: np.ndarray, d: int, p: HLMParams) -> _Setup:
     n = m.size
     balanced = bool(np.all(m == m[0])) if p.balanced is None else p.balanced
     if balanced:
         if p.T is not None:
-            T = p.T
+            t_bal = p.T
         elif p.A is not None:  # equal sizes: the imbalanced rule reduces to T = A/√m
-            T = p.A / math.sqrt(float(m[0]))
+            t_bal = p.A / math.sqrt(float(m[0]))
         else:
-            T = theory_T(int(m.max()), n, d, p.radius, p.c_t)
-        return _Setup(True, np.full(n, 1.0 / n), np.full(n, float(T)), float(T), None,
-                      None, None, None)
+            t_bal = theory_T(int(m.max()), n, d, p.radius, p.c_t)
+        return _Setup(True, np.full(n, 1.0 / n), np.full(n, float(t_bal)), float(t_bal),
+                      None, None, None, None)
     gamma = p.gamma if p.gamma is not None else assumption3_gamma(m)
     A = p.A if p.A is not None else theory_A(int(m.sum()), n, d, p.radius, p.c_t)
     k0 = p.k0 if p.k0 is not None else math.floor(n / (8 * gamma))
@@ -269,7 +280,7 @@ def _sigma_lower(st: _Setup, n: int, radius: float, alpha: float) -> float:
     """Public lower bound on ``S(D)/α``: ``S >= G(D, 0)`` and every case of ``G(D,0)``
     is at least ``min(2R_c, T/(n−1))`` (balanced) or ``min(2R_c, max_i w_i T_i)``."""
     if st.balanced:
-        return min(2 * radius, st.T_scalar / (n - 1)) / alpha
+        return min(2 * radius, st.t / (n - 1)) / alpha
     return min(2 * radius, float(np.max(st.w * st.T))) / alpha
 
 
@@ -278,18 +289,18 @@ def _outlier_count(y: np.ndarray, st: _Setup, p: HLMParams) -> int:
     n = y.shape[0]
     surrogate = OUTLIER_SURROGATES[p.outlier]
     if st.balanced:
-        return surrogate.balanced(y, st.T_scalar, n // 4)
+        return surrogate.balanced(y, st.t, n // 4)
     if st.radii is None or st.k0 == 0:
         return st.k0 if st.k0 is not None else n
-    return surrogate.imbalanced(y, st.radii, st.k0)
+    return surrogate.imbalanced(y, st.radii, st.k)
 
 
 def _proxy(st: _Setup, n: int, radius: float):
     """Data-independent ``S_proxy(β)`` (§2.9): Δ̃ = 0 and ``Z = T/2`` (``Z_i = T_i/2``)."""
     if st.balanced:
-        g = g_balanced(st.T_scalar / 2, n, st.T_scalar, radius, 0)
+        g = g_balanced(st.t / 2, n, st.t, radius, 0)
         return lambda b: smooth_max(g, b)
-    g = g_imbalanced(st.w, st.T, st.T / 2, radius, 0, st.k0)
+    g = g_imbalanced(st.w, st.T, st.T / 2, radius, 0, st.k)
     return lambda b: smooth_max(g, b)
 
 
@@ -304,11 +315,11 @@ def hlm_regime(n: int, N: int, st_balanced: bool, beta: float, radius: float,
     at a few hundred users). Returns ``{"ok", "needed", "n", "theorem", "condition"}``.
     """
     if st_balanced:
-        needed = (4 / beta) * math.log(max(n * radius / float(T), 1.0))
+        needed = (4 / beta) * math.log(max(n * radius / float(cast(float, T)), 1.0))
         cond = f"n > (4/beta) ln(n R_c/T) = {needed:.0f} (Thm 2, beta={beta:.3g}, T={T:.3g})"
         thm = "Thm 2 (balanced users)"
     else:
-        needed = 8 * float(gamma) * (1 + math.log(N * n) / (2 * beta))
+        needed = 8 * float(cast(float, gamma)) * (1 + math.log(N * n) / (2 * beta))
         cond = (f"n > 8 gamma (1 + ln(N n)/(2 beta)) = {needed:.0f} (Thm 5, gamma="
                 f"{gamma:.3g}, beta={beta:.3g}, N={N})")
         thm = "Thm 5 (imbalanced users)"
@@ -361,9 +372,9 @@ def _noisy_release(y: np.ndarray, st: _Setup, p: HLMParams, alpha: float, beta: 
     ybar = (st.w[:, None] * y).sum(axis=0)
     Z = np.linalg.norm(y - ybar, axis=1)
     if st.balanced:
-        S = smooth_sensitivity_balanced(float(Z.max()), n, st.T_scalar, p.radius, beta, dt)
+        S = smooth_sensitivity_balanced(float(Z.max()), n, st.t, p.radius, beta, dt)
     else:
-        S = smooth_sensitivity_imbalanced(st.w, st.T, Z, p.radius, beta, dt, st.k0)
+        S = smooth_sensitivity_imbalanced(st.w, st.T, Z, p.radius, beta, dt, st.k)
     step = grid_step_for(_sigma_lower(st, n, p.radius, alpha), p.grid_bits)
     sigma = (S + step * math.sqrt(d)) / alpha
     est = grid_gaussian(f, sigma, step, src)
@@ -439,5 +450,5 @@ def hlm_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
                           privacy=_record(st, p, n, d, epsilon, delta, alpha, beta, step),
                           details={"n_users": n, "n_records": int(m.sum()), "regime": regime,
                                    "noise_sd_public_bound": sigma_max},
-                          interval=_interval(estimate, sigma_max, p) if one_d else None,
+                          interval=_interval(float(est[0]), sigma_max, p) if one_d else None,
                           estimand=estimand)

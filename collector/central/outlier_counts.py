@@ -165,13 +165,13 @@ def outlier_count_lattice(y: np.ndarray, radii: np.ndarray | float, spacing: flo
         uniq, counts = np.unique(keys, return_counts=True)
         j = int(np.argmax(counts))
         best = int(counts[j])
-        key = int(uniq[j])
-        rel = []
+        code = int(uniq[j])
+        digits = []
         for jj in reversed(range(d)):
             m = int(span[jj] + width)
-            rel.append(key % m)
-            key //= m
-        center = offset + (np.array(rel[::-1]) + lo_idx) * spacing
+            digits.append(code % m)
+            code //= m
+        center = offset + (np.array(digits[::-1]) + lo_idx) * spacing
     dt = n - best
     dt = dt if cap is None else min(dt, cap)
     return (dt, center) if return_center else dt

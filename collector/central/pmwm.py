@@ -460,7 +460,7 @@ def _record(mechanism: str, mode: Mode, total: float, d: int,
         split[pre + "upper_quantile.threshold"] = s1 / d
         split[pre + "upper_quantile.queries"] = s2 / d
         split[pre + "mean"] = s3 / d
-    kw = {"epsilon": total} if mode == "pure" else {"rho": total}
+    kw: dict[str, Any] = {"epsilon": total} if mode == "pure" else {"rho": total}
     return PrivacyRecord(mechanism=mechanism, mode=mode, split=split, public=public,
                          notes=notes, **kw)
 

@@ -243,7 +243,7 @@ def _record(mode: Mode, total: float, groups: UserGroups, params: SAParams, m: i
                   "eta": p.eta, "split": list(p.split), "quantile_noise": p.quantile_noise}
                  for p in plist],
     }
-    kw = {"epsilon": total} if mode == "pure" else {"rho": total}
+    kw: dict[str, Any] = {"epsilon": total} if mode == "pure" else {"rho": total}
     return PrivacyRecord(mechanism="subsample_aggregate+pmwm", mode=mode, split=split,
                          public=public, notes="groups of whole users (spec §5 A1); "
                          "coordinate-wise PMWM aggregation", **kw)

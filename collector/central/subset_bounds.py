@@ -31,6 +31,7 @@ def _check_count(name: str, value: Number, *, minimum: int) -> int:
 
 
 def _check_upper(upper: Number) -> Number:
+    ok: Any
     if isinstance(upper, Fraction):
         ok = upper > 0
     else:

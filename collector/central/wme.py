@@ -149,7 +149,7 @@ def _pos(x: object) -> bool:
             and math.isfinite(float(x)) and float(x) > 0)
 
 
-def default_tau(bound: float, n: int, m_min: int, d: int = 1) -> float:
+def default_tau(bound: float, n: int, m_min: float, d: int = 1) -> float:
     """``B √(2 ln(2 n² d)/m_min)``: Hoeffding radius of a mean of ``m_min`` draws in
     ``[-B, B]`` holding for all users and coordinates w.p. ``>= 1 − 1/n``."""
     return bound * math.sqrt(2 * math.log(2 * n * n * d) / m_min)
@@ -180,15 +180,15 @@ def private_range(x: np.ndarray, tau: float, bound: float, epsilon: float,
 
 
 # ---- stage 2 ------------------------------------------------------------------------
-def clipped_grid_sum(y: np.ndarray, a: float, b: float, weights: np.ndarray, K: int,
-                     rng: RandomSource) -> np.ndarray:
+def clipped_grid_sum(y: np.ndarray, a: float | np.ndarray, b: float | np.ndarray,
+                     weights: np.ndarray, K: int, rng: RandomSource) -> np.ndarray:
     """``Σ_i weights_i u_i`` with ``u_i`` = randomised rounding of ``K (Π_[a,b](y_i) − a)/(b − a)``.
 
     ``y`` is (n,) or (n, d') with per-coordinate ``a``/``b``; returns exact integers.
     """
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
-    pos = (np.clip(y, a, b) - a) / (b - a) * K
+    lo = np.asarray(a, dtype=float)
+    hi = np.asarray(b, dtype=float)
+    pos = (np.clip(y, lo, hi) - lo) / (hi - lo) * K
     u = np.clip(randomized_round(pos, rng), 0, K)
     w = np.asarray(weights, dtype=np.int64)
     return (w[:, None] * u.reshape(u.shape[0], -1)).sum(axis=0) if u.ndim == 2 else \
