@@ -32,13 +32,10 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 from uldp.collector.central.clip_user import plan_clip_user, plan_from_occupancy
-from uldp.collector.central.subset_stats import (
-    Occupancy,
-    SubsetStatsParams,
-    mean_bias,
-    subset_stats,
-    var_bias,
-)
+from uldp.collector.central.occupancy import Occupancy
+from uldp.collector.central.subset_bounds import mean_bias, var_bias
+from uldp.collector.central.subset_params import SubsetStatsParams
+from uldp.collector.central.subset_release import subset_stats
 
 U = 65.0
 # §4.4 prototype reference: (γ, ε) -> (K, E, Ē) for protect=False and (K, Ē) for True.

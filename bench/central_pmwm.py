@@ -42,12 +42,11 @@ from uldp.collector.central.pmwm import (
     pmwm_mean,
     pmwm_practical,
 )
+from uldp.collector.central.sa_statistics import random_intercept_lmm, resolve_statistic
 from uldp.collector.central.subsample_aggregate import (
     SAParams,
     group_statistics,
     partition_users,
-    random_intercept_lmm,
-    resolve_statistic,
     subsample_and_aggregate,
 )
 

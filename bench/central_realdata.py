@@ -38,13 +38,13 @@ from uldp.collector import realdata
 from uldp.collector.central.cli import shifted_release
 from uldp.collector.central.data import group_by_user
 from uldp.collector.central.huber import HLMParams, HLMRegimeWarning, hlm_from_groups
-from uldp.collector.central.pmwm import PMWMParams, pmwm_practical
-from uldp.collector.central.user_mean import (
+from uldp.collector.central.mean_of_means import (
     DEFAULT_GRID_BITS,
     AdaptiveParams,
     adaptive_user_mean_of_means,
     user_mean_of_means,
 )
+from uldp.collector.central.pmwm import PMWMParams, pmwm_practical
 from uldp.collector.central.wme import WMEParams, wme_from_groups
 
 RESULTS = Path(__file__).parent / "results"

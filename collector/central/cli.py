@@ -1,12 +1,15 @@
 """``uldp central``: central user-level DP releases from a warehouse CSV file.
 
-Specs: ``huber_user_level_dp.md`` (``mean --method hlm|wme``),
+See ``docs/central.md`` (the estimators, their estimands and intervals). Specs:
+``huber_user_level_dp.md`` (``mean --method hlm|wme``),
 ``private_modified_winsorized_mean.md`` (``--method pmwm``, ``robust-mean --method sa``),
-issue 11 (``--method adaptive|simple``, the user-mean estimators of ``user_mean.py``;
+issue 11 (``--method adaptive|simple``, the user-mean estimators of ``mean_of_means.py``;
 ``adaptive`` is the default of ``mean`` and ``robust-mean``: the best measured RMSE on
 real skewed data, ``bench/results/realdata.md``),
 ``composition_suppression.md`` (``subset-stats``, optionally planned by Clip-User, whose
 plan is printed *before* any release and reads only the public occupancy counts).
+
+Every ``--method`` is one :class:`CentralMethod` in :data:`METHODS`.
 
 The CSV is read with the standard library; every problem with it (missing column, empty
 file, non-numeric or NaN value) is reported with the row and column, and nothing is
@@ -19,15 +22,16 @@ import argparse
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from uldp.client.randomness import RandomSource
 
-__all__ = ["read_columns", "register", "shifted_release"]
+__all__ = ["METHODS", "CentralMethod", "methods_of", "read_columns", "register", "shifted_release"]
 
 
 def read_columns(path: str, user_col: str, value_cols: Sequence[str],
@@ -150,6 +154,11 @@ def _public_range(args: argparse.Namespace, method: str, required: bool
     return lo, hi
 
 
+def _required_range(args: argparse.Namespace) -> tuple[float, float]:
+    """:func:`_public_range` of ``--method`` when the method needs one (never None)."""
+    return cast(tuple[float, float], _public_range(args, args.method, required=True))
+
+
 def _one_column(values: np.ndarray, method: str) -> None:
     if values.ndim != 1:
         raise ValueError(f"--value-col: --method {method} takes exactly one value column "
@@ -160,8 +169,6 @@ def shifted_release(rel: Any, c: float, lo: float, hi: float) -> Any:
     """A release of ``values - c`` reported on the original scale (a public shift), with
     the estimate and interval clamped into ``[lo, hi]`` again (the shift by ``c`` can
     round one ulp past the range)."""
-    from dataclasses import replace
-
     def back(v: float) -> float:
         return min(max(v + c, lo), hi)
 
@@ -174,43 +181,76 @@ def shifted_release(rel: Any, c: float, lo: float, hi: float) -> Any:
     return replace(rel, estimate=est, interval=ci, estimand=estimand)
 
 
-def _release_mean(args: argparse.Namespace, method: str, users: np.ndarray,
-                  values: np.ndarray) -> Any:
-    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
-        raise ValueError(f"--epsilon must be a finite positive number, got {args.epsilon:g}")
-    if not 0 < getattr(args, "alpha", 0.05) < 1:
-        raise ValueError(f"--alpha must be in (0, 1), got {args.alpha:g}")
-    if method in ("adaptive", "simple"):
-        from uldp.collector.central.user_mean import adaptive_user_mean, user_mean
+@dataclass(frozen=True)
+class CentralMethod:
+    """One ``--method`` of ``uldp central mean`` / ``robust-mean``.
 
-        lo, hi = _public_range(args, method, required=True)
-        _one_column(values, method)
-        fn = adaptive_user_mean if method == "adaptive" else user_mean
-        return fn(users, values, epsilon=args.epsilon, lo=lo, hi=hi, alpha=args.alpha,
-                  rng=_rng(args))
-    if method == "pmwm":
-        from uldp.collector.central.pmwm import PMWMParams, pmwm_mean
+    ``release(args, users, values)`` checks the flags it needs (errors name them) and
+    returns the release; ``commands`` are the subcommands that offer the method; ``help``
+    is its entry in the ``--method`` help; ``statistic`` says that it releases
+    ``--statistic`` of groups of users rather than the mean. A new method is one entry of
+    :data:`METHODS`.
+    """
 
-        rng = _public_range(args, method, required=False)
-        params = None if rng is None else PMWMParams(lower=rng[0], upper=rng[1],
-                                                     hard_bounds=rng)
-        return pmwm_mean(users, values, epsilon=args.epsilon, params=params, rng=_rng(args))
-    if method == "sa":
-        from uldp.collector.central.subsample_aggregate import subsample_and_aggregate
+    name: str
+    release: Callable[[argparse.Namespace, np.ndarray, np.ndarray], Any]
+    help: str
+    commands: tuple[str, ...] = ("mean", "robust-mean")
+    statistic: bool = False
 
-        return subsample_and_aggregate(users, values, args.statistic, epsilon=args.epsilon,
-                                       rng=_rng(args))
-    lo, hi = _public_range(args, method, required=True)
+
+# The estimators are imported when a method runs, so that ``uldp --help`` and the other
+# ``uldp`` commands do not load them (HLM's smooth sensitivity needs scipy.stats).
+def _user_mean(args: argparse.Namespace, users: np.ndarray, values: np.ndarray,
+               adaptive: bool) -> Any:
+    from uldp.collector.central.mean_of_means import adaptive_user_mean, user_mean
+
+    lo, hi = _required_range(args)
+    _one_column(values, args.method)
+    fn = adaptive_user_mean if adaptive else user_mean
+    return fn(users, values, epsilon=args.epsilon, lo=lo, hi=hi, alpha=args.alpha,
+              rng=_rng(args))
+
+
+def _release_adaptive(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
+    return _user_mean(args, users, values, adaptive=True)
+
+
+def _release_simple(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
+    return _user_mean(args, users, values, adaptive=False)
+
+
+def _release_pmwm(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
+    from uldp.collector.central.pmwm import PMWMParams, pmwm_mean
+
+    rng = _public_range(args, args.method, required=False)
+    params = None if rng is None else PMWMParams(lower=rng[0], upper=rng[1], hard_bounds=rng)
+    return pmwm_mean(users, values, epsilon=args.epsilon, params=params, rng=_rng(args))
+
+
+def _release_sa(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
+    from uldp.collector.central.subsample_aggregate import subsample_and_aggregate
+
+    return subsample_and_aggregate(users, values, args.statistic, epsilon=args.epsilon,
+                                   rng=_rng(args))
+
+
+def _release_wme(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
+    from uldp.collector.central.wme import WMEParams, wme_mean
+
+    lo, hi = _required_range(args)
     c, B = (lo + hi) / 2, (hi - lo) / 2
-    if method == "wme":
-        from uldp.collector.central.wme import WMEParams, wme_mean
+    rel = wme_mean(users, values - c, epsilon=args.epsilon,
+                   delta=args.delta if args.delta is not None else 1e-6,
+                   params=WMEParams(bound=B), rng=_rng(args))
+    return shifted_release(rel, c, lo, hi)
 
-        rel = wme_mean(users, values - c, epsilon=args.epsilon,
-                       delta=args.delta if args.delta is not None else 1e-6,
-                       params=WMEParams(bound=B), rng=_rng(args))
-        return shifted_release(rel, c, lo, hi)
+
+def _release_hlm(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
     from uldp.collector.central.huber import HLMParams, hlm_mean
 
+    lo, hi = _required_range(args)
+    c, B = (lo + hi) / 2, (hi - lo) / 2
     if args.delta is None:
         raise ValueError("--delta is required for --method hlm ((epsilon, delta)-DP); the "
                          "other methods are pure epsilon-DP")
@@ -226,9 +266,49 @@ def _release_mean(args: argparse.Namespace, method: str, users: np.ndarray,
     return shifted_release(rel, c, lo, hi)
 
 
+#: every ``--method``, in the order of the help text; the first is the default
+METHODS: dict[str, CentralMethod] = {m.name: m for m in (
+    CentralMethod("adaptive", _release_adaptive,
+                  "mean of user means, a small share of epsilon finds where the user means "
+                  "lie and narrows the public range when that pays (pure DP; best measured "
+                  "RMSE on real skewed data, docs/central.md)"),
+    CentralMethod("simple", _release_simple,
+                  "mean of user means clamped to --lo/--hi + discrete Laplace (pure DP)"),
+    CentralMethod("pmwm", _release_pmwm,
+                  "private modified winsorized mean of user means (pure DP)"),
+    CentralMethod("wme", _release_wme,
+                  "two-stage winsorized mean, user weighting (pure DP)", commands=("mean",)),
+    CentralMethod("hlm", _release_hlm,
+                  "Huber-loss mean ((epsilon, delta)-DP, needs --delta, refused below the "
+                  "sample size of its theorem unless --allow-small-n)", commands=("mean",)),
+    CentralMethod("sa", _release_sa,
+                  "subsample-and-aggregate of --statistic over groups of users (PMWM "
+                  "aggregation)", commands=("robust-mean",), statistic=True),
+)}
+DEFAULT_METHOD = next(iter(METHODS))
+
+
+def methods_of(command: str) -> tuple[str, ...]:
+    """The ``--method`` choices of one subcommand, in help order."""
+    return tuple(name for name, m in METHODS.items() if command in m.commands)
+
+
+def _methods_help(names: Iterable[str]) -> str:
+    return "; ".join(f"{n} (default): {METHODS[n].help}" if n == DEFAULT_METHOD
+                     else f"{n}: {METHODS[n].help}" for n in names)
+
+
+def _release_mean(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
+    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
+        raise ValueError(f"--epsilon must be a finite positive number, got {args.epsilon:g}")
+    if not 0 < getattr(args, "alpha", 0.05) < 1:
+        raise ValueError(f"--alpha must be in (0, 1), got {args.alpha:g}")
+    return METHODS[args.method].release(args, users, values)
+
+
 def _cmd_mean(args: argparse.Namespace) -> int:
     users, values, _ = read_columns(args.file, args.user_col, args.value_col)
-    rel = _release_mean(args, args.method, users, values)
+    rel = _release_mean(args, users, values)
     _print_release(rel, args.json, f"user-level mean of {', '.join(args.value_col)} "
                                    f"(--method {args.method})")
     return 0
@@ -236,8 +316,8 @@ def _cmd_mean(args: argparse.Namespace) -> int:
 
 def _cmd_robust(args: argparse.Namespace) -> int:
     users, values, _ = read_columns(args.file, args.user_col, args.value_col)
-    rel = _release_mean(args, args.method, users, values)
-    what = args.statistic if args.method == "sa" else "mean"
+    rel = _release_mean(args, users, values)
+    what = args.statistic if METHODS[args.method].statistic else "mean"
     _print_release(rel, args.json, f"user-level robust {what} of {', '.join(args.value_col)} "
                                    f"(--method {args.method})")
     return 0
@@ -245,7 +325,7 @@ def _cmd_robust(args: argparse.Namespace) -> int:
 
 def _cmd_subset(args: argparse.Namespace) -> int:
     from uldp.collector.central.clip_user import plan_clip_user
-    from uldp.collector.central.subset_stats import subset_stats
+    from uldp.collector.central.subset_release import subset_stats
 
     users, values, subsets = read_columns(args.file, args.user_col, args.value_col,
                                           args.subset_col)
@@ -297,14 +377,7 @@ def _range_flags(p: argparse.ArgumentParser) -> None:
                    help="the interval has coverage 1 - alpha (adaptive, simple)")
 
 
-METHODS_HELP = (
-    "adaptive (default): mean of user means, a small share of epsilon finds where the user "
-    "means lie and narrows the public range when that pays (pure DP; best measured RMSE on "
-    "real skewed data, docs/central.md); simple: mean of user means clamped to --lo/--hi "
-    "+ discrete Laplace (pure DP); pmwm: private modified winsorized mean of user means "
-    "(pure DP); wme: two-stage winsorized mean, user weighting (pure DP); hlm: Huber-loss "
-    "mean ((epsilon, delta)-DP, needs --delta, refused below the sample size of its "
-    "theorem unless --allow-small-n)")
+METHODS_HELP = _methods_help(methods_of("mean"))
 
 
 def register(subparsers: Any) -> None:
@@ -321,8 +394,8 @@ def register(subparsers: Any) -> None:
     m.add_argument("--delta", type=float, default=None,
                    help="required for --method hlm ((epsilon, delta)-DP); unused by the "
                         "pure-DP methods")
-    m.add_argument("--method", choices=("adaptive", "simple", "pmwm", "wme", "hlm"),
-                   default="adaptive", help=METHODS_HELP)
+    m.add_argument("--method", choices=methods_of("mean"), default=DEFAULT_METHOD,
+                   help=METHODS_HELP)
     m.add_argument("--allow-small-n", action="store_true",
                    help="hlm: release even below the sample size its accuracy theorem needs "
                         "(a warning instead of an error)")
@@ -332,9 +405,8 @@ def register(subparsers: Any) -> None:
                       description=METHODS_HELP)
     _common(r)
     _range_flags(r)
-    r.add_argument("--method", choices=("adaptive", "simple", "pmwm", "sa"),
-                   default="adaptive", help=METHODS_HELP + "; sa: subsample-and-aggregate "
-                   "of --statistic over groups of users (PMWM aggregation)")
+    r.add_argument("--method", choices=methods_of("robust-mean"), default=DEFAULT_METHOD,
+                   help=_methods_help(METHODS))
     r.add_argument("--statistic", default="mean",
                    help="sa: built-in statistic name ('mean' = mean of user means)")
     r.set_defaults(func=_cmd_robust, bound=None, delta=None, allow_small_n=False)

@@ -1,6 +1,7 @@
 """Clip-User suppression planner and the per-subset pseudo-user cap.
 
-Spec: ``composition_suppression.md`` — implemented here:
+See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md`` —
+implemented here:
 
 * §2.5 Algorithm CLIP_USER (argmin, §5 B2; cumulative stage semantics, B10; stop at K ≤ 1,
   B6; S = 0 infeasible, B5; optional protected minimum-error grid, B7; error target E†);
@@ -11,7 +12,7 @@ Spec: ``composition_suppression.md`` — implemented here:
 Privacy: the planner reads **only** the public occupancy array A (which users touch which
 subsets, with how many records; §5 B1) and the public (U, ε, split, weights). It never sees a
 sample value, so it consumes no privacy budget and its output may be published. The release
-(:func:`uldp.collector.central.subset_stats.subset_stats` with ``plan=``) is then Kε-DP with
+(:func:`uldp.collector.central.subset_release.subset_stats` with ``plan=``) is then Kε-DP with
 K = max_ℓ |{g: Γ_{g,ℓ} > 0}| (Prop. V.1 / Thm II.3); the pseudo-user cap only lowers counts,
 so it never raises K.
 
@@ -31,16 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from uldp.collector.central.subset_stats import (
-    ErrorModel,
+from uldp.collector.central.occupancy import (
     Occupancy,
-    Statistic,
-    SubsetStatsParams,
-    _error_scalar,
-    grid_error_arrays,
     kept_summary,
     occupancy_from_rows,
     require_public_occupancy,
+)
+from uldp.collector.central.subset_params import (
+    ErrorModel,
+    Statistic,
+    SubsetStatsParams,
+    error_scalar,
+    grid_error_arrays,
 )
 
 __all__ = ["ClipUserOptions", "ClipUserPlan", "clip_user", "plan_clip_user", "plan_from_occupancy",
@@ -87,6 +90,81 @@ class ClipUserResult:
     halted: str
 
 
+class _Suppressor:
+    """CLIP_USER's mutable state, in plain Python containers (the loop is scalar and
+    sequential, B10): kept counts per pair, kept totals per subset and, per subset, how
+    many pairs keep each count (to find the kept maximum Γ⋆ after a suppression)."""
+
+    def __init__(self, occ: Occupancy, s0: np.ndarray, params: SubsetStatsParams,
+                 protected: int | None) -> None:
+        self.users = occ.users
+        self.u = params.width
+        self.consts = params.error_constants()
+        self.protected = protected
+        self.kept: list[int] = occ.counts.tolist()
+        self.grid_of: list[int] = occ.pair_grid.tolist()
+        self.s_cur: list[int] = s0.tolist()
+        self.n_list: list[int] = occ.totals().tolist()
+        self.cnt: list[dict[int, int]] = [{} for _ in range(occ.n_subsets)]
+        for g, c in zip(self.grid_of, self.kept, strict=True):
+            self.cnt[g][c] = self.cnt[g].get(c, 0) + 1
+        self.distinct: list[list[int]] = [sorted(d) for d in self.cnt]
+        by_user = np.argsort(occ.pair_user, kind="stable")  # a user's pairs by ascending grid
+        self.starts = np.searchsorted(occ.pair_user[by_user],
+                                      np.arange(occ.n_users + 1)).tolist()
+        self.user_pairs: list[int] = by_user.tolist()
+
+    def best(self, ell: int) -> tuple[float, int, bool]:
+        """(E_g after the best suppression of user ``ell``, its pair or -1, whether the
+        user has any suppressible pair at all). The argmin of §5 B2."""
+        best_e, best_p = float("inf"), -1
+        have_candidate = False
+        for p in self.user_pairs[self.starts[ell]:self.starts[ell + 1]]:
+            c = self.kept[p]
+            g = self.grid_of[p]
+            if c == 0 or g == self.protected:
+                continue
+            have_candidate = True
+            s_new = self.s_cur[g] - c
+            if s_new <= 0:
+                continue  # B5: would empty the subset (E = +inf)
+            vals = self.distinct[g]
+            mx = vals[-1]
+            gs_new = mx if (c < mx or self.cnt[g][mx] > 1) else vals[-2]
+            e = error_scalar(s_new, self.n_list[g], gs_new, self.u, self.consts)
+            if e < best_e:  # strict: ties go to the smallest grid id
+                best_e, best_p = e, p
+        return best_e, best_p, have_candidate
+
+    def suppress(self, p: int) -> None:
+        g = self.grid_of[p]
+        c = self.kept[p]
+        self.kept[p] = 0
+        self.s_cur[g] -= c
+        self.cnt[g][c] -= 1
+        if self.cnt[g][c] == 0:
+            del self.cnt[g][c]
+            del self.distinct[g][bisect.bisect_left(self.distinct[g], c)]
+
+
+def _stage(state: _Suppressor, g_user: np.ndarray, k_now: int, bound: float,
+           ) -> tuple[int, str | None]:
+    """One stage (B10): each user at the current K, by ascending id, loses the subset whose
+    suppression gives the smallest E_g. Returns (suppressions, why it halted or None)."""
+    done = 0
+    for ell in np.flatnonzero(g_user == k_now).tolist():
+        best_e, best_p, have_candidate = state.best(ell)
+        if not have_candidate:
+            return done, f"user {_plain(state.users[ell])!r} has no suppressible subset"
+        if best_p < 0 or best_e > bound:
+            return done, (f"user {_plain(state.users[ell])!r} cannot be suppressed anywhere "
+                          f"without exceeding E (best candidate {best_e:.6g} > {bound:.6g})")
+        state.suppress(best_p)
+        g_user[ell] -= 1
+        done += 1
+    return done, None
+
+
 def clip_user(occ: Occupancy, params: SubsetStatsParams, *, error_target: float | None = None,
               protect_min_grid: bool = False, stop_at_one: bool = True) -> ClipUserResult:
     """Algorithm CLIP_USER (spec §2.5) on the public occupancy ``occ``.
@@ -95,29 +173,12 @@ def clip_user(occ: Occupancy, params: SubsetStatsParams, *, error_target: float 
     """
     ClipUserOptions(error_target=error_target, protect_min_grid=protect_min_grid,
                     stop_at_one=stop_at_one)  # validates
-    u = params.width
-    consts = params.error_constants()
-    counts = occ.counts
-    n_tot = occ.totals()
-    s0, gmax0 = kept_summary(occ, counts)
-    e0 = grid_error_arrays(s0, n_tot, gmax0, u, consts)
+    s0, gmax0 = kept_summary(occ, occ.counts)
+    e0 = grid_error_arrays(s0, occ.totals(), gmax0, params.width, params.error_constants())
     bound = float(e0.max()) if error_target is None else float(error_target)
     protected = int(np.argmin(e0)) if protect_min_grid else None
-
-    # Mutable state in plain Python containers (the loop is scalar and sequential, B10).
-    kept: list[int] = counts.tolist()
-    grid_of: list[int] = occ.pair_grid.tolist()
-    s_cur: list[int] = s0.tolist()
-    n_list: list[int] = n_tot.tolist()
-    cnt: list[dict[int, int]] = [{} for _ in range(occ.n_subsets)]
-    for g, c in zip(grid_of, kept, strict=True):
-        cnt[g][c] = cnt[g].get(c, 0) + 1
-    distinct: list[list[int]] = [sorted(d) for d in cnt]
-    by_user = np.argsort(occ.pair_user, kind="stable")  # a user's pairs by ascending grid
-    starts = np.searchsorted(occ.pair_user[by_user], np.arange(occ.n_users + 1)).tolist()
-    user_pairs: list[int] = by_user.tolist()
+    state = _Suppressor(occ, s0, params, protected)
     g_user = occ.subsets_per_user()
-
     stages = suppressions = 0
     halted = "K <= 1" if stop_at_one else "no user left to suppress"
     while True:
@@ -126,47 +187,12 @@ def clip_user(occ: Occupancy, params: SubsetStatsParams, *, error_target: float 
             halted = "K <= 1" if k_now <= 1 else halted
             break
         stages += 1
-        stop = False
-        for ell in np.flatnonzero(g_user == k_now).tolist():
-            best_e, best_p = float("inf"), -1
-            have_candidate = False
-            for p in user_pairs[starts[ell]:starts[ell + 1]]:
-                c = kept[p]
-                g = grid_of[p]
-                if c == 0 or g == protected:
-                    continue
-                have_candidate = True
-                s_new = s_cur[g] - c
-                if s_new <= 0:
-                    continue  # B5: would empty the subset (E = +inf)
-                vals = distinct[g]
-                mx = vals[-1]
-                gs_new = mx if (c < mx or cnt[g][mx] > 1) else vals[-2]
-                e = _error_scalar(s_new, n_list[g], gs_new, u, consts)
-                if e < best_e:  # strict: ties go to the smallest grid id
-                    best_e, best_p = e, p
-            if not have_candidate:
-                halted = f"user {_plain(occ.users[ell])!r} has no suppressible subset"
-                stop = True
-                break
-            if best_p < 0 or best_e > bound:
-                halted = (f"user {_plain(occ.users[ell])!r} cannot be suppressed anywhere without "
-                          f"exceeding E (best candidate {best_e:.6g} > {bound:.6g})")
-                stop = True
-                break
-            g = grid_of[best_p]
-            c = kept[best_p]
-            kept[best_p] = 0
-            s_cur[g] -= c
-            cnt[g][c] -= 1
-            if cnt[g][c] == 0:
-                del cnt[g][c]
-                del distinct[g][bisect.bisect_left(distinct[g], c)]
-            g_user[ell] -= 1
-            suppressions += 1
-        if stop:
+        done, why = _stage(state, g_user, k_now, bound)
+        suppressions += done
+        if why is not None:
+            halted = why
             break
-    return ClipUserResult(kept=np.asarray(kept, np.int64), error_initial=e0,
+    return ClipUserResult(kept=np.asarray(state.kept, np.int64), error_initial=e0,
                           error_bound=bound, protected_grid=protected, stages=stages,
                           suppressions=suppressions, halted=halted)
 
@@ -378,7 +404,8 @@ def plan_clip_user(user_ids: Any, subsets: Any, *, epsilon: float, upper: float,
     """Plan suppression from record labels only (one ``(user_id, subset)`` per record).
 
     Reads the occupancy counts, never values; pass the same ``epsilon``, bounds, statistic,
-    ``mean_share`` and ``grid_bits`` to :func:`subset_stats` together with the plan.
+    ``mean_share`` and ``grid_bits`` to
+    :func:`~uldp.collector.central.subset_release.subset_stats` together with the plan.
     """
     params = SubsetStatsParams(epsilon=epsilon, upper=upper, lower=lower, statistic=statistic,
                                mean_share=mean_share, weights=weights, grid_bits=grid_bits,

@@ -1,5 +1,7 @@
 """Per-user grouping of warehouse rows for the central estimators.
 
+See ``docs/central.md`` (the privacy unit is the user: all of one user's rows).
+
 The core API is data-frame free: numpy arrays ``user_ids`` (any hashable dtype),
 ``values`` (shape ``(N,)`` or ``(N, d)``) and optionally ``subsets`` (one label per row).
 ``group_by_user`` validates them (naming the bad argument) and returns each user's rows.

@@ -1,11 +1,13 @@
 """Huber-loss mean (HLM) under central user-level (ε, δ)-DP.
 
-Spec: ``huber_user_level_dp.md`` — §1 (setting: replace-one-user neighbours, public
-``m_i``), §2.2 (radial Huber objective), §2.3 (weights / connecting points, balanced and
-imbalanced, theory defaults), §2.4 (solver: exact common case, exact 1-D solver, IRLS),
-§2.5 (release ``Clip(μ̂₀, R_c) + N(0, (S/α)² I)``), §2.6–§2.8 (smooth sensitivity and
-outlier surrogates, in ``smooth_sensitivity.py``), §2.9 (constants), §2.10 (end-to-end
-algorithm, input validation), decisions A1–A19 and A26.
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Spec:
+``huber_user_level_dp.md`` — §1 (setting: replace-one-user neighbours, public ``m_i``),
+§2.3 (weights / connecting points, balanced and imbalanced, theory defaults), §2.5
+(release ``Clip(μ̂₀, R_c) + N(0, (S/α)² I)``), §2.10 (end-to-end algorithm, input
+validation), decisions A1–A19 and A26. Its pieces: the §2.2 objective and §2.4 solver in
+:mod:`~uldp.collector.central.huber_solver`; §2.6–§2.7 smooth sensitivity and §2.9
+constants in :mod:`~uldp.collector.central.smooth_sensitivity`; §2.8 outlier surrogates
+in :mod:`~uldp.collector.central.outlier_counts`.
 
 Privacy argument (OpenDP style).
 
@@ -57,22 +59,26 @@ import math
 import warnings
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import cast
 
 import numpy as np
 
 from uldp.client.noise import discrete_gaussian
 from uldp.client.randomness import RandomSource, as_source
+from uldp.collector.central.checks import is_finite_number, require_positive, validate_budget
 from uldp.collector.central.data import UserGroups, group_by_user
+from uldp.collector.central.huber_solver import as_2d, huber_minimize
+from uldp.collector.central.outlier_counts import (
+    OUTLIER_METHODS,
+    OUTLIER_SURROGATES,
+    imbalanced_radii,
+)
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
 from uldp.collector.central.smooth_sensitivity import (
     CONSTANT_MODES,
     g_balanced,
     g_imbalanced,
     hlm_constants,
-    imbalanced_radii,
-    outlier_count_balanced_1d,
-    outlier_count_intervals_1d,
-    outlier_count_lattice,
     smooth_max,
     smooth_sensitivity_balanced,
     smooth_sensitivity_imbalanced,
@@ -87,20 +93,15 @@ __all__ = [
     "hlm_from_groups",
     "hlm_mean",
     "hlm_regime",
-    "huber_gradient",
-    "huber_minimize",
-    "huber_objective",
     "imbalanced_weights",
     "theory_A",
     "theory_T",
-    "validate_budget",
 ]
-
-OUTLIER_METHODS = ("auto", "exact", "quarter_ball", "none")
-
 
 class HLMRegimeWarning(UserWarning):
     """n is below the sample size HLM's accuracy theorem needs (privacy still holds)."""
+
+
 C_T_MIN = 16 * math.sqrt(2 / 3)  # ≈ 13.06, Thm 2 / Thm 5
 
 
@@ -146,12 +147,12 @@ class HLMParams:
     regime: str = "warn"
 
     def __post_init__(self) -> None:
-        _positive("radius", self.radius)
+        require_positive("radius", self.radius)
         if self.T is not None:
-            _positive("T", self.T)
+            require_positive("T", self.T)
         if self.A is not None:
-            _positive("A", self.A)
-        if self.gamma is not None and not (_finite(self.gamma) and self.gamma >= 1):
+            require_positive("A", self.A)
+        if self.gamma is not None and not (is_finite_number(self.gamma) and self.gamma >= 1):
             raise ValueError(f"gamma must be a finite number >= 1, got {self.gamma!r}")
         if self.k0 is not None and (not isinstance(self.k0, (int, np.integer))
                                     or isinstance(self.k0, bool) or self.k0 < 0):
@@ -162,141 +163,16 @@ class HLMParams:
             raise ValueError(f"constants must be one of {CONSTANT_MODES}, "
                              f"got {self.constants!r}")
         if self.beta is not None:
-            _positive("beta", self.beta)
+            require_positive("beta", self.beta)
         if self.outlier not in OUTLIER_METHODS:
             raise ValueError(f"outlier must be one of {OUTLIER_METHODS}, got {self.outlier!r}")
-        _positive("c_t", self.c_t)
+        require_positive("c_t", self.c_t)
         if self.regime not in ("warn", "refuse", "off"):
             raise ValueError(f"regime must be 'warn', 'refuse' or 'off', got {self.regime!r}")
         if not isinstance(self.clip_output, bool):
             raise ValueError(f"clip_output must be True or False, got {self.clip_output!r}")
         if not isinstance(self.grid_bits, int) or not 4 <= self.grid_bits <= 30:
             raise ValueError(f"grid_bits must be an integer in [4, 30], got {self.grid_bits!r}")
-
-
-def _finite(x: object) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
-        and math.isfinite(float(x))
-
-
-def _positive(name: str, x: object) -> None:
-    if not _finite(x) or float(x) <= 0:
-        raise ValueError(f"{name} must be a finite positive number, got {x!r}")
-
-
-def validate_budget(epsilon: object, delta: object) -> tuple[float, float]:
-    """Check ``ε > 0`` finite and ``0 < δ < 1``; errors name the bad argument."""
-    if not _finite(epsilon) or float(epsilon) <= 0:
-        raise ValueError(f"epsilon must be a finite positive number, got {epsilon!r}")
-    if not _finite(delta) or not 0 < float(delta) < 1:
-        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
-    return float(epsilon), float(delta)
-
-
-# =====================================================================================
-# §2.2 objective and §2.4 solver
-# =====================================================================================
-def _as_2d(y: np.ndarray) -> np.ndarray:
-    y = np.asarray(y, dtype=float)
-    return y[:, None] if y.ndim == 1 else y
-
-
-def huber_objective(s: np.ndarray | float, y: np.ndarray, w: np.ndarray,
-                    T: np.ndarray | float) -> float:
-    """``F(s) = Σ_i w_i φ_i(s, y_i)`` with the radial Huber loss (spec §2.2)."""
-    Y = _as_2d(y)
-    s = np.asarray(s, dtype=float).reshape(1, -1)
-    r = np.linalg.norm(s - Y, axis=1)
-    T = np.broadcast_to(np.asarray(T, dtype=float), r.shape)
-    phi = np.where(r <= T, 0.5 * r**2, T * r - 0.5 * T**2)
-    return float(np.sum(np.asarray(w) * phi))
-
-
-def huber_gradient(s: np.ndarray | float, y: np.ndarray, w: np.ndarray,
-                   T: np.ndarray | float) -> np.ndarray:
-    """``∇F(s) = Σ_i w_i (s − y_i) min{1, T_i/‖s − y_i‖}``."""
-    Y = _as_2d(y)
-    s = np.asarray(s, dtype=float).reshape(1, -1)
-    diff = s - Y
-    r = np.linalg.norm(diff, axis=1)
-    T = np.broadcast_to(np.asarray(T, dtype=float), r.shape)
-    fac = np.where(r > T, T / np.where(r > 0, r, 1.0), 1.0)
-    return (np.asarray(w)[:, None] * fac[:, None] * diff).sum(axis=0)
-
-
-def _fprime_1d(s: float, y: np.ndarray, w: np.ndarray, T: np.ndarray) -> float:
-    return float(np.sum(w * np.clip(s - y, -T, T)))
-
-
-def _huber_1d_exact(y: np.ndarray, w: np.ndarray, T: np.ndarray) -> float:
-    """Exact 1-D minimiser (§2.4 rule 3): zero of the piecewise-linear ``F'``.
-
-    ``F'`` is continuous and non-decreasing with breakpoints ``y_i ± T_i``; binary search
-    the first breakpoint with ``F' >= 0`` and solve the linear piece; on a flat zero
-    interval return its midpoint (decision A17).
-    """
-    b = np.sort(np.r_[y - T, y + T])
-
-    def first(pred) -> int:  # first index j with pred(F'(b_j)), F'(b_last) > 0 always
-        lo, hi = 0, b.size - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if pred(_fprime_1d(b[mid], y, w, T)):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    j = first(lambda v: v >= 0)
-    fj = _fprime_1d(b[j], y, w, T)
-    if fj == 0:
-        k = first(lambda v: v > 0) - 1
-        return float(0.5 * (b[j] + b[max(k, j)]))
-    if j == 0:
-        return float(b[0])
-    f0 = _fprime_1d(b[j - 1], y, w, T)
-    if fj == f0:
-        return float(b[j])
-    return float(b[j - 1] - f0 * (b[j] - b[j - 1]) / (fj - f0))
-
-
-def _huber_irls(Y: np.ndarray, w: np.ndarray, T: np.ndarray, c0: np.ndarray,
-                tol: float, max_iter: int) -> np.ndarray:
-    """Modified Weiszfeld / IRLS (spec §2.4): majorise–minimise, ``F`` non-increasing."""
-    c = c0.copy()
-    for _ in range(max_iter):
-        r = np.linalg.norm(c[None, :] - Y, axis=1)
-        fac = np.where(r > T, T / np.where(r > 0, r, 1.0), 1.0)
-        om = w * fac
-        c_new = (om[:, None] * Y).sum(axis=0) / om.sum()
-        if np.linalg.norm(c_new - c) < tol:
-            return c_new
-        c = c_new
-    warnings.warn(f"Huber IRLS did not converge in {max_iter} iterations", RuntimeWarning,
-                  stacklevel=3)
-    return c
-
-
-def huber_minimize(y: np.ndarray, w: np.ndarray, T: np.ndarray | float,
-                   max_iter: int = 10_000) -> np.ndarray | float:
-    """``μ̂₀ = argmin_s Σ_i w_i φ_i(s, y_i)`` (spec §2.4).
-
-    ``y`` is (n,) or (n, d); ``w`` sums to one; ``T`` is a scalar or per-user array.
-    Returns a float for 1-D ``y`` and an array (d,) otherwise.
-    """
-    one_d = np.asarray(y).ndim == 1
-    Y = _as_2d(y)
-    n = Y.shape[0]
-    w = np.asarray(w, dtype=float)
-    Tn = np.broadcast_to(np.asarray(T, dtype=float), (n,)).copy()
-    ybar = (w[:, None] * Y).sum(axis=0) / w.sum()
-    if float(np.max(np.linalg.norm(Y - ybar, axis=1) - Tn)) <= 0:  # rule 1: exact
-        return float(ybar[0]) if one_d else ybar
-    if Y.shape[1] == 1:
-        s = _huber_1d_exact(Y[:, 0], w, Tn)
-        return s if one_d else np.array([s])
-    tol = 1e-12 * max(1.0, float(Tn.max()))
-    return _huber_irls(Y, w, Tn, ybar, tol, max_iter)
 
 
 # =====================================================================================
@@ -368,25 +244,35 @@ class _Setup:
     k0: int | None
     radii: np.ndarray | None
 
+    @property
+    def t(self) -> float:
+        """T of the balanced path (set whenever ``balanced``)."""
+        return cast(float, self.T_scalar)
+
+    @property
+    def k(self) -> int:
+        """k0 of the imbalanced path (set whenever not ``balanced``)."""
+        return cast(int, self.k0)
+
 
 def _setup(m: np.ndarray, d: int, p: HLMParams) -> _Setup:
     n = m.size
     balanced = bool(np.all(m == m[0])) if p.balanced is None else p.balanced
     if balanced:
         if p.T is not None:
-            T = p.T
+            t_bal = p.T
         elif p.A is not None:  # equal sizes: the imbalanced rule reduces to T = A/√m
-            T = p.A / math.sqrt(float(m[0]))
+            t_bal = p.A / math.sqrt(float(m[0]))
         else:
-            T = theory_T(int(m.max()), n, d, p.radius, p.c_t)
-        return _Setup(True, np.full(n, 1.0 / n), np.full(n, float(T)), float(T), None,
-                      None, None, None)
+            t_bal = theory_T(int(m.max()), n, d, p.radius, p.c_t)
+        return _Setup(True, np.full(n, 1.0 / n), np.full(n, float(t_bal)), float(t_bal),
+                      None, None, None, None)
     gamma = p.gamma if p.gamma is not None else assumption3_gamma(m)
     A = p.A if p.A is not None else theory_A(int(m.sum()), n, d, p.radius, p.c_t)
     k0 = p.k0 if p.k0 is not None else math.floor(n / (8 * gamma))
     k0 = int(min(max(k0, 0), n - 1))
     w, T = imbalanced_weights(m, gamma, A)
-    radii = imbalanced_radii(w, T, k0) if p.outlier not in ("none",) else None
+    radii = imbalanced_radii(w, T, k0) if OUTLIER_SURROGATES[p.outlier].needs_radii else None
     return _Setup(False, w, T, None, float(A), float(gamma), k0, radii)
 
 
@@ -394,43 +280,27 @@ def _sigma_lower(st: _Setup, n: int, radius: float, alpha: float) -> float:
     """Public lower bound on ``S(D)/α``: ``S >= G(D, 0)`` and every case of ``G(D,0)``
     is at least ``min(2R_c, T/(n−1))`` (balanced) or ``min(2R_c, max_i w_i T_i)``."""
     if st.balanced:
-        return min(2 * radius, st.T_scalar / (n - 1)) / alpha
+        return min(2 * radius, st.t / (n - 1)) / alpha
     return min(2 * radius, float(np.max(st.w * st.T))) / alpha
 
 
 def _outlier_count(y: np.ndarray, st: _Setup, p: HLMParams) -> int:
-    n, d = y.shape
+    """Δ̃(D) by the surrogate ``p.outlier`` (§2.8), capped at ``n // 4`` (balanced) or k0."""
+    n = y.shape[0]
+    surrogate = OUTLIER_SURROGATES[p.outlier]
     if st.balanced:
-        cap = n // 4
-        T = st.T_scalar
-        method = p.outlier
-        if method == "none":
-            return n
-        if method == "exact" and d != 1:
-            raise ValueError("outlier='exact' is only available for d = 1 (spec §2.8)")
-        if method in ("auto", "exact") and d == 1:
-            return outlier_count_balanced_1d(y[:, 0], T, cap)
-        if d == 1:
-            return outlier_count_intervals_1d(y[:, 0], T / 4, cap)
-        return outlier_count_lattice(y, T / 4, T / (8 * math.sqrt(d)), cap)
-    k0 = st.k0
-    if p.outlier == "none" or st.radii is None or k0 == 0:
-        return k0 if k0 is not None else n
-    if p.outlier == "exact":
-        raise ValueError("outlier='exact' is only available for balanced users in d = 1")
-    rho = st.radii
-    if d == 1:
-        return outlier_count_intervals_1d(y[:, 0], rho, k0)
-    rmin = float(rho.min())
-    return outlier_count_lattice(y, np.minimum(rho, 4 * rmin), rmin / (2 * math.sqrt(d)), k0)
+        return surrogate.balanced(y, st.t, n // 4)
+    if st.radii is None or st.k0 == 0:
+        return st.k0 if st.k0 is not None else n
+    return surrogate.imbalanced(y, st.radii, st.k)
 
 
 def _proxy(st: _Setup, n: int, radius: float):
     """Data-independent ``S_proxy(β)`` (§2.9): Δ̃ = 0 and ``Z = T/2`` (``Z_i = T_i/2``)."""
     if st.balanced:
-        g = g_balanced(st.T_scalar / 2, n, st.T_scalar, radius, 0)
+        g = g_balanced(st.t / 2, n, st.t, radius, 0)
         return lambda b: smooth_max(g, b)
-    g = g_imbalanced(st.w, st.T, st.T / 2, radius, 0, st.k0)
+    g = g_imbalanced(st.w, st.T, st.T / 2, radius, 0, st.k)
     return lambda b: smooth_max(g, b)
 
 
@@ -445,11 +315,11 @@ def hlm_regime(n: int, N: int, st_balanced: bool, beta: float, radius: float,
     at a few hundred users). Returns ``{"ok", "needed", "n", "theorem", "condition"}``.
     """
     if st_balanced:
-        needed = (4 / beta) * math.log(max(n * radius / float(T), 1.0))
+        needed = (4 / beta) * math.log(max(n * radius / float(cast(float, T)), 1.0))
         cond = f"n > (4/beta) ln(n R_c/T) = {needed:.0f} (Thm 2, beta={beta:.3g}, T={T:.3g})"
         thm = "Thm 2 (balanced users)"
     else:
-        needed = 8 * float(gamma) * (1 + math.log(N * n) / (2 * beta))
+        needed = 8 * float(cast(float, gamma)) * (1 + math.log(N * n) / (2 * beta))
         cond = (f"n > 8 gamma (1 + ln(N n)/(2 beta)) = {needed:.0f} (Thm 5, gamma="
                 f"{gamma:.3g}, beta={beta:.3g}, N={N})")
         thm = "Thm 5 (imbalanced users)"
@@ -477,6 +347,73 @@ def hlm_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta:
                            params=p, rng=rng)
 
 
+def _check_regime(regime: dict[str, object], n: int, p: HLMParams) -> None:
+    """Warn or refuse (``p.regime``) when n is below the accuracy theorem's sample size."""
+    if regime["ok"] or p.regime == "off":
+        return
+    msg = (f"HLM is outside the regime of its accuracy theorem: {regime['condition']}, "
+           f"but n = {n} users (spec huber_user_level_dp.md §4, §5.4); the release is "
+           "private but its noise is of the order of the whole radius R_c")
+    if p.regime == "refuse":
+        raise ValueError(msg)
+    warnings.warn(msg, HLMRegimeWarning, stacklevel=3)  # the caller of hlm_from_groups
+
+
+def _noisy_release(y: np.ndarray, st: _Setup, p: HLMParams, alpha: float, beta: float,
+                   src: RandomSource) -> tuple[np.ndarray, float]:
+    """``Clip(μ̂₀, R_c)`` on the public grid plus discrete Gaussian noise of sd
+    ``S_h/α`` (§2.5, module docstring points 2–4), optionally projected back onto the
+    ball; returns the release and the grid step."""
+    n, d = y.shape
+    mu0 = np.atleast_1d(huber_minimize(y, st.w, st.T))
+    nrm = float(np.linalg.norm(mu0))
+    f = mu0 * min(1.0, p.radius / nrm) if nrm > 0 else mu0
+    dt = _outlier_count(y, st, p)
+    ybar = (st.w[:, None] * y).sum(axis=0)
+    Z = np.linalg.norm(y - ybar, axis=1)
+    if st.balanced:
+        S = smooth_sensitivity_balanced(float(Z.max()), n, st.t, p.radius, beta, dt)
+    else:
+        S = smooth_sensitivity_imbalanced(st.w, st.T, Z, p.radius, beta, dt, st.k)
+    step = grid_step_for(_sigma_lower(st, n, p.radius, alpha), p.grid_bits)
+    sigma = (S + step * math.sqrt(d)) / alpha
+    est = grid_gaussian(f, sigma, step, src)
+    if p.clip_output:  # post-processing of the DP release
+        nrm_est = float(np.linalg.norm(est))
+        if nrm_est > p.radius:
+            est = est * (p.radius / nrm_est)
+    return est, step
+
+
+def _record(st: _Setup, p: HLMParams, n: int, d: int, epsilon: float, delta: float,
+            alpha: float, beta: float, step: float) -> PrivacyRecord:
+    public = {"n": n, "d": d, "m_i": "per-user sample sizes (public, spec §1)",
+              "radius": p.radius, "alpha": alpha, "beta": beta, "constants": p.constants,
+              "grid_step": step, "path": "balanced" if st.balanced else "imbalanced",
+              "outlier_method": p.outlier, "clip_output": p.clip_output}
+    if st.balanced:
+        public["T"] = st.T_scalar
+    else:
+        public.update(A=st.A, gamma=st.gamma, k0=st.k0)
+    return PrivacyRecord(
+        mechanism="hlm-smooth-sensitivity-gaussian", mode="approx", epsilon=epsilon,
+        delta=delta, split={"huber_smooth_sensitivity_gaussian": 1.0}, public=public,
+        notes=("single Gaussian release with beta-smooth sensitivity (NRS); discrete "
+               "Gaussian on a public grid 2^-grid_bits finer than sigma, accounting done "
+               "for the continuous Gaussian (spec §2.10)"
+               + ("; constants='paper' does not meet the nominal delta for d=1"
+                  if p.constants == "paper" and d == 1 else "")),
+    )
+
+
+def _interval(estimate: float, sigma_max: float, p: HLMParams) -> tuple[float, float]:
+    """±1.96 times the public bound on the noise sd, clamped to the ball if the release is."""
+    lo_i, hi_i = estimate - 1.96 * sigma_max, estimate + 1.96 * sigma_max
+    if p.clip_output:
+        lo_i, hi_i = max(lo_i, -p.radius), min(hi_i, p.radius)
+    return float(lo_i), float(hi_i)
+
+
 def hlm_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
                     params: HLMParams | None = None, rng: RandomSource | None = None,
                     ) -> CentralRelease:
@@ -490,7 +427,7 @@ def hlm_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
     if n < 2:
         raise ValueError(f"user_ids: HLM needs at least 2 users, got {n}")
     one_d = groups.values.ndim == 1
-    y = _as_2d(groups.user_means())
+    y = as_2d(groups.user_means())
     d = y.shape[1]
     m = groups.counts.astype(np.int64)
 
@@ -499,63 +436,19 @@ def hlm_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
                                 proxy=_proxy(st, n, p.radius))
     regime = hlm_regime(n, int(m.sum()), st.balanced, beta, p.radius, st.T_scalar,
                         st.gamma)
-    if not regime["ok"] and p.regime != "off":
-        msg = (f"HLM is outside the regime of its accuracy theorem: {regime['condition']}, "
-               f"but n = {n} users (spec huber_user_level_dp.md §4, §5.4); the release is "
-               "private but its noise is of the order of the whole radius R_c")
-        if p.regime == "refuse":
-            raise ValueError(msg)
-        warnings.warn(msg, HLMRegimeWarning, stacklevel=2)
-    mu0 = np.atleast_1d(huber_minimize(y, st.w, st.T))
-    nrm = float(np.linalg.norm(mu0))
-    f = mu0 * min(1.0, p.radius / nrm) if nrm > 0 else mu0
-    dt = _outlier_count(y, st, p)
-    ybar = (st.w[:, None] * y).sum(axis=0)
-    Z = np.linalg.norm(y - ybar, axis=1)
-    if st.balanced:
-        S = smooth_sensitivity_balanced(float(Z.max()), n, st.T_scalar, p.radius, beta, dt)
-    else:
-        S = smooth_sensitivity_imbalanced(st.w, st.T, Z, p.radius, beta, dt, st.k0)
-    step = grid_step_for(_sigma_lower(st, n, p.radius, alpha), p.grid_bits)
-    sigma = (S + step * math.sqrt(d)) / alpha
-    est = grid_gaussian(f, sigma, step, src)
-    if p.clip_output:  # post-processing of the DP release
-        nrm_est = float(np.linalg.norm(est))
-        if nrm_est > p.radius:
-            est = est * (p.radius / nrm_est)
-
-    public = {"n": n, "d": d, "m_i": "per-user sample sizes (public, spec §1)",
-              "radius": p.radius, "alpha": alpha, "beta": beta, "constants": p.constants,
-              "grid_step": step, "path": "balanced" if st.balanced else "imbalanced",
-              "outlier_method": p.outlier, "clip_output": p.clip_output}
-    if st.balanced:
-        public["T"] = st.T_scalar
-    else:
-        public.update(A=st.A, gamma=st.gamma, k0=st.k0)
-    record = PrivacyRecord(
-        mechanism="hlm-smooth-sensitivity-gaussian", mode="approx", epsilon=epsilon,
-        delta=delta, split={"huber_smooth_sensitivity_gaussian": 1.0}, public=public,
-        notes=("single Gaussian release with beta-smooth sensitivity (NRS); discrete "
-               "Gaussian on a public grid 2^-grid_bits finer than sigma, accounting done "
-               "for the continuous Gaussian (spec §2.10)"
-               + ("; constants='paper' does not meet the nominal delta for d=1"
-                  if p.constants == "paper" and d == 1 else "")),
-    )
+    _check_regime(regime, n, p)
+    est, step = _noisy_release(y, st, p, alpha, beta, src)
     estimate: float | tuple[float, ...] = float(est[0]) if one_d else tuple(map(float, est))
     # A public error bar: S(D) <= 2 R_c (every G is capped there), so the Gaussian's sd is
     # at most (2 R_c + h sqrt(d))/alpha whatever the data; the actual sd is private.
     sigma_max = (2 * p.radius + step * math.sqrt(d)) / alpha
-    interval = None
-    if one_d:
-        lo_i, hi_i = estimate - 1.96 * sigma_max, estimate + 1.96 * sigma_max
-        if p.clip_output:
-            lo_i, hi_i = max(lo_i, -p.radius), min(hi_i, p.radius)
-        interval = (float(lo_i), float(hi_i))
     weights = "equal weights" if st.balanced else "weights min(m_i, gamma N/n)"
     estimand = (f"Huber location of the user means ({weights}): the weighted mean of user "
                 "means when every user mean lies within T_i of it; the interval is a public "
                 "bound on the noise only (S <= 2 R_c), not on the Huber bias")
-    return CentralRelease(estimate=estimate, privacy=record,
+    return CentralRelease(estimate=estimate,
+                          privacy=_record(st, p, n, d, epsilon, delta, alpha, beta, step),
                           details={"n_users": n, "n_records": int(m.sum()), "regime": regime,
                                    "noise_sd_public_bound": sigma_max},
-                          interval=interval, estimand=estimand)
+                          interval=_interval(float(est[0]), sigma_max, p) if one_d else None,
+                          estimand=estimand)

@@ -1,21 +1,18 @@
 """Private modified winsorized mean (PMWM) with unbounded private quantiles.
 
-Spec: ``private_modified_winsorized_mean.md``. Implemented here:
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats"). Spec:
+``private_modified_winsorized_mean.md``. Implemented here:
 
 * §2.1 projection ``phi_{a,b}`` (:func:`project`);
-* §2.2 private upper quantile, the Durfee-style AboveThreshold walk on the geometric grid
-  ``x_i = beta**i + ell - 1`` (:func:`upper_quantile`), with the data-independent cap
-  ``I_max`` of §5 A6 and both quantile noise modes of §5 A3;
-* §2.3 private lower quantile by negation (:func:`lower_quantile`);
+* §2.2 / §2.3 the private quantiles come from :mod:`uldp.collector.central.quantile_walk`;
 * §2.4.1 theoretical PMWM with sample split and trimming level ``zeta``
   (:func:`pmwm_theoretical`, :func:`theoretical_trimming_level`);
 * §2.4.2 practical PMWM, the default (:func:`pmwm_practical`), with the budget split of
   §2.4.2/§5 A4, crossed-quantile swap (§5 A5), the PDP warning of §2.5 and the optional
   hard bounds of §5 A6;
-* §5 A14 float-safe noise: every random draw comes from :class:`RandomSource`; the
-  quantile walk runs on the integer count scale with exact geometric (pure DP) or exact
-  discrete Gaussian (paper-faithful zCDP) noise; the mean step uses discrete Laplace or
-  discrete Gaussian noise on a power-of-two fixed-point grid;
+* §5 A14 float-safe noise: every random draw comes from :class:`RandomSource`; the mean
+  step (:func:`mean_step`) uses discrete Laplace or discrete Gaussian noise on a
+  power-of-two fixed-point grid;
 * §6 user-level entry point :func:`pmwm_mean` (one value per user: the user's mean; vector
   values coordinate-wise with the even budget split of §5 A2).
 
@@ -46,20 +43,24 @@ from uldp.client.noise import (
     rational_epsilon,
 )
 from uldp.client.randomness import RandomSource, as_source
+from uldp.collector.central.checks import finite_number
 from uldp.collector.central.data import group_by_user
+from uldp.collector.central.intervals import dlap_abs_quantile
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
+from uldp.collector.central.quantile_walk import (
+    WALK_NOISES,
+    QuantileNoise,
+    QuantileRelease,
+    default_i_max,
+    lower_quantile,
+    upper_quantile,
+)
 
 __all__ = [
     "MEAN_GRID_BITS",
     "PMWMAccuracyWarning",
     "PMWMParams",
     "PMWMResult",
-    "QuantileRelease",
-    "default_i_max",
-    "discrete_gaussian_vec",
-    "geometric",
-    "grid_point",
-    "lower_quantile",
     "mean_grid",
     "mean_step",
     "modified_winsorized_mean",
@@ -71,15 +72,11 @@ __all__ = [
     "split_budget",
     "theoretical_trimming_level",
     "trimming_level",
-    "upper_quantile",
 ]
 
 Mode = Literal["pure", "zcdp"]
-QuantileNoise = Literal["exponential", "gaussian"]
-
 #: the mean step snaps clipped values to a grid of step 2^(floor(log2(b - a)) - MEAN_GRID_BITS)
 MEAN_GRID_BITS = 24
-_COUNT_SIGMA_MIN = 16.0  # gaussian quantile mode: count-scale noise sd is made >= 16 grid units
 
 
 class PMWMAccuracyWarning(UserWarning):
@@ -89,14 +86,6 @@ class PMWMAccuracyWarning(UserWarning):
 # ---------------------------------------------------------------------------------------
 # parameters
 # ---------------------------------------------------------------------------------------
-def _finite_number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class PMWMParams:
     """Public parameters of the practical PMWM (§2.4.2, defaults of §2.5).
@@ -123,28 +112,28 @@ class PMWMParams:
     warn: bool = True
 
     def __post_init__(self) -> None:
-        lo = _finite_number("lower", self.lower)
-        up = _finite_number("upper", self.upper)
+        lo = finite_number("lower", self.lower)
+        up = finite_number("upper", self.upper)
         for name in ("lower", "upper", "beta", "eta"):  # normalize numpy scalars
-            object.__setattr__(self, name, _finite_number(name, getattr(self, name)))
+            object.__setattr__(self, name, finite_number(name, getattr(self, name)))
         if not lo < up:
             raise ValueError(f"lower must be < upper, got lower={lo}, upper={up}")
-        beta = _finite_number("beta", self.beta)
+        beta = finite_number("beta", self.beta)
         if not beta > 1.0:
             raise ValueError(f"beta must be > 1, got {beta}")
         if isinstance(self.C, bool) or not isinstance(self.C, (int, np.integer)) or self.C < 1:
             raise ValueError(f"C must be an integer >= 1, got {self.C!r}")
-        eta = _finite_number("eta", self.eta)
+        eta = finite_number("eta", self.eta)
         if not 0.0 <= eta < 0.5:
             raise ValueError(f"eta must lie in [0, 1/2), got {eta}")
         if len(self.split) != 3:
             raise ValueError(f"split must have three shares, got {self.split!r}")
-        s = [_finite_number("split", x) for x in self.split]
+        s = [finite_number("split", x) for x in self.split]
         if min(s) <= 0 or abs(2 * (s[0] + s[1]) + s[2] - 1.0) > 1e-9:
             raise ValueError(
                 f"split shares must be positive with 2*(s1 + s2) + s3 == 1, got {self.split!r}"
             )
-        if self.quantile_noise not in ("exponential", "gaussian"):
+        if self.quantile_noise not in WALK_NOISES:
             raise ValueError(
                 f"quantile_noise must be 'exponential' or 'gaussian', got {self.quantile_noise!r}"
             )
@@ -156,8 +145,8 @@ class PMWMParams:
         if self.hard_bounds is not None:
             if len(self.hard_bounds) != 2:
                 raise ValueError(f"hard_bounds must be a pair, got {self.hard_bounds!r}")
-            h0 = _finite_number("hard_bounds", self.hard_bounds[0])
-            h1 = _finite_number("hard_bounds", self.hard_bounds[1])
+            h0 = finite_number("hard_bounds", self.hard_bounds[0])
+            h1 = finite_number("hard_bounds", self.hard_bounds[1])
             if not h0 < h1:
                 raise ValueError(f"hard_bounds must be increasing, got {self.hard_bounds!r}")
 
@@ -194,175 +183,6 @@ def theoretical_trimming_level(n: int, eta: float, beta: float, lower: float, up
         raise ValueError(f"delta must lie in (4 exp(-n), 1), got {delta}")
     ratio = max(beta * (upper - lower) / (beta - 1.0), 1.0)
     return 16.0 * eta + (112.0 / 3.0) * math.log(32.0 * ratio / delta) / n
-
-
-# ---------------------------------------------------------------------------------------
-# grid
-# ---------------------------------------------------------------------------------------
-def default_i_max(beta: float, ell_abs: float = 0.0) -> int:
-    """Largest ``i`` with ``beta**i + |ell| + 1 <= DBL_MAX / 4`` (§2.5, §5 A6). Public.
-
-    The spec's cap is "``beta**i + |ell|`` finite"; the extra factor 4 (about 1400 fewer
-    steps for beta = 1.001, out of ~7e5) keeps ``b - a`` and the mean step finite even if
-    both walks hit the cap. Data-independent, so privacy is unaffected.
-    """
-    limit = float(np.finfo(np.float64).max) / 4.0
-    i = math.floor(math.log(limit) / math.log(beta))
-    while i > 1 and not float(np.power(np.float64(beta), i)) + ell_abs + 1.0 <= limit:
-        i -= 1
-    return i
-
-
-def grid_point(i: np.ndarray | int, ell: float, beta: float) -> np.ndarray:
-    """``x_i = beta**i + ell - 1`` (float64, data-independent)."""
-    return np.power(np.float64(beta), np.asarray(i, dtype=np.float64)) + (ell - 1.0)
-
-
-# ---------------------------------------------------------------------------------------
-# exact noise primitives (all randomness from RandomSource)
-# ---------------------------------------------------------------------------------------
-def geometric(epsilon: float, size: int, rng: RandomSource) -> np.ndarray:
-    """``size`` iid ``Geom(1 - e^{-eps_r})`` on {0, 1, ...}: ``P(G = g) = (1-r) r^g``.
-
-    ``eps_r = rational_epsilon(epsilon) <= epsilon``. Exact: a discrete Laplace variable
-    ``Z`` with ``q = e^{-eps_r}`` conditioned on ``Z >= 0`` has pmf ``(1 - q) q^g``
-    (``P(Z = g | Z >= 0) = c q^g / (c / (1 - q))``); we draw DLap and keep the non-negative
-    draws (acceptance ``1/(1+q) > 1/2``).
-    """
-    scale = laplace_scale(1, epsilon)
-    out = np.empty(size, dtype=np.int64)
-    filled = 0
-    while filled < size:
-        need = size - filled
-        z = discrete_laplace(scale, 2 * need + 16, rng)
-        z = z[z >= 0][:need]
-        out[filled : filled + z.size] = z
-        filled += z.size
-    return out
-
-
-#: the exact vectorized discrete Gaussian lives with the other samplers in uldp.client.noise
-discrete_gaussian_vec = discrete_gaussian
-
-
-# ---------------------------------------------------------------------------------------
-# §2.2 / §2.3 private quantiles
-# ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class QuantileRelease:
-    """A private quantile: the grid value, its grid index ``i`` and whether the cap hit."""
-
-    value: float
-    index: int
-    capped: bool
-
-
-def _check_budget_pair(budget: tuple[float, float], name: str = "budget") -> tuple[float, float]:
-    if len(budget) != 2:
-        raise ValueError(f"{name} must be a pair, got {budget!r}")
-    b1 = _finite_number(name, budget[0])
-    b2 = _finite_number(name, budget[1])
-    if b1 <= 0 or b2 <= 0:
-        raise ValueError(f"{name} entries must be positive, got {budget!r}")
-    return b1, b2
-
-
-def _count_scale(noise: QuantileNoise, budget: tuple[float, float]) -> int:
-    """Gaussian mode: counts are multiplied by a power of two ``L`` so that the count-scale
-    noise sd ``L/sqrt(rho_j)`` is at least 16 (a finer lattice, closer to the continuous
-    noise of Lemma D.1). Exponential mode: ``L = 1``. ``L`` is public."""
-    if noise == "exponential":
-        return 1
-    r = max(budget)
-    need = _COUNT_SIGMA_MIN * math.sqrt(r)
-    return 1 << max(0, math.ceil(math.log2(need))) if need > 1 else 1
-
-
-def _threshold_noise(noise: QuantileNoise, budget: float, L: int, size: int,
-                     rng: RandomSource) -> np.ndarray:
-    if noise == "exponential":
-        return geometric(budget, size, rng)
-    return discrete_gaussian_vec(Fraction(L * L) / Fraction(budget), size, rng)
-
-
-def upper_quantile(y: np.ndarray, q: float, ell: float, *, budget: tuple[float, float],
-                   rng: RandomSource, beta: float = 1.001,
-                   noise: QuantileNoise = "exponential", i_max: int | None = None,
-                   presorted: bool = False) -> QuantileRelease:
-    """Private upper quantile (§2.2): first grid point where a noisy count beats a noisy
-    threshold.
-
-    ``budget`` is ``(eps1, eps2)`` for ``noise="exponential"`` and ``(rho1, rho2)`` for
-    ``noise="gaussian"``. Counting form (§5 A14): stop at the first ``i >= 1`` with
-    ``L*c_i + N_i > L*n*q + N_0``, ``c_i = #{y_j <= x_i}`` (right-continuous, strict ``>``,
-    §5 A13).
-
-    Privacy (exponential mode, pure ``(eps1 + eps2)``-DP). ``N_0 ~ Geom(1 - e^{-eps1})`` and
-    ``N_i ~ Geom(1 - e^{-eps2})`` on {0, 1, ...}. Under replace-one, the count vector moves
-    by ``c'_i - c_i`` all in {0, -1} or all in {0, +1} (one point moves from ``a`` to
-    ``b``). Fix an outcome "stop at k" and couple the noises: if counts go down, use
-    ``N'_k = N_k + 1`` (others equal); if they go up, use ``N'_0 = N_0 + 1`` and
-    ``N'_k = N_k + 1``. In both cases every query ``i < k`` stays below and query ``k``
-    stays above the threshold, the map is injective and only shifts *upward*, which a
-    geometric pmf allows at cost ``r^{-1} = e^{eps}`` per shifted variable; so
-    ``P(k | D) <= e^{eps1 + eps2} P(k | D')``. The "no stop before ``i_max``" event is
-    covered by the same argument (shift only ``N_0``). The cap and the grid are
-    data-independent; mapping the index to ``x_k`` is post-processing. Geometric draws are
-    exact (see :func:`geometric`) with ``eps_r <= eps``.
-
-    Gaussian mode (``noise="gaussian"``) uses ``N_j ~ N_Z(0, L^2/rho_j)``: the discrete
-    analogue of the paper's Lemma D.1, which claims ``(rho1 + rho2)``-zCDP; the spec (§5
-    A3) could not verify that lemma, so this mode is for paper reproduction.
-    """
-    y = np.asarray(y, dtype=np.float64)
-    if y.ndim != 1 or y.size == 0:
-        raise ValueError("y must be a non-empty one-dimensional array")
-    q = _finite_number("q", q)
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"q must lie in [0, 1], got {q}")
-    ell = _finite_number("ell", ell)
-    beta = _finite_number("beta", beta)
-    if not beta > 1.0:
-        raise ValueError(f"beta must be > 1, got {beta}")
-    if noise not in ("exponential", "gaussian"):
-        raise ValueError(f"noise must be 'exponential' or 'gaussian', got {noise!r}")
-    b1, b2 = _check_budget_pair(budget)
-    cap = default_i_max(beta, abs(ell)) if i_max is None else int(i_max)
-    if cap < 1:
-        raise ValueError(f"i_max must be >= 1, got {i_max}")
-    if cap > default_i_max(beta, abs(ell)):
-        raise ValueError(f"i_max={cap} is too large: grid points would overflow float64")
-    ys = y if presorted else np.sort(y)
-    n = ys.size
-    L = _count_scale(noise, (b1, b2))
-    thr = L * n * q  # public float; comparisons against integers are exact below 2^53
-    n0 = int(_threshold_noise(noise, b1, L, 1, rng)[0])
-    # first block: the public number of steps to cross a range of 100 + |ell| (§2.7);
-    # block sizes change how many draws are wasted, never the output distribution.
-    start = 1
-    block = min(cap, 64 + math.ceil(math.log1p(100.0 + abs(ell)) / math.log(beta)))
-    while start <= cap:
-        stop = min(start + block, cap + 1)
-        idx = np.arange(start, stop, dtype=np.int64)
-        counts = np.searchsorted(ys, grid_point(idx, ell, beta), side="right")
-        ni = _threshold_noise(noise, b2, L, idx.size, rng)
-        hit = (L * counts + ni - n0) > thr
-        if hit.any():
-            k = int(idx[int(np.argmax(hit))])
-            return QuantileRelease(float(grid_point(k, ell, beta)), k, False)
-        start = stop
-        block = min(block * 2, 1 << 18)
-    return QuantileRelease(float(grid_point(cap, ell, beta)), cap, True)
-
-
-def lower_quantile(y: np.ndarray, q: float, u: float, *, budget: tuple[float, float],
-                   rng: RandomSource, beta: float = 1.001,
-                   noise: QuantileNoise = "exponential", i_max: int | None = None,
-                   ) -> QuantileRelease:
-    """Private lower quantile (§2.3): ``-UPPER_QUANTILE(-y, 1 - q, -u)``; same privacy."""
-    r = upper_quantile(-np.asarray(y, dtype=np.float64), 1.0 - q, -u, budget=budget,
-                       rng=rng, beta=beta, noise=noise, i_max=i_max)
-    return QuantileRelease(-r.value, r.index, r.capped)
 
 
 # ---------------------------------------------------------------------------------------
@@ -406,8 +226,6 @@ def mean_step(x: np.ndarray, a: float, b: float, *, budget: float, mode: Mode,
         z = int(discrete_laplace(scale, 1, rng)[0])
         noise_scale = scale.value * g / n  # Laplace scale b of the released mean
         noise_sd = math.sqrt(2.0) * noise_scale
-        from uldp.collector.central.user_mean import dlap_abs_quantile
-
         half = g * dlap_abs_quantile(scale, 0.05) / n
     else:
         sigma2 = Fraction(delta * delta) / (2 * Fraction(budget))
@@ -511,7 +329,7 @@ def pmwm_practical(x: np.ndarray, *, budget: float, mode: Mode = "pure",
     """
     x = _check_sample(x)
     mode = _check_mode(mode)
-    total = _finite_number("budget", budget)
+    total = finite_number("budget", budget)
     if total <= 0:
         raise ValueError(f"budget must be positive, got {budget}")
     params = params or PMWMParams()
@@ -560,7 +378,7 @@ def pmwm_theoretical(x_half: np.ndarray, y_half: np.ndarray, *,
     mode = _check_mode(mode)
     if x.size != y.size:
         raise ValueError("x_half and y_half must have the same size n")
-    if len(budgets) != 3 or min(_finite_number("budgets", v) for v in budgets) <= 0:
+    if len(budgets) != 3 or min(finite_number("budgets", v) for v in budgets) <= 0:
         raise ValueError(f"budgets must be three positive numbers, got {budgets!r}")
     n = x.size
     zeta = theoretical_trimming_level(n, eta, beta, lower, upper, delta)
@@ -608,12 +426,12 @@ def resolve_budget(epsilon: float | None, rho: float | None) -> tuple[Mode, floa
     if (epsilon is None) == (rho is None):
         raise ValueError("give exactly one of epsilon (pure DP) or rho (zCDP)")
     if epsilon is not None:
-        e = _finite_number("epsilon", epsilon)
+        e = finite_number("epsilon", epsilon)
         if e <= 0:
             raise ValueError(f"epsilon must be positive, got {epsilon!r}")
         rational_epsilon(e)
         return "pure", e
-    r = _finite_number("rho", rho)
+    r = finite_number("rho", rho)
     if r <= 0:
         raise ValueError(f"rho must be positive, got {rho!r}")
     return "zcdp", r
@@ -642,7 +460,7 @@ def _record(mechanism: str, mode: Mode, total: float, d: int,
         split[pre + "upper_quantile.threshold"] = s1 / d
         split[pre + "upper_quantile.queries"] = s2 / d
         split[pre + "mean"] = s3 / d
-    kw = {"epsilon": total} if mode == "pure" else {"rho": total}
+    kw: dict[str, Any] = {"epsilon": total} if mode == "pure" else {"rho": total}
     return PrivacyRecord(mechanism=mechanism, mode=mode, split=split, public=public,
                          notes=notes, **kw)
 

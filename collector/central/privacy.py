@@ -1,6 +1,7 @@
 """The privacy record that accompanies every central user-level DP release.
 
-Specs: ``huber_user_level_dp.md``, ``private_modified_winsorized_mean.md``,
+See ``docs/central.md`` (what a ``CentralRelease`` carries). Specs:
+``huber_user_level_dp.md``, ``private_modified_winsorized_mean.md``,
 ``composition_suppression.md`` (each estimator fills in its own accounting). A record
 says what guarantee was spent, in which notion, how the budget was split between the
 estimator's steps, and which inputs were treated as public (not protected).

@@ -1,9 +1,11 @@
-"""Smooth sensitivity, outlier counts and (α, β) constants for the HLM estimator.
+"""Smooth sensitivity and (α, β) constants of the Huber-loss mean (HLM).
 
-Spec: ``huber_user_level_dp.md`` §2.5 (smooth-sensitivity framework), §2.6 (balanced
-``G``/``S``), §2.7 (imbalanced ``G``/``S`` with the repaired ``h``, decision A8), §2.8
-(computable outlier surrogates Δ̃), §2.9 (constants: ``"calibrated"``, ``"nrs"``,
-``"paper"``) and decisions A1–A6, A18.
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Spec:
+``huber_user_level_dp.md`` §2.5 (smooth-sensitivity framework), §2.6 (balanced
+``G``/``S``), §2.7 (imbalanced ``G``/``S`` with the repaired ``h``, decision A8), §2.9
+(constants: ``"calibrated"``, ``"nrs"``, ``"paper"``, :data:`CONSTANTS`) and decisions
+A1–A6, A18. The §2.8 outlier surrogates Δ̃ are in
+:mod:`uldp.collector.central.outlier_counts`.
 
 Everything here is a pure function of numpy arrays and public parameters, so the tests
 can check each piece against brute force (spec §7 items 2–4).
@@ -28,34 +30,28 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
 from scipy import stats
 
 __all__ = [
+    "CONSTANTS",
     "CONSTANT_MODES",
-    "balanced_1d_witness",
     "calibrated_alpha",
     "g_balanced",
     "g_imbalanced",
     "h_imbalanced",
     "hlm_constants",
     "hockey_stick_worst",
-    "imbalanced_radii",
-    "imbalanced_radii_ok",
     "nrs_constants",
-    "outlier_count_balanced_1d",
-    "outlier_count_intervals_1d",
-    "outlier_count_lattice",
     "paper_constants",
     "smooth_max",
     "smooth_sensitivity_balanced",
     "smooth_sensitivity_imbalanced",
+    "sorted_weight_prefix",
 ]
-
-CONSTANT_MODES = ("calibrated", "nrs", "paper")
-
 
 # =====================================================================================
 # §2.9 constants (α, β)
@@ -190,29 +186,27 @@ def calibrated_alpha(epsilon: float, delta: float, beta: float, d: int) -> float
 BETA_GRID = tuple(round(0.005 * k, 3) for k in range(1, 21))  # × ε, spec §2.9
 
 
-def hlm_constants(epsilon: float, delta: float, d: int, mode: str = "calibrated",
-                  beta: float | None = None, proxy=None) -> tuple[float, float]:
-    """``(α, β)`` for the smooth-sensitivity Gaussian (spec §2.9).
+def _paper_alpha_beta(epsilon: float, delta: float, d: int, beta: float | None,
+                      _proxy: Callable[[float], float] | None) -> tuple[float, float]:
+    if d == 1:
+        warnings.warn(
+            "constants='paper' for d=1 does not deliver the nominal (epsilon, delta): "
+            "at eps=1, delta=1e-5 the true delta is ~1.3e-3 (spec §2.9); reproduction only",
+            RuntimeWarning, stacklevel=3)
+    a, b = paper_constants(epsilon, delta, d)
+    return a, (b if beta is None else beta)
 
-    ``proxy(β) -> float`` is the data-independent ``S_proxy`` used to pick the default β
-    in calibrated mode (minimise ``S_proxy(β)/α(β)`` over ``{0.005, ..., 0.1}·ε``);
-    without it β defaults to ``0.02·ε``. A given ``beta`` is used as is.
-    """
-    if mode not in CONSTANT_MODES:
-        raise ValueError(f"constants must be one of {CONSTANT_MODES}, got {mode!r}")
-    if mode == "paper":
-        if d == 1:
-            warnings.warn(
-                "constants='paper' for d=1 does not deliver the nominal (epsilon, delta): "
-                "at eps=1, delta=1e-5 the true delta is ~1.3e-3 (spec §2.9); reproduction only",
-                RuntimeWarning, stacklevel=2)
-        a, b = paper_constants(epsilon, delta, d)
-        return a, (b if beta is None else beta)
-    if mode == "nrs":
-        a, b = nrs_constants(epsilon, delta, d)
-        if beta is not None and beta != b:
-            raise ValueError("beta cannot be overridden in constants='nrs' mode")
-        return a, b
+
+def _nrs_alpha_beta(epsilon: float, delta: float, d: int, beta: float | None,
+                    _proxy: Callable[[float], float] | None) -> tuple[float, float]:
+    a, b = nrs_constants(epsilon, delta, d)
+    if beta is not None and beta != b:
+        raise ValueError("beta cannot be overridden in constants='nrs' mode")
+    return a, b
+
+
+def _calibrated_alpha_beta(epsilon: float, delta: float, d: int, beta: float | None,
+                           proxy: Callable[[float], float] | None) -> tuple[float, float]:
     if beta is not None:
         if not beta > 0:
             raise ValueError(f"beta must be positive, got {beta!r}")
@@ -236,6 +230,30 @@ def hlm_constants(epsilon: float, delta: float, d: int, mode: str = "calibrated"
     if best[1] <= 0:
         raise ValueError(f"no calibrated (alpha, beta) for epsilon={epsilon}, delta={delta}")
     return best[1], best[2]
+
+
+#: the (α, β) rules of §2.9 by name, each ``f(ε, δ, d, β or None, proxy or None)``
+CONSTANTS: dict[str, Callable[[float, float, int, float | None,
+                               Callable[[float], float] | None], tuple[float, float]]] = {
+    "calibrated": _calibrated_alpha_beta,
+    "nrs": _nrs_alpha_beta,
+    "paper": _paper_alpha_beta,
+}
+CONSTANT_MODES = tuple(CONSTANTS)
+
+
+def hlm_constants(epsilon: float, delta: float, d: int, mode: str = "calibrated",
+                  beta: float | None = None,
+                  proxy: Callable[[float], float] | None = None) -> tuple[float, float]:
+    """``(α, β)`` for the smooth-sensitivity Gaussian (spec §2.9).
+
+    ``proxy(β) -> float`` is the data-independent ``S_proxy`` used to pick the default β
+    in calibrated mode (minimise ``S_proxy(β)/α(β)`` over ``{0.005, ..., 0.1}·ε``);
+    without it β defaults to ``0.02·ε``. A given ``beta`` is used as is.
+    """
+    if mode not in CONSTANTS:
+        raise ValueError(f"constants must be one of {CONSTANT_MODES}, got {mode!r}")
+    return CONSTANTS[mode](epsilon, delta, d, beta, proxy)
 
 
 # =====================================================================================
@@ -273,7 +291,7 @@ def smooth_sensitivity_balanced(z: float, n: int, T: float, radius: float, beta:
     return smooth_max(g_balanced(z, n, T, radius, delta_tilde), beta)
 
 
-def _sorted_weight_prefix(w: np.ndarray) -> np.ndarray:
+def sorted_weight_prefix(w: np.ndarray) -> np.ndarray:
     """``W[j]`` = sum of the ``j`` smallest weights, ``j = 0..n``."""
     return np.r_[0.0, np.cumsum(np.sort(w))]
 
@@ -284,7 +302,7 @@ def h_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray, k: int) -> float:
     if k <= 0:
         return 0.0
     terms = np.sort(w * (T + Z))[::-1]
-    return float(terms[:k].sum() / _sorted_weight_prefix(w)[n - k])
+    return float(terms[:k].sum() / sorted_weight_prefix(w)[n - k])
 
 
 def g_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray, radius: float,
@@ -299,7 +317,7 @@ def g_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray, radius: float,
     k_c = max(K_b + 1, 1)
     g = np.full(k_c + 1, cap)
     h1 = h_imbalanced(w, T, Z, 1)
-    W = _sorted_weight_prefix(w)
+    W = sorted_weight_prefix(w)
     top = 2.0 * float(np.max(w * T))
     if h1 < float(np.min(T - Z)):  # case (a), strict (decision A5)
         g[0] = h1
@@ -316,202 +334,3 @@ def smooth_sensitivity_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray,
                                   k0: int) -> float:
     """β-smooth sensitivity ``S(D)``, imbalanced users (spec §2.7)."""
     return smooth_max(g_imbalanced(w, T, Z, radius, delta_tilde, k0), beta)
-
-
-# =====================================================================================
-# §2.8 outlier surrogates Δ̃ (1-Lipschitz, with witness)
-# =====================================================================================
-def _balanced_1d_tables(ys: np.ndarray, T: float):
-    half = T / 2
-    b = np.unique(np.r_[ys - half, ys + half])
-    lo, hi = b[:-1], b[1:]
-    q = 0.5 * (lo + hi)
-    L = np.searchsorted(ys, q - half, side="right")  # first i with y_i > q − T/2
-    R = np.searchsorted(ys, q + half, side="left")  # window = [L, R)
-    return lo, hi, L, R
-
-
-def _balanced_1d_feasible(s: int, n: int, T: float, P: np.ndarray, lo, hi, L, R):
-    """Index of an elementary interval where a kept set of size ``s`` is completable."""
-    c = (n - s) * T / (2 * s)
-    ok = np.flatnonzero(s <= R - L)
-    if ok.size == 0:
-        return None
-    Lk, Rk = L[ok], R[ok]
-    ell = (P[Lk + s] - P[Lk]) / s
-    r = (P[Rk] - P[Rk - s]) / s
-    good = np.maximum(lo[ok], ell - c) < np.minimum(hi[ok], r + c)
-    idx = np.flatnonzero(good)
-    return None if idx.size == 0 else int(ok[idx[0]])
-
-
-def _balanced_1d_max_kept(y: np.ndarray, T: float) -> tuple[int, int | None, tuple]:
-    ys = np.sort(np.asarray(y, dtype=float))
-    n = ys.size
-    if float(np.max(np.abs(ys - ys.mean()))) < T / 2:
-        return n, None, ()
-    P = np.r_[0.0, np.cumsum(ys)]
-    tables = _balanced_1d_tables(ys, T)
-    lo_s, hi_s = 1, n - 1  # s = 1 is always feasible
-    while lo_s < hi_s:
-        mid = (lo_s + hi_s + 1) // 2
-        if _balanced_1d_feasible(mid, n, T, P, *tables) is not None:
-            lo_s = mid
-        else:
-            hi_s = mid - 1
-    t = _balanced_1d_feasible(lo_s, n, T, P, *tables)
-    return lo_s, t, (ys, P, tables)
-
-
-def outlier_count_balanced_1d(y: np.ndarray, T: float, cap: int | None = None) -> int:
-    """Exact Δ̃ for balanced users in d = 1 (spec §2.8 item 1), ``O(n log² n)``.
-
-    Δ̃ = n − (largest kept set completable into ``D*`` with ``Z(D*) < T/2``), optionally
-    capped at ``cap`` (``⌊n/4⌋`` in HLM). Equals the paper's Δ exactly.
-    """
-    y = np.asarray(y, dtype=float).reshape(-1)
-    s, _, _ = _balanced_1d_max_kept(y, T)
-    dt = y.size - s
-    return dt if cap is None else min(dt, cap)
-
-
-def balanced_1d_witness(y: np.ndarray, T: float) -> tuple[np.ndarray, float]:
-    """Witness for ``outlier_count_balanced_1d``: (kept mask over ``y``, replacement value).
-
-    Replacing every non-kept user's mean by the returned value gives ``D*`` with
-    ``Z(D*) < T/2`` (spec §2.8 R1). Among windows of ``s`` consecutive sorted points in
-    the feasible block, consecutive means differ by < T/s <= 2c_s, so one lies within
-    ``c_s`` of the chosen centre ``q``.
-    """
-    y = np.asarray(y, dtype=float).reshape(-1)
-    n = y.size
-    s, t, extra = _balanced_1d_max_kept(y, T)
-    if s == n:
-        return np.ones(n, dtype=bool), float(y.mean())
-    _ys, P, (lo, hi, L, R) = extra
-    order = np.argsort(y, kind="stable")
-    c = (n - s) * T / (2 * s)
-    Lt, Rt = int(L[t]), int(R[t])
-    ell = (P[Lt + s] - P[Lt]) / s
-    r = (P[Rt] - P[Rt - s]) / s
-    q = 0.5 * (max(lo[t], ell - c) + min(hi[t], r + c))
-    starts = np.arange(Lt, Rt - s + 1)
-    means = (P[starts + s] - P[starts]) / s
-    j = int(starts[np.argmin(np.abs(means - q))])
-    kept = np.zeros(n, dtype=bool)
-    kept[order[j : j + s]] = True
-    mean_s = (P[j + s] - P[j]) / s
-    v = (n * q - s * mean_s) / (n - s)
-    return kept, float(v)
-
-
-def outlier_count_lattice(y: np.ndarray, radii: np.ndarray | float, spacing: float,
-                          cap: int | None = None, offset: float = 0.0,
-                          return_center: bool = False, chunk_cells: int = 2_000_000):
-    """Δ̃ = n − max over lattice points c of #{i : ‖y_i − c‖ < ρ_i} (spec §2.8 items 2/3).
-
-    The lattice ``offset + spacing·Z^d`` is fixed and data independent; the property
-    "all kept points lie within their radius of one common lattice point" is hereditary
-    and completable (replace the others by ``c``), so Δ̃ is 1-Lipschitz with a witness.
-    """
-    y = np.asarray(y, dtype=float)
-    if y.ndim == 1:
-        y = y[:, None]
-    n, d = y.shape
-    rho = np.broadcast_to(np.asarray(radii, dtype=float), (n,))
-    K = math.ceil(float(rho.max()) / spacing) + 1
-    rng1 = np.arange(-K, K + 1)
-    offs = np.stack(np.meshgrid(*([rng1] * d), indexing="ij"), axis=-1).reshape(-1, d)
-    # y/h − base lies in [0, 1)^d: keep offsets whose distance to that cube is < ρ_max/h
-    gap = np.maximum(0, np.maximum(-offs, offs - 1))
-    offs = offs[np.sqrt((gap.astype(float) ** 2).sum(axis=1)) < float(rho.max()) / spacing]
-    base = np.floor((y - offset) / spacing).astype(np.int64)
-    width = 2 * K + 3
-    lo_idx = base.min(axis=0) - K - 1
-    span = base.max(axis=0) - lo_idx + K + 2
-    keys_all = []
-    step = max(1, chunk_cells // offs.shape[0])
-    for start in range(0, n, step):
-        b = base[start : start + step]
-        cand = b[:, None, :] + offs[None, :, :]
-        pts = offset + cand * spacing
-        dist2 = ((pts - y[start : start + step, None, :]) ** 2).sum(axis=-1)
-        hit = dist2 < rho[start : start + step, None] ** 2
-        rel = cand[hit] - lo_idx
-        key = np.zeros(rel.shape[0], dtype=np.int64)
-        for j in range(d):
-            key = key * int(span[j] + width) + rel[:, j]
-        keys_all.append(key)
-    keys = np.concatenate(keys_all) if keys_all else np.zeros(0, np.int64)
-    if keys.size == 0:
-        best, center = 0, None
-    else:
-        uniq, counts = np.unique(keys, return_counts=True)
-        j = int(np.argmax(counts))
-        best = int(counts[j])
-        key = int(uniq[j])
-        rel = []
-        for jj in reversed(range(d)):
-            m = int(span[jj] + width)
-            rel.append(key % m)
-            key //= m
-        center = offset + (np.array(rel[::-1]) + lo_idx) * spacing
-    dt = n - best
-    dt = dt if cap is None else min(dt, cap)
-    return (dt, center) if return_center else dt
-
-
-def outlier_count_intervals_1d(y: np.ndarray, radii: np.ndarray | float,
-                               cap: int | None = None, return_point: bool = False):
-    """Δ̃ = n − max depth of the open intervals ``(y_i − ρ_i, y_i + ρ_i)`` (spec §2.8 item 3).
-
-    Event sweep with closings processed before openings at equal coordinates. Also the
-    balanced "quarter ball" surrogate in 1-D with ``ρ_i = T/4``.
-    """
-    y = np.asarray(y, dtype=float).reshape(-1)
-    n = y.size
-    rho = np.broadcast_to(np.asarray(radii, dtype=float), (n,))
-    coords = np.r_[y - rho, y + rho]
-    kinds = np.r_[np.ones(n, np.int64), np.zeros(n, np.int64)]  # 1 = open, 0 = close
-    order = np.lexsort((kinds, coords))
-    steps = np.where(kinds[order] == 1, 1, -1)
-    depth = np.cumsum(steps)
-    j = int(np.argmax(depth))
-    best = int(depth[j])
-    dt = n - best
-    dt = dt if cap is None else min(dt, cap)
-    if not return_point:
-        return dt
-    # deepest open region starts at coords[order[j]] and ends at the next event
-    left = coords[order[j]]
-    right = coords[order[j + 1]] if j + 1 < order.size else left
-    return dt, 0.5 * (left + right)
-
-
-def imbalanced_radii_ok(theta: float, w: np.ndarray, T: np.ndarray, k0: int) -> bool:
-    """The §2.8 item 3 test for ``ρ_i = θ T_i`` (public quantities only)."""
-    rho = theta * T
-    rbar = float(np.sum(w * rho))
-    terms = np.sort(w * (T + rho + rbar))[::-1]
-    lhs = terms[:k0].sum() / _sorted_weight_prefix(w)[w.size - k0]
-    return bool(lhs < float(np.min(T - rho - rbar)))
-
-
-def imbalanced_radii(w: np.ndarray, T: np.ndarray, k0: int) -> np.ndarray | None:
-    """Per-user radii ``ρ_i = θ T_i`` with the largest θ ∈ (0, ½) passing the test (bisection).
-
-    Returns None if no θ > 0 passes (then use the fallback Δ̃ ≡ n, spec §2.8 item 4).
-    """
-    if k0 <= 0:
-        return 0.5 * T
-    lo, hi = 0.0, 0.5
-    if not imbalanced_radii_ok(1e-9, w, T, k0):
-        return None
-    lo = 1e-9
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if imbalanced_radii_ok(mid, w, T, k0):
-            lo = mid
-        else:
-            hi = mid
-    return lo * T

@@ -1,12 +1,14 @@
 """Improved subsample-and-aggregate (SA) with the PMWM aggregator, at user level.
 
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": subsample-and-aggregate).
 Spec: ``private_modified_winsorized_mean.md`` §2.6 (algorithm SA_PMWM), §2.6.3 (privacy),
 §2.6.4 (choosing k), §5 A1 (partition *users*, never rows of one user), A2 (even budget
 split over coordinates, or public weights summing to one), A7 (m = floor(n/k) groups of
 exactly k users from a data-independent random permutation; leftovers dropped, or spread
 over the first groups), A8 (failed statistic coordinates replaced by a public value), §6
 (query kind ``subsample_aggregate``). The spec names the module ``central.sa``; it lives
-here as ``central.subsample_aggregate``.
+here as ``central.subsample_aggregate``, its group statistics in
+:mod:`uldp.collector.central.sa_statistics`.
 
 Privacy argument (user level). The partition depends only on the public number of users
 and on randomness independent of the data. Replacing all rows of one user changes only the
@@ -27,8 +29,7 @@ PMWM-winsorized mean over groups of the statistic on k users.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,145 +38,25 @@ import numpy as np
 from uldp.client.randomness import RandomSource, as_source
 from uldp.collector.central.data import UserGroups, group_by_user
 from uldp.collector.central.pmwm import (
+    Mode,
     PMWMParams,
     PMWMResult,
     pmwm_practical,
     resolve_budget,
 )
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
+from uldp.collector.central.sa_statistics import (
+    BUILTIN_STATISTICS,
+    Statistic,
+    resolve_statistic,
+)
 
 __all__ = [
-    "BUILTIN_STATISTICS",
     "SAParams",
-    "Statistic",
     "group_statistics",
     "partition_users",
-    "random_intercept_lmm",
-    "resolve_statistic",
     "subsample_and_aggregate",
 ]
-
-#: a statistic sees the rows of one group and their (row-aligned) user ids
-Statistic = Callable[[np.ndarray, np.ndarray], Any]
-
-
-# ---------------------------------------------------------------------------------------
-# built-in statistics
-# ---------------------------------------------------------------------------------------
-def _as_2d(v: np.ndarray) -> np.ndarray:
-    return v[:, None] if v.ndim == 1 else v
-
-
-def _stat_mean(v: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Mean of the group's *user means* (each user's rows averaged first, users weighted
-    equally): aggregated over groups this targets the mean of user means."""
-    v = _as_2d(v)
-    _, inv = np.unique(np.asarray(u), return_inverse=True)
-    cnt = np.bincount(inv)
-    sums = np.stack([np.bincount(inv, weights=v[:, j]) for j in range(v.shape[1])], axis=1)
-    return (sums / cnt[:, None]).mean(axis=0)
-
-
-def _stat_pooled_mean(v: np.ndarray, _u: np.ndarray) -> np.ndarray:
-    """Mean of the group's rows (users weighted by their row counts). Aggregated with equal
-    weight per group, this is neither the pooled mean of all rows nor the mean of user
-    means (a group with many rows counts as much as one with few)."""
-    return _as_2d(v).mean(axis=0)
-
-
-def _stat_median(v: np.ndarray, _u: np.ndarray) -> np.ndarray:
-    return np.median(_as_2d(v), axis=0)
-
-
-def _stat_variance_mle(v: np.ndarray, _u: np.ndarray) -> np.ndarray:
-    """Normal-variance MLE ``(1/k) sum (x - xbar)^2`` per column (bias ``-sigma^2/k``)."""
-    return _as_2d(v).var(axis=0)
-
-
-def _stat_ols(v: np.ndarray, _u: np.ndarray) -> np.ndarray:
-    """OLS of the last column on an intercept and the other columns: (b0, b1, ...)."""
-    v = _as_2d(v)
-    if v.shape[1] < 2:
-        raise ValueError("'ols' needs values with >= 2 columns (x..., y)")
-    X = np.column_stack([np.ones(v.shape[0]), v[:, :-1]])
-    coef, _res, rank, _sv = np.linalg.lstsq(X, v[:, -1], rcond=None)
-    if rank < X.shape[1]:
-        return np.full(X.shape[1], np.nan)
-    return coef
-
-
-def _stat_ols_slope(v: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Slope of column 2 (y) on column 1 (x)."""
-    v = _as_2d(v)
-    if v.shape[1] != 2:
-        raise ValueError("'ols-slope' needs values with exactly two columns (x, y)")
-    return _stat_ols(v, u)[1:]
-
-
-def random_intercept_lmm(v: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """ML fit of ``y_ij = x_ij' beta + b_i + e_ij``, ``b_i ~ N(0, s2B)``, ``e ~ N(0, s2W)``.
-
-    ``v`` has columns ``(y, x_1, ..., x_p)``, ``u`` are the subject ids. Returns
-    ``(beta_0, beta_1..beta_p, s2B, s2W)`` (length p + 3). Profile likelihood in
-    ``lam = s2B/s2W``: with ``c_i = lam/(1 + n_i lam)``, ``V_i^{-1} = (I - c_i J)/s2W``,
-    GLS ``beta`` and ``s2W = r'Wr/N`` are closed form; ``lam`` by bounded 1-d search.
-    """
-    from scipy.optimize import minimize_scalar
-
-    v = _as_2d(v)
-    order = np.argsort(u, kind="stable")
-    v, u = v[order], np.asarray(u)[order]
-    starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
-    ni = np.diff(np.r_[starts, u.size]).astype(np.float64)
-    y = v[:, 0]
-    X = np.column_stack([np.ones(v.shape[0]), v[:, 1:]])
-    N = y.size
-    XtX, Xty, yty = X.T @ X, X.T @ y, y @ y
-    Sx = np.add.reduceat(X, starts, axis=0)  # per-subject column sums
-    Sy = np.add.reduceat(y, starts)
-
-    def fit(log_lam: float) -> tuple[float, np.ndarray, float]:
-        lam = math.exp(log_lam)
-        c = lam / (1.0 + ni * lam)
-        A = XtX - (Sx * c[:, None]).T @ Sx
-        bvec = Xty - (Sx * c[:, None]).T @ Sy
-        beta = np.linalg.solve(A, bvec)
-        rss = yty - 2 * beta @ Xty + beta @ XtX @ beta
-        sr = Sy - Sx @ beta
-        rwr = rss - float(np.sum(c * sr * sr))
-        s2w = max(rwr / N, 1e-300)
-        nll = N * math.log(s2w) + float(np.sum(np.log1p(ni * lam)))
-        return nll, beta, s2w
-
-    res = minimize_scalar(lambda t: fit(t)[0], bounds=(-12.0, 8.0), method="bounded",
-                          options={"xatol": 1e-6})
-    _, beta, s2w = fit(float(res.x))
-    return np.r_[beta, math.exp(float(res.x)) * s2w, s2w]
-
-
-BUILTIN_STATISTICS: dict[str, Statistic] = {
-    "mean": _stat_mean,
-    "pooled-mean": _stat_pooled_mean,
-    "median": _stat_median,
-    "variance-mle": _stat_variance_mle,
-    "ols": _stat_ols,
-    "ols-slope": _stat_ols_slope,
-    "random-intercept-lmm": random_intercept_lmm,
-}
-
-
-def resolve_statistic(statistic: str | Statistic) -> Statistic:
-    """A built-in statistic by name, or the caller's callable ``f(values, user_ids)``."""
-    if isinstance(statistic, str):
-        if statistic not in BUILTIN_STATISTICS:
-            raise ValueError(
-                f"statistic must be a callable or one of {sorted(BUILTIN_STATISTICS)}, "
-                f"got {statistic!r}"
-            )
-        return BUILTIN_STATISTICS[statistic]
-    if not callable(statistic):
-        raise ValueError(f"statistic must be a callable or a name, got {statistic!r}")
-    return statistic
 
 
 # ---------------------------------------------------------------------------------------
@@ -316,16 +197,66 @@ def group_statistics(groups: UserGroups, partition: Sequence[np.ndarray],
     return t, failed
 
 
-_BUILTIN_DIM: dict[str, Callable[[int], int]] = {
-    "mean": lambda p: p, "pooled-mean": lambda p: p, "median": lambda p: p,
-    "variance-mle": lambda p: p,
-    "ols": lambda p: p, "ols-slope": lambda p: 1, "random-intercept-lmm": lambda p: p + 2,
-}
-
-
 # ---------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------
+def _declared_dim(params: SAParams, statistic: str | Statistic, groups: UserGroups,
+                  ) -> int | None:
+    """d when it is public before any statistic runs: declared, or a built-in's length."""
+    if params.dim is not None or not isinstance(statistic, str):
+        return params.dim
+    p = 1 if groups.values.ndim == 1 else groups.values.shape[1]
+    return BUILTIN_STATISTICS[statistic].dim(p)
+
+
+def _fallback(params: SAParams, dim: int | None) -> np.ndarray | None:
+    """The public replacement of failed coordinates (§5 A8): declared, or the midpoint of
+    each coordinate's PMWM bounds."""
+    if params.failure_value is not None:
+        return np.atleast_1d(np.asarray(params.failure_value, dtype=np.float64))
+    if isinstance(params.pmwm, PMWMParams):
+        return np.array([(params.pmwm.lower + params.pmwm.upper) / 2.0])
+    if dim is not None:
+        return np.array([(p.lower + p.upper) / 2.0 for p in params.pmwm_list(dim)])
+    return None
+
+
+def _record(mode: Mode, total: float, groups: UserGroups, params: SAParams, m: int,
+            statistic: str | Statistic, plist: list[PMWMParams], weights: list[float],
+            ) -> PrivacyRecord:
+    d = len(plist)
+    split: dict[str, float] = {}
+    for j, (p, w) in enumerate(zip(plist, weights, strict=True)):
+        s1, s2, s3 = p.split
+        pre = f"coord{j}." if d > 1 else ""
+        split[pre + "quantiles"] = 2 * (s1 + s2) * w
+        split[pre + "mean"] = s3 * w
+    public: dict[str, Any] = {
+        "n_users": groups.n_users, "group_size": params.group_size, "groups": m,
+        "leftover": params.leftover,
+        "users_dropped": groups.n_users - m * params.group_size
+        if params.leftover == "drop" else 0,
+        "d": d, "per_coordinate_budget": [total * w for w in weights],
+        "statistic": statistic if isinstance(statistic, str)
+        else getattr(statistic, "__name__", "callable"),
+        "pmwm": [{"lower": p.lower, "upper": p.upper, "beta": p.beta, "C": p.C,
+                  "eta": p.eta, "split": list(p.split), "quantile_noise": p.quantile_noise}
+                 for p in plist],
+    }
+    kw: dict[str, Any] = {"epsilon": total} if mode == "pure" else {"rho": total}
+    return PrivacyRecord(mechanism="subsample_aggregate+pmwm", mode=mode, split=split,
+                         public=public, notes="groups of whole users (spec §5 A1); "
+                         "coordinate-wise PMWM aggregation", **kw)
+
+
+def _estimand(statistic: str | Statistic, group_size: int) -> str:
+    builtin = BUILTIN_STATISTICS.get(statistic) if isinstance(statistic, str) else None
+    if builtin is not None and builtin.estimand is not None:
+        return builtin.estimand
+    name = statistic if isinstance(statistic, str) else "the caller's statistic"
+    return f"PMWM-winsorized mean over groups of {name} on groups of {group_size} users"
+
+
 def subsample_and_aggregate(user_ids: np.ndarray, values: np.ndarray,
                             statistic: str | Statistic, *, epsilon: float | None,
                             params: SAParams | None = None, rng: RandomSource | None = None,
@@ -346,20 +277,10 @@ def subsample_and_aggregate(user_ids: np.ndarray, values: np.ndarray,
     src = as_source(rng)
     partition = partition_users(groups.n_users, params.group_size, src.spawn("sa-partition"),
                                 params.leftover)
-    dim = params.dim
-    if dim is None and isinstance(statistic, str):
-        p = 1 if groups.values.ndim == 1 else groups.values.shape[1]
-        dim = _BUILTIN_DIM[statistic](p)
-    base = params.pmwm if isinstance(params.pmwm, PMWMParams) else None
-    fallback: np.ndarray | None = None
-    if params.failure_value is not None:
-        fallback = np.atleast_1d(np.asarray(params.failure_value, dtype=np.float64))
-    elif base is not None:
-        fallback = np.array([(base.lower + base.upper) / 2.0])
-    elif dim is not None:
-        plist0 = params.pmwm_list(dim)
-        fallback = np.array([(p.lower + p.upper) / 2.0 for p in plist0])
-    t, failed = group_statistics(groups, partition, stat, dim, fallback)
+    dim = _declared_dim(params, statistic, groups)
+    # failure counts (§5 A8) are not private: they are deliberately not released here;
+    # an operator can recompute them with group_statistics on the trusted side.
+    t, _failed = group_statistics(groups, partition, stat, dim, _fallback(params, dim))
     d = t.shape[1]
     plist = params.pmwm_list(d)
     weights = params.weight_list(d)
@@ -369,41 +290,10 @@ def subsample_and_aggregate(user_ids: np.ndarray, values: np.ndarray,
                        rng=noise_src) for j in range(d)
     ]
     est: Any = results[0].estimate if d == 1 else tuple(r.estimate for r in results)
-    split: dict[str, float] = {}
-    for j, (p, w) in enumerate(zip(plist, weights, strict=True)):
-        s1, s2, s3 = p.split
-        pre = f"coord{j}." if d > 1 else ""
-        split[pre + "quantiles"] = 2 * (s1 + s2) * w
-        split[pre + "mean"] = s3 * w
-    m = len(partition)
-    public: dict[str, Any] = {
-        "n_users": groups.n_users, "group_size": params.group_size, "groups": m,
-        "leftover": params.leftover,
-        "users_dropped": groups.n_users - m * params.group_size
-        if params.leftover == "drop" else 0,
-        "d": d, "per_coordinate_budget": [total * w for w in weights],
-        "statistic": statistic if isinstance(statistic, str)
-        else getattr(statistic, "__name__", "callable"),
-        "pmwm": [{"lower": p.lower, "upper": p.upper, "beta": p.beta, "C": p.C,
-                  "eta": p.eta, "split": list(p.split), "quantile_noise": p.quantile_noise}
-                 for p in plist],
-    }
-    kw = {"epsilon": total} if mode == "pure" else {"rho": total}
-    rec = PrivacyRecord(mechanism="subsample_aggregate+pmwm", mode=mode, split=split,
-                        public=public, notes="groups of whole users (spec §5 A1); "
-                        "coordinate-wise PMWM aggregation", **kw)
+    rec = _record(mode, total, groups, params, len(partition), statistic, plist, weights)
     details = {
         "clip_lower": [r.clip_lower for r in results],
         "clip_upper": [r.clip_upper for r in results],
     }
-    # failure counts (§5 A8) are not private: they are deliberately not released here;
-    # an operator can recompute them with group_statistics on the trusted side.
-    del failed
-    name = statistic if isinstance(statistic, str) else "the caller's statistic"
-    estimand = {"mean": "mean of user means (per group: the average of its users' means; "
-                        "groups aggregated by PMWM, winsorized)",
-                "pooled-mean": "the average over groups of each group's pooled row mean "
-                               "(neither the pooled mean nor the mean of user means)"}.get(
-        name, f"PMWM-winsorized mean over groups of {name} on groups of "
-              f"{params.group_size} users")
-    return CentralRelease(estimate=est, privacy=rec, details=details, estimand=estimand)
+    return CentralRelease(estimate=est, privacy=rec, details=details,
+                          estimand=_estimand(statistic, params.group_size))

@@ -1,6 +1,7 @@
 """Two-stage Winsorized Mean Estimator (WME, Levy et al. 2021) — the HLM baseline.
 
-Spec: ``huber_user_level_dp.md`` §3 (PrivateRange, WME-1D balanced/imbalanced, option
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": WME). Spec:
+``huber_user_level_dp.md`` §3 (PrivateRange, WME-1D balanced/imbalanced, option
 ``stage2="gaussian"``, WME-HighD with a randomised Hadamard rotation), decisions A23
 (split, bins, noise law, high-d composition, per-coordinate τ) and A24 (imbalanced stage 1
 is an unweighted histogram of user means).
@@ -46,7 +47,7 @@ Concentration radius τ (issue 11): the spec's default ``B √(2 ln(2n²d)/m_min
 the *smallest* user's count, so one user with one row makes the stage-2 interval as wide
 as the whole range. Here τ is, in order: ``tau`` if given; else ``default_tau`` at a
 declared public ``typical_count``; else at a **private median count**: the pure-DP
-upper-quantile walk of :mod:`uldp.collector.central.pmwm` (geometric grid ``1.1^i``,
+upper-quantile walk of :mod:`uldp.collector.central.quantile_walk` (geometric grid ``1.1^i``,
 replace-one sensitivity of every count query 1) on the users' row counts, spending
 ``count_share`` of ε (taken from stage 1's share). The stage-2 interval is intersected
 with ``[-B, B]`` (post-processing of the stage-1 output) and the release is clamped into
@@ -56,6 +57,7 @@ with ``[-B, B]`` (post-processing of the stage-1 output) and the release is clam
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -63,9 +65,11 @@ import numpy as np
 
 from uldp.client.noise import discrete_gaussian, discrete_laplace, laplace_scale, randomized_round
 from uldp.client.randomness import RandomSource, as_source
+from uldp.collector.central.checks import validate_budget
 from uldp.collector.central.data import UserGroups, group_by_user
-from uldp.collector.central.huber import validate_budget
+from uldp.collector.central.intervals import dlap_abs_quantile
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
+from uldp.collector.central.quantile_walk import upper_quantile
 
 __all__ = [
     "WMEParams",
@@ -121,10 +125,10 @@ class WMEParams:
             raise ValueError(f"bound must be a finite positive number, got {self.bound!r}")
         if not (_pos(self.split) and self.split < 1):
             raise ValueError(f"split must be a number in (0, 1), got {self.split!r}")
-        if self.stage2 not in (None, "laplace", "gaussian"):
+        if self.stage2 is not None and self.stage2 not in STAGE2:
             raise ValueError(f"stage2 must be None, 'laplace' or 'gaussian', "
                              f"got {self.stage2!r}")
-        if self.weighting not in ("samples", "users"):
+        if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be 'samples' or 'users', got {self.weighting!r}")
         if self.typical_count is not None and not (_pos(self.typical_count)
                                                    and self.typical_count >= 1):
@@ -145,7 +149,7 @@ def _pos(x: object) -> bool:
             and math.isfinite(float(x)) and float(x) > 0)
 
 
-def default_tau(bound: float, n: int, m_min: int, d: int = 1) -> float:
+def default_tau(bound: float, n: int, m_min: float, d: int = 1) -> float:
     """``B √(2 ln(2 n² d)/m_min)``: Hoeffding radius of a mean of ``m_min`` draws in
     ``[-B, B]`` holding for all users and coordinates w.p. ``>= 1 − 1/n``."""
     return bound * math.sqrt(2 * math.log(2 * n * n * d) / m_min)
@@ -176,15 +180,15 @@ def private_range(x: np.ndarray, tau: float, bound: float, epsilon: float,
 
 
 # ---- stage 2 ------------------------------------------------------------------------
-def clipped_grid_sum(y: np.ndarray, a: float, b: float, weights: np.ndarray, K: int,
-                     rng: RandomSource) -> np.ndarray:
+def clipped_grid_sum(y: np.ndarray, a: float | np.ndarray, b: float | np.ndarray,
+                     weights: np.ndarray, K: int, rng: RandomSource) -> np.ndarray:
     """``Σ_i weights_i u_i`` with ``u_i`` = randomised rounding of ``K (Π_[a,b](y_i) − a)/(b − a)``.
 
     ``y`` is (n,) or (n, d') with per-coordinate ``a``/``b``; returns exact integers.
     """
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
-    pos = (np.clip(y, a, b) - a) / (b - a) * K
+    lo = np.asarray(a, dtype=float)
+    hi = np.asarray(b, dtype=float)
+    pos = (np.clip(y, lo, hi) - lo) / (hi - lo) * K
     u = np.clip(randomized_round(pos, rng), 0, K)
     w = np.asarray(weights, dtype=np.int64)
     return (w[:, None] * u.reshape(u.shape[0], -1)).sum(axis=0) if u.ndim == 2 else \
@@ -250,6 +254,68 @@ def hadamard_inverse(z: np.ndarray, signs: np.ndarray) -> np.ndarray:
     return fwht(z) * signs / math.sqrt(signs.size)
 
 
+@dataclass(frozen=True)
+class Weighting:
+    """How WME weights users in stage 2 (``WMEParams.weighting``): ``weights(m)`` gives the
+    integer weights, their total N and the largest weight (the sensitivity factor)."""
+
+    weights: Callable[[np.ndarray], tuple[np.ndarray, int, int]]
+    m_i: str  # what the release's privacy record says about the sample sizes m_i
+    estimand: str
+
+
+#: ``"users"``: 1/n each (the default since issue 11); ``"samples"``: m_i/N (the spec)
+WEIGHTINGS: dict[str, Weighting] = {
+    "users": Weighting(lambda m: (np.ones(m.size, np.int64), m.size, 1),
+                       "not used (user weighting)", "mean of user means"),
+    "samples": Weighting(lambda m: (m, int(m.sum()), int(m.max())),
+                         "per-user sample sizes (public, spec §1)",
+                         "pooled mean of all rows (users weighted by their counts)"),
+}
+
+
+@dataclass(frozen=True)
+class Stage2Noise:
+    """The noise added to stage 2's integer sum, and what it implies for the release."""
+
+    noise: np.ndarray
+    mode: str  # the privacy record's mode: "pure" (Laplace) or "approx" (Gaussian)
+    sigma: float | None  # Gaussian sd in grid units
+    half: float | None  # 95 % (1 - alpha) noise half-width of the estimate (Laplace, d = 1)
+
+
+def _stage2_laplace(units: int, dp: int, eps2: float, delta: float, g: np.ndarray, N: int,
+                    alpha: float, src: RandomSource) -> Stage2Noise:
+    """``DLap(m_max K / ε₂)``: pure ε₂-DP (L1 sensitivity ``units = m_max K``, d = 1)."""
+    scale = laplace_scale(units, eps2)
+    noise = discrete_laplace(scale, 1, src)
+    return Stage2Noise(noise, "pure", None, float(g[0] * dlap_abs_quantile(scale, alpha) / N))
+
+
+def _stage2_gaussian(units: int, dp: int, eps2: float, delta: float, g: np.ndarray, N: int,
+                     alpha: float, src: RandomSource) -> Stage2Noise:
+    """``N_Z(0, σ²)`` per coordinate with σ from the zCDP conversion: (ε₂, δ)-DP."""
+    sigma = zcdp_sigma(units * math.sqrt(dp), eps2, delta)
+    noise = discrete_gaussian(sigma * sigma * (1 + 1e-9), dp, src)
+    return Stage2Noise(noise, "approx", sigma, None)
+
+
+@dataclass(frozen=True)
+class Stage2:
+    """One stage-2 mechanism (``WMEParams.stage2``) and whether it exists only for d = 1."""
+
+    add_noise: Callable[[int, int, float, float, np.ndarray, int, float, RandomSource],
+                        Stage2Noise]
+    one_d_only: bool
+    notes: str
+
+
+STAGE2: dict[str, Stage2] = {
+    "laplace": Stage2(_stage2_laplace, True, "discrete Laplace (pure DP)"),
+    "gaussian": Stage2(_stage2_gaussian, False, "discrete Gaussian via zCDP conversion"),
+}
+
+
 # ---- the estimator --------------------------------------------------------------------
 def wme_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta: float,
              params: WMEParams | None = None, rng: RandomSource | None = None,
@@ -267,20 +333,15 @@ def private_median_count(m: np.ndarray, epsilon: float, rng: RandomSource) -> fl
     """Pure ε-DP median of the per-user row counts (PMWM upper-quantile walk, grid 1.1^i).
 
     Replacing one user changes one count, so every count query of the walk moves by at
-    most one in one direction: the walk's privacy argument (``pmwm.upper_quantile``)
-    applies with budget ``(ε/2, ε/2)``. The result is clamped to ``>= 1``."""
-    from uldp.collector.central.pmwm import upper_quantile
-
+    most one in one direction: the walk's privacy argument (``upper_quantile`` of
+    :mod:`uldp.collector.central.quantile_walk`) applies with budget ``(ε/2, ε/2)``. The
+    result is clamped to ``>= 1``."""
     rel = upper_quantile(m.astype(np.float64), 0.5, 1.0, budget=(epsilon / 2, epsilon / 2),
                          rng=rng, beta=1.1, i_max=400)
     return max(1.0, float(rel.value))
 
 
-def wme_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
-                    params: WMEParams | None = None, rng: RandomSource | None = None,
-                    tau: float | None = None, bound: float | None = None) -> CentralRelease:
-    """:func:`wme_mean` on rows already grouped by user (repeated releases, benches)."""
-    epsilon, delta = validate_budget(epsilon, delta)
+def _params(params: WMEParams | None, tau: float | None, bound: float | None) -> WMEParams:
     p = params if params is not None else WMEParams()
     if not isinstance(p, WMEParams):
         raise ValueError(f"params must be a WMEParams, got {type(p).__name__}")
@@ -288,6 +349,75 @@ def wme_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
         p = replace(p, tau=tau)
     if bound is not None:
         p = replace(p, bound=bound)
+    return p
+
+
+def _tau(p: WMEParams, n: int, d: int, m: np.ndarray, epsilon: float, src: RandomSource,
+         ) -> tuple[float, str, float, dict[str, float]]:
+    """(τ, where it came from, stage 1's ε, the budget split): τ declared, at a declared
+    typical count, or at a private median count paid out of stage 1's share."""
+    split = {"private_range": p.split, "clipped_mean": 1 - p.split}
+    if p.tau is not None:
+        return p.tau, "declared tau", p.split * epsilon, split
+    if p.typical_count is not None:
+        return (default_tau(p.bound, n, p.typical_count, d), "declared typical_count",
+                p.split * epsilon, split)
+    m_typ = private_median_count(m, p.count_share * epsilon, src)
+    split = {"median_count": p.count_share, "private_range": p.split - p.count_share,
+             "clipped_mean": 1 - p.split}
+    return (default_tau(p.bound, n, m_typ, d), f"private median count {m_typ:g}",
+            (p.split - p.count_share) * epsilon, split)
+
+
+def _rotate(y: np.ndarray, src: RandomSource) -> tuple[int, np.ndarray, np.ndarray]:
+    """(d', the public random signs, the rotated user means): the identity for d = 1."""
+    d = y.shape[1]
+    if d == 1:
+        return 1, np.ones(1), y
+    dp = 1 << math.ceil(math.log2(d))
+    signs = np.where(src.below(2, size=dp) == 1, 1.0, -1.0)  # public, data independent
+    return dp, signs, hadamard_rotation(y, signs)
+
+
+def _stage1(z: np.ndarray, tau: float, bound: float, eps: float, src: RandomSource,
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """PrivateRange per coordinate at ``eps`` each, intersected with ``[-B, B]``."""
+    dp = z.shape[1]
+    lo = np.empty(dp)
+    hi = np.empty(dp)
+    for j in range(dp):
+        a, b = private_range(z[:, j], tau, bound, eps, src)
+        # post-processing: intersect with the public range [-B, B] (|U mu|_j <= B)
+        lo[j], hi[j] = max(a, -bound), min(b, bound)
+    return lo, hi
+
+
+def _record(p: WMEParams, n: int, d: int, T: float, tau_from: str, stage2: str,
+            signs: np.ndarray, mode: str, epsilon: float, delta: float,
+            split: dict[str, float]) -> PrivacyRecord:
+    public = {"n": n, "d": d, "m_i": WEIGHTINGS[p.weighting].m_i, "tau": T,
+              "tau_from": tau_from, "bound": p.bound, "grid_units": p.grid_units,
+              "stage2": stage2, "weighting": p.weighting,
+              "bins_per_coordinate": range_bins(T, p.bound)}
+    if d > 1:
+        public["rotation_signs"] = signs.astype(int).tolist()
+    return PrivacyRecord(
+        mechanism="wme-two-stage" if d == 1 else "wme-highd-hadamard", mode=mode,
+        epsilon=epsilon, delta=delta if mode == "approx" else None,
+        split=split, public=public,
+        notes=("stage 1 discrete-Laplace histogram argmax per coordinate (basic composition);"
+               " stage 2 integer grid sum + " + STAGE2[stage2].notes
+               + ("; tau from a pure-DP median of the per-user counts"
+                  if "median_count" in split else "")),
+    )
+
+
+def wme_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
+                    params: WMEParams | None = None, rng: RandomSource | None = None,
+                    tau: float | None = None, bound: float | None = None) -> CentralRelease:
+    """:func:`wme_mean` on rows already grouped by user (repeated releases, benches)."""
+    epsilon, delta = validate_budget(epsilon, delta)
+    p = _params(params, tau, bound)
     src = as_source(rng)
     n = groups.n_users
     one_d = groups.values.ndim == 1
@@ -296,94 +426,37 @@ def wme_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
     d = y.shape[1]
     m = groups.counts.astype(np.int64)
     stage2 = p.stage2 or ("laplace" if d == 1 else "gaussian")
-    if stage2 == "laplace" and d > 1:
-        raise ValueError("stage2='laplace' is only available for d = 1 (spec §3)")
-    split = {"private_range": p.split, "clipped_mean": 1 - p.split}
-    if p.tau is not None:
-        T, tau_from = p.tau, "declared tau"
-        eps1 = p.split * epsilon
-    elif p.typical_count is not None:
-        T, tau_from = default_tau(p.bound, n, p.typical_count, d), "declared typical_count"
-        eps1 = p.split * epsilon
-    else:
-        m_typ = private_median_count(m, p.count_share * epsilon, src)
-        T, tau_from = default_tau(p.bound, n, m_typ, d), f"private median count {m_typ:g}"
-        eps1 = (p.split - p.count_share) * epsilon
-        split = {"median_count": p.count_share, "private_range": p.split - p.count_share,
-                 "clipped_mean": 1 - p.split}
+    if STAGE2[stage2].one_d_only and d > 1:
+        raise ValueError(f"stage2={stage2!r} is only available for d = 1 (spec §3)")
+    T, tau_from, eps1, split = _tau(p, n, d, m, epsilon, src)
     eps2 = (1 - p.split) * epsilon
-
-    if d == 1:
-        dp, signs, z = 1, np.ones(1), y
-    else:
-        dp = 1 << math.ceil(math.log2(d))
-        signs = np.where(src.below(2, size=dp) == 1, 1.0, -1.0)  # public, data independent
-        z = hadamard_rotation(y, signs)
-
-    lo = np.empty(dp)
-    hi = np.empty(dp)
-    for j in range(dp):
-        a, b = private_range(z[:, j], T, p.bound, eps1 / dp, src)
-        # post-processing: intersect with the public range [-B, B] (|U mu|_j <= B)
-        lo[j], hi[j] = max(a, -p.bound), min(b, p.bound)
-
+    dp, signs, z = _rotate(y, src)
+    lo, hi = _stage1(z, T, p.bound, eps1 / dp, src)
     K = p.grid_units
-    if p.weighting == "samples":
-        wts, N, mmax = m, int(m.sum()), int(m.max())
-    else:
-        wts, N, mmax = np.ones(n, np.int64), n, 1
+    wts, N, mmax = WEIGHTINGS[p.weighting].weights(m)
     U = clipped_grid_sum(z, lo, hi, wts, K, src)
     g = (hi - lo) / K
-    half = None
-    if stage2 == "laplace":
-        scale = laplace_scale(mmax * K, eps2)
-        noise = discrete_laplace(scale, 1, src)
-        mode, sigma = "pure", None
-        from uldp.collector.central.user_mean import dlap_abs_quantile
-
-        half = float(g[0] * dlap_abs_quantile(scale, p.alpha) / N)
-    else:
-        sigma = zcdp_sigma(mmax * K * math.sqrt(dp), eps2, delta)
-        noise = discrete_gaussian(sigma * sigma * (1 + 1e-9), dp, src)
-        mode = "approx"
-    zhat = lo + g * (U + noise).astype(float) / N
+    s2 = STAGE2[stage2].add_noise(mmax * K, dp, eps2, delta, g, N, p.alpha, src)
+    zhat = lo + g * (U + s2.noise).astype(float) / N
     est = zhat if d == 1 else hadamard_inverse(zhat, signs)[:d]
     # post-processing into the public range: the interval [-B, B] (d = 1) / the ball of
     # radius B*sqrt(d) that contains every |mu_j| <= B vector (d > 1: per coordinate)
     est = np.clip(est, -p.bound, p.bound)
-
-    public = {"n": n, "d": d, "m_i": "per-user sample sizes (public, spec §1)"
-              if p.weighting == "samples" else "not used (user weighting)", "tau": T,
-              "tau_from": tau_from, "bound": p.bound, "grid_units": K, "stage2": stage2,
-              "weighting": p.weighting, "bins_per_coordinate": range_bins(T, p.bound)}
-    if d > 1:
-        public["rotation_signs"] = signs.astype(int).tolist()
-    record = PrivacyRecord(
-        mechanism="wme-two-stage" if d == 1 else "wme-highd-hadamard", mode=mode,
-        epsilon=epsilon, delta=delta if mode == "approx" else None,
-        split=split, public=public,
-        notes=("stage 1 discrete-Laplace histogram argmax per coordinate (basic composition);"
-               " stage 2 integer grid sum + " + ("discrete Laplace (pure DP)" if mode == "pure"
-                                                else "discrete Gaussian via zCDP conversion")
-               + ("; tau from a pure-DP median of the per-user counts"
-                  if "median_count" in split else "")),
-    )
     details = {"n_users": n, "n_records": int(m.sum()),
                "ranges": [(float(a), float(b)) for a, b in zip(lo, hi, strict=True)],
-               "stage2_noisy_sum": [int(v) for v in (U + noise)]}
-    if sigma is not None:
-        details["stage2_sigma_grid_units"] = sigma
-    estimate: float | tuple[float, ...] = float(est[0]) if one_d else tuple(map(float, est))
+               "stage2_noisy_sum": [int(v) for v in (U + s2.noise)]}
+    if s2.sigma is not None:
+        details["stage2_sigma_grid_units"] = s2.sigma
     interval = None
-    if half is not None:
+    if s2.half is not None:
         raw = float(zhat[0])
-        interval = (float(np.clip(raw - half, -p.bound, p.bound)),
-                    float(np.clip(raw + half, -p.bound, p.bound)))
+        interval = (float(np.clip(raw - s2.half, -p.bound, p.bound)),
+                    float(np.clip(raw + s2.half, -p.bound, p.bound)))
         details["coverage_noise_only"] = 1 - p.alpha
-    which = ("mean of user means" if p.weighting == "users"
-             else "pooled mean of all rows (users weighted by their counts)")
-    estimand = (f"{which}, each user mean clamped to the private stage-2 interval "
-                f"(intersected with [-{p.bound:g}, {p.bound:g}]); the interval covers the "
-                "noise only")
-    return CentralRelease(estimate=estimate, privacy=record, details=details,
-                          interval=interval, estimand=estimand)
+    estimand = (f"{WEIGHTINGS[p.weighting].estimand}, each user mean clamped to the private "
+                f"stage-2 interval (intersected with [-{p.bound:g}, {p.bound:g}]); the "
+                "interval covers the noise only")
+    return CentralRelease(estimate=float(est[0]) if one_d else tuple(map(float, est)),
+                          privacy=_record(p, n, d, T, tau_from, stage2, signs, s2.mode,
+                                          epsilon, delta, split),
+                          details=details, interval=interval, estimand=estimand)

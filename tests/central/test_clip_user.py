@@ -21,14 +21,9 @@ from uldp.collector.central.clip_user import (
     plan_from_occupancy,
     pseudo_user_cap,
 )
-from uldp.collector.central.subset_stats import (
-    Occupancy,
-    SubsetStatsParams,
-    grid_error,
-    kept_summary,
-    occupancy_from_rows,
-    subset_stats,
-)
+from uldp.collector.central.occupancy import Occupancy, kept_summary, occupancy_from_rows
+from uldp.collector.central.subset_params import SubsetStatsParams, grid_error
+from uldp.collector.central.subset_release import subset_stats
 
 PAPER = SubsetStatsParams(epsilon=1.0, upper=10.0, error_model="paper")
 

@@ -18,31 +18,35 @@ from uldp.client.randomness import RandomSource
 from uldp.collector.central.huber import (
     HLMParams,
     HLMRegimeWarning,
-    _huber_1d_exact,
-    _huber_irls,
     assumption3_gamma,
     grid_gaussian,
     grid_step_for,
     hlm_mean,
-    huber_minimize,
-    huber_objective,
     imbalanced_weights,
     theory_A,
     theory_T,
 )
-from uldp.collector.central.smooth_sensitivity import (
+from uldp.collector.central.huber_solver import (
+    _huber_1d_exact,
+    _huber_irls,
+    huber_minimize,
+    huber_objective,
+)
+from uldp.collector.central.outlier_counts import (
     balanced_1d_witness,
+    imbalanced_radii,
+    outlier_count_balanced_1d,
+    outlier_count_intervals_1d,
+    outlier_count_lattice,
+)
+from uldp.collector.central.smooth_sensitivity import (
     calibrated_alpha,
     g_balanced,
     g_imbalanced,
     h_imbalanced,
     hlm_constants,
     hockey_stick_worst,
-    imbalanced_radii,
     nrs_constants,
-    outlier_count_balanced_1d,
-    outlier_count_intervals_1d,
-    outlier_count_lattice,
     paper_constants,
     smooth_sensitivity_balanced,
     smooth_sensitivity_imbalanced,

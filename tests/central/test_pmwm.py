@@ -23,11 +23,6 @@ from uldp.client.randomness import RandomSource
 from uldp.collector.central.pmwm import (
     PMWMAccuracyWarning,
     PMWMParams,
-    default_i_max,
-    discrete_gaussian_vec,
-    geometric,
-    grid_point,
-    lower_quantile,
     mean_grid,
     mean_step,
     modified_winsorized_mean,
@@ -38,6 +33,13 @@ from uldp.collector.central.pmwm import (
     split_budget,
     theoretical_trimming_level,
     trimming_level,
+)
+from uldp.collector.central.quantile_walk import (
+    default_i_max,
+    discrete_gaussian_vec,
+    geometric,
+    grid_point,
+    lower_quantile,
     upper_quantile,
 )
 

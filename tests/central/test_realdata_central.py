@@ -18,7 +18,7 @@ import pytest
 from uldp.client.noise import discrete_laplace_variance, laplace_scale
 from uldp.client.randomness import RandomSource
 from uldp.collector import realdata
-from uldp.collector.central.user_mean import (
+from uldp.collector.central.mean_of_means import (
     DEFAULT_GRID_BITS,
     adaptive_user_mean_of_means,
 )

@@ -11,13 +11,15 @@ import pytest
 from uldp.client.randomness import RandomSource
 from uldp.collector.central.data import group_by_user
 from uldp.collector.central.pmwm import PMWMParams
-from uldp.collector.central.subsample_aggregate import (
+from uldp.collector.central.sa_statistics import (
     BUILTIN_STATISTICS,
+    random_intercept_lmm,
+    resolve_statistic,
+)
+from uldp.collector.central.subsample_aggregate import (
     SAParams,
     group_statistics,
     partition_users,
-    random_intercept_lmm,
-    resolve_statistic,
     subsample_and_aggregate,
 )
 

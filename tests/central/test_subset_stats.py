@@ -1,4 +1,4 @@
-"""Tests for uldp.collector.central.subset_stats (spec composition_suppression.md).
+"""Tests for uldp.collector.central.subset_release (spec composition_suppression.md).
 
 Checklist §7 items 1-3 and 7 live here (exact §2.9 vectors, brute-force sensitivities and
 biases, noise scales recomputed from public inputs), plus bad inputs, the noise pmf and an
@@ -19,22 +19,18 @@ from scipy import stats
 from uldp.client.noise import discrete_laplace_pmf, laplace_scale
 from uldp.client.randomness import RandomSource
 from uldp.collector.central.clip_user import plan_from_occupancy
-from uldp.collector.central.subset_stats import (
-    Occupancy,
-    SubsetStatsParams,
-    _effective_bits,
-    _error_scalar,
-    expected_abs_noise,
-    grid_error,
-    grid_error_arrays,
+from uldp.collector.central.occupancy import Occupancy, occupancy_from_rows
+from uldp.collector.central.subset_bounds import (
     mean_bias,
     mean_sensitivity,
-    noise_interval,
-    occupancy_from_rows,
-    subset_stats,
     var_bias,
     var_sensitivity,
 )
+from uldp.collector.central.subset_noise import effective_bits as _effective_bits
+from uldp.collector.central.subset_noise import expected_abs_noise, noise_interval
+from uldp.collector.central.subset_params import SubsetStatsParams, grid_error, grid_error_arrays
+from uldp.collector.central.subset_params import error_scalar as _error_scalar
+from uldp.collector.central.subset_release import subset_stats
 
 F = Fraction
 U = F(10)

@@ -1,4 +1,4 @@
-"""The simple and adaptive user-mean estimators (``uldp.collector.central.user_mean``).
+"""The simple and adaptive user-mean estimators (``uldp.collector.central.mean_of_means``).
 
 Privacy is checked two ways: each integer statistic's replace-one sensitivity (on random
 and extreme neighbours), and the exact likelihood ratio of a whole released transcript
@@ -15,12 +15,12 @@ import pytest
 
 from uldp.client.noise import discrete_laplace, discrete_laplace_pmf, laplace_scale
 from uldp.client.randomness import RandomSource
-from uldp.collector.central import user_mean as um
-from uldp.collector.central.user_mean import (
+from uldp.collector.central import mean_of_means as um
+from uldp.collector.central.intervals import dlap_abs_quantile
+from uldp.collector.central.mean_of_means import (
     AdaptiveParams,
     adaptive_user_mean,
     adaptive_user_mean_of_means,
-    dlap_abs_quantile,
     grid_sum,
     histogram,
     outside_count,

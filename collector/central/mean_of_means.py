@@ -1,5 +1,8 @@
 """The user-mean estimators: simple (public range) and adaptive (private range), pure ε-DP.
 
+See ``docs/central.md`` ("simple" and "adaptive"): the estimand, both mechanisms, their
+privacy and what the intervals cover, with the measurements on real data.
+
 Estimand of both: the **mean of user means** — each user's rows are averaged, the user
 mean is clamped to the public range ``[lo, hi]`` and the n clamped user means are
 averaged with equal weight. When every value lies in ``[lo, hi]`` (the public range is a
@@ -76,7 +79,6 @@ from typing import Any
 import numpy as np
 
 from uldp.client.noise import (
-    LaplaceScale,
     discrete_laplace,
     discrete_laplace_variance,
     laplace_scale,
@@ -84,6 +86,7 @@ from uldp.client.noise import (
 )
 from uldp.client.randomness import RandomSource, as_source
 from uldp.collector.central.data import group_by_user
+from uldp.collector.central.intervals import dlap_abs_quantile
 from uldp.collector.central.privacy import CentralRelease, PrivacyRecord
 
 __all__ = [
@@ -91,7 +94,6 @@ __all__ = [
     "AdaptiveParams",
     "adaptive_user_mean",
     "adaptive_user_mean_of_means",
-    "dlap_abs_quantile",
     "grid_sum",
     "histogram",
     "outside_count",
@@ -159,23 +161,6 @@ def histogram(y: np.ndarray, lo: float, hi: float, J: int) -> np.ndarray:
 def outside_count(y: np.ndarray, a: float, b: float) -> int:
     """``#{i: y_i < a or y_i > b}``: replace-one sensitivity 1."""
     return int(np.count_nonzero((y < a) | (y > b)))
-
-
-def dlap_abs_quantile(scale: LaplaceScale, alpha: float) -> int:
-    """Smallest integer k with ``P(|Z| > k) <= alpha`` for ``Z ~ DLap(t)``, ``t = scale``.
-
-    ``P(|Z| > k) = 2 q^{k+1}/(1 + q)``, ``q = e^{−1/t}``.
-    """
-    t = scale.num / scale.den
-    log_q = -1.0 / t
-    q = math.exp(log_q)
-    k = math.ceil(math.log(alpha * (1 + q) / 2) / log_q - 1)
-    k = max(k, 0)
-    while k > 0 and 2 * math.exp((k) * log_q) / (1 + q) <= alpha:  # k - 1 also works
-        k -= 1
-    while 2 * math.exp((k + 1) * log_q) / (1 + q) > alpha:
-        k += 1
-    return k
 
 
 # ---- the mean step -----------------------------------------------------------------------
@@ -333,6 +318,50 @@ def _candidate(noisy: np.ndarray, n: int, tau: float, lo: float, hi: float,
     return lo + h * a_j, (hi if b_j == J else lo + h * b_j)
 
 
+def _find_range(y: np.ndarray, eps: float, lo: float, hi: float, J: int, eps_h: float,
+                tau: float, p: AdaptiveParams, src: RandomSource, details: dict[str, Any],
+                ) -> tuple[tuple[float, float], float, dict[str, float]]:
+    """Steps 2–4: noisy histogram, candidate, outside check. Returns the chosen range, the
+    mean step's budget and the split; the noisy outputs go into ``details``."""
+    a, b = lo, hi
+    counts = histogram(y, lo, hi, J)
+    noisy = counts + discrete_laplace(laplace_scale(2, eps_h), J, src)
+    details["histogram_noisy"] = noisy.tolist()
+    cand = _candidate(noisy, y.size, tau, lo, hi, p)
+    details["candidate"] = cand
+    if cand is None:  # decided from the noisy histogram: the check is not needed
+        eps_o = 0.0
+    else:
+        eps_o = eps * p.share_check
+        out_noisy = outside_count(y, *cand) + int(
+            discrete_laplace(laplace_scale(1, eps_o), 1, src)[0])
+        limit = math.log(1 / (2 * (1 - p.check_pass))) / eps_o
+        details.update(outside_noisy=out_noisy, outside_limit=limit)
+        if out_noisy <= limit:
+            a, b = cand
+    eps_m = eps - eps_h - eps_o
+    split = {"histogram": eps_h / eps, "mean": eps_m / eps}
+    if eps_o:
+        split["outside_check"] = eps_o / eps
+    return (a, b), eps_m, split
+
+
+def _adaptive_record(eps: float, split: dict[str, float], n: int, lo: float, hi: float,
+                     K: int, J: int, p: AdaptiveParams, use_finder: bool) -> PrivacyRecord:
+    return PrivacyRecord(
+        mechanism="user-mean-adaptive" if use_finder else "user-mean-laplace",
+        mode="pure", epsilon=eps, split=split,
+        public={"n_users": n, "lo": lo, "hi": hi, "grid_units": K, "bins": J,
+                "shares": [p.share_hist, p.share_check] if use_finder else [],
+                "range_finder": use_finder},
+        notes=("noisy histogram of user means (L1 sensitivity 2) -> candidate range; noisy "
+               "count outside it (sensitivity 1); mean of user means clamped to the chosen "
+               "range + discrete Laplace; basic composition; n public (replace-one-user)"
+               if use_finder else
+               "range finder skipped (public gate: tau > gate*n); simple estimator with the "
+               "whole budget"))
+
+
 def adaptive_user_mean_of_means(means: Any, *, epsilon: float, lo: float, hi: float,
                                 alpha: float = 0.05, grid_bits: int = DEFAULT_GRID_BITS,
                                 params: AdaptiveParams | None = None,
@@ -349,54 +378,23 @@ def adaptive_user_mean_of_means(means: Any, *, epsilon: float, lo: float, hi: fl
     J, eps_h, tau, use_finder = _plan(n, eps, p)
     details: dict[str, Any] = {"n_users": n, "bins": J, "detect_threshold": tau,
                                "range_finder": use_finder, "coverage": 1 - alpha}
-    a, b = lo, hi
     if use_finder:
-        counts = histogram(y, lo, hi, J)
-        noisy = counts + discrete_laplace(laplace_scale(2, eps_h), J, src)
-        details["histogram_noisy"] = noisy.tolist()
-        cand = _candidate(noisy, n, tau, lo, hi, p)
-        details["candidate"] = cand
-        if cand is None:  # decided from the noisy histogram: the check is not needed
-            eps_o = 0.0
-        else:
-            eps_o = eps * p.share_check
-            out_noisy = outside_count(y, *cand) + int(
-                discrete_laplace(laplace_scale(1, eps_o), 1, src)[0])
-            limit = math.log(1 / (2 * (1 - p.check_pass))) / eps_o
-            details.update(outside_noisy=out_noisy, outside_limit=limit)
-            if out_noisy <= limit:
-                a, b = cand
-        eps_m = eps - eps_h - eps_o
-        split = {"histogram": eps_h / eps, "mean": eps_m / eps}
-        if eps_o:
-            split["outside_check"] = eps_o / eps
+        (a, b), eps_m, split = _find_range(y, eps, lo, hi, J, eps_h, tau, p, src, details)
     else:
-        eps_m = eps
-        split = {"mean": 1.0}
+        (a, b), eps_m, split = (lo, hi), eps, {"mean": 1.0}
     step = _mean_step(y, a, b, eps_m, K, alpha, src)
     est, ci = _finish(step["raw"], step["half_width"], lo, hi)
     details.update(range=(a, b), narrowed=(a, b) != (lo, hi), noise_sd=step["noise_sd"],
                    noisy_grid_sum=step["noisy_grid_sum"],
                    noise_scale_grid_units=step["scale_grid_units"])
-    record = PrivacyRecord(
-        mechanism="user-mean-adaptive" if use_finder else "user-mean-laplace",
-        mode="pure", epsilon=eps, split=split,
-        public={"n_users": n, "lo": lo, "hi": hi, "grid_units": K, "bins": J,
-                "shares": [p.share_hist, p.share_check] if use_finder else [],
-                "range_finder": use_finder},
-        notes=("noisy histogram of user means (L1 sensitivity 2) -> candidate range; noisy "
-               "count outside it (sensitivity 1); mean of user means clamped to the chosen "
-               "range + discrete Laplace; basic composition; n public (replace-one-user)"
-               if use_finder else
-               "range finder skipped (public gate: tau > gate*n); simple estimator with the "
-               "whole budget"))
     estimand = ESTIMAND.format(lo=lo, hi=hi)
     if (a, b) != (lo, hi):
         estimand += (f"; the interval assumes every user mean lies in the private range "
                      f"[{a:g}, {b:g}] (otherwise it covers the mean of user means clamped "
                      "to that range)")
-    return CentralRelease(estimate=est, privacy=record, details=details, interval=ci,
-                          estimand=estimand)
+    return CentralRelease(estimate=est,
+                          privacy=_adaptive_record(eps, split, n, lo, hi, K, J, p, use_finder),
+                          details=details, interval=ci, estimand=estimand)
 
 
 def adaptive_user_mean(user_ids: Any, values: Any, *, epsilon: float, lo: float, hi: float,
