@@ -41,7 +41,7 @@ def wait_for_phase(analyst: Any, query_id: str, phase: int, timeout_s: float = 1
 def test_sgd_over_grpc_with_restart(start_collector, tmp_path) -> None:
     c = start_collector()
     a = c.analyst()
-    cfg = SGDConfig(model="quadratic", epsilon=32.0, clip=1.0, t0=3, seed=4)
+    cfg = SGDConfig(model="quadratic", epsilon=32.0, clip=1.0, t0=3, seed=4, method="two-stage")
     spec = sgd_query(cfg, N, M, D, query_id="sgd-grpc")
     q = a.create(QueryRequest(kind="sgd", method="two-stage", epsilon=32.0, dataset="pts",
                               users=N, samples=M,
