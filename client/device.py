@@ -1,7 +1,7 @@
 """The client SDK entry point: a :class:`Device` that enrolls, fetches tasks, checks them
 against its own rules, privatizes on the device and reports exactly once per query.
 
-Spec: ``user_level_ldp.md`` §1.3 (INV-1 single participation, INV-4 budget, INV-7 the
+Sections of ``docs/algorithms.md``: §1.3 (INV-1 single participation, INV-4 budget, INV-7 the
 device derives clip interval and noise scale itself), §2.2 (round template), [D22];
 ``docs/privacy.md`` (totality, the ledger, randomness).
 

@@ -1,6 +1,6 @@
 """Sylvester–Hadamard matrices and the fast Walsh–Hadamard transform.
 
-Spec: /work/shared/spec/user_level_ldp.md §3.5 (Hadamard matrices), §6.2 (ℓ1 support via
+Spec: ``docs/algorithms.md`` §3.5 (Hadamard matrices), §6.2 (ℓ1 support via
 Hadamard), §6.3 (discrete distributions), decision [D15] (zero-pad to the next power of two,
 Sylvester ordering).
 

@@ -1,6 +1,6 @@
 """Kashin representations: public tight frames and Lyubarskii–Vershynin coefficients.
 
-Spec: /work/shared/spec/user_level_ldp.md §3.6 (Kashin representation), §3.5 (Hadamard),
+Spec: ``docs/algorithms.md`` §3.6 (Kashin representation), §3.5 (Hadamard),
 §6.1 (ℓ2 support via Kashin, error formula with the row norms ‖u_c‖²), decisions [D8] (the
 *nonlinear* per-sample coefficient map, never the linear map ``U x``), [D9] (λ = 2, Gaussian-QR
 frame or random partial Hadamard frame for large d, δ = 0.5, max_iter = 100, tol (see the

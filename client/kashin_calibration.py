@@ -1,6 +1,6 @@
 """Calibration of a Kashin frame's level: the largest observed ``√N ‖a(x)‖∞ / ‖x‖₂``.
 
-See ``docs/algorithms.md`` ("Kashin"). Spec: ``user_level_ldp.md`` [D9] (public level
+See ``docs/algorithms.md`` ("Kashin"). Sections of ``docs/algorithms.md``: [D9] (public level
 ``K_LV = 4`` with a calibration warning), acceptance test S6 (§13.3). The frames and the
 coefficient map are in ``uldp.client.kashin``.
 """

@@ -1,6 +1,6 @@
 """Float-safe discrete noise on a public fixed-point grid (DESIGN invariant 2).
 
-Spec: ``user_level_ldp.md`` uses Laplace noise throughout (§3.1). uldp replaces every
+Sections of ``docs/algorithms.md``: uses Laplace noise throughout (§3.1). uldp replaces every
 continuous Laplace draw by its discrete counterpart on an integer grid:
 
 * the device maps its clamped statistic to grid units and rounds it *unbiasedly* to an

@@ -1,6 +1,6 @@
 """Public parameters of one Algorithm-1 instance (one scalar *component*) and its binning.
 
-Spec: ``user_level_ldp.md`` §3.2 (binning), §3.3 (components), §4.2 (bounded parameters),
+Sections of ``docs/algorithms.md``: §3.2 (binning), §3.3 (components), §4.2 (bounded parameters),
 §4.6 (heavy-tailed parameters), decisions [D3], [D5], [D6], [D22], [D24], and §2.4/[D12]
 (``k̂ = 0`` is the full-support fallback).
 

@@ -1,6 +1,6 @@
 """Privacy-adaptive grouping of scalar components (Algorithm 2's regimes).
 
-Spec: ``user_level_ldp.md`` §5.2 (regimes), §5.4 (privacy), §9.3/§10.3 (same machinery
+Sections of ``docs/algorithms.md``: §5.2 (regimes), §5.4 (privacy), §9.3/§10.3 (same machinery
 with ``K_H`` / ``2K_H`` components), decisions [D7] and [D11].
 
 Given ``C`` components, a user-level budget ε and ``n`` users in the invocation:

@@ -1,7 +1,7 @@
 """Tasks: checking a public task, and the device function that computes its report.
 
 See ``docs/device-protocol.md`` (task schema, refusal rules, report layouts) and
-``docs/privacy.md`` (totality). Spec: ``user_level_ldp.md`` §2.2–2.3 (round template,
+``docs/privacy.md`` (totality). Sections of ``docs/algorithms.md``: §2.2–2.3 (round template,
 messages), §1.3 INV-1…INV-7, §4.3/§5.3 (client steps), §12 (baselines and SSL), [D10].
 
 * :func:`validate_task` refuses (:class:`TaskRefused`) every task whose public parameters

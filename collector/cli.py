@@ -14,6 +14,7 @@ import math
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -86,6 +87,9 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                      "kinds; default: the data's minimum, fine for a check, never for a "
                      "deployment)")
     own.add_argument("--hi", type=float, help="public upper end of a value's range")
+    own.add_argument("--compare", action="store_true",
+                     help="run every method (--reps times each, fresh noise) and print "
+                          "their RMSE, predicted RMSE and interval coverage side by side")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: only on a terminal)")
     p.set_defaults(func=_cmd_simulate)
@@ -127,9 +131,11 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
     if args.kind == "regress":
         extra["label_bound"] = 1.0
     dim = len(data.categories) if args.kind == "distribution" else None
-    res = run_users(args.kind, data, epsilon=args.epsilon, lo=lo, hi=hi, method=args.method,
-                    samples=args.samples if args.samples != 100 else None, dim=dim,
-                    seed=args.seed, extra=extra)
+    common = dict(epsilon=args.epsilon, lo=lo, hi=hi, dim=dim, seed=args.seed, extra=extra,
+                  samples=args.samples if args.samples != 100 else None, reps=args.reps)
+    if args.compare:
+        return _print_comparison(args, data, common, note)
+    res = run_users(args.kind, data, method=args.method, **common)  # type: ignore[arg-type]
     if args.json:
         print(json.dumps(res.to_dict()))
         return 0
@@ -143,8 +149,41 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
     for j in range(min(len(res.truth), 16)):
         print(f"{labels[j][:12]:>12} {e.values[j]:>11.5f} {res.truth[j]:>11.5f}    "
               f"[{e.ci_low[j]:>10.5f}, {e.ci_high[j]:>10.5f}]")
-    print(f"error (l2) {res.error:.5f}; predicted RMSE {math.sqrt(res.predicted_mse or 0):.5f}; "
-          f"{int(res.covered.sum())}/{res.covered.size} intervals hold the truth")
+    pred = math.sqrt(res.predicted_mse or 0)
+    if res.reps > 1:
+        print(f"over {res.reps} reps: RMSE (l2) {res.rmse:.5f}; predicted RMSE {pred:.5f}; "
+              f"{100 * res.coverage:.1f}% of the intervals hold the truth (last rep shown)")
+    else:
+        print(f"error (l2) {res.error:.5f}; predicted RMSE {pred:.5f}; "
+              f"{int(res.covered.sum())}/{res.covered.size} intervals hold the truth")
+    return 0
+
+
+#: what ``--compare`` runs (the learning kinds run their one program: no comparison)
+COMPARED = ("auto", "two-stage", "two-stage-paper", "ssl", "baseline-b", "baseline-a")
+
+
+def _print_comparison(args: argparse.Namespace, data: Any, common: dict[str, Any],
+                      note: str) -> int:
+    from uldp.collector.own_data import run_users
+
+    if args.kind not in SIM_KINDS:
+        raise ValueError(f"--compare: kind {args.kind} has one method; drop --compare")
+    runs = [run_users(args.kind, data, method=m, **common) for m in COMPARED]
+    if args.json:
+        print(json.dumps([r.to_dict() for r in runs]))
+        return 0
+    r0 = runs[0]
+    print(f"{r0.kind} over {r0.users} users of {args.data} (m_ref={r0.m_ref}, "
+          f"epsilon={r0.epsilon:g}), {r0.reps} rep(s) per method{note}")
+    print(f"{'method':<16} {'runs as':<16} {'RMSE':>10} {'predicted':>10} {'coverage':>9}")
+    for name, r in zip(COMPARED, runs):
+        pred = math.sqrt(r.predicted_mse) if r.predicted_mse is not None else math.nan
+        print(f"{name:<16} {r.method:<16} {r.rmse:>10.5f} {pred:>10.5f} "
+              f"{100 * r.coverage:>8.1f}%")
+    print("RMSE: root mean squared l2 error over the reps; predicted: the error formula "
+          "(docs/algorithms.md, \"Predicted error\"); coverage: share of the 95% intervals "
+          "holding the truth")
     return 0
 
 

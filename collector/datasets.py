@@ -1,6 +1,6 @@
 """Synthetic local datasets with a known truth, for simulations, fleets and tests.
 
-Spec: ``user_level_ldp.md`` §13.2–13.3 (test distributions: Bernoulli ±D, uniform, heavy
+Sections of ``docs/algorithms.md``: §13.2–13.3 (test distributions: Bernoulli ±D, uniform, heavy
 tails with finite p-th moment, hard instances of §5.5/§6.4, Zipf for distributions).
 
 ``make_fleet_data(kind, dist, ...)`` returns a :class:`FleetData` with a ``draw(users)``

@@ -66,11 +66,19 @@ class UserDataRun:
     estimand: str
     range: tuple[float, float] | None
     auto: dict[str, Any] | None = None
+    reps: int = 1
+    sq_errors: list[float] = field(default_factory=list)  # ‖estimate − truth‖² per rep
+    coverage: float = math.nan  # share of the reps' coordinate intervals holding the truth
 
     @property
     def error(self) -> float:
-        """ℓ2 distance of the estimate from the truth."""
+        """ℓ2 distance of the (last rep's) estimate from the truth."""
         return float(np.linalg.norm(self.estimate.values - self.truth))
+
+    @property
+    def rmse(self) -> float:
+        """Root of the mean over reps of the squared ℓ2 error."""
+        return math.sqrt(float(np.mean(self.sq_errors))) if self.sq_errors else self.error
 
     @property
     def covered(self) -> np.ndarray:
@@ -84,7 +92,8 @@ class UserDataRun:
                 "ci_low": e.ci_low.tolist(), "ci_high": e.ci_high.tolist(),
                 "std_error": e.std_error.tolist(), "error": self.error,
                 "covered": self.covered.tolist(), "predicted_mse": self.predicted_mse,
-                "range": list(self.range) if self.range else None, "auto": self.auto}
+                "range": list(self.range) if self.range else None, "auto": self.auto,
+                "reps": self.reps, "rmse": self.rmse, "coverage": self.coverage}
 
 
 def _estimand(kind: str) -> str:
@@ -123,9 +132,13 @@ def _exact(plan: Any, source: PaddedUsers, n: int
 def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = None,
               hi: float | None = None, method: str = "auto", samples: int | None = None,
               dim: int | None = None, seed: int = 0, extra: dict[str, Any] | None = None,
-              ) -> UserDataRun:
+              reps: int = 1) -> UserDataRun:
     """Run ``kind`` over the users of ``data`` (module docstring); ``samples`` is the
-    public reference count m_ref (default: the median count)."""
+    public reference count m_ref (default: the median count). With ``reps`` > 1 the
+    query runs that many times with fresh noise (seeds ``seed``, ``seed + 1``, ...) and
+    the result carries the RMSE and the interval coverage over the reps."""
+    if reps < 1:
+        raise ValueError("reps must be at least 1")
     n = len(data.values)
     if n < 2:
         raise ValueError("need at least 2 users")
@@ -145,17 +158,24 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plan = compile_query(spec)
-        est = run_spec(spec, users, None, RandomSource.seeded(f"own-data:{seed}"))
+        runs = [run_spec(spec, users, None, RandomSource.seeded(f"own-data:{seed + r}"))
+                for r in range(reps)]
     theta, stat_var, sample_var = _exact(plan, users, n)
     T = plan.kind.transform(plan.template, plan.n_components)
-    truth = theta if T is None else T @ theta
-    predicted = plan.predicted_mse(sample_var, stat_var)
-    if centre:
-        est = Estimate(est.values + centre, est.std_error, est.ci_low + centre,
-                       est.ci_high + centre, est.level, est.counts, est.extra)
-        truth = truth + centre
-    return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, est, np.asarray(truth),
-                       predicted, _estimand(kind), rng_, plan._cache.get("auto"))
+    truth = np.asarray(theta if T is None else T @ theta) + centre
+    runs = [_shift(e, centre) for e in runs]
+    sq = [float(np.sum((e.values - truth) ** 2)) for e in runs]
+    cover = float(np.mean([e.covers(truth) for e in runs]))
+    return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, runs[-1], truth,
+                       plan.predicted_mse(sample_var, stat_var), _estimand(kind), rng_,
+                       plan._cache.get("auto"), reps, sq, cover)
+
+
+def _shift(est: Estimate, centre: float) -> Estimate:
+    if not centre:
+        return est
+    return Estimate(est.values + centre, est.std_error, est.ci_low + centre,
+                    est.ci_high + centre, est.level, est.counts, est.extra)
 
 
 def read_user_csv(path: str | Path, user_col: str, value_cols: Sequence[str], *,

@@ -1,6 +1,6 @@
 """Query compiler: one MeanEst invocation, from a query to groups, stages and tasks.
 
-See ``docs/architecture.md`` and ``docs/algorithms.md``. Spec: ``user_level_ldp.md`` §2.2
+See ``docs/architecture.md`` and ``docs/algorithms.md``. Sections of ``docs/algorithms.md``: §2.2
 (round template), §3.7 (random balanced partition), §4.2/§4.6 (Algorithm-1 parameters),
 §5.2–5.3 (regimes and grouping), §12 (baselines and SSL), [D1], [D2], [D5], [D7], [D11],
 [D12].

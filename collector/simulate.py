@@ -1,6 +1,6 @@
 """In-process fleet simulation of a whole query (``uldp simulate``).
 
-See ``docs/architecture.md``. Spec: ``user_level_ldp.md`` §2.2 (rounds), §13 (validation
+See ``docs/architecture.md``. Sections of ``docs/algorithms.md``: §2.2 (rounds), §13 (validation
 plan). The simulation runs the production code: the query's program
 (``uldp.collector.programs``) through the one simulation driver, the device function
 ``uldp.client.tasks.compute_reports`` over every group's users in vectorized chunks, and

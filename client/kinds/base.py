@@ -1,7 +1,7 @@
 """Query kinds, device half: what statistic of a local dataset a task privatizes.
 
 See ``docs/algorithms.md`` ("Kinds") and ``docs/privacy.md`` (sanitizing rules). Spec:
-``user_level_ldp.md`` §3.3 (components), [D10] (unequal m), [D21] (support enforcement).
+``docs/algorithms.md`` §3.3 (components), [D10] (unequal m), [D21] (support enforcement).
 
 A :class:`Kind` knows how many scalar components it has and how to turn a batch of local
 datasets (users × samples × ...) with a validity mask into the matrix of user statistics

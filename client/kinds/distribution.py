@@ -1,6 +1,6 @@
 """Discrete distributions over ``{0, …, A-1}`` via Hadamard coefficients.
 
-See ``docs/algorithms.md`` ("Kinds"). Spec: ``user_level_ldp.md`` §6.3. A user's statistic
+See ``docs/algorithms.md`` ("Kinds"). Sections of ``docs/algorithms.md``: §6.3. A user's statistic
 is the Hadamard transform of its category frequencies; samples that are not integers in
 ``[0, A)`` are missing (``docs/privacy.md``, sanitizing rules).
 """

@@ -1,7 +1,7 @@
 """Learning kinds, device half: per-sample gradients (sgd), grid/Hadamard features
 (classify, regress). See ``docs/algorithms.md`` ("Learning").
 
-Spec: ``user_level_ldp.md`` §8 (Algorithm 3, SGD: per-sample gradients at the broadcast
+Sections of ``docs/algorithms.md``: §8 (Algorithm 3, SGD: per-sample gradients at the broadcast
 θ_t, clipped to norm D, Kashin coefficients per sample, [D8], [D14]), §9 (Algorithm 4,
 classification: ``K_H`` components ``Y·H_{k,bin(X)}``, [D15], [D16]), §10 (Algorithm 5,
 regression: ``2K_H`` components, ``Q`` with bound ``T_y`` and ``P`` with bound 1, [D18]),

@@ -1,6 +1,6 @@
 """Mean kinds: 1-d mean, ℓ∞, ℓ2 (Kashin) and ℓ1 (Hadamard) means of vectors.
 
-See ``docs/algorithms.md`` ("Kinds"). Spec: ``user_level_ldp.md`` §4.1/§4.6 (1-d mean,
+See ``docs/algorithms.md`` ("Kinds"). Sections of ``docs/algorithms.md``: §4.1/§4.6 (1-d mean,
 bounded and heavy tails), §5.1 (ℓ∞ coordinates), §6.1 (ℓ2 via Kashin coefficients, per
 sample, [D8]), §6.2 (ℓ1 via Hadamard), §7 (multi-d heavy tails), [D21] (support).
 """

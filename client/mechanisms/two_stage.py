@@ -1,6 +1,6 @@
 """Device half of Algorithm 1 (two-stage mean), batch form over users.
 
-Spec: ``user_level_ldp.md`` §4.3 (rounds 1 and 2, client steps 1–3 and 7–8), §4.4 (privacy),
+Sections of ``docs/algorithms.md``: §4.3 (rounds 1 and 2, client steps 1–3 and 7–8), §4.4 (privacy),
 §5.3 (several components per user), §12 (single-stage Laplace, SSL), [D3], [D12], [D22].
 The collector half is ``uldp.collector.estimators.two_stage``.
 

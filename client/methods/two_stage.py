@@ -1,6 +1,6 @@
 """Algorithm 1 (two-stage mean), device half of the method: stage-I bins, stage-II values.
 
-See ``docs/algorithms.md`` ("Two-stage"). Spec: ``user_level_ldp.md`` §4.3 (client steps
+See ``docs/algorithms.md`` ("Two-stage"). Sections of ``docs/algorithms.md``: §4.3 (client steps
 1–3 and 7–8), §5.3 ([D23]: all served components in one message). The mechanism and its
 privacy argument are in ``uldp.client.mechanisms.two_stage``; the collector half is
 ``uldp.collector.methods.two_stage``.

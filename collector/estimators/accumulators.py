@@ -2,7 +2,7 @@
 
 See ``docs/algorithms.md``. The device half is ``uldp.client.mechanisms.two_stage``; the
 methods (``uldp.collector.methods``) build one accumulator per task. Spec:
-``user_level_ldp.md`` §4.3 (collector steps 4–6 and 9), §4.5 (variance formula),
+``docs/algorithms.md`` §4.3 (collector steps 4–6 and 9), §4.5 (variance formula),
 §5.3 (per-component arg max), §2.4/[D12] (dropouts: ``k̂ = 0`` fallback, estimate 0),
 [D4] (ties: smallest index). The device half is ``uldp.client.mechanisms.two_stage``.
 

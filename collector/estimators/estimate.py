@@ -1,6 +1,6 @@
 """The estimate a query returns: values with standard errors and confidence intervals.
 
-Spec: ``user_level_ldp.md`` §4.5 (variance of the two-stage mean), §5.5 / §6.1 (sums of
+Sections of ``docs/algorithms.md``: §4.5 (variance of the two-stage mean), §5.5 / §6.1 (sums of
 per-component variances through the output transform). Component estimates ``θ̂`` come
 with per-group covariance blocks; an output ``μ̂ = T θ̂`` gets
 ``Var μ̂_j = Σ_g T[j, g] Cov_g T[j, g]ᵀ`` (groups are disjoint users, hence independent).

@@ -1,6 +1,6 @@
 """Algorithm 4: nonparametric classification on a grid with Hadamard features.
 
-Spec: ``user_level_ldp.md`` §9.2 (grid, ``K_H``, targets ``Q = H q``), §9.3 (protocol: a
+Sections of ``docs/algorithms.md``: §9.2 (grid, ``K_H``, targets ``Q = H q``), §9.3 (protocol: a
 ``K_H``-dimensional MeanEst with bound 1, ``N_Δ = K_H n``; ``q̂ = H Q̂ / K_H`` by fast WHT;
 ``Ŷ(x) = sign(q̂_{bin(x)})``, ``sign(0) = +1``), §9.4 (bin side and the regime
 circularity, resolved by :func:`choose_grid`), [D15], [D16], [D17], §12 (baselines: the

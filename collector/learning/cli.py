@@ -1,6 +1,6 @@
 """``uldp simulate sgd|classify|regress``: a learning query in-process over a synthetic fleet.
 
-Spec: ``user_level_ldp.md`` §8 (SGD), §9 (classification), §10 (regression), §13.3 S9/S10
+Sections of ``docs/algorithms.md``: §8 (SGD), §9 (classification), §10 (regression), §13.3 S9/S10
 (the synthetic problems). Dispatched from ``uldp.collector.cli`` with its ``simulate``
 arguments; ``--dist`` selects the problem:
 

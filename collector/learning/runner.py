@@ -1,6 +1,6 @@
 """In-process run of one MeanEst invocation over users that hold labelled local datasets.
 
-Spec: ``user_level_ldp.md`` §2.2 (round template), §3.7 (assignment), §8.3/§9.3/§10.3
+Sections of ``docs/algorithms.md``: §2.2 (round template), §3.7 (assignment), §8.3/§9.3/§10.3
 (each learning query is one or several MeanEst invocations), [D10] (unequal ``m_i``).
 
 A :class:`UserSource` hands out the local datasets of given users (real per-user data of

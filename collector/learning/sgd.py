@@ -1,6 +1,6 @@
 """Algorithm 3: private SGD with one fresh group of users per step.
 
-Spec: ``user_level_ldp.md`` §8.2 (parameters), §8.3 (protocol), §8.4 (privacy), §8.5
+Sections of ``docs/algorithms.md``: §8.2 (parameters), §8.3 (protocol), §8.4 (privacy), §8.5
 (Theorem 8), [D13] (``t0`` default and cap), [D14] (ℓ2/Kashin gradient mean, per-sample
 clipping to norm ``D``, ``η = 1/G``, optional projection), §15 erratum 3.
 

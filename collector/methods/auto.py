@@ -1,7 +1,7 @@
 """``method=auto``: the method and grouping chosen from public parameters by the explicit
 error bound, with stage-I information deciding the rest.
 
-See ``docs/algorithms.md`` ("Choosing a method"). Spec: ``user_level_ldp.md`` §4.5 (the
+See ``docs/algorithms.md`` ("Choosing a method"). Sections of ``docs/algorithms.md``: §4.5 (the
 two-stage variance formula), §5.2–5.3 (grouping), §12 (SSL).
 
 At compile time (public values only, so every replica and every restart resolves the

@@ -1,6 +1,6 @@
 """Baseline A (item-level reports of ``m_ref`` samples at ε/m), collector half.
 
-See ``docs/algorithms.md`` ("Baselines"). Spec: ``user_level_ldp.md`` §12, Proposition 1.1
+See ``docs/algorithms.md`` ("Baselines"). Sections of ``docs/algorithms.md``: §12, Proposition 1.1
 (group privacy). The device half is ``uldp.client.methods.baselines``; both read the report
 layout from :func:`uldp.client.methods.baselines.slot_layout`, its one definition.
 

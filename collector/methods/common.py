@@ -1,7 +1,7 @@
 """Shared pieces of the collector halves: the estimate from per-group value accumulators,
 and the variance of one grid-encoded report.
 
-See ``docs/algorithms.md`` ("Estimates"). Spec: ``user_level_ldp.md`` §4.5 (variance
+See ``docs/algorithms.md`` ("Estimates"). Sections of ``docs/algorithms.md``: §4.5 (variance
 formula), §5.5 / §6.1 (per-component variances through the output transform), [D12].
 """
 

@@ -1,6 +1,6 @@
 """Stage-II intervals from the stage-I histogram, with honest bias bounds.
 
-See ``docs/algorithms.md`` ("Adaptive two-stage"). Spec: ``user_level_ldp.md`` §4.3 step 5
+See ``docs/algorithms.md`` ("Adaptive two-stage"). Sections of ``docs/algorithms.md``: §4.3 step 5
 (the paper's interval ``[L - Δ, R + Δ]`` around ``k̂``), §4.5 (its bias given success).
 
 Stage II clamps every user statistic ``Y`` to ``[a, b]`` and estimates ``E clamp(Y, a, b)``.

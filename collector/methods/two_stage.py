@@ -1,6 +1,6 @@
 """Algorithm 1 (two-stage mean), collector half, and SSL / baseline B (single stage).
 
-See ``docs/algorithms.md`` ("Two-stage"). Spec: ``user_level_ldp.md`` §4.3 (collector
+See ``docs/algorithms.md`` ("Two-stage"). Sections of ``docs/algorithms.md``: §4.3 (collector
 steps 4–6 and 9), §4.5 (variance), §5.3 (per-component arg max), §12 (SSL, baseline B),
 §2.4/[D12] (dropouts: ``k̂ = 0`` fallback), [D22]. The device half is
 ``uldp.client.methods.two_stage``.

@@ -1,6 +1,6 @@
 """The phase protocol every query kind and method is run through.
 
-See ``docs/architecture.md`` ("Programs"). Spec: ``user_level_ldp.md`` §2.2 (round
+See ``docs/architecture.md`` ("Programs"). Sections of ``docs/algorithms.md``: §2.2 (round
 template), §3.7 (assignment before data use, INV-3), §8.3 (SGD steps).
 
 A *program* is a query as numbered phases 1..``num_phases``: every enrolment slot is

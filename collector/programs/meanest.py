@@ -1,6 +1,6 @@
 """One MeanEst invocation as a program: the plan's stages are the phases.
 
-See ``docs/architecture.md`` ("Programs"). Spec: ``user_level_ldp.md`` §2.2, §4.3.
+See ``docs/architecture.md`` ("Programs"). Sections of ``docs/algorithms.md``: §2.2, §4.3.
 Phase ``p`` runs stage ``plan.phases[p-1]`` of every group (two-stage: stage I then stage
 II; single-stage methods: one phase). Closing a non-final phase publishes what the next
 needs (``k̂`` and the stage-II intervals per group); closing the last publishes the

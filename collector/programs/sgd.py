@@ -1,6 +1,6 @@
 """Algorithm 3 (private SGD) as a program: ``2·t0`` phases, one MeanEst step per pair.
 
-See ``docs/algorithms.md`` ("SGD"). Spec: ``user_level_ldp.md`` §8.3 (protocol), §8.4
+See ``docs/algorithms.md`` ("SGD"). Sections of ``docs/algorithms.md``: §8.3 (protocol), §8.4
 (privacy), [D13] (``t0`` fixed at creation), [D14]. The SGD configuration and its math are
 in ``uldp.collector.learning.sgd``.
 

@@ -1,6 +1,6 @@
 """The phase closer: the service's driver loop over every query's program.
 
-See ``docs/architecture.md`` ("Programs", "Service"). Spec: ``user_level_ldp.md`` §2.2
+See ``docs/architecture.md`` ("Programs", "Service"). Sections of ``docs/algorithms.md``: §2.2
 (round template), §2.4 / [D12] (a phase closes at its deadline with the reports received).
 A background ticker closes due phases (quota in, or deadline passed). Closing one is the
 same step for every kind and method: claim the phase (``Database.begin_close``, a

@@ -12,7 +12,7 @@ together and is what the servicers call:
 * :class:`~uldp.collector.service.closer.PhaseCloser` — the driver loop that closes
   phases through each query's program.
 
-Spec: ``user_level_ldp.md`` §2.2 (round template), §3.7 / [D1] [D2], §2.4 / [D12], [D23].
+Sections of ``docs/algorithms.md``: §2.2 (round template), §3.7 / [D1] [D2], §2.4 / [D12], [D23].
 """
 
 from __future__ import annotations

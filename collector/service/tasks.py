@@ -1,7 +1,7 @@
 """The task server: assigning devices to slots and handing them their public tasks.
 
 See ``docs/architecture.md`` ("Service") and ``proto/uldp/v1/device.proto``. Spec:
-``user_level_ldp.md`` §2.2, §3.7 / [D1] [D2] (random balanced assignment drawn before data
+``docs/algorithms.md`` §2.2, §3.7 / [D1] [D2] (random balanced assignment drawn before data
 use). Devices take *slots* 0, 1, 2, ... in check-in order; the query's program places a
 slot in (group, stage, phase) through the permutation drawn from the query's public seed.
 The slot counter, the assignment and its unique keys live in the database, so the same
