@@ -177,7 +177,7 @@ def _print_comparison(args: argparse.Namespace, data: Any, common: dict[str, Any
     print(f"{r0.kind} over {r0.users} users of {args.data} (m_ref={r0.m_ref}, "
           f"epsilon={r0.epsilon:g}), {r0.reps} rep(s) per method{note}")
     print(f"{'method':<16} {'runs as':<16} {'RMSE':>10} {'predicted':>10} {'coverage':>9}")
-    for name, r in zip(COMPARED, runs):
+    for name, r in zip(COMPARED, runs, strict=True):
         pred = math.sqrt(r.predicted_mse) if r.predicted_mse is not None else math.nan
         print(f"{name:<16} {r.method:<16} {r.rmse:>10.5f} {pred:>10.5f} "
               f"{100 * r.coverage:>8.1f}%")

@@ -145,14 +145,16 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     counts = data.counts
     m_ref = int(samples or max(int(np.median(counts)), 1))
     arrays = [np.asarray(v, dtype=np.float64) for v in data.values]
-    d = dim or (arrays[0].shape[1] if arrays[0].ndim == 2 else 1)
+    shaped = next((a for a in arrays if a.size), arrays[0])
+    d = dim or (shaped.shape[1] if shaped.ndim == 2 else 1)
+    width = shaped.shape[1] if shaped.ndim == 2 else 1  # columns per row (not the alphabet)
     centre, bound, rng_ = 0.0, 1.0, None
     if kind in CENTRED:
         if lo is None or hi is None or not hi > lo:
             raise ValueError("mean kinds need the public range of a value: lo < hi")
         centre, bound, rng_ = (lo + hi) / 2, (hi - lo) / 2, (lo, hi)
         arrays = [a - centre for a in arrays]
-    users = PaddedUsers([a.reshape(len(a), -1) for a in arrays], data.labels)
+    users = PaddedUsers([a.reshape(len(a), width) for a in arrays], data.labels)
     spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, bound=bound,
                      method=method, seed=seed, query_id="own-data", extra=dict(extra or {}))
     with warnings.catch_warnings():
