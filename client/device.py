@@ -12,13 +12,13 @@ Usage (an app)::
     dev.add_dataset("steps", samples=np.array([...]))   # any values: NaN, empty, huge
     result = dev.poll()          # enroll if needed, run every task available now
 
-**Totality (DESIGN invariant 6).** Whether the device reports, and how many messages it
-sends, depend only on public facts: the task, the device's ledger and what the app
+**Totality (invariant 6, docs/architecture.md).** Whether the device reports, and how many
+messages it sends, depend only on public facts: the task, the device's ledger and what the app
 declared when it registered the dataset (name, dimension, kind of values, labels). The
 checks before a task is accepted look at nothing else (refusals are
 :class:`TaskRefused`): the task parses and names a known kind and method
-(``uldp.client.tasks.validate_task`` — public parameters consistent, k̂ inside the bin
-range, ε share ≤ the query budget, sizes within the device limits), the digest matches
+(``uldp.client.tasks.validate_task`` — public parameters consistent, bins and intervals inside
+the support, ε share ≤ the query budget, sizes within the device limits), the digest matches
 the task text, the named dataset is registered and its declaration fits the task, the
 report length matches, and the ledger accepts it (ε within the remaining budget, no
 other task for the same query). Then the ε is charged in the ledger, and only then is

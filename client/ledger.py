@@ -1,4 +1,5 @@
-"""The device's crash-safe privacy ledger (spec §1.3 INV-1, INV-4; DESIGN invariants 1, 3, 6).
+"""The device's crash-safe privacy ledger (§1.3 INV-1, INV-4; invariants 1, 3, 6 in
+docs/architecture.md).
 
 See ``docs/privacy.md`` ("The ledger"). One SQLite file in the device's state directory,
 one row per query the device has accepted a task for. Budgets are counted in integer

@@ -1,4 +1,4 @@
-"""Float-safe discrete noise on a public fixed-point grid (DESIGN invariant 2).
+"""Float-safe discrete noise on a public fixed-point grid (invariant 2, docs/architecture.md).
 
 Sections of ``docs/algorithms.md``: uses Laplace noise throughout (§3.1). uldp replaces every
 continuous Laplace draw by its discrete counterpart on an integer grid:

@@ -1,4 +1,4 @@
-"""The one source of randomness for privacy noise (DESIGN invariant 2).
+"""The one source of randomness for privacy noise (invariant 2, docs/architecture.md).
 
 Every random bit that touches a privatized report comes from a ChaCha20 keystream
 (RFC 8439, via ``cryptography``):

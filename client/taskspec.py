@@ -6,7 +6,7 @@ the ε it may spend, the components it serves, and the public parameters of its 
 report the clamp interval ``[lo_c, hi_c]`` of every served component — plus what the kind's
 statistic needs (support bound, dimension, Kashin frame, learning parameters). Nothing in
 a task is a noise scale: the device derives every scale from ``eps_c`` and the grid
-(DESIGN invariant 1).
+(invariant 1, docs/architecture.md).
 
 The collector computes the bins and intervals (Algorithm-1 parameters, the stage-II
 interval from stage I) and sends them explicitly. The privacy of a report does not depend

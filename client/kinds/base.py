@@ -115,7 +115,7 @@ class Kind:
     bounded task; ``transform(task, C)`` the output transform; ``delta_users(task)`` the
     factor of ``N_Δ`` per user ([D5]); ``moment_scale(task, p, M)`` the per-component
     moment bound of a heavy-tailed task (§7); ``output_range(task)`` the public range of
-    every output coordinate (DESIGN invariant 7: releases are post-processed into it).
+    every output coordinate (invariant 7: releases are post-processed into it).
     """
 
     name: str

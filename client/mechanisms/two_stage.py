@@ -2,7 +2,8 @@
 
 Sections of ``docs/algorithms.md``: §4.3 (rounds 1 and 2, client steps 1–3 and 7–8), §4.4 (privacy),
 §5.3 (several components per user), §12 (single-stage Laplace, SSL), [D3], [D12], [D22].
-The collector half is ``uldp.collector.estimators.two_stage``.
+Its neighbours: ``uldp.client.methods.two_stage`` (the task parameters and report layout)
+and the collector half ``uldp.collector.methods.two_stage`` (the estimates).
 
 Input is a matrix ``Y`` of user statistics (one row per user, one column per component this
 user serves); each function returns integer reports, one row per user.

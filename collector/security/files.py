@@ -1,5 +1,5 @@
 """Files that hold secrets or private data: created 0600 under a 0077 umask, never left
-readable by other users (DESIGN invariant 5; issue 12).
+readable by other users (invariant 5, docs/architecture.md; issue 12).
 
 * :func:`private_umask` — the collector process creates everything owner-only (the
   SQLite database and its ``-wal``/``-shm``/``-journal`` files, a generated admin token,
