@@ -9,6 +9,10 @@ mean of user means; a user without usable samples counts with the zero statistic
 mapped through the kind's output transform. :func:`read_user_csv` reads such data from a
 CSV file (``uldp simulate KIND --data FILE.csv ...``).
 
+The predicted error and the intervals treat the users as a sample from a larger population,
+which is what a deployed query estimates; for the mean of exactly these users they are
+slightly conservative (by the users' own variance over n, which matters only at large ε).
+
 Mean kinds need the public range ``[lo, hi]`` of a value: the data are centred on it so
 the kinds' symmetric support ``[-D, D]`` applies, and the results are shifted back. A range
 taken from the data themselves is fine for checking a method, never in a deployment.
