@@ -151,3 +151,22 @@ def test_cli_own_data_operator_mistakes_are_one_line(tmp_path, capsys, extra, ne
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert (needle or "--label-col") in err
+
+
+@pytest.mark.parametrize("method", COMPARED)
+@pytest.mark.parametrize("kind", ["mean", "mean-linf", "distribution"])
+def test_every_method_accepts_empty_single_and_huge_users(kind, method):
+    """Issue 11 (3): no exception on short or empty users, whatever the method."""
+    g = np.random.default_rng(6)
+    users = [g.random(c) for c in [0, 0, 1, 1, 2, 5000, *g.integers(0, 30, 200)]]
+    if kind == "distribution":
+        data, kw = UserData([np.floor(4 * u) for u in users]), dict(dim=4)
+    elif kind == "mean-linf":
+        data, kw = UserData([np.c_[u, 1 - u] for u in users]), dict(lo=0.0, hi=1.0)
+    else:
+        data, kw = UserData(users), dict(lo=0.0, hi=1.0)
+    res = run_users(kind, data, epsilon=1.0, method=method, **kw)
+    assert np.all(np.isfinite(res.estimate.values))
+    assert np.all(res.estimate.ci_low <= res.estimate.values)
+    assert np.all(res.estimate.values <= res.estimate.ci_high)
+    assert np.all((0 <= res.estimate.values) & (res.estimate.values <= 1))
