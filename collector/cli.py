@@ -12,7 +12,6 @@ import importlib
 import json
 import math
 import sys
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -220,15 +219,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                      samples=args.samples, dim=dim, bound=bound, method=args.method,
                      moment_p=moment_p, moment_m=moment_m, frame_kind=args.frame,
                      mode=args.mode, seed=args.seed, query_id=f"sim-{args.seed}")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        plan = compile_query(spec)
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+    plan = compile_query(spec)
+    for note in plan.advisories:
+        print(f"note: {note}", file=sys.stderr)
     rng = RandomSource.seeded(args.seed)
-    with warnings.catch_warnings():  # the ones compile_query gave are printed above
-        warnings.simplefilter("ignore")
-        result = simulate_reps(spec, data, rng, reps=args.reps, progress=args.progress)
+    result = simulate_reps(spec, data, rng, reps=args.reps, progress=args.progress)
     predicted = None
     if spec.moment_p is None:
         pilot = data.draw(max(1, 20_000 // args.samples))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,11 +160,9 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     users = PaddedUsers([a.reshape(len(a), width) for a in arrays], data.labels)
     spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, bound=bound,
                      method=method, seed=seed, query_id="own-data", extra=dict(extra or {}))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        plan = compile_query(spec)
-        runs = [run_spec(spec, users, None, RandomSource.seeded(f"own-data:{seed + r}"))
-                for r in range(reps)]
+    plan = compile_query(spec)
+    runs = [run_spec(spec, users, None, RandomSource.seeded(f"own-data:{seed + r}"))
+            for r in range(reps)]
     theta, stat_var, sample_var = _exact(plan, users, n)
     T = plan.kind.transform(plan.template, plan.n_components)
     truth = np.asarray(theta if T is None else T @ theta) + centre
@@ -174,7 +171,7 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     cover = float(np.mean([e.covers(truth) for e in runs]))
     return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, runs[-1], truth,
                        plan.predicted_mse(sample_var, stat_var), _estimand(kind), rng_,
-                       plan._cache.get("auto"), reps, sq, cover)
+                       dict(plan.auto) or None, reps, sq, cover)
 
 
 def _shift(est: Estimate, centre: float) -> Estimate:

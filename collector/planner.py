@@ -17,7 +17,6 @@ service alike.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
@@ -118,6 +117,11 @@ class Plan:
     kind: Kind
     grouping: Grouping
     template: TaskSpec  # the kind-level public fields every task of the plan shares
+    #: notes for whoever shows the plan to a person (e.g. a weak stage I); never raised or
+    #: warned here: the CLI prints them, the scikit-style estimators warn with them
+    advisories: list[str] = field(default_factory=list, compare=False)
+    #: what ``method="auto"`` chose and why (empty when the query named its method)
+    auto: dict[str, Any] = field(default_factory=dict, compare=False)
     _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- public structure ---------------------------------------------------------------
@@ -315,7 +319,7 @@ def compile_query(spec: QuerySpec) -> Plan:
         return _compile(spec)
     concrete, record = resolve(spec, _compile)
     plan = _compile(concrete)
-    plan._cache["auto"] = record
+    plan.auto.update(record)
     return plan
 
 
@@ -334,7 +338,8 @@ def _compile(spec: QuerySpec) -> Plan:
         worst = min(plan.stage_size(g, 1) * grp.eps_c**2
                     for g, grp in enumerate(grouping.groups))
         if worst < 200:
-            warnings.warn(
-                f"stage I of the smallest group has n_I·ε_c² = {worst:.0f} < 200: the interval "
-                "may miss the mean (spec §4.5 rule of thumb n·ε_c² >= 400)", stacklevel=2)
+            plan.advisories.append(
+                f"stage I of the smallest group has n_I·ε_c² = {worst:.0f} < 200: its bin is "
+                "unreliable and the adaptive interval falls back to wide ones (§4.5 rule of "
+                "thumb n·ε_c² >= 400)")
     return plan

@@ -169,4 +169,4 @@ def test_every_method_accepts_empty_single_and_huge_users(kind, method):
     assert np.all(np.isfinite(res.estimate.values))
     assert np.all(res.estimate.ci_low <= res.estimate.values)
     assert np.all(res.estimate.values <= res.estimate.ci_high)
-    assert np.all((0 <= res.estimate.values) & (res.estimate.values <= 1))
+    assert np.all((res.estimate.values >= 0) & (res.estimate.values <= 1))

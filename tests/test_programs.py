@@ -150,3 +150,24 @@ def test_mean_programs_place_every_slot_once_and_publish_json(method: str) -> No
                                                                  "two-stage" else 0)
     err = np.abs(np.asarray(res["values"]) - 0.25)  # every user's mean is 0.25 exactly
     assert np.all(err <= 4.5 * np.asarray(res["std_error"]) + 1e-9), (err, res["std_error"])
+
+
+def test_planner_notes_are_data_not_warnings():
+    """A weak stage I is a note on the plan (shown by the CLI, warned by the estimators),
+    never a warning that modules pass around and suppress."""
+    import warnings as _w
+
+    from uldp.collector.planner import QuerySpec, compile_query
+
+    spec = QuerySpec(kind="mean", epsilon=0.5, users=600, samples=100, dim=1, bound=1.0,
+                     method="two-stage")
+    with _w.catch_warnings():
+        _w.simplefilter("error")
+        plan = compile_query(spec)
+        strong = compile_query(QuerySpec(kind="mean", epsilon=4.0, users=100_000,
+                                         samples=100, dim=1, bound=1.0, method="two-stage"))
+    assert any("stage I" in note for note in plan.advisories)
+    assert strong.advisories == []
+    auto = compile_query(QuerySpec(kind="mean", epsilon=1.0, users=10_000, samples=100,
+                                   dim=1, bound=1.0))
+    assert auto.auto["chosen"] == auto.spec.method and not plan.auto

@@ -33,7 +33,7 @@ from uldp.collector.learning.runner import (
     run_source,
     source_privatizer,
 )
-from uldp.collector.learning.sgd import SGDConfig, SGDResult, sgd_query
+from uldp.collector.learning.sgd import SGDConfig, SGDResult, sgd_query, steps_advisory
 from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import MeanEstProgram
 from uldp.collector.programs.driver import run_program
@@ -56,6 +56,9 @@ def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
     if config.theta0 is not None and np.shape(config.theta0) != (d,):
         raise ValueError(f"theta0 must have {d} entries, got shape {np.shape(config.theta0)}")
     spec = sgd_query(config, n, _m_ref(source, m_ref), d, query_id=config.query_id)
+    note = steps_advisory(n, d, config, int(spec.extra["sgd"]["t0"]))
+    if note:  # the scikit-style estimators' way to tell the user
+        warnings.warn(note, UserWarning, stacklevel=2)
     bar = Progress(n, f"sgd {config.model}", progress)
     res = run_source(spec, source, None, rng, bar)
     cfg = SGDConfig(**res["config"])
@@ -80,15 +83,12 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
     ex.update(extra)
     spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m, dim=d, bound=1.0,
                      method=method, seed=seed, query_id=query_id, extra=ex)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        regime = compile_query(spec).grouping.regime
-    for w in caught:
-        warnings.warn(str(w.message), stacklevel=3)
+    plan = compile_query(spec)
+    for note in plan.advisories:  # the scikit-style estimators' way to tell the user
+        warnings.warn(note, UserWarning, stacklevel=3)
+    regime = plan.grouping.regime
     bar = Progress(n, f"{kind}", progress)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # already reported above
-        program = MeanEstProgram(spec)  # the estimate itself (θ̂), not the kind's model
+    program = MeanEstProgram(spec)  # the estimate itself (θ̂), not the kind's model
     result = run_program(program, source_privatizer(source, np.arange(n), rng, bar))
     return GridChoice(choice.side, choice.M, choice.K, regime), Estimate.from_dict(result), n, m
 

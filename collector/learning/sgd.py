@@ -21,7 +21,6 @@ even ``t0 = 1`` is too small. ``G``/``γ`` come from :data:`MODEL_CONSTANTS` unl
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -41,6 +40,7 @@ __all__ = [
     "partition",
     "sgd_query",
     "step_spec",
+    "steps_advisory",
     "theorem8_bound",
 ]
 
@@ -147,26 +147,30 @@ def _n_kashin(d: int, frame_kind: str) -> int:
 
 def choose_steps(n: int, m: int, d: int, config: SGDConfig) -> int:
     """``t0`` of [D13]: the default ``⌈ln(nm)/(ηγ)⌉`` (or the configured one), reduced so
-    every group passes the stage-I rule; warns if groups are too small."""
+    every group passes the stage-I rule when it can (:func:`steps_advisory` says when not)."""
     _, gamma = config.constants
     wanted = config.t0 or max(1, math.ceil(math.log(max(n * m, 2)) /
                                            (config.step_size * gamma)))
     wanted = min(wanted, max(1, n // 2))
-    N = _n_kashin(d, config.frame_kind)
     if config.t0 is not None:
-        if not _stage1_ok(n // wanted, N, config.epsilon, config.mode):
-            warnings.warn(f"t0={wanted} leaves {n // wanted} users per step: stage I of the "
-                          f"gradient MeanEst is unreliable (n_I·ε_c² < {STAGE1_MIN:g})",
-                          stacklevel=2)
         return wanted
+    N = _n_kashin(d, config.frame_kind)
     t0 = wanted
     while t0 > 1 and not _stage1_ok(n // t0, N, config.epsilon, config.mode):
         t0 -= 1
-    if not _stage1_ok(n // t0, N, config.epsilon, config.mode):
-        warnings.warn(f"{n} users are too few for even one reliable SGD step at "
-                      f"epsilon={config.epsilon:g}, d={d} (n_I·ε_c² < {STAGE1_MIN:g})",
-                      stacklevel=2)
     return t0
+
+
+def steps_advisory(n: int, d: int, config: SGDConfig, t0: int) -> str | None:
+    """A note for the person running ``t0`` steps over ``n`` users when stage I of the
+    gradient MeanEst is unreliable (None when it is fine)."""
+    if _stage1_ok(n // t0, _n_kashin(d, config.frame_kind), config.epsilon, config.mode):
+        return None
+    if config.t0 is not None:
+        return (f"t0={t0} leaves {n // t0} users per step: stage I of the gradient MeanEst "
+                f"is unreliable (n_I·ε_c² < {STAGE1_MIN:g})")
+    return (f"{n} users are too few for even one reliable SGD step at "
+            f"epsilon={config.epsilon:g}, d={d} (n_I·ε_c² < {STAGE1_MIN:g})")
 
 
 def partition(n: int, t0: int, seed: int) -> list[np.ndarray]:
@@ -229,9 +233,7 @@ def theorem8_bound(n: int, m: int, d: int, epsilon: float, D: float, gamma: floa
 def sgd_query(config: SGDConfig, users: int, samples: int, dim: int,
               query_id: str = "sgd") -> QuerySpec:
     """The stored query of an SGD run: t0 is fixed *at creation* (public, [D13])."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t0 = choose_steps(users, samples, dim, config)
+    t0 = choose_steps(users, samples, dim, config)
     cfg = asdict(config)
     cfg["t0"] = t0
     cfg["query_id"] = query_id

@@ -32,7 +32,6 @@ for its stage I).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 from typing import Any
 
@@ -49,9 +48,7 @@ MIN_STAGE1_SHARE = 0.05
 
 
 def _noise_mse(spec: Any, compile_fn: Any) -> tuple[float, Any]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        plan = compile_fn(spec)
+    plan = compile_fn(spec)
     return plan.predicted_mse(np.zeros(plan.n_components)), plan
 
 

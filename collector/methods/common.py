@@ -60,6 +60,6 @@ def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
         est.extra["projected"] = project_simplex(est.values)
     est.extra["regime"] = plan.grouping.regime
     est.extra["method"] = plan.spec.method
-    if "auto" in plan._cache:
-        est.extra["auto"] = plan._cache["auto"]
+    if plan.auto:
+        est.extra["auto"] = dict(plan.auto)
     return est

@@ -15,7 +15,6 @@ invocation; θ_t is post-processing of earlier groups (§8.4).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -93,9 +92,7 @@ class SGDProgram:
             spec = replace(step_spec(self.config, theta, int(self._groups[t].size),
                                      self.spec.samples, self.spec.dim, t),
                            query_id=self.spec.query_id)  # devices check the query id
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # choose_steps warned about stage I
-                self._plans[key] = compile_query(spec)
+            self._plans[key] = compile_query(spec)
         return self._plans[key]
 
     def plan_for(self, phase: int, published: PublishedPhases) -> Plan:

@@ -13,7 +13,6 @@ import logging
 import re
 import secrets
 import threading
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,9 +84,7 @@ class QueryCatalogue:
         if row is None:
             return None
         spec = QuerySpec.from_dict(json.loads(row["spec_json"]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = program_for(spec)
+        program = program_for(spec)
         rt = QueryRuntime(query_id, row["dataset"], row["kind"], spec, program,
                           int(row["num_phases"]), bool(row["allow_simulated"]))
         with self._lock:
@@ -111,10 +108,8 @@ class QueryCatalogue:
         req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid)
         try:
             spec, drawn = build_spec(req)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                program = program_for(spec)
-                quotas = program.quotas()
+            program = program_for(spec)
+            quotas = program.quotas()
         except (ValueError, TypeError, KeyError) as exc:
             raise ServiceError("INVALID_ARGUMENT", f"invalid query: {exc}") from None
         timeout = phase_timeout_s or self.default_phase_timeout_s

@@ -18,7 +18,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -131,9 +130,7 @@ class PhaseCloser:
         assert rt is not None
         published = {p: self.db.published(query_id, p) for p in range(1, phase)}
         accs, n = self._accumulate(rt, phase, published, keeper.check)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pub = rt.program.close(phase, accs, published)
+        pub = rt.program.close(phase, accs, published)
         keeper.check()
         if phase < rt.num_phases:
             row = self.db.get_query(query_id)

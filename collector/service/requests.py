@@ -9,7 +9,6 @@ builder in :data:`BUILDERS` (``sgd``: the SGD configuration travels in ``params.
 from __future__ import annotations
 
 import secrets
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,9 +47,7 @@ def _mean_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
         bound=None if heavy and not req.bound else float(req.bound),
         method=req.method or "auto", query_id=req.query_id, **req.params)
     probe = QuerySpec(**{**fields, "seed": 0})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        compile_query(probe)  # every configuration error surfaces now
+    compile_query(probe)  # every configuration error surfaces now
     # the slot permutation's seed: public, drawn now, before any data exist (INV-3)
     return QuerySpec(**{**fields, "seed": secrets.randbits(63)}), True
 
@@ -90,12 +87,9 @@ def _sgd_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
     if int(req.users) < 2 or int(req.samples) < 1:
         raise ValueError("sgd needs users >= 2 and samples >= 1")
     spec = sgd_query(config, int(req.users), int(req.samples), d, query_id=req.query_id)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        program = program_for(spec)
-        g, stage, _ = next(tuple(map(int, row)) for row in program.placements()
-                           if row[2] == 1)
-        program.task(1, g, stage, {})  # step 0 compiles (θ_0, model, frame)
+    program = program_for(spec)
+    g, stage, _ = next(tuple(map(int, row)) for row in program.placements() if row[2] == 1)
+    program.task(1, g, stage, {})  # step 0 compiles (θ_0, model, frame)
     return spec, drawn
 
 

@@ -17,6 +17,7 @@ from uldp.collector.learning.sgd import (
     partition,
     project,
     step_spec,
+    steps_advisory,
     theorem8_bound,
 )
 from uldp.collector.learning.synthetic import quadratic_population
@@ -46,10 +47,13 @@ def test_default_t0_and_eta_follow_d13_d14() -> None:
     # ε=8, N=4 components: one group, ε_c = 2; the cap is tight (t0+1 would fail)
     assert ((1000 // small) // 2) * 2.0**2 >= 200
     assert ((1000 // (small + 1)) // 2) * 2.0**2 < 200
-    with pytest.warns(UserWarning, match="too few for even one"):
-        assert choose_steps(50, 100, 2, SGDConfig(model="quadratic", epsilon=0.5)) == 1
-    with pytest.warns(UserWarning, match="unreliable"):
-        choose_steps(1000, 100, 2, SGDConfig(model="quadratic", epsilon=1.0, t0=50))
+    assert steps_advisory(1000, 2, cfg, small) is None
+    weak = SGDConfig(model="quadratic", epsilon=0.5)
+    assert choose_steps(50, 100, 2, weak) == 1
+    assert "too few for even one" in (steps_advisory(50, 2, weak, 1) or "")
+    fixed = SGDConfig(model="quadratic", epsilon=1.0, t0=50)
+    assert choose_steps(1000, 100, 2, fixed) == 50
+    assert "unreliable" in (steps_advisory(1000, 2, fixed, 50) or "")
 
 
 @pytest.mark.parametrize("bad", [dict(model="nope"), dict(epsilon=0.0), dict(clip=-1.0),
