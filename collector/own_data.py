@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,8 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     """Run ``kind`` over the users of ``data`` (module docstring); ``samples`` is the
     public reference count m_ref (default: the median count). With ``reps`` > 1 the
     query runs that many times with fresh noise (seeds ``seed``, ``seed + 1``, ...) and
-    the result carries the RMSE and the interval coverage over the reps."""
+    the result carries the RMSE and the interval coverage over the reps. Each rep draws
+    its own assignment of users to groups and stages, as separate queries would."""
     if reps < 1:
         raise ValueError("reps must be at least 1")
     n = len(data.values)
@@ -161,8 +162,9 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, bound=bound,
                      method=method, seed=seed, query_id="own-data", extra=dict(extra or {}))
     plan = compile_query(spec)
-    runs = [run_spec(spec, users, None, RandomSource.seeded(f"own-data:{seed + r}"))
-            for r in range(reps)]
+    # rep r: a fresh public assignment of users to groups and stages *and* fresh noise
+    runs = [run_spec(replace(spec, seed=seed + r), users, None,
+                     RandomSource.seeded(f"own-data:{seed + r}")) for r in range(reps)]
     theta, stat_var, sample_var = _exact(plan, users, n)
     T = plan.kind.transform(plan.template, plan.n_components)
     truth = np.asarray(theta if T is None else T @ theta) + centre
