@@ -135,6 +135,8 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
     if args.compare:
         return _print_comparison(args, data, common, note)
     res = run_users(args.kind, data, method=args.method, **common)  # type: ignore[arg-type]
+    for advisory in res.advisories:
+        print(f"note: {advisory}", file=sys.stderr)
     if args.json:
         print(json.dumps(res.to_dict()))
         return 0

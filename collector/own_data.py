@@ -72,6 +72,7 @@ class UserDataRun:
     reps: int = 1
     sq_errors: list[float] = field(default_factory=list)  # ‖estimate − truth‖² per rep
     coverage: float = math.nan  # share of the reps' coordinate intervals holding the truth
+    advisories: list[str] = field(default_factory=list)  # the plan's notes (planner.Plan)
 
     @property
     def error(self) -> float:
@@ -96,7 +97,8 @@ class UserDataRun:
                 "std_error": e.std_error.tolist(), "error": self.error,
                 "covered": self.covered.tolist(), "predicted_mse": self.predicted_mse,
                 "range": list(self.range) if self.range else None, "auto": self.auto,
-                "reps": self.reps, "rmse": self.rmse, "coverage": self.coverage}
+                "reps": self.reps, "rmse": self.rmse, "coverage": self.coverage,
+                "advisories": self.advisories}
 
 
 def _estimand(kind: str) -> str:
@@ -173,7 +175,8 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     cover = float(np.mean([e.covers(truth) for e in runs]))
     return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, runs[-1], truth,
                        plan.predicted_mse(sample_var, stat_var), _estimand(kind), rng_,
-                       dict(plan.auto) or None, reps, sq, cover)
+                       dict(plan.auto) or None, reps, sq, cover,
+                       list(plan.advisories))
 
 
 def _shift(est: Estimate, centre: float) -> Estimate:
