@@ -55,7 +55,7 @@ def next_word(rng: RandomSource) -> str:
 # ---- tasks ---------------------------------------------------------------------------------
 M_SAMPLES, N_USERS = 8, 1000  # the public m and n the bins are computed for
 LEARNING_EXTRA: dict[str, dict[str, Any]] = {
-    "sgd": {"model": "logistic", "theta": [0.5, -1.0], "l2": 0.125},
+    "sgd": {"model": "logistic", "theta": [2.5, -2.5], "l2": 0.125},
     "sgd-quadratic": {"model": "quadratic", "theta": [0.25, 0.75]},
     "sgd-ls": {"model": "least_squares", "theta": [1.5, -0.5]},
     "classify": {"grid": 2, "lo": [0.0, 0.0], "hi": [1.0, 1.0]},

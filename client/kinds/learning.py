@@ -121,10 +121,11 @@ def _least_squares(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
 def _logistic(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
               extra: dict[str, Any]) -> np.ndarray:
     """log(1 + exp(−s xᵀθ)) (+ ½λ‖θ‖²), s = ±1: gradient ``w·x_j + λ·θ_j`` with
-    ``z = clip(−s·xᵀθ, −500, 500)``, ``w = −s / (1 + exp(−z))`` (``exp`` of
+    ``z = clip(−s·xᵀθ, −500, 500)`` (an overflowing ``xᵀθ = ∞ − ∞`` is ``z = 0``),
+    ``w = −s / (1 + exp(−z))`` (``exp`` of
     ``uldp.client.numerics``: the same bits in every SDK)."""
     s = label_signs(y)
-    z = np.clip(-s * _dot(X, theta), -500.0, 500.0)
+    z = np.clip(np.nan_to_num(-s * _dot(X, theta), nan=0.0), -500.0, 500.0)
     w = -s / (1.0 + exp(-z))  # -s * sigmoid(z)
     return w[:, None] * X + _l2(extra) * theta[None, :]
 
