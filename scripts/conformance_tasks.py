@@ -145,6 +145,7 @@ def datasets(cfg: Config) -> dict[str, tuple[Any, Any]]:
     k = KINDS[cfg.kind]
     lab = k.uses_labels
     d = cfg.dim
+    out: dict[str, tuple[Any, Any]]
     if cfg.kind == "distribution":
         typical = rng.integers(0, d, 11).astype(float).tolist()
         out = {"typical": (typical, None),
@@ -626,7 +627,7 @@ def frames_file() -> dict[str, Any]:
     for kind in ("hadamard", "gaussian"):
         for d, seed in ((1, 0), (2, 2024), (3, 7), (5, -3), (8, 12345678901234567890),
                         (17, 1), (40, 99)):
-            F = KashinFrame.from_seed(d, seed, kind)  # type: ignore[arg-type]
+            F = KashinFrame.from_seed(d, seed, kind)
             U = np.ascontiguousarray(F.matrix(), dtype="<f8")
             case: dict[str, Any] = {"kind": kind, "d": d, "seed": str(seed), "N": F.N,
                                     "frame_id": F.frame_id,
@@ -653,7 +654,7 @@ def kashin_file() -> dict[str, Any]:
         for d, seed, delta, tol, max_iter in ((1, 0, 0.5, 1e-3, 100), (3, 7, 0.5, 1e-3, 100),
                                               (6, 2, 0.25, 1e-6, 100), (16, 4, 0.5, 1e-3, 3),
                                               (16, 4, 0.9, 0.0, 100), (5, 1, 0.5, 1e-3, 0)):
-            F = KashinFrame.from_seed(d, seed, kind)  # type: ignore[arg-type]
+            F = KashinFrame.from_seed(d, seed, kind)
             X = rng.normal(0, 1, (4, d)) * np.array([[1.0], [1e-200], [1e300], [3.0]])
             X[3, 0] = 0.0
             X = np.vstack([X, np.zeros((1, d))])
