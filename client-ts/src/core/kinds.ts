@@ -76,10 +76,16 @@ const dot = (x: ArrayLike<number>, theta: readonly number[]): number => {
   return s;
 };
 
+const THETA = new WeakMap<Task, number[]>();
+
 /** One sample's gradient of the task's model at θ (labels in the last column). */
 export function gradient(t: Task, row: Row): number[] {
   const d = t.dim;
-  const theta = extraNumbers(t.extra, "theta", d);
+  let theta = THETA.get(t);
+  if (theta === undefined) {
+    theta = extraNumbers(t.extra, "theta", d);
+    THETA.set(t, theta);
+  }
   const model = t.extra.get("model") as string;
   const y = row[d];
   const l2 = t.extra.has("l2") ? toDouble(t.extra.get("l2") as JInt | number) : 0.0;
@@ -104,8 +110,8 @@ function sgdMap(t: Task, row: Row): number[] {
 }
 
 // ---- grid + Hadamard features (classify, regress) -----------------------------------------
-function gridBin(t: Task, row: Row): number {
-  const { M, lo, hi } = gridSpec(t.extra, t.dim);
+function gridBin(t: Task, g: { M: number; lo: number[]; hi: number[] }, row: Row): number {
+  const { M, lo, hi } = g;
   let bin = 0;
   let w = 1;
   for (let s = 0; s < t.dim; s++) {
@@ -125,14 +131,15 @@ const clampedLabel: Weight = (t, r) => {
 const one: Weight = () => 1.0;
 
 function hadamardFeatures(t: Task, rows: Row[], valid: boolean[], weights: Weight[]): number[] {
-  const { K } = gridSpec(t.extra, t.dim);
+  const g = gridSpec(t.extra, t.dim);
+  const { K } = g;
   const m = valid.filter(Boolean).length;
   const out: number[] = [];
   for (const w of weights) {
     const sums = new Array<number>(K).fill(0);
     rows.forEach((r, i) => {
       if (valid[i]) {
-        const b = gridBin(t, r);
+        const b = gridBin(t, g, r);
         sums[b] = sums[b] + w(t, r);
       }
     });
