@@ -133,7 +133,7 @@ test(`a fleet of ${FLEET} TS devices completes a mean and a distribution query; 
   { skip, timeout: 600_000 }, async () => {
     const t0 = Date.now();
     const common = ["--epsilon", "8", "--users", String(FLEET), "--samples", String(M), "--confidence", "0.99999",
-      "--allow-simulated", "--phase-timeout", "120"];
+      "--method", "two-stage", "--allow-simulated", "--phase-timeout", "120"];
     cli("query", "create", ...conn(), "--kind", "mean", "--dataset", "steps", "--bound", "1", "--id", "ts-mean", ...common);
     cli("query", "create", ...conn(), "--kind", "distribution", "--dim", String(A), "--dataset", "cats", "--id", "ts-dist", ...common);
     const transports = Array.from({ length: 4 }, transport);
