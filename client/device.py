@@ -267,25 +267,26 @@ class Device:
 
     def _check_task(self, task: device_pb2.Task) -> tuple[TaskSpec, LocalDataset, int]:
         if hashlib.sha256(task.task_json.encode()).hexdigest() != task.task_digest:
-            raise TaskRefused("task digest does not match the task text")
+            raise TaskRefused("task digest does not match the task text", code="digest")
         spec = TaskSpec.from_json(task.task_json)
         if spec.query_id != task.query_id:
             raise TaskRefused(f"task text is for query {spec.query_id!r}, "
-                              f"not {task.query_id!r}")
+                              f"not {task.query_id!r}", code="query")
         kind = validate_task(spec)  # kind, method, parameters, k̂ range, ε share, limits
         ds = self._datasets.get(task.dataset)
         if ds is None:
-            raise TaskRefused(f"dataset {task.dataset!r} is not registered on this device")
+            raise TaskRefused(f"dataset {task.dataset!r} is not registered on this device",
+                              code="dataset")
         check_declaration(spec, kind, ds.schema)
         n = report_length(spec)
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
-                              f"public parameters give {n}")
+                              f"public parameters give {n}", code="length")
         units = task_epsilon_units(spec)
         try:
             self.ledger.check(task.query_id, task.task_digest, units)
         except LedgerError as exc:
-            raise TaskRefused(str(exc)) from exc
+            raise TaskRefused(str(exc), code=ledger_code(exc)) from exc
         return spec, ds, units
 
     def _source(self) -> RandomSource:
@@ -308,7 +309,7 @@ class Device:
             entry = self.ledger.reserve(task.query_id, task.task_digest, task.phase, units,
                                         task.SerializeToString())
         except LedgerError as exc:
-            raise TaskRefused(str(exc)) from exc
+            raise TaskRefused(str(exc), code=ledger_code(exc)) from exc
         if entry.report:  # a concurrent poll stored it meanwhile
             return self._message(entry)
         return self._compute_and_store(entry, spec, ds, rng)
@@ -447,27 +448,39 @@ class Device:
 
 
 def check_declaration(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> None:
-    """Refuse a task that contradicts the dataset's public declaration."""
-    if kind.vector:
-        if schema.dim != task.dim:
-            raise TaskRefused(f"dataset {schema.name!r} holds samples of dimension "
-                              f"{schema.dim or 'scalar'}; the task needs dimension {task.dim}")
-    elif schema.dim not in (None, 1):
-        raise TaskRefused(f"dataset {schema.name!r} holds {schema.dim}-dimensional samples; "
-                          f"kind {task.kind!r} needs scalars")
+    """Refuse (code ``declaration``) a task that contradicts the dataset's declaration."""
+    why = _contradiction(task, kind, schema)
+    if why:
+        raise TaskRefused(why, code="declaration")
+
+
+def _contradiction(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> str:
+    name = schema.name
+    if kind.vector and schema.dim != task.dim:
+        return (f"dataset {name!r} holds samples of dimension {schema.dim or 'scalar'}; "
+                f"the task needs dimension {task.dim}")
+    if not kind.vector and schema.dim not in (None, 1):
+        return f"dataset {name!r} holds {schema.dim}-dimensional samples; kind " \
+               f"{task.kind!r} needs scalars"
     if kind.uses_labels and not schema.labelled:
-        raise TaskRefused(f"kind {task.kind!r} needs labelled samples; dataset "
-                          f"{schema.name!r} was registered without labels")
+        return f"kind {task.kind!r} needs labelled samples; dataset {name!r} was " \
+               "registered without labels"
     if task.kind == "distribution":
         if schema.values == "real":
-            raise TaskRefused(f"dataset {schema.name!r} was declared real-valued; a "
-                              "distribution task needs categorical values")
+            return f"dataset {name!r} was declared real-valued; a distribution task " \
+                   "needs categorical values"
         if schema.alphabet is not None and schema.alphabet != task.dim:
-            raise TaskRefused(f"dataset {schema.name!r} has {schema.alphabet} categories; "
-                              f"the task asks about {task.dim}")
+            return f"dataset {name!r} has {schema.alphabet} categories; the task asks " \
+                   f"about {task.dim}"
     elif schema.values == "categorical":
-        raise TaskRefused(f"dataset {schema.name!r} was declared categorical; kind "
-                          f"{task.kind!r} needs real values")
+        return f"dataset {name!r} was declared categorical; kind {task.kind!r} needs " \
+               "real values"
+    return ""
+
+
+def ledger_code(exc: LedgerError) -> str:
+    """The refusal code of a ledger refusal."""
+    return "participated" if isinstance(exc, AlreadyParticipated) else "budget"
 
 
 def _empty_report(spec: TaskSpec, rng: RandomSource) -> np.ndarray:

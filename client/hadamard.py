@@ -12,11 +12,22 @@ Conventions
 * :func:`fwht` is the *unnormalized* transform ``y = H x`` (equivalently ``x @ H`` since
   ``H`` is symmetric), applied along one axis of a batch in ``O(K log K)`` vectorized numpy
   operations. Integer input is transformed exactly in ``int64``.
+
+Canonical order (``docs/device-protocol.md`` §8): radix-2 butterflies with the stride
+``h = 1, 2, 4, …, K/2``; at each stride, for every block start ``s`` (a multiple of ``2h``)
+and ``j < h``: ``(x[s+j], x[s+h+j]) ← (x[s+j] + x[s+h+j], x[s+j] − x[s+h+j])``. Every
+output of a stage is one correctly rounded addition or subtraction, so this order fixes every
+bit. The device path (``uldp.client.numerics.canonical``) always uses it. Batches of ≥ 8 float
+rows outside canonical mode (fleet simulations, the collector) may use the Kronecker/BLAS
+kernel instead, which rounds differently: it agrees with the canonical transform to
+``≤ 4·log2(K)·2^-53 · Σ|x|`` per entry (``tests/test_hadamard.py`` checks ``1e-12``).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from uldp.client import numerics
 
 __all__ = [
     "fwht",
@@ -114,7 +125,7 @@ def _hadamard_float(f: int, dtype: np.dtype) -> np.ndarray:
 
 
 def fwht_columns(x: np.ndarray, *, out: np.ndarray | None = None,
-                 scratch: np.ndarray | None = None) -> np.ndarray:
+                 scratch: np.ndarray | None = None, kron: bool = True) -> np.ndarray:
     """Unnormalized FWHT along axis 0 of a C-contiguous 2-D array ``(K, batch)``.
 
     This is the fast kernel, with the batch as the innermost (contiguous) axis:
@@ -127,7 +138,7 @@ def fwht_columns(x: np.ndarray, *, out: np.ndarray | None = None,
 
     Ping-pongs between ``out`` and ``scratch`` (allocated if not given; both must be
     C-contiguous with ``x``'s shape and dtype and must not alias ``x``); ``x`` is not modified.
-    Returns ``out``.
+    ``kron=False`` forces the canonical butterflies. Returns ``out``.
     """
     x = np.ascontiguousarray(x)  # the reshapes below must be views, never copies
     K = x.shape[0]
@@ -137,7 +148,7 @@ def fwht_columns(x: np.ndarray, *, out: np.ndarray | None = None,
         out[...] = x
         return out
     scratch = _c_buffer(x, scratch, "scratch")
-    if _KRON and batch >= 8 and (np.issubdtype(x.dtype, np.floating)
+    if kron and _KRON and batch >= 8 and (np.issubdtype(x.dtype, np.floating)
                                  or np.issubdtype(x.dtype, np.complexfloating)):
         factors = hadamard_factors(K)
         src, pre, rest = x, 1, K
@@ -166,13 +177,14 @@ def fwht_columns(x: np.ndarray, *, out: np.ndarray | None = None,
     return out
 
 
-def fwht(a: np.ndarray, axis: int = -1) -> np.ndarray:
+def fwht(a: np.ndarray, axis: int = -1, *, fast: bool | None = None) -> np.ndarray:
     """Unnormalized fast Walsh–Hadamard transform (Sylvester order) along ``axis``.
 
     Returns a new array ``y`` with ``y[..., k, ...] = sum_l H[k, l] a[..., l, ...]``.
     The length along ``axis`` must be a power of two (pad with :func:`pad_pow2`), else
     ``ValueError``. Float input keeps its dtype; integer/bool input is computed in ``int64``
-    (exact as long as ``K * max|a|`` fits in int64).
+    (exact as long as ``K * max|a|`` fits in int64). ``fast=None``: the canonical
+    butterflies in canonical mode (the device path), the fastest kernel otherwise.
     """
     arr = np.asarray(a)
     if arr.ndim == 0:
@@ -184,6 +196,7 @@ def fwht(a: np.ndarray, axis: int = -1) -> np.ndarray:
     if not is_pow2(K):
         raise ValueError(f"fwht length must be a power of two, got {K} (use pad_pow2)")
     dtype = _work_dtype(arr.dtype)
+    kron = not numerics.exact() if fast is None else bool(fast)
     moved = np.moveaxis(arr, ax, -1)
     rows = moved.reshape(-1, K)  # a view for the common axis=-1 case
     out = np.empty(rows.shape, dtype=dtype)
@@ -196,7 +209,8 @@ def fwht(a: np.ndarray, axis: int = -1) -> np.ndarray:
         c = block.shape[0]
         work = np.ascontiguousarray(block.T, dtype=dtype)
         res = fwht_columns(work, out=buf_out[:, :c] if c == buf_out.shape[1] else None,
-                           scratch=buf_tmp[:, :c] if c == buf_out.shape[1] else None)
+                           scratch=buf_tmp[:, :c] if c == buf_out.shape[1] else None,
+                           kron=kron)
         out[start:start + c] = res.T
     return np.moveaxis(out.reshape(moved.shape), -1, ax)
 

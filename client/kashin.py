@@ -11,23 +11,19 @@ Frames
 ------
 A :class:`KashinFrame` is a public matrix ``U ∈ R^{N×d}`` with ``Uᵀ U = I_d``. It is rebuilt
 deterministically from a public seed by client and collector alike
-(:meth:`KashinFrame.from_seed`). The seed is expanded with SHA-256 over
-``(FRAME_VERSION, kind, d, λ, seed)`` into a ``numpy.random.default_rng`` — this is *public*
-randomness for the frame, never privacy noise (privacy noise comes only from
-``uldp.client.randomness``). The map also depends on numpy's Generator algorithms (PCG64,
-``integers``/``permutation``/``standard_normal``); tests pin its output, and any change must
-bump :data:`FRAME_VERSION` (or the collector ships U).
+(:meth:`KashinFrame.from_seed`): the seed and ``(FRAME_VERSION, kind, d, λ)`` are hashed into
+the key of a ChaCha20 keystream, from which the frame is derived with integer draws and basic
+IEEE operations only (``uldp.client.kashin_frames``), so every language rebuilds it bit for
+bit. This is *public* randomness for the frame, never privacy noise. Tests pin the output;
+any change must bump :data:`FRAME_VERSION`.
 
-* ``kind="gaussian"``: ``G ~ N(0,1)^{N×d}``, ``N = ⌈λ d⌉``, thin QR ``G = Q R``,
-  ``U = Q diag(sign R_ii)`` (Haar isometry). Applied with float64 BLAS matmuls. The QR is
-  floating point, so two different LAPACK builds may disagree in the last bits (harmless: the
-  coefficients only need ``Uᵀ a = x`` for the *client's* U up to 1e-9, and estimation error is
-  many orders larger); :attr:`KashinFrame.frame_id` identifies the frame parameters exactly.
+* ``kind="gaussian"``: ``G`` (N×d, ``N = ⌈λ d⌉``) of polar-method normals, ``U`` its Q factor
+  by CGS2 with sequential sums (Haar isometry, positive ``R`` diagonal). The fast path applies
+  it with float64 BLAS matmuls.
 * ``kind="hadamard"`` (scalable): ``N = N' = 2^⌈log2(λ d)⌉``,
   ``U = diag(ξ) H_{N'}[:, S] / √N'`` with random signs ξ and a uniformly random ordered set S of
-  d distinct columns. Built from integers only (bit-exact everywhere), applied with the FWHT in
-  ``O(N' log N')`` per sample, U is never materialised (except by :meth:`KashinFrame.matrix`).
-  Never the first d Sylvester columns (§3.6).
+  d distinct columns. Built from integers only, applied with the FWHT in ``O(N' log N')`` per
+  sample, U is never materialised (except by :meth:`KashinFrame.matrix`).
 
 Coefficients
 ------------
@@ -36,7 +32,11 @@ Coefficients
 ``v -= Uᵀ clamp(b, ±M)``, until ``‖v‖ ≤ tol‖x‖`` or ``max_iter``; then the exact final correction
 ``a += U v`` so that ``Uᵀ a = x`` to rounding (≈1e-15 relative), whatever ``tol`` is.
 
-Implementation (same iterates, cheaper): the loop is run on ``b_k = U v_k`` rather than on
+Two implementations. The *canonical* one (``uldp.client.kashin_lv``, the device path in
+canonical mode, ``exact=True``) fixes the order of every operation so that every SDK gets the
+same bits. The *fast* one (fleet simulations) computes the same iterates up to rounding:
+
+Fast path (same iterates, cheaper): the loop is run on ``b_k = U v_k`` rather than on
 ``v_k`` — ``‖b_k‖ = ‖v_k‖`` and ``b_{k+1} = P (b_k − clamp(b_k))`` with ``P = U Uᵀ`` — so the
 final correction ``U v`` of a finished sample is the ``b`` already at hand. The batch is held
 with samples as the innermost axis (``(N, S)`` blocks of ~2^17 numbers in preallocated buffers),
@@ -74,7 +74,6 @@ frame-aligned vectors (the rows ``u_c``), basis vectors and a batched adversaria
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -83,7 +82,19 @@ from typing import Literal
 
 import numpy as np
 
-from .hadamard import fwht_columns, next_pow2
+from . import numerics
+from .hadamard import fwht_columns
+from .kashin_frames import (
+    FRAME_VERSION,
+    Seed,
+    frame_digest,
+    frame_size,
+    gaussian_matrix,
+    hadamard_parts,
+    validate_frame_args,
+)
+from .kashin_lv import FrameArrays, lv_coefficients
+from .randomness import RandomSource
 
 __all__ = [
     "FRAME_VERSION",
@@ -99,7 +110,6 @@ __all__ = [
     "kashin_level",
 ]
 
-FRAME_VERSION = "uldp.kashin.frame/v1"
 K_LV_DEFAULT = 4.0
 KASHIN_DELTA_DEFAULT = 0.5
 KASHIN_LAMBDA_DEFAULT = 2
@@ -107,46 +117,8 @@ KASHIN_MAX_ITER_DEFAULT = 100
 KASHIN_TOL_DEFAULT = 1e-3  # spec [D9]: 1e-10; see module docstring (measured deviation)
 
 FrameKind = Literal["gaussian", "hadamard"]
-Seed = int | str | bytes
 
 _CHUNK_ELEMS = 1 << 17  # N × samples per working block (keeps the buffers cache-resident)
-
-
-# --------------------------------------------------------------------------------------------
-# seeded public randomness
-# --------------------------------------------------------------------------------------------
-
-
-def _seed_bytes(seed: Seed) -> bytes:
-    """Type-tagged canonical encoding of a public seed."""
-    if isinstance(seed, bool):
-        raise TypeError("seed must be int, str or bytes, not bool")
-    if isinstance(seed, int | np.integer):
-        return b"i:" + str(int(seed)).encode()
-    if isinstance(seed, str):
-        return b"s:" + seed.encode("utf-8")
-    if isinstance(seed, bytes | bytearray):
-        return b"b:" + bytes(seed)
-    raise TypeError(f"seed must be int, str or bytes, got {type(seed).__name__}")
-
-
-def _frame_digest(d: int, seed: Seed, kind: str, lam: float) -> bytes:
-    """SHA-256 of (version, kind, d, λ, seed): the frame's public identity."""
-    h = hashlib.sha256()
-    for part in (FRAME_VERSION.encode(), kind.encode(), str(d).encode(),
-                 repr(float(lam)).encode(), _seed_bytes(seed)):
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return h.digest()
-
-
-def _validate_frame_args(d: int, kind: str, lam: float) -> None:
-    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
-        raise ValueError(f"frame dimension d must be an integer >= 1, got {d!r}")
-    if kind not in ("gaussian", "hadamard"):
-        raise ValueError(f"kind must be 'gaussian' or 'hadamard', got {kind!r}")
-    if not (math.isfinite(float(lam)) and float(lam) >= 1.0):
-        raise ValueError(f"redundancy lam must be a finite number >= 1, got {lam!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,25 +151,30 @@ class KashinFrame:
     @classmethod
     def from_seed(cls, d: int, seed: Seed, kind: FrameKind = "gaussian",
                   lam: float = KASHIN_LAMBDA_DEFAULT) -> KashinFrame:
-        """Deterministically build the frame of dimension ``d`` from a public ``seed``."""
-        _validate_frame_args(d, kind, lam)
+        """Deterministically build the frame of dimension ``d`` from a public ``seed``
+        (derivation: ``uldp.client.kashin_frames``, :data:`FRAME_VERSION`)."""
+        validate_frame_args(d, kind, lam)
         d = int(d)
-        digest = _frame_digest(d, seed, kind, lam)
-        rng = np.random.default_rng(int.from_bytes(digest, "big"))
+        digest = frame_digest(d, seed, kind, lam)
+        src = RandomSource.from_key(digest)
+        N = frame_size(d, kind, lam)
         if kind == "gaussian":
-            U = _gaussian_isometry(rng, math.ceil(float(lam) * d - 1e-9), d)
-            return cls(d=d, N=U.shape[0], kind="gaussian", lam=float(lam),
-                       frame_id=digest.hex(), _U=U, _UT=np.ascontiguousarray(U.T))
-        n_prime = next_pow2(math.ceil(float(lam) * d - 1e-9))
-        signs = (1.0 - 2.0 * rng.integers(0, 2, size=n_prime)).astype(np.float64)
-        cols = rng.permutation(n_prime)[:d].astype(np.intp)
-        mask = np.zeros((n_prime, 1))
-        mask[cols] = 1.0 / n_prime  # Π_S / N' between the two transforms of P = U Uᵀ
+            U = gaussian_matrix(src, N, d)
+            U.setflags(write=False)
+            return cls(d=d, N=N, kind="gaussian", lam=float(lam), frame_id=digest.hex(),
+                       _U=U, _UT=np.ascontiguousarray(U.T))
+        signs, cols = hadamard_parts(src, N, d)
+        mask = np.zeros((N, 1))
+        mask[cols] = 1.0 / N  # Π_S / N' between the two transforms of P = U Uᵀ
         mask32 = mask.astype(np.float32)
         for arr in (signs, cols, mask, mask32):
             arr.setflags(write=False)
-        return cls(d=d, N=n_prime, kind="hadamard", lam=float(lam), frame_id=digest.hex(),
+        return cls(d=d, N=N, kind="hadamard", lam=float(lam), frame_id=digest.hex(),
                    _signs=signs, _cols=cols, _mask=mask, _mask32=mask32)
+
+    def arrays(self) -> FrameArrays:
+        """The frame's public arrays for the canonical LV iteration (``kashin_lv``)."""
+        return FrameArrays(self.N, self.d, U=self._U, signs=self._signs, cols=self._cols)
 
     # ---- column-batch kernels (samples on the last axis) -------------------------------------
 
@@ -305,16 +282,6 @@ class KashinFrame:
                    for a, b in pairs)
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def _gaussian_isometry(rng: np.random.Generator, N: int, d: int) -> np.ndarray:
-    """Haar isometry: QR of an N×d standard Gaussian, columns sign-fixed by diag(R)."""
-    G = rng.standard_normal((N, d))
-    Q, R = np.linalg.qr(G, mode="reduced")
-    signs = np.where(np.diag(R) < 0, -1.0, 1.0)
-    U = np.ascontiguousarray(Q * signs[None, :])
-    U.setflags(write=False)
-    return U
 
 
 def _as_batch(X: np.ndarray, width: int, name: str) -> tuple[np.ndarray, bool]:
@@ -515,10 +482,24 @@ def kashin_coefficients_info(frame: KashinFrame, X: np.ndarray, *,
                              delta: float = KASHIN_DELTA_DEFAULT,
                              max_iter: int = KASHIN_MAX_ITER_DEFAULT,
                              tol: float = KASHIN_TOL_DEFAULT,
-                             workers: int | None = None) -> KashinInfo:
+                             workers: int | None = None,
+                             exact: bool | None = None) -> KashinInfo:
     """:func:`kashin_coefficients` plus the per-sample iteration counts."""
     _validate_lv_args(delta, max_iter, tol)
     X2, squeeze = _as_batch(X, frame.d, "X")
+    if numerics.exact() if exact is None else exact:
+        A, iters = lv_coefficients(frame.arrays(), X2, float(delta), int(max_iter),
+                                   float(tol))
+    else:
+        A, iters = _fast_coefficients(frame, X2, float(delta), int(max_iter), float(tol),
+                                      workers)
+    if squeeze:
+        return KashinInfo(A[0], iters[:1])
+    return KashinInfo(A, iters)
+
+
+def _fast_coefficients(frame: KashinFrame, X2: np.ndarray, delta: float, max_iter: int,
+                       tol: float, workers: int | None) -> tuple[np.ndarray, np.ndarray]:
     S = X2.shape[0]
     A = np.empty((S, frame.N))
     iters = np.empty(S, dtype=np.int64)
@@ -528,8 +509,7 @@ def kashin_coefficients_info(frame: KashinFrame, X: np.ndarray, *,
     def run(start: int) -> None:
         stop = min(S, start + chunk)
         XT = X2[start:stop].T.copy()  # own C-contiguous copy (rescaled in place)
-        _lv_block(frame, XT, float(delta), int(max_iter), float(tol), A[start:stop],
-                  iters[start:stop])
+        _lv_block(frame, XT, delta, max_iter, tol, A[start:stop], iters[start:stop])
 
     n_workers = min(len(starts), _default_workers(frame) if workers is None else int(workers))
     if n_workers <= 1:
@@ -539,24 +519,25 @@ def kashin_coefficients_info(frame: KashinFrame, X: np.ndarray, *,
         with ThreadPoolExecutor(max_workers=n_workers) as pool:
             for fut in [pool.submit(run, start) for start in starts]:
                 fut.result()
-    if squeeze:
-        return KashinInfo(A[0], iters[:1])
-    return KashinInfo(A, iters)
+    return A, iters
 
 
 def kashin_coefficients(frame: KashinFrame, X: np.ndarray, *,
                         delta: float = KASHIN_DELTA_DEFAULT,
                         max_iter: int = KASHIN_MAX_ITER_DEFAULT,
                         tol: float = KASHIN_TOL_DEFAULT,
-                        workers: int | None = None) -> np.ndarray:
+                        workers: int | None = None,
+                        exact: bool | None = None) -> np.ndarray:
     """Kashin coefficients ``a(x)`` (§3.6) of each row of ``X``: ``(S, d) → (S, N)``.
 
     ``Uᵀ a(x) = x`` to rounding for every row (exact final correction) and, for a frame at
     level K, ``‖a(x)‖∞ ≤ K ‖x‖₂ / √N`` (check with :func:`calibrate`). A 1-D ``x`` gives a 1-D
     result. Zero rows give zero coefficients; NaN/inf or a wrong shape raise ``ValueError``.
+    ``exact=None``: the canonical iteration (``uldp.client.kashin_lv``) in canonical mode
+    (the device path), the fast kernels otherwise; ``True``/``False`` force one.
     """
     return kashin_coefficients_info(frame, X, delta=delta, max_iter=max_iter, tol=tol,
-                                    workers=workers).coefficients
+                                    workers=workers, exact=exact).coefficients
 
 
 def kashin_level(frame: KashinFrame, X: np.ndarray, A: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from uldp.client import numerics
 from uldp.client.budget import units_to_epsilon
 from uldp.client.dataset import align_labels, coerce_values
 from uldp.client.kinds import KINDS, DataError, Kind, check_samples
@@ -68,39 +69,43 @@ def _check_types(task: TaskSpec) -> None:
     """Every field has its JSON type (hostile tasks must be refused, never crash)."""
     for name in ("query_id", "kind", "method", "frame_kind"):
         if not isinstance(getattr(task, name), str):
-            raise TaskRefused(f"{name} must be a string")
+            raise TaskRefused(f"{name} must be a string", code="field")
     for name in _INT_FIELDS:
         if not _is_int(getattr(task, name)):
-            raise TaskRefused(f"{name} must be an integer, got {getattr(task, name)!r}")
+            raise TaskRefused(f"{name} must be an integer, got {getattr(task, name)!r}",
+                              code="field")
     for name in _NUM_FIELDS:
         if not _is_num(getattr(task, name)):
-            raise TaskRefused(f"{name} must be a number, got {getattr(task, name)!r}")
+            raise TaskRefused(f"{name} must be a number, got {getattr(task, name)!r}",
+                              code="field")
     for name in ("bound", "stat_bound"):
         v = getattr(task, name)
         if v is not None and not _is_num(v):
-            raise TaskRefused(f"{name} must be a number or null, got {v!r}")
+            raise TaskRefused(f"{name} must be a number or null, got {v!r}", code="field")
     if not all(_is_int(c) for c in task.components):
-        raise TaskRefused("components must be a list of integers")
+        raise TaskRefused("components must be a list of integers", code="field")
     if not all(_is_num(x) for row in task.bins + task.intervals for x in row):
-        raise TaskRefused("bins and intervals must hold numbers")
+        raise TaskRefused("bins and intervals must hold numbers", code="field")
     if not all(_is_num(e) for e in task.virtual_eps):
-        raise TaskRefused("virtual_eps must be a list of numbers")
+        raise TaskRefused("virtual_eps must be a list of numbers", code="field")
     if not all(_is_int(c) for g in task.virtual_groups for c in g):
-        raise TaskRefused("virtual_groups must be a list of lists of integers")
+        raise TaskRefused("virtual_groups must be a list of lists of integers",
+                          code="field")
     if not isinstance(task.extra, dict):
-        raise TaskRefused("extra must be an object")
+        raise TaskRefused("extra must be an object", code="field")
 
 
 def _parts(task: TaskSpec) -> tuple[Kind, Method]:
     try:
         kind = KINDS[task.kind]
     except KeyError:
-        raise TaskRefused(f"unknown task kind {task.kind!r}; known: {sorted(KINDS)}") from None
+        raise TaskRefused(f"unknown task kind {task.kind!r}; known: {sorted(KINDS)}",
+                          code="kind") from None
     try:
         method = METHODS[task.method]
     except KeyError:
-        raise TaskRefused(f"unknown method {task.method!r}; known: {sorted(METHODS)}"
-                          ) from None
+        raise TaskRefused(f"unknown method {task.method!r}; known: {sorted(METHODS)}",
+                          code="method") from None
     return kind, method
 
 
@@ -123,17 +128,20 @@ def validate_task(task: TaskSpec) -> Kind:
 
 def _validate(task: TaskSpec, kind: Kind, method: Method) -> None:
     if task.stage not in method.stages:
-        raise TaskRefused(f"stage {task.stage} is not valid for method {task.method!r}")
+        raise TaskRefused(f"stage {task.stage} is not valid for method {task.method!r}",
+                          code="stage")
     budget = component_units("epsilon", task.epsilon)
     component_units("eps_c", task.eps_c)
-    if not 1 <= task.dim <= MAX_DIM:
-        raise TaskRefused(f"dim must be in [1, {MAX_DIM}], got {task.dim}")
+    if task.dim < 1:
+        raise TaskRefused(f"dim must be >= 1, got {task.dim}")
+    if task.dim > MAX_DIM:
+        raise TaskRefused(f"dim must be at most {MAX_DIM}, got {task.dim}", code="limit")
     if task.virtual_offset < 0 or task.m_ref < 1:
         raise TaskRefused("virtual_offset must be >= 0 and m_ref >= 1")
     if task.frame_kind == "gaussian" and kind.name in ("mean-l2", "sgd") \
             and task.dim > MAX_GAUSSIAN_FRAME_DIM:
         raise TaskRefused(f"a gaussian Kashin frame is limited to dim <= "
-                          f"{MAX_GAUSSIAN_FRAME_DIM}; use frame_kind hadamard")
+                          f"{MAX_GAUSSIAN_FRAME_DIM}; use frame_kind hadamard", code="limit")
     C = kind.check(task)
     comps = task.components
     if not comps:
@@ -148,11 +156,11 @@ def _validate(task: TaskSpec, kind: Kind, method: Method) -> None:
         raise TaskRefused(
             f"task would spend epsilon={units_to_epsilon(spent):.10g} "
             f"({spent} units of 2^-24), above the query budget {task.epsilon!r} "
-            f"({budget} units)")
+            f"({budget} units)", code="over-budget")
     n = method.report_length(task)
     if n > MAX_REPORT_VALUES:
         raise TaskRefused(f"the report would have {n} values, above the device limit "
-                          f"{MAX_REPORT_VALUES}")
+                          f"{MAX_REPORT_VALUES}", code="limit")
 
 
 def report_length(task: TaskSpec) -> int:
@@ -180,7 +188,8 @@ def task_epsilon(task: TaskSpec) -> float:
 
 def compute_reports(task: TaskSpec, samples: np.ndarray, rng: RandomSource,
                     labels: np.ndarray | None = None,
-                    offsets: np.ndarray | None = None) -> np.ndarray:
+                    offsets: np.ndarray | None = None,
+                    exact: bool | None = None) -> np.ndarray:
     """Reports of a batch of users: ``(users, report_length)``.
 
     ``samples``: ``(users, m)`` (scalar kinds) or ``(users, m, d)``; NaN/inf and other
@@ -188,13 +197,18 @@ def compute_reports(task: TaskSpec, samples: np.ndarray, rng: RandomSource,
     different counts, including none). ``labels``: ``(users, m)`` for the labelled kinds
     (NaN = missing). ``offsets`` (baseline A only) overrides ``task.virtual_offset`` per
     user. The same code as ``compute_report``.
+
+    ``exact``: canonical numerics (``uldp.client.numerics``; the device contract, the same
+    bits in every SDK) or the fast batch kernels; ``None`` = canonical for one user. The
+    batch kernels agree with the canonical statistic up to rounding (protocol §12.7).
     """
     kind = validate_task(task)
     X = check_samples(samples, kind.vector, task.dim if kind.vector else None)
     if kind.uses_labels:  # labels travel as one extra last column of the samples
         X = _attach_labels(X, labels)
-    valid = kind.valid_samples(task, X)
-    return METHODS[task.method].compute(task, kind, X, valid, rng, offsets)
+    with numerics.canonical(X.shape[0] == 1 if exact is None else exact):
+        valid = kind.valid_samples(task, X)
+        return METHODS[task.method].compute(task, kind, X, valid, rng, offsets)
 
 
 def _attach_labels(X: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
@@ -244,11 +258,11 @@ def compute_report(task: TaskSpec, samples: Any, labels: Any = None,
         x = x[:, 0]
     lab = align_labels(labels, x.shape[0])[None] if kind.uses_labels else None
     try:
-        return compute_reports(task, x[None], rng, labels=lab)[0]
+        return compute_reports(task, x[None], rng, labels=lab, exact=True)[0]
     except Exception:  # totality backstop: never silence, never an exception
         FALLBACKS += 1
         empty = np.zeros((1, 0) + x.shape[1:])
-        return compute_reports(task, empty, rng,
+        return compute_reports(task, empty, rng, exact=True,
                                labels=np.zeros((1, 0)) if kind.uses_labels else None)[0]
 
 

@@ -24,15 +24,46 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["SCHEMA", "TaskRefused", "TaskSpec"]
+__all__ = ["REFUSAL_CODES", "SCHEMA", "TaskRefused", "TaskSpec"]
 
 #: The schema tag every task JSON carries (``"schema"``); a device refuses other versions.
 SCHEMA = "uldp.task/2"
 
 
+#: Stable refusal reason codes (``docs/device-protocol.md`` §14.1), in the order the checks
+#: run. Every SDK refuses a task with the same code; the message is for people.
+REFUSAL_CODES = (
+    "digest",  # task_digest is not the SHA-256 of task_json
+    "json",  # task_json is not JSON, or not a JSON object
+    "schema",  # the "schema" tag is missing or not uldp.task/2
+    "field",  # unknown or missing field, or a field of the wrong JSON type
+    "query",  # the task text names another query than the Task message
+    "kind",  # unknown kind
+    "method",  # unknown method
+    "stage",  # the stage is not one of the method's stages
+    "epsilon",  # an ε that cannot be counted (non-finite, <= 0, < 2^-24, > 2^20)
+    "limit",  # above a device limit (dimension, frame, report length, grid, bins, m_ref)
+    "param",  # a kind or method parameter missing, inconsistent or unusable
+    "over-budget",  # the task would spend more than its own query budget
+    "dataset",  # the named dataset is not registered on the device
+    "declaration",  # the task contradicts the dataset's public declaration
+    "length",  # Task.report_length differs from the length the device computes
+    "budget",  # the device's remaining budget is too small (ledger)
+    "participated",  # the device already accepted another task of this query (ledger)
+)
+
+
 class TaskRefused(ValueError):
     """The device will not run this task (inconsistent, unsupported or over-budget public
-    parameters, or a task that contradicts the dataset's declaration or the ledger)."""
+    parameters, or a task that contradicts the dataset's declaration or the ledger).
+
+    ``code`` is one of :data:`REFUSAL_CODES` (stable across SDKs and versions)."""
+
+    def __init__(self, message: str, code: str = "param") -> None:
+        super().__init__(message)
+        if code not in REFUSAL_CODES:
+            raise ValueError(f"unknown refusal code {code!r}")
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -79,16 +110,16 @@ class TaskSpec:
     @classmethod
     def from_dict(cls, d: Any) -> TaskSpec:
         if not isinstance(d, dict):
-            raise TaskRefused("a task is a JSON object")
+            raise TaskRefused("a task is a JSON object", code="json")
         d = dict(d)
         schema = d.pop("schema", None)
         if schema != SCHEMA:
             raise TaskRefused(f"task schema {schema!r} is not supported (this device "
-                              f"speaks {SCHEMA!r})")
+                              f"speaks {SCHEMA!r})", code="schema")
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise TaskRefused(f"task has unknown fields: {sorted(unknown)}")
+            raise TaskRefused(f"task has unknown fields: {sorted(unknown)}", code="field")
         for key in ("components", "virtual_eps"):
             if key in d:
                 d[key] = tuple(_list(d[key], key))
@@ -98,17 +129,17 @@ class TaskSpec:
         try:
             return cls(**d)
         except TypeError as exc:
-            raise TaskRefused(f"malformed task: {exc}") from None
+            raise TaskRefused(f"malformed task: {exc}", code="field") from None
 
     @classmethod
     def from_json(cls, text: str) -> TaskSpec:
         try:
             return cls.from_dict(json.loads(text))
         except (json.JSONDecodeError, RecursionError, UnicodeDecodeError) as exc:
-            raise TaskRefused(f"task is not valid JSON: {exc}") from None
+            raise TaskRefused(f"task is not valid JSON: {exc}", code="json") from None
 
 
 def _list(v: Any, name: str) -> list[Any]:
     if not isinstance(v, list):
-        raise TaskRefused(f"{name} must be a list")
+        raise TaskRefused(f"{name} must be a list", code="field")
     return v

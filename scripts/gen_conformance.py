@@ -34,6 +34,9 @@ from uldp.client.mechanisms.two_stage import stage1_reports, stage2_reports
 from uldp.client.params import Alg1Params, bin_index, bounded_params, heavy_tailed_params
 from uldp.client.randomness import RandomSource
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conformance_tasks import TASK_FILES
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "conformance" / "v1"
 FORMAT = "uldp-conformance/1"
@@ -352,15 +355,15 @@ def stage2() -> dict[str, Any]:
 FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "keystream": keystream, "keys": keys, "below": below, "bernoulli": bernoulli,
     "epsilon": epsilon, "dlap": dlap, "rounding": rounding, "params": params,
-    "hadamard": hadamard, "stage1": stage1, "stage2": stage2,
+    "hadamard": hadamard, "stage1": stage1, "stage2": stage2, **TASK_FILES,
 }
 
 
 def render(name: str, body: dict[str, Any]) -> str:
     """Canonical text: header keys sorted, one case per line (compact, keys sorted)."""
     head = {"format": FORMAT, "name": name, "description": body["description"]}
-    lines = [json.dumps(c, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-             for c in body["cases"]]
+    lines = [json.dumps(c, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                        allow_nan=False) for c in body["cases"]]
     text = json.dumps(head, sort_keys=True, ensure_ascii=False)[:-1]
     return text + ',\n"cases":[\n' + ",\n".join(lines) + "\n]}\n"
 

@@ -8,10 +8,14 @@ change of the device computation on either side fails CI until the contract is v
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from uldp.client.randomness import RandomSource
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -58,3 +62,117 @@ def test_check_mode_detects_a_changed_vector(tmp_path, monkeypatch):
     (tmp_path / "stage1.json").write_text(text, encoding="utf-8")
     monkeypatch.setattr(gen_conformance, "OUT_DIR", tmp_path)
     assert gen_conformance.main(["--check"]) == 1
+
+
+# ---- the JSON Schemas of proto/uldp/v1 hold for what the code produces ---------------------
+SCHEMAS = ROOT / "proto" / "uldp" / "v1"
+_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+
+
+def _is_type(v, t):
+    if t == "integer":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if t == "number":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, _TYPES[t])
+
+
+def _errors(v, s, root, path="$"):
+    """Violations of JSON Schema (the 2020-12 subset used in proto/uldp/v1/*.schema.json)."""
+    out = []
+    if "$ref" in s:
+        return _errors(v, json.loads((SCHEMAS / s["$ref"]).read_text()), root, path)
+    if "const" in s and v != s["const"]:
+        out.append(f"{path}: {v!r} != {s['const']!r}")
+    if "enum" in s and v not in s["enum"]:
+        out.append(f"{path}: {v!r} not in {s['enum']}")
+    if "type" in s:
+        ts = s["type"] if isinstance(s["type"], list) else [s["type"]]
+        if not any(_is_type(v, t) for t in ts):
+            return out + [f"{path}: {v!r} is not {ts}"]
+    if _is_type(v, "number"):
+        for k, ok in (("minimum", lambda a, b: a >= b), ("maximum", lambda a, b: a <= b),
+                      ("exclusiveMinimum", lambda a, b: a > b),
+                      ("exclusiveMaximum", lambda a, b: a < b)):
+            if k in s and not ok(v, s[k]):
+                out.append(f"{path}: {v!r} violates {k} {s[k]}")
+    if isinstance(v, dict):
+        out += [f"{path}: missing {k}" for k in s.get("required", []) if k not in v]
+        props = s.get("properties", {})
+        for k, x in v.items():
+            sub = props.get(k)
+            if sub is None:
+                sub = next((p for pat, p in s.get("patternProperties", {}).items()
+                            if re.match(pat, k)), None)
+            if sub is None:
+                sub = s.get("additionalProperties", True)
+                if sub is False:
+                    out.append(f"{path}: unknown key {k}")
+                    continue
+                if sub is True:
+                    continue
+            out += _errors(x, sub, root, f"{path}.{k}")
+    if isinstance(v, list):
+        if "minItems" in s and len(v) < s["minItems"]:
+            out.append(f"{path}: fewer than {s['minItems']} items")
+        if "maxItems" in s and len(v) > s["maxItems"]:
+            out.append(f"{path}: more than {s['maxItems']} items")
+        if s.get("uniqueItems") and len({json.dumps(x) for x in v}) != len(v):
+            out.append(f"{path}: items not unique")
+        pre = s.get("prefixItems", [])
+        for i, x in enumerate(v):
+            sub = pre[i] if i < len(pre) else s.get("items")
+            if sub is not None:
+                out += _errors(x, sub, root, f"{path}[{i}]")
+    for sub in s.get("allOf", []):
+        out += _errors(v, sub, root, path)
+    if "oneOf" in s and sum(not _errors(v, sub, root, path) for sub in s["oneOf"]) != 1:
+        out.append(f"{path}: matches not exactly one of oneOf")
+    if "if" in s:
+        branch = s.get("then") if not _errors(v, s["if"], root, path) else s.get("else")
+        if branch is not None:
+            out += _errors(v, branch, root, path)
+    return out
+
+
+def _schema(name):
+    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+
+
+def test_every_task_the_vectors_accept_matches_the_task_schema():
+    schema = _schema("task")
+    tasks = [c["task"] for c in json.loads(FRESH["tasks.json"])["cases"]]
+    refusals = json.loads(FRESH["refusals.json"])["cases"]
+    accepted = [r["task"]["task_json"] for r in refusals if r["code"] is None]
+    assert len(tasks) > 500 and len(accepted) >= 4
+    for text in tasks + accepted:
+        assert _errors(json.loads(text), schema, schema) == [], text
+    # and it rejects what the device refuses for type or shape reasons
+    for r in refusals:
+        if r["code"] in ("schema", "field", "kind", "method", "stage"):
+            try:
+                doc = json.loads(r["task"]["task_json"])
+            except ValueError:
+                continue
+            assert _errors(doc, schema, schema), r["name"]
+
+
+def test_published_json_and_results_match_their_schemas():
+    from uldp.collector.datasets import make_fleet_data
+    from uldp.collector.planner import QuerySpec
+    from uldp.collector.programs.driver import run_program
+    from uldp.collector.programs.meanest import MeanEstProgram
+    from uldp.collector.simulate import synthetic_privatizer
+
+    published, result = _schema("published"), _schema("result")
+    for kind, dim, dist in (("mean", 1, "uniform"), ("distribution", 4, "zipf:1.1"),
+                            ("mean-l2", 2, "sphere")):
+        spec = QuerySpec(kind=kind, epsilon=2.0, users=400, samples=5, dim=dim, seed=1)
+        data = make_fleet_data(kind, dist, 5, dim, spec.bound, np.random.default_rng(0))
+        pubs = {}
+        out = run_program(MeanEstProgram(spec), synthetic_privatizer(
+            spec, data, RandomSource.seeded(1), None), on_close=pubs.__setitem__)
+        for pub in pubs.values():
+            doc = json.loads(json.dumps(pub))
+            assert _errors(doc, published, published) == [], (kind, doc)
+        assert _errors(json.loads(json.dumps(out)), result, result) == [], kind

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from uldp.client.kashin import (
+    FRAME_VERSION,
     K_LV_DEFAULT,
     KASHIN_DELTA_DEFAULT,
     KASHIN_TOL_DEFAULT,
@@ -104,19 +105,25 @@ def test_same_seed_same_frame_different_seed_differs(kind: str) -> None:
 
 
 def test_frame_pinned_values() -> None:
-    """The seed → frame map is part of the protocol: pin it. If this fails after a numpy upgrade
-    (Generator stream change), clients and collectors on different versions would disagree —
-    bump FRAME_VERSION (or ship U) instead of updating the numbers silently."""
+    """The seed → frame map is part of the protocol (frame derivation v2, from a ChaCha20
+    keystream: ``uldp.client.kashin_frames``; the TypeScript SDK and the conformance vectors
+    rebuild the same frames bit for bit): pin it. Any change must bump FRAME_VERSION."""
+    assert FRAME_VERSION == "uldp.kashin.frame/v2"
     F = KashinFrame.from_seed(4, seed=2024, kind="hadamard")
-    assert F.frame_id == "4f620ed731d0962ec7d72703510a3f5d0fef03756e111d5d773a0fcde43bfa7f"
+    assert F.frame_id == "a5294e9e9bfba27e7327ae1ab0d03654a74939f2be86274c83c3978b037b54a0"
     assert F._cols is not None and F._signs is not None
-    assert F._cols.tolist() == [0, 4, 1, 2]
-    assert F._signs.astype(int).tolist() == [1, -1, 1, 1, 1, -1, 1, -1]
+    assert F._cols.tolist() == [1, 7, 2, 0]
+    assert F._signs.astype(int).tolist() == [-1, -1, -1, 1, -1, 1, 1, 1]
     G = KashinFrame.from_seed(2, seed=2024)
-    np.testing.assert_allclose(G.matrix(), [[0.667747303251, -0.383797424156],
-                                            [0.575371790037, 0.354625518969],
-                                            [-0.19604943401, 0.723214581338],
-                                            [-0.429680650781, -0.451553925735]], atol=1e-11)
+    assert G.frame_id == "8d9bfaa982384c80cb6d91397171d390ae2afa751ef94cafd9a2ca99f7e4246f"
+    np.testing.assert_allclose(G.matrix(), [[0.17323701379, -0.914724582132],
+                                            [-0.225006023956, -0.394409366479],
+                                            [-0.578291508915, -0.083199196886],
+                                            [0.764813805415, 0.028250382545]], atol=1e-11)
+    # bit-exact: basic IEEE operations only (no LAPACK, no libm)
+    U = KashinFrame.from_seed(24, seed="client-42").matrix()
+    assert hashlib.sha256(np.ascontiguousarray(U).tobytes()).hexdigest() == \
+        "9496694844a497d99466d4da50c6a54692f804a7144bdb87e475f73f7aea660f"
 
 
 def test_same_frame_in_a_fresh_interpreter() -> None:

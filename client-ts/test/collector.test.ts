@@ -1,9 +1,15 @@
 /**
- * The TS transport against the real Python collector on loopback (TLS, dev PKI): enrol, fetch
- * an SSL mean task, send a report computed by the TS core, resend the identical bytes
- * (duplicate), and get the collector's refusals for a different report, a wrong length and a
- * missing token. Needs the Python package (`ULDP_PYTHON`, default `python3`); outside CI the
- * test is skipped when `uldp.collector` cannot be imported, in CI it fails.
+ * The TS SDK against the real Python collector on loopback (TLS, dev PKI, `uldp collector
+ * serve` in a subprocess):
+ *  1. the transport alone: enrol, an SSL task, a report from the TS core, the identical
+ *     resend (duplicate), and the collector's refusals (different report, missing token,
+ *     wrong length);
+ *  2. a fleet of 1000 TS `Device`s in simulation mode (seeded noise, reports marked
+ *     `simulated`; the queries allow them) completes a two-stage `mean` and a two-stage
+ *     `distribution` query, and the truth of the population — the mean of the user means,
+ *     the mean of the users' category frequencies, computed here exactly — lies inside every
+ *     reported interval (confidence 1 − 1e-5: a miss is a bug, not bad luck).
+ * Needs a Python with uldp (`ULDP_PYTHON`); skipped when missing outside CI, fails in CI.
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
@@ -12,15 +18,20 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { boundedParams, RandomSource, stage2Report } from "../src/core/index.js";
+import { computeReport, parseTask, RandomSource } from "../src/core/index.js";
+import { Device } from "../src/device/index.js";
+import { MemoryStore } from "../src/ledger/index.js";
 import { DeviceTransport, grpc, RpcError } from "../src/node/index.js";
 
 const PY = process.env.ULDP_PYTHON ?? "python3";
-const CLI = "import sys; from uldp.collector.cli import main; sys.exit(main())";
+const CLI = "import sys; from uldp.collector.service_cli import main; sys.exit(main())";
+const FLEET = Number(process.env.ULDP_TS_FLEET ?? 1000);
+const M = 20; // samples per device
+const A = 8; // categories
 
 function pythonReady(): boolean {
   try {
-    execFileSync(PY, ["-c", "import uldp.collector.cli"], { stdio: "ignore" });
+    execFileSync(PY, ["-c", "import uldp.collector.service_cli"], { stdio: "ignore" });
     return true;
   } catch {
     return false;
@@ -37,21 +48,19 @@ let target = "";
 function cli(...args: string[]): string {
   return execFileSync(PY, ["-c", CLI, ...args], { encoding: "utf8" });
 }
+const conn = (): string[] => ["--target", target, "--ca", join(dir, "ca.pem"), "--admin-token-file", join(dir, "admin.token")];
 
 before(async () => {
   if (!ready) return;
   cli("collector", "certs", "--out", dir);
   proc = spawn(PY, ["-c", CLI, "collector", "serve", "--db", join(dir, "db.sqlite"), "--tls-dir", dir,
-    "--port", "0", "--port-file", join(dir, "port")], { stdio: "ignore" });
+    "--host", "127.0.0.1", "--port", "0", "--port-file", join(dir, "port"), "--log-level", "warning"], { stdio: "ignore" });
   const t0 = Date.now();
   while (!existsSync(join(dir, "port")) || !readFileSync(join(dir, "port"), "utf8").trim()) {
     if (Date.now() - t0 > 90_000 || proc.exitCode !== null) throw new Error("collector did not start");
     await new Promise((ok) => setTimeout(ok, 100));
   }
   target = `127.0.0.1:${readFileSync(join(dir, "port"), "utf8").trim()}`;
-  cli("query", "create", "--target", target, "--ca", join(dir, "ca.pem"), "--admin-token-file",
-    join(dir, "admin.token"), "--kind", "mean", "--epsilon", "1", "--dataset", "steps", "--users", "4",
-    "--samples", "10", "--bound", "1", "--method", "ssl", "--id", "q-ts");
 });
 
 after(() => {
@@ -59,21 +68,23 @@ after(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+const transport = (): DeviceTransport => new DeviceTransport({ target, caFile: join(dir, "ca.pem"), serverName: "localhost" });
+
 test("TS transport against the Python collector: enrol, task, report, duplicate, refusals", { skip, timeout: 120_000 }, async () => {
-  const t = new DeviceTransport({ target, caFile: join(dir, "ca.pem"), serverName: "localhost" });
+  cli("query", "create", ...conn(), "--kind", "mean", "--epsilon", "1", "--dataset", "single", "--users", "4",
+    "--samples", "10", "--bound", "1", "--method", "ssl", "--id", "q-ts");
+  const t = transport();
   try {
     const { token } = await t.enroll({ label: "client-ts test" });
-    const { tasks } = await t.getTasks(token, ["steps"]);
+    const { tasks } = await t.getTasks(token, ["single"]);
     assert.equal(tasks.length, 1);
-    const task = tasks[0];
-    assert.equal(createHash("sha256").update(task.task_json, "utf8").digest("hex"), task.task_digest);
-    const spec = JSON.parse(task.task_json);
-    assert.equal(spec.method, "ssl");
-    // SSL: one component, interval [-D, D] (the per-kind statistic is step 2; 0.25 stands in)
-    const p = boundedParams(spec.bound, spec.m_ref, spec.n_delta);
-    assert.equal(task.report_length, 1);
-    const values = stage2Report([0.25], [[-p.bound, p.bound]], spec.eps_c, RandomSource.secure());
-    const report = { queryId: task.query_id, phase: task.phase, values, taskDigest: task.task_digest, simulated: false };
+    const msg = tasks[0];
+    assert.equal(createHash("sha256").update(msg.task_json, "utf8").digest("hex"), msg.task_digest);
+    const task = parseTask(msg.task_json);
+    assert.equal(task.method, "ssl");
+    assert.equal(task.reportLength, msg.report_length);
+    const values = computeReport(task, [0.25, 0.5, -1.5], null, RandomSource.secure());
+    const report = { queryId: msg.query_id, phase: msg.phase, values, taskDigest: msg.task_digest, simulated: false };
     assert.equal((await t.submitReport(token, report)).duplicate, false);
     assert.equal((await t.submitReport(token, report)).duplicate, true); // identical resend
     await assert.rejects(t.submitReport(token, { ...report, values: [values[0] + 1n] }),
@@ -81,10 +92,107 @@ test("TS transport against the Python collector: enrol, task, report, duplicate,
     await assert.rejects(t.submitReport("not-a-token", report),
       (e: unknown) => e instanceof RpcError && e.code === grpc.status.UNAUTHENTICATED);
     const other = await t.enroll({ label: "second device" });
-    const t2 = (await t.getTasks(other.token, ["steps"])).tasks[0];
+    const t2 = (await t.getTasks(other.token, ["single"])).tasks[0];
     await assert.rejects(t.submitReport(other.token, { ...report, phase: t2.phase, taskDigest: t2.task_digest, values: [1n, 2n] }),
       (e: unknown) => e instanceof RpcError && e.code === grpc.status.INVALID_ARGUMENT);
+    // a simulated report is refused by a query that does not allow simulations
+    const third = await t.enroll({ label: "third device" });
+    const t3 = (await t.getTasks(third.token, ["single"])).tasks[0];
+    await assert.rejects(t.submitReport(third.token, { ...report, phase: t3.phase, taskDigest: t3.task_digest, simulated: true }),
+      (e: unknown) => e instanceof RpcError && e.code === grpc.status.FAILED_PRECONDITION);
   } finally {
     t.close();
   }
 });
+
+// ---- the fleet -----------------------------------------------------------------------------
+/** Device i's local data: M values in [-0.2, 0.8] and M categories in [0, A), from a seeded
+ * stream (public test data, not privacy noise). */
+function population(i: number): { steps: number[]; cats: number[] } {
+  const r = RandomSource.seeded(`ts-fleet-data-${i}`);
+  const u = (): number => Number(r.words(1)[0] >> 11n) / 2 ** 53;
+  const offset = 0.1 * (2 * u() - 1);
+  const steps = Array.from({ length: M }, () => 0.3 + offset + 0.4 * (2 * u() - 1));
+  const tilt = u();
+  const cats = Array.from({ length: M }, () => {
+    const v = u() * (1 + tilt);
+    return Math.min(A - 1, Math.floor(A * v * v / (1 + tilt) ** 2));
+  });
+  return { steps, cats };
+}
+
+/** Run `fn` over `items` with at most `limit` at once. */
+async function pool<T>(items: T[], limit: number, fn: (x: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) await fn(items[next++]);
+  }));
+}
+
+test(`a fleet of ${FLEET} TS devices completes a mean and a distribution query; the truth lies in every interval`,
+  { skip, timeout: 600_000 }, async () => {
+    const t0 = Date.now();
+    const common = ["--epsilon", "8", "--users", String(FLEET), "--samples", String(M), "--confidence", "0.99999",
+      "--method", "two-stage", "--allow-simulated", "--phase-timeout", "120"];
+    cli("query", "create", ...conn(), "--kind", "mean", "--dataset", "steps", "--bound", "1", "--id", "ts-mean", ...common);
+    cli("query", "create", ...conn(), "--kind", "distribution", "--dim", String(A), "--dataset", "cats", "--id", "ts-dist", ...common);
+    const transports = Array.from({ length: 4 }, transport);
+    const truthMean = { s: 0 };
+    const truthFreq = new Array<number>(A).fill(0);
+    const devices: Device[] = [];
+    for (let i = 0; i < FLEET; i++) {
+      const d = await Device.open({ transport: transports[i % transports.length], store: new MemoryStore(), budget: 20,
+        label: `ts-fleet-${i}`, simulation: { rng: RandomSource.seeded(`ts-fleet-noise-${i}`) } });
+      const { steps, cats } = population(i);
+      d.addDataset("steps", steps, null, { values: "real" });
+      d.addDataset("cats", cats, null, { values: "categorical", alphabet: A });
+      truthMean.s += steps.reduce((a, b) => a + b, 0) / M;
+      for (const c of cats) truthFreq[c] += 1 / M;
+      devices.push(d);
+    }
+    let todo = devices;
+    let rounds = 0;
+    const refused: string[] = [];
+    while (todo.length && Date.now() - t0 < 200_000) {
+      const still: Device[] = [];
+      await pool(todo, 128, async (d) => {
+        const r = await d.poll();
+        refused.push(...r.refused.map((x) => `${x.queryId}: ${x.code} ${x.message}`));
+        assert.deepEqual(r.rejected, []);
+        if (r.waiting || r.pending) still.push(d);
+      });
+      todo = still;
+      rounds++;
+      if (todo.length) await new Promise((ok) => setTimeout(ok, 300));
+    }
+    for (const t of transports) t.close();
+    assert.deepEqual(refused, []);
+    assert.equal(todo.length, 0, "devices still waiting");
+    for (const d of devices) {
+      assert.equal(d.ledger.entries().length, 2);
+      assert.ok(d.ledger.entries().every((e) => e.state === "acknowledged" && e.simulated));
+    }
+    const fleetSeconds = (Date.now() - t0) / 1000;
+    const result = (id: string) => {
+      for (let k = 0; k < 600; k++) {
+        try {
+          return JSON.parse(cli("query", "result", ...conn(), "--json", id));
+        } catch {
+          execFileSync("sleep", ["0.2"]);
+        }
+      }
+      throw new Error(`no result for ${id}`);
+    };
+    const mean = result("ts-mean");
+    const truth = truthMean.s / FLEET;
+    console.log(`# fleet: ${FLEET} TS devices, 2 queries, ${rounds} polling rounds, ${fleetSeconds.toFixed(1)} s`);
+    console.log(`# mean: truth ${truth.toFixed(4)}, estimate ${mean.values[0].toFixed(4)} in [${mean.ci_low[0].toFixed(4)}, ${mean.ci_high[0].toFixed(4)}]`);
+    assert.ok(mean.ci_low[0] <= truth && truth <= mean.ci_high[0], "the mean's truth is outside its interval");
+    assert.ok(Math.abs(mean.values[0] - truth) < 0.1);
+    const dist = result("ts-dist");
+    truthFreq.forEach((f, c) => {
+      const t = f / FLEET;
+      console.log(`# distribution[${c}]: truth ${t.toFixed(4)}, estimate ${dist.values[c].toFixed(4)} in [${dist.ci_low[c].toFixed(4)}, ${dist.ci_high[c].toFixed(4)}]`);
+      assert.ok(dist.ci_low[c] <= t && t <= dist.ci_high[c], `category ${c}: the truth is outside its interval`);
+    });
+  });

@@ -8,12 +8,12 @@ import { checkFile, FILE_NAMES, newNotes, type VectorFile } from "./vectors/runn
 export const VECTOR_DIR = fileURLToPath(new URL("../../../conformance/v1/", import.meta.url));
 
 for (const name of FILE_NAMES) {
-  test(`conformance/v1/${name}.json`, () => {
+  test(`conformance/v1/${name}.json`, async () => {
     const file = JSON.parse(readFileSync(VECTOR_DIR + name + ".json", "utf8")) as VectorFile;
     assert.equal(file.name, name);
     assert.ok(file.cases.length > 0, "a vector file without cases");
     const notes = newNotes();
-    const results = checkFile(file, notes);
+    const results = await checkFile(file, notes);
     const bad = results.filter((r) => !r.ok);
     assert.deepEqual(bad, [], `${bad.length} of ${results.length} cases differ`);
     if (notes.libmDisagreements.length) {

@@ -29,7 +29,7 @@ async function semantics(store: LedgerStore): Promise<Ledger> {
   await l.record("q2", "d2", 1, U, [0n], true);
   assert.equal(l.remainingUnits(), 0n);
   await assert.rejects(l.record("q3", "d3", 1, 1n, [0n], false), BudgetExceeded);
-  await l.mark("q1", "acked", "");
+  await l.mark("q1", "acknowledged", "");
   assert.deepEqual(l.entries("pending").map((e) => e.queryId), ["q2"]);
   return l;
 }
@@ -52,6 +52,8 @@ test("the budget is rounded down to units; int64 report bytes round-trip", () =>
   assert.equal(budgetUnits(0.1), 1677721n);
   assert.equal(budgetUnits(2 ** -24), 1n);
   assert.throws(() => budgetUnits(0), RangeError);
+  assert.throws(() => budgetUnits(2 ** -25), RangeError);
+  assert.throws(() => budgetUnits(2 ** 20 + 1), RangeError);
   const v = [0n, -1n, (1n << 63n) - 1n, -(1n << 63n)];
   assert.deepEqual(decodeValues(encodeValues(v)), v);
   assert.deepEqual([...encodeValues([-2n])], [0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
@@ -68,7 +70,7 @@ test("file store: entries survive a reopen; the directory is locked while open",
     const again = new FileStore(dir);
     const l = await Ledger.open(again, 2.0);
     assert.equal(l.spentUnits(), 2n * U);
-    assert.equal(l.get("q1")?.state, "acked");
+    assert.equal(l.get("q1")?.state, "acknowledged");
     assert.equal(l.get("q2")?.simulated, true);
     assert.deepEqual(decodeValues(l.get("q1")!.report), [1n, -2n, 3n]);
     await assert.rejects(l.record("q1", "other", 1, 1n, [0n], false), AlreadyParticipated);

@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 
 from uldp.client.kashin import KashinFrame
+from uldp.client.kashin_frames import frame_size
+from uldp.client.numerics import norms, seq_sum
+from uldp.client.numerics import radial as numerics_radial
 from uldp.client.taskspec import TaskRefused, TaskSpec
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "check_samples",
     "finite_number",
     "kashin_frame",
+    "kashin_size",
     "masked_mean",
     "radial",
     "register_kind",
@@ -77,18 +81,22 @@ def check_samples(samples: np.ndarray, vector: bool, dim: int | None = None) -> 
 def masked_mean(x: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
     """Mean over the sample axis (1) of the valid samples; 0 for a user with none ([D10]).
 
-    Computed as ``Σ_j x_j / m_i`` (each term divided first), so finite inputs never
-    overflow; invalid entries contribute exactly 0.
+    Canonical (``docs/device-protocol.md`` §12.1): a sequential sum over the valid samples
+    in index order, starting from ``+0.0``, then one division by their count ``m_i``
+    (invalid entries are replaced by ``0.0``, which leaves a sequential sum unchanged). The
+    sum overflows only when ``m_i · max|x|`` exceeds the largest double; the statistic is
+    then ±∞, which :meth:`Kind.statistics` maps to ±2^500 and the mechanism clamps.
     """
     n, m = x.shape[:2]
     if m == 0:
         return np.zeros((n,) + x.shape[2:])
     count = np.full(n, float(m)) if valid is None else valid.sum(axis=1).astype(np.float64)
-    scale = (1.0 / np.maximum(count, 1.0)).reshape((n, 1) + (1,) * (x.ndim - 2))
-    terms = x * scale
+    terms = x
     if valid is not None:
-        terms = np.where(valid.reshape(valid.shape + (1,) * (x.ndim - 2)), terms, 0.0)
-    return terms.sum(axis=1)
+        terms = np.where(valid.reshape(valid.shape + (1,) * (x.ndim - 2)), x, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = seq_sum(terms, axis=1)
+        return total / np.maximum(count, 1.0).reshape((n,) + (1,) * (x.ndim - 2))
 
 
 Transform = Callable[[TaskSpec, int], "np.ndarray | None"]
@@ -217,25 +225,24 @@ def finite_number(name: str, v: Any, positive: bool = False, nonneg: bool = Fals
 
 
 def safe_norms(x: np.ndarray, ord: float) -> np.ndarray:
-    """ℓ_ord norms of the rows of ``x`` (last axis) without overflow for finite input:
-    rows are scaled by their largest magnitude first (``‖x‖ = a·‖x/a‖``)."""
-    amax = np.abs(x).max(axis=-1, keepdims=True, initial=0.0)
-    safe = np.where(amax > 0, amax, 1.0)
-    with np.errstate(over="ignore"):
-        return amax * np.linalg.norm(x / safe, ord=ord, axis=-1, keepdims=True)
+    """ℓ_ord norms of the rows of ``x`` (last axis), canonical and without overflow for finite
+    input (``uldp.client.numerics.norms``: rows scaled by their largest magnitude first)."""
+    return norms(x, int(ord))[..., None]
 
 
 def radial(x: np.ndarray, bound: float | None, ord: float) -> np.ndarray:
     """Project rows onto the ℓ_ord ball of radius ``bound`` ([D21]); ``None`` (heavy tails)
-    projects onto the numerical-guard ball of radius 2^500 instead."""
+    projects onto the numerical-guard ball of radius 2^500 instead (canonical:
+    ``uldp.client.numerics.radial``)."""
     if x.size == 0:
         return x
-    radius = HEAVY_GUARD if bound is None else bound
-    norms = safe_norms(x, ord)
-    if np.all(norms <= radius):
-        return x
-    scale = np.minimum(1.0, radius / np.maximum(norms, 1e-300))
-    return x * scale
+    radius = HEAVY_GUARD if bound is None else float(bound)
+    return numerics_radial(x, radius, int(ord))
+
+
+def kashin_size(task: TaskSpec) -> int:
+    """``N`` of the task's Kashin frame, from the public parameters alone (no frame built)."""
+    return frame_size(task.dim, task.frame_kind)
 
 
 def kashin_frame(task: TaskSpec) -> KashinFrame:

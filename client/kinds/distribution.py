@@ -30,12 +30,16 @@ def _in_alphabet(task: TaskSpec, x: np.ndarray) -> np.ndarray:
 
 
 def _user_stats(task: TaskSpec, X: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Category frequencies ``count_c / m_i`` over the valid samples (one exact division of
+    an integer count), zero-padded to ``K`` and Hadamard-transformed: ``H f / √K``."""
     n, m = X.shape[:2]
     freq = np.zeros((n, task.dim))
     if m:
         cats = np.where(valid, X, 0).astype(np.int64)
-        w = valid / np.maximum(valid.sum(axis=1, keepdims=True), 1)
-        np.add.at(freq, (np.repeat(np.arange(n), m), cats.ravel()), w.ravel())
+        flat = (np.arange(n)[:, None] * task.dim + cats).ravel()
+        counts = np.bincount(flat, weights=valid.ravel().astype(np.float64),
+                             minlength=n * task.dim).reshape(n, task.dim)
+        freq = counts / np.maximum(valid.sum(axis=1, keepdims=True), 1).astype(np.float64)
     return hadamard_rows(freq, _alphabet(task))
 
 

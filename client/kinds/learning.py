@@ -44,8 +44,16 @@ import numpy as np
 
 from uldp.client.hadamard import fwht, hadamard_matrix, next_pow2
 from uldp.client.kashin import kashin_coefficients
-from uldp.client.kinds.base import Kind, finite_number, kashin_frame, register_kind
+from uldp.client.kinds.base import (
+    Kind,
+    finite_number,
+    kashin_frame,
+    kashin_size,
+    radial,
+    register_kind,
+)
 from uldp.client.kinds.means import check_frame, kashin_transform
+from uldp.client.numerics import exp, seq_sum
 from uldp.client.taskspec import TaskRefused, TaskSpec
 
 __all__ = [
@@ -98,19 +106,27 @@ def _quadratic(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
     return theta[None, :] - X
 
 
+def _dot(X: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """``xᵀθ`` per row, canonical: ``seq_sum_j(x_j · θ_j)``."""
+    return seq_sum(X * theta[None, :], axis=1)
+
+
 def _least_squares(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
                    extra: dict[str, Any]) -> np.ndarray:
-    """½(xᵀθ − y)² (+ ½λ‖θ‖²): gradient (xᵀθ − y) x + λθ."""
-    r = X @ theta - y
+    """½(xᵀθ − y)² (+ ½λ‖θ‖²): gradient ``r·x_j + λ·θ_j`` with ``r = xᵀθ − y``."""
+    r = _dot(X, theta) - y
     return r[:, None] * X + _l2(extra) * theta[None, :]
 
 
 def _logistic(theta: np.ndarray, X: np.ndarray, y: np.ndarray,
               extra: dict[str, Any]) -> np.ndarray:
-    """log(1 + exp(−s xᵀθ)) (+ ½λ‖θ‖²), s = ±1: gradient −s σ(−s xᵀθ) x + λθ."""
+    """log(1 + exp(−s xᵀθ)) (+ ½λ‖θ‖²), s = ±1: gradient ``w·x_j + λ·θ_j`` with
+    ``z = clip(−s·xᵀθ, −500, 500)`` (an overflowing ``xᵀθ = ∞ − ∞`` is ``z = 0``),
+    ``w = −s / (1 + exp(−z))`` (``exp`` of
+    ``uldp.client.numerics``: the same bits in every SDK)."""
     s = label_signs(y)
-    z = np.clip(-s * (X @ theta), -500.0, 500.0)
-    w = -s / (1.0 + np.exp(-z))  # -s * sigmoid(z)
+    z = np.clip(np.nan_to_num(-s * _dot(X, theta), nan=0.0), -500.0, 500.0)
+    w = -s / (1.0 + exp(-z))  # -s * sigmoid(z)
     return w[:, None] * X + _l2(extra) * theta[None, :]
 
 
@@ -121,49 +137,39 @@ register_gradient("logistic", _logistic)
 
 
 def clip_rows(G: np.ndarray, D: float) -> np.ndarray:
-    """Rows with NaN/inf → 0, then ``g · min(1, D/‖g‖₂)`` computed without overflow."""
+    """Rows with NaN/inf → 0, then each row projected onto the ℓ2 ball of radius ``D``
+    (``uldp.client.numerics.radial``: canonical, no overflow). The Kashin coefficients are
+    clamped to ``[-D', D']`` afterwards whatever the norm turned out to be (INV-6)."""
     G = np.array(G, dtype=np.float64, copy=True)
     bad = ~np.isfinite(G).all(axis=1)
     if bad.any():
         G[bad] = 0.0
-    amax = np.abs(G).max(axis=1, initial=0.0)
-    if amax.size and amax.max() < 1e150:  # fast path: squares cannot overflow
-        norms = np.sqrt(np.einsum("ij,ij->i", G, G))
-    else:  # rescale by the largest entry first: norm = amax·‖g/amax‖, no overflow
-        safe = np.where(amax > 0, amax, 1.0)
-        unit = G / safe[:, None]  # entries in [-1, 1], norm in [1, √p] (or 0)
-        unorm = np.sqrt(np.einsum("ij,ij->i", unit, unit))
-        length = np.minimum(safe, D / np.maximum(unorm, 1e-300))  # min(‖g‖, D)/‖unit‖
-        return _final_clip(unit * np.where(amax > 0, length, 0.0)[:, None], D)
-    with np.errstate(divide="ignore"):
-        scale = np.where(norms > D, D / np.maximum(norms, 1e-300), 1.0)
-    return _final_clip(G * scale[:, None], D)
-
-
-def _final_clip(G: np.ndarray, D: float) -> np.ndarray:
-    """The norm can exceed D only by rounding; clamp that too (belt and braces)."""
-    norms = np.sqrt(np.einsum("ij,ij->i", G, G))
-    over = norms > D
-    if over.any():
-        G[over] *= (D / norms[over])[:, None]
-    return G
+    return radial(G, float(D), 2)
 
 
 # ---- public-parameter validation (runs inside validate_task via n_components) ----------
-def _theta(task: TaskSpec) -> np.ndarray:
-    raw = task.extra.get("theta")
+def _numbers(task: TaskSpec, key: str, default: list[float] | None = None) -> np.ndarray:
+    """``extra[key]``: a JSON list of exactly ``dim`` finite numbers (not booleans, not
+    strings), else refused."""
+    raw = task.extra.get(key, default)
     if raw is None:
-        raise TaskRefused("an sgd task needs extra['theta'] (the broadcast model θ_t)")
+        raise TaskRefused(f"the task needs extra[{key!r}]")
+    if not isinstance(raw, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw):
+        raise TaskRefused(f"extra[{key!r}] must be a list of numbers")
+    if len(raw) != task.dim:
+        raise TaskRefused(f"extra[{key!r}] must have {task.dim} entries, got {len(raw)}")
     try:
-        theta = np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TaskRefused("extra['theta'] must be a list of numbers") from None
-    if theta.shape != (task.dim,):
-        raise TaskRefused(f"extra['theta'] must have {task.dim} entries, got shape "
-                          f"{theta.shape}")
-    if not np.isfinite(theta).all():
-        raise TaskRefused("extra['theta'] contains NaN or infinity")
-    return theta
+        arr = np.array([float(v) for v in raw], dtype=np.float64)
+    except OverflowError:
+        raise TaskRefused(f"extra[{key!r}] contains a number too large for a double") from None
+    if not np.isfinite(arr).all():
+        raise TaskRefused(f"extra[{key!r}] contains NaN or infinity")
+    return arr
+
+
+def _theta(task: TaskSpec) -> np.ndarray:
+    return _numbers(task, "theta")
 
 
 def _check_sgd(task: TaskSpec) -> None:
@@ -181,7 +187,7 @@ def _check_sgd(task: TaskSpec) -> None:
 def _sgd_components(task: TaskSpec) -> int:
     _check_sgd(task)
     check_frame(task)
-    return kashin_frame(task).N
+    return kashin_size(task)
 
 
 def per_sample_gradients(task: TaskSpec, x: np.ndarray) -> np.ndarray:
@@ -208,7 +214,7 @@ def _sgd_map(task: TaskSpec, x: np.ndarray) -> np.ndarray:
 
 
 def _sgd_bound(task: TaskSpec) -> float:
-    return task.kashin_level * float(task.bound or 0.0) / math.sqrt(kashin_frame(task).N)
+    return task.kashin_level * float(task.bound or 0.0) / math.sqrt(kashin_size(task))
 
 
 register_kind(Kind(
@@ -229,18 +235,17 @@ def grid_spec(task: TaskSpec) -> tuple[int, tuple[np.ndarray, np.ndarray], int]:
         raise TaskRefused(f"extra['grid'] (cells per axis M) must be a positive integer, "
                           f"got {M!r}")
     d = int(task.dim)
-    if M**d > MAX_GRID_CELLS:
-        raise TaskRefused(f"grid M^d = {M}^{d} exceeds the device limit {MAX_GRID_CELLS}")
-    try:
-        lo = np.asarray(task.extra.get("lo", [0.0] * d), dtype=np.float64)
-        hi = np.asarray(task.extra.get("hi", [1.0] * d), dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TaskRefused("extra['lo'] and extra['hi'] must be lists of numbers") from None
-    if lo.shape != (d,) or hi.shape != (d,):
-        raise TaskRefused(f"extra['lo'] and extra['hi'] must have {d} entries each")
-    if not (np.isfinite(lo).all() and np.isfinite(hi).all()) or np.any(hi <= lo):
+    cells = 1
+    for _ in range(d):  # M^d without building a huge integer for a hostile task
+        cells *= int(M)
+        if cells > MAX_GRID_CELLS:
+            raise TaskRefused(f"grid M^d = {M}^{d} exceeds the device limit {MAX_GRID_CELLS}",
+                              code="limit")
+    lo = _numbers(task, "lo", [0.0] * d)
+    hi = _numbers(task, "hi", [1.0] * d)
+    if np.any(hi <= lo) or not np.isfinite(hi - lo).all():
         raise TaskRefused("feature box needs finite lo < hi on every axis")
-    return int(M), (lo, hi), next_pow2(int(M) ** d)
+    return int(M), (lo, hi), next_pow2(cells)
 
 
 def grid_bins(X: np.ndarray, M: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -268,12 +273,15 @@ def _hadamard_features(task: TaskSpec, X: np.ndarray, valid: np.ndarray,
     out = np.zeros((n, K * len(weights)))
     if m == 0:  # [D10]: a user without samples reports the zero statistic
         return out
-    share = valid / np.maximum(valid.sum(axis=1, keepdims=True), 1)  # 1/m_i or 0
+    count = np.maximum(valid.sum(axis=1, keepdims=True), 1).astype(np.float64)  # m_i
     bins = grid_bins(X[..., : task.dim], M, lo, hi)  # (n, m)
     flat = (np.arange(n)[:, None] * K + bins).ravel()
     for i, w in enumerate(weights):
-        hist = np.bincount(flat, weights=(w * share).ravel(), minlength=n * K).reshape(n, K)
-        out[:, i * K:(i + 1) * K] = fwht(hist, axis=-1)
+        # sequential sum of the weights of each cell in sample order (bincount adds in
+        # index order), then one division by m_i
+        sums = np.bincount(flat, weights=np.where(valid, w, 0.0).ravel(),
+                           minlength=n * K).reshape(n, K)
+        out[:, i * K:(i + 1) * K] = fwht(sums / count, axis=-1)
     return out
 
 

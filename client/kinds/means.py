@@ -18,6 +18,7 @@ from uldp.client.kinds.base import (
     Kind,
     finite_number,
     kashin_frame,
+    kashin_size,
     masked_mean,
     radial,
     register_kind,
@@ -74,7 +75,7 @@ def check_frame(task: TaskSpec) -> None:
 
 def _kashin_components(task: TaskSpec) -> int:
     check_frame(task)
-    return kashin_frame(task).N
+    return kashin_size(task)
 
 
 def _kashin_bound(task: TaskSpec) -> float:

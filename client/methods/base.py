@@ -69,7 +69,9 @@ def component_units(name: str, eps: object) -> int:
     try:
         return epsilon_units(eps, name)
     except EpsilonError as exc:
-        raise TaskRefused(str(exc)) from None
+        raise TaskRefused(str(exc), code="epsilon") from None
+    except OverflowError:  # an integer too large for a double
+        raise TaskRefused(f"{name} is too large to count", code="epsilon") from None
 
 
 def _finite(v: object) -> bool:
@@ -89,8 +91,11 @@ def check_bins(task: TaskSpec) -> None:
         D, h, B = row
         if not (_finite(D) and _finite(h) and D > 0 and h > 0):
             raise TaskRefused(f"bins need finite positive D and h, got {list(row)}")
-        if isinstance(B, bool) or not isinstance(B, int) or not 1 <= B <= MAX_BINS:
-            raise TaskRefused(f"a component has 1..{MAX_BINS} bins, got {B!r}")
+        if isinstance(B, bool) or not isinstance(B, int) or B < 1:
+            raise TaskRefused(f"a component has at least one bin, got {B!r}")
+        if B > MAX_BINS:
+            raise TaskRefused(f"a component has at most {MAX_BINS} bins, got {B!r}",
+                              code="limit")
 
 
 def check_intervals(task: TaskSpec, count: int | None = None) -> None:

@@ -120,8 +120,8 @@ class BaselineA:
         for g in task.virtual_groups:
             if not g or len(set(g)) != len(g) or not set(g) <= served:
                 raise TaskRefused("each virtual group is a non-empty set of served components")
-        if not 1 <= task.m_ref <= 1 << 20:
-            raise TaskRefused(f"m_ref must be in [1, 2^20], got {task.m_ref}")
+        if task.m_ref > 1 << 20:
+            raise TaskRefused(f"m_ref must be at most 2^20, got {task.m_ref}", code="limit")
         check_intervals(task)
 
     def _interval_of(self, task: TaskSpec) -> dict[int, tuple[float, float]]:

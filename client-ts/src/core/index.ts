@@ -1,8 +1,8 @@
 /** @uldp/device core: the exact device computation, no Node-only dependency. */
-export { ChaCha20Stream, RandomSource } from "./random.js";
+export { ChaCha20Stream, RandomSource, utf8 } from "./random.js";
 export {
   discreteLaplace, discreteLaplaceLogPmf, EPS_DENOMINATOR, floorTimesPow2, laplaceScale,
-  laplaceScaleValue, rationalEpsilon, randomizedRound, type LaplaceScale,
+  laplaceScaleValue, MAX_EPSILON, rationalEpsilon, randomizedRound, type LaplaceScale,
 } from "./noise.js";
 export {
   alg1Params, binIndex, binsFor, boundedParams, boundedParamsWithLog, clampInterval, clip,
@@ -14,4 +14,21 @@ export {
   stage2LogLikelihood, stage2Report, type Interval,
 } from "./twoStage.js";
 export { bytesToHex, f64FromHex, f64ToHex, hexToBytes } from "./encoding.js";
-export { intervalsOf, KindRegistry, privatize, type Dataset, type Kind, type Mechanism } from "./kinds.js";
+export { isJInt, isJNum, JInt, JsonError, parseJson, type JObject, type JValue } from "./json.js";
+export { exp, frexp, guard, HEAVY_GUARD, ldexp, ln, norm, pow2, radial, scaledNorm, seqSum, uniformPm1 } from "./numerics.js";
+export {
+  analysis, FRAME_VERSION, frameDigest, frameSize, kashinCoefficients, kashinFrame, synthesis,
+  type FrameKind, type KashinFrame,
+} from "./kashin.js";
+export {
+  epsilonUnits, GRADIENT_MODELS, KIND_NAMES, MAX_BINS, MAX_DIM, MAX_GAUSSIAN_FRAME_DIM, MAX_GRID_CELLS,
+  MAX_M_REF, MAX_REPORT_VALUES, parseTask, parseTaskFields, SCHEMA, TaskRefused, validateFields,
+  type KindName, type Method, type RefusalCode, type Task,
+} from "./task.js";
+export { gradient, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
+export { computeReport, DataError, fallbacks, slotSources, taskRows, type Samples } from "./report.js";
+export {
+  alignLabels, coerceValues, datasetSchema, type DatasetSchema, localDataset, type LocalDataset,
+  parsePythonFloat, toFloat, type ValueKind,
+} from "./dataset.js";
+export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";

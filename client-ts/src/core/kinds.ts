@@ -1,63 +1,235 @@
 /**
- * How a task becomes a report: a *kind* maps (task, local dataset) to the statistics vector y
- * of the user (one finite value per served component); a *mechanism* (method × stage) maps y to
- * the report integers. Kinds are modules registered by name.
+ * The query kinds, device half: the user statistic of one local dataset
+ * (docs/device-protocol.md §12–13; Python: uldp.client.kinds). One user at a time, in the
+ * canonical order of uldp.client.numerics.
  *
- * TODO(step 2, after the lead's issues 9/10): the task JSON schema, the per-kind statistics
- * and the sanitizing rules (totality) are not ported yet; `Kind` is the seam they plug into.
+ * A user's data are rows: the sample's d values (1 for the scalar kinds), plus the label as a
+ * last column for the labelled kinds. A row is *usable* iff every entry is finite (and, for
+ * `distribution`, the value is an integer in [0, A)). Unusable rows are ignored: a statistic
+ * sees them as rows of zeros that do not count.
  */
-import type { Alg1Params } from "./params.js";
-import { clampInterval } from "./params.js";
-import type { RandomSource } from "./random.js";
-import { type Interval, stage1Report, stage2Report } from "./twoStage.js";
+import { fwht, nextPow2 } from "./hadamard.js";
+import { type JInt, toDouble } from "./json.js";
+import { type FrameKind, kashinCoefficients, kashinFrame } from "./kashin.js";
+import { clip, exp, guard, HEAVY_GUARD, radial, seqSum } from "./numerics.js";
+import { extraNumbers, gridSpec, type KindName, type Task } from "./task.js";
 
-/** A user's whole local dataset: m samples (scalars or d-vectors), optional labels. */
-export interface Dataset {
-  readonly samples: readonly number[] | readonly (readonly number[])[];
-  readonly labels?: readonly number[];
+export type Row = Float64Array;
+
+export interface KindImpl {
+  readonly name: KindName;
+  readonly vector: boolean;
+  readonly usesLabels: boolean;
+  /** The kind's own validity rule on a row with finite entries. */
+  validValue?(task: Task, row: Row): boolean;
+  /** φ(sample): the component values of one sample (baseline A; the mean of the kinds
+   * without their own userStats). */
+  sampleMap(task: Task, row: Row): number[];
+  /** The user statistic from the rows (unusable rows zeroed) and the usability mask. */
+  userStats?(task: Task, rows: Row[], valid: boolean[]): number[];
 }
 
-export interface Kind<Task> {
-  readonly name: string;
-  /** Algorithm-1 parameters of every component of the kind (public: from the task only). */
-  params(task: Task): Alg1Params[];
-  /** The statistics of one user for the components the task serves (finite, sanitized). */
-  statistics(task: Task, dataset: Dataset): number[];
+/** Sequential mean over the usable rows of the vectors f(row): Σ / m_i (0 if none). */
+function maskedMean(rows: Row[], valid: boolean[], f: (r: Row) => ArrayLike<number>, C: number): number[] {
+  const acc = new Array<number>(C).fill(0);
+  let m = 0;
+  rows.forEach((r, i) => {
+    if (!valid[i]) return;
+    m++;
+    const v = f(r);
+    for (let c = 0; c < C; c++) acc[c] = acc[c] + v[c];
+  });
+  const div = Math.max(m, 1);
+  return acc.map((s) => s / div);
 }
 
-export class KindRegistry<Task> {
-  readonly #kinds = new Map<string, Kind<Task>>();
-  register(kind: Kind<Task>): this {
-    if (this.#kinds.has(kind.name)) throw new Error(`kind ${kind.name} is already registered`);
-    this.#kinds.set(kind.name, kind);
-    return this;
-  }
-  get(name: string): Kind<Task> | undefined {
-    return this.#kinds.get(name);
-  }
-  names(): string[] {
-    return [...this.#kinds.keys()].sort();
-  }
+const supportBound = (t: Task): number => (t.bound === null ? HEAVY_GUARD : t.bound);
+const clampSupport = (t: Task, r: ArrayLike<number>, d: number): number[] =>
+  Array.from({ length: d }, (_, j) => clip(r[j], -supportBound(t), supportBound(t)));
+
+/** Zero-pad to K, FWHT, divide by √K. */
+export function hadamardRows(v: readonly number[], K: number): number[] {
+  const pad = new Array<number>(K).fill(0);
+  for (let i = 0; i < v.length; i++) pad[i] = v[i];
+  const root = Math.sqrt(K);
+  return fwht(pad).map((x) => x / root);
 }
 
-/** The privatizer of a task, with its public parameters for the served components. */
-export type Mechanism =
-  | { method: "two-stage"; stage: 1; params: readonly Alg1Params[]; epsC: number }
-  | { method: "two-stage"; stage: 2; params: readonly Alg1Params[]; khat: readonly number[]; epsC: number }
-  | { method: "ssl"; params: readonly Alg1Params[]; epsC: number };
+const frameOf = (t: Task) => kashinFrame(t.dim, t.frameSeed, t.frameKind as FrameKind);
 
-/** Clamp intervals of a stage-II/SSL mechanism: from k̂ (stage II) or the support (SSL). */
-export function intervalsOf(m: Mechanism): Interval[] {
-  if (m.method === "ssl") return m.params.map((p) => [-p.bound, p.bound] as Interval);
-  if (m.stage === 2) {
-    if (m.khat.length !== m.params.length) throw new RangeError("one k̂ per served component");
-    return m.params.map((p, i) => clampInterval(p, m.khat[i]));
-  }
-  throw new RangeError("stage I has no clamp interval");
+function kashinBound(t: Task, bound: number): number {
+  return t.kashinLevel * bound / Math.sqrt(frameOf(t).N);
 }
 
-/** The report integers of one user's statistics y under mechanism m. */
-export function privatize(y: readonly number[], m: Mechanism, rng: RandomSource): bigint[] {
-  if (m.method === "two-stage" && m.stage === 1) return stage1Report(y, m.params, m.epsC, rng);
-  return stage2Report(y, intervalsOf(m), m.epsC, rng);
+function kashinMap(t: Task, x: readonly number[], bound: number | null): number[] {
+  const f = frameOf(t);
+  const { a } = kashinCoefficients(f, radial(x, bound === null ? HEAVY_GUARD : bound, 2), t.kashinDelta);
+  if (bound === null) return Array.from(a);
+  const Dp = kashinBound(t, bound);
+  return Array.from(a, (v) => clip(v, -Dp, Dp));
+}
+
+// ---- gradients (sgd) ---------------------------------------------------------------------
+const dot = (x: ArrayLike<number>, theta: readonly number[]): number => {
+  let s = 0;
+  for (let j = 0; j < theta.length; j++) s = s + x[j] * theta[j];
+  return s;
+};
+
+const THETA = new WeakMap<Task, number[]>();
+
+/** One sample's gradient of the task's model at θ (labels in the last column). */
+export function gradient(t: Task, row: Row): number[] {
+  const d = t.dim;
+  let theta = THETA.get(t);
+  if (theta === undefined) {
+    theta = extraNumbers(t.extra, "theta", d);
+    THETA.set(t, theta);
+  }
+  const model = t.extra.get("model") as string;
+  const y = row[d];
+  const l2 = t.extra.has("l2") ? toDouble(t.extra.get("l2") as JInt | number) : 0.0;
+  if (model === "quadratic") return theta.map((th, j) => th - row[j]);
+  let w: number;
+  if (model === "logistic") {
+    const s = y > 0 ? 1.0 : -1.0;
+    let z = -s * dot(row, theta);
+    if (Number.isNaN(z)) z = 0.0;
+    z = clip(z, -500.0, 500.0);
+    w = -s / (1.0 + exp(-z));
+  } else { // least_squares, ridge
+    w = dot(row, theta) - y;
+  }
+  return theta.map((th, j) => w * row[j] + l2 * th);
+}
+
+function sgdMap(t: Task, row: Row): number[] {
+  let g = gradient(t, row);
+  if (!g.every(Number.isFinite)) g = g.map(() => 0.0);
+  return kashinMap(t, radial(g, t.bound as number, 2), t.bound);
+}
+
+// ---- grid + Hadamard features (classify, regress) -----------------------------------------
+function gridBin(t: Task, g: { M: number; lo: number[]; hi: number[] }, row: Row): number {
+  const { M, lo, hi } = g;
+  let bin = 0;
+  let w = 1;
+  for (let s = 0; s < t.dim; s++) {
+    const u = clip((row[s] - lo[s]) / (hi[s] - lo[s]), 0.0, 1.0);
+    bin += Math.min(Math.floor(u * M), M - 1) * w;
+    w *= M;
+  }
+  return bin;
+}
+
+type Weight = (t: Task, row: Row) => number;
+const labelSign: Weight = (t, r) => (r[t.dim] > 0 ? 1.0 : -1.0);
+const clampedLabel: Weight = (t, r) => {
+  const T = toDouble(t.extra.get("label_bound") as JInt | number);
+  return clip(r[t.dim], -T, T);
+};
+const one: Weight = () => 1.0;
+
+function hadamardFeatures(t: Task, rows: Row[], valid: boolean[], weights: Weight[]): number[] {
+  const g = gridSpec(t.extra, t.dim);
+  const { K } = g;
+  const m = valid.filter(Boolean).length;
+  const out: number[] = [];
+  for (const w of weights) {
+    const sums = new Array<number>(K).fill(0);
+    rows.forEach((r, i) => {
+      if (valid[i]) {
+        const b = gridBin(t, g, r);
+        sums[b] = sums[b] + w(t, r);
+      }
+    });
+    const div = Math.max(m, 1);
+    out.push(...fwht(sums.map((s) => s / div)));
+  }
+  return out;
+}
+
+function features(weights: Weight[]): Pick<KindImpl, "sampleMap" | "userStats"> {
+  return {
+    sampleMap: (t, row) => hadamardFeatures(t, [row], [true], weights),
+    userStats: (t, rows, valid) => (rows.length ? hadamardFeatures(t, rows, valid, weights)
+      : new Array<number>(gridSpec(t.extra, t.dim).K * weights.length).fill(0)),
+  };
+}
+
+// ---- the registry --------------------------------------------------------------------------
+const inAlphabet = (t: Task, x: number): boolean => x === Math.floor(x) && x >= 0 && x < t.dim;
+
+export const KINDS: Record<KindName, KindImpl> = {
+  mean: {
+    name: "mean", vector: false, usesLabels: false,
+    sampleMap: (t, r) => clampSupport(t, r, 1),
+    userStats: (t, rows, valid) => maskedMean(rows, valid, (r) => clampSupport(t, r, 1), 1),
+  },
+  "mean-linf": {
+    name: "mean-linf", vector: true, usesLabels: false,
+    sampleMap: (t, r) => clampSupport(t, r, t.dim),
+    userStats: (t, rows, valid) => maskedMean(rows, valid, (r) => clampSupport(t, r, t.dim), t.dim),
+  },
+  "mean-l2": {
+    name: "mean-l2", vector: true, usesLabels: false,
+    sampleMap: (t, r) => kashinMap(t, Array.from(r.subarray(0, t.dim)), t.bound),
+  },
+  "mean-l1": {
+    name: "mean-l1", vector: true, usesLabels: false,
+    sampleMap: (t, r) => hadamardRows(radial(Array.from(r.subarray(0, t.dim)), t.bound as number, 1), nextPow2(t.dim)),
+    userStats: (t, rows, valid) => hadamardRows(
+      maskedMean(rows, valid, (r) => radial(Array.from(r.subarray(0, t.dim)), t.bound as number, 1), t.dim), nextPow2(t.dim)),
+  },
+  distribution: {
+    name: "distribution", vector: false, usesLabels: false,
+    validValue: (t, r) => inAlphabet(t, r[0]),
+    sampleMap: (t, r) => {
+      const onehot = new Array<number>(t.dim).fill(0);
+      if (Number.isFinite(r[0]) && inAlphabet(t, r[0])) onehot[r[0]] = 1.0;
+      return hadamardRows(onehot, nextPow2(t.dim));
+    },
+    userStats: (t, rows, valid) => {
+      const counts = new Array<number>(t.dim).fill(0);
+      let m = 0;
+      rows.forEach((r, i) => {
+        if (valid[i]) {
+          counts[r[0]] += 1;
+          m++;
+        }
+      });
+      return hadamardRows(counts.map((c) => c / Math.max(m, 1)), nextPow2(t.dim));
+    },
+  },
+  sgd: { name: "sgd", vector: true, usesLabels: true, sampleMap: sgdMap },
+  classify: { name: "classify", vector: true, usesLabels: true, ...features([labelSign]) },
+  regress: { name: "regress", vector: true, usesLabels: true, ...features([clampedLabel, one]) },
+};
+
+/** Usability of every row (every entry finite, plus the kind's own rule). */
+export function usable(t: Task, kind: KindImpl, rows: Row[]): boolean[] {
+  return rows.map((r) => r.every(Number.isFinite) && (kind.validValue === undefined || kind.validValue(t, r)));
+}
+
+/** The user statistic (C values), finite for every input: NaN → 0, ±∞ → ±2^500, then the
+ * heavy-tail clamp to [−stat_bound, stat_bound]. */
+export function statistics(t: Task, kind: KindImpl, rows: Row[], valid: boolean[]): number[] {
+  const zeroed = rows.map((r, i) => (valid[i] ? r : new Float64Array(r.length)));
+  let Y: number[];
+  if (kind.userStats) Y = kind.userStats(t, zeroed, valid);
+  else if (!rows.length) Y = new Array<number>(t.nComponents).fill(0);
+  else {
+    const maps = zeroed.map((r, i) => (valid[i] ? kind.sampleMap(t, r) : null));
+    const acc = new Array<number>(t.nComponents).fill(0);
+    let m = 0;
+    for (const v of maps) {
+      if (v === null) continue;
+      m++;
+      for (let c = 0; c < acc.length; c++) acc[c] = acc[c] + v[c];
+    }
+    Y = acc.map((s) => s / Math.max(m, 1));
+  }
+  Y = Y.map(guard);
+  if (t.statBound !== null) Y = Y.map((v) => clip(v, -t.statBound!, t.statBound!));
+  return Y;
 }

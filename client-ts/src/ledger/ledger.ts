@@ -1,32 +1,33 @@
 /**
- * The device's privacy ledger (docs/device-protocol.md §10; Python: uldp.client.ledger).
+ * The device's privacy ledger (docs/device-protocol.md §10.1; Python: uldp.client.ledger).
  *
- * One entry per query the device has computed a report for, written — with the exact report
- * bytes — through a pluggable store BEFORE the report leaves the device:
- *  - a second, different task for a query is refused (AlreadyParticipated);
- *  - a task whose ε would push the total spent above the device budget is refused
- *    (BudgetExceeded);
- *  - after a crash or a lost acknowledgement the stored bytes are re-sent, never a new draw.
+ * One entry per query the device accepted a task for, through a pluggable store whose `put`
+ * is durable before its promise resolves. States:
+ *  - `reserved`: the task passed every check and its ε is charged — atomically with the
+ *    budget and one-report-per-query checks — BEFORE the data are touched;
+ *  - `pending`: the report bytes are stored; they are what is sent, and re-sent;
+ *  - `acknowledged` / `rejected`: the collector's answer. The spend stays either way.
+ * A second, different task for a query is refused (AlreadyParticipated); a task whose units
+ * would take the total above the budget is refused (BudgetExceeded). ε is counted in integer
+ * units of 2^-24, the budget rounded down, with no floating-point slack.
  *
- * ε is counted exactly, in integer units of 2^-24 (the resolution of ε_r): the budget is
- * floor(budget · 2^24) units and a task spends what the task module computes for it
- * (an integer number of units). No floating-point slack.
- *
- * Operations on one ledger are serialized (check-and-record is atomic within the process);
- * a store must make `put` durable before its promise resolves. No Node-only dependency.
+ * Operations on one ledger are serialized (check-and-charge is atomic within the process).
+ * No Node-only dependency.
  */
-import { floorTimesPow2 } from "../core/noise.js";
+import { floorTimesPow2, MAX_EPSILON } from "../core/noise.js";
 
-export type EntryState = "pending" | "acked" | "rejected";
+export type EntryState = "reserved" | "pending" | "acknowledged" | "rejected";
 
 export interface LedgerEntry {
   readonly queryId: string;
   readonly taskDigest: string;
   readonly phase: number;
-  /** ε spent, in units of 2^-24. */
+  /** ε charged, in units of 2^-24. */
   readonly epsilonUnits: bigint;
-  /** The report values as int64 little-endian bytes (8 per value). */
+  /** The report values as int64 little-endian bytes (8 per value); empty while reserved. */
   readonly report: Uint8Array;
+  /** The Task message the report is for (JSON), to recompute it after a crash. */
+  readonly task: string;
   readonly simulated: boolean;
   readonly state: EntryState;
   readonly createdAtMs: number;
@@ -49,12 +50,14 @@ export class AlreadyParticipated extends LedgerError {
 
 export const EPS_UNITS_PER_ONE = 1n << 24n;
 
-/** Budget units of a (float) budget: floor(budget · 2^24), never more than asked. */
+/** Units of a device budget: floor(budget · 2^24), for 2^-24 <= budget <= 2^20. */
 export function budgetUnits(budget: number): bigint {
-  if (typeof budget !== "number" || !Number.isFinite(budget) || budget <= 0) {
-    throw new RangeError(`the device budget must be a finite positive number, got ${budget}`);
+  if (typeof budget !== "number" || !Number.isFinite(budget) || budget <= 0 || budget > MAX_EPSILON) {
+    throw new RangeError(`the device budget must be a finite number in (0, 2^20], got ${budget}`);
   }
-  return floorTimesPow2(budget, 24);
+  const u = floorTimesPow2(budget, 24);
+  if (u < 1n) throw new RangeError("the device budget is below the smallest supported epsilon 2^-24");
+  return u;
 }
 
 export function encodeValues(values: readonly bigint[]): Uint8Array {
@@ -75,11 +78,18 @@ export function decodeValues(b: Uint8Array): bigint[] {
 
 export class MemoryStore implements LedgerStore {
   readonly #entries = new Map<string, LedgerEntry>();
+  #identity: unknown = null;
   async load(): Promise<LedgerEntry[]> {
     return [...this.#entries.values()];
   }
   async put(entry: LedgerEntry): Promise<void> {
     this.#entries.set(entry.queryId, { ...entry, report: entry.report.slice() });
+  }
+  async loadIdentity<T>(): Promise<T | null> {
+    return this.#identity as T | null;
+  }
+  async saveIdentity<T>(identity: T): Promise<void> {
+    this.#identity = identity;
   }
 }
 
@@ -134,15 +144,14 @@ export class Ledger {
       .sort((a, b) => a.createdAtMs - b.createdAtMs);
   }
 
-  /** Would `record` accept this task? Returns the stored entry when it is a resend. */
+  /** Would `reserve` accept this task? Returns the stored entry when it is a resend. */
   check(queryId: string, taskDigest: string, epsilonUnits: bigint): LedgerEntry | null {
     const e = this.#entries.get(queryId);
     if (e !== undefined) {
       if (e.taskDigest === taskDigest) return e;
       throw new AlreadyParticipated(
-        `already computed a report for query ${queryId}; a device reports at most once per query`);
+        `already accepted a task for query ${queryId}; a device reports at most once per query`);
     }
-    if (epsilonUnits < 0n) throw new RangeError("a task cannot spend a negative ε");
     const spent = this.spentUnits();
     if (spent + epsilonUnits > this.totalUnits) {
       throw new BudgetExceeded(`task needs ${epsilonUnits} units of 2^-24 but only ` +
@@ -152,30 +161,53 @@ export class Ledger {
   }
 
   /**
-   * Atomically check and persist the spend together with the report bytes (before sending).
-   * Returns the stored entry — the PREVIOUS one if this exact task was already recorded:
-   * the caller must then send those bytes, not the new ones.
+   * Atomically check the rules and charge the task's ε (state `reserved`), durably, before
+   * the data are touched. Returns the stored entry: the PREVIOUS one if this exact task was
+   * already accepted (send its report, or compute it if it was never stored).
    */
-  record(queryId: string, taskDigest: string, phase: number, epsilonUnits: bigint,
-    values: readonly bigint[], simulated: boolean): Promise<LedgerEntry> {
+  reserve(queryId: string, taskDigest: string, phase: number, epsilonUnits: bigint, task = "",
+    simulated = false): Promise<LedgerEntry> {
     return this.#serial(async () => {
+      if (epsilonUnits < 1n) throw new RangeError("a task spends at least one unit");
       const prev = this.check(queryId, taskDigest, epsilonUnits);
       if (prev) return prev;
       const entry: LedgerEntry = {
-        queryId, taskDigest, phase, epsilonUnits, report: encodeValues(values), simulated,
-        state: "pending", createdAtMs: this.#now(), detail: "",
+        queryId, taskDigest, phase, epsilonUnits, report: new Uint8Array(0), task, simulated,
+        state: "reserved", createdAtMs: this.#now(), detail: "",
       };
-      await this.#store.put(entry); // durable before it is visible (and before any send)
+      await this.#store.put(entry);
       this.#entries.set(queryId, entry);
       return entry;
     });
   }
 
-  /** Record the collector's answer ("acked" or "rejected"); the spend stays. */
-  mark(queryId: string, state: EntryState, detail = ""): Promise<void> {
+  /** Attach the computed report to a reserved entry (state `pending`); an entry that has a
+   * report keeps it (the first stored bytes are the ones sent). */
+  storeReport(queryId: string, values: readonly bigint[]): Promise<LedgerEntry> {
     return this.#serial(async () => {
       const e = this.#entries.get(queryId);
-      if (!e) throw new LedgerError(`no ledger entry for query ${queryId}`);
+      if (!e) throw new LedgerError(`no reservation for query ${queryId}`);
+      if (e.state !== "reserved") return e;
+      if (!values.length) throw new RangeError("a report has at least one value");
+      const next: LedgerEntry = { ...e, report: encodeValues(values), state: "pending" };
+      await this.#store.put(next); // durable before it is visible (and before any send)
+      this.#entries.set(queryId, next);
+      return next;
+    });
+  }
+
+  /** reserve + storeReport (for callers whose report needs no private data, e.g. tests). */
+  async record(queryId: string, taskDigest: string, phase: number, epsilonUnits: bigint,
+    values: readonly bigint[], simulated = false): Promise<LedgerEntry> {
+    const e = await this.reserve(queryId, taskDigest, phase, epsilonUnits, "", simulated);
+    return e.state === "reserved" ? this.storeReport(queryId, values) : e;
+  }
+
+  /** Record the collector's answer; the spend stays. A reserved entry is not marked. */
+  mark(queryId: string, state: "acknowledged" | "rejected", detail = ""): Promise<void> {
+    return this.#serial(async () => {
+      const e = this.#entries.get(queryId);
+      if (!e || e.state === "reserved") return;
       const next = { ...e, state, detail: detail.slice(0, 1000) };
       await this.#store.put(next);
       this.#entries.set(queryId, next);

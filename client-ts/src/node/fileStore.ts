@@ -1,8 +1,9 @@
 /**
- * A durable ledger store on the local file system (Node).
+ * A durable ledger and identity store on the local file system (Node).
  *
- * One JSON file per query under `<dir>/entries/`, written atomically: temp file, fsync,
- * rename, fsync of the directory — a `put` that resolved survives a crash or power cut.
+ * One JSON file per query under `<dir>/entries/`, and the device identity in
+ * `<dir>/identity.json`, each written atomically: temp file, fsync, rename, fsync of the
+ * directory — a `put` that resolved survives a crash or power cut.
  * A lock file (`<dir>/ledger.lock`, holding the owner's pid) keeps a second process from
  * opening the same ledger; a lock left by a dead process is taken over.
  */
@@ -18,6 +19,7 @@ interface EntryJson {
   phase: number;
   epsilon_units: string;
   report_hex: string;
+  task: string;
   simulated: boolean;
   state: EntryState;
   created_at_ms: number;
@@ -93,7 +95,7 @@ export class FileStore implements LedgerStore {
       return {
         queryId: j.query_id, taskDigest: j.task_digest, phase: j.phase,
         epsilonUnits: BigInt(j.epsilon_units), report: Uint8Array.from(Buffer.from(j.report_hex, "hex")),
-        simulated: j.simulated, state: j.state, createdAtMs: j.created_at_ms, detail: j.detail,
+        task: j.task ?? "", simulated: j.simulated, state: j.state, createdAtMs: j.created_at_ms, detail: j.detail,
       };
     });
   }
@@ -103,11 +105,15 @@ export class FileStore implements LedgerStore {
     const j: EntryJson = {
       query_id: e.queryId, task_digest: e.taskDigest, phase: e.phase,
       epsilon_units: e.epsilonUnits.toString(), report_hex: Buffer.from(e.report).toString("hex"),
-      simulated: e.simulated, state: e.state, created_at_ms: e.createdAtMs, detail: e.detail,
+      task: e.task, simulated: e.simulated, state: e.state, created_at_ms: e.createdAtMs, detail: e.detail,
     };
-    const path = this.#path(e.queryId);
+    this.#write(this.#path(e.queryId), JSON.stringify(j));
+  }
+
+  #write(path: string, text: string): void {
+    if (this.#closed) throw new Error("ledger store is closed");
     const tmp = `${path}.${process.pid}.tmp`;
-    writeFileSync(tmp, JSON.stringify(j));
+    writeFileSync(tmp, text);
     if (this.durable) {
       const fd = openSync(tmp, "r+");
       try {
@@ -117,6 +123,19 @@ export class FileStore implements LedgerStore {
       }
     }
     renameSync(tmp, path);
-    if (this.durable) fsyncDir(this.#entries);
+    if (this.durable) fsyncDir(join(path, ".."));
+  }
+
+  async loadIdentity<T>(): Promise<T | null> {
+    try {
+      return JSON.parse(readFileSync(join(this.dir, "identity.json"), "utf8")) as T;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw e;
+    }
+  }
+
+  async saveIdentity<T>(identity: T): Promise<void> {
+    this.#write(join(this.dir, "identity.json"), JSON.stringify(identity));
   }
 }

@@ -26,7 +26,7 @@ async function main(): Promise<Outcome> {
     if (!r.ok) throw new Error(`GET ${name}.json: ${r.status}`);
     files[name] = (await r.json()) as VectorFile;
   }
-  const { results, notes } = runAll(files);
+  const { results, notes } = await runAll(files);
   const bad = results.filter((x) => !x.ok);
   // production mode draws its key from crypto.getRandomValues in the page
   const secure = RandomSource.secure();

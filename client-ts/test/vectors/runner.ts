@@ -8,6 +8,8 @@ import {
   heavyTailedParamsWithLibm, laplaceScale, RandomSource, rationalEpsilon, randomizedRound,
   stage1Report, stage2Report, type Alg1Params, type Interval,
 } from "../../src/core/index.js";
+import { checkTaskCase, FILES_V2, ledgerCase, refusalCase } from "./tasks.js";
+import { eq, Mismatch } from "./util.js";
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Case = Record<string, any>;
@@ -33,16 +35,8 @@ export interface Notes {
 
 export const FILE_NAMES = [
   "keystream", "keys", "below", "bernoulli", "epsilon", "dlap", "rounding", "params",
-  "hadamard", "stage1", "stage2",
+  "hadamard", "stage1", "stage2", ...FILES_V2,
 ] as const;
-
-class Mismatch extends Error {}
-
-function eq(what: string, got: unknown, want: unknown): void {
-  const g = JSON.stringify(got);
-  const w = JSON.stringify(want);
-  if (g !== w) throw new Mismatch(`${what}: got ${g.slice(0, 300)}, want ${w.slice(0, 300)}`);
-}
 
 const str = (xs: readonly bigint[]): string[] => xs.map((x) => x.toString());
 const num = (xs: readonly bigint[]): number[] => xs.map((x) => Number(x));
@@ -160,7 +154,7 @@ function checkCase(file: string, c: Case, notes: Notes): void {
       return;
     }
     default:
-      throw new Mismatch(`unknown vector file ${file}`);
+      if (!checkTaskCase(file, c)) throw new Mismatch(`unknown vector file ${file}`);
   }
 }
 
@@ -210,18 +204,22 @@ function checkParams(c: Case, notes: Notes): void {
 }
 
 /** Check every case of one file; never throws for a mismatch (reported per case). */
-export function checkFile(file: VectorFile, notes: Notes): CaseResult[] {
+export async function checkFile(file: VectorFile, notes: Notes): Promise<CaseResult[]> {
   if (file.format !== "uldp-conformance/1") {
     return [{ file: file.name, index: -1, ok: false, message: `unknown format ${file.format}` }];
   }
-  return file.cases.map((c, index) => {
+  const out: CaseResult[] = [];
+  for (const [index, c] of file.cases.entries()) {
     try {
-      checkCase(file.name, c, notes);
-      return { file: file.name, index, ok: true };
+      if (file.name === "ledger") await ledgerCase(c);
+      else if (file.name === "refusals") await refusalCase(c);
+      else checkCase(file.name, c, notes);
+      out.push({ file: file.name, index, ok: true });
     } catch (e) {
-      return { file: file.name, index, ok: false, message: e instanceof Error ? e.message : String(e) };
+      out.push({ file: file.name, index, ok: false, message: `${c.name ?? ""}: ${e instanceof Error ? e.message : String(e)}` });
     }
-  });
+  }
+  return out;
 }
 
 export function newNotes(): Notes {
@@ -229,13 +227,13 @@ export function newNotes(): Notes {
 }
 
 /** Run all files; `files` maps a name of FILE_NAMES to its parsed JSON. */
-export function runAll(files: Record<string, VectorFile>): { results: CaseResult[]; notes: Notes } {
+export async function runAll(files: Record<string, VectorFile>): Promise<{ results: CaseResult[]; notes: Notes }> {
   const notes = newNotes();
   const results: CaseResult[] = [];
   for (const name of FILE_NAMES) {
     const f = files[name];
     if (!f) results.push({ file: name, index: -1, ok: false, message: "vector file missing" });
-    else results.push(...checkFile(f, notes));
+    else results.push(...(await checkFile(f, notes)));
   }
   return { results, notes };
 }

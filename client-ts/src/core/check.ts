@@ -1,0 +1,69 @@
+/**
+ * The device's checks of a Task message, in order (docs/device-protocol.md §14.1; Python:
+ * uldp.client.device.Device.check_task): digest, task text, query, public parameters,
+ * dataset, declaration, report length, ledger. They look only at public facts — the task,
+ * the datasets' declarations, the ledger — never at data, and nothing is charged before they
+ * all pass.
+ */
+import { sha256 } from "@noble/hashes/sha2.js";
+import type { DatasetSchema } from "./dataset.js";
+import { KINDS } from "./kinds.js";
+import { bytesToHex } from "./encoding.js";
+import { utf8 } from "./random.js";
+import { parseTaskFields, type Task, TaskRefused, validateFields } from "./task.js";
+
+/** The fields of a Task message the checks read. */
+export interface TaskMessageLike {
+  readonly query_id: string;
+  readonly dataset: string;
+  readonly task_json: string;
+  readonly task_digest: string;
+  readonly report_length: number;
+}
+
+/** What the ledger says about a task: throws a TaskRefused with code budget/participated. */
+export type LedgerCheck = (queryId: string, taskDigest: string, units: bigint) => void;
+
+/** The lowercase hex SHA-256 of the UTF-8 bytes of a task text. */
+export function taskDigest(text: string): string {
+  return bytesToHex(sha256(utf8(text)));
+}
+
+/** Refuse a task that contradicts the dataset's public declaration (code `declaration`). */
+export function checkDeclaration(task: Task, schema: DatasetSchema): void {
+  const kind = KINDS[task.kind];
+  const bad = (why: string): never => {
+    throw new TaskRefused(`dataset ${schema.name}: ${why}`, "declaration");
+  };
+  if (kind.vector && schema.dim !== task.dim) bad(`holds samples of dimension ${schema.dim ?? "scalar"}; the task needs ${task.dim}`);
+  if (!kind.vector && schema.dim !== null && schema.dim !== 1) bad(`holds ${schema.dim}-dimensional samples; kind ${task.kind} needs scalars`);
+  if (kind.usesLabels && !schema.labelled) bad(`kind ${task.kind} needs labelled samples`);
+  if (task.kind === "distribution") {
+    if (schema.values === "real") bad("was declared real-valued; a distribution task needs categorical values");
+    if (schema.alphabet !== null && schema.alphabet !== task.dim) bad(`has ${schema.alphabet} categories; the task asks about ${task.dim}`);
+  } else if (schema.values === "categorical") {
+    bad(`was declared categorical; kind ${task.kind} needs real values`);
+  }
+}
+
+/** Every check, in order; returns the validated task, its dataset's name and ε units. */
+export function checkTask(msg: TaskMessageLike, datasets: ReadonlyMap<string, DatasetSchema>,
+  ledger: LedgerCheck): { task: Task; units: bigint } {
+  try {
+    if (taskDigest(msg.task_json) !== msg.task_digest) throw new TaskRefused("task digest does not match the task text", "digest");
+    const fields = parseTaskFields(msg.task_json);
+    if (fields.get("query_id") !== msg.query_id) throw new TaskRefused(`task text is for another query than ${msg.query_id}`, "query");
+    const task = validateFields(msg.task_json, fields);
+    const schema = datasets.get(msg.dataset);
+    if (schema === undefined) throw new TaskRefused(`dataset ${msg.dataset} is not registered on this device`, "dataset");
+    checkDeclaration(task, schema);
+    if (task.reportLength !== msg.report_length) {
+      throw new TaskRefused(`task announces ${msg.report_length} report values but its public parameters give ${task.reportLength}`, "length");
+    }
+    ledger(msg.query_id, msg.task_digest, task.units);
+    return { task, units: task.units };
+  } catch (e) {
+    if (e instanceof TaskRefused) throw e;
+    throw new TaskRefused(`task could not be checked: ${e instanceof Error ? e.message : String(e)}`, "param");
+  }
+}

@@ -1,0 +1,369 @@
+/**
+ * The public task (schema uldp.task/2): parsing and every refusal rule, in the order of the
+ * Python SDK's `TaskSpec.from_json` + `validate_task` (docs/device-protocol.md §11, §14).
+ * A refusal is a `TaskRefused` with a stable `code`; the same task gets the same code in every
+ * SDK (conformance/v1/refusals.json).
+ */
+import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, parseJson, toDouble } from "./json.js";
+import { frameSize } from "./kashin.js";
+import { nextPow2 } from "./hadamard.js";
+import { floorTimesPow2, MAX_EPSILON } from "./noise.js";
+
+export const SCHEMA = "uldp.task/2";
+export const MAX_REPORT_VALUES = 1 << 18;
+export const MAX_DIM = 1 << 16;
+export const MAX_GAUSSIAN_FRAME_DIM = 1024;
+export const MAX_BINS = 1 << 16;
+export const MAX_GRID_CELLS = 1 << 20;
+export const MAX_M_REF = 1 << 20;
+
+export type RefusalCode =
+  | "digest" | "json" | "schema" | "field" | "query" | "kind" | "method" | "stage" | "epsilon"
+  | "limit" | "param" | "over-budget" | "dataset" | "declaration" | "length" | "budget"
+  | "participated";
+
+export class TaskRefused extends Error {
+  override name = "TaskRefused";
+  constructor(message: string, readonly code: RefusalCode = "param") {
+    super(message);
+  }
+}
+
+const refuse = (code: RefusalCode, message: string): never => {
+  throw new TaskRefused(message, code);
+};
+
+export type Method = "two-stage" | "ssl" | "baseline-a" | "baseline-b";
+export const KIND_NAMES = ["classify", "distribution", "mean", "mean-l1", "mean-l2", "mean-linf", "regress", "sgd"] as const;
+export type KindName = (typeof KIND_NAMES)[number];
+const METHOD_STAGES: Record<Method, readonly number[]> = {
+  "two-stage": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0],
+};
+export const GRADIENT_MODELS = ["least_squares", "logistic", "quadratic", "ridge"] as const;
+
+/** A validated task, with every number as the double (or exact integer) the device uses. */
+export interface Task {
+  readonly text: string;
+  readonly queryId: string;
+  readonly kind: KindName;
+  readonly method: Method;
+  readonly stage: number;
+  readonly epsilon: number;
+  readonly epsC: number;
+  readonly components: readonly number[];
+  readonly dim: number;
+  readonly bound: number | null;
+  readonly statBound: number | null;
+  readonly bins: readonly (readonly [number, number, number])[];
+  readonly intervals: readonly (readonly [number, number])[];
+  readonly frameKind: string;
+  readonly frameSeed: bigint;
+  readonly kashinLevel: number;
+  readonly kashinDelta: number;
+  readonly mRef: number;
+  readonly virtualGroups: readonly (readonly number[])[];
+  readonly virtualEps: readonly number[];
+  readonly virtualOffset: bigint;
+  readonly extra: JObject;
+  /** Number of components of the kind (C). */
+  readonly nComponents: number;
+  /** ε units the report spends and its length. */
+  readonly units: bigint;
+  readonly reportLength: number;
+}
+
+// ---- parsing (TaskSpec.from_dict) --------------------------------------------------------
+const DEFAULTS: Record<string, JValue> = {
+  dim: new JInt(1n), bound: null, stat_bound: null, bins: [], intervals: [], frame_kind: "gaussian",
+  frame_seed: new JInt(0n), kashin_level: 4.0, kashin_delta: 0.5, m_ref: new JInt(1n),
+  virtual_groups: [], virtual_eps: [], virtual_offset: new JInt(0n), extra: new Map(),
+};
+const REQUIRED = ["query_id", "kind", "method", "stage", "epsilon", "eps_c", "components"];
+const KNOWN = new Set([...REQUIRED, ...Object.keys(DEFAULTS)]);
+
+/** The raw fields of a task text (parse, schema tag, known fields, list shapes). */
+export function parseTaskFields(text: string): Map<string, JValue> {
+  let v: JValue;
+  try {
+    v = parseJson(text);
+  } catch (e) {
+    if (e instanceof JsonError) refuse("json", `task is not valid JSON: ${e.message}`);
+    throw e;
+  }
+  if (!isJObject(v)) refuse("json", "a task is a JSON object");
+  const d = new Map(v as JObject);
+  const schema = d.get("schema");
+  d.delete("schema");
+  if (schema !== SCHEMA) refuse("schema", `task schema ${String(schema)} is not supported (this device speaks ${SCHEMA})`);
+  const unknown = [...d.keys()].filter((k) => !KNOWN.has(k)).sort();
+  if (unknown.length) refuse("field", `task has unknown fields: ${unknown.join(", ")}`);
+  for (const k of ["components", "virtual_eps"]) {
+    if (d.has(k) && !Array.isArray(d.get(k))) refuse("field", `${k} must be a list`);
+  }
+  for (const k of ["bins", "intervals", "virtual_groups"]) {
+    if (!d.has(k)) continue;
+    const rows = d.get(k);
+    if (!Array.isArray(rows) || !rows.every((r) => Array.isArray(r))) refuse("field", `${k} must be a list of lists`);
+  }
+  for (const k of REQUIRED) if (!d.has(k)) refuse("field", `malformed task: missing ${k}`);
+  for (const [k, def] of Object.entries(DEFAULTS)) if (!d.has(k)) d.set(k, def);
+  return d;
+}
+
+// ---- validation (validate_task) ------------------------------------------------------------
+const INT_FIELDS = ["dim", "stage", "frame_seed", "virtual_offset", "m_ref"];
+const NUM_FIELDS = ["epsilon", "eps_c", "kashin_level", "kashin_delta"];
+
+function checkTypes(f: Map<string, JValue>): void {
+  for (const k of ["query_id", "kind", "method", "frame_kind"]) {
+    if (typeof f.get(k) !== "string") refuse("field", `${k} must be a string`);
+  }
+  for (const k of INT_FIELDS) if (!isJInt(f.get(k))) refuse("field", `${k} must be an integer`);
+  for (const k of NUM_FIELDS) if (!isJNum(f.get(k))) refuse("field", `${k} must be a number`);
+  for (const k of ["bound", "stat_bound"]) {
+    const v = f.get(k);
+    if (v !== null && !isJNum(v)) refuse("field", `${k} must be a number or null`);
+  }
+  if (!(f.get("components") as JValue[]).every(isJInt)) refuse("field", "components must be a list of integers");
+  const rows = [...(f.get("bins") as JValue[][]), ...(f.get("intervals") as JValue[][])];
+  if (!rows.every((r) => r.every(isJNum))) refuse("field", "bins and intervals must hold numbers");
+  if (!(f.get("virtual_eps") as JValue[]).every(isJNum)) refuse("field", "virtual_eps must be a list of numbers");
+  if (!(f.get("virtual_groups") as JValue[][]).every((g) => g.every(isJInt))) {
+    refuse("field", "virtual_groups must be a list of lists of integers");
+  }
+  if (!isJObject(f.get("extra"))) refuse("field", "extra must be an object");
+}
+
+const big = (v: JValue | undefined): bigint => (v as JInt).value;
+const dbl = (v: JValue | undefined): number => toDouble(v as JInt | number);
+
+/** ε units: floor(ε·2^24) for 2^-24 <= ε <= 2^20 (Python: budget.epsilon_units). */
+export function epsilonUnits(v: JInt | number, name: string): bigint {
+  const e = toDouble(v);
+  if (!Number.isFinite(e)) refuse("epsilon", `${name} must be finite`);
+  if (e <= 0) refuse("epsilon", `${name} must be positive`);
+  if (e > MAX_EPSILON) refuse("epsilon", `${name} is above the largest supported epsilon 2^20`);
+  const u = floorTimesPow2(e, 24);
+  if (u < 1n) refuse("epsilon", `${name} is below the smallest supported epsilon 2^-24`);
+  return u;
+}
+
+function finitePositive(name: string, v: JValue): number {
+  const x = isJNum(v) ? toDouble(v) : NaN;
+  if (!Number.isFinite(x) || x <= 0) refuse("param", `${name} must be a finite positive number`);
+  return x;
+}
+
+function finiteNonNeg(name: string, v: JValue): number {
+  const x = isJNum(v) ? toDouble(v) : NaN;
+  if (!Number.isFinite(x) || x < 0) refuse("param", `${name} must be a finite non-negative number`);
+  return x;
+}
+
+/** extra[key]: a list of exactly dim finite numbers. */
+export function extraNumbers(extra: JObject, key: string, dim: number, dflt?: number): number[] {
+  const raw = extra.has(key) ? extra.get(key) : dflt === undefined ? undefined : new Array(dim).fill(dflt);
+  if (raw === undefined || raw === null) refuse("param", `the task needs extra['${key}']`);
+  if (!Array.isArray(raw) || !raw.every(isJNum)) refuse("param", `extra['${key}'] must be a list of numbers`);
+  const arr = raw as (JInt | number)[];
+  if (arr.length !== dim) refuse("param", `extra['${key}'] must have ${dim} entries`);
+  const out = arr.map(toDouble);
+  if (!out.every(Number.isFinite)) refuse("param", `extra['${key}'] contains NaN, infinity or a huge number`);
+  return out;
+}
+
+/** (M, lo, hi, K_H) of a classify/regress task. */
+export function gridSpec(extra: JObject, dim: number): { M: number; lo: number[]; hi: number[]; K: number } {
+  const M = extra.get("grid");
+  if (!isJInt(M) || M.value < 1n) refuse("param", "extra['grid'] (cells per axis M) must be a positive integer");
+  let cells = 1n;
+  for (let s = 0; s < dim; s++) {
+    cells *= (M as JInt).value;
+    if (cells > BigInt(MAX_GRID_CELLS)) refuse("limit", `grid M^d exceeds the device limit ${MAX_GRID_CELLS}`);
+  }
+  const lo = extraNumbers(extra, "lo", dim, 0.0);
+  const hi = extraNumbers(extra, "hi", dim, 1.0);
+  for (let s = 0; s < dim; s++) {
+    if (!(hi[s] > lo[s]) || !Number.isFinite(hi[s] - lo[s])) refuse("param", "feature box needs finite lo < hi on every axis");
+  }
+  return { M: Number((M as JInt).value), lo, hi, K: nextPow2(Number(cells)) };
+}
+
+function checkFrame(f: Map<string, JValue>): void {
+  finitePositive("kashin_level", f.get("kashin_level")!);
+  const delta = dbl(f.get("kashin_delta"));
+  if (!(delta > 0 && delta <= 1)) refuse("param", "kashin_delta must be in (0, 1]");
+  const fk = f.get("frame_kind");
+  if (fk !== "gaussian" && fk !== "hadamard") refuse("param", "frame_kind must be gaussian or hadamard");
+}
+
+const HEAVY_FORM = new Set(["mean", "mean-linf", "mean-l2"]);
+const NEEDS_BOUND = new Set(["mean", "mean-linf", "mean-l2", "mean-l1"]);
+
+/** Kind.check: the kind's public values; returns C. */
+function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): number {
+  if (f.get("stat_bound") !== null && !HEAVY_FORM.has(kind)) refuse("param", `kind ${kind} has no heavy-tailed form (stat_bound)`);
+  if (f.get("bound") === null && f.get("stat_bound") === null && NEEDS_BOUND.has(kind)) {
+    refuse("param", `kind ${kind} needs a support bound`);
+  }
+  for (const k of ["bound", "stat_bound"]) if (f.get(k) !== null) finitePositive(k, f.get(k)!);
+  const extra = f.get("extra") as JObject;
+  switch (kind) {
+    case "mean": return 1;
+    case "mean-linf": return dim;
+    case "mean-l2":
+      checkFrame(f);
+      return frameSize(dim, f.get("frame_kind") as string);
+    case "mean-l1":
+    case "distribution": return nextPow2(dim);
+    case "sgd": {
+      const model = extra.get("model");
+      if (typeof model !== "string" || !(GRADIENT_MODELS as readonly string[]).includes(model)) {
+        refuse("param", `extra['model'] must be one of ${GRADIENT_MODELS.join(", ")}`);
+      }
+      if (f.get("bound") === null) refuse("param", "an sgd task needs bound (the gradient clip norm D)");
+      finitePositive("bound", f.get("bound")!);
+      if (extra.has("l2")) finiteNonNeg("extra['l2']", extra.get("l2")!);
+      extraNumbers(extra, "theta", dim);
+      checkFrame(f);
+      return frameSize(dim, f.get("frame_kind") as string);
+    }
+    case "classify": return gridSpec(extra, dim).K;
+    case "regress":
+      if (!extra.has("label_bound")) refuse("param", "a regress task needs extra['label_bound'] (T_y)");
+      finitePositive("extra['label_bound']", extra.get("label_bound")!);
+      return 2 * gridSpec(extra, dim).K;
+  }
+}
+
+const finite = (v: JValue): boolean => isJNum(v) && Number.isFinite(toDouble(v));
+
+function checkBins(f: Map<string, JValue>, nComps: number): void {
+  if ((f.get("intervals") as JValue[]).length) refuse("param", "a stage-I task carries bins, not intervals");
+  const bins = f.get("bins") as JValue[][];
+  if (bins.length !== nComps) refuse("param", "a stage-I task needs bins for each of its components");
+  for (const row of bins) {
+    if (row.length !== 3) refuse("param", "bins are [D, h, B] triples");
+    const [D, h, B] = row;
+    if (!(finite(D) && finite(h) && dbl(D) > 0 && dbl(h) > 0)) refuse("param", "bins need finite positive D and h");
+    if (!isJInt(B) || B.value < 1n) refuse("param", "a component has at least one bin");
+    if ((B as JInt).value > BigInt(MAX_BINS)) refuse("limit", `a component has at most ${MAX_BINS} bins`);
+  }
+}
+
+function checkIntervals(f: Map<string, JValue>, nComps: number): void {
+  if ((f.get("bins") as JValue[]).length) refuse("param", "a value task carries intervals, not bins");
+  const ivs = f.get("intervals") as JValue[][];
+  if (ivs.length !== nComps) refuse("param", `the task needs ${nComps} intervals`);
+  for (const row of ivs) {
+    if (row.length !== 2) refuse("param", "intervals are [lo, hi] pairs");
+    const [lo, hi] = row;
+    if (!(finite(lo) && finite(hi) && dbl(lo) < dbl(hi) && Number.isFinite(dbl(hi) - dbl(lo)))) {
+      refuse("param", "an interval needs finite lo < hi");
+    }
+  }
+}
+
+function checkBaselineA(f: Map<string, JValue>, comps: bigint[]): void {
+  const groups = f.get("virtual_groups") as JInt[][];
+  const veps = f.get("virtual_eps") as JValue[];
+  if (!groups.length || veps.length !== groups.length) refuse("param", "baseline-a needs virtual_groups with one virtual_eps each");
+  const served = new Set(comps);
+  for (const g of groups) {
+    const ids = g.map((c) => c.value);
+    if (!ids.length || new Set(ids).size !== ids.length || !ids.every((c) => served.has(c))) {
+      refuse("param", "each virtual group is a non-empty set of served components");
+    }
+  }
+  if (big(f.get("m_ref")) > BigInt(MAX_M_REF)) refuse("limit", "m_ref must be at most 2^20");
+  checkIntervals(f, comps.length);
+}
+
+/** Slot j of a baseline-A report serves virtual group (offset + j) mod G. */
+export function slotGroup(offset: bigint, j: number, G: number): number {
+  return Number((offset + BigInt(j)) % BigInt(G));
+}
+
+function spendAndLength(f: Map<string, JValue>, method: Method, stage: number): [bigint, number] {
+  const comps = (f.get("components") as JValue[]).length;
+  if (method !== "baseline-a") {
+    const units = BigInt(comps) * epsilonUnits(f.get("eps_c") as JInt | number, "eps_c");
+    if (method === "two-stage" && stage === 1) {
+      const n = (f.get("bins") as JInt[][]).reduce((s, r) => s + Number(r[2].value), 0);
+      return [units, n];
+    }
+    return [units, comps];
+  }
+  const groups = f.get("virtual_groups") as JValue[][];
+  const per = (f.get("virtual_eps") as (JInt | number)[]).map((e, g) => BigInt(groups[g].length) * epsilonUnits(e, "virtual_eps"));
+  const mRef = Number(big(f.get("m_ref")));
+  const offset = big(f.get("virtual_offset"));
+  let units = 0n;
+  let n = 0;
+  for (let j = 0; j < mRef; j++) {
+    const g = slotGroup(offset, j, groups.length);
+    units += per[g];
+    n += groups[g].length;
+  }
+  return [units, n];
+}
+
+/** validate_task: every public rule, in order; returns the typed task. */
+export function validateFields(text: string, f: Map<string, JValue>): Task {
+  checkTypes(f);
+  const kind = f.get("kind") as string;
+  if (!(KIND_NAMES as readonly string[]).includes(kind)) refuse("kind", `unknown task kind ${kind}`);
+  const method = f.get("method") as string;
+  if (!(method in METHOD_STAGES)) refuse("method", `unknown method ${method}`);
+  const m = method as Method;
+  const stageBig = big(f.get("stage"));
+  if (!METHOD_STAGES[m].some((s) => BigInt(s) === stageBig)) refuse("stage", `stage ${stageBig} is not valid for method ${m}`);
+  const stage = Number(stageBig);
+  const budget = epsilonUnits(f.get("epsilon") as JInt | number, "epsilon");
+  epsilonUnits(f.get("eps_c") as JInt | number, "eps_c");
+  const dimBig = big(f.get("dim"));
+  if (dimBig < 1n) refuse("param", "dim must be >= 1");
+  if (dimBig > BigInt(MAX_DIM)) refuse("limit", `dim must be at most ${MAX_DIM}`);
+  const dim = Number(dimBig);
+  if (big(f.get("virtual_offset")) < 0n || big(f.get("m_ref")) < 1n) refuse("param", "virtual_offset must be >= 0 and m_ref >= 1");
+  if (f.get("frame_kind") === "gaussian" && (kind === "mean-l2" || kind === "sgd") && dim > MAX_GAUSSIAN_FRAME_DIM) {
+    refuse("limit", `a gaussian Kashin frame is limited to dim <= ${MAX_GAUSSIAN_FRAME_DIM}`);
+  }
+  const C = kindComponents(kind as KindName, f, dim);
+  const comps = (f.get("components") as JInt[]).map((c) => c.value);
+  if (!comps.length) refuse("param", "a task must serve at least one component");
+  if (new Set(comps).size !== comps.length) refuse("param", "components must be distinct");
+  if (comps.some((c) => c < 0n || c >= BigInt(C))) refuse("param", `components must lie in [0, ${C})`);
+  if (m === "two-stage" && stage === 1) checkBins(f, comps.length);
+  else if (m === "baseline-a") checkBaselineA(f, comps);
+  else checkIntervals(f, comps.length);
+  const [units, length] = spendAndLength(f, m, stage);
+  if (units > budget) refuse("over-budget", `task would spend ${units} units of 2^-24, above the query budget (${budget} units)`);
+  if (length > MAX_REPORT_VALUES) refuse("limit", `the report would have ${length} values, above the device limit ${MAX_REPORT_VALUES}`);
+  return typed(text, f, kind as KindName, m, stage, dim, C, units, length);
+}
+
+function typed(text: string, f: Map<string, JValue>, kind: KindName, method: Method, stage: number,
+  dim: number, C: number, units: bigint, reportLength: number): Task {
+  const num = (k: string): number | null => (f.get(k) === null ? null : dbl(f.get(k)));
+  return {
+    text, queryId: f.get("query_id") as string, kind, method, stage,
+    epsilon: dbl(f.get("epsilon")), epsC: dbl(f.get("eps_c")),
+    components: (f.get("components") as JInt[]).map((c) => Number(c.value)), dim,
+    bound: num("bound"), statBound: num("stat_bound"),
+    bins: (f.get("bins") as JValue[][]).map((r) => [dbl(r[0]), dbl(r[1]), Number(big(r[2]))] as const),
+    intervals: (f.get("intervals") as JValue[][]).map((r) => [dbl(r[0]), dbl(r[1])] as const),
+    frameKind: f.get("frame_kind") as string, frameSeed: big(f.get("frame_seed")),
+    kashinLevel: dbl(f.get("kashin_level")), kashinDelta: dbl(f.get("kashin_delta")),
+    mRef: Number(big(f.get("m_ref"))),
+    virtualGroups: (f.get("virtual_groups") as JInt[][]).map((g) => g.map((c) => Number(c.value))),
+    virtualEps: (f.get("virtual_eps") as (JInt | number)[]).map(toDouble),
+    virtualOffset: big(f.get("virtual_offset")), extra: f.get("extra") as JObject,
+    nComponents: C, units, reportLength,
+  };
+}
+
+/** Parse and validate a task text (TaskSpec.from_json + validate_task). */
+export function parseTask(text: string): Task {
+  return validateFields(text, parseTaskFields(text));
+}

@@ -1,0 +1,322 @@
+/**
+ * The app-facing device (docs/device-protocol.md §10, §14; Python: uldp.client.device.Device):
+ * enrol, fetch tasks, check them against public facts only, charge the ledger BEFORE the data
+ * are touched, compute the report, persist it, send it, and re-send the identical bytes until
+ * the collector answers. On UNAUTHENTICATED the device re-enrols once and tries again.
+ *
+ * The transport is injected (`DeviceTransportLike`: the grpc-js one in `@uldp/device/node`, or
+ * any other carrying the same protobuf messages), so this module has no Node-only dependency.
+ * Randomness: a fresh `RandomSource.secure()` per report; a seeded source only with
+ * `simulation: true`, and then every report says `simulated` on the wire.
+ */
+import { checkTask, type TaskMessageLike } from "../core/check.js";
+import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
+import { KINDS } from "../core/kinds.js";
+import { RandomSource } from "../core/random.js";
+import { computeReport } from "../core/report.js";
+import { parseTask, type Task, TaskRefused } from "../core/task.js";
+import {
+  AlreadyParticipated, decodeValues, Ledger, LedgerError, type LedgerEntry, type LedgerStore,
+} from "../ledger/ledger.js";
+
+/** gRPC status codes the device reacts to. */
+export const Status = { DEADLINE_EXCEEDED: 4, ABORTED: 10, UNAVAILABLE: 14, UNAUTHENTICATED: 16 } as const;
+const RETRYABLE = new Set<number>([Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED]);
+
+export interface TaskMessage extends TaskMessageLike {
+  readonly phase: number;
+  readonly group?: number;
+  readonly stage?: number;
+  readonly deadline_ms?: string;
+  readonly max_abs_value?: string;
+}
+
+export interface ReportMessage {
+  queryId: string;
+  phase: number;
+  values: readonly bigint[];
+  taskDigest: string;
+  simulated: boolean;
+}
+
+/** What the device needs from a transport; errors carry the gRPC status in `code`. */
+export interface DeviceTransportLike {
+  enroll(req: { enrollmentSecret?: string; label?: string; previousToken?: string }):
+    Promise<{ device_id: string; token: string; expires_at_ms: string }>;
+  getTasks(token: string, datasets: readonly string[], queryId?: string):
+    Promise<{ tasks: TaskMessage[]; waiting: { query_id: string; phase: number }[]; retry_after_ms: number }>;
+  submitReport(token: string, report: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }>;
+}
+
+export interface Identity {
+  device_id: string;
+  token: string;
+  expires_at_ms: number;
+}
+
+/** A ledger store that also keeps the device identity. */
+export interface DeviceStore extends LedgerStore {
+  loadIdentity<T>(): Promise<T | null>;
+  saveIdentity<T>(identity: T): Promise<void>;
+}
+
+export class DeviceError extends Error {}
+export class EnrollmentError extends DeviceError {}
+export class ReportRejected extends DeviceError {
+  constructor(readonly queryId: string, readonly code: number, readonly details: string) {
+    super(`report for query ${queryId} rejected: ${code}: ${details}`);
+  }
+}
+
+export interface PollResult {
+  submitted: string[];
+  refused: { queryId: string; code: string; message: string }[];
+  rejected: { queryId: string; code: number; message: string }[];
+  waiting: number;
+  pending: number;
+  retryAfterMs: number;
+}
+
+export interface DeviceOptions {
+  transport: DeviceTransportLike;
+  store: DeviceStore;
+  /** The device's total ε budget. */
+  budget: number;
+  enrollmentSecret?: string;
+  label?: string;
+  /** Simulation only: reports are drawn from `rng.spawn("report")` and marked simulated. */
+  simulation?: { rng: RandomSource };
+  now?: () => number;
+}
+
+const codeOf = (e: unknown): number | undefined => (typeof (e as { code?: unknown })?.code === "number" ? (e as { code: number }).code : undefined);
+
+export class Device {
+  readonly ledger: Ledger;
+  readonly #o: DeviceOptions;
+  readonly #datasets = new Map<string, LocalDataset>();
+  #identity: Identity | null = null;
+  #lock: Promise<unknown> = Promise.resolve();
+
+  private constructor(o: DeviceOptions, ledger: Ledger) {
+    this.#o = o;
+    this.ledger = ledger;
+  }
+
+  static async open(o: DeviceOptions): Promise<Device> {
+    if (o.simulation && !o.simulation.rng.simulation) throw new RangeError("a simulation needs a seeded RandomSource");
+    const d = new Device(o, await Ledger.open(o.store, o.budget, o.now));
+    d.#identity = await o.store.loadIdentity<Identity>();
+    return d;
+  }
+
+  get simulation(): boolean {
+    return this.#o.simulation !== undefined;
+  }
+
+  /** Register (or replace) a local dataset; returns its public declaration. Values are never
+   * rejected (unusable ones are missing); only a non-list `samples` throws. */
+  addDataset(name: string, samples: unknown, labels?: unknown,
+    o: { dim?: number | null; values?: ValueKind; alphabet?: number | null } = {}): DatasetSchema {
+    const schema = datasetSchema(name, { dim: o.dim ?? null, values: o.values, alphabet: o.alphabet,
+      labelled: labels !== undefined && labels !== null });
+    this.#datasets.set(name, localDataset(schema, samples, labels));
+    return schema;
+  }
+
+  get datasets(): string[] {
+    return [...this.#datasets.keys()].sort();
+  }
+
+  get deviceId(): string | null {
+    return this.#identity?.device_id ?? null;
+  }
+
+  /** Enrol (or renew a token expiring within a minute); returns the device id. */
+  async enroll(force = false): Promise<string> {
+    const now = (this.#o.now ?? Date.now)();
+    const id = this.#identity;
+    if (id && !force && id.expires_at_ms > now + 60_000) return id.device_id;
+    let r;
+    try {
+      r = await this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
+        label: this.#o.label ?? "", previousToken: id?.token ?? "" });
+    } catch (e) {
+      throw new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (id && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
+    this.#identity = { device_id: r.device_id, token: r.token, expires_at_ms: Number(r.expires_at_ms) };
+    await this.#o.store.saveIdentity(this.#identity);
+    return r.device_id;
+  }
+
+  async #token(): Promise<string> {
+    await this.enroll();
+    return this.#identity!.token;
+  }
+
+  /** The device's checks (public facts only); throws TaskRefused with a stable code. */
+  checkTask(msg: TaskMessage): { task: Task; units: bigint } {
+    const schemas = new Map([...this.#datasets].map(([k, v]) => [k, v.schema]));
+    return checkTask(msg, schemas, (q, d, u) => {
+      try {
+        this.ledger.check(q, d, u);
+      } catch (e) {
+        if (e instanceof LedgerError) throw new TaskRefused(e.message, e instanceof AlreadyParticipated ? "participated" : "budget");
+        throw e;
+      }
+    });
+  }
+
+  #source(): RandomSource {
+    return this.#o.simulation ? this.#o.simulation.rng.spawn("report") : RandomSource.secure();
+  }
+
+  #message(e: LedgerEntry): ReportMessage {
+    return { queryId: e.queryId, phase: e.phase, values: decodeValues(e.report), taskDigest: e.taskDigest,
+      simulated: this.simulation };
+  }
+
+  /** Check, charge, compute and persist; the returned report is what must be sent (also on
+   * a retry: the stored values, never a new draw). */
+  async prepare(msg: TaskMessage): Promise<ReportMessage> {
+    const prev = this.ledger.get(msg.query_id);
+    if (prev && prev.taskDigest === msg.task_digest && prev.report.length) return this.#message(prev);
+    const { task, units } = this.checkTask(msg);
+    const rng = this.#source(); // before the charge: a broken source charges nothing
+    let entry: LedgerEntry;
+    try {
+      entry = await this.ledger.reserve(msg.query_id, msg.task_digest, msg.phase, units,
+        JSON.stringify(msg), this.simulation);
+    } catch (e) {
+      if (e instanceof LedgerError) throw new TaskRefused(e.message, e instanceof AlreadyParticipated ? "participated" : "budget");
+      throw e;
+    }
+    if (entry.report.length) return this.#message(entry);
+    return this.#computeAndStore(entry, task, this.#datasets.get(msg.dataset), rng);
+  }
+
+  #computeAndStore(entry: LedgerEntry, task: Task, ds: LocalDataset | undefined, rng: RandomSource): Promise<ReportMessage> {
+    const run = this.#lock.then(async () => {
+      let values: bigint[] | null = null;
+      if (ds) {
+        try {
+          values = computeReport(task, ds.samples, ds.labels, rng);
+        } catch {
+          values = null; // totality backstop: one report is owed whatever happens
+        }
+      }
+      if (values === null) values = computeReport(task, [], KINDS[task.kind].usesLabels ? [] : null, rng);
+      return this.#message(await this.ledger.storeReport(entry.queryId, values));
+    });
+    this.#lock = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Send a persisted report (the transport retries the same bytes); update the ledger. */
+  async send(report: ReportMessage): Promise<{ duplicate: boolean }> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const r = await this.#o.transport.submitReport(await this.#token(), report);
+        await this.ledger.mark(report.queryId, "acknowledged", r.duplicate ? "duplicate" : "");
+        return { duplicate: r.duplicate };
+      } catch (e) {
+        const code = codeOf(e);
+        if (code === Status.UNAUTHENTICATED && attempt === 0) {
+          await this.enroll(true);
+          continue;
+        }
+        const details = e instanceof Error ? e.message : String(e);
+        if (code === undefined || !RETRYABLE.has(code)) await this.ledger.mark(report.queryId, "rejected", `${code}: ${details}`);
+        throw new ReportRejected(report.queryId, code ?? -1, details);
+      }
+    }
+  }
+
+  async #getTasks(queryId: string) {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#o.transport.getTasks(await this.#token(), this.datasets, queryId);
+      } catch (e) {
+        if (codeOf(e) === Status.UNAUTHENTICATED && attempt === 0) {
+          await this.enroll(true);
+          continue;
+        }
+        throw e;
+      }
+    }
+  }
+
+  /** Re-send every persisted, unacknowledged report; recompute reserved ones (a crash
+   * between charge and store: nothing had been released). */
+  async resendPending(out?: PollResult): Promise<string[]> {
+    for (const e of this.ledger.entries("reserved")) {
+      if (!e.task) continue;
+      const msg = JSON.parse(e.task) as TaskMessage;
+      await this.#computeAndStore(e, parseTask(msg.task_json), this.#datasets.get(msg.dataset), this.#source());
+    }
+    const done: string[] = [];
+    for (const e of this.ledger.entries("pending")) {
+      try {
+        await this.send(this.#message(e));
+        done.push(e.queryId);
+      } catch (err) {
+        if (!(err instanceof ReportRejected)) throw err;
+        if (out) noteFailure(out, err);
+      }
+    }
+    return done;
+  }
+
+  /** Enrol if needed, re-send pending reports, then run every task offered now. */
+  async poll(queryId = ""): Promise<PollResult> {
+    const out: PollResult = { submitted: [], refused: [], rejected: [], waiting: 0, pending: 0, retryAfterMs: 0 };
+    out.submitted.push(...(await this.resendPending(out)));
+    const resp = await this.#getTasks(queryId);
+    for (const t of resp.tasks) {
+      let report: ReportMessage;
+      try {
+        report = await this.prepare(t);
+      } catch (e) {
+        if (!(e instanceof TaskRefused)) throw e;
+        out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
+        continue;
+      }
+      try {
+        await this.send(report);
+        out.submitted.push(t.query_id);
+      } catch (e) {
+        if (!(e instanceof ReportRejected)) throw e;
+        noteFailure(out, e);
+      }
+    }
+    out.waiting = resp.waiting.length + out.pending;
+    out.retryAfterMs = Math.max(resp.retry_after_ms, out.pending ? 1000 : 0);
+    return out;
+  }
+
+  /** Poll until nothing is waiting (or the timeout); returns the merged result. */
+  async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep): Promise<PollResult> {
+    const total: PollResult = { submitted: [], refused: [], rejected: [], waiting: 0, pending: 0, retryAfterMs: 0 };
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const r = await this.poll(queryId);
+      total.submitted.push(...r.submitted);
+      total.refused.push(...r.refused);
+      total.rejected.push(...r.rejected);
+      total.waiting = r.waiting;
+      total.retryAfterMs = r.retryAfterMs;
+      if (!r.waiting || Date.now() > end) return total;
+      await sleep(Math.max(r.retryAfterMs, 50) * (0.5 + Math.random()));
+    }
+  }
+}
+
+/** setTimeout exists in browsers, React Native and Node, but not in the ES library types. */
+const defaultSleep = (ms: number): Promise<unknown> =>
+  new Promise((ok) => (globalThis as unknown as { setTimeout(f: () => void, ms: number): unknown }).setTimeout(() => ok(undefined), ms));
+
+function noteFailure(out: PollResult, e: ReportRejected): void {
+  if (RETRYABLE.has(e.code)) out.pending += 1;
+  else out.rejected.push({ queryId: e.queryId, code: e.code, message: e.details });
+}

@@ -1,0 +1,5 @@
+/** @uldp/device/device: the app-facing Device over an injected transport (no Node-only API). */
+export {
+  Device, DeviceError, EnrollmentError, ReportRejected, Status, type DeviceOptions, type DeviceStore,
+  type DeviceTransportLike, type Identity, type PollResult, type ReportMessage, type TaskMessage,
+} from "./device.js";

@@ -1,0 +1,187 @@
+/**
+ * The TS Device against a scripted in-memory transport: the ledger is charged (reserved)
+ * before the data are touched and the report persisted (pending) before the first send; a
+ * lost acknowledgement is followed by a resend of the identical values; UNAUTHENTICATED leads
+ * to exactly one re-enrolment with the previous token; refusals charge nothing and carry the
+ * stable code; `simulated` is set only in simulation mode; a crash between charge and store
+ * is recovered; and the messages a device sends do not depend on its data (totality).
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { RandomSource, taskDigest } from "../src/core/index.js";
+import {
+  Device, type DeviceTransportLike, type ReportMessage, Status, type TaskMessage,
+} from "../src/device/index.js";
+import { type LedgerEntry, MemoryStore } from "../src/ledger/index.js";
+
+class Fake implements DeviceTransportLike {
+  calls: string[] = [];
+  reports: ReportMessage[] = [];
+  tasks: TaskMessage[] = [];
+  submitErrors: number[] = []; // status codes to throw on the next submits
+  tokens = 0;
+  enrollReqs: { previousToken?: string }[] = [];
+  async enroll(req: { previousToken?: string }) {
+    this.calls.push("Enroll");
+    this.enrollReqs.push(req);
+    return { device_id: "d-1", token: `tok-${++this.tokens}`, expires_at_ms: String(Date.now() + 86_400_000) };
+  }
+  async getTasks() {
+    this.calls.push("GetTasks");
+    return { tasks: this.tasks, waiting: [], retry_after_ms: 0 };
+  }
+  async submitReport(token: string, report: ReportMessage) {
+    this.calls.push(`SubmitReport:${report.queryId}:${report.values.length}`);
+    this.reports.push({ ...report, values: [...report.values] });
+    const code = this.submitErrors.shift();
+    if (code !== undefined) throw Object.assign(new Error(`status ${code}`), { code });
+    return { duplicate: false, received_at_ms: "1" };
+  }
+}
+
+function taskMsg(queryId: string, o: Record<string, unknown> = {}, dataset = "data"): TaskMessage {
+  const t: Record<string, unknown> = {
+    bins: [], bound: 1.0, components: [0], dim: 1, eps_c: 1.0, epsilon: 1.0, extra: {}, frame_kind: "gaussian",
+    frame_seed: 0, intervals: [[-1.0, 1.0]], kashin_delta: 0.5, kashin_level: 4.0, kind: "mean", m_ref: 1,
+    method: "ssl", query_id: queryId, schema: "uldp.task/2", stage: 0, stat_bound: null, virtual_eps: [],
+    virtual_groups: [], virtual_offset: 0, ...o,
+  };
+  const text = JSON.stringify(Object.fromEntries(Object.entries(t).sort(([a], [b]) => (a < b ? -1 : 1))));
+  return { query_id: queryId, phase: 1, dataset, task_json: text, task_digest: taskDigest(text), report_length: 1 };
+}
+
+class RecordingStore extends MemoryStore {
+  puts: LedgerEntry[] = [];
+  override async put(e: LedgerEntry): Promise<void> {
+    this.puts.push(e);
+    await super.put(e);
+  }
+}
+
+async function device(fake: Fake, store = new MemoryStore(), budget = 10, sim = true): Promise<Device> {
+  return Device.open({ transport: fake, store, budget, simulation: sim ? { rng: RandomSource.seeded("dev-test") } : undefined });
+}
+
+test("charge before the data, persist before the send, acknowledge after", async () => {
+  const fake = new Fake();
+  const store = new RecordingStore();
+  const d = await device(fake, store);
+  d.addDataset("data", [0.5, 0.25]);
+  fake.tasks = [taskMsg("q1")];
+  const r = await d.poll();
+  assert.deepEqual(r.submitted, ["q1"]);
+  assert.deepEqual(store.puts.map((e) => e.state), ["reserved", "pending", "acknowledged"]);
+  assert.equal(store.puts[0].report.length, 0);
+  assert.equal(store.puts[0].epsilonUnits, 1n << 24n);
+  assert.deepEqual(fake.calls, ["Enroll", "GetTasks", "SubmitReport:q1:1"]);
+  assert.equal(fake.reports[0].simulated, true);
+});
+
+test("a lost acknowledgement: the identical values are re-sent, never a new draw", async () => {
+  const fake = new Fake();
+  const d = await device(fake);
+  d.addDataset("data", [0.5]);
+  fake.tasks = [taskMsg("q1")];
+  fake.submitErrors = [Status.UNAVAILABLE];
+  const r1 = await d.poll();
+  assert.equal(r1.pending, 1);
+  assert.equal(d.ledger.get("q1")?.state, "pending");
+  fake.tasks = [];
+  const r2 = await d.poll();
+  assert.deepEqual(r2.submitted, ["q1"]);
+  assert.deepEqual(fake.reports[1].values, fake.reports[0].values);
+  assert.equal(d.ledger.get("q1")?.state, "acknowledged");
+  assert.equal(d.ledger.spentUnits(), 1n << 24n);
+});
+
+test("UNAUTHENTICATED: one re-enrolment with the previous token, then a rejection", async () => {
+  const fake = new Fake();
+  const d = await device(fake);
+  d.addDataset("data", [0.5]);
+  fake.tasks = [taskMsg("q1"), taskMsg("q2")];
+  fake.submitErrors = [Status.UNAUTHENTICATED];
+  const r = await d.poll();
+  assert.deepEqual(r.submitted, ["q1", "q2"]);
+  assert.equal(fake.enrollReqs.length, 2);
+  assert.equal(fake.enrollReqs[1].previousToken, "tok-1");
+  fake.tasks = [taskMsg("q3")];
+  fake.submitErrors = [Status.UNAUTHENTICATED, Status.UNAUTHENTICATED];
+  const r2 = await d.poll();
+  assert.equal(r2.rejected.length, 1);
+  assert.equal(r2.rejected[0].code, Status.UNAUTHENTICATED);
+  assert.equal(fake.enrollReqs.length, 3);
+  assert.equal(d.ledger.get("q3")?.state, "rejected"); // the spend stays
+});
+
+test("refusals charge nothing and carry the stable code", async () => {
+  const fake = new Fake();
+  const d = await device(fake, new MemoryStore(), 1.5);
+  d.addDataset("data", [0.5]);
+  d.addDataset("vec", [[1, 2]], null, { dim: 2 });
+  fake.tasks = [
+    taskMsg("q-budget", { epsilon: 2.0, eps_c: 2.0 }),
+    taskMsg("q-dataset", {}, "missing"),
+    { ...taskMsg("q-digest"), task_digest: "00" },
+    taskMsg("q-decl", {}, "vec"),
+    { ...taskMsg("q-length"), report_length: 3 },
+    taskMsg("q-ok"),
+    taskMsg("q-ok2", { epsilon: 1.0, eps_c: 1.0 }),
+  ];
+  const r = await d.poll();
+  assert.deepEqual(r.refused.map((x) => [x.queryId, x.code]), [
+    ["q-budget", "budget"], ["q-dataset", "dataset"], ["q-digest", "digest"], ["q-decl", "declaration"],
+    ["q-length", "length"], ["q-ok2", "budget"]]);
+  assert.deepEqual(r.submitted, ["q-ok"]);
+  assert.equal(d.ledger.spentUnits(), 1n << 24n);
+  fake.tasks = [taskMsg("q-ok", { eps_c: 0.5 })]; // another task for a query already answered
+  const r2 = await d.poll();
+  assert.deepEqual(r2.refused.map((x) => x.code), ["participated"]);
+});
+
+test("production mode: secure noise, reports not marked simulated", async () => {
+  const fake = new Fake();
+  const d = await device(fake, new MemoryStore(), 10, false);
+  d.addDataset("data", [0.5]);
+  fake.tasks = [taskMsg("q1")];
+  await d.poll();
+  assert.equal(fake.reports[0].simulated, false);
+  await assert.rejects(Device.open({ transport: fake, store: new MemoryStore(), budget: 1,
+    simulation: { rng: RandomSource.secure() } }), RangeError);
+});
+
+test("a crash between charge and store: the reserved task's report is computed and sent", async () => {
+  const fake = new Fake();
+  const store = new MemoryStore();
+  const d = await device(fake, store);
+  d.addDataset("data", [0.5]);
+  const msg = taskMsg("q1");
+  await d.ledger.reserve("q1", msg.task_digest, 1, 1n << 24n, JSON.stringify(msg), true);
+  const again = await device(fake, store); // the process restarted
+  again.addDataset("data", [0.5]);
+  const r = await again.poll();
+  assert.deepEqual(r.submitted, ["q1"]);
+  assert.equal(again.ledger.get("q1")?.state, "acknowledged");
+  assert.equal(again.ledger.spentUnits(), 1n << 24n);
+});
+
+test("totality: the messages do not depend on the data", async () => {
+  const runWith = async (samples: unknown, vec: unknown) => {
+    const fake = new Fake();
+    const d = await device(fake, new MemoryStore(), 100);
+    d.addDataset("data", samples);
+    d.addDataset("vec", vec, [1, "x"], { dim: 2 });
+    fake.tasks = [taskMsg("q1"), taskMsg("q2", { kind: "distribution", dim: 4, bound: null, components: [0, 1, 2, 3],
+      eps_c: 0.25, intervals: [[-1, 1], [-1, 1], [-1, 1], [-1, 1]] }),
+    { ...taskMsg("q3", { kind: "sgd", dim: 2, components: [0, 1, 2, 3], eps_c: 0.25, intervals: [[-1, 1], [-1, 1], [-1, 1], [-1, 1]],
+      extra: { model: "logistic", theta: [0.5, -1.0] } }, "vec"), report_length: 4 },
+    { ...taskMsg("q4", { kind: "mean-l2", dim: 2, components: [0, 1, 2, 3], eps_c: 0.25, intervals: [[-1, 1], [-1, 1], [-1, 1], [-1, 1]],
+      method: "baseline-a", m_ref: 3, virtual_groups: [[0, 1], [2, 3]], virtual_eps: [0.1, 0.1] }, "vec"), report_length: 6 }];
+    fake.tasks = fake.tasks.map((t) => ({ ...t, report_length: t.query_id === "q2" ? 4 : t.report_length }));
+    const r = await d.poll();
+    assert.deepEqual(r.refused, []);
+    return fake.calls;
+  };
+  const empty = await runWith([], []);
+  assert.deepEqual(await runWith([NaN, Infinity, 1e308, "x", null, [1], { a: 1 }, true], [[NaN, 1], [1e308, -1e308], "ab", [1, 2, 3]]), empty);
+  assert.deepEqual(await runWith([0.5, 0.25], [[0.1, 0.2]]), empty);
+});
