@@ -10,7 +10,7 @@
 5. runs a fleet of simulated devices (default 20 000; device ``i`` holds the dataset of
    kind ``i mod 5``), every one a real ``uldp.client.Device`` with its own state, behind
    ``--gateways`` gateway processes that send the reports in ``SubmitReportBatch`` calls
-   (``uldp.collector.fleet.run_gateway_fleet``), with a progress line and an ETA (one plain
+   (``uldp.collector.gateway.run_gateway_fleet``), with a progress line and an ETA (one plain
    line every few seconds when stdout is not a terminal);
 6. waits for every query to finish and prints a table of each estimate next to the truth
    of the simulated population, with its confidence interval and a legend;
@@ -43,9 +43,9 @@ from uldp.collector.fleet import (
     FleetDataset,
     FleetProgress,
     dataset_for_query,
-    run_gateway_fleet,
     summarize,
 )
+from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import new_admin_token
@@ -270,7 +270,7 @@ def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
         printer = ProgressPrinter(say, tty=out.isatty())
         t_fleet = time.perf_counter()
         res = run_gateway_fleet(ep, _device_root(work, keep), devices, datasets,
-                                gateways=gateways, concurrency=concurrency,
+                                gateways=gateways, batch=concurrency,
                                 budget=max(epsilon, 1.0) * 2, seed=seed, keep_state=keep,
                                 timeout_s=1800, progress=printer)
         printer.close()

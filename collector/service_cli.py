@@ -628,9 +628,9 @@ def _cmd_fleet_run(a: argparse.Namespace) -> int:
         FleetDataset,
         dataset_for_query,
         run_fleet,
-        run_gateway_fleet,
         summarize,
     )
+    from uldp.collector.gateway import run_gateway_fleet
 
     kind, samples, dim, bound, dataset = a.kind, a.samples, a.dim, a.bound, a.dataset
     moment_p = None
@@ -663,7 +663,7 @@ def _cmd_fleet_run(a: argparse.Namespace) -> int:
                   timeout_s=a.timeout, keep_state=a.state_dir is not None)
     if a.gateways:
         res = run_gateway_fleet(ep, root, a.devices, [FleetDataset(dataset, data)],
-                                gateways=a.gateways, concurrency=a.concurrency, **common)
+                                gateways=a.gateways, **common)
     else:
         res = run_fleet(ep, root, a.devices, [FleetDataset(dataset, data)],
                         concurrency=a.concurrency, progress=not a.json and None, **common)
