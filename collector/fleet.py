@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import numpy as np
@@ -77,6 +77,13 @@ def dataset_for_query(kind: str, dist: str, samples: int, dim: int, bound: float
     return make_fleet_data(kind, dist, samples, dim, bound, rng, moment_p=moment_p)
 
 
+def _pairs(draw: Callable[[int], tuple[np.ndarray, np.ndarray | None]]
+           ) -> Callable[[int], np.ndarray]:
+    """A labelled population's ``draw`` (``(values, labels)`` pairs) as a FleetData draw;
+    :func:`draw_datasets` unpacks the pairs."""
+    return cast(Callable[[int], np.ndarray], draw)
+
+
 def _learning_population(kind: str, dist: str, samples: int, dim: int,
                          rng: np.random.Generator) -> FleetData:
     from uldp.collector.learning import synthetic
@@ -87,14 +94,14 @@ def _learning_population(kind: str, dist: str, samples: int, dim: int,
             raise ValueError(f"--dist for {kind} must be {LEARNING_DISTS[kind]}, got {dist!r}")
         phase = float(arg) if arg else 0.0
         pop = synthetic.sine_population(0, samples, dim, rng, task=kind, phase=phase)
-        return FleetData(pop.draw, np.zeros(0))
+        return FleetData(_pairs(pop.draw), np.zeros(0))
     if name in ("", "quadratic", "uniform"):
         pop, mu = synthetic.quadratic_population(0, samples, dim, rng)
         return FleetData(lambda k: pop.draw(k)[0], mu)
     if name == "logistic":
         w = np.linspace(1.0, -1.0, dim) if dim > 1 else np.array([1.5])
         pop = synthetic.logistic_population(0, samples, w, 0.0, rng)
-        return FleetData(pop.draw, w)
+        return FleetData(_pairs(pop.draw), w)
     raise ValueError(f"--dist for sgd must be {LEARNING_DISTS['sgd']}, got {dist!r}")
 
 
@@ -136,32 +143,58 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
     root = Path(state_root)
     root.mkdir(parents=True, exist_ok=True)
     draw_datasets(datasets, n_devices)
-    eps = endpoint if isinstance(endpoint, list) else [endpoint]
-    # device i talks to eps[i % len(eps)] through one of `channels` channels per endpoint
-    chans = [[secure_channel(e) for _ in range(max(1, channels))] for e in eps]
-    retry = RetryPolicy(attempts=10, base_s=0.2, cap_s=5.0, timeout_s=min(30.0, timeout_s))
-    res = FleetResult(devices=n_devices)
-    bar = _Bar(n_devices, sys.stderr.isatty() if progress is None else progress)
-    heap: list[tuple[float, int]] = [(0.0, i) for i in range(n_devices)]
-    cv = threading.Condition()
-    active = [0]
-    failures: dict[int, int] = {}
-    devices: dict[int, Device] = {}
-    t0 = time.monotonic()
-    deadline = t0 + timeout_s
-    jitter = random.Random(None if seed is None else f"fleet-jitter:{seed}")  # scheduling only
+    fleet = _ThreadFleet(endpoint if isinstance(endpoint, list) else [endpoint], root,
+                         n_devices, datasets, budget=budget,
+                         enrollment_secret=enrollment_secret, seed=seed, channels=channels,
+                         timeout_s=timeout_s, durable=durable, max_failures=max_failures,
+                         on_device=on_device)
+    fleet.bar = _Bar(n_devices, sys.stderr.isatty() if progress is None else progress)
+    res = fleet.run(concurrency)
+    if not keep_state:
+        shutil.rmtree(root, ignore_errors=True)
+    return res
 
-    def make(i: int) -> Device:
-        dev = devices.get(i)
+
+class _ThreadFleet:
+    """The devices of :func:`run_fleet`: worker threads take the device due next from a
+    heap, poll it (the whole production ``Device.poll``) and put it back at the
+    collector's retry hint while it waits for a phase."""
+
+    def __init__(self, eps: list[Endpoint], root: Path, n_devices: int,
+                 datasets: list[FleetDataset], *, budget: float, enrollment_secret: str,
+                 seed: int | None, channels: int, timeout_s: float, durable: bool,
+                 max_failures: int, on_device: Callable[[int, Device], None] | None) -> None:
+        self.eps, self.root, self.datasets = eps, root, datasets
+        self.budget, self.secret, self.seed = budget, enrollment_secret, seed
+        self.durable, self.max_failures, self.on_device = durable, max_failures, on_device
+        # device i talks to eps[i % len(eps)] through one of `channels` channels per endpoint
+        self.chans = [[secure_channel(e) for _ in range(max(1, channels))] for e in eps]
+        self.retry = RetryPolicy(attempts=10, base_s=0.2, cap_s=5.0,
+                                 timeout_s=min(30.0, timeout_s))
+        self.res = FleetResult(devices=n_devices)
+        self.bar = _Bar(n_devices, False)
+        self.heap: list[tuple[float, int]] = [(0.0, i) for i in range(n_devices)]
+        self.cv = threading.Condition()
+        self.active = 0
+        self.failures: dict[int, int] = {}
+        self.devices: dict[int, Device] = {}
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + timeout_s
+        # scheduling only
+        self.jitter = random.Random(None if seed is None else f"fleet-jitter:{seed}")
+
+    def make(self, i: int) -> Device:
+        dev = self.devices.get(i)
         if dev is None:
-            rng = RandomSource.seeded(f"fleet:{seed}:{i}") if seed is not None else None
-            e = i % len(eps)
-            pool = chans[e]
-            dev = Device(eps[e], root / f"device-{i:07d}", budget=budget,
-                         enrollment_secret=enrollment_secret, label="uldp-fleet",
-                         channel=pool[(i // len(eps)) % len(pool)], retry=retry, rng=rng,
-                         durable=durable, simulation=True)
-            for ds in datasets:
+            rng = (RandomSource.seeded(f"fleet:{self.seed}:{i}") if self.seed is not None
+                   else None)
+            e = i % len(self.eps)
+            pool = self.chans[e]
+            dev = Device(self.eps[e], self.root / f"device-{i:07d}", budget=self.budget,
+                         enrollment_secret=self.secret, label="uldp-fleet",
+                         channel=pool[(i // len(self.eps)) % len(pool)], retry=self.retry,
+                         rng=rng, durable=self.durable, simulation=True)
+            for ds in self.datasets:
                 if i % ds.modulo == ds.residue:
                     assert ds.values is not None
                     j = i // ds.modulo
@@ -169,76 +202,85 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
                     dev.add_dataset(ds.name, vals,
                                     labels=None if ds.labels is None else ds.labels[j],
                                     dim=int(vals.shape[1]) if vals.ndim == 2 else None)
-            if on_device is not None:
-                on_device(i, dev)
-            devices[i] = dev
+            if self.on_device is not None:
+                self.on_device(i, dev)
+            self.devices[i] = dev
         return dev
 
-    def worker() -> None:
+    def _next(self) -> int | None:
+        """(under cv) The device due next, waiting for it; None when done or too late."""
         while True:
-            with cv:
-                while True:
-                    if not heap and active[0] == 0:
-                        cv.notify_all()
-                        return
-                    if time.monotonic() > deadline:
-                        return
-                    if heap and heap[0][0] <= time.monotonic():
-                        _, i = heapq.heappop(heap)
-                        active[0] += 1
-                        break
-                    wait = heap[0][0] - time.monotonic() if heap else 0.1
-                    cv.wait(timeout=max(0.005, min(wait, 0.1)))
-            again = None
-            try:
-                dev = make(i)
-                r = dev.poll()
-                with cv:
-                    res.submitted += len(r.submitted)
-                    res.refused += r.refused
-                    res.rejected += r.rejected
-                if r.waiting:
-                    dev.ledger.close()  # reopened on the next poll; keeps idle devices small
-                    again = time.monotonic() + r.retry_after_ms / 1000 * (0.5 + jitter.random())
-            except Exception as exc:
-                msg = (f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError)
-                       else f"{type(exc).__name__}: {exc}")
-                with cv:
-                    failures[i] = failures.get(i, 0) + 1
-                    if failures[i] >= max_failures:
-                        res.errors.append(f"device {i}: {msg}")
-                    else:
-                        again = time.monotonic() + 0.5 * failures[i]
-            with cv:
-                active[0] -= 1
+            if not self.heap and self.active == 0:
+                self.cv.notify_all()
+                return None
+            if time.monotonic() > self.deadline:
+                return None
+            if self.heap and self.heap[0][0] <= time.monotonic():
+                _, i = heapq.heappop(self.heap)
+                self.active += 1
+                return i
+            wait = self.heap[0][0] - time.monotonic() if self.heap else 0.1
+            self.cv.wait(timeout=max(0.005, min(wait, 0.1)))
+
+    def _poll(self, i: int) -> float | None:
+        """Poll device ``i``; when to poll it again (None: it is done)."""
+        try:
+            dev = self.make(i)
+            r = dev.poll()
+            with self.cv:
+                self.res.submitted += len(r.submitted)
+                self.res.refused += r.refused
+                self.res.rejected += r.rejected
+            if r.waiting:
+                dev.ledger.close()  # reopened on the next poll; keeps idle devices small
+                return time.monotonic() + r.retry_after_ms / 1000 * (0.5 + self.jitter.random())
+            return None
+        except Exception as exc:
+            msg = (f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError)
+                   else f"{type(exc).__name__}: {exc}")
+            with self.cv:
+                self.failures[i] = self.failures.get(i, 0) + 1
+                if self.failures[i] >= self.max_failures:
+                    self.res.errors.append(f"device {i}: {msg}")
+                    return None
+                return time.monotonic() + 0.5 * self.failures[i]
+
+    def worker(self) -> None:
+        while True:
+            with self.cv:
+                i = self._next()
+            if i is None:
+                return
+            again = self._poll(i)
+            with self.cv:
+                self.active -= 1
                 if again is not None:
-                    heapq.heappush(heap, (again, i))
+                    heapq.heappush(self.heap, (again, i))
                 else:
-                    done_dev = devices.pop(i, None)
+                    done_dev = self.devices.pop(i, None)
                     if done_dev is not None:
                         done_dev.close()
-                    bar.update()
-                cv.notify_all()
+                    self.bar.update()
+                self.cv.notify_all()
 
-    threads = [threading.Thread(target=worker, name=f"fleet-{k}", daemon=True)
-               for k in range(max(1, concurrency))]
-    for t in threads:
-        t.start()
-    for t in threads:  # a device call in flight at the deadline is cut off, not waited for
-        t.join(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
-    stuck = any(t.is_alive() for t in threads)
-    for pool in chans:
-        for c in pool:
-            c.close()  # cancels calls still in flight
-    if stuck:
+    def run(self, concurrency: int) -> FleetResult:
+        threads = [threading.Thread(target=self.worker, name=f"fleet-{k}", daemon=True)
+                   for k in range(max(1, concurrency))]
         for t in threads:
-            t.join(timeout=5.0)
-    with cv:
-        res.unfinished = len(heap) + active[0]
-    res.seconds = time.monotonic() - t0
-    if not keep_state:
-        shutil.rmtree(root, ignore_errors=True)
-    return res
+            t.start()
+        for t in threads:  # a device call in flight at the deadline is cut off, not waited for
+            t.join(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
+        stuck = any(t.is_alive() for t in threads)
+        for pool in self.chans:
+            for c in pool:
+                c.close()  # cancels calls still in flight
+        if stuck:
+            for t in threads:
+                t.join(timeout=5.0)
+        with self.cv:
+            self.res.unfinished = len(self.heap) + self.active
+        self.res.seconds = time.monotonic() - self.t0
+        return self.res
 
 
 def summarize(res: FleetResult) -> dict[str, Any]:

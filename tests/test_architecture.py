@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("uldp.collector.fleet", "uldp.collector.gateway", "uldp.collector.demo",
      "uldp.collector.learning.cli",
      "uldp.collector.central.cli", "uldp.collector.service_cli", "uldp.collector.cli",
+     "uldp.collector.commands",
      "uldp.collector"),
 ]
 
