@@ -1,9 +1,7 @@
 """The ``uldp`` command line.
 
-* ``uldp simulate KIND``: a whole query in-process over a simulated fleet
-  (``commands/simulate``).
-* ``uldp collector|query|fleet|demo``: the gRPC service (``service_cli``, which registers
-  ``commands/collector``, ``query``, ``fleet`` and ``demo``).
+* ``uldp simulate KIND``: a whole query in-process over a simulated fleet (issue 2).
+* ``uldp collector|query|fleet|demo``: the gRPC service (``service_cli``).
 * ``uldp central``: central user-level DP releases from a CSV file (``central/cli``).
 """
 
@@ -11,13 +9,223 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import math
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
-from uldp.collector.cliutil import Parser, add_debug_flag, quiet_grpc_logs, run_cli
-from uldp.collector.commands import simulate
+import numpy as np
+
+from uldp.collector.cliutil import (
+    Parser,
+    add_debug_flag,
+    positive_float,
+    positive_int,
+    quiet_grpc_logs,
+    run_cli,
+)
 
 __all__ = ["build_parser", "main"]
+
+SIM_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
+
+
+def _add_population_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``uldp simulate`` that describe the simulated fleet and the runs."""
+    p.add_argument("--users", type=positive_int, default=10_000,
+                   help="number of simulated users n (default 10000)")
+    p.add_argument("--samples", type=positive_int, default=100,
+                   help="samples per user m (default 100)")
+    p.add_argument("--dim", type=positive_int, default=None,
+                   help="dimension d (alphabet size for distribution); default 1, or 8")
+    p.add_argument("--epsilon", type=positive_float, default=1.0,
+                   help="user-level privacy budget epsilon of each user (default 1)")
+    p.add_argument("--dist", default=None,
+                   help="uniform | bernoulli | gaussian | student-t:DF | sphere | zipf:S")
+    p.add_argument("--bound", type=positive_float, default=1.0, help="support bound D")
+    p.add_argument("--moment", default=None, metavar="P[:M]",
+                   help="heavy tails: E|X|^P <= M (M computed from --dist when omitted)")
+    p.add_argument("--frame", default="gaussian", choices=("gaussian", "hadamard"),
+                   help="Kashin frame for mean-l2")
+    p.add_argument("--mode", default="default", choices=("default", "paper", "tuned"),
+                   help="grouping: spec [D7] default, paper (eps_c = 1), or tuned (minimizes "
+                        "the explicit error bound; monotone in epsilon)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the simulated data and noise (simulation only; default 0)")
+    p.add_argument("--reps", type=positive_int, default=1,
+                   help="repetitions averaged into the reported error (default 1)")
+
+
+def _add_simulate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate", help="run a query in-process over a simulated fleet",
+        description="Run one user-level LDP query in-process over n virtual users x m "
+                    "samples with the production device and collector code.")
+    p.add_argument("kind", choices=SIM_KINDS + ("sgd", "classify", "regress"),
+                   help="what to estimate: mean (1-d), mean-linf / mean-l2 / mean-l1 "
+                        "(d-dimensional mean, error in that norm), distribution (histogram "
+                        "over --dim symbols), sgd / classify / regress (learning)")
+    p.add_argument("--method", default="auto",
+                   choices=("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a",
+                            "baseline-b"),
+                   help="auto (default: chosen from the public parameters by the explicit "
+                        "error bound), "
+                        "two-stage (Algorithm 1, adaptive stage-II interval), two-stage-paper "
+                        "(the paper's interval), ssl (user mean, single-stage Laplace), "
+                        "baseline-a / baseline-b (spec §12); see the README's method guide")
+    _add_population_flags(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    own = p.add_argument_group(
+        "own data", "run the query over the users of a CSV file instead of a simulated "
+        "fleet: prints the estimate, the same estimand without privacy, the interval and "
+        "the error (--users/--dist are then unused; --samples is m_ref, default the "
+        "median count)")
+    own.add_argument("--data", metavar="FILE.csv", help="CSV file, one row per sample")
+    own.add_argument("--user-col", help="column naming each row's user")
+    own.add_argument("--value-col", action="extend", type=_column_list, default=[],
+                     help="value column(s): repeat it or give x,y for vectors")
+    own.add_argument("--label-col", help="label column (classify, regress)")
+    own.add_argument("--category-col", help="category column (distribution)")
+    own.add_argument("--lo", type=float, help="public lower end of a value's range (mean "
+                     "kinds; default: the data's minimum, fine for a check, never for a "
+                     "deployment)")
+    own.add_argument("--hi", type=float, help="public upper end of a value's range")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: only on a terminal)")
+    p.set_defaults(func=_cmd_simulate)
+
+
+_DEFAULT_DIST = {"mean": "bernoulli", "mean-linf": "uniform", "mean-l2": "sphere",
+                 "mean-l1": "bernoulli", "distribution": "zipf:1.1"}
+
+
+def _column_list(text: str) -> list[str]:
+    cols = [c.strip() for c in text.split(",") if c.strip()]
+    if not cols:
+        raise argparse.ArgumentTypeError("give a column name")
+    return cols
+
+
+def _cmd_own_data(args: argparse.Namespace) -> int:
+    """``uldp simulate KIND --data FILE.csv ...`` (``uldp.collector.own_data``)."""
+    from uldp.collector.own_data import read_user_csv, run_users
+
+    if not args.user_col:
+        raise ValueError("--user-col: name the column of each row's user")
+    if args.kind == "distribution" and not args.category_col:
+        raise ValueError("--category-col: a distribution needs the category column")
+    if args.kind != "distribution" and not args.value_col:
+        raise ValueError("--value-col: name the value column(s)")
+    if args.kind in ("classify", "regress", "sgd") and not args.label_col:
+        raise ValueError(f"--label-col: kind {args.kind} needs labels")
+    data = read_user_csv(args.data, args.user_col, args.value_col, label_col=args.label_col,
+                         category_col=args.category_col)
+    lo, hi, note = args.lo, args.hi, ""
+    if args.kind in ("mean", "mean-linf") and (lo is None or hi is None):
+        allv = np.concatenate([np.ravel(v) for v in data.values])
+        allv = allv[np.isfinite(allv)]
+        lo = float(allv.min()) if lo is None else lo
+        hi = float(allv.max()) if hi is None else hi
+        note = " (range from the data: give --lo/--hi from domain knowledge in a deployment)"
+    extra: dict[str, float] = {"grid": 4} if args.kind in ("classify", "regress") else {}
+    if args.kind == "regress":
+        extra["label_bound"] = 1.0
+    dim = len(data.categories) if args.kind == "distribution" else None
+    res = run_users(args.kind, data, epsilon=args.epsilon, lo=lo, hi=hi, method=args.method,
+                    samples=args.samples if args.samples != 100 else None, dim=dim,
+                    seed=args.seed, extra=extra)
+    if args.json:
+        print(json.dumps(res.to_dict()))
+        return 0
+    e = res.estimate
+    print(f"{res.kind} over {res.users} users of {args.data} (m_ref={res.m_ref}, "
+          f"epsilon={res.epsilon:g}), method {res.method}"
+          + (f" (auto: {res.auto['chosen']})" if res.auto else "") + note)
+    print(f"estimand: {res.estimand}")
+    labels = data.categories or [str(j) for j in range(len(res.truth))]
+    print(f"{'coord':>12} {'estimate':>11} {'truth':>11} {'95% interval':>27}")
+    for j in range(min(len(res.truth), 16)):
+        print(f"{labels[j][:12]:>12} {e.values[j]:>11.5f} {res.truth[j]:>11.5f}    "
+              f"[{e.ci_low[j]:>10.5f}, {e.ci_high[j]:>10.5f}]")
+    print(f"error (l2) {res.error:.5f}; predicted RMSE {math.sqrt(res.predicted_mse or 0):.5f}; "
+          f"{int(res.covered.sum())}/{res.covered.size} intervals hold the truth")
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.data:
+        return _cmd_own_data(args)
+    if args.kind not in SIM_KINDS:
+        mod = importlib.import_module("uldp.collector.learning.cli")
+        return mod.simulate_learning(args)
+    from uldp.client.randomness import RandomSource
+    from uldp.collector.datasets import make_fleet_data
+    from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
+    from uldp.collector.simulate import simulate_reps
+
+    dim = args.dim or (1 if args.kind == "mean" else 8)
+    if args.kind == "mean" and dim != 1:
+        raise ValueError("--dim must be 1 for kind mean (use mean-linf for vectors)")
+    dist = args.dist or _DEFAULT_DIST[args.kind]
+    moment_p = moment_m = None
+    bound: float | None = args.bound
+    if args.moment:
+        p_text, _, m_text = args.moment.partition(":")
+        moment_p = float(p_text)
+        moment_m = float(m_text) if m_text else None
+        bound = None
+    rng_data = np.random.default_rng(args.seed)
+    data = make_fleet_data(args.kind, dist, args.samples, dim, bound, rng_data,
+                           moment_p=moment_p)
+    if moment_p is not None and moment_m is None:
+        if data.moment is None:
+            raise ValueError(f"give --moment {moment_p:g}:M explicitly for --dist {dist}")
+        moment_m = data.moment[1]
+    spec = QuerySpec(kind=args.kind, epsilon=args.epsilon, users=args.users,
+                     samples=args.samples, dim=dim, bound=bound, method=args.method,
+                     moment_p=moment_p, moment_m=moment_m, frame_kind=args.frame,
+                     mode=args.mode, seed=args.seed, query_id=f"sim-{args.seed}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = compile_query(spec)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    rng = RandomSource.seeded(args.seed)
+    with warnings.catch_warnings():  # the ones compile_query gave are printed above
+        warnings.simplefilter("ignore")
+        result = simulate_reps(spec, data, rng, reps=args.reps, progress=args.progress)
+    predicted = None
+    if spec.moment_p is None:
+        pilot = data.draw(max(1, 20_000 // args.samples))
+        flat = pilot.reshape((-1,) + pilot.shape[2:])
+        sample_var = plan.kind.sample_map(plan.template, flat).var(axis=0)
+        predicted = predicted_mse(plan, sample_var)
+    out = result.to_dict(spec, predicted)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    _print_simulation(args, spec, result, out, predicted)
+    return 0
+
+
+def _print_simulation(args: argparse.Namespace, spec: Any, result: Any, out: dict[str, Any],
+                      predicted: float | None) -> None:
+    print(f"{spec.kind} via {spec.method}: n={spec.users} users x m={spec.samples} samples, "
+          f"d={spec.dim}, epsilon={spec.epsilon:g} ({out['regime']} regime), "
+          f"{args.reps} rep(s) in {result.seconds:.2f}s")
+    width = min(len(result.truth), 16)
+    print(f"{'coord':>5} {'estimate':>11} {'truth':>11} {'95% CI':>25}")
+    for j in range(width):
+        lo, hi = result.last.ci_low[j], result.last.ci_high[j]
+        print(f"{j:>5} {result.estimate[j]:>11.5f} {result.truth[j]:>11.5f} "
+              f"   [{lo:>10.5f}, {hi:>10.5f}]")
+    if len(result.truth) > width:
+        print(f"  ... {len(result.truth) - width} more coordinates (use --json)")
+    pred = f"{predicted:.4g}" if predicted is not None else "n/a"
+    print(f"squared error {result.sq_error:.4g} (predicted MSE {pred}); "
+          f"CI coverage {result.ci_coverage:.3f}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
                "with unfinished devices); 2 an operator mistake or unusable environment, "
                "shown as one line (--debug adds the traceback); 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True)
-    simulate.register(sub)
+    _add_simulate(sub)
     for module in ("uldp.collector.service_cli", "uldp.collector.central.cli"):
         try:
             mod = importlib.import_module(module)

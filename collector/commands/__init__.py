@@ -1,7 +1,7 @@
-"""The ``uldp`` command groups, one module each (the entry point is ``uldp.collector.cli``).
+"""The service command groups of ``uldp``, one module each (registered by
+``uldp.collector.service_cli``; the entry point is ``uldp.collector.cli``, which also holds
+``uldp simulate``).
 
-* ``simulate`` — ``uldp simulate KIND``: a query in-process over a simulated fleet or a
-  CSV file of your own users;
 * ``collector`` — ``uldp collector serve|certs|health|wait`` (``serve``: the server's
   flags, checks and run loop);
 * ``query`` — ``uldp query create|list|status|result|cancel`` (analyst);
