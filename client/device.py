@@ -371,7 +371,7 @@ class Device:
             if values is None:
                 values = _empty_report(spec, rng)
             data = np.asarray(values, dtype="<i8").tobytes()
-            entry = self.ledger.store_report(entry.query_id, data)
+            entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)
 
     def _message(self, entry: LedgerEntry) -> device_pb2.Report:

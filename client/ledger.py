@@ -33,6 +33,7 @@ gateway pays for one open file instead of thousands.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
@@ -211,15 +212,21 @@ class Ledger:
                 raise
         return e
 
-    def store_report(self, query_id: str, report: bytes) -> LedgerEntry:
+    def store_report(self, query_id: str, report: bytes,
+                     reserved: LedgerEntry | None = None) -> LedgerEntry:
         """Attach the computed report to a reserved row (state ``pending``). A row that
-        already has a report keeps it: the first stored bytes are the ones sent."""
+        already has a report keeps it: the first stored bytes are the ones sent.
+        ``reserved``: the row as :meth:`reserve` returned it (saves reading it back)."""
         if not report:
             raise ValueError("a report has at least one value")
         with self._connect() as c:
-            c.execute("UPDATE entries SET report = ?, state = 'pending' "
-                      "WHERE owner = ? AND query_id = ? AND state = 'reserved'",
-                      (bytes(report), self.owner, query_id))
+            cur = c.execute("UPDATE entries SET report = ?, state = 'pending' "
+                            "WHERE owner = ? AND query_id = ? AND state = 'reserved'",
+                            (bytes(report), self.owner, query_id))
+            stored = cur.rowcount == 1
+        if stored and reserved is not None and reserved.query_id == query_id \
+                and reserved.state == "reserved":
+            return dataclasses.replace(reserved, report=bytes(report), state="pending")
         e = self.get(query_id)
         if e is None:
             raise LedgerError(f"no reservation for query {query_id}")
@@ -300,15 +307,21 @@ class StateFile:
     row of ``identities``. Every ledger update is one transaction of one device, with the
     checks of :class:`Ledger`; the file is in WAL mode, fsynced at every commit when
     ``durable`` (else it survives a crash of the process, not of the machine). One
-    connection, shared by the devices under one lock.
+    connection, shared by the devices under one lock, holding the file's lock for its
+    lifetime (``locking_mode=EXCLUSIVE``: no other process opens the file meanwhile, and
+    no lock round trips per transaction). :attr:`fresh`: the file was created now, so no
+    device in it has any state yet.
     """
 
     def __init__(self, path: str | Path, *, durable: bool = True) -> None:
         self.path = Path(path)
         self.durable = durable
+        self.fresh = not self.path.exists()
         self.lock = threading.RLock()
         c = sqlite3.connect(self.path, isolation_level=None, timeout=30,
                             check_same_thread=False)
+        c.execute("PRAGMA locking_mode=EXCLUSIVE")
+        c.execute("PRAGMA locking_mode=EXCLUSIVE")
         c.execute("PRAGMA journal_mode=WAL")
         c.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
         c.execute(_TABLE + ", PRIMARY KEY (owner, query_id))")

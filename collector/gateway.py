@@ -256,10 +256,11 @@ class _Gateway:
         for i, resp in self._get_tasks(ids):
             st = self.live[i]
             owed: set[str] = set()
-            if not st.checked_in:  # a reused state file: reports persisted, never acked
+            if not st.checked_in:
                 st.checked_in = True
                 self.checked_in += 1
-                for rep in st.device.pending_reports():
+                # a reused state file may hold reports persisted but never acknowledged
+                for rep in () if self.store.fresh else st.device.pending_reports():
                     reports.append((i, rep))
                     owed.add(rep.query_id)
             for task in resp.tasks:
