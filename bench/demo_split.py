@@ -4,7 +4,7 @@
 
 Starts ``uldp collector serve`` (SQLite, TLS, loopback), creates the five demo queries
 over DEVICES devices and runs them through one in-process gateway
-(``uldp.collector.fleet.run_gateway_fleet``, IN_FLIGHT devices at a time, device state
+(``uldp.collector.gateway.run_gateway_fleet``, IN_FLIGHT devices per batch call, device state
 under STATE_DIR, e.g. /dev/shm). Prints the collector's CPU seconds (from /proc) and this
 process's (the devices: SDK + gRPC client). Numbers: ``bench/results/demo.md``.
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from uldp.client.transport import Endpoint
 from uldp.collector.demo import DEMO_QUERIES, start_collector_process
-from uldp.collector.fleet import FleetDataset, dataset_for_query, run_gateway_fleet, summarize
+from uldp.collector.fleet import FleetDataset, dataset_for_query, summarize
+from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.tokens import new_admin_token
 from uldp.collector.service.client import AnalystClient, QueryRequest
@@ -34,7 +35,7 @@ def cpu_of(pid: int) -> float:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
-    conc = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+    conc = int(sys.argv[2]) if len(sys.argv) > 2 else 500
     work = Path(tempfile.mkdtemp(prefix="demo-split-",
                                  dir=sys.argv[3] if len(sys.argv) > 3 else None))
     tls = work / "pki"
@@ -52,7 +53,7 @@ def main() -> None:
         ds.append(FleetDataset(f"d-{kind}", dataset_for_query(kind, dist, 100, dim, 1.0, i),
                                modulo=k, residue=i))
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.time()
-    res = run_gateway_fleet(ep, work / "dev", n, ds, gateways=1, concurrency=conc, budget=4,
+    res = run_gateway_fleet(ep, work / "dev", n, ds, gateways=1, batch=conc, budget=4,
                             seed=1, keep_state=False)
     r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.time() - t0
     c1 = cpu_of(proc.pid)

@@ -14,9 +14,10 @@ core both halves share (randomness, exact noise, task checks). It never imports 
 collector.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from uldp.client.budget import EPS_DENOMINATOR, MAX_EPSILON, epsilon_units
 from uldp.client.dataset import DatasetSchema
-from uldp.client.device import Device, PollResult, ReportRejected
 from uldp.client.kinds import KINDS, DataError, Kind
 from uldp.client.ledger import BudgetExceeded, Ledger
 from uldp.client.methods import METHODS
@@ -30,7 +31,24 @@ from uldp.client.tasks import (
     validate_task,
 )
 from uldp.client.taskspec import SCHEMA, TaskRefused, TaskSpec
-from uldp.client.transport import Endpoint, RetryPolicy
+
+if TYPE_CHECKING:
+    from uldp.client.device import Device, PollResult, ReportRejected
+    from uldp.client.transport import Endpoint, RetryPolicy
+
+#: names whose modules import gRPC, loaded on first use: importing the package (as the
+#: collector and its CLI do) must not start gRPC's C core, which reads its logging
+#: settings (GRPC_VERBOSITY) once, when it is imported
+_LAZY = {"Device": "device", "PollResult": "device", "ReportRejected": "device",
+         "Endpoint": "transport", "RetryPolicy": "transport"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"uldp.client.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'uldp.client' has no attribute {name!r}")
 
 __all__ = [
     "EPS_DENOMINATOR",

@@ -42,8 +42,25 @@ class EpsilonError(ValueError):
     """An ε that cannot be counted: non-finite, not a number, below 2^-24 or too large."""
 
 
+#: units of the floats seen so far (a pure function; every task check asks for the same
+#: few values many times over)
+_UNITS: dict[float, int] = {}
+
+
 def epsilon_units(epsilon: object, name: str = "epsilon") -> int:
     """``⌊ε · 2^24⌋`` as an int, for ``2^-24 <= ε <= MAX_EPSILON``; else :class:`EpsilonError`."""
+    if type(epsilon) is float:
+        known = _UNITS.get(epsilon)
+        if known is not None:
+            return known
+        units = _units(epsilon, name)
+        if len(_UNITS) < 4096:
+            _UNITS[epsilon] = units
+        return units
+    return _units(epsilon, name)
+
+
+def _units(epsilon: object, name: str) -> int:
     if isinstance(epsilon, bool) or not isinstance(epsilon, (Real, Fraction)):
         raise EpsilonError(f"{name} must be a number, got {epsilon!r}")
     if isinstance(epsilon, Fraction):

@@ -56,6 +56,8 @@ from uldp.client.ledger import (
     Ledger,
     LedgerEntry,
     LedgerError,
+    StateFile,
+    StateSlot,
 )
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import (
@@ -84,6 +86,8 @@ __all__ = [
     "EnrollmentError",
     "PollResult",
     "ReportRejected",
+    "StateFile",
+    "StateSlot",
     "TaskRefused",
 ]
 
@@ -121,9 +125,11 @@ class PollResult:
 
 
 class Device:
-    """One device: identity and ledger in ``state_dir``, datasets registered by the app."""
+    """One device: identity and ledger in ``state_dir`` (a directory of its own, or its
+    :class:`~uldp.client.ledger.StateSlot` in a file shared with other devices), datasets
+    registered by the app."""
 
-    def __init__(self, target: str | Endpoint, state_dir: str | Path, *,
+    def __init__(self, target: str | Endpoint, state_dir: str | Path | StateSlot, *,
                  ca_cert: str | Path | None = None, client_cert: str | Path | None = None,
                  client_key: str | Path | None = None, budget: float = 10.0,
                  enrollment_secret: str = "", label: str = "",
@@ -132,7 +138,9 @@ class Device:
                  simulation: bool = False) -> None:
         """``rng``: leave None in production (a fresh OS-keyed source per report). A
         seeded source is accepted only together with ``simulation=True`` (fleet
-        simulations and tests); such a device marks every report ``simulated``."""
+        simulations and tests); such a device marks every report ``simulated``.
+        ``state_dir`` as a :class:`StateSlot`: the device's state lives in its rows of a
+        shared :class:`StateFile`, whose own ``durable`` setting applies."""
         if rng is not None and not simulation:
             raise ValueError("a seeded random source is for simulations only: pass "
                              "simulation=True (reports are then marked simulated), or "
@@ -143,9 +151,15 @@ class Device:
             target, Path(ca_cert) if ca_cert else None,
             Path(client_cert) if client_cert else None,
             Path(client_key) if client_key else None)
-        self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.ledger = Ledger(self.state_dir / "ledger.sqlite", budget, durable=durable)
+        self._slot: StateSlot | None = None
+        self.state_dir: Path | None = None
+        if isinstance(state_dir, StateSlot):
+            self._slot = state_dir
+            self.ledger = state_dir.file.ledger(state_dir.owner, budget)
+        else:
+            self.state_dir = Path(state_dir)
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.ledger = Ledger(self.state_dir / "ledger.sqlite", budget, durable=durable)
         self.enrollment_secret = enrollment_secret
         self.label = label
         self.retry = retry or RetryPolicy()
@@ -203,14 +217,22 @@ class Device:
     # ---- identity -------------------------------------------------------------------
     @property
     def _identity_path(self) -> Path:
+        assert self.state_dir is not None
         return self.state_dir / "identity.json"
 
     def _load_identity(self) -> dict[str, Any] | None:
-        if self._identity is None and self._identity_path.exists():
-            self._identity = json.loads(self._identity_path.read_text())
+        if self._identity is None:
+            if self._slot is not None:
+                self._identity = self._slot.file.load_identity(self._slot.owner)
+            elif self._identity_path.exists():
+                self._identity = json.loads(self._identity_path.read_text())
         return self._identity
 
     def _save_identity(self, ident: dict[str, Any]) -> None:
+        if self._slot is not None:
+            self._slot.file.save_identity(self._slot.owner, ident)
+            self._identity = ident
+            return
         tmp = self._identity_path.with_suffix(".tmp")
         with open(tmp, "w") as f:
             json.dump(ident, f)
@@ -225,20 +247,41 @@ class Device:
         ident = self._load_identity()
         return ident["device_id"] if ident else None
 
+    @property
+    def token(self) -> str | None:
+        """The device token from the last enrolment (None before the first)."""
+        ident = self._load_identity()
+        return str(ident["token"]) if ident else None
+
     def enroll(self, force: bool = False) -> str:
         """Enroll (or renew an expiring token); returns the device id."""
-        ident = self._load_identity()
-        if ident and not force and ident["expires_at_ms"] > time.time() * 1000 + 60_000:
-            return ident["device_id"]
-        req = device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
-                                       label=self.label,
-                                       previous_token=ident["token"] if ident else "")
+        req = self.enrollment_request(force)
+        if req is None:
+            return str(self.device_id)
         try:
             resp = call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
                                    self._jitter)
         except grpc.RpcError as exc:
             raise EnrollmentError(f"enrollment failed: {exc.code().name}: {exc.details()}"
                                   ) from None
+        return self.enrolled(resp)
+
+    def enrollment_request(self, force: bool = False) -> device_pb2.EnrollRequest | None:
+        """The EnrollRequest this device needs answered, or None while its token is valid
+        for more than another minute (and not ``force``). A gateway relays it (e.g. in an
+        EnrollBatch call) and hands the answer to :meth:`enrolled`."""
+        ident = self._load_identity()
+        if ident and not force and ident["expires_at_ms"] > time.time() * 1000 + 60_000:
+            return None
+        return device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
+                                        label=self.label,
+                                        previous_token=ident["token"] if ident else "")
+
+    def enrolled(self, resp: device_pb2.EnrollResponse) -> str:
+        """Keep the identity the collector issued (the answer to
+        :meth:`enrollment_request`); returns the device id. A renewal must keep the
+        device id (:class:`EnrollmentError` otherwise)."""
+        ident = self._load_identity()
         if ident and resp.device_id != ident["device_id"]:
             raise EnrollmentError("collector issued a different identity on renewal")
         self._save_identity({"device_id": resp.device_id, "token": resp.token,
@@ -268,21 +311,20 @@ class Device:
     def _check_task(self, task: device_pb2.Task) -> tuple[TaskSpec, LocalDataset, int]:
         if hashlib.sha256(task.task_json.encode()).hexdigest() != task.task_digest:
             raise TaskRefused("task digest does not match the task text", code="digest")
-        spec = TaskSpec.from_json(task.task_json)
+        known = _parsed(task.task_json, task.task_digest)
+        spec = known.spec
         if spec.query_id != task.query_id:
             raise TaskRefused(f"task text is for query {spec.query_id!r}, "
                               f"not {task.query_id!r}", code="query")
-        kind = validate_task(spec)  # kind, method, parameters, k̂ range, ε share, limits
+        kind, n, units = known.validated()  # kind, method, parameters, k̂ range, ε share, limits
         ds = self._datasets.get(task.dataset)
         if ds is None:
             raise TaskRefused(f"dataset {task.dataset!r} is not registered on this device",
                               code="dataset")
         check_declaration(spec, kind, ds.schema)
-        n = report_length(spec)
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}", code="length")
-        units = task_epsilon_units(spec)
         try:
             self.ledger.check(task.query_id, task.task_digest, units)
         except LedgerError as exc:
@@ -330,7 +372,7 @@ class Device:
             if values is None:
                 values = _empty_report(spec, rng)
             data = np.asarray(values, dtype="<i8").tobytes()
-            entry = self.ledger.store_report(entry.query_id, data)
+            entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)
 
     def _message(self, entry: LedgerEntry) -> device_pb2.Report:
@@ -371,17 +413,24 @@ class Device:
         outage). Reports still unacknowledged because the collector is unreachable stay
         pending and count as ``waiting`` in ``out``."""
         done = []
-        for e in self.ledger.entries("reserved"):  # charged, crashed before storing
-            self._recompute(e)
-        for e in self.ledger.entries("pending"):
+        for rep in self.pending_reports():
             try:
-                self.send(self._message(e))
-                done.append(e.query_id)
+                self.send(rep)
+                done.append(rep.query_id)
             except ReportRejected as exc:
                 log.warning("%s", exc)
                 if out is not None:
-                    self._note_failure(out, e.query_id, exc)
+                    self._note_failure(out, rep.query_id, exc)
         return done
+
+    def pending_reports(self) -> list[device_pb2.Report]:
+        """The reports this device owes without an acknowledgement: the stored ones (the
+        same bytes again) and, first, the report of a charged task that was never stored
+        (a crash between charge and store: computed now; nothing had been sent). A gateway
+        sends them itself; :meth:`resend_pending` sends them directly."""
+        for e in self.ledger.entries("reserved"):
+            self._recompute(e)
+        return [self._message(e) for e in self.ledger.entries("pending")]
 
     def _recompute(self, e: LedgerEntry) -> None:
         """The report owed for a charged task whose report was never stored (a crash
@@ -397,8 +446,29 @@ class Device:
         else:
             out.rejected.append((query_id, f"{exc.code.name}: {exc.message}"))
 
+    def tasks_request(self, query_id: str = "") -> device_pb2.GetTasksRequest:
+        """The GetTasksRequest of this device (its datasets' names; optionally one query)."""
+        return device_pb2.GetTasksRequest(datasets=self.datasets, query_id=query_id)
+
+    def answered(self, query_id: str, code: int, message: str = "",
+                 duplicate: bool = False) -> bool:
+        """Record the collector's answer to this device's report for ``query_id`` when
+        someone else sent it (a gateway's SubmitReportBatch item: a gRPC status code
+        number). OK: acknowledged; a retryable code (UNAVAILABLE, DEADLINE_EXCEEDED,
+        ABORTED): still pending, returns False (send the same report again); anything
+        else: rejected (the budget stays spent: the bytes were sent)."""
+        if code == 0:
+            self.ledger.mark(query_id, "acknowledged", "duplicate" if duplicate else "")
+            return True
+        status = _STATUS.get(code)
+        if status in RETRYABLE:
+            return False
+        name = status.name if status is not None else str(code)
+        self.ledger.mark(query_id, "rejected", f"{name}: {message}")
+        return True
+
     def fetch_tasks(self, query_id: str = "") -> device_pb2.GetTasksResponse:
-        req = device_pb2.GetTasksRequest(datasets=self.datasets, query_id=query_id)
+        req = self.tasks_request(query_id)
         for attempt in (0, 1):
             try:
                 return call_with_retry(
@@ -445,6 +515,44 @@ class Device:
             if not r.waiting or time.monotonic() > end:
                 return total
             time.sleep(max(r.retry_after_ms, 50) / 1000 * self._jitter.uniform(0.5, 1.5))
+
+
+_STATUS = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class _Parsed:
+    """A task text's parse and public validation, shared by every device of this process
+    (a pure function of the text; the per-device checks — dataset declaration, report
+    length announced, ledger — still run for every task)."""
+
+    __slots__ = ("_checked", "spec")
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self._checked: tuple[Kind, int, int] | None = None
+
+    def validated(self) -> tuple[Kind, int, int]:
+        """(kind, report length, ε units) of a task that passes ``validate_task``."""
+        if self._checked is None:
+            kind = validate_task(self.spec)
+            self._checked = (kind, report_length(self.spec), task_epsilon_units(self.spec))
+        return self._checked
+
+
+_PARSED: dict[str, _Parsed] = {}
+_PARSED_MAX = 1024
+
+
+def _parsed(text: str, digest: str) -> _Parsed:
+    """The parse of task text ``text`` whose SHA-256 is ``digest`` (checked by the
+    caller), cached by digest."""
+    got = _PARSED.get(digest)
+    if got is None:
+        got = _Parsed(TaskSpec.from_json(text))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[digest] = got
+    return got
 
 
 def check_declaration(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> None:

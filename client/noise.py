@@ -84,8 +84,26 @@ class LaplaceScale:
         return sensitivity * self.den / self.num
 
 
+#: scales computed so far, by (Δ, ε) of Python types (a pure function, asked for the same
+#: few pairs by every report)
+_SCALES: dict[tuple[int, float], LaplaceScale] = {}
+
+
 def laplace_scale(sensitivity: int, epsilon: float) -> LaplaceScale:
     """Scale ``t = Δ/ε_r`` for integer L1 sensitivity ``Δ`` (grid units) and budget ε."""
+    key = (sensitivity, epsilon)
+    if type(sensitivity) is int and type(epsilon) is float:
+        hit = _SCALES.get(key)
+        if hit is not None:
+            return hit
+        scale = _laplace_scale(sensitivity, epsilon)
+        if len(_SCALES) < 4096:
+            _SCALES[key] = scale
+        return scale
+    return _laplace_scale(sensitivity, epsilon)
+
+
+def _laplace_scale(sensitivity: int, epsilon: float) -> LaplaceScale:
     if not isinstance(sensitivity, (int, np.integer)) or sensitivity < 1:
         raise ValueError(f"sensitivity must be a positive integer, got {sensitivity!r}")
     eps = rational_epsilon(epsilon)
@@ -137,11 +155,18 @@ def _geometric_exp_minus1(rng: RandomSource, n: int) -> np.ndarray:
     return v
 
 
+#: reports with at most this many noise values take the scalar twin of the sampler
+#: (:func:`_discrete_laplace_list`): numpy's per-call overhead dominates small arrays
+_SCALAR_MAX = 64
+
+
 def discrete_laplace(scale: LaplaceScale, size: int | tuple[int, ...], rng: RandomSource,
                      ) -> np.ndarray:
     """``size`` iid DLap(t) integers, t = scale.num/scale.den (CKS Algorithm 2, vectorized)."""
     shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
     n = int(np.prod(shape))
+    if n <= _SCALAR_MAX:
+        return np.asarray(_discrete_laplace_list(scale, n, rng), dtype=np.int64).reshape(shape)
     a, b = scale.num, scale.den
     out = np.empty(n, dtype=np.int64)
     todo = np.arange(n)
@@ -160,6 +185,63 @@ def discrete_laplace(scale: LaplaceScale, size: int | tuple[int, ...], rng: Rand
         done[idx[good]] = True
         todo = todo[~done[todo]]
     return out.reshape(shape)
+
+
+# ---- the same samplers on Python lists -------------------------------------------------------
+# Step for step the vectorized code above — the same rounds, the same draws in the same
+# order from the same keystream, the same outputs (tests/test_noise.py compares them) —
+# for the few values of one device's report, where numpy's per-call overhead costs more
+# than the arithmetic.
+def _bernoulli_exp_le1_list(rng: RandomSource, num: list[int], den: int) -> list[bool]:
+    out = [False] * len(num)
+    todo = list(range(len(num)))
+    k = 1
+    while todo:
+        odd = k % 2 == 1
+        rest = []
+        for j, u in zip(todo, rng.below_list(den * k, len(todo)), strict=True):
+            if u < num[j]:
+                rest.append(j)
+            else:
+                out[j] = odd
+        todo = rest
+        k += 1
+    return out
+
+
+def _geometric_exp_minus1_list(rng: RandomSource, n: int) -> list[int]:
+    v = [0] * n
+    todo = list(range(n))
+    while todo:
+        rest = []
+        for j, ok in zip(todo, _bernoulli_exp_le1_list(rng, [1] * len(todo), 1), strict=True):
+            if ok:
+                v[j] += 1
+                rest.append(j)
+        todo = rest
+    return v
+
+
+def _discrete_laplace_list(scale: LaplaceScale, n: int, rng: RandomSource) -> list[int]:
+    a, b = scale.num, scale.den
+    out = [0] * n
+    todo = list(range(n))
+    while todo:
+        u = rng.below_list(a, len(todo))
+        keep = _bernoulli_exp_le1_list(rng, u, a)
+        idx = [i for i, k in zip(todo, keep, strict=True) if k]
+        uk = [x for x, k in zip(u, keep, strict=True) if k]
+        v = _geometric_exp_minus1_list(rng, len(idx))
+        neg = rng.below_list(2, len(idx))
+        done = set()
+        for i, x, vi, sign in zip(idx, uk, v, neg, strict=True):
+            y = (x + a * vi) // b
+            if sign == 1 and y == 0:
+                continue  # -0: drawn again
+            out[i] = -y if sign == 1 else y
+            done.add(i)
+        todo = [i for i in todo if i not in done]
+    return out
 
 
 def randomized_round(x: np.ndarray, rng: RandomSource) -> np.ndarray:

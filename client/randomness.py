@@ -20,19 +20,24 @@ Both modes run exactly the same sampling code; only the key differs. On top of t
 64-bit words this module offers *exact* integer primitives (uniform integers below ``n``,
 Bernoulli with a rational probability) — no floating-point inverse CDFs, so the pmf of
 every sampler built on them is exactly the one its privacy argument assumes.
+
+The keystream is read ahead in blocks of :data:`_READ_AHEAD` bytes. This changes nothing
+about which bytes a draw gets: ChaCha20 is one continuous stream, every reader takes the
+next bytes of it in order, and the buffer is just the stream's next bytes computed early.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import struct
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 __all__ = ["RandomSource", "as_source"]
 
-_BLOCK_WORDS = 1 << 15  # words produced per keystream refill (256 KiB)
+_READ_AHEAD = 512  # keystream bytes computed per refill of the read-ahead buffer
 
 
 _OS_KEYED = object()  # capability: only secure() and spawn() make production sources
@@ -50,6 +55,8 @@ class RandomSource:
                              "RandomSource.secure(); a caller-chosen key is for simulations")
         nonce = b"\x00" * 16  # a fresh random key per source: a fixed nonce is safe
         self._enc = Cipher(algorithms.ChaCha20(bytes(key), nonce), mode=None).encryptor()
+        self._buf = b""  # the stream's next bytes, computed ahead
+        self._pos = 0
         self.simulation = bool(simulation)
 
     @classmethod
@@ -83,7 +90,25 @@ class RandomSource:
 
     # ---- raw material -------------------------------------------------------------
     def bytes(self, n: int) -> bytes:
-        return self._enc.update(b"\x00" * n)
+        """The next ``n`` bytes of the keystream."""
+        pos, buf = self._pos, self._buf
+        if pos + n <= len(buf):
+            self._pos = pos + n
+            return buf[pos:pos + n]
+        head = buf[pos:]
+        need = n - len(head)
+        if need >= _READ_AHEAD:  # a large read: straight from the cipher
+            self._buf, self._pos = b"", 0
+            return head + self._enc.update(b"\x00" * need)
+        self._buf = self._enc.update(b"\x00" * _READ_AHEAD)
+        self._pos = need
+        return head + self._buf[:need]
+
+    def word_list(self, n: int) -> list[int]:
+        """``words(n)`` as a list of Python ints (the same words, for scalar code)."""
+        if n <= 0:
+            return []
+        return list(struct.unpack(f"={n}Q", self.bytes(8 * n)))
 
     def words(self, n: int) -> np.ndarray:
         """``n`` independent uniform 64-bit words."""
@@ -137,6 +162,29 @@ class RandomSource:
             ok = w >= lim
             out[todo[ok]] = (w[ok] % nn).astype(np.int64)
             todo = todo[~ok]
+        return out
+
+    def below_list(self, n: int, size: int) -> list[int]:
+        """:meth:`below` of a scalar ``n`` as a list: the same draws from the same words,
+        without numpy's per-call overhead (for a handful of values)."""
+        if not 1 <= n < 1 << 63:
+            raise ValueError(f"n must be in [1, 2**63), got {n}")
+        if n & (n - 1) == 0:
+            if n == 1:
+                return [0] * size
+            shift = 64 - (n.bit_length() - 1)
+            return [w >> shift for w in self.word_list(size)]
+        lim = (1 << 64) % n
+        out = [0] * size
+        todo = list(range(size))
+        while todo:
+            rest = []
+            for j, w in zip(todo, self.word_list(len(todo)), strict=True):
+                if w >= lim:
+                    out[j] = w % n
+                else:
+                    rest.append(j)
+            todo = rest
         return out
 
     def bernoulli_rational(self, num: np.ndarray | int, den: np.ndarray | int,

@@ -31,23 +31,8 @@ __all__ = ["build_parser", "main"]
 SIM_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
 
 
-def _add_simulate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "simulate", help="run a query in-process over a simulated fleet",
-        description="Run one user-level LDP query in-process over n virtual users x m "
-                    "samples with the production device and collector code.")
-    p.add_argument("kind", choices=SIM_KINDS + ("sgd", "classify", "regress"),
-                   help="what to estimate: mean (1-d), mean-linf / mean-l2 / mean-l1 "
-                        "(d-dimensional mean, error in that norm), distribution (histogram "
-                        "over --dim symbols), sgd / classify / regress (learning)")
-    p.add_argument("--method", default="auto",
-                   choices=("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a",
-                            "baseline-b"),
-                   help="auto (default: chosen from the public parameters by the explicit "
-                        "error bound), "
-                        "two-stage (Algorithm 1, adaptive stage-II interval), two-stage-paper "
-                        "(the paper's interval), ssl (user mean, single-stage Laplace), "
-                        "baseline-a / baseline-b (spec §12); see the README's method guide")
+def _add_population_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``uldp simulate`` that describe the simulated fleet and the runs."""
     p.add_argument("--users", type=positive_int, default=10_000,
                    help="number of simulated users n (default 10000)")
     p.add_argument("--samples", type=positive_int, default=100,
@@ -70,6 +55,26 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                    help="seed of the simulated data and noise (simulation only; default 0)")
     p.add_argument("--reps", type=positive_int, default=1,
                    help="repetitions averaged into the reported error (default 1)")
+
+
+def _add_simulate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate", help="run a query in-process over a simulated fleet",
+        description="Run one user-level LDP query in-process over n virtual users x m "
+                    "samples with the production device and collector code.")
+    p.add_argument("kind", choices=SIM_KINDS + ("sgd", "classify", "regress"),
+                   help="what to estimate: mean (1-d), mean-linf / mean-l2 / mean-l1 "
+                        "(d-dimensional mean, error in that norm), distribution (histogram "
+                        "over --dim symbols), sgd / classify / regress (learning)")
+    p.add_argument("--method", default="auto",
+                   choices=("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a",
+                            "baseline-b"),
+                   help="auto (default: chosen from the public parameters by the explicit "
+                        "error bound), "
+                        "two-stage (Algorithm 1, adaptive stage-II interval), two-stage-paper "
+                        "(the paper's interval), ssl (user mean, single-stage Laplace), "
+                        "baseline-a / baseline-b (spec §12); see the README's method guide")
+    _add_population_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     own = p.add_argument_group(
         "own data", "run the query over the users of a CSV file instead of a simulated "
@@ -126,7 +131,7 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
         lo = float(allv.min()) if lo is None else lo
         hi = float(allv.max()) if hi is None else hi
         note = " (range from the data: give --lo/--hi from domain knowledge in a deployment)"
-    extra = {"grid": 4} if args.kind in ("classify", "regress") else {}
+    extra: dict[str, float] = {"grid": 4} if args.kind in ("classify", "regress") else {}
     if args.kind == "regress":
         extra["label_bound"] = 1.0
     dim = len(data.categories) if args.kind == "distribution" else None
@@ -236,6 +241,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
+    _print_simulation(args, spec, result, out, predicted)
+    return 0
+
+
+def _print_simulation(args: argparse.Namespace, spec: Any, result: Any, out: dict[str, Any],
+                      predicted: float | None) -> None:
     print(f"{spec.kind} via {spec.method}: n={spec.users} users x m={spec.samples} samples, "
           f"d={spec.dim}, epsilon={spec.epsilon:g} ({out['regime']} regime), "
           f"{args.reps} rep(s) in {result.seconds:.2f}s")
@@ -250,7 +261,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     pred = f"{predicted:.4g}" if predicted is not None else "n/a"
     print(f"squared error {result.sq_error:.4g} (predicted MSE {pred}); "
           f"CI coverage {result.ci_coverage:.3f}")
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

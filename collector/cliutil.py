@@ -189,11 +189,13 @@ def describe_error(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or exc}{where}", 2
+    db_errors: tuple[type[BaseException], ...] = ()
     try:
         from sqlalchemy.exc import SQLAlchemyError
+        db_errors = (SQLAlchemyError,)
     except ModuleNotFoundError:  # pragma: no cover - client-only install
-        SQLAlchemyError = ()  # type: ignore[assignment,misc]
-    if SQLAlchemyError and isinstance(exc, SQLAlchemyError):
+        pass
+    if db_errors and isinstance(exc, db_errors):
         orig = getattr(exc, "orig", None) or exc
         first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
         return f"database error: {first}", 2

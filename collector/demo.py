@@ -8,10 +8,11 @@
 4. creates one query per kind of the core algorithms (mean, mean-linf, mean-l2, mean-l1,
    distribution), each over its own dataset name;
 5. runs a fleet of simulated devices (default 20 000; device ``i`` holds the dataset of
-   kind ``i mod 5``), every one a real ``uldp.client.Device`` with its own state, behind
-   ``--gateways`` gateway processes that send the reports in ``SubmitReportBatch`` calls
-   (``uldp.collector.fleet.run_gateway_fleet``), with a progress line and an ETA (one plain
-   line every few seconds when stdout is not a terminal);
+   kind ``i mod 5``), every one a real ``uldp.client.Device`` with its own identity,
+   ledger, task checks and privatization, behind ``--gateways`` gateway processes that
+   relay the devices' messages in batch calls (``EnrollBatch``, ``GetTasksBatch``,
+   ``SubmitReportBatch``; ``uldp.collector.gateway.run_gateway_fleet``), with a progress
+   line and an ETA (one plain line every few seconds when stdout is not a terminal);
 6. waits for every query to finish and prints a table of each estimate next to the truth
    of the simulated population, with its confidence interval and a legend;
 7. stops the collector (SIGTERM, graceful) and removes the work directory (unless
@@ -43,9 +44,9 @@ from uldp.collector.fleet import (
     FleetDataset,
     FleetProgress,
     dataset_for_query,
-    run_gateway_fleet,
     summarize,
 )
+from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import new_admin_token
@@ -206,7 +207,7 @@ def _device_root(work: Path, keep: bool) -> Path:
 
 
 def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
-             concurrency: int = 16, workdir: str | None = None, as_json: bool = False,
+             concurrency: int = 500, workdir: str | None = None, as_json: bool = False,
              seed: int | None = None, gateways: int = 2) -> int:
     check_demo_args(devices, epsilon, samples)
     if workdir is not None and Path(workdir).exists() and not Path(workdir).is_dir():
@@ -229,13 +230,9 @@ def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
             tmp.cleanup()
 
 
-def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
-         concurrency: int, as_json: bool, seed: int | None, gateways: int, t0: float) -> int:
-    out = sys.stderr if as_json else sys.stdout
-
-    def say(*a: Any) -> None:
-        print(*a, file=out, flush=True)
-
+def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes], Endpoint,
+                                                        Path]:
+    """The work directory's PKI and admin token, and a collector process on it."""
     tls = work / "pki"
     if not (tls / "server.pem").exists():
         make_dev_pki(tls, ["localhost", "127.0.0.1"])
@@ -244,66 +241,109 @@ def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
         write_private(admin_file, (new_admin_token() + "\n").encode())
     db_url = f"sqlite:///{work / 'collector.db'}"
     proc, port = start_collector_process(work, db_url, tls)
-    ep = Endpoint(f"127.0.0.1:{port}", tls / "ca.pem")
     say(f"collector on 127.0.0.1:{port} (TLS), database {work / 'collector.db'}")
+    return proc, Endpoint(f"127.0.0.1:{port}", tls / "ca.pem"), admin_file
+
+
+def _create_queries(analyst: AnalystClient, devices: int, epsilon: float, samples: int,
+                    seed: int | None, say: Callable[..., None]
+                    ) -> tuple[list[str], list[FleetDataset], dict[str, int]]:
+    """One query per kind of :data:`DEMO_QUERIES`, and the dataset its devices hold."""
+    k = len(DEMO_QUERIES)
+    datasets, qids, per_query = [], [], {}
+    rng_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+    for i, (kind, dim, dist) in enumerate(DEMO_QUERIES):
+        users = len(range(i, devices, k))
+        name = f"demo-{kind}"
+        q = analyst.create(QueryRequest(kind=kind, epsilon=epsilon, dataset=name,
+                                        users=users, samples=samples, dim=dim, bound=1.0,
+                                        phase_timeout_s=600.0,
+                                        query_id=f"demo-{kind}-{rng_seed % 100000}"))
+        qids.append(q.query_id)
+        per_query[q.query_id] = users
+        data = dataset_for_query(kind, dist, samples, dim, 1.0, rng_seed + i)
+        datasets.append(FleetDataset(name, data, modulo=k, residue=i))
+        say(f"query {q.query_id}: {kind} d={dim} eps={epsilon:g} over {users} devices "
+            f"({dist} data, {len(q.phases)} phases)")
+    return qids, datasets, per_query
+
+
+def _estimates(analyst: AnalystClient, qids: list[str], datasets: list[FleetDataset],
+               say: Callable[..., None]) -> tuple[list[dict[str, Any]], bool]:
+    """One row per estimated coordinate; whether every query finished."""
+    rows: list[dict[str, Any]] = []
+    ok = True
+    for qid, ds in zip(qids, datasets, strict=True):
+        final = analyst.wait(qid, timeout_s=600)
+        if final.state != 2:
+            say(f"query {qid} did not finish: state {final.state} {final.error}")
+            ok = False
+            continue
+        r = analyst.result(qid)
+        truth = np.asarray(ds.data.truth, dtype=float).ravel()
+        for j, (v, lo, hi) in enumerate(zip(r.values, r.ci_low, r.ci_high, strict=True)):
+            rows.append({"query": qid, "kind": r.kind, "component": j,
+                         "truth": float(truth[j]), "estimate": v, "ci_low": lo,
+                         "ci_high": hi, "covered": bool(lo <= truth[j] <= hi)})
+    return rows, ok
+
+
+def _print_report(rows: list[dict[str, Any]], per_query: dict[str, int],
+                  summary: dict[str, Any], devices: int, fleet_s: float) -> None:
+    cov = sum(r_["covered"] for r_ in rows)
+    print()
+    print(_table(rows, per_query))
+    print()
+    print(LEGEND)
+    print()
+    print(f"{summary['reports_acknowledged']:,} reports from {devices:,} devices in "
+          f"{fleet_s:.1f}s ({summary['reports_acknowledged'] / max(fleet_s, 1e-9):,.0f}"
+          f"/s); {cov} of {len(rows)} intervals hold the truth; total "
+          f"{summary['wall_seconds']:.1f}s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
+         concurrency: int, as_json: bool, seed: int | None, gateways: int, t0: float) -> int:
+    out = sys.stderr if as_json else sys.stdout
+
+    def say(*a: Any) -> None:
+        print(*a, file=out, flush=True)
+
+    proc, ep, admin_file = _start(work, say)
     analyst = AnalystClient(ep, admin_file.read_text())
     rc = 0
     try:
-        k = len(DEMO_QUERIES)
-        datasets, qids, per_query = [], [], {}
-        rng_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
-        for i, (kind, dim, dist) in enumerate(DEMO_QUERIES):
-            users = len(range(i, devices, k))
-            name = f"demo-{kind}"
-            q = analyst.create(QueryRequest(kind=kind, epsilon=epsilon, dataset=name,
-                                            users=users, samples=samples, dim=dim, bound=1.0,
-                                            phase_timeout_s=600.0,
-                                            query_id=f"demo-{kind}-{rng_seed % 100000}"))
-            qids.append(q.query_id)
-            per_query[q.query_id] = users
-            data = dataset_for_query(kind, dist, samples, dim, 1.0, rng_seed + i)
-            datasets.append(FleetDataset(name, data, modulo=k, residue=i))
-            say(f"query {q.query_id}: {kind} d={dim} eps={epsilon:g} over {users} devices "
-                f"({dist} data, {len(q.phases)} phases)")
-        say(f"fleet: {devices} devices behind {gateways} gateway process(es), "
-            f"{concurrency} devices in flight each; reports go in batches")
+        qids, datasets, per_query = _create_queries(analyst, devices, epsilon, samples, seed,
+                                                    say)
+        say(f"fleet: {devices} devices behind {gateways} gateway process(es), checked in "
+            f"{concurrency} at a time with batch calls (EnrollBatch, GetTasksBatch, "
+            "SubmitReportBatch)")
         printer = ProgressPrinter(say, tty=out.isatty())
         t_fleet = time.perf_counter()
         res = run_gateway_fleet(ep, _device_root(work, keep), devices, datasets,
-                                gateways=gateways, concurrency=concurrency,
+                                gateways=gateways, batch=concurrency,
                                 budget=max(epsilon, 1.0) * 2, seed=seed, keep_state=keep,
                                 timeout_s=1800, progress=printer)
         printer.close()
         fleet_s = time.perf_counter() - t_fleet
-        rows: list[dict[str, Any]] = []
-        for qid, ds in zip(qids, datasets, strict=True):
-            final = analyst.wait(qid, timeout_s=600)
-            if final.state != 2:
-                say(f"query {qid} did not finish: state {final.state} {final.error}")
-                rc = 1
-                continue
-            r = analyst.result(qid)
-            truth = np.asarray(ds.data.truth, dtype=float).ravel()
-            for j, (v, lo, hi) in enumerate(zip(r.values, r.ci_low, r.ci_high, strict=True)):
-                rows.append({"query": qid, "kind": r.kind, "component": j,
-                             "truth": float(truth[j]), "estimate": v, "ci_low": lo,
-                             "ci_high": hi, "covered": bool(lo <= truth[j] <= hi)})
+        rows, finished = _estimates(analyst, qids, datasets, say)
+        rc = 0 if finished else 1
         summary = summarize(res)
         summary.update(fleet_seconds=round(fleet_s, 2),
                        wall_seconds=round(time.perf_counter() - t0, 2))
         if as_json:
             print(json.dumps({"fleet": summary, "estimates": rows}, indent=2))
         else:
-            cov = sum(r_["covered"] for r_ in rows)
-            print()
-            print(_table(rows, per_query))
-            print()
-            print(LEGEND)
-            print()
-            print(f"{summary['reports_acknowledged']:,} reports from {devices:,} devices in "
-                  f"{fleet_s:.1f}s ({summary['reports_acknowledged'] / max(fleet_s, 1e-9):,.0f}"
-                  f"/s); {cov} of {len(rows)} intervals hold the truth; total "
-                  f"{summary['wall_seconds']:.1f}s")
+            _print_report(rows, per_query, summary, devices, fleet_s)
         if res.errors or res.unfinished or res.rejected or res.refused:
             rc = 1
             say(f"fleet incomplete: {res.unfinished} unfinished, {len(res.rejected)} "
@@ -312,10 +352,5 @@ def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
                 say("error:", e)
     finally:
         analyst.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     return rc

@@ -21,6 +21,7 @@ __all__ = [
     "AUTH_METADATA_KEY",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "MAX_ABS_REPORT_VALUE",
+    "MAX_BATCH_ITEMS",
     "SERVICE_NAMES",
     "analyst_pb2",
     "analyst_pb2_grpc",
@@ -39,6 +40,9 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: Inclusive bound on |value| of every report integer accepted by the collector (2^40).
 #: Sums of up to 2^22 reports stay exact in int64.
 MAX_ABS_REPORT_VALUE = 1 << 40
+
+#: Most items an EnrollBatch or GetTasksBatch call may carry (INVALID_ARGUMENT above).
+MAX_BATCH_ITEMS = 10_000
 
 #: Fully qualified service names (for health checking and reflection).
 SERVICE_NAMES = (

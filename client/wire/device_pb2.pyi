@@ -128,3 +128,55 @@ class SubmitReportBatchResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ReportResult]
     def __init__(self, results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ...) -> None: ...
+
+class EnrollBatchRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[EnrollRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[EnrollRequest, _Mapping]]] = ...) -> None: ...
+
+class EnrollResult(_message.Message):
+    __slots__ = ("code", "message", "enrollment")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENROLLMENT_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    enrollment: EnrollResponse
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., enrollment: _Optional[_Union[EnrollResponse, _Mapping]] = ...) -> None: ...
+
+class EnrollBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[EnrollResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[EnrollResult, _Mapping]]] = ...) -> None: ...
+
+class GetTasksItem(_message.Message):
+    __slots__ = ("device_token", "request")
+    DEVICE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    device_token: str
+    request: GetTasksRequest
+    def __init__(self, device_token: _Optional[str] = ..., request: _Optional[_Union[GetTasksRequest, _Mapping]] = ...) -> None: ...
+
+class GetTasksBatchRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[GetTasksItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[GetTasksItem, _Mapping]]] = ...) -> None: ...
+
+class GetTasksResult(_message.Message):
+    __slots__ = ("code", "message", "response")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    response: GetTasksResponse
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., response: _Optional[_Union[GetTasksResponse, _Mapping]] = ...) -> None: ...
+
+class GetTasksBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[GetTasksResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[GetTasksResult, _Mapping]]] = ...) -> None: ...

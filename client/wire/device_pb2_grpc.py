@@ -55,6 +55,16 @@ class DeviceServiceStub:
                 request_serializer=uldp_dot_v1_dot_device__pb2.SubmitReportBatchRequest.SerializeToString,
                 response_deserializer=uldp_dot_v1_dot_device__pb2.SubmitReportBatchResponse.FromString,
                 _registered_method=True)
+        self.EnrollBatch = channel.unary_unary(
+                '/uldp.v1.DeviceService/EnrollBatch',
+                request_serializer=uldp_dot_v1_dot_device__pb2.EnrollBatchRequest.SerializeToString,
+                response_deserializer=uldp_dot_v1_dot_device__pb2.EnrollBatchResponse.FromString,
+                _registered_method=True)
+        self.GetTasksBatch = channel.unary_unary(
+                '/uldp.v1.DeviceService/GetTasksBatch',
+                request_serializer=uldp_dot_v1_dot_device__pb2.GetTasksBatchRequest.SerializeToString,
+                response_deserializer=uldp_dot_v1_dot_device__pb2.GetTasksBatchResponse.FromString,
+                _registered_method=True)
 
 
 class DeviceServiceServicer:
@@ -114,6 +124,36 @@ class DeviceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EnrollBatch(self, request, context):
+        """Enrolls many devices in one call (for gateways). Each item is one device's own
+        EnrollRequest (its enrollment_secret, label and previous_token) and gets its own
+        EnrollResult: code 0 with the EnrollResponse, or the code and message Enroll would
+        have answered for it (UNAUTHENTICATED: wrong or missing enrollment secret, previous
+        token rejected, or expired too long ago). Refused items change nothing; the others
+        are enrolled as by Enroll. The call fails as a whole only with INVALID_ARGUMENT (more
+        than 10 000 items) or the codes every RPC can return.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTasksBatch(self, request, context):
+        """The tasks of many devices in one call (for gateways). Each item carries its device's
+        token and that device's GetTasksRequest (call metadata is not read) and gets its own
+        GetTasksResult: code 0 with exactly the GetTasksResponse GetTasks would have answered
+        for that device (assigning it as GetTasks does), or
+        UNAUTHENTICATED  the item's device_token is missing, malformed, forged or expired;
+        NOT_FOUND        the item's query_id is given and no query has it.
+        Items are assigned in request order (a query's free slots go to the earlier items
+        first). Refused items change nothing. The call fails as a whole only with
+        INVALID_ARGUMENT (more than 10 000 items) or the codes every RPC can return
+        (UNAVAILABLE: the assignments could not be stored; nothing was assigned by this call
+        and repeating it is safe, as for GetTasks).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeviceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -136,6 +176,16 @@ def add_DeviceServiceServicer_to_server(servicer, server):
                     servicer.SubmitReportBatch,
                     request_deserializer=uldp_dot_v1_dot_device__pb2.SubmitReportBatchRequest.FromString,
                     response_serializer=uldp_dot_v1_dot_device__pb2.SubmitReportBatchResponse.SerializeToString,
+            ),
+            'EnrollBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnrollBatch,
+                    request_deserializer=uldp_dot_v1_dot_device__pb2.EnrollBatchRequest.FromString,
+                    response_serializer=uldp_dot_v1_dot_device__pb2.EnrollBatchResponse.SerializeToString,
+            ),
+            'GetTasksBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTasksBatch,
+                    request_deserializer=uldp_dot_v1_dot_device__pb2.GetTasksBatchRequest.FromString,
+                    response_serializer=uldp_dot_v1_dot_device__pb2.GetTasksBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -246,6 +296,60 @@ class DeviceService:
             '/uldp.v1.DeviceService/SubmitReportBatch',
             uldp_dot_v1_dot_device__pb2.SubmitReportBatchRequest.SerializeToString,
             uldp_dot_v1_dot_device__pb2.SubmitReportBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnrollBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/uldp.v1.DeviceService/EnrollBatch',
+            uldp_dot_v1_dot_device__pb2.EnrollBatchRequest.SerializeToString,
+            uldp_dot_v1_dot_device__pb2.EnrollBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTasksBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/uldp.v1.DeviceService/GetTasksBatch',
+            uldp_dot_v1_dot_device__pb2.GetTasksBatchRequest.SerializeToString,
+            uldp_dot_v1_dot_device__pb2.GetTasksBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

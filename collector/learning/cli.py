@@ -94,14 +94,14 @@ def _sgd_once(args: argparse.Namespace, problem: str, d: int, rep: int) -> dict[
     def draw(k: int) -> tuple[np.ndarray, np.ndarray]:
         X = data_rng.uniform(-1, 1, size=(k, m, d))
         return X, np.clip(X @ w / (2 * d) + data_rng.normal(scale=0.1, size=(k, m)), -1, 1)
-    est = LDPSGDRegressor(epsilon=eps, loss=problem, clip=args.bound, method=args.method,
+    reg = LDPSGDRegressor(epsilon=eps, loss=problem, clip=args.bound, method=args.method,
                           alpha=0.01 if problem == "ridge" else 0.0,
                           random_state=args.seed + rep, progress=args.progress)
-    est.fit(SyntheticUsers(n, m, d, draw))
+    reg.fit(SyntheticUsers(n, m, d, draw))
     yt = Xt @ w / (2 * d) + test.normal(scale=0.1, size=Xt.shape[0])
-    return {"r2": est.score(Xt, yt), "coef": est.coef_.tolist(),
-            "true_coef": (w / (2 * d)).tolist(), "t0": est.result_["t0"],
-            "result": est.result_}
+    return {"r2": reg.score(Xt, yt), "coef": reg.coef_.tolist(),
+            "true_coef": (w / (2 * d)).tolist(), "t0": reg.result_["t0"],
+            "result": reg.result_}
 
 
 def _grid_once(args: argparse.Namespace, kind: str, d: int, phase: float,
@@ -150,8 +150,8 @@ def simulate_learning(args: argparse.Namespace) -> int:
             seen.add(str(w.message))
             print(f"warning: {w.message}", file=sys.stderr)
     seconds = time.perf_counter() - t_start
-    metrics = [k for k in ("error", "accuracy", "r2", "excess_risk", "l2_risk")
-               if k in runs[0]]
+    metrics: list[str] = [k for k in ("error", "accuracy", "r2", "excess_risk", "l2_risk")
+                          if k in runs[0]]
     out: dict[str, Any] = {
         "kind": kind, "problem": problem if kind == "sgd" else f"sine:{phase:g}",
         "method": args.method, "users": args.users, "samples": args.samples, "dim": d,

@@ -65,7 +65,8 @@ class TokenKey:
 
     Verified tokens are cached (bounded LRU keyed by the token string, honouring the
     expiry) so that a device's GetTasks → SubmitReport sequence pays for one signature
-    check.
+    check; a token this key issued enters the cache when it is issued (its signature is
+    genuine by construction), so it is never verified in the process that signed it.
     """
 
     def __init__(self, private_key: Ed25519PrivateKey, cache_size: int = 200_000) -> None:
@@ -106,7 +107,15 @@ class TokenKey:
         exp = now_ms + int(ttl_seconds * 1000)
         payload = json.dumps({"v": TOKEN_VERSION, "sub": device_id, "iat": now_ms, "exp": exp,
                               "kid": self.key_id}, separators=(",", ":"), sort_keys=True).encode()
-        return _b64e(payload) + "." + _b64e(self._sk.sign(payload)), exp
+        token = _b64e(payload) + "." + _b64e(self._sk.sign(payload))
+        self._remember(token, DeviceClaims(device_id, now_ms, exp, self.key_id))
+        return token, exp
+
+    def _remember(self, token: str, claims: DeviceClaims) -> None:
+        with self._lock:
+            self._cache[token] = claims
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
 
     def verify(self, token: str, *, now_ms: int | None = None,
                allow_expired: bool = False) -> DeviceClaims:
@@ -118,10 +127,7 @@ class TokenKey:
                 self._cache.move_to_end(token)
         if claims is None:
             claims = self._check_signature(token)
-            with self._lock:
-                self._cache[token] = claims
-                if len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+            self._remember(token, claims)
         if not allow_expired and now_ms >= claims.expires_at_ms:
             raise TokenError("device token expired; enroll again (pass the old token)")
         return claims

@@ -29,7 +29,7 @@ from uldp.collector.service.errors import ServiceError
 from uldp.collector.service.ingest import SIMULATED_REFUSED, ReportIngest
 from uldp.collector.service.lease import closer_id
 from uldp.collector.service.phases import PhaseView
-from uldp.collector.service.tasks import TaskInfo, TaskServer
+from uldp.collector.service.tasks import TaskAnswer, TaskInfo, TaskServer
 from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, now_ms
 from uldp.collector.storage.writer import GroupCommitWriter
 
@@ -100,26 +100,58 @@ class CollectorCore:
             raise ServiceError("UNAUTHENTICATED", "analyst calls need the admin credential "
                                "(metadata 'authorization: Bearer <admin token>')")
 
+    def devices_from_tokens(self, tokens: Sequence[str]) -> list[str | ServiceError]:
+        """:meth:`device_from_token` of each token: the device id or the refusal."""
+        out: list[str | ServiceError] = []
+        for token in tokens:
+            try:
+                out.append(self.device_from_token(token))
+            except ServiceError as exc:
+                out.append(exc)
+        return out
+
     # ---- enrollment -----------------------------------------------------------------
     def enroll(self, secret: str, label: str, previous_token: str) -> tuple[str, str, int]:
+        got = self.enroll_many([(secret, label, previous_token)])[0]
+        if isinstance(got, ServiceError):
+            raise got
+        return got
+
+    def enroll_many(self, asks: Sequence[tuple[str, str, str]]
+                    ) -> list[tuple[str, str, int] | ServiceError]:
+        """Enroll each ``(secret, label, previous token)``: (device id, token, expiry ms)
+        or the refusal of that one; the registry rows of new devices go to the writer in
+        one ticket."""
+        out: list[tuple[str, str, int] | ServiceError] = []
+        new: list[tuple[str, str]] = []
+        for secret, label, previous in asks:
+            try:
+                device_id, fresh = self._identity(secret, previous)
+            except ServiceError as exc:
+                out.append(exc)
+                continue
+            if fresh:
+                new.append((device_id, label))
+            token, exp = self.token_key.issue(device_id, self.config.token_ttl_s)
+            out.append((device_id, token, exp))
+        # the registry rows are informational (tokens are stateless): do not wait for them
+        self.writer.register_devices(new)
+        return out
+
+    def _identity(self, secret: str, previous_token: str) -> tuple[str, bool]:
+        """(device id, whether it is new) of an enrolment; ServiceError if refused."""
         want = self.config.enrollment_secret
         if want is not None and not secrets.compare_digest(secret.encode(), want.encode()):
             raise ServiceError("UNAUTHENTICATED", "wrong or missing enrollment secret")
-        device_id = None
-        if previous_token:
-            try:
-                claims = self.token_key.verify(previous_token, allow_expired=True)
-            except TokenError as exc:
-                raise ServiceError("UNAUTHENTICATED", f"previous token rejected: {exc}") from None
-            if now_ms() - claims.expires_at_ms > self.config.token_grace_s * 1000:
-                raise ServiceError("UNAUTHENTICATED", "previous token expired too long ago")
-            device_id = claims.device_id
-        if device_id is None:
-            device_id = "d-" + secrets.token_hex(12)
-            # the registry row is informational (tokens are stateless): do not wait for it
-            self.writer.register_device(device_id, label)
-        token, exp = self.token_key.issue(device_id, self.config.token_ttl_s)
-        return device_id, token, exp
+        if not previous_token:
+            return "d-" + secrets.token_hex(12), True
+        try:
+            claims = self.token_key.verify(previous_token, allow_expired=True)
+        except TokenError as exc:
+            raise ServiceError("UNAUTHENTICATED", f"previous token rejected: {exc}") from None
+        if now_ms() - claims.expires_at_ms > self.config.token_grace_s * 1000:
+            raise ServiceError("UNAUTHENTICATED", "previous token expired too long ago")
+        return claims.device_id, False
 
     # ---- the parts, as the servicers call them ------------------------------------------
     def create_query(self, **kw: Any) -> dict[str, Any]:
@@ -141,6 +173,10 @@ class CollectorCore:
     def get_tasks(self, device_id: str, datasets: Sequence[str],
                   query_id: str = "") -> tuple[list[TaskInfo], list[tuple[str, int]], int]:
         return self.tasks.get_tasks(device_id, datasets, query_id)
+
+    def get_tasks_many(self, asks: Sequence[tuple[str, Sequence[str], str]]
+                       ) -> list[TaskAnswer | ServiceError]:
+        return self.tasks.get_tasks_many(asks)
 
     def prefetch_assignments(self, pairs: Sequence[tuple[str, str]]) -> None:
         self.tasks.prefetch_assignments(pairs)

@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from uldp.client.wire import (
     AUTH_METADATA_KEY,
+    MAX_BATCH_ITEMS,
     analyst_pb2,
     analyst_pb2_grpc,
     common_pb2,
@@ -27,6 +28,7 @@ from uldp.client.wire import (
 )
 from uldp.client.wire import device_pb2 as dpb
 from uldp.collector.service.core import CollectorCore, ServiceError
+from uldp.collector.service.tasks import TaskAnswer
 from uldp.collector.storage.db import PendingReport, ReportOutcome
 from uldp.collector.storage.writer import WRITE_FAILED
 
@@ -117,6 +119,24 @@ def _result(out: ReportOutcome) -> dpb.ReportResult:
                             duplicate=out.duplicate)
 
 
+def _check_batch_size(n: int) -> None:
+    if n > MAX_BATCH_ITEMS:
+        raise ServiceError("INVALID_ARGUMENT",
+                           f"a batch holds at most {MAX_BATCH_ITEMS} items, got {n}")
+
+
+def _tasks_response(answer: TaskAnswer) -> dpb.GetTasksResponse:
+    tasks, waiting, retry = answer
+    return dpb.GetTasksResponse(
+        tasks=[dpb.Task(query_id=t.query_id, phase=t.phase, group=t.group,
+                        stage=t.stage, dataset=t.dataset, task_json=t.task_json,
+                        report_length=t.length, task_digest=t.digest,
+                        deadline_ms=t.deadline_ms, max_abs_value=t.limit)
+               for t in tasks],
+        waiting=[dpb.WaitingAssignment(query_id=q, phase=p) for q, p in waiting],
+        retry_after_ms=retry)
+
+
 class DeviceLogic:
     """The device service's steps without gRPC plumbing, shared by the thread-pool and
     the asyncio servers (so both run exactly the same checks)."""
@@ -129,19 +149,36 @@ class DeviceLogic:
                                                  request.previous_token)
         return dpb.EnrollResponse(device_id=device_id, token=token, expires_at_ms=exp)
 
+    def enroll_batch(self, request: dpb.EnrollBatchRequest) -> dpb.EnrollBatchResponse:
+        _check_batch_size(len(request.requests))
+        got = self.core.enroll_many([(r.enrollment_secret, r.label, r.previous_token)
+                                     for r in request.requests])
+        return dpb.EnrollBatchResponse(results=[
+            dpb.EnrollResult(code=_code(g.code), message=g.message)
+            if isinstance(g, ServiceError) else
+            dpb.EnrollResult(enrollment=dpb.EnrollResponse(device_id=g[0], token=g[1],
+                                                           expires_at_ms=g[2]))
+            for g in got])
+
     def get_tasks(self, token: str | None, request: dpb.GetTasksRequest
                   ) -> dpb.GetTasksResponse:
         device = self.core.device_from_token(token)
-        tasks, waiting, retry = self.core.get_tasks(device, list(request.datasets),
-                                                    request.query_id)
-        return dpb.GetTasksResponse(
-            tasks=[dpb.Task(query_id=t.query_id, phase=t.phase, group=t.group,
-                            stage=t.stage, dataset=t.dataset, task_json=t.task_json,
-                            report_length=t.length, task_digest=t.digest,
-                            deadline_ms=t.deadline_ms, max_abs_value=t.limit)
-                   for t in tasks],
-            waiting=[dpb.WaitingAssignment(query_id=q, phase=p) for q, p in waiting],
-            retry_after_ms=retry)
+        return _tasks_response(self.core.get_tasks(device, list(request.datasets),
+                                                   request.query_id))
+
+    def get_tasks_batch(self, request: dpb.GetTasksBatchRequest) -> dpb.GetTasksBatchResponse:
+        _check_batch_size(len(request.items))
+        devices = self.core.devices_from_tokens([it.device_token for it in request.items])
+        asks = [(d, list(it.request.datasets), it.request.query_id)
+                for d, it in zip(devices, request.items, strict=True) if isinstance(d, str)]
+        answers = iter(self.core.get_tasks_many(asks))
+        results = []
+        for d in devices:
+            got = d if isinstance(d, ServiceError) else next(answers)
+            results.append(dpb.GetTasksResult(code=_code(got.code), message=got.message)
+                           if isinstance(got, ServiceError) else
+                           dpb.GetTasksResult(response=_tasks_response(got)))
+        return dpb.GetTasksBatchResponse(results=results)
 
     def check_one(self, token: str | None, request: dpb.SubmitReportRequest
                   ) -> PendingReport | ReportOutcome:
@@ -216,6 +253,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                  ) -> dpb.GetTasksResponse:
         return _guard(context, lambda: self.logic.get_tasks(bearer_from(context), request))
 
+    def EnrollBatch(self, request: dpb.EnrollBatchRequest, context: grpc.ServicerContext
+                    ) -> dpb.EnrollBatchResponse:
+        return _guard(context, lambda: self.logic.enroll_batch(request))
+
+    def GetTasksBatch(self, request: dpb.GetTasksBatchRequest,
+                      context: grpc.ServicerContext) -> dpb.GetTasksBatchResponse:
+        return _guard(context, lambda: self.logic.get_tasks_batch(request))
+
     def SubmitReport(self, request: dpb.SubmitReportRequest, context: grpc.ServicerContext
                      ) -> dpb.SubmitReportResponse:
         def run() -> dpb.SubmitReportResponse:
@@ -270,6 +315,18 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
         async def run() -> dpb.GetTasksResponse:
             return await self._in_pool(self.logic.get_tasks, token, request)
+        return await self._run(context, run)
+
+    async def EnrollBatch(self, request: dpb.EnrollBatchRequest, context: Any
+                          ) -> dpb.EnrollBatchResponse:
+        async def run() -> dpb.EnrollBatchResponse:
+            return await self._in_pool(self.logic.enroll_batch, request)
+        return await self._run(context, run)
+
+    async def GetTasksBatch(self, request: dpb.GetTasksBatchRequest, context: Any
+                            ) -> dpb.GetTasksBatchResponse:
+        async def run() -> dpb.GetTasksBatchResponse:
+            return await self._in_pool(self.logic.get_tasks_batch, request)
         return await self._run(context, run)
 
     async def SubmitReport(self, request: dpb.SubmitReportRequest, context: Any

@@ -29,7 +29,7 @@ from uldp.collector.service.phases import PhaseView
 from uldp.collector.storage.db import Database
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
-__all__ = ["TaskInfo", "TaskServer"]
+__all__ = ["TaskAnswer", "TaskInfo", "TaskServer"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,10 @@ class TaskInfo:
     length: int
     limit: int
     deadline_ms: int
+
+
+#: a GetTasks answer: (tasks to run now, (query, phase) assignments waiting, retry-after ms)
+TaskAnswer = tuple[list[TaskInfo], list[tuple[str, int]], int]
 
 
 class TaskServer:
@@ -117,44 +121,83 @@ class TaskServer:
             self._running = (time.monotonic(), rows)
         return rows
 
-    def _todo(self, device_id: str, queries: list[dict[str, Any]]
-              ) -> list[tuple[QueryRuntime, dict[str, Any] | None]]:
-        """The device's (query, assignment) pairs still to report; assigns it to the
-        queries it has no slot in yet."""
-        todo: list[tuple[QueryRuntime, dict[str, Any] | None]] = []
-        need: list[QueryRuntime] = []
-        for q in queries:
-            rt = self.catalogue.runtime(q["query_id"])
+    def _queries_of(self, running: list[dict[str, Any]], datasets: Sequence[str],
+                    query_id: str) -> list[dict[str, Any]] | ServiceError:
+        """The running queries a device with ``datasets`` asks about (NOT_FOUND for an
+        unknown ``query_id``)."""
+        wanted = set(datasets)
+        queries = [q for q in running
+                   if q["dataset"] in wanted and (not query_id or q["query_id"] == query_id)]
+        if query_id and not queries and self.db.get_query(query_id) is None:
+            return ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        return queries
+
+    def _statuses(self, asks: list[tuple[str, list[dict[str, Any]]]]
+                  ) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """(query, device) -> assignment of every pair still to report (None: no slot
+        yet); pairs whose report is stored are left out. Assigns the devices that have no
+        slot yet, in the order of ``asks`` (one status read per query, one writer ticket)."""
+        by_query: dict[str, list[str]] = {}
+        for device_id, queries in asks:
+            for q in queries:
+                by_query.setdefault(q["query_id"], []).append(device_id)
+        todo: dict[tuple[str, str], dict[str, Any] | None] = {}
+        need: list[tuple[str, str, Any]] = []
+        for qid, devices in by_query.items():
+            rt = self.catalogue.runtime(qid)
             if rt is None:
                 continue
-            a, reported = self.db.device_status(rt.query_id, device_id)
-            if reported:
-                continue
-            todo.append((rt, a))
-            if a is None:
-                need.append(rt)
+            found = self.db.device_statuses(qid, devices)
+            for d in dict.fromkeys(devices):
+                a, reported = found.get(d, (None, False))
+                if reported:
+                    continue
+                todo[(qid, d)] = a
+                if a is None:
+                    need.append((qid, d, rt.program.place))
         if need:
             try:
-                made = self.writer.assign([(rt.query_id, device_id, rt.program.place)
-                                           for rt in need])
+                made = self.writer.assign(need)
             except WriterUnavailable as exc:
                 raise ServiceError("UNAVAILABLE", str(exc)) from None
-            todo = [(rt, a if a is not None else made.get(rt.query_id)) for rt, a in todo]
+            todo.update({key: made.get(key) for key in todo if todo[key] is None})
         return todo
 
     def get_tasks(self, device_id: str, datasets: Sequence[str],
                   query_id: str = "") -> tuple[list[TaskInfo], list[tuple[str, int]], int]:
         """(tasks to run now, (query, phase) assignments waiting, retry-after ms)."""
-        wanted = set(datasets)
-        queries = [q for q in self._running_queries()
-                   if q["dataset"] in wanted and (not query_id or q["query_id"] == query_id)]
-        if query_id and not queries and self.db.get_query(query_id) is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+        out = self.get_tasks_many([(device_id, datasets, query_id)])[0]
+        if isinstance(out, ServiceError):
+            raise out
+        return out
+
+    def get_tasks_many(self, asks: Sequence[tuple[str, Sequence[str], str]]
+                       ) -> list[TaskAnswer | ServiceError]:
+        """:meth:`get_tasks` of many devices ``[(device id, datasets, query id)]`` at once:
+        one answer (or the ServiceError of that device) per ask, in order. Raises
+        ServiceError UNAVAILABLE when the assignments cannot be stored."""
+        running = self._running_queries()
+        scopes = [self._queries_of(running, ds, qid) for _, ds, qid in asks]
+        todo = self._statuses([(dev, qs) for (dev, _, _), qs in zip(asks, scopes, strict=True)
+                               if not isinstance(qs, ServiceError)])
+        out: list[TaskAnswer | ServiceError] = []
+        for (device_id, _, _), queries in zip(asks, scopes, strict=True):
+            if isinstance(queries, ServiceError):
+                out.append(queries)
+                continue
+            out.append(self._answer(device_id, queries, todo))
+        return out
+
+    def _answer(self, device_id: str, queries: list[dict[str, Any]],
+                todo: dict[tuple[str, str], dict[str, Any] | None]) -> TaskAnswer:
         tasks: list[TaskInfo] = []
         waiting: list[tuple[str, int]] = []
-        for rt, a in self._todo(device_id, queries):
-            if a is None:
-                continue  # all slots taken
+        for q in queries:
+            key = (q["query_id"], device_id)
+            a = todo.get(key)
+            rt = self.catalogue.runtime(q["query_id"])
+            if a is None or rt is None:
+                continue  # reported already, or all slots taken
             self.remember(a)
             ph = self.phases.rows(rt.query_id).get(a["phase"])
             if ph is None:

@@ -2,7 +2,8 @@
 
 See ``docs/architecture.md`` ("Storage"). :class:`Database` is the engine and connection
 handling plus migrations and maintenance; its statements live with their table group:
-``catalog`` (queries, phases), ``ingest`` (devices, assignments, reports), ``closing``
+``catalog`` (queries, phases), ``assignments`` (slots of devices), ``ingest`` (devices,
+reports), ``closing``
 (leases, report streams, results); ``records`` holds the types they exchange.
 
 SQLite (embedded default): one file in WAL mode with ``synchronous=FULL`` (a commit is on
@@ -35,6 +36,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
 
 from uldp.collector.storage import schema as S  # noqa: N812
+from uldp.collector.storage.assignments import AssignmentTables
 from uldp.collector.storage.catalog import QueryTables
 from uldp.collector.storage.closing import ClosingTables
 from uldp.collector.storage.ingest import IngestTables
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 
-class Database(QueryTables, IngestTables, ClosingTables):
+class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables):
     """A SQLAlchemy engine plus the collector's operations on it."""
 
     def __init__(self, url: str, *, pool_size: int = 16, echo: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""The ingest hot path: devices, assignments of slots, and report commits.
+"""The ingest hot path: devices and report commits.
 
 See ``docs/architecture.md`` ("Storage"). A mixin of
 :class:`uldp.collector.storage.db.Database`. Every report batch updates its phase row
@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection, and_, select
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
@@ -32,7 +32,8 @@ __all__ = ["IngestTables"]
 
 
 class IngestTables(Tables):
-    """Statements on the ``devices``, ``assignments`` and ``reports`` tables."""
+    """Statements on the ``devices`` and ``reports`` tables (assignments:
+    :mod:`uldp.collector.storage.assignments`)."""
 
     def add_device(self, device_id: str, label: str) -> None:
         with self.write() as conn:
@@ -48,19 +49,6 @@ class IngestTables(Tables):
                                                     enrolled_at_ms=now_ms())
                      .on_conflict_do_nothing())
 
-    def get_assignment(self, query_id: str, device_id: str) -> dict[str, Any] | None:
-        with self.read() as conn:
-            m = conn.execute(select(S.assignments).where(and_(
-                S.assignments.c.query_id == query_id,
-                S.assignments.c.device_id == device_id))).mappings().first()
-            return dict(m) if m is not None else None
-
-    def get_assignments(self, query_id: str, device_ids: Sequence[str]) -> list[dict[str, Any]]:
-        a = S.assignments.c
-        with self.read() as conn:
-            return [dict(m) for m in conn.execute(select(S.assignments).where(and_(
-                a.query_id == query_id, a.device_id.in_(set(device_ids))))).mappings()]
-
     def stored_report(self, query_id: str, device_id: str) -> StoredReport | None:
         """The report stored for (query, device), if any."""
         r = S.reports.c
@@ -68,86 +56,6 @@ class IngestTables(Tables):
             row = conn.execute(select(r.phase, r.payload, r.received_at_ms).where(and_(
                 r.query_id == query_id, r.device_id == device_id))).first()
         return stored_row(row)
-
-    def device_status(self, query_id: str, device_id: str) -> tuple[dict[str, Any] | None, bool]:
-        """(assignment or None, whether a report of this device is stored)."""
-        a, r = S.assignments, S.reports
-        stmt = (select(a, r.c.phase.label("reported_phase"))
-                .select_from(a.outerjoin(r, and_(r.c.query_id == a.c.query_id,
-                                                 r.c.device_id == a.c.device_id)))
-                .where(and_(a.c.query_id == query_id, a.c.device_id == device_id)))
-        with self.engine.connect() as conn:
-            m = conn.execute(stmt).mappings().first()
-        if m is None:
-            return None, False
-        row = dict(m)
-        reported = row.pop("reported_phase") is not None
-        return row, reported
-
-    def assign(self, query_id: str, device_id: str, place: Any) -> dict[str, Any] | None:
-        """The device's assignment, creating it from the next free slot if needed.
-
-        ``place(slot) -> (grp, stage, phase)`` maps a slot to its public assignment. Returns
-        None when the query is not running or all its slots are taken.
-        """
-        with self.write() as conn:
-            return self.assign_in(conn, query_id, device_id, place)
-
-    def assign_in(self, conn: Connection, query_id: str, device_id: str,
-                  place: Any) -> dict[str, Any] | None:
-        m = conn.execute(select(S.assignments).where(and_(
-            S.assignments.c.query_id == query_id,
-            S.assignments.c.device_id == device_id))).mappings().first()
-        if m is not None:
-            return dict(m)
-        r = conn.execute(update(S.queries).where(and_(
-            S.queries.c.query_id == query_id, S.queries.c.state == "running",
-            S.queries.c.next_slot < S.queries.c.target_users))
-            .values(next_slot=S.queries.c.next_slot + 1)
-            .returning(S.queries.c.next_slot)).first()
-        if r is None:
-            return None
-        slot = int(r[0]) - 1
-        grp, stage, phase = place(slot)
-        row = dict(query_id=query_id, device_id=device_id, slot=slot, grp=int(grp),
-                   stage=int(stage), phase=int(phase), assigned_at_ms=now_ms())
-        conn.execute(insert(S.assignments).values(**row))
-        return row
-
-    def assign_many_in(self, conn: Connection, query_id: str, device_ids: Sequence[str],
-                       place: Any) -> dict[str, dict[str, Any] | None]:
-        """Batched :meth:`assign_in` for many devices of one query (3-4 statements)."""
-        out: dict[str, dict[str, Any] | None] = {}
-        a = S.assignments.c
-        for m in conn.execute(select(S.assignments).where(and_(
-                a.query_id == query_id, a.device_id.in_(set(device_ids))))).mappings():
-            out[m["device_id"]] = dict(m)
-        new = list(dict.fromkeys(d for d in device_ids if d not in out))
-        if not new:
-            return out
-        q = S.queries.c
-        stmt = select(q.next_slot, q.target_users, q.state).where(q.query_id == query_id)
-        if not self.is_sqlite:
-            stmt = stmt.with_for_update()
-        r = conn.execute(stmt).first()
-        if r is None or r[2] != "running":
-            return {**out, **{d: None for d in new}}
-        first, target = int(r[0]), int(r[1])
-        k = max(0, min(len(new), target - first))
-        if k:
-            conn.execute(update(S.queries).where(q.query_id == query_id)
-                         .values(next_slot=first + k))
-            t = now_ms()
-            rows = []
-            for j, dev in enumerate(new[:k]):
-                grp, stage, phase = place(first + j)
-                rows.append(dict(query_id=query_id, device_id=dev, slot=first + j,
-                                 grp=int(grp), stage=int(stage), phase=int(phase),
-                                 assigned_at_ms=t))
-            conn.execute(insert(S.assignments), rows)
-            out.update({str(row["device_id"]): row for row in rows})
-        out.update({d: None for d in new[k:]})
-        return out
 
     def store_reports(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         """Commit a batch of reports in one transaction; one outcome per item."""

@@ -41,7 +41,7 @@ class _Ticket:
     reports: Sequence[PendingReport] = ()
     op: Callable[[Connection], Any] | None = None
     assign: list[tuple[str, str, Any]] | None = None  # [(query id, device id, place)]
-    device: tuple[str, str] | None = None  # (device id, label): registry row
+    devices: Sequence[tuple[str, str]] | None = None  # [(device id, label)]: registry rows
     future: Any = None  # asyncio.Future resolved with the ticket on ``loop``
     loop: Any = None
     done: threading.Event | None = None  # set for callers that block (not asyncio)
@@ -52,7 +52,7 @@ class _Ticket:
     @property
     def reports_only(self) -> bool:
         """Only reports to store (no operation, assignment or device row)."""
-        return self.op is None and self.assign is None and self.device is None
+        return self.op is None and self.assign is None and self.devices is None
 
 
 def _resolve(tickets: list[_Ticket]) -> None:
@@ -110,11 +110,12 @@ class GroupCommitWriter:
             self._cv.notify()
         return fut
 
-    def assign(self, wanted: list[tuple[str, str, Any]],
-               timeout: float = 60.0) -> dict[str, dict[str, Any] | None]:
-        """Assignments (query id -> row, None if the query is full) of devices to queries
-        ``[(query id, device id, place)]``, created from the next free slots; batched with
-        every other assignment waiting for this commit."""
+    def assign(self, wanted: list[tuple[str, str, Any]], timeout: float = 60.0
+               ) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """Assignments ((query id, device id) -> row, None if the query is full or not
+        running) of devices to queries ``[(query id, device id, place)]``, created from
+        the next free slots in the order given; batched with every other assignment
+        waiting for this commit."""
         return self._submit(_Ticket(assign=wanted), timeout).result
 
     def run(self, op: Callable[[Connection], Any], timeout: float = 60.0) -> Any:
@@ -123,9 +124,14 @@ class GroupCommitWriter:
 
     def register_device(self, device_id: str, label: str) -> None:
         """Queue a device-registry row for the next batch without waiting (best effort)."""
+        self.register_devices([(device_id, label)])
+
+    def register_devices(self, devices: Sequence[tuple[str, str]]) -> None:
+        """Queue device-registry rows ``[(device id, label)]`` for the next batch without
+        waiting (best effort: the rows are informational, tokens are stateless)."""
         with self._cv:
-            if not self._stop:
-                self._q.append(_Ticket(device=(device_id, label)))
+            if not self._stop and devices:
+                self._q.append(_Ticket(devices=list(devices)))
                 self._cv.notify()
 
     def stats(self) -> dict[str, float]:
@@ -222,20 +228,10 @@ class GroupCommitWriter:
                 for t in batch:
                     if t.op is not None:
                         t.result = t.op(conn)
-                devices = [t.device for t in batch if t.device is not None]
+                devices = [d for t in batch for d in (t.devices or ())]
                 if devices:
                     self.db.add_devices_in(conn, devices)
-                by_query: dict[str, list[tuple[_Ticket, str, Any]]] = {}
-                for t in batch:
-                    if t.assign is not None:
-                        t.result = {}
-                        for qid, dev, place in t.assign:
-                            by_query.setdefault(qid, []).append((t, dev, place))
-                for qid, items in by_query.items():
-                    got = self.db.assign_many_in(conn, qid, [dev for _, dev, _ in items],
-                                                 items[0][2])
-                    for t, dev, _ in items:
-                        t.result[qid] = got.get(dev)
+                self._assign(conn, [t for t in batch if t.assign is not None])
                 outcomes = self.db.store_reports_in(conn, reports) if reports else []
         i = 0
         for t in batch:
@@ -244,3 +240,18 @@ class GroupCommitWriter:
                 i += len(t.reports)
         self.batches += 1
         self.items += len(reports)
+
+    def _assign(self, conn: Connection, tickets: list[_Ticket]) -> None:
+        """The assignment tickets of one transaction: per query, one batched assignment
+        in ticket order; each ticket gets its (query id, device id) -> row dict."""
+        by_query: dict[str, list[tuple[str, Any]]] = {}
+        for t in tickets:
+            t.result = {}
+            for qid, dev, place in t.assign or ():
+                by_query.setdefault(qid, []).append((dev, place))
+        got: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for qid, items in by_query.items():
+            rows = self.db.assign_many_in(conn, qid, [dev for dev, _ in items], items[0][1])
+            got.update({(qid, dev): row for dev, row in rows.items()})
+        for t in tickets:
+            t.result = {(qid, dev): got.get((qid, dev)) for qid, dev, _ in t.assign or ()}

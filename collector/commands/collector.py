@@ -1,0 +1,138 @@
+"""``uldp collector serve|certs|health|wait``: the collector process and its probes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from uldp.collector.cliutil import OperatorError, positive_float, positive_int
+from uldp.collector.commands.common import (
+    conn_endpoint,
+    conn_flags,
+    health_check,
+    unused_admin_flag,
+)
+from uldp.collector.commands.serve import add_serve_parser
+
+__all__ = ["register"]
+
+
+def _cmd_certs(a: argparse.Namespace) -> int:
+    from uldp.collector.security.certs import existing_pki, make_dev_pki
+    from uldp.collector.security.files import write_private
+    from uldp.collector.security.tokens import TokenKey, new_admin_token
+
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise OperatorError(f"--out {out} is a file, not a directory")
+    if not out.exists() and not out.parent.resolve().is_dir():
+        raise OperatorError(f"--out {out}: directory {out.parent} does not exist")
+    found = existing_pki(out)
+    if found and not a.force:
+        raise OperatorError(f"--out {out} already holds a CA ({found.name}); pass --force to "
+                            "replace every file in it, or pick another --out")
+    if not 1 <= a.days <= 36500:
+        raise OperatorError(f"--days must be between 1 and 36500, got {a.days}")
+    pki = make_dev_pki(out, a.host or None, days=a.days, overwrite=a.force)
+    admin = pki.directory / "admin.token"
+    if not admin.exists() or a.force:
+        write_private(admin, (new_admin_token() + "\n").encode())
+    signing = pki.directory / "token-signing.key"
+    if not signing.exists() or a.force:
+        write_private(signing, TokenKey.generate().private_pem())
+    for p in (pki.ca_key, pki.server_key, pki.client_key, admin, signing):
+        p.chmod(0o600)  # also when an older run left them wider
+    for p in (pki.ca_cert, pki.server_cert, pki.server_key, pki.client_cert, pki.client_key,
+              admin, signing):
+        print(p)
+    return 0
+
+
+def _cmd_health(a: argparse.Namespace) -> int:
+    """Exit 0 iff the collector answers grpc.health.v1 Check with SERVING (TLS)."""
+    from grpc_health.v1 import health_pb2
+
+    from uldp.collector.cliutil import describe_rpc_error
+    ep = conn_endpoint(a, a.server_name)
+    try:
+        status = health_check(ep, a.service, a.timeout)
+    except grpc.RpcError as exc:
+        print(f"unhealthy: {describe_rpc_error(exc)}", file=sys.stderr)
+        return 1
+    print(health_pb2.HealthCheckResponse.ServingStatus.Name(status))
+    return 0 if status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+def _cmd_wait(a: argparse.Namespace) -> int:
+    """Poll the health check until SERVING (exit 0) or --timeout (exit 1)."""
+    from grpc_health.v1 import health_pb2
+
+    from uldp.collector.cliutil import describe_rpc_error
+    ep = conn_endpoint(a, a.server_name)
+    end = time.monotonic() + a.timeout
+    last = "no answer yet"
+    while True:
+        left = end - time.monotonic()
+        try:
+            status = health_check(ep, "", max(0.2, min(left, 5.0)))
+            if status == health_pb2.HealthCheckResponse.SERVING:
+                if not a.quiet:
+                    print(f"collector at {a.target} is serving")
+                return 0
+            last = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+        except grpc.RpcError as exc:
+            last = describe_rpc_error(exc)
+            if "certificate" in last or "TLS" in last:  # waiting will not fix a wrong CA
+                raise OperatorError(last) from None
+        if time.monotonic() + 0.25 > end:
+            print(f"uldp: collector at {a.target} not serving after --timeout {a.timeout:g}s:"
+                  f" {last}", file=sys.stderr)
+            return 1
+        time.sleep(0.25)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``collector`` to the ``uldp`` parser."""
+    pc = subparsers.add_parser("collector", help="run the collector service")
+    sc = pc.add_subparsers(dest="collector_cmd", required=True)
+    add_serve_parser(sc)
+    s = sc.add_parser("certs", help="write a development CA, server and client certificates",
+                      description="Write a development CA, a server certificate, a client "
+                      "certificate, an admin token and a token-signing key into --out "
+                      "(keys and tokens 0600). Refuses to touch an existing CA without "
+                      "--force.")
+    s.add_argument("--out", required=True,
+                   help="output directory (created; must not hold a CA unless --force)")
+    s.add_argument("--host", action="append", default=[],
+                   help="server DNS name or IP (repeat; default localhost, 127.0.0.1, ::1)")
+    s.add_argument("--days", type=positive_int, default=365,
+                   help="validity of the certificates in days (default 365)")
+    s.add_argument("--force", action="store_true",
+                   help="replace every file in --out (keys are rewritten 0600)")
+    s.set_defaults(func=_cmd_certs)
+    s = sc.add_parser("health", help="gRPC health check over TLS (container/k8s probes)",
+                      description="Exit 0 when the collector answers the grpc.health.v1 "
+                      "check with SERVING, 1 otherwise.")
+    conn_flags(s, admin=False)
+    s.add_argument("--server-name", help="name to verify in the server certificate")
+    s.add_argument("--service", default="", help="service name ('' = whole server)")
+    s.add_argument("--timeout", type=positive_float, default=3.0,
+                   help="seconds to wait for the answer (default 3)")
+    unused_admin_flag(s)
+    s.set_defaults(func=_cmd_health)
+    s = sc.add_parser("wait", help="wait until a collector serves (for scripts)",
+                      description="Poll the collector's health check until it is SERVING "
+                      "(exit 0) or --timeout passes (exit 1). A wrong --ca fails at once "
+                      "(exit 2).")
+    conn_flags(s, admin=False)
+    s.add_argument("--server-name", help="name to verify in the server certificate")
+    s.add_argument("--timeout", type=positive_float, default=30.0,
+                   help="seconds to wait at most (default 30)")
+    s.add_argument("--quiet", action="store_true", help="print nothing when it is up")
+    unused_admin_flag(s)
+    s.set_defaults(func=_cmd_wait)

@@ -1,0 +1,224 @@
+"""``uldp query create|list|status|result|cancel``: the analyst's commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import grpc
+
+from uldp.client.wire import common_pb2
+from uldp.collector.cliutil import nonneg_float, positive_float, positive_int
+from uldp.collector.commands.common import (
+    STATE,
+    analyst,
+    conn_flags,
+    fail,
+    progress_line,
+    query_dict,
+    table,
+)
+
+__all__ = ["register"]
+
+
+def _cmd_query_create(a: argparse.Namespace) -> int:
+    from uldp.collector.service.client import QueryRequest
+
+    params: dict[str, Any] = {}
+    for k in ("moment_p", "moment_m", "frame_kind", "mode", "confidence"):
+        v = getattr(a, k)
+        if v is not None:
+            params[k] = v
+    if a.extra is not None:
+        try:
+            params["extra"] = json.loads(a.extra)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--extra is not JSON: {exc}") from None
+    req = QueryRequest(kind=a.kind, epsilon=a.epsilon, dataset=a.dataset, users=a.users,
+                       samples=a.samples, dim=a.dim, bound=a.bound or 0.0, method=a.method,
+                       params=params or None, phase_timeout_s=a.phase_timeout,
+                       query_id=a.id or "", allow_simulated=a.allow_simulated)
+    c = analyst(a)
+    try:
+        q = c.create(req)
+    except grpc.RpcError as exc:
+        return fail(exc)
+    finally:
+        c.close()
+    if a.json:
+        print(json.dumps(query_dict(q), indent=2))
+    else:
+        print(f"created query {q.query_id} ({q.kind}, eps={q.epsilon:g}, "
+              f"{q.target_users} users, {len(q.phases)} phase(s))")
+    return 0
+
+
+def _cmd_query_list(a: argparse.Namespace) -> int:
+    c = analyst(a)
+    try:
+        qs = c.list(a.state)
+    except grpc.RpcError as exc:
+        return fail(exc)
+    finally:
+        c.close()
+    if a.json:
+        print(json.dumps([query_dict(q) for q in qs], indent=2))
+        return 0
+    rows = [[q.query_id, q.kind, q.dataset, f"{q.epsilon:g}", STATE.get(q.state, "?"),
+             str(q.current_phase or "-"), f"{q.assigned}/{q.target_users}",
+             " ".join(f"{p.received}/{p.quota}" for p in q.phases)] for q in qs]
+    print(table(rows, ["QUERY", "KIND", "DATASET", "EPS", "STATE", "PHASE", "ASSIGNED",
+                        "REPORTS/QUOTA"]))
+    return 0
+
+
+def _cmd_query_status(a: argparse.Namespace) -> int:
+    c = analyst(a)
+    try:
+        if not a.watch:
+            q = c.get(a.query_id)
+            print(json.dumps(query_dict(q), indent=2) if a.json else progress_line(q))
+            return 0
+        tty = sys.stdout.isatty()
+        last = None
+        for q in c.watch(a.query_id):
+            last = q
+            if a.json:
+                print(json.dumps(query_dict(q)), flush=True)
+            else:
+                end = "" if tty and q.state == common_pb2.QUERY_STATE_RUNNING else "\n"
+                print(("\r" if tty else "") + progress_line(q), end=end, flush=True)
+        if last is not None and last.state != common_pb2.QUERY_STATE_DONE:
+            why = f": {last.error}" if last.error else ""
+            print(f"uldp: query {last.query_id} ended {STATE.get(last.state, '?')}{why}",
+                  file=sys.stderr)
+            return 1
+        return 0
+    except grpc.RpcError as exc:
+        return fail(exc)
+    finally:
+        c.close()
+
+
+def _cmd_query_result(a: argparse.Namespace) -> int:
+    c = analyst(a)
+    try:
+        try:
+            r = c.result(a.query_id)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                return fail(exc)
+            q = c.get(a.query_id)
+            state = STATE.get(q.state, "?")
+            if q.state in (common_pb2.QUERY_STATE_CANCELLED, common_pb2.QUERY_STATE_FAILED):
+                why = f" ({q.error})" if q.error else ""
+                print(f"uldp: error: query {q.query_id} was {state}{why}: it has no result "
+                      "(FAILED_PRECONDITION)", file=sys.stderr)
+            else:
+                print(f"uldp: error: query {q.query_id} is still {state} "
+                      f"({progress_line(q)}); `uldp query status {q.query_id} --watch` "
+                      "follows it until it is done (FAILED_PRECONDITION)", file=sys.stderr)
+            return 2
+    except grpc.RpcError as exc:
+        return fail(exc)
+    finally:
+        c.close()
+    est = json.loads(r.estimate_json)
+    if a.json:
+        print(json.dumps({"query_id": r.query_id, "kind": r.kind, **est}, indent=2))
+        return 0
+    print(f"query {r.query_id} ({r.kind}): {int(r.confidence * 100)}% confidence intervals, "
+          f"reports per phase {list(r.reports_per_phase)}")
+    rows = [[str(i), f"{v:+.5f}", f"[{lo:+.5f}, {hi:+.5f}]"]
+            for i, (v, lo, hi) in enumerate(zip(r.values, r.ci_low, r.ci_high, strict=True))]
+    print(table(rows, ["#", "ESTIMATE", "INTERVAL"]))
+    return 0
+
+
+def _cmd_query_cancel(a: argparse.Namespace) -> int:
+    c = analyst(a)
+    try:
+        q = c.cancel(a.query_id)
+    except grpc.RpcError as exc:
+        return fail(exc)
+    finally:
+        c.close()
+    print(json.dumps(query_dict(q), indent=2) if a.json else
+          f"query {q.query_id} is {STATE.get(q.state, '?')}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``query`` to the ``uldp`` parser."""
+    pq = subparsers.add_parser("query", help="create and inspect queries (analyst)")
+    sq = pq.add_subparsers(dest="query_cmd", required=True)
+    _add_create(sq)
+    s = sq.add_parser("list", help="list queries")
+    s.add_argument("--state", choices=("running", "done", "cancelled", "failed"),
+                   help="only queries in this state")
+    s.set_defaults(func=_cmd_query_list)
+    s = sq.add_parser("status", help="progress of a query")
+    s.add_argument("query_id", help="the query's id")
+    s.add_argument("--watch", action="store_true",
+                   help="follow until it ends; exit 1 if it ends cancelled or failed")
+    s.set_defaults(func=_cmd_query_status)
+    s = sq.add_parser("result", help="estimate with confidence intervals")
+    s.add_argument("query_id", help="the query's id")
+    s.set_defaults(func=_cmd_query_result)
+    s = sq.add_parser("cancel", help="cancel a running query")
+    s.add_argument("query_id", help="the query's id")
+    s.set_defaults(func=_cmd_query_cancel)
+    for sub in sq.choices.values():
+        conn_flags(sub)
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _add_create(sq: Any) -> None:
+    s = sq.add_parser("create", help="create a query")
+    s.add_argument("--kind", required=True,
+                   choices=("mean", "mean-linf", "mean-l2", "mean-l1", "distribution",
+                            "classify", "regress", "sgd"),
+                   help="what to estimate (as in `uldp simulate`)")
+    s.add_argument("--epsilon", type=positive_float, required=True,
+                   help="user-level privacy budget each device spends on this query")
+    s.add_argument("--dataset", required=True, help="name of the devices' local dataset")
+    s.add_argument("--users", type=positive_int, required=True,
+                   help="target number of devices")
+    s.add_argument("--samples", type=positive_int, required=True,
+                   help="reference samples per user m")
+    s.add_argument("--dim", type=positive_int, default=1,
+                   help="dimension d (alphabet size for distribution; default 1)")
+    s.add_argument("--bound", type=positive_float, default=1.0,
+                   help="public support bound D of the data (default 1)")
+    s.add_argument("--method", default="",
+                   choices=("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a",
+                            "baseline-b"),
+                   help="auto (default: chosen from the public parameters by the explicit "
+                        "error bound), "
+                        "two-stage (Algorithm 1, adaptive stage-II interval), two-stage-paper "
+                        "(the paper's interval), ssl (user mean, single-stage Laplace), "
+                        "baseline-a / baseline-b (spec §12); see the README's method guide")
+    s.add_argument("--moment-p", dest="moment_p", type=positive_float,
+                   help="heavy tails: the moment order p of E|X|^p <= M (instead of --bound)")
+    s.add_argument("--moment-m", dest="moment_m", type=positive_float,
+                   help="heavy tails: the moment bound M of E|X|^p <= M")
+    s.add_argument("--frame-kind", dest="frame_kind", choices=("gaussian", "hadamard"),
+                   help="Kashin frame of mean-l2 (default gaussian)")
+    s.add_argument("--mode", choices=("default", "paper", "tuned"),
+                   help="grouping: spec [D7] default, paper (eps_c = 1), or tuned "
+                        "(minimizes the explicit error bound; as in `uldp simulate`)")
+    s.add_argument("--confidence", type=positive_float,
+                   help="confidence level of the intervals, e.g. 0.95 (the default)")
+    s.add_argument("--extra", help="JSON object of public values of the learning kinds: "
+                   "grid, lo, hi, label_bound (classify/regress); for sgd "
+                   '\'{"model": "logistic", "sgd": {"t0": 5, ...}}\' (SGDConfig fields)')
+    s.add_argument("--phase-timeout", type=nonneg_float, default=0.0,
+                   help="seconds each phase stays open at most (0 = collector default)")
+    s.add_argument("--id", help="query id (idempotent create; default: generated)")
+    s.add_argument("--allow-simulated", action="store_true",
+                   help="this query accepts reports marked simulated (seeded noise, e.g. "
+                        "`uldp fleet run`)")
+    s.set_defaults(func=_cmd_query_create)

@@ -1,0 +1,390 @@
+"""``uldp collector serve``: check every flag, then run the collector until SIGTERM.
+
+Nothing is written before every flag has been checked (files, TLS material, the database
+location, the port); the files the collector creates are owner-only (umask 0077).
+``--processes N`` starts N-1 sibling processes sharing the port (SO_REUSEPORT) and the
+database, like replicas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
+from uldp.collector.cliutil import (
+    OperatorError,
+    nonneg_float,
+    port_number,
+    positive_float,
+    positive_int,
+)
+from uldp.collector.commands.common import env, readable_file
+
+__all__ = ["add_serve_parser"]
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """OperatorError when ``host:port`` cannot be listened on (checked before anything is
+    written; the server binds it for real right after)."""
+    if port == 0:
+        return
+    import errno
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s_:
+        s_.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s_.bind((host, port))
+        except socket.gaierror:
+            raise OperatorError(f"--host {host}: unknown host name") from None
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OperatorError(
+                    f"--port {port}: {host}:{port} is already in use (another collector?); "
+                    "stop it, pick another --port, or use --port 0 for any free port"
+                ) from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise OperatorError(f"--host {host}: not an address of this machine") from None
+            if exc.errno == errno.EACCES:
+                raise OperatorError(f"--port {port}: permission denied (ports below 1024 "
+                                    "need privileges); pick a port >= 1024") from None
+            raise OperatorError(f"--host/--port: cannot listen on {host}:{port}: "
+                                f"{exc.strerror}") from None
+
+
+def _check_db_location(url: str) -> None:
+    """OperatorError when a SQLite --db cannot be created or opened where it points."""
+    from uldp.collector.security.files import sqlite_path
+
+    if "://" in url and not url.split("://")[0]:
+        raise OperatorError(f"--db {url!r}: not a database URL or file path")
+    path = sqlite_path(url)
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise OperatorError(f"--db {url}: directory {parent} does not exist; create it or "
+                            "give another path")
+    if path.is_dir():
+        raise OperatorError(f"--db {url}: {path} is a directory; give a file name")
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise OperatorError(f"--db {url}: {path} is not readable and writable by this "
+                                "user")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise OperatorError(f"--db {url}: cannot create a file in {parent} (permission "
+                            "denied)")
+
+
+def _atomic_write(path: str, text: str) -> None:
+    tmp = Path(path + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class _Files:
+    """The files ``serve`` reads, each checked readable."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None
+    admin: Path
+    token_key: Path | None
+    secret: Path | None
+
+
+def _log_level(a: argparse.Namespace) -> int:
+    try:
+        level = getattr(logging, a.log_level.upper())
+        if not isinstance(level, int):
+            raise AttributeError
+    except AttributeError:
+        raise OperatorError(f"--log-level {a.log_level!r}: use debug, info, warning or "
+                            "error") from None
+    return level
+
+
+def _tls_files(a: argparse.Namespace) -> tuple[Path | None, Path, Path]:
+    """(--tls-dir, server certificate, server key), each checked."""
+    tls = Path(a.tls_dir) if a.tls_dir else None
+    if tls is not None and not tls.is_dir():
+        raise OperatorError(f"--tls-dir {tls}: no such directory (create one with "
+                            f"`uldp collector certs --out {tls}`)")
+    cert = Path(a.tls_cert) if a.tls_cert else (tls / "server.pem" if tls else None)
+    key = Path(a.tls_key) if a.tls_key else (tls / "server.key" if tls else None)
+    if cert is None or key is None:
+        raise OperatorError("TLS is mandatory: give --tls-dir or --tls-cert/--tls-key "
+                            "(make a dev CA with `uldp collector certs --out DIR`)")
+    certs_hint = "`uldp collector certs --out DIR` writes one"
+    readable_file(cert, "--tls-cert" if a.tls_cert else "--tls-dir", certs_hint)
+    readable_file(key, "--tls-key" if a.tls_key else "--tls-dir", certs_hint)
+    return tls, cert, key
+
+
+def _check_files(a: argparse.Namespace) -> _Files:
+    """Every file flag of ``serve``, checked before anything is written."""
+    from uldp.collector.security.files import check_not_world_readable
+
+    tls, cert, key = _tls_files(a)
+    client_ca = Path(a.tls_client_ca) if a.tls_client_ca else None
+    readable_file(client_ca, "--tls-client-ca")
+    admin = Path(a.admin_token_file) if a.admin_token_file else (
+        tls / "admin.token" if tls else cert.parent / "admin.token")
+    if admin.exists():
+        readable_file(admin, "--admin-token-file")
+    elif not admin.parent.is_dir():
+        raise OperatorError(f"--admin-token-file {admin}: directory {admin.parent} does not "
+                            "exist")
+    token_key = Path(a.token_key_file) if a.token_key_file else (
+        tls / "token-signing.key" if tls and (tls / "token-signing.key").exists() else None)
+    readable_file(token_key, "--token-key-file")
+    secret_file = Path(a.enrollment_secret_file) if a.enrollment_secret_file else None
+    readable_file(secret_file, "--enrollment-secret-file")
+    for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file")):
+        if path is not None and (why := check_not_world_readable(path, flag)):
+            raise OperatorError(why)
+    for f in (a.port_file, a.ready_file):
+        if f and not Path(f).resolve().parent.is_dir():
+            raise OperatorError(f"{'--port-file' if f == a.port_file else '--ready-file'} "
+                                f"{f}: directory {Path(f).parent} does not exist")
+    return _Files(cert, key, client_ca, admin, token_key, secret_file)
+
+
+def _server_config(a: argparse.Namespace, files: _Files) -> Any:
+    from uldp.collector.service.core import CoreConfig
+    from uldp.collector.service.server import ServerConfig
+
+    return ServerConfig(
+        db_url=a.db, tls_cert=files.cert, tls_key=files.key, host=a.host, port=a.port,
+        tls_client_ca=files.client_ca, admin_token_file=files.admin,
+        token_key_file=files.token_key, enrollment_secret_file=files.secret,
+        max_message_bytes=a.max_message_bytes, workers=a.workers, name=a.name,
+        mode=a.server_mode,
+        core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
+                        commit_linger_ms=a.commit_linger_ms,
+                        allow_simulated=a.allow_simulated))
+
+
+def _start_siblings(a: argparse.Namespace, cfg: Any) -> list[subprocess.Popen[bytes]]:
+    """``--processes N``: N-1 more processes share the port (SO_REUSEPORT) and the
+    database, like replicas."""
+    children: list[subprocess.Popen[bytes]] = []
+    if a.processes > 1:
+        if cfg.port == 0:
+            with socket.socket() as s_:
+                s_.bind((a.host, 0))
+                cfg.port = s_.getsockname()[1]
+        cfg.reuse_port = True
+        argv = [x for x in sys.argv[1:]]
+        base = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve"]
+        rest = argv[argv.index("serve") + 1:] if "serve" in argv else []
+        rest = _strip_flags(rest, ("--processes", "--port", "--port-file", "--ready-file",
+                                   "--name"))
+        for k in range(1, a.processes):
+            children.append(subprocess.Popen(
+                [*base, *rest, "--processes", "1", "--reuse-port", "--port", str(cfg.port),
+                 "--name", f"{a.name or 'collector'}-{k}"]))
+    if a.reuse_port:
+        cfg.reuse_port = True
+    return children
+
+
+def _cmd_serve(a: argparse.Namespace) -> int:
+    from uldp.collector.security.files import private_umask, restrict_sqlite_files, sqlite_path
+    from uldp.collector.service.server import CollectorServer
+
+    # 1. validate everything before anything is written (database, admin token, files)
+    if not 0.0 <= a.commit_linger_ms <= 100.0:
+        raise OperatorError(f"--commit-linger-ms must be between 0 and 100, got "
+                            f"{a.commit_linger_ms:g}")
+    level = _log_level(a)
+    files = _check_files(a)
+    _check_db_location(a.db)
+    if not a.reuse_port:
+        _check_port_free(a.host, a.port)
+
+    # 2. owner-only files from here on (database, -wal/-shm, generated admin token)
+    private_umask()
+    db_file = sqlite_path(a.db)
+    if db_file is not None:
+        restrict_sqlite_files(db_file)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = _server_config(a, files)
+    children = _start_siblings(a, cfg)
+    try:
+        srv = _open_server(CollectorServer, cfg)
+    except BaseException:
+        _stop_children(children)
+        raise
+    return _serve_until_signal(a, srv, children)
+
+
+def _serve_until_signal(a: argparse.Namespace, srv: Any,
+                        children: list[subprocess.Popen[bytes]]) -> int:
+    done = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger("uldp.collector").info("signal %d: shutting down", signum)
+        done.set()
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        srv.start()
+        if a.port_file:
+            _atomic_write(a.port_file, str(srv.port))
+        if a.ready_file:  # written once the server answers: scripts wait for this file
+            _atomic_write(a.ready_file, f"{a.host}:{srv.port}\n")
+        print(f"uldp collector {srv.core.name} listening on {a.host}:{srv.port}"
+              + (f" ({a.processes} processes)" if a.processes > 1 else ""), flush=True)
+        done.wait()
+    finally:
+        if a.ready_file:
+            with contextlib.suppress(OSError):
+                os.unlink(a.ready_file)
+        srv.stop()
+        _stop_children(children)
+    return 0
+
+
+def _open_server(factory: Any, cfg: Any) -> Any:
+    """``factory(cfg)`` with the database and listening errors as one operator line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from uldp.collector.cliutil import redact_url
+
+    try:
+        return factory(cfg)
+    except SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None) or exc
+        lines = [x.strip() for x in str(orig).strip().splitlines() if x.strip()]
+        why = lines[0] if lines else type(orig).__name__
+        for x in lines:  # psycopg: 'connection failed: ... Connection refused'
+            if "refused" in x or "timeout" in x.lower() or "does not exist" in x:
+                why = x
+                break
+        db = redact_url(cfg.db_url)
+        hint = ("is the database server running and reachable, and are the user, password "
+                "and database name right?") if "://" in cfg.db_url and not \
+            cfg.db_url.startswith("sqlite") else "is the path right and writable?"
+        raise OperatorError(f"--db {db}: cannot open the database: {why}; {hint}") from None
+    except RuntimeError as exc:
+        if "Failed to bind" in str(exc):
+            raise OperatorError(f"--port {cfg.port}: cannot listen on {cfg.host}:{cfg.port} "
+                                "(in use?); pick another --port or use --port 0") from None
+        raise
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    for ch in children:
+        ch.terminate()
+    for ch in children:
+        try:
+            ch.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            ch.kill()
+
+
+def _strip_flags(args: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``args`` without ``flags`` (and their values, in both --f v and --f=v forms)."""
+    out, skip = [], False
+    for x in args:
+        if skip:
+            skip = False
+            continue
+        if x in flags:
+            skip = True
+            continue
+        if any(x.startswith(f + "=") for f in flags):
+            continue
+        out.append(x)
+    return out
+
+
+def add_serve_parser(sc: Any) -> None:
+    """``uldp collector serve`` and its flags."""
+    s = sc.add_parser("serve", help="serve the device and analyst gRPC services (TLS)",
+                      description="Serve the collector until SIGTERM/SIGINT (graceful stop). "
+                      "Every flag is checked before anything is written; files the collector "
+                      "creates (SQLite database and its -wal/-shm, a generated admin token) "
+                      "are owner-only (umask 0077).")
+    s.add_argument("--db", default=env("ULDP_DB", "uldp-collector.db"),
+                   help="SQLite file path or SQLAlchemy URL, e.g. "
+                        "postgresql://uldp@db:5432/uldp (env ULDP_DB; default "
+                        "uldp-collector.db in the working directory)")
+    s.add_argument("--host", default=env("ULDP_HOST", "127.0.0.1"),
+                   help="address to listen on (env ULDP_HOST; default 127.0.0.1, "
+                        "0.0.0.0 = every interface)")
+    s.add_argument("--port", type=port_number,
+                   default=int(env("ULDP_PORT", "50051") or 50051),
+                   help="TCP port (env ULDP_PORT; default 50051; 0 = any free port, see "
+                        "--port-file)")
+    s.add_argument("--port-file", help="write the bound port to this file once listening")
+    s.add_argument("--ready-file",
+                   help="write HOST:PORT to this file once the server answers (removed on "
+                        "stop); scripts wait for it, or use `uldp collector wait`")
+    s.add_argument("--tls-dir", default=env("ULDP_TLS_DIR"),
+                   help="directory with server.pem/server.key (and admin.token, "
+                        "token-signing.key) as written by `uldp collector certs` "
+                        "(env ULDP_TLS_DIR)")
+    s.add_argument("--tls-cert", help="server certificate (overrides --tls-dir)")
+    s.add_argument("--tls-key", help="server key (overrides --tls-dir)")
+    s.add_argument("--tls-client-ca", default=env("ULDP_TLS_CLIENT_CA"),
+                   help="require client certificates signed by this CA (mutual TLS; env "
+                        "ULDP_TLS_CLIENT_CA)")
+    _tuning_flags(s)
+    s.set_defaults(func=_cmd_serve)
+
+
+def _tuning_flags(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--admin-token-file", default=env("ULDP_ADMIN_TOKEN_FILE"),
+                   help="admin credential file (default <tls-dir>/admin.token; created "
+                        "0600 if missing; env ULDP_ADMIN_TOKEN_FILE)")
+    s.add_argument("--token-key-file", default=env("ULDP_TOKEN_KEY_FILE"),
+                   help="Ed25519 PEM key signing device tokens, shared by replicas "
+                        "(default <tls-dir>/token-signing.key, else a key kept in the "
+                        "database, which is then owner-only; env ULDP_TOKEN_KEY_FILE)")
+    s.add_argument("--enrollment-secret-file", default=env("ULDP_ENROLLMENT_SECRET_FILE"),
+                   help="require the shared secret in this file to enroll devices (env "
+                        "ULDP_ENROLLMENT_SECRET_FILE)")
+    s.add_argument("--max-message-bytes", type=positive_int,
+                   default=DEFAULT_MAX_MESSAGE_BYTES,
+                   help=f"largest gRPC message accepted or sent (default "
+                        f"{DEFAULT_MAX_MESSAGE_BYTES})")
+    s.add_argument("--workers", type=positive_int, default=32,
+                   help="threads for database reads and analyst calls (aio mode) or for "
+                        "every call (threads mode); default 32")
+    s.add_argument("--server-mode", choices=("aio", "threads"), default="aio",
+                   help="aio: asyncio gRPC server (default); threads: thread per call")
+    s.add_argument("--processes", type=positive_int, default=1,
+                   help="serve from N processes sharing the port (SO_REUSEPORT) and the "
+                        "database; they coordinate like replicas (default 1)")
+    s.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    s.add_argument("--phase-timeout", type=positive_float, default=3600.0,
+                   help="default phase deadline in seconds (per query override; default "
+                        "3600)")
+    s.add_argument("--token-ttl", type=positive_float, default=7 * 24 * 3600.0,
+                   help="device token lifetime in seconds, a finite positive number "
+                        "(default 604800 = 7 days)")
+    s.add_argument("--commit-linger-ms", type=nonneg_float, default=2.0,
+                   help="group commit: when few reports are queued, wait this long (ms, "
+                        "0-100) for more before committing (fewer, larger transactions)")
+    s.add_argument("--name", default=env("ULDP_NAME"),
+                   help="replica name in logs and the phase-closing lease (env ULDP_NAME; "
+                        "Kubernetes sets it to the pod name; default a random name)")
+    s.add_argument("--allow-simulated", action="store_true",
+                   help="accept reports marked simulated (seeded noise: fleets, demos, "
+                        "tests) for every query; never on a production collector")
+    s.add_argument("--log-level", default="info",
+                   help="debug, info (default), warning or error")

@@ -1,0 +1,467 @@
+"""Simulated fleets behind gateways (``uldp fleet run --gateways N``, ``uldp demo``).
+
+A gateway is what a deployment puts in front of many devices (an edge box, an app
+backend relaying for its phones). Every device behind it is a real
+:class:`uldp.client.device.Device` with its own identity, its own ledger (its rows of the
+gateway's :class:`~uldp.client.ledger.StateFile`), its own task checks and its own
+privatization with its own random source; the gateway only carries the devices' messages,
+many per call, in the protocol's batch calls (``proto/uldp/v1/device.proto``):
+
+1. ``EnrollBatch``: the devices' own EnrollRequests (``Device.enrollment_request``), each
+   answer handed back to its device (``Device.enrolled``);
+2. ``GetTasksBatch``: each device's token and GetTasksRequest; each device checks its
+   tasks, charges its ledger and computes its report (``Device.prepare``);
+3. ``SubmitReportBatch``: the reports, each with its device's token; each answer goes to
+   its device's ledger (``Device.answered``).
+
+A gateway checks its devices in ``batch`` at a time. Devices assigned to a phase that is
+not open yet wait; the gateway asks through one of them, now and then, whether the phase
+has opened, and then fetches the tasks of all of them in one GetTasksBatch.
+``gateways=N`` runs N gateway processes (device ``i`` is behind gateway ``i % N``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from uldp.client.device import Device, StateFile, TaskRefused
+from uldp.client.randomness import RandomSource
+from uldp.client.transport import Endpoint, RetryPolicy, call_with_retry, secure_channel
+from uldp.client.wire import device_pb2, device_pb2_grpc
+from uldp.collector.fleet import FleetDataset, FleetProgress, FleetResult, draw_datasets
+
+__all__ = ["run_gateway_fleet"]
+
+log = logging.getLogger("uldp.fleet")
+
+_UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED.value[0]
+_RETRYABLE = {c.value[0] for c in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED,
+                                   grpc.StatusCode.DEADLINE_EXCEEDED)}
+_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+Key = tuple[str, int]  # (query id, phase) a device waits for
+
+
+@dataclass
+class _Share:
+    """The picklable job of one gateway: its devices and their local data."""
+
+    index: int
+    endpoint: Endpoint
+    state_root: str
+    device_ids: list[int]
+    #: (dataset name, global ids of the holders in this share, values, labels or None)
+    datasets: list[tuple[str, list[int], np.ndarray, np.ndarray | None]]
+    budget: float
+    enrollment_secret: str
+    seed: int | None
+    deadline: float  # time.time() after which nothing new is started
+    batch: int  # devices checked in per batch call
+    durable: bool
+    max_failures: int = 8
+    report_batch: int = 500  # reports per SubmitReportBatch call
+
+
+@dataclass
+class _Dev:
+    """The gateway's bookkeeping of one device it relays for."""
+
+    device: Device
+    keys: set[Key] = field(default_factory=set)  # phases it waits for
+    failures: int = 0
+    checked_in: bool = False
+
+
+class _Gateway:
+    """One gateway (one process): see the module docstring."""
+
+    def __init__(self, share: _Share,
+                 on_progress: Callable[[int, int, int], None] | None = None) -> None:
+        self.share = share
+        self.on_progress = on_progress
+        self.res = FleetResult(devices=len(share.device_ids))
+        root = Path(share.state_root)
+        root.mkdir(parents=True, exist_ok=True)
+        self.store = StateFile(root / f"gateway-{share.index}.sqlite", durable=share.durable)
+        self.data: dict[int, list[tuple[str, np.ndarray, np.ndarray | None]]] = {}
+        for name, ids, values, labels in share.datasets:
+            for k, i in enumerate(ids):
+                self.data.setdefault(i, []).append(
+                    (name, values[k], None if labels is None else labels[k]))
+        left = max(1.0, share.deadline - time.time())
+        self.retry = RetryPolicy(attempts=6, base_s=0.2, cap_s=2.0, timeout_s=min(30.0, left))
+        self.chan = secure_channel(share.endpoint)
+        self.stub = device_pb2_grpc.DeviceServiceStub(self.chan)
+        self.jitter = random.Random(None if share.seed is None else f"gw:{share.seed}")
+        self.todo: deque[int] = deque(share.device_ids)  # not checked in yet
+        self.live: dict[int, _Dev] = {}
+        self.waiting: dict[Key, dict[int, None]] = {}
+        self.probe_at: dict[Key, float] = {}
+        self.done = 0
+        self.checked_in = 0
+        self._last_progress = 0.0
+
+    # ---- devices --------------------------------------------------------------------------
+    def _dev(self, i: int) -> _Dev:
+        st = self.live.get(i)
+        if st is None:
+            s = self.share
+            rng = RandomSource.seeded(f"fleet:{s.seed}:{i}") if s.seed is not None else None
+            dev = Device(s.endpoint, self.store.slot(f"device-{i:07d}"), budget=s.budget,
+                         enrollment_secret=s.enrollment_secret, label="uldp-gateway",
+                         channel=self.chan, retry=self.retry, rng=rng,
+                         simulation=True)  # a simulated fleet says so
+            for name, values, labels in self.data.get(i, ()):
+                dev.add_dataset(name, values, labels=labels,
+                                dim=int(values.shape[1]) if np.ndim(values) == 2 else None)
+            st = self.live[i] = _Dev(dev)
+        return st
+
+    def _finish(self, i: int, error: str | None = None) -> None:
+        """Device ``i`` has nothing left to do (or failed for good with ``error``)."""
+        st = self.live.pop(i, None)
+        if st is None:
+            return
+        if error is not None:
+            self.res.errors.append(f"device {i}: {error}")
+        for key in st.keys:
+            self.waiting.get(key, {}).pop(i, None)
+        st.device.close()
+        self.done += 1
+
+    def _failed(self, ids: Iterable[int], error: str) -> None:
+        """A call for ``ids`` failed: try them again later, or give up on each after
+        ``max_failures`` attempts."""
+        for i in ids:
+            st = self.live.get(i)
+            if st is None:
+                continue
+            st.failures += 1
+            if st.failures >= self.share.max_failures:
+                self._finish(i, error)
+            else:
+                self.todo.append(i)
+        time.sleep(0.5)  # the call already retried with backoff: let the collector breathe
+
+    def _call(self, method: Any, request: Any) -> Any:
+        return call_with_retry(lambda t: method(request, timeout=t), self.retry, self.jitter)
+
+    # ---- the three batch calls ------------------------------------------------------------
+    def _enroll(self, ids: list[int], force: bool = False) -> list[int]:
+        """Enroll the devices of ``ids`` that need it; the ids still fine."""
+        asks = [(i, r) for i in ids
+                if (r := self.live[i].device.enrollment_request(force)) is not None]
+        if not asks:
+            return ids
+        try:
+            resp = self._call(self.stub.EnrollBatch,
+                              device_pb2.EnrollBatchRequest(requests=[r for _, r in asks]))
+        except grpc.RpcError as exc:
+            self._failed(ids, f"EnrollBatch: {exc.code().name}: {exc.details()}")
+            return []
+        for (i, _), r in zip(asks, resp.results, strict=True):
+            if r.code != 0:
+                self._finish(i, f"enrollment refused: {_NAMES.get(r.code, r.code)}: "
+                                f"{r.message}")
+                continue
+            self.live[i].device.enrolled(r.enrollment)
+        return [i for i in ids if i in self.live]
+
+    def _get_tasks(self, ids: list[int]) -> list[tuple[int, device_pb2.GetTasksResponse]]:
+        """GetTasksBatch for ``ids`` (an expired token is renewed once)."""
+        out: list[tuple[int, device_pb2.GetTasksResponse]] = []
+        for attempt in (0, 1):
+            items = [device_pb2.GetTasksItem(device_token=self.live[i].device.token or "",
+                                             request=self.live[i].device.tasks_request())
+                     for i in ids]
+            try:
+                resp = self._call(self.stub.GetTasksBatch,
+                                  device_pb2.GetTasksBatchRequest(items=items))
+            except grpc.RpcError as exc:
+                self._failed(ids, f"GetTasksBatch: {exc.code().name}: {exc.details()}")
+                return out
+            again = []
+            for i, r in zip(ids, resp.results, strict=True):
+                if r.code == 0:
+                    out.append((i, r.response))
+                elif r.code == _UNAUTHENTICATED and attempt == 0:
+                    again.append(i)
+                else:
+                    self._finish(i, f"GetTasks: {_NAMES.get(r.code, r.code)}: {r.message}")
+            if not again:
+                break
+            ids = self._enroll(again, force=True)
+        return out
+
+    def _submit(self, reports: list[tuple[int, device_pb2.Report]]) -> None:
+        """Send the reports (each with its device's token) in SubmitReportBatch calls and
+        hand every answer to its device's ledger. UNAUTHENTICATED: the device enrolls
+        again and the report goes once more; a retryable code: sent again."""
+        rounds = 0
+        while reports and rounds < self.share.max_failures:
+            rounds += 1
+            again: list[tuple[int, device_pb2.Report]] = []
+            renew: list[int] = []
+            B = self.share.report_batch
+            for k in range(0, len(reports), B):
+                part = [(i, rep) for i, rep in reports[k:k + B] if i in self.live]
+                for i, rep in part:
+                    rep.device_token = self.live[i].device.token or ""
+                try:
+                    resp = self._call(self.stub.SubmitReportBatch,
+                                      device_pb2.SubmitReportBatchRequest(
+                                          reports=[r for _, r in part]))
+                except grpc.RpcError as exc:  # the reports stay pending in the ledgers
+                    for i, _ in part:
+                        self._finish(i, f"SubmitReportBatch: {exc.code().name}: "
+                                        f"{exc.details()}")
+                    continue
+                for (i, rep), r in zip(part, resp.results, strict=True):
+                    if r.code == _UNAUTHENTICATED and rounds == 1:
+                        renew.append(i)
+                        again.append((i, rep))
+                    elif not self.live[i].device.answered(rep.query_id, r.code, r.message,
+                                                          r.duplicate):
+                        again.append((i, rep))  # retryable: the same bytes again
+                    elif r.code == 0:
+                        self.res.submitted += 1
+                    else:
+                        self.res.rejected.append(
+                            (rep.query_id, f"{_NAMES.get(r.code, r.code)}: {r.message}"))
+            if renew:
+                kept = set(self._enroll(renew, force=True))
+                again = [(i, rep) for i, rep in again if i in kept or i not in renew]
+            reports = [(i, rep) for i, rep in again if i in self.live]
+        for i, rep in reports:
+            self._finish(i, f"report for query {rep.query_id} not acknowledged")
+
+    # ---- checking devices in ----------------------------------------------------------------
+    def _check_in(self, ids: list[int]) -> None:
+        """Enroll (if needed), fetch tasks, privatize and submit, for ``ids``."""
+        for i in ids:
+            self._dev(i)
+        ids = self._enroll(ids)
+        reports: list[tuple[int, device_pb2.Report]] = []
+        now = time.monotonic()
+        for i, resp in self._get_tasks(ids):
+            st = self.live[i]
+            owed: set[str] = set()
+            if not st.checked_in:
+                st.checked_in = True
+                self.checked_in += 1
+                # a reused state file may hold reports persisted but never acknowledged
+                for rep in () if self.store.fresh else st.device.pending_reports():
+                    reports.append((i, rep))
+                    owed.add(rep.query_id)
+            for task in resp.tasks:
+                if task.query_id in owed:
+                    continue  # its stored report is on its way already
+                try:
+                    reports.append((i, st.device.prepare(task)))
+                except TaskRefused as exc:
+                    self.res.refused.append((task.query_id, str(exc)))
+            keys = {(w.query_id, int(w.phase)) for w in resp.waiting}
+            for key in keys - st.keys:
+                self.waiting.setdefault(key, {})[i] = None
+                self.probe_at.setdefault(key, now + max(resp.retry_after_ms / 1000.0, 0.2))
+            st.keys = keys
+        self._submit(reports)
+        for i in ids:
+            st_ = self.live.get(i)
+            if st_ is not None and not st_.keys:
+                self._finish(i)
+
+    def _probe(self) -> None:
+        """Ask, through one waiting device, whether each due phase has opened; check in
+        every device waiting for a phase that did (or sleep until the next probe)."""
+        now = time.monotonic()
+        due = [k for k, t in self.probe_at.items() if t <= now]
+        if not due:
+            nxt = min(self.probe_at.values())
+            time.sleep(max(0.005, min(nxt - now, self.share.deadline - time.time(), 0.5)))
+            return
+        for key in due:
+            ids = list(self.waiting.get(key, {}))
+            if not ids:
+                self.probe_at.pop(key, None)
+                continue
+            got = self._get_tasks(ids[:1])
+            if got and any((w.query_id, int(w.phase)) == key for w in got[0][1].waiting):
+                hint = max(got[0][1].retry_after_ms / 1000.0, 0.2)
+                self.probe_at[key] = now + hint * (0.75 + 0.5 * self.jitter.random())
+                continue
+            self.probe_at.pop(key, None)
+            for i in self.waiting.pop(key, {}):  # open (or gone): all of them ask now
+                if i in self.live:
+                    self.live[i].keys.discard(key)
+                    self.todo.append(i)
+
+    # ---- run ----------------------------------------------------------------------------------
+    def _progress(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.on_progress is not None and (force or now - self._last_progress >= 0.5):
+            self._last_progress = now
+            self.on_progress(self.done, self.res.submitted, self.checked_in)
+
+    def run(self) -> FleetResult:
+        t0 = time.monotonic()
+        try:
+            while time.time() <= self.share.deadline:
+                if self.todo:
+                    n = min(self.share.batch, len(self.todo))
+                    self._check_in(list(dict.fromkeys(self.todo.popleft() for _ in range(n))))
+                elif self.probe_at:
+                    self._probe()
+                else:
+                    break
+                self._progress()
+        finally:
+            self.chan.close()
+            self.res.unfinished = len(self.share.device_ids) - self.done
+            for st in self.live.values():
+                st.device.close()
+            self.store.close()
+        self.res.seconds = time.monotonic() - t0
+        self._progress(force=True)
+        return self.res
+
+
+def _gateway_main(share: _Share, queue: Any) -> None:
+    """Entry point of a gateway process: progress and the result go to ``queue``."""
+    logging.basicConfig(level=logging.WARNING)
+    g = share.index
+    try:
+        res = _Gateway(share, lambda d, r, c: queue.put(("progress", g, d, r, c))).run()
+        queue.put(("result", g, res))
+    except BaseException as exc:  # the parent reports it; never a silent hang
+        queue.put(("failed", g, f"{type(exc).__name__}: {exc}"))
+
+
+def _shares(endpoint: Endpoint, root: Path, n_devices: int, datasets: list[FleetDataset],
+            G: int, deadline: float, **kw: Any) -> list[_Share]:
+    shares = []
+    for g in range(G):
+        parts = []
+        for ds in datasets:
+            assert ds.values is not None
+            held = [i for i in range(ds.residue, n_devices, ds.modulo) if i % G == g]
+            rows = np.asarray([i // ds.modulo for i in held], dtype=np.int64)
+            parts.append((ds.name, held, ds.values[rows],
+                          None if ds.labels is None else ds.labels[rows]))
+        shares.append(_Share(g, endpoint, str(root), list(range(g, n_devices, G)), parts,
+                             deadline=deadline, **kw))
+    return shares
+
+
+def run_gateway_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int,
+                      datasets: list[FleetDataset], *, gateways: int = 2, batch: int = 500,
+                      budget: float = 10.0, enrollment_secret: str = "",
+                      seed: int | None = None, timeout_s: float = 900.0,
+                      durable: bool = False, keep_state: bool = True,
+                      progress: Callable[[FleetProgress], None] | None = None
+                      ) -> FleetResult:
+    """Run ``n_devices`` devices behind ``gateways`` gateway processes (0 or 1: in this
+    process), each checking in ``batch`` devices per batch call. ``progress`` is called
+    about twice a second. Devices still busy at ``timeout_s`` count as unfinished. The
+    devices' state is in ``state_root/gateway-<g>.sqlite`` (a reused ``state_root`` resumes
+    them: run it with the same number of gateways)."""
+    root = Path(state_root)
+    root.mkdir(parents=True, exist_ok=True)
+    draw_datasets(datasets, n_devices)
+    G = max(1, gateways)
+    deadline = time.time() + timeout_s
+    shares = _shares(endpoint, root, n_devices, datasets, G, deadline, budget=budget,
+                     enrollment_secret=enrollment_secret, seed=seed, batch=max(1, batch),
+                     durable=durable)
+    t0 = time.monotonic()
+    done, reports, checked = [0] * G, [0] * G, [0] * G
+
+    def report() -> None:
+        if progress is not None:
+            progress(FleetProgress(n_devices, sum(done), sum(reports), time.monotonic() - t0,
+                                   sum(checked)))
+
+    if G == 1:
+        def one(d: int, r: int, c: int) -> None:
+            done[0], reports[0], checked[0] = d, r, c
+            report()
+        res = _Gateway(shares[0], one).run()
+    else:
+        res = _run_gateway_processes(shares, deadline, done, reports, checked, report)
+    res.devices = n_devices
+    res.seconds = time.monotonic() - t0
+    if not keep_state:
+        shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+def _run_gateway_processes(shares: list[_Share], deadline: float, done: list[int],
+                           reports: list[int], checked: list[int],
+                           report: Callable[[], None]) -> FleetResult:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # no fork of a process holding gRPC channels
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_gateway_main, args=(sh, q), daemon=True,
+                         name=f"uldp-gateway-{sh.index}") for sh in shares]
+    for pr in procs:
+        pr.start()
+    results: dict[int, FleetResult] = {}
+    try:
+        _collect(q, procs, shares, results, deadline, done, reports, checked, report)
+    finally:
+        for pr in procs:
+            pr.join(timeout=5)
+            if pr.is_alive():
+                pr.terminate()
+                pr.join(timeout=5)
+    total = FleetResult(devices=sum(len(sh.device_ids) for sh in shares))
+    for g, sh in enumerate(shares):
+        r = results.get(g) or FleetResult(devices=len(sh.device_ids),
+                                          errors=[f"gateway {g} did not report"],
+                                          unfinished=len(sh.device_ids) - done[g])
+        total.submitted += r.submitted
+        total.refused += r.refused
+        total.rejected += r.rejected
+        total.errors += r.errors
+        total.unfinished += r.unfinished
+    return total
+
+
+def _collect(q: Any, procs: list[Any], shares: list[_Share], results: dict[int, FleetResult],
+             deadline: float, done: list[int], reports: list[int], checked: list[int],
+             report: Callable[[], None]) -> None:
+    """Read the gateways' progress and results from ``q`` until every one reported (or
+    died, or the deadline passed by 30 s)."""
+    import queue as queue_mod
+
+    while len(results) < len(procs):
+        try:
+            msg = q.get(timeout=0.5)
+        except queue_mod.Empty:
+            if time.time() > deadline + 30 or all(
+                    not pr.is_alive() for g, pr in enumerate(procs) if g not in results):
+                return
+            continue
+        kind, g = msg[0], msg[1]
+        if kind == "progress":
+            done[g], reports[g], checked[g] = msg[2], msg[3], msg[4]
+        elif kind == "result":
+            results[g] = msg[2]
+            done[g] = len(shares[g].device_ids) - msg[2].unfinished
+            reports[g] = msg[2].submitted
+        else:
+            results[g] = FleetResult(devices=len(shares[g].device_ids),
+                                     errors=[f"gateway {g} failed: {msg[2]}"],
+                                     unfinished=len(shares[g].device_ids) - done[g])
+        report()

@@ -1,0 +1,185 @@
+"""Assignments of devices to query slots: the GetTasks path, as fixed SQL on the driver.
+
+See ``docs/architecture.md`` ("Storage"). A mixin of
+:class:`uldp.collector.storage.db.Database`. Every device that checks in costs a status
+read (its assignment, and whether a report of it is stored) and, the first time, an
+assignment from the query's next free slot. Both run once per *batch* of devices
+(GetTasksBatch, and unary GetTasks calls that the group-commit writer batched), as fixed
+statements on the DB-API cursor: SQLAlchemy's per-statement compilation cost more than
+the statements themselves on this path.
+
+An assignment row is a dict with the columns of ``uldp_assignments``: ``query_id``,
+``device_id``, ``slot``, ``grp``, ``stage``, ``phase``, ``assigned_at_ms``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from uldp.collector.storage import schema as S  # noqa: N812
+from uldp.collector.storage.base import Tables
+from uldp.collector.storage.records import now_ms
+
+__all__ = ["ASSIGNMENT_COLUMNS", "AssignmentTables", "Place"]
+
+#: the columns of an assignment row, in the order the statements below select them
+ASSIGNMENT_COLUMNS = ("query_id", "device_id", "slot", "grp", "stage", "phase",
+                      "assigned_at_ms")
+#: ``place(slot) -> (group, stage, phase)``: a query's public placement of a slot
+Place = Callable[[int], tuple[int, int, int]]
+#: device ids per ``IN (...)`` list (SQLite allows 32766 parameters per statement)
+_IN_CHUNK = 900
+_A, _R, _Q = S.assignments.name, S.reports.name, S.queries.name
+_COLS = ", ".join(f"a.{c}" for c in ASSIGNMENT_COLUMNS)
+
+
+def _row(r: Sequence[Any]) -> dict[str, Any]:
+    return {"query_id": r[0], "device_id": r[1], "slot": int(r[2]), "grp": int(r[3]),
+            "stage": int(r[4]), "phase": int(r[5]), "assigned_at_ms": int(r[6])}
+
+
+class AssignmentTables(Tables):
+    """Statements on the ``assignments`` table (and the slot counter of ``queries``)."""
+
+    # ---- SQL text in the driver's parameter style ---------------------------------------
+    def _in_list(self, n: int) -> str:
+        """``IN (...)`` of ``n`` parameters (SQLite) or ``= ANY(%s)`` of one array."""
+        return "IN (" + ",".join("?" * n) + ")" if self.is_sqlite else "= ANY(%s)"
+
+    def _mark(self, sql: str) -> str:
+        return sql if self.is_sqlite else sql.replace("?", "%s")
+
+    def _ids(self, ids: Sequence[str]) -> list[Any]:
+        return list(ids) if self.is_sqlite else [list(ids)]
+
+    @contextlib.contextmanager
+    def raw_read(self) -> Iterator[Any]:
+        """A DB-API cursor on a pooled connection for reads (autocommit on SQLite; on
+        PostgreSQL the pool rolls the read transaction back on return)."""
+        raw = self.engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            try:
+                yield cur
+            finally:
+                cur.close()
+        finally:
+            raw.close()
+
+    # ---- reads --------------------------------------------------------------------------
+    def get_assignment(self, query_id: str, device_id: str) -> dict[str, Any] | None:
+        got = self.get_assignments(query_id, [device_id])
+        return got[0] if got else None
+
+    def get_assignments(self, query_id: str, device_ids: Sequence[str]) -> list[dict[str, Any]]:
+        with self.raw_read() as cur:
+            return list(self.assignments_cursor(cur, query_id, device_ids).values())
+
+    def assignments_cursor(self, cur: Any, query_id: str, device_ids: Sequence[str]
+                           ) -> dict[str, dict[str, Any]]:
+        """device id -> assignment row, of those of ``device_ids`` assigned to the query."""
+        out: dict[str, dict[str, Any]] = {}
+        ids = list(dict.fromkeys(device_ids))
+        for k in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[k:k + _IN_CHUNK]
+            cur.execute(self._mark(f"SELECT {_COLS} FROM {_A} a WHERE a.query_id = ? AND "
+                                   f"a.device_id {self._in_list(len(chunk))}"),
+                        [query_id, *self._ids(chunk)])
+            for r in cur.fetchall():
+                out[r[1]] = _row(r)
+        return out
+
+    def device_status(self, query_id: str, device_id: str
+                      ) -> tuple[dict[str, Any] | None, bool]:
+        """(assignment or None, whether a report of this device is stored)."""
+        return self.device_statuses(query_id, [device_id]).get(device_id, (None, False))
+
+    def device_statuses(self, query_id: str, device_ids: Sequence[str]
+                        ) -> dict[str, tuple[dict[str, Any], bool]]:
+        """device id -> (assignment, whether a report of it is stored), for the devices of
+        ``device_ids`` assigned to the query (one statement per 900 devices)."""
+        out: dict[str, tuple[dict[str, Any], bool]] = {}
+        ids = list(dict.fromkeys(device_ids))
+        with self.raw_read() as cur:
+            for k in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[k:k + _IN_CHUNK]
+                cur.execute(self._mark(
+                    f"SELECT {_COLS}, r.phase FROM {_A} a LEFT JOIN {_R} r ON "
+                    "r.query_id = a.query_id AND r.device_id = a.device_id "
+                    f"WHERE a.query_id = ? AND a.device_id {self._in_list(len(chunk))}"),
+                    [query_id, *self._ids(chunk)])
+                for r in cur.fetchall():
+                    out[r[1]] = (_row(r), r[7] is not None)
+        return out
+
+    # ---- assigning ----------------------------------------------------------------------
+    def assign(self, query_id: str, device_id: str, place: Place) -> dict[str, Any] | None:
+        """The device's assignment, creating it from the next free slot if needed.
+
+        ``place(slot) -> (grp, stage, phase)`` maps a slot to its public assignment. Returns
+        None when the query is not running or all its slots are taken.
+        """
+        with self.write() as conn:
+            return self.assign_in(conn, query_id, device_id, place)
+
+    def assign_in(self, conn: Any, query_id: str, device_id: str,
+                  place: Place) -> dict[str, Any] | None:
+        return self.assign_many_in(conn, query_id, [device_id], place)[device_id]
+
+    def assign_many_in(self, conn: Any, query_id: str, device_ids: Sequence[str],
+                       place: Place) -> dict[str, dict[str, Any] | None]:
+        """:meth:`assign_many_cursor` inside the SQLAlchemy write transaction ``conn``."""
+        cur = conn.connection.cursor()
+        try:
+            return self.assign_many_cursor(cur, query_id, device_ids, place)
+        finally:
+            cur.close()
+
+    def assign_many_cursor(self, cur: Any, query_id: str, device_ids: Sequence[str],
+                           place: Place) -> dict[str, dict[str, Any] | None]:
+        """Assignments of many devices to one query, inside an open write transaction:
+        existing ones are returned, the others take the next free slots in the order of
+        ``device_ids`` (None once the query is full or not running). A select of the
+        existing rows, the slot counter (locked ``FOR UPDATE`` on PostgreSQL), its update
+        and one multi-row insert."""
+        out: dict[str, dict[str, Any] | None] = dict(
+            self.assignments_cursor(cur, query_id, device_ids))
+        new = [d for d in dict.fromkeys(device_ids) if d not in out]
+        if not new:
+            return out
+        lock = "" if self.is_sqlite else " FOR UPDATE"
+        cur.execute(self._mark(f"SELECT next_slot, target_users, state FROM {_Q} "
+                               f"WHERE query_id = ?{lock}"), [query_id])
+        r = cur.fetchone()
+        if r is None or r[2] != "running":
+            return {**out, **{d: None for d in new}}
+        first, target = int(r[0]), int(r[1])
+        k = max(0, min(len(new), target - first))
+        if k:
+            cur.execute(self._mark(f"UPDATE {_Q} SET next_slot = ? WHERE query_id = ?"),
+                        [first + k, query_id])
+            t = now_ms()
+            rows = []
+            for j, dev in enumerate(new[:k]):
+                grp, stage, phase = place(first + j)
+                rows.append((query_id, dev, first + j, int(grp), int(stage), int(phase), t))
+            self._insert_assignments(cur, rows)
+            out.update({row[1]: _row(row) for row in rows})
+        out.update({d: None for d in new[k:]})
+        return out
+
+    def _insert_assignments(self, cur: Any, rows: list[tuple[Any, ...]]) -> None:
+        head = f"INSERT INTO {_A} ({', '.join(ASSIGNMENT_COLUMNS)}) "
+        if not self.is_sqlite:  # one array per column
+            cols = [list(c) for c in zip(*rows, strict=True)]
+            cur.execute(head + "SELECT * FROM unnest(%s::varchar[], %s::varchar[], "
+                        "%s::int[], %s::int[], %s::int[], %s::int[], %s::bigint[])", cols)
+            return
+        one = "(" + ",".join("?" * len(ASSIGNMENT_COLUMNS)) + ")"
+        step = 4000  # 7 parameters per row
+        for k in range(0, len(rows), step):
+            chunk = rows[k:k + step]
+            cur.execute(head + "VALUES " + ",".join([one] * len(chunk)),
+                        [x for row in chunk for x in row])
