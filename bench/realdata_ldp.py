@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="repetitions of the large concentrated population (4M samples)")
     ap.add_argument("--populations", nargs="+",
                     default=["flights", "insteval", "movielens", "skewed", "concentrated"])
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the cells already in results/realdata_ldp.json, run the rest")
     a = ap.parse_args(argv)
     names = [p for p in a.populations if p in ("skewed", "concentrated") or available(p)]
     reps, eps = (10, (1.0,)) if a.quick else (a.reps, EPS)
@@ -187,8 +189,14 @@ def main(argv: list[str] | None = None) -> int:
             for p in names for k in ("mean", "distribution") for e in eps]
     t0 = time.time()
     pops = {p: population(p)["note"] for p in names}
+    results: list[dict] = []
+    if a.resume and (RESULTS / "realdata_ldp.json").exists():
+        results = json.loads((RESULTS / "realdata_ldp.json").read_text())
+        done = {(r["population"], r["kind"], r["epsilon"]) for r in results}
+        jobs = [j for j in jobs if (j[0], j[1], j[2]) not in done]
+        print(f"resuming: {len(results)} cells kept, {len(jobs)} to run", flush=True)
+    total = len(results) + len(jobs)
     with mp.Pool(a.procs) as pool:
-        results = []
         for res in pool.imap(cell, jobs):
             results.append(res)
             ms = res["methods"]
@@ -196,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                 m: round(v["mse"], 6) for m, v in ms.items()} | {"auto_ran": ms["auto"]["ran"]}),
                 flush=True)
             if not a.quick:  # partial tables survive an interrupted run
-                _save(results, pops, reps, time.time() - t0, done=len(results) == len(jobs))
+                _save(results, pops, reps, time.time() - t0, done=len(results) == total)
     print(table(results, pops))
     return 0
 

@@ -139,7 +139,7 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
                   samples=args.samples if args.samples != 100 else None, reps=args.reps)
     if args.compare:
         return _print_comparison(args, data, common, note)
-    res = run_users(args.kind, data, method=args.method, **common)  # type: ignore[arg-type]
+    res = run_users(args.kind, data, method=args.method, **common)
     for advisory in res.advisories:
         print(f"note: {advisory}", file=sys.stderr)
     if args.json:
