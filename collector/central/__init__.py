@@ -1,10 +1,10 @@
 """Central user-level DP estimators for a trusted collector that holds per-user rows.
 
-See ``docs/central.md``: which estimator to use, its estimand, guarantee and interval,
-and how each did on real data. The ``H§``/``P§``/``C§`` references below and in every
-module are sections of ``docs/central-algorithms.md``. Every estimator takes numpy arrays (user id, value[,
-subset]) and returns a :class:`CentralRelease` (estimate, interval, estimand and a
-:class:`PrivacyRecord`)::
+See ``docs/central.md``: which estimator to use, its estimand, guarantee and
+interval, and how each did on real data. The ``H§``/``P§``/``C§`` references below and
+in every module are sections of ``docs/central-algorithms.md``. Every estimator takes
+numpy arrays (user id, value[, subset]) and returns a :class:`CentralRelease` (estimate,
+interval, estimand and a :class:`PrivacyRecord`)::
 
     from uldp.collector.central import adaptive_user_mean
     rel = adaptive_user_mean(user_ids, ratings, epsilon=1.0, lo=0.5, hi=5.0)

@@ -19,7 +19,8 @@ class PrivacyRecord:
 
     mode: ``"pure"`` (ε-DP), ``"approx"`` ((ε, δ)-DP) or ``"zcdp"`` (ρ-zCDP).
     unit: the neighbouring relation, always user-level here (``"user"``: add/remove or
-    replace *all* of one user's records, as the estimator's section of docs/central-algorithms.md states).
+    replace *all* of one user's records, as the estimator's part of
+    ``docs/central-algorithms.md`` states).
     split: named budget shares of the steps, e.g. ``{"quantile": 0.1, "mean": 0.9}``.
     public: inputs not protected by the guarantee (bounds, m, occupancy counts, ...).
     """
