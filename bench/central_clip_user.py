@@ -1,6 +1,6 @@
 """Benchmark: Clip-User composition-loss reduction at fixed worst-case error.
 
-Spec ``composition_suppression.md`` §4.3-4.5:
+``docs/central-algorithms.md`` C§4.3–C§4.5:
 
 * C1 — the synthetic generator of §4.3 (G = 12, L = 4095, U = 65, q = 0.01, heavy hitter ×(1+γ),
   10 draws per cell), ε ∈ {0.1, 0.2, 0.5, 1}: mean K, P = Kε (vs 12ε), E and Ē, next to the
@@ -282,7 +282,7 @@ def plot_c2(rows: list[dict], out: Path) -> None:
 def write_markdown(path: Path, args: argparse.Namespace, c1: list[dict], c2: list[dict],
                    c3: dict, timing: dict) -> None:
     lines = [
-        "# Clip-User benchmark (spec composition_suppression.md §4)",
+        "# Clip-User benchmark (docs/central-algorithms.md C§4)",
         "",
         f"Command: `python bench/central_clip_user.py{' --quick' if args.quick else ''}`; "
         f"{args.draws} occupancy draws per cell; error model = paper (eq. 13, continuous "

@@ -1,4 +1,4 @@
-"""Benchmark HLM vs WME (spec ``huber_user_level_dp.md`` §5.2 plans B1 and B3).
+"""Benchmark HLM vs WME (``docs/central-algorithms.md`` H§5.2 plans B1 and B3).
 
 B1 (balanced): MSE vs m for Uniform[-1,1]^d, N(0, I_d), Lomax(4)^d, d ∈ {1, 3},
 n ∈ {1000, 10000}. B3 (imbalanced): MSE vs γ for Uniform, N(0,1), Exponential(1),

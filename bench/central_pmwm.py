@@ -1,6 +1,6 @@
 """Benchmarks for the private modified winsorized mean and subsample-and-aggregate.
 
-Spec ``private_modified_winsorized_mean.md`` §4.4:
+``docs/central-algorithms.md`` P§4.4:
 
 * B1  simulation study of §4.1 (zCDP PMWM, paper-faithful Gaussian quantile noise and our
       default exponential walk) against Table A.2 and the §4.5 prototype; PDP rows of §4.5;
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
              f"`python bench/central_pmwm.py{' --quick' if a.quick else ''}` — {runs} runs "
              f"per B1 cell ({runs_exp} for the default-walk rows), total wall time "
              f"{total:.0f} s on this machine (2 cores). "
-             "Spec: `private_modified_winsorized_mean.md` §4.", ""]
+             "Reference: `docs/central-algorithms.md` P§4.", ""]
     lines += ["## B1: simulation study (§4.1), zCDP, paper-faithful Gaussian quantile noise",
               "", "Practical PMWM, β = 1.001, ℓ = −50, u = 50, split (1/16, 1/16, 3/4), "
               "C ~ U{1..100} per run; MSE against the clean mean.", ""]

@@ -1,7 +1,7 @@
 """Public Kashin frames from a seed, version 2: derived from a ChaCha20 keystream so that any
 language rebuilds the same frame (``docs/device-protocol.md`` §12.5).
 
-Spec: ``user_level_ldp.md`` §3.6 (Gaussian-QR and random partial Hadamard frames), [D9].
+Algorithm: ``docs/algorithms.md`` §3.6 (Gaussian-QR and random partial Hadamard frames), [D9].
 Version 1 expanded the seed with numpy's PCG64 and used LAPACK's QR, which no other language
 reproduces. Version 2 (:data:`FRAME_VERSION`):
 

@@ -1,7 +1,7 @@
 """The Lyubarskii–Vershynin iteration in its canonical order (``docs/device-protocol.md``
 §12.5): the device path of :func:`uldp.client.kashin.kashin_coefficients`.
 
-Spec: ``user_level_ldp.md`` §3.6, [D8], [D9]. Every floating-point operation is a basic IEEE
+Algorithm: ``docs/algorithms.md`` §3.6, [D8], [D9]. Every floating-point operation is a basic IEEE
 operation in a specified order, so any language computes the same bits. Per sample ``x``
 (``d`` finite doubles) with frame ``U`` (N×d), ``δ``, ``tol`` and ``max_iter``:
 

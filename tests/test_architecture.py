@@ -6,6 +6,9 @@
 * No dispatch on method strings (``method ==``): methods are objects.
 * No source file over 600 lines, no function over 60 lines (generated code excluded).
 * The public API imports from short paths; the doctests that exist pass.
+* The repository stands alone: no source file cites a specification file outside it,
+  every ``docs/<name>.md`` a source file names exists, and every ``H§``/``P§``/``C§``
+  reference in ``collector/central`` is a heading of ``docs/central-algorithms.md``.
 """
 
 from __future__ import annotations
@@ -207,3 +210,62 @@ def test_public_api():
 def test_doctests(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+#: the design specifications the code was built from; they live outside the repository,
+#: so source files cite their restatement in docs/ instead
+EXTERNAL_SPECS = ("huber_user_level_dp.md", "private_modified_winsorized_mean.md",
+                  "composition_suppression.md", "user_level_ldp.md")
+CENTRAL_DOC = ROOT / "docs" / "central-algorithms.md"
+DOC_REF = re.compile(r"docs/([\w.-]+\.md)")
+#: ``H§2.5``, ``P§2.4.1``, ``C§5 B13``: a part, a section number and an optional decision
+PART_REF = re.compile(r"([HPC])§(\d+(?:\.\d+)*)(?:\s+([AB]\d+))?")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for folder in PACKAGES.values() for p in folder.rglob("*.py"))
+
+
+def _unresolved(text: str, headings: list[str]) -> list[str]:
+    """The ``H§n.m`` (``H§n A7``) references of ``text`` that no heading starts with."""
+    def resolves(label: str) -> bool:
+        return any(h.startswith(label) and not h[len(label):][:1].isalnum()
+                   and not h[len(label):].startswith(".") for h in headings)
+
+    bad = []
+    for m in PART_REF.finditer(text):
+        section = f"{m[1]}§{m[2]}"
+        if not resolves(section) or (m[3] and not resolves(f"{section} {m[3]}")):
+            bad.append(m[0])
+    return bad
+
+
+def _headings(path: Path) -> list[str]:
+    return [line.lstrip("#").strip() for line in path.read_text().splitlines()
+            if line.startswith("#")]
+
+
+def test_references_stay_inside_the_repository():
+    specs = [f"{p.relative_to(ROOT)}: {name}" for p in _sources()
+             for name in EXTERNAL_SPECS if name in p.read_text()]
+    docs = [f"{p.relative_to(ROOT)}: docs/{name}" for p in _sources()
+            for name in DOC_REF.findall(p.read_text()) if not (ROOT / "docs" / name).is_file()]
+    headings = _headings(CENTRAL_DOC)
+    central = sorted((ROOT / "collector" / "central").glob("*.py"))
+    sections = [f"{p.relative_to(ROOT)}: {ref}" for p in central
+                for ref in _unresolved(p.read_text(), headings)]
+    # inside collector/central every § names its part (the numbering of docs/algorithms.md
+    # is unprefixed, so a bare § there would be ambiguous)
+    bare = [f"{p.relative_to(ROOT)}:{i}" for p in central
+            for i, line in enumerate(p.read_text().splitlines(), 1)
+            if re.search(r"(?<![HPC])§", line)]
+    assert specs == [] and docs == [] and sections == [] and bare == [], (
+        f"external specs: {specs}\nmissing docs: {docs}\nunresolved sections: {sections}"
+        f"\nunprefixed §: {bare}")
+
+
+def test_the_reference_resolver_resolves():
+    headings = ["H§2 HLM", "H§2.1 Parameters", "H§6 Decisions", "H§6 A8 Repaired h"]
+    assert _unresolved("H§2, H§2.1 and H§6 A8 (H§2.1/H§6)", headings) == []
+    assert _unresolved("H§2.10, H§2.1.3, P§2, H§6 A1, H§6 A80", headings) == [
+        "H§2.10", "H§2.1.3", "P§2", "H§6 A1", "H§6 A80"]

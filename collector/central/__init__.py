@@ -1,9 +1,10 @@
 """Central user-level DP estimators for a trusted collector that holds per-user rows.
 
-See ``docs/central.md``: which estimator to use, its estimand, guarantee and interval,
-and how each did on real data. Every estimator takes numpy arrays (user id, value[,
-subset]) and returns a :class:`CentralRelease` (estimate, interval, estimand and a
-:class:`PrivacyRecord`)::
+See ``docs/central.md``: which estimator to use, its estimand, guarantee and
+interval, and how each did on real data. The ``H§``/``P§``/``C§`` references below and
+in every module are sections of ``docs/central-algorithms.md``. Every estimator takes
+numpy arrays (user id, value[, subset]) and returns a :class:`CentralRelease` (estimate,
+interval, estimand and a :class:`PrivacyRecord`)::
 
     from uldp.collector.central import adaptive_user_mean
     rel = adaptive_user_mean(user_ids, ratings, epsilon=1.0, lo=0.5, hi=5.0)
@@ -15,15 +16,15 @@ The modules, one idea each:
   ``data`` (rows grouped by user), ``checks`` (argument checks), ``intervals`` (exact
   ``|DLap|`` quantiles);
 * mean of user means: ``mean_of_means`` (simple and adaptive, pure ε);
-* PMWM: ``quantile_walk`` (private quantiles, §2.2–§2.3), ``pmwm`` (the winsorized
+* PMWM: ``quantile_walk`` (private quantiles, P§2.2–P§2.3), ``pmwm`` (the winsorized
   mean); subsample-and-aggregate: ``sa_statistics`` (group statistics),
   ``subsample_aggregate``;
-* HLM: ``huber_solver`` (§2.2/§2.4), ``smooth_sensitivity`` (§2.6–§2.7, §2.9
-  constants), ``outlier_counts`` (§2.8), ``huber`` (the estimator); WME: ``wme``;
+* HLM: ``huber_solver`` (H§2.2/H§2.4), ``smooth_sensitivity`` (H§2.6–H§2.7, H§2.9
+  constants), ``outlier_counts`` (H§2.8), ``huber`` (the estimator); WME: ``wme`` (H§3);
 * per-subset statistics: ``occupancy`` (the public array A), ``subset_bounds``
   (sensitivities, biases), ``subset_params`` (parameters, error metric),
   ``subset_noise`` (grid noise), ``clip_user`` (the planner), ``subset_release``
-  (the release);
+  (the release) — part C;
 * ``cli``: ``uldp central`` (one registry entry per ``--method``).
 
 The names below are loaded on first access (PEP 562): ``uldp.collector.central.cli`` is

@@ -1,7 +1,7 @@
 """Argument checks shared by the central estimators; every error names the bad argument.
 
 See ``docs/central.md``. ``validate_budget`` is the (ε, δ) check of HLM and WME
-(``huber_user_level_dp.md`` §2.10, input validation).
+(``docs/central-algorithms.md`` H§2.10, input validation).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """``uldp central``: central user-level DP releases from a warehouse CSV file.
 
-See ``docs/central.md`` (the estimators, their estimands and intervals). Specs:
-``huber_user_level_dp.md`` (``mean --method hlm|wme``),
-``private_modified_winsorized_mean.md`` (``--method pmwm``, ``robust-mean --method sa``),
+See ``docs/central.md`` (the estimators, their estimands and intervals). Algorithms, in
+``docs/central-algorithms.md``: part H (``mean --method hlm|wme``), part P
+(``--method pmwm``, ``robust-mean --method sa``),
 issue 11 (``--method adaptive|simple``, the user-mean estimators of ``mean_of_means.py``;
 ``adaptive`` is the default of ``mean`` and ``robust-mean``: the best measured RMSE on
 real skewed data, ``bench/results/realdata.md``),
-``composition_suppression.md`` (``subset-stats``, optionally planned by Clip-User, whose
+part C (``subset-stats``, optionally planned by Clip-User, whose
 plan is printed *before* any release and reads only the public occupancy counts).
 
 Every ``--method`` is one :class:`CentralMethod` in :data:`METHODS`.

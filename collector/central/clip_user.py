@@ -1,16 +1,16 @@
 """Clip-User suppression planner and the per-subset pseudo-user cap.
 
-See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md`` —
+See ``docs/central.md`` ("subset-stats"). Reference: ``docs/central-algorithms.md`` —
 implemented here:
 
-* §2.5 Algorithm CLIP_USER (argmin, §5 B2; cumulative stage semantics, B10; stop at K ≤ 1,
+* C§2.5 Algorithm CLIP_USER (argmin, C§5 B2; cumulative stage semantics, B10; stop at K ≤ 1,
   B6; S = 0 infeasible, B5; optional protected minimum-error grid, B7; error target E†);
-* §2.7 Algorithm PSEUDO_USER_CAP (ties to the largest cap; optional search from m = 1);
-* §2.8 defaults and tie-breaking (ascending user id, smallest grid id, largest cap);
-* §6 pipeline step 2: the plan (Γ, K, E, Ē, per-user loss) is shown before any release.
+* C§2.7 Algorithm PSEUDO_USER_CAP (ties to the largest cap; optional search from m = 1);
+* C§2.8 defaults and tie-breaking (ascending user id, smallest grid id, largest cap);
+* C§6 pipeline step 2: the plan (Γ, K, E, Ē, per-user loss) is shown before any release.
 
 Privacy: the planner reads **only** the public occupancy array A (which users touch which
-subsets, with how many records; §5 B1) and the public (U, ε, split, weights). It never sees a
+subsets, with how many records; C§5 B1) and the public (U, ε, split, weights). It never sees a
 sample value, so it consumes no privacy budget and its output may be published. The release
 (:func:`uldp.collector.central.subset_release.subset_stats` with ``plan=``) is then Kε-DP with
 K = max_ℓ |{g: Γ_{g,ℓ} > 0}| (Prop. V.1 / Thm II.3); the pseudo-user cap only lowers counts,
@@ -52,12 +52,12 @@ __all__ = ["ClipUserOptions", "ClipUserPlan", "clip_user", "plan_clip_user", "pl
 
 @dataclass(frozen=True)
 class ClipUserOptions:
-    """Planner options (spec §2.5, §2.7, §2.8, §5 B6/B7).
+    """Planner options (C§2.5, C§2.7, C§2.8, C§5 B6/B7).
 
-    error_target: the error bound E† (default: the initial max_g E_g, §2.8).
+    error_target: the error bound E† (default: the initial max_g E_g, C§2.8).
     protect_min_grid: never suppress in the subset with the smallest initial E_g (B7).
-    pseudo_user_cap: run PSEUDO_USER_CAP after Clip-User (§2.7).
-    cap_from_one: search caps m in [1, Γ⋆_g] instead of [min Γ, Γ⋆_g] (§2.7, optional).
+    pseudo_user_cap: run PSEUDO_USER_CAP after Clip-User (C§2.7).
+    cap_from_one: search caps m in [1, Γ⋆_g] instead of [min Γ, Γ⋆_g] (C§2.7, optional).
     stop_at_one: stop once K ≤ 1 (B6).
     """
 
@@ -116,7 +116,7 @@ class _Suppressor:
 
     def best(self, ell: int) -> tuple[float, int, bool]:
         """(E_g after the best suppression of user ``ell``, its pair or -1, whether the
-        user has any suppressible pair at all). The argmin of §5 B2."""
+        user has any suppressible pair at all). The argmin of C§5 B2."""
         best_e, best_p = float("inf"), -1
         have_candidate = False
         for p in self.user_pairs[self.starts[ell]:self.starts[ell + 1]]:
@@ -167,7 +167,7 @@ def _stage(state: _Suppressor, g_user: np.ndarray, k_now: int, bound: float,
 
 def clip_user(occ: Occupancy, params: SubsetStatsParams, *, error_target: float | None = None,
               protect_min_grid: bool = False, stop_at_one: bool = True) -> ClipUserResult:
-    """Algorithm CLIP_USER (spec §2.5) on the public occupancy ``occ``.
+    """Algorithm CLIP_USER (C§2.5) on the public occupancy ``occ``.
 
     Returns kept counts Γ aligned with ``occ``'s pairs (0 = suppressed). Reads counts only.
     """
@@ -199,7 +199,7 @@ def clip_user(occ: Occupancy, params: SubsetStatsParams, *, error_target: float 
 
 def pseudo_user_cap(occ: Occupancy, kept: np.ndarray, params: SubsetStatsParams, *,
                     from_one: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Algorithm PSEUDO_USER_CAP (spec §2.7): per subset, the cap m minimising E_g.
+    """Algorithm PSEUDO_USER_CAP (C§2.7): per subset, the cap m minimising E_g.
 
     Searches m in [min active Γ, Γ⋆] (or [1, Γ⋆] with ``from_one``); ties go to the largest
     m. Returns (capped Γ̄ per pair, cap per subset, Ē_g per subset). Biases are against the
@@ -256,7 +256,7 @@ class ClipUserPlan:
     halted: str
     pseudo_user_cap: bool
 
-    # ---- privacy accounting (§2.6) ----------------------------------------------------
+    # ---- privacy accounting (C§2.6) ----------------------------------------------------
     @property
     def subsets_per_user_before(self) -> np.ndarray:
         return self.occupancy.subsets_per_user()
@@ -328,7 +328,7 @@ class ClipUserPlan:
         occ = self.occupancy
         eps = self.params.epsilon
         lines = [
-            "Clip-User plan (spec composition_suppression §2.5-2.7) from the public occupancy "
+            "Clip-User plan (docs/central-algorithms.md C§2.5–C§2.7) from the public occupancy "
             "array only; no privacy budget spent",
             f"  parameters: {self.params.describe()}",
             f"  {occ.n_users} users, {occ.n_subsets} subsets, {int(occ.counts.sum())} records",

@@ -1,41 +1,41 @@
 """Huber-loss mean (HLM) under central user-level (ε, δ)-DP.
 
-See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Spec:
-``huber_user_level_dp.md`` — §1 (setting: replace-one-user neighbours, public ``m_i``),
-§2.3 (weights / connecting points, balanced and imbalanced, theory defaults), §2.5
-(release ``Clip(μ̂₀, R_c) + N(0, (S/α)² I)``), §2.10 (end-to-end algorithm, input
-validation), decisions A1–A19 and A26. Its pieces: the §2.2 objective and §2.4 solver in
-:mod:`~uldp.collector.central.huber_solver`; §2.6–§2.7 smooth sensitivity and §2.9
-constants in :mod:`~uldp.collector.central.smooth_sensitivity`; §2.8 outlier surrogates
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Reference:
+``docs/central-algorithms.md`` — H§1 (setting: replace-one-user neighbours, public ``m_i``),
+H§2.3 (weights / connecting points, balanced and imbalanced, theory defaults), H§2.5
+(release ``Clip(μ̂₀, R_c) + N(0, (S/α)² I)``), H§2.10 (end-to-end algorithm, input
+validation), decisions H§6 A1–A19 and A26. Its pieces: the H§2.2 objective and H§2.4 solver in
+:mod:`~uldp.collector.central.huber_solver`; H§2.6–H§2.7 smooth sensitivity and H§2.9
+constants in :mod:`~uldp.collector.central.smooth_sensitivity`; H§2.8 outlier surrogates
 in :mod:`~uldp.collector.central.outlier_counts`.
 
 Privacy argument (OpenDP style).
 
 1. *Public inputs*: ``n``, the sample sizes ``m_i`` (hence ``w_i``, ``T_i``, ``γ``,
    ``k0``), ``R_c``, ``T``/``A``, ``(α, β)`` and the noise grid step ``h`` are fixed
-   without looking at the values (§2.1). The neighbouring relation replaces one user's
-   whole local dataset, keeping every ``m_i`` (§1).
+   without looking at the values (H§2.1). The neighbouring relation replaces one user's
+   whole local dataset, keeping every ``m_i`` (H§1).
 2. *Smooth bound*: ``f(D) = Clip(μ̂₀(D), R_c)`` has a β-smooth upper bound ``S(D)`` on its
-   local sensitivity (§2.6/§2.7 with the repairs A3–A8; Δ̃ 1-Lipschitz with witness §2.8).
+   local sensitivity (H§2.6/H§2.7 with the repairs H§6 A3–A8; Δ̃ 1-Lipschitz with witness H§2.8).
 3. *Grid*: we release on the public grid ``h Z^d``. ``f_h(D) = h·round(f(D)/h)`` differs
    from ``f`` by at most ``h/2`` per coordinate, so ``LS(f_h) <= LS(f) + h√d`` and
    ``S_h = S + h√d`` is still β-smooth: (S1) is immediate and
    ``S(D) + h√d <= e^β S(D') + h√d <= e^β (S(D') + h√d)`` gives (S2).
 4. *Noise*: ``f_h(D) + h·Z`` with ``Z`` iid discrete Gaussian ``N_Z(0, s²)`` in grid units,
    ``s = S_h(D)/(α h)`` (σ rounded *up*), exact sampler from ``uldp.client.noise``
-   (CKS 2020). The (α, β) pair is calibrated (§2.9) so that the *continuous* Gaussian
+   (CKS 2020). The (α, β) pair is calibrated (H§2.9) so that the *continuous* Gaussian
    ``N(f, (S_h/α)² I)`` is (ε, δ)-DP against every neighbour (shift ≤ min(S_h, S_h'),
-   scale ratio in ``[e^{-β}, e^{β}]``). **Flag (spec §2.10):** this accounting is done for
+   scale ratio in ``[e^{-β}, e^{β}]``). **Flag (H§2.10):** this accounting is done for
    the continuous Gaussian. The discrete law evaluated on ``hZ^d`` has the same
    log-density ratio as the continuous one at every output point up to the normaliser
    ratio, which differs from the continuous one by a factor ``1 ± 2e^{-2π²s²}`` (Poisson
    summation; ``s >= 2^grid_bits`` here, so ≈ ``e^{-2·10^7}``); the hockey-stick sum over
    the lattice approximates the integral with a grid ``2^{-grid_bits}`` times finer than
-   σ. We treat that discretisation error as negligible, as the spec allows, and record
-   it in the privacy record's notes.
+   σ. We treat that discretisation error as negligible, as the specification allows
+   (H§6 A26), and record it in the privacy record's notes.
 5. *Solver*: the analysis assumes the exact minimiser; the common case (all users in the
    quadratic zone) and d = 1 are solved exactly, d ≥ 2 otherwise by IRLS to relative
-   ``1e-12`` (§2.4 rule 4, decision A16).
+   ``1e-12`` (H§2.4, decision H§6 A16).
 
 Only the noisy estimate is released; ``S``, ``Z``, Δ̃ stay internal.
 
@@ -107,17 +107,17 @@ C_T_MIN = 16 * math.sqrt(2 / 3)  # ≈ 13.06, Thm 2 / Thm 5
 
 @dataclass(frozen=True)
 class HLMParams:
-    """Public parameters of HLM (spec §2.1). All must be fixed without looking at values.
+    """Public parameters of HLM (H§2.1). All must be fixed without looking at values.
 
     radius: ``R_c`` — prior ball ``‖μ‖ <= R_c`` the non-private estimate is clipped into.
     T: balanced Huber connecting point; None → ``A/√m`` if ``A`` is given, else the
       theory rule of Thm 2 with ``R = R_c``.
     A: imbalanced scale (``T_i = A/√(m_i ∧ m_c)``); None → theory rule Thm 5.
-    gamma: imbalance degree γ >= 1; None → smallest γ satisfying Assumption 3 (A19).
+    gamma: imbalance degree γ >= 1; None → smallest γ satisfying Assumption 3 (H§6 A19).
     k0: outlier budget (imbalanced); None → ``⌊n/(8γ)⌋`` clamped to ``[0, n−1]``.
     balanced: force the balanced (True) / imbalanced (False) path; None → balanced iff
       all ``m_i`` are equal.
-    constants: ``"calibrated"`` (default), ``"nrs"`` or ``"paper"`` (§2.9).
+    constants: ``"calibrated"`` (default), ``"nrs"`` or ``"paper"`` (H§2.9).
     beta: β for calibrated mode; None → minimise the data-free proxy ``S_proxy/α``.
     outlier: Δ̃ method — ``"auto"`` (exact 1-D / lattice quarter ball / per-user radii),
       ``"exact"`` (balanced d = 1 only), ``"quarter_ball"``, ``"none"`` (Δ̃ ≡ n).
@@ -126,7 +126,7 @@ class HLMParams:
     clip_output: project the *noisy* release onto ``B(0, R_c)`` (post-processing, so the
       guarantee is unchanged; not in the paper). On by default since issue 11 (every
       release lies in its public range); bounds the error by ``2R_c`` when the
-      ``2R_c e^{-βk}`` term of ``S`` dominates (small n, spec §5.4).
+      ``2R_c e^{-βk}`` term of ``S`` dominates (small n, H§5.4).
     regime: what to do when n is below the sample size the accuracy theorem needs
       (:func:`hlm_regime`): ``"warn"`` (default, :class:`HLMRegimeWarning`), ``"refuse"``
       (ValueError) or ``"off"``. Privacy holds for every n; accuracy does not.
@@ -176,7 +176,7 @@ class HLMParams:
 
 
 # =====================================================================================
-# §2.3 weights, connecting points, γ
+# H§2.3 weights, connecting points, γ
 # =====================================================================================
 def theory_T(m: int, n: int, d: int, R: float, c_t: float = 13.07) -> float:
     """Thm 2 rule ``T = C_T R ln(m n³ (d+1)) / √m`` (bounded support ``‖X‖ <= R``)."""
@@ -189,7 +189,7 @@ def theory_A(N: int, n: int, d: int, R: float, c_t: float = 13.07) -> float:
 
 
 def assumption3_gamma(m: np.ndarray) -> float:
-    """Smallest γ >= 1 with Assumption 3: ``Σ_{m_i > γN/n} m_i <= N/2`` (decision A19)."""
+    """Smallest γ >= 1 with Assumption 3: ``Σ_{m_i > γN/n} m_i <= N/2`` (decision H§6 A19)."""
     m = np.asarray(m, dtype=float)
     n, N = m.size, float(m.sum())
     ms = np.sort(m)
@@ -202,7 +202,7 @@ def assumption3_gamma(m: np.ndarray) -> float:
 
 
 def imbalanced_weights(m: np.ndarray, gamma: float, A: float) -> tuple[np.ndarray, np.ndarray]:
-    """``w_i = (m_i ∧ m_c)/Σ_j(m_j ∧ m_c)``, ``T_i = A/√(m_i ∧ m_c)``, ``m_c = γN/n`` (§2.3)."""
+    """``w_i = (m_i ∧ m_c)/Σ_j(m_j ∧ m_c)``, ``T_i = A/√(m_i ∧ m_c)``, ``m_c = γN/n`` (H§2.3)."""
     m = np.asarray(m, dtype=float)
     mc = gamma * m.sum() / m.size
     capped = np.minimum(m, mc)
@@ -285,7 +285,7 @@ def _sigma_lower(st: _Setup, n: int, radius: float, alpha: float) -> float:
 
 
 def _outlier_count(y: np.ndarray, st: _Setup, p: HLMParams) -> int:
-    """Δ̃(D) by the surrogate ``p.outlier`` (§2.8), capped at ``n // 4`` (balanced) or k0."""
+    """Δ̃(D) by the surrogate ``p.outlier`` (H§2.8), capped at ``n // 4`` (balanced) or k0."""
     n = y.shape[0]
     surrogate = OUTLIER_SURROGATES[p.outlier]
     if st.balanced:
@@ -296,7 +296,7 @@ def _outlier_count(y: np.ndarray, st: _Setup, p: HLMParams) -> int:
 
 
 def _proxy(st: _Setup, n: int, radius: float):
-    """Data-independent ``S_proxy(β)`` (§2.9): Δ̃ = 0 and ``Z = T/2`` (``Z_i = T_i/2``)."""
+    """Data-independent ``S_proxy(β)`` (H§2.9): Δ̃ = 0 and ``Z = T/2`` (``Z_i = T_i/2``)."""
     if st.balanced:
         g = g_balanced(st.t / 2, n, st.t, radius, 0)
         return lambda b: smooth_max(g, b)
@@ -306,11 +306,11 @@ def _proxy(st: _Setup, n: int, radius: float):
 
 def hlm_regime(n: int, N: int, st_balanced: bool, beta: float, radius: float,
                T: float | None, gamma: float | None) -> dict[str, object]:
-    """The sample-size condition of HLM's accuracy theorem (spec §4), from public values.
+    """The sample-size condition of HLM's accuracy theorem (H§4), from public values.
 
     Balanced users (Thm 2): ``n > (4/β) ln(n R_c/T)``. Imbalanced users (Thm 5):
     ``n > 8γ(1 + ln(N n)/(2β))``. Below it the ``2R_c e^{-βk}`` term dominates the smooth
-    sensitivity (spec §5.4) and the noise is of the order of the whole radius: the
+    sensitivity (H§5.4) and the noise is of the order of the whole radius: the
     release is private but not accurate (issue 11 measured RMSE 12 on a [0.5, 5] scale
     at a few hundred users). Returns ``{"ok", "needed", "n", "theorem", "condition"}``.
     """
@@ -330,7 +330,7 @@ def hlm_regime(n: int, N: int, st_balanced: bool, beta: float, radius: float,
 def hlm_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta: float,
              params: HLMParams | None = None, rng: RandomSource | None = None,
              radius: float | None = None, T: float | None = None) -> CentralRelease:
-    """User-level (ε, δ)-DP Huber-loss mean of ``values`` (spec §2.10).
+    """User-level (ε, δ)-DP Huber-loss mean of ``values`` (H§2.10).
 
     ``user_ids`` (N,), ``values`` (N,) or (N, d). ``radius``/``T`` override the same
     fields of ``params`` for convenience. Requires at least two users.
@@ -352,7 +352,7 @@ def _check_regime(regime: dict[str, object], n: int, p: HLMParams) -> None:
     if regime["ok"] or p.regime == "off":
         return
     msg = (f"HLM is outside the regime of its accuracy theorem: {regime['condition']}, "
-           f"but n = {n} users (spec huber_user_level_dp.md §4, §5.4); the release is "
+           f"but n = {n} users (docs/central-algorithms.md H§4, H§5.4); the release is "
            "private but its noise is of the order of the whole radius R_c")
     if p.regime == "refuse":
         raise ValueError(msg)
@@ -362,7 +362,7 @@ def _check_regime(regime: dict[str, object], n: int, p: HLMParams) -> None:
 def _noisy_release(y: np.ndarray, st: _Setup, p: HLMParams, alpha: float, beta: float,
                    src: RandomSource) -> tuple[np.ndarray, float]:
     """``Clip(μ̂₀, R_c)`` on the public grid plus discrete Gaussian noise of sd
-    ``S_h/α`` (§2.5, module docstring points 2–4), optionally projected back onto the
+    ``S_h/α`` (H§2.5, module docstring points 2–4), optionally projected back onto the
     ball; returns the release and the grid step."""
     n, d = y.shape
     mu0 = np.atleast_1d(huber_minimize(y, st.w, st.T))
@@ -387,7 +387,8 @@ def _noisy_release(y: np.ndarray, st: _Setup, p: HLMParams, alpha: float, beta: 
 
 def _record(st: _Setup, p: HLMParams, n: int, d: int, epsilon: float, delta: float,
             alpha: float, beta: float, step: float) -> PrivacyRecord:
-    public = {"n": n, "d": d, "m_i": "per-user sample sizes (public, spec §1)",
+    public = {"n": n, "d": d,
+              "m_i": "per-user sample sizes (public, docs/central-algorithms.md H§1)",
               "radius": p.radius, "alpha": alpha, "beta": beta, "constants": p.constants,
               "grid_step": step, "path": "balanced" if st.balanced else "imbalanced",
               "outlier_method": p.outlier, "clip_output": p.clip_output}
@@ -400,7 +401,7 @@ def _record(st: _Setup, p: HLMParams, n: int, d: int, epsilon: float, delta: flo
         delta=delta, split={"huber_smooth_sensitivity_gaussian": 1.0}, public=public,
         notes=("single Gaussian release with beta-smooth sensitivity (NRS); discrete "
                "Gaussian on a public grid 2^-grid_bits finer than sigma, accounting done "
-               "for the continuous Gaussian (spec §2.10)"
+               "for the continuous Gaussian (docs/central-algorithms.md H§2.10)"
                + ("; constants='paper' does not meet the nominal delta for d=1"
                   if p.constants == "paper" and d == 1 else "")),
     )

@@ -1,9 +1,9 @@
 """The Huber-loss location of user means: objective and exact/iterative minimiser.
 
-See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Spec:
-``huber_user_level_dp.md`` §2.2 (the radial Huber objective ``F(s) = Σ_i w_i φ_i(s, y_i)``)
-and §2.4 (the solver: rule 1, exact when every user is in the quadratic zone; rule 3, the
-exact 1-D minimiser, decision A17; rule 4, IRLS to relative ``1e-12`` in d ≥ 2, decision
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Reference:
+``docs/central-algorithms.md`` H§2.2 (the radial Huber objective ``F(s) = Σ_i w_i φ_i(s, y_i)``)
+and H§2.4 (the solver: rule 1, exact when every user is in the quadratic zone; rule 3, the
+exact 1-D minimiser, decision H§6 A17; rule 4, IRLS to relative ``1e-12`` in d ≥ 2, decision
 A16). The privacy analysis of :mod:`uldp.collector.central.huber` assumes the exact
 minimiser; nothing here is random.
 """
@@ -24,7 +24,7 @@ def as_2d(y: np.ndarray) -> np.ndarray:
 
 def huber_objective(s: np.ndarray | float, y: np.ndarray, w: np.ndarray,
                     T: np.ndarray | float) -> float:
-    """``F(s) = Σ_i w_i φ_i(s, y_i)`` with the radial Huber loss (spec §2.2)."""
+    """``F(s) = Σ_i w_i φ_i(s, y_i)`` with the radial Huber loss (H§2.2)."""
     Y = as_2d(y)
     s = np.asarray(s, dtype=float).reshape(1, -1)
     r = np.linalg.norm(s - Y, axis=1)
@@ -50,11 +50,11 @@ def _fprime_1d(s: float, y: np.ndarray, w: np.ndarray, T: np.ndarray) -> float:
 
 
 def _huber_1d_exact(y: np.ndarray, w: np.ndarray, T: np.ndarray) -> float:
-    """Exact 1-D minimiser (§2.4 rule 3): zero of the piecewise-linear ``F'``.
+    """Exact 1-D minimiser (H§2.4 rule 3): zero of the piecewise-linear ``F'``.
 
     ``F'`` is continuous and non-decreasing with breakpoints ``y_i ± T_i``; binary search
     the first breakpoint with ``F' >= 0`` and solve the linear piece; on a flat zero
-    interval return its midpoint (decision A17).
+    interval return its midpoint (decision H§6 A17).
     """
     b = np.sort(np.r_[y - T, y + T])
 
@@ -83,7 +83,7 @@ def _huber_1d_exact(y: np.ndarray, w: np.ndarray, T: np.ndarray) -> float:
 
 def _huber_irls(Y: np.ndarray, w: np.ndarray, T: np.ndarray, c0: np.ndarray,
                 tol: float, max_iter: int) -> np.ndarray:
-    """Modified Weiszfeld / IRLS (spec §2.4): majorise–minimise, ``F`` non-increasing."""
+    """Modified Weiszfeld / IRLS (H§2.4): majorise–minimise, ``F`` non-increasing."""
     c = c0.copy()
     for _ in range(max_iter):
         r = np.linalg.norm(c[None, :] - Y, axis=1)
@@ -100,7 +100,7 @@ def _huber_irls(Y: np.ndarray, w: np.ndarray, T: np.ndarray, c0: np.ndarray,
 
 def huber_minimize(y: np.ndarray, w: np.ndarray, T: np.ndarray | float,
                    max_iter: int = 10_000) -> np.ndarray | float:
-    """``μ̂₀ = argmin_s Σ_i w_i φ_i(s, y_i)`` (spec §2.4).
+    """``μ̂₀ = argmin_s Σ_i w_i φ_i(s, y_i)`` (H§2.4).
 
     ``y`` is (n,) or (n, d); ``w`` sums to one; ``T`` is a scalar or per-user array.
     Returns a float for 1-D ``y`` and an array (d,) otherwise.

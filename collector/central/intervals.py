@@ -2,8 +2,8 @@
 
 See ``docs/central.md`` ("simple": the interval ``±((hi − lo)/(nK))·k₀.₉₅ + …``, where
 ``k₀.₉₅`` is the exact quantile of ``|DLap|``). The same quantile gives the noise part of
-the PMWM mean step's interval (``private_modified_winsorized_mean.md`` §5 A14) and of WME's
-Laplace stage 2 (``huber_user_level_dp.md`` §3).
+the PMWM mean step's interval (``docs/central-algorithms.md`` P§5 A14) and of WME's
+Laplace stage 2 (H§3 there).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The public occupancy array A of the per-subset statistics.
 
-See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md`` §1.3
-(neighbours share A), §5 B1 (A must be declared public) and B4 (a user's records in a
+See ``docs/central.md`` ("subset-stats"). Reference: ``docs/central-algorithms.md`` C§1.3
+(neighbours share A), C§5 B1 (A must be declared public) and B4 (a user's records in a
 subset keep their input order, so "the first Γ records" is well defined).
 
 A says which users contribute to which subset and with how many records. Everything here
@@ -157,11 +157,12 @@ def occupancy_from_rows(user_ids: Any, subsets: Any) -> Occupancy:
 
 
 def require_public_occupancy(public_occupancy: Any) -> None:
-    """§5 B1: refuse unless the caller declares the occupancy array public."""
+    """C§5 B1: refuse unless the caller declares the occupancy array public."""
     if public_occupancy is not True:
         raise ValueError(
             "public_occupancy must be True: this mechanism protects sample values only and "
-            "reveals who contributes to which subset and how often (spec §5 B1)")
+            "reveals who contributes to which subset and how often "
+            "(docs/central-algorithms.md C§5 B1)")
 
 
 def kept_summary(occ: Occupancy, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

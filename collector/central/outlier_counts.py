@@ -1,12 +1,12 @@
 """Computable outlier surrogates Δ̃ of the Huber-loss mean, and which one HLM uses.
 
-See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Spec:
-``huber_user_level_dp.md`` §2.8 (computable outlier surrogates Δ̃, 1-Lipschitz with a
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Reference:
+``docs/central-algorithms.md`` H§2.8 (computable outlier surrogates Δ̃, 1-Lipschitz with a
 witness: the exact balanced 1-D count, the lattice and interval "quarter ball" counts,
 the per-user radii of the imbalanced case with the fallback of item 4).
 
 Every Δ̃ here is ``n - max{|S| : P(S)}`` for a hereditary, completable property ``P``
-(§2.8 construction principle), capped at ``K``: 1-Lipschitz by construction, which the
+(H§2.8 construction principle), capped at ``K``: 1-Lipschitz by construction, which the
 smooth sensitivity of :mod:`uldp.collector.central.smooth_sensitivity` (G2) rests on.
 :data:`OUTLIER_SURROGATES` is the table behind ``HLMParams.outlier``.
 """
@@ -35,7 +35,7 @@ __all__ = [
 
 
 # =====================================================================================
-# §2.8 outlier surrogates Δ̃ (1-Lipschitz, with witness)
+# H§2.8 outlier surrogates Δ̃ (1-Lipschitz, with witness)
 # =====================================================================================
 def _balanced_1d_tables(ys: np.ndarray, T: float):
     half = T / 2
@@ -80,7 +80,7 @@ def _balanced_1d_max_kept(y: np.ndarray, T: float) -> tuple[int, int | None, tup
 
 
 def outlier_count_balanced_1d(y: np.ndarray, T: float, cap: int | None = None) -> int:
-    """Exact Δ̃ for balanced users in d = 1 (spec §2.8 item 1), ``O(n log² n)``.
+    """Exact Δ̃ for balanced users in d = 1 (H§2.8 item 1), ``O(n log² n)``.
 
     Δ̃ = n − (largest kept set completable into ``D*`` with ``Z(D*) < T/2``), optionally
     capped at ``cap`` (``⌊n/4⌋`` in HLM). Equals the paper's Δ exactly.
@@ -95,7 +95,7 @@ def balanced_1d_witness(y: np.ndarray, T: float) -> tuple[np.ndarray, float]:
     """Witness for ``outlier_count_balanced_1d``: (kept mask over ``y``, replacement value).
 
     Replacing every non-kept user's mean by the returned value gives ``D*`` with
-    ``Z(D*) < T/2`` (spec §2.8 R1). Among windows of ``s`` consecutive sorted points in
+    ``Z(D*) < T/2`` (H§2.8 R1). Among windows of ``s`` consecutive sorted points in
     the feasible block, consecutive means differ by < T/s <= 2c_s, so one lies within
     ``c_s`` of the chosen centre ``q``.
     """
@@ -124,7 +124,7 @@ def balanced_1d_witness(y: np.ndarray, T: float) -> tuple[np.ndarray, float]:
 def outlier_count_lattice(y: np.ndarray, radii: np.ndarray | float, spacing: float,
                           cap: int | None = None, offset: float = 0.0,
                           return_center: bool = False, chunk_cells: int = 2_000_000):
-    """Δ̃ = n − max over lattice points c of #{i : ‖y_i − c‖ < ρ_i} (spec §2.8 items 2/3).
+    """Δ̃ = n − max over lattice points c of #{i : ‖y_i − c‖ < ρ_i} (H§2.8 items 2/3).
 
     The lattice ``offset + spacing·Z^d`` is fixed and data independent; the property
     "all kept points lie within their radius of one common lattice point" is hereditary
@@ -179,7 +179,7 @@ def outlier_count_lattice(y: np.ndarray, radii: np.ndarray | float, spacing: flo
 
 def outlier_count_intervals_1d(y: np.ndarray, radii: np.ndarray | float,
                                cap: int | None = None, return_point: bool = False):
-    """Δ̃ = n − max depth of the open intervals ``(y_i − ρ_i, y_i + ρ_i)`` (spec §2.8 item 3).
+    """Δ̃ = n − max depth of the open intervals ``(y_i − ρ_i, y_i + ρ_i)`` (H§2.8 item 3).
 
     Event sweep with closings processed before openings at equal coordinates. Also the
     balanced "quarter ball" surrogate in 1-D with ``ρ_i = T/4``.
@@ -205,7 +205,7 @@ def outlier_count_intervals_1d(y: np.ndarray, radii: np.ndarray | float,
 
 
 def imbalanced_radii_ok(theta: float, w: np.ndarray, T: np.ndarray, k0: int) -> bool:
-    """The §2.8 item 3 test for ``ρ_i = θ T_i`` (public quantities only)."""
+    """The H§2.8 item 3 test for ``ρ_i = θ T_i`` (public quantities only)."""
     rho = theta * T
     rbar = float(np.sum(w * rho))
     terms = np.sort(w * (T + rho + rbar))[::-1]
@@ -216,7 +216,7 @@ def imbalanced_radii_ok(theta: float, w: np.ndarray, T: np.ndarray, k0: int) -> 
 def imbalanced_radii(w: np.ndarray, T: np.ndarray, k0: int) -> np.ndarray | None:
     """Per-user radii ``ρ_i = θ T_i`` with the largest θ ∈ (0, ½) passing the test (bisection).
 
-    Returns None if no θ > 0 passes (then use the fallback Δ̃ ≡ n, spec §2.8 item 4).
+    Returns None if no θ > 0 passes (then use the fallback Δ̃ ≡ n, H§2.8 item 4).
     """
     if k0 <= 0:
         return 0.5 * T
@@ -240,7 +240,7 @@ def imbalanced_radii(w: np.ndarray, T: np.ndarray, k0: int) -> np.ndarray | None
 @dataclass(frozen=True)
 class OutlierSurrogate:
     """One choice of Δ̃ for HLM: ``balanced(y, T, cap)`` for equal sample sizes (cap
-    ``n // 4``) and ``imbalanced(y, radii, k0)`` for the per-user radii of §2.8 item 3 (cap
+    ``n // 4``) and ``imbalanced(y, radii, k0)`` for the per-user radii of H§2.8 item 3 (cap
     ``k0``). ``needs_radii`` is False when the imbalanced path uses no radii at all.
     ``y`` is the (n, d) matrix of user means."""
 
@@ -252,7 +252,8 @@ class OutlierSurrogate:
 
 def _balanced_exact(y: np.ndarray, T: float, cap: int) -> int:
     if y.shape[1] != 1:
-        raise ValueError("outlier='exact' is only available for d = 1 (spec §2.8)")
+        raise ValueError("outlier='exact' is only available for d = 1 "
+                         "(docs/central-algorithms.md H§2.8)")
     return outlier_count_balanced_1d(y[:, 0], T, cap)
 
 

@@ -1,20 +1,20 @@
 """Private modified winsorized mean (PMWM) with unbounded private quantiles.
 
-See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats"). Spec:
-``private_modified_winsorized_mean.md``. Implemented here:
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats"). Reference:
+``docs/central-algorithms.md``. Implemented here:
 
-* §2.1 projection ``phi_{a,b}`` (:func:`project`);
-* §2.2 / §2.3 the private quantiles come from :mod:`uldp.collector.central.quantile_walk`;
-* §2.4.1 theoretical PMWM with sample split and trimming level ``zeta``
+* P§2.1 projection ``phi_{a,b}`` (:func:`project`);
+* P§2.2 / P§2.3 the private quantiles come from :mod:`uldp.collector.central.quantile_walk`;
+* P§2.4.1 theoretical PMWM with sample split and trimming level ``zeta``
   (:func:`pmwm_theoretical`, :func:`theoretical_trimming_level`);
-* §2.4.2 practical PMWM, the default (:func:`pmwm_practical`), with the budget split of
-  §2.4.2/§5 A4, crossed-quantile swap (§5 A5), the PDP warning of §2.5 and the optional
-  hard bounds of §5 A6;
-* §5 A14 float-safe noise: every random draw comes from :class:`RandomSource`; the mean
+* P§2.4.2 practical PMWM, the default (:func:`pmwm_practical`), with the budget split of
+  P§2.4.2/P§5 A4, crossed-quantile swap (P§5 A5), the PDP warning of P§2.5 and the optional
+  hard bounds of P§5 A6;
+* P§5 A14 float-safe noise: every random draw comes from :class:`RandomSource`; the mean
   step (:func:`mean_step`) uses discrete Laplace or discrete Gaussian noise on a
   power-of-two fixed-point grid;
-* §6 user-level entry point :func:`pmwm_mean` (one value per user: the user's mean; vector
-  values coordinate-wise with the even budget split of §5 A2).
+* P§6 user-level entry point :func:`pmwm_mean` (one value per user: the user's mean; vector
+  values coordinate-wise with the even budget split of P§5 A2).
 
 Neighbouring relation: replace one user (all of that user's rows), number of users public.
 
@@ -80,7 +80,7 @@ MEAN_GRID_BITS = 24
 
 
 class PMWMAccuracyWarning(UserWarning):
-    """The quantile budget is too small for the walk to reach the data reliably (§2.5)."""
+    """The quantile budget is too small for the walk to reach the data reliably (P§2.5)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -88,7 +88,7 @@ class PMWMAccuracyWarning(UserWarning):
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PMWMParams:
-    """Public parameters of the practical PMWM (§2.4.2, defaults of §2.5).
+    """Public parameters of the practical PMWM (P§2.4.2, defaults of P§2.5).
 
     lower, upper: loose bounds ``ell < u`` on the data (only their log-range matters).
     beta: grid ratio (> 1). C: points trimmed per end without contamination (integer >= 1).
@@ -96,8 +96,8 @@ class PMWMParams:
     ``(threshold, queries, mean)`` with ``2*(s1 + s2) + s3 == 1``. quantile_noise:
     ``"exponential"`` (pure DP walk, default) or ``"gaussian"`` (paper Lemma D.1, zCDP
     only). i_max: data-independent cap on the walk (default: float64 limit). hard_bounds:
-    optional public clamp of the private quantiles (§5 A6). warn: emit
-    :class:`PMWMAccuracyWarning` when the quantile budget is below the §2.5 threshold.
+    optional public clamp of the private quantiles (P§5 A6). warn: emit
+    :class:`PMWMAccuracyWarning` when the quantile budget is below the P§2.5 threshold.
     """
 
     lower: float = -50.0
@@ -157,17 +157,17 @@ class PMWMParams:
 
 
 # ---------------------------------------------------------------------------------------
-# §2.1 projection and trimming levels
+# P§2.1 projection and trimming levels
 # ---------------------------------------------------------------------------------------
 def project(x: np.ndarray, a: float, b: float) -> np.ndarray:
-    """phi_{a,b}: clip (winsorize) onto ``[a, b]``; values are moved, never removed (§2.1)."""
+    """phi_{a,b}: clip (winsorize) onto ``[a, b]``; values are moved, never removed (P§2.1)."""
     if not a <= b:
         raise ValueError(f"projection needs a <= b, got a={a}, b={b}")
     return np.clip(np.asarray(x, dtype=np.float64), a, b)
 
 
 def trimming_level(n: int, C: int, eta: float) -> float:
-    """Practical trimming level ``p = max(min(C, 0.025 n)/n, eta)`` (§2.4.2, §5 A12)."""
+    """Practical trimming level ``p = max(min(C, 0.025 n)/n, eta)`` (P§2.4.2, P§5 A12)."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     p = max(min(float(C), 0.025 * n) / n, float(eta))
@@ -178,7 +178,7 @@ def trimming_level(n: int, C: int, eta: float) -> float:
 
 def theoretical_trimming_level(n: int, eta: float, beta: float, lower: float, upper: float,
                                delta: float) -> float:
-    """zeta of Definition 3.1 (§2.4.1, step 1)."""
+    """zeta of Definition 3.1 (P§2.4.1, step 1)."""
     if not 4.0 * math.exp(-n) < delta < 1.0:
         raise ValueError(f"delta must lie in (4 exp(-n), 1), got {delta}")
     ratio = max(beta * (upper - lower) / (beta - 1.0), 1.0)
@@ -186,7 +186,7 @@ def theoretical_trimming_level(n: int, eta: float, beta: float, lower: float, up
 
 
 # ---------------------------------------------------------------------------------------
-# mean step (§2.4, §5 A14)
+# mean step (P§2.4, P§5 A14)
 # ---------------------------------------------------------------------------------------
 def mean_grid(a: float, b: float) -> tuple[float, int]:
     """Grid step ``g`` (power of two) and sensitivity ``Delta`` in grid units for the
@@ -207,7 +207,7 @@ def mean_step(x: np.ndarray, a: float, b: float, *, budget: float, mode: Mode,
     power of two; every operation is monotone in float64, so ``0 <= v_i <= Delta =
     floor((b - a)/g + 1/2)`` for any input and the integer sum has replace-one sensitivity
     ``Delta`` exactly (this is the clipped-mean sensitivity ``(b - a)/n`` rounded *up* to
-    the grid, §5 A14). Pure: ``Z ~ DLap(Delta/eps3)`` gives eps3-DP (Laplace mechanism).
+    the grid, P§5 A14). Pure: ``Z ~ DLap(Delta/eps3)`` gives eps3-DP (Laplace mechanism).
     zCDP: ``Z ~ N_Z(0, Delta^2/(2 rho3))`` gives rho3-zCDP (Canonne-Kamath-Steinke 2020,
     Thm 4). Release ``a + g (sum v + Z)/n``: post-processing. ``(a, b)`` are the private
     quantiles, so ``g`` and ``Delta`` depend on the data only through them. If ``a == b``
@@ -248,7 +248,7 @@ def split_budget(total: float, mode: Mode, split: tuple[float, float, float],
     """Per-quantile budget pair (in the noise's native units) and the mean budget.
 
     pure: ``(s1 eps, s2 eps)``, ``s3 eps``. zCDP + gaussian (paper): ``(s1 rho, s2 rho)``,
-    ``s3 rho``. zCDP + exponential (§5 A3): one quantile spends ``rho_q = (s1 + s2) rho``
+    ``s3 rho``. zCDP + exponential (P§5 A3): one quantile spends ``rho_q = (s1 + s2) rho``
     as a pure ``eps_q = sqrt(2 rho_q)`` walk (eps-DP implies eps^2/2-zCDP), split between
     threshold and queries in proportion ``s1 : s2``. Total: ``2 rho_q + s3 rho = rho``.
     """
@@ -268,19 +268,20 @@ def _walk_steps(params: PMWMParams) -> float:
 
 
 def _maybe_warn(n: int, eps2: float, params: PMWMParams) -> bool:
-    """§2.5 PDP warning: ``n eps2 < ln S + 3`` (public quantities only)."""
+    """P§2.5 PDP warning: ``n eps2 < ln S + 3`` (public quantities only)."""
     low = n * eps2 < math.log(_walk_steps(params)) + 3.0
     if low and params.warn:
         warnings.warn(
             f"PMWM quantile budget is small: n*eps2 = {n * eps2:.3g} < ln S + 3 = "
             f"{math.log(_walk_steps(params)) + 3.0:.3g}; the private quantiles may stop "
-            "early or overshoot (spec §2.5). Consider a quantile-heavier split such as "
-            "(1/8, 1/8, 1/2) or more users.", PMWMAccuracyWarning, stacklevel=3)
+            "early or overshoot (docs/central-algorithms.md P§2.5). Consider a "
+            "quantile-heavier split such as (1/8, 1/8, 1/2) or more users.",
+            PMWMAccuracyWarning, stacklevel=3)
     return low
 
 
 # ---------------------------------------------------------------------------------------
-# §2.4 PMWM
+# P§2.4 PMWM
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PMWMResult:
@@ -320,12 +321,12 @@ def _check_sample(x: np.ndarray, name: str = "x") -> np.ndarray:
 def pmwm_practical(x: np.ndarray, *, budget: float, mode: Mode = "pure",
                    params: PMWMParams | None = None, rng: RandomSource | None = None,
                    ) -> PMWMResult:
-    """Practical PMWM (§2.4.2): quantiles and clipped mean on the whole sample.
+    """Practical PMWM (P§2.4.2): quantiles and clipped mean on the whole sample.
 
     Privacy: the two quantiles each cost ``(s1 + s2) * budget`` and the mean step
     ``s3 * budget`` (see :func:`split_budget`); basic composition gives ``budget`` (eps-DP
     in ``mode="pure"``, rho-zCDP in ``mode="zcdp"``). Swapping crossed quantiles and the
-    optional hard-bound clamp are post-processing of the private quantiles (§5 A5, A6).
+    optional hard-bound clamp are post-processing of the private quantiles (P§5 A5, A6).
     """
     x = _check_sample(x)
     mode = _check_mode(mode)
@@ -365,7 +366,7 @@ def pmwm_theoretical(x_half: np.ndarray, y_half: np.ndarray, *,
                      upper: float = 50.0, beta: float = 1.001,
                      quantile_noise: QuantileNoise = "exponential",
                      rng: RandomSource | None = None) -> PMWMResult:
-    """Theoretical PMWM (Definition 3.1, §2.4.1): quantiles at ``zeta`` and ``1 - zeta``
+    """Theoretical PMWM (Definition 3.1, P§2.4.1): quantiles at ``zeta`` and ``1 - zeta``
     from ``y_half``, clipped mean of ``x_half``.
 
     ``budgets = (b1, b2, b3)``: each quantile costs ``b1 + b2`` and the mean ``b3``; total
@@ -405,7 +406,7 @@ def pmwm_theoretical(x_half: np.ndarray, y_half: np.ndarray, *,
 
 
 def modified_winsorized_mean(x: np.ndarray, *, C: int = 1, eta: float = 0.0) -> float:
-    """Non-private modified winsorized mean (§6 "With LDP reports"): clip at the empirical
+    """Non-private modified winsorized mean (P§6 "With LDP reports"): clip at the empirical
     (left-continuous) quantiles ``x_(ceil(np))`` and ``x_(ceil(n(1-p)))`` and average.
     Spends no budget only when ``x`` is already private (e.g. locally private reports):
     it is then post-processing."""
@@ -419,7 +420,7 @@ def modified_winsorized_mean(x: np.ndarray, *, C: int = 1, eta: float = 0.0) -> 
 
 
 # ---------------------------------------------------------------------------------------
-# §6 user-level entry point
+# P§6 user-level entry point
 # ---------------------------------------------------------------------------------------
 def resolve_budget(epsilon: float | None, rho: float | None) -> tuple[Mode, float]:
     """Exactly one of ``epsilon`` (pure DP) or ``rho`` (zCDP); validated."""
@@ -494,13 +495,13 @@ def _details(results: list[PMWMResult]) -> dict[str, Any]:
 def pmwm_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float | None,
               params: PMWMParams | Sequence[PMWMParams] | None = None,
               rng: RandomSource | None = None, rho: float | None = None) -> CentralRelease:
-    """User-level private mean of per-user means via the practical PMWM (§2.4.2, §6).
+    """User-level private mean of per-user means via the practical PMWM (P§2.4.2, P§6).
 
     Each user contributes one number, the mean of their rows (A1 (a)); PMWM is applied to
     the ``n_users`` numbers, so replacing all of one user's rows is a replace-one
     neighbour of the estimator's input and the release is user-level ``epsilon``-DP (pure)
     or ``rho``-zCDP. Pass exactly one of ``epsilon``/``rho``. Vector values ``(N, d)`` are
-    handled coordinate-wise with budget ``total/d`` per coordinate (§5 A2). The number of
+    handled coordinate-wise with budget ``total/d`` per coordinate (P§5 A2). The number of
     users is public.
     """
     mode, total = resolve_budget(epsilon, rho)
@@ -517,7 +518,8 @@ def pmwm_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float | None
                               "params": [_params_public(p) for p in plist]}
     notes = ("practical PMWM on per-user means; quantile walk "
              + ", ".join(sorted({p.quantile_noise for p in plist}))
-             + (" (gaussian mode rests on the paper's Lemma D.1, spec §5 A3)"
+             + (" (gaussian mode rests on the paper's Lemma D.1, "
+                "docs/central-algorithms.md P§5 A3)"
                 if any(p.quantile_noise == "gaussian" for p in plist) else ""))
     rec = _record("pmwm", mode, total, d, plist, public, notes)
     interval = None

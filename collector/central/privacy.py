@@ -1,8 +1,8 @@
 """The privacy record that accompanies every central user-level DP release.
 
-See ``docs/central.md`` (what a ``CentralRelease`` carries). Specs:
-``huber_user_level_dp.md``, ``private_modified_winsorized_mean.md``,
-``composition_suppression.md`` (each estimator fills in its own accounting). A record
+See ``docs/central.md`` (what a ``CentralRelease`` carries) and
+``docs/central-algorithms.md`` (parts H, P and C: each estimator fills in its own
+accounting). A record
 says what guarantee was spent, in which notion, how the budget was split between the
 estimator's steps, and which inputs were treated as public (not protected).
 """
@@ -19,7 +19,8 @@ class PrivacyRecord:
 
     mode: ``"pure"`` (ε-DP), ``"approx"`` ((ε, δ)-DP) or ``"zcdp"`` (ρ-zCDP).
     unit: the neighbouring relation, always user-level here (``"user"``: add/remove or
-    replace *all* of one user's records, as the estimator's spec states).
+    replace *all* of one user's records, as the estimator's part of
+    ``docs/central-algorithms.md`` states).
     split: named budget shares of the steps, e.g. ``{"quantile": 0.1, "mean": 0.9}``.
     public: inputs not protected by the guarantee (bounds, m, occupancy counts, ...).
     """

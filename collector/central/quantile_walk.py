@@ -1,13 +1,13 @@
 """Private quantiles by a noisy walk up a geometric grid, from loose public bounds.
 
 See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": PMWM's quantile walks, and
-WME's private median count). Spec: ``private_modified_winsorized_mean.md``:
+WME's private median count). Reference: ``docs/central-algorithms.md``:
 
-* §2.2 private upper quantile, the Durfee-style AboveThreshold walk on the geometric grid
+* P§2.2 private upper quantile, the Durfee-style AboveThreshold walk on the geometric grid
   ``x_i = beta**i + ell - 1`` (:func:`upper_quantile`), with the data-independent cap
-  ``I_max`` of §5 A6 and both quantile noise modes of §5 A3 (:data:`WALK_NOISES`);
-* §2.3 private lower quantile by negation (:func:`lower_quantile`);
-* §5 A13 (right-continuous counts, strict ``>``) and A14 (the walk runs on the integer
+  ``I_max`` of P§5 A6 and both quantile noise modes of P§5 A3 (:data:`WALK_NOISES`);
+* P§2.3 private lower quantile by negation (:func:`lower_quantile`);
+* P§5 A13 (right-continuous counts, strict ``>``) and A14 (the walk runs on the integer
   count scale with exact geometric (pure DP) or exact discrete Gaussian (paper-faithful
   zCDP) noise; every random draw comes from :class:`RandomSource`).
 """
@@ -48,7 +48,7 @@ _COUNT_SIGMA_MIN = 16.0  # gaussian quantile mode: count-scale noise sd is made 
 # grid
 # ---------------------------------------------------------------------------------------
 def default_i_max(beta: float, ell_abs: float = 0.0) -> int:
-    """Largest ``i`` with ``beta**i + |ell| + 1 <= DBL_MAX / 4`` (§2.5, §5 A6). Public.
+    """Largest ``i`` with ``beta**i + |ell| + 1 <= DBL_MAX / 4`` (P§2.5, P§5 A6). Public.
 
     The spec's cap is "``beta**i + |ell|`` finite"; the extra factor 4 (about 1400 fewer
     steps for beta = 1.001, out of ~7e5) keeps ``b - a`` and the mean step finite even if
@@ -97,7 +97,7 @@ discrete_gaussian_vec = discrete_gaussian
 
 @dataclass(frozen=True)
 class WalkNoise:
-    """The noise of the walk's threshold ``N_0`` and queries ``N_i`` (§5 A3).
+    """The noise of the walk's threshold ``N_0`` and queries ``N_i`` (P§5 A3).
 
     ``count_scale(budget)`` is the public power of two ``L`` the counts are multiplied by;
     ``draw(share, L, size, rng)`` draws ``size`` integers for one budget share.
@@ -129,7 +129,7 @@ WALK_NOISES: dict[str, WalkNoise] = {
 
 
 # ---------------------------------------------------------------------------------------
-# §2.2 / §2.3 private quantiles
+# P§2.2 / P§2.3 private quantiles
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class QuantileRelease:
@@ -176,7 +176,7 @@ def _first_crossing(ys: np.ndarray, ell: float, beta: float, cap: int, L: int, t
                     n0: int, draw: Callable[[int], np.ndarray]) -> QuantileRelease:
     """The first ``i`` in ``1..cap`` with ``L*c_i + N_i - N_0 > thr`` (``draw(size)`` gives
     the ``N_i``), or the cap. ``ys`` is sorted."""
-    # first block: the public number of steps to cross a range of 100 + |ell| (§2.7);
+    # first block: the public number of steps to cross a range of 100 + |ell| (P§2.7);
     # block sizes change how many draws are wasted, never the output distribution.
     start = 1
     block = min(cap, 64 + math.ceil(math.log1p(100.0 + abs(ell)) / math.log(beta)))
@@ -198,13 +198,13 @@ def upper_quantile(y: np.ndarray, q: float, ell: float, *, budget: tuple[float, 
                    rng: RandomSource, beta: float = 1.001,
                    noise: QuantileNoise = "exponential", i_max: int | None = None,
                    presorted: bool = False) -> QuantileRelease:
-    """Private upper quantile (§2.2): first grid point where a noisy count beats a noisy
+    """Private upper quantile (P§2.2): first grid point where a noisy count beats a noisy
     threshold.
 
     ``budget`` is ``(eps1, eps2)`` for ``noise="exponential"`` and ``(rho1, rho2)`` for
-    ``noise="gaussian"``. Counting form (§5 A14): stop at the first ``i >= 1`` with
+    ``noise="gaussian"``. Counting form (P§5 A14): stop at the first ``i >= 1`` with
     ``L*c_i + N_i > L*n*q + N_0``, ``c_i = #{y_j <= x_i}`` (right-continuous, strict ``>``,
-    §5 A13).
+    P§5 A13).
 
     Privacy (exponential mode, pure ``(eps1 + eps2)``-DP). ``N_0 ~ Geom(1 - e^{-eps1})`` and
     ``N_i ~ Geom(1 - e^{-eps2})`` on {0, 1, ...}. Under replace-one, the count vector moves
@@ -220,8 +220,8 @@ def upper_quantile(y: np.ndarray, q: float, ell: float, *, budget: tuple[float, 
     exact (see :func:`geometric`) with ``eps_r <= eps``.
 
     Gaussian mode (``noise="gaussian"``) uses ``N_j ~ N_Z(0, L^2/rho_j)``: the discrete
-    analogue of the paper's Lemma D.1, which claims ``(rho1 + rho2)``-zCDP; the spec (§5
-    A3) could not verify that lemma, so this mode is for paper reproduction.
+    analogue of the paper's Lemma D.1, which claims ``(rho1 + rho2)``-zCDP; P§5 A3 could not
+    verify that lemma, so this mode is for paper reproduction.
     """
     y = np.asarray(y, dtype=np.float64)
     if y.ndim != 1 or y.size == 0:
@@ -241,7 +241,7 @@ def lower_quantile(y: np.ndarray, q: float, u: float, *, budget: tuple[float, fl
                    rng: RandomSource, beta: float = 1.001,
                    noise: QuantileNoise = "exponential", i_max: int | None = None,
                    ) -> QuantileRelease:
-    """Private lower quantile (§2.3): ``-UPPER_QUANTILE(-y, 1 - q, -u)``; same privacy."""
+    """Private lower quantile (P§2.3): ``-UPPER_QUANTILE(-y, 1 - q, -u)``; same privacy."""
     r = upper_quantile(-np.asarray(y, dtype=np.float64), 1.0 - q, -u, budget=budget,
                        rng=rng, beta=beta, noise=noise, i_max=i_max)
     return QuantileRelease(-r.value, r.index, r.capped)

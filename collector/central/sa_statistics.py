@@ -1,8 +1,8 @@
 """The group statistics of subsample-and-aggregate: built-in ones by name, or the caller's.
 
 See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": subsample-and-aggregate).
-Spec: ``private_modified_winsorized_mean.md`` §2.6 (SA_PMWM computes a non-private
-statistic ``T`` on each group of users) and §6 (the statistics of the query kind
+Reference: ``docs/central-algorithms.md`` P§2.6 (SA_PMWM computes a non-private
+statistic ``T`` on each group of users) and P§6 (the statistics of the query kind
 ``subsample_aggregate``). A statistic sees the rows of one group and their user ids; it
 needs no bounded sensitivity (the aggregation is what is private), so nothing here is
 random or private.

@@ -1,29 +1,29 @@
 """Smooth sensitivity and (α, β) constants of the Huber-loss mean (HLM).
 
-See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Spec:
-``huber_user_level_dp.md`` §2.5 (smooth-sensitivity framework), §2.6 (balanced
-``G``/``S``), §2.7 (imbalanced ``G``/``S`` with the repaired ``h``, decision A8), §2.9
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": HLM). Reference:
+``docs/central-algorithms.md`` H§2.5 (smooth-sensitivity framework), H§2.6 (balanced
+``G``/``S``), H§2.7 (imbalanced ``G``/``S`` with the repaired ``h``, decision H§6 A8), H§2.9
 (constants: ``"calibrated"``, ``"nrs"``, ``"paper"``, :data:`CONSTANTS`) and decisions
-A1–A6, A18. The §2.8 outlier surrogates Δ̃ are in
+A1–A6, A18. The H§2.8 outlier surrogates Δ̃ are in
 :mod:`uldp.collector.central.outlier_counts`.
 
 Everything here is a pure function of numpy arrays and public parameters, so the tests
-can check each piece against brute force (spec §7 items 2–4).
+can check each piece against brute force (H§7 items 2–4).
 
 Privacy building blocks (Nissim–Raskhodnikova–Smith, as used by the paper, Thm 1/4):
 
 * ``G(D, k)`` with (G1) ``LS(D) <= G(D, 0)`` and (G2) ``G(D, k) <= G(D', k+1)`` for
   user-level neighbours; ``S(D) = max_k e^{-βk} G(D, k)`` is then a β-smooth upper bound
   of the local sensitivity of ``Clip(μ̂₀, R_c)``. Every ``G`` is capped at ``2 R_c``
-  (decision A3), which makes (G2) unconditional.
-* (G2) rests on the outlier surrogate Δ̃ being 1-Lipschitz with a witness (§2.8 R1/R2);
+  (decision H§6 A3), which makes (G2) unconditional.
+* (G2) rests on the outlier surrogate Δ̃ being 1-Lipschitz with a witness (H§2.8 R1/R2);
   every Δ̃ here is ``n - max{|S| : P(S)}`` for a hereditary, completable property ``P``
-  (§2.8 construction principle), capped at ``K`` — 1-Lipschitz by construction.
+  (H§2.8 construction principle), capped at ``K`` — 1-Lipschitz by construction.
 * The Gaussian ``N(0, (S/α)² I_d)`` is (ε, δ)-DP when the worst-case hockey-stick
   divergence between ``N(0, I)`` and ``N(a e₁, s² I)``, ``s ∈ [e^{-β}, e^{β}]``,
-  ``|a| <= α min(1, s)``, is at most δ (§2.9). ``calibrated_alpha`` computes the largest
+  ``|a| <= α min(1, s)``, is at most δ (H§2.9). ``calibrated_alpha`` computes the largest
   such α numerically; ``"nrs"`` is the NRS d>1 formula; ``"paper"`` is eq. 3 verbatim,
-  which for d = 1 does **not** meet the nominal δ (spec §2.9 [check]).
+  which for d = 1 does **not** meet the nominal δ (H§2.9 [check]).
 """
 
 from __future__ import annotations
@@ -54,17 +54,17 @@ __all__ = [
 ]
 
 # =====================================================================================
-# §2.9 constants (α, β)
+# H§2.9 constants (α, β)
 # =====================================================================================
 def paper_constants(epsilon: float, delta: float, d: int) -> tuple[float, float]:
-    """The paper's eq. 3 / (7) ``(α, β)``. For d = 1 the nominal δ is NOT met (§2.9)."""
+    """The paper's eq. 3 / (7) ``(α, β)``. For d = 1 the nominal δ is NOT met (H§2.9)."""
     if d == 1:
         return epsilon / math.sqrt(math.log(1 / delta)), epsilon / (2 * math.log(1 / delta))
     return nrs_constants(epsilon, delta, d)
 
 
 def nrs_constants(epsilon: float, delta: float, d: int) -> tuple[float, float]:
-    """NRS's d > 1 Gaussian pair, used for every d (valid, conservative; spec §2.9)."""
+    """NRS's d > 1 Gaussian pair, used for every d (valid, conservative; H§2.9)."""
     alpha = epsilon / (5 * math.sqrt(2 * math.log(2 / delta)))
     beta = epsilon / (4 * (d + math.log(2 / delta)))
     return alpha, beta
@@ -114,7 +114,7 @@ def _hockey_multid(a: float, s: float, epsilon: float, d: int) -> float:
     """∫(p − e^ε q)_+ for p = N(0, I_d), q = N(a e₁, s² I_d), by 1-D quadrature over x₁.
 
     For fixed x₁ the privacy loss is affine in the orthogonal squared norm r² (χ²_{d−1}
-    under p, s²χ²_{d−1} under q), so each slice is a chi-square tail (spec §2.9).
+    under p, s²χ²_{d−1} under q), so each slice is a chi-square tail (H§2.9).
     """
     k = d - 1
     span = 14 * max(1.0, s) + abs(a)
@@ -165,7 +165,7 @@ def hockey_stick_worst(alpha: float, beta: float, epsilon: float, d: int,
 
 @lru_cache(maxsize=512)
 def calibrated_alpha(epsilon: float, delta: float, beta: float, d: int) -> float:
-    """Largest α (bisection, 1e-4 relative) with ``hockey_stick_worst <= δ`` (§2.9).
+    """Largest α (bisection, 1e-4 relative) with ``hockey_stick_worst <= δ`` (H§2.9).
 
     Returns 0.0 if no α > 0 passes (β too large for this (ε, δ)).
     """
@@ -183,7 +183,7 @@ def calibrated_alpha(epsilon: float, delta: float, beta: float, d: int) -> float
     return lo
 
 
-BETA_GRID = tuple(round(0.005 * k, 3) for k in range(1, 21))  # × ε, spec §2.9
+BETA_GRID = tuple(round(0.005 * k, 3) for k in range(1, 21))  # × ε, H§2.9
 
 
 def _paper_alpha_beta(epsilon: float, delta: float, d: int, beta: float | None,
@@ -191,7 +191,8 @@ def _paper_alpha_beta(epsilon: float, delta: float, d: int, beta: float | None,
     if d == 1:
         warnings.warn(
             "constants='paper' for d=1 does not deliver the nominal (epsilon, delta): "
-            "at eps=1, delta=1e-5 the true delta is ~1.3e-3 (spec §2.9); reproduction only",
+            "at eps=1, delta=1e-5 the true delta is ~1.3e-3 (docs/central-algorithms.md H§2.9); "
+            "reproduction only",
             RuntimeWarning, stacklevel=3)
     a, b = paper_constants(epsilon, delta, d)
     return a, (b if beta is None else beta)
@@ -232,7 +233,7 @@ def _calibrated_alpha_beta(epsilon: float, delta: float, d: int, beta: float | N
     return best[1], best[2]
 
 
-#: the (α, β) rules of §2.9 by name, each ``f(ε, δ, d, β or None, proxy or None)``
+#: the (α, β) rules of H§2.9 by name, each ``f(ε, δ, d, β or None, proxy or None)``
 CONSTANTS: dict[str, Callable[[float, float, int, float | None,
                                Callable[[float], float] | None], tuple[float, float]]] = {
     "calibrated": _calibrated_alpha_beta,
@@ -245,7 +246,7 @@ CONSTANT_MODES = tuple(CONSTANTS)
 def hlm_constants(epsilon: float, delta: float, d: int, mode: str = "calibrated",
                   beta: float | None = None,
                   proxy: Callable[[float], float] | None = None) -> tuple[float, float]:
-    """``(α, β)`` for the smooth-sensitivity Gaussian (spec §2.9).
+    """``(α, β)`` for the smooth-sensitivity Gaussian (H§2.9).
 
     ``proxy(β) -> float`` is the data-independent ``S_proxy`` used to pick the default β
     in calibrated mode (minimise ``S_proxy(β)/α(β)`` over ``{0.005, ..., 0.1}·ε``);
@@ -257,7 +258,7 @@ def hlm_constants(epsilon: float, delta: float, d: int, mode: str = "calibrated"
 
 
 # =====================================================================================
-# §2.6 / §2.7 smooth sensitivity
+# H§2.6 / H§2.7 smooth sensitivity
 # =====================================================================================
 def smooth_max(g_values: np.ndarray, beta: float) -> float:
     """``max_k e^{-βk} G(k)`` for ``G`` given at ``k = 0, 1, ..., len-1``."""
@@ -267,7 +268,7 @@ def smooth_max(g_values: np.ndarray, beta: float) -> float:
 
 
 def g_balanced(z: float, n: int, T: float, radius: float, delta_tilde: int) -> np.ndarray:
-    """``G(D, k)`` for ``k = 0..k_c`` (balanced, spec §2.6); ``G(D, k) = 2R_c`` beyond.
+    """``G(D, k)`` for ``k = 0..k_c`` (balanced, H§2.6); ``G(D, k) = 2R_c`` beyond.
 
     ``z = Z(D) = max_i ‖y_i − ȳ‖``, ``delta_tilde`` = Δ̃(D).
     """
@@ -287,7 +288,7 @@ def g_balanced(z: float, n: int, T: float, radius: float, delta_tilde: int) -> n
 
 def smooth_sensitivity_balanced(z: float, n: int, T: float, radius: float, beta: float,
                                 delta_tilde: int) -> float:
-    """β-smooth sensitivity ``S(D)`` of ``Clip(μ̂₀, R_c)``, balanced users (spec §2.6)."""
+    """β-smooth sensitivity ``S(D)`` of ``Clip(μ̂₀, R_c)``, balanced users (H§2.6)."""
     return smooth_max(g_balanced(z, n, T, radius, delta_tilde), beta)
 
 
@@ -297,7 +298,7 @@ def sorted_weight_prefix(w: np.ndarray) -> np.ndarray:
 
 
 def h_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray, k: int) -> float:
-    """Repaired ``h(D, k) = top_k{w_i (T_i + Z_i)} / W_{≤ n−k}`` (spec §2.7, decision A8)."""
+    """Repaired ``h(D, k) = top_k{w_i (T_i + Z_i)} / W_{≤ n−k}`` (H§2.7, decision H§6 A8)."""
     n = w.size
     if k <= 0:
         return 0.0
@@ -307,7 +308,7 @@ def h_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray, k: int) -> float:
 
 def g_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray, radius: float,
                  delta_tilde: int, k0: int) -> np.ndarray:
-    """``G(D, k)`` for ``k = 0..k_c`` (imbalanced, spec §2.7); ``2R_c`` beyond.
+    """``G(D, k)`` for ``k = 0..k_c`` (imbalanced, H§2.7); ``2R_c`` beyond.
 
     ``Z`` holds ``Z_i(D) = ‖y_i − ȳ_w‖``.
     """
@@ -319,7 +320,7 @@ def g_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray, radius: float,
     h1 = h_imbalanced(w, T, Z, 1)
     W = sorted_weight_prefix(w)
     top = 2.0 * float(np.max(w * T))
-    if h1 < float(np.min(T - Z)):  # case (a), strict (decision A5)
+    if h1 < float(np.min(T - Z)):  # case (a), strict (decision H§6 A5)
         g[0] = h1
     elif K_b >= 0:
         g[0] = top / W[n - delta_tilde - 1]
@@ -332,5 +333,5 @@ def g_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray, radius: float,
 def smooth_sensitivity_imbalanced(w: np.ndarray, T: np.ndarray, Z: np.ndarray,
                                   radius: float, beta: float, delta_tilde: int,
                                   k0: int) -> float:
-    """β-smooth sensitivity ``S(D)``, imbalanced users (spec §2.7)."""
+    """β-smooth sensitivity ``S(D)``, imbalanced users (H§2.7)."""
     return smooth_max(g_imbalanced(w, T, Z, radius, delta_tilde, k0), beta)

@@ -1,11 +1,11 @@
 """Improved subsample-and-aggregate (SA) with the PMWM aggregator, at user level.
 
 See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": subsample-and-aggregate).
-Spec: ``private_modified_winsorized_mean.md`` §2.6 (algorithm SA_PMWM), §2.6.3 (privacy),
-§2.6.4 (choosing k), §5 A1 (partition *users*, never rows of one user), A2 (even budget
+Reference: ``docs/central-algorithms.md`` P§2.6 (algorithm SA_PMWM), P§2.6.3 (privacy),
+P§2.6.4 (choosing k), P§5 A1 (partition *users*, never rows of one user), A2 (even budget
 split over coordinates, or public weights summing to one), A7 (m = floor(n/k) groups of
 exactly k users from a data-independent random permutation; leftovers dropped, or spread
-over the first groups), A8 (failed statistic coordinates replaced by a public value), §6
+over the first groups), A8 (failed statistic coordinates replaced by a public value), P§6
 (query kind ``subsample_aggregate``). The spec names the module ``central.sa``; it lives
 here as ``central.subsample_aggregate``, its group statistics in
 :mod:`uldp.collector.central.sa_statistics`.
@@ -64,15 +64,15 @@ __all__ = [
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SAParams:
-    """Public parameters of SA_PMWM (§2.6).
+    """Public parameters of SA_PMWM (P§2.6).
 
-    group_size: k, users per group (>= 1). leftover: ``"drop"`` (default, §5 A7) or
+    group_size: k, users per group (>= 1). leftover: ``"drop"`` (default, P§5 A7) or
     ``"spread"`` (sizes k or k+1). pmwm: aggregator parameters, one for all coordinates or
-    one per coordinate (§2.6.1; the paper's SA study uses bounds ``-+40 sqrt 6``, C = 1,
+    one per coordinate (P§2.6.1; the paper's SA study uses bounds ``-+40 sqrt 6``, C = 1,
     eta = 0). dim: output dimension d of the statistic (public; inferred from built-ins or
     the first group when None). failure_value: public replacement for failed coordinates
-    (default: the midpoint of each coordinate's bounds, §5 A8). weights: per-coordinate
-    budget shares summing to 1 (default even, §5 A2).
+    (default: the midpoint of each coordinate's bounds, P§5 A8). weights: per-coordinate
+    budget shares summing to 1 (default even, P§5 A2).
     """
 
     group_size: int = 10
@@ -127,7 +127,7 @@ class SAParams:
 # ---------------------------------------------------------------------------------------
 def partition_users(n_users: int, k: int, rng: RandomSource,
                     leftover: Literal["drop", "spread"] = "drop") -> list[np.ndarray]:
-    """Data-independent partition of user indices ``0..n_users-1`` (§2.6.2, §5 A7).
+    """Data-independent partition of user indices ``0..n_users-1`` (P§2.6.2, P§5 A7).
 
     ``m = floor(n_users / k)`` groups from a uniform random permutation; ``"drop"``
     discards the ``n_users - m k`` last users of the permutation, ``"spread"`` adds them
@@ -165,7 +165,7 @@ def group_statistics(groups: UserGroups, partition: Sequence[np.ndarray],
 
     Each row depends only on the rows of the users of that group. A statistic that raises
     or returns non-finite coordinates has those coordinates replaced by ``fallback``
-    (public, §5 A8). ``d`` is ``dim`` or the output length of the first successful group;
+    (public, P§5 A8). ``d`` is ``dim`` or the output length of the first successful group;
     a group whose output has another length counts as failed.
     """
     outs: list[np.ndarray | None] = []
@@ -210,7 +210,7 @@ def _declared_dim(params: SAParams, statistic: str | Statistic, groups: UserGrou
 
 
 def _fallback(params: SAParams, dim: int | None) -> np.ndarray | None:
-    """The public replacement of failed coordinates (§5 A8): declared, or the midpoint of
+    """The public replacement of failed coordinates (P§5 A8): declared, or the midpoint of
     each coordinate's PMWM bounds."""
     if params.failure_value is not None:
         return np.atleast_1d(np.asarray(params.failure_value, dtype=np.float64))
@@ -245,7 +245,8 @@ def _record(mode: Mode, total: float, groups: UserGroups, params: SAParams, m: i
     }
     kw: dict[str, Any] = {"epsilon": total} if mode == "pure" else {"rho": total}
     return PrivacyRecord(mechanism="subsample_aggregate+pmwm", mode=mode, split=split,
-                         public=public, notes="groups of whole users (spec §5 A1); "
+                         public=public, notes="groups of whole users "
+                         "(docs/central-algorithms.md P§5 A1); "
                          "coordinate-wise PMWM aggregation", **kw)
 
 
@@ -261,7 +262,7 @@ def subsample_and_aggregate(user_ids: np.ndarray, values: np.ndarray,
                             statistic: str | Statistic, *, epsilon: float | None,
                             params: SAParams | None = None, rng: RandomSource | None = None,
                             rho: float | None = None) -> CentralRelease:
-    """User-level SA_PMWM (§2.6): partition users into groups of k, compute the
+    """User-level SA_PMWM (P§2.6): partition users into groups of k, compute the
     (non-private) ``statistic`` on each group, aggregate each coordinate with the
     practical PMWM at budget ``w_j * total``.
 
@@ -278,7 +279,7 @@ def subsample_and_aggregate(user_ids: np.ndarray, values: np.ndarray,
     partition = partition_users(groups.n_users, params.group_size, src.spawn("sa-partition"),
                                 params.leftover)
     dim = _declared_dim(params, statistic, groups)
-    # failure counts (§5 A8) are not private: they are deliberately not released here;
+    # failure counts (P§5 A8) are not private: they are deliberately not released here;
     # an operator can recompute them with group_statistics on the trusted side.
     t, _failed = group_statistics(groups, partition, stat, dim, _fallback(params, dim))
     d = t.shape[1]

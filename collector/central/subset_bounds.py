@@ -1,9 +1,9 @@
 """Exact user-level sensitivities and worst-case clipping biases of a subset's statistics.
 
-See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md`` §2.1
-(baseline sensitivities, Prop. III.1), §2.2 (clip sensitivities, Lemma III.3: one
-``var_sensitivity`` serves both) and §2.3 (worst-case bias, Thm IV.1 and the **corrected**
-Thm IV.2, §5 B3).
+See ``docs/central.md`` ("subset-stats"). Reference: ``docs/central-algorithms.md`` C§2.1
+(baseline sensitivities, Prop. III.1), C§2.2 (clip sensitivities, Lemma III.3: one
+``var_sensitivity`` serves both) and C§2.3 (worst-case bias, Thm IV.1 and the **corrected**
+Thm IV.2, C§5 B3).
 
 Pure formulas of public counts (largest per-user count m⋆ or Γ⋆, total N or S) and the
 range width U; exact on :class:`fractions.Fraction` inputs.
@@ -79,7 +79,7 @@ def mean_bias(kept: int, total: int, upper: Number) -> Number:
 
 
 def var_bias(kept: int, total: int, upper: Number) -> Number:
-    """Worst-case |Var − Var_clip| (Thm IV.2 **corrected**, spec §2.3 / §5 B3).
+    """Worst-case |Var − Var_clip| (Thm IV.2 **corrected**, C§2.3 / C§5 B3).
 
     0 if nothing is dropped; ``U²S(N−S)/N²`` if ``2S > N``; else ``U²/4`` (N even) or
     ``U²/4·(1 − 1/N²)`` (N odd). ``kept = 0`` is the suppressed-everything limit.

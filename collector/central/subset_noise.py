@@ -1,6 +1,6 @@
 """The release noise of the per-subset statistics: discrete Laplace on a fixed-point grid.
 
-See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md`` §5 B13
+See ``docs/central.md`` ("subset-stats"). Reference: ``docs/central-algorithms.md`` C§5 B13
 (discrete noise on the grid γ = Δ/2^k, Δ_int = 2^k + 1 units) and B9 (per-coordinate
 intervals). The privacy argument of the grid, including the float-safety bound that
 :func:`effective_bits` enforces, is in :mod:`uldp.collector.central.subset_release`.

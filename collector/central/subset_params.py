@@ -1,8 +1,8 @@
 """Public parameters of the per-subset statistics and their worst-case error metric.
 
-See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md`` §2.1 (the
-mean/variance budget split, §5 B11), §2.4 (the worst-case error E_g of eq. 12/13, with the
-weights of §5 B8) and §5 B13 (the grid of the release, whose E|noise| the ``"release"``
+See ``docs/central.md`` ("subset-stats"). Reference: ``docs/central-algorithms.md`` C§2.1 (the
+mean/variance budget split, C§5 B11), C§2.4 (the worst-case error E_g of eq. 12/13, with the
+weights of C§5 B8) and C§5 B13 (the grid of the release, whose E|noise| the ``"release"``
 error model uses).
 
 The planner (:mod:`uldp.collector.central.clip_user`) and the release
@@ -51,7 +51,7 @@ class SubsetStatsParams:
     """Public parameters shared by the planner and the release (they must agree, B11).
 
     epsilon: pure-DP budget *per subset* (a user in K subsets spends Kε in total).
-    lower, upper: public value range; U = upper − lower (shift extension of §1.1).
+    lower, upper: public value range; U = upper − lower (shift extension of C§1.1).
     statistic: ``"mean"``, ``"variance"`` or ``"both"``.
     mean_share: fraction of ε spent on the mean when ``statistic == "both"`` (B11).
     weights: (w_μ, w_Var) of the error metric (B8; change the plan, never privacy).
@@ -155,7 +155,7 @@ def _noise_factor(eps_share: float, grid_bits: int, model: str) -> float:
     return NOISE_FACTORS[model](eps_share, grid_bits)
 
 
-# ---- §2.4: worst-case error metric ---------------------------------------------------
+# ---- C§2.4: worst-case error metric ---------------------------------------------------
 def grid_error(kept: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray, *,
                upper: Number, epsilon: float, statistic: Statistic = "both",
                mean_share: float = 0.5, weights: tuple[float, float] = (1.0, 1.0),

@@ -1,15 +1,15 @@
 """Per-subset means and variances under user-level DP (baseline and clip mechanisms).
 
-See ``docs/central.md`` ("subset-stats"). Spec: ``composition_suppression.md``. This
+See ``docs/central.md`` ("subset-stats"). Reference: ``docs/central-algorithms.md``. This
 module is the release; its pieces live next to it:
 
-* §1.2 targets (per-subset mean and *population* variance, §5 B14): here;
-* §2.1–§2.3 exact sensitivities and worst-case biases (Prop. III.1, Lemma III.3, Thm IV.1,
-  the **corrected** Thm IV.2 of §5 B3): :mod:`uldp.collector.central.subset_bounds`;
-* §2.4 worst-case error metric (eq. 12/13) with the split of §5 B11 and weights of §5 B8:
+* C§1.2 targets (per-subset mean and *population* variance, C§5 B14): here;
+* C§2.1–C§2.3 exact sensitivities and worst-case biases (Prop. III.1, Lemma III.3, Thm IV.1,
+  the **corrected** Thm IV.2 of C§5 B3): :mod:`uldp.collector.central.subset_bounds`;
+* C§2.4 worst-case error metric (eq. 12/13) with the split of C§5 B11 and weights of C§5 B8:
   :mod:`uldp.collector.central.subset_params`;
-* §2.6 release after Clip-User (the plan comes from :mod:`uldp.collector.central.clip_user`);
-* §5 B1 (occupancy must be declared public) and B4 (keep the *first* Γ records in input
+* C§2.6 release after Clip-User (the plan comes from :mod:`uldp.collector.central.clip_user`);
+* C§5 B1 (occupancy must be declared public) and B4 (keep the *first* Γ records in input
   order): :mod:`uldp.collector.central.occupancy`;
 * B5 (S = 0 is infeasible) and B15 (clamp; the clamp count is logged for operators, never
   put in the release): here; B9 (per-coordinate intervals) and B13 (discrete noise):
@@ -17,12 +17,12 @@ module is the release; its pieces live next to it:
 
 Privacy argument (pure user-level ε-DP per subset; Kε overall by Thm II.3)
 -------------------------------------------------------------------------
-Neighbours (§1.3) share the public occupancy array ``A`` and differ in the values of one
+Neighbours (C§1.3) share the public occupancy array ``A`` and differ in the values of one
 user. Everything that is not a value — which subsets exist, the kept counts Γ, the
 sensitivities Δ, the grid steps and the noise scales — is a function of ``(A, Γ, U, ε)``
 only and is recomputed here from them (never accepted as an input).
 
-For one subset and one statistic θ with exact sensitivity Δ > 0 (§2.1/§2.2 formulas):
+For one subset and one statistic θ with exact sensitivity Δ > 0 (C§2.1/C§2.2 formulas):
 
 1. values are clamped to ``[lower, upper]`` (a per-record, data-independent map; B15) and the
    first Γ_ℓ records of each user are kept (a rule depending only on that user's own record
@@ -41,7 +41,7 @@ For one subset and one statistic θ with exact sensitivity Δ > 0 (§2.1/§2.2 f
    2^-24, :mod:`uldp.client.noise`) is ε_r-DP on integers, hence ε-DP, and the released
    float ``γ·(r + Z)`` is post-processing.
 
-Mean and variance use budget shares ``ε_μ + ε_Var = ε`` (default ε/2 each, §2.1, B11), so one
+Mean and variance use budget shares ``ε_μ + ε_Var = ε`` (default ε/2 each, C§2.1, B11), so one
 subset is ε-DP; a subset's release reads only that subset's records, so by disjoint-subset
 composition (Thm II.3) the whole release is ``max_ℓ ε·|{g: Γ_{g,ℓ} > 0}| = Kε``-DP. When
 ``Δ = 0`` (the variance of a single kept sample) the statistic is the constant 0 and is
@@ -84,7 +84,7 @@ __all__ = ["subset_stats"]
 _LOG = logging.getLogger("uldp.collector.central.subset_stats")
 
 
-# ---- §2.2 / §2.6: the release ---------------------------------------------------------
+# ---- C§2.2 / C§2.6: the release ---------------------------------------------------------
 def _grid_sums(values: np.ndarray, grid: np.ndarray, n_grids: int,
                ) -> tuple[np.ndarray, np.ndarray]:
     """fsum-exact per-grid mean and two-pass population variance of kept values."""
@@ -154,7 +154,7 @@ def _kept_statistics(rows: Rows, vals: np.ndarray, kept: np.ndarray,
 
 
 def _sensitivities(gmax: np.ndarray, s: np.ndarray, u: float) -> tuple[np.ndarray, np.ndarray]:
-    """(Δ_μ, Δ_Var) per subset from the kept maximum Γ⋆ and total S (§2.2)."""
+    """(Δ_μ, Δ_Var) per subset from the kept maximum Γ⋆ and total S (C§2.2)."""
     d_mu = np.array([mean_sensitivity(int(a), int(b), u) for a, b in zip(gmax, s, strict=True)])
     d_var = np.array([var_sensitivity(int(a), int(b), u) for a, b in zip(gmax, s, strict=True)])
     return d_mu, d_var
@@ -208,11 +208,12 @@ def _record(params: SubsetStatsParams, occ: Occupancy, k_factor: int,
         mode="pure",
         epsilon=params.epsilon * k_factor,
         unit="user",
-        neighbouring="replace-one-user (same public occupancy array A, spec §1.3)",
+        neighbouring=("replace-one-user (same public occupancy array A, "
+                      "docs/central-algorithms.md C§1.3)"),
         split={"mean": params.epsilon_mean / params.epsilon,
                "variance": params.epsilon_var / params.epsilon},
         public={
-            "occupancy_array": "declared public (spec §5 B1)",
+            "occupancy_array": "declared public (docs/central-algorithms.md C§5 B1)",
             "per_subset_epsilon": params.epsilon, "K": k_factor,
             "lower": params.lower, "upper": params.upper, "n_subsets": occ.n_subsets,
             "n_users": occ.n_users, "kept_counts": "Γ from the plan" if planned
@@ -238,11 +239,11 @@ def subset_stats(user_ids: Any, values: Any, subsets: Any, *, epsilon: float, up
                  plan: ClipUserPlan | None = None, public_occupancy: bool = False,
                  mean_share: float = 0.5, grid_bits: int = 16,
                  rng: RandomSource | None = None) -> CentralRelease:
-    """Per-subset mean and/or population variance, user-level ε-DP per subset (§2.1/§2.6).
+    """Per-subset mean and/or population variance, user-level ε-DP per subset (C§2.1/C§2.6).
 
-    Without ``plan`` this is the baseline mechanism (all records kept, §2.1); with a
+    Without ``plan`` this is the baseline mechanism (all records kept, C§2.1); with a
     :class:`~uldp.collector.central.clip_user.ClipUserPlan` it keeps the first Γ_{g,ℓ}
-    records of each user in each subset (input row order, B4) and runs M_clip (§2.2).
+    records of each user in each subset (input row order, B4) and runs M_clip (C§2.2).
     The whole release is Kε-DP, K = max_ℓ |{g: Γ_{g,ℓ} > 0}| (Thm II.3).
 
     ``estimate`` maps each subset label to its released value (a ``(mean, variance)`` tuple

@@ -1,13 +1,13 @@
 """Two-stage Winsorized Mean Estimator (WME, Levy et al. 2021) — the HLM baseline.
 
-See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": WME). Spec:
-``huber_user_level_dp.md`` §3 (PrivateRange, WME-1D balanced/imbalanced, option
-``stage2="gaussian"``, WME-HighD with a randomised Hadamard rotation), decisions A23
+See ``docs/central.md`` ("pmwm, wme, hlm, sa, subset-stats": WME). Reference:
+``docs/central-algorithms.md`` H§3 (PrivateRange, WME-1D balanced/imbalanced, option
+``stage2="gaussian"``, WME-HighD with a randomised Hadamard rotation), decisions H§6 A23
 (split, bins, noise law, high-d composition, per-coordinate τ) and A24 (imbalanced stage 1
 is an unweighted histogram of user means).
 
 Privacy argument (OpenDP style). Neighbours replace one user's whole local dataset with
-every ``m_i`` public (spec §1). The random signs of the Hadamard rotation are drawn from
+every ``m_i`` public (H§1). The random signs of the Hadamard rotation are drawn from
 the same :class:`RandomSource` *before* touching the data and are public.
 
 * **Stage 1 — PrivateRange** (per coordinate, budget ``ε_r``): the histogram of user
@@ -33,7 +33,7 @@ the same :class:`RandomSource` *before* touching the data and are public.
 
 Weights: ``weighting="users"`` (the default since issue 11) averages user means with
 weight ``1/n`` (sensitivity ``K``); ``weighting="samples"`` is the spec's ``m_i/N``
-(equal to ``1/n`` for balanced users, spec §3), whose sensitivity ``m_max K`` makes the
+(equal to ``1/n`` for balanced users, H§3), whose sensitivity ``m_max K`` makes the
 noise grow with the largest user (RMSE 11–38 on skewed real counts).
 
 Estimand. With user weighting: the **mean of user means** (each user mean clamped to the
@@ -43,7 +43,7 @@ stage-2 noise only (exact discrete Laplace quantile, Laplace stage 2) and covers
 of user means clamped to ``[a, b]``. With sample weighting: the pooled mean of all rows
 (users weighted by their counts), clamped in the same way.
 
-Concentration radius τ (issue 11): the spec's default ``B √(2 ln(2n²d)/m_min)`` takes
+Concentration radius τ (issue 11): the former default ``B √(2 ln(2n²d)/m_min)`` took
 the *smallest* user's count, so one user with one row makes the stage-2 interval as wide
 as the whole range. Here τ is, in order: ``tau`` if given; else ``default_tau`` at a
 declared public ``typical_count``; else at a **private median count**: the pure-DP
@@ -90,7 +90,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class WMEParams:
-    """Public parameters of WME (spec §3).
+    """Public parameters of WME (H§3).
 
     tau: concentration radius of user means (per coordinate in the rotated basis for
       d > 1); bins have width 2τ and the stage-2 interval width 4τ. None → default_tau.
@@ -171,7 +171,7 @@ def histogram_counts(x: np.ndarray, tau: float, bound: float) -> np.ndarray:
 
 def private_range(x: np.ndarray, tau: float, bound: float, epsilon: float,
                   rng: RandomSource) -> tuple[float, float]:
-    """PrivateRange (spec §3): noisy-argmax bin, widened by τ on both sides; pure ε-DP."""
+    """PrivateRange (H§3): noisy-argmax bin, widened by τ on both sides; pure ε-DP."""
     counts = histogram_counts(x, tau, bound)
     noisy = counts + discrete_laplace(laplace_scale(2, epsilon), counts.size, rng)
     j = int(np.argmax(noisy))  # ties: smallest j
@@ -269,7 +269,7 @@ WEIGHTINGS: dict[str, Weighting] = {
     "users": Weighting(lambda m: (np.ones(m.size, np.int64), m.size, 1),
                        "not used (user weighting)", "mean of user means"),
     "samples": Weighting(lambda m: (m, int(m.sum()), int(m.max())),
-                         "per-user sample sizes (public, spec §1)",
+                         "per-user sample sizes (public, docs/central-algorithms.md H§1)",
                          "pooled mean of all rows (users weighted by their counts)"),
 }
 
@@ -320,7 +320,7 @@ STAGE2: dict[str, Stage2] = {
 def wme_mean(user_ids: np.ndarray, values: np.ndarray, *, epsilon: float, delta: float,
              params: WMEParams | None = None, rng: RandomSource | None = None,
              tau: float | None = None, bound: float | None = None) -> CentralRelease:
-    """Two-stage WME (spec §3). d = 1: WME-1D; d > 1: WME-HighD (Hadamard rotation).
+    """Two-stage WME (H§3). d = 1: WME-1D; d > 1: WME-HighD (Hadamard rotation).
 
     ``tau``/``bound`` override the same fields of ``params``. ``delta`` is used by the
     Gaussian stage 2; with the default Laplace stage 2 in d = 1 the release is pure ε-DP.
@@ -427,7 +427,8 @@ def wme_from_groups(groups: UserGroups, *, epsilon: float, delta: float,
     m = groups.counts.astype(np.int64)
     stage2 = p.stage2 or ("laplace" if d == 1 else "gaussian")
     if STAGE2[stage2].one_d_only and d > 1:
-        raise ValueError(f"stage2={stage2!r} is only available for d = 1 (spec §3)")
+        raise ValueError(f"stage2={stage2!r} is only available for d = 1 "
+                         "(docs/central-algorithms.md H§3)")
     T, tau_from, eps1, split = _tau(p, n, d, m, epsilon, src)
     eps2 = (1 - p.split) * epsilon
     dp, signs, z = _rotate(y, src)

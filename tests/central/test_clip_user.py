@@ -1,4 +1,4 @@
-"""Tests for uldp.collector.central.clip_user (spec composition_suppression.md §2.5-2.7).
+"""Tests for uldp.collector.central.clip_user (docs/central-algorithms.md C§2.5–C§2.7).
 
 Checklist §7 items 4-6: the §2.9 end-to-end example, the planner invariants, privacy
 accounting; plus a literal re-implementation of the pseudocode (dense, slow) that the fast

@@ -1,4 +1,4 @@
-"""Tests for the HLM estimator (spec ``huber_user_level_dp.md`` §7 items 1–4 and 6).
+"""Tests for the HLM estimator (``docs/central-algorithms.md`` H§7 items 1–4 and 6).
 
 All randomness is seeded; every statistical assertion states its false-alarm rate.
 """

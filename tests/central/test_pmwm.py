@@ -1,4 +1,4 @@
-"""Tests for the private modified winsorized mean (spec private_modified_winsorized_mean.md).
+"""Tests for the private modified winsorized mean (docs/central-algorithms.md, part P).
 
 Covers the spec's §7 minimal test checklist (items 1-5 and 7; item 6 is in
 test_subsample_aggregate.py), B4 (neighbour ratios and noise scales), input validation,

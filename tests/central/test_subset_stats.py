@@ -1,4 +1,4 @@
-"""Tests for uldp.collector.central.subset_release (spec composition_suppression.md).
+"""Tests for uldp.collector.central.subset_release (docs/central-algorithms.md, part C).
 
 Checklist §7 items 1-3 and 7 live here (exact §2.9 vectors, brute-force sensitivities and
 biases, noise scales recomputed from public inputs), plus bad inputs, the noise pmf and an

@@ -1,4 +1,4 @@
-"""Tests for the two-stage WME baseline (spec ``huber_user_level_dp.md`` §3, §7 items 5–6)."""
+"""Tests for the two-stage WME baseline (``docs/central-algorithms.md`` H§3, H§7 items 5–6)."""
 
 from __future__ import annotations
 
