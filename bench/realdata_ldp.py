@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="repetitions of the large concentrated population (4M samples)")
     ap.add_argument("--populations", nargs="+",
                     default=["flights", "insteval", "movielens", "skewed", "concentrated"])
+    ap.add_argument("--kinds", nargs="+", default=["mean", "distribution"])
     ap.add_argument("--resume", action="store_true",
                     help="keep the cells already in results/realdata_ldp.json, run the rest")
     ap.add_argument("--redo", action="store_true",
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [p for p in a.populations if p in ("skewed", "concentrated") or available(p)]
     reps, eps = (10, (1.0,)) if a.quick else (a.reps, EPS)
     jobs = [(p, k, e, reps if p != "concentrated" else min(reps, a.reps_concentrated), METHODS)
-            for p in names for k in ("mean", "distribution") for e in eps]
+            for p in names for k in a.kinds for e in eps]
     t0 = time.time()
     results: list[dict] = []
     if a.resume and (RESULTS / "realdata_ldp.json").exists():

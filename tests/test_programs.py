@@ -171,3 +171,34 @@ def test_planner_notes_are_data_not_warnings():
     auto = compile_query(QuerySpec(kind="mean", epsilon=1.0, users=10_000, samples=100,
                                    dim=1, bound=1.0))
     assert auto.auto["chosen"] == auto.spec.method and not plan.auto
+
+
+def test_auto_takes_the_risk_of_a_larger_stage_one_only_for_a_larger_gain():
+    """``method="auto"`` (docs/algorithms.md, "Choosing a method"): the gain two-stage must
+    promise grows with the stage-I share it needs, as the loss it risks on spread users."""
+    from uldp.collector.methods.auto import KAPPA, MAX_STAGE1_SHARE, STAGE1_TARGET, required_gain
+    from uldp.collector.planner import QuerySpec, compile_query
+
+    assert required_gain(0.05) == required_gain(1 / 6) == KAPPA
+    assert required_gain(0.4) == pytest.approx(KAPPA * (5 / 6) / 0.6)
+    assert required_gain(MAX_STAGE1_SHARE) == pytest.approx(4.0)
+
+    def auto(users: int, samples: int, eps: float):
+        return compile_query(QuerySpec(kind="mean", epsilon=eps, users=users,
+                                       samples=samples, dim=1, bound=1.0))
+
+    # alike users with 1000 samples, ε = 0.5: stage I needs 40 % of 4000 users, the best
+    # case gains ~7x over SSL > 3.3x: two-stage, with exactly the share the target needs
+    plan = auto(4000, 1000, 0.5)
+    assert plan.spec.method == "two-stage" and plan.auto["chosen"] == "two-stage"
+    assert plan.spec.stage1_share == pytest.approx(STAGE1_TARGET / (4000 * 0.5**2))
+    ratio = plan.auto["ssl_noise_mse"] / plan.auto["two_stage_noise_mse"]
+    assert ratio >= required_gain(plan.spec.stage1_share)
+    # a strong stage I is small: the share falls to its floor
+    assert auto(4000, 1000, 8.0).spec.stage1_share == pytest.approx(0.05)
+    # even half of the users cannot make stage I reliable: SSL
+    weak = auto(1000, 1000, 0.5)
+    assert weak.spec.method == "ssl" and weak.auto["two_stage_noise_mse"] is None
+    # a few dozen samples per user (real data): two-stage cannot gain, SSL at any ε
+    for eps in (0.5, 1.0, 8.0):
+        assert auto(4000, 50, eps).spec.method == "ssl"
