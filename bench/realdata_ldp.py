@@ -94,8 +94,9 @@ def cell(args: tuple) -> dict:
     out = {"population": pop_name, "kind": kind, "epsilon": eps, "methods": {}}
     for method in methods:
         n_reps = max(reps // 4, 10) if method == "baseline-a" else reps
-        ran = out["methods"].get("auto", {}).get("ran")
-        if method == ran and n_reps == out["methods"]["auto"]["reps"]:
+        auto = out["methods"].get("auto", {})
+        same = auto.get("ran") == method and auto.get("stage1_share") in (None, 0.5)
+        if same and n_reps == auto["reps"]:
             out["methods"][method] = dict(out["methods"]["auto"])  # identical seeds: same run
             continue
         t0 = time.perf_counter()
@@ -108,6 +109,7 @@ def cell(args: tuple) -> dict:
                                   "mse_se": float(err.std() / np.sqrt(err.size)),
                                   "coverage": res.coverage, "reps": n_reps,
                                   "predicted": res.predicted_mse, "ran": res.method,
+                                  "stage1_share": (res.auto or {}).get("stage1_share"),
                                   "seconds": time.perf_counter() - t0}
     return out
 
@@ -140,7 +142,10 @@ def table(results: list[dict], pops: dict) -> str:
                     verdict = f"{ratio:.2f} (auto ran the best)"
                 else:
                     verdict = f"{ratio:.2f} ± {ratio * rel:.2f} (best: {best_name})"
-                lines.append(f"| {r['epsilon']:g} | {ms['auto']['ran']} | " + " | ".join(cells)
+                ran = ms["auto"]["ran"]
+                if ms["auto"].get("stage1_share") and ran == "two-stage":
+                    ran += f" (stage I {ms['auto']['stage1_share']:.2g})"
+                lines.append(f"| {r['epsilon']:g} | {ran} | " + " | ".join(cells)
                              + f" | {verdict} |")
             lines.append("")
     return "\n".join(lines)
@@ -228,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True)
             if not a.quick:  # partial tables survive an interrupted run
                 _save(results, pops, time.time() - t0, done=len(results) == total)
+    if not a.quick and not jobs:  # nothing left to run: rewrite the tables from the cells
+        _save(results, pops, time.time() - t0, done=True)
     print(table(results, pops))
     return 0
 

@@ -170,3 +170,34 @@ def test_every_method_accepts_empty_single_and_huge_users(kind, method):
     assert np.all(res.estimate.ci_low <= res.estimate.values)
     assert np.all(res.estimate.values <= res.estimate.ci_high)
     assert np.all((res.estimate.values >= 0) & (res.estimate.values <= 1))
+
+
+def test_ssl_intervals_are_about_these_users_not_a_larger_population():
+    """docs/algorithms.md ("Estimates"): at large ε the users' spread dominates a report's
+    variance. The interval is for the mean over the users who reported (the truth here), so
+    it holds the exact noise only and covers ~95 %; the superpopulation error (the
+    empirical variance) is kept as an extra and is much larger. 300 reps: 3 binomial
+    standard errors of 0.95 are 0.038."""
+    users = _users()
+    res = run_users("mean", UserData(users), epsilon=8.0, lo=0.0, hi=10.0, method="ssl",
+                    reps=300)
+    assert 0.95 - 0.038 <= res.coverage <= 0.95 + 0.038
+    se = res.estimate.std_error[0]
+    se_super = res.estimate.extra["std_error_superpopulation"][0]
+    assert se_super > 1.5 * se  # user means spread over [1, 9]: the spread dominates
+    # and the prediction with the users' actual spread agrees with the measured error
+    assert np.mean(res.sq_errors) == pytest.approx(res.predicted_mse, rel=0.25)
+
+
+def test_finite_population_covariance():
+    from uldp.collector.methods.common import finite_population
+
+    cov = np.array([[4.0, 1.0], [1.0, 3.0]]) / 10
+    noise = np.array([2.0, 2.0])
+    assert finite_population(cov, noise, 10, 10) == pytest.approx(np.diag(noise) / 10)
+    half = finite_population(cov, noise, 10, 20)
+    assert half == pytest.approx(np.diag(noise) / 10 + 0.5 * (cov - np.diag(noise) / 10))
+    # an empirical covariance below the noise (sampling error) never shrinks it
+    low = finite_population(np.eye(2) * 0.1, noise, 10, 40)
+    assert np.all(np.linalg.eigvalsh(low - np.diag(noise) / 10) >= -1e-12)
+    assert finite_population(cov, noise, 1, 10) is cov  # fewer than 2 reports: unchanged

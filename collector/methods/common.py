@@ -18,7 +18,8 @@ from uldp.collector.estimators.accumulators import ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate, combine
 from uldp.collector.estimators.transforms import project_simplex
 
-__all__ = ["Block", "estimate_from_blocks", "noise_variance", "value_blocks"]
+__all__ = ["Block", "estimate_from_blocks", "finite_population", "noise_variance",
+           "value_blocks"]
 
 Block = tuple[Sequence[int], np.ndarray, np.ndarray]
 
@@ -29,6 +30,27 @@ def noise_variance(width: float, eps_c: float) -> float:
     t = laplace_scale(GRID_STEPS, eps_c).value
     step = width / GRID_STEPS
     return (discrete_laplace_variance(t) + 0.25) * step**2
+
+
+def finite_population(cov: np.ndarray, noise_var: np.ndarray, k: int, n: int) -> np.ndarray:
+    """Covariance of a group's mean of ``k`` reports as an estimate of the mean over all
+    ``n`` users who reported (the estimand the truth is computed on), not over a larger
+    population they were drawn from.
+
+    A report is the user's statistic ``Y_i`` plus noise ``Z_i`` of known variance
+    ``noise_var`` (independent coordinates). Over a random ``k`` of ``n`` users,
+    ``Cov(mean − mean over the n) = Σ_Z/k + (1 − k/n)·S_Y/k`` (sampling without
+    replacement); the report covariance ``cov`` estimates ``(S_Y + Σ_Z)/k``, so
+    ``S_Y/k`` is its excess over ``Σ_Z/k``, kept positive semidefinite. With ``k = n``
+    (single stage, one group) only the exact noise remains.
+    """
+    if k < 2 or n < 1:
+        return cov
+    Z = np.diag(np.asarray(noise_var, dtype=np.float64)) / k
+    excess = cov - Z
+    w, V = np.linalg.eigh((excess + excess.T) / 2)
+    excess = (V * np.maximum(w, 0.0)) @ V.T
+    return Z + max(1.0 - k / n, 0.0) * excess
 
 
 def value_blocks(plan: Any, accs: dict[int, Any]) -> tuple[list[Block], int]:

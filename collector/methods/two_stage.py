@@ -25,7 +25,12 @@ from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods.base import Published
-from uldp.collector.methods.common import estimate_from_blocks, noise_variance, value_blocks
+from uldp.collector.methods.common import (
+    estimate_from_blocks,
+    finite_population,
+    noise_variance,
+    value_blocks,
+)
 from uldp.collector.methods.intervals import (
     StageTwoInterval,
     adaptive_interval,
@@ -81,23 +86,49 @@ class SSL:
     def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
                  ) -> Estimate:
         blocks, n = value_blocks(plan, accs)
-        return estimate_from_blocks(plan, blocks, n)
+        if self.per_sample:  # a random sample of a user: not a finite-population estimand
+            return estimate_from_blocks(plan, blocks, n)
+        est = estimate_from_blocks(plan, self._finite(plan, accs, blocks, n), n)
+        # the same estimate read as one of a larger population the users were drawn from
+        est.extra["std_error_superpopulation"] = \
+            estimate_from_blocks(plan, blocks, n).std_error.tolist()
+        return est
+
+    def _finite(self, plan: Any, accs: dict[int, Any], blocks: list[Any], n: int
+                ) -> list[Any]:
+        """The blocks' covariances for the mean over the ``n`` users who reported
+        (:func:`~uldp.collector.methods.common.finite_population`)."""
+        out = []
+        for g, (comps, means, cov) in enumerate(blocks):
+            acc = accs.get(g)
+            if acc is None:
+                out.append((comps, means, cov))
+                continue
+            grp, params = plan.grouping.groups[g], plan.group_params(g)
+            nv = [noise_variance(self._width(params[c]), grp.eps_c) for c in comps]
+            out.append((comps, means, finite_population(cov, np.array(nv), acc.count, n)))
+        return out
 
     def component_variance(self, plan: Any, sample_var: np.ndarray,
                            stat_var: np.ndarray | None = None) -> np.ndarray:
         """Per component ``(Var(user statistic) + noise variance) / reporters``; the
         statistic's variance is ``stat_var`` when given (real users: between-user spread
         and unequal counts included), else ``σ²/m`` of i.i.d. samples (``σ²`` itself for
-        the one-sample baseline)."""
+        the one-sample baseline). With ``stat_var`` the error is against the mean over those
+        very users, so their spread enters with the finite-population factor ``1 − k/n``."""
         v = np.zeros(plan.n_components)
         m = 1 if self.per_sample else plan.spec.samples
         data = sample_var / m if stat_var is None or self.per_sample else stat_var
+        finite = stat_var is not None and not self.per_sample
         for g, grp in enumerate(plan.grouping.groups):
             params = plan.group_params(g)
             k = plan.stage_size(g, self.stages[-1])
+            # given users (stat_var): the error against the mean over these users, sampled
+            # without replacement into groups and stages (see ``finite_population``)
+            fpc = max(1.0 - k / plan.spec.users, 0.0) if finite else 1.0
             for c in grp.components:
                 width = self._width(params[c])
-                v[c] = (data[c] + noise_variance(width, grp.eps_c)) / max(k, 1)
+                v[c] = (fpc * data[c] + noise_variance(width, grp.eps_c)) / max(k, 1)
         return v
 
     def _width(self, p: Any) -> float:
