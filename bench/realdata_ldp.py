@@ -95,7 +95,9 @@ def cell(args: tuple) -> dict:
     for method in methods:
         n_reps = max(reps // 4, 10) if method == "baseline-a" else reps
         auto = out["methods"].get("auto", {})
-        same = auto.get("ran") == method and auto.get("stage1_share") in (None, 0.5)
+        # the same run only if auto ran exactly this method's default spec
+        same = (auto.get("ran") == method and auto.get("mode", "default") == "default"
+                and auto.get("stage1_share") in (None, 0.5))
         if same and n_reps == auto["reps"]:
             out["methods"][method] = dict(out["methods"]["auto"])  # identical seeds: same run
             continue
@@ -110,6 +112,7 @@ def cell(args: tuple) -> dict:
                                   "coverage": res.coverage, "reps": n_reps,
                                   "predicted": res.predicted_mse, "ran": res.method,
                                   "stage1_share": (res.auto or {}).get("stage1_share"),
+                                  "mode": (res.auto or {}).get("mode"),
                                   "seconds": time.perf_counter() - t0}
     return out
 
@@ -145,6 +148,8 @@ def table(results: list[dict], pops: dict) -> str:
                 ran = ms["auto"]["ran"]
                 if ms["auto"].get("stage1_share") and ran == "two-stage":
                     ran += f" (stage I {ms['auto']['stage1_share']:.2g})"
+                if ms["auto"].get("mode") not in (None, "default"):
+                    ran += f", {ms['auto']['mode']}"
                 lines.append(f"| {r['epsilon']:g} | {ran} | " + " | ".join(cells)
                              + f" | {verdict} |")
             lines.append("")

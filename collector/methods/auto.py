@@ -93,10 +93,9 @@ def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
         if best is None or mse * required_gain(share) < best[0] * required_gain(best[2]):
             best = (mse, m, share)
     record: dict[str, Any] = {"ssl_noise_mse": ssl[0],
-                              "two_stage_noise_mse": None if best is None else best[0],
-                              "stage1_share": None if best is None else best[2]}
+                              "two_stage_noise_mse": None if best is None else best[0]}
     if best is not None and best[0] * required_gain(best[2]) <= ssl[0]:
-        record["chosen"] = "two-stage"
+        record.update(chosen="two-stage", mode=best[1], stage1_share=best[2])
         return replace(spec, method="two-stage", mode=best[1], stage1_share=best[2]), record
-    record["chosen"] = "ssl"
+    record.update(chosen="ssl", mode=ssl[1], stage1_share=None)
     return replace(spec, method="ssl", mode=ssl[1]), record
