@@ -17,6 +17,7 @@ The conversion is exact: ``Fraction(ε)`` is the binary value of the float, so
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 from numbers import Real
@@ -42,21 +43,15 @@ class EpsilonError(ValueError):
     """An ε that cannot be counted: non-finite, not a number, below 2^-24 or too large."""
 
 
-#: units of the floats seen so far (a pure function; every task check asks for the same
-#: few values many times over)
-_UNITS: dict[float, int] = {}
-
-
 def epsilon_units(epsilon: object, name: str = "epsilon") -> int:
     """``⌊ε · 2^24⌋`` as an int, for ``2^-24 <= ε <= MAX_EPSILON``; else :class:`EpsilonError`."""
-    if type(epsilon) is float:
-        known = _UNITS.get(epsilon)
-        if known is not None:
-            return known
-        units = _units(epsilon, name)
-        if len(_UNITS) < 4096:
-            _UNITS[epsilon] = units
-        return units
+    if type(epsilon) is float:  # memoized: every task check asks for the same few values
+        return _float_units(epsilon, name)
+    return _units(epsilon, name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _float_units(epsilon: float, name: str) -> int:
     return _units(epsilon, name)
 
 

@@ -28,6 +28,7 @@ The discrete Gaussian (CKS Algorithm 3) is here too, for the central estimators.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -84,22 +85,15 @@ class LaplaceScale:
         return sensitivity * self.den / self.num
 
 
-#: scales computed so far, by (Δ, ε) of Python types (a pure function, asked for the same
-#: few pairs by every report)
-_SCALES: dict[tuple[int, float], LaplaceScale] = {}
-
-
 def laplace_scale(sensitivity: int, epsilon: float) -> LaplaceScale:
     """Scale ``t = Δ/ε_r`` for integer L1 sensitivity ``Δ`` (grid units) and budget ε."""
-    key = (sensitivity, epsilon)
-    if type(sensitivity) is int and type(epsilon) is float:
-        hit = _SCALES.get(key)
-        if hit is not None:
-            return hit
-        scale = _laplace_scale(sensitivity, epsilon)
-        if len(_SCALES) < 4096:
-            _SCALES[key] = scale
-        return scale
+    if type(sensitivity) is int and type(epsilon) is float:  # memoized: a few values recur
+        return _float_laplace_scale(sensitivity, epsilon)
+    return _laplace_scale(sensitivity, epsilon)
+
+
+@functools.lru_cache(maxsize=4096)
+def _float_laplace_scale(sensitivity: int, epsilon: float) -> LaplaceScale:
     return _laplace_scale(sensitivity, epsilon)
 
 

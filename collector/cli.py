@@ -20,6 +20,7 @@ import numpy as np
 from uldp.collector.cliutil import (
     Parser,
     add_debug_flag,
+    add_method_flag,
     positive_float,
     positive_int,
     quiet_grpc_logs,
@@ -66,14 +67,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                    help="what to estimate: mean (1-d), mean-linf / mean-l2 / mean-l1 "
                         "(d-dimensional mean, error in that norm), distribution (histogram "
                         "over --dim symbols), sgd / classify / regress (learning)")
-    p.add_argument("--method", default="auto",
-                   choices=("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a",
-                            "baseline-b"),
-                   help="auto (default: chosen from the public parameters by the explicit "
-                        "error bound), "
-                        "two-stage (Algorithm 1, adaptive stage-II interval), two-stage-paper "
-                        "(the paper's interval), ssl (user mean, single-stage Laplace), "
-                        "baseline-a / baseline-b (spec §12); see the README's method guide")
+    add_method_flag(p, "auto")
     _add_population_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     own = p.add_argument_group(

@@ -58,35 +58,44 @@ class OperatorError(Exception):
 
 
 # ---- argument types (argparse prefixes their message with the flag's name) --------------
-def positive_int(text: str) -> int:
+def _int_in(text: str, lo: int, hi: int | None, expected: str) -> int:
+    """``text`` as an int in ``[lo, hi]``, else an ArgumentTypeError naming what was
+    ``expected``."""
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if v < lo or (hi is not None and v > hi):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return v
+
+
+#: the methods a query may name (``uldp.collector.planner``: its RESOLVERS and METHOD_PLANS;
+#: tests/test_cli_simulate.py checks the two agree); kept here so that building the parser
+#: does not import the planner
+METHODS = ("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a", "baseline-b")
+
+
+def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
+    """``--method`` with the same choices and help wherever a query is compiled."""
+    p.add_argument("--method", default=default, choices=METHODS,
+                   help="auto (default: chosen from the public parameters by the explicit "
+                        "error bound), two-stage (Algorithm 1, adaptive stage-II interval), "
+                        "two-stage-paper (the paper's interval), ssl (user mean, single-stage "
+                        "Laplace), baseline-a / baseline-b (docs/algorithms.md §12); see the "
+                        "README's method guide")
+
+
+def positive_int(text: str) -> int:
+    return _int_in(text, 1, None, "a positive integer")
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return v
+    return _int_in(text, 0, None, "an integer >= 0")
 
 
 def port_number(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535 (0 = any free "
-                                         f"port), got {text!r}")
-    return v
+    return _int_in(text, 0, 65535, "a port number 0-65535 (0 = any free port)")
 
 
 def finite_float(text: str) -> float:

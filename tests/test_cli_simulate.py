@@ -60,3 +60,12 @@ def test_bad_arguments_give_a_clear_error(argv, needle):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert needle in proc.stderr
+
+
+def test_the_method_flag_offers_exactly_the_planner_methods():
+    """``--method`` (cliutil.METHODS, kept free of the planner for a fast start) names every
+    method the planner knows and no other."""
+    from uldp.collector.cliutil import METHODS
+    from uldp.collector.planner import METHOD_PLANS, RESOLVERS
+
+    assert sorted(METHODS) == sorted([*RESOLVERS, *METHOD_PLANS])

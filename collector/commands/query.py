@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from uldp.client.wire import common_pb2
-from uldp.collector.cliutil import nonneg_float, positive_float, positive_int
+from uldp.collector.cliutil import add_method_flag, nonneg_float, positive_float, positive_int
 from uldp.collector.commands.common import (
     STATE,
     analyst,
@@ -193,14 +193,7 @@ def _add_create(sq: Any) -> None:
                    help="dimension d (alphabet size for distribution; default 1)")
     s.add_argument("--bound", type=positive_float, default=1.0,
                    help="public support bound D of the data (default 1)")
-    s.add_argument("--method", default="",
-                   choices=("auto", "two-stage", "two-stage-paper", "ssl", "baseline-a",
-                            "baseline-b"),
-                   help="auto (default: chosen from the public parameters by the explicit "
-                        "error bound), "
-                        "two-stage (Algorithm 1, adaptive stage-II interval), two-stage-paper "
-                        "(the paper's interval), ssl (user mean, single-stage Laplace), "
-                        "baseline-a / baseline-b (spec §12); see the README's method guide")
+    add_method_flag(s, "")
     s.add_argument("--moment-p", dest="moment_p", type=positive_float,
                    help="heavy tails: the moment order p of E|X|^p <= M (instead of --bound)")
     s.add_argument("--moment-m", dest="moment_m", type=positive_float,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Estimate", "combine"]
+__all__ = ["Estimate", "combine", "output_std_error"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,17 @@ class Estimate:
         return (self.ci_low <= t) & (t <= self.ci_high)
 
 
+def output_std_error(T: np.ndarray, blocks: Sequence[tuple[Sequence[int], np.ndarray]]
+                     ) -> np.ndarray:
+    """Standard errors of ``T θ̂`` from independent ``(components, covariance)`` blocks:
+    ``Var_j = Σ_g T[j, g] Cov_g T[j, g]ᵀ``."""
+    var = np.zeros(T.shape[0])
+    for comps, cov in blocks:
+        Tg = T[:, list(comps)]
+        var += np.einsum("ji,ik,jk->j", Tg, cov, Tg)
+    return np.sqrt(np.maximum(var, 0.0))
+
+
 def combine(n_components: int, blocks: Sequence[tuple[Sequence[int], np.ndarray, np.ndarray]],
             transform: np.ndarray | None, level: float = 0.95,
             counts: dict[str, int] | None = None,
@@ -70,14 +81,10 @@ def combine(n_components: int, blocks: Sequence[tuple[Sequence[int], np.ndarray,
     """
     theta = np.zeros(n_components)
     T = np.eye(n_components) if transform is None else np.asarray(transform, dtype=np.float64)
-    var = np.zeros(T.shape[0])
-    for comps, means, cov in blocks:
-        idx = list(comps)
-        theta[idx] = means
-        Tg = T[:, idx]
-        var += np.einsum("ji,ik,jk->j", Tg, cov, Tg)
+    for comps, means, _ in blocks:
+        theta[list(comps)] = means
     values = T @ theta
-    se = np.sqrt(np.maximum(var, 0.0))
+    se = output_std_error(T, [(comps, cov) for comps, _, cov in blocks])
     z = NormalDist().inv_cdf(0.5 + level / 2)
     low, high = values - z * se, values + z * se
     extra: dict[str, Any] = {"components": theta}

@@ -23,7 +23,7 @@ from uldp.client.methods.base import bin_params, bins_limit, values_limit
 from uldp.client.params import Alg1Params
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumulator
-from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.estimators.estimate import Estimate, output_std_error
 from uldp.collector.methods.base import Published
 from uldp.collector.methods.common import (
     estimate_from_blocks,
@@ -90,8 +90,10 @@ class SSL:
             return estimate_from_blocks(plan, blocks, n)
         est = estimate_from_blocks(plan, self._finite(plan, accs, blocks, n), n)
         # the same estimate read as one of a larger population the users were drawn from
-        est.extra["std_error_superpopulation"] = \
-            estimate_from_blocks(plan, blocks, n).std_error.tolist()
+        T = plan.kind.transform(plan.template, plan.n_components)
+        est.extra["std_error_superpopulation"] = output_std_error(
+            np.eye(plan.n_components) if T is None else np.asarray(T, dtype=np.float64),
+            [(comps, cov) for comps, _, cov in blocks]).tolist()
         return est
 
     def _finite(self, plan: Any, accs: dict[int, Any], blocks: list[Any], n: int
