@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("uldp.collector.simulate", "uldp.collector.learning", "uldp.collector.own_data"),
     ("uldp.collector.storage", "uldp.collector.security"),
     ("uldp.collector.service", "uldp.collector.shuffler"),
+    ("uldp.collector.http",),
     ("uldp.collector.fleet", "uldp.collector.gateway", "uldp.collector.demo",
      "uldp.collector.learning.cli",
      "uldp.collector.central.cli", "uldp.collector.service_cli", "uldp.collector.cli",
