@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import random
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,7 +51,6 @@ import grpc
 import numpy as np
 
 from uldp.client.dataset import DatasetSchema, LocalDataset, align_labels, coerce_values
-from uldp.client.kinds import KINDS, Kind
 from uldp.client.ledger import (
     AlreadyParticipated,
     BudgetExceeded,
@@ -61,13 +61,12 @@ from uldp.client.ledger import (
     StateSlot,
 )
 from uldp.client.randomness import RandomSource
+from uldp.client.task_checks import check_declaration, parsed_task
 from uldp.client.tasks import (
     TaskRefused,
     TaskSpec,
     compute_report,
-    report_length,
-    task_epsilon_units,
-    validate_task,
+    empty_report,
 )
 from uldp.client.transport import (
     RETRYABLE,
@@ -125,6 +124,10 @@ class PollResult:
     submitted: list[str] = field(default_factory=list)  # query ids acknowledged now
     refused: list[tuple[str, str]] = field(default_factory=list)  # (query id, reason)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # collector refusals
+    #: (query id, reason): a charged task whose report could not be computed or stored
+    #: now (a local fault: disk, memory, a bug); it stays owed and is tried again at the
+    #: next poll, without holding up any other task
+    failed: list[tuple[str, str]] = field(default_factory=list)
     waiting: int = 0  # assignments whose phase is not open yet, plus pending reports
     pending: int = 0  # persisted reports not acknowledged (collector unreachable)
     retry_after_ms: int = 0
@@ -351,7 +354,7 @@ class Device:
     def _check_task(self, task: device_pb2.Task) -> tuple[TaskSpec, LocalDataset, int]:
         if hashlib.sha256(task.task_json.encode()).hexdigest() != task.task_digest:
             raise TaskRefused("task digest does not match the task text", code="digest")
-        known = _parsed(task.task_json, task.task_digest)
+        known = parsed_task(task.task_json, task.task_digest)
         spec = known.spec
         if spec.query_id != task.query_id:
             raise TaskRefused(f"task text is for query {spec.query_id!r}, "
@@ -387,6 +390,7 @@ class Device:
             return self._message(entry)
         spec, ds, units = self.check_task(task)
         rng = self._source()  # before the charge: a misconfigured source charges nothing
+        fallback = self._fallback(spec)  # the report owed if the data fail: before the charge
         try:
             entry = self.ledger.reserve(task.query_id, task.task_digest, task.phase, units,
                                         task.SerializeToString())
@@ -394,23 +398,36 @@ class Device:
             raise TaskRefused(str(exc), code=ledger_code(exc)) from exc
         if entry.report:  # a concurrent poll stored it meanwhile
             return self._message(entry)
-        return self._compute_and_store(entry, spec, ds, rng)
+        return self._compute_and_store(entry, spec, ds, rng, fallback)
+
+    def _fallback(self, spec: TaskSpec) -> np.ndarray:
+        """The task's backstop report (the empty dataset's, protocol §13.2), computed from
+        public facts only and *before* the charge, on a keystream of its own: a task whose
+        backstop cannot be computed is refused (code ``param``), so whether the device
+        reports never depends on its data (invariant 6)."""
+        src = RandomSource.secure() if self._rng is None else self._rng.spawn("fallback")
+        try:
+            return empty_report(spec, src)
+        except TaskRefused:
+            raise
+        except Exception as exc:
+            raise TaskRefused(f"the task's backstop report cannot be computed: {exc}"
+                              ) from None
 
     def _compute_and_store(self, entry: LedgerEntry, spec: TaskSpec, ds: LocalDataset | None,
-                           rng: RandomSource) -> device_pb2.Report:
-        """The charged task's report over the dataset (its empty version if the dataset
-        is gone or anything fails: one report is owed whatever happens), persisted."""
+                           rng: RandomSource, fallback: np.ndarray) -> device_pb2.Report:
+        """The charged task's report over the dataset (the precomputed backstop if the
+        dataset is gone or the computation fails: one report is owed whatever happens),
+        persisted."""
         with self._lock:  # one report computation at a time per device
-            values = None
+            values = fallback
             if ds is not None:
                 try:
                     values = compute_report(spec, ds.samples, ds.labels, rng=rng,
-                                            dim=ds.schema.dim)
+                                            dim=ds.schema.dim, fallback=fallback)
                 except Exception:  # totality backstop (compute_report is total itself)
                     log.error("report of query %s fell back to the empty dataset",
                               entry.query_id)
-            if values is None:
-                values = _empty_report(spec, rng)
             data = np.asarray(values, dtype="<i8").tobytes()
             entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)
@@ -453,7 +470,7 @@ class Device:
         outage). Reports still unacknowledged because the collector is unreachable stay
         pending and count as ``waiting`` in ``out``."""
         done = []
-        for rep in self.pending_reports():
+        for rep in self.pending_reports(out):
             try:
                 self.send(rep)
                 done.append(rep.query_id)
@@ -463,21 +480,31 @@ class Device:
                     self._note_failure(out, rep.query_id, exc)
         return done
 
-    def pending_reports(self) -> list[device_pb2.Report]:
+    def pending_reports(self, out: PollResult | None = None) -> list[device_pb2.Report]:
         """The reports this device owes without an acknowledgement: the stored ones (the
         same bytes again) and, first, the report of a charged task that was never stored
         (a crash between charge and store: computed now; nothing had been sent). A gateway
         sends them itself; :meth:`resend_pending` sends them directly."""
         for e in self.ledger.entries("reserved"):
-            self._recompute(e)
+            self._recompute(e, out)
         return [self._message(e) for e in self.ledger.entries("pending")]
 
-    def _recompute(self, e: LedgerEntry) -> None:
+    def _recompute(self, e: LedgerEntry, out: PollResult | None = None) -> None:
         """The report owed for a charged task whose report was never stored (a crash
-        between charge and store): computed now from the stored task (nothing was sent)."""
-        task = device_pb2.Task.FromString(e.task)
-        spec = TaskSpec.from_json(task.task_json)
-        self._compute_and_store(e, spec, self._datasets.get(task.dataset), self._source())
+        between charge and store): computed now from the stored task (nothing was sent).
+        A failure here (a disk or memory fault, or a task this SDK version no longer
+        accepts) leaves the entry reserved and is noted in ``out``; it never stops the
+        other entries and tasks."""
+        try:
+            task = device_pb2.Task.FromString(e.task)
+            spec = TaskSpec.from_json(task.task_json)
+            self._compute_and_store(e, spec, self._datasets.get(task.dataset),
+                                    self._source(), self._fallback(spec))
+        except Exception as exc:
+            log.error("the report owed for query %s could not be computed: %s", e.query_id,
+                      exc)
+            if out is not None:
+                out.failed.append((e.query_id, str(exc)))
 
     @staticmethod
     def _note_failure(out: PollResult, query_id: str, exc: ReportRejected) -> None:
@@ -533,6 +560,10 @@ class Device:
                 out.refused.append((task.query_id, str(exc)))
                 log.info("refused task of query %s: %s", task.query_id, exc)
                 continue
+            except (OSError, sqlite3.Error, MemoryError) as exc:  # a local fault: others go on
+                out.failed.append((task.query_id, str(exc)))
+                log.error("task of query %s failed on this device: %s", task.query_id, exc)
+                continue
             try:
                 self.send(report)
                 out.submitted.append(task.query_id)
@@ -551,6 +582,7 @@ class Device:
             total.submitted += r.submitted
             total.refused += r.refused
             total.rejected += r.rejected
+            total.failed += r.failed
             total.waiting, total.retry_after_ms = r.waiting, r.retry_after_ms
             if not r.waiting or time.monotonic() > end:
                 return total
@@ -563,79 +595,6 @@ _STATUS = {c.value[0]: c for c in grpc.StatusCode}
 _PROCESS_LOCK = threading.Lock()
 
 
-class _Parsed:
-    """A task text's parse and public validation, shared by every device of this process
-    (a pure function of the text; the per-device checks — dataset declaration, report
-    length announced, ledger — still run for every task)."""
-
-    __slots__ = ("_checked", "spec")
-
-    def __init__(self, spec: TaskSpec) -> None:
-        self.spec = spec
-        self._checked: tuple[Kind, int, int] | None = None
-
-    def validated(self) -> tuple[Kind, int, int]:
-        """(kind, report length, ε units) of a task that passes ``validate_task``."""
-        if self._checked is None:
-            kind = validate_task(self.spec)
-            self._checked = (kind, report_length(self.spec), task_epsilon_units(self.spec))
-        return self._checked
-
-
-_PARSED: dict[str, _Parsed] = {}
-_PARSED_MAX = 1024
-
-
-def _parsed(text: str, digest: str) -> _Parsed:
-    """The parse of task text ``text`` whose SHA-256 is ``digest`` (checked by the
-    caller), cached by digest."""
-    got = _PARSED.get(digest)
-    if got is None:
-        got = _Parsed(TaskSpec.from_json(text))
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[digest] = got
-    return got
-
-
-def check_declaration(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> None:
-    """Refuse (code ``declaration``) a task that contradicts the dataset's declaration."""
-    why = _contradiction(task, kind, schema)
-    if why:
-        raise TaskRefused(why, code="declaration")
-
-
-def _contradiction(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> str:
-    name = schema.name
-    if kind.vector and schema.dim != task.dim:
-        return (f"dataset {name!r} holds samples of dimension {schema.dim or 'scalar'}; "
-                f"the task needs dimension {task.dim}")
-    if not kind.vector and schema.dim not in (None, 1):
-        return f"dataset {name!r} holds {schema.dim}-dimensional samples; kind " \
-               f"{task.kind!r} needs scalars"
-    if kind.uses_labels and not schema.labelled:
-        return f"kind {task.kind!r} needs labelled samples; dataset {name!r} was " \
-               "registered without labels"
-    if task.kind == "distribution":
-        if schema.values == "real":
-            return f"dataset {name!r} was declared real-valued; a distribution task " \
-                   "needs categorical values"
-        if schema.alphabet is not None and schema.alphabet != task.dim:
-            return f"dataset {name!r} has {schema.alphabet} categories; the task asks " \
-                   f"about {task.dim}"
-    elif schema.values == "categorical":
-        return f"dataset {name!r} was declared categorical; kind {task.kind!r} needs " \
-               "real values"
-    return ""
-
-
 def ledger_code(exc: LedgerError) -> str:
     """The refusal code of a ledger refusal."""
     return "participated" if isinstance(exc, AlreadyParticipated) else "budget"
-
-
-def _empty_report(spec: TaskSpec, rng: RandomSource) -> np.ndarray:
-    kind = KINDS[spec.kind]
-    shape = (0, spec.dim) if kind.vector else (0,)
-    return compute_report(spec, np.zeros(shape), np.zeros(0) if kind.uses_labels else None,
-                          rng=rng)

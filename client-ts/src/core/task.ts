@@ -8,6 +8,7 @@ import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, 
 import { frameSize } from "./kashin.js";
 import { nextPow2 } from "./hadamard.js";
 import { floorTimesPow2, MAX_EPSILON } from "./noise.js";
+import { supportBins } from "./params.js";
 
 export const SCHEMA = "uldp.task/2";
 export const MAX_REPORT_VALUES = 1 << 18;
@@ -248,6 +249,10 @@ function checkBins(f: Map<string, JValue>, nComps: number): void {
     if (!(finite(D) && finite(h) && dbl(D) > 0 && dbl(h) > 0)) refuse("param", "bins need finite positive D and h");
     if (!isJInt(B) || B.value < 1n) refuse("param", "a component has at least one bin");
     if ((B as JInt).value > BigInt(MAX_BINS)) refuse("limit", `a component has at most ${MAX_BINS} bins`);
+    const want = supportBins(dbl(D), dbl(h));
+    if (want === null || BigInt(want) !== (B as JInt).value) {
+      refuse("param", `B must be the number of bins of width h covering [-D, D], max(1, ceil(2D/h - 1e-9)) = ${want}`);
+    }
   }
 }
 

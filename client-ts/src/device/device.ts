@@ -11,9 +11,8 @@
  */
 import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
-import { KINDS } from "../core/kinds.js";
 import { RandomSource } from "../core/random.js";
-import { computeReport } from "../core/report.js";
+import { computeReport, emptyReport } from "../core/report.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
   AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
@@ -68,6 +67,9 @@ export interface PollResult {
   submitted: string[];
   refused: { queryId: string; code: string; message: string }[];
   rejected: { queryId: string; code: number; message: string }[];
+  /** A charged task whose report could not be computed or stored now (a local fault: storage,
+   * memory, a bug): it stays owed, is tried again at the next poll and holds up no other task. */
+  failed: { queryId: string; message: string }[];
   waiting: number;
   pending: number;
   retryAfterMs: number;
@@ -190,6 +192,7 @@ export class Device {
     if (prev && prev.taskDigest === msg.task_digest && prev.report.length) return this.#message(prev);
     const { task, units } = this.checkTask(msg);
     const rng = this.#source(); // before the charge: a broken source charges nothing
+    const fallback = this.#fallback(task); // the report owed if the data fail: before the charge
     let entry: LedgerEntry;
     try {
       entry = await this.ledger.reserve(msg.query_id, msg.task_digest, msg.phase, units,
@@ -199,21 +202,34 @@ export class Device {
       throw e;
     }
     if (entry.report.length) return this.#message(entry);
-    return this.#computeAndStore(entry, task, this.#datasets.get(msg.dataset), rng);
+    return this.#computeAndStore(entry, task, this.#datasets.get(msg.dataset), rng, fallback);
   }
 
-  #computeAndStore(entry: LedgerEntry, task: Task, ds: LocalDataset | undefined, rng: RandomSource): Promise<ReportMessage> {
+  /** The task's backstop report (the empty dataset's, §13.2), from public facts only and before
+   * the charge, on a keystream of its own: a task whose backstop cannot be computed is refused
+   * (code `param`), so whether the device reports never depends on its data (invariant 6). */
+  #fallback(task: Task): bigint[] {
+    const src = this.#o.simulation ? this.#o.simulation.rng.spawn("fallback") : RandomSource.secure();
+    try {
+      return emptyReport(task, src);
+    } catch (e) {
+      if (e instanceof TaskRefused) throw e;
+      throw new TaskRefused(`the task's backstop report cannot be computed: ${e instanceof Error ? e.message : String(e)}`, "param");
+    }
+  }
+
+  #computeAndStore(entry: LedgerEntry, task: Task, ds: LocalDataset | undefined, rng: RandomSource,
+    fallback: readonly bigint[]): Promise<ReportMessage> {
     const run = this.#lock.then(async () => {
-      let values: bigint[] | null = null;
+      let values: readonly bigint[] = fallback;
       if (ds) {
         try {
-          values = computeReport(task, ds.samples, ds.labels, rng);
+          values = computeReport(task, ds.samples, ds.labels, rng, fallback);
         } catch {
-          values = null; // totality backstop: one report is owed whatever happens
+          values = fallback; // totality backstop: one report is owed whatever happens
         }
       }
-      if (values === null) values = computeReport(task, [], KINDS[task.kind].usesLabels ? [] : null, rng);
-      return this.#message(await this.ledger.storeReport(entry.queryId, values));
+      return this.#message(await this.ledger.storeReport(entry.queryId, [...values]));
     });
     this.#lock = run.catch(() => undefined);
     return run;
@@ -258,8 +274,13 @@ export class Device {
   async resendPending(out?: PollResult): Promise<string[]> {
     for (const e of this.ledger.entries("reserved")) {
       if (!e.task) continue;
-      const msg = JSON.parse(e.task) as TaskMessage;
-      await this.#computeAndStore(e, parseTask(msg.task_json), this.#datasets.get(msg.dataset), this.#source());
+      try { // a failure (storage, or a task this SDK no longer accepts) stops no other entry
+        const msg = JSON.parse(e.task) as TaskMessage;
+        const task = parseTask(msg.task_json);
+        await this.#computeAndStore(e, task, this.#datasets.get(msg.dataset), this.#source(), this.#fallback(task));
+      } catch (err) {
+        out?.failed.push({ queryId: e.queryId, message: err instanceof Error ? err.message : String(err) });
+      }
     }
     const done: string[] = [];
     for (const e of this.ledger.entries("pending")) {
@@ -276,7 +297,7 @@ export class Device {
 
   /** Enrol if needed, re-send pending reports, then run every task offered now. */
   async poll(queryId = ""): Promise<PollResult> {
-    const out: PollResult = { submitted: [], refused: [], rejected: [], waiting: 0, pending: 0, retryAfterMs: 0 };
+    const out: PollResult = { submitted: [], refused: [], rejected: [], failed: [], waiting: 0, pending: 0, retryAfterMs: 0 };
     out.submitted.push(...(await this.resendPending(out)));
     const resp = await this.#getTasks(queryId);
     for (const t of resp.tasks) {
@@ -284,8 +305,8 @@ export class Device {
       try {
         report = await this.prepare(t);
       } catch (e) {
-        if (!(e instanceof TaskRefused)) throw e;
-        out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
+        if (e instanceof TaskRefused) out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
+        else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
         continue;
       }
       try {
@@ -303,13 +324,14 @@ export class Device {
 
   /** Poll until nothing is waiting (or the timeout); returns the merged result. */
   async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep): Promise<PollResult> {
-    const total: PollResult = { submitted: [], refused: [], rejected: [], waiting: 0, pending: 0, retryAfterMs: 0 };
+    const total: PollResult = { submitted: [], refused: [], rejected: [], failed: [], waiting: 0, pending: 0, retryAfterMs: 0 };
     const end = Date.now() + timeoutMs;
     for (;;) {
       const r = await this.poll(queryId);
       total.submitted.push(...r.submitted);
       total.refused.push(...r.refused);
       total.rejected.push(...r.rejected);
+      total.failed.push(...r.failed);
       total.waiting = r.waiting;
       total.retryAfterMs = r.retryAfterMs;
       if (!r.waiting || Date.now() > end) return total;
