@@ -35,6 +35,7 @@ those unless the query or the server allows simulations.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -43,7 +44,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("uldp.client")
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one process per state directory
+    fcntl = None  # type: ignore[assignment]
 
 
 class DeviceError(Exception):
@@ -232,16 +238,38 @@ class Device(ShuffleMode):
 
     def _load_identity(self) -> dict[str, Any] | None:
         if self._identity is None:
-            if self._slot is not None:
-                self._identity = self._slot.file.load_identity(self._slot.owner)
-            elif self._identity_path.exists():
-                self._identity = json.loads(self._identity_path.read_text())
+            self._identity = self._read_identity()
         return self._identity
 
-    def _save_identity(self, ident: dict[str, Any]) -> None:
+    def _read_identity(self) -> dict[str, Any] | None:
+        """The identity in the store now (not the cached one)."""
+        if self._slot is not None:
+            return self._slot.file.load_identity(self._slot.owner)
+        if self._identity_path.exists():
+            return dict(json.loads(self._identity_path.read_text()))
+        return None
+
+    @contextlib.contextmanager
+    def _identity_locked(self) -> Iterator[None]:
+        """Hold the store's identity lock: the shared StateFile's lock, or an advisory
+        lock on ``identity.lock`` in the state directory, which every Device instance over
+        the directory (any process) takes before it reads and replaces the identity."""
+        if self._slot is not None:
+            with self._slot.file.locked():
+                yield
+            return
+        with _PROCESS_LOCK, open(self._identity_path.with_suffix(".lock"), "a") as f:
+            if fcntl is not None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def _write_identity(self, ident: dict[str, Any]) -> None:
         if self._slot is not None:
             self._slot.file.save_identity(self._slot.owner, ident)
-            self._identity = ident
             return
         tmp = self._identity_path.with_suffix(".tmp")
         with open(tmp, "w") as f:
@@ -250,7 +278,6 @@ class Device(ShuffleMode):
             if self.ledger.durable:
                 os.fsync(f.fileno())
         os.replace(tmp, self._identity_path)
-        self._identity = ident
 
     @property
     def device_id(self) -> str | None:
@@ -290,12 +317,25 @@ class Device(ShuffleMode):
     def enrolled(self, resp: device_pb2.EnrollResponse) -> str:
         """Keep the identity the collector issued (the answer to
         :meth:`enrollment_request`); returns the device id. A renewal must keep the
-        device id (:class:`EnrollmentError` otherwise)."""
-        ident = self._load_identity()
-        if ident and resp.device_id != ident["device_id"]:
-            raise EnrollmentError("collector issued a different identity on renewal")
-        self._save_identity({"device_id": resp.device_id, "token": resp.token,
-                             "expires_at_ms": resp.expires_at_ms})
+        device id (:class:`EnrollmentError` otherwise).
+
+        Atomic through the store: when another Device instance over the same state
+        enrolled first, its identity stays and this answer is dropped (one device, one
+        identity: two identities would let one user answer a query twice); a renewal
+        that another instance already superseded is dropped too."""
+        with self._identity_locked():
+            had = self._identity
+            stored = self._read_identity()
+            if had and resp.device_id != had["device_id"]:
+                raise EnrollmentError("collector issued a different identity on renewal")
+            if stored and (stored["device_id"] != resp.device_id
+                           or stored["expires_at_ms"] >= resp.expires_at_ms):
+                self._identity = stored
+                return str(stored["device_id"])
+            ident = {"device_id": resp.device_id, "token": resp.token,
+                     "expires_at_ms": resp.expires_at_ms}
+            self._write_identity(ident)
+            self._identity = ident
         return resp.device_id
 
     def _meta(self) -> tuple[tuple[str, str], ...]:
@@ -552,6 +592,9 @@ class Device(ShuffleMode):
 
 
 _STATUS = {c.value[0]: c for c in grpc.StatusCode}
+#: identity updates of this process (flock alone does not exclude two threads that open
+#: the lock file separately on every platform)
+_PROCESS_LOCK = threading.Lock()
 
 
 def ledger_code(exc: LedgerError) -> str:
