@@ -257,17 +257,32 @@ class Device:
         return str(ident["token"]) if ident else None
 
     def enroll(self, force: bool = False) -> str:
-        """Enroll (or renew an expiring token); returns the device id."""
+        """Enroll (or renew an expiring token); returns the device id.
+
+        A renewal whose previous token the collector no longer accepts (UNAUTHENTICATED)
+        enrols once more as a new identity; any other failure raises
+        :class:`EnrollmentError` and changes nothing (protocol §10, re-enrolment)."""
         req = self.enrollment_request(force)
         if req is None:
             return str(self.device_id)
         try:
-            resp = call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
-                                   self._jitter)
+            return self.enrolled(self._enroll_call(req))
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAUTHENTICATED or not req.previous_token:
+                raise EnrollmentError(f"enrollment failed: {exc.code().name}: "
+                                      f"{exc.details()}") from None
+        log.warning("the collector no longer accepts this device's token: enrolling anew")
+        fresh = device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
+                                         label=self.label)
+        try:
+            return self.enrolled(self._enroll_call(fresh), new_identity=True)
         except grpc.RpcError as exc:
             raise EnrollmentError(f"enrollment failed: {exc.code().name}: {exc.details()}"
                                   ) from None
-        return self.enrolled(resp)
+
+    def _enroll_call(self, req: device_pb2.EnrollRequest) -> device_pb2.EnrollResponse:
+        return call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
+                               self._jitter)
 
     def enrollment_request(self, force: bool = False) -> device_pb2.EnrollRequest | None:
         """The EnrollRequest this device needs answered, or None while its token is valid
@@ -280,12 +295,13 @@ class Device:
                                         label=self.label,
                                         previous_token=ident["token"] if ident else "")
 
-    def enrolled(self, resp: device_pb2.EnrollResponse) -> str:
+    def enrolled(self, resp: device_pb2.EnrollResponse, new_identity: bool = False) -> str:
         """Keep the identity the collector issued (the answer to
         :meth:`enrollment_request`); returns the device id. A renewal must keep the
-        device id (:class:`EnrollmentError` otherwise)."""
+        device id (:class:`EnrollmentError` otherwise), unless ``new_identity`` (an
+        enrolment without the previous token)."""
         ident = self._load_identity()
-        if ident and resp.device_id != ident["device_id"]:
+        if ident and resp.device_id != ident["device_id"] and not new_identity:
             raise EnrollmentError("collector issued a different identity on renewal")
         self._save_identity({"device_id": resp.device_id, "token": resp.token,
                              "expires_at_ms": resp.expires_at_ms})
@@ -481,9 +497,10 @@ class Device:
                  duplicate: bool = False) -> bool:
         """Record the collector's answer to this device's report for ``query_id`` when
         someone else sent it (a gateway's SubmitReportBatch item: a gRPC status code
-        number). OK: acknowledged; a retryable code (UNAVAILABLE, DEADLINE_EXCEEDED,
-        ABORTED): still pending, returns False (send the same report again); anything
-        else: rejected (the budget stays spent: the bytes were sent)."""
+        number). OK: acknowledged; a retryable code (protocol §10: UNAVAILABLE,
+        DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, INTERNAL): still pending, returns
+        False (send the same report again); anything else: rejected (the budget stays
+        spent: the bytes were sent)."""
         if code == 0:
             self.ledger.mark(query_id, "acknowledged", "duplicate" if duplicate else "")
             return True

@@ -18,9 +18,9 @@ import {
   AlreadyParticipated, decodeValues, Ledger, LedgerError, type LedgerEntry, type LedgerStore,
 } from "../ledger/ledger.js";
 
-/** gRPC status codes the device reacts to. */
-export const Status = { DEADLINE_EXCEEDED: 4, ABORTED: 10, UNAVAILABLE: 14, UNAUTHENTICATED: 16 } as const;
-const RETRYABLE = new Set<number>([Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED]);
+import { RETRYABLE, Status } from "../core/status.js";
+
+export { RETRYABLE, Status };
 
 export interface TaskMessage extends TaskMessageLike {
   readonly phase: number;
@@ -139,14 +139,25 @@ export class Device {
     const now = (this.#o.now ?? Date.now)();
     const id = this.#identity;
     if (id && !force && id.expires_at_ms > now + 60_000) return id.device_id;
+    const ask = (previousToken: string) => this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
+      label: this.#o.label ?? "", previousToken });
+    const failed = (e: unknown) => new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
     let r;
+    let fresh = false;
     try {
-      r = await this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
-        label: this.#o.label ?? "", previousToken: id?.token ?? "" });
+      r = await ask(id?.token ?? "");
     } catch (e) {
-      throw new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
+      // a renewal whose previous token is no longer accepted: a new identity (§10); any other
+      // failure changes nothing (identity kept, pending reports stay pending)
+      if (!id || codeOf(e) !== Status.UNAUTHENTICATED) throw failed(e);
+      try {
+        r = await ask("");
+        fresh = true;
+      } catch (e2) {
+        throw failed(e2);
+      }
     }
-    if (id && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
+    if (id && !fresh && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
     this.#identity = { device_id: r.device_id, token: r.token, expires_at_ms: Number(r.expires_at_ms) };
     await this.#o.store.saveIdentity(this.#identity);
     return r.device_id;

@@ -8,13 +8,15 @@
  * byte-identical duplicate, which the collector answers with `duplicate = true`).
  *
  * Authentication: the device token goes in the metadata "authorization: Bearer <token>".
- * Retries: UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED, up to `attempts` calls, waiting
+ * Retries (the contract's one rule, §10): UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED,
+ * RESOURCE_EXHAUSTED and INTERNAL, up to `attempts` calls, waiting
  * U(0, min(cap, base·2^k)) before retry k+1 (exponential backoff, full jitter); every other
  * status is a definitive answer and is thrown as an RpcError.
  */
 import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import protobuf from "protobufjs";
+import { RETRYABLE as CORE_RETRYABLE } from "../core/status.js";
 import descriptor from "./wire.gen.json" with { type: "json" };
 
 const root = protobuf.Root.fromJSON(descriptor as protobuf.INamespace);
@@ -31,9 +33,8 @@ const SERVICE = "/uldp.v1.DeviceService/";
 
 /** Default message-size limit of the collector (4 MiB), also applied by this client. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
-export const RETRYABLE: ReadonlySet<grpc.status> = new Set([
-  grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED, grpc.status.ABORTED,
-]);
+/** The contract's retry rule (docs/device-protocol.md §10; src/core/status.ts). */
+export const RETRYABLE: ReadonlySet<grpc.status> = CORE_RETRYABLE as ReadonlySet<grpc.status>;
 
 export interface RetryPolicy {
   attempts: number;
