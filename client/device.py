@@ -25,6 +25,8 @@ other task for the same query). Then the ε is charged in the ledger, and only t
 the data touched: the report is computed for *any* dataset (unusable values are
 sanitized, never an error), persisted, and sent; every retry re-sends the same bytes.
 
+**Shuffle mode** (a task carrying ``"seal"``): sealed, sent to a shuffler (``client/shuffled.py``).
+
 **Randomness.** A production device draws every report's noise from a fresh OS-keyed
 ChaCha20 source. A seeded source is accepted only with ``simulation=True``, and every
 report of such a device carries ``simulated = true`` on the wire; collectors refuse
@@ -33,6 +35,7 @@ those unless the query or the server allows simulations.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -41,8 +44,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,9 @@ from uldp.client.ledger import (
     StateFile,
     StateSlot,
 )
+from uldp.client.outcomes import DeviceError, EnrollmentError, PollResult, ReportRejected
 from uldp.client.randomness import RandomSource
+from uldp.client.shuffled import AnyReport, ShuffleMode
 from uldp.client.task_checks import check_declaration, parsed_task
 from uldp.client.tasks import (
     TaskRefused,
@@ -92,42 +96,13 @@ __all__ = [
 
 log = logging.getLogger("uldp.client")
 
-
-class DeviceError(Exception):
-    """Base class of device-side failures that are not task refusals."""
-
-
-class EnrollmentError(DeviceError):
-    """The collector refused to enroll this device (wrong secret, bad previous token)."""
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one process per state directory
+    fcntl = None  # type: ignore[assignment]
 
 
-class ReportRejected(DeviceError):
-    """The collector refused a report (the budget stays spent: the bytes were sent)."""
-
-    def __init__(self, query_id: str, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"report for query {query_id} rejected: {code.name}: {message}")
-        self.query_id = query_id
-        self.code = code
-        self.message = message
-
-
-@dataclass
-class PollResult:
-    """What one :meth:`Device.poll` did."""
-
-    submitted: list[str] = field(default_factory=list)  # query ids acknowledged now
-    refused: list[tuple[str, str]] = field(default_factory=list)  # (query id, reason)
-    rejected: list[tuple[str, str]] = field(default_factory=list)  # collector refusals
-    #: (query id, reason): a charged task whose report could not be computed or stored
-    #: now (a local fault: disk, memory, a bug); it stays owed and is tried again at the
-    #: next poll, without holding up any other task
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    waiting: int = 0  # assignments whose phase is not open yet, plus pending reports
-    pending: int = 0  # persisted reports not acknowledged (collector unreachable)
-    retry_after_ms: int = 0
-
-
-class Device:
+class Device(ShuffleMode):
     """One device: identity and ledger in ``state_dir`` (a directory of its own, or its
     :class:`~uldp.client.ledger.StateSlot` in a file shared with other devices), datasets
     registered by the app."""
@@ -138,10 +113,12 @@ class Device:
                  enrollment_secret: str = "", label: str = "",
                  channel: grpc.Channel | None = None, retry: RetryPolicy | None = None,
                  rng: RandomSource | None = None, durable: bool = True,
-                 simulation: bool = False) -> None:
+                 simulation: bool = False, shuffler: str | Endpoint | None = None,
+                 shuffler_channel: grpc.Channel | None = None) -> None:
         """``rng``: leave None in production (a fresh OS-keyed source per report). A
         seeded source is accepted only together with ``simulation=True`` (fleet
         simulations and tests); such a device marks every report ``simulated``.
+        ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode).
         ``state_dir`` as a :class:`StateSlot`: the device's state lives in its rows of a
         shared :class:`StateFile`, whose own ``durable`` setting applies."""
         if rng is not None and not simulation:
@@ -171,6 +148,7 @@ class Device:
         self._own_channel = channel is None
         self._channel = channel
         self._stub: device_pb2_grpc.DeviceServiceStub | None = None
+        self._init_shuffler(shuffler, shuffler_channel, ca_cert)
         self._datasets: dict[str, LocalDataset] = {}
         self._identity: dict[str, Any] | None = None
         self._jitter = random.Random()
@@ -215,6 +193,7 @@ class Device:
         if self._own_channel and self._channel is not None:
             self._channel.close()
         self._channel = self._stub = None
+        self._close_shuffler()
         self.ledger.close()
 
     # ---- identity -------------------------------------------------------------------
@@ -225,16 +204,38 @@ class Device:
 
     def _load_identity(self) -> dict[str, Any] | None:
         if self._identity is None:
-            if self._slot is not None:
-                self._identity = self._slot.file.load_identity(self._slot.owner)
-            elif self._identity_path.exists():
-                self._identity = json.loads(self._identity_path.read_text())
+            self._identity = self._read_identity()
         return self._identity
 
-    def _save_identity(self, ident: dict[str, Any]) -> None:
+    def _read_identity(self) -> dict[str, Any] | None:
+        """The identity in the store now (not the cached one)."""
+        if self._slot is not None:
+            return self._slot.file.load_identity(self._slot.owner)
+        if self._identity_path.exists():
+            return dict(json.loads(self._identity_path.read_text()))
+        return None
+
+    @contextlib.contextmanager
+    def _identity_locked(self) -> Iterator[None]:
+        """Hold the store's identity lock: the shared StateFile's lock, or an advisory
+        lock on ``identity.lock`` in the state directory, which every Device instance over
+        the directory (any process) takes before it reads and replaces the identity."""
+        if self._slot is not None:
+            with self._slot.file.locked():
+                yield
+            return
+        with _PROCESS_LOCK, open(self._identity_path.with_suffix(".lock"), "a") as f:
+            if fcntl is not None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def _write_identity(self, ident: dict[str, Any]) -> None:
         if self._slot is not None:
             self._slot.file.save_identity(self._slot.owner, ident)
-            self._identity = ident
             return
         tmp = self._identity_path.with_suffix(".tmp")
         with open(tmp, "w") as f:
@@ -243,7 +244,6 @@ class Device:
             if self.ledger.durable:
                 os.fsync(f.fileno())
         os.replace(tmp, self._identity_path)
-        self._identity = ident
 
     @property
     def device_id(self) -> str | None:
@@ -299,12 +299,29 @@ class Device:
         """Keep the identity the collector issued (the answer to
         :meth:`enrollment_request`); returns the device id. A renewal must keep the
         device id (:class:`EnrollmentError` otherwise), unless ``new_identity`` (an
-        enrolment without the previous token)."""
-        ident = self._load_identity()
-        if ident and resp.device_id != ident["device_id"] and not new_identity:
-            raise EnrollmentError("collector issued a different identity on renewal")
-        self._save_identity({"device_id": resp.device_id, "token": resp.token,
-                             "expires_at_ms": resp.expires_at_ms})
+        enrolment without the previous token, protocol §10).
+
+        Atomic through the store: when another Device instance over the same state
+        enrolled first, its identity stays and this answer is dropped (one device, one
+        identity: two identities would let one user answer a query twice); a renewal
+        that another instance already superseded is dropped too."""
+        with self._identity_locked():
+            had = self._identity
+            stored = self._read_identity()
+            if had and resp.device_id != had["device_id"] and not new_identity:
+                raise EnrollmentError("collector issued a different identity on renewal")
+            if new_identity:  # keep a replacement another instance made meanwhile
+                superseded = bool(stored and had and stored["device_id"] != had["device_id"])
+            else:
+                superseded = bool(stored and (stored["device_id"] != resp.device_id
+                                              or stored["expires_at_ms"] >= resp.expires_at_ms))
+            if stored and superseded:
+                self._identity = stored
+                return str(stored["device_id"])
+            ident = {"device_id": resp.device_id, "token": resp.token,
+                     "expires_at_ms": resp.expires_at_ms}
+            self._write_identity(ident)
+            self._identity = ident
         return resp.device_id
 
     def _meta(self) -> tuple[tuple[str, str], ...]:
@@ -344,6 +361,7 @@ class Device:
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}", code="length")
+        self._check_sealable(spec)
         try:
             self.ledger.check(task.query_id, task.task_digest, units)
         except LedgerError as exc:
@@ -357,7 +375,7 @@ class Device:
             raise TypeError("pass rng=None for production devices")
         return self._rng.spawn("report")
 
-    def prepare(self, task: device_pb2.Task) -> device_pb2.Report:
+    def prepare(self, task: device_pb2.Task) -> AnyReport:
         """Check the task, charge its ε, compute and persist the report; the returned
         message is what must be sent (also for a retry: the stored bytes, never a new
         draw). Raises :class:`TaskRefused` only from public facts, before any charge."""
@@ -391,7 +409,7 @@ class Device:
                               ) from None
 
     def _compute_and_store(self, entry: LedgerEntry, spec: TaskSpec, ds: LocalDataset | None,
-                           rng: RandomSource, fallback: np.ndarray) -> device_pb2.Report:
+                           rng: RandomSource, fallback: np.ndarray) -> AnyReport:
         """The charged task's report over the dataset (the precomputed backstop if the
         dataset is gone or the computation fails: one report is owed whatever happens),
         persisted."""
@@ -404,28 +422,22 @@ class Device:
                 except Exception:  # totality backstop (compute_report is total itself)
                     log.error("report of query %s fell back to the empty dataset",
                               entry.query_id)
-            data = np.asarray(values, dtype="<i8").tobytes()
+            data = self._report_bytes(entry, spec, values)  # sealed in shuffle mode
             entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)
 
-    def _message(self, entry: LedgerEntry) -> device_pb2.Report:
-        vals = np.frombuffer(entry.report, dtype="<i8").tolist()
-        return device_pb2.Report(query_id=entry.query_id, phase=entry.phase, values=vals,
-                                 task_digest=entry.task_digest, simulated=self.simulation)
-
-    def send(self, report: device_pb2.Report) -> device_pb2.SubmitReportResponse:
-        """Send a persisted report (retrying the same bytes); update the ledger.
+    def send(self, report: AnyReport) -> Any:
+        """Send a persisted report (retrying the same bytes; a sealed one to the
+        shuffler); update the ledger.
 
         On UNAUTHENTICATED the device re-enrolls once and tries again; a second
         UNAUTHENTICATED is a rejection like any other definitive answer."""
         if self.before_send is not None:
             self.before_send(report.query_id)
-        req = device_pb2.SubmitReportRequest(report=report)
+        call = self._submit_call(report)
         for attempt in (0, 1):
             try:
-                resp = call_with_retry(
-                    lambda t: self._stub_().SubmitReport(req, timeout=t, metadata=self._meta()),
-                    self.retry, self._jitter)
+                resp = call_with_retry(call, self.retry, self._jitter)
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code == grpc.StatusCode.UNAUTHENTICATED and attempt == 0:
@@ -456,7 +468,7 @@ class Device:
                     self._note_failure(out, rep.query_id, exc)
         return done
 
-    def pending_reports(self, out: PollResult | None = None) -> list[device_pb2.Report]:
+    def pending_reports(self, out: PollResult | None = None) -> list[AnyReport]:
         """The reports this device owes without an acknowledgement: the stored ones (the
         same bytes again) and, first, the report of a charged task that was never stored
         (a crash between charge and store: computed now; nothing had been sent). A gateway
@@ -567,6 +579,9 @@ class Device:
 
 
 _STATUS = {c.value[0]: c for c in grpc.StatusCode}
+#: identity updates of this process (flock alone does not exclude two threads that open
+#: the lock file separately on every platform)
+_PROCESS_LOCK = threading.Lock()
 
 
 def ledger_code(exc: LedgerError) -> str:

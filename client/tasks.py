@@ -27,6 +27,7 @@ from uldp.client.kinds import KINDS, DataError, Kind, check_samples
 from uldp.client.methods import METHODS, Method
 from uldp.client.methods.base import component_units
 from uldp.client.randomness import RandomSource, as_source
+from uldp.client.sealing import parse_seal
 from uldp.client.taskspec import SCHEMA, TaskRefused, TaskSpec
 
 __all__ = [
@@ -162,6 +163,8 @@ def _validate(task: TaskSpec, kind: Kind, method: Method) -> None:
     if n > MAX_REPORT_VALUES:
         raise TaskRefused(f"the report would have {n} values, above the device limit "
                           f"{MAX_REPORT_VALUES}", code="limit")
+    if task.seal is not None:
+        parse_seal(task.seal)
 
 
 def report_length(task: TaskSpec) -> int:

@@ -33,3 +33,6 @@ export {
 } from "./dataset.js";
 export { RETRYABLE, Status } from "./status.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
+export {
+  hpkeSeal, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext, sealReport,
+} from "./seal.js";
