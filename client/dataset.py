@@ -9,6 +9,7 @@ raises; values that are not usable are marked *missing* by documented rules:
 
 * a value is ``float(v)`` when that conversion succeeds (numbers, booleans, numeric
   strings), otherwise NaN (missing);
+* no data (``None``) is the empty dataset;
 * a vector row that is not a sequence of exactly ``dim`` values is a row of NaN;
 * labels are aligned to the samples: missing labels (a shorter or absent label list)
   are NaN, surplus labels are ignored.
@@ -99,8 +100,10 @@ def coerce_values(samples: Any, dim: int | None) -> np.ndarray:
     declaration — an app bug, the same for every non-empty dataset: something that is not
     a sequence, or a NumPy array of another shape (a matrix for a scalar dataset, a
     matrix of another width). Inside a list, an element or row of the wrong form is a
-    missing sample, never an error.
+    missing sample, never an error. ``None`` (no data) is the empty dataset.
     """
+    if samples is None:
+        return np.zeros((0,) if dim is None else (0, dim))
     if isinstance(samples, np.ndarray):
         return _coerce_array(samples, dim)
     try:

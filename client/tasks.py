@@ -28,6 +28,7 @@ from uldp.client.mechanisms import ORACLES, SCALARS
 from uldp.client.methods import METHODS, Method
 from uldp.client.methods.base import component_units
 from uldp.client.randomness import RandomSource, as_source
+from uldp.client.sealing import parse_seal
 from uldp.client.taskspec import SCHEMA, TaskRefused, TaskSpec
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "TaskSpec",
     "compute_report",
     "compute_reports",
+    "empty_report",
     "report_length",
     "report_limit",
     "task_epsilon",
@@ -170,6 +172,8 @@ def _validate(task: TaskSpec, kind: Kind, method: Method) -> None:
     if n > MAX_REPORT_VALUES:
         raise TaskRefused(f"the report would have {n} values, above the device limit "
                           f"{MAX_REPORT_VALUES}", code="limit")
+    if task.seal is not None:
+        parse_seal(task.seal)
 
 
 def report_length(task: TaskSpec) -> int:
@@ -233,23 +237,38 @@ def _attach_labels(X: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
     return np.concatenate([Xv, lab[..., None]], axis=2)
 
 
-#: How often :func:`compute_report` fell back to the empty-dataset report because the
-#: statistic raised (a bug: the tests assert it stays 0). Local only, never sent.
+#: How often :func:`compute_report` fell back to its backstop because the computation on
+#: the data raised (a bug: the tests assert it stays 0). Local only, never sent.
 FALLBACKS = 0
 
 
+def empty_report(task: TaskSpec, rng: RandomSource) -> np.ndarray:
+    """The report of the empty dataset: the backstop of protocol §13.2, a function of the
+    public task and the keystream only. A :class:`~uldp.client.device.Device` computes it
+    *before* it charges the ledger (a task whose backstop fails is refused, code
+    ``param``), so the report owed after the charge always exists."""
+    kind = validate_task(task)
+    shape: tuple[int, ...] = (1, 0, task.dim) if kind.vector else (1, 0)
+    labels = np.zeros((1, 0)) if kind.uses_labels else None
+    return compute_reports(task, np.zeros(shape), rng, labels=labels, exact=True)[0]
+
+
 def compute_report(task: TaskSpec, samples: Any, labels: Any = None,
-                   rng: RandomSource | None = None, *, dim: int | None = None) -> np.ndarray:
+                   rng: RandomSource | None = None, *, dim: int | None = None,
+                   fallback: np.ndarray | None = None) -> np.ndarray:
     """The report of one device: ``samples`` is its whole local dataset (``(m,)`` or
-    ``(m, d)``, any values); returns a flat int64 vector of ``report_length(task)``
-    integers — for *every* dataset of that structure (totality, ``docs/privacy.md``).
+    ``(m, d)``, any values; ``None`` is the empty dataset); returns a flat int64 vector of
+    ``report_length(task)`` integers — for *every* dataset of that structure (totality,
+    ``docs/privacy.md``).
 
     Values are sanitized (``uldp.client.dataset.coerce_values``; labels aligned by
     ``align_labels``) and unusable samples ignored; a user with no usable sample reports
     the zero statistic ([D10]). Only a structure that contradicts the task (a scalar
     dataset for a vector task, another dimension) raises :class:`DataError` — a public
     fact the device checks before it accepts a task. ``rng=None`` uses a fresh OS-keyed
-    ChaCha20 source (production).
+    ChaCha20 source (production). Should the computation on the data raise (a bug), the
+    result is ``fallback`` (the device's precomputed :func:`empty_report`) or else the
+    empty dataset's report continuing the same keystream.
     """
     global FALLBACKS
     rng = as_source(rng)
@@ -270,9 +289,8 @@ def compute_report(task: TaskSpec, samples: Any, labels: Any = None,
         return compute_reports(task, x[None], rng, labels=lab, exact=True)[0]
     except Exception:  # totality backstop: never silence, never an exception
         FALLBACKS += 1
-        empty = np.zeros((1, 0) + x.shape[1:])
-        return compute_reports(task, empty, rng, exact=True,
-                               labels=np.zeros((1, 0)) if kind.uses_labels else None)[0]
+        return np.array(fallback, dtype=np.int64) if fallback is not None \
+            else empty_report(task, rng)
 
 
 def finite_positive(name: str, v: Any) -> float:

@@ -1,4 +1,4 @@
-"""Conformance vectors of the report mechanisms (``docs/device-protocol.md`` §16).
+"""Conformance vectors of the report mechanisms (``docs/device-protocol.md`` §17).
 
 Imported by ``scripts/gen_conformance.py``; two files of ``conformance/v1``:
 
@@ -130,7 +130,7 @@ def _hashes() -> list[dict[str, Any]]:
 
 
 def _records(start: int) -> list[dict[str, Any]]:
-    """Sampled categories of one device's usable samples (§16.10)."""
+    """Sampled categories of one device's usable samples (§17.10)."""
     out = []
     for usable, r, A in (([3, 1, 4, 1, 5, 2, 6], 1, 7), ([3, 1, 4, 1, 5, 2, 6], 3, 7),
                          ([2], 4, 3), ([0, 1], 2, 2), ([], 3, 5), ([], 1, 1),
@@ -150,7 +150,7 @@ def mechanisms() -> dict[str, Any]:
     cases += _scalars(len(cases))
     cases += _hashes()
     cases += _records(len(cases))
-    return {"description": "report mechanisms (§16): exp_lower S(N); every design over "
+    return {"description": "report mechanisms (§17): exp_lower S(N); every design over "
                            "(k, N); oracles on one value and scalar randomizers on a list "
                            "of grid values (report, next_word); OLH hash tables; sampled "
                            "records", "cases": cases}

@@ -1,4 +1,4 @@
-"""Report mechanisms, device half, registered by name (``docs/device-protocol.md`` §16,
+"""Report mechanisms, device half, registered by name (``docs/device-protocol.md`` §17,
 ``docs/mechanisms.md``).
 
 A task's ``mechanism`` field (default ``laplace``) names how its statistic becomes

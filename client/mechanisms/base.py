@@ -1,4 +1,4 @@
-"""The two families of report mechanisms, device half (``docs/device-protocol.md`` §16).
+"""The two families of report mechanisms, device half (``docs/device-protocol.md`` §17).
 
 * A **frequency oracle** privatizes one categorical value ``v ∈ {0, …, k−1}`` (a sampled
   record's category, a stage-I bin) into a short integer report. It is pure ε-LDP for any
@@ -44,7 +44,7 @@ class FrequencyOracle(Protocol):
     def privatize(self, items: np.ndarray, k: int, eps: float, rng: RandomSource
                   ) -> np.ndarray:
         """Reports ``(n, length)`` of the values ``items`` (``(n,)`` integers in
-        ``[0, k)``); for one item the draws are the canonical ones of §16."""
+        ``[0, k)``); for one item the draws are the canonical ones of §17."""
 
     def probability(self, report: Sequence[int], item: int, k: int, eps: float
                     ) -> Fraction | float:

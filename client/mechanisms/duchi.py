@@ -1,5 +1,5 @@
 """Duchi et al.'s one-bit randomizer of a bounded value, device half —
-``docs/device-protocol.md`` §16.7, ``docs/mechanisms.md`` (Duchi).
+``docs/device-protocol.md`` §17.7, ``docs/mechanisms.md`` (Duchi).
 
 Duchi, Jordan, Wainwright, *Minimax optimal procedures for locally private estimation*,
 JASA 113 (2018), §4.2.3 (one-dimensional case; the form of Wang et al., ICDE 2019, §3.1):

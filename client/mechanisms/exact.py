@@ -1,5 +1,5 @@
 """Exact arithmetic of the report mechanisms: a certified lower bound of ``e^ε`` and dyadic
-coins (invariant 8, ``docs/device-protocol.md`` §16.1).
+coins (invariant 8, ``docs/device-protocol.md`` §17.1).
 
 Every probability a frequency oracle or a scalar randomizer uses is a **dyadic rational**
 ``P / 2^64`` (an integer numerator ``0 <= P < 2^64``) or an exact uniform choice

@@ -1,5 +1,5 @@
 """Generalized randomized response (GRR, k-ary RR), device half — ``docs/device-protocol.md``
-§16.3, ``docs/mechanisms.md`` (GRR).
+§17.3, ``docs/mechanisms.md`` (GRR).
 
 Wang, Blocki, Li, Jha, *Locally differentially private protocols for frequency
 estimation*, USENIX Security 2017 (§4.1, "direct encoding"): report the true value with

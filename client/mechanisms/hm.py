@@ -1,4 +1,4 @@
-"""The hybrid mechanism (HM), device half — ``docs/device-protocol.md`` §16.9,
+"""The hybrid mechanism (HM), device half — ``docs/device-protocol.md`` §17.9,
 ``docs/mechanisms.md`` (HM).
 
 Wang et al., ICDE 2019, §3.3 (Algorithm 3): with probability ``α`` run the piecewise
@@ -13,7 +13,7 @@ rounded down); the branches are ``uldp.client.mechanisms.pm`` and ``.duchi`` at 
 
 Report: one integer per component, ``j ∈ [0, N)`` for the PM branch, ``N + b`` for the Duchi
 branch (``N = 2^16 + W`` of PM). Draws: one branch word per entry (``w < A``: PM); then the
-Duchi entries' words (in order); then PM's draws over the PM entries (in order, §16.8).
+Duchi entries' words (in order); then PM's draws over the PM entries (in order, §17.8).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Optimized local hashing (OLH), device half — ``docs/device-protocol.md`` §16.6,
+"""Optimized local hashing (OLH), device half — ``docs/device-protocol.md`` §17.6,
 ``docs/mechanisms.md`` (OLH).
 
 Wang, Blocki, Li, Jha, USENIX Security 2017, §4.4: the device draws a random hash function

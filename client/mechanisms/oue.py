@@ -1,4 +1,4 @@
-"""Optimized unary encoding (OUE), device half — ``docs/device-protocol.md`` §16.4,
+"""Optimized unary encoding (OUE), device half — ``docs/device-protocol.md`` §17.4,
 ``docs/mechanisms.md`` (OUE).
 
 Wang, Blocki, Li, Jha, USENIX Security 2017, §4.3: the value ``v`` becomes the one-hot

@@ -1,5 +1,5 @@
 """The piecewise mechanism (PM) on a fixed-point grid, device half —
-``docs/device-protocol.md`` §16.8, ``docs/mechanisms.md`` (PM).
+``docs/device-protocol.md`` §17.8, ``docs/mechanisms.md`` (PM).
 
 Wang, Xiao, Yang, Zhao, Hui, Shin, Shin, Yu, *Collecting and analyzing multidimensional
 data under local differential privacy*, ICDE 2019, §3.2 (Algorithm 2): for

@@ -1,4 +1,4 @@
-"""Subset selection (ω-subset mechanism), device half — ``docs/device-protocol.md`` §16.5,
+"""Subset selection (ω-subset mechanism), device half — ``docs/device-protocol.md`` §17.5,
 ``docs/mechanisms.md`` (SS).
 
 Wang, Huang, Wang, Nie, Xu, Yang, *Mutual information optimally local private discrete

@@ -24,7 +24,7 @@ import numpy as np
 from uldp.client.budget import EpsilonError, epsilon_units
 from uldp.client.kinds.base import Kind
 from uldp.client.mechanisms import DEFAULT, ORACLES, SCALARS, FrequencyOracle, ScalarMechanism
-from uldp.client.params import GRID_STEPS, Alg1Params
+from uldp.client.params import GRID_STEPS, Alg1Params, support_bins
 from uldp.client.randomness import RandomSource
 from uldp.client.taskspec import TaskRefused, TaskSpec
 
@@ -84,7 +84,13 @@ def _finite(v: object) -> bool:
 
 
 def check_bins(task: TaskSpec) -> None:
-    """A stage-I task carries ``(D_c, h_c, B_c)`` for every served component."""
+    """A stage-I task carries ``(D_c, h_c, B_c)`` for every served component, with
+    ``B_c = max(1, ⌈2D_c/h_c − 10^-9⌉)`` (protocol §14.1 step 10): the B bins of width h
+    cover the support exactly, so every bin index the device derives lies in [1, B].
+
+    Rows are checked in order and the first failing check gives the code: in a row, D
+    and h (``param``), B an integer ≥ 1 (``param``), B ≤ 2^16 (``limit``), B as above
+    (``param``)."""
     if task.intervals:
         raise TaskRefused("a stage-I task carries bins, not intervals")
     if len(task.bins) != len(task.components):
@@ -101,6 +107,10 @@ def check_bins(task: TaskSpec) -> None:
         if B > MAX_BINS:
             raise TaskRefused(f"a component has at most {MAX_BINS} bins, got {B!r}",
                               code="limit")
+        want = support_bins(float(D), float(h))
+        if want != B:
+            raise TaskRefused(f"B must be the number of bins of width h covering [-D, D], "
+                              f"max(1, ceil(2D/h - 1e-9)) = {want}, got {B!r}")
 
 
 def check_intervals(task: TaskSpec, count: int | None = None) -> None:

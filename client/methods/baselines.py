@@ -160,7 +160,8 @@ class BaselineA:
         phi = np.where(filled[..., None], np.nan_to_num(phi, nan=0.0), 0.0)
         if task.stat_bound is not None:
             phi = np.clip(phi, -task.stat_bound, task.stat_bound)
-        offs = (np.full(n, task.virtual_offset) if offsets is None
+        G = len(task.virtual_groups)  # the offset only matters mod G (it may exceed 2^63)
+        offs = (np.full(n, task.virtual_offset % G, dtype=np.int64) if offsets is None
                 else np.asarray(offsets, dtype=np.int64))
         lay = slot_layout(task, offs)
         out = np.zeros((n, int(lay.total.max())), dtype=np.int64)

@@ -1,6 +1,6 @@
 """Method ``oracle``, device half: sampled records through a frequency oracle.
 
-See ``docs/algorithms.md`` ("Frequency oracles") and ``docs/device-protocol.md`` §16.10.
+See ``docs/algorithms.md`` ("Frequency oracles") and ``docs/device-protocol.md`` §17.10.
 The collector half is ``uldp.collector.methods.oracle``.
 
 For a categorical kind (``distribution``) the user statistic is the frequency vector ``f_i``

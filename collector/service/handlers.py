@@ -26,7 +26,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, MethodDescriptor, ServiceDescriptor
 
-__all__ = ["Undecodable", "add_service", "decoder", "undecodable_message"]
+__all__ = ["Undecodable", "add_service", "checked_method", "decoder", "undecodable_message"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -65,9 +65,10 @@ def _warn(method: str, context: Any, bad: Undecodable) -> None:
                 context.peer(), bad.size, bad.reason)
 
 
-def _wrap(fn: Callable[..., Any], m: MethodDescriptor) -> Callable[..., Any]:
+def checked_method(fn: Callable[..., Any], m: MethodDescriptor) -> Callable[..., Any]:
     """``fn`` behind a check that refuses :class:`Undecodable` requests, with the same
-    calling convention (grpc.aio dispatches on it)."""
+    calling convention (grpc.aio dispatches on it). The HTTP front
+    (``uldp.collector.http``) wraps the same servicer methods with it."""
     method = f"/{m.containing_service.full_name}/{m.name}"
     text = undecodable_message(method, m.input_type.full_name)
     code = grpc.StatusCode.INVALID_ARGUMENT
@@ -140,7 +141,7 @@ def method_handlers(servicer: Any, service: ServiceDescriptor,
     out = {}
     for m in service.methods:
         factory = _FACTORIES[(m.client_streaming, m.server_streaming)]
-        out[m.name] = factory(_wrap(getattr(servicer, m.name), m),
+        out[m.name] = factory(checked_method(getattr(servicer, m.name), m),
                               request_deserializer=decoder(class_of(m.input_type)),
                               response_serializer=class_of(m.output_type).SerializeToString)
     return out

@@ -86,8 +86,10 @@ function row(v: unknown, dim: number): number[] {
   return vals.map((x) => (isList(x) || (typeof x === "object" && x !== null) ? NaN : toFloat(x)));
 }
 
-/** Sanitized samples: numbers (dim null) or rows of `dim` numbers; unusable values NaN. */
+/** Sanitized samples: numbers (dim null) or rows of `dim` numbers; unusable values NaN. No
+ * data (`undefined` or `null`) is the empty dataset. */
 export function coerceValues(samples: unknown, dim: number | null): number[] | number[][] {
+  if (samples === undefined || samples === null) return [];
   if (!isList(samples)) throw new RangeError("samples must be a sequence");
   const shape = regularShape(samples);
   if (shape !== null) {
