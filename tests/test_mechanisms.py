@@ -84,7 +84,12 @@ def _oracle_outputs(name: str, k: int, eps: float, seed: int = 7) -> list[tuple[
         w = ss_design(k, epsilon_units(eps)).omega
         return list(itertools.combinations(range(k), w))
     g = olh_design(epsilon_units(eps)).k
-    return [(s, y) for s in range(seed, seed + 3) for y in range(g)]
+    out = []
+    for s in range(seed, seed + 3):  # every value's hash, and one value no input hashes to
+        hashes = {hash_of(s, v, g) for v in range(k)}
+        out += [(s, y) for y in sorted(hashes)]
+        out += [(s, y) for y in range(g) if y not in hashes][:1]
+    return out
 
 
 @pytest.mark.parametrize("eps", [2.0**-24, 0.3, 1.0, 2.5, 8.0, 45.0])
@@ -135,10 +140,18 @@ def test_scalar_likelihood_ratios_never_exceed_epsilon(name, eps):
 @pytest.mark.parametrize("eps", [0.2, 1.0, 3.0])
 @pytest.mark.parametrize("name", NEW_SCALARS)
 def test_scalar_pmfs_sum_to_one(name, eps):
+    """Summed piece by piece: the pmf is constant on [0, g), the window, the rest of the
+    PM range, and each Duchi / HM-branch value."""
     s = SCALARS[name]
-    N = pm_design(epsilon_units(eps)).cells
+    d = pm_design(epsilon_units(eps))
     for g in (0, 777, GRID_STEPS):
-        assert sum(s.probability(z, g, eps) for z in range(N + 2)) == 1
+        cuts = [0, 1, 2] if name == "duchi" else \
+            sorted({0, g, g + d.W, d.cells, d.cells + 1, d.cells + 2})
+        total = sum((s.probability(a, g, eps) * (b - a) for a, b in itertools.pairwise(cuts)),
+                    Fraction(0))
+        assert total == 1
+        assert all(s.probability(z, g, eps) == s.probability(a, g, eps)
+                   for a, b in itertools.pairwise(cuts) for z in (a, (a + b) // 2, b - 1))
 
 
 def _chi2(counts: dict, probs: dict, n: int) -> float:

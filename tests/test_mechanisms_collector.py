@@ -63,7 +63,7 @@ def test_oracle_variances_are_the_papers_formulas(k, eps):
 
 @pytest.mark.parametrize("name", ["laplace", "grr", "oue", "ss", "olh"])
 def test_oracle_decoding_is_unbiased_with_the_predicted_variance(name):
-    k, eps, n = 8, 1.0, 20000
+    k, eps, n = 8, 1.0, 4000 if name == "olh" else 20000  # (OLH decodes by hashing)
     rng = RandomSource.seeded(f"dec-{name}")
     g = np.random.default_rng(3)
     f = np.arange(1, k + 1) / (k * (k + 1) / 2)
