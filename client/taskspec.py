@@ -27,7 +27,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_INT_DIGITS", "MAX_JSON_DEPTH", "REFUSAL_CODES", "SCHEMA", "TaskRefused", "TaskSpec"]
+__all__ = ["DEFAULT_MECHANISM", "MAX_INT_DIGITS", "MAX_JSON_DEPTH", "OMITTED_DEFAULTS",
+           "REFUSAL_CODES", "SCHEMA", "TaskRefused", "TaskSpec"]
+
+#: The mechanism of a task without a ``mechanism`` field (``uldp.client.mechanisms``).
+DEFAULT_MECHANISM = "laplace"
+
+#: Fields left out of a task's JSON when they hold their default (added after the first
+#: tasks of the schema were deployed: their bytes, and digests, stay as they were).
+OMITTED_DEFAULTS: dict[str, Any] = {"mechanism": DEFAULT_MECHANISM, "records": 1}
 
 #: The schema tag every task JSON carries (``"schema"``); a device refuses other versions.
 SCHEMA = "uldp.task/2"
@@ -98,6 +106,10 @@ class TaskSpec:
     #: shuffle mode: the collector's HPKE key the report is sealed to (absent: a report
     #: in the clear to the collector); ``uldp.client.sealing``, protocol §16
     seal: dict[str, Any] | None = field(default=None, compare=False)
+    #: the report mechanism (``uldp.client.mechanisms``); omitted from the JSON when it is
+    #: the default, so tasks of the discrete Laplace mechanism keep their bytes
+    mechanism: str = DEFAULT_MECHANISM
+    records: int = 1  # method ``oracle``: records sampled (omitted from the JSON when 1)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -109,6 +121,9 @@ class TaskSpec:
         d["intervals"] = [[float(lo), float(hi)] for lo, hi in self.intervals]
         d["virtual_groups"] = [list(g) for g in self.virtual_groups]
         d["virtual_eps"] = list(self.virtual_eps)
+        for name, default in OMITTED_DEFAULTS.items():
+            if d[name] == default and type(d[name]) is type(default):
+                del d[name]
         return d
 
     def to_json(self) -> str:
