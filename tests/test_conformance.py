@@ -176,3 +176,68 @@ def test_published_json_and_results_match_their_schemas():
             doc = json.loads(json.dumps(pub))
             assert _errors(doc, published, published) == [], (kind, doc)
         assert _errors(json.loads(json.dumps(out)), result, result) == [], kind
+
+
+# ---- task vectors: the report, and the pre-noise statistic and rounding draws behind it -------
+def _decoded(v):
+    if isinstance(v, list):
+        return [_decoded(x) for x in v]
+    return {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}.get(v, v)
+
+
+def _recomputed(case):
+    """One task vector computed again from its inputs: the fields a device must reproduce."""
+    import struct
+
+    from uldp.client.tasks import TaskSpec, compute_report
+    from uldp.client.trace import tracing
+
+    task = TaskSpec.from_json(case["task"])
+    x = np.asarray(_decoded(case["samples"]), dtype=np.float64)
+    if case["dim"] is not None and x.size == 0:
+        x = np.zeros((0, case["dim"]))
+    lab = None if case["labels"] is None else np.asarray(_decoded(case["labels"]), np.float64)
+    rng = RandomSource.from_key(bytes.fromhex(case["key"]))
+    with tracing() as tr:
+        rep = compute_report(task, x, lab, rng=rng, dim=case["dim"])
+    return {"report": [int(v) for v in rep], "next_word": str(int(rng.words(1)[0])),
+            "statistic": [struct.pack(">d", v).hex() for v in tr.statistic],
+            "rounding": tr.rounding, "items": tr.items or None}
+
+
+def _mismatches(case, fields=("report", "next_word", "statistic", "rounding", "items")):
+    got = _recomputed(case)
+    return [f for f in fields if got[f] != case.get(f)]
+
+
+TASK_VECTORS = [c for name in ("tasks.json", "mech_tasks.json")
+                for c in json.loads(FRESH[name])["cases"] if c.get("op") != "refusal"]
+
+
+def test_every_task_vector_carries_its_statistic_and_rounding_and_is_reproduced():
+    assert all(c["statistic"] or c.get("items") for c in TASK_VECTORS)
+    assert sum(bool(c["rounding"]) for c in TASK_VECTORS) > 300
+    bad = [(c["name"], m) for c in TASK_VECTORS if (m := _mismatches(c))]
+    assert bad == []
+
+
+def test_a_statistic_off_by_a_ten_millionth_is_caught(monkeypatch):
+    """Issue 17 item 12: a device whose every statistic is ×(1 + 10^-7) reproduces most
+    report integers (randomized rounding hides the error), but not the statistic."""
+    from uldp.client.mechanisms import two_stage
+
+    honest = two_stage._check_stats
+    monkeypatch.setattr(two_stage, "_check_stats", lambda Y, k: honest(Y, k) * (1 + 1e-7))
+    cases = json.loads(FRESH["tasks.json"])["cases"]
+    nonzero = [c for c in cases  # ×(1 + 10^-7) changes a normal double (not 0, 5e-324)
+               if any(abs(struct_value(h)) > 1e-300 for h in c["statistic"])]
+    report_only = sum(not _mismatches(c, ("report", "next_word")) for c in nonzero)
+    caught = sum("statistic" in _mismatches(c) for c in nonzero)
+    assert report_only >= 0.9 * len(nonzero)  # the integers alone let (all of) them pass
+    assert caught == len(nonzero) > 300  # the statistic catches every one
+
+
+def struct_value(h: str) -> float:
+    import struct
+
+    return float(struct.unpack(">d", bytes.fromhex(h))[0])
