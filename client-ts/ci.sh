@@ -46,6 +46,10 @@ echo "== headless Chromium (t=$(( $(date +%s) - start ))s)"
 bash scripts/ensure-chromium.sh
 node scripts/browser-vectors.mjs
 
+echo "== the example web app: type check and build (t=$(( $(date +%s) - start ))s)"
+npx tsc -p ../examples/web
+node scripts/build-example.mjs
+
 echo "== browser devices against the collector (t=$(( $(date +%s) - start ))s)"
 node scripts/browser-fleet.mjs
 
