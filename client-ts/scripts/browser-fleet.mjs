@@ -13,7 +13,9 @@
 //     truth of the population lies in every interval (confidence 1 - 1e-5);
 //  3. two tabs with one Device each over ONE IndexedDB store (budget 1, two queries of ε = 1)
 //     race: one identity, one report in all, ε spent 1;
-//  4. a page of a foreign origin is refused by CORS; the allowed origin is served.
+//  4. a page of a foreign origin is refused by CORS; the allowed origin is served;
+//  5. the example web app (examples/web/dist, built by scripts/build-example.mjs) joins, sends
+//     its report and shows it (ULDP_SCREENSHOT=file.png keeps a screenshot).
 // ULDP_PYTHON: a Python with uldp installed. CHROMIUM: the browser (default /usr/bin/chromium).
 import { spawn, execFileSync } from "node:child_process";
 import { createHash, X509Certificate } from "node:crypto";
@@ -109,10 +111,20 @@ const built = await esbuild.build({
 });
 const bundle = built.outputFiles[0].text;
 const html = `<!doctype html><meta charset="utf-8"><title>uldp browser devices</title><script src="/fleet.js"></script>`;
+const EXAMPLE = here("../../examples/web/dist/");
 const pages = createServer((req, res) => {
-  if (req.url === "/") res.writeHead(200, { "content-type": "text/html" }).end(html);
-  else if (req.url === "/fleet.js") res.writeHead(200, { "content-type": "text/javascript" }).end(bundle);
-  else res.writeHead(404).end();
+  const path = (req.url ?? "").split("?")[0];
+  if (path === "/") res.writeHead(200, { "content-type": "text/html" }).end(html);
+  else if (path === "/fleet.js") res.writeHead(200, { "content-type": "text/javascript" }).end(bundle);
+  else if (path === "/example/" || path === "/example/app.js") {
+    try {
+      const js = path.endsWith(".js");
+      res.writeHead(200, { "content-type": js ? "text/javascript" : "text/html" })
+        .end(readFileSync(EXAMPLE + (js ? "app.js" : "index.html")));
+    } catch {
+      res.writeHead(404).end();
+    }
+  } else res.writeHead(404).end();
 });
 await new Promise((r) => pages.listen(pagePort, "127.0.0.1", r));
 
@@ -220,6 +232,21 @@ try {
   const own = await t1.evaluate((b) => globalThis.uldp.rawEnroll(b), BASE);
   ok(f.startsWith("refused"), `a page of the foreign origin ${FOREIGN} is refused by CORS (${f})`);
   ok(own === "ok", `a page of the allowed origin ${ORIGIN} is served (${own})`);
+
+  // 5. the example web app
+  await analyst("CreateQuery", { kind: "mean", epsilon: 0.5, dataset: "steps", bound: 20, samples: 7, users: 5,
+    method: "ssl", phase_timeout_seconds: 300, query_id: "example-q" });
+  await new Promise((r) => setTimeout(r, 300));
+  const ex = await context.newPage();
+  ex.on("pageerror", (e) => console.error("example page error:", e.message));
+  await ex.goto(`${ORIGIN}/example/?collector=${encodeURIComponent(BASE)}&autostart=1`);
+  await ex.waitForFunction(() => document.querySelector("#entries")?.textContent?.includes("acknowledged"), null,
+    { timeout: 60_000 }).catch(() => undefined);
+  const shown = await ex.evaluate(() => ({ sent: document.querySelector("#sent")?.textContent,
+    spent: document.querySelector("#spent")?.textContent, rows: document.querySelector("#entries")?.textContent ?? "" }));
+  if (process.env.ULDP_SCREENSHOT) await ex.screenshot({ path: process.env.ULDP_SCREENSHOT, fullPage: true });
+  ok(shown.sent === "1" && shown.spent === "0.500" && shown.rows.includes("example-q") && shown.rows.includes("acknowledged"),
+    `the example app sent its report and shows it (reports sent ${shown.sent}, ε spent ${shown.spent})`);
 } catch (e) {
   ok(false, `error: ${e.stack ?? e}`);
 } finally {
