@@ -25,6 +25,8 @@ other task for the same query). Then the ε is charged in the ledger, and only t
 the data touched: the report is computed for *any* dataset (unusable values are
 sanitized, never an error), persisted, and sent; every retry re-sends the same bytes.
 
+**Shuffle mode** (a task carrying ``"seal"``): sealed, sent to a shuffler (``client/shuffled.py``).
+
 **Randomness.** A production device draws every report's noise from a fresh OS-keyed
 ChaCha20 source. A seeded source is accepted only with ``simulation=True``, and every
 report of such a device carries ``simulated = true`` on the wire; collectors refuse
@@ -61,6 +63,7 @@ from uldp.client.ledger import (
     StateSlot,
 )
 from uldp.client.randomness import RandomSource
+from uldp.client.shuffled import AnyReport, ShuffleMode
 from uldp.client.task_checks import check_declaration, parsed_task
 from uldp.client.tasks import (
     TaskRefused,
@@ -133,7 +136,7 @@ class PollResult:
     retry_after_ms: int = 0
 
 
-class Device:
+class Device(ShuffleMode):
     """One device: identity and ledger in ``state_dir`` (a directory of its own, or its
     :class:`~uldp.client.ledger.StateSlot` in a file shared with other devices), datasets
     registered by the app."""
@@ -144,10 +147,12 @@ class Device:
                  enrollment_secret: str = "", label: str = "",
                  channel: grpc.Channel | None = None, retry: RetryPolicy | None = None,
                  rng: RandomSource | None = None, durable: bool = True,
-                 simulation: bool = False) -> None:
+                 simulation: bool = False, shuffler: str | Endpoint | None = None,
+                 shuffler_channel: grpc.Channel | None = None) -> None:
         """``rng``: leave None in production (a fresh OS-keyed source per report). A
         seeded source is accepted only together with ``simulation=True`` (fleet
         simulations and tests); such a device marks every report ``simulated``.
+        ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode).
         ``state_dir`` as a :class:`StateSlot`: the device's state lives in its rows of a
         shared :class:`StateFile`, whose own ``durable`` setting applies."""
         if rng is not None and not simulation:
@@ -177,6 +182,7 @@ class Device:
         self._own_channel = channel is None
         self._channel = channel
         self._stub: device_pb2_grpc.DeviceServiceStub | None = None
+        self._init_shuffler(shuffler, shuffler_channel, ca_cert)
         self._datasets: dict[str, LocalDataset] = {}
         self._identity: dict[str, Any] | None = None
         self._jitter = random.Random()
@@ -221,6 +227,7 @@ class Device:
         if self._own_channel and self._channel is not None:
             self._channel.close()
         self._channel = self._stub = None
+        self._close_shuffler()
         self.ledger.close()
 
     # ---- identity -------------------------------------------------------------------
@@ -368,6 +375,7 @@ class Device:
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}", code="length")
+        self._check_sealable(spec)
         try:
             self.ledger.check(task.query_id, task.task_digest, units)
         except LedgerError as exc:
@@ -381,7 +389,7 @@ class Device:
             raise TypeError("pass rng=None for production devices")
         return self._rng.spawn("report")
 
-    def prepare(self, task: device_pb2.Task) -> device_pb2.Report:
+    def prepare(self, task: device_pb2.Task) -> AnyReport:
         """Check the task, charge its ε, compute and persist the report; the returned
         message is what must be sent (also for a retry: the stored bytes, never a new
         draw). Raises :class:`TaskRefused` only from public facts, before any charge."""
@@ -415,7 +423,7 @@ class Device:
                               ) from None
 
     def _compute_and_store(self, entry: LedgerEntry, spec: TaskSpec, ds: LocalDataset | None,
-                           rng: RandomSource, fallback: np.ndarray) -> device_pb2.Report:
+                           rng: RandomSource, fallback: np.ndarray) -> AnyReport:
         """The charged task's report over the dataset (the precomputed backstop if the
         dataset is gone or the computation fails: one report is owed whatever happens),
         persisted."""
@@ -428,28 +436,22 @@ class Device:
                 except Exception:  # totality backstop (compute_report is total itself)
                     log.error("report of query %s fell back to the empty dataset",
                               entry.query_id)
-            data = np.asarray(values, dtype="<i8").tobytes()
+            data = self._report_bytes(entry, spec, values)  # sealed in shuffle mode
             entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)
 
-    def _message(self, entry: LedgerEntry) -> device_pb2.Report:
-        vals = np.frombuffer(entry.report, dtype="<i8").tolist()
-        return device_pb2.Report(query_id=entry.query_id, phase=entry.phase, values=vals,
-                                 task_digest=entry.task_digest, simulated=self.simulation)
-
-    def send(self, report: device_pb2.Report) -> device_pb2.SubmitReportResponse:
-        """Send a persisted report (retrying the same bytes); update the ledger.
+    def send(self, report: AnyReport) -> Any:
+        """Send a persisted report (retrying the same bytes; a sealed one to the
+        shuffler); update the ledger.
 
         On UNAUTHENTICATED the device re-enrolls once and tries again; a second
         UNAUTHENTICATED is a rejection like any other definitive answer."""
         if self.before_send is not None:
             self.before_send(report.query_id)
-        req = device_pb2.SubmitReportRequest(report=report)
+        call = self._submit_call(report)
         for attempt in (0, 1):
             try:
-                resp = call_with_retry(
-                    lambda t: self._stub_().SubmitReport(req, timeout=t, metadata=self._meta()),
-                    self.retry, self._jitter)
+                resp = call_with_retry(call, self.retry, self._jitter)
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code == grpc.StatusCode.UNAUTHENTICATED and attempt == 0:
@@ -480,7 +482,7 @@ class Device:
                     self._note_failure(out, rep.query_id, exc)
         return done
 
-    def pending_reports(self, out: PollResult | None = None) -> list[device_pb2.Report]:
+    def pending_reports(self, out: PollResult | None = None) -> list[AnyReport]:
         """The reports this device owes without an acknowledgement: the stored ones (the
         same bytes again) and, first, the report of a charged task that was never stored
         (a crash between charge and store: computed now; nothing had been sent). A gateway

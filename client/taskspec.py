@@ -24,7 +24,15 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["REFUSAL_CODES", "SCHEMA", "TaskRefused", "TaskSpec"]
+__all__ = ["DEFAULT_MECHANISM", "OMITTED_DEFAULTS", "REFUSAL_CODES", "SCHEMA", "TaskRefused",
+           "TaskSpec"]
+
+#: The mechanism of a task without a ``mechanism`` field (``uldp.client.mechanisms``).
+DEFAULT_MECHANISM = "laplace"
+
+#: Fields left out of a task's JSON when they hold their default (added after the first
+#: tasks of the schema were deployed: their bytes, and digests, stay as they were).
+OMITTED_DEFAULTS: dict[str, Any] = {"mechanism": DEFAULT_MECHANISM, "records": 1}
 
 #: The schema tag every task JSON carries (``"schema"``); a device refuses other versions.
 SCHEMA = "uldp.task/2"
@@ -45,6 +53,7 @@ REFUSAL_CODES = (
     "limit",  # above a device limit (dimension, frame, report length, grid, bins, m_ref)
     "param",  # a kind or method parameter missing, inconsistent or unusable
     "over-budget",  # the task would spend more than its own query budget
+    "seal",  # the task's seal object is unusable, or the device has no shuffler (§16)
     "dataset",  # the named dataset is not registered on the device
     "declaration",  # the task contradicts the dataset's public declaration
     "length",  # Task.report_length differs from the length the device computes
@@ -91,15 +100,27 @@ class TaskSpec:
     virtual_eps: tuple[float, ...] = ()  # baseline A: ε of one slot of each virtual group
     virtual_offset: int = 0  # baseline A: virtual group of slot 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # learning kinds
+    #: shuffle mode: the collector's HPKE key the report is sealed to (absent: a report
+    #: in the clear to the collector); ``uldp.client.sealing``, protocol §16
+    seal: dict[str, Any] | None = field(default=None, compare=False)
+    #: the report mechanism (``uldp.client.mechanisms``); omitted from the JSON when it is
+    #: the default, so tasks of the discrete Laplace mechanism keep their bytes
+    mechanism: str = DEFAULT_MECHANISM
+    records: int = 1  # method ``oracle``: records sampled (omitted from the JSON when 1)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.seal is None:
+            del d["seal"]  # absent, not null: tasks without a seal keep their bytes
         d["schema"] = SCHEMA
         d["components"] = list(self.components)
         d["bins"] = [[float(D), float(h), int(B)] for D, h, B in self.bins]
         d["intervals"] = [[float(lo), float(hi)] for lo, hi in self.intervals]
         d["virtual_groups"] = [list(g) for g in self.virtual_groups]
         d["virtual_eps"] = list(self.virtual_eps)
+        for name, default in OMITTED_DEFAULTS.items():
+            if d[name] == default and type(d[name]) is type(default):
+                del d[name]
         return d
 
     def to_json(self) -> str:
@@ -120,6 +141,8 @@ class TaskSpec:
         unknown = set(d) - known
         if unknown:
             raise TaskRefused(f"task has unknown fields: {sorted(unknown)}", code="field")
+        if "seal" in d and not isinstance(d["seal"], dict):
+            raise TaskRefused("seal must be an object", code="field")
         for key in ("components", "virtual_eps"):
             if key in d:
                 d[key] = tuple(_list(d[key], key))

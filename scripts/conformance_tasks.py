@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from conformance_seal import seal_refusals
 
 from uldp.client.budget import split_epsilon
 from uldp.client.dataset import DatasetSchema, align_labels, coerce_values
@@ -466,6 +467,7 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("budget-exact-fit", b, {"budget": 1.75, "ledger": [("q-a", "aa", 0.75)]}),
         ("participated", b, {"ledger": [("q-mean", "bb" * 32, 0.5)]}),
         ("resend-same-digest", b, {"ledger": [("q-mean", "same", 0.5)]}),
+        *seal_refusals(b),
     ]
 
 
@@ -488,7 +490,8 @@ def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[st
     ledger = [{"query_id": q, "task_digest": digest if d == "same" else d,
                "units": str(epsilon_units(e))} for q, d, e in o.get("ledger", [])]
     budget = float(o.get("budget", 10.0))
-    dev = Device("unused:1", tmp / name, budget=budget, durable=False)
+    dev = Device("unused:1", tmp / name, budget=budget, durable=False,
+                 shuffler="unused:2" if o.get("shuffler") else None)
     try:
         for dd in decls:
             v = dd["dim"]
@@ -505,8 +508,11 @@ def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[st
             code = getattr(exc, "code", "?")
     finally:
         dev.close()
-    return {"name": name, "task": msg, "datasets": decls, "budget": budget,
+    case = {"name": name, "task": msg, "datasets": decls, "budget": budget,
             "ledger": ledger, "code": code, "units": units}
+    if o.get("shuffler"):
+        case["shuffler"] = True  # the device has a shuffler configured (§16)
+    return case
 
 
 def _base_query(task: dict[str, Any]) -> str:

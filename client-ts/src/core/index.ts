@@ -32,3 +32,6 @@ export {
   parsePythonFloat, toFloat, type ValueKind,
 } from "./dataset.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
+export {
+  hpkeSeal, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext, sealReport,
+} from "./seal.js";

@@ -121,7 +121,7 @@ export async function refusalCase(c: Case): Promise<void> {
   let code: string | null = null;
   let units: string | null = null;
   try {
-    units = checkTask(c.task, datasets, ledger).units.toString();
+    units = checkTask(c.task, datasets, ledger, { shuffler: c.shuffler === true }).units.toString();
   } catch (e) {
     if (!(e instanceof TaskRefused)) throw e;
     code = e.code;
