@@ -29,14 +29,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest import _cpu, _prepare, _reports  # noqa: E402
-from ingest_http import _http_request, _queries, http_calls  # noqa: E402
+from ingest import _cpu, _prepare, _reports
+from ingest_http import _http_request, _queries, http_calls
 
-from uldp.client.transport import Endpoint  # noqa: E402
-from uldp.client.wire import device_pb2  # noqa: E402
-from uldp.collector.security.certs import make_dev_pki  # noqa: E402
-from uldp.collector.security.tokens import new_admin_token  # noqa: E402
-from uldp.collector.service.client import AnalystClient  # noqa: E402
+from uldp.client.transport import Endpoint
+from uldp.client.wire import device_pb2
+from uldp.collector.security.certs import make_dev_pki
+from uldp.collector.security.tokens import new_admin_token
+from uldp.collector.service.client import AnalystClient
 
 SERVERS = ("uvicorn-httptools", "uvicorn-h11", "hypercorn", "granian")
 

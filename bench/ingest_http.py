@@ -38,8 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest import (  # noqa: E402 - the gRPC half of the benchmark, shared
-    _aio_calls,
+from ingest import (
     _batched,
     _cpu,
     _prepare,
@@ -48,12 +47,12 @@ from ingest import (  # noqa: E402 - the gRPC half of the benchmark, shared
     local_postgres,
 )
 
-from uldp.client.transport import Endpoint  # noqa: E402
-from uldp.client.wire import device_pb2  # noqa: E402
-from uldp.collector.demo import start_collector_process  # noqa: E402
-from uldp.collector.security.certs import make_dev_pki  # noqa: E402
-from uldp.collector.security.tokens import new_admin_token  # noqa: E402
-from uldp.collector.service.client import AnalystClient, QueryRequest  # noqa: E402
+from uldp.client.transport import Endpoint
+from uldp.client.wire import device_pb2
+from uldp.collector.demo import start_collector_process
+from uldp.collector.security.certs import make_dev_pki
+from uldp.collector.security.tokens import new_admin_token
+from uldp.collector.service.client import AnalystClient, QueryRequest
 
 SERVICE = "/uldp.v1.DeviceService/"
 
