@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from conformance_contract import json_edge_texts, numeric_strings, transport
 from conformance_seal import seal_refusals
 
 from uldp.client.budget import split_epsilon
@@ -468,7 +469,7 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("participated", b, {"ledger": [("q-mean", "bb" * 32, 0.5)]}),
         ("resend-same-digest", b, {"ledger": [("q-mean", "same", 0.5)]}),
         *seal_refusals(b),
-    ]
+    ] + [(name, text, {}) for name, text in json_edge_texts(_text(b))]
 
 
 def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[str, Any]:
@@ -634,7 +635,7 @@ _REGISTRATIONS: list[tuple[str, Any, Any, int | None]] = [
     ("scalar-empty", [], [], None),
     ("no-data", None, None, None),
     ("no-data-vectors", None, [1.0], 2),
-]
+] + numeric_strings()
 
 
 def registrations() -> dict[str, Any]:
@@ -651,6 +652,7 @@ def registrations() -> dict[str, Any]:
 
 
 TASK_FILES["registration"] = registrations
+TASK_FILES["transport"] = transport
 _ = DatasetSchema
 
 

@@ -31,6 +31,7 @@ export {
   alignLabels, coerceValues, datasetSchema, type DatasetSchema, localDataset, type LocalDataset,
   parsePythonFloat, toFloat, type ValueKind,
 } from "./dataset.js";
+export { RETRYABLE, Status } from "./status.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
 export {
   hpkeSeal, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext, sealReport,

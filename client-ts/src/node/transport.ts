@@ -8,7 +8,8 @@
  * byte-identical duplicate, which the collector answers with `duplicate = true`).
  *
  * Authentication: the device token goes in the metadata "authorization: Bearer <token>".
- * Retries: UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED, up to `attempts` calls, waiting
+ * Retries (the contract's one rule, §10): UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED,
+ * RESOURCE_EXHAUSTED and INTERNAL, up to `attempts` calls, waiting
  * U(0, min(cap, base·2^k)) before retry k+1 (exponential backoff, full jitter); every other
  * status is a definitive answer and is thrown as an RpcError.
  */

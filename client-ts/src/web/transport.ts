@@ -9,7 +9,8 @@
  * (no second protobuf runtime, no generated code).
  *
  * Same rules as the Node transport: the device token in `authorization: Bearer <token>`;
- * retries only for UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED, up to `attempts` calls, waiting
+ * retries (the contract's one rule, §10) for UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED
+ * and INTERNAL, up to `attempts` calls, waiting
  * U(0, min(cap, base·2^k)) before retry k+1; a per-call timeout (AbortController); every other
  * status is a definitive answer thrown as an RpcError carrying the gRPC status number. A network
  * failure (no HTTP answer: offline, TLS, DNS, or a CORS refusal the browser hides) and an HTTP

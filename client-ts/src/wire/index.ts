@@ -7,6 +7,7 @@
  * No Node-only dependency (Uint8Array, not Buffer).
  */
 import protobuf from "protobufjs";
+import { Status as Code } from "../core/status.js";
 import descriptor from "./wire.gen.json" with { type: "json" };
 
 const root = protobuf.Root.fromJSON(descriptor as protobuf.INamespace);
@@ -25,16 +26,11 @@ export const DEVICE_SERVICE = "uldp.v1.DeviceService";
 /** Default message-size limit of the collector (4 MiB), also applied by the clients. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 
-/** gRPC status codes (google.rpc.Code) by name. */
-export const Code = {
-  OK: 0, CANCELLED: 1, UNKNOWN: 2, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, NOT_FOUND: 5,
-  ALREADY_EXISTS: 6, PERMISSION_DENIED: 7, RESOURCE_EXHAUSTED: 8, FAILED_PRECONDITION: 9, ABORTED: 10,
-  OUT_OF_RANGE: 11, UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, DATA_LOSS: 15, UNAUTHENTICATED: 16,
-} as const;
+/** gRPC status codes (google.rpc.Code) by name, and the statuses a device retries
+ * (docs/device-protocol.md §10: the same bytes, backoff with jitter) — one definition, in
+ * src/core/status.ts. */
+export { Status as Code, RETRYABLE } from "../core/status.js";
 export const CODE_NAMES: readonly string[] = Object.keys(Code);
-
-/** The statuses a device retries (docs/device-protocol.md §10): the same bytes, backoff with jitter. */
-export const RETRYABLE: ReadonlySet<number> = new Set([Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.ABORTED]);
 
 export interface RetryPolicy {
   attempts: number;
