@@ -241,3 +241,53 @@ def struct_value(h: str) -> float:
     import struct
 
     return float(struct.unpack(">d", bytes.fromhex(h))[0])
+
+
+@pytest.mark.parametrize("method", ["two-stage", "two-stage-paper", "ssl", "baseline-a",
+                                    "baseline-b", "auto"])
+def test_published_json_of_every_method_matches_the_schema(method):
+    """Issue 17 item 13: what every method's phases really publish (two-stage's stage I
+    with its bias bounds and rule) validates against published.schema.json, and stage-I
+    intervals follow the stated rule (protocol §7.3, §14.4)."""
+    from uldp.collector.datasets import make_fleet_data
+    from uldp.collector.planner import QuerySpec, compile_query
+    from uldp.collector.programs.driver import run_program
+    from uldp.collector.programs.meanest import MeanEstProgram
+    from uldp.collector.simulate import synthetic_privatizer
+
+    published, result = _schema("published"), _schema("result")
+    for kind, dim, dist, m in (("mean", 1, "uniform", 5), ("mean-linf", 2, "uniform", 400),
+                               ("distribution", 4, "zipf:1.1", 5)):
+        spec = QuerySpec(kind=kind, epsilon=2.0, users=400, samples=m, dim=dim, seed=1,
+                         method=method)
+        plan = compile_query(spec)
+        data = make_fleet_data(kind, dist, m, dim, spec.bound, np.random.default_rng(0))
+        pubs: dict = {}
+        out = run_program(MeanEstProgram(spec), synthetic_privatizer(
+            spec, data, RandomSource.seeded(1), None), on_close=pubs.__setitem__)
+        assert pubs, (method, kind)
+        for pub in pubs.values():
+            doc = json.loads(json.dumps(pub))
+            assert _errors(doc, published, published) == [], (method, kind, doc)
+            if "khat" in doc:
+                _check_stage_one_intervals(plan, doc)
+        assert _errors(json.loads(json.dumps(out)), result, result) == [], (method, kind)
+
+
+def _check_stage_one_intervals(plan, doc):
+    """paper: exactly §7.3's interval; adaptive: §7.3's interval or a widening of it by
+    whole bins, clipped to the support [-D, D] (k̂ = 0: the support)."""
+    for g, ks in doc["khat"].items():
+        params = plan.group_params(int(g))
+        comps = plan.grouping.groups[int(g)].components
+        for c, k, (lo, hi) in zip(comps, ks, doc["intervals"][g], strict=True):
+            p = params[c]
+            lo0, hi0 = p.clamp_interval(k)
+            if doc["rule"] == "paper" or k == 0:
+                assert (lo, hi) == (lo0, hi0)
+                continue
+            assert -p.bound <= lo <= max(lo0, -p.bound) and min(hi0, p.bound) <= hi <= p.bound
+            for edge, base in ((lo, lo0), (hi, hi0)):
+                if abs(edge) != p.bound:  # not clipped: a whole number of bins from §7.3
+                    steps = abs(edge - base) / p.bin_width
+                    assert abs(steps - round(steps)) < 1e-9, (lo, hi, lo0, hi0)
