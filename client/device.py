@@ -25,6 +25,8 @@ other task for the same query). Then the ε is charged in the ledger, and only t
 the data touched: the report is computed for *any* dataset (unusable values are
 sanitized, never an error), persisted, and sent; every retry re-sends the same bytes.
 
+**Shuffle mode** (a task carrying ``"seal"``): sealed, sent to a shuffler (``client/shuffled.py``).
+
 **Randomness.** A production device draws every report's noise from a fresh OS-keyed
 ChaCha20 source. A seeded source is accepted only with ``simulation=True``, and every
 report of such a device carries ``simulated = true`` on the wire; collectors refuse
@@ -33,15 +35,16 @@ those unless the query or the server allows simulations.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import random
+import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +52,6 @@ import grpc
 import numpy as np
 
 from uldp.client.dataset import DatasetSchema, LocalDataset, align_labels, coerce_values
-from uldp.client.kinds import KINDS, Kind
 from uldp.client.ledger import (
     AlreadyParticipated,
     BudgetExceeded,
@@ -59,14 +61,15 @@ from uldp.client.ledger import (
     StateFile,
     StateSlot,
 )
+from uldp.client.outcomes import DeviceError, EnrollmentError, PollResult, ReportRejected
 from uldp.client.randomness import RandomSource
+from uldp.client.shuffled import AnyReport, ShuffleMode
+from uldp.client.task_checks import check_declaration, parsed_task
 from uldp.client.tasks import (
     TaskRefused,
     TaskSpec,
     compute_report,
-    report_length,
-    task_epsilon_units,
-    validate_task,
+    empty_report,
 )
 from uldp.client.transport import (
     RETRYABLE,
@@ -93,38 +96,13 @@ __all__ = [
 
 log = logging.getLogger("uldp.client")
 
-
-class DeviceError(Exception):
-    """Base class of device-side failures that are not task refusals."""
-
-
-class EnrollmentError(DeviceError):
-    """The collector refused to enroll this device (wrong secret, bad previous token)."""
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one process per state directory
+    fcntl = None  # type: ignore[assignment]
 
 
-class ReportRejected(DeviceError):
-    """The collector refused a report (the budget stays spent: the bytes were sent)."""
-
-    def __init__(self, query_id: str, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"report for query {query_id} rejected: {code.name}: {message}")
-        self.query_id = query_id
-        self.code = code
-        self.message = message
-
-
-@dataclass
-class PollResult:
-    """What one :meth:`Device.poll` did."""
-
-    submitted: list[str] = field(default_factory=list)  # query ids acknowledged now
-    refused: list[tuple[str, str]] = field(default_factory=list)  # (query id, reason)
-    rejected: list[tuple[str, str]] = field(default_factory=list)  # collector refusals
-    waiting: int = 0  # assignments whose phase is not open yet, plus pending reports
-    pending: int = 0  # persisted reports not acknowledged (collector unreachable)
-    retry_after_ms: int = 0
-
-
-class Device:
+class Device(ShuffleMode):
     """One device: identity and ledger in ``state_dir`` (a directory of its own, or its
     :class:`~uldp.client.ledger.StateSlot` in a file shared with other devices), datasets
     registered by the app."""
@@ -135,10 +113,12 @@ class Device:
                  enrollment_secret: str = "", label: str = "",
                  channel: grpc.Channel | None = None, retry: RetryPolicy | None = None,
                  rng: RandomSource | None = None, durable: bool = True,
-                 simulation: bool = False) -> None:
+                 simulation: bool = False, shuffler: str | Endpoint | None = None,
+                 shuffler_channel: grpc.Channel | None = None) -> None:
         """``rng``: leave None in production (a fresh OS-keyed source per report). A
         seeded source is accepted only together with ``simulation=True`` (fleet
         simulations and tests); such a device marks every report ``simulated``.
+        ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode).
         ``state_dir`` as a :class:`StateSlot`: the device's state lives in its rows of a
         shared :class:`StateFile`, whose own ``durable`` setting applies."""
         if rng is not None and not simulation:
@@ -168,6 +148,7 @@ class Device:
         self._own_channel = channel is None
         self._channel = channel
         self._stub: device_pb2_grpc.DeviceServiceStub | None = None
+        self._init_shuffler(shuffler, shuffler_channel, ca_cert)
         self._datasets: dict[str, LocalDataset] = {}
         self._identity: dict[str, Any] | None = None
         self._jitter = random.Random()
@@ -212,6 +193,7 @@ class Device:
         if self._own_channel and self._channel is not None:
             self._channel.close()
         self._channel = self._stub = None
+        self._close_shuffler()
         self.ledger.close()
 
     # ---- identity -------------------------------------------------------------------
@@ -222,16 +204,38 @@ class Device:
 
     def _load_identity(self) -> dict[str, Any] | None:
         if self._identity is None:
-            if self._slot is not None:
-                self._identity = self._slot.file.load_identity(self._slot.owner)
-            elif self._identity_path.exists():
-                self._identity = json.loads(self._identity_path.read_text())
+            self._identity = self._read_identity()
         return self._identity
 
-    def _save_identity(self, ident: dict[str, Any]) -> None:
+    def _read_identity(self) -> dict[str, Any] | None:
+        """The identity in the store now (not the cached one)."""
+        if self._slot is not None:
+            return self._slot.file.load_identity(self._slot.owner)
+        if self._identity_path.exists():
+            return dict(json.loads(self._identity_path.read_text()))
+        return None
+
+    @contextlib.contextmanager
+    def _identity_locked(self) -> Iterator[None]:
+        """Hold the store's identity lock: the shared StateFile's lock, or an advisory
+        lock on ``identity.lock`` in the state directory, which every Device instance over
+        the directory (any process) takes before it reads and replaces the identity."""
+        if self._slot is not None:
+            with self._slot.file.locked():
+                yield
+            return
+        with _PROCESS_LOCK, open(self._identity_path.with_suffix(".lock"), "a") as f:
+            if fcntl is not None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def _write_identity(self, ident: dict[str, Any]) -> None:
         if self._slot is not None:
             self._slot.file.save_identity(self._slot.owner, ident)
-            self._identity = ident
             return
         tmp = self._identity_path.with_suffix(".tmp")
         with open(tmp, "w") as f:
@@ -240,7 +244,6 @@ class Device:
             if self.ledger.durable:
                 os.fsync(f.fileno())
         os.replace(tmp, self._identity_path)
-        self._identity = ident
 
     @property
     def device_id(self) -> str | None:
@@ -254,17 +257,32 @@ class Device:
         return str(ident["token"]) if ident else None
 
     def enroll(self, force: bool = False) -> str:
-        """Enroll (or renew an expiring token); returns the device id."""
+        """Enroll (or renew an expiring token); returns the device id.
+
+        A renewal whose previous token the collector no longer accepts (UNAUTHENTICATED)
+        enrols once more as a new identity; any other failure raises
+        :class:`EnrollmentError` and changes nothing (protocol §10, re-enrolment)."""
         req = self.enrollment_request(force)
         if req is None:
             return str(self.device_id)
         try:
-            resp = call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
-                                   self._jitter)
+            return self.enrolled(self._enroll_call(req))
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAUTHENTICATED or not req.previous_token:
+                raise EnrollmentError(f"enrollment failed: {exc.code().name}: "
+                                      f"{exc.details()}") from None
+        log.warning("the collector no longer accepts this device's token: enrolling anew")
+        fresh = device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
+                                         label=self.label)
+        try:
+            return self.enrolled(self._enroll_call(fresh), new_identity=True)
         except grpc.RpcError as exc:
             raise EnrollmentError(f"enrollment failed: {exc.code().name}: {exc.details()}"
                                   ) from None
-        return self.enrolled(resp)
+
+    def _enroll_call(self, req: device_pb2.EnrollRequest) -> device_pb2.EnrollResponse:
+        return call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
+                               self._jitter)
 
     def enrollment_request(self, force: bool = False) -> device_pb2.EnrollRequest | None:
         """The EnrollRequest this device needs answered, or None while its token is valid
@@ -277,15 +295,33 @@ class Device:
                                         label=self.label,
                                         previous_token=ident["token"] if ident else "")
 
-    def enrolled(self, resp: device_pb2.EnrollResponse) -> str:
+    def enrolled(self, resp: device_pb2.EnrollResponse, new_identity: bool = False) -> str:
         """Keep the identity the collector issued (the answer to
         :meth:`enrollment_request`); returns the device id. A renewal must keep the
-        device id (:class:`EnrollmentError` otherwise)."""
-        ident = self._load_identity()
-        if ident and resp.device_id != ident["device_id"]:
-            raise EnrollmentError("collector issued a different identity on renewal")
-        self._save_identity({"device_id": resp.device_id, "token": resp.token,
-                             "expires_at_ms": resp.expires_at_ms})
+        device id (:class:`EnrollmentError` otherwise), unless ``new_identity`` (an
+        enrolment without the previous token, protocol §10).
+
+        Atomic through the store: when another Device instance over the same state
+        enrolled first, its identity stays and this answer is dropped (one device, one
+        identity: two identities would let one user answer a query twice); a renewal
+        that another instance already superseded is dropped too."""
+        with self._identity_locked():
+            had = self._identity
+            stored = self._read_identity()
+            if had and resp.device_id != had["device_id"] and not new_identity:
+                raise EnrollmentError("collector issued a different identity on renewal")
+            if new_identity:  # keep a replacement another instance made meanwhile
+                superseded = bool(stored and had and stored["device_id"] != had["device_id"])
+            else:
+                superseded = bool(stored and (stored["device_id"] != resp.device_id
+                                              or stored["expires_at_ms"] >= resp.expires_at_ms))
+            if stored and superseded:
+                self._identity = stored
+                return str(stored["device_id"])
+            ident = {"device_id": resp.device_id, "token": resp.token,
+                     "expires_at_ms": resp.expires_at_ms}
+            self._write_identity(ident)
+            self._identity = ident
         return resp.device_id
 
     def _meta(self) -> tuple[tuple[str, str], ...]:
@@ -311,7 +347,7 @@ class Device:
     def _check_task(self, task: device_pb2.Task) -> tuple[TaskSpec, LocalDataset, int]:
         if hashlib.sha256(task.task_json.encode()).hexdigest() != task.task_digest:
             raise TaskRefused("task digest does not match the task text", code="digest")
-        known = _parsed(task.task_json, task.task_digest)
+        known = parsed_task(task.task_json, task.task_digest)
         spec = known.spec
         if spec.query_id != task.query_id:
             raise TaskRefused(f"task text is for query {spec.query_id!r}, "
@@ -325,6 +361,7 @@ class Device:
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}", code="length")
+        self._check_sealable(spec)
         try:
             self.ledger.check(task.query_id, task.task_digest, units)
         except LedgerError as exc:
@@ -338,7 +375,7 @@ class Device:
             raise TypeError("pass rng=None for production devices")
         return self._rng.spawn("report")
 
-    def prepare(self, task: device_pb2.Task) -> device_pb2.Report:
+    def prepare(self, task: device_pb2.Task) -> AnyReport:
         """Check the task, charge its ε, compute and persist the report; the returned
         message is what must be sent (also for a retry: the stored bytes, never a new
         draw). Raises :class:`TaskRefused` only from public facts, before any charge."""
@@ -347,6 +384,7 @@ class Device:
             return self._message(entry)
         spec, ds, units = self.check_task(task)
         rng = self._source()  # before the charge: a misconfigured source charges nothing
+        fallback = self._fallback(spec)  # the report owed if the data fail: before the charge
         try:
             entry = self.ledger.reserve(task.query_id, task.task_digest, task.phase, units,
                                         task.SerializeToString())
@@ -354,45 +392,52 @@ class Device:
             raise TaskRefused(str(exc), code=ledger_code(exc)) from exc
         if entry.report:  # a concurrent poll stored it meanwhile
             return self._message(entry)
-        return self._compute_and_store(entry, spec, ds, rng)
+        return self._compute_and_store(entry, spec, ds, rng, fallback)
+
+    def _fallback(self, spec: TaskSpec) -> np.ndarray:
+        """The task's backstop report (the empty dataset's, protocol §13.2), computed from
+        public facts only and *before* the charge, on a keystream of its own: a task whose
+        backstop cannot be computed is refused (code ``param``), so whether the device
+        reports never depends on its data (invariant 6)."""
+        src = RandomSource.secure() if self._rng is None else self._rng.spawn("fallback")
+        try:
+            return empty_report(spec, src)
+        except TaskRefused:
+            raise
+        except Exception as exc:
+            raise TaskRefused(f"the task's backstop report cannot be computed: {exc}"
+                              ) from None
 
     def _compute_and_store(self, entry: LedgerEntry, spec: TaskSpec, ds: LocalDataset | None,
-                           rng: RandomSource) -> device_pb2.Report:
-        """The charged task's report over the dataset (its empty version if the dataset
-        is gone or anything fails: one report is owed whatever happens), persisted."""
+                           rng: RandomSource, fallback: np.ndarray) -> AnyReport:
+        """The charged task's report over the dataset (the precomputed backstop if the
+        dataset is gone or the computation fails: one report is owed whatever happens),
+        persisted."""
         with self._lock:  # one report computation at a time per device
-            values = None
+            values = fallback
             if ds is not None:
                 try:
                     values = compute_report(spec, ds.samples, ds.labels, rng=rng,
-                                            dim=ds.schema.dim)
+                                            dim=ds.schema.dim, fallback=fallback)
                 except Exception:  # totality backstop (compute_report is total itself)
                     log.error("report of query %s fell back to the empty dataset",
                               entry.query_id)
-            if values is None:
-                values = _empty_report(spec, rng)
-            data = np.asarray(values, dtype="<i8").tobytes()
+            data = self._report_bytes(entry, spec, values)  # sealed in shuffle mode
             entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)
 
-    def _message(self, entry: LedgerEntry) -> device_pb2.Report:
-        vals = np.frombuffer(entry.report, dtype="<i8").tolist()
-        return device_pb2.Report(query_id=entry.query_id, phase=entry.phase, values=vals,
-                                 task_digest=entry.task_digest, simulated=self.simulation)
-
-    def send(self, report: device_pb2.Report) -> device_pb2.SubmitReportResponse:
-        """Send a persisted report (retrying the same bytes); update the ledger.
+    def send(self, report: AnyReport) -> Any:
+        """Send a persisted report (retrying the same bytes; a sealed one to the
+        shuffler); update the ledger.
 
         On UNAUTHENTICATED the device re-enrolls once and tries again; a second
         UNAUTHENTICATED is a rejection like any other definitive answer."""
         if self.before_send is not None:
             self.before_send(report.query_id)
-        req = device_pb2.SubmitReportRequest(report=report)
+        call = self._submit_call(report)
         for attempt in (0, 1):
             try:
-                resp = call_with_retry(
-                    lambda t: self._stub_().SubmitReport(req, timeout=t, metadata=self._meta()),
-                    self.retry, self._jitter)
+                resp = call_with_retry(call, self.retry, self._jitter)
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code == grpc.StatusCode.UNAUTHENTICATED and attempt == 0:
@@ -413,7 +458,7 @@ class Device:
         outage). Reports still unacknowledged because the collector is unreachable stay
         pending and count as ``waiting`` in ``out``."""
         done = []
-        for rep in self.pending_reports():
+        for rep in self.pending_reports(out):
             try:
                 self.send(rep)
                 done.append(rep.query_id)
@@ -423,21 +468,31 @@ class Device:
                     self._note_failure(out, rep.query_id, exc)
         return done
 
-    def pending_reports(self) -> list[device_pb2.Report]:
+    def pending_reports(self, out: PollResult | None = None) -> list[AnyReport]:
         """The reports this device owes without an acknowledgement: the stored ones (the
         same bytes again) and, first, the report of a charged task that was never stored
         (a crash between charge and store: computed now; nothing had been sent). A gateway
         sends them itself; :meth:`resend_pending` sends them directly."""
         for e in self.ledger.entries("reserved"):
-            self._recompute(e)
+            self._recompute(e, out)
         return [self._message(e) for e in self.ledger.entries("pending")]
 
-    def _recompute(self, e: LedgerEntry) -> None:
+    def _recompute(self, e: LedgerEntry, out: PollResult | None = None) -> None:
         """The report owed for a charged task whose report was never stored (a crash
-        between charge and store): computed now from the stored task (nothing was sent)."""
-        task = device_pb2.Task.FromString(e.task)
-        spec = TaskSpec.from_json(task.task_json)
-        self._compute_and_store(e, spec, self._datasets.get(task.dataset), self._source())
+        between charge and store): computed now from the stored task (nothing was sent).
+        A failure here (a disk or memory fault, or a task this SDK version no longer
+        accepts) leaves the entry reserved and is noted in ``out``; it never stops the
+        other entries and tasks."""
+        try:
+            task = device_pb2.Task.FromString(e.task)
+            spec = TaskSpec.from_json(task.task_json)
+            self._compute_and_store(e, spec, self._datasets.get(task.dataset),
+                                    self._source(), self._fallback(spec))
+        except Exception as exc:
+            log.error("the report owed for query %s could not be computed: %s", e.query_id,
+                      exc)
+            if out is not None:
+                out.failed.append((e.query_id, str(exc)))
 
     @staticmethod
     def _note_failure(out: PollResult, query_id: str, exc: ReportRejected) -> None:
@@ -454,9 +509,10 @@ class Device:
                  duplicate: bool = False) -> bool:
         """Record the collector's answer to this device's report for ``query_id`` when
         someone else sent it (a gateway's SubmitReportBatch item: a gRPC status code
-        number). OK: acknowledged; a retryable code (UNAVAILABLE, DEADLINE_EXCEEDED,
-        ABORTED): still pending, returns False (send the same report again); anything
-        else: rejected (the budget stays spent: the bytes were sent)."""
+        number). OK: acknowledged; a retryable code (protocol §10: UNAVAILABLE,
+        DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, INTERNAL): still pending, returns
+        False (send the same report again); anything else: rejected (the budget stays
+        spent: the bytes were sent)."""
         if code == 0:
             self.ledger.mark(query_id, "acknowledged", "duplicate" if duplicate else "")
             return True
@@ -493,6 +549,10 @@ class Device:
                 out.refused.append((task.query_id, str(exc)))
                 log.info("refused task of query %s: %s", task.query_id, exc)
                 continue
+            except (OSError, sqlite3.Error, MemoryError) as exc:  # a local fault: others go on
+                out.failed.append((task.query_id, str(exc)))
+                log.error("task of query %s failed on this device: %s", task.query_id, exc)
+                continue
             try:
                 self.send(report)
                 out.submitted.append(task.query_id)
@@ -511,6 +571,7 @@ class Device:
             total.submitted += r.submitted
             total.refused += r.refused
             total.rejected += r.rejected
+            total.failed += r.failed
             total.waiting, total.retry_after_ms = r.waiting, r.retry_after_ms
             if not r.waiting or time.monotonic() > end:
                 return total
@@ -518,81 +579,11 @@ class Device:
 
 
 _STATUS = {c.value[0]: c for c in grpc.StatusCode}
-
-
-class _Parsed:
-    """A task text's parse and public validation, shared by every device of this process
-    (a pure function of the text; the per-device checks — dataset declaration, report
-    length announced, ledger — still run for every task)."""
-
-    __slots__ = ("_checked", "spec")
-
-    def __init__(self, spec: TaskSpec) -> None:
-        self.spec = spec
-        self._checked: tuple[Kind, int, int] | None = None
-
-    def validated(self) -> tuple[Kind, int, int]:
-        """(kind, report length, ε units) of a task that passes ``validate_task``."""
-        if self._checked is None:
-            kind = validate_task(self.spec)
-            self._checked = (kind, report_length(self.spec), task_epsilon_units(self.spec))
-        return self._checked
-
-
-_PARSED: dict[str, _Parsed] = {}
-_PARSED_MAX = 1024
-
-
-def _parsed(text: str, digest: str) -> _Parsed:
-    """The parse of task text ``text`` whose SHA-256 is ``digest`` (checked by the
-    caller), cached by digest."""
-    got = _PARSED.get(digest)
-    if got is None:
-        got = _Parsed(TaskSpec.from_json(text))
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
-        _PARSED[digest] = got
-    return got
-
-
-def check_declaration(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> None:
-    """Refuse (code ``declaration``) a task that contradicts the dataset's declaration."""
-    why = _contradiction(task, kind, schema)
-    if why:
-        raise TaskRefused(why, code="declaration")
-
-
-def _contradiction(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> str:
-    name = schema.name
-    if kind.vector and schema.dim != task.dim:
-        return (f"dataset {name!r} holds samples of dimension {schema.dim or 'scalar'}; "
-                f"the task needs dimension {task.dim}")
-    if not kind.vector and schema.dim not in (None, 1):
-        return f"dataset {name!r} holds {schema.dim}-dimensional samples; kind " \
-               f"{task.kind!r} needs scalars"
-    if kind.uses_labels and not schema.labelled:
-        return f"kind {task.kind!r} needs labelled samples; dataset {name!r} was " \
-               "registered without labels"
-    if task.kind == "distribution":
-        if schema.values == "real":
-            return f"dataset {name!r} was declared real-valued; a distribution task " \
-                   "needs categorical values"
-        if schema.alphabet is not None and schema.alphabet != task.dim:
-            return f"dataset {name!r} has {schema.alphabet} categories; the task asks " \
-                   f"about {task.dim}"
-    elif schema.values == "categorical":
-        return f"dataset {name!r} was declared categorical; kind {task.kind!r} needs " \
-               "real values"
-    return ""
+#: identity updates of this process (flock alone does not exclude two threads that open
+#: the lock file separately on every platform)
+_PROCESS_LOCK = threading.Lock()
 
 
 def ledger_code(exc: LedgerError) -> str:
     """The refusal code of a ledger refusal."""
     return "participated" if isinstance(exc, AlreadyParticipated) else "budget"
-
-
-def _empty_report(spec: TaskSpec, rng: RandomSource) -> np.ndarray:
-    kind = KINDS[spec.kind]
-    shape = (0, spec.dim) if kind.vector else (0,)
-    return compute_report(spec, np.zeros(shape), np.zeros(0) if kind.uses_labels else None,
-                          rng=rng)

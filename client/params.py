@@ -21,6 +21,7 @@ __all__ = [
     "bin_index",
     "bounded_params",
     "heavy_tailed_params",
+    "support_bins",
 ]
 
 #: Fixed-point resolution of scalar reports: a clamp interval of width W is divided into
@@ -106,13 +107,29 @@ def heavy_tailed_params(p: float, moment: float, m: int, n_run: int, eps_c: floa
     return Alg1Params(bound, h, margin, _bins(bound, h))
 
 
+def support_bins(bound: float, h: float) -> int | None:
+    """``max(1, ⌈(2.0·D)/h − 10^-9⌉)``: the number of bins of width ``h`` that cover the
+    support ``[-D, D]`` (protocol §7.1), or None when ``2D/h`` overflows. The tolerance keeps
+    B at 5 when ``2D/h = 5.000000001`` from float noise ([D3]). A device accepts a stage-I
+    component only with exactly this B (protocol §14.1), so no bin index exceeds B."""
+    r = (2.0 * bound) / h
+    if not math.isfinite(r):
+        return None
+    return max(1, math.ceil(r - 1e-9))
+
+
 def _bins(bound: float, h: float) -> int:
-    # ceil with a tolerance so that 2D/h = 5.000000001 from float noise gives 5 ([D3])
-    return max(1, math.ceil(2.0 * bound / h - 1e-9))
+    b = support_bins(bound, h)
+    if b is None:
+        raise ValueError(f"2D/h overflows for D={bound!r}, h={h!r}")
+    return b
 
 
 def bin_index(y: np.ndarray, params: Alg1Params) -> np.ndarray:
-    """1-based bin of each value: ``min(B, ⌊(clamp(y,-D,D)+D)/h⌋ + 1)`` (§3.2)."""
+    """1-based bin of each value: ``min(B, ⌊(clamp(y,-D,D)+D)/h⌋ + 1)`` (§3.2).
+
+    The cap at B is applied to the double, before any conversion to an integer: the index
+    of a hostile grid (a tiny h) never overflows (protocol §7.3)."""
     y = np.clip(np.asarray(y, dtype=np.float64), -params.bound, params.bound)
-    k = np.floor((y + params.bound) / params.bin_width).astype(np.int64) + 1
-    return np.minimum(k, params.bins)
+    k = np.minimum(np.floor((y + params.bound) / params.bin_width) + 1.0, float(params.bins))
+    return k.astype(np.int64)

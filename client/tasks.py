@@ -24,15 +24,18 @@ from uldp.client import numerics
 from uldp.client.budget import units_to_epsilon
 from uldp.client.dataset import align_labels, coerce_values
 from uldp.client.kinds import KINDS, DataError, Kind, check_samples
+from uldp.client.mechanisms import ORACLES, SCALARS
 from uldp.client.methods import METHODS, Method
 from uldp.client.methods.base import component_units
 from uldp.client.randomness import RandomSource, as_source
+from uldp.client.sealing import parse_seal
 from uldp.client.taskspec import SCHEMA, TaskRefused, TaskSpec
 
 __all__ = [
     "MAX_COUNT",
     "MAX_DIM",
     "MAX_GAUSSIAN_FRAME_DIM",
+    "MAX_RECORDS",
     "MAX_REPORT_VALUES",
     "SCHEMA",
     "DataError",
@@ -40,6 +43,7 @@ __all__ = [
     "TaskSpec",
     "compute_report",
     "compute_reports",
+    "empty_report",
     "report_length",
     "report_limit",
     "task_epsilon",
@@ -52,8 +56,9 @@ MAX_REPORT_VALUES = 1 << 18  # values per report (≤ 10 bytes each on the wire)
 MAX_DIM = 1 << 16  # d (vector kinds) or alphabet size A (distribution)
 MAX_GAUSSIAN_FRAME_DIM = 1024  # a Gaussian Kashin frame is a dense 2d × d matrix
 MAX_COUNT = 1 << 40  # dim and components
+MAX_RECORDS = 1 << 10  # records a device samples for one report (method oracle)
 
-_INT_FIELDS = ("dim", "stage", "frame_seed", "virtual_offset", "m_ref")
+_INT_FIELDS = ("dim", "stage", "frame_seed", "virtual_offset", "m_ref", "records")
 _NUM_FIELDS = ("epsilon", "eps_c", "kashin_level", "kashin_delta")
 
 
@@ -67,7 +72,7 @@ def _is_num(v: Any) -> bool:
 
 def _check_types(task: TaskSpec) -> None:
     """Every field has its JSON type (hostile tasks must be refused, never crash)."""
-    for name in ("query_id", "kind", "method", "frame_kind"):
+    for name in ("query_id", "kind", "method", "frame_kind", "mechanism"):
         if not isinstance(getattr(task, name), str):
             raise TaskRefused(f"{name} must be a string", code="field")
     for name in _INT_FIELDS:
@@ -130,14 +135,20 @@ def _validate(task: TaskSpec, kind: Kind, method: Method) -> None:
     if task.stage not in method.stages:
         raise TaskRefused(f"stage {task.stage} is not valid for method {task.method!r}",
                           code="stage")
+    if task.mechanism not in ORACLES and task.mechanism not in SCALARS:
+        raise TaskRefused(f"unknown mechanism {task.mechanism!r}; known: "
+                          f"{sorted(set(ORACLES) | set(SCALARS))}", code="method")
     budget = component_units("epsilon", task.epsilon)
     component_units("eps_c", task.eps_c)
     if task.dim < 1:
         raise TaskRefused(f"dim must be >= 1, got {task.dim}")
     if task.dim > MAX_DIM:
         raise TaskRefused(f"dim must be at most {MAX_DIM}, got {task.dim}", code="limit")
-    if task.virtual_offset < 0 or task.m_ref < 1:
-        raise TaskRefused("virtual_offset must be >= 0 and m_ref >= 1")
+    if task.virtual_offset < 0 or task.m_ref < 1 or task.records < 1:
+        raise TaskRefused("virtual_offset must be >= 0, m_ref and records >= 1")
+    if task.records > MAX_RECORDS:
+        raise TaskRefused(f"records must be at most {MAX_RECORDS}, got {task.records}",
+                          code="limit")
     if task.frame_kind == "gaussian" and kind.name in ("mean-l2", "sgd") \
             and task.dim > MAX_GAUSSIAN_FRAME_DIM:
         raise TaskRefused(f"a gaussian Kashin frame is limited to dim <= "
@@ -161,6 +172,8 @@ def _validate(task: TaskSpec, kind: Kind, method: Method) -> None:
     if n > MAX_REPORT_VALUES:
         raise TaskRefused(f"the report would have {n} values, above the device limit "
                           f"{MAX_REPORT_VALUES}", code="limit")
+    if task.seal is not None:
+        parse_seal(task.seal)
 
 
 def report_length(task: TaskSpec) -> int:
@@ -224,23 +237,38 @@ def _attach_labels(X: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
     return np.concatenate([Xv, lab[..., None]], axis=2)
 
 
-#: How often :func:`compute_report` fell back to the empty-dataset report because the
-#: statistic raised (a bug: the tests assert it stays 0). Local only, never sent.
+#: How often :func:`compute_report` fell back to its backstop because the computation on
+#: the data raised (a bug: the tests assert it stays 0). Local only, never sent.
 FALLBACKS = 0
 
 
+def empty_report(task: TaskSpec, rng: RandomSource) -> np.ndarray:
+    """The report of the empty dataset: the backstop of protocol §13.2, a function of the
+    public task and the keystream only. A :class:`~uldp.client.device.Device` computes it
+    *before* it charges the ledger (a task whose backstop fails is refused, code
+    ``param``), so the report owed after the charge always exists."""
+    kind = validate_task(task)
+    shape: tuple[int, ...] = (1, 0, task.dim) if kind.vector else (1, 0)
+    labels = np.zeros((1, 0)) if kind.uses_labels else None
+    return compute_reports(task, np.zeros(shape), rng, labels=labels, exact=True)[0]
+
+
 def compute_report(task: TaskSpec, samples: Any, labels: Any = None,
-                   rng: RandomSource | None = None, *, dim: int | None = None) -> np.ndarray:
+                   rng: RandomSource | None = None, *, dim: int | None = None,
+                   fallback: np.ndarray | None = None) -> np.ndarray:
     """The report of one device: ``samples`` is its whole local dataset (``(m,)`` or
-    ``(m, d)``, any values); returns a flat int64 vector of ``report_length(task)``
-    integers — for *every* dataset of that structure (totality, ``docs/privacy.md``).
+    ``(m, d)``, any values; ``None`` is the empty dataset); returns a flat int64 vector of
+    ``report_length(task)`` integers — for *every* dataset of that structure (totality,
+    ``docs/privacy.md``).
 
     Values are sanitized (``uldp.client.dataset.coerce_values``; labels aligned by
     ``align_labels``) and unusable samples ignored; a user with no usable sample reports
     the zero statistic ([D10]). Only a structure that contradicts the task (a scalar
     dataset for a vector task, another dimension) raises :class:`DataError` — a public
     fact the device checks before it accepts a task. ``rng=None`` uses a fresh OS-keyed
-    ChaCha20 source (production).
+    ChaCha20 source (production). Should the computation on the data raise (a bug), the
+    result is ``fallback`` (the device's precomputed :func:`empty_report`) or else the
+    empty dataset's report continuing the same keystream.
     """
     global FALLBACKS
     rng = as_source(rng)
@@ -261,9 +289,8 @@ def compute_report(task: TaskSpec, samples: Any, labels: Any = None,
         return compute_reports(task, x[None], rng, labels=lab, exact=True)[0]
     except Exception:  # totality backstop: never silence, never an exception
         FALLBACKS += 1
-        empty = np.zeros((1, 0) + x.shape[1:])
-        return compute_reports(task, empty, rng, exact=True,
-                               labels=np.zeros((1, 0)) if kind.uses_labels else None)[0]
+        return np.array(fallback, dtype=np.int64) if fallback is not None \
+            else empty_report(task, rng)
 
 
 def finite_positive(name: str, v: Any) -> float:

@@ -182,8 +182,9 @@ def _print_comparison(args: argparse.Namespace, data: Any, common: dict[str, Any
         print(f"{name:<16} {r.method:<16} {r.rmse:>10.5f} {pred:>10.5f} "
               f"{100 * r.coverage:>8.1f}%")
     print("RMSE: root mean squared l2 error over the reps; predicted: the error formula "
-          "(docs/algorithms.md, \"Predicted error\"); coverage: share of the 95% intervals "
-          "holding the truth")
+          "with these users' spread (docs/algorithms.md, \"Predicted error\"; two-stage: at "
+          "its narrowest stage-II interval, clamping bias left to the interval); coverage: "
+          "share of the 95% intervals holding the truth")
     return 0
 
 

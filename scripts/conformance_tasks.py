@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from conformance_contract import json_edge_texts, numeric_strings, transport
+from conformance_seal import seal_refusals
 
 from uldp.client.budget import split_epsilon
 from uldp.client.dataset import DatasetSchema, align_labels, coerce_values
@@ -210,6 +212,47 @@ def _extreme_tasks() -> Iterator[tuple[str, TaskSpec, str, list[str]]]:
                 cfg.name, ["typical"]
 
 
+def _hostile_tasks() -> Iterator[tuple[str, TaskSpec, str, list[str]]]:
+    """Extreme public parameters every rule accepts (issue 17): both SDKs must agree on
+    their reports bit for bit, with no backstop (protocol §7.3, §13)."""
+    from dataclasses import replace
+
+    by = {c.name: c for c in CONFIGS}
+    mean, big = by["mean"], 2**70
+    s1 = mean.task("two-stage", 1, 1.0, (0,))
+    ssl = mean.task("ssl", 0, 1.0, (0,))
+    out: list[tuple[str, TaskSpec, str]] = [
+        ("grid-subnormal", replace(s1, bound=5e-324, bins=((5e-324, 5e-324, 2),)), "mean"),
+        ("grid-huge", replace(s1, bound=1e300, bins=((1e300, 1e300 / 2**15, 65536),)), "mean"),
+        ("grid-one-wide-bin", replace(s1, bins=((1.0, 3.0, 1),)), "mean"),
+        ("grid-65536", replace(s1, bins=((1.0, 2.0**-15, 65536),)), "mean"),
+        ("interval-huge", replace(ssl, intervals=((-8.98e307, 8.98e307),)), "mean"),
+        ("interval-subnormal", replace(ssl, intervals=((0.0, 5e-324),)), "mean"),
+        ("interval-one-ulp", replace(ssl, intervals=((1e300, math.nextafter(1e300, 2e300)),)),
+         "mean"),
+        ("eps-one-unit", replace(ssl, eps_c=2.0**-24 * (1 + 2.0**-52)), "mean"),
+        ("eps-max-two-stage-1", replace(s1, epsilon=2.0**20, eps_c=2.0**20), "mean"),
+        ("heavy-stat-bound-huge", replace(by["mean-heavy"].task("ssl", 0, 1.0, (0,)),
+                                          stat_bound=1e300, intervals=((-1e300, 1e300),)),
+         "mean-heavy"),
+        ("baseline-a-offset-2^70", by["linf"].baseline_a(2.0, offset=big), "linf"),
+        ("l2-frame-seed-2^70", replace(by["l2-gauss"].task("ssl", 0, 60.0, (0, 5)),
+                                       frame_seed=big, kashin_delta=5e-324,
+                                       kashin_level=1e-300), "l2-gauss"),
+        ("l2-hadamard-level-huge", replace(by["l2-hadamard"].task("ssl", 0, 60.0, (0, 7)),
+                                           kashin_level=1e300, frame_seed=-1), "l2-hadamard"),
+        ("sgd-theta-huge", replace(by["sgd-logistic"].task("ssl", 0, 60.0, (0, 1, 2, 3)),
+                                   extra={"model": "logistic", "theta": [1e308, -1e308],
+                                          "l2": 1e300}), "sgd-logistic"),
+        ("classify-box-huge", replace(by["classify"].task("ssl", 0, 60.0, (0, 1, 2, 3)),
+                                      extra={"grid": 2, "lo": [-1e300, 0.0],
+                                             "hi": [1e300, 5e-324]}), "classify"),
+    ]
+    for name, task, cfg_name in out:
+        report_length(task)  # accepted, or the generator is wrong
+        yield f"hostile-{name}", task, cfg_name, ["typical", "special"]
+
+
 def _dim(task: TaskSpec) -> int | None:
     return task.dim if KINDS[task.kind].vector else None
 
@@ -243,6 +286,12 @@ def tasks() -> dict[str, Any]:
     for label, task, _cfg, names in _extreme_tasks():
         for dn in names:
             cases.append(_report_case(f"mean/{label}/{dn}", task, *data[dn], len(cases)))
+    by = {c.name: c for c in CONFIGS}
+    for label, task, cfg_name, names in _hostile_tasks():
+        data = datasets(by[cfg_name])
+        for dn in names:
+            cases.append(_report_case(f"{cfg_name}/{label}/{dn}", task, *data[dn],
+                                      len(cases)))
     return {"description": "the report of one device: (task JSON, sanitized dataset, labels, "
                            "32-byte key) -> report integers (compute_report on a fresh "
                            "keystream), the words it used (next_word), its ε units and length",
@@ -336,7 +385,18 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("limit-dim", _with(b, dim=10**12), {}),
         ("limit-gaussian-frame", _with(l2, dim=2000), {"datasets": [dict(SCALAR, dim=2000)]}),
         ("limit-bins", _with(l2, bins=[[1.0, 0.5, 70000]] + l2["bins"][1:]), vec),
-        ("limit-report-length", _with(l2, bins=[[1.0, 1e-5, 65536]] * 6), vec),
+        ("limit-report-length", _with(l2, bins=[[1.0, 2.0**-15, 65536]] * 6), vec),
+        # bins rows in order, the first failing check of the first failing row decides
+        ("order-bins-limit-row-first", _with(l2, bins=[[1.0, 0.5, 70000], [1.0, 0.0, 4]]
+                                             + l2["bins"][2:]), vec),
+        ("order-bins-param-row-first", _with(l2, bins=[[1.0, 0.0, 4], [1.0, 0.5, 70000]]
+                                             + l2["bins"][2:]), vec),
+        ("order-bins-cover-row-first", _with(l2, bins=[[1.0, 2.0**-63, 4], [1.0, 0.5, 70000]]
+                                             + l2["bins"][2:]), vec),
+        ("order-bins-limit-before-cover", _with(l2, bins=[[1.0, 1e-9, 70000]]
+                                                + l2["bins"][1:]), vec),
+        ("order-bins-before-report-length", _with(l2, bins=[[1.0, 2.0**-15, 65536]] * 5
+                                                  + [[1.0, 0.5, 65536]]), vec),
         ("limit-grid", _with(cls, extra={"grid": 2000}), two),
         ("limit-m_ref", _with(ba, m_ref=2**21), vec),
         ("param-bound-missing", _with(b, bound=None), {}),
@@ -361,6 +421,18 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("param-bin-width-zero", _with(l2, bins=[[1.0, 0.0, 4]] + l2["bins"][1:]), vec),
         ("param-bin-triple", _with(l2, bins=[[1.0, 0.5]] + l2["bins"][1:]), vec),
         ("param-bins-float-count", _with(l2, bins=[[1.0, 0.5, 4.0]] + l2["bins"][1:]), vec),
+        ("param-bins-cover-tiny-width", _with(l2, bins=[[1.0, 2.0**-63, 4]] + l2["bins"][1:]),
+         vec),
+        ("param-bins-cover-too-many", _with(l2, bins=[[1.0, 0.5, 5]] + l2["bins"][1:]), vec),
+        ("param-bins-cover-too-few", _with(l2, bins=[[1.0, 0.5, 3]] + l2["bins"][1:]), vec),
+        ("param-bins-cover-overflow", _with(l2, bins=[[1e308, 1e-300, 1]] + l2["bins"][1:]),
+         vec),
+        ("param-bins-cover-2D-overflow", _with(l2, bins=[[1.7e308, 1.7e308, 2]]
+                                               + l2["bins"][1:]), vec),
+        ("accepted-bins-cover-tolerance", _with(l2, bins=[[2.5, 1.0, 5]] + l2["bins"][1:]),
+         dict(vec, budget=100.0)),
+        ("accepted-bins-subunit", _with(l2, bins=[[1.0, 3.0, 1]] + l2["bins"][1:]),
+         dict(vec, budget=100.0)),
         ("param-sgd-theta-missing", _with(sgd, extra={"model": "logistic"}), two),
         ("param-sgd-theta-length", _with(sgd, extra={"model": "logistic", "theta": [1.0]}),
          two),
@@ -396,7 +468,8 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("budget-exact-fit", b, {"budget": 1.75, "ledger": [("q-a", "aa", 0.75)]}),
         ("participated", b, {"ledger": [("q-mean", "bb" * 32, 0.5)]}),
         ("resend-same-digest", b, {"ledger": [("q-mean", "same", 0.5)]}),
-    ]
+        *seal_refusals(b),
+    ] + [(name, text, {}) for name, text in json_edge_texts(_text(b))]
 
 
 def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[str, Any]:
@@ -418,7 +491,8 @@ def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[st
     ledger = [{"query_id": q, "task_digest": digest if d == "same" else d,
                "units": str(epsilon_units(e))} for q, d, e in o.get("ledger", [])]
     budget = float(o.get("budget", 10.0))
-    dev = Device("unused:1", tmp / name, budget=budget, durable=False)
+    dev = Device("unused:1", tmp / name, budget=budget, durable=False,
+                 shuffler="unused:2" if o.get("shuffler") else None)
     try:
         for dd in decls:
             v = dd["dim"]
@@ -435,8 +509,11 @@ def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[st
             code = getattr(exc, "code", "?")
     finally:
         dev.close()
-    return {"name": name, "task": msg, "datasets": decls, "budget": budget,
+    case = {"name": name, "task": msg, "datasets": decls, "budget": budget,
             "ledger": ledger, "code": code, "units": units}
+    if o.get("shuffler"):
+        case["shuffler"] = True  # the device has a shuffler configured (§16)
+    return case
 
 
 def _base_query(task: dict[str, Any]) -> str:
@@ -556,7 +633,9 @@ _REGISTRATIONS: list[tuple[str, Any, Any, int | None]] = [
     ("vectors-one", [[1], [2], 3, [[4]]], None, 1),
     ("vectors-empty", [], None, 3),
     ("scalar-empty", [], [], None),
-]
+    ("no-data", None, None, None),
+    ("no-data-vectors", None, [1.0], 2),
+] + numeric_strings()
 
 
 def registrations() -> dict[str, Any]:
@@ -573,6 +652,7 @@ def registrations() -> dict[str, Any]:
 
 
 TASK_FILES["registration"] = registrations
+TASK_FILES["transport"] = transport
 _ = DatasetSchema
 
 
@@ -591,7 +671,7 @@ def numerics_file() -> dict[str, Any]:
     xs = np.concatenate([rng.random(40), 1.0 + rng.normal(0, 1e-3, 10), [5e-324, 2.0**-1022,
                          0.5, 1.0, 2.0, 0.7071067811865476, 0.7071067811865475, 1e308,
                          np.nextafter(1.0, 0), np.nextafter(1.0, 2)],
-                         np.exp(rng.uniform(-700, 700, 20))])
+                         np.ldexp(rng.uniform(0.5, 1.0, 20), rng.integers(-1000, 1000, 20))])
     cases.append({"op": "ln", "x": _hexes(xs), "y": _hexes(nm.ln(xs))})
     es = np.concatenate([rng.uniform(-700, 700, 40), rng.uniform(-1, 1, 20),
                          [0.0, -0.0, 700.0, -700.0, 0.5 * math.log(2), 1e-300, -500.0, 500.0]])
@@ -602,7 +682,7 @@ def numerics_file() -> dict[str, Any]:
     words = np.concatenate([words, np.array([0, 2**64 - 1, 2**11 - 1, 2**11], np.uint64)])
     cases.append({"op": "uniform_pm1", "words": [str(int(w)) for w in words],
                   "y": _hexes(nm.uniform_pm1(words))})
-    for i, arr in enumerate([rng.normal(0, 1, 30) * np.exp(rng.uniform(-40, 40, 30)),
+    for i, arr in enumerate([np.ldexp(rng.normal(0, 1, 30), rng.integers(-57, 58, 30)),
                              np.array([1e16, 1.0, -1e16, 1.0]), np.array([-0.0, -0.0]),
                              np.array([1e308, 1e308, -1e308]), np.zeros(0)]):
         cases.append({"op": "seq_sum", "x": _hexes(arr), "y": _hexes(nm.seq_sum(arr))})

@@ -19,12 +19,8 @@ probe: answered with a noisy report, or refused from the public declaration.
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import warnings
-from concurrent import futures
 
-import grpc
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,8 +31,9 @@ from uldp.client.device import Device
 from uldp.client.kinds import KINDS
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskRefused, TaskSpec, compute_report, report_length, report_limit
-from uldp.client.wire import device_pb2, device_pb2_grpc
 from uldp.collector.planner import QuerySpec, compile_query
+
+from .device_recorder import serve_recorder, wire_task
 
 LEARNING = {
     "sgd": {"model": "logistic", "theta": [0.5, -1.0]},
@@ -91,7 +88,31 @@ def _all_tasks() -> list[tuple[str, TaskSpec]]:
                     spec = QuerySpec(kind=kind, epsilon=eps, users=600, samples=4, dim=2,
                                      method=method, extra=extra, seed=5)
                     cases += _stage_tasks(compile_query(spec), f"{kind}-{method}-e{eps}")
-    return cases
+    return cases + _mechanism_tasks()
+
+
+def _mechanism_tasks() -> list[tuple[str, TaskSpec]]:
+    """The same tasks with every frequency oracle (stage I) and scalar randomizer (values),
+    and method ``oracle`` (sampled records) with one and several records."""
+    from dataclasses import replace
+
+    out: list[tuple[str, TaskSpec]] = []
+    for kind, dim, _ in MEAN_KINDS:
+        for method, eps in (("two-stage", 0.5), ("ssl", 2.5), ("baseline-b", 60.0)):
+            plan = compile_query(QuerySpec(kind=kind, epsilon=eps, users=600, samples=4,
+                                           dim=dim, method=method, seed=3))
+            for name, task in _stage_tasks(plan, f"{kind}-{method}-e{eps}-mech"):
+                mechs = ("grr", "oue", "ss", "olh") if task.stage == 1 else ("duchi", "pm",
+                                                                             "hm")
+                for m in mechs:
+                    out.append((f"{name}-{m}", replace(task, mechanism=m)))
+    for m in ("laplace", "grr", "oue", "ss", "olh"):
+        for eps, r in ((0.5, 1), (8.0, 3)):
+            out.append((f"distribution-oracle-{m}-e{eps}-r{r}",
+                        TaskSpec(query_id="q", kind="distribution", method="oracle", stage=0,
+                                 epsilon=eps, eps_c=eps / r, components=tuple(range(8)),
+                                 dim=5, mechanism=m, records=r)))
+    return out
 
 
 TASKS = _all_tasks()
@@ -178,54 +199,10 @@ def test_every_kind_method_and_stage_is_covered():
 
 
 # ---- the device over real gRPC ---------------------------------------------------------
-class Recorder(device_pb2_grpc.DeviceServiceServicer):
-    """A collector stand-in on loopback: serves ``tasks``, records every message."""
-
-    def __init__(self) -> None:
-        self.tasks: list[device_pb2.Task] = []
-        self.reports: list[device_pb2.Report] = []
-        self.calls: list[str] = []
-        self.lock = threading.Lock()
-
-    def Enroll(self, request, context):
-        with self.lock:
-            self.calls.append("Enroll")
-        return device_pb2.EnrollResponse(device_id="dev", token="tok", expires_at_ms=2**62)
-
-    def GetTasks(self, request, context):
-        with self.lock:
-            self.calls.append("GetTasks")
-        return device_pb2.GetTasksResponse(tasks=self.tasks)
-
-    def SubmitReport(self, request, context):
-        with self.lock:
-            self.calls.append(f"SubmitReport:{request.report.query_id}")
-            self.reports.append(request.report)
-        return device_pb2.SubmitReportResponse()
-
-
 @pytest.fixture(scope="module")
 def recorder():
-    svc = Recorder()
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    device_pb2_grpc.add_DeviceServiceServicer_to_server(svc, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    chan = grpc.insecure_channel(f"127.0.0.1:{port}")
-    yield svc, chan
-    chan.close()
-    server.stop(0).wait()
-
-
-def wire_task(task: TaskSpec, query_id: str, dataset: str = "data") -> device_pb2.Task:
-    from dataclasses import replace
-
-    t = replace(task, query_id=query_id)
-    text = t.to_json()
-    return device_pb2.Task(query_id=query_id, phase=1, group=0, stage=t.stage,
-                           dataset=dataset, task_json=text, report_length=report_length(t),
-                           task_digest=hashlib.sha256(text.encode()).hexdigest(),
-                           max_abs_value=report_limit(t))
+    with serve_recorder() as rec:
+        yield rec
 
 
 _counter = iter(range(10**9))
@@ -365,3 +342,153 @@ def test_hostile_tasks_are_refused_not_crashes():
     for text in ("[]", "null", '"x"', "[" * 100000, '{"kind": 1}'):
         with pytest.raises(TaskRefused):
             TaskSpec.from_json(text)
+
+
+# ---- hostile public parameters (issue 17, item 1) --------------------------------------
+# Extreme but well-typed task parameters. ``hostile_accepted`` builds tasks that satisfy
+# every public rule of protocol §14.1 (so the device must accept them, and then report for
+# every dataset); ``hostile_any`` mixes in values that break a rule (refused, never a crash).
+TINY = [5e-324, 1e-310, 2.0**-1022, 1e-300, 2.0**-63, 1e-9, 2.0**-24]
+HUGE = [1e9, 2.0**63, 2.0**64, 1e20, 1e300, 8.98e307, 1.7976931348623157e308]
+positive = st.one_of(st.sampled_from(TINY + HUGE + [0.25, 1.0, 3.0]),
+                     st.floats(min_value=5e-324, max_value=1.7976931348623157e308))
+EPS_C = [2.0**-24, 2.0**-24 * (1 + 2.0**-52), 2.0**-23, 1e-3, 0.5, 1.0, 60.0, 2.0**18]
+reals = st.sampled_from([-1.7976931348623157e308, -1e300, -2.0**64, -1.0, -5e-324, -0.0, 0.0,
+                         5e-324, 1e-300, 0.5, 1.0, 2.0**53, 1e300, 8.98e307])
+SHAPES = [("mean", 1, {}), ("mean-linf", 3, {}), ("mean-l2", 2, {}), ("mean-l1", 3, {}),
+          ("distribution", 5, {}), ("sgd", 2, {"model": "logistic", "theta": [1e308, -1e308]}),
+          ("sgd", 2, {"model": "ridge", "theta": [5e-324, 0.0], "l2": 1e300}),
+          ("classify", 2, {"grid": 3, "lo": [-1e300, 0.0], "hi": [1e300, 5e-324]}),
+          ("regress", 1, {"grid": 1024, "label_bound": 1e-300})]
+
+
+def _support_bins(D: float, h: float) -> int | None:
+    r = (2.0 * D) / h
+    return max(1, int(np.ceil(r - 1e-9))) if np.isfinite(r) else None
+
+
+@st.composite
+def _bins_row(draw, accepted: bool):
+    D, h = draw(positive), draw(positive)
+    D = D if D < 2.0**1023 else D / 4  # 2D must be finite: a larger D is refused
+    want = _support_bins(D, h)
+    if not accepted and draw(st.booleans()):  # any grid: 2D/h may be 2^1000 or overflow
+        return (D, h, draw(st.sampled_from([1, 2, 4, 1 << 16])))
+    if want is None or want > 1 << 16:
+        h = D * 2.0 ** -draw(st.integers(-60, 15))  # 2D/h in [2^-59, 2^16]
+        h = h if 0 < h < np.inf else D
+        want = _support_bins(D, h)
+    return (D, h, want)
+
+
+@st.composite
+def _interval(draw):
+    lo, hi = sorted(draw(st.lists(reals, min_size=2, max_size=2, unique=True)))
+    if not np.isfinite(hi - lo):
+        lo = max(lo, -8.98e307)
+        hi = min(hi, 8.98e307)
+    return (lo, hi) if lo < hi else (lo, np.nextafter(lo, np.inf))
+
+
+@st.composite
+def hostile_task(draw, accepted: bool = True) -> TaskSpec:
+    kind, dim, extra = draw(st.sampled_from(SHAPES))
+    method = draw(st.sampled_from(METHODS))
+    stage = draw(st.sampled_from([1, 2])) if method == "two-stage" else 0
+    frame = draw(st.sampled_from(["gaussian", "hadamard"]))
+    heavy = kind in ("mean", "mean-linf", "mean-l2") and draw(st.booleans())
+    bound = None if heavy or kind == "distribution" else draw(positive)
+    probe = TaskSpec(query_id="q", kind=kind, method="ssl", stage=0, epsilon=1.0, eps_c=1.0,
+                     components=(0,), dim=dim, bound=bound, frame_kind=frame, extra=extra)
+    C = KINDS[kind].n_components(probe)
+    comps = tuple(draw(st.lists(st.integers(0, C - 1), min_size=1, max_size=min(C, 4),
+                                unique=True)))
+    eps_c = draw(st.sampled_from(EPS_C))
+    f = dict(kind=kind, method=method, stage=stage, dim=dim, bound=bound, frame_kind=frame,
+             extra=extra, components=comps, eps_c=eps_c, epsilon=2.0**20,
+             stat_bound=draw(positive) if heavy else None,
+             frame_seed=draw(st.sampled_from([0, -1, 2**70])),
+             kashin_level=draw(positive), kashin_delta=draw(st.sampled_from([5e-324, 1.0, 0.5])))
+    if stage == 1:
+        f["bins"] = tuple(draw(_bins_row(accepted)) for _ in comps)
+    else:
+        f["intervals"] = tuple(draw(_interval()) for _ in comps)
+    if method == "baseline-a":
+        groups = (comps,) if len(comps) == 1 else (comps[:1], comps[1:])
+        f.update(virtual_groups=groups, m_ref=draw(st.sampled_from([1, 2, 7, 64])),
+                 virtual_offset=draw(st.sampled_from([0, 1, 2**70])),
+                 virtual_eps=tuple(draw(st.sampled_from(EPS_C[:5])) for _ in groups))
+    if not accepted:
+        f.update(draw(st.sampled_from([{}, {"eps_c": 2.0**20}, {"epsilon": 2.0**-24},
+                                       {"bound": 5e-324}, {"stat_bound": 1.7976931348623157e308},
+                                       {"kashin_delta": 1.0}, {"m_ref": 1 << 20}])))
+    return TaskSpec(query_id="q", **f)
+
+
+hostile_data = st.one_of(st.sampled_from(SPECIAL).map(lambda v: [v] * 5),
+                         st.lists(st.sampled_from(SPECIAL), max_size=6), st.just([]))
+
+
+def _hostile_samples(task: TaskSpec, values: list) -> tuple[np.ndarray, np.ndarray | None]:
+    kind = KINDS[task.kind]
+    x = np.asarray(values, dtype=np.float64)
+    if kind.vector:
+        x = np.repeat(x[:, None], task.dim, axis=1)
+    return x, (x[:, 0] if x.ndim == 2 else x) if kind.uses_labels else None
+
+
+def _assert_total(task: TaskSpec, values: list, seed: int) -> None:
+    samples, labels = _hostile_samples(task, values)
+    before = tasks_mod.FALLBACKS
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z = compute_report(task, samples, labels, rng=RandomSource.seeded(seed), dim=_dim(task))
+        z0 = tasks_mod.empty_report(task, RandomSource.seeded(seed))  # the backstop
+    assert before == tasks_mod.FALLBACKS, f"the computation raised on {task}"
+    for rep in (z, z0):
+        assert rep.dtype == np.int64 and rep.shape == (report_length(task),)
+        assert np.abs(rep).max(initial=0) <= report_limit(task)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(task=hostile_task(accepted=True), values=hostile_data, seed=st.integers(0, 2**32))
+def test_hostile_but_valid_parameters_are_accepted_and_total(task, values, seed):
+    """Extreme D, h, B, intervals, ε at the limits, huge and tiny bounds, widths, counts:
+    every task here satisfies the public rules, so it is accepted and then total."""
+    report_length(task)  # accepted: a refusal here fails the test
+    _assert_total(task, values, seed)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(task=hostile_task(accepted=False), values=hostile_data, seed=st.integers(0, 2**32))
+def test_hostile_parameters_are_refused_or_total(task, values, seed):
+    try:
+        report_length(task)
+    except TaskRefused:
+        return
+    _assert_total(task, values, seed)
+
+
+def test_hostile_mechanism_parameters_are_refused_before_any_charge():
+    """An unknown, mistyped or misplaced mechanism, and records outside [1, 2^10] or on a
+    method without records, are refusals with stable codes (docs/device-protocol.md
+    §14.1), never a crash."""
+    stage1, ssl = _task("mean").to_dict(), _task("mean", "ssl").to_dict()
+    oracle = {"schema": "uldp.task/2", "query_id": "q", "kind": "distribution",
+              "method": "oracle", "stage": 0, "epsilon": 1.0, "eps_c": 1.0,
+              "components": list(range(8)), "dim": 5, "mechanism": "oue"}
+    bad = [(stage1, {"mechanism": "bogus"}, "method"), (stage1, {"mechanism": 3}, "field"),
+           (stage1, {"mechanism": None}, "field"), (stage1, {"mechanism": "duchi"}, "param"),
+           (ssl, {"mechanism": "oue"}, "param"), (ssl, {"records": 2}, "param"),
+           (ssl, {"records": 1.0}, "field"), (oracle, {"records": 0}, "param"),
+           (oracle, {"records": 2**11}, "limit"), (oracle, {"mechanism": "hm"}, "param"),
+           (oracle, {"components": [0]}, "param"), (oracle, {"kind": "mean", "dim": 1,
+                                                             "components": [0]}, "param"),
+           (oracle, {"records": 2, "eps_c": 0.75}, "over-budget"),
+           (oracle, {"intervals": [[0.0, 1.0]]}, "param")]
+    for base, change, code in bad:
+        with pytest.raises(TaskRefused) as err:
+            report_length(TaskSpec.from_dict({**base, **change}))
+        assert err.value.code == code, (change, err.value.code, str(err.value))

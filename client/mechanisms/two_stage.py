@@ -21,6 +21,12 @@ Privacy argument (user-level ε-LDP; the unit is the *whole* local dataset):
   expressed in grid units.
 
 The noise scale is computed here, from ``eps_c`` and the public interval, never received.
+
+:func:`bin_reports` and :func:`value_reports` are the same two report layouts with any
+mechanism of ``uldp.client.mechanisms`` (a frequency oracle on the 0-based bin index of
+each component; a scalar randomizer on each grid value). With the default mechanism,
+discrete Laplace, they draw exactly what :func:`stage1_reports` and :func:`stage2_reports`
+draw.
 """
 
 from __future__ import annotations
@@ -29,17 +35,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from uldp.client.mechanisms.base import FrequencyOracle, ScalarMechanism
 from uldp.client.noise import discrete_laplace, laplace_scale, randomized_round
 from uldp.client.params import GRID_STEPS, Alg1Params, bin_index
 from uldp.client.randomness import RandomSource
 
 __all__ = [
+    "bin_reports",
     "grid_encode",
     "one_hot_bins",
     "stage1_log_likelihood",
     "stage1_reports",
     "stage2_log_likelihood",
     "stage2_reports",
+    "value_reports",
 ]
 
 
@@ -96,6 +105,27 @@ def stage2_reports(Y: np.ndarray, intervals: Sequence[tuple[float, float]], eps_
     hi = np.array([b for _, b in intervals])
     enc = grid_encode(Y, lo, hi, rng)
     return enc + discrete_laplace(laplace_scale(GRID_STEPS, eps_c), enc.shape, rng)
+
+
+def bin_reports(Y: np.ndarray, params: Sequence[Alg1Params], oracle: FrequencyOracle,
+                eps_c: float, rng: RandomSource) -> np.ndarray:
+    """Stage I with a frequency oracle: each component's 0-based bin ``bin(clamp(Y_c)) − 1``
+    privatized over its ``B_c`` bins at ``ε_c``, the components' reports concatenated."""
+    Y = _check_stats(Y, len(params))
+    items = np.stack([bin_index(Y[:, c], p) - 1 for c, p in enumerate(params)], axis=1) \
+        if params else np.zeros((Y.shape[0], 0), dtype=np.int64)
+    return oracle.privatize_many(items, [p.bins for p in params], eps_c, rng)
+
+
+def value_reports(Y: np.ndarray, intervals: Sequence[tuple[float, float]],
+                  mechanism: ScalarMechanism, eps_c: float, rng: RandomSource
+                  ) -> np.ndarray:
+    """Values with a scalar randomizer: clamp, grid-encode (the rounding words of every
+    entry first), then the mechanism's draws."""
+    Y = _check_stats(Y, len(intervals))
+    lo = np.array([a for a, _ in intervals])
+    hi = np.array([b for _, b in intervals])
+    return mechanism.privatize(grid_encode(Y, lo, hi, rng), eps_c, rng)
 
 
 # ---- exact likelihoods (for privacy audits) ------------------------------------------------

@@ -17,6 +17,8 @@ from uldp.client.methods.base import (
     check_intervals,
     component_units,
     intervals,
+    laplace_only,
+    single_record,
     values_limit,
 )
 from uldp.client.methods.two_stage import UserValues
@@ -122,6 +124,8 @@ class BaselineA:
                 raise TaskRefused("each virtual group is a non-empty set of served components")
         if task.m_ref > 1 << 20:
             raise TaskRefused(f"m_ref must be at most 2^20, got {task.m_ref}", code="limit")
+        single_record(task)
+        laplace_only(task)
         check_intervals(task)
 
     def _interval_of(self, task: TaskSpec) -> dict[int, tuple[float, float]]:
@@ -156,7 +160,8 @@ class BaselineA:
         phi = np.where(filled[..., None], np.nan_to_num(phi, nan=0.0), 0.0)
         if task.stat_bound is not None:
             phi = np.clip(phi, -task.stat_bound, task.stat_bound)
-        offs = (np.full(n, task.virtual_offset) if offsets is None
+        G = len(task.virtual_groups)  # the offset only matters mod G (it may exceed 2^63)
+        offs = (np.full(n, task.virtual_offset % G, dtype=np.int64) if offsets is None
                 else np.asarray(offsets, dtype=np.int64))
         lay = slot_layout(task, offs)
         out = np.zeros((n, int(lay.total.max())), dtype=np.int64)

@@ -323,6 +323,30 @@ def _cmd_robust(args: argparse.Namespace) -> int:
     return 0
 
 
+def _per_subset_epsilon(total: float, users: np.ndarray, subsets: np.ndarray
+                        ) -> tuple[float, int]:
+    """``--epsilon`` (the total) split over the subsets one user touches: ``(ε per subset,
+    K)``, ``K`` the largest number of subsets a user has records in (from the occupancy,
+    declared public), ``K · ε per subset <= total`` exactly on the 2^-24 grid."""
+    from uldp.client.budget import EpsilonError, split_epsilon
+    from uldp.collector.central.occupancy import index_rows
+
+    if not (math.isfinite(total) and total > 0):
+        raise ValueError(f"--epsilon must be a finite positive number, got {total:g}")
+    K = int(index_rows(users, subsets).occupancy.subsets_per_user().max())
+    try:
+        return split_epsilon(total, K), K
+    except EpsilonError:
+        raise ValueError(f"--epsilon {total:g} is too small to split over the {K} subsets "
+                         "one user has records in (below 2^-24 each)") from None
+
+
+def _loss_histogram(losses: np.ndarray) -> dict[str, int]:
+    """How many users lose how much ε (no user id: the output never names a user)."""
+    vals, counts = np.unique(np.round(np.asarray(losses, np.float64), 12), return_counts=True)
+    return {f"{v:g}": int(c) for v, c in zip(vals, counts, strict=True)}
+
+
 def _cmd_subset(args: argparse.Namespace) -> int:
     from uldp.collector.central.clip_user import plan_clip_user
     from uldp.collector.central.subset_release import subset_stats
@@ -331,20 +355,31 @@ def _cmd_subset(args: argparse.Namespace) -> int:
                                           args.subset_col)
     if values.ndim != 1:
         raise ValueError("subset-stats takes exactly one --value-col")
+    assert subsets is not None
+    eps, K = _per_subset_epsilon(args.epsilon, users, subsets)
     plan = None
     if args.clip_user:
-        plan = plan_clip_user(users, subsets, epsilon=args.epsilon, upper=args.upper,
+        plan = plan_clip_user(users, subsets, epsilon=eps, upper=args.upper,
                               lower=args.lower, statistic=args.statistic,
                               public_occupancy=True)
         if not args.json:
             print("Clip-User plan (from public occupancy counts only, before any release):")
             print(plan.describe())
             print()
-    rel = subset_stats(users, values, subsets, epsilon=args.epsilon, upper=args.upper,
+    rel = subset_stats(users, values, subsets, epsilon=eps, upper=args.upper,
                        lower=args.lower, statistic=args.statistic, plan=plan,
                        public_occupancy=True, rng=_rng(args))
+    details = rel.details
+    details["users_by_loss"] = _loss_histogram(details.pop("user_loss"))
+    details.pop("users")
     _print_release(rel, args.json, f"per-{args.subset_col} {args.statistic} of "
                                    f"{args.value_col[0]}")
+    if not args.json:
+        spent = rel.privacy.epsilon
+        print(f"total: user-level epsilon {spent:g} for the whole release (--epsilon "
+              f"{args.epsilon:g}): {eps:g} per subset, a user has records in at most "
+              f"{rel.details['K']} subset(s)" + (f" ({K} before Clip-User)"
+                                                  if rel.details["K"] != K else ""))
     return 0
 
 
@@ -355,7 +390,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="value column; repeat it or give a comma-separated list for a "
                         "vector per row (--value-col x --value-col y, or --value-col x,y)")
     p.add_argument("--epsilon", type=float, required=True,
-                   help="user-level privacy budget of the release")
+                   help="total user-level privacy budget of the release")
     p.add_argument("--seed", type=int, default=None,
                    help="seeded noise for tests/simulations only (never for a real release)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -410,7 +445,12 @@ def register(subparsers: Any) -> None:
     r.add_argument("--statistic", default="mean",
                    help="sa: built-in statistic name ('mean' = mean of user means)")
     r.set_defaults(func=_cmd_robust, bound=None, delta=None, allow_small_n=False)
-    s = sc.add_parser("subset-stats", help="per-subset means/variances (Clip-User optional)")
+    s = sc.add_parser("subset-stats", help="per-subset means/variances (Clip-User optional)",
+                      description="Per-subset mean and/or variance. --epsilon is the total "
+                      "user-level budget: each subset's release gets --epsilon / K, K the "
+                      "largest number of subsets one user has records in (the occupancy is "
+                      "declared public), so no user loses more than --epsilon; the output "
+                      "states the total spent.")
     _common(s)
     s.add_argument("--subset-col", required=True,
                    help="column naming the subset (e.g. region) of each row")

@@ -23,32 +23,44 @@ __all__ = ["register"]
 
 
 def _cmd_certs(a: argparse.Namespace) -> int:
-    from uldp.collector.security.certs import existing_pki, make_dev_pki
+    from uldp.collector.security.certs import admin_directory_for, existing_pki, make_dev_pki
     from uldp.collector.security.files import write_private
     from uldp.collector.security.tokens import TokenKey, new_admin_token
 
     out = Path(a.out)
-    if out.exists() and not out.is_dir():
-        raise OperatorError(f"--out {out} is a file, not a directory")
-    if not out.exists() and not out.parent.resolve().is_dir():
-        raise OperatorError(f"--out {out}: directory {out.parent} does not exist")
-    found = existing_pki(out)
-    if found and not a.force:
-        raise OperatorError(f"--out {out} already holds a CA ({found.name}); pass --force to "
-                            "replace every file in it, or pick another --out")
+    adm = Path(a.admin_out) if a.admin_out else admin_directory_for(out)
+    for d, flag in ((out, "--out"), (adm, "--admin-out")):
+        if d.exists() and not d.is_dir():
+            raise OperatorError(f"{flag} {d} is a file, not a directory")
+        found = existing_pki(d)
+        if found and not a.force:
+            raise OperatorError(f"{flag} {d} already holds a CA ({found.name}); pass --force "
+                                f"to replace every file in it, or pick another {flag}")
+    if out.resolve() == adm.resolve() or adm.resolve().is_relative_to(out.resolve()):
+        raise OperatorError(f"--admin-out {adm} must lie outside --out {out}: --out is what "
+                            "every collector gets, the CA key must not be in it")
     if not 1 <= a.days <= 36500:
         raise OperatorError(f"--days must be between 1 and 36500, got {a.days}")
-    pki = make_dev_pki(out, a.host or None, days=a.days, overwrite=a.force)
-    admin = pki.directory / "admin.token"
-    if not admin.exists() or a.force:
-        write_private(admin, (new_admin_token() + "\n").encode())
+    pki = make_dev_pki(out, a.host or None, days=a.days, overwrite=a.force,
+                       admin_directory=adm)
+    token = (new_admin_token() + "\n").encode()
+    admins = [d / "admin.token" for d in (pki.directory, pki.admin_directory)]
+    if not admins[0].exists() or a.force:
+        write_private(admins[0], token)
+    if not admins[1].exists() or a.force:
+        write_private(admins[1], admins[0].read_bytes())
     signing = pki.directory / "token-signing.key"
     if not signing.exists() or a.force:
         write_private(signing, TokenKey.generate().private_pem())
-    for p in (pki.ca_key, pki.server_key, pki.client_key, admin, signing):
+    for p in (pki.ca_key, pki.server_key, pki.client_key, *admins, signing):
         p.chmod(0o600)  # also when an older run left them wider
-    for p in (pki.ca_cert, pki.server_cert, pki.server_key, pki.client_cert, pki.client_key,
-              admin, signing):
+    print(f"# server: give it to every collector (--tls-dir {pki.directory})")
+    for p in (pki.server_cert, pki.server_key, pki.ca_cert, admins[0], signing):
+        print(p)
+    print(f"# admin: keep it off the servers (CA key, client credentials) in "
+          f"{pki.admin_directory}")
+    for p in (pki.admin_directory / "ca.pem", pki.ca_key, pki.client_cert, pki.client_key,
+              admins[1]):
         print(p)
     return 0
 
@@ -58,7 +70,7 @@ def _cmd_health(a: argparse.Namespace) -> int:
     from grpc_health.v1 import health_pb2
 
     from uldp.collector.cliutil import describe_rpc_error
-    ep = conn_endpoint(a, a.server_name)
+    ep = conn_endpoint(a)
     try:
         status = health_check(ep, a.service, a.timeout)
     except grpc.RpcError as exc:
@@ -73,7 +85,7 @@ def _cmd_wait(a: argparse.Namespace) -> int:
     from grpc_health.v1 import health_pb2
 
     from uldp.collector.cliutil import describe_rpc_error
-    ep = conn_endpoint(a, a.server_name)
+    ep = conn_endpoint(a)
     end = time.monotonic() + a.timeout
     last = "no answer yet"
     while True:
@@ -102,12 +114,19 @@ def register(subparsers: Any) -> None:
     sc = pc.add_subparsers(dest="collector_cmd", required=True)
     add_serve_parser(sc)
     s = sc.add_parser("certs", help="write a development CA, server and client certificates",
-                      description="Write a development CA, a server certificate, a client "
-                      "certificate, an admin token and a token-signing key into --out "
-                      "(keys and tokens 0600). Refuses to touch an existing CA without "
-                      "--force.")
+                      description="Write what a collector needs into --out (server "
+                      "certificate and key, the CA certificate, an admin token and a "
+                      "token-signing key: give this directory to every collector as "
+                      "--tls-dir) and what only the operator keeps into --admin-out (the "
+                      "CA key, a client certificate and key, the CA certificate and the "
+                      "admin token). Keys and tokens are 0600; missing parent directories "
+                      "are created. Refuses to touch an existing CA without --force.")
     s.add_argument("--out", required=True,
-                   help="output directory (created; must not hold a CA unless --force)")
+                   help="the server's directory (created with its parents; must not hold a "
+                        "CA unless --force)")
+    s.add_argument("--admin-out", default=None,
+                   help="the operator's directory: CA key, client credentials, admin token "
+                        "(default: OUT-admin beside --out; never ship it to a server)")
     s.add_argument("--host", action="append", default=[],
                    help="server DNS name or IP (repeat; default localhost, 127.0.0.1, ::1)")
     s.add_argument("--days", type=positive_int, default=365,
@@ -119,7 +138,6 @@ def register(subparsers: Any) -> None:
                       description="Exit 0 when the collector answers the grpc.health.v1 "
                       "check with SERVING, 1 otherwise.")
     conn_flags(s, admin=False)
-    s.add_argument("--server-name", help="name to verify in the server certificate")
     s.add_argument("--service", default="", help="service name ('' = whole server)")
     s.add_argument("--timeout", type=positive_float, default=3.0,
                    help="seconds to wait for the answer (default 3)")
@@ -130,7 +148,6 @@ def register(subparsers: Any) -> None:
                       "(exit 0) or --timeout passes (exit 1). A wrong --ca fails at once "
                       "(exit 2).")
     conn_flags(s, admin=False)
-    s.add_argument("--server-name", help="name to verify in the server certificate")
     s.add_argument("--timeout", type=positive_float, default=30.0,
                    help="seconds to wait at most (default 30)")
     s.add_argument("--quiet", action="store_true", help="print nothing when it is up")

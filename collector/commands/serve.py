@@ -34,7 +34,7 @@ from uldp.collector.commands.common import env, readable_file
 __all__ = ["add_serve_parser"]
 
 
-def _check_port_free(host: str, port: int) -> None:
+def _check_port_free(host: str, port: int, flag: str = "--port") -> None:
     """OperatorError when ``host:port`` cannot be listened on (checked before anything is
     written; the server binds it for real right after)."""
     if port == 0:
@@ -51,15 +51,15 @@ def _check_port_free(host: str, port: int) -> None:
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise OperatorError(
-                    f"--port {port}: {host}:{port} is already in use (another collector?); "
-                    "stop it, pick another --port, or use --port 0 for any free port"
+                    f"{flag} {port}: {host}:{port} is already in use (another collector?); "
+                    f"stop it, pick another {flag}, or use {flag} 0 for any free port"
                 ) from None
             if exc.errno == errno.EADDRNOTAVAIL:
                 raise OperatorError(f"--host {host}: not an address of this machine") from None
             if exc.errno == errno.EACCES:
-                raise OperatorError(f"--port {port}: permission denied (ports below 1024 "
+                raise OperatorError(f"{flag} {port}: permission denied (ports below 1024 "
                                     "need privileges); pick a port >= 1024") from None
-            raise OperatorError(f"--host/--port: cannot listen on {host}:{port}: "
+            raise OperatorError(f"--host/{flag}: cannot listen on {host}:{port}: "
                                 f"{exc.strerror}") from None
 
 
@@ -191,10 +191,11 @@ def _start_siblings(a: argparse.Namespace, cfg: Any) -> list[subprocess.Popen[by
         base = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve"]
         rest = argv[argv.index("serve") + 1:] if "serve" in argv else []
         rest = _strip_flags(rest, ("--processes", "--port", "--port-file", "--ready-file",
-                                   "--name"))
+                                   "--name", "--http-port"))
         for k in range(1, a.processes):
             children.append(subprocess.Popen(
                 [*base, *rest, "--processes", "1", "--reuse-port", "--port", str(cfg.port),
+                 *(["--http-port", str(a.http_port)] if a.http_port is not None else []),
                  "--name", f"{a.name or 'collector'}-{k}"]))
     if a.reuse_port:
         cfg.reuse_port = True
@@ -212,8 +213,14 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     level = _log_level(a)
     files = _check_files(a)
     _check_db_location(a.db)
+    cors = _cors_origins(a)
     if not a.reuse_port:
         _check_port_free(a.host, a.port)
+        if a.http_port is not None:
+            if a.http_port == a.port and a.port != 0:
+                raise OperatorError(f"--http-port {a.http_port}: the same port as --port; "
+                                    "give the HTTP port its own number")
+            _check_port_free(a.host, a.http_port, "--http-port")
 
     # 2. owner-only files from here on (database, -wal/-shm, generated admin token)
     private_umask()
@@ -225,14 +232,50 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     children = _start_siblings(a, cfg)
     try:
         srv = _open_server(CollectorServer, cfg)
+        front = _http_front(a, srv, files, cors)
     except BaseException:
         _stop_children(children)
         raise
-    return _serve_until_signal(a, srv, children)
+    return _serve_until_signal(a, srv, children, front)
+
+
+def _cors_origins(a: argparse.Namespace) -> frozenset[str]:
+    """``--cors-origin`` values, each ``scheme://host[:port]`` or ``*``."""
+    import re
+
+    out = set()
+    for o in a.cors_origin or ():
+        o = o.strip().rstrip("/")
+        if o != "*" and not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", o):
+            raise OperatorError(f"--cors-origin {o!r}: give an origin as a browser sends it, "
+                                "scheme://host[:port] (e.g. https://app.example.com), or *")
+        out.add(o)
+    if out and a.http_port is None:
+        raise OperatorError("--cors-origin needs --http-port (CORS applies to the HTTP port)")
+    return frozenset(out)
+
+
+def _http_front(a: argparse.Namespace, srv: Any, files: _Files,
+                cors: frozenset[str]) -> Any:
+    """The HTTP port (Connect, gRPC-Web, /healthz) over the server's core, or None."""
+    if a.http_port is None:
+        return None
+    from uldp.collector.http import HttpConfig, attach_front
+
+    try:
+        return attach_front(srv.core, srv.executor, HttpConfig(
+            files.cert, files.key, host=a.host, port=a.http_port,
+            tls_client_ca=files.client_ca, cors_origins=cors,
+            max_message_bytes=a.max_message_bytes,
+            reuse_port=a.reuse_port or a.processes > 1))
+    except OSError as exc:
+        srv.stop()
+        raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
+                            f"{a.host}:{a.http_port}: {exc.strerror or exc}") from None
 
 
 def _serve_until_signal(a: argparse.Namespace, srv: Any,
-                        children: list[subprocess.Popen[bytes]]) -> int:
+                        children: list[subprocess.Popen[bytes]], front: Any = None) -> int:
     done = threading.Event()
 
     def _on_signal(signum: int, _frame: object) -> None:
@@ -242,17 +285,22 @@ def _serve_until_signal(a: argparse.Namespace, srv: Any,
     signal.signal(signal.SIGINT, _on_signal)
     try:
         srv.start()
+        if front is not None:
+            front.start()
         if a.port_file:
             _atomic_write(a.port_file, str(srv.port))
         if a.ready_file:  # written once the server answers: scripts wait for this file
             _atomic_write(a.ready_file, f"{a.host}:{srv.port}\n")
         print(f"uldp collector {srv.core.name} listening on {a.host}:{srv.port}"
+              + (f", HTTP (Connect, gRPC-Web) on {a.host}:{front.port}" if front else "")
               + (f" ({a.processes} processes)" if a.processes > 1 else ""), flush=True)
         done.wait()
     finally:
         if a.ready_file:
             with contextlib.suppress(OSError):
                 os.unlink(a.ready_file)
+        if front is not None:
+            front.stop()
         srv.stop()
         _stop_children(children)
     return 0
@@ -343,6 +391,16 @@ def add_serve_parser(sc: Any) -> None:
     s.add_argument("--tls-client-ca", default=env("ULDP_TLS_CLIENT_CA"),
                    help="require client certificates signed by this CA (mutual TLS; env "
                         "ULDP_TLS_CLIENT_CA)")
+    s.add_argument("--http-port", type=port_number,
+                   default=env("ULDP_HTTP_PORT") or None,
+                   help="also serve the Device and Analyst services over Connect and gRPC-Web "
+                        "(browsers, React Native) and GET /healthz on this TCP port, TLS with "
+                        "the same certificate (env ULDP_HTTP_PORT; default: off)")
+    s.add_argument("--cors-origin", action="append",
+                   default=[o for o in (env("ULDP_CORS_ORIGINS") or "").split(",") if o],
+                   help="a web origin (scheme://host[:port]) whose pages may call the HTTP "
+                        "port; repeat for more; * allows every origin (env "
+                        "ULDP_CORS_ORIGINS, comma-separated; default: none)")
     _tuning_flags(s)
     s.set_defaults(func=_cmd_serve)
 

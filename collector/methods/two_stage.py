@@ -223,7 +223,11 @@ class TwoStage(SSL):
         return est
 
     def _width(self, p: Any) -> float:
-        return p.stage2_width
+        """The width of the narrowest stage-II interval the adaptive rule can choose: the
+        paper's ``3h + 2Δ`` cut to the support (every candidate is clipped to ``[-D, D]``,
+        which adds no clamping bias), so at small ``m``, where ``3h + 2Δ`` exceeds ``2D``,
+        the prediction is not the noise of an interval no run uses."""
+        return min(p.stage2_width, 2 * p.bound)
 
     def effective_sizes(self, n: int, m: int, epsilon: float) -> tuple[int, int, float]:
         return n, m, epsilon
@@ -244,3 +248,6 @@ class TwoStagePaper(TwoStage):
     def interval(self, p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_c: float,
                  n_II: int) -> StageTwoInterval:
         return paper_interval(p, khat, sums, n_I, eps_c)
+
+    def _width(self, p: Any) -> float:
+        return p.stage2_width  # the paper's interval is not cut to the support

@@ -1,15 +1,21 @@
 """Development PKI for TLS on every collector port (``uldp collector certs``).
 
-Creates, with ``cryptography`` only:
+Creates, with ``cryptography`` only, in two directories:
 
-* ``ca.pem`` / ``ca.key`` — a self-signed CA (ECDSA P-256) valid for ``days``;
-* ``server.pem`` / ``server.key`` — a server certificate for the given DNS names / IPs
-  (serverAuth), signed by the CA;
-* ``client.pem`` / ``client.key`` — a client certificate (clientAuth) for optional
-  mutual TLS (devices, gateways or analysts present it when the collector runs with
-  ``--tls-client-ca``).
+* the **server directory** (what ``uldp collector serve --tls-dir`` reads and what a
+  deployment ships to every collector): ``server.pem`` / ``server.key``, a server
+  certificate for the given DNS names / IPs (serverAuth) signed by the CA, and ``ca.pem``
+  (public: the health probe verifies the server with it);
+* the **admin directory** (stays with the operator, never on a server): ``ca.pem`` /
+  ``ca.key``, a self-signed CA (ECDSA P-256) valid for ``days`` whose key signs further
+  certificates, and ``client.pem`` / ``client.key``, a client certificate (clientAuth)
+  for optional mutual TLS (devices, gateways or analysts present it when the collector
+  runs with ``--tls-client-ca``).
 
-Private keys are written with mode 0600 (also when they existed with a wider mode).
+A server that holds the CA key can mint certificates every client trusts; one that holds
+the client key can impersonate a client: so neither is in the server directory.
+Private keys are written with mode 0600 (also when they existed with a wider mode), the
+admin directory is created 0700.
 This is a development/test CA: production
 deployments bring certificates from their own PKI and point the same flags at them.
 """
@@ -27,14 +33,16 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["DevPki", "existing_pki", "make_dev_pki"]
+__all__ = ["DevPki", "admin_directory_for", "existing_pki", "make_dev_pki"]
 
 
 @dataclass(frozen=True)
 class DevPki:
-    """Paths of the files written by :func:`make_dev_pki`."""
+    """Paths of the files written by :func:`make_dev_pki`: ``directory`` is the server's
+    (``--tls-dir``), ``admin_directory`` the operator's (CA key, client credentials)."""
 
     directory: Path
+    admin_directory: Path
     ca_cert: Path
     ca_key: Path
     server_cert: Path
@@ -95,15 +103,31 @@ def existing_pki(directory: str | Path) -> Path | None:
     return None
 
 
-def make_dev_pki(directory: str | Path, hosts: list[str] | None = None, *,
-                 days: int = 365, overwrite: bool = False) -> DevPki:
-    """Write a dev CA, a server certificate for ``hosts`` and a client certificate."""
+def admin_directory_for(directory: str | Path) -> Path:
+    """The default admin directory of a server directory: ``DIR-admin`` beside it."""
     out = Path(directory)
-    if existing_pki(out) is not None and not overwrite:
-        raise FileExistsError(f"{existing_pki(out)} exists (pass overwrite=True / --force)")
+    return out.with_name(out.name + "-admin")
+
+
+def make_dev_pki(directory: str | Path, hosts: list[str] | None = None, *,
+                 days: int = 365, overwrite: bool = False,
+                 admin_directory: str | Path | None = None) -> DevPki:
+    """Write a dev CA and a client certificate into ``admin_directory`` (default
+    :func:`admin_directory_for`), a server certificate for ``hosts`` and the CA
+    certificate into ``directory`` (module docstring); parents are created."""
+    out = Path(directory)
+    adm = Path(admin_directory) if admin_directory is not None else admin_directory_for(out)
+    if out.resolve() == adm.resolve() or adm.resolve().is_relative_to(out.resolve()):
+        raise ValueError(f"the admin directory {adm} must lie outside the server directory "
+                         f"{out} (a deployment ships the server directory whole)")
+    for d in (out, adm):
+        if existing_pki(d) is not None and not overwrite:
+            raise FileExistsError(f"{existing_pki(d)} exists (pass overwrite=True / --force)")
     out.mkdir(parents=True, exist_ok=True)
-    pki = DevPki(out, out / "ca.pem", out / "ca.key", out / "server.pem", out / "server.key",
-                 out / "client.pem", out / "client.key")
+    adm.mkdir(parents=True, exist_ok=True, mode=0o700)
+    adm.chmod(0o700)
+    pki = DevPki(out, adm, out / "ca.pem", adm / "ca.key", out / "server.pem",
+                 out / "server.key", adm / "client.pem", adm / "client.key")
     hosts = hosts or ["localhost", "127.0.0.1", "::1"]
     now = _dt.datetime.now(_dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -127,8 +151,8 @@ def make_dev_pki(directory: str | Path, hosts: list[str] | None = None, *,
                                     ca_cert, ca_key, now, days)
     client_cert, client_key = _leaf("uldp-client", [], ExtendedKeyUsageOID.CLIENT_AUTH,
                                     ca_cert, ca_key, now, days)
-    for path, cert in ((pki.ca_cert, ca_cert), (pki.server_cert, server_cert),
-                       (pki.client_cert, client_cert)):
+    for path, cert in ((pki.ca_cert, ca_cert), (adm / "ca.pem", ca_cert),
+                       (pki.server_cert, server_cert), (pki.client_cert, client_cert)):
         path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(pki.ca_key, ca_key)
     _write_key(pki.server_key, server_key)

@@ -35,8 +35,8 @@ from google.protobuf.descriptor import Descriptor, MethodDescriptor, ServiceDesc
 from uldp.collector.service.errors import batch_too_large
 from uldp.collector.service.wirescan import count_items
 
-__all__ = ["Oversized", "Undecodable", "add_service", "batch_field", "decoder",
-           "undecodable_message"]
+__all__ = ["Oversized", "Undecodable", "add_service", "batch_field", "checked_method",
+           "decoder", "undecodable_message"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -97,7 +97,7 @@ _INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
 def _wrap_stream(fn: Callable[..., Any], method: str, text: str) -> Callable[..., Any]:
-    """:func:`_wrap` of a client-streaming method: each request is checked as it comes."""
+    """:func:`checked_method` of a client-streaming method (each request checked)."""
     code = _INVALID
 
     def checked(requests: Iterator[Any], context: Any) -> Iterator[Any]:
@@ -129,9 +129,10 @@ def _wrap_stream(fn: Callable[..., Any], method: str, text: str) -> Callable[...
     return sync_stream
 
 
-def _wrap(fn: Callable[..., Any], m: MethodDescriptor) -> Callable[..., Any]:
+def checked_method(fn: Callable[..., Any], m: MethodDescriptor) -> Callable[..., Any]:
     """``fn`` behind a check that refuses :class:`Undecodable` (and :class:`Oversized`)
-    requests, with the same calling convention (grpc.aio dispatches on it)."""
+    requests, with the same calling convention (grpc.aio dispatches on it). The HTTP
+    front (``uldp.collector.http``) wraps the same servicer methods with it."""
     method = f"/{m.containing_service.full_name}/{m.name}"
     text = undecodable_message(method, m.input_type.full_name)
     if m.client_streaming:
@@ -184,7 +185,7 @@ def method_handlers(servicer: Any, service: ServiceDescriptor,
         factory = _FACTORIES[(m.client_streaming, m.server_streaming)]
         field = batch_field(m.input_type) if batch_cap is not None else None
         batch = (field, batch_cap) if field is not None and batch_cap is not None else None
-        out[m.name] = factory(_wrap(getattr(servicer, m.name), m),
+        out[m.name] = factory(checked_method(getattr(servicer, m.name), m),
                               request_deserializer=decoder(class_of(m.input_type), batch),
                               response_serializer=class_of(m.output_type).SerializeToString)
     return out

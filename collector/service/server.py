@@ -152,6 +152,12 @@ class CollectorServer:
             raise OSError(f"cannot listen on {config.host}:{config.port}")
         self._stopped = threading.Event()
 
+    @property
+    def executor(self) -> futures.ThreadPoolExecutor:
+        """The thread pool of database reads and analyst calls (shared with the HTTP
+        port, ``uldp.collector.http``)."""
+        return self._pool
+
     def _on_loop(self, coro: Any) -> Any:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

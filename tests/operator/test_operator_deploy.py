@@ -135,8 +135,8 @@ def _build_context(dest: Path) -> list[str]:
 
 def test_dockerignore_keeps_secrets_and_history_out(tmp_path):
     patterns = _dockerignore()
-    for rel in (".git/config", "pki/ca.key", "tls/server.key", "x/admin.token", "uldp.db",
-                "uldp.db-wal", ".venv/bin/python", "venv/lib/x.py",
+    for rel in (".git/config", "pki/ca.key", "tls/server.key", "tls-admin/client.pem",
+                "x/admin.token", "uldp.db", "uldp.db-wal", ".venv/bin/python", "venv/lib/x.py",
                 "collector/__pycache__/cli.cpython-311.pyc", "bench/results/demo.md"):
         assert _ignored(rel, patterns), rel
     for rel in ("pyproject.toml", "setup.py", "README.md", "collector/cli.py",

@@ -78,7 +78,8 @@ def test_fresh_database_is_owner_only_and_other_users_cannot_read_the_key(pki_di
 def test_certs_force_reapplies_owner_only_modes(tmp_path):
     out = tmp_path / "pki"
     assert uldp("collector", "certs", "--out", str(out)).returncode == 0
-    secret = ["ca.key", "server.key", "client.key", "admin.token", "token-signing.key"]
+    secret = ["server.key", "admin.token", "token-signing.key", "../pki-admin/ca.key",
+              "../pki-admin/client.key", "../pki-admin/admin.token"]
     for f in secret:
         assert _mode(out / f) == 0o600, f
         (out / f).chmod(0o644)
@@ -96,6 +97,7 @@ def test_systemd_unit_sets_a_private_umask():
 
 
 @pytest.mark.parametrize("path", ["pki/ca.key", "pki/admin.token", "pki/token-signing.key",
+                                  "pki-admin/ca.key", "pki-admin/client.pem", "tls-admin/x",
                                   "uldp.db", "uldp.db-wal", "uldp.db-shm",
                                   "uldp-collector.db", "x/collector.db", "tls/server.key"])
 def test_gitignore_covers_what_the_readme_writes(path):

@@ -26,6 +26,7 @@ import grpc
 import pytest
 
 from uldp.client.transport import Endpoint, secure_channel
+from uldp.collector.http import HttpConfig, HttpFront, attach_front
 from uldp.collector.security.certs import DevPki, make_dev_pki
 from uldp.collector.service.client import AnalystClient
 from uldp.collector.service.core import CoreConfig
@@ -53,6 +54,12 @@ class Collector:
     pki: DevPki
     server: CollectorServer | None = None
     proc: subprocess.Popen[bytes] | None = None
+    front: HttpFront | None = None
+    http_port: int = 0  # the HTTP port (Connect, gRPC-Web), when started with http=True
+
+    @property
+    def http_url(self) -> str:
+        return f"https://127.0.0.1:{self.http_port}"
 
     @property
     def target(self) -> str:
@@ -69,6 +76,9 @@ class Collector:
         return secure_channel(self.endpoint)
 
     def stop(self) -> None:
+        if self.front is not None:
+            self.front.stop(grace=1.0)
+            self.front = None
         if self.server is not None:
             self.server.stop(grace=1.0)
             self.server = None
@@ -95,10 +105,12 @@ def _free_port() -> int:
 def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
                      subprocess_: bool = False, port: int = 0, name: str | None = None,
                      extra_args: list[str] | None = None, server_mode: str = "aio",
-                     env: dict[str, str] | None = None,
+                     env: dict[str, str] | None = None, http: bool = False,
+                     cors_origins: tuple[str, ...] = (), http_port: int = 0,
                      server: dict[str, object] | None = None, **core_kw: object) -> Collector:
     """Start a collector on 127.0.0.1 (in-process, or ``uldp collector serve`` as a
-    subprocess with ``env`` added to its environment); the caller stops it.
+    subprocess with ``env`` added to its environment); the caller stops it. ``http``:
+    also the HTTP port (Connect, gRPC-Web; ``cors_origins`` allowed).
 
     Test collectors accept reports marked simulated (the fleets' seeded devices) unless
     ``allow_simulated=False`` is given. ``server``: further ``ServerConfig`` fields of an
@@ -112,8 +124,19 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
                            core=CoreConfig(**core_kw))  # type: ignore[arg-type]
         srv = CollectorServer(cfg)
         srv.start()
-        return Collector(srv.port, url, pki, server=srv)
+        c = Collector(srv.port, url, pki, server=srv)
+        if http:
+            c.front = attach_front(srv.core, srv.executor, HttpConfig(
+                pki.server_cert, pki.server_key, port=http_port,
+                cors_origins=frozenset(cors_origins)))
+            c.front.start()
+            c.http_port = c.front.port
+        return c
     port = port or _free_port()
+    if http:
+        http_port = http_port or _free_port()
+        extra_args = [*(extra_args or []), "--http-port", str(http_port),
+                      *[x for o in cors_origins for x in ("--cors-origin", o)]]
     log = open(workdir / f"collector-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
     cmd = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
            "--db", url, "--port", str(port), "--tls-dir", str(pki.directory),
@@ -123,9 +146,11 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})})
     log.close()
-    c = Collector(port, url, pki, proc=proc)
+    c = Collector(port, url, pki, proc=proc, http_port=http_port)
     try:
         _wait_healthy(c, proc)
+        if http:
+            wait_http_healthy(c, proc)
     except Exception:
         c.stop()
         raise
@@ -170,6 +195,27 @@ def _wait_healthy(c: Collector, proc: subprocess.Popen[bytes], timeout: float = 
             per_try = min(per_try + 1.0, 10.0)
             time.sleep(0.1)
     raise TimeoutError("collector did not become healthy")
+
+
+def wait_http_healthy(c: Collector, proc: subprocess.Popen[bytes] | None = None,
+                      timeout: float = 60) -> None:
+    """Wait until ``GET /healthz`` on the HTTP port answers 200."""
+    import ssl
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(c.pki.ca_cert))
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"collector exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(c.http_url + "/healthz", context=ctx,
+                                        timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError("the HTTP port did not become healthy")
 
 
 # ---- PostgreSQL ----------------------------------------------------------------------------

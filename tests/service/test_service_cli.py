@@ -20,9 +20,10 @@ def test_cli_workflow(tmp_path):
     base = {**os.environ}
     r = uldp("collector", "certs", "--out", str(tmp_path / "pki"), env=base)
     assert r.returncode == 0, r.stderr
-    for name in ("ca.pem", "server.pem", "server.key", "client.pem", "admin.token",
-                 "token-signing.key"):
+    for name in ("ca.pem", "server.pem", "server.key", "admin.token", "token-signing.key"):
         assert (tmp_path / "pki" / name).exists()
+    for name in ("ca.key", "client.pem", "client.key"):  # the operator's, not the server's
+        assert (tmp_path / "pki-admin" / name).exists() and not (tmp_path / "pki" / name).exists()
     assert oct((tmp_path / "pki" / "server.key").stat().st_mode & 0o777) == "0o600"
     proc, port = start_collector_process(tmp_path, f"sqlite:///{tmp_path / 'c.db'}",
                                          tmp_path / "pki")

@@ -1,7 +1,7 @@
 /**
  * The device's checks of a Task message, in order (docs/device-protocol.md §14.1; Python:
  * uldp.client.device.Device.check_task): digest, task text, query, public parameters,
- * dataset, declaration, report length, ledger. They look only at public facts — the task,
+ * dataset, declaration, report length, shuffler (sealed tasks, §16), ledger. They look only at public facts — the task,
  * the datasets' declarations, the ledger — never at data, and nothing is charged before they
  * all pass.
  */
@@ -48,7 +48,7 @@ export function checkDeclaration(task: Task, schema: DatasetSchema): void {
 
 /** Every check, in order; returns the validated task, its dataset's name and ε units. */
 export function checkTask(msg: TaskMessageLike, datasets: ReadonlyMap<string, DatasetSchema>,
-  ledger: LedgerCheck): { task: Task; units: bigint } {
+  ledger: LedgerCheck, opts: { shuffler?: boolean } = {}): { task: Task; units: bigint } {
   try {
     if (taskDigest(msg.task_json) !== msg.task_digest) throw new TaskRefused("task digest does not match the task text", "digest");
     const fields = parseTaskFields(msg.task_json);
@@ -59,6 +59,9 @@ export function checkTask(msg: TaskMessageLike, datasets: ReadonlyMap<string, Da
     checkDeclaration(task, schema);
     if (task.reportLength !== msg.report_length) {
       throw new TaskRefused(`task announces ${msg.report_length} report values but its public parameters give ${task.reportLength}`, "length");
+    }
+    if (task.seal !== null && !opts.shuffler) {
+      throw new TaskRefused("the task asks for a sealed report for a shuffler, and this device has no shuffler configured", "seal");
     }
     ledger(msg.query_id, msg.task_digest, task.units);
     return { task, units: task.units };

@@ -5,7 +5,7 @@ export {
   laplaceScaleValue, MAX_EPSILON, rationalEpsilon, randomizedRound, type LaplaceScale,
 } from "./noise.js";
 export {
-  alg1Params, binIndex, binsFor, boundedParams, boundedParamsWithLog, clampInterval, clip,
+  alg1Params, binIndex, binsFor, supportBins, boundedParams, boundedParamsWithLog, clampInterval, clip,
   GRID_STEPS, heavyTailedParams, heavyTailedParamsWithLibm, type Alg1Params, type HeavyTailLibm,
 } from "./params.js";
 export { fwht, isPow2, nextPow2 } from "./hadamard.js";
@@ -26,9 +26,13 @@ export {
   type KindName, type Method, type RefusalCode, type Task,
 } from "./task.js";
 export { gradient, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
-export { computeReport, DataError, fallbacks, slotSources, taskRows, type Samples } from "./report.js";
+export { computeReport, DataError, emptyReport, fallbacks, slotSources, taskRows, type Samples } from "./report.js";
 export {
   alignLabels, coerceValues, datasetSchema, type DatasetSchema, localDataset, type LocalDataset,
   parsePythonFloat, toFloat, type ValueKind,
 } from "./dataset.js";
+export { RETRYABLE, Status } from "./status.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
+export {
+  hpkeSeal, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext, sealReport,
+} from "./seal.js";

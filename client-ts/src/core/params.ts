@@ -38,6 +38,14 @@ export function binsFor(bound: number, h: number): number {
   return Math.max(1, Math.ceil((2.0 * bound) / h - 1e-9));
 }
 
+/** The number of bins of width h covering [-D, D], max(1, ceil((2D)/h - 1e-9)), or null
+ * when 2D/h overflows (docs/device-protocol.md §14.1 step 10; Python:
+ * uldp.client.params.support_bins). A device accepts a stage-I component only with this B. */
+export function supportBins(bound: number, h: number): number | null {
+  const r = (2.0 * bound) / h;
+  return Number.isFinite(r) ? Math.max(1, Math.ceil(r - 1e-9)) : null;
+}
+
 /**
  * Theorem-1 parameters: h = (4·D)/√m, Δ = D·√(ln(max(N_Δ, 2)) / m), B = binsFor(D, h).
  * NOTE: Δ uses a natural logarithm; JavaScript's Math.log and C's log are not guaranteed
@@ -106,7 +114,8 @@ export function clip(x: number, lo: number, hi: number): number {
   return Math.min(Math.max(x, lo), hi);
 }
 
-/** 1-based bin of a finite value: min(B, floor((clip(y, -D, D) + D) / h) + 1). */
+/** 1-based bin of a finite value: min(B, floor((clip(y, -D, D) + D) / h) + 1), the cap applied
+ * to the double (no integer conversion can overflow; §7.3). */
 export function binIndex(y: number, p: Alg1Params): number {
   const c = clip(y, -p.bound, p.bound);
   return Math.min(Math.floor((c + p.bound) / p.binWidth) + 1, p.bins);

@@ -120,23 +120,32 @@ function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
   return stage2Report(y, task.intervals as Interval[], task.epsC, rng);
 }
 
-/** How often computeReport fell back to the empty dataset (a bug if ever > 0). */
+/** How often computeReport fell back to its backstop (a bug if ever > 0). */
 export const fallbacks = { count: 0 };
+
+/** The report of the empty dataset: the backstop of §13.2, a function of the public task and
+ * the keystream only. A Device computes it before it charges the ledger (a task whose backstop
+ * fails is refused, code `param`), so the report owed after the charge always exists. */
+export function emptyReport(task: Task, rng: RandomSource): bigint[] {
+  return compute(task, [], rng);
+}
 
 /**
  * The report of one device for a validated task over its (sanitized) local dataset:
  * `samples` are numbers (scalar kinds) or rows of `task.dim` numbers; NaN/±∞ and other
  * unusable values are ignored by the kind's rules; `labels` (labelled kinds) are aligned to
- * the samples, missing ones NaN. Returns `task.reportLength` integers.
+ * the samples, missing ones NaN. Returns `task.reportLength` integers. Should the computation
+ * on the data throw (a bug), the result is `fallback` (the Device's precomputed emptyReport) or
+ * else the empty dataset's report continuing the same keystream.
  */
 export function computeReport(task: Task, samples: Samples, labels: readonly number[] | null | undefined,
-  rng: RandomSource): bigint[] {
+  rng: RandomSource, fallback?: readonly bigint[]): bigint[] {
   const rows = taskRows(task, samples, labels);
   try {
     return compute(task, rows, rng);
   } catch (e) {
     if (e instanceof DataError) throw e;
-    fallbacks.count++; // totality backstop: the report of the empty dataset
-    return compute(task, [], rng);
+    fallbacks.count++; // totality backstop
+    return fallback !== undefined ? [...fallback] : emptyReport(task, rng);
   }
 }

@@ -8,6 +8,8 @@ import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, 
 import { frameSize } from "./kashin.js";
 import { nextPow2 } from "./hadamard.js";
 import { floorTimesPow2, MAX_EPSILON } from "./noise.js";
+import { parseSeal, type SealKey } from "./seal.js";
+import { supportBins } from "./params.js";
 
 export const SCHEMA = "uldp.task/2";
 export const MAX_REPORT_VALUES = 1 << 18;
@@ -19,7 +21,7 @@ export const MAX_M_REF = 1 << 20;
 
 export type RefusalCode =
   | "digest" | "json" | "schema" | "field" | "query" | "kind" | "method" | "stage" | "epsilon"
-  | "limit" | "param" | "over-budget" | "dataset" | "declaration" | "length" | "budget"
+  | "limit" | "param" | "over-budget" | "seal" | "dataset" | "declaration" | "length" | "budget"
   | "participated";
 
 export class TaskRefused extends Error {
@@ -65,6 +67,8 @@ export interface Task {
   readonly virtualEps: readonly number[];
   readonly virtualOffset: bigint;
   readonly extra: JObject;
+  /** Shuffle mode: the collector's HPKE key the report is sealed to (§16); null otherwise. */
+  readonly seal: SealKey | null;
   /** Number of components of the kind (C). */
   readonly nComponents: number;
   /** ε units the report spends and its length. */
@@ -79,7 +83,7 @@ const DEFAULTS: Record<string, JValue> = {
   virtual_groups: [], virtual_eps: [], virtual_offset: new JInt(0n), extra: new Map(),
 };
 const REQUIRED = ["query_id", "kind", "method", "stage", "epsilon", "eps_c", "components"];
-const KNOWN = new Set([...REQUIRED, ...Object.keys(DEFAULTS)]);
+const KNOWN = new Set([...REQUIRED, ...Object.keys(DEFAULTS), "seal"]);
 
 /** The raw fields of a task text (parse, schema tag, known fields, list shapes). */
 export function parseTaskFields(text: string): Map<string, JValue> {
@@ -97,6 +101,7 @@ export function parseTaskFields(text: string): Map<string, JValue> {
   if (schema !== SCHEMA) refuse("schema", `task schema ${String(schema)} is not supported (this device speaks ${SCHEMA})`);
   const unknown = [...d.keys()].filter((k) => !KNOWN.has(k)).sort();
   if (unknown.length) refuse("field", `task has unknown fields: ${unknown.join(", ")}`);
+  if (d.has("seal") && !isJObject(d.get("seal"))) refuse("field", "seal must be an object");
   for (const k of ["components", "virtual_eps"]) {
     if (d.has(k) && !Array.isArray(d.get(k))) refuse("field", `${k} must be a list`);
   }
@@ -248,6 +253,10 @@ function checkBins(f: Map<string, JValue>, nComps: number): void {
     if (!(finite(D) && finite(h) && dbl(D) > 0 && dbl(h) > 0)) refuse("param", "bins need finite positive D and h");
     if (!isJInt(B) || B.value < 1n) refuse("param", "a component has at least one bin");
     if ((B as JInt).value > BigInt(MAX_BINS)) refuse("limit", `a component has at most ${MAX_BINS} bins`);
+    const want = supportBins(dbl(D), dbl(h));
+    if (want === null || BigInt(want) !== (B as JInt).value) {
+      refuse("param", `B must be the number of bins of width h covering [-D, D], max(1, ceil(2D/h - 1e-9)) = ${want}`);
+    }
   }
 }
 
@@ -340,11 +349,13 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   const [units, length] = spendAndLength(f, m, stage);
   if (units > budget) refuse("over-budget", `task would spend ${units} units of 2^-24, above the query budget (${budget} units)`);
   if (length > MAX_REPORT_VALUES) refuse("limit", `the report would have ${length} values, above the device limit ${MAX_REPORT_VALUES}`);
-  return typed(text, f, kind as KindName, m, stage, dim, C, units, length);
+  const seal = f.has("seal") ? parseSeal(f.get("seal")!) : null;
+  if (typeof seal === "string") return refuse("seal", seal);
+  return { ...typed(text, f, kind as KindName, m, stage, dim, C, units, length), seal };
 }
 
 function typed(text: string, f: Map<string, JValue>, kind: KindName, method: Method, stage: number,
-  dim: number, C: number, units: bigint, reportLength: number): Task {
+  dim: number, C: number, units: bigint, reportLength: number): Omit<Task, "seal"> {
   const num = (k: string): number | null => (f.get(k) === null ? null : dbl(f.get(k)));
   return {
     text, queryId: f.get("query_id") as string, kind, method, stage,

@@ -11,17 +11,17 @@
  */
 import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
-import { KINDS } from "../core/kinds.js";
 import { RandomSource } from "../core/random.js";
-import { computeReport } from "../core/report.js";
+import { computeReport, emptyReport } from "../core/report.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
-  AlreadyParticipated, decodeValues, Ledger, LedgerError, type LedgerEntry, type LedgerStore,
+  AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
 } from "../ledger/ledger.js";
 
-/** gRPC status codes the device reacts to. */
-export const Status = { DEADLINE_EXCEEDED: 4, ABORTED: 10, UNAVAILABLE: 14, UNAUTHENTICATED: 16 } as const;
-const RETRYABLE = new Set<number>([Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED]);
+import { RETRYABLE, Status } from "../core/status.js";
+
+export type { DeviceStore } from "../ledger/ledger.js";
+export { RETRYABLE, Status };
 
 export interface TaskMessage extends TaskMessageLike {
   readonly phase: number;
@@ -54,12 +54,6 @@ export interface Identity {
   expires_at_ms: number;
 }
 
-/** A ledger store that also keeps the device identity. */
-export interface DeviceStore extends LedgerStore {
-  loadIdentity<T>(): Promise<T | null>;
-  saveIdentity<T>(identity: T): Promise<void>;
-}
-
 export class DeviceError extends Error {}
 export class EnrollmentError extends DeviceError {}
 export class ReportRejected extends DeviceError {
@@ -72,6 +66,9 @@ export interface PollResult {
   submitted: string[];
   refused: { queryId: string; code: string; message: string }[];
   rejected: { queryId: string; code: number; message: string }[];
+  /** A charged task whose report could not be computed or stored now (a local fault: storage,
+   * memory, a bug): it stays owed, is tried again at the next poll and holds up no other task. */
+  failed: { queryId: string; message: string }[];
   waiting: number;
   pending: number;
   retryAfterMs: number;
@@ -132,22 +129,48 @@ export class Device {
     return this.#identity?.device_id ?? null;
   }
 
-  /** Enrol (or renew a token expiring within a minute); returns the device id. */
+  /** Enrol (or renew a token expiring within a minute); returns the device id.
+   * The new identity is stored by compare-and-set through the store: when another Device over
+   * the same store (another tab, worker, or instance) enrolled first, its identity stays and
+   * this one is dropped — one device, one identity, so one user never answers a query twice. */
   async enroll(force = false): Promise<string> {
     const now = (this.#o.now ?? Date.now)();
-    const id = this.#identity;
-    if (id && !force && id.expires_at_ms > now + 60_000) return id.device_id;
-    let r;
-    try {
-      r = await this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
-        label: this.#o.label ?? "", previousToken: id?.token ?? "" });
-    } catch (e) {
-      throw new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
+    const valid = (x: Identity | null): x is Identity => x !== null && x.expires_at_ms > now + 60_000;
+    if (!force && valid(this.#identity)) return this.#identity.device_id;
+    const id = (await this.#o.store.loadIdentity<Identity>()) ?? this.#identity;
+    if (!force && valid(id)) {
+      this.#identity = id;
+      return id.device_id;
     }
-    if (id && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
-    this.#identity = { device_id: r.device_id, token: r.token, expires_at_ms: Number(r.expires_at_ms) };
-    await this.#o.store.saveIdentity(this.#identity);
-    return r.device_id;
+    const ask = (previousToken: string) => this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
+      label: this.#o.label ?? "", previousToken });
+    const failed = (e: unknown) => new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
+    let r;
+    let fresh = false;
+    try {
+      r = await ask(id?.token ?? "");
+    } catch (e) {
+      // a renewal whose previous token is no longer accepted: a new identity (§10); any other
+      // failure changes nothing (identity kept, pending reports stay pending)
+      if (!id || codeOf(e) !== Status.UNAUTHENTICATED) throw failed(e);
+      try {
+        r = await ask("");
+        fresh = true;
+      } catch (e2) {
+        throw failed(e2);
+      }
+    }
+    if (id && !fresh && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
+    const next: Identity = { device_id: r.device_id, token: r.token, expires_at_ms: Number(r.expires_at_ms) };
+    // a new identity replaces the one it was asked for (unless another instance replaced it
+    // meanwhile); a renewal never replaces another identity or a later token
+    const kept = await this.#o.store.updateIdentity<Identity>((stored) => {
+      if (!stored) return next;
+      if (fresh) return id && stored.device_id !== id.device_id ? null : next;
+      return stored.device_id !== next.device_id || stored.expires_at_ms >= next.expires_at_ms ? null : next;
+    });
+    this.#identity = kept ?? next;
+    return this.#identity.device_id;
   }
 
   async #token(): Promise<string> {
@@ -184,6 +207,7 @@ export class Device {
     if (prev && prev.taskDigest === msg.task_digest && prev.report.length) return this.#message(prev);
     const { task, units } = this.checkTask(msg);
     const rng = this.#source(); // before the charge: a broken source charges nothing
+    const fallback = this.#fallback(task); // the report owed if the data fail: before the charge
     let entry: LedgerEntry;
     try {
       entry = await this.ledger.reserve(msg.query_id, msg.task_digest, msg.phase, units,
@@ -193,21 +217,34 @@ export class Device {
       throw e;
     }
     if (entry.report.length) return this.#message(entry);
-    return this.#computeAndStore(entry, task, this.#datasets.get(msg.dataset), rng);
+    return this.#computeAndStore(entry, task, this.#datasets.get(msg.dataset), rng, fallback);
   }
 
-  #computeAndStore(entry: LedgerEntry, task: Task, ds: LocalDataset | undefined, rng: RandomSource): Promise<ReportMessage> {
+  /** The task's backstop report (the empty dataset's, §13.2), from public facts only and before
+   * the charge, on a keystream of its own: a task whose backstop cannot be computed is refused
+   * (code `param`), so whether the device reports never depends on its data (invariant 6). */
+  #fallback(task: Task): bigint[] {
+    const src = this.#o.simulation ? this.#o.simulation.rng.spawn("fallback") : RandomSource.secure();
+    try {
+      return emptyReport(task, src);
+    } catch (e) {
+      if (e instanceof TaskRefused) throw e;
+      throw new TaskRefused(`the task's backstop report cannot be computed: ${e instanceof Error ? e.message : String(e)}`, "param");
+    }
+  }
+
+  #computeAndStore(entry: LedgerEntry, task: Task, ds: LocalDataset | undefined, rng: RandomSource,
+    fallback: readonly bigint[]): Promise<ReportMessage> {
     const run = this.#lock.then(async () => {
-      let values: bigint[] | null = null;
+      let values: readonly bigint[] = fallback;
       if (ds) {
         try {
-          values = computeReport(task, ds.samples, ds.labels, rng);
+          values = computeReport(task, ds.samples, ds.labels, rng, fallback);
         } catch {
-          values = null; // totality backstop: one report is owed whatever happens
+          values = fallback; // totality backstop: one report is owed whatever happens
         }
       }
-      if (values === null) values = computeReport(task, [], KINDS[task.kind].usesLabels ? [] : null, rng);
-      return this.#message(await this.ledger.storeReport(entry.queryId, values));
+      return this.#message(await this.ledger.storeReport(entry.queryId, [...values]));
     });
     this.#lock = run.catch(() => undefined);
     return run;
@@ -252,8 +289,13 @@ export class Device {
   async resendPending(out?: PollResult): Promise<string[]> {
     for (const e of this.ledger.entries("reserved")) {
       if (!e.task) continue;
-      const msg = JSON.parse(e.task) as TaskMessage;
-      await this.#computeAndStore(e, parseTask(msg.task_json), this.#datasets.get(msg.dataset), this.#source());
+      try { // a failure (storage, or a task this SDK no longer accepts) stops no other entry
+        const msg = JSON.parse(e.task) as TaskMessage;
+        const task = parseTask(msg.task_json);
+        await this.#computeAndStore(e, task, this.#datasets.get(msg.dataset), this.#source(), this.#fallback(task));
+      } catch (err) {
+        out?.failed.push({ queryId: e.queryId, message: err instanceof Error ? err.message : String(err) });
+      }
     }
     const done: string[] = [];
     for (const e of this.ledger.entries("pending")) {
@@ -270,7 +312,7 @@ export class Device {
 
   /** Enrol if needed, re-send pending reports, then run every task offered now. */
   async poll(queryId = ""): Promise<PollResult> {
-    const out: PollResult = { submitted: [], refused: [], rejected: [], waiting: 0, pending: 0, retryAfterMs: 0 };
+    const out: PollResult = { submitted: [], refused: [], rejected: [], failed: [], waiting: 0, pending: 0, retryAfterMs: 0 };
     out.submitted.push(...(await this.resendPending(out)));
     const resp = await this.#getTasks(queryId);
     for (const t of resp.tasks) {
@@ -278,8 +320,8 @@ export class Device {
       try {
         report = await this.prepare(t);
       } catch (e) {
-        if (!(e instanceof TaskRefused)) throw e;
-        out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
+        if (e instanceof TaskRefused) out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
+        else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
         continue;
       }
       try {
@@ -297,13 +339,14 @@ export class Device {
 
   /** Poll until nothing is waiting (or the timeout); returns the merged result. */
   async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep): Promise<PollResult> {
-    const total: PollResult = { submitted: [], refused: [], rejected: [], waiting: 0, pending: 0, retryAfterMs: 0 };
+    const total: PollResult = { submitted: [], refused: [], rejected: [], failed: [], waiting: 0, pending: 0, retryAfterMs: 0 };
     const end = Date.now() + timeoutMs;
     for (;;) {
       const r = await this.poll(queryId);
       total.submitted.push(...r.submitted);
       total.refused.push(...r.refused);
       total.rejected.push(...r.rejected);
+      total.failed.push(...r.failed);
       total.waiting = r.waiting;
       total.retryAfterMs = r.retryAfterMs;
       if (!r.waiting || Date.now() > end) return total;

@@ -6,8 +6,10 @@ import {
   alg1Params, binIndex, boundedParams, boundedParamsWithLog, bytesToHex, clampInterval,
   discreteLaplace, f64FromHex, f64ToHex, fwht, hexToBytes, heavyTailedParams,
   heavyTailedParamsWithLibm, laplaceScale, RandomSource, rationalEpsilon, randomizedRound,
-  stage1Report, stage2Report, type Alg1Params, type Interval,
+  stage1Report, stage2Report, type Alg1Params, type Interval, parseSeal, sealInfo, sealPlaintext,
+  sealReport,
 } from "../../src/core/index.js";
+import { parseJson } from "../../src/core/json.js";
 import { checkTaskCase, FILES_V2, ledgerCase, refusalCase } from "./tasks.js";
 import { eq, Mismatch } from "./util.js";
 
@@ -35,7 +37,7 @@ export interface Notes {
 
 export const FILE_NAMES = [
   "keystream", "keys", "below", "bernoulli", "epsilon", "dlap", "rounding", "params",
-  "hadamard", "stage1", "stage2", ...FILES_V2,
+  "hadamard", "stage1", "stage2", ...FILES_V2, "seal",
 ] as const;
 
 const str = (xs: readonly bigint[]): string[] => xs.map((x) => x.toString());
@@ -61,8 +63,21 @@ function throws(fn: () => unknown): boolean {
   }
 }
 
+/** A seal.json case: the key checks, and info, plaintext and sealed bytes are identical. */
+function sealCase(c: Case): void {
+  const key = parseSeal(parseJson(JSON.stringify(c.seal)));
+  if (typeof key === "string") throw new Mismatch(`seal refused: ${key}`);
+  const info = sealInfo(c.query_id, c.phase, c.group, c.stage, c.task_digest);
+  eq("info", bytesToHex(info), c.info);
+  const values = (c.values as string[]).map(BigInt);
+  eq("plaintext", bytesToHex(sealPlaintext(values, c.simulated)), c.plaintext);
+  eq("sealed", bytesToHex(sealReport(key, info, values, c.simulated, hexToBytes(c.ephemeral_private_key))), c.sealed);
+}
+
 function checkCase(file: string, c: Case, notes: Notes): void {
   switch (file) {
+    case "seal":
+      return sealCase(c);
     case "keystream": {
       const rng = src(c);
       if (c.op === "bytes") {

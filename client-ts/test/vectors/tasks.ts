@@ -6,7 +6,7 @@ import { sha256 } from "@noble/hashes/sha2.js";
 import {
   alignLabels, bytesToHex, checkTask, coerceValues, computeReport, datasetSchema, exp,
   f64FromHex, f64ToHex, type FrameKind, hexToBytes, kashinCoefficients, kashinFrame, ln, norm,
-  parseTask, radial, RandomSource, seqSum, TaskRefused, uniformPm1, type DatasetSchema,
+  parseTask, radial, RandomSource, RETRYABLE, seqSum, TaskRefused, uniformPm1, type DatasetSchema,
 } from "../../src/core/index.js";
 import { AlreadyParticipated, Ledger, LedgerError, MemoryStore } from "../../src/ledger/index.js";
 import { eq, Mismatch } from "./util.js";
@@ -14,7 +14,7 @@ import { eq, Mismatch } from "./util.js";
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Case = Record<string, any>;
 
-export const FILES_V2 = ["numerics", "frames", "kashin", "registration", "tasks", "refusals", "ledger"] as const;
+export const FILES_V2 = ["numerics", "frames", "kashin", "registration", "tasks", "refusals", "ledger", "transport"] as const;
 
 /** A double of the JSON encoding: a number, or "nan" / "inf" / "-inf". */
 export function dec(v: unknown): number {
@@ -121,7 +121,7 @@ export async function refusalCase(c: Case): Promise<void> {
   let code: string | null = null;
   let units: string | null = null;
   try {
-    units = checkTask(c.task, datasets, ledger).units.toString();
+    units = checkTask(c.task, datasets, ledger, { shuffler: c.shuffler === true }).units.toString();
   } catch (e) {
     if (!(e instanceof TaskRefused)) throw e;
     code = e.code;
@@ -172,6 +172,7 @@ export function checkTaskCase(file: string, c: Case): boolean {
     case "kashin": kashinCase(c); return true;
     case "registration": registrationCase(c); return true;
     case "tasks": taskCase(c); return true;
+    case "transport": eq(`retried ${c.name}`, RETRYABLE.has(c.code), c.retried); return true;
     default: return false;
   }
 }

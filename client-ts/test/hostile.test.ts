@@ -1,0 +1,150 @@
+/**
+ * Hostile stage-I grids and failing computations on the TS Device (issue 17, items 1 and 3;
+ * Python: tests/test_device_hostile.py): a grid whose B bins do not cover [-D, D] is refused
+ * (code param) before any charge, whatever the data; the backstop report is computed before the
+ * charge, so a task whose backstop fails is refused and one whose data fail sends it; a charged
+ * entry that cannot be recomputed never stops the other tasks; no data is an empty dataset.
+ */
+import assert from "node:assert/strict";
+import { afterEach, test } from "node:test";
+import {
+  alg1Params, binIndex, fallbacks, KINDS, parseTask, RandomSource, stage1Report, taskDigest, TaskRefused,
+} from "../src/core/index.js";
+import { Device, type DeviceTransportLike, type ReportMessage, type TaskMessage } from "../src/device/index.js";
+import { MemoryStore } from "../src/ledger/index.js";
+
+class Recorder implements DeviceTransportLike {
+  calls: string[] = [];
+  reports: ReportMessage[] = [];
+  tasks: TaskMessage[] = [];
+  async enroll() {
+    this.calls.push("Enroll");
+    return { device_id: "d-1", token: "tok", expires_at_ms: String(Date.now() + 86_400_000) };
+  }
+  async getTasks() {
+    this.calls.push("GetTasks");
+    return { tasks: this.tasks, waiting: [], retry_after_ms: 0 };
+  }
+  async submitReport(_token: string, report: ReportMessage) {
+    this.calls.push(`SubmitReport:${report.queryId}:${report.values.length}`);
+    this.reports.push(report);
+    return { duplicate: false, received_at_ms: "1" };
+  }
+}
+
+const BASE: Record<string, unknown> = {
+  bins: [[1.0, 0.5, 4]], bound: 1.0, components: [0], dim: 1, eps_c: 1.0, epsilon: 1.0, extra: {},
+  frame_kind: "gaussian", frame_seed: 0, intervals: [], kashin_delta: 0.5, kashin_level: 4.0, kind: "mean",
+  m_ref: 1, method: "two-stage", query_id: "q", schema: "uldp.task/2", stage: 1, stat_bound: null,
+  virtual_eps: [], virtual_groups: [], virtual_offset: 0,
+};
+const HOSTILE = { bins: [[1.0, 2 ** -63, 4]] };
+
+function text(o: Record<string, unknown> = {}, queryId = "q"): string {
+  const t = { ...BASE, ...o, query_id: queryId };
+  return JSON.stringify(Object.fromEntries(Object.entries(t).sort(([a], [b]) => (a < b ? -1 : 1))));
+}
+
+function msg(queryId: string, o: Record<string, unknown> = {}, length = 4): TaskMessage {
+  const tt = text(o, queryId);
+  return { query_id: queryId, phase: 1, dataset: "data", task_json: tt, task_digest: taskDigest(tt), report_length: length };
+}
+
+const open = (fake: Recorder, store = new MemoryStore()): Promise<Device> =>
+  Device.open({ transport: fake, store, budget: 100, simulation: { rng: RandomSource.seeded("hostile") } });
+
+const saved = { userStats: KINDS.mean.userStats };
+afterEach(() => Object.assign(KINDS.mean, saved));
+
+test("a grid whose bins do not cover the support is refused (param)", () => {
+  for (const bins of [[[1.0, 2 ** -63, 4]], [[1.0, 0.5, 5]], [[1.0, 0.5, 3]], [[1.0, 1e-300, 1]], [[1e308, 1e-9, 4]]]) {
+    assert.throws(() => parseTask(text({ bins })), (e: unknown) => e instanceof TaskRefused && e.code === "param");
+  }
+  assert.equal(parseTask(text({ bins: [[1.0, 2 ** -15, 65536]] })).reportLength, 65536);
+});
+
+test("the bin index is capped before any integer conversion", () => {
+  const p = alg1Params(1.0, 2 ** -63, 0, 4);
+  assert.deepEqual([0.5, 1.0, 1e308, -1.0, 0.0, -0.75].map((y) => binIndex(y, p)), [4, 4, 4, 1, 4, 4]);
+  assert.equal(stage1Report([0.5], [p], 1.0, RandomSource.seeded(1)).length, 4);
+});
+
+test("whether the device reports does not depend on its data", async () => {
+  const outcomes = [];
+  for (const values of [[-0.5, -0.25], [0.5, 0.25], [], undefined]) {
+    const fake = new Recorder();
+    const d = await open(fake);
+    d.addDataset("data", values);
+    fake.tasks = [msg("qh", HOSTILE), msg("qb")];
+    const r = await d.poll();
+    fake.tasks = [msg("qh", HOSTILE)];
+    const r2 = await d.poll();
+    outcomes.push([r.refused.map((x) => `${x.queryId}:${x.code}`), r.submitted, r.failed, r2.refused.length,
+      fake.calls, d.ledger.get("qh")]);
+  }
+  assert.deepEqual(outcomes[0], [["qh:param"], ["qb"], [], 1,
+    ["Enroll", "GetTasks", "SubmitReport:qb:4", "GetTasks"], undefined]);
+  for (const o of outcomes) assert.deepEqual(o, outcomes[0]);
+});
+
+test("a failed computation sends the precomputed backstop; the others go on", async () => {
+  KINDS.mean.userStats = (t, rows, valid) => { // a bug on data only
+    if (rows.length) throw new Error("a bug in the statistic");
+    return saved.userStats!(t, rows, valid);
+  };
+  const fake = new Recorder();
+  const d = await open(fake);
+  d.addDataset("data", [0.5, 0.25]);
+  fake.tasks = [msg("q1"), msg("q2")];
+  const before = fallbacks.count;
+  const r = await d.poll();
+  assert.deepEqual(r.submitted, ["q1", "q2"]);
+  assert.equal(fallbacks.count, before + 2);
+  assert.equal(d.ledger.get("q1")?.state, "acknowledged");
+});
+
+test("a task whose backstop fails is refused before the charge, for every dataset", async () => {
+  KINDS.mean.userStats = () => { throw new Error("a bug on every input"); };
+  const outcomes = [];
+  for (const values of [[0.5], [-0.5], []]) {
+    const fake = new Recorder();
+    const d = await open(fake);
+    d.addDataset("data", values);
+    fake.tasks = [msg("q1"), msg("q2")];
+    const r = await d.poll();
+    outcomes.push([r.refused.map((x) => `${x.queryId}:${x.code}`), r.submitted, fake.reports.length, d.ledger.spentUnits()]);
+  }
+  for (const o of outcomes) assert.deepEqual(o, [["q1:param", "q2:param"], [], 0, 0n]);
+});
+
+test("a charged entry that cannot be recomputed never stops the other tasks", async () => {
+  const store = new MemoryStore();
+  const fake = new Recorder();
+  const d = await open(fake, store);
+  d.addDataset("data", [0.5]);
+  const bad = msg("qh", HOSTILE);
+  await d.ledger.reserve("qh", bad.task_digest, 1, 1n << 24n, JSON.stringify(bad));
+  for (const q of ["q1", "q2"]) {
+    fake.tasks = [msg(q)];
+    const r = await d.poll();
+    assert.deepEqual(r.submitted, [q]);
+    assert.deepEqual(r.failed.map((f) => f.queryId), ["qh"]);
+  }
+  assert.equal(d.ledger.get("qh")?.state, "reserved");
+});
+
+test("no data registers an empty dataset (undefined and null)", async () => {
+  const sent = [];
+  for (const samples of [undefined, null, []]) {
+    const fake = new Recorder();
+    const d = await open(fake);
+    const schema = d.addDataset("data", samples);
+    assert.equal(schema.name, "data");
+    assert.deepEqual(d.datasets, ["data"]);
+    fake.tasks = [msg("q")];
+    const r = await d.poll();
+    sent.push([r.submitted, fake.calls, fake.reports.map((x) => x.values)]);
+  }
+  assert.deepEqual(sent[0], sent[2]);
+  assert.deepEqual(sent[1], sent[2]);
+});

@@ -1,0 +1,116 @@
+"""The device's shuffle-mode half: sealing a charged report and sending it to a shuffler.
+
+See ``docs/device-protocol.md`` §16 and ``docs/privacy.md`` ("Shuffle mode").
+:class:`ShuffleMode` is a mixin of :class:`uldp.client.device.Device`. A task whose text
+carries ``"seal"`` asks for its report sealed to the collector's HPKE key
+(``uldp.client.sealing``) and sent with ``SubmitSealed`` to a shuffler. The shuffler's
+address comes from the device's own configuration (``Device(shuffler=...)``), never from
+the collector — a collector that could name the shuffler could name itself. A device
+without one refuses such tasks before anything is charged (code ``seal``). The sealed
+bytes are what the ledger stores, so every resend sends the identical ciphertext.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from uldp.client.ledger import LedgerEntry
+from uldp.client.sealing import parse_seal, plaintext, seal, seal_info
+from uldp.client.taskspec import TaskRefused, TaskSpec
+from uldp.client.transport import Endpoint, secure_channel
+from uldp.client.wire import device_pb2, shuffler_pb2, shuffler_pb2_grpc
+
+__all__ = ["AnyReport", "ShuffleMode", "sealed_task"]
+
+#: what a device owes for a task: a report in the clear, or a sealed one (shuffle mode)
+AnyReport = device_pb2.Report | shuffler_pb2.SealedReport
+
+
+def sealed_task(task: device_pb2.Task, spec: TaskSpec, values: Sequence[int] | np.ndarray,
+                simulated: bool) -> bytes:
+    """The sealed bytes of ``values`` for ``task`` (whose seal was checked with the task)."""
+    info = seal_info(task.query_id, task.phase, task.group, task.stage, task.task_digest)
+    return seal(parse_seal(spec.seal), info, plaintext(values, simulated))
+
+
+@lru_cache(maxsize=1024)
+def _is_sealed(task_json: str, task_digest: str) -> bool:
+    """Whether a stored (checked) task asks for a sealed report; cached by digest."""
+    return TaskSpec.from_json(task_json).seal is not None
+
+
+class ShuffleMode:
+    """Mixin: the shuffler endpoint, the refusal without one, sealing and sending."""
+
+    simulation: bool
+    _meta: Callable[[], Any]
+    _stub_: Callable[[], Any]
+
+    def _init_shuffler(self, shuffler: str | Endpoint | None, channel: grpc.Channel | None,
+                       ca_cert: str | Path | None) -> None:
+        if isinstance(shuffler, str):
+            shuffler = Endpoint(shuffler, Path(ca_cert) if ca_cert else None)
+        self.shuffler = shuffler
+        self._shuffler_channel = channel
+        self._own_shuffler_channel = channel is None
+        self._shuffler_stub: shuffler_pb2_grpc.ShufflerServiceStub | None = None
+
+    @property
+    def has_shuffler(self) -> bool:
+        """Whether sealed reports have somewhere to go (a shuffler endpoint or channel)."""
+        return self.shuffler is not None or self._shuffler_channel is not None
+
+    def _shuffler_stub_(self) -> shuffler_pb2_grpc.ShufflerServiceStub:
+        if self._shuffler_stub is None:
+            if self._shuffler_channel is None:
+                assert self.shuffler is not None
+                self._shuffler_channel = secure_channel(self.shuffler)
+            self._shuffler_stub = shuffler_pb2_grpc.ShufflerServiceStub(self._shuffler_channel)
+        return self._shuffler_stub
+
+    def _close_shuffler(self) -> None:
+        if self._own_shuffler_channel and self._shuffler_channel is not None:
+            self._shuffler_channel.close()
+        self._shuffler_channel = self._shuffler_stub = None
+
+    def _check_sealable(self, spec: TaskSpec) -> None:
+        """Refuse (code ``seal``) a shuffle-mode task on a device without a shuffler."""
+        if spec.seal is not None and not self.has_shuffler:
+            raise TaskRefused("the task asks for a sealed report for a shuffler, and this "
+                              "device has no shuffler configured", code="seal")
+
+    def _report_bytes(self, entry: LedgerEntry, spec: TaskSpec,
+                      values: Sequence[int] | np.ndarray) -> bytes:
+        """What the ledger stores for a computed report: the sealed bytes in shuffle
+        mode, else the values as int64 little-endian."""
+        if spec.seal is not None:
+            return sealed_task(device_pb2.Task.FromString(entry.task), spec, values,
+                               self.simulation)
+        return np.asarray(values, dtype="<i8").tobytes()
+
+    def _message(self, entry: LedgerEntry) -> AnyReport:
+        """The message of a stored report (the same bytes on every send)."""
+        task = device_pb2.Task.FromString(entry.task)
+        if _is_sealed(task.task_json, task.task_digest):
+            return shuffler_pb2.SealedReport(
+                query_id=entry.query_id, phase=task.phase, group=task.group,
+                stage=task.stage, task_digest=entry.task_digest, sealed=entry.report)
+        vals = np.frombuffer(entry.report, dtype="<i8").tolist()
+        return device_pb2.Report(query_id=entry.query_id, phase=entry.phase, values=vals,
+                                 task_digest=entry.task_digest, simulated=self.simulation)
+
+    def _submit_call(self, report: AnyReport) -> Callable[[float], Any]:
+        """The call submitting ``report`` (``fn(timeout)``, the same request bytes on every
+        retry): SubmitSealed to the shuffler for a sealed report, else SubmitReport."""
+        if isinstance(report, shuffler_pb2.SealedReport):
+            sreq = shuffler_pb2.SubmitSealedRequest(report=report)
+            return lambda t: self._shuffler_stub_().SubmitSealed(sreq, timeout=t,
+                                                                 metadata=self._meta())
+        req = device_pb2.SubmitReportRequest(report=report)
+        return lambda t: self._stub_().SubmitReport(req, timeout=t, metadata=self._meta())

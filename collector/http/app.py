@@ -1,0 +1,144 @@
+"""The collector's HTTP application: one ASGI app that others extend with routes.
+
+:class:`HttpApp` dispatches on the request path: each service of the collector under
+``/<package.Service>/`` (Connect and gRPC-Web, ``uldp.collector.http.connect``),
+``GET /healthz`` for load balancers, and whatever a later part mounts with
+:meth:`HttpApp.mount` (a metrics endpoint, a console). In front of every route sits the
+CORS policy: a request that carries an ``Origin`` header not on the allow-list
+(``--cors-origin``; nothing by default) is refused with HTTP 403 before any route sees
+it, and a preflight is answered only for allowed origins. Requests without ``Origin``
+(apps, gateways, curl) are not affected: CORS protects browsers' users, the device token
+protects the service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ASGIApp", "CorsPolicy", "HttpApp", "respond"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: request headers a browser client of the collector sends (Connect, gRPC-Web, auth)
+ALLOWED_HEADERS = ("authorization, content-type, connect-protocol-version, "
+                   "connect-timeout-ms, connect-accept-encoding, connect-content-encoding, "
+                   "grpc-timeout, grpc-accept-encoding, x-grpc-web, x-user-agent")
+#: response headers a browser client may read (status and message of gRPC-Web errors)
+EXPOSED_HEADERS = ("grpc-status, grpc-message, grpc-status-details-bin, "
+                   "connect-content-encoding, connect-accept-encoding, content-encoding")
+
+
+async def respond(send: Send, status: int, body: bytes = b"",
+                  headers: Iterable[tuple[bytes, bytes]] = (),
+                  content_type: bytes = b"text/plain; charset=utf-8") -> None:
+    """Send a complete plain HTTP response."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@dataclass(frozen=True)
+class CorsPolicy:
+    """Origins (``scheme://host[:port]``) whose pages may call the collector; ``"*"``
+    allows every origin. Empty: no browser page may call it."""
+
+    origins: frozenset[str] = frozenset()
+
+    def allows(self, origin: str) -> bool:
+        return "*" in self.origins or origin in self.origins
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", ()):
+        if k == name:
+            return bytes(v).decode("latin-1")
+    return None
+
+
+class HttpApp:
+    """The ASGI application of the HTTP port (see the module docstring)."""
+
+    def __init__(self, cors: CorsPolicy | None = None) -> None:
+        self.cors = cors or CorsPolicy()
+        self._exact: dict[str, ASGIApp] = {}
+        self._prefixes: list[tuple[str, ASGIApp]] = []
+        self.serving = True  # /healthz answers 503 once False (graceful shutdown)
+
+    def route(self, path: str, app: ASGIApp) -> None:
+        """Serve ``path`` exactly with ``app``."""
+        self._exact[path] = app
+
+    def mount(self, prefix: str, app: ASGIApp) -> None:
+        """Serve every path under ``prefix`` (``/a/`` serves ``/a/...``) with ``app``;
+        the longest matching prefix wins."""
+        self._prefixes.append((prefix, app))
+        self._prefixes.sort(key=lambda p: -len(p[0]))
+
+    def _find(self, path: str) -> ASGIApp | None:
+        app = self._exact.get(path)
+        if app is not None:
+            return app
+        for prefix, a in self._prefixes:
+            if path.startswith(prefix):
+                return a
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if kind != "http":
+            return  # no websockets
+        origin = _header(scope, b"origin")
+        cors: list[tuple[bytes, bytes]] = []
+        if origin is not None:
+            if not self.cors.allows(origin):
+                await respond(send, 403, b"origin not allowed by the collector's CORS "
+                              b"policy (--cors-origin)\n")
+                return
+            cors = [(b"access-control-allow-origin", origin.encode("latin-1")),
+                    (b"vary", b"origin")]
+            if scope["method"] == "OPTIONS":
+                await respond(send, 204, headers=[
+                    *cors, (b"access-control-allow-methods", b"POST, GET"),
+                    (b"access-control-allow-headers", ALLOWED_HEADERS.encode()),
+                    (b"access-control-max-age", b"7200")])
+                return
+            cors.append((b"access-control-expose-headers", EXPOSED_HEADERS.encode()))
+        app = self._find(scope["path"])
+        if app is None:
+            await respond(send, 404, b"not found\n", cors)
+            return
+        await app(scope, receive, _with_headers(send, cors) if cors else send)
+
+    async def healthz(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``GET /healthz``: 200 while serving, 503 during shutdown (plain HTTP)."""
+        if self.serving:
+            await respond(send, 200, b"SERVING\n")
+        else:
+            await respond(send, 503, b"NOT_SERVING\n")
+
+
+def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    async def wrapped(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+    return wrapped
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        msg = await receive()
+        if msg["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif msg["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,150 @@
+"""Serving the collector's HTTP application next to the native gRPC port.
+
+``uldp collector serve --http-port P`` starts an :class:`HttpFront` beside the gRPC
+server, in the same process, over the same :class:`~uldp.collector.service.core.CollectorCore`
+(storage, token keys, group-commit writer, phase closer): the Device and Analyst services
+over Connect and gRPC-Web (``uldp.collector.http.connect``), ``GET /healthz``, and the
+CORS policy (``uldp.collector.http.app``). TLS with the server's certificate and key
+(mutual TLS when the gRPC port requires it). Replicas behind one PostgreSQL database
+serve both ports; nothing is kept in the front itself.
+
+The ASGI server is uvicorn with its httptools parser on its own event loop thread
+(chosen by measurement: ``bench/results/ingest_http.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import threading
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, analyst_pb2, device_pb2
+from uldp.collector.http.app import CorsPolicy, HttpApp
+from uldp.collector.http.connect import service_app
+from uldp.collector.service.core import CollectorCore
+from uldp.collector.service.servicers import AsyncAnalystServicer, AsyncDeviceServicer
+
+__all__ = ["HttpConfig", "HttpFront", "attach_front", "build_app"]
+
+log = logging.getLogger("uldp.collector")
+
+_DEVICE = device_pb2.DESCRIPTOR.services_by_name["DeviceService"]
+_ANALYST = analyst_pb2.DESCRIPTOR.services_by_name["AnalystService"]
+
+
+@dataclass
+class HttpConfig:
+    """The HTTP port of ``uldp collector serve`` (``--http-port``, ``--cors-origin``)."""
+
+    tls_cert: Path
+    tls_key: Path
+    host: str = "127.0.0.1"
+    port: int = 8443
+    tls_client_ca: Path | None = None
+    cors_origins: frozenset[str] = field(default_factory=frozenset)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    reuse_port: bool = False
+
+
+def build_app(core: CollectorCore, pool: Executor, *, cors: CorsPolicy | None = None,
+              max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> HttpApp:
+    """The HTTP application over ``core``: Device and Analyst services (the servicers of
+    the native port), ``/healthz``; mount more with :meth:`HttpApp.mount`."""
+    app = HttpApp(cors)
+    for servicer, service in ((AsyncDeviceServicer(core, pool), _DEVICE),
+                              (AsyncAnalystServicer(core, pool), _ANALYST)):
+        app.mount(f"/{service.full_name}/",
+                  service_app(servicer, service, pool, max_message_bytes))
+    app.route("/healthz", app.healthz)
+    return app
+
+
+def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the
+    # listening socket says TCP (proto 0 would leave Nagle on: 40 ms per response)
+    s = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind((host, port))
+    s.listen(1024)
+    s.set_inheritable(True)
+    return s
+
+
+class HttpFront:
+    """A running HTTP port (see the module docstring); ``start``/``stop``."""
+
+    def __init__(self, app: HttpApp, config: HttpConfig) -> None:
+        import uvicorn
+
+        self.app = app
+        self.config = config
+        self._sock = _listen(config.host, config.port, config.reuse_port)
+        self.port = int(self._sock.getsockname()[1])
+        mtls = config.tls_client_ca is not None
+        self._server = uvicorn.Server(uvicorn.Config(
+            app, lifespan="off", log_level="warning", access_log=False, http=_parser(),
+            loop="asyncio", ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key),
+            ssl_ca_certs=str(config.tls_client_ca) if mtls else None,
+            ssl_cert_reqs=ssl.CERT_REQUIRED if mtls else ssl.CERT_NONE,
+            timeout_keep_alive=75, server_header=False, date_header=False))
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        started = threading.Event()
+
+        def run() -> None:
+            async def serve() -> None:
+                task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+                while not self._server.started and not task.done():
+                    await asyncio.sleep(0.01)
+                started.set()
+                await task
+            try:
+                asyncio.run(serve())
+            finally:
+                started.set()
+        self._thread = threading.Thread(target=run, name="uldp-http", daemon=True)
+        self._thread.start()
+        started.wait(30)
+        if not self._server.started:
+            raise OSError(f"the HTTP port {self.config.host}:{self.port} did not start")
+        log.info("HTTP port (Connect, gRPC-Web, /healthz) on %s:%d (TLS%s)",
+                 self.config.host, self.port,
+                 ", mutual" if self.config.tls_client_ca else "")
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.app.serving = False
+        if self._thread is None:
+            self._sock.close()
+            return
+        self._server.config.timeout_graceful_shutdown = max(int(grace), 1)
+        self._server.should_exit = True
+        self._thread.join(grace + 10)
+        self._thread = None
+        self._sock.close()
+
+
+def _parser() -> str:
+    """httptools when installed (measured faster), else uvicorn's pure-Python h11."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:  # pragma: no cover - the collector extra installs it
+        return "h11"
+    return "httptools"
+
+
+def attach_front(core: CollectorCore, pool: Executor, config: HttpConfig) -> HttpFront:
+    """Build the application over ``core`` and bind its port (not started yet)."""
+    app = build_app(core, pool, cors=CorsPolicy(config.cors_origins),
+                    max_message_bytes=config.max_message_bytes)
+    return HttpFront(app, config)
+
+

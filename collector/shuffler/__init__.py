@@ -1,0 +1,18 @@
+"""Shuffle mode: the independent shuffler service and the central guarantee it buys.
+
+See ``docs/privacy.md`` ("Shuffle mode") and ``docs/device-protocol.md`` §16. Devices seal
+their reports to the collector's HPKE key (``uldp.client.sealing``) and hand them to a
+shuffler run by an independent party; the shuffler authenticates each device, keeps one
+report per device and query, drops identities and forwards reports of one (query, group,
+stage) in batches of at least a public threshold, in uniformly random order, to the
+collector, which opens them without ever learning which device sent which.
+
+* :mod:`.amplification` — the central (ε, δ) of shuffling n ε0-LDP reports (Feldman,
+  McMillan and Talwar 2021): the closed form and the numerical bound;
+* :mod:`.store` — the shuffler's durable state (SQLite);
+* :mod:`.service` — the gRPC service devices call, and the forwarder to the collector;
+* :mod:`.cli` — ``uldp shuffler serve``.
+
+This package's ``__init__`` imports nothing, so the collector can use the pure
+:mod:`.amplification` without loading the service.
+"""
