@@ -32,6 +32,7 @@ export {
   parsePythonFloat, toFloat, type ValueKind,
 } from "./dataset.js";
 export { RETRYABLE, Status } from "./status.js";
+export { type Trace, tracing } from "./trace.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
 export {
   hpkeSeal, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext, sealReport,
