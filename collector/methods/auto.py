@@ -78,14 +78,14 @@ def _noise_mse(spec: Any, compile_fn: Any) -> tuple[float, Any]:
     return plan.predicted_mse(np.zeros(plan.n_components)), plan
 
 
-def _full_mse(spec: Any, compile_fn: Any) -> tuple[float, Any]:
+def _full_mse(spec: Any, compile_fn: Any, records: bool = False) -> tuple[float, Any]:
     """The predicted error with the users' spread at its worst case ``Var Y_c = D_c²``
-    (for the oracle: the records' own variance at its worst)."""
+    (``records``: sampled records, whose own variance is then at its worst)."""
     plan = compile_fn(spec)
     D2 = np.square(plan.kind.component_bounds(plan.template)) \
         if spec.moment_p is None else np.full(plan.n_components,
                                               plan.group_params(0)[0].bound ** 2)
-    stat = None if spec.method == "oracle" else D2
+    stat = None if records else D2
     return plan.predicted_mse(D2, stat), plan
 
 
@@ -125,10 +125,11 @@ def _single_stage(spec: Any, compile_fn: Any) -> tuple[float, Any, dict[str, Any
     cands = [replace(spec, method="ssl", mode=m, randomizer="best")
              for m in MODES if m != "paper"]
     probe = compile_fn(replace(spec, method="ssl", randomizer="best"))
-    if probe.kind.categories is not None:
+    sampled = probe.kind.categories is not None
+    if sampled:
         cands.append(replace(spec, method="oracle", oracle="best", records=1))
-    for c in cands:
-        mse, _ = _full_mse(c, compile_fn)
+    for i, c in enumerate(cands):
+        mse, _ = _full_mse(c, compile_fn, records=sampled and i == len(cands) - 1)
         if best is None or mse < best[0]:
             best = (mse, c, {"method": c.method, "mode": c.mode})
     assert best is not None
