@@ -11,6 +11,7 @@ Usage (an app)::
                  ca_cert="ca.pem", budget=4.0)
     dev.add_dataset("steps", samples=np.array([...]))   # any values: NaN, empty, huge
     result = dev.poll()          # enroll if needed, run every task available now
+    dev.poll(send_delay=SendDelay(2.0, 10.0))  # send at a time that hides the computation
 
 **Totality (invariant 6, docs/architecture.md).** Whether the device reports, and how many
 messages it sends, depend only on public facts: the task, the device's ledger and what the app
@@ -41,11 +42,9 @@ import json
 import logging
 import os
 import random
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,8 @@ from uldp.client.ledger import (
     StateFile,
     StateSlot,
 )
+from uldp.client.outcomes import DeviceError, EnrollmentError, PollResult, ReportRejected
+from uldp.client.polling import PollLoop
 from uldp.client.randomness import RandomSource
 from uldp.client.shuffled import AnyReport, ShuffleMode
 from uldp.client.task_checks import check_declaration, parsed_task
@@ -102,41 +103,7 @@ except ImportError:  # pragma: no cover - Windows: one process per state directo
     fcntl = None  # type: ignore[assignment]
 
 
-class DeviceError(Exception):
-    """Base class of device-side failures that are not task refusals."""
-
-
-class EnrollmentError(DeviceError):
-    """The collector refused to enroll this device (wrong secret, bad previous token)."""
-
-
-class ReportRejected(DeviceError):
-    """The collector refused a report (the budget stays spent: the bytes were sent)."""
-
-    def __init__(self, query_id: str, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"report for query {query_id} rejected: {code.name}: {message}")
-        self.query_id = query_id
-        self.code = code
-        self.message = message
-
-
-@dataclass
-class PollResult:
-    """What one :meth:`Device.poll` did."""
-
-    submitted: list[str] = field(default_factory=list)  # query ids acknowledged now
-    refused: list[tuple[str, str]] = field(default_factory=list)  # (query id, reason)
-    rejected: list[tuple[str, str]] = field(default_factory=list)  # collector refusals
-    #: (query id, reason): a charged task whose report could not be computed or stored
-    #: now (a local fault: disk, memory, a bug); it stays owed and is tried again at the
-    #: next poll, without holding up any other task
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    waiting: int = 0  # assignments whose phase is not open yet, plus pending reports
-    pending: int = 0  # persisted reports not acknowledged (collector unreachable)
-    retry_after_ms: int = 0
-
-
-class Device(ShuffleMode):
+class Device(PollLoop, ShuffleMode):
     """One device: identity and ledger in ``state_dir`` (a directory of its own, or its
     :class:`~uldp.client.ledger.StateSlot` in a file shared with other devices), datasets
     registered by the app."""
@@ -291,17 +258,32 @@ class Device(ShuffleMode):
         return str(ident["token"]) if ident else None
 
     def enroll(self, force: bool = False) -> str:
-        """Enroll (or renew an expiring token); returns the device id."""
+        """Enroll (or renew an expiring token); returns the device id.
+
+        A renewal whose previous token the collector no longer accepts (UNAUTHENTICATED)
+        enrols once more as a new identity; any other failure raises
+        :class:`EnrollmentError` and changes nothing (protocol §10, re-enrolment)."""
         req = self.enrollment_request(force)
         if req is None:
             return str(self.device_id)
         try:
-            resp = call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
-                                   self._jitter)
+            return self.enrolled(self._enroll_call(req))
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAUTHENTICATED or not req.previous_token:
+                raise EnrollmentError(f"enrollment failed: {exc.code().name}: "
+                                      f"{exc.details()}") from None
+        log.warning("the collector no longer accepts this device's token: enrolling anew")
+        fresh = device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
+                                         label=self.label)
+        try:
+            return self.enrolled(self._enroll_call(fresh), new_identity=True)
         except grpc.RpcError as exc:
             raise EnrollmentError(f"enrollment failed: {exc.code().name}: {exc.details()}"
                                   ) from None
-        return self.enrolled(resp)
+
+    def _enroll_call(self, req: device_pb2.EnrollRequest) -> device_pb2.EnrollResponse:
+        return call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
+                               self._jitter)
 
     def enrollment_request(self, force: bool = False) -> device_pb2.EnrollRequest | None:
         """The EnrollRequest this device needs answered, or None while its token is valid
@@ -314,10 +296,11 @@ class Device(ShuffleMode):
                                         label=self.label,
                                         previous_token=ident["token"] if ident else "")
 
-    def enrolled(self, resp: device_pb2.EnrollResponse) -> str:
+    def enrolled(self, resp: device_pb2.EnrollResponse, new_identity: bool = False) -> str:
         """Keep the identity the collector issued (the answer to
         :meth:`enrollment_request`); returns the device id. A renewal must keep the
-        device id (:class:`EnrollmentError` otherwise).
+        device id (:class:`EnrollmentError` otherwise), unless ``new_identity`` (an
+        enrolment without the previous token, protocol §10).
 
         Atomic through the store: when another Device instance over the same state
         enrolled first, its identity stays and this answer is dropped (one device, one
@@ -326,10 +309,14 @@ class Device(ShuffleMode):
         with self._identity_locked():
             had = self._identity
             stored = self._read_identity()
-            if had and resp.device_id != had["device_id"]:
+            if had and resp.device_id != had["device_id"] and not new_identity:
                 raise EnrollmentError("collector issued a different identity on renewal")
-            if stored and (stored["device_id"] != resp.device_id
-                           or stored["expires_at_ms"] >= resp.expires_at_ms):
+            if new_identity:  # keep a replacement another instance made meanwhile
+                superseded = bool(stored and had and stored["device_id"] != had["device_id"])
+            else:
+                superseded = bool(stored and (stored["device_id"] != resp.device_id
+                                              or stored["expires_at_ms"] >= resp.expires_at_ms))
+            if stored and superseded:
                 self._identity = stored
                 return str(stored["device_id"])
             ident = {"device_id": resp.device_id, "token": resp.token,
@@ -467,21 +454,6 @@ class Device(ShuffleMode):
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ---- main loop ------------------------------------------------------------------
-    def resend_pending(self, out: PollResult | None = None) -> list[str]:
-        """Re-send every persisted but unacknowledged report (after a crash or an
-        outage). Reports still unacknowledged because the collector is unreachable stay
-        pending and count as ``waiting`` in ``out``."""
-        done = []
-        for rep in self.pending_reports(out):
-            try:
-                self.send(rep)
-                done.append(rep.query_id)
-            except ReportRejected as exc:
-                log.warning("%s", exc)
-                if out is not None:
-                    self._note_failure(out, rep.query_id, exc)
-        return done
-
     def pending_reports(self, out: PollResult | None = None) -> list[AnyReport]:
         """The reports this device owes without an acknowledgement: the stored ones (the
         same bytes again) and, first, the report of a charged task that was never stored
@@ -508,13 +480,6 @@ class Device(ShuffleMode):
             if out is not None:
                 out.failed.append((e.query_id, str(exc)))
 
-    @staticmethod
-    def _note_failure(out: PollResult, query_id: str, exc: ReportRejected) -> None:
-        if exc.code in RETRYABLE:  # still pending in the ledger: try again later
-            out.pending += 1
-        else:
-            out.rejected.append((query_id, f"{exc.code.name}: {exc.message}"))
-
     def tasks_request(self, query_id: str = "") -> device_pb2.GetTasksRequest:
         """The GetTasksRequest of this device (its datasets' names; optionally one query)."""
         return device_pb2.GetTasksRequest(datasets=self.datasets, query_id=query_id)
@@ -523,9 +488,10 @@ class Device(ShuffleMode):
                  duplicate: bool = False) -> bool:
         """Record the collector's answer to this device's report for ``query_id`` when
         someone else sent it (a gateway's SubmitReportBatch item: a gRPC status code
-        number). OK: acknowledged; a retryable code (UNAVAILABLE, DEADLINE_EXCEEDED,
-        ABORTED): still pending, returns False (send the same report again); anything
-        else: rejected (the budget stays spent: the bytes were sent)."""
+        number). OK: acknowledged; a retryable code (protocol §10: UNAVAILABLE,
+        DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, INTERNAL): still pending, returns
+        False (send the same report again); anything else: rejected (the budget stays
+        spent: the bytes were sent)."""
         if code == 0:
             self.ledger.mark(query_id, "acknowledged", "duplicate" if duplicate else "")
             return True
@@ -549,46 +515,6 @@ class Device(ShuffleMode):
                     continue
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def poll(self, query_id: str = "") -> PollResult:
-        """Enroll if needed, re-send pending reports, then run every task offered now."""
-        out = PollResult()
-        out.submitted.extend(self.resend_pending(out))
-        resp = self.fetch_tasks(query_id)
-        for task in resp.tasks:
-            try:
-                report = self.prepare(task)
-            except TaskRefused as exc:
-                out.refused.append((task.query_id, str(exc)))
-                log.info("refused task of query %s: %s", task.query_id, exc)
-                continue
-            except (OSError, sqlite3.Error, MemoryError) as exc:  # a local fault: others go on
-                out.failed.append((task.query_id, str(exc)))
-                log.error("task of query %s failed on this device: %s", task.query_id, exc)
-                continue
-            try:
-                self.send(report)
-                out.submitted.append(task.query_id)
-            except ReportRejected as exc:
-                self._note_failure(out, task.query_id, exc)
-        out.waiting = len(resp.waiting) + out.pending
-        out.retry_after_ms = max(resp.retry_after_ms, 1000 if out.pending else 0)
-        return out
-
-    def run(self, timeout_s: float = 600.0, query_id: str = "") -> PollResult:
-        """Poll until nothing is waiting (or ``timeout_s``); returns the merged result."""
-        total = PollResult()
-        end = time.monotonic() + timeout_s
-        while True:
-            r = self.poll(query_id)
-            total.submitted += r.submitted
-            total.refused += r.refused
-            total.rejected += r.rejected
-            total.failed += r.failed
-            total.waiting, total.retry_after_ms = r.waiting, r.retry_after_ms
-            if not r.waiting or time.monotonic() > end:
-                return total
-            time.sleep(max(r.retry_after_ms, 50) / 1000 * self._jitter.uniform(0.5, 1.5))
 
 
 _STATUS = {c.value[0]: c for c in grpc.StatusCode}

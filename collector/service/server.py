@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ class CollectorServer:
         if config.mode == "threads":
             sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         self.db = open_database(config.db_url)
-        core_cfg = config.core
+        core_cfg = replace(config.core, max_message_bytes=config.max_message_bytes)
         if config.enrollment_secret_file is not None:
             secret = Path(config.enrollment_secret_file).read_text().strip()
             core_cfg = CoreConfig(**{**core_cfg.__dict__, "enrollment_secret": secret})
@@ -137,8 +137,9 @@ class CollectorServer:
             self.server = grpc.server(self._pool, options=options,
                                       maximum_concurrent_rpcs=config.workers * 64)
             m = metrics_of(self.core)
-            add_service(self.server, instrument(DeviceServicer(self.core), _DEVICE, m, "grpc"),
-                        _DEVICE)
+            device = DeviceServicer(self.core)
+            add_service(self.server, instrument(device, _DEVICE, m, "grpc"), _DEVICE,
+                        batch_cap=device.logic.cap)
             add_service(self.server, instrument(AnalystServicer(self.core), _ANALYST, m,
                                                 "grpc"), _ANALYST)
             self.health = health.HealthServicer()
@@ -171,8 +172,9 @@ class CollectorServer:
         self.server = grpc.aio.server(migration_thread_pool=self._pool, options=options,
                                       maximum_concurrent_rpcs=self.config.workers * 64)
         m = metrics_of(self.core)
-        add_service(self.server, instrument(AsyncDeviceServicer(self.core, self._pool),
-                                            _DEVICE, m, "grpc"), _DEVICE)
+        device = AsyncDeviceServicer(self.core, self._pool)
+        add_service(self.server, instrument(device, _DEVICE, m, "grpc"), _DEVICE,
+                    batch_cap=device.logic.cap)
         add_service(self.server, instrument(AsyncAnalystServicer(self.core, self._pool),
                                             _ANALYST, m, "grpc"), _ANALYST)
         self.health = health.aio.HealthServicer()
