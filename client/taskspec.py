@@ -14,18 +14,21 @@ on them — the sensitivity is 2 for bins and ``2^16`` grid units for values wha
 are — so a device need not recompute them, which keeps the device computation free of
 logarithms and powers (exact across languages, ``docs/device-protocol.md``).
 
-This module has no dependency on the rest of the SDK: kinds, methods and the device all
-import it.
+This module has no dependency on the rest of the SDK (numpy only): kinds, methods and the
+device all import it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["DEFAULT_MECHANISM", "OMITTED_DEFAULTS", "REFUSAL_CODES", "SCHEMA", "TaskRefused",
-           "TaskSpec"]
+import numpy as np
+
+__all__ = ["DEFAULT_MECHANISM", "MAX_INT_DIGITS", "MAX_JSON_DEPTH", "OMITTED_DEFAULTS",
+           "REFUSAL_CODES", "SCHEMA", "TaskRefused", "TaskSpec"]
 
 #: The mechanism of a task without a ``mechanism`` field (``uldp.client.mechanisms``).
 DEFAULT_MECHANISM = "laplace"
@@ -156,10 +159,42 @@ class TaskSpec:
 
     @classmethod
     def from_json(cls, text: str) -> TaskSpec:
+        """Parse a task text with the value model of protocol §11.1 (code ``json`` for
+        anything that is not one JSON value, for containers nested deeper than
+        :data:`MAX_JSON_DEPTH` and for integer literals of more than
+        :data:`MAX_INT_DIGITS` digits)."""
         try:
-            return cls.from_dict(json.loads(text))
-        except (json.JSONDecodeError, RecursionError, UnicodeDecodeError) as exc:
+            if _depth(text) > MAX_JSON_DEPTH:
+                raise ValueError(f"containers nested deeper than {MAX_JSON_DEPTH}")
+            value = json.loads(text, parse_int=_parse_int)
+        except (ValueError, RecursionError, TypeError) as exc:  # JSONDecodeError too
             raise TaskRefused(f"task is not valid JSON: {exc}", code="json") from None
+        return cls.from_dict(value)
+
+
+#: Containers (objects, arrays) may nest this deep in a task text; the task object is level 1.
+MAX_JSON_DEPTH = 64
+#: The most digits an integer literal of a task text may have (CPython's default limit of
+#: int('...'), stated here so that it does not depend on the process's setting).
+MAX_INT_DIGITS = 4300
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _depth(text: str) -> int:
+    """The deepest container nesting of a JSON text (strings removed; exact for valid
+    JSON, and any text it miscounts is not valid JSON anyway)."""
+    b = np.frombuffer(_STRINGS.sub("", text).encode(), dtype=np.uint8)
+    if b.size == 0:
+        return 0
+    step = (np.isin(b, (0x5B, 0x7B)).astype(np.int64) - np.isin(b, (0x5D, 0x7D)))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _parse_int(s: str) -> int:
+    if len(s.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer literal has more than {MAX_INT_DIGITS} digits")
+    return int(s)
 
 
 def _list(v: Any, name: str) -> list[Any]:

@@ -19,14 +19,22 @@ import grpc
 from uldp.client.tls import TLSSetupError, load_credentials, tls_failure
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = ["RETRYABLE", "Endpoint", "RetryPolicy", "TLSSetupError", "call_with_retry",
-           "secure_channel"]
+__all__ = ["RETRYABLE", "RETRYABLE_CODES", "Endpoint", "RetryPolicy", "TLSSetupError",
+           "call_with_retry", "secure_channel"]
 
 T = TypeVar("T")
 
-#: Status codes worth retrying (transient); everything else is a definitive answer.
+#: The one retry rule of the device contract (docs/device-protocol.md §10, device.proto
+#: "Status codes"): the codes that say nothing happened, or that the outcome is unknown, are
+#: retried with the identical request bytes (every device call is idempotent: the collector
+#: answers an identical report again with ``duplicate = true``); after the last attempt the
+#: report stays pending and is re-sent at the next poll. Every other code is the collector's
+#: definitive answer (UNAUTHENTICATED: re-enrol once, §10).
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                       grpc.StatusCode.ABORTED})
+                       grpc.StatusCode.ABORTED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                       grpc.StatusCode.INTERNAL})
+#: The same rule as gRPC status code numbers (batch results carry numbers).
+RETRYABLE_CODES = frozenset(c.value[0] for c in RETRYABLE)
 
 
 @dataclass(frozen=True)

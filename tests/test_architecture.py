@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("uldp.client.wire",),
     ("uldp.client",),
     ("uldp.collector.estimators", "uldp.collector.mechanisms", "uldp.collector.progress",
-     "uldp.collector.datasets", "uldp.collector.central",
+     "uldp.collector.datasets", "uldp.collector.csvdata", "uldp.collector.central",
      "uldp.collector.shuffler.amplification"),
     ("uldp.collector.methods",),
     ("uldp.collector.planner",),

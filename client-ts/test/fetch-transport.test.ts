@@ -29,7 +29,7 @@ function scripted(answers: Answer[]) {
   return { fetch, calls };
 }
 
-const enc = (t: keyof typeof wire, o: object): Uint8Array => wire[t].encode(wire[t].fromObject(o)).finish();
+const enc = (t: keyof typeof wire, o: Record<string, unknown>): Uint8Array => wire[t].encode(o);
 const json = (o: object): Uint8Array => new TextEncoder().encode(JSON.stringify(o));
 const connectError = (code: string, message: string): Answer =>
   ({ status: 503, headers: { "content-type": "application/json" }, body: json({ code, message }) });
@@ -69,7 +69,7 @@ test("Connect: retries re-send the identical bytes with capped backoff, then the
 
 test("Connect: a definitive code is thrown at once with its message; retries stop after `attempts`", async () => {
   for (const [code, num] of [["invalid_argument", Code.INVALID_ARGUMENT], ["already_exists", Code.ALREADY_EXISTS],
-    ["unauthenticated", Code.UNAUTHENTICATED], ["resource_exhausted", Code.RESOURCE_EXHAUSTED], ["canceled", Code.CANCELLED]] as const) {
+    ["unauthenticated", Code.UNAUTHENTICATED], ["failed_precondition", Code.FAILED_PRECONDITION], ["canceled", Code.CANCELLED]] as const) {
     const { fetch, calls } = scripted([connectError(code, "the collector's words")]);
     const t = new FetchTransport({ baseUrl: "https://c", fetch, sleep: async () => {} });
     await assert.rejects(t.submitReport("tok", report),
@@ -81,6 +81,13 @@ test("Connect: a definitive code is thrown at once with its message; retries sto
   await assert.rejects(t.enroll(), (e: unknown) => e instanceof RpcError && e.code === Code.UNAVAILABLE);
   assert.equal(calls.length, 3);
   assert.equal(calls[0].headers.authorization, undefined); // Enroll carries no token
+  for (const [code, num] of [["resource_exhausted", Code.RESOURCE_EXHAUSTED], ["internal", Code.INTERNAL],
+    ["aborted", Code.ABORTED]] as const) { // retried: nothing happened, or the outcome is unknown (§10)
+    const s = scripted(Array.from({ length: 3 }, () => connectError(code, "busy")));
+    const tt = new FetchTransport({ baseUrl: "https://c", fetch: s.fetch, sleep: async () => {}, retry: { attempts: 3 } });
+    await assert.rejects(tt.submitReport("tok", report), (e: unknown) => e instanceof RpcError && e.code === num);
+    assert.equal(s.calls.length, 3, code);
+  }
 });
 
 test("a call that does not answer in time is DEADLINE_EXCEEDED, and retried", async () => {
@@ -119,11 +126,11 @@ test("an answer without a status maps the HTTP status; an oversize answer is RES
   for (const [status, code] of [[401, Code.UNAUTHENTICATED], [403, Code.PERMISSION_DENIED], [404, Code.UNIMPLEMENTED], [400, Code.INTERNAL]]) {
     for (const protocol of ["connect", "grpc-web"] as const) {
       const { fetch } = scripted([{ status, headers: { "content-type": "text/plain" }, body: json({}) }]);
-      const t = new FetchTransport({ baseUrl: "https://c", protocol, fetch, sleep: async () => {} });
+      const t = new FetchTransport({ baseUrl: "https://c", protocol, fetch, sleep: async () => {}, retry: { attempts: 1 } });
       await assert.rejects(t.enroll(), (e: unknown) => e instanceof RpcError && e.code === code, `${protocol} ${status}`);
     }
   }
   const { fetch } = scripted([{ status: 200, body: new Uint8Array(2000) }]);
-  const t = new FetchTransport({ baseUrl: "https://c", fetch, maxMessageBytes: 10 });
+  const t = new FetchTransport({ baseUrl: "https://c", fetch, maxMessageBytes: 10, retry: { attempts: 1 } });
   await assert.rejects(t.enroll(), (e: unknown) => e instanceof RpcError && e.code === Code.RESOURCE_EXHAUSTED);
 });

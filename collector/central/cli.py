@@ -19,12 +19,11 @@ released. Every release prints its estimand (which mean) and an interval.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -36,44 +35,27 @@ __all__ = ["METHODS", "CentralMethod", "methods_of", "read_columns", "register",
 
 def read_columns(path: str, user_col: str, value_cols: Sequence[str],
                  subset_col: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Read ``(user ids, values (N,) or (N, d), subsets)`` from a CSV file with a header."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"no such CSV file: {path}")
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        wanted = [user_col, *value_cols] + ([subset_col] if subset_col else [])
-        missing = [c for c in wanted if c not in header]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {missing}; the file has {header}")
-        users, subsets, rows = [], [], []
-        for i, row in enumerate(reader, start=2):
-            vals = []
-            for c in value_cols:
-                text = (row[c] or "").strip()
-                try:
-                    v = float(text)
-                except ValueError:
-                    raise ValueError(f"{path}: row {i}, column {c!r}: {text!r} is not a "
-                                     "number") from None
-                if not math.isfinite(v):
-                    raise ValueError(f"{path}: row {i}, column {c!r}: {text!r} is NaN or "
-                                     "infinite")
-                vals.append(v)
-            uid = (row[user_col] or "").strip()
-            if not uid:
-                raise ValueError(f"{path}: row {i}: empty user id in column {user_col!r}")
-            users.append(uid)
-            rows.append(vals)
-            if subset_col:
-                subsets.append((row[subset_col] or "").strip())
-    if not rows:
-        raise ValueError(f"{path}: no data rows")
-    values = np.asarray(rows, dtype=np.float64)
+    """Read ``(user ids, values (N,) or (N, d), subsets)`` from a CSV file with a header
+    (:func:`uldp.collector.csvdata.read_csv_columns`: the rules of every command)."""
+    from uldp.collector.csvdata import read_csv_columns
+
+    t = read_csv_columns(path, user_col, value_cols, [subset_col] if subset_col else [])
+    values = np.column_stack([t.numbers[c] for c in value_cols])
     if values.shape[1] == 1:
         values = values[:, 0]
-    return np.asarray(users), values, (np.asarray(subsets) if subset_col else None)
+    return t.users, values, (t.texts[subset_col] if subset_col else None)
+
+
+def _clamped(values: np.ndarray, lo: float, hi: float, flags: str = "--lo/--hi"
+             ) -> np.ndarray:
+    """``values`` clamped into the public range, the count said on stderr (for the
+    operator; never part of a release)."""
+    from uldp.collector.csvdata import clamp_to_range
+
+    out, note = clamp_to_range(values, lo, hi, flags)
+    if note:
+        print(f"uldp: note: {note}", file=sys.stderr)
+    return out
 
 
 def _rng(args: argparse.Namespace) -> RandomSource | None:
@@ -303,6 +285,9 @@ def _release_mean(args: argparse.Namespace, users: np.ndarray, values: np.ndarra
         raise ValueError(f"--epsilon must be a finite positive number, got {args.epsilon:g}")
     if not 0 < getattr(args, "alpha", 0.05) < 1:
         raise ValueError(f"--alpha must be in (0, 1), got {args.alpha:g}")
+    rng = _public_range(args, args.method, required=False)
+    if rng is not None:
+        values = _clamped(values, *rng, "--bound" if args.bound is not None else "--lo/--hi")
     return METHODS[args.method].release(args, users, values)
 
 
@@ -357,6 +342,8 @@ def _cmd_subset(args: argparse.Namespace) -> int:
         raise ValueError("subset-stats takes exactly one --value-col")
     assert subsets is not None
     eps, K = _per_subset_epsilon(args.epsilon, users, subsets)
+    if args.lower < args.upper:  # else the release names the mistake
+        values = _clamped(values, args.lower, args.upper, "--lower/--upper")
     plan = None
     if args.clip_user:
         plan = plan_clip_user(users, subsets, epsilon=eps, upper=args.upper,

@@ -17,6 +17,7 @@ import { discreteLaplace, discreteLaplaceLogPmf, laplaceScale, laplaceScaleValue
 import { type Alg1Params, binIndex, clip, GRID_STEPS } from "./params.js";
 import type { FrequencyOracle, ScalarMechanism } from "./mechanisms/base.js";
 import type { RandomSource } from "./random.js";
+import { recordRounding, recordStatistic } from "./trace.js";
 
 export type Interval = readonly [number, number];
 
@@ -43,6 +44,8 @@ export function oneHotBins(y: readonly number[], params: readonly Alg1Params[]):
 /** Stage-I report: one-hot bins + DLap(2/ε_c) per entry (noise drawn in entry order). */
 export function stage1Report(y: readonly number[], params: readonly Alg1Params[], epsC: number,
   rng: RandomSource): bigint[] {
+  checkStats(y, params.length);
+  recordStatistic(y);
   const onehot = oneHotBins(y, params);
   const noise = discreteLaplace(laplaceScale(2, epsC), onehot.length, rng);
   return onehot.map((v, i) => BigInt(v) + noise[i]);
@@ -61,7 +64,9 @@ export function gridPositions(y: readonly number[], intervals: readonly Interval
 
 /** Clamp and round unbiasedly to {0..2^16} (one keystream word per component). */
 export function gridEncode(y: readonly number[], intervals: readonly Interval[], rng: RandomSource): bigint[] {
-  const r = randomizedRound(gridPositions(y, intervals), rng);
+  const pos = gridPositions(y, intervals);
+  const r = randomizedRound(pos, rng);
+  recordRounding(pos, r);
   const G = BigInt(GRID_STEPS);
   return r.map((v) => (v < 0n ? 0n : v > G ? G : v));
 }
@@ -70,6 +75,7 @@ export function gridEncode(y: readonly number[], intervals: readonly Interval[],
 export function stage2Report(y: readonly number[], intervals: readonly Interval[], epsC: number,
   rng: RandomSource): bigint[] {
   checkStats(y, intervals.length);
+  recordStatistic(y);
   const enc = gridEncode(y, intervals, rng);
   const noise = discreteLaplace(laplaceScale(GRID_STEPS, epsC), enc.length, rng);
   return enc.map((v, i) => v + noise[i]);
@@ -80,6 +86,7 @@ export function stage2Report(y: readonly number[], intervals: readonly Interval[
 export function binReports(y: readonly number[], params: readonly Alg1Params[], oracle: FrequencyOracle, epsC: number,
   rng: RandomSource): bigint[] {
   checkStats(y, params.length);
+  recordStatistic(y);
   const items = params.map((p, c) => binIndex(y[c], p) - 1);
   return oracle.privatizeMany(items, params.map((p) => p.bins), epsC, rng);
 }
@@ -89,6 +96,7 @@ export function binReports(y: readonly number[], params: readonly Alg1Params[], 
 export function valueReports(y: readonly number[], intervals: readonly Interval[], mechanism: ScalarMechanism,
   epsC: number, rng: RandomSource): bigint[] {
   checkStats(y, intervals.length);
+  recordStatistic(y);
   return mechanism.privatize(gridEncode(y, intervals, rng), epsC, rng);
 }
 

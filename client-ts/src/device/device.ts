@@ -18,11 +18,10 @@ import {
   AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
 } from "../ledger/ledger.js";
 
-export type { DeviceStore } from "../ledger/ledger.js";
+import { RETRYABLE, Status } from "../core/status.js";
 
-/** gRPC status codes the device reacts to. */
-export const Status = { DEADLINE_EXCEEDED: 4, ABORTED: 10, UNAVAILABLE: 14, UNAUTHENTICATED: 16 } as const;
-const RETRYABLE = new Set<number>([Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED]);
+export type { DeviceStore } from "../ledger/ledger.js";
+export { RETRYABLE, Status };
 
 export interface TaskMessage extends TaskMessageLike {
   readonly phase: number;
@@ -143,18 +142,34 @@ export class Device {
       this.#identity = id;
       return id.device_id;
     }
+    const ask = (previousToken: string) => this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
+      label: this.#o.label ?? "", previousToken });
+    const failed = (e: unknown) => new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
     let r;
+    let fresh = false;
     try {
-      r = await this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
-        label: this.#o.label ?? "", previousToken: id?.token ?? "" });
+      r = await ask(id?.token ?? "");
     } catch (e) {
-      throw new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
+      // a renewal whose previous token is no longer accepted: a new identity (§10); any other
+      // failure changes nothing (identity kept, pending reports stay pending)
+      if (!id || codeOf(e) !== Status.UNAUTHENTICATED) throw failed(e);
+      try {
+        r = await ask("");
+        fresh = true;
+      } catch (e2) {
+        throw failed(e2);
+      }
     }
-    if (id && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
-    const fresh: Identity = { device_id: r.device_id, token: r.token, expires_at_ms: Number(r.expires_at_ms) };
-    const kept = await this.#o.store.updateIdentity<Identity>((stored) =>
-      stored && (stored.device_id !== fresh.device_id || stored.expires_at_ms >= fresh.expires_at_ms) ? null : fresh);
-    this.#identity = kept ?? fresh;
+    if (id && !fresh && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
+    const next: Identity = { device_id: r.device_id, token: r.token, expires_at_ms: Number(r.expires_at_ms) };
+    // a new identity replaces the one it was asked for (unless another instance replaced it
+    // meanwhile); a renewal never replaces another identity or a later token
+    const kept = await this.#o.store.updateIdentity<Identity>((stored) => {
+      if (!stored) return next;
+      if (fresh) return id && stored.device_id !== id.device_id ? null : next;
+      return stored.device_id !== next.device_id || stored.expires_at_ms >= next.expires_at_ms ? null : next;
+    });
+    this.#identity = kept ?? next;
     return this.#identity.device_id;
   }
 

@@ -1,14 +1,15 @@
 /**
  * Node transport to a uldp collector's DeviceService over gRPC + TLS (@grpc/grpc-js).
  *
- * Messages are encoded and decoded with protobufjs from `wire.gen.json`, a JSON descriptor
- * generated from proto/uldp/v1/*.proto by scripts/gen-proto-json.mjs (checked in CI), so no
- * .proto file is read at run time. grpc-js sees only bytes: a request is encoded ONCE and
+ * Messages are encoded and decoded by the SDK's small codec (`../wire`) from `wire.gen.json`, a
+ * JSON descriptor generated from proto/uldp/v1/*.proto by scripts/gen-proto-json.mjs (checked in
+ * CI), so no .proto file is read at run time. grpc-js sees only bytes: a request is encoded ONCE and
  * every retry re-sends exactly those bytes (a resend after a lost acknowledgement is then a
  * byte-identical duplicate, which the collector answers with `duplicate = true`).
  *
  * Authentication: the device token goes in the metadata "authorization: Bearer <token>".
- * Retries: UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED, up to `attempts` calls, waiting
+ * Retries (the contract's one rule, §10): UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED,
+ * RESOURCE_EXHAUSTED and INTERNAL, up to `attempts` calls, waiting
  * U(0, min(cap, base·2^k)) before retry k+1 (exponential backoff, full jitter); every other
  * status is a definitive answer and is thrown as an RpcError.
  */

@@ -4,12 +4,13 @@
  * or gRPC-Web, unary calls only (docs/device-protocol.md §10, "Transport over HTTP").
  *
  * A small hand-written unary client rather than @connectrpc/connect-web: the device makes three
- * unary calls, the messages are encoded once by the same protobufjs codec as the Node gRPC
- * transport (`../wire`), so every retry re-sends the identical bytes, and the bundle stays small
- * (no second protobuf runtime, no generated code).
+ * unary calls, the messages are encoded once by the same small codec as the Node gRPC transport
+ * (`../wire`), so every retry re-sends the identical bytes, and the bundle stays small (no
+ * protobuf runtime, no generated code: client-ts/README.md, "Wire code").
  *
  * Same rules as the Node transport: the device token in `authorization: Bearer <token>`;
- * retries only for UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED, up to `attempts` calls, waiting
+ * retries (the contract's one rule, §10) for UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED
+ * and INTERNAL, up to `attempts` calls, waiting
  * U(0, min(cap, base·2^k)) before retry k+1; a per-call timeout (AbortController); every other
  * status is a definitive answer thrown as an RpcError carrying the gRPC status number. A network
  * failure (no HTTP answer: offline, TLS, DNS, or a CORS refusal the browser hides) and an HTTP

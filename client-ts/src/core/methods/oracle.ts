@@ -19,6 +19,7 @@
 import { type KindImpl, type Row, usable } from "../kinds.js";
 import type { RandomSource } from "../random.js";
 import { kindCategories, oracleOf, type Task } from "../task.js";
+import { recordItems } from "../trace.js";
 
 /** The `records` sampled categories of one device's usable categories `xs` (in index order). */
 export function sampleRecords(xs: readonly number[], records: number, categories: number, rng: RandomSource): number[] {
@@ -43,5 +44,6 @@ export function oracleReport(task: Task, kind: KindImpl, rows: Row[], rng: Rando
   const valid = usable(task, kind, rows);
   const xs = rows.flatMap((r, i) => (valid[i] ? [r[0]] : []));
   const items = sampleRecords(xs, task.records, A, rng);
+  recordItems(items);
   return items.flatMap((v) => oracle.privatize(v, A, task.epsC, rng));
 }
