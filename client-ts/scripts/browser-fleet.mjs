@@ -162,7 +162,7 @@ try {
   // 2. the fleet, through a collector restart
   const common = { epsilon: 8, users: FLEET, samples: 20, bound: 1, method: "two-stage", phase_timeout_seconds: 300,
     params_json: JSON.stringify({ confidence: 0.99999 }) };
-  await analyst("CreateQuery", { ...common, kind: "mean", dataset: "steps", query_id: "web-mean" });
+  await analyst("CreateQuery", { ...common, kind: "mean", dataset: "steps", dim: 1, query_id: "web-mean" });
   await analyst("CreateQuery", { ...common, kind: "distribution", dataset: "cats", dim: 8, query_id: "web-dist" });
   const fleetPages = [first, ...(await Promise.all(Array.from({ length: PAGES - 1 }, () => openPage())))];
   const per = Math.ceil(FLEET / PAGES);
