@@ -59,7 +59,9 @@ class ShuffleIntakeServicer(shuffler_pb2_grpc.ShuffleIntakeServiceServicer):
             return shuffler_pb2.ShuffleQuery(
                 query_id=q["query_id"], shuffled=q["shuffled"], min_batch=q["min_batch"],
                 phases=[shuffler_pb2.ShufflePhase(phase=p, state=s, deadline_ms=d)
-                        for p, s, d in q["phases"]])
+                        for p, s, d in q["phases"]],
+                cells=[shuffler_pb2.ShuffleCell(phase=p, group=g, stage=st, devices=n)
+                       for p, g, st, n in q["cells"]])
         return self._run(context, run)
 
     def ForwardBatch(self, request: shuffler_pb2.ForwardBatchRequest,

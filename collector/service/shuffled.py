@@ -96,10 +96,13 @@ class ShuffleIntake:
         if rt is None:
             raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
         rows = self.phases.rows(query_id, fresh=True)
+        cells, sizes = np.unique(rt.program.placements(), axis=0, return_counts=True)
         return {"query_id": query_id, "shuffled": rt.shuffle is not None,
                 "min_batch": int(rt.shuffle["min_batch"]) if rt.shuffle else 0,
                 "phases": [(p, str(r["state"]), int(r["deadline_ms"]))
-                           for p, r in sorted(rows.items())]}
+                           for p, r in sorted(rows.items())],
+                "cells": [(int(c[2]), int(c[0]), int(c[1]), int(n))
+                          for c, n in zip(cells, sizes, strict=True)]}
 
     def _checked(self, b: ForwardedBatch) -> tuple[QueryRuntime, Any]:
         """The runtime and the task of a batch that passes every check of the batch as a

@@ -13,11 +13,15 @@ uniform order, OS CSPRNG; ``ShufflerStore.draw``) when
 
 * the bucket holds at least ``T + B`` reports (``B`` = the largest batch a message
   carries): it draws ``B``, so that at least ``T`` remain for the next batch; or
-* it holds at least ``T`` and has been quiet for ``linger_s``, or its phase's deadline is
-  less than ``deadline_margin_s`` away: it draws them all;
+* it holds at least ``T`` and its cell is complete, or its phase's deadline is less than
+  ``deadline_margin_s`` away: it draws them all; or
+* it holds at least ``2T`` and has been quiet for ``linger_s``: it draws all but ``T``;
 
-with ``T`` = max(``--min-batch``, the query's minimum batch). A bucket below ``T`` waits;
-when its phase is no longer open it is dropped (counted, logged): those reports could only
+with ``T`` = max(``--min-batch``, the query's minimum batch). Holding ``T`` back means the
+last reports of a cell always make a batch of at least ``T``; they leave when the cell is
+complete (its reports here and already batched reach the number of devices the query
+placed in it, which the collector publishes) or near the deadline. A bucket below ``T``
+waits; when its phase is no longer open it is dropped (counted, logged): those reports could only
 have been released in a batch smaller than promised. Drawn batches are sent with
 ``ForwardBatch`` under their id until the collector answers; a definitive refusal is
 recorded and the batch dropped.
@@ -74,6 +78,7 @@ class QueryInfo:
     shuffled: bool
     min_batch: int
     phases: dict[int, tuple[str, int]]  # phase -> (state, deadline ms)
+    cells: dict[tuple[int, int, int], int]  # (phase, group, stage) -> devices placed there
 
 
 class CollectorLink:
@@ -96,8 +101,9 @@ class CollectorLink:
         try:
             q = self.stub.GetShuffleQuery(
                 shuffler_pb2.GetShuffleQueryRequest(query_id=query_id), timeout=10)
-            info: QueryInfo | None = QueryInfo(q.shuffled, q.min_batch, {
-                p.phase: (p.state, p.deadline_ms) for p in q.phases})
+            info: QueryInfo | None = QueryInfo(
+                q.shuffled, q.min_batch, {p.phase: (p.state, p.deadline_ms) for p in q.phases},
+                {(c.phase, c.group, c.stage): c.devices for c in q.cells})
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise
@@ -265,12 +271,16 @@ class Forwarder:
         if t > big:
             return  # cannot form a batch this large in one message: wait for the phase end
         now_ms = self.clock() * 1000
+        placed = q.cells.get((b.phase, b.group, b.stage), 0)
+        complete = b.count + self.store.batched(b) >= placed > 0  # nothing more can come
+        near = bool(deadline) and deadline - now_ms <= self.config.deadline_margin_s * 1000
+        quiet = now_ms - b.last_ms >= self.config.linger_s * 1000
         if b.count >= t + big:
             self.store.draw(b, big)
-        elif b.count >= t and (now_ms - b.last_ms >= self.config.linger_s * 1000
-                               or (deadline and deadline - now_ms
-                                   <= self.config.deadline_margin_s * 1000)):
+        elif b.count >= t and (complete or near):
             self.store.draw(b, b.count)
+        elif b.count >= 2 * t and quiet:
+            self.store.draw(b, b.count - t)  # keep T back: the cell's tail goes with them
 
     def _send(self, batch: Any) -> None:
         req = shuffler_pb2.ForwardBatchRequest(

@@ -186,6 +186,14 @@ class ShufflerStore:
                         size, _now_ms()))
         return batch_id
 
+    def batched(self, b: Bucket) -> int:
+        """Reports of ``b``'s (query, phase, group, stage) already drawn into batches."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT coalesce(sum(size), 0) FROM batches WHERE query_id = ? AND phase = ? "
+                "AND grp = ? AND stage = ?", (b.query_id, b.phase, b.group, b.stage)).fetchone()
+        return int(row[0])
+
     def unsent(self) -> list[DrawnBatch]:
         """The batches drawn and not yet answered by the collector, oldest first."""
         with self._lock:
