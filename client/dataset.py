@@ -8,7 +8,8 @@ never whether, when or how many messages the device sends. So converting values 
 raises; values that are not usable are marked *missing* by documented rules:
 
 * a value is ``float(v)`` when that conversion succeeds (numbers, booleans, numeric
-  strings), otherwise NaN (missing);
+  strings: ASCII text in the grammar of protocol §13.1 — Python's ``float`` also takes
+  other Unicode digits and spaces, which the contract does not), otherwise NaN (missing);
 * no data (``None``) is the empty dataset;
 * a vector row that is not a sequence of exactly ``dim`` values is a row of NaN;
 * labels are aligned to the samples: missing labels (a shorter or absent label list)
@@ -72,6 +73,8 @@ class LocalDataset:
 def _to_float(v: Any) -> float:
     if isinstance(v, (list, tuple, dict, set, np.ndarray)):
         return float("nan")  # a container is not a value
+    if isinstance(v, str) and not v.isascii():
+        return float("nan")  # numeric strings are ASCII (protocol §13.1), whatever float() says
     try:
         return float(v)
     except (TypeError, ValueError, OverflowError):
@@ -79,12 +82,9 @@ def _to_float(v: Any) -> float:
 
 
 def _row(v: Any, dim: int) -> np.ndarray:
-    try:
-        r = np.asarray(v, dtype=np.float64)
-        if r.shape == (dim,):
-            return r
-    except (TypeError, ValueError, OverflowError):
-        pass
+    r = _numeric_array(v)
+    if r is not None and r.shape == (dim,):
+        return r
     if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
         return np.full(dim, np.nan)
     vals = list(v)
@@ -106,11 +106,8 @@ def coerce_values(samples: Any, dim: int | None) -> np.ndarray:
         return np.zeros((0,) if dim is None else (0, dim))
     if isinstance(samples, np.ndarray):
         return _coerce_array(samples, dim)
-    try:
-        arr = np.asarray(samples, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        arr = None
-    if arr is not None:  # a regular list: use it if it has the declared form
+    arr = _numeric_array(samples)
+    if arr is not None:  # a regular list of numbers: use it if it has the declared form
         if dim is None and arr.ndim == 1:
             return arr
         if dim is not None and arr.ndim == 2 and arr.shape[1] == dim:
@@ -123,6 +120,17 @@ def coerce_values(samples: Any, dim: int | None) -> np.ndarray:
     if not items:
         return np.zeros((0, dim))
     return np.stack([_row(v, dim) for v in items])
+
+
+def _numeric_array(samples: Any) -> np.ndarray | None:
+    """The samples as float64 when they are a regular nest of numbers or booleans (the
+    fast path); None when any leaf is something else — a string goes through
+    :func:`_to_float` and its ASCII rule, never through NumPy's own ``float()``."""
+    try:
+        raw = np.asarray(samples)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return raw.astype(np.float64) if raw.dtype.kind in "biuf" else None
 
 
 def _coerce_array(a: np.ndarray, dim: int | None) -> np.ndarray:

@@ -35,6 +35,7 @@ those unless the query or the server allows simulations.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -43,8 +44,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ from uldp.client.ledger import (
     StateFile,
     StateSlot,
 )
+from uldp.client.outcomes import DeviceError, EnrollmentError, PollResult, ReportRejected
 from uldp.client.randomness import RandomSource
 from uldp.client.shuffled import AnyReport, ShuffleMode
 from uldp.client.task_checks import check_declaration, parsed_task
@@ -95,39 +96,10 @@ __all__ = [
 
 log = logging.getLogger("uldp.client")
 
-
-class DeviceError(Exception):
-    """Base class of device-side failures that are not task refusals."""
-
-
-class EnrollmentError(DeviceError):
-    """The collector refused to enroll this device (wrong secret, bad previous token)."""
-
-
-class ReportRejected(DeviceError):
-    """The collector refused a report (the budget stays spent: the bytes were sent)."""
-
-    def __init__(self, query_id: str, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"report for query {query_id} rejected: {code.name}: {message}")
-        self.query_id = query_id
-        self.code = code
-        self.message = message
-
-
-@dataclass
-class PollResult:
-    """What one :meth:`Device.poll` did."""
-
-    submitted: list[str] = field(default_factory=list)  # query ids acknowledged now
-    refused: list[tuple[str, str]] = field(default_factory=list)  # (query id, reason)
-    rejected: list[tuple[str, str]] = field(default_factory=list)  # collector refusals
-    #: (query id, reason): a charged task whose report could not be computed or stored
-    #: now (a local fault: disk, memory, a bug); it stays owed and is tried again at the
-    #: next poll, without holding up any other task
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    waiting: int = 0  # assignments whose phase is not open yet, plus pending reports
-    pending: int = 0  # persisted reports not acknowledged (collector unreachable)
-    retry_after_ms: int = 0
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one process per state directory
+    fcntl = None  # type: ignore[assignment]
 
 
 class Device(ShuffleMode):
@@ -232,16 +204,38 @@ class Device(ShuffleMode):
 
     def _load_identity(self) -> dict[str, Any] | None:
         if self._identity is None:
-            if self._slot is not None:
-                self._identity = self._slot.file.load_identity(self._slot.owner)
-            elif self._identity_path.exists():
-                self._identity = json.loads(self._identity_path.read_text())
+            self._identity = self._read_identity()
         return self._identity
 
-    def _save_identity(self, ident: dict[str, Any]) -> None:
+    def _read_identity(self) -> dict[str, Any] | None:
+        """The identity in the store now (not the cached one)."""
+        if self._slot is not None:
+            return self._slot.file.load_identity(self._slot.owner)
+        if self._identity_path.exists():
+            return dict(json.loads(self._identity_path.read_text()))
+        return None
+
+    @contextlib.contextmanager
+    def _identity_locked(self) -> Iterator[None]:
+        """Hold the store's identity lock: the shared StateFile's lock, or an advisory
+        lock on ``identity.lock`` in the state directory, which every Device instance over
+        the directory (any process) takes before it reads and replaces the identity."""
+        if self._slot is not None:
+            with self._slot.file.locked():
+                yield
+            return
+        with _PROCESS_LOCK, open(self._identity_path.with_suffix(".lock"), "a") as f:
+            if fcntl is not None:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def _write_identity(self, ident: dict[str, Any]) -> None:
         if self._slot is not None:
             self._slot.file.save_identity(self._slot.owner, ident)
-            self._identity = ident
             return
         tmp = self._identity_path.with_suffix(".tmp")
         with open(tmp, "w") as f:
@@ -250,7 +244,6 @@ class Device(ShuffleMode):
             if self.ledger.durable:
                 os.fsync(f.fileno())
         os.replace(tmp, self._identity_path)
-        self._identity = ident
 
     @property
     def device_id(self) -> str | None:
@@ -264,17 +257,32 @@ class Device(ShuffleMode):
         return str(ident["token"]) if ident else None
 
     def enroll(self, force: bool = False) -> str:
-        """Enroll (or renew an expiring token); returns the device id."""
+        """Enroll (or renew an expiring token); returns the device id.
+
+        A renewal whose previous token the collector no longer accepts (UNAUTHENTICATED)
+        enrols once more as a new identity; any other failure raises
+        :class:`EnrollmentError` and changes nothing (protocol §10, re-enrolment)."""
         req = self.enrollment_request(force)
         if req is None:
             return str(self.device_id)
         try:
-            resp = call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
-                                   self._jitter)
+            return self.enrolled(self._enroll_call(req))
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAUTHENTICATED or not req.previous_token:
+                raise EnrollmentError(f"enrollment failed: {exc.code().name}: "
+                                      f"{exc.details()}") from None
+        log.warning("the collector no longer accepts this device's token: enrolling anew")
+        fresh = device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
+                                         label=self.label)
+        try:
+            return self.enrolled(self._enroll_call(fresh), new_identity=True)
         except grpc.RpcError as exc:
             raise EnrollmentError(f"enrollment failed: {exc.code().name}: {exc.details()}"
                                   ) from None
-        return self.enrolled(resp)
+
+    def _enroll_call(self, req: device_pb2.EnrollRequest) -> device_pb2.EnrollResponse:
+        return call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
+                               self._jitter)
 
     def enrollment_request(self, force: bool = False) -> device_pb2.EnrollRequest | None:
         """The EnrollRequest this device needs answered, or None while its token is valid
@@ -287,15 +295,33 @@ class Device(ShuffleMode):
                                         label=self.label,
                                         previous_token=ident["token"] if ident else "")
 
-    def enrolled(self, resp: device_pb2.EnrollResponse) -> str:
+    def enrolled(self, resp: device_pb2.EnrollResponse, new_identity: bool = False) -> str:
         """Keep the identity the collector issued (the answer to
         :meth:`enrollment_request`); returns the device id. A renewal must keep the
-        device id (:class:`EnrollmentError` otherwise)."""
-        ident = self._load_identity()
-        if ident and resp.device_id != ident["device_id"]:
-            raise EnrollmentError("collector issued a different identity on renewal")
-        self._save_identity({"device_id": resp.device_id, "token": resp.token,
-                             "expires_at_ms": resp.expires_at_ms})
+        device id (:class:`EnrollmentError` otherwise), unless ``new_identity`` (an
+        enrolment without the previous token, protocol §10).
+
+        Atomic through the store: when another Device instance over the same state
+        enrolled first, its identity stays and this answer is dropped (one device, one
+        identity: two identities would let one user answer a query twice); a renewal
+        that another instance already superseded is dropped too."""
+        with self._identity_locked():
+            had = self._identity
+            stored = self._read_identity()
+            if had and resp.device_id != had["device_id"] and not new_identity:
+                raise EnrollmentError("collector issued a different identity on renewal")
+            if new_identity:  # keep a replacement another instance made meanwhile
+                superseded = bool(stored and had and stored["device_id"] != had["device_id"])
+            else:
+                superseded = bool(stored and (stored["device_id"] != resp.device_id
+                                              or stored["expires_at_ms"] >= resp.expires_at_ms))
+            if stored and superseded:
+                self._identity = stored
+                return str(stored["device_id"])
+            ident = {"device_id": resp.device_id, "token": resp.token,
+                     "expires_at_ms": resp.expires_at_ms}
+            self._write_identity(ident)
+            self._identity = ident
         return resp.device_id
 
     def _meta(self) -> tuple[tuple[str, str], ...]:
@@ -483,9 +509,10 @@ class Device(ShuffleMode):
                  duplicate: bool = False) -> bool:
         """Record the collector's answer to this device's report for ``query_id`` when
         someone else sent it (a gateway's SubmitReportBatch item: a gRPC status code
-        number). OK: acknowledged; a retryable code (UNAVAILABLE, DEADLINE_EXCEEDED,
-        ABORTED): still pending, returns False (send the same report again); anything
-        else: rejected (the budget stays spent: the bytes were sent)."""
+        number). OK: acknowledged; a retryable code (protocol §10: UNAVAILABLE,
+        DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, INTERNAL): still pending, returns
+        False (send the same report again); anything else: rejected (the budget stays
+        spent: the bytes were sent)."""
         if code == 0:
             self.ledger.mark(query_id, "acknowledged", "duplicate" if duplicate else "")
             return True
@@ -552,6 +579,9 @@ class Device(ShuffleMode):
 
 
 _STATUS = {c.value[0]: c for c in grpc.StatusCode}
+#: identity updates of this process (flock alone does not exclude two threads that open
+#: the lock file separately on every platform)
+_PROCESS_LOCK = threading.Lock()
 
 
 def ledger_code(exc: LedgerError) -> str:

@@ -319,15 +319,27 @@ class StateFile:
         self.durable = durable
         self.fresh = not self.path.exists()
         self.lock = threading.RLock()
-        c = sqlite3.connect(self.path, isolation_level=None, timeout=30,
+        # the file is held EXCLUSIVE from the first statement on: a second StateFile over
+        # it (another process, or a second object in this one) fails at once with a
+        # LedgerError instead of waiting, so two ledgers can never interleave in it
+        c = sqlite3.connect(self.path, isolation_level=None, timeout=2,
                             check_same_thread=False)
-        c.execute("PRAGMA locking_mode=EXCLUSIVE")
-        c.execute("PRAGMA locking_mode=EXCLUSIVE")
-        c.execute("PRAGMA journal_mode=WAL")
-        c.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
-        c.execute(_TABLE + ", PRIMARY KEY (owner, query_id))")
-        c.execute("CREATE TABLE IF NOT EXISTS identities (owner TEXT PRIMARY KEY, "
-                  "identity TEXT NOT NULL)")
+        try:
+            c.execute("PRAGMA locking_mode=EXCLUSIVE")
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute(f"PRAGMA synchronous={'FULL' if durable else 'OFF'}")
+            c.execute(_TABLE + ", PRIMARY KEY (owner, query_id))")
+            c.execute("CREATE TABLE IF NOT EXISTS identities (owner TEXT PRIMARY KEY, "
+                      "identity TEXT NOT NULL)")
+            c.execute("BEGIN IMMEDIATE")  # take the exclusive lock now, even if nothing
+            c.execute("COMMIT")           # had to be created
+        except sqlite3.OperationalError as exc:
+            c.close()
+            if "locked" not in str(exc):
+                raise
+            raise LedgerError(f"state file {self.path} is in use (another process, or "
+                              "another StateFile object of this one): open it once and "
+                              "share the object") from None
         self._conn: sqlite3.Connection | None = c
 
     def slot(self, owner: str) -> StateSlot:

@@ -24,6 +24,7 @@ from uldp.client import numerics
 from uldp.client.budget import units_to_epsilon
 from uldp.client.dataset import align_labels, coerce_values
 from uldp.client.kinds import KINDS, DataError, Kind, check_samples
+from uldp.client.mechanisms import ORACLES, SCALARS
 from uldp.client.methods import METHODS, Method
 from uldp.client.methods.base import component_units
 from uldp.client.randomness import RandomSource, as_source
@@ -34,6 +35,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_DIM",
     "MAX_GAUSSIAN_FRAME_DIM",
+    "MAX_RECORDS",
     "MAX_REPORT_VALUES",
     "SCHEMA",
     "DataError",
@@ -54,8 +56,9 @@ MAX_REPORT_VALUES = 1 << 18  # values per report (≤ 10 bytes each on the wire)
 MAX_DIM = 1 << 16  # d (vector kinds) or alphabet size A (distribution)
 MAX_GAUSSIAN_FRAME_DIM = 1024  # a Gaussian Kashin frame is a dense 2d × d matrix
 MAX_COUNT = 1 << 40  # dim and components
+MAX_RECORDS = 1 << 10  # records a device samples for one report (method oracle)
 
-_INT_FIELDS = ("dim", "stage", "frame_seed", "virtual_offset", "m_ref")
+_INT_FIELDS = ("dim", "stage", "frame_seed", "virtual_offset", "m_ref", "records")
 _NUM_FIELDS = ("epsilon", "eps_c", "kashin_level", "kashin_delta")
 
 
@@ -69,7 +72,7 @@ def _is_num(v: Any) -> bool:
 
 def _check_types(task: TaskSpec) -> None:
     """Every field has its JSON type (hostile tasks must be refused, never crash)."""
-    for name in ("query_id", "kind", "method", "frame_kind"):
+    for name in ("query_id", "kind", "method", "frame_kind", "mechanism"):
         if not isinstance(getattr(task, name), str):
             raise TaskRefused(f"{name} must be a string", code="field")
     for name in _INT_FIELDS:
@@ -132,14 +135,20 @@ def _validate(task: TaskSpec, kind: Kind, method: Method) -> None:
     if task.stage not in method.stages:
         raise TaskRefused(f"stage {task.stage} is not valid for method {task.method!r}",
                           code="stage")
+    if task.mechanism not in ORACLES and task.mechanism not in SCALARS:
+        raise TaskRefused(f"unknown mechanism {task.mechanism!r}; known: "
+                          f"{sorted(set(ORACLES) | set(SCALARS))}", code="method")
     budget = component_units("epsilon", task.epsilon)
     component_units("eps_c", task.eps_c)
     if task.dim < 1:
         raise TaskRefused(f"dim must be >= 1, got {task.dim}")
     if task.dim > MAX_DIM:
         raise TaskRefused(f"dim must be at most {MAX_DIM}, got {task.dim}", code="limit")
-    if task.virtual_offset < 0 or task.m_ref < 1:
-        raise TaskRefused("virtual_offset must be >= 0 and m_ref >= 1")
+    if task.virtual_offset < 0 or task.m_ref < 1 or task.records < 1:
+        raise TaskRefused("virtual_offset must be >= 0, m_ref and records >= 1")
+    if task.records > MAX_RECORDS:
+        raise TaskRefused(f"records must be at most {MAX_RECORDS}, got {task.records}",
+                          code="limit")
     if task.frame_kind == "gaussian" and kind.name in ("mean-l2", "sgd") \
             and task.dim > MAX_GAUSSIAN_FRAME_DIM:
         raise TaskRefused(f"a gaussian Kashin frame is limited to dim <= "

@@ -14,17 +14,28 @@ on them — the sensitivity is 2 for bins and ``2^16`` grid units for values wha
 are — so a device need not recompute them, which keeps the device computation free of
 logarithms and powers (exact across languages, ``docs/device-protocol.md``).
 
-This module has no dependency on the rest of the SDK: kinds, methods and the device all
-import it.
+This module has no dependency on the rest of the SDK (numpy only): kinds, methods and the
+device all import it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["REFUSAL_CODES", "SCHEMA", "TaskRefused", "TaskSpec"]
+import numpy as np
+
+__all__ = ["DEFAULT_MECHANISM", "MAX_INT_DIGITS", "MAX_JSON_DEPTH", "OMITTED_DEFAULTS",
+           "REFUSAL_CODES", "SCHEMA", "TaskRefused", "TaskSpec"]
+
+#: The mechanism of a task without a ``mechanism`` field (``uldp.client.mechanisms``).
+DEFAULT_MECHANISM = "laplace"
+
+#: Fields left out of a task's JSON when they hold their default (added after the first
+#: tasks of the schema were deployed: their bytes, and digests, stay as they were).
+OMITTED_DEFAULTS: dict[str, Any] = {"mechanism": DEFAULT_MECHANISM, "records": 1}
 
 #: The schema tag every task JSON carries (``"schema"``); a device refuses other versions.
 SCHEMA = "uldp.task/2"
@@ -95,6 +106,10 @@ class TaskSpec:
     #: shuffle mode: the collector's HPKE key the report is sealed to (absent: a report
     #: in the clear to the collector); ``uldp.client.sealing``, protocol §16
     seal: dict[str, Any] | None = field(default=None, compare=False)
+    #: the report mechanism (``uldp.client.mechanisms``); omitted from the JSON when it is
+    #: the default, so tasks of the discrete Laplace mechanism keep their bytes
+    mechanism: str = DEFAULT_MECHANISM
+    records: int = 1  # method ``oracle``: records sampled (omitted from the JSON when 1)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -106,6 +121,9 @@ class TaskSpec:
         d["intervals"] = [[float(lo), float(hi)] for lo, hi in self.intervals]
         d["virtual_groups"] = [list(g) for g in self.virtual_groups]
         d["virtual_eps"] = list(self.virtual_eps)
+        for name, default in OMITTED_DEFAULTS.items():
+            if d[name] == default and type(d[name]) is type(default):
+                del d[name]
         return d
 
     def to_json(self) -> str:
@@ -141,10 +159,42 @@ class TaskSpec:
 
     @classmethod
     def from_json(cls, text: str) -> TaskSpec:
+        """Parse a task text with the value model of protocol §11.1 (code ``json`` for
+        anything that is not one JSON value, for containers nested deeper than
+        :data:`MAX_JSON_DEPTH` and for integer literals of more than
+        :data:`MAX_INT_DIGITS` digits)."""
         try:
-            return cls.from_dict(json.loads(text))
-        except (json.JSONDecodeError, RecursionError, UnicodeDecodeError) as exc:
+            if _depth(text) > MAX_JSON_DEPTH:
+                raise ValueError(f"containers nested deeper than {MAX_JSON_DEPTH}")
+            value = json.loads(text, parse_int=_parse_int)
+        except (ValueError, RecursionError, TypeError) as exc:  # JSONDecodeError too
             raise TaskRefused(f"task is not valid JSON: {exc}", code="json") from None
+        return cls.from_dict(value)
+
+
+#: Containers (objects, arrays) may nest this deep in a task text; the task object is level 1.
+MAX_JSON_DEPTH = 64
+#: The most digits an integer literal of a task text may have (CPython's default limit of
+#: int('...'), stated here so that it does not depend on the process's setting).
+MAX_INT_DIGITS = 4300
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _depth(text: str) -> int:
+    """The deepest container nesting of a JSON text (strings removed; exact for valid
+    JSON, and any text it miscounts is not valid JSON anyway)."""
+    b = np.frombuffer(_STRINGS.sub("", text).encode(), dtype=np.uint8)
+    if b.size == 0:
+        return 0
+    step = (np.isin(b, (0x5B, 0x7B)).astype(np.int64) - np.isin(b, (0x5D, 0x7D)))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _parse_int(s: str) -> int:
+    if len(s.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer literal has more than {MAX_INT_DIGITS} digits")
+    return int(s)
 
 
 def _list(v: Any, name: str) -> list[Any]:

@@ -1,4 +1,9 @@
-"""Client transport: TLS channels to the collector and retries with backoff and jitter."""
+"""Client transport: TLS channels to the collector and retries with backoff and jitter.
+
+A TLS set-up mistake (``uldp.client.tls``) is raised at once as one line
+(:class:`~uldp.client.tls.TLSSetupError`): a credential file is checked before the
+channel is made, and a handshake that failed verification is never retried.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +16,25 @@ from typing import TypeVar
 
 import grpc
 
+from uldp.client.tls import TLSSetupError, load_credentials, tls_failure
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 
-__all__ = ["RETRYABLE", "Endpoint", "RetryPolicy", "call_with_retry", "secure_channel"]
+__all__ = ["RETRYABLE", "RETRYABLE_CODES", "Endpoint", "RetryPolicy", "TLSSetupError",
+           "call_with_retry", "secure_channel"]
 
 T = TypeVar("T")
 
-#: Status codes worth retrying (transient); everything else is a definitive answer.
+#: The one retry rule of the device contract (docs/device-protocol.md §10, device.proto
+#: "Status codes"): the codes that say nothing happened, or that the outcome is unknown, are
+#: retried with the identical request bytes (every device call is idempotent: the collector
+#: answers an identical report again with ``duplicate = true``); after the last attempt the
+#: report stays pending and is re-sent at the next poll. Every other code is the collector's
+#: definitive answer (UNAUTHENTICATED: re-enrol once, §10).
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                       grpc.StatusCode.ABORTED})
+                       grpc.StatusCode.ABORTED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                       grpc.StatusCode.INTERNAL})
+#: The same rule as gRPC status code numbers (batch results carry numbers).
+RETRYABLE_CODES = frozenset(c.value[0] for c in RETRYABLE)
 
 
 @dataclass(frozen=True)
@@ -39,11 +54,11 @@ class Endpoint:
 
 
 def secure_channel(ep: Endpoint) -> grpc.Channel:
-    """A TLS channel to ``ep`` (system roots when ``ca_cert`` is None)."""
-    creds = grpc.ssl_channel_credentials(
-        root_certificates=Path(ep.ca_cert).read_bytes() if ep.ca_cert else None,
-        private_key=Path(ep.client_key).read_bytes() if ep.client_key else None,
-        certificate_chain=Path(ep.client_cert).read_bytes() if ep.client_cert else None)
+    """A TLS channel to ``ep`` (system roots when ``ca_cert`` is None); raises
+    :class:`TLSSetupError` when a credential file is not what it should be."""
+    roots, key, chain = load_credentials(ep.ca_cert, ep.client_cert, ep.client_key)
+    creds = grpc.ssl_channel_credentials(root_certificates=roots, private_key=key,
+                                         certificate_chain=chain)
     opts: list[tuple[str, object]] = [
         ("grpc.max_receive_message_length", ep.max_message_bytes),
         ("grpc.max_send_message_length", ep.max_message_bytes),
@@ -73,12 +88,15 @@ def call_with_retry(fn: Callable[[float], T], policy: RetryPolicy,
     """Call ``fn(timeout)``; on a retryable :class:`grpc.RpcError` wait and try again.
 
     The caller makes ``fn`` idempotent (e.g. it re-sends the same stored report bytes).
+    A handshake that failed verification raises :class:`TLSSetupError` at once.
     """
     rng = rng or random.Random()
     for attempt in range(policy.attempts):
         try:
             return fn(policy.timeout_s)
         except grpc.RpcError as exc:
+            if (tls := tls_failure(exc)) is not None:
+                raise tls from None
             code = exc.code() if hasattr(exc, "code") else None
             if code not in RETRYABLE or attempt == policy.attempts - 1:
                 raise

@@ -84,7 +84,15 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
     own.add_argument("--lo", type=float, help="public lower end of a value's range (mean "
                      "kinds; default: the data's minimum, fine for a check, never for a "
                      "deployment)")
-    own.add_argument("--hi", type=float, help="public upper end of a value's range")
+    own.add_argument("--hi", type=float, help="public upper end of a value's range (values "
+                     "outside are clamped into it, and how many is said on stderr; classify/"
+                     "regress: the feature box [--lo, --hi] of every feature)")
+    own.add_argument("--grid", type=positive_int, default=None,
+                     help="classify/regress: cells per feature axis (default: sized by the "
+                          "rule of the learning queries, docs/algorithms.md §9.4)")
+    own.add_argument("--label-bound", type=positive_float, default=None,
+                     help="regress: public bound on |label| (default: the data's largest, "
+                          "fine for a check only)")
     own.add_argument("--compare", action="store_true",
                      help="run every method (--reps times each, fresh noise) and print "
                           "their RMSE, predicted RMSE and interval coverage side by side")
@@ -104,9 +112,9 @@ def _column_list(text: str) -> list[str]:
     return cols
 
 
-def _cmd_own_data(args: argparse.Namespace) -> int:
-    """``uldp simulate KIND --data FILE.csv ...`` (``uldp.collector.own_data``)."""
-    from uldp.collector.own_data import read_user_csv, run_users
+def _read_own_data(args: argparse.Namespace) -> Any:
+    """The users of ``--data`` (``uldp.collector.csvdata``'s rules), the flags checked."""
+    from uldp.collector.own_data import read_user_csv
 
     if not args.user_col:
         raise ValueError("--user-col: name the column of each row's user")
@@ -116,19 +124,78 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
         raise ValueError("--value-col: name the value column(s)")
     if args.kind in ("classify", "regress", "sgd") and not args.label_col:
         raise ValueError(f"--label-col: kind {args.kind} needs labels")
-    data = read_user_csv(args.data, args.user_col, args.value_col, label_col=args.label_col,
+    if (args.lo is None) != (args.hi is None) or (args.lo is not None and not args.lo < args.hi):
+        raise ValueError("--lo and --hi go together, with --lo below --hi (the public range "
+                         "of one value)")
+    return read_user_csv(args.data, args.user_col, args.value_col, label_col=args.label_col,
                          category_col=args.category_col)
-    lo, hi, note = args.lo, args.hi, ""
-    if args.kind in ("mean", "mean-linf") and (lo is None or hi is None):
+
+
+def _data_range(data: Any, lo: float | None, hi: float | None
+                ) -> tuple[float, float, str, Any]:
+    """``(lo, hi, note, data)``: the public range (from the data when not given, with a
+    note) and the users' values clamped into it, the count said on stderr."""
+    from uldp.collector.csvdata import clamp_to_range
+    from uldp.collector.own_data import UserData
+
+    note = ""
+    if lo is None or hi is None:
         allv = np.concatenate([np.ravel(v) for v in data.values])
-        allv = allv[np.isfinite(allv)]
-        lo = float(allv.min()) if lo is None else lo
-        hi = float(allv.max()) if hi is None else hi
+        lo, hi = float(allv.min()), float(allv.max())
+        hi = hi if hi > lo else lo + 1.0
         note = " (range from the data: give --lo/--hi from domain knowledge in a deployment)"
-    extra: dict[str, float] = {"grid": 4} if args.kind in ("classify", "regress") else {}
+        return lo, hi, note, data
+    flat, said = clamp_to_range(np.concatenate([np.ravel(v) for v in data.values]), lo, hi)
+    if said:
+        print(f"uldp: note: {said}", file=sys.stderr)
+    cut = np.cumsum([np.size(v) for v in data.values])[:-1]
+    values = [part.reshape(np.shape(v)) for part, v in zip(np.split(flat, cut), data.values,
+                                                             strict=True)]
+    return lo, hi, note, UserData(values, data.labels, data.categories)
+
+
+def _learning_extra(args: argparse.Namespace, data: Any, lo: float, hi: float
+                    ) -> dict[str, Any]:
+    """classify/regress over one's own data: the feature box ``[--lo, --hi]^d``, the grid
+    (``--grid``, else sized by the rule of ``run_classify``) and the label bound of regress
+    (``--label-bound``, else the data's largest |label|, said on stderr)."""
+    from uldp.collector.learning.classify import choose_grid, grid_extra
+
+    d = len(args.value_col)
+    M = args.grid
+    if M is None:
+        m = max(int(np.median([np.size(v) // d for v in data.values])), 1)
+        M = choose_grid(len(data.values), m, d, args.epsilon, task=args.kind,
+                        method=args.method).M
+    extra: dict[str, Any] = grid_extra(M, np.full(d, lo), np.full(d, hi))
     if args.kind == "regress":
-        extra["label_bound"] = 1.0
+        T = args.label_bound
+        if T is None:
+            T = float(max(np.max(np.abs(y)) for y in data.labels if np.size(y))) or 1.0
+            print(f"uldp: note: --label-bound {T:g} from the data (fine for a check; give it "
+                  "from domain knowledge in a deployment)", file=sys.stderr)
+        extra["label_bound"] = T
+    return extra
+
+
+def _cmd_own_data(args: argparse.Namespace) -> int:
+    """``uldp simulate KIND --data FILE.csv ...`` (``uldp.collector.own_data``)."""
+    from uldp.collector.own_data import run_users
+
+    data = _read_own_data(args)
+    lo, hi, note = args.lo, args.hi, ""
+    extra: dict[str, Any] = {}
+    if args.kind in ("mean", "mean-linf", "classify", "regress"):
+        lo, hi, note, data = _data_range(data, lo, hi)
+    if args.kind in ("classify", "regress"):
+        extra = _learning_extra(args, data, lo, hi)
+        note += f" (feature box [{lo:g}, {hi:g}], grid {extra['grid']} cells per axis)"
+        lo = hi = None  # the box is in extra; the values are not centred
     dim = len(data.categories) if args.kind == "distribution" else None
+    if args.kind == "distribution" and args.dim is not None and args.dim < len(data.categories):
+        raise ValueError(f"--dim {args.dim}: the file has {len(data.categories)} categories")
+    if args.kind == "distribution" and args.dim is not None:
+        dim = args.dim
     common = dict(epsilon=args.epsilon, lo=lo, hi=hi, dim=dim, seed=args.seed, extra=extra,
                   samples=args.samples if args.samples != 100 else None, reps=args.reps)
     if args.compare:
@@ -139,6 +206,11 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res.to_dict()))
         return 0
+    _print_own_data(args, data, res, note)
+    return 0
+
+
+def _print_own_data(args: argparse.Namespace, data: Any, res: Any, note: str) -> None:
     e = res.estimate
     print(f"{res.kind} over {res.users} users of {args.data} (m_ref={res.m_ref}, "
           f"epsilon={res.epsilon:g}), method {res.method}"
@@ -156,7 +228,6 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
     else:
         print(f"error (l2) {res.error:.5f}; predicted RMSE {pred:.5f}; "
               f"{int(res.covered.sum())}/{res.covered.size} intervals hold the truth")
-    return 0
 
 
 #: what ``--compare`` runs (the learning kinds run their one program: no comparison)
@@ -232,7 +303,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         flat = pilot.reshape((-1,) + pilot.shape[2:])
         sample_var = plan.kind.sample_map(plan.template, flat).var(axis=0)
         predicted = predicted_mse(plan, sample_var)
-    out = result.to_dict(spec, predicted)
+    out = result.to_dict(spec, predicted, plan)
     if args.json:
         print(json.dumps(out))
         return 0

@@ -141,19 +141,6 @@ def redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
-_TLS_HINTS = (
-    ("certificate signature failure", "the collector's certificate is not signed by the "
-                                      "CA given with --ca"),
-    ("certificate verify failed", "the collector's certificate could not be verified with "
-                                  "--ca"),
-    ("Peer name", "the collector's certificate does not name the --target host (use the "
-                  "name it was issued for, or --server-name)"),
-    ("ssl_transport_security", "TLS handshake failed"),
-    ("Handshake failed", "TLS handshake failed"),
-    ("Tls handshake failed", "TLS handshake failed (wrong --ca, or not a TLS server)"),
-)
-
-
 def describe_rpc_error(exc: Any) -> str:
     """One line for a failed gRPC call, with the likely fix."""
     try:
@@ -162,9 +149,10 @@ def describe_rpc_error(exc: Any) -> str:
     except Exception:  # pragma: no cover - not a call error
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if name == "UNAVAILABLE":
-        for needle, hint in _TLS_HINTS:
-            if needle in details:
-                return f"cannot connect to the collector: {hint} (UNAVAILABLE)"
+        from uldp.client.tls import tls_failure
+
+        if (tls := tls_failure(exc)) is not None:
+            return str(tls)
         if "Connection refused" in details or "connection refused" in details.lower():
             return ("no collector is listening at --target (connection refused); start "
                     "`uldp collector serve` or fix --target (`uldp collector wait` waits "

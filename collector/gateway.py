@@ -47,8 +47,6 @@ __all__ = ["run_gateway_fleet"]
 log = logging.getLogger("uldp.fleet")
 
 _UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED.value[0]
-_RETRYABLE = {c.value[0] for c in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED,
-                                   grpc.StatusCode.DEADLINE_EXCEEDED)}
 _NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
 Key = tuple[str, int]  # (query id, phase) a device waits for
 

@@ -20,8 +20,8 @@ taken from the data themselves is fine for checking a method, never in a deploym
 
 from __future__ import annotations
 
-import csv
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,9 +31,11 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import _attach_labels
+from uldp.collector.csvdata import read_csv_columns
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.learning.runner import PaddedUsers, run_spec
 from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.simulate import simulate_json
 
 __all__ = ["UserData", "UserDataRun", "read_user_csv", "run_users"]
 
@@ -73,6 +75,7 @@ class UserDataRun:
     sq_errors: list[float] = field(default_factory=list)  # ‖estimate − truth‖² per rep
     coverage: float = math.nan  # share of the reps' coordinate intervals holding the truth
     advisories: list[str] = field(default_factory=list)  # the plan's notes (planner.Plan)
+    seconds: float = 0.0  # wall time of the runs
 
     @property
     def error(self) -> float:
@@ -89,16 +92,18 @@ class UserDataRun:
         return self.estimate.covers(self.truth)
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``uldp simulate --data --json`` object: the schema of every ``uldp simulate
+        --json`` (:data:`uldp.collector.simulate.SIMULATE_JSON_KEYS`; ``samples`` is
+        m_ref)."""
         e = self.estimate
-        return {"kind": self.kind, "method": self.method, "epsilon": self.epsilon,
-                "users": self.users, "m_ref": self.m_ref, "estimand": self.estimand,
-                "estimate": e.values.tolist(), "truth": self.truth.tolist(),
-                "ci_low": e.ci_low.tolist(), "ci_high": e.ci_high.tolist(),
-                "std_error": e.std_error.tolist(), "error": self.error,
-                "covered": self.covered.tolist(), "predicted_mse": self.predicted_mse,
-                "range": list(self.range) if self.range else None, "auto": self.auto,
-                "reps": self.reps, "rmse": self.rmse, "coverage": self.coverage,
-                "advisories": self.advisories}
+        return simulate_json(
+            kind=self.kind, method=self.method, estimand=self.estimand, epsilon=self.epsilon,
+            users=self.users, samples=self.m_ref, dim=int(self.truth.size), reps=self.reps,
+            estimate=e.values.tolist(), truth=self.truth.tolist(), ci_low=e.ci_low.tolist(),
+            ci_high=e.ci_high.tolist(), std_error=e.std_error.tolist(), mse=self.rmse**2,
+            rmse=self.rmse, predicted_mse=self.predicted_mse, coverage=self.coverage,
+            regime=e.extra.get("regime"), auto=self.auto, advisories=self.advisories,
+            range=list(self.range) if self.range else None, seconds=self.seconds)
 
 
 def _estimand(kind: str) -> str:
@@ -164,6 +169,7 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, bound=bound,
                      method=method, seed=seed, query_id="own-data", extra=dict(extra or {}))
     plan = compile_query(spec)
+    t0 = time.perf_counter()
     # rep r: a fresh public assignment of users to groups and stages *and* fresh noise
     runs = [run_spec(replace(spec, seed=seed + r), users, None,
                      RandomSource.seeded(f"own-data:{seed + r}")) for r in range(reps)]
@@ -176,7 +182,7 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, runs[-1], truth,
                        plan.predicted_mse(sample_var, stat_var), _estimand(kind), rng_,
                        dict(plan.auto) or None, reps, sq, cover,
-                       list(plan.advisories))
+                       list(plan.advisories), time.perf_counter() - t0)
 
 
 def _shift(est: Estimate, centre: float) -> Estimate:
@@ -189,39 +195,24 @@ def _shift(est: Estimate, centre: float) -> Estimate:
 def read_user_csv(path: str | Path, user_col: str, value_cols: Sequence[str], *,
                   label_col: str | None = None, category_col: str | None = None
                   ) -> UserData:
-    """Group a CSV's rows by ``user_col``. Values are ``value_cols`` (numbers; a row with an
-    empty or non-numeric value is kept as a missing value, as a device would); with
+    """Group a CSV's rows by ``user_col`` (users in order of first appearance), read by
+    :func:`uldp.collector.csvdata.read_csv_columns` under the rules of every command
+    (UTF-8 with or without a BOM, cells stripped, an empty id or category and a
+    non-numeric value refused naming the row). Values are ``value_cols``; with
     ``category_col`` the values are its categories, numbered in sorted order."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        wanted = [user_col, *value_cols] if category_col is None else [user_col, category_col]
-        for col in wanted + ([label_col] if label_col else []):
-            if col not in header:
-                raise ValueError(f"{path}: no column {col!r} (columns: {', '.join(header)})")
-        rows = list(reader)
-    if not rows:
-        raise ValueError(f"{path}: no data rows")
-    by_user: dict[str, list[dict[str, str]]] = {}
-    for r in rows:
-        by_user.setdefault(r[user_col], []).append(r)
-    cats = sorted({r[category_col] for r in rows}) if category_col else []
-    code = {c: float(i) for i, c in enumerate(cats)}
-    values, labels = [], []
-    for rs in by_user.values():
-        if category_col:
-            values.append(np.array([code[r[category_col]] for r in rs]))
-        else:
-            values.append(np.array([[_num(r[c]) for c in value_cols] for r in rs]).squeeze(-1)
-                          if len(value_cols) == 1 else
-                          np.array([[_num(r[c]) for c in value_cols] for r in rs]))
-        if label_col:
-            labels.append(np.array([_num(r[label_col]) for r in rs]))
-    return UserData(values, labels if label_col else None, cats)
-
-
-def _num(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
+    numeric = ([] if category_col else list(value_cols)) + ([label_col] if label_col else [])
+    t = read_csv_columns(path, user_col, numeric, [category_col] if category_col else [])
+    ids, first, inverse = np.unique(t.users, return_index=True, return_inverse=True)
+    groups = np.split(np.argsort(inverse, kind="stable"),
+                      np.cumsum(np.bincount(inverse, minlength=ids.size))[:-1])
+    rows_of = [groups[u] for u in np.argsort(first)]  # users by their first row
+    cats: list[str] = []
+    if category_col:
+        names, codes = np.unique(t.texts[category_col], return_inverse=True)
+        cols = codes.astype(np.float64)[:, None]
+        cats = [str(c) for c in names]
+    else:
+        cols = np.column_stack([t.numbers[c] for c in value_cols])
+    values = [cols[r, 0] if cols.shape[1] == 1 else cols[r] for r in rows_of]
+    labels = [t.numbers[label_col][r] for r in rows_of] if label_col else None
+    return UserData(values, labels, cats)

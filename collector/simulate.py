@@ -28,7 +28,25 @@ from uldp.collector.programs import MeanEstProgram
 from uldp.collector.programs.driver import Privatize, run_program
 from uldp.collector.progress import Progress
 
-__all__ = ["Progress", "SimulationResult", "run_query", "simulate_reps"]
+__all__ = ["SIMULATE_JSON_KEYS", "Progress", "SimulationResult", "run_query",
+           "simulate_json", "simulate_reps"]
+
+#: the keys of ``uldp simulate --json``, with a simulated fleet and with ``--data`` alike
+#: (README, "Output"): sizes, the estimate of the last rep with its 95 % intervals, and
+#: over the reps the mean squared ℓ2 error ``mse``, its root ``rmse``, the formula's
+#: ``predicted_mse`` and ``coverage`` (share of rep × coordinate intervals holding the truth)
+SIMULATE_JSON_KEYS = ("kind", "method", "estimand", "epsilon", "users", "samples", "dim",
+                      "reps", "estimate", "truth", "ci_low", "ci_high", "std_error", "mse",
+                      "rmse", "predicted_mse", "coverage", "regime", "auto", "advisories",
+                      "range", "seconds")
+
+
+def simulate_json(**fields: Any) -> dict[str, Any]:
+    """One ``uldp simulate --json`` object: exactly :data:`SIMULATE_JSON_KEYS`, in order."""
+    missing = set(SIMULATE_JSON_KEYS) ^ set(fields)
+    if missing:
+        raise ValueError(f"simulate JSON keys differ from the schema: {sorted(missing)}")
+    return {k: fields[k] for k in SIMULATE_JSON_KEYS}
 
 CHUNK_CELLS = 1 << 23  # samples·dims generated per chunk (≈ 64 MiB of float64)
 
@@ -82,16 +100,23 @@ class SimulationResult:
     last: Estimate
     errors: list[float] = field(default_factory=list)
 
-    def to_dict(self, spec: QuerySpec, predicted: float | None) -> dict[str, Any]:
-        return {
-            "kind": spec.kind, "method": spec.method,
-            "estimate": self.estimate.tolist(), "truth": self.truth.tolist(),
-            "sq_error": self.sq_error, "predicted_mse": predicted,
-            "ci_coverage": self.ci_coverage, "users": spec.users, "samples": spec.samples,
-            "dim": spec.dim, "epsilon": spec.epsilon, "reps": self.reps,
-            "regime": self.last.extra.get("regime"), "seconds": self.seconds,
-            "ci_low": self.last.ci_low.tolist(), "ci_high": self.last.ci_high.tolist(),
-        }
+    def to_dict(self, spec: QuerySpec, predicted: float | None, plan: Any = None
+                ) -> dict[str, Any]:
+        """The ``uldp simulate --json`` object (:data:`SIMULATE_JSON_KEYS`)."""
+        last = self.last
+        return simulate_json(
+            kind=spec.kind, method=spec.method,
+            estimand="the mean of the simulated population's law (--dist)",
+            epsilon=spec.epsilon, users=spec.users, samples=spec.samples, dim=spec.dim,
+            reps=self.reps, estimate=self.estimate.tolist(), truth=self.truth.tolist(),
+            ci_low=last.ci_low.tolist(), ci_high=last.ci_high.tolist(),
+            std_error=last.std_error.tolist(), mse=self.sq_error,
+            rmse=float(np.sqrt(self.sq_error)), predicted_mse=predicted,
+            coverage=self.ci_coverage, regime=last.extra.get("regime"),
+            auto=dict(plan.auto) if plan is not None and plan.auto else None,
+            advisories=list(plan.advisories) if plan is not None else [],
+            range=None if spec.bound is None else [-spec.bound, spec.bound],
+            seconds=self.seconds)
 
 
 def simulate_reps(spec: QuerySpec, data: FleetData, rng: RandomSource, reps: int = 1,

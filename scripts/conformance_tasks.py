@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from conformance_contract import json_edge_texts, numeric_strings, transport
 from conformance_seal import seal_refusals
 
 from uldp.client.budget import split_epsilon
@@ -29,6 +30,7 @@ from uldp.client.kinds import KINDS
 from uldp.client.params import bounded_params, heavy_tailed_params
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskSpec, compute_report, report_length, task_epsilon_units
+from uldp.client.trace import tracing
 
 __all__ = ["TASK_FILES", "enc", "key_for"]
 
@@ -265,11 +267,16 @@ def _report_case(name: str, task: TaskSpec, samples: Any, labels: Any,
     x = np.asarray(samples, dtype=np.float64)
     if _dim(task) is not None and x.size == 0:
         x = np.zeros((0, task.dim))
-    rep = compute_report(task, x, lab if uses else None, rng=rng, dim=_dim(task))
-    return {"name": name, "task": task.to_json(), "dim": _dim(task),
-            "samples": enc(list(samples)), "labels": None if labels is None else enc(labels),
-            "key": key.hex(), "report": [int(v) for v in rep], "next_word": next_word(rng),
-            "units": str(task_epsilon_units(task)), "report_length": report_length(task)}
+    with tracing() as tr:
+        rep = compute_report(task, x, lab if uses else None, rng=rng, dim=_dim(task))
+    out = {"name": name, "task": task.to_json(), "dim": _dim(task),
+           "samples": enc(list(samples)), "labels": None if labels is None else enc(labels),
+           "key": key.hex(), "report": [int(v) for v in rep], "next_word": next_word(rng),
+           "units": str(task_epsilon_units(task)), "report_length": report_length(task),
+           "statistic": _hexes(tr.statistic), "rounding": tr.rounding}
+    if tr.items:
+        out["items"] = tr.items
+    return out
 
 
 def tasks() -> dict[str, Any]:
@@ -468,7 +475,7 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("participated", b, {"ledger": [("q-mean", "bb" * 32, 0.5)]}),
         ("resend-same-digest", b, {"ledger": [("q-mean", "same", 0.5)]}),
         *seal_refusals(b),
-    ]
+    ] + [(name, text, {}) for name, text in json_edge_texts(_text(b))]
 
 
 def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[str, Any]:
@@ -634,7 +641,7 @@ _REGISTRATIONS: list[tuple[str, Any, Any, int | None]] = [
     ("scalar-empty", [], [], None),
     ("no-data", None, None, None),
     ("no-data-vectors", None, [1.0], 2),
-]
+] + numeric_strings()
 
 
 def registrations() -> dict[str, Any]:
@@ -651,6 +658,7 @@ def registrations() -> dict[str, Any]:
 
 
 TASK_FILES["registration"] = registrations
+TASK_FILES["transport"] = transport
 _ = DatasetSchema
 
 

@@ -35,6 +35,7 @@ from uldp.client.params import Alg1Params, bin_index, bounded_params, heavy_tail
 from uldp.client.randomness import RandomSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conformance_mechanisms import MECHANISM_FILES
 from conformance_seal import SEAL_FILES
 from conformance_tasks import TASK_FILES
 
@@ -357,6 +358,7 @@ FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "keystream": keystream, "keys": keys, "below": below, "bernoulli": bernoulli,
     "epsilon": epsilon, "dlap": dlap, "rounding": rounding, "params": params,
     "hadamard": hadamard, "stage1": stage1, "stage2": stage2, **TASK_FILES, **SEAL_FILES,
+    **MECHANISM_FILES,
 }
 
 

@@ -30,8 +30,9 @@ GENERATED = re.compile(r"_pb2(_grpc)?\.pyi?$")
 LAYERS: list[tuple[str, ...]] = [
     ("uldp.client.wire",),
     ("uldp.client",),
-    ("uldp.collector.estimators", "uldp.collector.progress", "uldp.collector.datasets",
-     "uldp.collector.central", "uldp.collector.shuffler.amplification"),
+    ("uldp.collector.estimators", "uldp.collector.mechanisms", "uldp.collector.progress",
+     "uldp.collector.datasets", "uldp.collector.csvdata", "uldp.collector.central",
+     "uldp.collector.shuffler.amplification"),
     ("uldp.collector.methods",),
     ("uldp.collector.planner",),
     ("uldp.collector.learning.sgd", "uldp.collector.learning.classify",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -82,13 +81,18 @@ def _write(path: Path, rows: list[tuple]) -> Path:
     return path
 
 
-def test_csv_reader_groups_users_and_keeps_bad_values_missing(tmp_path):
-    f = _write(tmp_path / "v.csv", [("a", "1.5", "n"), ("b", "x", "s"), ("a", "", "s"),
-                                    ("b", "2", "n"), ("c", "inf", "e")])
+def test_csv_reader_groups_users_and_refuses_bad_values(tmp_path):
+    """Issue 17 item 25: one rule with ``uldp central`` (``uldp.collector.csvdata``): a
+    non-numeric, empty or infinite value refuses the file, naming the row."""
+    for bad, needle in (("x", "'x' is not a number"), ("", "empty"),
+                        ("inf", "NaN or infinite")):
+        f = _write(tmp_path / "b.csv", [("a", "1.5", "n"), ("b", bad, "s")])
+        with pytest.raises(ValueError, match=f"row 3, column 'minutes': .*{needle}"):
+            read_user_csv(f, "user", ["minutes"])
+    f = _write(tmp_path / "v.csv", [("a", "1.5", "n"), ("b", "3", "s"), ("a", "0", "s"),
+                                    ("b", "2", "n"), ("c", "7", "e")])
     data = read_user_csv(f, "user", ["minutes"])
-    assert [len(v) for v in data.values] == [2, 2, 1]
-    assert data.values[0][0] == 1.5 and math.isnan(data.values[0][1])
-    assert math.isnan(data.values[1][0]) and data.values[2][0] == math.inf
+    assert [v.tolist() for v in data.values] == [[1.5, 0.0], [3.0, 2.0], [7.0]]
     cats = read_user_csv(f, "user", [], category_col="region")
     assert cats.categories == ["e", "n", "s"]
     assert cats.values[0].tolist() == [1.0, 2.0]

@@ -88,7 +88,31 @@ def _all_tasks() -> list[tuple[str, TaskSpec]]:
                     spec = QuerySpec(kind=kind, epsilon=eps, users=600, samples=4, dim=2,
                                      method=method, extra=extra, seed=5)
                     cases += _stage_tasks(compile_query(spec), f"{kind}-{method}-e{eps}")
-    return cases
+    return cases + _mechanism_tasks()
+
+
+def _mechanism_tasks() -> list[tuple[str, TaskSpec]]:
+    """The same tasks with every frequency oracle (stage I) and scalar randomizer (values),
+    and method ``oracle`` (sampled records) with one and several records."""
+    from dataclasses import replace
+
+    out: list[tuple[str, TaskSpec]] = []
+    for kind, dim, _ in MEAN_KINDS:
+        for method, eps in (("two-stage", 0.5), ("ssl", 2.5), ("baseline-b", 60.0)):
+            plan = compile_query(QuerySpec(kind=kind, epsilon=eps, users=600, samples=4,
+                                           dim=dim, method=method, seed=3))
+            for name, task in _stage_tasks(plan, f"{kind}-{method}-e{eps}-mech"):
+                mechs = ("grr", "oue", "ss", "olh") if task.stage == 1 else ("duchi", "pm",
+                                                                             "hm")
+                for m in mechs:
+                    out.append((f"{name}-{m}", replace(task, mechanism=m)))
+    for m in ("laplace", "grr", "oue", "ss", "olh"):
+        for eps, r in ((0.5, 1), (8.0, 3)):
+            out.append((f"distribution-oracle-{m}-e{eps}-r{r}",
+                        TaskSpec(query_id="q", kind="distribution", method="oracle", stage=0,
+                                 epsilon=eps, eps_c=eps / r, components=tuple(range(8)),
+                                 dim=5, mechanism=m, records=r)))
+    return out
 
 
 TASKS = _all_tasks()
@@ -445,3 +469,26 @@ def test_hostile_parameters_are_refused_or_total(task, values, seed):
     except TaskRefused:
         return
     _assert_total(task, values, seed)
+
+
+def test_hostile_mechanism_parameters_are_refused_before_any_charge():
+    """An unknown, mistyped or misplaced mechanism, and records outside [1, 2^10] or on a
+    method without records, are refusals with stable codes (docs/device-protocol.md
+    §14.1), never a crash."""
+    stage1, ssl = _task("mean").to_dict(), _task("mean", "ssl").to_dict()
+    oracle = {"schema": "uldp.task/2", "query_id": "q", "kind": "distribution",
+              "method": "oracle", "stage": 0, "epsilon": 1.0, "eps_c": 1.0,
+              "components": list(range(8)), "dim": 5, "mechanism": "oue"}
+    bad = [(stage1, {"mechanism": "bogus"}, "method"), (stage1, {"mechanism": 3}, "field"),
+           (stage1, {"mechanism": None}, "field"), (stage1, {"mechanism": "duchi"}, "param"),
+           (ssl, {"mechanism": "oue"}, "param"), (ssl, {"records": 2}, "param"),
+           (ssl, {"records": 1.0}, "field"), (oracle, {"records": 0}, "param"),
+           (oracle, {"records": 2**11}, "limit"), (oracle, {"mechanism": "hm"}, "param"),
+           (oracle, {"components": [0]}, "param"), (oracle, {"kind": "mean", "dim": 1,
+                                                             "components": [0]}, "param"),
+           (oracle, {"records": 2, "eps_c": 0.75}, "over-budget"),
+           (oracle, {"intervals": [[0.0, 1.0]]}, "param")]
+    for base, change, code in bad:
+        with pytest.raises(TaskRefused) as err:
+            report_length(TaskSpec.from_dict({**base, **change}))
+        assert err.value.code == code, (change, err.value.code, str(err.value))

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Regenerate src/node/wire.gen.json, the protobufjs JSON descriptor of proto/uldp/v1/*.proto
-// that the Node transport loads (no .proto file is read at run time).
+// Regenerate src/wire/wire.gen.json, the protobufjs JSON descriptor of proto/uldp/v1/*.proto
+// that the transports load (no .proto file is read at run time).
 //
 //   node scripts/gen-proto-json.mjs          # rewrite the file
 //   node scripts/gen-proto-json.mjs --check  # exit 1 if it is stale (ci.sh)
@@ -13,7 +13,7 @@ import protobuf from "protobufjs";
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
 const PROTO_ROOT = here("../../proto/");
 const PROTO_DIR = PROTO_ROOT + "uldp/v1/";
-const OUT = here("../src/node/wire.gen.json");
+const OUT = here("../src/wire/wire.gen.json");
 
 const files = readdirSync(PROTO_DIR).filter((f) => f.endsWith(".proto")).sort();
 const root = new protobuf.Root();
@@ -29,10 +29,10 @@ if (process.argv.includes("--check")) {
   let current = "";
   try { current = readFileSync(OUT, "utf8"); } catch { /* missing */ }
   if (current !== text) {
-    console.error("src/node/wire.gen.json is stale: run node scripts/gen-proto-json.mjs");
+    console.error("src/wire/wire.gen.json is stale: run node scripts/gen-proto-json.mjs");
     process.exit(1);
   }
 } else {
   writeFileSync(OUT, text);
-  console.log("src/node/wire.gen.json");
+  console.log("src/wire/wire.gen.json");
 }

@@ -22,12 +22,14 @@ import { computeReport, parseTask, RandomSource } from "../src/core/index.js";
 import { Device } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
 import { DeviceTransport, grpc, RpcError } from "../src/node/index.js";
+import { type FetchLike, FetchTransport, type HttpProtocol } from "../src/web/index.js";
+import { A, M, population } from "./fleet/population.js";
+import { request as httpsRequest } from "node:https";
+import { createServer } from "node:net";
 
 const PY = process.env.ULDP_PYTHON ?? "python3";
 const CLI = "import sys; from uldp.collector.service_cli import main; sys.exit(main())";
 const FLEET = Number(process.env.ULDP_TS_FLEET ?? 1000);
-const M = 20; // samples per device
-const A = 8; // categories
 
 function pythonReady(): boolean {
   try {
@@ -44,6 +46,7 @@ const skip = ready ? false : `${PY} cannot import uldp.collector`;
 const dir = mkdtempSync(join(tmpdir(), "uldp-collector-"));
 let proc: ChildProcess | undefined;
 let target = "";
+let httpPort = 0;
 
 function cli(...args: string[]): string {
   return execFileSync(PY, ["-c", CLI, ...args], { encoding: "utf8" });
@@ -53,8 +56,10 @@ const conn = (): string[] => ["--target", target, "--ca", join(dir, "ca.pem"), "
 before(async () => {
   if (!ready) return;
   cli("collector", "certs", "--out", dir);
+  httpPort = await freePort();
   proc = spawn(PY, ["-c", CLI, "collector", "serve", "--db", join(dir, "db.sqlite"), "--tls-dir", dir,
-    "--host", "127.0.0.1", "--port", "0", "--port-file", join(dir, "port"), "--log-level", "warning"], { stdio: "ignore" });
+    "--host", "127.0.0.1", "--port", "0", "--port-file", join(dir, "port"), "--log-level", "warning",
+    "--http-port", String(httpPort)], { stdio: "ignore" });
   const t0 = Date.now();
   while (!existsSync(join(dir, "port")) || !readFileSync(join(dir, "port"), "utf8").trim()) {
     if (Date.now() - t0 > 90_000 || proc.exitCode !== null) throw new Error("collector did not start");
@@ -70,13 +75,66 @@ after(() => {
 
 const transport = (): DeviceTransport => new DeviceTransport({ target, caFile: join(dir, "ca.pem"), serverName: "localhost" });
 
-test("TS transport against the Python collector: enrol, task, report, duplicate, refusals", { skip, timeout: 120_000 }, async () => {
-  cli("query", "create", ...conn(), "--kind", "mean", "--epsilon", "1", "--dataset", "single", "--users", "4",
-    "--samples", "10", "--bound", "1", "--method", "ssl", "--id", "q-ts");
-  const t = transport();
-  try {
+function freePort(): Promise<number> {
+  return new Promise((ok) => {
+    const srv = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => ok(port));
+    });
+  });
+}
+
+/** fetch over node:https trusting the dev CA (Node's global fetch has no CA option). */
+const nodeFetch: FetchLike = (url, init) => new Promise((ok, fail) => {
+  const req = httpsRequest(url, { method: init.method, headers: init.headers, ca: readFileSync(join(dir, "ca.pem")),
+    servername: "localhost", signal: init.signal as AbortSignal | undefined }, (res) => {
+    const chunks: Buffer[] = [];
+    res.on("data", (c: Buffer) => chunks.push(c));
+    res.on("end", () => ok({ status: res.statusCode ?? 0,
+      headers: { get: (k: string) => { const v = res.headers[k.toLowerCase()]; return v === undefined ? null : String(v); } },
+      arrayBuffer: async () => Uint8Array.from(Buffer.concat(chunks)).buffer }));
+    res.on("error", fail);
+  });
+  req.on("error", fail);
+  req.end(Buffer.from(init.body));
+});
+
+const webTransport = (protocol: HttpProtocol): FetchTransport =>
+  new FetchTransport({ baseUrl: `https://127.0.0.1:${httpPort}`, protocol, fetch: nodeFetch });
+
+async function waitHttp(): Promise<void> {
+  const t0 = Date.now();
+  for (;;) {
+    try {
+      await webTransport("connect").call("Nope", new Uint8Array(0), null);
+    } catch (e) {
+      if (e instanceof RpcError && e.code === grpc.status.UNIMPLEMENTED) return;
+      if (Date.now() - t0 > 60_000) throw e;
+      await new Promise((ok) => setTimeout(ok, 200));
+    }
+  }
+}
+
+for (const via of ["gRPC", "Connect", "gRPC-Web"] as const) {
+  test(`TS ${via} transport against the Python collector: enrol, task, report, duplicate, refusals`,
+    { skip, timeout: 120_000 }, async () => {
+      if (via !== "gRPC") await waitHttp();
+      const id = `q-ts-${via.toLowerCase()}`;
+      cli("query", "create", ...conn(), "--kind", "mean", "--epsilon", "1", "--dataset", id, "--users", "4",
+        "--samples", "10", "--bound", "1", "--method", "ssl", "--id", id);
+      const t = via === "gRPC" ? transport() : webTransport(via === "Connect" ? "connect" : "grpc-web");
+      try {
+        await transportChecks(t, id);
+      } finally {
+        if (t instanceof DeviceTransport) t.close();
+      }
+    });
+}
+
+async function transportChecks(t: DeviceTransport | FetchTransport, dataset: string): Promise<void> {
+  {
     const { token } = await t.enroll({ label: "client-ts test" });
-    const { tasks } = await t.getTasks(token, ["single"]);
+    const { tasks } = await t.getTasks(token, [dataset]);
     assert.equal(tasks.length, 1);
     const msg = tasks[0];
     assert.equal(createHash("sha256").update(msg.task_json, "utf8").digest("hex"), msg.task_digest);
@@ -92,35 +150,18 @@ test("TS transport against the Python collector: enrol, task, report, duplicate,
     await assert.rejects(t.submitReport("not-a-token", report),
       (e: unknown) => e instanceof RpcError && e.code === grpc.status.UNAUTHENTICATED);
     const other = await t.enroll({ label: "second device" });
-    const t2 = (await t.getTasks(other.token, ["single"])).tasks[0];
+    const t2 = (await t.getTasks(other.token, [dataset])).tasks[0];
     await assert.rejects(t.submitReport(other.token, { ...report, phase: t2.phase, taskDigest: t2.task_digest, values: [1n, 2n] }),
       (e: unknown) => e instanceof RpcError && e.code === grpc.status.INVALID_ARGUMENT);
     // a simulated report is refused by a query that does not allow simulations
     const third = await t.enroll({ label: "third device" });
-    const t3 = (await t.getTasks(third.token, ["single"])).tasks[0];
+    const t3 = (await t.getTasks(third.token, [dataset])).tasks[0];
     await assert.rejects(t.submitReport(third.token, { ...report, phase: t3.phase, taskDigest: t3.task_digest, simulated: true }),
       (e: unknown) => e instanceof RpcError && e.code === grpc.status.FAILED_PRECONDITION);
-  } finally {
-    t.close();
   }
-});
-
-// ---- the fleet -----------------------------------------------------------------------------
-/** Device i's local data: M values in [-0.2, 0.8] and M categories in [0, A), from a seeded
- * stream (public test data, not privacy noise). */
-function population(i: number): { steps: number[]; cats: number[] } {
-  const r = RandomSource.seeded(`ts-fleet-data-${i}`);
-  const u = (): number => Number(r.words(1)[0] >> 11n) / 2 ** 53;
-  const offset = 0.1 * (2 * u() - 1);
-  const steps = Array.from({ length: M }, () => 0.3 + offset + 0.4 * (2 * u() - 1));
-  const tilt = u();
-  const cats = Array.from({ length: M }, () => {
-    const v = u() * (1 + tilt);
-    return Math.min(A - 1, Math.floor(A * v * v / (1 + tilt) ** 2));
-  });
-  return { steps, cats };
 }
 
+// ---- the fleet -----------------------------------------------------------------------------
 /** Run `fn` over `items` with at most `limit` at once. */
 async function pool<T>(items: T[], limit: number, fn: (x: T) => Promise<void>): Promise<void> {
   let next = 0;

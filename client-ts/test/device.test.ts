@@ -12,7 +12,7 @@ import { RandomSource, taskDigest } from "../src/core/index.js";
 import {
   Device, type DeviceTransportLike, type ReportMessage, Status, type TaskMessage,
 } from "../src/device/index.js";
-import { type LedgerEntry, MemoryStore } from "../src/ledger/index.js";
+import { type LedgerChange, type LedgerEntry, MemoryStore } from "../src/ledger/index.js";
 
 class Fake implements DeviceTransportLike {
   calls: string[] = [];
@@ -52,9 +52,12 @@ function taskMsg(queryId: string, o: Record<string, unknown> = {}, dataset = "da
 
 class RecordingStore extends MemoryStore {
   puts: LedgerEntry[] = [];
-  override async put(e: LedgerEntry): Promise<void> {
-    this.puts.push(e);
-    await super.put(e);
+  override async transact<T>(decide: (entries: readonly LedgerEntry[]) => LedgerChange<T>): Promise<T> {
+    return super.transact((entries) => {
+      const change = decide(entries);
+      this.puts.push(...change.put);
+      return change;
+    });
   }
 }
 
@@ -184,4 +187,30 @@ test("totality: the messages do not depend on the data", async () => {
   const empty = await runWith([], []);
   assert.deepEqual(await runWith([NaN, Infinity, 1e308, "x", null, [1], { a: 1 }, true], [[NaN, 1], [1e308, -1e308], "ab", [1, 2, 3]]), empty);
   assert.deepEqual(await runWith([0.5, 0.25], [[0.1, 0.2]]), empty);
+});
+
+test("two Devices over one store (two tabs): the budget holds, one report per query, one identity", async () => {
+  // issue 17 item 2: each Device kept its own ledger and spent 2.0 of a budget of 1.0
+  for (let round = 0; round < 20; round++) {
+    const fake = new Fake();
+    let n = 0;
+    fake.enroll = async () => ({ device_id: `d-${++n}`, token: `tok-${n}`, expires_at_ms: String(Date.now() + 86_400_000) });
+    fake.tasks = [taskMsg("q1"), taskMsg("q2")]; // ε = 1 each; the budget is 1
+    const store = new MemoryStore();
+    const [a, b] = [await device(fake, store, 1), await device(fake, store, 1)];
+    a.addDataset("data", [0.5]);
+    b.addDataset("data", [0.25]);
+    const [ra, rb] = await Promise.all([a.poll(), b.poll()]);
+    const sent = new Map<string, string>();
+    for (const r of fake.reports) {
+      const v = r.values.join();
+      assert.ok(!sent.has(r.queryId) || sent.get(r.queryId) === v, "one query answered with two different reports");
+      sent.set(r.queryId, v);
+    }
+    assert.equal(sent.size, 1, `answered ${[...sent.keys()]} with a budget for one`);
+    assert.equal(a.deviceId, b.deviceId);
+    assert.equal(a.ledger.spentUnits() <= 1n << 24n && b.ledger.spentUnits() <= 1n << 24n, true);
+    assert.deepEqual([...ra.submitted, ...rb.submitted].filter((q) => q !== [...sent.keys()][0]), []);
+    assert.equal((await store.load()).length, 1);
+  }
 });

@@ -5,8 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import {
-  AlreadyParticipated, BudgetExceeded, budgetUnits, decodeValues, encodeValues, Ledger,
-  MemoryStore, type LedgerStore,
+  AlreadyParticipated, BudgetExceeded, budgetUnits, decodeValues, type DeviceStore, encodeValues, Ledger,
+  type LedgerChange, type LedgerEntry, ledgerStoreContract, MemoryStore, type LedgerStore,
 } from "../src/ledger/index.js";
 import { FileStore } from "../src/node/index.js";
 
@@ -79,4 +79,73 @@ test("file store: entries survive a reopen; the directory is locked while open",
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+// ---- the ledger store contract, against every store the project ships to Node ----------------
+for (const c of ledgerStoreContract({
+  create: async () => new MemoryStore(),
+  another: async (st) => st, // memory: one object is the storage
+})) {
+  test(`ledger store contract, MemoryStore: ${c.name}`, c.run);
+}
+
+const dirs = new Map<DeviceStore, string>();
+for (const c of ledgerStoreContract({
+  create: async () => {
+    const dir = mkdtempSync(join(tmpdir(), "uldp-contract-"));
+    const st = new FileStore(dir, false);
+    dirs.set(st, dir);
+    return st;
+  },
+  another: async (st) => st, // the directory is locked: one FileStore per storage
+  restart: async (st) => {
+    const dir = dirs.get(st)!;
+    (st as FileStore).close();
+    const again = new FileStore(dir, false);
+    dirs.set(again, dir);
+    return again;
+  },
+  close: (st) => {
+    (st as FileStore).close();
+    rmSync(dirs.get(st)!, { recursive: true, force: true });
+  },
+})) {
+  test(`ledger store contract, FileStore: ${c.name}`, c.run);
+}
+
+test("two Ledgers over one store: the in-memory snapshot is not the authority", async () => {
+  // the defect of issue 17 item 2: each ledger kept its own entries and spent 2.0 of 1.0
+  const store = new MemoryStore();
+  const [a, b] = [await Ledger.open(store, 1.0), await Ledger.open(store, 1.0)];
+  await a.record("q1", "d1", 1, U, [1n]);
+  await assert.rejects(b.record("q2", "d2", 1, U, [2n]), BudgetExceeded);
+  const again = await b.record("q1", "d1", 1, U, [9n]); // the same task: a's stored bytes
+  assert.deepEqual(decodeValues(again.report), [1n]);
+  assert.equal(b.spentUnits(), U);
+});
+
+/** A store as a custom AsyncStorage adapter is often first written: transact reads, awaits,
+ * then writes — two handles interleave. The contract must catch it. */
+class SplitStepStore extends MemoryStore {
+  override async transact<T>(decide: (entries: readonly LedgerEntry[]) => LedgerChange<T>): Promise<T> {
+    const seen = await this.load();
+    await new Promise((ok) => setTimeout(ok, 1)); // the storage round trip
+    const { put, result } = decide(seen);
+    await super.transact(() => ({ put, result: null }));
+    return result;
+  }
+}
+
+test("the contract catches a store whose transactions read and write in separate steps", async () => {
+  const cases = ledgerStoreContract({ create: async () => new SplitStepStore(), another: async (st) => st });
+  const failed: string[] = [];
+  for (const c of cases) {
+    try {
+      await c.run();
+    } catch (e) {
+      failed.push(`${c.name}: ${(e as Error).message}`);
+    }
+  }
+  assert.ok(failed.some((f) => f.includes("lost updates")), failed.join("\n"));
+  assert.ok(failed.some((f) => f.includes("budget of 3")), failed.join("\n"));
 });

@@ -135,3 +135,26 @@ test("definitive errors are thrown at once; retries give up after `attempts` cal
     t.close();
   }
 });
+
+test("every status code is retried or not as conformance/v1/transport.json says", async () => {
+  const vectors = JSON.parse(readFileSync(new URL("../../../conformance/v1/transport.json", import.meta.url), "utf8")) as
+    { cases: { code: number; name: string; retried: boolean }[] };
+  const t = transport([]);
+  try {
+    for (const c of vectors.cases.filter((v) => v.code !== grpc.status.OK)) {
+      seen.length = 0;
+      failNext = { code: c.code, times: 1 };
+      let code = grpc.status.OK;
+      try {
+        await t.getTasks("tok", ["steps"]);
+      } catch (e) {
+        assert.ok(e instanceof RpcError, String(e));
+        code = e.code;
+      }
+      assert.deepEqual([c.name, seen.length, code], c.retried ? [c.name, 2, grpc.status.OK] : [c.name, 1, c.code]);
+    }
+  } finally {
+    failNext = { code: grpc.status.OK, times: 0 };
+    t.close();
+  }
+});

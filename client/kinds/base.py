@@ -141,6 +141,9 @@ class Kind:
     #: public range ``(lo, hi)`` of every output coordinate (estimates are post-processed
     #: into it), or None when there is none
     output_range: Callable[[TaskSpec], tuple[float, float] | None] = lambda task: None
+    #: a categorical kind: the number of categories ``A`` of a usable sample, whose value
+    #: is its category (method ``oracle`` reports sampled records); None otherwise
+    categories: Callable[[TaskSpec], int] | None = None
 
     def check(self, task: TaskSpec) -> int:
         """Validate the kind's public values; returns the number of components."""

@@ -60,4 +60,5 @@ register_kind(Kind(
     valid_value=_in_alphabet,
     transform=hadamard_transform,
     output_range=lambda t: (0.0, 1.0),  # frequencies
+    categories=lambda t: t.dim,
 ))

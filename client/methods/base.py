@@ -7,9 +7,10 @@ length and layout, the ε a report spends, and the device computation; its colle
 ``uldp.collector.methods``. Methods are registered by name in
 ``uldp.client.methods.METHODS``.
 
-The two report mechanisms every method is built from are in
-``uldp.client.mechanisms.two_stage``: stage-I bins (``DLap(2/ε_c)`` per entry) and values
-on a public interval (``DLap(2^16/ε_c)``).
+A task's ``mechanism`` (``uldp.client.mechanisms``) says how the method's categorical
+values (stage-I bins, sampled records) or clamped values (stage II, SSL, baseline B) become
+integers: a frequency oracle or a scalar randomizer; the default is discrete Laplace
+(``uldp.client.mechanisms.two_stage``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from uldp.client.budget import EpsilonError, epsilon_units
 from uldp.client.kinds.base import Kind
+from uldp.client.mechanisms import DEFAULT, ORACLES, SCALARS, FrequencyOracle, ScalarMechanism
 from uldp.client.params import GRID_STEPS, Alg1Params, support_bins
 from uldp.client.randomness import RandomSource
 from uldp.client.taskspec import TaskRefused, TaskSpec
@@ -34,6 +36,9 @@ __all__ = [
     "check_bins",
     "check_intervals",
     "component_units",
+    "oracle_of",
+    "scalar_of",
+    "single_record",
     "values_limit",
 ]
 
@@ -138,3 +143,32 @@ def values_limit(eps_c: float) -> int:
 
 def intervals(task: TaskSpec) -> Sequence[tuple[float, float]]:
     return [(float(lo), float(hi)) for lo, hi in task.intervals]
+
+
+def oracle_of(task: TaskSpec) -> FrequencyOracle:
+    """The task's frequency oracle (a refusal when its mechanism is not one)."""
+    mech = ORACLES.get(task.mechanism)
+    if mech is None:
+        raise TaskRefused(f"mechanism {task.mechanism!r} is not a frequency oracle (this "
+                          f"task reports categories: {sorted(ORACLES)})")
+    return mech
+
+
+def scalar_of(task: TaskSpec) -> ScalarMechanism:
+    """The task's scalar randomizer (a refusal when its mechanism is not one)."""
+    mech = SCALARS.get(task.mechanism)
+    if mech is None:
+        raise TaskRefused(f"mechanism {task.mechanism!r} is not a scalar randomizer (this "
+                          f"task reports values: {sorted(SCALARS)})")
+    return mech
+
+
+def single_record(task: TaskSpec) -> None:
+    """Only method ``oracle`` samples several records."""
+    if task.records != 1:
+        raise TaskRefused(f"method {task.method!r} has no records parameter (it must be 1)")
+
+
+def laplace_only(task: TaskSpec) -> None:
+    if task.mechanism != DEFAULT:
+        raise TaskRefused(f"method {task.method!r} reports with discrete Laplace only")

@@ -17,6 +17,8 @@ from uldp.client.methods.base import (
     check_intervals,
     component_units,
     intervals,
+    laplace_only,
+    single_record,
     values_limit,
 )
 from uldp.client.methods.two_stage import UserValues
@@ -122,6 +124,8 @@ class BaselineA:
                 raise TaskRefused("each virtual group is a non-empty set of served components")
         if task.m_ref > 1 << 20:
             raise TaskRefused(f"m_ref must be at most 2^20, got {task.m_ref}", code="limit")
+        single_record(task)
+        laplace_only(task)
         check_intervals(task)
 
     def _interval_of(self, task: TaskSpec) -> dict[int, tuple[float, float]]:

@@ -6,9 +6,11 @@ privacy argument are in ``uldp.client.mechanisms.two_stage``; the collector half
 ``uldp.collector.methods.two_stage``.
 
 A stage-I task carries the bins ``(D_c, h_c, B_c)`` of each served component; the report
-is the concatenation of the components' ``B_c`` noisy bin indicators. A stage-II task
-carries the clamp interval ``[lo_c, hi_c]`` of each served component (the collector
-derives it from stage I); the report is one noisy grid value per component.
+is the concatenation of the components' frequency-oracle reports of their bin (default:
+``B_c`` noisy bin indicators). A stage-II task carries the clamp interval ``[lo_c, hi_c]``
+of each served component (the collector derives it from stage I); the report is one
+scalar-randomizer integer per component (default: a noisy grid value). The task's
+``mechanism`` names the oracle (stage I) or the randomizer (values).
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from __future__ import annotations
 import numpy as np
 
 from uldp.client.kinds.base import Kind
-from uldp.client.mechanisms.two_stage import stage1_reports, stage2_reports
+from uldp.client.mechanisms.two_stage import bin_reports, value_reports
 from uldp.client.methods.base import (
     bin_params,
-    bins_limit,
     check_bins,
     check_intervals,
     component_units,
     intervals,
-    values_limit,
+    oracle_of,
+    scalar_of,
+    single_record,
 )
 from uldp.client.randomness import RandomSource
 from uldp.client.taskspec import TaskSpec
@@ -40,6 +43,8 @@ class UserValues:
     stages: tuple[int, ...] = (0,)
 
     def check(self, task: TaskSpec, n_components: int) -> None:
+        single_record(task)
+        scalar_of(task)
         check_intervals(task)
 
     def report_length(self, task: TaskSpec) -> int:
@@ -49,7 +54,7 @@ class UserValues:
         return len(task.components) * component_units("eps_c", task.eps_c)
 
     def report_limit(self, task: TaskSpec) -> int:
-        return values_limit(task.eps_c)
+        return scalar_of(task).limit(task.eps_c)
 
     def statistics(self, task: TaskSpec, kind: Kind, X: np.ndarray, valid: np.ndarray,
                    rng: RandomSource) -> np.ndarray:
@@ -58,7 +63,7 @@ class UserValues:
     def compute(self, task: TaskSpec, kind: Kind, X: np.ndarray, valid: np.ndarray,
                 rng: RandomSource, offsets: np.ndarray | None) -> np.ndarray:
         Y = self.statistics(task, kind, X, valid, rng)
-        return stage2_reports(Y, intervals(task), task.eps_c, rng)
+        return value_reports(Y, intervals(task), scalar_of(task), task.eps_c, rng)
 
 
 class TwoStage(UserValues):
@@ -69,21 +74,27 @@ class TwoStage(UserValues):
 
     def check(self, task: TaskSpec, n_components: int) -> None:
         if task.stage == 1:
+            single_record(task)
+            oracle_of(task)
             check_bins(task)
         else:
-            check_intervals(task)
+            super().check(task, n_components)
 
     def report_length(self, task: TaskSpec) -> int:
         if task.stage == 1:
-            return sum(int(B) for _, _, B in task.bins)
+            oracle = oracle_of(task)
+            return sum(oracle.length(int(B), task.eps_c) for _, _, B in task.bins)
         return len(task.components)
 
     def report_limit(self, task: TaskSpec) -> int:
-        return bins_limit(task.eps_c) if task.stage == 1 else values_limit(task.eps_c)
+        if task.stage == 1:
+            oracle = oracle_of(task)
+            return max(oracle.limit(int(B), task.eps_c) for _, _, B in task.bins)
+        return super().report_limit(task)
 
     def compute(self, task: TaskSpec, kind: Kind, X: np.ndarray, valid: np.ndarray,
                 rng: RandomSource, offsets: np.ndarray | None) -> np.ndarray:
         Y = self.statistics(task, kind, X, valid, rng)
         if task.stage == 1:
-            return stage1_reports(Y, bin_params(task), task.eps_c, rng)
-        return stage2_reports(Y, intervals(task), task.eps_c, rng)
+            return bin_reports(Y, bin_params(task), oracle_of(task), task.eps_c, rng)
+        return value_reports(Y, intervals(task), scalar_of(task), task.eps_c, rng)

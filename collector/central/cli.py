@@ -19,12 +19,11 @@ released. Every release prints its estimand (which mean) and an interval.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -36,44 +35,27 @@ __all__ = ["METHODS", "CentralMethod", "methods_of", "read_columns", "register",
 
 def read_columns(path: str, user_col: str, value_cols: Sequence[str],
                  subset_col: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Read ``(user ids, values (N,) or (N, d), subsets)`` from a CSV file with a header."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"no such CSV file: {path}")
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        wanted = [user_col, *value_cols] + ([subset_col] if subset_col else [])
-        missing = [c for c in wanted if c not in header]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {missing}; the file has {header}")
-        users, subsets, rows = [], [], []
-        for i, row in enumerate(reader, start=2):
-            vals = []
-            for c in value_cols:
-                text = (row[c] or "").strip()
-                try:
-                    v = float(text)
-                except ValueError:
-                    raise ValueError(f"{path}: row {i}, column {c!r}: {text!r} is not a "
-                                     "number") from None
-                if not math.isfinite(v):
-                    raise ValueError(f"{path}: row {i}, column {c!r}: {text!r} is NaN or "
-                                     "infinite")
-                vals.append(v)
-            uid = (row[user_col] or "").strip()
-            if not uid:
-                raise ValueError(f"{path}: row {i}: empty user id in column {user_col!r}")
-            users.append(uid)
-            rows.append(vals)
-            if subset_col:
-                subsets.append((row[subset_col] or "").strip())
-    if not rows:
-        raise ValueError(f"{path}: no data rows")
-    values = np.asarray(rows, dtype=np.float64)
+    """Read ``(user ids, values (N,) or (N, d), subsets)`` from a CSV file with a header
+    (:func:`uldp.collector.csvdata.read_csv_columns`: the rules of every command)."""
+    from uldp.collector.csvdata import read_csv_columns
+
+    t = read_csv_columns(path, user_col, value_cols, [subset_col] if subset_col else [])
+    values = np.column_stack([t.numbers[c] for c in value_cols])
     if values.shape[1] == 1:
         values = values[:, 0]
-    return np.asarray(users), values, (np.asarray(subsets) if subset_col else None)
+    return t.users, values, (t.texts[subset_col] if subset_col else None)
+
+
+def _clamped(values: np.ndarray, lo: float, hi: float, flags: str = "--lo/--hi"
+             ) -> np.ndarray:
+    """``values`` clamped into the public range, the count said on stderr (for the
+    operator; never part of a release)."""
+    from uldp.collector.csvdata import clamp_to_range
+
+    out, note = clamp_to_range(values, lo, hi, flags)
+    if note:
+        print(f"uldp: note: {note}", file=sys.stderr)
+    return out
 
 
 def _rng(args: argparse.Namespace) -> RandomSource | None:
@@ -303,6 +285,9 @@ def _release_mean(args: argparse.Namespace, users: np.ndarray, values: np.ndarra
         raise ValueError(f"--epsilon must be a finite positive number, got {args.epsilon:g}")
     if not 0 < getattr(args, "alpha", 0.05) < 1:
         raise ValueError(f"--alpha must be in (0, 1), got {args.alpha:g}")
+    rng = _public_range(args, args.method, required=False)
+    if rng is not None:
+        values = _clamped(values, *rng, "--bound" if args.bound is not None else "--lo/--hi")
     return METHODS[args.method].release(args, users, values)
 
 
@@ -323,6 +308,30 @@ def _cmd_robust(args: argparse.Namespace) -> int:
     return 0
 
 
+def _per_subset_epsilon(total: float, users: np.ndarray, subsets: np.ndarray
+                        ) -> tuple[float, int]:
+    """``--epsilon`` (the total) split over the subsets one user touches: ``(ε per subset,
+    K)``, ``K`` the largest number of subsets a user has records in (from the occupancy,
+    declared public), ``K · ε per subset <= total`` exactly on the 2^-24 grid."""
+    from uldp.client.budget import EpsilonError, split_epsilon
+    from uldp.collector.central.occupancy import index_rows
+
+    if not (math.isfinite(total) and total > 0):
+        raise ValueError(f"--epsilon must be a finite positive number, got {total:g}")
+    K = int(index_rows(users, subsets).occupancy.subsets_per_user().max())
+    try:
+        return split_epsilon(total, K), K
+    except EpsilonError:
+        raise ValueError(f"--epsilon {total:g} is too small to split over the {K} subsets "
+                         "one user has records in (below 2^-24 each)") from None
+
+
+def _loss_histogram(losses: np.ndarray) -> dict[str, int]:
+    """How many users lose how much ε (no user id: the output never names a user)."""
+    vals, counts = np.unique(np.round(np.asarray(losses, np.float64), 12), return_counts=True)
+    return {f"{v:g}": int(c) for v, c in zip(vals, counts, strict=True)}
+
+
 def _cmd_subset(args: argparse.Namespace) -> int:
     from uldp.collector.central.clip_user import plan_clip_user
     from uldp.collector.central.subset_release import subset_stats
@@ -331,20 +340,33 @@ def _cmd_subset(args: argparse.Namespace) -> int:
                                           args.subset_col)
     if values.ndim != 1:
         raise ValueError("subset-stats takes exactly one --value-col")
+    assert subsets is not None
+    eps, K = _per_subset_epsilon(args.epsilon, users, subsets)
+    if args.lower < args.upper:  # else the release names the mistake
+        values = _clamped(values, args.lower, args.upper, "--lower/--upper")
     plan = None
     if args.clip_user:
-        plan = plan_clip_user(users, subsets, epsilon=args.epsilon, upper=args.upper,
+        plan = plan_clip_user(users, subsets, epsilon=eps, upper=args.upper,
                               lower=args.lower, statistic=args.statistic,
                               public_occupancy=True)
         if not args.json:
             print("Clip-User plan (from public occupancy counts only, before any release):")
             print(plan.describe())
             print()
-    rel = subset_stats(users, values, subsets, epsilon=args.epsilon, upper=args.upper,
+    rel = subset_stats(users, values, subsets, epsilon=eps, upper=args.upper,
                        lower=args.lower, statistic=args.statistic, plan=plan,
                        public_occupancy=True, rng=_rng(args))
+    details = rel.details
+    details["users_by_loss"] = _loss_histogram(details.pop("user_loss"))
+    details.pop("users")
     _print_release(rel, args.json, f"per-{args.subset_col} {args.statistic} of "
                                    f"{args.value_col[0]}")
+    if not args.json:
+        spent = rel.privacy.epsilon
+        print(f"total: user-level epsilon {spent:g} for the whole release (--epsilon "
+              f"{args.epsilon:g}): {eps:g} per subset, a user has records in at most "
+              f"{rel.details['K']} subset(s)" + (f" ({K} before Clip-User)"
+                                                  if rel.details["K"] != K else ""))
     return 0
 
 
@@ -355,7 +377,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="value column; repeat it or give a comma-separated list for a "
                         "vector per row (--value-col x --value-col y, or --value-col x,y)")
     p.add_argument("--epsilon", type=float, required=True,
-                   help="user-level privacy budget of the release")
+                   help="total user-level privacy budget of the release")
     p.add_argument("--seed", type=int, default=None,
                    help="seeded noise for tests/simulations only (never for a real release)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -410,7 +432,12 @@ def register(subparsers: Any) -> None:
     r.add_argument("--statistic", default="mean",
                    help="sa: built-in statistic name ('mean' = mean of user means)")
     r.set_defaults(func=_cmd_robust, bound=None, delta=None, allow_small_n=False)
-    s = sc.add_parser("subset-stats", help="per-subset means/variances (Clip-User optional)")
+    s = sc.add_parser("subset-stats", help="per-subset means/variances (Clip-User optional)",
+                      description="Per-subset mean and/or variance. --epsilon is the total "
+                      "user-level budget: each subset's release gets --epsilon / K, K the "
+                      "largest number of subsets one user has records in (the occupancy is "
+                      "declared public), so no user loses more than --epsilon; the output "
+                      "states the total spent.")
     _common(s)
     s.add_argument("--subset-col", required=True,
                    help="column naming the subset (e.g. region) of each row")

@@ -155,10 +155,10 @@ def _stage(state: _Suppressor, g_user: np.ndarray, k_now: int, bound: float,
     for ell in np.flatnonzero(g_user == k_now).tolist():
         best_e, best_p, have_candidate = state.best(ell)
         if not have_candidate:
-            return done, f"user {_plain(state.users[ell])!r} has no suppressible subset"
-        if best_p < 0 or best_e > bound:
-            return done, (f"user {_plain(state.users[ell])!r} cannot be suppressed anywhere "
-                          f"without exceeding E (best candidate {best_e:.6g} > {bound:.6g})")
+            return done, f"a user at K = {k_now} has no suppressible subset"
+        if best_p < 0 or best_e > bound:  # no user id: plans are printed
+            return done, (f"a user at K = {k_now} cannot be suppressed anywhere without "
+                          f"exceeding E (best candidate {best_e:.6g} > {bound:.6g})")
         state.suppress(best_p)
         g_user[ell] -= 1
         done += 1
@@ -324,7 +324,8 @@ class ClipUserPlan:
         raise ValueError(f"kind must be 'subsets' or 'users', got {kind!r}")
 
     def describe(self, max_rows: int = 20) -> str:
-        """Human-readable plan: K, E, Ē, per-subset errors and the most-charged users."""
+        """Human-readable plan: K, E, Ē, per-subset errors and how many users lose how much
+        (never a user id: :meth:`to_table` ``("users")`` has them, for the data owner)."""
         occ = self.occupancy
         eps = self.params.epsilon
         lines = [
@@ -353,12 +354,10 @@ class ClipUserPlan:
         if len(rows) > max_rows:
             lines.append(f"  ... {len(rows) - max_rows} more subsets")
         before, after = self.user_loss_before, self.user_loss_after
-        top = np.lexsort((np.arange(occ.n_users), -before))[:max_rows]
-        lines.append("  user | loss before -> after")
-        for i in top.tolist():
-            lines.append(f"  {_plain(occ.users[i])!s:>8} | {before[i]:g} -> {after[i]:g}")
-        if occ.n_users > max_rows:
-            lines.append(f"  ... {occ.n_users - max_rows} more users")
+        levels = np.unique(np.round(np.r_[before, after], 12))[::-1]
+        lines.append("  users by privacy loss (before -> after): " + ", ".join(
+            f"{v:g}: {int(np.sum(np.isclose(before, v)))} -> "
+            f"{int(np.sum(np.isclose(after, v)))}" for v in levels[:max_rows]))
         return "\n".join(lines)
 
 

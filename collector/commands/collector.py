@@ -72,7 +72,7 @@ def _cmd_health(a: argparse.Namespace) -> int:
     from grpc_health.v1 import health_pb2
 
     from uldp.collector.cliutil import describe_rpc_error
-    ep = conn_endpoint(a, a.server_name)
+    ep = conn_endpoint(a)
     try:
         status = health_check(ep, a.service, a.timeout)
     except grpc.RpcError as exc:
@@ -87,7 +87,7 @@ def _cmd_wait(a: argparse.Namespace) -> int:
     from grpc_health.v1 import health_pb2
 
     from uldp.collector.cliutil import describe_rpc_error
-    ep = conn_endpoint(a, a.server_name)
+    ep = conn_endpoint(a)
     end = time.monotonic() + a.timeout
     last = "no answer yet"
     while True:
@@ -160,7 +160,6 @@ def register(subparsers: Any) -> None:
                       description="Exit 0 when the collector answers the grpc.health.v1 "
                       "check with SERVING, 1 otherwise.")
     conn_flags(s, admin=False)
-    s.add_argument("--server-name", help="name to verify in the server certificate")
     s.add_argument("--service", default="", help="service name ('' = whole server)")
     s.add_argument("--timeout", type=positive_float, default=3.0,
                    help="seconds to wait for the answer (default 3)")
@@ -171,7 +170,6 @@ def register(subparsers: Any) -> None:
                       "(exit 0) or --timeout passes (exit 1). A wrong --ca fails at once "
                       "(exit 2).")
     conn_flags(s, admin=False)
-    s.add_argument("--server-name", help="name to verify in the server certificate")
     s.add_argument("--timeout", type=positive_float, default=30.0,
                    help="seconds to wait at most (default 30)")
     s.add_argument("--quiet", action="store_true", help="print nothing when it is up")

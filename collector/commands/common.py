@@ -2,7 +2,7 @@
 
 Connection flags of the client commands fall back to environment variables:
 ``ULDP_TARGET`` (host:port), ``ULDP_CA`` (CA certificate), ``ULDP_ADMIN_TOKEN_FILE``,
-``ULDP_CLIENT_CERT`` / ``ULDP_CLIENT_KEY`` (mutual TLS).
+``ULDP_CLIENT_CERT`` / ``ULDP_CLIENT_KEY`` (mutual TLS), ``ULDP_SERVER_NAME``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ def conn_flags(p: argparse.ArgumentParser, admin: bool = True) -> None:
                    help="collector host:port (env ULDP_TARGET)")
     g.add_argument("--ca", default=env("ULDP_CA"), required=env("ULDP_CA") is None,
                    help="CA certificate that signed the collector's (env ULDP_CA)")
+    g.add_argument("--server-name", default=env("ULDP_SERVER_NAME"),
+                   help="name to check in the collector's certificate when it differs from "
+                        "the --target host (env ULDP_SERVER_NAME)")
     g.add_argument("--client-cert", default=env("ULDP_CLIENT_CERT"),
                    help="client certificate for mutual TLS (env ULDP_CLIENT_CERT)")
     g.add_argument("--client-key", default=env("ULDP_CLIENT_KEY"),
@@ -77,13 +80,26 @@ def endpoint(a: argparse.Namespace) -> Any:
 
 
 def conn_endpoint(a: argparse.Namespace, server_name: str | None = None) -> Any:
+    """The endpoint of the connection flags, every file checked (a --ca that is not a
+    certificate, a key that is not the certificate's: one line naming the flag)."""
+    from uldp.client.tls import TLSSetupError, load_credentials
     from uldp.client.transport import Endpoint
 
     readable_file(Path(a.ca), "--ca")
     readable_file(Path(a.client_cert) if a.client_cert else None, "--client-cert")
     readable_file(Path(a.client_key) if a.client_key else None, "--client-key")
+    try:
+        load_credentials(Path(a.ca), None, None)
+    except TLSSetupError as exc:
+        raise OperatorError(f"--ca: {exc}") from None
+    try:
+        load_credentials(None, Path(a.client_cert) if a.client_cert else None,
+                         Path(a.client_key) if a.client_key else None)
+    except TLSSetupError as exc:
+        raise OperatorError(f"--client-cert/--client-key: {exc}") from None
     return Endpoint(a.target, Path(a.ca), Path(a.client_cert) if a.client_cert else None,
-                    Path(a.client_key) if a.client_key else None, server_name=server_name)
+                    Path(a.client_key) if a.client_key else None,
+                    server_name=server_name or getattr(a, "server_name", None))
 
 
 def readable_file(path: Path | None, flag: str, hint: str = "") -> None:

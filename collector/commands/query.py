@@ -10,7 +10,13 @@ from typing import Any
 import grpc
 
 from uldp.client.wire import common_pb2
-from uldp.collector.cliutil import add_method_flag, nonneg_float, positive_float, positive_int
+from uldp.collector.cliutil import (
+    OperatorError,
+    add_method_flag,
+    nonneg_float,
+    positive_float,
+    positive_int,
+)
 from uldp.collector.commands.common import (
     STATE,
     analyst,
@@ -24,9 +30,27 @@ from uldp.collector.commands.common import (
 __all__ = ["register"]
 
 
+def _shape_flags(a: argparse.Namespace) -> tuple[float, int]:
+    """``(bound, dim)`` of ``query create`` from ``--bound``/``--moment-p/-m`` and ``--dim``:
+    a heavy-tailed query has no support bound (``--bound`` defaults to 1 only without
+    ``--moment-p``); a distribution names its alphabet size."""
+    heavy = a.moment_p is not None or a.moment_m is not None
+    if heavy and (a.moment_p is None or a.moment_m is None):
+        raise OperatorError("--moment-p and --moment-m go together (E|X|^p <= M)")
+    if heavy and a.bound is not None:
+        raise OperatorError("--bound and --moment-p/--moment-m are alternatives: a support "
+                            "bound D, or a moment bound for heavy tails; give one")
+    if a.kind == "distribution" and a.dim is None:
+        raise OperatorError("--dim: a distribution query needs the alphabet size (the "
+                            "number of categories)")
+    bound = 0.0 if heavy else (1.0 if a.bound is None else a.bound)
+    return bound, 1 if a.dim is None else a.dim
+
+
 def _cmd_query_create(a: argparse.Namespace) -> int:
     from uldp.collector.service.client import QueryRequest
 
+    bound, dim = _shape_flags(a)
     params: dict[str, Any] = {}
     for k in ("moment_p", "moment_m", "frame_kind", "mode", "confidence"):
         v = getattr(a, k)
@@ -38,7 +62,7 @@ def _cmd_query_create(a: argparse.Namespace) -> int:
         except json.JSONDecodeError as exc:
             raise ValueError(f"--extra is not JSON: {exc}") from None
     req = QueryRequest(kind=a.kind, epsilon=a.epsilon, dataset=a.dataset, users=a.users,
-                       samples=a.samples, dim=a.dim, bound=a.bound or 0.0, method=a.method,
+                       samples=a.samples, dim=dim, bound=bound, method=a.method,
                        params=params or None, phase_timeout_s=a.phase_timeout,
                        query_id=a.id or "", allow_simulated=a.allow_simulated)
     c = analyst(a)
@@ -189,10 +213,12 @@ def _add_create(sq: Any) -> None:
                    help="target number of devices")
     s.add_argument("--samples", type=positive_int, required=True,
                    help="reference samples per user m")
-    s.add_argument("--dim", type=positive_int, default=1,
-                   help="dimension d (alphabet size for distribution; default 1)")
-    s.add_argument("--bound", type=positive_float, default=1.0,
-                   help="public support bound D of the data (default 1)")
+    s.add_argument("--dim", type=positive_int, default=None,
+                   help="dimension d (default 1); for distribution the alphabet size, "
+                        "required")
+    s.add_argument("--bound", type=positive_float, default=None,
+                   help="public support bound D of the data (default 1; not with "
+                        "--moment-p/--moment-m)")
     add_method_flag(s, "")
     s.add_argument("--moment-p", dest="moment_p", type=positive_float,
                    help="heavy tails: the moment order p of E|X|^p <= M (instead of --bound)")

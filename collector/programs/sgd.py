@@ -1,4 +1,5 @@
-"""Algorithm 3 (private SGD) as a program: ``2·t0`` phases, one MeanEst step per pair.
+"""Algorithm 3 (private SGD) as a program: ``t0`` MeanEst steps of one phase each, or two
+for a two-stage step (``2·t0`` phases then).
 
 See ``docs/algorithms.md`` ("SGD"). Sections of ``docs/algorithms.md``: §8.3 (protocol), §8.4
 (privacy), [D13] (``t0`` fixed at creation), [D14]. The SGD configuration and its math are

@@ -83,8 +83,8 @@ def test_plan_is_printed_before_the_release(csv_file, capsys):
     ("user,value\nu1,1.0\nu2,abc\n", "row 3, column 'value': 'abc' is not a number"),
     ("user,value\nu1,nan\n", "NaN or infinite"),
     ("user,value\n", "no data rows"),
-    ("usr,value\nu1,1\n", "missing column(s) ['user']"),
-    ("user,value\n,1\n", "empty user id"),
+    ("usr,value\nu1,1\n", "no column 'user'"),
+    ("user,value\n,1\n", "row 2: empty 'user'"),
 ])
 def test_bad_csv_gives_a_clear_error(tmp_path, capsys, content, needle):
     p = tmp_path / "bad.csv"

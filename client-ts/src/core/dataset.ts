@@ -33,10 +33,12 @@ export function datasetSchema(name: string, o: Partial<Omit<DatasetSchema, "name
 const PY_FLOAT = /^[+-]?(?:(?:\d(?:_?\d)*)?\.\d(?:_?\d)*|\d(?:_?\d)*\.?)(?:[eE][+-]?\d(?:_?\d)*)?$/;
 const PY_SPECIAL = /^([+-]?)(inf|infinity|nan)$/i;
 
-/** Python's float(str) for ASCII text: surrounding whitespace, underscores between digits,
- * inf/infinity/nan in any case; anything else is missing. */
+/** A numeric string (docs/device-protocol.md §13.1): ASCII only; surrounding ASCII whitespace
+ * (space, \t \n \v \f \r), underscores between digits, inf/infinity/nan in any case — Python's
+ * float(str) on ASCII text; anything else (any non-ASCII character) is missing. */
 export function parsePythonFloat(s: string): number {
-  const t = s.trim();
+  if (!/^[\x00-\x7f]*$/.test(s)) return NaN;
+  const t = s.replace(/^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g, "");
   const sp = PY_SPECIAL.exec(t);
   if (sp) return sp[2].toLowerCase() === "nan" ? NaN : sp[1] === "-" ? -Infinity : Infinity;
   return PY_FLOAT.test(t) ? Number(t.replace(/_/g, "")) : NaN;

@@ -31,6 +31,8 @@ export {
   alignLabels, coerceValues, datasetSchema, type DatasetSchema, localDataset, type LocalDataset,
   parsePythonFloat, toFloat, type ValueKind,
 } from "./dataset.js";
+export { RETRYABLE, Status } from "./status.js";
+export { type Trace, tracing } from "./trace.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
 export {
   hpkeSeal, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext, sealReport,

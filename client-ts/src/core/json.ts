@@ -3,8 +3,9 @@
  * the task rules distinguish an integer literal (`1`, a `JInt` holding a bigint of any size)
  * from a float literal (`1.0`, `1e0`, a JS number), accept the literals `NaN`, `Infinity` and
  * `-Infinity` (refused later by the rule of the field that holds them), keep the last value of
- * a duplicated key, and refuse control characters inside strings. `JSON.parse` can do none of
- * this. No Node-only API.
+ * a duplicated key, and refuse control characters inside strings, containers nested deeper
+ * than 64 and integer literals of more than 4300 digits. `JSON.parse` can do none of this.
+ * No Node-only API.
  */
 
 export class JInt {
@@ -16,7 +17,10 @@ export type JObject = Map<string, JValue>;
 
 export class JsonError extends Error {}
 
-const MAX_DEPTH = 500;
+/** Containers may nest this deep (the task object is level 1); deeper is a JSON error. */
+export const MAX_JSON_DEPTH = 64;
+/** The most digits of an integer literal (CPython's default int() limit, §11.1). */
+export const MAX_INT_DIGITS = 4300;
 
 class Parser {
   pos = 0;
@@ -36,7 +40,6 @@ class Parser {
   }
 
   value(depth: number): JValue {
-    if (depth > MAX_DEPTH) this.fail("nesting too deep");
     this.ws();
     const c = this.s[this.pos];
     if (c === "{") return this.object(depth);
@@ -54,6 +57,7 @@ class Parser {
   }
 
   object(depth: number): JObject {
+    if (depth + 1 > MAX_JSON_DEPTH) this.fail("containers nested too deep");
     const out: JObject = new Map();
     this.pos++;
     this.ws();
@@ -79,6 +83,7 @@ class Parser {
   }
 
   array(depth: number): JValue[] {
+    if (depth + 1 > MAX_JSON_DEPTH) this.fail("containers nested too deep");
     const out: JValue[] = [];
     this.pos++;
     this.ws();
@@ -130,7 +135,10 @@ class Parser {
       this.fail("bad number");
     }
     this.pos += m[0].length;
-    if (m[1] === undefined && m[2] === undefined) return new JInt(BigInt(m[0]));
+    if (m[1] === undefined && m[2] === undefined) {
+      if (m[0].replace("-", "").length > MAX_INT_DIGITS) this.fail("integer literal too long");
+      return new JInt(BigInt(m[0]));
+    }
     return Number(m[0]);
   }
 }

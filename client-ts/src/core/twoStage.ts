@@ -11,6 +11,7 @@
 import { discreteLaplace, discreteLaplaceLogPmf, laplaceScale, laplaceScaleValue, randomizedRound } from "./noise.js";
 import { type Alg1Params, binIndex, clip, GRID_STEPS } from "./params.js";
 import type { RandomSource } from "./random.js";
+import { recordRounding, recordStatistic } from "./trace.js";
 
 export type Interval = readonly [number, number];
 
@@ -37,6 +38,8 @@ export function oneHotBins(y: readonly number[], params: readonly Alg1Params[]):
 /** Stage-I report: one-hot bins + DLap(2/ε_c) per entry (noise drawn in entry order). */
 export function stage1Report(y: readonly number[], params: readonly Alg1Params[], epsC: number,
   rng: RandomSource): bigint[] {
+  checkStats(y, params.length);
+  recordStatistic(y);
   const onehot = oneHotBins(y, params);
   const noise = discreteLaplace(laplaceScale(2, epsC), onehot.length, rng);
   return onehot.map((v, i) => BigInt(v) + noise[i]);
@@ -55,7 +58,9 @@ export function gridPositions(y: readonly number[], intervals: readonly Interval
 
 /** Clamp and round unbiasedly to {0..2^16} (one keystream word per component). */
 export function gridEncode(y: readonly number[], intervals: readonly Interval[], rng: RandomSource): bigint[] {
-  const r = randomizedRound(gridPositions(y, intervals), rng);
+  const pos = gridPositions(y, intervals);
+  const r = randomizedRound(pos, rng);
+  recordRounding(pos, r);
   const G = BigInt(GRID_STEPS);
   return r.map((v) => (v < 0n ? 0n : v > G ? G : v));
 }
@@ -64,6 +69,7 @@ export function gridEncode(y: readonly number[], intervals: readonly Interval[],
 export function stage2Report(y: readonly number[], intervals: readonly Interval[], epsC: number,
   rng: RandomSource): bigint[] {
   checkStats(y, intervals.length);
+  recordStatistic(y);
   const enc = gridEncode(y, intervals, rng);
   const noise = discreteLaplace(laplaceScale(GRID_STEPS, epsC), enc.length, rng);
   return enc.map((v, i) => v + noise[i]);

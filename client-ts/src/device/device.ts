@@ -15,12 +15,13 @@ import { RandomSource } from "../core/random.js";
 import { computeReport, emptyReport } from "../core/report.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
-  AlreadyParticipated, decodeValues, Ledger, LedgerError, type LedgerEntry, type LedgerStore,
+  AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
 } from "../ledger/ledger.js";
 
-/** gRPC status codes the device reacts to. */
-export const Status = { DEADLINE_EXCEEDED: 4, ABORTED: 10, UNAVAILABLE: 14, UNAUTHENTICATED: 16 } as const;
-const RETRYABLE = new Set<number>([Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED]);
+import { RETRYABLE, Status } from "../core/status.js";
+
+export type { DeviceStore } from "../ledger/ledger.js";
+export { RETRYABLE, Status };
 
 export interface TaskMessage extends TaskMessageLike {
   readonly phase: number;
@@ -51,12 +52,6 @@ export interface Identity {
   device_id: string;
   token: string;
   expires_at_ms: number;
-}
-
-/** A ledger store that also keeps the device identity. */
-export interface DeviceStore extends LedgerStore {
-  loadIdentity<T>(): Promise<T | null>;
-  saveIdentity<T>(identity: T): Promise<void>;
 }
 
 export class DeviceError extends Error {}
@@ -134,22 +129,48 @@ export class Device {
     return this.#identity?.device_id ?? null;
   }
 
-  /** Enrol (or renew a token expiring within a minute); returns the device id. */
+  /** Enrol (or renew a token expiring within a minute); returns the device id.
+   * The new identity is stored by compare-and-set through the store: when another Device over
+   * the same store (another tab, worker, or instance) enrolled first, its identity stays and
+   * this one is dropped — one device, one identity, so one user never answers a query twice. */
   async enroll(force = false): Promise<string> {
     const now = (this.#o.now ?? Date.now)();
-    const id = this.#identity;
-    if (id && !force && id.expires_at_ms > now + 60_000) return id.device_id;
-    let r;
-    try {
-      r = await this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
-        label: this.#o.label ?? "", previousToken: id?.token ?? "" });
-    } catch (e) {
-      throw new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
+    const valid = (x: Identity | null): x is Identity => x !== null && x.expires_at_ms > now + 60_000;
+    if (!force && valid(this.#identity)) return this.#identity.device_id;
+    const id = (await this.#o.store.loadIdentity<Identity>()) ?? this.#identity;
+    if (!force && valid(id)) {
+      this.#identity = id;
+      return id.device_id;
     }
-    if (id && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
-    this.#identity = { device_id: r.device_id, token: r.token, expires_at_ms: Number(r.expires_at_ms) };
-    await this.#o.store.saveIdentity(this.#identity);
-    return r.device_id;
+    const ask = (previousToken: string) => this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
+      label: this.#o.label ?? "", previousToken });
+    const failed = (e: unknown) => new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
+    let r;
+    let fresh = false;
+    try {
+      r = await ask(id?.token ?? "");
+    } catch (e) {
+      // a renewal whose previous token is no longer accepted: a new identity (§10); any other
+      // failure changes nothing (identity kept, pending reports stay pending)
+      if (!id || codeOf(e) !== Status.UNAUTHENTICATED) throw failed(e);
+      try {
+        r = await ask("");
+        fresh = true;
+      } catch (e2) {
+        throw failed(e2);
+      }
+    }
+    if (id && !fresh && r.device_id !== id.device_id) throw new EnrollmentError("collector issued a different identity on renewal");
+    const next: Identity = { device_id: r.device_id, token: r.token, expires_at_ms: Number(r.expires_at_ms) };
+    // a new identity replaces the one it was asked for (unless another instance replaced it
+    // meanwhile); a renewal never replaces another identity or a later token
+    const kept = await this.#o.store.updateIdentity<Identity>((stored) => {
+      if (!stored) return next;
+      if (fresh) return id && stored.device_id !== id.device_id ? null : next;
+      return stored.device_id !== next.device_id || stored.expires_at_ms >= next.expires_at_ms ? null : next;
+    });
+    this.#identity = kept ?? next;
+    return this.#identity.device_id;
   }
 
   async #token(): Promise<string> {

@@ -1,8 +1,8 @@
 /**
  * The device's privacy ledger (docs/device-protocol.md §10.1; Python: uldp.client.ledger).
  *
- * One entry per query the device accepted a task for, through a pluggable store whose `put`
- * is durable before its promise resolves. States:
+ * One entry per query the device accepted a task for, kept in a pluggable `LedgerStore`.
+ * States:
  *  - `reserved`: the task passed every check and its ε is charged — atomically with the
  *    budget and one-report-per-query checks — BEFORE the data are touched;
  *  - `pending`: the report bytes are stored; they are what is sent, and re-sent;
@@ -11,7 +11,11 @@
  * would take the total above the budget is refused (BudgetExceeded). ε is counted in integer
  * units of 2^-24, the budget rounded down, with no floating-point slack.
  *
- * Operations on one ledger are serialized (check-and-charge is atomic within the process).
+ * Every check-and-charge re-reads the ledger and writes in ONE atomic store transaction
+ * (`LedgerStore.transact`), so any number of `Ledger`s over one store — two tabs, a page and
+ * a worker, an app that opens its device twice — never spend more than the budget nor accept
+ * two tasks for one query. The ledger's own copy of the entries is a snapshot (refreshed by
+ * every transaction and by `refresh()`), used only for reads and advisory checks.
  * No Node-only dependency.
  */
 import { floorTimesPow2, MAX_EPSILON } from "../core/noise.js";
@@ -34,10 +38,41 @@ export interface LedgerEntry {
   readonly detail: string;
 }
 
-/** Where a ledger keeps its entries. `put` inserts or replaces by queryId, durably. */
+/** What a transaction's `decide` returns: the entries to write (insert or replace by
+ * queryId) and the transaction's result. */
+export interface LedgerChange<T> {
+  readonly put: readonly LedgerEntry[];
+  readonly result: T;
+}
+
+/**
+ * Where a ledger keeps its entries — the contract every store meets (docs/device-protocol.md
+ * §10, "The ledger store contract"; run `ledgerStoreContract` from `@uldp/device/ledger`
+ * against a custom store):
+ *
+ * 1. `load()` resolves with every entry as stored now, each field exactly as written
+ *    (bigint units, report bytes, strings).
+ * 2. `transact(decide)` is ONE atomic read-modify-write: it reads every entry as stored now,
+ *    calls `decide` with them (synchronously; it may call it again if it retries an
+ *    optimistic transaction, so `decide` is pure), durably writes `put` (insert or replace by
+ *    queryId), and only then resolves with `result`. No other `transact` on the same storage
+ *    — through this object, another object, another tab, worker or process — reads or writes
+ *    between its read and its write. If `decide` throws, nothing is written and the promise
+ *    rejects with that error.
+ * 3. Durable: a `transact` that resolved survives a crash of the app (and of the machine,
+ *    where the platform allows it).
+ */
 export interface LedgerStore {
   load(): Promise<LedgerEntry[]>;
-  put(entry: LedgerEntry): Promise<void>;
+  transact<T>(decide: (entries: readonly LedgerEntry[]) => LedgerChange<T>): Promise<T>;
+}
+
+/** A ledger store that also keeps the device identity, with the same atomicity: what
+ * `updateIdentity`'s `decide` returns (unless null) replaces the stored identity in one
+ * atomic step with the read it was computed from; resolves with the identity stored after. */
+export interface DeviceStore extends LedgerStore {
+  loadIdentity<T>(): Promise<T | null>;
+  updateIdentity<T>(decide: (stored: T | null) => T | null): Promise<T | null>;
 }
 
 export class LedgerError extends Error {}
@@ -76,28 +111,42 @@ export function decodeValues(b: Uint8Array): bigint[] {
   return Array.from({ length: b.length / 8 }, (_, i) => view.getBigInt64(8 * i, true));
 }
 
-export class MemoryStore implements LedgerStore {
+/** Entries and identity in this object's memory (tests, simulations, or behind a custom
+ * persistence layer). JavaScript runs one callback at a time and `decide` is synchronous,
+ * so every transaction is atomic; nothing survives the object. */
+export class MemoryStore implements DeviceStore {
   readonly #entries = new Map<string, LedgerEntry>();
   #identity: unknown = null;
   async load(): Promise<LedgerEntry[]> {
-    return [...this.#entries.values()];
+    return [...this.#entries.values()].map(copyEntry);
   }
-  async put(entry: LedgerEntry): Promise<void> {
-    this.#entries.set(entry.queryId, { ...entry, report: entry.report.slice() });
+  async transact<T>(decide: (entries: readonly LedgerEntry[]) => LedgerChange<T>): Promise<T> {
+    const { put, result } = decide([...this.#entries.values()].map(copyEntry));
+    for (const e of put) this.#entries.set(e.queryId, copyEntry(e));
+    return result;
   }
   async loadIdentity<T>(): Promise<T | null> {
-    return this.#identity as T | null;
+    return structuredCopy(this.#identity) as T | null;
   }
-  async saveIdentity<T>(identity: T): Promise<void> {
-    this.#identity = identity;
+  async updateIdentity<T>(decide: (stored: T | null) => T | null): Promise<T | null> {
+    const next = decide(structuredCopy(this.#identity) as T | null);
+    if (next !== null) this.#identity = structuredCopy(next);
+    return structuredCopy(this.#identity) as T | null;
   }
+}
+
+function copyEntry(e: LedgerEntry): LedgerEntry {
+  return { ...e, report: e.report.slice() };
+}
+
+function structuredCopy(v: unknown): unknown {
+  return v === null || v === undefined ? null : JSON.parse(JSON.stringify(v));
 }
 
 export class Ledger {
   readonly totalUnits: bigint;
   readonly #store: LedgerStore;
-  readonly #entries = new Map<string, LedgerEntry>();
-  #queue: Promise<unknown> = Promise.resolve();
+  #entries = new Map<string, LedgerEntry>();
   readonly #now: () => number;
 
   private constructor(store: LedgerStore, totalUnits: bigint, now: () => number) {
@@ -112,21 +161,42 @@ export class Ledger {
     const units = typeof budget === "number" ? budgetUnits(budget) : budget.units;
     if (units < 1n) throw new RangeError("the device budget must be positive");
     const l = new Ledger(store, units, now);
-    for (const e of await store.load()) l.#entries.set(e.queryId, e);
+    await l.refresh();
     return l;
   }
 
-  /** Run `fn` after every earlier operation of this ledger (atomic check-and-record). */
-  #serial<T>(fn: () => Promise<T> | T): Promise<T> {
-    const run = this.#queue.then(fn, fn);
-    this.#queue = run.catch(() => undefined);
-    return run;
+  /** Re-read the snapshot from the store (another ledger over it may have written). */
+  async refresh(): Promise<void> {
+    this.#snapshot(await this.#store.load(), []);
+  }
+
+  #snapshot(seen: readonly LedgerEntry[], put: readonly LedgerEntry[]): void {
+    const m = new Map<string, LedgerEntry>();
+    for (const e of seen) m.set(e.queryId, e);
+    for (const e of put) m.set(e.queryId, e);
+    this.#entries = m;
+  }
+
+  /** One atomic store transaction over the entries as stored now; the snapshot follows. */
+  async #transact<T>(decide: (entries: Map<string, LedgerEntry>) => LedgerChange<T>): Promise<T> {
+    let seen: readonly LedgerEntry[] | null = null;
+    let put: readonly LedgerEntry[] = [];
+    try {
+      return await this.#store.transact((entries) => {
+        seen = entries;
+        put = [];
+        const change = decide(new Map(entries.map((e) => [e.queryId, e])));
+        put = change.put;
+        return change;
+      });
+    } finally {
+      // what the store held, and what it wrote (if it did); nothing if it never read
+      if (seen !== null) this.#snapshot(seen, put);
+    }
   }
 
   spentUnits(): bigint {
-    let s = 0n;
-    for (const e of this.#entries.values()) s += e.epsilonUnits;
-    return s;
+    return spent(this.#entries);
   }
 
   remainingUnits(): bigint {
@@ -144,55 +214,44 @@ export class Ledger {
       .sort((a, b) => a.createdAtMs - b.createdAtMs);
   }
 
-  /** Would `reserve` accept this task? Returns the stored entry when it is a resend. */
+  /** Would `reserve` accept this task (on the snapshot; `reserve` decides on the store)?
+   * Returns the stored entry when it is a resend. */
   check(queryId: string, taskDigest: string, epsilonUnits: bigint): LedgerEntry | null {
-    const e = this.#entries.get(queryId);
-    if (e !== undefined) {
-      if (e.taskDigest === taskDigest) return e;
-      throw new AlreadyParticipated(
-        `already accepted a task for query ${queryId}; a device reports at most once per query`);
-    }
-    const spent = this.spentUnits();
-    if (spent + epsilonUnits > this.totalUnits) {
-      throw new BudgetExceeded(`task needs ${epsilonUnits} units of 2^-24 but only ` +
-        `${this.totalUnits - spent} of the device budget ${this.totalUnits} remain`);
-    }
-    return null;
+    return admit(this.#entries, this.totalUnits, queryId, taskDigest, epsilonUnits);
   }
 
   /**
-   * Atomically check the rules and charge the task's ε (state `reserved`), durably, before
-   * the data are touched. Returns the stored entry: the PREVIOUS one if this exact task was
-   * already accepted (send its report, or compute it if it was never stored).
+   * Atomically (one store transaction) check the rules and charge the task's ε (state
+   * `reserved`), durably, before the data are touched. Returns the stored entry: the PREVIOUS
+   * one if this exact task was already accepted (send its report, or compute it if it was
+   * never stored).
    */
   reserve(queryId: string, taskDigest: string, phase: number, epsilonUnits: bigint, task = "",
     simulated = false): Promise<LedgerEntry> {
-    return this.#serial(async () => {
-      if (epsilonUnits < 1n) throw new RangeError("a task spends at least one unit");
-      const prev = this.check(queryId, taskDigest, epsilonUnits);
-      if (prev) return prev;
+    if (epsilonUnits < 1n) return Promise.reject(new RangeError("a task spends at least one unit"));
+    const createdAtMs = this.#now();
+    return this.#transact((m) => {
+      const prev = admit(m, this.totalUnits, queryId, taskDigest, epsilonUnits);
+      if (prev) return { put: [], result: prev };
       const entry: LedgerEntry = {
         queryId, taskDigest, phase, epsilonUnits, report: new Uint8Array(0), task, simulated,
-        state: "reserved", createdAtMs: this.#now(), detail: "",
+        state: "reserved", createdAtMs, detail: "",
       };
-      await this.#store.put(entry);
-      this.#entries.set(queryId, entry);
-      return entry;
+      return { put: [entry], result: entry };
     });
   }
 
   /** Attach the computed report to a reserved entry (state `pending`); an entry that has a
-   * report keeps it (the first stored bytes are the ones sent). */
+   * report keeps it (the first stored bytes are the ones sent, by every ledger over the store). */
   storeReport(queryId: string, values: readonly bigint[]): Promise<LedgerEntry> {
-    return this.#serial(async () => {
-      const e = this.#entries.get(queryId);
+    if (!values.length) return Promise.reject(new RangeError("a report has at least one value"));
+    const report = encodeValues(values);
+    return this.#transact((m) => {
+      const e = m.get(queryId);
       if (!e) throw new LedgerError(`no reservation for query ${queryId}`);
-      if (e.state !== "reserved") return e;
-      if (!values.length) throw new RangeError("a report has at least one value");
-      const next: LedgerEntry = { ...e, report: encodeValues(values), state: "pending" };
-      await this.#store.put(next); // durable before it is visible (and before any send)
-      this.#entries.set(queryId, next);
-      return next;
+      if (e.state !== "reserved") return { put: [], result: e };
+      const next: LedgerEntry = { ...e, report, state: "pending" };
+      return { put: [next], result: next }; // durable before it is visible (and before any send)
     });
   }
 
@@ -204,13 +263,34 @@ export class Ledger {
   }
 
   /** Record the collector's answer; the spend stays. A reserved entry is not marked. */
-  mark(queryId: string, state: "acknowledged" | "rejected", detail = ""): Promise<void> {
-    return this.#serial(async () => {
-      const e = this.#entries.get(queryId);
-      if (!e || e.state === "reserved") return;
-      const next = { ...e, state, detail: detail.slice(0, 1000) };
-      await this.#store.put(next);
-      this.#entries.set(queryId, next);
+  async mark(queryId: string, state: "acknowledged" | "rejected", detail = ""): Promise<void> {
+    await this.#transact((m) => {
+      const e = m.get(queryId);
+      if (!e || e.state === "reserved") return { put: [], result: undefined };
+      return { put: [{ ...e, state, detail: detail.slice(0, 1000) }], result: undefined };
     });
   }
+}
+
+function spent(entries: ReadonlyMap<string, LedgerEntry>): bigint {
+  let s = 0n;
+  for (const e of entries.values()) s += e.epsilonUnits;
+  return s;
+}
+
+/** The ledger's rules: the stored entry for a resend, a refusal, or null (accept). */
+function admit(entries: ReadonlyMap<string, LedgerEntry>, totalUnits: bigint, queryId: string,
+  taskDigest: string, epsilonUnits: bigint): LedgerEntry | null {
+  const e = entries.get(queryId);
+  if (e !== undefined) {
+    if (e.taskDigest === taskDigest) return e;
+    throw new AlreadyParticipated(
+      `already accepted a task for query ${queryId}; a device reports at most once per query`);
+  }
+  const used = spent(entries);
+  if (used + epsilonUnits > totalUnits) {
+    throw new BudgetExceeded(`task needs ${epsilonUnits} units of 2^-24 but only ` +
+      `${totalUnits - used} of the device budget ${totalUnits} remain`);
+  }
+  return null;
 }

@@ -4,14 +4,17 @@
  * One JSON file per query under `<dir>/entries/`, and the device identity in
  * `<dir>/identity.json`, each written atomically: temp file, fsync, rename, fsync of the
  * directory — a `put` that resolved survives a crash or power cut.
- * A lock file (`<dir>/ledger.lock`, holding the owner's pid) keeps a second process from
- * opening the same ledger; a lock left by a dead process is taken over.
+ * A lock file (`<dir>/ledger.lock`, holding the owner's pid) keeps a second process — or a
+ * second FileStore in this one — from opening the same ledger; a lock left by a dead process is
+ * taken over. The one open FileStore is the only writer of its directory, so its transactions
+ * (docs/device-protocol.md §10, the ledger store contract) are serialized in memory: each
+ * reads the entries, lets `decide` choose, and writes durably before the next one starts.
  */
 import { createHash } from "node:crypto";
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync,
   unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import type { EntryState, LedgerEntry, LedgerStore } from "../ledger/ledger.js";
+import type { DeviceStore, EntryState, LedgerChange, LedgerEntry } from "../ledger/ledger.js";
 
 interface EntryJson {
   query_id: string;
@@ -44,11 +47,12 @@ function alive(pid: number): boolean {
   }
 }
 
-export class FileStore implements LedgerStore {
+export class FileStore implements DeviceStore {
   readonly dir: string;
   readonly #entries: string;
   readonly #lock: string;
   #closed = false;
+  #queue: Promise<unknown> = Promise.resolve();
 
   constructor(dir: string, readonly durable = true) {
     this.dir = dir;
@@ -90,6 +94,10 @@ export class FileStore implements LedgerStore {
   }
 
   async load(): Promise<LedgerEntry[]> {
+    return this.#readAll();
+  }
+
+  #readAll(): LedgerEntry[] {
     return readdirSync(this.#entries).filter((f) => f.endsWith(".json")).map((f) => {
       const j = JSON.parse(readFileSync(join(this.#entries, f), "utf8")) as EntryJson;
       return {
@@ -100,8 +108,23 @@ export class FileStore implements LedgerStore {
     });
   }
 
-  async put(e: LedgerEntry): Promise<void> {
-    if (this.#closed) throw new Error("ledger store is closed");
+  /** Run `fn` after every earlier transaction of this store. */
+  #serial<T>(fn: () => T): Promise<T> {
+    const run = this.#queue.then(fn, fn);
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  transact<T>(decide: (entries: readonly LedgerEntry[]) => LedgerChange<T>): Promise<T> {
+    return this.#serial(() => {
+      if (this.#closed) throw new Error("ledger store is closed");
+      const { put, result } = decide(this.#readAll());
+      for (const e of put) this.#put(e);
+      return result;
+    });
+  }
+
+  #put(e: LedgerEntry): void {
     const j: EntryJson = {
       query_id: e.queryId, task_digest: e.taskDigest, phase: e.phase,
       epsilon_units: e.epsilonUnits.toString(), report_hex: Buffer.from(e.report).toString("hex"),
@@ -127,6 +150,10 @@ export class FileStore implements LedgerStore {
   }
 
   async loadIdentity<T>(): Promise<T | null> {
+    return this.#readIdentity<T>();
+  }
+
+  #readIdentity<T>(): T | null {
     try {
       return JSON.parse(readFileSync(join(this.dir, "identity.json"), "utf8")) as T;
     } catch (e) {
@@ -135,7 +162,11 @@ export class FileStore implements LedgerStore {
     }
   }
 
-  async saveIdentity<T>(identity: T): Promise<void> {
-    this.#write(join(this.dir, "identity.json"), JSON.stringify(identity));
+  updateIdentity<T>(decide: (stored: T | null) => T | null): Promise<T | null> {
+    return this.#serial(() => {
+      const next = decide(this.#readIdentity<T>());
+      if (next !== null) this.#write(join(this.dir, "identity.json"), JSON.stringify(next));
+      return this.#readIdentity<T>();
+    });
   }
 }

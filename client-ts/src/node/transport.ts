@@ -8,40 +8,24 @@
  * byte-identical duplicate, which the collector answers with `duplicate = true`).
  *
  * Authentication: the device token goes in the metadata "authorization: Bearer <token>".
- * Retries: UNAVAILABLE, DEADLINE_EXCEEDED and ABORTED, up to `attempts` calls, waiting
+ * Retries (the contract's one rule, §10): UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED,
+ * RESOURCE_EXHAUSTED and INTERNAL, up to `attempts` calls, waiting
  * U(0, min(cap, base·2^k)) before retry k+1 (exponential backoff, full jitter); every other
  * status is a definitive answer and is thrown as an RpcError.
  */
 import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
-import protobuf from "protobufjs";
-import descriptor from "./wire.gen.json" with { type: "json" };
+import {
+  backoffMs, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll, encodeGetTasks,
+  encodeSubmitReport as encode, type EnrollArgs, type EnrollResult, type GetTasksResult, type ReportMessage,
+  type RetryPolicy, RETRYABLE, RpcError, type TaskMessage, wire,
+} from "../wire/index.js";
 
-const root = protobuf.Root.fromJSON(descriptor as protobuf.INamespace);
-const type = (name: string): protobuf.Type => root.lookupType(`uldp.v1.${name}`);
-export const wire = {
-  EnrollRequest: type("EnrollRequest"),
-  EnrollResponse: type("EnrollResponse"),
-  GetTasksRequest: type("GetTasksRequest"),
-  GetTasksResponse: type("GetTasksResponse"),
-  SubmitReportRequest: type("SubmitReportRequest"),
-  SubmitReportResponse: type("SubmitReportResponse"),
+export {
+  DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE,
+  RpcError, type TaskMessage, wire,
 };
-const SERVICE = "/uldp.v1.DeviceService/";
-
-/** Default message-size limit of the collector (4 MiB), also applied by this client. */
-export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
-export const RETRYABLE: ReadonlySet<grpc.status> = new Set([
-  grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED, grpc.status.ABORTED,
-]);
-
-export interface RetryPolicy {
-  attempts: number;
-  baseMs: number;
-  capMs: number;
-  timeoutMs: number; // per call
-}
-export const DEFAULT_RETRY: RetryPolicy = { attempts: 8, baseMs: 100, capMs: 10_000, timeoutMs: 30_000 };
+const SERVICE = `/${DEVICE_SERVICE}/`;
 
 export interface EndpointOptions {
   /** host:port */
@@ -61,55 +45,12 @@ export interface EndpointOptions {
   random?: () => number;
 }
 
-export class RpcError extends Error {
-  constructor(readonly code: grpc.status, readonly details: string) {
-    super(`${grpc.status[code] ?? code}: ${details}`);
-    this.name = "RpcError";
-  }
-}
-
-export interface TaskMessage {
-  query_id: string;
-  phase: number;
-  group: number;
-  stage: number;
-  dataset: string;
-  task_json: string;
-  report_length: number;
-  task_digest: string;
-  deadline_ms: string; // int64 as a decimal string
-  max_abs_value: string;
-}
-
-export interface GetTasksResult {
-  tasks: TaskMessage[];
-  waiting: { query_id: string; phase: number }[];
-  retry_after_ms: number;
-}
-
-export interface ReportMessage {
-  queryId: string;
-  phase: number;
-  values: readonly bigint[];
-  taskDigest: string;
-  simulated: boolean;
-}
-
 const toBuf = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength);
 const ident = (b: Buffer): Buffer => b;
 
 /** The exact bytes of a SubmitReportRequest (deterministic: same report, same bytes). */
 export function encodeSubmitReport(r: ReportMessage): Buffer {
-  const report = {
-    query_id: r.queryId, phase: r.phase, values: r.values.map((v) => v.toString()),
-    task_digest: r.taskDigest, simulated: r.simulated,
-  };
-  const msg = wire.SubmitReportRequest.fromObject({ report });
-  return toBuf(wire.SubmitReportRequest.encode(msg).finish());
-}
-
-function decode<T>(t: protobuf.Type, b: Buffer): T {
-  return t.toObject(t.decode(b), { longs: String, defaults: true, arrays: true }) as T;
+  return toBuf(encode(r));
 }
 
 export class DeviceTransport {
@@ -166,25 +107,17 @@ export class DeviceTransport {
         return await this.#once(method, body, token, p.timeoutMs);
       } catch (e) {
         if (!(e instanceof RpcError) || !RETRYABLE.has(e.code) || attempt >= p.attempts - 1) throw e;
-        await this.#sleep(this.#random() * Math.min(p.capMs, p.baseMs * 2 ** attempt));
+        await this.#sleep(backoffMs(p, attempt, this.#random));
       }
     }
   }
 
-  async enroll(req: { enrollmentSecret?: string; label?: string; previousToken?: string } = {})
-    : Promise<{ device_id: string; token: string; expires_at_ms: string }> {
-    const body = toBuf(wire.EnrollRequest.encode(wire.EnrollRequest.fromObject({
-      enrollment_secret: req.enrollmentSecret ?? "", label: req.label ?? "",
-      previous_token: req.previousToken ?? "",
-    })).finish());
-    return decode(wire.EnrollResponse, await this.call("Enroll", body, null));
+  async enroll(req: EnrollArgs = {}): Promise<EnrollResult> {
+    return decode(wire.EnrollResponse, await this.call("Enroll", toBuf(encodeEnroll(req)), null));
   }
 
   async getTasks(token: string, datasets: readonly string[], queryId = ""): Promise<GetTasksResult> {
-    const body = toBuf(wire.GetTasksRequest.encode(wire.GetTasksRequest.fromObject({
-      datasets: [...datasets], query_id: queryId,
-    })).finish());
-    return decode(wire.GetTasksResponse, await this.call("GetTasks", body, token));
+    return decode(wire.GetTasksResponse, await this.call("GetTasks", toBuf(encodeGetTasks(datasets, queryId)), token));
   }
 
   /** Send the exact bytes of a SubmitReportRequest (see `encodeSubmitReport`). */

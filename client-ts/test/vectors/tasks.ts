@@ -6,7 +6,7 @@ import { sha256 } from "@noble/hashes/sha2.js";
 import {
   alignLabels, bytesToHex, checkTask, coerceValues, computeReport, datasetSchema, exp,
   f64FromHex, f64ToHex, type FrameKind, hexToBytes, kashinCoefficients, kashinFrame, ln, norm,
-  parseTask, radial, RandomSource, seqSum, TaskRefused, uniformPm1, type DatasetSchema,
+  parseTask, radial, RandomSource, RETRYABLE, seqSum, TaskRefused, tracing, uniformPm1, type DatasetSchema,
 } from "../../src/core/index.js";
 import { AlreadyParticipated, Ledger, LedgerError, MemoryStore } from "../../src/ledger/index.js";
 import { eq, Mismatch } from "./util.js";
@@ -14,7 +14,7 @@ import { eq, Mismatch } from "./util.js";
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Case = Record<string, any>;
 
-export const FILES_V2 = ["numerics", "frames", "kashin", "registration", "tasks", "refusals", "ledger"] as const;
+export const FILES_V2 = ["numerics", "frames", "kashin", "registration", "tasks", "refusals", "ledger", "transport"] as const;
 
 /** A double of the JSON encoding: a number, or "nan" / "inf" / "-inf". */
 export function dec(v: unknown): number {
@@ -98,9 +98,11 @@ function taskCase(c: Case): void {
   eq("report length", task.reportLength, c.report_length);
   const rng = RandomSource.keyed(hexToBytes(c.key));
   const labels = c.labels === null ? null : decAll(c.labels);
-  const rep = computeReport(task, decAll(c.samples), labels, rng);
+  const [rep, trace] = tracing(() => computeReport(task, decAll(c.samples), labels, rng));
   eq("report", rep.map(Number), c.report);
   eq("next word", rng.words(1)[0].toString(), c.next_word);
+  eq("statistic", hexes(trace.statistic), c.statistic); // the pre-noise statistic, exactly
+  eq("rounding", trace.rounding, c.rounding); // the randomized-rounding draws
 }
 
 /** The device checks, with the prior ledger entries on the real TS Ledger. */
@@ -172,6 +174,7 @@ export function checkTaskCase(file: string, c: Case): boolean {
     case "kashin": kashinCase(c); return true;
     case "registration": registrationCase(c); return true;
     case "tasks": taskCase(c); return true;
+    case "transport": eq(`retried ${c.name}`, RETRYABLE.has(c.code), c.retried); return true;
     default: return false;
   }
 }

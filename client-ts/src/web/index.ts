@@ -1,0 +1,10 @@
+/** @uldp/device/web: the parts for browsers and React Native (fetch transport, IndexedDB store);
+ * no Node-only API. */
+export {
+  codeOfConnect, codeOfHttpStatus, type FetchLike, FetchTransport, type FetchTransportOptions, type HttpProtocol,
+  parseGrpcWeb,
+} from "./transport.js";
+export { type IdbFactoryLike, IndexedDbStore } from "./indexedDbStore.js";
+export {
+  Code, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, encodeSubmitReport, RETRYABLE, RpcError, type RetryPolicy,
+} from "../wire/index.js";

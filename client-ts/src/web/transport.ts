@@ -1,0 +1,244 @@
+/**
+ * Fetch transport to a uldp collector's HTTP port (`uldp collector serve --http-port`), for
+ * browsers, React Native and Node ≥ 18: the DeviceService over the Connect protocol (default)
+ * or gRPC-Web, unary calls only (docs/device-protocol.md §10, "Transport over HTTP").
+ *
+ * A small hand-written unary client rather than @connectrpc/connect-web: the device makes three
+ * unary calls, the messages are encoded once by the same protobufjs codec as the Node gRPC
+ * transport (`../wire`), so every retry re-sends the identical bytes, and the bundle stays small
+ * (no second protobuf runtime, no generated code).
+ *
+ * Same rules as the Node transport: the device token in `authorization: Bearer <token>`;
+ * retries (the contract's one rule, §10) for UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED
+ * and INTERNAL, up to `attempts` calls, waiting
+ * U(0, min(cap, base·2^k)) before retry k+1; a per-call timeout (AbortController); every other
+ * status is a definitive answer thrown as an RpcError carrying the gRPC status number. A network
+ * failure (no HTTP answer: offline, TLS, DNS, or a CORS refusal the browser hides) and an HTTP
+ * answer without a Connect or gRPC-Web status (a proxy's 502/503/504) are UNAVAILABLE.
+ * No Node-only dependency.
+ */
+import {
+  backoffMs, Code, CODE_NAMES, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll,
+  encodeGetTasks, encodeSubmitReport, type EnrollArgs, type EnrollResult, type GetTasksResult, type ReportMessage,
+  type RetryPolicy, RETRYABLE, RpcError, wire,
+} from "../wire/index.js";
+
+/** The part of the WHATWG fetch API the transport uses (global `fetch` in browsers, React Native,
+ * Node ≥ 18; pass another, e.g. one with a custom CA in Node). */
+export type FetchLike = (url: string, init: {
+  method: string; headers: Record<string, string>; body: Uint8Array; signal?: unknown;
+}) => Promise<{
+  status: number;
+  headers: { get(name: string): string | null };
+  arrayBuffer(): Promise<ArrayBuffer>;
+}>;
+
+export type HttpProtocol = "connect" | "grpc-web";
+
+export interface FetchTransportOptions {
+  /** The collector's HTTP port, e.g. `https://collector.example:8443` (no trailing path). */
+  baseUrl: string;
+  /** Wire protocol: "connect" (default) or "grpc-web". */
+  protocol?: HttpProtocol;
+  /** Defaults to the global `fetch`. */
+  fetch?: FetchLike;
+  maxMessageBytes?: number;
+  retry?: Partial<RetryPolicy>;
+  /** Test hooks: sleep and jitter source. */
+  sleep?: (ms: number) => Promise<void>;
+  random?: () => number;
+}
+
+interface Timers {
+  setTimeout(f: () => void, ms: number): unknown;
+  clearTimeout(h: unknown): void;
+}
+interface AbortControllerLike {
+  readonly signal: unknown;
+  abort(): void;
+}
+const g = globalThis as unknown as Timers & {
+  fetch?: FetchLike;
+  AbortController?: new () => AbortControllerLike;
+  TextDecoder: new () => { decode(b: Uint8Array): string };
+};
+
+/** gRPC code of an HTTP status that carries no Connect / gRPC-Web status (gRPC HTTP mapping). */
+export function codeOfHttpStatus(status: number): number {
+  switch (status) {
+    case 400: return Code.INTERNAL;
+    case 401: return Code.UNAUTHENTICATED;
+    case 403: return Code.PERMISSION_DENIED;
+    case 404: return Code.UNIMPLEMENTED;
+    case 408: return Code.DEADLINE_EXCEEDED;
+    case 429: case 502: case 503: case 504: return Code.UNAVAILABLE;
+    default: return Code.UNKNOWN;
+  }
+}
+
+/** gRPC code number of a Connect error code ("invalid_argument"; "canceled" is CANCELLED). */
+export function codeOfConnect(name: unknown): number {
+  if (name === "canceled") return Code.CANCELLED;
+  const i = typeof name === "string" ? CODE_NAMES.indexOf(name.toUpperCase()) : -1;
+  return i > 0 ? i : Code.UNKNOWN;
+}
+
+const utf8 = (b: Uint8Array): string => new g.TextDecoder().decode(b);
+
+function frame(message: Uint8Array): Uint8Array {
+  const out = new Uint8Array(5 + message.length);
+  new DataView(out.buffer).setUint32(1, message.length, false);
+  out.set(message, 5);
+  return out;
+}
+
+/** The message and the trailer (status, message) of a gRPC-Web response body. */
+export function parseGrpcWeb(body: Uint8Array): { message: Uint8Array | null; trailers: Map<string, string> } {
+  const view = new DataView(body.buffer, body.byteOffset, body.byteLength);
+  let message: Uint8Array | null = null;
+  const trailers = new Map<string, string>();
+  for (let at = 0; at + 5 <= body.length;) {
+    const flag = body[at];
+    const len = view.getUint32(at + 1, false);
+    const chunk = body.subarray(at + 5, at + 5 + len);
+    if (chunk.length !== len) throw new RpcError(Code.INTERNAL, "truncated gRPC-Web frame");
+    if (flag & 0x80) {
+      for (const line of utf8(chunk).split("\r\n")) {
+        const i = line.indexOf(":");
+        if (i > 0) trailers.set(line.slice(0, i).trim().toLowerCase(), line.slice(i + 1).trim());
+      }
+    } else if (message === null) {
+      message = chunk;
+    }
+    at += 5 + len;
+  }
+  return { message, trailers };
+}
+
+function grpcStatus(get: (k: string) => string | null | undefined): RpcError | null | undefined {
+  const status = get("grpc-status");
+  if (status === null || status === undefined) return undefined;
+  const code = Number(status);
+  if (code === 0) return null;
+  let msg = get("grpc-message") ?? "";
+  try {
+    msg = decodeURIComponent(msg);
+  } catch { /* keep it as sent */ }
+  return new RpcError(Number.isInteger(code) ? code : Code.UNKNOWN, msg);
+}
+
+export class FetchTransport {
+  readonly baseUrl: string;
+  readonly protocol: HttpProtocol;
+  readonly #fetch: FetchLike;
+  readonly #retry: RetryPolicy;
+  readonly #max: number;
+  readonly #sleep: (ms: number) => Promise<void>;
+  readonly #random: () => number;
+
+  constructor(o: FetchTransportOptions) {
+    this.baseUrl = o.baseUrl.replace(/\/+$/, "");
+    this.protocol = o.protocol ?? "connect";
+    if (this.protocol !== "connect" && this.protocol !== "grpc-web") throw new RangeError(`unknown protocol ${String(o.protocol)}`);
+    const f = o.fetch ?? g.fetch;
+    if (!f) throw new TypeError("no fetch: pass `fetch` (this platform has no global fetch)");
+    this.#fetch = o.fetch ?? ((url, init) => g.fetch!(url, init));
+    this.#retry = { ...DEFAULT_RETRY, ...o.retry };
+    this.#max = o.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+    this.#sleep = o.sleep ?? ((ms) => new Promise((ok) => g.setTimeout(() => ok(), ms)));
+    this.#random = o.random ?? Math.random;
+  }
+
+  #headers(token: string | null, timeoutMs: number): Record<string, string> {
+    const h: Record<string, string> = this.protocol === "connect"
+      ? { "content-type": "application/proto", "connect-protocol-version": "1", "connect-timeout-ms": String(timeoutMs) }
+      : { "content-type": "application/grpc-web+proto", "x-grpc-web": "1", "grpc-timeout": `${timeoutMs}m` };
+    if (token !== null) h.authorization = `Bearer ${token}`;
+    return h;
+  }
+
+  async #once(method: string, body: Uint8Array, token: string | null, timeoutMs: number): Promise<Uint8Array> {
+    const ctl = g.AbortController ? new g.AbortController() : null;
+    let timedOut = false;
+    const timer = g.setTimeout(() => {
+      timedOut = true;
+      ctl?.abort();
+    }, timeoutMs);
+    try {
+      let res;
+      let bytes: Uint8Array;
+      try {
+        res = await this.#fetch(`${this.baseUrl}/${DEVICE_SERVICE}/${method}`, {
+          method: "POST", headers: this.#headers(token, timeoutMs),
+          body: this.protocol === "connect" ? body : frame(body), signal: ctl?.signal,
+        });
+        bytes = new Uint8Array(await res.arrayBuffer());
+      } catch (e) {
+        if (timedOut) throw new RpcError(Code.DEADLINE_EXCEEDED, `no answer within ${timeoutMs} ms`);
+        throw new RpcError(Code.UNAVAILABLE, `network error: ${e instanceof Error ? e.message : String(e)}`);
+      }
+      if (bytes.length > this.#max + 5 + 1024) {
+        throw new RpcError(Code.RESOURCE_EXHAUSTED, `answer of ${bytes.length} bytes is over the limit of ${this.#max}`);
+      }
+      return this.protocol === "connect" ? connectAnswer(res.status, res.headers, bytes) : grpcWebAnswer(res.status, res.headers, bytes);
+    } finally {
+      g.clearTimeout(timer);
+    }
+  }
+
+  /** One unary call with retries; `body` (already encoded) is sent unchanged every time. */
+  async call(method: string, body: Uint8Array, token: string | null): Promise<Uint8Array> {
+    const p = this.#retry;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#once(method, body, token, p.timeoutMs);
+      } catch (e) {
+        if (!(e instanceof RpcError) || !RETRYABLE.has(e.code) || attempt >= p.attempts - 1) throw e;
+        await this.#sleep(backoffMs(p, attempt, this.#random));
+      }
+    }
+  }
+
+  async enroll(req: EnrollArgs = {}): Promise<EnrollResult> {
+    return decode(wire.EnrollResponse, await this.call("Enroll", encodeEnroll(req), null));
+  }
+
+  async getTasks(token: string, datasets: readonly string[], queryId = ""): Promise<GetTasksResult> {
+    return decode(wire.GetTasksResponse, await this.call("GetTasks", encodeGetTasks(datasets, queryId), token));
+  }
+
+  /** Send the exact bytes of a SubmitReportRequest (`encodeSubmitReport`). */
+  async submitReportBytes(token: string, body: Uint8Array): Promise<{ duplicate: boolean; received_at_ms: string }> {
+    return decode(wire.SubmitReportResponse, await this.call("SubmitReport", body, token));
+  }
+
+  submitReport(token: string, r: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }> {
+    return this.submitReportBytes(token, encodeSubmitReport(r));
+  }
+}
+
+function connectAnswer(status: number, headers: { get(k: string): string | null }, bytes: Uint8Array): Uint8Array {
+  if (status === 200) return bytes;
+  if ((headers.get("content-type") ?? "").startsWith("application/json")) {
+    let err: { code?: unknown; message?: unknown } = {};
+    try {
+      err = JSON.parse(utf8(bytes)) as typeof err;
+    } catch { /* not a Connect error body */ }
+    if (typeof err.code === "string") {
+      throw new RpcError(codeOfConnect(err.code), typeof err.message === "string" ? err.message : "");
+    }
+  }
+  throw new RpcError(codeOfHttpStatus(status), `HTTP ${status} without a Connect status`);
+}
+
+function grpcWebAnswer(status: number, headers: { get(k: string): string | null }, bytes: Uint8Array): Uint8Array {
+  const inHeaders = grpcStatus((k) => headers.get(k)); // a trailers-only answer
+  if (inHeaders) throw inHeaders;
+  if (status !== 200) throw new RpcError(codeOfHttpStatus(status), `HTTP ${status} without a gRPC-Web status`);
+  const { message, trailers } = parseGrpcWeb(bytes);
+  const err = inHeaders === null ? null : grpcStatus((k) => trailers.get(k));
+  if (err) throw err;
+  if (err === undefined && inHeaders === undefined) throw new RpcError(Code.INTERNAL, "gRPC-Web answer without a status");
+  if (message === null) throw new RpcError(Code.INTERNAL, "gRPC-Web answer without a message");
+  return message;
+}

@@ -1,0 +1,116 @@
+/**
+ * The uldp.v1 messages a device sends and receives, encoded with protobufjs from `wire.gen.json`
+ * (a JSON descriptor generated from proto/uldp/v1/*.proto by scripts/gen-proto-json.mjs, checked
+ * in CI), shared by every transport: the grpc-js one for Node (`@uldp/device/node`) and the fetch
+ * one for browsers, React Native and Node (`@uldp/device/web`). A request is encoded ONCE, and the
+ * same bytes go out on every retry, whatever the transport.
+ * No Node-only dependency (Uint8Array, not Buffer).
+ */
+import protobuf from "protobufjs";
+import { Status as Code } from "../core/status.js";
+import descriptor from "./wire.gen.json" with { type: "json" };
+
+const root = protobuf.Root.fromJSON(descriptor as protobuf.INamespace);
+const type = (name: string): protobuf.Type => root.lookupType(`uldp.v1.${name}`);
+export const wire = {
+  EnrollRequest: type("EnrollRequest"),
+  EnrollResponse: type("EnrollResponse"),
+  GetTasksRequest: type("GetTasksRequest"),
+  GetTasksResponse: type("GetTasksResponse"),
+  SubmitReportRequest: type("SubmitReportRequest"),
+  SubmitReportResponse: type("SubmitReportResponse"),
+};
+
+/** The device service's path prefix (gRPC method names, Connect and gRPC-Web URLs). */
+export const DEVICE_SERVICE = "uldp.v1.DeviceService";
+/** Default message-size limit of the collector (4 MiB), also applied by the clients. */
+export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/** gRPC status codes (google.rpc.Code) by name, and the statuses a device retries
+ * (docs/device-protocol.md §10: the same bytes, backoff with jitter) — one definition, in
+ * src/core/status.ts. */
+export { Status as Code, RETRYABLE } from "../core/status.js";
+export const CODE_NAMES: readonly string[] = Object.keys(Code);
+
+export interface RetryPolicy {
+  attempts: number;
+  baseMs: number;
+  capMs: number;
+  timeoutMs: number; // per call
+}
+export const DEFAULT_RETRY: RetryPolicy = { attempts: 8, baseMs: 100, capMs: 10_000, timeoutMs: 30_000 };
+
+/** A definitive or retryable answer of a call: `code` is the gRPC status number. */
+export class RpcError extends Error {
+  constructor(readonly code: number, readonly details: string) {
+    super(`${CODE_NAMES[code] ?? code}: ${details}`);
+    this.name = "RpcError";
+  }
+}
+
+export interface TaskMessage {
+  query_id: string;
+  phase: number;
+  group: number;
+  stage: number;
+  dataset: string;
+  task_json: string;
+  report_length: number;
+  task_digest: string;
+  deadline_ms: string; // int64 as a decimal string
+  max_abs_value: string;
+}
+
+export interface GetTasksResult {
+  tasks: TaskMessage[];
+  waiting: { query_id: string; phase: number }[];
+  retry_after_ms: number;
+}
+
+export interface ReportMessage {
+  queryId: string;
+  phase: number;
+  values: readonly bigint[];
+  taskDigest: string;
+  simulated: boolean;
+}
+
+export interface EnrollArgs {
+  enrollmentSecret?: string;
+  label?: string;
+  previousToken?: string;
+}
+
+export interface EnrollResult {
+  device_id: string;
+  token: string;
+  expires_at_ms: string;
+}
+
+/** The exact bytes of a SubmitReportRequest (deterministic: same report, same bytes). */
+export function encodeSubmitReport(r: ReportMessage): Uint8Array {
+  const report = {
+    query_id: r.queryId, phase: r.phase, values: r.values.map((v) => v.toString()),
+    task_digest: r.taskDigest, simulated: r.simulated,
+  };
+  return wire.SubmitReportRequest.encode(wire.SubmitReportRequest.fromObject({ report })).finish();
+}
+
+export function encodeEnroll(req: EnrollArgs): Uint8Array {
+  return wire.EnrollRequest.encode(wire.EnrollRequest.fromObject({
+    enrollment_secret: req.enrollmentSecret ?? "", label: req.label ?? "", previous_token: req.previousToken ?? "",
+  })).finish();
+}
+
+export function encodeGetTasks(datasets: readonly string[], queryId = ""): Uint8Array {
+  return wire.GetTasksRequest.encode(wire.GetTasksRequest.fromObject({ datasets: [...datasets], query_id: queryId })).finish();
+}
+
+export function decode<T>(t: protobuf.Type, b: Uint8Array): T {
+  return t.toObject(t.decode(b), { longs: String, defaults: true, arrays: true }) as T;
+}
+
+/** Wait U(0, min(cap, base·2^attempt)) ms before retry attempt+1 (full jitter). */
+export function backoffMs(p: RetryPolicy, attempt: number, random: () => number): number {
+  return random() * Math.min(p.capMs, p.baseMs * 2 ** attempt);
+}

@@ -1,0 +1,45 @@
+"""What a device's calls can end in: the poll's outcome (:class:`PollResult`) and the
+device-side failures that are not task refusals (see ``docs/device-protocol.md`` §10 and
+``uldp.client.device``, which re-exports them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+
+__all__ = ["DeviceError", "EnrollmentError", "PollResult", "ReportRejected"]
+
+
+class DeviceError(Exception):
+    """Base class of device-side failures that are not task refusals."""
+
+
+class EnrollmentError(DeviceError):
+    """The collector refused to enroll this device (wrong secret, bad previous token)."""
+
+
+class ReportRejected(DeviceError):
+    """The collector refused a report (the budget stays spent: the bytes were sent)."""
+
+    def __init__(self, query_id: str, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"report for query {query_id} rejected: {code.name}: {message}")
+        self.query_id = query_id
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class PollResult:
+    """What one :meth:`Device.poll` did."""
+
+    submitted: list[str] = field(default_factory=list)  # query ids acknowledged now
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (query id, reason)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # collector refusals
+    #: (query id, reason): a charged task whose report could not be computed or stored
+    #: now (a local fault: disk, memory, a bug); it stays owed and is tried again at the
+    #: next poll, without holding up any other task
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    waiting: int = 0  # assignments whose phase is not open yet, plus pending reports
+    pending: int = 0  # persisted reports not acknowledged (collector unreachable)
+    retry_after_ms: int = 0

@@ -1,0 +1,74 @@
+"""The collector half of the report mechanisms: decoding reports without bias and their exact
+variance (``docs/mechanisms.md``). The device half is ``uldp.client.mechanisms``.
+
+* A **frequency-oracle decoder** turns each report into its *support*, the 0/1 vector of
+  the categories it counts for (Wang et al., USENIX Security 2017, §3: a "pure" protocol).
+  With ``p* = P(v ∈ support | v)`` and ``q* = P(v ∈ support | u ≠ v)`` (exact, from the
+  design), ``f̂_v = (C_v/n − q*)/(p* − q*)`` is unbiased for the share of reports whose
+  value is ``v``, with variance per report
+  ``[q*(1−q*) + f_v(p*(1−p*) − q*(1−q*))] / (p* − q*)²``. Discrete Laplace's one-hot
+  report is its own (noisy) support: ``p* = 1``, ``q* = 0`` plus the noise variance.
+* A **scalar decoder** maps each report integer to an unbiased estimate ``ĝ`` of the grid
+  value ``g ∈ [0, 2^16]`` the device privatized, and gives ``Var(ĝ | g)`` exactly.
+
+Every decoder validates its reports first (``ReportError``): a report a device could not
+have sent never counts.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+__all__ = ["OracleDecoder", "ReportError", "ScalarDecoder", "pure_variance"]
+
+
+class ReportError(ValueError):
+    """A report does not fit its task (shape, dtype, range or layout)."""
+
+
+class OracleDecoder(Protocol):
+    name: str
+
+    def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """``(n, k)`` integer supports of ``(n, length)`` reports (validated)."""
+
+    def pq(self, k: int, eps: float) -> tuple[float, float]:
+        """``(p*, q*)``."""
+
+    def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """Variance per report of ``f̂_v`` given the share ``f_v`` of values ``v``."""
+
+
+class ScalarDecoder(Protocol):
+    name: str
+
+    def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
+        """Unbiased ``ĝ`` of every report integer (validated; Laplace: the integers)."""
+
+    def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
+        """``Var(ĝ | g)`` of one report of grid value ``g`` (not counting the rounding)."""
+
+
+def pure_variance(f: np.ndarray, p: float, q: float) -> np.ndarray:
+    """Per-report variance of a pure protocol's estimate (module docstring)."""
+    f = np.asarray(f, dtype=np.float64)
+    return (q * (1 - q) + f * (p * (1 - p) - q * (1 - q))) / (p - q) ** 2
+
+
+def check_shape(reports: np.ndarray, width: int) -> np.ndarray:
+    r = np.asarray(reports)
+    if r.ndim == 1:
+        r = r[None, :]
+    if r.ndim != 2 or r.shape[1] != width:
+        raise ReportError(f"report must have {width} integers, got shape {tuple(r.shape)}")
+    if not np.issubdtype(r.dtype, np.integer):
+        raise ReportError(f"report entries must be integers, got dtype {r.dtype}")
+    return r.astype(np.int64, copy=False)
+
+
+def check_range(r: np.ndarray, lo: int, hi: int, what: str) -> None:
+    if r.size and (r.min() < lo or r.max() > hi):
+        bad = int(r.max()) if r.max() > hi else int(r.min())
+        raise ReportError(f"{what} {bad} is out of range [{lo}, {hi}]")

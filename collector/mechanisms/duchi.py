@@ -1,0 +1,30 @@
+"""Duchi et al.'s one bit, collector half (``docs/mechanisms.md``): ``P(b = 1 | g) =
+(P_min + D·g)/2^64``, so ``ĝ = (b·2^64 − P_min)/D`` is unbiased with variance
+``p(1−p)(2^64/D)²``. Device half: ``uldp.client.mechanisms.duchi``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uldp.client.mechanisms.duchi import duchi_design
+from uldp.client.mechanisms.exact import ONE, units_of
+from uldp.collector.mechanisms.base import ReportError, check_range
+
+__all__ = ["DuchiDecoder"]
+
+
+class DuchiDecoder:
+    name = "duchi"
+
+    def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
+        z = np.asarray(z)
+        if not np.issubdtype(z.dtype, np.integer):
+            raise ReportError(f"report entries must be integers, got dtype {z.dtype}")
+        check_range(z, 0, 1, "bit")
+        P_min, D = duchi_design(units_of(eps))
+        return (z * float(ONE) - float(P_min)) / float(D)
+
+    def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
+        P_min, D = duchi_design(units_of(eps))
+        p = (P_min + D * np.asarray(g, dtype=np.float64)) / ONE
+        return p * (1 - p) * (ONE / D) ** 2

@@ -1,0 +1,33 @@
+"""Generalized randomized response, collector half (``docs/mechanisms.md``): the support of
+a report ``y`` is ``{y}``; ``p* = P/2^64``, ``q* = Q/2^64`` from the design. Device half:
+``uldp.client.mechanisms.grr``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uldp.client.mechanisms.exact import ONE, units_of
+from uldp.client.mechanisms.grr import grr_design
+from uldp.collector.mechanisms.base import check_range, check_shape, pure_variance
+
+__all__ = ["GRRDecoder"]
+
+
+class GRRDecoder:
+    name = "grr"
+
+    def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        r = check_shape(reports, 1)
+        check_range(r, 0, k - 1, "value")
+        out = np.zeros((r.shape[0], k), dtype=np.int64)
+        out[np.arange(r.shape[0]), r[:, 0]] = 1
+        return out
+
+    def pq(self, k: int, eps: float) -> tuple[float, float]:
+        if k == 1:
+            return 1.0, 0.0
+        d = grr_design(k, units_of(eps))
+        return d.P / ONE, d.Q / ONE
+
+    def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return pure_variance(f, *self.pq(k, eps))

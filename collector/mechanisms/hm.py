@@ -1,0 +1,36 @@
+"""The hybrid mechanism, collector half (``docs/mechanisms.md``): a report ``j < N`` is a PM
+output, ``N + b`` a Duchi bit; each branch decodes without bias, so the mixture does, with
+``Var = α Var_PM + (1 − α) Var_Duchi``. Device half: ``uldp.client.mechanisms.hm``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uldp.client.mechanisms.exact import ONE, units_of
+from uldp.client.mechanisms.hm import hm_alpha
+from uldp.client.mechanisms.pm import pm_design
+from uldp.collector.mechanisms.base import ReportError, check_range
+from uldp.collector.mechanisms.duchi import DuchiDecoder
+from uldp.collector.mechanisms.pm import PMDecoder
+
+__all__ = ["HMDecoder"]
+
+
+class HMDecoder:
+    name = "hm"
+
+    def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
+        z = np.asarray(z)
+        if not np.issubdtype(z.dtype, np.integer):
+            raise ReportError(f"report entries must be integers, got dtype {z.dtype}")
+        N = pm_design(units_of(eps)).cells
+        check_range(z, 0, N + 1, "report")
+        duchi = z >= N
+        out = np.empty(z.shape, dtype=np.float64)
+        out[duchi] = DuchiDecoder().decode(z[duchi] - N, eps)
+        out[~duchi] = PMDecoder().decode(z[~duchi], eps)
+        return out
+
+    def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
+        a = hm_alpha(units_of(eps)) / ONE
+        return a * PMDecoder().variance(g, eps) + (1 - a) * DuchiDecoder().variance(g, eps)

@@ -1,0 +1,41 @@
+"""Discrete Laplace, collector half (``docs/mechanisms.md``): the one-hot bins and the grid
+values are their own unbiased estimates; the variance is the exact discrete-Laplace
+variance (``uldp.client.noise``). Device half: ``uldp.client.mechanisms.laplace``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uldp.client.noise import discrete_laplace_variance, laplace_scale
+from uldp.client.params import GRID_STEPS
+from uldp.collector.mechanisms.base import check_range, check_shape
+
+__all__ = ["LaplaceBinsDecoder", "LaplaceValuesDecoder"]
+
+
+class LaplaceBinsDecoder:
+    name = "laplace"
+
+    def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        r = check_shape(reports, k)
+        lim = int(1 + 60 * 2 / eps) + 1
+        check_range(r, -lim, lim, "report entry")
+        return r
+
+    def pq(self, k: int, eps: float) -> tuple[float, float]:
+        return 1.0, 0.0
+
+    def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
+        v = discrete_laplace_variance(laplace_scale(2, eps).value)
+        return np.full(np.shape(f), v)
+
+
+class LaplaceValuesDecoder:
+    name = "laplace"
+
+    def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
+        return np.asarray(z, dtype=np.int64)
+
+    def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
+        v = discrete_laplace_variance(laplace_scale(GRID_STEPS, eps).value)
+        return np.full(np.shape(g), v)

@@ -1,0 +1,28 @@
+"""Optimized unary encoding, collector half (``docs/mechanisms.md``): the support is the
+reported bit vector; ``p* = 1/2``, ``q* = Q/2^64``. Device half:
+``uldp.client.mechanisms.oue``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uldp.client.mechanisms.exact import ONE, units_of
+from uldp.client.mechanisms.oue import oue_q
+from uldp.collector.mechanisms.base import check_range, check_shape, pure_variance
+
+__all__ = ["OUEDecoder"]
+
+
+class OUEDecoder:
+    name = "oue"
+
+    def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        r = check_shape(reports, k)
+        check_range(r, 0, 1, "bit")
+        return r
+
+    def pq(self, k: int, eps: float) -> tuple[float, float]:
+        return 0.5, oue_q(units_of(eps)) / ONE
+
+    def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return pure_variance(f, *self.pq(k, eps))
