@@ -199,7 +199,8 @@ class Plan:
     # ---- Algorithm-1 parameters ---------------------------------------------------------
     def group_params(self, g: int) -> list[Alg1Params]:
         """Algorithm-1 parameters of every component for group ``g``'s runs (cached)."""
-        key = ("params", g)
+        # bounded support: the same parameters for every group (one list, not one per group)
+        key = ("params", g if self.spec.moment_p is not None else -1)
         if key not in self._cache:
             self._cache[key] = self._params(g)
         return self._cache[key]
