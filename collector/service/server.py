@@ -156,22 +156,25 @@ class CollectorServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {config.host}:{config.port}")
         self._stopped = threading.Event()
-        self.intake: Any = None
-        if config.shuffler_port is not None:
-            from uldp.collector.service.intake import IntakeServer
-            if config.shuffler_ca is None:
-                raise ValueError("a shuffler port needs the shuffler's CA (--shuffler-ca)")
-            self.intake = IntakeServer(
-                self.core, host=config.host, port=config.shuffler_port,
-                tls_cert=config.tls_cert, tls_key=config.tls_key,
-                shuffler_ca=config.shuffler_ca, identity=config.shuffler_name,
-                max_message_bytes=config.max_message_bytes)
+        self.intake = self._intake(config)
 
     @property
     def executor(self) -> futures.ThreadPoolExecutor:
         """The thread pool of database reads and analyst calls (shared with the HTTP
         port, ``uldp.collector.http``)."""
         return self._pool
+
+    def _intake(self, config: ServerConfig) -> Any:
+        """Shuffle mode: the shuffler port (``uldp.collector.service.intake``), or None."""
+        if config.shuffler_port is None:
+            return None
+        from uldp.collector.service.intake import IntakeServer
+        if config.shuffler_ca is None:
+            raise ValueError("a shuffler port needs the shuffler's CA (--shuffler-ca)")
+        return IntakeServer(self.core, host=config.host, port=config.shuffler_port,
+                            tls_cert=config.tls_cert, tls_key=config.tls_key,
+                            shuffler_ca=config.shuffler_ca, identity=config.shuffler_name,
+                            max_message_bytes=config.max_message_bytes)
 
     def _on_loop(self, coro: Any) -> Any:
         assert self._loop is not None
