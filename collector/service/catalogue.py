@@ -16,12 +16,16 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import Program, program_for
-from uldp.collector.service.errors import ServiceError
-from uldp.collector.service.requests import SPEC_PARAMS, CreateRequest, build_spec, same_query
+from uldp.collector.service.errors import ServiceError, echo
+from uldp.collector.service.requests import (
+    SPEC_PARAMS,
+    CreateRequest,
+    build_spec,
+    check_limits,
+    same_query,
+)
 from uldp.collector.storage.db import Database, now_ms
 
 __all__ = ["ALLOW_SIMULATED", "QueryCatalogue", "QueryRuntime"]
@@ -47,11 +51,20 @@ class QueryRuntime:
     allow_simulated: bool = False  # the query accepts reports marked simulated
 
 
+#: characters of CreateQuery's params_json, at most
+MAX_PARAMS_JSON = 65_536
+
+
 def _params(params_json: str) -> tuple[dict[str, Any], bool]:
+    if len(params_json) > MAX_PARAMS_JSON:
+        raise ServiceError("INVALID_ARGUMENT", f"params_json must be at most "
+                           f"{MAX_PARAMS_JSON} characters, got {len(params_json)}")
     try:
         params = json.loads(params_json) if params_json else {}
     except json.JSONDecodeError as exc:
         raise ServiceError("INVALID_ARGUMENT", f"params_json is not JSON: {exc}") from None
+    except RecursionError:
+        raise ServiceError("INVALID_ARGUMENT", "params_json is nested too deeply") from None
     allowed = {*SPEC_PARAMS, ALLOW_SIMULATED}
     if not isinstance(params, dict) or set(params) - allowed:
         raise ServiceError("INVALID_ARGUMENT", "params_json must be an object with keys "
@@ -100,17 +113,16 @@ class QueryCatalogue:
         if not dataset or len(dataset) > 256:
             raise ServiceError("INVALID_ARGUMENT", "dataset must be a name of 1..256 chars")
         params, allow = _params(params_json)
-        if users > self.max_users:
-            raise ServiceError("INVALID_ARGUMENT", f"users must be <= {self.max_users}")
-        if not (phase_timeout_s >= 0 and np.isfinite(phase_timeout_s)):
-            raise ServiceError("INVALID_ARGUMENT", "phase_timeout_seconds must be >= 0")
         qid = query_id or "q-" + secrets.token_hex(6)
         req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid)
+        check_limits(req, phase_timeout_s, self.max_users)
         try:
             spec, drawn = build_spec(req)
             program = program_for(spec)
             quotas = program.quotas()
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as exc:
+            # the planner's refusals of a combination of bounded values (e.g. an unknown
+            # kind, too few users for the grouping)
             raise ServiceError("INVALID_ARGUMENT", f"invalid query: {exc}") from None
         timeout = phase_timeout_s or self.default_phase_timeout_s
         row = dict(query_id=qid, kind=kind, dataset=dataset, epsilon=float(spec.epsilon),
@@ -131,7 +143,7 @@ class QueryCatalogue:
         """(query row, phase rows, devices assigned so far)."""
         row = self.db.get_query(query_id)
         if row is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         return row, self.db.get_phases(query_id), min(int(row["next_slot"]),
                                                       int(row["target_users"]))
 
@@ -140,7 +152,7 @@ class QueryCatalogue:
 
     def cancel(self, query_id: str) -> None:
         if self.db.get_query(query_id) is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         if not self.db.cancel_query(query_id):
             row = self.db.get_query(query_id)
             raise ServiceError("FAILED_PRECONDITION",

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 from uldp.collector.security.tokens import AdminAuth, TokenError, TokenKey
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.closer import TEST_CLOSE_DELAY_ENV, PhaseCloser
@@ -52,6 +53,9 @@ class CoreConfig:
     #: accept reports marked ``simulated`` (seeded noise) for every query; otherwise only
     #: queries created with ``"allow_simulated": true`` in their params accept them
     allow_simulated: bool = False
+    #: the largest message the server sends or accepts (--max-message-bytes): batch
+    #: calls take no more items than an answer of this size can hold
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
 
 class CollectorCore:

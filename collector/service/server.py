@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,7 @@ class CollectorServer:
         if config.mode == "threads":
             sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         self.db = open_database(config.db_url)
-        core_cfg = config.core
+        core_cfg = replace(config.core, max_message_bytes=config.max_message_bytes)
         if config.enrollment_secret_file is not None:
             secret = Path(config.enrollment_secret_file).read_text().strip()
             core_cfg = CoreConfig(**{**core_cfg.__dict__, "enrollment_secret": secret})
@@ -135,7 +135,8 @@ class CollectorServer:
         if config.mode == "threads":
             self.server = grpc.server(self._pool, options=options,
                                       maximum_concurrent_rpcs=config.workers * 64)
-            add_service(self.server, DeviceServicer(self.core), _DEVICE)
+            device = DeviceServicer(self.core)
+            add_service(self.server, device, _DEVICE, batch_cap=device.logic.cap)
             add_service(self.server, AnalystServicer(self.core), _ANALYST)
             self.health = health.HealthServicer()
             add_service(self.server, self.health, _HEALTH)
@@ -166,7 +167,8 @@ class CollectorServer:
         # sync handlers (analyst calls, reflection) run in the migration thread pool
         self.server = grpc.aio.server(migration_thread_pool=self._pool, options=options,
                                       maximum_concurrent_rpcs=self.config.workers * 64)
-        add_service(self.server, AsyncDeviceServicer(self.core, self._pool), _DEVICE)
+        device = AsyncDeviceServicer(self.core, self._pool)
+        add_service(self.server, device, _DEVICE, batch_cap=device.logic.cap)
         add_service(self.server, AsyncAnalystServicer(self.core, self._pool), _ANALYST)
         self.health = health.aio.HealthServicer()
         add_service(self.server, self.health, _HEALTH)
