@@ -237,7 +237,10 @@ def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes
     if not admin_file.exists():
         write_private(admin_file, (new_admin_token() + "\n").encode())
     db_url = f"sqlite:///{work / 'collector.db'}"
-    proc, port = start_collector_process(work, db_url, tls)
+    # every simulated device enrols from this one address: no per-address limit
+    # (docs/privacy.md §7; the default takes a 20 000-device demo at once, not more)
+    proc, port = start_collector_process(work, db_url, tls,
+                                         extra=["--enroll-peer-limit", "off"])
     say(f"collector on 127.0.0.1:{port} (TLS), database {work / 'collector.db'}")
     return proc, Endpoint(f"127.0.0.1:{port}", tls / "ca.pem"), admin_file
 
