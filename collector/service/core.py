@@ -23,7 +23,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
+<<<<<<< HEAD
 from uldp.collector.security.attestation import EnrolmentVerifier
+=======
+from uldp.collector.security.sealkeys import SealKeyring
+>>>>>>> main
 from uldp.collector.security.tokens import AdminAuth, TokenError, TokenKey
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.closer import TEST_CLOSE_DELAY_ENV, PhaseCloser
@@ -38,6 +42,7 @@ from uldp.collector.service.errors import ServiceError
 from uldp.collector.service.ingest import SIMULATED_REFUSED, ReportIngest
 from uldp.collector.service.lease import closer_id
 from uldp.collector.service.phases import PhaseView
+from uldp.collector.service.shuffled import ShuffleIntake
 from uldp.collector.service.tasks import TaskAnswer, TaskInfo, TaskServer
 from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, now_ms
 from uldp.collector.storage.writer import GroupCommitWriter
@@ -87,19 +92,27 @@ class CollectorCore:
         self.closer_id = closer_id(self.name)
         self.writer = GroupCommitWriter(db, linger_s=cfg.commit_linger_ms / 1000)
         self.phases = PhaseView(db)
+        self.seal_keys = SealKeyring(db)
         self.catalogue = QueryCatalogue(db, max_users=cfg.max_users,
-                                        default_phase_timeout_s=cfg.default_phase_timeout_s)
+                                        default_phase_timeout_s=cfg.default_phase_timeout_s,
+                                        seal_keys=self.seal_keys)
         self.tasks = TaskServer(db, self.writer, self.catalogue, self.phases)
         self.ingest = ReportIngest(db, self.writer, self.catalogue, self.phases, self.tasks,
                                    allow_simulated=cfg.allow_simulated)
+<<<<<<< HEAD
         cred = cfg.enroll_credential_limit
         if cred == "auto":
             cred = (DEFAULT_ATTESTED_LIMIT if cfg.enrolment_verifier is not None
                     else DEFAULT_CREDENTIAL_LIMIT)
         self.enrolment = EnrolmentPolicy(cfg.enroll_peer_limit, cred, cfg.enrolment_verifier)
+=======
+        self.shuffled = ShuffleIntake(db, self.writer, self.catalogue, self.phases, self.tasks,
+                                      self.seal_keys, allow_simulated=cfg.allow_simulated)
+>>>>>>> main
         self.closer = PhaseCloser(db, self.catalogue, self.phases, name=self.name,
                                   closer_id=self.closer_id, lease_ms=cfg.close_lease_ms,
                                   tick_s=cfg.tick_s)
+        self.closer.privacy = self.shuffled.privacy  # shuffle mode: the central guarantee
 
     # ---- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
