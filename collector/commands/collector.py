@@ -225,9 +225,6 @@ def register(subparsers: Any) -> None:
     s.add_argument("--quiet", action="store_true", help="print nothing when it is up")
     unused_admin_flag(s)
     s.set_defaults(func=_cmd_wait)
-<<<<<<< HEAD
-    _attestation_parsers(sc)
-=======
     s = sc.add_parser("token-public-key", help="print the device-token verification key "
                       "(PEM) for a shuffler", description="Print the Ed25519 public key that "
                       "verifies device tokens: a shuffler (`uldp shuffler serve "
@@ -236,4 +233,4 @@ def register(subparsers: Any) -> None:
     s.add_argument("--db", default=env("ULDP_DB", "uldp-collector.db"),
                    help="the collector's database (its key, when there is no key file)")
     s.set_defaults(func=_cmd_token_public_key)
->>>>>>> main
+    _attestation_parsers(sc)

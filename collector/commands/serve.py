@@ -153,19 +153,15 @@ def _check_files(a: argparse.Namespace) -> _Files:
     readable_file(token_key, "--token-key-file")
     secret_file = Path(a.enrollment_secret_file) if a.enrollment_secret_file else None
     readable_file(secret_file, "--enrollment-secret-file")
-<<<<<<< HEAD
-    attest = Path(a.attestation_key_file) if a.attestation_key_file else None
-    readable_file(attest, "--attestation-key-file")
-    for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file"),
-                       (attest, "--attestation-key-file")):
-=======
     if (a.shuffler_port is None) != (a.shuffler_ca is None):
         raise OperatorError("--shuffler-port and --shuffler-ca go together (shuffle mode: "
                             "the port the shuffler forwards to, and the CA of its client "
                             "certificate)")
     readable_file(Path(a.shuffler_ca) if a.shuffler_ca else None, "--shuffler-ca")
-    for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file")):
->>>>>>> main
+    attest = Path(a.attestation_key_file) if a.attestation_key_file else None
+    readable_file(attest, "--attestation-key-file")
+    for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file"),
+                       (attest, "--attestation-key-file")):
         if path is not None and (why := check_not_world_readable(path, flag)):
             raise OperatorError(why)
     for f in (a.port_file, a.ready_file):

@@ -23,11 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
-<<<<<<< HEAD
 from uldp.collector.security.attestation import EnrolmentVerifier
-=======
 from uldp.collector.security.sealkeys import SealKeyring
->>>>>>> main
 from uldp.collector.security.tokens import AdminAuth, TokenError, TokenKey
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.closer import TEST_CLOSE_DELAY_ENV, PhaseCloser
@@ -99,16 +96,13 @@ class CollectorCore:
         self.tasks = TaskServer(db, self.writer, self.catalogue, self.phases)
         self.ingest = ReportIngest(db, self.writer, self.catalogue, self.phases, self.tasks,
                                    allow_simulated=cfg.allow_simulated)
-<<<<<<< HEAD
+        self.shuffled = ShuffleIntake(db, self.writer, self.catalogue, self.phases, self.tasks,
+                                      self.seal_keys, allow_simulated=cfg.allow_simulated)
         cred = cfg.enroll_credential_limit
         if cred == "auto":
             cred = (DEFAULT_ATTESTED_LIMIT if cfg.enrolment_verifier is not None
                     else DEFAULT_CREDENTIAL_LIMIT)
         self.enrolment = EnrolmentPolicy(cfg.enroll_peer_limit, cred, cfg.enrolment_verifier)
-=======
-        self.shuffled = ShuffleIntake(db, self.writer, self.catalogue, self.phases, self.tasks,
-                                      self.seal_keys, allow_simulated=cfg.allow_simulated)
->>>>>>> main
         self.closer = PhaseCloser(db, self.catalogue, self.phases, name=self.name,
                                   closer_id=self.closer_id, lease_ms=cfg.close_lease_ms,
                                   tick_s=cfg.tick_s)
