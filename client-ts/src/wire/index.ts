@@ -77,6 +77,8 @@ export interface EnrollArgs {
   enrollmentSecret?: string;
   label?: string;
   previousToken?: string;
+  /** The app's attestation for a new identity (device.proto, EnrollRequest.attestation). */
+  attestation?: string;
 }
 
 export interface EnrollResult {
@@ -96,6 +98,7 @@ export function encodeSubmitReport(r: ReportMessage): Uint8Array {
 export function encodeEnroll(req: EnrollArgs): Uint8Array {
   return wire.EnrollRequest.encode({
     enrollment_secret: req.enrollmentSecret ?? "", label: req.label ?? "", previous_token: req.previousToken ?? "",
+    attestation: req.attestation ?? "",
   });
 }
 
