@@ -112,11 +112,15 @@ def _sized_share(plan: Any, bins: int) -> float:
     return max(need, MIN_STAGE1_SHARE) if need <= MAX_SIZED_SHARE else float("inf")
 
 
-def _mechanism_gain(eps: float) -> float:
-    """What the randomizer chosen from stage I gains over the worst-case best when the
-    values sit at the centre or at the ends of the support."""
+def _mechanism_gain(eps: float, share: float, m: int) -> float:
+    """What the randomizer chosen from stage I gains over the worst-case best on the
+    whole support when the values sit at its centre or at its ends — its noise on the
+    stage-II users plus the spread of the users it leaves out (``Var Y = D²/m``, users
+    alike), in units of ``D²/n``."""
     worst = scalar_variance(best_scalar(eps), eps)
-    return max(worst / scalar_variance(best_scalar(eps, t2), eps, t2) for t2 in (0.0, 1.0))
+    spread = share / m
+    return max(worst / ((scalar_variance(best_scalar(eps, t2), eps, t2) + spread)
+                        / (1 - share)) for t2 in (0.0, 1.0))
 
 
 def _single_stage(spec: Any, compile_fn: Any) -> tuple[float, Any, dict[str, Any]]:
@@ -157,7 +161,8 @@ def _sized(spec: Any, compile_fn: Any, single: float
         if spec.moment_p is None else np.full(1, sized_plan.group_params(0)[0].bound ** 2)
     best_case = sized_plan.predicted_mse(D2, D2 / spec.samples)  # users alike (i.i.d.)
     eps_c = plan.grouping.groups[0].eps_c
-    gain = max(single / max(best_case, 1e-300) * (1 - share), _mechanism_gain(eps_c))
+    gain = max(single / max(best_case, 1e-300),
+               _mechanism_gain(eps_c, share, spec.samples))
     info = {"sized_share": share, "sized_gain": gain, "sized_mse": best_case}
     return (probe, info) if gain >= SIZED_GAIN else (None, info)
 
