@@ -50,7 +50,8 @@ from uldp.collector.mechanisms.choice import (
 )
 
 __all__ = ["KAPPA", "MAX_BIN_VARIANCE", "MAX_SIZED_SHARE", "MAX_STAGE1_SHARE",
-           "SIZED_GAIN", "SMALL_STAGE1_SHARE", "STAGE1_TARGET", "required_gain",
+           "MIN_SIZED_SHARE", "SIZED_GAIN", "SMALL_STAGE1_SHARE", "STAGE1_TARGET",
+           "required_gain",
            "resolve_auto"]
 
 KAPPA = 2.4  # two-stage must promise this factor less noise than SSL (small stage I)
@@ -64,6 +65,9 @@ MAX_SIZED_SHARE = 0.08
 MAX_BIN_VARIANCE = 0.002
 #: two-stage-sized: the least gain on favourable users worth the stage I
 SIZED_GAIN = 1.5
+#: two-stage-sized: the smallest stage-I share (its users are left out of stage II, whose
+#: spread they would have averaged: at large ε that, not the noise, is the error)
+MIN_SIZED_SHARE = 0.01
 
 
 def required_gain(share: float) -> float:
@@ -101,15 +105,15 @@ def _stage1_share(plan: Any) -> float:
 
 
 def _sized_share(plan: Any, bins: int) -> float:
-    """The least stage-I share (≥ 5 %) whose histogram has per-bin variance at most
-    :data:`MAX_BIN_VARIANCE` with the best oracle, or ``inf``."""
+    """The least stage-I share (≥ :data:`MIN_SIZED_SHARE`) whose histogram has per-bin
+    variance at most :data:`MAX_BIN_VARIANCE` with the best oracle, or ``inf``."""
     from uldp.collector.mechanisms import ORACLE_DECODERS
 
     eps_c = plan.grouping.groups[0].eps_c
     dec = ORACLE_DECODERS[best_oracle(bins, eps_c)]
     v = float(dec.variance(np.zeros(1), bins, eps_c)[0])
     need = v / (MAX_BIN_VARIANCE * max(plan.spec.users, 1))
-    return max(need, MIN_STAGE1_SHARE) if need <= MAX_SIZED_SHARE else float("inf")
+    return max(need, MIN_SIZED_SHARE) if need <= MAX_SIZED_SHARE else float("inf")
 
 
 def _mechanism_gain(eps: float, share: float, m: int) -> float:
@@ -144,7 +148,7 @@ def _sized(spec: Any, compile_fn: Any, single: float
            ) -> tuple[Any | None, dict[str, Any]] | None:
     """``two-stage-sized`` for a one-component kind, if reliable and worth it."""
     probe = replace(spec, method="two-stage-sized", oracle="best", randomizer="adaptive",
-                    mode="default", stage1_share=MIN_STAGE1_SHARE)
+                    mode="default", stage1_share=MIN_SIZED_SHARE)
     try:
         plan = compile_fn(probe)
     except ValueError:

@@ -182,6 +182,9 @@ def _candidates(p: Alg1Params, mode: int, margin: float) -> np.ndarray:
     return rows[rows[:, 1] > rows[:, 0]]
 
 
+#: the largest slack (z standard deviations of the inside mass) the test may allow
+MAX_SLACK = 0.35
+
 #: the model window is used only when it is at most this share of the support: then a
 #: population spread over the support puts most of its mass outside, which the stage-I
 #: histogram sees (the inside-mass test has power)
@@ -192,13 +195,16 @@ def _model_holds(p: Alg1Params, hist: Histogram, mode: int, margin: float,
                  centre: np.ndarray) -> bool:
     """Whether the users look alike: the model window around the mode is narrow
     (:data:`NARROW_MAX`) and the histogram's mass inside it is 1 up to ``z`` standard
-    deviations of its noise."""
+    deviations of its noise, a slack of at most :data:`MAX_SLACK` (a weaker stage I
+    cannot tell users alike from users spread out, and the window is then the support)."""
     elo, ehi = bin_edges(p)
     a, b = float(elo[mode]) - margin, float(ehi[mode]) + margin
     if b - a > NARROW_MAX * 2 * p.bound:
         return False
     inside = ((centre >= a) & (centre <= b)).astype(float)
-    return float(inside @ hist.mass) >= 1 - Z_WIDEN * float(np.sqrt(inside @ hist.var))
+    slack = Z_WIDEN * float(np.sqrt(inside @ hist.var))
+    # the test must have power: a population with a third of its mass outside fails it
+    return slack <= MAX_SLACK and float(inside @ hist.mass) >= 1 - slack
 
 
 def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,

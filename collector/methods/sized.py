@@ -42,7 +42,7 @@ from uldp.collector.methods.common import (
     value_mechanism,
     value_noise_variance,
 )
-from uldp.collector.methods.intervals import Histogram, sized_interval
+from uldp.collector.methods.intervals import NARROW_MAX, Histogram, sized_interval
 from uldp.collector.methods.two_stage import TwoStage, acc_mech
 
 __all__ = ["TwoStageSized", "fine_bins"]
@@ -170,7 +170,8 @@ class TwoStageSized(TwoStage):
                            stat_var: np.ndarray | None = None,
                            stat_mean: np.ndarray | None = None) -> np.ndarray:
         """What the rule reaches when stage I sees the users as they are: the model window
-        (the mode's bin and the Hoeffding margin on both sides), or, when the statistics
+        (the mode's bin and the Hoeffding margin on both sides; the support when that is
+        wider than the rule narrows to), or, when the statistics
         spread wider (eight standard deviations), that spread, at most the support; the
         best randomizer at their second moment on it; on the stage-II users, with their
         spread at the finite-population factor."""
@@ -185,7 +186,9 @@ class TwoStageSized(TwoStage):
             for c in grp.components:
                 p = fine[c]
                 sd = math.sqrt(max(float(data[c]), 0.0))
-                width = min(2 * p.bound, max(2 * self.margin(plan, p) + p.bin_width, 8 * sd))
+                window = 2 * self.margin(plan, p) + p.bin_width
+                width = 2 * p.bound if window > NARROW_MAX * 2 * p.bound else \
+                    min(2 * p.bound, max(window, 8 * sd))
                 t2 = None
                 if stat_mean is not None:
                     centre = float(stat_mean[c])
