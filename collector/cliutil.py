@@ -178,6 +178,9 @@ def describe_error(exc: BaseException) -> tuple[str, int]:
         return str(exc), exc.exit_code
     if isinstance(exc, grpc.RpcError):
         return describe_rpc_error(exc), 2
+    rpc = getattr(exc, "rpc", None)  # an AnalystError (uldp.collector.analyst)
+    if isinstance(rpc, grpc.RpcError):
+        return describe_rpc_error(rpc), 2
     if isinstance(exc, OSError) and exc.filename is None and exc.strerror is None:
         return str(exc), 2  # raised with a message of our own
     if isinstance(exc, FileNotFoundError):
