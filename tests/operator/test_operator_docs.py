@@ -11,8 +11,8 @@ from opcli import REPO
 DOCS = [REPO / "README.md", *sorted((REPO / "deploy").glob("**/*.md")),
         *sorted((REPO / "docs").glob("*.md"))]
 #: a path of the repository in backquotes: `tests/x/y.py`, `bench/z.py::test`, ...
-PATH = re.compile(r"`((?:tests|bench|deploy|scripts|collector|client|docs|proto|conformance)"
-                  r"/[\w./-]*\w)(?:::[\w\[\]-]+)?[`:]")
+PATH = re.compile(r"`((?:tests|bench|deploy|scripts|collector|client|docs|proto|conformance"
+                  r"|examples)/[\w./-]*\w)(?:::[\w\[\]-]+)?[`:]")
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(REPO)) for d in DOCS])
