@@ -260,8 +260,8 @@ def _grid_units(grid_bits: Any) -> int:
 class AdaptiveParams:
     """Public constants of the adaptive estimator (module docstring, steps 1–5).
 
-    share_hist / share_check: budget shares of the histogram and of the outside check
-    (the mean step gets the rest). bins_small / bins_large: J when ``n ε_h`` is below /
+    share_hist: budget share of the histogram (the mean step gets the rest, less
+    share_tail when a candidate is found). bins_small / bins_large: J when ``n ε_h`` is below /
     at least ``bins_switch``. max_fraction: keep a candidate only if it is at most this
     fraction of the public width. gate: use the simple estimator when ``τ > gate · n``.
     core_mass / mass_z: the core must hold ``core_mass · n`` users after subtracting
