@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # CI of the TypeScript device SDK (client-ts): install from the lockfile, check the generated
 # wire descriptor, type-check the core without Node's types, type-check and build, run the node:test
-# suites (conformance vectors, privacy audits, ledger, transport, the Python collector on
-# loopback), then the conformance vectors in headless Chromium.
+# suites (conformance vectors, privacy audits, ledger and the ledger store contract, both
+# transports, the Python collector on loopback over gRPC, Connect and gRPC-Web), then in headless
+# Chromium the conformance vectors and the browser devices (scripts/browser-fleet.mjs: the
+# IndexedDB store contract, 1000 devices over Connect and gRPC-Web through a collector restart,
+# two tabs on one store, CORS).
 #
 #   bash client-ts/ci.sh            (from anywhere; Node 20 and npm needed)
 #
@@ -42,5 +45,12 @@ node --test build/test/*.test.js
 echo "== headless Chromium (t=$(( $(date +%s) - start ))s)"
 bash scripts/ensure-chromium.sh
 node scripts/browser-vectors.mjs
+
+echo "== the example web app: type check and build (t=$(( $(date +%s) - start ))s)"
+npx tsc -p ../examples/web
+node scripts/build-example.mjs
+
+echo "== browser devices against the collector (t=$(( $(date +%s) - start ))s)"
+node scripts/browser-fleet.mjs
 
 echo "client-ts ci: $(( $(date +%s) - start )) s"

@@ -30,6 +30,7 @@ from uldp.client.kinds import KINDS
 from uldp.client.params import bounded_params, heavy_tailed_params
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskSpec, compute_report, report_length, task_epsilon_units
+from uldp.client.trace import tracing
 
 __all__ = ["TASK_FILES", "enc", "key_for"]
 
@@ -266,11 +267,16 @@ def _report_case(name: str, task: TaskSpec, samples: Any, labels: Any,
     x = np.asarray(samples, dtype=np.float64)
     if _dim(task) is not None and x.size == 0:
         x = np.zeros((0, task.dim))
-    rep = compute_report(task, x, lab if uses else None, rng=rng, dim=_dim(task))
-    return {"name": name, "task": task.to_json(), "dim": _dim(task),
-            "samples": enc(list(samples)), "labels": None if labels is None else enc(labels),
-            "key": key.hex(), "report": [int(v) for v in rep], "next_word": next_word(rng),
-            "units": str(task_epsilon_units(task)), "report_length": report_length(task)}
+    with tracing() as tr:
+        rep = compute_report(task, x, lab if uses else None, rng=rng, dim=_dim(task))
+    out = {"name": name, "task": task.to_json(), "dim": _dim(task),
+           "samples": enc(list(samples)), "labels": None if labels is None else enc(labels),
+           "key": key.hex(), "report": [int(v) for v in rep], "next_word": next_word(rng),
+           "units": str(task_epsilon_units(task)), "report_length": report_length(task),
+           "statistic": _hexes(tr.statistic), "rounding": tr.rounding}
+    if tr.items:
+        out["items"] = tr.items
+    return out
 
 
 def tasks() -> dict[str, Any]:

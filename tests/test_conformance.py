@@ -176,3 +176,118 @@ def test_published_json_and_results_match_their_schemas():
             doc = json.loads(json.dumps(pub))
             assert _errors(doc, published, published) == [], (kind, doc)
         assert _errors(json.loads(json.dumps(out)), result, result) == [], kind
+
+
+# ---- task vectors: the report, and the pre-noise statistic and rounding draws behind it -------
+def _decoded(v):
+    if isinstance(v, list):
+        return [_decoded(x) for x in v]
+    return {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}.get(v, v)
+
+
+def _recomputed(case):
+    """One task vector computed again from its inputs: the fields a device must reproduce."""
+    import struct
+
+    from uldp.client.tasks import TaskSpec, compute_report
+    from uldp.client.trace import tracing
+
+    task = TaskSpec.from_json(case["task"])
+    x = np.asarray(_decoded(case["samples"]), dtype=np.float64)
+    if case["dim"] is not None and x.size == 0:
+        x = np.zeros((0, case["dim"]))
+    lab = None if case["labels"] is None else np.asarray(_decoded(case["labels"]), np.float64)
+    rng = RandomSource.from_key(bytes.fromhex(case["key"]))
+    with tracing() as tr:
+        rep = compute_report(task, x, lab, rng=rng, dim=case["dim"])
+    return {"report": [int(v) for v in rep], "next_word": str(int(rng.words(1)[0])),
+            "statistic": [struct.pack(">d", v).hex() for v in tr.statistic],
+            "rounding": tr.rounding, "items": tr.items or None}
+
+
+def _mismatches(case, fields=("report", "next_word", "statistic", "rounding", "items")):
+    got = _recomputed(case)
+    return [f for f in fields if got[f] != case.get(f)]
+
+
+TASK_VECTORS = [c for name in ("tasks.json", "mech_tasks.json")
+                for c in json.loads(FRESH[name])["cases"] if c.get("op") != "refusal"]
+
+
+def test_every_task_vector_carries_its_statistic_and_rounding_and_is_reproduced():
+    assert all(c["statistic"] or c.get("items") for c in TASK_VECTORS)
+    assert sum(bool(c["rounding"]) for c in TASK_VECTORS) > 300
+    bad = [(c["name"], m) for c in TASK_VECTORS if (m := _mismatches(c))]
+    assert bad == []
+
+
+def test_a_statistic_off_by_a_ten_millionth_is_caught(monkeypatch):
+    """Issue 17 item 12: a device whose every statistic is ×(1 + 10^-7) reproduces most
+    report integers (randomized rounding hides the error), but not the statistic."""
+    from uldp.client.mechanisms import two_stage
+
+    honest = two_stage._check_stats
+    monkeypatch.setattr(two_stage, "_check_stats", lambda Y, k: honest(Y, k) * (1 + 1e-7))
+    cases = json.loads(FRESH["tasks.json"])["cases"]
+    nonzero = [c for c in cases  # ×(1 + 10^-7) changes a normal double (not 0, 5e-324)
+               if any(abs(struct_value(h)) > 1e-300 for h in c["statistic"])]
+    report_only = sum(not _mismatches(c, ("report", "next_word")) for c in nonzero)
+    caught = sum("statistic" in _mismatches(c) for c in nonzero)
+    assert report_only >= 0.9 * len(nonzero)  # the integers alone let (all of) them pass
+    assert caught == len(nonzero) > 300  # the statistic catches every one
+
+
+def struct_value(h: str) -> float:
+    import struct
+
+    return float(struct.unpack(">d", bytes.fromhex(h))[0])
+
+
+@pytest.mark.parametrize("method", ["two-stage", "two-stage-paper", "ssl", "baseline-a",
+                                    "baseline-b", "auto"])
+def test_published_json_of_every_method_matches_the_schema(method):
+    """Issue 17 item 13: what every method's phases really publish (two-stage's stage I
+    with its bias bounds and rule) validates against published.schema.json, and stage-I
+    intervals follow the stated rule (protocol §7.3, §14.4)."""
+    from uldp.collector.datasets import make_fleet_data
+    from uldp.collector.planner import QuerySpec, compile_query
+    from uldp.collector.programs.driver import run_program
+    from uldp.collector.programs.meanest import MeanEstProgram
+    from uldp.collector.simulate import synthetic_privatizer
+
+    published, result = _schema("published"), _schema("result")
+    for kind, dim, dist, m in (("mean", 1, "uniform", 5), ("mean-linf", 2, "uniform", 400),
+                               ("distribution", 4, "zipf:1.1", 5)):
+        spec = QuerySpec(kind=kind, epsilon=2.0, users=400, samples=m, dim=dim, seed=1,
+                         method=method)
+        plan = compile_query(spec)
+        data = make_fleet_data(kind, dist, m, dim, spec.bound, np.random.default_rng(0))
+        pubs: dict = {}
+        out = run_program(MeanEstProgram(spec), synthetic_privatizer(
+            spec, data, RandomSource.seeded(1), None), on_close=pubs.__setitem__)
+        assert pubs, (method, kind)
+        for pub in pubs.values():
+            doc = json.loads(json.dumps(pub))
+            assert _errors(doc, published, published) == [], (method, kind, doc)
+            if "khat" in doc:
+                _check_stage_one_intervals(plan, doc)
+        assert _errors(json.loads(json.dumps(out)), result, result) == [], (method, kind)
+
+
+def _check_stage_one_intervals(plan, doc):
+    """paper: exactly §7.3's interval; adaptive: §7.3's interval or a widening of it by
+    whole bins, clipped to the support [-D, D] (k̂ = 0: the support)."""
+    for g, ks in doc["khat"].items():
+        params = plan.group_params(int(g))
+        comps = plan.grouping.groups[int(g)].components
+        for c, k, (lo, hi) in zip(comps, ks, doc["intervals"][g], strict=True):
+            p = params[c]
+            lo0, hi0 = p.clamp_interval(k)
+            if doc["rule"] == "paper" or k == 0:
+                assert (lo, hi) == (lo0, hi0)
+                continue
+            assert -p.bound <= lo <= max(lo0, -p.bound) and min(hi0, p.bound) <= hi <= p.bound
+            for edge, base in ((lo, lo0), (hi, hi0)):
+                if abs(edge) != p.bound:  # not clipped: a whole number of bins from §7.3
+                    steps = abs(edge - base) / p.bin_width
+                    assert abs(steps - round(steps)) < 1e-9, (lo, hi, lo0, hi0)

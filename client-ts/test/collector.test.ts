@@ -23,14 +23,13 @@ import { Device } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
 import { DeviceTransport, grpc, RpcError } from "../src/node/index.js";
 import { type FetchLike, FetchTransport, type HttpProtocol } from "../src/web/index.js";
+import { A, M, population } from "./fleet/population.js";
 import { request as httpsRequest } from "node:https";
 import { createServer } from "node:net";
 
 const PY = process.env.ULDP_PYTHON ?? "python3";
 const CLI = "import sys; from uldp.collector.service_cli import main; sys.exit(main())";
 const FLEET = Number(process.env.ULDP_TS_FLEET ?? 1000);
-const M = 20; // samples per device
-const A = 8; // categories
 
 function pythonReady(): boolean {
   try {
@@ -163,21 +162,6 @@ async function transportChecks(t: DeviceTransport | FetchTransport, dataset: str
 }
 
 // ---- the fleet -----------------------------------------------------------------------------
-/** Device i's local data: M values in [-0.2, 0.8] and M categories in [0, A), from a seeded
- * stream (public test data, not privacy noise). */
-function population(i: number): { steps: number[]; cats: number[] } {
-  const r = RandomSource.seeded(`ts-fleet-data-${i}`);
-  const u = (): number => Number(r.words(1)[0] >> 11n) / 2 ** 53;
-  const offset = 0.1 * (2 * u() - 1);
-  const steps = Array.from({ length: M }, () => 0.3 + offset + 0.4 * (2 * u() - 1));
-  const tilt = u();
-  const cats = Array.from({ length: M }, () => {
-    const v = u() * (1 + tilt);
-    return Math.min(A - 1, Math.floor(A * v * v / (1 + tilt) ** 2));
-  });
-  return { steps, cats };
-}
-
 /** Run `fn` over `items` with at most `limit` at once. */
 async function pool<T>(items: T[], limit: number, fn: (x: T) => Promise<void>): Promise<void> {
   let next = 0;

@@ -29,7 +29,7 @@ function scripted(answers: Answer[]) {
   return { fetch, calls };
 }
 
-const enc = (t: keyof typeof wire, o: object): Uint8Array => wire[t].encode(wire[t].fromObject(o)).finish();
+const enc = (t: keyof typeof wire, o: Record<string, unknown>): Uint8Array => wire[t].encode(o);
 const json = (o: object): Uint8Array => new TextEncoder().encode(JSON.stringify(o));
 const connectError = (code: string, message: string): Answer =>
   ({ status: 503, headers: { "content-type": "application/json" }, body: json({ code, message }) });

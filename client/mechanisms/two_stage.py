@@ -39,6 +39,7 @@ from uldp.client.mechanisms.base import FrequencyOracle, ScalarMechanism
 from uldp.client.noise import discrete_laplace, laplace_scale, randomized_round
 from uldp.client.params import GRID_STEPS, Alg1Params, bin_index
 from uldp.client.randomness import RandomSource
+from uldp.client.trace import record_rounding, record_statistic
 
 __all__ = [
     "bin_reports",
@@ -77,6 +78,8 @@ def one_hot_bins(Y: np.ndarray, params: Sequence[Alg1Params]) -> np.ndarray:
 def stage1_reports(Y: np.ndarray, params: Sequence[Alg1Params], eps_c: float,
                    rng: RandomSource) -> np.ndarray:
     """Round 1: one-hot bins plus ``DLap(2/ε_c)`` per entry (§4.3 steps 1–3)."""
+    Y = _check_stats(Y, len(params))
+    record_statistic(Y)
     onehot = one_hot_bins(Y, params)
     noise = discrete_laplace(laplace_scale(2, eps_c), onehot.shape, rng)
     return onehot + noise
@@ -90,7 +93,9 @@ def grid_encode(Y: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     if np.any(hi <= lo):
         raise ValueError("clamp intervals must have hi > lo")
     pos = (np.clip(Y, lo, hi) - lo) / (hi - lo) * GRID_STEPS
-    return np.clip(randomized_round(pos, rng), 0, GRID_STEPS)
+    rounded = randomized_round(pos, rng)
+    record_rounding(pos, rounded)
+    return np.clip(rounded, 0, GRID_STEPS)
 
 
 def stage2_reports(Y: np.ndarray, intervals: Sequence[tuple[float, float]], eps_c: float,
@@ -101,6 +106,7 @@ def stage2_reports(Y: np.ndarray, intervals: Sequence[tuple[float, float]], eps_
     device from ``k̂_c`` (``Alg1Params.clamp_interval``), for SSL ``[-D_c, D_c]``.
     """
     Y = _check_stats(Y, len(intervals))
+    record_statistic(Y)
     lo = np.array([a for a, _ in intervals])
     hi = np.array([b for _, b in intervals])
     enc = grid_encode(Y, lo, hi, rng)
@@ -112,6 +118,7 @@ def bin_reports(Y: np.ndarray, params: Sequence[Alg1Params], oracle: FrequencyOr
     """Stage I with a frequency oracle: each component's 0-based bin ``bin(clamp(Y_c)) − 1``
     privatized over its ``B_c`` bins at ``ε_c``, the components' reports concatenated."""
     Y = _check_stats(Y, len(params))
+    record_statistic(Y)
     items = np.stack([bin_index(Y[:, c], p) - 1 for c, p in enumerate(params)], axis=1) \
         if params else np.zeros((Y.shape[0], 0), dtype=np.int64)
     return oracle.privatize_many(items, [p.bins for p in params], eps_c, rng)
@@ -123,6 +130,7 @@ def value_reports(Y: np.ndarray, intervals: Sequence[tuple[float, float]],
     """Values with a scalar randomizer: clamp, grid-encode (the rounding words of every
     entry first), then the mechanism's draws."""
     Y = _check_stats(Y, len(intervals))
+    record_statistic(Y)
     lo = np.array([a for a, _ in intervals])
     hi = np.array([b for _, b in intervals])
     return mechanism.privatize(grid_encode(Y, lo, hi, rng), eps_c, rng)

@@ -29,6 +29,7 @@ from uldp.client.kinds.base import KINDS, Kind
 from uldp.client.methods.base import component_units, oracle_of
 from uldp.client.randomness import RandomSource
 from uldp.client.taskspec import TaskRefused, TaskSpec
+from uldp.client.trace import record_items
 
 __all__ = ["SampledRecords", "sample_records"]
 
@@ -115,6 +116,7 @@ class SampledRecords:
         A = kind.categories(task)  # type: ignore[misc]
         oracle = oracle_of(task)
         items = sample_records(X, valid, task.records, A, rng)
+        record_items(items)
         parts = [oracle.privatize(items[:, j], A, task.eps_c, rng)
                  for j in range(task.records)]
         return np.concatenate(parts, axis=1)

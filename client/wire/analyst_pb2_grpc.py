@@ -74,16 +74,27 @@ class AnalystServiceServicer:
         """Creates a query (phase 1 open, the others pending) and returns it. Checks, in order:
         INVALID_ARGUMENT  query_id is given and does not match [A-Za-z0-9_.-]{1,64};
         dataset is empty or longer than 256 characters; params_json is
-        not JSON, not an object, has a key outside those listed at
+        over 65 536 characters, not JSON, nested too deeply, not an
+        object, has a key outside those listed at
         CreateQueryRequest.params_json, or "allow_simulated" is not a
-        JSON boolean; users is above the collector's maximum
-        (10 000 000); phase_timeout_seconds is negative or not finite;
-        the planner refuses the parameters ("invalid query: ..." e.g.
-        unknown kind or method, epsilon not finite and positive, users
-        < 2, samples < 1, bound not finite and positive); kind "sgd":
-        params other than extra, frame_kind, mode, allow_simulated, or
-        an invalid or contradicting SGD configuration ("invalid sgd
-        query: ...");
+        JSON boolean; then a field out of its bounds, checked before any
+        planning, in this order, the message naming the field: kind or
+        method longer than 64 characters; epsilon outside
+        [2^-24, 2^20]; bound not 0 and outside [2^-40, 2^40]; samples
+        outside [1, 2^20] (the devices' limit on m_ref); users outside
+        [2, the collector's maximum, 10 000 000 by default]; dim outside
+        [1, 4096]; phase_timeout_seconds not 0 and outside
+        [1, 31 622 400] (366 days); params_json "moment_p" outside
+        [2, 64], "moment_m" not positive or its moment_p-th root outside
+        [2^-40, 2^40], "confidence" outside [0.5, 0.999999],
+        "frame_seed" not an integer in [0, 2^53 - 1]; then the planner
+        refuses the combination ("invalid query: ..." e.g. unknown kind
+        or method, bound and moment_p both or neither given, too few
+        users for the grouping); kind "sgd": params other than extra,
+        frame_kind, mode, allow_simulated, or an invalid or
+        contradicting SGD configuration ("invalid sgd query: ...").
+        Every message quotes a caller's string by at most its first 40
+        characters and is at most 384 bytes;
         ALREADY_EXISTS    a query with this query_id exists with different parameters
         (kind, epsilon, dataset, bound, samples, users, dim, method,
         params, allow_simulated; the seed the collector drew and

@@ -117,8 +117,9 @@ class DeviceServiceServicer:
         set. Several items of one device and query: the first is stored, later ones are
         judged against it as in step 10 (identical: OK duplicate; different:
         ALREADY_EXISTS). An OK call status means every item with code 0 is durably
-        committed; the call fails as a whole only with the codes every RPC can return
-        (UNAVAILABLE: the batch transaction failed; re-sending the whole batch is safe).
+        committed; the call fails as a whole only with INVALID_ARGUMENT (more than 10 000
+        items; nothing happened) or the codes every RPC can return (UNAVAILABLE: the batch
+        transaction failed; re-sending the whole batch is safe).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

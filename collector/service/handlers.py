@@ -12,6 +12,12 @@ wrapped handler answers INVALID_ARGUMENT with a fixed message naming only the me
 the expected message type of the public contract (no Python class names, no traceback),
 after logging one WARNING line. The wrapper keeps the kind of the servicer method (plain
 function, coroutine, sync or async generator) so both server modes run it as before.
+
+Batch requests (``*BatchRequest`` with one repeated field) are counted in their bytes
+before they are decoded (``uldp.collector.service.wirescan``): one with more items than
+the collector's batch cap becomes an :class:`Oversized` marker, answered INVALID_ARGUMENT
+with the message of the servicers' own check, without decoding it (invariant 9). The
+servicers still check the count themselves (other fronts call them directly).
 """
 
 from __future__ import annotations
@@ -26,7 +32,11 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, MethodDescriptor, ServiceDescriptor
 
-__all__ = ["Undecodable", "add_service", "checked_method", "decoder", "undecodable_message"]
+from uldp.collector.service.errors import batch_too_large
+from uldp.collector.service.wirescan import count_items
+
+__all__ = ["Oversized", "Undecodable", "add_service", "batch_field", "checked_method",
+           "decoder", "undecodable_message"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -42,11 +52,29 @@ class Undecodable:
     reason: str
 
 
-def decoder(cls: Any) -> Callable[[bytes], Any]:
-    """``cls.FromString`` that returns :class:`Undecodable` instead of raising."""
+@dataclass(frozen=True)
+class Oversized:
+    """What the deserializer returns for a batch request over the item cap (undecoded)."""
+
+    cap: int
+
+
+def batch_field(desc: Descriptor) -> int | None:
+    """The field number of the items of a ``*BatchRequest`` message (its one repeated
+    field), else None."""
+    rep = [f for f in desc.fields if f.is_repeated]
+    return rep[0].number if desc.name.endswith("BatchRequest") and len(rep) == 1 else None
+
+
+def decoder(cls: Any, batch: tuple[int, int] | None = None) -> Callable[[bytes], Any]:
+    """``cls.FromString`` that returns :class:`Undecodable` instead of raising; with
+    ``batch = (field number, cap)``, :class:`Oversized` for a request with more than
+    ``cap`` entries of that field (counted in the bytes, before decoding)."""
     parse = cls.FromString
 
     def decode(data: bytes) -> Any:
+        if batch is not None and (count_items(data, *batch) or 0) > batch[1]:
+            return Oversized(batch[1])
         try:
             return parse(data)
         except Exception as exc:  # DecodeError, or anything else the parser raises
@@ -65,63 +93,76 @@ def _warn(method: str, context: Any, bad: Undecodable) -> None:
                 context.peer(), bad.size, bad.reason)
 
 
+_INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _wrap_stream(fn: Callable[..., Any], method: str, text: str) -> Callable[..., Any]:
+    """:func:`checked_method` of a client-streaming method (each request checked)."""
+    code = _INVALID
+
+    def checked(requests: Iterator[Any], context: Any) -> Iterator[Any]:
+        for r in requests:
+            if isinstance(r, Undecodable):
+                _warn(method, context, r)
+                context.abort(code, text)
+            yield r
+
+    async def achecked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        async for r in requests:
+            if isinstance(r, Undecodable):
+                _warn(method, context, r)
+                await context.abort(code, text)
+            yield r
+
+    if inspect.isasyncgenfunction(fn):
+        async def agen_stream(requests: Any, context: Any) -> AsyncIterator[Any]:
+            async for x in fn(achecked(requests, context), context):
+                yield x
+        return agen_stream
+    if inspect.iscoroutinefunction(fn):
+        async def coro_stream(requests: Any, context: Any) -> Any:
+            return await fn(achecked(requests, context), context)
+        return coro_stream
+
+    def sync_stream(requests: Any, context: Any) -> Any:
+        return fn(checked(requests, context), context)
+    return sync_stream
+
+
 def checked_method(fn: Callable[..., Any], m: MethodDescriptor) -> Callable[..., Any]:
-    """``fn`` behind a check that refuses :class:`Undecodable` requests, with the same
-    calling convention (grpc.aio dispatches on it). The HTTP front
-    (``uldp.collector.http``) wraps the same servicer methods with it."""
+    """``fn`` behind a check that refuses :class:`Undecodable` (and :class:`Oversized`)
+    requests, with the same calling convention (grpc.aio dispatches on it). The HTTP
+    front (``uldp.collector.http``) wraps the same servicer methods with it."""
     method = f"/{m.containing_service.full_name}/{m.name}"
     text = undecodable_message(method, m.input_type.full_name)
-    code = grpc.StatusCode.INVALID_ARGUMENT
-
     if m.client_streaming:
-        def checked(requests: Iterator[Any], context: Any) -> Iterator[Any]:
-            for r in requests:
-                if isinstance(r, Undecodable):
-                    _warn(method, context, r)
-                    context.abort(code, text)
-                yield r
+        return _wrap_stream(fn, method, text)
+    code = _INVALID
 
-        async def achecked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
-            async for r in requests:
-                if isinstance(r, Undecodable):
-                    _warn(method, context, r)
-                    await context.abort(code, text)
-                yield r
-
-        if inspect.isasyncgenfunction(fn):
-            async def agen_stream(requests: Any, context: Any) -> AsyncIterator[Any]:
-                async for x in fn(achecked(requests, context), context):
-                    yield x
-            return agen_stream
-        if inspect.iscoroutinefunction(fn):
-            async def coro_stream(requests: Any, context: Any) -> Any:
-                return await fn(achecked(requests, context), context)
-            return coro_stream
-
-        def sync_stream(requests: Any, context: Any) -> Any:
-            return fn(checked(requests, context), context)
-        return sync_stream
+    def refused(request: Any, context: Any) -> str | None:
+        """The INVALID_ARGUMENT message of a marker the decoder returned, else None."""
+        if isinstance(request, Undecodable):
+            _warn(method, context, request)
+            return text
+        return batch_too_large(request.cap) if isinstance(request, Oversized) else None
 
     if inspect.isasyncgenfunction(fn):
         async def agen(request: Any, context: Any) -> AsyncIterator[Any]:
-            if isinstance(request, Undecodable):
-                _warn(method, context, request)
-                await context.abort(code, text)
+            if (why := refused(request, context)) is not None:
+                await context.abort(code, why)
             async for x in fn(request, context):
                 yield x
         return agen
     if inspect.iscoroutinefunction(fn):
         async def coro(request: Any, context: Any) -> Any:
-            if isinstance(request, Undecodable):
-                _warn(method, context, request)
-                await context.abort(code, text)
+            if (why := refused(request, context)) is not None:
+                await context.abort(code, why)
             return await fn(request, context)
         return coro
 
     def sync(request: Any, context: Any) -> Any:  # unary or a function returning an iterator
-        if isinstance(request, Undecodable):
-            _warn(method, context, request)
-            context.abort(code, text)
+        if (why := refused(request, context)) is not None:
+            context.abort(code, why)
         return fn(request, context)
     return sync
 
@@ -135,23 +176,28 @@ _FACTORIES = {
 
 
 def method_handlers(servicer: Any, service: ServiceDescriptor,
-                    class_of: ClassOf = message_factory.GetMessageClass
-                    ) -> dict[str, grpc.RpcMethodHandler]:
-    """One handler per method of ``service``, calling ``servicer.<Method>``."""
+                    class_of: ClassOf = message_factory.GetMessageClass,
+                    batch_cap: int | None = None) -> dict[str, grpc.RpcMethodHandler]:
+    """One handler per method of ``service``, calling ``servicer.<Method>``; with
+    ``batch_cap``, batch requests over it are refused before decoding."""
     out = {}
     for m in service.methods:
         factory = _FACTORIES[(m.client_streaming, m.server_streaming)]
+        field = batch_field(m.input_type) if batch_cap is not None else None
+        batch = (field, batch_cap) if field is not None and batch_cap is not None else None
         out[m.name] = factory(checked_method(getattr(servicer, m.name), m),
-                              request_deserializer=decoder(class_of(m.input_type)),
+                              request_deserializer=decoder(class_of(m.input_type), batch),
                               response_serializer=class_of(m.output_type).SerializeToString)
     return out
 
 
 def add_service(server: Any, servicer: Any, service: ServiceDescriptor,
-                class_of: ClassOf = message_factory.GetMessageClass) -> None:
+                class_of: ClassOf = message_factory.GetMessageClass,
+                batch_cap: int | None = None) -> None:
     """Register ``servicer`` for ``service`` on a ``grpc.Server`` or ``grpc.aio.Server``
-    (what the generated ``add_XServicer_to_server`` does, with the safe decoding)."""
-    handlers = method_handlers(servicer, service, class_of)
+    (what the generated ``add_XServicer_to_server`` does, with the safe decoding and,
+    given ``batch_cap``, the item count of batch requests checked before decoding)."""
+    handlers = method_handlers(servicer, service, class_of, batch_cap)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Sequence
 
 from uldp.collector.service.catalogue import QueryCatalogue
-from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
 from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, judge_stored
@@ -46,7 +46,10 @@ class ReportIngest:
         :class:`ServiceError` for a refusal (checks in the documented order)."""
         rt = self.catalogue.runtime(query_id)
         if rt is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
+        if rt.shuffle is not None:
+            raise ServiceError("FAILED_PRECONDITION", f"query {query_id} is in shuffle mode: "
+                               "its reports are sealed and go through the shuffler")
         if simulated and not (self.allow_simulated or rt.allow_simulated):
             raise ServiceError("FAILED_PRECONDITION", SIMULATED_REFUSED)
         a = self.tasks.assignment(query_id, device_id)

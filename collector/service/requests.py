@@ -8,6 +8,7 @@ builder in :data:`BUILDERS` (``sgd``: the SGD configuration travels in ``params.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from typing import Any
 from uldp.collector.learning.sgd import SGDConfig, sgd_query
 from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import program_for
+from uldp.collector.service.errors import ServiceError, echo
 
-__all__ = ["BUILDERS", "SPEC_PARAMS", "CreateRequest", "build_spec", "same_query"]
+__all__ = ["BUILDERS", "LIMITS", "SPEC_PARAMS", "CreateLimits", "CreateRequest", "build_spec",
+           "check_limits", "same_query"]
 
 #: CreateQuery params_json keys that become QuerySpec fields (public values)
 SPEC_PARAMS = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
@@ -39,11 +42,96 @@ class CreateRequest:
     query_id: str
 
 
+@dataclass(frozen=True)
+class CreateLimits:
+    """What CreateQuery accepts (``proto/uldp/v1/analyst.proto``), checked before any
+    planning (invariant 9): the devices' own limits where they have one
+    (``docs/device-protocol.md`` §14.5), and what keeps planning a query bounded."""
+
+    min_epsilon: float = 2.0 ** -24  # the ε the devices can count (§4)
+    max_epsilon: float = 2.0 ** 20
+    min_bound: float = 2.0 ** -40
+    max_bound: float = 2.0 ** 40
+    max_samples: int = 1 << 20  # m_ref: the devices' limit
+    #: dimension / categories: planning builds dense d × d transforms (Hadamard rows of a
+    #: distribution, the output transform of the vector kinds): ~0.5 s and ~130 MB at 4096
+    max_dim: int = 1 << 12
+    min_phase_timeout_s: float = 1.0
+    max_phase_timeout_s: float = 366 * 24 * 3600.0
+    max_name_chars: int = 64  # kind, method
+    max_moment_p: float = 64.0
+    min_confidence: float = 0.5
+    max_confidence: float = 1.0 - 1e-6
+    max_frame_seed: int = (1 << 53) - 1  # exact in every JSON reader
+
+
+LIMITS = CreateLimits()
+
+
+def _bad(field: str, rule: str, got: object) -> ServiceError:
+    return ServiceError("INVALID_ARGUMENT", f"{field} must be {rule}, got {echo(got)}")
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_limits(req: CreateRequest, phase_timeout_s: float, max_users: int,
+                 lim: CreateLimits = LIMITS) -> None:
+    """Refuse (INVALID_ARGUMENT naming the field) a request with a field out of its
+    bounds; nothing else is looked at before this."""
+    for name in ("kind", "method"):
+        if len(getattr(req, name)) > lim.max_name_chars:
+            raise _bad(name, f"a name of at most {lim.max_name_chars} characters",
+                       getattr(req, name))
+    if not (_number(req.epsilon) and lim.min_epsilon <= req.epsilon <= lim.max_epsilon):
+        raise _bad("epsilon", "between 2^-24 and 2^20", req.epsilon)
+    if req.bound != 0 and not (_number(req.bound)
+                               and lim.min_bound <= req.bound <= lim.max_bound):
+        raise _bad("bound", "between 2^-40 and 2^40 (or 0 with moment_p and moment_m)",
+                   req.bound)
+    if not 1 <= req.samples <= lim.max_samples:
+        raise _bad("samples", f"between 1 and {lim.max_samples} (the devices' limit on "
+                   "m_ref)", req.samples)
+    if not 2 <= req.users <= max_users:
+        raise _bad("users", f"between 2 and {max_users} (the collector's --max-users)",
+                   req.users)
+    if not 1 <= req.dim <= lim.max_dim:
+        raise _bad("dim", f"between 1 and {lim.max_dim} (1 for scalar kinds)", req.dim)
+    t = phase_timeout_s
+    if t != 0 and not (_number(t) and lim.min_phase_timeout_s <= t
+                       <= lim.max_phase_timeout_s):
+        raise _bad("phase_timeout_seconds", "0 (the collector's default) or between 1 and "
+                   f"{lim.max_phase_timeout_s:.0f} seconds", t)
+    _check_params(req.params, lim)
+
+
+def _check_params(params: dict[str, Any], lim: CreateLimits) -> None:
+    """The numbers of ``params_json`` (its size and nesting are checked on parsing)."""
+    p, m = params.get("moment_p"), params.get("moment_m")
+    if p is not None and not (_number(p) and 2 <= p <= lim.max_moment_p):
+        raise _bad("params_json moment_p", f"a number between 2 and {lim.max_moment_p:g}", p)
+    if m is not None:
+        root = float(p) if isinstance(p, (int, float)) and _number(p) else 2.0
+        scale = math.log2(m) / root if _number(m) and m > 0 else None
+        if scale is None or not -40 <= scale <= 40:
+            raise _bad("params_json moment_m", "a positive number whose moment_p-th root "
+                       "is between 2^-40 and 2^40", m)
+    c = params.get("confidence")
+    if c is not None and not (_number(c) and lim.min_confidence <= c <= lim.max_confidence):
+        raise _bad("params_json confidence",
+                   f"between {lim.min_confidence} and {lim.max_confidence}", c)
+    seed = params.get("frame_seed")
+    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)
+                                 and 0 <= seed <= lim.max_frame_seed):
+        raise _bad("params_json frame_seed", "an integer between 0 and 2^53 - 1", seed)
+
+
 def _mean_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
     heavy = req.params.get("moment_p") is not None
     fields: dict[str, Any] = dict(
         kind=req.kind, epsilon=float(req.epsilon), users=int(req.users),
-        samples=int(req.samples), dim=int(req.dim) if req.dim else 1,
+        samples=int(req.samples), dim=int(req.dim),
         bound=None if heavy and not req.bound else float(req.bound),
         method=req.method or "auto", query_id=req.query_id, **req.params)
     probe = QuerySpec(**{**fields, "seed": 0})
@@ -74,13 +162,14 @@ def _sgd_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
         if v is None:
             continue
         if k in cfg and cfg[k] is not None and cfg[k] != v:
-            raise ValueError(f"sgd {k} = {cfg[k]!r} disagrees with the request's {v!r}")
+            raise ValueError(f"sgd {k} = {echo(cfg[k])} disagrees with the request's "
+                             f"{echo(v)}")
         cfg[k] = v
     drawn = "seed" not in cfg
     if drawn:
         cfg["seed"] = secrets.randbits(48)
     cfg["query_id"] = req.query_id
-    d = int(req.dim) if req.dim else 1
+    d = int(req.dim)
     config = SGDConfig(**cfg)
     if config.theta0 is not None and len(config.theta0) != d:
         raise ValueError(f"theta0 has {len(config.theta0)} values, dim is {d}")

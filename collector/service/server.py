@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from uldp.client.wire import (
     analyst_pb2,
     device_pb2,
 )
+from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth, TokenKey, new_admin_token
 from uldp.collector.service.core import CollectorCore, CoreConfig
 from uldp.collector.service.handlers import add_service
@@ -75,6 +76,11 @@ class ServerConfig:
     mode: str = "aio"
     name: str | None = None
     core: CoreConfig = field(default_factory=CoreConfig)
+    #: shuffle mode: the shuffler port (mutual TLS against ``shuffler_ca``, client
+    #: certificate name ``shuffler_name``; uldp.collector.service.intake); None: no port
+    shuffler_port: int | None = None
+    shuffler_ca: Path | None = None
+    shuffler_name: str = "uldp-shuffler"
 
 
 def load_token_key(db: Database, path: Path | None) -> TokenKey:
@@ -109,7 +115,7 @@ class CollectorServer:
         if config.mode == "threads":
             sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         self.db = open_database(config.db_url)
-        core_cfg = config.core
+        core_cfg = replace(config.core, max_message_bytes=config.max_message_bytes)
         if config.enrollment_secret_file is not None:
             secret = Path(config.enrollment_secret_file).read_text().strip()
             core_cfg = CoreConfig(**{**core_cfg.__dict__, "enrollment_secret": secret})
@@ -135,8 +141,12 @@ class CollectorServer:
         if config.mode == "threads":
             self.server = grpc.server(self._pool, options=options,
                                       maximum_concurrent_rpcs=config.workers * 64)
-            add_service(self.server, DeviceServicer(self.core), _DEVICE)
-            add_service(self.server, AnalystServicer(self.core), _ANALYST)
+            m = metrics_of(self.core)
+            device = DeviceServicer(self.core)
+            add_service(self.server, instrument(device, _DEVICE, m, "grpc"), _DEVICE,
+                        batch_cap=device.logic.cap)
+            add_service(self.server, instrument(AnalystServicer(self.core), _ANALYST, m,
+                                                "grpc"), _ANALYST)
             self.health = health.HealthServicer()
             add_service(self.server, self.health, _HEALTH)
             add_reflection(self.server, self._names, aio=False)
@@ -150,12 +160,25 @@ class CollectorServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {config.host}:{config.port}")
         self._stopped = threading.Event()
+        self.intake = self._intake(config)
 
     @property
     def executor(self) -> futures.ThreadPoolExecutor:
         """The thread pool of database reads and analyst calls (shared with the HTTP
         port, ``uldp.collector.http``)."""
         return self._pool
+
+    def _intake(self, config: ServerConfig) -> Any:
+        """Shuffle mode: the shuffler port (``uldp.collector.service.intake``), or None."""
+        if config.shuffler_port is None:
+            return None
+        from uldp.collector.service.intake import IntakeServer
+        if config.shuffler_ca is None:
+            raise ValueError("a shuffler port needs the shuffler's CA (--shuffler-ca)")
+        return IntakeServer(self.core, host=config.host, port=config.shuffler_port,
+                            tls_cert=config.tls_cert, tls_key=config.tls_key,
+                            shuffler_ca=config.shuffler_ca, identity=config.shuffler_name,
+                            max_message_bytes=config.max_message_bytes)
 
     def _on_loop(self, coro: Any) -> Any:
         assert self._loop is not None
@@ -166,8 +189,12 @@ class CollectorServer:
         # sync handlers (analyst calls, reflection) run in the migration thread pool
         self.server = grpc.aio.server(migration_thread_pool=self._pool, options=options,
                                       maximum_concurrent_rpcs=self.config.workers * 64)
-        add_service(self.server, AsyncDeviceServicer(self.core, self._pool), _DEVICE)
-        add_service(self.server, AsyncAnalystServicer(self.core, self._pool), _ANALYST)
+        m = metrics_of(self.core)
+        device = AsyncDeviceServicer(self.core, self._pool)
+        add_service(self.server, instrument(device, _DEVICE, m, "grpc"), _DEVICE,
+                    batch_cap=device.logic.cap)
+        add_service(self.server, instrument(AsyncAnalystServicer(self.core, self._pool),
+                                            _ANALYST, m, "grpc"), _ANALYST)
         self.health = health.aio.HealthServicer()
         add_service(self.server, self.health, _HEALTH)
         add_reflection(self.server, self._names, aio=True)
@@ -191,6 +218,8 @@ class CollectorServer:
             self.server.start()
             for name in ("", *SERVICE_NAMES):
                 self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.intake is not None:
+            self.intake.start()
         self.core.start()
         log.info("collector %s listening on %s:%d (TLS%s)", self.core.name, self.config.host,
                  self.port, ", mutual" if self.config.tls_client_ca else "")
@@ -209,6 +238,8 @@ class CollectorServer:
             self.health.enter_graceful_shutdown()
             self.server.stop(grace).wait()
         self._pool.shutdown(wait=False)
+        if self.intake is not None:
+            self.intake.stop(grace)
         self.core.stop()
         log.info("collector %s stopped; writer %s", self.core.name, self.core.writer.stats())
         self.db.dispose()

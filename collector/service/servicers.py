@@ -28,16 +28,19 @@ from uldp.client.wire import (
 )
 from uldp.client.wire import device_pb2 as dpb
 from uldp.collector.service.core import CollectorCore, ServiceError
+from uldp.collector.service.errors import MAX_MESSAGE_BYTES, batch_too_large, clip
 from uldp.collector.service.tasks import TaskAnswer
 from uldp.collector.storage.db import PendingReport, ReportOutcome
 from uldp.collector.storage.writer import WRITE_FAILED
 
 __all__ = [
+    "RESULT_BOUND_BYTES",
     "AnalystServicer",
     "AsyncAnalystServicer",
     "AsyncDeviceServicer",
     "DeviceLogic",
     "DeviceServicer",
+    "batch_cap",
     "bearer_from",
 ]
 
@@ -113,16 +116,25 @@ def _code(name: str) -> int:
     return int(getattr(grpc.StatusCode, name).value[0])
 
 
+#: serialized bytes one item of an EnrollBatch, SubmitReportBatch or DeclineTaskBatch
+#: answer takes at most: a result is a code (≤ 2 bytes), a message of at most
+#: MAX_MESSAGE_BYTES (≤ 3 + 384 bytes), a flag (2 bytes) or an enrolment (a device id, a
+#: token and an expiry: < 300 bytes), plus 3 bytes of framing in the repeated field
+RESULT_BOUND_BYTES = 400
+assert MAX_MESSAGE_BYTES + 16 <= RESULT_BOUND_BYTES
+
+
+def batch_cap(max_message_bytes: int) -> int:
+    """Most items a batch call takes on a collector whose answers are at most
+    ``max_message_bytes``: MAX_BATCH_ITEMS, fewer when that many results could exceed
+    the message limit (every answered batch fits in one message, invariant 9)."""
+    return max(1, min(MAX_BATCH_ITEMS, max_message_bytes // RESULT_BOUND_BYTES))
+
+
 def _result(out: ReportOutcome) -> dpb.ReportResult:
     """A batch item's result from its outcome."""
-    return dpb.ReportResult(code=_code(out.code), message=out.message,
+    return dpb.ReportResult(code=_code(out.code), message=clip(out.message),
                             duplicate=out.duplicate)
-
-
-def _check_batch_size(n: int) -> None:
-    if n > MAX_BATCH_ITEMS:
-        raise ServiceError("INVALID_ARGUMENT",
-                           f"a batch holds at most {MAX_BATCH_ITEMS} items, got {n}")
 
 
 def _tasks_response(answer: TaskAnswer) -> dpb.GetTasksResponse:
@@ -143,6 +155,13 @@ class DeviceLogic:
 
     def __init__(self, core: CollectorCore) -> None:
         self.core = core
+        #: items per batch call (``batch_cap`` of the collector's message limit)
+        self.cap = batch_cap(core.config.max_message_bytes)
+
+    def _check_batch_size(self, n: int) -> None:
+        """Refuse a batch of more than :attr:`cap` items whole, before any item is read."""
+        if n > self.cap:
+            raise ServiceError("INVALID_ARGUMENT", batch_too_large(self.cap, n))
 
     def enroll(self, request: dpb.EnrollRequest) -> dpb.EnrollResponse:
         device_id, token, exp = self.core.enroll(request.enrollment_secret, request.label,
@@ -150,7 +169,7 @@ class DeviceLogic:
         return dpb.EnrollResponse(device_id=device_id, token=token, expires_at_ms=exp)
 
     def enroll_batch(self, request: dpb.EnrollBatchRequest) -> dpb.EnrollBatchResponse:
-        _check_batch_size(len(request.requests))
+        self._check_batch_size(len(request.requests))
         got = self.core.enroll_many([(r.enrollment_secret, r.label, r.previous_token)
                                      for r in request.requests])
         return dpb.EnrollBatchResponse(results=[
@@ -167,7 +186,7 @@ class DeviceLogic:
                                                    request.query_id))
 
     def get_tasks_batch(self, request: dpb.GetTasksBatchRequest) -> dpb.GetTasksBatchResponse:
-        _check_batch_size(len(request.items))
+        self._check_batch_size(len(request.items))
         devices = self.core.devices_from_tokens([it.device_token for it in request.items])
         asks = [(d, list(it.request.datasets), it.request.query_id)
                 for d, it in zip(devices, request.items, strict=True) if isinstance(d, str)]
@@ -201,6 +220,7 @@ class DeviceLogic:
 
     def check_batch(self, request: dpb.SubmitReportBatchRequest
                     ) -> tuple[list[dpb.ReportResult | None], list[PendingReport], list[int]]:
+        self._check_batch_size(len(request.reports))
         results: list[dpb.ReportResult | None] = [None] * len(request.reports)
         devices: list[str | None] = []
         for i, r in enumerate(request.reports):

@@ -24,7 +24,7 @@ import numpy as np
 from uldp.client.tasks import report_length, report_limit
 from uldp.client.wire import MAX_ABS_REPORT_VALUE
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
-from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.storage.db import Database
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
@@ -104,6 +104,8 @@ class TaskServer:
             return info
         published = self.phases.published_before(rt.query_id, phase)
         task = rt.program.task(phase, grp, stage, published, slot if per_device else None)
+        if rt.seal_json is not None:  # shuffle mode: the report is sealed to this key
+            task = replace(task, seal=rt.seal_json)
         text = task.to_json()
         info = TaskInfo(rt.query_id, phase, grp, stage, rt.dataset, text,
                         hashlib.sha256(text.encode()).hexdigest(), report_length(task),
@@ -129,7 +131,7 @@ class TaskServer:
         queries = [q for q in running
                    if q["dataset"] in wanted and (not query_id or q["query_id"] == query_id)]
         if query_id and not queries and self.db.get_query(query_id) is None:
-            return ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+            return ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         return queries
 
     def _statuses(self, asks: list[tuple[str, list[dict[str, Any]]]]

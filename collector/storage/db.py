@@ -12,7 +12,13 @@ PostgreSQL (production, several collector replicas): psycopg 3; the phase row is
 synchronisation point — every report batch updates it (``... WHERE state = 'open'``) in
 the same transaction as its inserts, and the replica that flips it to ``closing`` does
 so with a conditional update, so exactly one replica aggregates a phase and it sees every
-report acknowledged before the flip and none after.
+report acknowledged before the flip and none after. Lock order, in every transaction:
+query rows (in query-id order) before phase rows (in (query, phase) order), so replicas
+never deadlock each other; a transaction the database still aborts for a lock conflict is
+run again by the writer (``is_lock_conflict``).
+
+Errors of the engine never carry their SQL parameters (``hide_parameters``): a logged
+database error names the statement, never a report's payload or a device id.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from uldp.collector.storage.records import (
     now_ms,
     report_sql,
 )
+from uldp.collector.storage.shuffle import ShuffleTables
 
 __all__ = [
     "Database",
@@ -60,7 +67,7 @@ __all__ = [
 ]
 
 
-class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables):
+class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables, ShuffleTables):
     """A SQLAlchemy engine plus the collector's operations on it."""
 
     def __init__(self, url: str, *, pool_size: int = 16, echo: bool = False) -> None:
@@ -75,12 +82,13 @@ class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables):
             # LIFO: the writer keeps getting the connection it just used, whose page
             # cache is current (a FIFO rotation re-reads pages another connection wrote)
             self.engine: Engine = create_engine(u, pool_size=pool_size, max_overflow=pool_size,
-                                                pool_use_lifo=True, echo=echo)
+                                                pool_use_lifo=True, echo=echo,
+                                                hide_parameters=True)
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
             self.engine = create_engine(u, pool_size=pool_size, max_overflow=pool_size,
-                                        pool_pre_ping=True, echo=echo)
+                                        pool_pre_ping=True, echo=echo, hide_parameters=True)
         self._insert = sqlite_dialect.insert if self.is_sqlite else pg_dialect.insert
         self._sql = report_sql("?" if self.is_sqlite else "%s")
         self._held: Any = None  # the writer thread's connection (raw_write(hold=True))
@@ -98,6 +106,19 @@ class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables):
         """The driver's base exception (``sqlite3.Error`` / ``psycopg.Error``)."""
         err: type[Exception] = self.engine.dialect.loaded_dbapi.Error
         return err
+
+    def is_lock_conflict(self, exc: BaseException) -> bool:
+        """Did the database abort a transaction for a lock conflict with another one
+        (PostgreSQL deadlock 40P01 or serialization failure 40001)? Nothing of it was
+        committed: running it again is safe."""
+        seen: BaseException | None = exc
+        for _ in range(4):  # the driver's error, possibly wrapped by SQLAlchemy
+            if seen is None:
+                break
+            if getattr(seen, "sqlstate", None) in _LOCK_CONFLICTS:
+                return True
+            seen = getattr(seen, "orig", None) or seen.__cause__
+        return False
 
     def dispose(self) -> None:
         held, self._held = self._held, None
@@ -165,6 +186,10 @@ class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables):
                 rows = conn.execute(select(t)).all()
                 out[t.name] = sorted(tuple(r) for r in rows)
         return out
+
+
+#: SQLSTATEs of a transaction aborted for a lock conflict (deadlock, serialization failure)
+_LOCK_CONFLICTS = frozenset({"40P01", "40001"})
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -107,19 +107,20 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
                      extra_args: list[str] | None = None, server_mode: str = "aio",
                      env: dict[str, str] | None = None, http: bool = False,
                      cors_origins: tuple[str, ...] = (), http_port: int = 0,
-                     **core_kw: object) -> Collector:
+                     server: dict[str, object] | None = None, **core_kw: object) -> Collector:
     """Start a collector on 127.0.0.1 (in-process, or ``uldp collector serve`` as a
     subprocess with ``env`` added to its environment); the caller stops it. ``http``:
     also the HTTP port (Connect, gRPC-Web; ``cors_origins`` allowed).
 
     Test collectors accept reports marked simulated (the fleets' seeded devices) unless
-    ``allow_simulated=False`` is given."""
+    ``allow_simulated=False`` is given. ``server``: further ``ServerConfig`` fields of an
+    in-process collector (e.g. ``max_message_bytes``)."""
     url = db_url or f"sqlite:///{workdir / 'collector.db'}"
     allow_simulated = bool(core_kw.setdefault("allow_simulated", True))
     if not subprocess_:
         cfg = ServerConfig(db_url=url, tls_cert=pki.server_cert, tls_key=pki.server_key,
                            port=port, admin_token_file=pki.directory / "admin.token",
-                           name=name, mode=server_mode,
+                           name=name, mode=server_mode, **(server or {}),  # type: ignore[arg-type]
                            core=CoreConfig(**core_kw))  # type: ignore[arg-type]
         srv = CollectorServer(cfg)
         srv.start()

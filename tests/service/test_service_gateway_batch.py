@@ -81,7 +81,8 @@ def test_a_batch_over_the_limit_is_refused_whole(start_collector):
         with pytest.raises(grpc.RpcError) as ei:
             call(req, timeout=60)
         assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert ei.value.details() == f"a batch holds at most {MAX_BATCH_ITEMS} items, got {n}"
+        assert ei.value.details() == (f"a batch holds at most {MAX_BATCH_ITEMS} items, got "
+                                      f"more than {MAX_BATCH_ITEMS}")
     assert c.server.db.snapshot() == before
     ch.close()
 

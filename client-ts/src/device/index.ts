@@ -3,3 +3,4 @@ export {
   Device, DeviceError, EnrollmentError, ReportRejected, Status, type DeviceOptions, type DeviceStore,
   type DeviceTransportLike, type Identity, type PollResult, type ReportMessage, type TaskMessage,
 } from "./device.js";
+export { checkWindow, drawDelayMs, MAX_WINDOW_MS, type PollOptions, type SendDelay } from "./schedule.js";

@@ -4,9 +4,9 @@
  * or gRPC-Web, unary calls only (docs/device-protocol.md §10, "Transport over HTTP").
  *
  * A small hand-written unary client rather than @connectrpc/connect-web: the device makes three
- * unary calls, the messages are encoded once by the same protobufjs codec as the Node gRPC
- * transport (`../wire`), so every retry re-sends the identical bytes, and the bundle stays small
- * (no second protobuf runtime, no generated code).
+ * unary calls, the messages are encoded once by the same small codec as the Node gRPC transport
+ * (`../wire`), so every retry re-sends the identical bytes, and the bundle stays small (no
+ * protobuf runtime, no generated code: client-ts/README.md, "Wire code").
  *
  * Same rules as the Node transport: the device token in `authorization: Bearer <token>`;
  * retries (the contract's one rule, §10) for UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED

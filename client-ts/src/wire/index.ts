@@ -1,24 +1,22 @@
 /**
- * The uldp.v1 messages a device sends and receives, encoded with protobufjs from `wire.gen.json`
- * (a JSON descriptor generated from proto/uldp/v1/*.proto by scripts/gen-proto-json.mjs, checked
- * in CI), shared by every transport: the grpc-js one for Node (`@uldp/device/node`) and the fetch
- * one for browsers, React Native and Node (`@uldp/device/web`). A request is encoded ONCE, and the
- * same bytes go out on every retry, whatever the transport.
+ * The uldp.v1 messages a device sends and receives, encoded by the small descriptor-driven codec
+ * of `./codec.ts` from `wire.gen.json` (a JSON descriptor generated from proto/uldp/v1/*.proto by
+ * scripts/gen-proto-json.mjs, checked in CI), shared by every transport: the grpc-js one for Node
+ * (`@uldp/device/node`) and the fetch one for browsers, React Native and Node (`@uldp/device/web`).
+ * A request is encoded ONCE, and the same bytes go out on every retry, whatever the transport.
  * No Node-only dependency (Uint8Array, not Buffer).
  */
-import protobuf from "protobufjs";
 import { Status as Code } from "../core/status.js";
-import descriptor from "./wire.gen.json" with { type: "json" };
+import { CodecError, type MessageType, typeOf } from "./codec.js";
 
-const root = protobuf.Root.fromJSON(descriptor as protobuf.INamespace);
-const type = (name: string): protobuf.Type => root.lookupType(`uldp.v1.${name}`);
+export { CodecError, type MessageType, typeOf };
 export const wire = {
-  EnrollRequest: type("EnrollRequest"),
-  EnrollResponse: type("EnrollResponse"),
-  GetTasksRequest: type("GetTasksRequest"),
-  GetTasksResponse: type("GetTasksResponse"),
-  SubmitReportRequest: type("SubmitReportRequest"),
-  SubmitReportResponse: type("SubmitReportResponse"),
+  EnrollRequest: typeOf("EnrollRequest"),
+  EnrollResponse: typeOf("EnrollResponse"),
+  GetTasksRequest: typeOf("GetTasksRequest"),
+  GetTasksResponse: typeOf("GetTasksResponse"),
+  SubmitReportRequest: typeOf("SubmitReportRequest"),
+  SubmitReportResponse: typeOf("SubmitReportResponse"),
 };
 
 /** The device service's path prefix (gRPC method names, Connect and gRPC-Web URLs). */
@@ -90,24 +88,28 @@ export interface EnrollResult {
 /** The exact bytes of a SubmitReportRequest (deterministic: same report, same bytes). */
 export function encodeSubmitReport(r: ReportMessage): Uint8Array {
   const report = {
-    query_id: r.queryId, phase: r.phase, values: r.values.map((v) => v.toString()),
-    task_digest: r.taskDigest, simulated: r.simulated,
+    query_id: r.queryId, phase: r.phase, values: [...r.values], task_digest: r.taskDigest, simulated: r.simulated,
   };
-  return wire.SubmitReportRequest.encode(wire.SubmitReportRequest.fromObject({ report })).finish();
+  return wire.SubmitReportRequest.encode({ report });
 }
 
 export function encodeEnroll(req: EnrollArgs): Uint8Array {
-  return wire.EnrollRequest.encode(wire.EnrollRequest.fromObject({
+  return wire.EnrollRequest.encode({
     enrollment_secret: req.enrollmentSecret ?? "", label: req.label ?? "", previous_token: req.previousToken ?? "",
-  })).finish();
+  });
 }
 
 export function encodeGetTasks(datasets: readonly string[], queryId = ""): Uint8Array {
-  return wire.GetTasksRequest.encode(wire.GetTasksRequest.fromObject({ datasets: [...datasets], query_id: queryId })).finish();
+  return wire.GetTasksRequest.encode({ datasets: [...datasets], query_id: queryId });
 }
 
-export function decode<T>(t: protobuf.Type, b: Uint8Array): T {
-  return t.toObject(t.decode(b), { longs: String, defaults: true, arrays: true }) as T;
+/** An answer's message; bytes that are not one are an INTERNAL error of the call. */
+export function decode<T>(t: MessageType, b: Uint8Array): T {
+  try {
+    return t.decode(b) as T;
+  } catch (e) {
+    throw new RpcError(Code.INTERNAL, `the collector's answer is not a valid uldp.v1.${t.name}: ${(e as Error).message}`);
+  }
 }
 
 /** Wait U(0, min(cap, base·2^attempt)) ms before retry attempt+1 (full jitter). */

@@ -1,0 +1,89 @@
+""""Before you run": the interval a query will likely get, from its public parameters.
+
+See ``docs/analyst.md`` ("Preview"). A query's interval comes from the privacy noise of
+its reports and from the spread of the users' own statistics. The noise part is a public
+fact of the plan: the planner predicts every output's variance from the parameters alone
+(:meth:`uldp.collector.planner.Plan.predicted_variance`, spec §4.5 / §5.5 / §12), and
+``auto`` resolves its method the same way the collector will. The preview reports
+
+* ``half_width``: ``z · sd`` of that noise, per output — the likely half-width when the
+  users' spread is small against the noise (the usual case under local DP);
+* ``worst_half_width``: the same with the largest spread the public support allows
+  (every per-sample value and user statistic of component ``c`` with variance ``D_c²``)
+  — an upper bound before any data exist (None for heavy-tailed queries, which have no
+  support bound).
+
+A preview runs the collector's own checks of a CreateQuery request (``params_json`` keys,
+the request builders of ``uldp.collector.service.requests``, the planner), so a preview
+is refused exactly when creating the query would be, with the same message; it stores
+nothing and spends nothing. The analyst console calls it over HTTP
+(``uldp.collector.http.console``); :meth:`uldp.collector.analyst.Analyst.preview` runs it
+in-process.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from uldp.client.wire import analyst_pb2
+from uldp.collector.analyst.types import Preview
+from uldp.collector.planner import compile_query
+from uldp.collector.programs import program_for
+from uldp.collector.service.catalogue import _params as parse_params
+from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.requests import CreateRequest, build_spec
+
+__all__ = ["DEFAULT_MAX_USERS", "preview_message"]
+
+DEFAULT_MAX_USERS = 10_000_000  # the collector's default (CoreConfig.max_users)
+
+
+def _spec(msg: analyst_pb2.CreateQueryRequest, max_users: int) -> tuple[Any, dict[str, Any]]:
+    """The query spec CreateQuery would store (its seed aside), and the extra params."""
+    params, _ = parse_params(msg.params_json)
+    extra = {k: params.pop(k) for k in ("shuffle",) if k in params}
+    if msg.users > max_users:
+        raise ServiceError("INVALID_ARGUMENT", f"users must be <= {max_users}")
+    req = CreateRequest(msg.kind, msg.epsilon, msg.bound, msg.samples, msg.users, msg.dim,
+                        msg.method, params, msg.query_id or "preview")
+    try:
+        spec, _ = build_spec(req)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ServiceError("INVALID_ARGUMENT", f"invalid query: {exc}") from None
+    return spec, extra
+
+
+def preview_message(msg: analyst_pb2.CreateQueryRequest,
+                    max_users: int = DEFAULT_MAX_USERS) -> Preview:
+    """The preview of a CreateQuery request (``ServiceError`` INVALID_ARGUMENT when the
+    collector would refuse to create it)."""
+    spec, extra = _spec(msg, max_users)
+    quotas = tuple(int(q) for q in program_for(spec).quotas())
+    note = ("shuffle mode: the central (ε, δ) is computed when the query ends, from the "
+            "reports that went through the shuffler" if extra.get("shuffle") else "")
+    if spec.kind == "sgd":
+        return Preview(spec.kind, float(spec.epsilon), spec.users, spec.samples,
+                       spec.method, spec.mode, "", quotas, spec.confidence, (), (), None,
+                       note="sgd: no width prediction (each step's interval depends on the "
+                       "gradients); the result carries every step's standard errors")
+    try:
+        plan = compile_query(spec)
+    except (ValueError, TypeError, KeyError) as exc:  # pragma: no cover - build_spec compiled
+        raise ServiceError("INVALID_ARGUMENT", f"invalid query: {exc}") from None
+    C = plan.n_components
+    z = NormalDist().inv_cdf(0.5 + spec.confidence / 2)
+    sd = np.sqrt(np.maximum(plan.predicted_variance(np.zeros(C)), 0.0))
+    worst = None
+    if spec.moment_p is None:
+        b2 = np.square(plan.kind.component_bounds(plan.template))
+        worst = tuple(float(z * math.sqrt(max(v, 0.0)))
+                      for v in plan.predicted_variance(b2, b2))
+    return Preview(spec.kind, float(spec.epsilon), spec.users, spec.samples,
+                   plan.spec.method, plan.spec.mode, plan.grouping.regime, quotas,
+                   spec.confidence, tuple(float(x) for x in sd),
+                   tuple(float(z * x) for x in sd), worst, tuple(plan.advisories),
+                   dict(plan.auto) or None, note)
