@@ -47,28 +47,28 @@ def _quick_line(r, *needles: str) -> str:
 def test_a_ca_that_is_not_a_certificate_is_one_line(named, tmp_path, content):
     bad = tmp_path / "bad.pem"
     bad.write_text(content)
-    t0 = time.monotonic()
     for argv in (["query", "list", "--admin-token-file", str(named.pki / "admin.token")],
-                 ["collector", "health"], ["collector", "wait", "--timeout", "60"]):
+                 ["collector", "health"], ["collector", "wait", "--timeout", "180"]):
+        t0 = time.monotonic()
         r = uldp(*argv, "--target", named.target, "--ca", str(bad))
         _quick_line(r, "--ca", "not a PEM certificate")
-    assert time.monotonic() - t0 < 30  # three fresh interpreters, no timeout waited out
+        assert time.monotonic() - t0 < 90  # a fresh interpreter, no timeout waited out
 
 
 def test_a_name_mismatch_names_the_certificate_and_server_name(named):
     ip = f"127.0.0.1:{_port(named)}"
     conn = ["--ca", str(named.pki / "ca.pem"), "--admin-token-file",
             str(named.pki / "admin.token")]
-    t0 = time.monotonic()
     err = _quick_line(uldp("query", "list", "--target", ip, *conn), "--server-name",
                       "names localhost")
     assert "127.0.0.1" in err
-    assert time.monotonic() - t0 < 20
     r = uldp("query", "list", "--target", ip, "--server-name", "localhost", *conn)
     assert r.returncode == 0, r.stderr
+    t0 = time.monotonic()
     r = uldp("collector", "wait", "--target", ip, "--ca", str(named.pki / "ca.pem"),
-             "--timeout", "60")
+             "--timeout", "180")
     _quick_line(r, "--server-name")
+    assert time.monotonic() - t0 < 90  # not waited out
 
 
 def test_a_client_key_of_another_certificate_is_one_line(named, tmp_path):
