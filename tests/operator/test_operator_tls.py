@@ -84,7 +84,7 @@ def test_a_client_key_of_another_certificate_is_one_line(named, tmp_path):
 
 def _device(tmp_path: Path, target: str, ca: Path, **kw) -> Device:
     return Device(Endpoint(target, ca, **kw), tmp_path / "dev", budget=1.0,
-                  retry=RetryPolicy(attempts=8, base_s=1.0, cap_s=10.0, timeout_s=10.0))
+                  retry=RetryPolicy(attempts=8, base_s=30.0, cap_s=30.0, timeout_s=10.0))
 
 
 @pytest.mark.parametrize("case", ["not-a-cert", "other-ca", "name"])
@@ -109,7 +109,8 @@ def test_device_raises_a_tls_setup_error_at_once(named, tmp_path, case):
             dev.poll()
     finally:
         dev.close()
-    assert time.monotonic() - t0 < 5  # 8 attempts with backoff would take far longer
+    # retrying would sleep 7 times U(0, 30 s): under 20 s with probability ~1e-5
+    assert time.monotonic() - t0 < 20
     assert len(str(ei.value).splitlines()) == 1
     if case == "name":
         assert "names localhost" in str(ei.value)
