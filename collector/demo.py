@@ -18,6 +18,12 @@
 7. stops the collector (SIGTERM, graceful) and removes the work directory (unless
    ``--workdir`` was given).
 
+With ``--shuffle`` the queries run in shuffle mode (``docs/privacy.md`` §7): a shuffler
+process (``uldp shuffler serve``) stands between the gateways and the collector, the
+devices seal their reports to the collector's key and send them to it, it forwards them
+in shuffled batches to the collector's shuffler port (mutual TLS), and the table is
+followed by each query's local ε0 and the central (ε, δ) its result states.
+
 Exit code 0 when every query finished and every device reported, 1 otherwise.
 """
 
@@ -52,6 +58,9 @@ from uldp.collector.security.tokens import new_admin_token
 from uldp.collector.service.client import AnalystClient, QueryRequest
 
 __all__ = ["DEMO_QUERIES", "check_demo_args", "run_demo", "start_collector_process"]
+
+#: shuffle mode: the smallest batch the shuffler forwards and the queries accept
+DEMO_MIN_BATCH = 50
 
 #: (kind, dimension, population) of the demo queries
 DEMO_QUERIES: tuple[tuple[str, int, str], ...] = (
@@ -205,7 +214,7 @@ def _device_root(work: Path, keep: bool) -> Path:
 
 def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
              concurrency: int = 500, workdir: str | None = None, as_json: bool = False,
-             seed: int | None = None, gateways: int = 2) -> int:
+             seed: int | None = None, gateways: int = 2, shuffle: bool = False) -> int:
     check_demo_args(devices, epsilon, samples)
     if workdir is not None and Path(workdir).exists() and not Path(workdir).is_dir():
         raise OperatorError(f"--workdir {workdir} is a file, not a directory")
@@ -220,11 +229,40 @@ def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
             work = Path(workdir)
             work.mkdir(parents=True, exist_ok=True)
         return _run(work, tmp is None, devices, epsilon, samples, concurrency, as_json, seed,
-                    gateways, t0)
+                    gateways, t0, shuffle)
     finally:
         os.umask(old_umask)
         if tmp is not None:
             tmp.cleanup()
+
+
+def _start_shuffled(work: Path, say: Callable[..., None]
+                    ) -> tuple[list[subprocess.Popen[bytes]], Endpoint, Path, Endpoint]:
+    """Shuffle mode: the PKI of both parties, a collector with its shuffler port and a
+    shuffler process forwarding to it."""
+    from uldp.collector.shuffler.launch import (
+        free_port,
+        make_shuffle_pki,
+        start_shuffler_process,
+    )
+
+    sp = make_shuffle_pki(work)
+    intake = free_port()
+    proc, port = start_collector_process(
+        work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
+        extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
+               "--shuffler-ca", str(sp.ca)])
+    try:
+        shuffler, sport = start_shuffler_process(
+            work, sp, f"127.0.0.1:{intake}",
+            extra=["--min-batch", str(DEMO_MIN_BATCH), "--linger", "30"])
+    except BaseException:
+        _stop(proc)
+        raise
+    say(f"collector on 127.0.0.1:{port} (TLS), its shuffler port 127.0.0.1:{intake} (mutual "
+        f"TLS); shuffler on 127.0.0.1:{sport} (TLS), batches of at least {DEMO_MIN_BATCH}")
+    return ([shuffler, proc], Endpoint(f"127.0.0.1:{port}", sp.ca),
+            sp.pki.directory / "admin.token", Endpoint(f"127.0.0.1:{sport}", sp.ca))
 
 
 def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes], Endpoint,
@@ -243,7 +281,7 @@ def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes
 
 
 def _create_queries(analyst: AnalystClient, devices: int, epsilon: float, samples: int,
-                    seed: int | None, say: Callable[..., None]
+                    seed: int | None, say: Callable[..., None], shuffle: bool = False
                     ) -> tuple[list[str], list[FleetDataset], dict[str, int]]:
     """One query per kind of :data:`DEMO_QUERIES`, and the dataset its devices hold."""
     k = len(DEMO_QUERIES)
@@ -255,7 +293,10 @@ def _create_queries(analyst: AnalystClient, devices: int, epsilon: float, sample
         q = analyst.create(QueryRequest(kind=kind, epsilon=epsilon, dataset=name,
                                         users=users, samples=samples, dim=dim, bound=1.0,
                                         phase_timeout_s=600.0,
-                                        query_id=f"demo-{kind}-{rng_seed % 100000}"))
+                                        query_id=f"demo-{kind}-{rng_seed % 100000}",
+                                        params={"shuffle": {"min_batch": DEMO_MIN_BATCH,
+                                                            "delta": 1e-8}}
+                                        if shuffle else None))
         qids.append(q.query_id)
         per_query[q.query_id] = users
         data = dataset_for_query(kind, dist, samples, dim, 1.0, rng_seed + i)
@@ -265,10 +306,29 @@ def _create_queries(analyst: AnalystClient, devices: int, epsilon: float, sample
     return qids, datasets, per_query
 
 
+def _privacy_table(privacy: dict[str, Any]) -> str:
+    """Shuffle mode: each query's local ε0 and the central guarantee its result states."""
+    head = (f"{'query':<24} {'local eps0':>10} {'central eps':>11} {'delta':>7} "
+            f"{'reports':>8} {'smallest batch':>14}")
+    out = [head, "-" * len(head)]
+    for qid, p in privacy.items():
+        cells = p["cells"]
+        out.append(f"{qid:<24} {p['local_epsilon']:>10.4g} {p['central_epsilon']:>11.4g} "
+                   f"{p['delta']:>7.0e} {sum(c['reports'] for c in cells):>8} "
+                   f"{min((c['smallest_batch'] for c in cells), default=0):>14}")
+    out.append("central eps: user-level (eps, delta)-DP of each user against the collector, "
+               "from amplification by shuffling (Feldman-McMillan-Talwar, numerical bound) "
+               "over the smallest batch of each (phase, group, stage); docs/privacy.md §7")
+    return "\n".join(out)
+
+
 def _estimates(analyst: AnalystClient, qids: list[str], datasets: list[FleetDataset],
-               say: Callable[..., None]) -> tuple[list[dict[str, Any]], bool]:
-    """One row per estimated coordinate; whether every query finished."""
+               say: Callable[..., None]
+               ) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
+    """One row per estimated coordinate; whether every query finished; the privacy
+    section of each shuffled query's result."""
     rows: list[dict[str, Any]] = []
+    privacy: dict[str, Any] = {}
     ok = True
     for qid, ds in zip(qids, datasets, strict=True):
         final = analyst.wait(qid, timeout_s=600)
@@ -282,7 +342,10 @@ def _estimates(analyst: AnalystClient, qids: list[str], datasets: list[FleetData
             rows.append({"query": qid, "kind": r.kind, "component": j,
                          "truth": float(truth[j]), "estimate": v, "ci_low": lo,
                          "ci_high": hi, "covered": bool(lo <= truth[j] <= hi)})
-    return rows, ok
+        section = json.loads(r.estimate_json or "{}").get("privacy")
+        if section is not None:
+            privacy[qid] = section
+    return rows, ok, privacy
 
 
 def _print_report(rows: list[dict[str, Any]], per_query: dict[str, int],
@@ -309,38 +372,48 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
-         concurrency: int, as_json: bool, seed: int | None, gateways: int, t0: float) -> int:
+         concurrency: int, as_json: bool, seed: int | None, gateways: int, t0: float,
+         shuffle: bool = False) -> int:
     out = sys.stderr if as_json else sys.stdout
 
     def say(*a: Any) -> None:
         print(*a, file=out, flush=True)
 
-    proc, ep, admin_file = _start(work, say)
+    shuffler: Endpoint | None = None
+    if shuffle:
+        procs, ep, admin_file, shuffler = _start_shuffled(work, say)
+    else:
+        proc, ep, admin_file = _start(work, say)
+        procs = [proc]
     analyst = AnalystClient(ep, admin_file.read_text())
     rc = 0
     try:
         qids, datasets, per_query = _create_queries(analyst, devices, epsilon, samples, seed,
-                                                    say)
+                                                    say, shuffle)
         say(f"fleet: {devices} devices behind {gateways} gateway process(es), checked in "
             f"{concurrency} at a time with batch calls (EnrollBatch, GetTasksBatch, "
-            "SubmitReportBatch)")
+            + ("SubmitSealedBatch to the shuffler)" if shuffle else "SubmitReportBatch)"))
         printer = ProgressPrinter(say, tty=out.isatty())
         t_fleet = time.perf_counter()
         res = run_gateway_fleet(ep, _device_root(work, keep), devices, datasets,
                                 gateways=gateways, batch=concurrency,
                                 budget=max(epsilon, 1.0) * 2, seed=seed, keep_state=keep,
-                                timeout_s=1800, progress=printer)
+                                timeout_s=1800, progress=printer, shuffler=shuffler)
         printer.close()
         fleet_s = time.perf_counter() - t_fleet
-        rows, finished = _estimates(analyst, qids, datasets, say)
+        rows, finished, privacy = _estimates(analyst, qids, datasets, say)
         rc = 0 if finished else 1
         summary = summarize(res)
         summary.update(fleet_seconds=round(fleet_s, 2),
                        wall_seconds=round(time.perf_counter() - t0, 2))
         if as_json:
-            print(json.dumps({"fleet": summary, "estimates": rows}, indent=2))
+            print(json.dumps({"fleet": summary, "estimates": rows, "privacy": privacy},
+                             indent=2))
         else:
             _print_report(rows, per_query, summary, devices, fleet_s)
+            if privacy:
+                print()
+                print(_privacy_table(privacy))
         if res.errors or res.unfinished or res.rejected or res.refused:
             rc = 1
             say(f"fleet incomplete: {res.unfinished} unfinished, {len(res.rejected)} "
@@ -349,5 +422,6 @@ def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
                 say("error:", e)
     finally:
         analyst.close()
-        _stop(proc)
+        for p in procs:
+            _stop(p)
     return rc

@@ -12,7 +12,8 @@ many per call, in the protocol's batch calls (``proto/uldp/v1/device.proto``):
 2. ``GetTasksBatch``: each device's token and GetTasksRequest; each device checks its
    tasks, charges its ledger and computes its report (``Device.prepare``);
 3. ``SubmitReportBatch``: the reports, each with its device's token; each answer goes to
-   its device's ledger (``Device.answered``).
+   its device's ledger (``Device.answered``). Sealed reports of shuffle-mode queries go to
+   the shuffler instead (``SubmitSealedBatch``, ``shuffler=``), the same way.
 
 A gateway checks its devices in ``batch`` at a time. Devices assigned to a phase that is
 not open yet wait; the gateway asks through one of them, now and then, whether the phase
@@ -38,7 +39,7 @@ import numpy as np
 from uldp.client.device import Device, StateFile, TaskRefused
 from uldp.client.randomness import RandomSource
 from uldp.client.transport import Endpoint, RetryPolicy, call_with_retry, secure_channel
-from uldp.client.wire import device_pb2, device_pb2_grpc
+from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
 from uldp.collector.fleet import FleetDataset, FleetProgress, FleetResult, draw_datasets
 
 __all__ = ["run_gateway_fleet"]
@@ -68,6 +69,7 @@ class _Share:
     durable: bool
     max_failures: int = 8
     report_batch: int = 500  # reports per SubmitReportBatch call
+    shuffler: Endpoint | None = None  # shuffle mode: where sealed reports go
 
 
 @dataclass
@@ -100,6 +102,9 @@ class _Gateway:
         self.retry = RetryPolicy(attempts=6, base_s=0.2, cap_s=2.0, timeout_s=min(30.0, left))
         self.chan = secure_channel(share.endpoint)
         self.stub = device_pb2_grpc.DeviceServiceStub(self.chan)
+        self.shuffler_chan = secure_channel(share.shuffler) if share.shuffler else None
+        self.shuffler_stub = (shuffler_pb2_grpc.ShufflerServiceStub(self.shuffler_chan)
+                              if self.shuffler_chan is not None else None)
         self.jitter = random.Random(None if share.seed is None else f"gw:{share.seed}")
         self.todo: deque[int] = deque(share.device_ids)  # not checked in yet
         self.live: dict[int, _Dev] = {}
@@ -118,7 +123,8 @@ class _Gateway:
             dev = Device(s.endpoint, self.store.slot(f"device-{i:07d}"), budget=s.budget,
                          enrollment_secret=s.enrollment_secret, label="uldp-gateway",
                          channel=self.chan, retry=self.retry, rng=rng,
-                         simulation=True)  # a simulated fleet says so
+                         simulation=True,  # a simulated fleet says so
+                         shuffler_channel=self.shuffler_chan)
             for name, values, labels in self.data.get(i, ()):
                 dev.add_dataset(name, values, labels=labels,
                                 dim=int(values.shape[1]) if np.ndim(values) == 2 else None)
@@ -201,14 +207,27 @@ class _Gateway:
             ids = self._enroll(again, force=True)
         return out
 
-    def _submit(self, reports: list[tuple[int, device_pb2.Report]]) -> None:
-        """Send the reports (each with its device's token) in SubmitReportBatch calls and
-        hand every answer to its device's ledger. UNAUTHENTICATED: the device enrolls
-        again and the report goes once more; a retryable code: sent again."""
+    def _submit(self, reports: list[tuple[int, Any]]) -> None:
+        """Send the reports in the clear to the collector (SubmitReportBatch) and the
+        sealed ones to the shuffler (SubmitSealedBatch)."""
+        sealed = [(i, r) for i, r in reports if isinstance(r, shuffler_pb2.SealedReport)]
+        clear = [(i, r) for i, r in reports if not isinstance(r, shuffler_pb2.SealedReport)]
+        if clear:
+            self._submit_via(clear, "SubmitReportBatch", self.stub.SubmitReportBatch,
+                             lambda reps: device_pb2.SubmitReportBatchRequest(reports=reps))
+        if sealed and self.shuffler_stub is not None:
+            self._submit_via(sealed, "SubmitSealedBatch", self.shuffler_stub.SubmitSealedBatch,
+                             lambda reps: shuffler_pb2.SubmitSealedBatchRequest(reports=reps))
+
+    def _submit_via(self, reports: list[tuple[int, Any]], name: str, method: Any,
+                    make: Callable[[list[Any]], Any]) -> None:
+        """Send the reports (each with its device's token) in batch calls and hand every
+        answer to its device's ledger. UNAUTHENTICATED: the device enrolls again and the
+        report goes once more; a retryable code: sent again."""
         rounds = 0
         while reports and rounds < self.share.max_failures:
             rounds += 1
-            again: list[tuple[int, device_pb2.Report]] = []
+            again: list[tuple[int, Any]] = []
             renew: list[int] = []
             B = self.share.report_batch
             for k in range(0, len(reports), B):
@@ -216,13 +235,10 @@ class _Gateway:
                 for i, rep in part:
                     rep.device_token = self.live[i].device.token or ""
                 try:
-                    resp = self._call(self.stub.SubmitReportBatch,
-                                      device_pb2.SubmitReportBatchRequest(
-                                          reports=[r for _, r in part]))
+                    resp = self._call(method, make([r for _, r in part]))
                 except grpc.RpcError as exc:  # the reports stay pending in the ledgers
                     for i, _ in part:
-                        self._finish(i, f"SubmitReportBatch: {exc.code().name}: "
-                                        f"{exc.details()}")
+                        self._finish(i, f"{name}: {exc.code().name}: {exc.details()}")
                     continue
                 for (i, rep), r in zip(part, resp.results, strict=True):
                     if r.code == _UNAUTHENTICATED and rounds == 1:
@@ -249,7 +265,7 @@ class _Gateway:
         for i in ids:
             self._dev(i)
         ids = self._enroll(ids)
-        reports: list[tuple[int, device_pb2.Report]] = []
+        reports: list[tuple[int, Any]] = []
         now = time.monotonic()
         for i, resp in self._get_tasks(ids):
             st = self.live[i]
@@ -325,6 +341,8 @@ class _Gateway:
                 self._progress()
         finally:
             self.chan.close()
+            if self.shuffler_chan is not None:
+                self.shuffler_chan.close()
             self.res.unfinished = len(self.share.device_ids) - self.done
             for st in self.live.values():
                 st.device.close()
@@ -366,13 +384,14 @@ def run_gateway_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int
                       budget: float = 10.0, enrollment_secret: str = "",
                       seed: int | None = None, timeout_s: float = 900.0,
                       durable: bool = False, keep_state: bool = True,
-                      progress: Callable[[FleetProgress], None] | None = None
-                      ) -> FleetResult:
+                      progress: Callable[[FleetProgress], None] | None = None,
+                      shuffler: Endpoint | None = None) -> FleetResult:
     """Run ``n_devices`` devices behind ``gateways`` gateway processes (0 or 1: in this
     process), each checking in ``batch`` devices per batch call. ``progress`` is called
     about twice a second. Devices still busy at ``timeout_s`` count as unfinished. The
     devices' state is in ``state_root/gateway-<g>.sqlite`` (a reused ``state_root`` resumes
-    them: run it with the same number of gateways)."""
+    them: run it with the same number of gateways). ``shuffler``: shuffle mode, where the
+    devices' sealed reports go."""
     root = Path(state_root)
     root.mkdir(parents=True, exist_ok=True)
     draw_datasets(datasets, n_devices)
@@ -380,7 +399,7 @@ def run_gateway_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int
     deadline = time.time() + timeout_s
     shares = _shares(endpoint, root, n_devices, datasets, G, deadline, budget=budget,
                      enrollment_secret=enrollment_secret, seed=seed, batch=max(1, batch),
-                     durable=durable)
+                     durable=durable, shuffler=shuffler)
     t0 = time.monotonic()
     done, reports, checked = [0] * G, [0] * G, [0] * G
 

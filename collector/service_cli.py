@@ -1,4 +1,5 @@
-"""Service commands of the ``uldp`` CLI: ``collector``, ``query``, ``fleet``, ``demo``.
+"""Service commands of the ``uldp`` CLI: ``collector``, ``query``, ``fleet``, ``demo``,
+``shuffler``.
 
 ``register(subparsers)`` adds them to the main ``uldp`` parser; this module also runs on
 its own: ``python -m uldp.collector.service_cli collector serve ...``. The commands live
@@ -20,14 +21,14 @@ from uldp.collector.cliutil import Parser, add_debug_flag, quiet_grpc_logs, run_
 
 quiet_grpc_logs()  # before gRPC's C core starts: no C-core log lines on the terminal
 
-from uldp.collector.commands import collector, demo, fleet, query  # noqa: E402
+from uldp.collector.commands import collector, demo, fleet, query, shuffler  # noqa: E402
 
 __all__ = ["main", "register"]
 
 
 def register(subparsers: Any) -> None:
     """Add ``collector``, ``query``, ``fleet`` and ``demo`` to the ``uldp`` parser."""
-    for group in (collector, query, fleet, demo):
+    for group in (collector, query, fleet, demo, shuffler):
         group.register(subparsers)
 
 

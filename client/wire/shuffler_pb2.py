@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16uldp/v1/shuffler.proto\x12\x07uldp.v1\"\x88\x01\n\x0cSealedReport\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\r\n\x05group\x18\x03 \x01(\r\x12\r\n\x05stage\x18\x04 \x01(\r\x12\x13\n\x0btask_digest\x18\x05 \x01(\t\x12\x0e\n\x06sealed\x18\x06 \x01(\x0c\x12\x14\n\x0c\x64\x65vice_token\x18\x07 \x01(\t\"<\n\x13SubmitSealedRequest\x12%\n\x06report\x18\x01 \x01(\x0b\x32\x15.uldp.v1.SealedReport\")\n\x14SubmitSealedResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"B\n\x18SubmitSealedBatchRequest\x12&\n\x07reports\x18\x01 \x03(\x0b\x32\x15.uldp.v1.SealedReport\"@\n\x0cSealedResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"C\n\x19SubmitSealedBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.uldp.v1.SealedResult\"*\n\x16GetShuffleQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"A\n\x0cShufflePhase\x12\r\n\x05phase\x18\x01 \x01(\r\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\x03\"l\n\x0cShuffleQuery\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x10\n\x08shuffled\x18\x02 \x01(\x08\x12\x11\n\tmin_batch\x18\x03 \x01(\r\x12%\n\x06phases\x18\x04 \x03(\x0b\x32\x15.uldp.v1.ShufflePhase\"\x8b\x01\n\x13\x46orwardBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\r\n\x05phase\x18\x03 \x01(\r\x12\r\n\x05group\x18\x04 \x01(\r\x12\r\n\x05stage\x18\x05 \x01(\r\x12\x13\n\x0btask_digest\x18\x06 \x01(\t\x12\x0e\n\x06sealed\x18\x07 \x03(\x0c\"J\n\x14\x46orwardBatchResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0e\n\x06stored\x18\x02 \x01(\r\x12\x0f\n\x07refused\x18\x03 \x01(\r2\xba\x01\n\x0fShufflerService\x12K\n\x0cSubmitSealed\x12\x1c.uldp.v1.SubmitSealedRequest\x1a\x1d.uldp.v1.SubmitSealedResponse\x12Z\n\x11SubmitSealedBatch\x12!.uldp.v1.SubmitSealedBatchRequest\x1a\".uldp.v1.SubmitSealedBatchResponse2\xae\x01\n\x14ShuffleIntakeService\x12I\n\x0fGetShuffleQuery\x12\x1f.uldp.v1.GetShuffleQueryRequest\x1a\x15.uldp.v1.ShuffleQuery\x12K\n\x0c\x46orwardBatch\x12\x1c.uldp.v1.ForwardBatchRequest\x1a\x1d.uldp.v1.ForwardBatchResponseB;\n\x0borg.uldp.v1P\x01Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16uldp/v1/shuffler.proto\x12\x07uldp.v1\"\x88\x01\n\x0cSealedReport\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\r\n\x05group\x18\x03 \x01(\r\x12\r\n\x05stage\x18\x04 \x01(\r\x12\x13\n\x0btask_digest\x18\x05 \x01(\t\x12\x0e\n\x06sealed\x18\x06 \x01(\x0c\x12\x14\n\x0c\x64\x65vice_token\x18\x07 \x01(\t\"<\n\x13SubmitSealedRequest\x12%\n\x06report\x18\x01 \x01(\x0b\x32\x15.uldp.v1.SealedReport\")\n\x14SubmitSealedResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"B\n\x18SubmitSealedBatchRequest\x12&\n\x07reports\x18\x01 \x03(\x0b\x32\x15.uldp.v1.SealedReport\"@\n\x0cSealedResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"C\n\x19SubmitSealedBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.uldp.v1.SealedResult\"*\n\x16GetShuffleQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"A\n\x0cShufflePhase\x12\r\n\x05phase\x18\x01 \x01(\r\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\x03\"K\n\x0bShuffleCell\x12\r\n\x05phase\x18\x01 \x01(\r\x12\r\n\x05group\x18\x02 \x01(\r\x12\r\n\x05stage\x18\x03 \x01(\r\x12\x0f\n\x07\x64\x65vices\x18\x04 \x01(\r\"\x91\x01\n\x0cShuffleQuery\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x10\n\x08shuffled\x18\x02 \x01(\x08\x12\x11\n\tmin_batch\x18\x03 \x01(\r\x12%\n\x06phases\x18\x04 \x03(\x0b\x32\x15.uldp.v1.ShufflePhase\x12#\n\x05\x63\x65lls\x18\x05 \x03(\x0b\x32\x14.uldp.v1.ShuffleCell\"\x8b\x01\n\x13\x46orwardBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\r\n\x05phase\x18\x03 \x01(\r\x12\r\n\x05group\x18\x04 \x01(\r\x12\r\n\x05stage\x18\x05 \x01(\r\x12\x13\n\x0btask_digest\x18\x06 \x01(\t\x12\x0e\n\x06sealed\x18\x07 \x03(\x0c\"J\n\x14\x46orwardBatchResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0e\n\x06stored\x18\x02 \x01(\r\x12\x0f\n\x07refused\x18\x03 \x01(\r2\xba\x01\n\x0fShufflerService\x12K\n\x0cSubmitSealed\x12\x1c.uldp.v1.SubmitSealedRequest\x1a\x1d.uldp.v1.SubmitSealedResponse\x12Z\n\x11SubmitSealedBatch\x12!.uldp.v1.SubmitSealedBatchRequest\x1a\".uldp.v1.SubmitSealedBatchResponse2\xae\x01\n\x14ShuffleIntakeService\x12I\n\x0fGetShuffleQuery\x12\x1f.uldp.v1.GetShuffleQueryRequest\x1a\x15.uldp.v1.ShuffleQuery\x12K\n\x0c\x46orwardBatch\x12\x1c.uldp.v1.ForwardBatchRequest\x1a\x1d.uldp.v1.ForwardBatchResponseB;\n\x0borg.uldp.v1P\x01Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,14 +49,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSHUFFLEQUERYREQUEST']._serialized_end=524
   _globals['_SHUFFLEPHASE']._serialized_start=526
   _globals['_SHUFFLEPHASE']._serialized_end=591
-  _globals['_SHUFFLEQUERY']._serialized_start=593
-  _globals['_SHUFFLEQUERY']._serialized_end=701
-  _globals['_FORWARDBATCHREQUEST']._serialized_start=704
-  _globals['_FORWARDBATCHREQUEST']._serialized_end=843
-  _globals['_FORWARDBATCHRESPONSE']._serialized_start=845
-  _globals['_FORWARDBATCHRESPONSE']._serialized_end=919
-  _globals['_SHUFFLERSERVICE']._serialized_start=922
-  _globals['_SHUFFLERSERVICE']._serialized_end=1108
-  _globals['_SHUFFLEINTAKESERVICE']._serialized_start=1111
-  _globals['_SHUFFLEINTAKESERVICE']._serialized_end=1285
+  _globals['_SHUFFLECELL']._serialized_start=593
+  _globals['_SHUFFLECELL']._serialized_end=668
+  _globals['_SHUFFLEQUERY']._serialized_start=671
+  _globals['_SHUFFLEQUERY']._serialized_end=816
+  _globals['_FORWARDBATCHREQUEST']._serialized_start=819
+  _globals['_FORWARDBATCHREQUEST']._serialized_end=958
+  _globals['_FORWARDBATCHRESPONSE']._serialized_start=960
+  _globals['_FORWARDBATCHRESPONSE']._serialized_end=1034
+  _globals['_SHUFFLERSERVICE']._serialized_start=1037
+  _globals['_SHUFFLERSERVICE']._serialized_end=1223
+  _globals['_SHUFFLEINTAKESERVICE']._serialized_start=1226
+  _globals['_SHUFFLEINTAKESERVICE']._serialized_end=1400
 # @@protoc_insertion_point(module_scope)

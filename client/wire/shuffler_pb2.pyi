@@ -75,17 +75,31 @@ class ShufflePhase(_message.Message):
     deadline_ms: int
     def __init__(self, phase: _Optional[int] = ..., state: _Optional[str] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
 
+class ShuffleCell(_message.Message):
+    __slots__ = ("phase", "group", "stage", "devices")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    phase: int
+    group: int
+    stage: int
+    devices: int
+    def __init__(self, phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., devices: _Optional[int] = ...) -> None: ...
+
 class ShuffleQuery(_message.Message):
-    __slots__ = ("query_id", "shuffled", "min_batch", "phases")
+    __slots__ = ("query_id", "shuffled", "min_batch", "phases", "cells")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     SHUFFLED_FIELD_NUMBER: _ClassVar[int]
     MIN_BATCH_FIELD_NUMBER: _ClassVar[int]
     PHASES_FIELD_NUMBER: _ClassVar[int]
+    CELLS_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     shuffled: bool
     min_batch: int
     phases: _containers.RepeatedCompositeFieldContainer[ShufflePhase]
-    def __init__(self, query_id: _Optional[str] = ..., shuffled: _Optional[bool] = ..., min_batch: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[ShufflePhase, _Mapping]]] = ...) -> None: ...
+    cells: _containers.RepeatedCompositeFieldContainer[ShuffleCell]
+    def __init__(self, query_id: _Optional[str] = ..., shuffled: _Optional[bool] = ..., min_batch: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[ShufflePhase, _Mapping]]] = ..., cells: _Optional[_Iterable[_Union[ShuffleCell, _Mapping]]] = ...) -> None: ...
 
 class ForwardBatchRequest(_message.Message):
     __slots__ = ("batch_id", "query_id", "phase", "group", "stage", "task_digest", "sealed")

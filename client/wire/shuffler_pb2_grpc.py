@@ -171,7 +171,8 @@ class ShuffleIntakeServiceServicer:
 
     def GetShuffleQuery(self, request, context):
         """The public shuffle parameters of a query: whether it is in shuffle mode, its minimum
-        batch size and the state and deadline of each phase. NOT_FOUND for an unknown query.
+        batch size, the state and deadline of each phase and the number of devices of each
+        (phase, group, stage). NOT_FOUND for an unknown query.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -14,7 +14,9 @@ from uldp.collector.cliutil import OperatorError, positive_float, positive_int
 from uldp.collector.commands.common import (
     conn_endpoint,
     conn_flags,
+    env,
     health_check,
+    readable_file,
     unused_admin_flag,
 )
 from uldp.collector.commands.serve import add_serve_parser
@@ -108,6 +110,26 @@ def _cmd_wait(a: argparse.Namespace) -> int:
         time.sleep(0.25)
 
 
+def _cmd_token_public_key(a: argparse.Namespace) -> int:
+    """Print the device-token verification key (PEM) a shuffler needs."""
+    from uldp.collector.security.tokens import TokenKey
+
+    if a.token_key_file:
+        readable_file(Path(a.token_key_file), "--token-key-file")
+        key = TokenKey.from_file(a.token_key_file)
+    else:
+        from uldp.collector.service.server import load_token_key
+        from uldp.collector.storage.db import open_database
+
+        db = open_database(a.db)
+        try:
+            key = load_token_key(db, None)
+        finally:
+            db.dispose()
+    sys.stdout.write(key.public_pem().decode())
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Add ``collector`` to the ``uldp`` parser."""
     pc = subparsers.add_parser("collector", help="run the collector service")
@@ -153,3 +175,11 @@ def register(subparsers: Any) -> None:
     s.add_argument("--quiet", action="store_true", help="print nothing when it is up")
     unused_admin_flag(s)
     s.set_defaults(func=_cmd_wait)
+    s = sc.add_parser("token-public-key", help="print the device-token verification key "
+                      "(PEM) for a shuffler", description="Print the Ed25519 public key that "
+                      "verifies device tokens: a shuffler (`uldp shuffler serve "
+                      "--token-public-key`) checks tokens with it and cannot issue any.")
+    s.add_argument("--token-key-file", help="the collector's token signing key (PEM)")
+    s.add_argument("--db", default=env("ULDP_DB", "uldp-collector.db"),
+                   help="the collector's database (its key, when there is no key file)")
+    s.set_defaults(func=_cmd_token_public_key)

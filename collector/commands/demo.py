@@ -14,7 +14,7 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     from uldp.collector.demo import run_demo
     return run_demo(devices=a.devices, epsilon=a.epsilon, samples=a.samples,
                     concurrency=a.concurrency, workdir=a.workdir, as_json=a.json,
-                    seed=a.seed, gateways=a.gateways)
+                    seed=a.seed, gateways=a.gateways, shuffle=a.shuffle)
 
 
 def register(subparsers: Any) -> None:
@@ -40,5 +40,9 @@ def register(subparsers: Any) -> None:
     s.add_argument("--workdir", help="keep the collector database and certificates here")
     s.add_argument("--seed", type=int, default=None,
                    help="reproducible data and noise (simulation mode)")
+    s.add_argument("--shuffle", action="store_true",
+                   help="shuffle mode: a shuffler process between the gateways and the "
+                        "collector; reports sealed to the collector's key, forwarded in "
+                        "shuffled batches; prints each query's local and central epsilon")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=_cmd_demo)

@@ -152,6 +152,11 @@ def _check_files(a: argparse.Namespace) -> _Files:
     readable_file(token_key, "--token-key-file")
     secret_file = Path(a.enrollment_secret_file) if a.enrollment_secret_file else None
     readable_file(secret_file, "--enrollment-secret-file")
+    if (a.shuffler_port is None) != (a.shuffler_ca is None):
+        raise OperatorError("--shuffler-port and --shuffler-ca go together (shuffle mode: "
+                            "the port the shuffler forwards to, and the CA of its client "
+                            "certificate)")
+    readable_file(Path(a.shuffler_ca) if a.shuffler_ca else None, "--shuffler-ca")
     for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file")):
         if path is not None and (why := check_not_world_readable(path, flag)):
             raise OperatorError(why)
@@ -171,7 +176,9 @@ def _server_config(a: argparse.Namespace, files: _Files) -> Any:
         tls_client_ca=files.client_ca, admin_token_file=files.admin,
         token_key_file=files.token_key, enrollment_secret_file=files.secret,
         max_message_bytes=a.max_message_bytes, workers=a.workers, name=a.name,
-        mode=a.server_mode,
+        mode=a.server_mode, shuffler_port=a.shuffler_port,
+        shuffler_ca=Path(a.shuffler_ca) if a.shuffler_ca else None,
+        shuffler_name=a.shuffler_name,
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
                         commit_linger_ms=a.commit_linger_ms,
                         allow_simulated=a.allow_simulated))
@@ -444,5 +451,13 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--allow-simulated", action="store_true",
                    help="accept reports marked simulated (seeded noise: fleets, demos, "
                         "tests) for every query; never on a production collector")
+    s.add_argument("--shuffler-port", type=port_number, default=None,
+                   help="shuffle mode: serve ShuffleIntakeService on this port (mutual TLS; "
+                        "0 = any free port, see the log line)")
+    s.add_argument("--shuffler-ca", help="shuffle mode: the CA of the shuffler's client "
+                   "certificate")
+    s.add_argument("--shuffler-name", default="uldp-shuffler",
+                   help="shuffle mode: the common name the shuffler's client certificate "
+                        "must carry (default uldp-shuffler)")
     s.add_argument("--log-level", default="info",
                    help="debug, info (default), warning or error")

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["DevPki", "admin_directory_for", "existing_pki", "make_dev_pki"]
+__all__ = ["DevPki", "admin_directory_for", "existing_pki", "issue_leaf", "make_dev_pki"]
 
 
 @dataclass(frozen=True)
@@ -158,3 +158,24 @@ def make_dev_pki(directory: str | Path, hosts: list[str] | None = None, *,
     _write_key(pki.server_key, server_key)
     _write_key(pki.client_key, client_key)
     return pki
+
+
+def issue_leaf(ca_cert: str | Path, ca_key: str | Path, out: str | Path, stem: str,
+               name: str, hosts: list[str] | None = None, *, client: bool,
+               days: int = 365) -> tuple[Path, Path]:
+    """Sign one more certificate with a dev CA: ``<out>/<stem>.pem`` and ``.key`` with
+    subject common name ``name`` — a client certificate (``client=True``; e.g. the
+    shuffler's identity on the collector's shuffler port, whose name the collector
+    checks) or a server certificate for ``hosts`` (e.g. the shuffler's own port)."""
+    ca = x509.load_pem_x509_certificate(Path(ca_cert).read_bytes())
+    key = serialization.load_pem_private_key(Path(ca_key).read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError("the dev CA key must be an EC key")
+    usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+    cert, leaf_key = _leaf(name, list(hosts or []), usage, ca, key,
+                           _dt.datetime.now(_dt.UTC), days)
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{stem}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(d / f"{stem}.key", leaf_key)
+    return d / f"{stem}.pem", d / f"{stem}.key"

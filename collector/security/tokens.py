@@ -33,6 +33,7 @@ __all__ = [
     "DeviceClaims",
     "TokenError",
     "TokenKey",
+    "TokenVerifier",
     "new_admin_token",
 ]
 
@@ -60,56 +61,33 @@ def _b64d(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-class TokenKey:
-    """An Ed25519 key pair that issues and verifies device tokens.
+class TokenVerifier:
+    """Verifies device tokens with the collector's *public* key only: a party holding it
+    (a shuffler, ``uldp.collector.shuffler``) can check a token, never make one.
 
     Verified tokens are cached (bounded LRU keyed by the token string, honouring the
     expiry) so that a device's GetTasks → SubmitReport sequence pays for one signature
-    check; a token this key issued enters the cache when it is issued (its signature is
-    genuine by construction), so it is never verified in the process that signed it.
-    """
+    check."""
 
-    def __init__(self, private_key: Ed25519PrivateKey, cache_size: int = 200_000) -> None:
-        self._sk = private_key
-        self._pk: Ed25519PublicKey = private_key.public_key()
+    def __init__(self, public_key: Ed25519PublicKey, cache_size: int = 200_000) -> None:
+        self._pk = public_key
         raw = self._pk.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         self.key_id = hashlib.sha256(raw).hexdigest()[:16]
         self._cache: OrderedDict[str, DeviceClaims] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
-    # ---- key material ---------------------------------------------------------------
     @classmethod
-    def generate(cls) -> TokenKey:
-        return cls(Ed25519PrivateKey.generate())
-
-    @classmethod
-    def from_pem(cls, data: bytes) -> TokenKey:
-        key = serialization.load_pem_private_key(data, password=None)
-        if not isinstance(key, Ed25519PrivateKey):
-            raise ValueError("the token signing key must be an Ed25519 private key")
+    def from_public_pem(cls, data: bytes) -> TokenVerifier:
+        key = serialization.load_pem_public_key(data)
+        if not isinstance(key, Ed25519PublicKey):
+            raise ValueError("the token verification key must be an Ed25519 public key")
         return cls(key)
 
-    @classmethod
-    def from_file(cls, path: str | Path) -> TokenKey:
-        return cls.from_pem(Path(path).read_bytes())
-
-    def private_pem(self) -> bytes:
-        return self._sk.private_bytes(serialization.Encoding.PEM,
-                                      serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption())
-
-    # ---- tokens ---------------------------------------------------------------------
-    def issue(self, device_id: str, ttl_seconds: float,
-              now_ms: int | None = None) -> tuple[str, int]:
-        """A token for ``device_id`` valid ``ttl_seconds``; returns (token, expiry ms)."""
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        exp = now_ms + int(ttl_seconds * 1000)
-        payload = json.dumps({"v": TOKEN_VERSION, "sub": device_id, "iat": now_ms, "exp": exp,
-                              "kid": self.key_id}, separators=(",", ":"), sort_keys=True).encode()
-        token = _b64e(payload) + "." + _b64e(self._sk.sign(payload))
-        self._remember(token, DeviceClaims(device_id, now_ms, exp, self.key_id))
-        return token, exp
+    def public_pem(self) -> bytes:
+        """The verification key as PEM (SubjectPublicKeyInfo), for a shuffler."""
+        return self._pk.public_bytes(serialization.Encoding.PEM,
+                                     serialization.PublicFormat.SubjectPublicKeyInfo)
 
     def _remember(self, token: str, claims: DeviceClaims) -> None:
         with self._lock:
@@ -152,6 +130,49 @@ class TokenKey:
                                 str(obj.get("kid", "")))
         except (ValueError, KeyError, TypeError) as exc:
             raise TokenError("malformed device token payload") from exc
+
+
+class TokenKey(TokenVerifier):
+    """An Ed25519 key pair that issues and verifies device tokens. A token this key
+    issued enters the verification cache when it is issued (its signature is genuine by
+    construction), so it is never verified in the process that signed it."""
+
+    def __init__(self, private_key: Ed25519PrivateKey, cache_size: int = 200_000) -> None:
+        super().__init__(private_key.public_key(), cache_size)
+        self._sk = private_key
+
+    # ---- key material ---------------------------------------------------------------
+    @classmethod
+    def generate(cls) -> TokenKey:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_pem(cls, data: bytes) -> TokenKey:
+        key = serialization.load_pem_private_key(data, password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError("the token signing key must be an Ed25519 private key")
+        return cls(key)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TokenKey:
+        return cls.from_pem(Path(path).read_bytes())
+
+    def private_pem(self) -> bytes:
+        return self._sk.private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption())
+
+    # ---- tokens ---------------------------------------------------------------------
+    def issue(self, device_id: str, ttl_seconds: float,
+              now_ms: int | None = None) -> tuple[str, int]:
+        """A token for ``device_id`` valid ``ttl_seconds``; returns (token, expiry ms)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        exp = now_ms + int(ttl_seconds * 1000)
+        payload = json.dumps({"v": TOKEN_VERSION, "sub": device_id, "iat": now_ms, "exp": exp,
+                              "kid": self.key_id}, separators=(",", ":"), sort_keys=True).encode()
+        token = _b64e(payload) + "." + _b64e(self._sk.sign(payload))
+        self._remember(token, DeviceClaims(device_id, now_ms, exp, self.key_id))
+        return token, exp
 
 
 def new_admin_token() -> str:

@@ -16,8 +16,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import Program, program_for
+from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.requests import (
     SPEC_PARAMS,
@@ -28,7 +31,7 @@ from uldp.collector.service.requests import (
 )
 from uldp.collector.storage.db import Database, now_ms
 
-__all__ = ["ALLOW_SIMULATED", "QueryCatalogue", "QueryRuntime"]
+__all__ = ["ALLOW_SIMULATED", "SHUFFLE", "QueryCatalogue", "QueryRuntime"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -36,6 +39,10 @@ _QUERY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: CreateQuery params key (JSON bool): the query accepts reports marked simulated; stored
 #: with the query (not part of its statistical spec)
 ALLOW_SIMULATED = "allow_simulated"
+#: CreateQuery params key: shuffle mode, {"min_batch": T, "delta": δ} (or true: defaults);
+#: stored with the query (uldp.collector.service.shuffled, docs/privacy.md)
+SHUFFLE = "shuffle"
+SHUFFLE_DEFAULTS = {"min_batch": 100, "delta": 1e-8}
 
 
 @dataclass
@@ -49,6 +56,44 @@ class QueryRuntime:
     program: Program
     num_phases: int
     allow_simulated: bool = False  # the query accepts reports marked simulated
+    #: shuffle mode: {"min_batch", "delta", "key_id"} (None: reports in the clear)
+    shuffle: dict[str, Any] | None = None
+    seal_json: dict[str, Any] | None = None  # the task's "seal" object in shuffle mode
+
+
+def _shuffle(value: Any) -> dict[str, Any] | None:
+    """The shuffle-mode parameters of a CreateQuery (INVALID_ARGUMENT if malformed)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict) or set(value) - set(SHUFFLE_DEFAULTS):
+        raise ServiceError("INVALID_ARGUMENT", f"params_json {SHUFFLE!r} must be true or an "
+                           f"object with keys among {tuple(SHUFFLE_DEFAULTS)}")
+    out = {**SHUFFLE_DEFAULTS, **value}
+    t, d = out["min_batch"], out["delta"]
+    if not isinstance(t, int) or isinstance(t, bool) or not 2 <= t <= 1_000_000:
+        raise ServiceError("INVALID_ARGUMENT", "shuffle min_batch must be an integer in "
+                           f"[2, 1000000], got {t!r}")
+    if not isinstance(d, (int, float)) or isinstance(d, bool) or not 0 < d <= 1e-3:
+        raise ServiceError("INVALID_ARGUMENT", f"shuffle delta must be in (0, 1e-3], got {d!r}")
+    return {"min_batch": t, "delta": float(d)}
+
+
+def _check_shuffle(program: Program, min_batch: int) -> None:
+    """A shuffled query needs one task per (phase, group, stage) — a per-device task would
+    name its device — and at least ``min_batch`` slots in each."""
+    place = program.placements()
+    if program.offsets(int(place[0, 2]), place[:1, 0]) is not None:
+        raise ServiceError("INVALID_ARGUMENT", "shuffle mode needs one task per group: this "
+                           "method gives every device its own task (baseline-a)")
+    cells, sizes = np.unique(place, axis=0, return_counts=True)
+    small = int(np.argmin(sizes))
+    if sizes[small] < min_batch:
+        g, s, p = (int(x) for x in cells[small])
+        raise ServiceError("INVALID_ARGUMENT", f"shuffle min_batch {min_batch} is above the "
+                           f"{int(sizes[small])} devices of phase {p} group {g} stage {s}: no "
+                           "batch of it could ever be forwarded")
 
 
 #: characters of CreateQuery's params_json, at most
@@ -65,7 +110,7 @@ def _params(params_json: str) -> tuple[dict[str, Any], bool]:
         raise ServiceError("INVALID_ARGUMENT", f"params_json is not JSON: {exc}") from None
     except RecursionError:
         raise ServiceError("INVALID_ARGUMENT", "params_json is nested too deeply") from None
-    allowed = {*SPEC_PARAMS, ALLOW_SIMULATED}
+    allowed = {*SPEC_PARAMS, ALLOW_SIMULATED, SHUFFLE}
     if not isinstance(params, dict) or set(params) - allowed:
         raise ServiceError("INVALID_ARGUMENT", "params_json must be an object with keys "
                            f"among {tuple(sorted(allowed))}")
@@ -76,12 +121,20 @@ def _params(params_json: str) -> tuple[dict[str, Any], bool]:
     return params, allow
 
 
+def _same_shuffle(stored: dict[str, Any] | None, asked: dict[str, Any] | None) -> bool:
+    if stored is None or asked is None:
+        return stored is None and asked is None
+    return (int(stored["min_batch"]), float(stored["delta"])) == (asked["min_batch"],
+                                                                  asked["delta"])
+
+
 class QueryCatalogue:
     """Create, look up, list and cancel queries; cache each query's runtime."""
 
     def __init__(self, db: Database, *, max_users: int, default_phase_timeout_s: float,
-                 ) -> None:
+                 seal_keys: SealKeyring | None = None) -> None:
         self.db = db
+        self.seal_keys = seal_keys or SealKeyring(db)
         self.max_users = max_users
         self.default_phase_timeout_s = default_phase_timeout_s
         self._runtimes: dict[str, QueryRuntime] = {}
@@ -100,6 +153,9 @@ class QueryCatalogue:
         program = program_for(spec)
         rt = QueryRuntime(query_id, row["dataset"], row["kind"], spec, program,
                           int(row["num_phases"]), bool(row["allow_simulated"]))
+        rt.shuffle = self.db.shuffle_query(query_id)
+        if rt.shuffle is not None:
+            rt.seal_json = self.seal_keys.public(str(rt.shuffle["key_id"])).to_json()
         with self._lock:
             self._runtimes[query_id] = rt
         return rt
@@ -113,6 +169,7 @@ class QueryCatalogue:
         if not dataset or len(dataset) > 256:
             raise ServiceError("INVALID_ARGUMENT", "dataset must be a name of 1..256 chars")
         params, allow = _params(params_json)
+        shuffle = _shuffle(params.pop(SHUFFLE, None))
         qid = query_id or "q-" + secrets.token_hex(6)
         req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid)
         check_limits(req, phase_timeout_s, self.max_users)
@@ -124,16 +181,27 @@ class QueryCatalogue:
             # the planner's refusals of a combination of bounded values (e.g. an unknown
             # kind, too few users for the grouping)
             raise ServiceError("INVALID_ARGUMENT", f"invalid query: {exc}") from None
+        also = None
+        if shuffle is not None:
+            _check_shuffle(program, shuffle["min_batch"])
+            shuffle["key_id"] = self.seal_keys.current().key_id
+            sh = shuffle
+
+            def also(conn: Any) -> None:
+                self.db.add_shuffle_query_in(conn, qid, sh["min_batch"], sh["delta"],
+                                             sh["key_id"])
         timeout = phase_timeout_s or self.default_phase_timeout_s
         row = dict(query_id=qid, kind=kind, dataset=dataset, epsilon=float(spec.epsilon),
                    spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
                    state="running", current_phase=1, num_phases=program.num_phases,
                    target_users=int(spec.users), phase_timeout_s=float(timeout),
                    result_json=None, allow_simulated=allow)
-        stored, created = self.db.create_query(row, quotas, now_ms() + int(timeout * 1000))
+        stored, created = self.db.create_query(row, quotas, now_ms() + int(timeout * 1000),
+                                               also)
         if not created and (not same_query(json.loads(stored["spec_json"]), spec, drawn)
                             or stored["dataset"] != dataset
-                            or bool(stored["allow_simulated"]) != allow):
+                            or bool(stored["allow_simulated"]) != allow
+                            or not _same_shuffle(self.db.shuffle_query(qid), shuffle)):
             raise ServiceError("ALREADY_EXISTS", f"query {qid} exists with different parameters")
         log.info("query %s (%s, %d phases) %s", qid, kind, program.num_phases,
                  "created" if created else "exists")

@@ -53,6 +53,8 @@ class PhaseCloser:
         self.lease_ms, self.tick_s = lease_ms, tick_s
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="uldp-closer", daemon=True)
+        #: shuffle mode: (runtime, published) -> the result's "privacy" section, or None
+        self.privacy: Callable[[QueryRuntime, dict[int, Any]], dict[str, Any] | None] | None = None
 
     def start(self) -> None:
         # an earlier incarnation of this replica killed mid-close cannot still be working:
@@ -140,6 +142,9 @@ class PhaseCloser:
                                       result=None)
         else:
             result = rt.program.result({**published, phase: pub})
+            extra = self.privacy(rt, {**published, phase: pub}) if self.privacy else None
+            if extra is not None:
+                result = {**result, "privacy": extra}
             ok = self.db.finish_close(query_id, phase, keeper.closer, pub,
                                       next_deadline_ms=None, result=result)
         return n, ok

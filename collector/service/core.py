@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
+from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.security.tokens import AdminAuth, TokenError, TokenKey
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.closer import TEST_CLOSE_DELAY_ENV, PhaseCloser
@@ -30,6 +31,7 @@ from uldp.collector.service.errors import ServiceError
 from uldp.collector.service.ingest import SIMULATED_REFUSED, ReportIngest
 from uldp.collector.service.lease import closer_id
 from uldp.collector.service.phases import PhaseView
+from uldp.collector.service.shuffled import ShuffleIntake
 from uldp.collector.service.tasks import TaskAnswer, TaskInfo, TaskServer
 from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, now_ms
 from uldp.collector.storage.writer import GroupCommitWriter
@@ -72,14 +74,19 @@ class CollectorCore:
         self.closer_id = closer_id(self.name)
         self.writer = GroupCommitWriter(db, linger_s=cfg.commit_linger_ms / 1000)
         self.phases = PhaseView(db)
+        self.seal_keys = SealKeyring(db)
         self.catalogue = QueryCatalogue(db, max_users=cfg.max_users,
-                                        default_phase_timeout_s=cfg.default_phase_timeout_s)
+                                        default_phase_timeout_s=cfg.default_phase_timeout_s,
+                                        seal_keys=self.seal_keys)
         self.tasks = TaskServer(db, self.writer, self.catalogue, self.phases)
         self.ingest = ReportIngest(db, self.writer, self.catalogue, self.phases, self.tasks,
                                    allow_simulated=cfg.allow_simulated)
+        self.shuffled = ShuffleIntake(db, self.writer, self.catalogue, self.phases, self.tasks,
+                                      self.seal_keys, allow_simulated=cfg.allow_simulated)
         self.closer = PhaseCloser(db, self.catalogue, self.phases, name=self.name,
                                   closer_id=self.closer_id, lease_ms=cfg.close_lease_ms,
                                   tick_s=cfg.tick_s)
+        self.closer.privacy = self.shuffled.privacy  # shuffle mode: the central guarantee
 
     # ---- lifecycle ------------------------------------------------------------------
     def start(self) -> None:

@@ -47,6 +47,9 @@ class ReportIngest:
         rt = self.catalogue.runtime(query_id)
         if rt is None:
             raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
+        if rt.shuffle is not None:
+            raise ServiceError("FAILED_PRECONDITION", f"query {query_id} is in shuffle mode: "
+                               "its reports are sealed and go through the shuffler")
         if simulated and not (self.allow_simulated or rt.allow_simulated):
             raise ServiceError("FAILED_PRECONDITION", SIMULATED_REFUSED)
         a = self.tasks.assignment(query_id, device_id)

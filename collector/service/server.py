@@ -75,6 +75,11 @@ class ServerConfig:
     mode: str = "aio"
     name: str | None = None
     core: CoreConfig = field(default_factory=CoreConfig)
+    #: shuffle mode: the shuffler port (mutual TLS against ``shuffler_ca``, client
+    #: certificate name ``shuffler_name``; uldp.collector.service.intake); None: no port
+    shuffler_port: int | None = None
+    shuffler_ca: Path | None = None
+    shuffler_name: str = "uldp-shuffler"
 
 
 def load_token_key(db: Database, path: Path | None) -> TokenKey:
@@ -151,12 +156,25 @@ class CollectorServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {config.host}:{config.port}")
         self._stopped = threading.Event()
+        self.intake = self._intake(config)
 
     @property
     def executor(self) -> futures.ThreadPoolExecutor:
         """The thread pool of database reads and analyst calls (shared with the HTTP
         port, ``uldp.collector.http``)."""
         return self._pool
+
+    def _intake(self, config: ServerConfig) -> Any:
+        """Shuffle mode: the shuffler port (``uldp.collector.service.intake``), or None."""
+        if config.shuffler_port is None:
+            return None
+        from uldp.collector.service.intake import IntakeServer
+        if config.shuffler_ca is None:
+            raise ValueError("a shuffler port needs the shuffler's CA (--shuffler-ca)")
+        return IntakeServer(self.core, host=config.host, port=config.shuffler_port,
+                            tls_cert=config.tls_cert, tls_key=config.tls_key,
+                            shuffler_ca=config.shuffler_ca, identity=config.shuffler_name,
+                            max_message_bytes=config.max_message_bytes)
 
     def _on_loop(self, coro: Any) -> Any:
         assert self._loop is not None
@@ -193,6 +211,8 @@ class CollectorServer:
             self.server.start()
             for name in ("", *SERVICE_NAMES):
                 self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.intake is not None:
+            self.intake.start()
         self.core.start()
         log.info("collector %s listening on %s:%d (TLS%s)", self.core.name, self.config.host,
                  self.port, ", mutual" if self.config.tls_client_ca else "")
@@ -211,6 +231,8 @@ class CollectorServer:
             self.health.enter_graceful_shutdown()
             self.server.stop(grace).wait()
         self._pool.shutdown(wait=False)
+        if self.intake is not None:
+            self.intake.stop(grace)
         self.core.stop()
         log.info("collector %s stopped; writer %s", self.core.name, self.core.writer.stats())
         self.db.dispose()

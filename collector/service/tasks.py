@@ -104,6 +104,8 @@ class TaskServer:
             return info
         published = self.phases.published_before(rt.query_id, phase)
         task = rt.program.task(phase, grp, stage, published, slot if per_device else None)
+        if rt.seal_json is not None:  # shuffle mode: the report is sealed to this key
+            task = replace(task, seal=rt.seal_json)
         text = task.to_json()
         info = TaskInfo(rt.query_id, phase, grp, stage, rt.dataset, text,
                         hashlib.sha256(text.encode()).hexdigest(), report_length(task),

@@ -11,7 +11,14 @@ collector, which opens them without ever learning which device sent which.
   McMillan and Talwar 2021): the closed form and the numerical bound;
 * :mod:`.store` — the shuffler's durable state (SQLite);
 * :mod:`.service` — the gRPC service devices call, and the forwarder to the collector;
-* :mod:`.cli` — ``uldp shuffler serve``.
+* :mod:`.server` — one shuffler process (``uldp shuffler serve``,
+  ``uldp.collector.commands.shuffler``);
+* :mod:`.launch` — a dev PKI for a collector and its shuffler, and starting a shuffler
+  process (the demo, the tests, the bench).
+
+The collector's half is ``uldp.collector.service.shuffled`` (opening batches, the
+``privacy`` section of results), ``uldp.collector.service.intake`` (its shuffler port),
+``uldp.collector.storage.shuffle`` and ``uldp.collector.security.sealkeys``.
 
 This package's ``__init__`` imports nothing, so the collector can use the pure
 :mod:`.amplification` without loading the service.

@@ -6,10 +6,10 @@ See ``docs/architecture.md`` ("Storage"). A mixin of :class:`uldp.collector.stor
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, func, insert, or_, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
@@ -23,9 +23,12 @@ __all__ = ["QueryTables"]
 class QueryTables(Tables):
     """Statements on the ``queries`` and ``phases`` tables."""
 
-    def create_query(self, row: dict[str, Any], quotas: Sequence[int],
-                     deadline_ms: int) -> tuple[dict[str, Any], bool]:
-        """Insert a query and its phases (phase 1 open). Returns (row, created)."""
+    def create_query(self, row: dict[str, Any], quotas: Sequence[int], deadline_ms: int,
+                     also: Callable[[Connection], None] | None = None
+                     ) -> tuple[dict[str, Any], bool]:
+        """Insert a query and its phases (phase 1 open), and run ``also(conn)`` in the
+        same transaction when it is created (its shuffle-mode row). Returns (row,
+        created)."""
         with self.write() as conn:
             existing = conn.execute(select(S.queries).where(
                 S.queries.c.query_id == row["query_id"])).mappings().first()
@@ -40,6 +43,8 @@ class QueryTables(Tables):
                      opened_at_ms=t if i == 0 else 0, deadline_ms=deadline_ms if i == 0 else 0,
                      closed_at_ms=0, closer="", lease_until_ms=0, published_json="")
                 for i, q in enumerate(quotas)])
+            if also is not None:
+                also(conn)
             created = conn.execute(select(S.queries).where(
                 S.queries.c.query_id == row["query_id"])).mappings().one()
             return dict(created), True

@@ -51,6 +51,7 @@ from uldp.collector.storage.records import (
     now_ms,
     report_sql,
 )
+from uldp.collector.storage.shuffle import ShuffleTables
 
 __all__ = [
     "Database",
@@ -63,7 +64,7 @@ __all__ = [
 ]
 
 
-class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables):
+class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables, ShuffleTables):
     """A SQLAlchemy engine plus the collector's operations on it."""
 
     def __init__(self, url: str, *, pool_size: int = 16, echo: bool = False) -> None:

@@ -14,7 +14,12 @@ on the same PostgreSQL database) resumes each query exactly where it was:
                  device): one assignment per device per query; unique (query, slot).
 ``reports``      (query, device) -> phase, group, stage, slot, payload (little-endian
                  int64).
-                 Primary key (query, device): one report per device per query.
+                 Primary key (query, device): one report per device per query. A report
+                 that came through the shuffler has a random ``r-…`` id and a random slot
+                 instead: the collector never knows its device.
+``shuffle_queries`` a query in shuffle mode: its minimum batch, δ and sealing key id.
+``shuffle_batches`` every batch the shuffler forwarded: (query, batch id) -> phase,
+                 group, stage, size, reports stored and refused (no device, no token).
 
 Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
 to the DDL that brings the previous version to it. Version 1 is the initial schema;
@@ -54,6 +59,8 @@ __all__ = [
     "phases",
     "queries",
     "reports",
+    "shuffle_batches",
+    "shuffle_queries",
 ]
 
 SCHEMA_VERSION = 2
@@ -138,6 +145,30 @@ reports = Table(
     Column("received_at_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("query_id", "device_id"),
     Index("ix_reports_phase_slot", "query_id", "phase", "slot"),
+)
+
+# shuffle mode (uldp.collector.storage.shuffle): new tables, so create_all adds them to an
+# existing database without a migration
+shuffle_queries = Table(
+    "uldp_shuffle_queries", metadata,
+    Column("query_id", String(64), primary_key=True),
+    Column("min_batch", Integer, nullable=False),
+    Column("delta", Float, nullable=False),
+    Column("key_id", String(16), nullable=False),
+)
+
+shuffle_batches = Table(
+    "uldp_shuffle_batches", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("batch_id", String(32), nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("grp", Integer, nullable=False),
+    Column("stage", Integer, nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("stored", Integer, nullable=False),
+    Column("refused", Integer, nullable=False),
+    Column("received_at_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("query_id", "batch_id"),
 )
 
 def _v2_allow_simulated(conn: Connection) -> None:

@@ -1,0 +1,132 @@
+"""``uldp shuffler serve``: the independent shuffler of shuffle mode (``uldp.collector.shuffler``).
+
+Every flag is checked before anything is written (one line naming the flag, exit 2); the
+database file is owner-only. Runs until SIGTERM/SIGINT; a ``kill -9`` loses no
+acknowledged report (``uldp.collector.shuffler.store``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
+from uldp.collector.cliutil import OperatorError, port_number, positive_float, positive_int
+from uldp.collector.commands.common import env, readable_file
+
+__all__ = ["register"]
+
+_FILES = (("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"),
+          ("token_public_key", "--token-public-key"), ("collector_ca", "--collector-ca"),
+          ("client_cert", "--client-cert"), ("client_key", "--client-key"))
+
+
+def _config(a: argparse.Namespace) -> Any:
+    from uldp.collector.shuffler.server import ShufflerServerConfig
+    from uldp.collector.shuffler.service import ShufflerConfig
+
+    for attr, flag in _FILES:
+        readable_file(Path(getattr(a, attr)), flag)
+    db = Path(a.db)
+    if db.is_dir() or not db.resolve().parent.is_dir():
+        raise OperatorError(f"--db {db}: give a file in an existing directory")
+    if a.min_batch < 2:
+        raise OperatorError(f"--min-batch must be at least 2, got {a.min_batch}")
+    if a.max_batch < a.min_batch:
+        raise OperatorError(f"--max-batch {a.max_batch} is below --min-batch {a.min_batch}")
+    if ":" not in a.collector:
+        raise OperatorError(f"--collector {a.collector!r}: give host:port of the collector's "
+                            "shuffler port")
+    return ShufflerServerConfig(
+        db_path=db, tls_cert=Path(a.tls_cert), tls_key=Path(a.tls_key),
+        token_public_key=Path(a.token_public_key), collector=a.collector,
+        collector_ca=Path(a.collector_ca), client_cert=Path(a.client_cert),
+        client_key=Path(a.client_key), host=a.host, port=a.port,
+        max_message_bytes=a.max_message_bytes, collector_server_name=a.collector_server_name,
+        shuffle=ShufflerConfig(min_batch=a.min_batch, max_batch=a.max_batch,
+                               linger_s=a.linger, deadline_margin_s=a.deadline_margin,
+                               max_message_bytes=a.max_message_bytes))
+
+
+def _cmd_serve(a: argparse.Namespace) -> int:
+    from uldp.collector.shuffler.server import ShufflerServer
+
+    cfg = _config(a)
+    logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.umask(0o077)
+    try:
+        srv = ShufflerServer(cfg)
+    except (OSError, RuntimeError) as exc:
+        raise OperatorError(f"--port {a.port}: cannot serve: {exc}") from None
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    try:
+        srv.start()
+        if a.ready_file:
+            tmp = Path(a.ready_file + ".tmp")
+            tmp.write_text(f"{a.host}:{srv.port}\n")
+            os.replace(tmp, a.ready_file)
+        print(f"uldp shuffler listening on {a.host}:{srv.port}", flush=True)
+        done.wait()
+    finally:
+        if a.ready_file:
+            with contextlib.suppress(OSError):
+                os.unlink(a.ready_file)
+        srv.stop()
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``shuffler serve`` to the ``uldp`` parser."""
+    pc = subparsers.add_parser("shuffler", help="run the shuffler of shuffle mode")
+    sc = pc.add_subparsers(dest="sub", required=True)
+    s = sc.add_parser(
+        "serve", help="serve ShufflerService to devices and forward shuffled batches",
+        description="The independent shuffler: authenticates devices with the collector's "
+                    "token verification key, keeps one sealed report per device and query "
+                    "(durable before the acknowledgement), drops identities and forwards "
+                    "each (query, phase, group, stage) in batches of at least the minimum "
+                    "size, in uniformly random order, to the collector's shuffler port over "
+                    "mutual TLS. It cannot open a report.")
+    s.add_argument("--db", default=env("ULDP_SHUFFLER_DB", "uldp-shuffler.db"),
+                   help="SQLite file of the shuffler (default uldp-shuffler.db)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on for devices")
+    s.add_argument("--port", type=port_number, default=50061,
+                   help="TCP port for devices (default 50061; 0 = any free port)")
+    s.add_argument("--ready-file", help="write HOST:PORT here once serving (removed on stop)")
+    s.add_argument("--tls-cert", required=True, help="the shuffler's server certificate")
+    s.add_argument("--tls-key", required=True, help="the shuffler's server key")
+    s.add_argument("--token-public-key", required=True,
+                   help="the collector's device-token verification key (Ed25519 public key, "
+                        "PEM; `uldp collector token-public-key` prints it)")
+    s.add_argument("--collector", required=True,
+                   help="host:port of the collector's shuffler port (--shuffler-port)")
+    s.add_argument("--collector-ca", required=True,
+                   help="CA certificate that signed the collector's certificate")
+    s.add_argument("--collector-server-name", help="name to check in the collector's "
+                   "certificate (default: the host of --collector)")
+    s.add_argument("--client-cert", required=True,
+                   help="the shuffler's client certificate for the collector (its common "
+                        "name is the collector's --shuffler-name)")
+    s.add_argument("--client-key", required=True, help="key of --client-cert")
+    s.add_argument("--min-batch", type=positive_int, default=100,
+                   help="never forward a batch smaller than this (default 100); the "
+                        "query's own minimum applies when larger")
+    s.add_argument("--max-batch", type=positive_int, default=50_000,
+                   help="at most this many reports per batch (default 50000)")
+    s.add_argument("--linger", type=positive_float, default=2.0,
+                   help="forward a bucket once quiet this many seconds (default 2)")
+    s.add_argument("--deadline-margin", type=positive_float, default=5.0,
+                   help="forward a bucket this many seconds before its phase's deadline")
+    s.add_argument("--max-message-bytes", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                   help=f"largest gRPC message (default {DEFAULT_MAX_MESSAGE_BYTES})")
+    s.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    s.set_defaults(func=_cmd_serve)

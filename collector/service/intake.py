@@ -1,0 +1,104 @@
+"""The collector's shuffler port: ``uldp.v1.ShuffleIntakeService`` over mutual TLS.
+
+See ``proto/uldp/v1/shuffler.proto`` and ``docs/privacy.md`` ("Shuffle mode"). A separate
+gRPC server on its own port (``--shuffler-port``), so the device service never shares its
+credentials: the TLS handshake requires a client certificate signed by ``--shuffler-ca``,
+and every call also checks that the certificate's subject common name is the shuffler's
+(``--shuffler-name``) — another client of the same CA gets PERMISSION_DENIED. The logic
+is :class:`uldp.collector.service.shuffled.ShuffleIntake`.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, shuffler_pb2, shuffler_pb2_grpc
+from uldp.collector.service.core import CollectorCore
+from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.handlers import add_service
+from uldp.collector.service.servicers import refusal
+from uldp.collector.service.shuffled import ForwardedBatch
+
+__all__ = ["IntakeServer", "ShuffleIntakeServicer"]
+
+log = logging.getLogger("uldp.collector")
+_SERVICE = shuffler_pb2.DESCRIPTOR.services_by_name["ShuffleIntakeService"]
+
+
+def peer_names(context: grpc.ServicerContext) -> list[str]:
+    """The subject common names of the caller's verified client certificate."""
+    auth = context.auth_context() or {}
+    return [n.decode("utf-8", "replace") for n in auth.get("x509_common_name", [])]
+
+
+class ShuffleIntakeServicer(shuffler_pb2_grpc.ShuffleIntakeServiceServicer):
+    """GetShuffleQuery and ForwardBatch, for the shuffler identity only."""
+
+    def __init__(self, core: CollectorCore, identity: str) -> None:
+        self.core, self.identity = core, identity
+
+    def _run(self, context: grpc.ServicerContext, fn: Any) -> Any:
+        try:
+            if self.identity not in peer_names(context):
+                raise ServiceError("PERMISSION_DENIED", "only the shuffler may call this "
+                                   f"service (client certificate name {self.identity!r})")
+            return fn()
+        except Exception as exc:
+            err = refusal(exc)
+            context.abort(getattr(grpc.StatusCode, err.code), err.message)
+
+    def GetShuffleQuery(self, request: shuffler_pb2.GetShuffleQueryRequest,
+                        context: grpc.ServicerContext) -> shuffler_pb2.ShuffleQuery:
+        def run() -> shuffler_pb2.ShuffleQuery:
+            q = self.core.shuffled.query(request.query_id)
+            return shuffler_pb2.ShuffleQuery(
+                query_id=q["query_id"], shuffled=q["shuffled"], min_batch=q["min_batch"],
+                phases=[shuffler_pb2.ShufflePhase(phase=p, state=s, deadline_ms=d)
+                        for p, s, d in q["phases"]],
+                cells=[shuffler_pb2.ShuffleCell(phase=p, group=g, stage=st, devices=n)
+                       for p, g, st, n in q["cells"]])
+        return self._run(context, run)
+
+    def ForwardBatch(self, request: shuffler_pb2.ForwardBatchRequest,
+                     context: grpc.ServicerContext) -> shuffler_pb2.ForwardBatchResponse:
+        def run() -> shuffler_pb2.ForwardBatchResponse:
+            out = self.core.shuffled.forward(ForwardedBatch(
+                request.batch_id, request.query_id, request.phase, request.group,
+                request.stage, request.task_digest, list(request.sealed)))
+            if not out.duplicate:
+                log.info("query %s phase %d group %d stage %d: shuffled batch of %d stored "
+                         "(%d dropped)", request.query_id, request.phase, request.group,
+                         request.stage, out.stored, out.refused)
+            return shuffler_pb2.ForwardBatchResponse(duplicate=out.duplicate,
+                                                     stored=out.stored, refused=out.refused)
+        return self._run(context, run)
+
+
+class IntakeServer:
+    """The shuffler port: its own gRPC server, mutual TLS against the shuffler's CA."""
+
+    def __init__(self, core: CollectorCore, *, host: str, port: int, tls_cert: Path,
+                 tls_key: Path, shuffler_ca: Path, identity: str,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        creds = grpc.ssl_server_credentials(
+            [(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())],
+            root_certificates=Path(shuffler_ca).read_bytes(), require_client_auth=True)
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="uldp-intake"),
+            options=[("grpc.max_receive_message_length", max_message_bytes),
+                     ("grpc.max_send_message_length", max_message_bytes)])
+        add_service(self.server, ShuffleIntakeServicer(core, identity), _SERVICE)
+        self.port = self.server.add_secure_port(f"{host}:{port}", creds)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {host}:{port} (--shuffler-port)")
+
+    def start(self) -> None:
+        self.server.start()
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.server.stop(grace).wait()

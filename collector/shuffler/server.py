@@ -1,0 +1,97 @@
+"""A running shuffler process: its store, the device-facing gRPC server and the forwarder.
+
+See ``uldp.collector.shuffler.service`` and ``docs/privacy.md`` ("Shuffle mode"). The
+device port is TLS with the shuffler's own certificate; the link to the collector's
+shuffler port is mutual TLS with the shuffler's client certificate. Started by
+``uldp shuffler serve`` (``uldp.collector.commands.shuffler``).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2
+
+from uldp.client.transport import Endpoint, secure_channel
+from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, shuffler_pb2
+from uldp.collector.security.tokens import TokenVerifier
+from uldp.collector.service.handlers import add_service
+from uldp.collector.shuffler.service import (
+    CollectorLink,
+    Forwarder,
+    ShufflerConfig,
+    ShufflerServicer,
+)
+from uldp.collector.shuffler.store import ShufflerStore
+
+__all__ = ["ShufflerServer", "ShufflerServerConfig"]
+
+log = logging.getLogger("uldp.shuffler")
+_SERVICE = shuffler_pb2.DESCRIPTOR.services_by_name["ShufflerService"]
+_HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"]
+
+
+@dataclass
+class ShufflerServerConfig:
+    db_path: Path
+    tls_cert: Path  # the shuffler's server certificate (devices verify it)
+    tls_key: Path
+    token_public_key: Path  # the collector's Ed25519 token verification key (PEM)
+    collector: str  # host:port of the collector's shuffler port
+    collector_ca: Path  # the CA that signed the collector's certificate
+    client_cert: Path  # the shuffler's identity on the collector's shuffler port
+    client_key: Path
+    host: str = "127.0.0.1"
+    port: int = 50061
+    workers: int = 16
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    collector_server_name: str | None = None
+    shuffle: ShufflerConfig = field(default_factory=ShufflerConfig)
+
+
+class ShufflerServer:
+    """One shuffler process (see the module docstring)."""
+
+    def __init__(self, cfg: ShufflerServerConfig) -> None:
+        self.config = cfg
+        self.store = ShufflerStore(cfg.db_path)
+        verifier = TokenVerifier.from_public_pem(Path(cfg.token_public_key).read_bytes())
+        self.channel = secure_channel(Endpoint(
+            cfg.collector, Path(cfg.collector_ca), Path(cfg.client_cert), Path(cfg.client_key),
+            server_name=cfg.collector_server_name, max_message_bytes=cfg.max_message_bytes))
+        self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
+        self.forwarder = Forwarder(self.store, self.link, cfg.shuffle)
+        limit = cfg.max_message_bytes
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="shuffler"),
+            options=[("grpc.max_receive_message_length", limit),
+                     ("grpc.max_send_message_length", limit)],
+            maximum_concurrent_rpcs=cfg.workers * 64)
+        add_service(self.server, ShufflerServicer(self.store, verifier, self.link), _SERVICE)
+        self.health = health.HealthServicer()
+        add_service(self.server, self.health, _HEALTH)
+        creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(),
+                                              Path(cfg.tls_cert).read_bytes())])
+        self.port = self.server.add_secure_port(f"{cfg.host}:{cfg.port}", creds)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
+
+    def start(self) -> None:
+        self.server.start()
+        for name in ("", _SERVICE.full_name):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.forwarder.start()
+        log.info("shuffler listening on %s:%d (TLS), forwarding to %s (mutual TLS)",
+                 self.config.host, self.port, self.config.collector)
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+        self.forwarder.stop()
+        self.channel.close()
+        log.info("shuffler stopped: %s", self.store.counts())
+        self.store.close()

@@ -1,0 +1,94 @@
+"""kill -9 of the shuffler mid-batch loses no acknowledged report and forwards none twice.
+
+Real processes on loopback. The shuffler is started with the test hook that stalls its
+forwarder between the collector's acknowledgement of a batch and recording it; 300
+devices report through a gateway (every report acknowledged means durably stored); once
+the collector holds the first batch the shuffler is killed with SIGKILL — the batch is
+stored at the collector and still ``forwarding`` at the shuffler, the other reports wait
+unbatched. A new shuffler on the same database re-sends that batch (the collector
+answers duplicate: the batch id) and forwards the rest. The collector ends with exactly
+the acknowledged reports, each once, and the query completes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from uldp.collector.fleet import FleetDataset, dataset_for_query
+from uldp.collector.gateway import run_gateway_fleet
+from uldp.collector.service.client import QueryRequest
+from uldp.collector.shuffler.service import TEST_PAUSE_ENV
+
+from .conftest import Deployment
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+USERS = 300
+
+
+def _collector(d: Deployment, sql: str, *args: object) -> list[tuple]:
+    db = sqlite3.connect(f"file:{d.db_path}?mode=ro", uri=True)
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
+def _shuffler(d: Deployment, sql: str) -> list[tuple]:
+    db = sqlite3.connect(d.work / "shuffler.db")
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def _wait(cond, timeout_s: float = 60.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.1)
+
+
+def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: Deployment):
+    d = deployment
+    d.kill_shuffler()
+    d.shuffler_args = ["--min-batch", "20", "--max-batch", "60", "--linger", "0.3"]
+    d.start_shuffler(env={TEST_PAUSE_ENV: "600"})
+    an = d.analyst()
+    q = an.create(QueryRequest(kind="mean", epsilon=1.0, dataset="crash", users=USERS,
+                               samples=10, bound=1.0, method="ssl", phase_timeout_s=300,
+                               query_id="crash", params={"shuffle": {"min_batch": 20}},
+                               allow_simulated=True))
+    data = dataset_for_query("mean", "uniform", 10, 1, 1.0, 5)
+    res = run_gateway_fleet(d.endpoint, d.work / "devices-crash", USERS,
+                            [FleetDataset("crash", data, modulo=1, residue=0)], gateways=1,
+                            batch=100, budget=2.0, seed=5, timeout_s=120,
+                            shuffler=d.shuffler_endpoint)
+    assert res.submitted == USERS and not res.errors, res  # all acknowledged: durable
+
+    batches = "SELECT batch_id, stored FROM uldp_shuffle_batches WHERE query_id = ?"
+    _wait(lambda: len(_collector(d, batches, q.query_id)) >= 1)
+    d.kill_shuffler()  # SIGKILL while the first batch is stored but not recorded
+    (first, stored), = _collector(d, batches, q.query_id)
+    assert stored == 60
+    assert _shuffler(d, "SELECT count(*) FROM submissions") == [(USERS,)]
+    assert _shuffler(d, "SELECT count(*) FROM pending") == [(USERS,)]
+    assert _shuffler(d, "SELECT batch_id, state FROM batches") == [(first, "forwarding")]
+
+    d.start_shuffler()  # the same database, no stall
+    final = an.wait(q.query_id, timeout_s=120)
+    an.close()
+    assert final.state == 2, final.error
+    rows = _collector(d, batches, q.query_id)
+    assert sum(s for _, s in rows) == USERS  # every acknowledged report, once
+    assert len({b for b, _ in rows}) == len(rows) and first in {b for b, _ in rows}
+    assert _collector(d, "SELECT count(*) FROM uldp_reports WHERE query_id = ?",
+                      q.query_id) == [(USERS,)]
+    assert _collector(d, "SELECT received FROM uldp_phases WHERE query_id = ?",
+                      q.query_id) == [(USERS,)]
+    _wait(lambda: _shuffler(d, "SELECT count(*) FROM pending") == [(0,)])
+    states = dict(_shuffler(d, "SELECT batch_id, state FROM batches"))
+    assert states[first] == "forwarded" and set(states.values()) == {"forwarded"}
