@@ -212,7 +212,7 @@ try {
 
   // 3. two tabs, one IndexedDB store: budget 1, two queries of ε = 1
   for (const id of ["tab-a", "tab-b"]) {
-    await analyst("CreateQuery", { kind: "mean", epsilon: 1, dataset: "tabs", bound: 1, samples: 2, users: 10, dim: 1,
+    await analyst("CreateQuery", { kind: "mean", epsilon: 1, dataset: "tabs", bound: 1, dim: 1, samples: 2, users: 10,
       method: "ssl", phase_timeout_seconds: 300, query_id: id });
   }
   await new Promise((r) => setTimeout(r, 300));
@@ -234,7 +234,7 @@ try {
   ok(own === "ok", `a page of the allowed origin ${ORIGIN} is served (${own})`);
 
   // 5. the example web app
-  await analyst("CreateQuery", { kind: "mean", epsilon: 0.5, dataset: "steps", bound: 20, samples: 7, users: 5, dim: 1,
+  await analyst("CreateQuery", { kind: "mean", epsilon: 0.5, dataset: "steps", bound: 20, dim: 1, samples: 7, users: 5,
     method: "ssl", phase_timeout_seconds: 300, query_id: "example-q" });
   await new Promise((r) => setTimeout(r, 300));
   const ex = await context.newPage();
