@@ -6,8 +6,9 @@ object the native gRPC server and the HTTP port register) so that every method c
 * counts in ``uldp_rpc_requests_total`` by port, service, method and status code, and
   its latency in ``uldp_rpc_duration_seconds``;
 * updates the counters of what the call did (:data:`OUTCOMES`): reports accepted,
-  duplicate or refused by status code (each item of a batch on its own), enrolments,
-  tasks handed out, batch sizes;
+  duplicate or refused by status code (each item of a batch on its own; in shuffle mode
+  the reports of each forwarded batch, port ``shuffler``), enrolments, tasks handed out,
+  batch sizes;
 * writes one access-log record (logger ``uldp.collector.access``: call, status code,
   latency, port) when that logger is enabled (``--log-format json``).
 
@@ -97,10 +98,31 @@ def _tasks_batch(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str
         m.bound(m.tasks, front).inc(sum(len(r.response.tasks) for r in resp.results))
 
 
+def _forwarded(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str) -> None:
+    """A shuffled batch (shuffle mode, ``ShuffleIntakeService``): its reports stored, or
+    dropped as not opening to a valid report (INVALID_ARGUMENT); a re-sent batch is
+    duplicates."""
+    items = getattr(req, "sealed", None)
+    if items is None:
+        return
+    m.bound(m.batch, front, "ForwardBatch").observe(len(items))
+    if resp is None or code != "OK":
+        if items:
+            _report(m, front, code, False, len(items))
+    elif resp.duplicate:
+        _report(m, front, "OK", True, len(items))
+    else:
+        if resp.stored:
+            _report(m, front, "OK", False, resp.stored)
+        if resp.refused:
+            _report(m, front, "INVALID_ARGUMENT", False, resp.refused)
+
+
 #: method name -> what its calls count beyond the call itself
 OUTCOMES: dict[str, Outcome] = {
     "SubmitReport": _submit, "SubmitReportBatch": _submit_batch, "Enroll": _enrol,
     "EnrollBatch": _enrol_batch, "GetTasks": _tasks, "GetTasksBatch": _tasks_batch,
+    "ForwardBatch": _forwarded,
 }
 
 
