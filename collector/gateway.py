@@ -28,7 +28,7 @@ import random
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,11 +229,7 @@ class _Gateway:
             rounds += 1
             again: list[tuple[int, Any]] = []
             renew: list[int] = []
-            B = self.share.report_batch
-            for k in range(0, len(reports), B):
-                part = [(i, rep) for i, rep in reports[k:k + B] if i in self.live]
-                for i, rep in part:
-                    rep.device_token = self.live[i].device.token or ""
+            for part in self._parts(reports):
                 try:
                     resp = self._call(method, make([r for _, r in part]))
                 except grpc.RpcError as exc:  # the reports stay pending in the ledgers
@@ -259,15 +255,22 @@ class _Gateway:
         for i, rep in reports:
             self._finish(i, f"report for query {rep.query_id} not acknowledged")
 
+    def _parts(self, items: list[tuple[int, Any]]) -> Iterator[list[tuple[int, Any]]]:
+        """``items`` (device, message with a ``device_token`` field) of the devices still
+        live, in calls of at most ``report_batch``, each message carrying its device's
+        current token."""
+        B = self.share.report_batch
+        for k in range(0, len(items), B):
+            part = [(i, m) for i, m in items[k:k + B] if i in self.live]
+            for i, m in part:
+                m.device_token = self.live[i].device.token or ""
+            yield part
+
     def _decline(self, declines: list[tuple[int, device_pb2.Decline]]) -> None:
         """Send the devices' declines (each with its token) in DeclineTaskBatch calls. A
         decline not acknowledged changes nothing: the device gets its task again at its
         next check-in (if it has one) and refuses it again."""
-        B = self.share.report_batch
-        for k in range(0, len(declines), B):
-            part = [(i, d) for i, d in declines[k:k + B] if i in self.live]
-            for i, d in part:
-                d.device_token = self.live[i].device.token or ""
+        for part in self._parts(declines):
             try:
                 resp = self._call(self.stub.DeclineTaskBatch, device_pb2.DeclineTaskBatchRequest(
                     declines=[d for _, d in part]))

@@ -444,10 +444,7 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             if isinstance(item, ReportOutcome):
                 return self.logic.answer_decline(item)
             return self.logic.answer_decline(self.core.store_declines([item])[0])
-
-        async def in_pool() -> dpb.DeclineTaskResponse:
-            return await self._in_pool(run)
-        return await self._run(context, in_pool)
+        return await self._run(context, lambda: self._in_pool(run))
 
     async def DeclineTaskBatch(self, request: dpb.DeclineTaskBatchRequest, context: Any
                                ) -> dpb.DeclineTaskBatchResponse:
@@ -456,10 +453,7 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             outcomes = self.core.store_declines(items) if items else []
             done = self.logic.answer_batch(results, where, outcomes).results
             return dpb.DeclineTaskBatchResponse(results=done)
-
-        async def in_pool() -> dpb.DeclineTaskBatchResponse:
-            return await self._in_pool(run)
-        return await self._run(context, in_pool)
+        return await self._run(context, lambda: self._in_pool(run))
 
 
 def query_message(row: dict[str, Any], phases: list[dict[str, Any]],
