@@ -233,7 +233,8 @@ class Preview:
 
     ``half_width``: the predicted half-width of each component's interval from the
     privacy noise (the users' own spread adds to it: ``worst_half_width`` is the bound
-    with the largest spread the support allows, None without a support bound).
+    with the largest spread the support allows; None without a support bound or for a
+    two-stage plan, whose interval also depends on what stage I sees: see ``note``).
     """
 
     kind: str

@@ -19,6 +19,7 @@ import {
 } from "../ledger/ledger.js";
 
 import { RETRYABLE, Status } from "../core/status.js";
+import type { ReportMessage } from "../wire/index.js";
 import { checkWindow, drawDelayMs, monotonicMs, type PollOptions } from "./schedule.js";
 
 export type { DeviceStore } from "../ledger/ledger.js";
@@ -32,13 +33,7 @@ export interface TaskMessage extends TaskMessageLike {
   readonly max_abs_value?: string;
 }
 
-export interface ReportMessage {
-  queryId: string;
-  phase: number;
-  values: readonly bigint[];
-  taskDigest: string;
-  simulated: boolean;
-}
+export type { ReportMessage };
 
 /** What the device needs from a transport; errors carry the gRPC status in `code`. */
 export interface DeviceTransportLike {
