@@ -7,12 +7,14 @@
 For each query of ``uldp demo`` (``uldp.collector.demo.DEMO_QUERIES``, at the demo's
 defaults: 20 000 devices split over the five queries, ε = 2, m = 100, D = 1), the preview
 (:func:`uldp.collector.analyst.preview.preview_message`, the numbers the console shows
-from the public parameters alone) is compared with the interval widths the collector
-returns: each run draws the demo's population afresh (the same ``dataset_for_query`` as the
-demo, another seed) and runs the query's program — the production device and collector
-code the service runs — with fresh noise. Printed and written to
-``bench/results/preview_width.md``: the method ``auto`` chose, the predicted width
-(noise, and the bound with the widest spread the support allows), the median realised
+from the public parameters alone: the planner's noise prediction, and for a two-stage plan
+the plan run on users alike, which adds stage I's bias bounds) is compared with the
+interval widths the collector returns: each run draws the demo's population afresh (the
+same ``dataset_for_query`` as the demo, another seed) and runs the query's program — the
+production device and collector code the service runs — with fresh noise. Printed and written to
+``bench/results/preview_width.md``: the method ``auto`` chose, the predicted widths
+(the noise prediction, the likely width the console shows, and the bound with the widest
+spread the support allows), the median realised
 width over the runs (mean over components, and the widest component), their ratio, and
 whether it is within 15 %.
 """
@@ -50,23 +52,29 @@ def one_query(i: int, kind: str, dim: int, dist: str, runs: int) -> dict:
         est = simulate_reps(spec, data, RandomSource.seeded(f"preview:{i}:{r}"), reps=1).last
         widths.append(est.ci_high - est.ci_low)
     w = np.median(np.array(widths), axis=0)  # per component, over the runs
-    pred = 2 * np.array(p.half_width)
+    pred = 2 * np.array(p.likely_half_width)
+    noise = 2 * np.array(p.half_width)
     worst = 2 * np.array(p.worst_half_width) if p.worst_half_width else None
     return {"kind": f"{kind} (d={dim}, {dist})", "users": users, "method": p.method,
-            "pred": float(pred.mean()), "worst": float(worst.mean()) if worst is not None
-            else None, "real": float(w.mean()), "real_max": float(w.max()),
+            "pred": float(pred.mean()), "noise": float(noise.mean()),
+            "simulated": p.simulated_half_width is not None,
+            "worst": float(worst.mean()) if worst is not None else None,
+            "real": float(w.mean()), "real_max": float(w.max()),
             "ratio": float(pred.mean() / w.mean()),
             "ratio_worst_component": float(np.max(np.abs(pred / w - 1)))}
 
 
 def table(rows: list[dict], runs: int) -> str:
-    out = [f"| query | users | method (auto) | predicted width | at most | realised width, "
-           f"median of {runs} | widest component | predicted / realised | within 15 % |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [f"| query | users | method (auto) | noise prediction | likely width (shown) | "
+           f"at most | realised width, median of {runs} | widest component | likely / "
+           "realised | within 15 % |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ok = abs(r["ratio"] - 1) <= 0.15
         worst = f"{r['worst']:.4f}" if r["worst"] is not None else "–"
-        out.append(f"| {r['kind']} | {r['users']} | {r['method']} | {r['pred']:.4f} | {worst} "
+        shown = f"{r['pred']:.4f}" + (" (simulated)" if r["simulated"] else "")
+        out.append(f"| {r['kind']} | {r['users']} | {r['method']} | {r['noise']:.4f} | {shown} "
+                   f"| {worst} "
                    f"| {r['real']:.4f} | {r['real_max']:.4f} | {r['ratio']:.3f} | "
                    f"{'yes' if ok else '**no**'} |")
     return "\n".join(out)

@@ -9,7 +9,8 @@ everything the page shows comes from the collector over the same origin:
   native port;
 * ``POST /console/api/preview``: the preview of a CreateQuery request
   (:func:`uldp.collector.analyst.preview.preview_message`, the collector's own request
-  checks), JSON in (the request in proto3 JSON, as Connect reads it) and JSON out.
+  checks), JSON in (the request in proto3 JSON, as Connect reads it) and JSON out;
+  ``?simulate=0`` leaves out the simulated width of a two-stage plan (the curves).
 
 The page asks for the admin token and keeps it in the tab's ``sessionStorage`` (gone with
 the tab); every call carries it as ``authorization: Bearer``. With mutual TLS on the port,
@@ -98,13 +99,13 @@ class ConsoleApp:
         else:
             await respond(send, 200, got[0], SECURITY, content_type=got[1])
 
-    def _preview(self, body: bytes) -> dict[str, Any]:
+    def _preview(self, body: bytes, simulate: bool) -> dict[str, Any]:
         try:
             msg = json_format.Parse(body or b"{}", analyst_pb2.CreateQueryRequest())
         except json_format.ParseError as exc:
             raise ServiceError("INVALID_ARGUMENT", f"not a CreateQueryRequest: {exc}"
                                ) from None
-        return preview_message(msg, self.core.config.max_users).to_dict()
+        return preview_message(msg, self.core.config.max_users, simulate).to_dict()
 
     async def preview(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /console/api/preview``: admin token, then the request, then the
@@ -123,7 +124,8 @@ class ConsoleApp:
             return
         loop = asyncio.get_running_loop()
         try:
-            out = await loop.run_in_executor(self.pool, self._preview, body)
+            simulate = scope.get("query_string", b"") != b"simulate=0"
+            out = await loop.run_in_executor(self.pool, self._preview, body, simulate)
         except ServiceError as exc:
             await _error(send, exc.code, exc.message)
             return

@@ -61,8 +61,8 @@ async function answer(r) {
 async function call(method, body) {
   return answer(await fetch(SERVICE + method, { method: "POST", headers: headers("application/json"), body: JSON.stringify(body || {}) }));
 }
-async function preview(body) {
-  return answer(await fetch("/console/api/preview", { method: "POST", headers: headers("application/json"), body: JSON.stringify(body) }));
+async function preview(body, simulate = true) {
+  return answer(await fetch("/console/api/preview" + (simulate ? "" : "?simulate=0"), { method: "POST", headers: headers("application/json"), body: JSON.stringify(body) }));
 }
 // WatchQuery as a Connect server stream: enveloped JSON messages, the last one flagged 0x02.
 async function* watch(queryId, signal) {
@@ -495,7 +495,7 @@ async function newPage() {
   const out = el("div", { id: "preview-out" }), curves = el("div", { class: "grid2", id: "preview-curves" }), err = el("div");
   const create = el("button", { type: "button", id: "create", disabled: true }, "Create query");
   show(el("h1", { text: "Before you run" }),
-    el("p", { class: "muted" }, "Change the public parameters and see the interval the query will likely get, before any device spends anything. The width is the planner's prediction of the privacy noise (the users' own spread adds to it; the dashed line is the bound with the largest spread the support allows)."),
+    el("p", { class: "muted" }, "Change the public parameters and see the interval the query will likely get, before any device spends anything. The likely width is the planner's prediction of the privacy noise; for a two-stage plan it is the plan run on users alike, which adds the bias bounds of stage I. The curves show the noise prediction (dashed: with the widest spread of users the support allows)."),
     f, el("div", { class: "card" }, out, curves, el("p", {}, create), err));
   let seq = 0, current = null;
   const refresh = async () => {
@@ -527,12 +527,13 @@ async function newPage() {
   await refresh();
 }
 function previewView(p) {
-  const hw = p.half_width || [], worst = p.worst_half_width;
+  const hw = p.likely_half_width || p.half_width || [], worst = p.worst_half_width;
   const same = hw.length > 0 && hw.every((x) => Math.abs(x - hw[0]) < 1e-12);
   return el("div", { id: "preview", "data-half-width": hw.length ? Math.max(...hw) : "", "data-method": p.method },
     el("div", { class: "kpis" },
       kpi("likely interval", hw.length ? (same ? pm(hw[0]) : `${pm(Math.min(...hw))} … ${pm(Math.max(...hw))}`) : "–", { id: "likely" }),
-      kpi("at most", worst ? pm(Math.max(...worst)) : "–", { id: "at-most" }),
+      p.simulated_half_width ? kpi("noise alone", pm(Math.max(...p.half_width)), { id: "noise" }) :
+        kpi("at most", worst ? pm(Math.max(...worst)) : "–", { id: "at-most" }),
       kpi("method", p.method || "–", { id: "preview-method" }), kpi("phases", (p.phases || []).join(" + ") + " users")),
     el("p", { class: "muted" }, `${Math.round(p.confidence * 100)}% intervals, ${hw.length} component(s); grouping ${p.mode}${p.regime ? `, ${p.regime} regime` : ""}.`),
     ...(p.advisories || []).map((a) => el("p", { class: "note", text: a })),
@@ -542,15 +543,15 @@ async function previewCurves(req, mine) {
   const eps = [0.25, 0.5, 1, 2, 4, 8].concat([req.epsilon]).filter((v, i, a) => v > 0 && a.indexOf(v) === i).sort((a, b) => a - b);
   const users = [0.25, 0.5, 1, 2, 4].map((k) => Math.max(2, Math.round(req.users * k)));
   const width = async (over) => {
-    try { const p = await preview({ ...req, ...over }); return { y: 2 * Math.max(...p.half_width), y2: p.worst_half_width ? 2 * Math.max(...p.worst_half_width) : 0 }; } catch { return null; }
+    try { const p = await preview({ ...req, ...over }, false); return { y: 2 * Math.max(...p.half_width), y2: p.worst_half_width ? 2 * Math.max(...p.worst_half_width) : 0 }; } catch { return null; }
   };
   const a = await Promise.all(eps.map((e) => width({ epsilon: e })));
   const b = await Promise.all(users.map((n) => width({ users: n })));
   if (mine !== undefined && a.some((x) => x === null)) return [];
   const pts = (xs, ys) => xs.map((x, i) => ys[i] && { x, ...ys[i] }).filter(Boolean);
   return [
-    lineChart(pts(eps, a), { title: "interval width against ε", xlabel: "ε per device", mark: req.epsilon }),
-    lineChart(pts(users, b), { title: "interval width against the number of users", xlabel: "users", mark: req.users }),
+    lineChart(pts(eps, a), { title: "interval width from the noise, against ε", xlabel: "ε per device", mark: req.epsilon }),
+    lineChart(pts(users, b), { title: "interval width from the noise, against the number of users", xlabel: "users", mark: req.users }),
   ];
 }
 
