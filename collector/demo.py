@@ -275,7 +275,10 @@ def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes
     if not admin_file.exists():
         write_private(admin_file, (new_admin_token() + "\n").encode())
     db_url = f"sqlite:///{work / 'collector.db'}"
-    proc, port = start_collector_process(work, db_url, tls)
+    # every simulated device enrols from this one address: no per-address limit
+    # (docs/privacy.md §8; the default takes a 20 000-device demo at once, not more)
+    proc, port = start_collector_process(work, db_url, tls,
+                                         extra=["--enroll-peer-limit", "off"])
     say(f"collector on 127.0.0.1:{port} (TLS), database {work / 'collector.db'}")
     return proc, Endpoint(f"127.0.0.1:{port}", tls / "ca.pem"), admin_file
 
@@ -316,7 +319,7 @@ def _privacy_table(privacy: dict[str, Any]) -> str:
                    f"{min((c['smallest_batch'] for c in cells), default=0):>14}")
     out.append("central eps: user-level (eps, delta)-DP of each user against the collector, "
                "from amplification by shuffling (Feldman-McMillan-Talwar, numerical bound) "
-               "over the smallest batch of each (phase, group, stage); docs/privacy.md §7")
+               "over the smallest batch of each (phase, group, stage); docs/privacy.md §8")
     return "\n".join(out)
 
 

@@ -230,7 +230,8 @@ class Preview:
 
     ``half_width``: the predicted half-width of each component's interval from the
     privacy noise (the users' own spread adds to it: ``worst_half_width`` is the bound
-    with the largest spread the support allows, None without a support bound).
+    with the largest spread the support allows; None without a support bound or for a
+    two-stage plan, whose interval also depends on what stage I sees: see ``note``).
     """
 
     kind: str
@@ -248,11 +249,20 @@ class Preview:
     advisories: tuple[str, ...] = ()
     auto: dict[str, Any] | None = None
     note: str = ""
+    #: two-stage plans: the plan run on users alike (stage I's bias bounds included)
+    simulated_half_width: tuple[float, ...] | None = None
+
+    @property
+    def likely_half_width(self) -> tuple[float, ...]:
+        """What the console shows as likely: the simulated half-widths of a two-stage
+        plan, else the planner's noise prediction."""
+        return self.simulated_half_width or self.half_width
 
     @property
     def width(self) -> float:
-        """The predicted interval width of the widest component (noise)."""
-        return 2 * max(self.half_width) if self.half_width else float("nan")
+        """The likely interval width of the widest component."""
+        hw = self.likely_half_width
+        return 2 * max(hw) if hw else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "epsilon": self.epsilon, "users": self.users,
@@ -262,4 +272,7 @@ class Preview:
                 "half_width": list(self.half_width),
                 "worst_half_width": (None if self.worst_half_width is None
                                      else list(self.worst_half_width)),
-                "advisories": list(self.advisories), "auto": self.auto, "note": self.note}
+                "advisories": list(self.advisories), "auto": self.auto, "note": self.note,
+                "simulated_half_width": (None if self.simulated_half_width is None
+                                         else list(self.simulated_half_width)),
+                "likely_half_width": list(self.likely_half_width)}

@@ -103,6 +103,7 @@ class _Files:
     admin: Path
     token_key: Path | None
     secret: Path | None
+    attestation_key: Path | None = None
     metrics_token: Path | None = None
 
 
@@ -162,14 +163,17 @@ def _check_files(a: argparse.Namespace) -> _Files:
                             "the port the shuffler forwards to, and the CA of its client "
                             "certificate)")
     readable_file(Path(a.shuffler_ca) if a.shuffler_ca else None, "--shuffler-ca")
-    for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file")):
+    attest = Path(a.attestation_key_file) if a.attestation_key_file else None
+    readable_file(attest, "--attestation-key-file")
+    for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file"),
+                       (attest, "--attestation-key-file")):
         if path is not None and (why := check_not_world_readable(path, flag)):
             raise OperatorError(why)
     for f in (a.port_file, a.ready_file):
         if f and not Path(f).resolve().parent.is_dir():
             raise OperatorError(f"{'--port-file' if f == a.port_file else '--ready-file'} "
                                 f"{f}: directory {Path(f).parent} does not exist")
-    return _Files(cert, key, client_ca, admin, token_key, secret_file, metrics)
+    return _Files(cert, key, client_ca, admin, token_key, secret_file, attest, metrics)
 
 
 def _metrics_token(a: argparse.Namespace) -> Path | None:
@@ -202,7 +206,34 @@ def _server_config(a: argparse.Namespace, files: _Files) -> Any:
         shuffler_name=a.shuffler_name,
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
                         commit_linger_ms=a.commit_linger_ms,
-                        allow_simulated=a.allow_simulated))
+                        allow_simulated=a.allow_simulated,
+                        enroll_peer_limit=a.enroll_peer_limit,
+                        enroll_credential_limit=("auto" if a.enroll_credential_limit is None
+                                                 else a.enroll_credential_limit),
+                        enrolment_verifier=_verifier(files.attestation_key)))
+
+
+def _verifier(path: Path | None) -> Any:
+    """The reference attestation verifier over the key in ``path`` (OperatorError naming
+    the flag when the file is not a key)."""
+    if path is None:
+        return None
+    from uldp.collector.security.attestation import HmacAttestation
+
+    try:
+        return HmacAttestation.from_file(path)
+    except ValueError as exc:
+        raise OperatorError(f"--attestation-key-file {exc}") from None
+
+
+def rate_limit(text: str) -> Any:
+    """argparse type of ``--enroll-*-limit``: N/T (``25000/250s``, ``3/1d``) or ``off``."""
+    from uldp.collector.service.enrolment import RateLimit
+
+    try:
+        return RateLimit.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _start_siblings(a: argparse.Namespace, cfg: Any) -> list[subprocess.Popen[bytes]]:
@@ -436,6 +467,28 @@ def add_serve_parser(sc: Any) -> None:
     s.set_defaults(func=_cmd_serve)
 
 
+def _enrolment_flags(s: argparse.ArgumentParser) -> None:
+    """The flags against Sybil enrolment (docs/privacy.md, "Sybil identities")."""
+    from uldp.collector.service.enrolment import DEFAULT_PEER_LIMIT
+
+    s.add_argument("--attestation-key-file", default=env("ULDP_ATTESTATION_KEY_FILE"),
+                   help="enrol a new device only with an app attestation signed with the "
+                        "key in this file (HMAC-SHA256, shared with the app's back end; "
+                        "`uldp collector attestation-key` writes one; env "
+                        "ULDP_ATTESTATION_KEY_FILE)")
+    s.add_argument("--enroll-peer-limit", type=rate_limit, default=DEFAULT_PEER_LIMIT,
+                   metavar="N/T",
+                   help="enrolments (renewals too) per network address: at most N at once, "
+                        f"refilled at N per T, e.g. 3000/1h, or off (default "
+                        f"{DEFAULT_PEER_LIMIT}); behind a proxy that hides addresses, "
+                        "raise it or turn it off")
+    s.add_argument("--enroll-credential-limit", type=rate_limit, default=None,
+                   metavar="N/T",
+                   help="new identities per credential (the attested subject, else the "
+                        "enrollment secret): N/T or off (default 3/1d with "
+                        "--attestation-key-file, else 100000/100s)")
+
+
 def _tuning_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--admin-token-file", default=env("ULDP_ADMIN_TOKEN_FILE"),
                    help="admin credential file (default <tls-dir>/admin.token; created "
@@ -447,6 +500,7 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--enrollment-secret-file", default=env("ULDP_ENROLLMENT_SECRET_FILE"),
                    help="require the shared secret in this file to enroll devices (env "
                         "ULDP_ENROLLMENT_SECRET_FILE)")
+    _enrolment_flags(s)
     s.add_argument("--max-message-bytes", type=positive_int,
                    default=DEFAULT_MAX_MESSAGE_BYTES,
                    help=f"largest gRPC message accepted or sent (default "

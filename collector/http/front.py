@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, analyst_pb2, device_pb2
-from uldp.collector.http.app import CorsPolicy, HttpApp
+from uldp.collector.http.app import CorsPolicy, HttpApp, Receive, Scope, Send, respond
 from uldp.collector.http.connect import service_app
+from uldp.collector.http.console import PREFIX as CONSOLE
+from uldp.collector.http.console import ConsoleApp
 from uldp.collector.http.metrics import MetricsEndpoint
 from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth
@@ -72,7 +74,13 @@ def build_app(core: CollectorCore, pool: Executor, *, cors: CorsPolicy | None = 
                               max_message_bytes))
     app.route("/healthz", app.healthz)
     app.route("/metrics", MetricsEndpoint(core, pool, metrics_auth))
+    app.mount(CONSOLE, ConsoleApp(core, pool))
+    app.route(CONSOLE.rstrip("/"), _to_console)
     return app
+
+
+async def _to_console(scope: Scope, receive: Receive, send: Send) -> None:
+    await respond(send, 308, b"", [(b"location", CONSOLE.encode())])
 
 
 def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:

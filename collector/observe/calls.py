@@ -6,8 +6,9 @@ object the native gRPC server and the HTTP port register) so that every method c
 * counts in ``uldp_rpc_requests_total`` by port, service, method and status code, and
   its latency in ``uldp_rpc_duration_seconds``;
 * updates the counters of what the call did (:data:`OUTCOMES`): reports accepted,
-  duplicate or refused by status code (each item of a batch on its own), enrolments,
-  tasks handed out, batch sizes;
+  duplicate or refused by status code (each item of a batch on its own; in shuffle mode
+  the reports of each forwarded batch, port ``shuffler``), enrolments, tasks handed out,
+  batch sizes;
 * writes one access-log record (logger ``uldp.collector.access``: call, status code,
   latency, port) when that logger is enabled (``--log-format json``).
 
@@ -43,9 +44,9 @@ Outcome = Callable[[CollectorMetrics, str, Any, Any, str], None]
 
 def _report(m: CollectorMetrics, front: str, code: str, duplicate: bool, n: int = 1) -> None:
     if code == "OK":
-        (m.duplicate if duplicate else m.accepted).labels(front).inc(n)
+        m.bound(m.duplicate if duplicate else m.accepted, front).inc(n)
     else:
-        m.refused.labels(front, code).inc(n)
+        m.bound(m.refused, front, code).inc(n)
 
 
 def _submit(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str) -> None:
@@ -56,7 +57,7 @@ def _submit_batch(m: CollectorMetrics, front: str, req: Any, resp: Any, code: st
     items = getattr(req, "reports", None)
     if items is None:  # not a decoded request
         return
-    m.batch.labels(front, "SubmitReportBatch").observe(len(items))
+    m.bound(m.batch, front, "SubmitReportBatch").observe(len(items))
     if resp is None or code != "OK":
         if items:
             _report(m, front, code, False, len(items))
@@ -67,14 +68,14 @@ def _submit_batch(m: CollectorMetrics, front: str, req: Any, resp: Any, code: st
 
 def _enrol(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str) -> None:
     kind = "renewal" if getattr(req, "previous_token", "") else "new"
-    m.enrolments.labels(front, kind, code).inc()
+    m.bound(m.enrolments, front, kind, code).inc()
 
 
 def _enrol_batch(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str) -> None:
     items = getattr(req, "requests", None)
     if items is None:
         return
-    m.batch.labels(front, "EnrollBatch").observe(len(items))
+    m.bound(m.batch, front, "EnrollBatch").observe(len(items))
     if resp is None or code != "OK":
         for r in items:
             _enrol(m, front, r, None, code)
@@ -85,22 +86,43 @@ def _enrol_batch(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str
 
 def _tasks(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str) -> None:
     if resp is not None and code == "OK":
-        m.tasks.labels(front).inc(len(resp.tasks))
+        m.bound(m.tasks, front).inc(len(resp.tasks))
 
 
 def _tasks_batch(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str) -> None:
     items = getattr(req, "items", None)
     if items is None:
         return
-    m.batch.labels(front, "GetTasksBatch").observe(len(items))
+    m.bound(m.batch, front, "GetTasksBatch").observe(len(items))
     if resp is not None and code == "OK":
-        m.tasks.labels(front).inc(sum(len(r.response.tasks) for r in resp.results))
+        m.bound(m.tasks, front).inc(sum(len(r.response.tasks) for r in resp.results))
+
+
+def _forwarded(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str) -> None:
+    """A shuffled batch (shuffle mode, ``ShuffleIntakeService``): its reports stored, or
+    dropped as not opening to a valid report (INVALID_ARGUMENT); a re-sent batch is
+    duplicates."""
+    items = getattr(req, "sealed", None)
+    if items is None:
+        return
+    m.bound(m.batch, front, "ForwardBatch").observe(len(items))
+    if resp is None or code != "OK":
+        if items:
+            _report(m, front, code, False, len(items))
+    elif resp.duplicate:
+        _report(m, front, "OK", True, len(items))
+    else:
+        if resp.stored:
+            _report(m, front, "OK", False, resp.stored)
+        if resp.refused:
+            _report(m, front, "INVALID_ARGUMENT", False, resp.refused)
 
 
 #: method name -> what its calls count beyond the call itself
 OUTCOMES: dict[str, Outcome] = {
     "SubmitReport": _submit, "SubmitReportBatch": _submit_batch, "Enroll": _enrol,
     "EnrollBatch": _enrol_batch, "GetTasks": _tasks, "GetTasksBatch": _tasks_batch,
+    "ForwardBatch": _forwarded,
 }
 
 
@@ -142,7 +164,7 @@ class _Call:
 
     def done(self, t0: float, request: Any, response: Any, code: str) -> None:
         spent = time.perf_counter() - t0
-        self.m.calls.labels(self.front, self.service, self.method, code).inc()
+        self.m.bound(self.m.calls, self.front, self.service, self.method, code).inc()
         self.latency.observe(spent)
         if self.outcome is not None:
             try:

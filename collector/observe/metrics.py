@@ -91,9 +91,19 @@ class CollectorMetrics:
         self.phase_close = Histogram("uldp_phase_close_seconds", "Time to close a phase "
                                      "(claim, aggregate, publish)", buckets=CALL_BUCKETS,
                                      registry=r)
+        self._bound: dict[tuple[Any, tuple[str, ...]], Any] = {}
         for front in ("grpc", "http"):  # present from the start, at 0
             self.accepted.labels(front)
             self.duplicate.labels(front)
+
+    def bound(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once (the hot path calls this per
+        report: a dictionary hit instead of the client library's locked lookup)."""
+        key = (metric, labels)
+        got = self._bound.get(key)
+        if got is None:
+            got = self._bound[key] = metric.labels(*labels)
+        return got
 
     # ---- the hooks of the writer and the closer ---------------------------------------
     def commit_observed(self, seconds: float, reports: int, failed: bool) -> None:

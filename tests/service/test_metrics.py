@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.service.conftest import ADMIN_TOKEN
@@ -201,3 +202,30 @@ def test_metrics_need_a_token_and_only_admins_see_queries(start_collector, pki, 
     assert total(m, "uldp_rpc_requests_total", method="GetTasks", code="UNAUTHENTICATED",
                  front="grpc") == 1
     assert not any("forged" in v for fam in m.values() for key in fam for _, v in key)
+
+
+@pytest.mark.postgres
+def test_each_replica_counts_its_own_and_reads_the_shared_gauges(start_collector, postgres,
+                                                               tmp_path):
+    """Two replicas on one PostgreSQL database, a fleet split over both: each exports its
+    own counters (their sum is the database's count), and both read the same database
+    gauges."""
+    url = postgres.new_database()
+    reps = [start_collector(url, subprocess_=True, http=True, name=n) for n in ("ra", "rb")]
+    a = reps[0].analyst()
+    a.create(QueryRequest(kind="mean", method="ssl", epsilon=1.0, dataset="steps", users=60,
+                          samples=16, query_id="q", phase_timeout_s=600, allow_simulated=True))
+    data = make_fleet_data("mean", "uniform", 16, 1, 1.0, np.random.default_rng(4))
+    res = run_fleet([r.endpoint for r in reps], tmp_path / "fleet", 60,
+                    [FleetDataset("steps", data)], concurrency=6, seed=1, progress=False,
+                    timeout_s=300)
+    assert res.submitted == 60 and not res.errors
+    a.wait("q", 120)
+    time.sleep(5.5)  # the database gauges are read at most every 5 s
+    scrapes = [scrape(r) for r in reps]
+    mine = [total(m, "uldp_reports_accepted_total") for m in scrapes]
+    assert sum(mine) == 60 and all(n > 0 for n in mine), mine
+    assert [total(m, "uldp_reports_stored") for m in scrapes] == [60, 60]
+    assert [total(m, "uldp_queries", state="done") for m in scrapes] == [1, 1]
+    assert [dict(next(iter(m["uldp_replica_info"])))["replica"] for m in scrapes] == \
+        ["ra", "rb"]

@@ -30,6 +30,7 @@ class Deployment:
     collector: subprocess.Popen[bytes]
     port: int
     intake: int
+    http: int = 0  # the HTTP port (GET /metrics)
     shuffler: subprocess.Popen[bytes] | None = None
     shuffler_port: int = 0
     shuffler_args: list[str] = field(default_factory=list)
@@ -75,12 +76,12 @@ class Deployment:
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     work = tmp_path_factory.mktemp("shuffle")
     sp = make_shuffle_pki(work)
-    intake = free_port()
+    intake, http = free_port(), free_port()
     proc, port = start_collector_process(
         work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
         extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
-               "--shuffler-ca", str(sp.ca)])
-    d = Deployment(work, sp, proc, port, intake,
+               "--shuffler-ca", str(sp.ca), "--http-port", str(http)])
+    d = Deployment(work, sp, proc, port, intake, http,
                    shuffler_args=["--min-batch", "20", "--linger", "0.5", "--max-batch", "400"])
     try:
         d.start_shuffler()
