@@ -2,4 +2,5 @@
 export {
   Device, DeviceError, EnrollmentError, ReportRejected, Status, type DeviceOptions, type DeviceStore,
   type DeviceTransportLike, type Identity, type PollResult, type ReportMessage, type TaskMessage,
+  type AnyReport, type SealedReportMessage, type ShufflerTransportLike,
 } from "./device.js";
