@@ -56,6 +56,9 @@ def _cmd_query_create(a: argparse.Namespace) -> int:
         v = getattr(a, k)
         if v is not None:
             params[k] = v
+    if a.shuffle_min_batch is not None or a.shuffle_delta is not None:
+        params["shuffle"] = {k: v for k, v in (("min_batch", a.shuffle_min_batch),
+                                               ("delta", a.shuffle_delta)) if v is not None}
     if a.extra is not None:
         try:
             params["extra"] = json.loads(a.extra)
@@ -159,6 +162,12 @@ def _cmd_query_result(a: argparse.Namespace) -> int:
     rows = [[str(i), f"{v:+.5f}", f"[{lo:+.5f}, {hi:+.5f}]"]
             for i, (v, lo, hi) in enumerate(zip(r.values, r.ci_low, r.ci_high, strict=True))]
     print(table(rows, ["#", "ESTIMATE", "INTERVAL"]))
+    p = est.get("privacy")
+    if p:  # shuffle mode: the guarantee the result states (docs/privacy.md §7)
+        print(f"privacy: local eps0 = {p['local_epsilon']:.4g} per report; central "
+              f"(eps, delta) = ({p['central_epsilon']:.4g}, {p['delta']:.0e}) against the "
+              f"collector, over the smallest batch of each cell"
+              + ("" if p["amplified"] else f" ({p['note']})"))
     return 0
 
 
@@ -237,6 +246,12 @@ def _add_create(sq: Any) -> None:
     s.add_argument("--phase-timeout", type=nonneg_float, default=0.0,
                    help="seconds each phase stays open at most (0 = collector default)")
     s.add_argument("--id", help="query id (idempotent create; default: generated)")
+    s.add_argument("--shuffle-min-batch", type=positive_int, default=None,
+                   help="shuffle mode (docs/privacy.md §7): devices seal their reports and "
+                        "send them through a shuffler, which forwards batches of at least "
+                        "this many; the result states the central (eps, delta)")
+    s.add_argument("--shuffle-delta", type=positive_float, default=None,
+                   help="shuffle mode: the delta of the central guarantee (default 1e-8)")
     s.add_argument("--allow-simulated", action="store_true",
                    help="this query accepts reports marked simulated (seeded noise, e.g. "
                         "`uldp fleet run`)")
