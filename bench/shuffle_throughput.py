@@ -41,18 +41,14 @@ from uldp.client.sealing import SealKey, parse_seal, plaintext, seal, seal_info,
 from uldp.client.tasks import TaskSpec, compute_reports
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
-from uldp.collector.demo import _stop, start_collector_process
+from uldp.collector.demo import _stop, start_shuffled_collector
 from uldp.collector.service.client import AnalystClient, QueryRequest
-from uldp.collector.shuffler.launch import free_port, make_shuffle_pki, start_shuffler_process
+from uldp.collector.shuffler.launch import make_shuffle_pki, start_shuffler_process
 
 
 def _deploy(work: Path) -> dict[str, Any]:
     sp = make_shuffle_pki(work)
-    intake = free_port()
-    col, port = start_collector_process(
-        work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
-        extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
-               "--shuffler-ca", str(sp.ca)])
+    col, port, intake = start_shuffled_collector(work, sp)
     sh, sport = start_shuffler_process(work, sp, f"127.0.0.1:{intake}",
                                        extra=["--min-batch", "100", "--linger", "2"])
     return {"sp": sp, "procs": [sh, col], "collector": Endpoint(f"127.0.0.1:{port}", sp.ca),

@@ -13,14 +13,9 @@ from pathlib import Path
 import pytest
 
 from uldp.client.transport import Endpoint
-from uldp.collector.demo import start_collector_process
+from uldp.collector.demo import start_shuffled_collector
 from uldp.collector.service.client import AnalystClient
-from uldp.collector.shuffler.launch import (
-    ShufflePki,
-    free_port,
-    make_shuffle_pki,
-    start_shuffler_process,
-)
+from uldp.collector.shuffler.launch import ShufflePki, make_shuffle_pki, start_shuffler_process
 
 
 @dataclass
@@ -75,11 +70,7 @@ class Deployment:
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     work = tmp_path_factory.mktemp("shuffle")
     sp = make_shuffle_pki(work)
-    intake = free_port()
-    proc, port = start_collector_process(
-        work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
-        extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
-               "--shuffler-ca", str(sp.ca)])
+    proc, port, intake = start_shuffled_collector(work, sp)
     d = Deployment(work, sp, proc, port, intake,
                    shuffler_args=["--min-batch", "20", "--linger", "0.5", "--max-batch", "400"])
     try:

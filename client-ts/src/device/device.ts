@@ -18,6 +18,7 @@ import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
 import { RandomSource } from "../core/random.js";
 import { sealInfo, sealReport } from "../core/seal.js";
+import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
@@ -46,14 +47,7 @@ export interface ReportMessage {
 }
 
 /** A sealed report (shuffle mode): the ciphertext and the task's public routing fields. */
-export interface SealedReportMessage {
-  queryId: string;
-  phase: number;
-  group: number;
-  stage: number;
-  taskDigest: string;
-  sealed: Uint8Array;
-}
+export type { SealedReportMessage } from "../wire/index.js";
 
 /** What a device owes for a task: a report in the clear, or a sealed one. */
 export type AnyReport = ReportMessage | SealedReportMessage;
