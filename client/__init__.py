@@ -22,6 +22,7 @@ from uldp.client.kinds import KINDS, DataError, Kind
 from uldp.client.ledger import BudgetExceeded, Ledger
 from uldp.client.methods import METHODS
 from uldp.client.randomness import RandomSource
+from uldp.client.schedule import SendDelay
 from uldp.client.tasks import (
     compute_report,
     compute_reports,
@@ -67,6 +68,7 @@ __all__ = [
     "RandomSource",
     "ReportRejected",
     "RetryPolicy",
+    "SendDelay",
     "TaskRefused",
     "TaskSpec",
     "compute_report",

@@ -11,6 +11,7 @@ Usage (an app)::
                  ca_cert="ca.pem", budget=4.0)
     dev.add_dataset("steps", samples=np.array([...]))   # any values: NaN, empty, huge
     result = dev.poll()          # enroll if needed, run every task available now
+    dev.poll(send_delay=SendDelay(2.0, 10.0))  # send at a time that hides the computation
 
 **Totality (invariant 6, docs/architecture.md).** Whether the device reports, and how many
 messages it sends, depend only on public facts: the task, the device's ledger and what the app
@@ -41,7 +42,6 @@ import json
 import logging
 import os
 import random
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -62,6 +62,7 @@ from uldp.client.ledger import (
     StateSlot,
 )
 from uldp.client.outcomes import DeviceError, EnrollmentError, PollResult, ReportRejected
+from uldp.client.polling import PollLoop
 from uldp.client.randomness import RandomSource
 from uldp.client.shuffled import AnyReport, ShuffleMode
 from uldp.client.task_checks import check_declaration, parsed_task
@@ -102,7 +103,7 @@ except ImportError:  # pragma: no cover - Windows: one process per state directo
     fcntl = None  # type: ignore[assignment]
 
 
-class Device(ShuffleMode):
+class Device(PollLoop, ShuffleMode):
     """One device: identity and ledger in ``state_dir`` (a directory of its own, or its
     :class:`~uldp.client.ledger.StateSlot` in a file shared with other devices), datasets
     registered by the app."""
@@ -453,21 +454,6 @@ class Device(ShuffleMode):
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ---- main loop ------------------------------------------------------------------
-    def resend_pending(self, out: PollResult | None = None) -> list[str]:
-        """Re-send every persisted but unacknowledged report (after a crash or an
-        outage). Reports still unacknowledged because the collector is unreachable stay
-        pending and count as ``waiting`` in ``out``."""
-        done = []
-        for rep in self.pending_reports(out):
-            try:
-                self.send(rep)
-                done.append(rep.query_id)
-            except ReportRejected as exc:
-                log.warning("%s", exc)
-                if out is not None:
-                    self._note_failure(out, rep.query_id, exc)
-        return done
-
     def pending_reports(self, out: PollResult | None = None) -> list[AnyReport]:
         """The reports this device owes without an acknowledgement: the stored ones (the
         same bytes again) and, first, the report of a charged task that was never stored
@@ -493,13 +479,6 @@ class Device(ShuffleMode):
                       exc)
             if out is not None:
                 out.failed.append((e.query_id, str(exc)))
-
-    @staticmethod
-    def _note_failure(out: PollResult, query_id: str, exc: ReportRejected) -> None:
-        if exc.code in RETRYABLE:  # still pending in the ledger: try again later
-            out.pending += 1
-        else:
-            out.rejected.append((query_id, f"{exc.code.name}: {exc.message}"))
 
     def tasks_request(self, query_id: str = "") -> device_pb2.GetTasksRequest:
         """The GetTasksRequest of this device (its datasets' names; optionally one query)."""
@@ -536,46 +515,6 @@ class Device(ShuffleMode):
                     continue
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def poll(self, query_id: str = "") -> PollResult:
-        """Enroll if needed, re-send pending reports, then run every task offered now."""
-        out = PollResult()
-        out.submitted.extend(self.resend_pending(out))
-        resp = self.fetch_tasks(query_id)
-        for task in resp.tasks:
-            try:
-                report = self.prepare(task)
-            except TaskRefused as exc:
-                out.refused.append((task.query_id, str(exc)))
-                log.info("refused task of query %s: %s", task.query_id, exc)
-                continue
-            except (OSError, sqlite3.Error, MemoryError) as exc:  # a local fault: others go on
-                out.failed.append((task.query_id, str(exc)))
-                log.error("task of query %s failed on this device: %s", task.query_id, exc)
-                continue
-            try:
-                self.send(report)
-                out.submitted.append(task.query_id)
-            except ReportRejected as exc:
-                self._note_failure(out, task.query_id, exc)
-        out.waiting = len(resp.waiting) + out.pending
-        out.retry_after_ms = max(resp.retry_after_ms, 1000 if out.pending else 0)
-        return out
-
-    def run(self, timeout_s: float = 600.0, query_id: str = "") -> PollResult:
-        """Poll until nothing is waiting (or ``timeout_s``); returns the merged result."""
-        total = PollResult()
-        end = time.monotonic() + timeout_s
-        while True:
-            r = self.poll(query_id)
-            total.submitted += r.submitted
-            total.refused += r.refused
-            total.rejected += r.rejected
-            total.failed += r.failed
-            total.waiting, total.retry_after_ms = r.waiting, r.retry_after_ms
-            if not r.waiting or time.monotonic() > end:
-                return total
-            time.sleep(max(r.retry_after_ms, 50) / 1000 * self._jitter.uniform(0.5, 1.5))
 
 
 _STATUS = {c.value[0]: c for c in grpc.StatusCode}

@@ -40,6 +40,9 @@ class PollResult:
     #: now (a local fault: disk, memory, a bug); it stays owed and is tried again at the
     #: next poll, without holding up any other task
     failed: list[tuple[str, str]] = field(default_factory=list)
+    #: reports whose computation overran the deadline of the poll's ``send_delay`` (sent at
+    #: once, so their send time told something about the computation: widen the window)
+    late: int = 0
     waiting: int = 0  # assignments whose phase is not open yet, plus pending reports
     pending: int = 0  # persisted reports not acknowledged (collector unreachable)
     retry_after_ms: int = 0

@@ -142,12 +142,13 @@ def _exact(plan: Any, source: PaddedUsers, n: int
 def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = None,
               hi: float | None = None, method: str = "auto", samples: int | None = None,
               dim: int | None = None, seed: int = 0, extra: dict[str, Any] | None = None,
-              reps: int = 1) -> UserDataRun:
+              reps: int = 1, options: dict[str, Any] | None = None) -> UserDataRun:
     """Run ``kind`` over the users of ``data`` (module docstring); ``samples`` is the
     public reference count m_ref (default: the median count). With ``reps`` > 1 the
     query runs that many times with fresh noise (seeds ``seed``, ``seed + 1``, ...) and
     the result carries the RMSE and the interval coverage over the reps. Each rep draws
-    its own assignment of users to groups and stages, as separate queries would."""
+    its own assignment of users to groups and stages, as separate queries would.
+    ``options``: more query fields (``oracle``, ``randomizer``, ``records``, ``mode``, …)."""
     if reps < 1:
         raise ValueError("reps must be at least 1")
     n = len(data.values)
@@ -167,7 +168,8 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
         arrays = [a - centre for a in arrays]
     users = PaddedUsers([a.reshape(len(a), width) for a in arrays], data.labels)
     spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, bound=bound,
-                     method=method, seed=seed, query_id="own-data", extra=dict(extra or {}))
+                     method=method, seed=seed, query_id="own-data", extra=dict(extra or {}),
+                     **dict(options or {}))
     plan = compile_query(spec)
     t0 = time.perf_counter()
     # rep r: a fresh public assignment of users to groups and stages *and* fresh noise
@@ -180,7 +182,7 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     sq = [float(np.sum((e.values - truth) ** 2)) for e in runs]
     cover = float(np.mean([e.covers(truth) for e in runs]))
     return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, runs[-1], truth,
-                       plan.predicted_mse(sample_var, stat_var), _estimand(kind), rng_,
+                       plan.predicted_mse(sample_var, stat_var, theta), _estimand(kind), rng_,
                        dict(plan.auto) or None, reps, sq, cover,
                        list(plan.advisories), time.perf_counter() - t0)
 

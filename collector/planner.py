@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 
 from uldp.client.kinds import KINDS, Kind
+from uldp.client.mechanisms import ORACLES, SCALARS
 from uldp.client.params import Alg1Params, bounded_params, heavy_tailed_params
 from uldp.client.regimes import MODES, Grouping, group_components
-from uldp.client.tasks import validate_task
+from uldp.client.tasks import MAX_RECORDS, validate_task
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
@@ -68,6 +69,14 @@ class QuerySpec:
     confidence: float = 0.95
     stage1_share: float = 0.5  # two-stage: the share of each group's users in stage I
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # learning kinds
+    #: the frequency oracle of categorical reports (stage-I bins, method ``oracle``): a
+    #: name of ``uldp.client.mechanisms.ORACLES`` or ``best`` (least variance for the
+    #: public (k, ε), ``docs/mechanisms.md``)
+    oracle: str = "laplace"
+    #: the scalar randomizer of value reports: a name of ``SCALARS``, ``best`` (the
+    #: worst-case best for ε) or ``adaptive`` (two-stage-sized: chosen from stage I)
+    randomizer: str = "laplace"
+    records: int = 1  # method ``oracle``: records each device samples
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -96,6 +105,15 @@ class QuerySpec:
             raise ValueError(f"stage1_share must be in (0, 1), got {self.stage1_share!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.oracle not in (*ORACLES, "best"):
+            raise ValueError(f"oracle must be one of {[*ORACLES, 'best']}, got {self.oracle!r}")
+        if self.randomizer not in (*SCALARS, "best", "adaptive"):
+            raise ValueError(f"randomizer must be one of {[*SCALARS, 'best', 'adaptive']}, "
+                             f"got {self.randomizer!r}")
+        if not isinstance(self.records, int) or isinstance(self.records, bool) \
+                or not 1 <= self.records <= MAX_RECORDS:
+            raise ValueError(f"records must be an integer in [1, {MAX_RECORDS}], got "
+                             f"{self.records!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -273,7 +291,7 @@ class Plan:
         return self.method.finalize(self, final, previous)
 
     def predicted_mse(self, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
-                      ) -> float:
+                      stat_mean: np.ndarray | None = None) -> float:
         """Predicted ``E‖μ̂ − μ‖²`` given each component's per-sample variance ``σ_c²``
         (and optionally the variance ``stat_var`` of the user statistics across users:
         with unequal counts and spread-out user means it replaces ``σ_c²/m``).
@@ -284,20 +302,28 @@ class Plan:
         of the discrete noise plus the randomized-rounding bound.
         """
         sv = None if stat_var is None else np.asarray(stat_var, dtype=np.float64)
-        v = self.method.component_variance(self, np.asarray(sample_var, dtype=np.float64), sv)
+        sm = None if stat_mean is None else np.asarray(stat_mean, dtype=np.float64)
+        v = self.method.component_variance(self, np.asarray(sample_var, dtype=np.float64), sv,
+                                           sm)
         T = self.kind.transform(self.template, self.n_components)
         return float(v.sum()) if T is None else float(np.sum(np.square(T) @ v))
 
 
 def predicted_mse(plan: Plan, sample_var: np.ndarray,
-                  stat_var: np.ndarray | None = None) -> float:
+                  stat_var: np.ndarray | None = None,
+                  stat_mean: np.ndarray | None = None) -> float:
     """:meth:`Plan.predicted_mse` as a function."""
-    return plan.predicted_mse(sample_var, stat_var)
+    return plan.predicted_mse(sample_var, stat_var, stat_mean)
 
 
 def _grouping_for(spec: QuerySpec, kind: Kind, probe: TaskSpec) -> Grouping:
-    """The ε-regime grouping of the components ([D7], [D11]) over the method's runs."""
-    eps, n = METHOD_PLANS[spec.method].grouping_budget(spec)
+    """The ε-regime grouping of the components ([D7], [D11]) over the method's runs (a
+    method whose reports serve every component at once groups them itself)."""
+    method = METHOD_PLANS[spec.method]
+    own = getattr(method, "grouping", None)
+    if own is not None:
+        return own(spec, kind.n_components(probe))
+    eps, n = method.grouping_budget(spec)
     return group_components(kind.n_components(probe), eps, n, spec.mode)
 
 

@@ -162,7 +162,7 @@ try {
   // 2. the fleet, through a collector restart
   const common = { epsilon: 8, users: FLEET, samples: 20, bound: 1, method: "two-stage", phase_timeout_seconds: 300,
     params_json: JSON.stringify({ confidence: 0.99999 }) };
-  await analyst("CreateQuery", { ...common, kind: "mean", dataset: "steps", query_id: "web-mean" });
+  await analyst("CreateQuery", { ...common, kind: "mean", dataset: "steps", dim: 1, query_id: "web-mean" });
   await analyst("CreateQuery", { ...common, kind: "distribution", dataset: "cats", dim: 8, query_id: "web-dist" });
   const fleetPages = [first, ...(await Promise.all(Array.from({ length: PAGES - 1 }, () => openPage())))];
   const per = Math.ceil(FLEET / PAGES);
@@ -212,7 +212,7 @@ try {
 
   // 3. two tabs, one IndexedDB store: budget 1, two queries of ε = 1
   for (const id of ["tab-a", "tab-b"]) {
-    await analyst("CreateQuery", { kind: "mean", epsilon: 1, dataset: "tabs", bound: 1, samples: 2, users: 10,
+    await analyst("CreateQuery", { kind: "mean", epsilon: 1, dataset: "tabs", bound: 1, dim: 1, samples: 2, users: 10,
       method: "ssl", phase_timeout_seconds: 300, query_id: id });
   }
   await new Promise((r) => setTimeout(r, 300));
@@ -234,7 +234,7 @@ try {
   ok(own === "ok", `a page of the allowed origin ${ORIGIN} is served (${own})`);
 
   // 5. the example web app
-  await analyst("CreateQuery", { kind: "mean", epsilon: 0.5, dataset: "steps", bound: 20, samples: 7, users: 5,
+  await analyst("CreateQuery", { kind: "mean", epsilon: 0.5, dataset: "steps", bound: 20, dim: 1, samples: 7, users: 5,
     method: "ssl", phase_timeout_seconds: 300, query_id: "example-q" });
   await new Promise((r) => setTimeout(r, 300));
   const ex = await context.newPage();

@@ -62,6 +62,7 @@ try {
 
 console.log(`# browser: ${result.userAgent}`);
 console.log(`# in-page vector time ${result.ms.toFixed(0)} ms, total ${Date.now() - t0} ms`);
+for (const [file, [ok, all]] of Object.entries(result.perFile ?? {})) console.log(`# ${file}.json: ${ok}/${all} cases pass`);
 for (const l of result.libm) console.log(`# libm differs from the Python SDK's (not contract): ${l}`);
 for (const f of result.failures) console.log(`# FAIL ${f}`);
 if (result.error) console.log(`# ERROR ${result.error}`);

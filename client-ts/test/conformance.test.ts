@@ -19,6 +19,7 @@ for (const name of FILE_NAMES) {
     const results = await checkFile(file, notes);
     const bad = results.filter((r) => !r.ok);
     assert.deepEqual(bad, [], `${bad.length} of ${results.length} cases differ`);
+    console.log(`${name}.json: ${results.length}/${results.length} cases pass`);
     if (notes.libmDisagreements.length) {
       // measured, not (yet) part of the exact contract: see conformance/README.md
       console.log(`# ${name}: platform libm differs from the Python SDK's on ${notes.libmDisagreements.length}/${notes.libmChecked} parameter cases: ${notes.libmDisagreements.join("; ")}`);

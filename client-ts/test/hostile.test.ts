@@ -148,3 +148,57 @@ test("no data registers an empty dataset (undefined and null)", async () => {
   assert.deepEqual(sent[0], sent[2]);
   assert.deepEqual(sent[1], sent[2]);
 });
+
+/** A method-oracle task text over a distribution of 5 categories. */
+function oracleText(o: Record<string, unknown> = {}, queryId = "q"): string {
+  return text({ kind: "distribution", dim: 5, bound: null, method: "oracle", stage: 0, bins: [], eps_c: 0.5,
+    components: [0, 1, 2, 3, 4, 5, 6, 7], mechanism: "grr", records: 2, ...o }, queryId);
+}
+
+test("hostile mechanism parameters are refused with stable codes (§14.1), never a crash", () => {
+  const ssl = { method: "ssl", stage: 0, bins: [], intervals: [[-1.0, 1.0]] };
+  const bad: [string, string][] = [
+    [text({ mechanism: "bogus" }), "method"], [text({ mechanism: "__proto__" }), "method"],
+    [text({ mechanism: "toString" }), "method"], [text({ mechanism: "LAPLACE" }), "method"], [text({ mechanism: "" }), "method"],
+    [text({ mechanism: 3 }), "field"], [text({ mechanism: null }), "field"], [text({ mechanism: ["grr"] }), "field"],
+    [text({ mechanism: "duchi" }), "param"], [text({ ...ssl, mechanism: "oue" }), "param"],
+    [text({ ...ssl, records: 2 }), "param"], [text({ ...ssl, records: 1 }).replace('"records":1', '"records":1.0'), "field"], [text({ ...ssl, records: true }), "field"],
+    [oracleText({ records: 0 }), "param"], [oracleText({ records: -1 }), "param"], [oracleText({ records: 1025 }), "limit"],
+    [oracleText({ records: 2 ** 70 }).replace("1.1805916207174113e+21", "1180591620717411303424"), "limit"],
+    [oracleText({ mechanism: "hm" }), "param"], [oracleText({ components: [0] }), "param"],
+    [oracleText({ components: [1, 0, 2, 3, 4, 5, 6, 7] }), "param"], [oracleText({ kind: "mean", dim: 1, components: [0] }), "param"],
+    [oracleText({ records: 2, eps_c: 0.75 }), "over-budget"],
+    [oracleText({ intervals: [[0.0, 1.0]] }), "param"], [oracleText({ bins: [[1.0, 0.5, 4]] }), "param"],
+    [oracleText({ mechanism: "oue", dim: 65536, components: Array.from({ length: 65536 }, (_, c) => c), records: 5, epsilon: 4.0 }), "limit"],
+    [text({ method: "baseline-a", stage: 0, bins: [], intervals: [[-1.0, 1.0]], virtual_groups: [[0]], virtual_eps: [1.0],
+      mechanism: "pm" }), "param"],
+    [text({ method: "baseline-a", stage: 0, bins: [], intervals: [[-1.0, 1.0]], virtual_groups: [[0]], virtual_eps: [1.0],
+      mechanism: "pm", m_ref: 2 ** 21 }), "limit"],
+  ];
+  for (const [tt, code] of bad) {
+    assert.throws(() => parseTask(tt), (e: unknown) => e instanceof TaskRefused && e.code === code, `${code}: ${tt}`);
+  }
+  // accepted: an explicit default, and records within the budget
+  assert.equal(parseTask(text({ ...ssl, mechanism: "laplace" })).mechanism, "laplace");
+  const t = parseTask(oracleText({ records: 2, eps_c: 0.5 }));
+  assert.deepEqual([t.units, t.reportLength, t.records], [1n << 24n, 2, 2]);
+});
+
+test("an oracle task: charged before the data, one report of the same shape for every dataset", async () => {
+  const outcomes = [];
+  for (const values of [[], [0, 1, 4], [NaN, 7, -1, 0.5], [2], undefined]) {
+    const fake = new Recorder();
+    const d = await open(fake);
+    d.addDataset("data", values, undefined, { values: "categorical", alphabet: 5 });
+    const good = oracleText({}, "qo");
+    const hostile = oracleText({ mechanism: "pm" }, "qx");
+    fake.tasks = [hostile, good].map((tt, i) => ({ query_id: i ? "qo" : "qx", phase: 1, dataset: "data", task_json: tt,
+      task_digest: taskDigest(tt), report_length: 2 }));
+    const r = await d.poll();
+    outcomes.push([r.refused.map((x) => `${x.queryId}:${x.code}`), r.submitted, fake.calls, fake.reports.map((x) => x.values.length),
+      d.ledger.spentUnits(), d.ledger.get("qx")]);
+    assert.ok(fake.reports[0].values.every((v) => v >= 0n && v < 5n), "a grr report outside the categories");
+  }
+  assert.deepEqual(outcomes[0], [["qx:param"], ["qo"], ["Enroll", "GetTasks", "SubmitReport:qo:2"], [2], 1n << 24n, undefined]);
+  for (const o of outcomes) assert.deepEqual(o, outcomes[0]);
+});

@@ -9,7 +9,10 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { computeReport, emptyReport, fallbacks, parseTask, RandomSource, type Task, TaskRefused } from "../src/core/index.js";
+import {
+  computeReport, emptyReport, fallbacks, MAX_RECORDS, ORACLES, oracleOf, parseTask, RandomSource, scalarOf, SCALARS, type Task,
+  TaskRefused,
+} from "../src/core/index.js";
 
 const TINY = [5e-324, 1e-310, 2 ** -1022, 1e-300, 2 ** -63, 1e-9, 2 ** -24];
 const HUGE = [1e9, 2 ** 63, 2 ** 64, 1e20, 1e300, 8.98e307, 1.7976931348623157e308];
@@ -25,7 +28,12 @@ const SHAPES: [string, number, Record<string, unknown>][] = [
   ["classify", 2, { grid: 3, lo: [-1e300, 0.0], hi: [1e300, 5e-324] }],
   ["regress", 1, { grid: 1024, label_bound: 1e-300 }],
 ];
-const METHODS = ["two-stage", "ssl", "baseline-a", "baseline-b"];
+const METHODS = ["two-stage", "ssl", "baseline-a", "baseline-b", "oracle"];
+const ORACLE_NAMES = [...ORACLES.keys()];
+const SCALAR_NAMES = [...SCALARS.keys()];
+/** Mechanism names a hostile collector may send: both families, unknown ones, prototype keys. */
+const ANY_MECHANISM = [...ORACLE_NAMES, ...SCALAR_NAMES, "bogus", "LAPLACE", "", "__proto__", "toString", "constructor"];
+const RECORDS = [0, 1, 2, 7, MAX_RECORDS, MAX_RECORDS + 1, -1];
 
 class Gen {
   readonly #rng: RandomSource;
@@ -33,6 +41,13 @@ class Gen {
   int(n: number): number { return Number(this.#rng.belowEach([BigInt(n)])[0]); }
   pick<T>(xs: readonly T[]): T { return xs[this.int(xs.length)]; }
   bool(): boolean { return this.int(2) === 1; }
+  readonly #turns = new Map<string, number>();
+  /** xs in turn, one list per key: every entry comes up (mechanisms in every place). */
+  turn<T>(key: string, xs: readonly T[]): T {
+    const n = this.#turns.get(key) ?? 0;
+    this.#turns.set(key, n + 1);
+    return xs[n % xs.length];
+  }
   positive(): number { // a listed extreme, or any positive double
     if (this.bool()) return this.pick(POSITIVE);
     const x = (1 + this.int(1 << 20) / (1 << 20)) * 2 ** (this.int(2046) - 1022);
@@ -72,8 +87,9 @@ const BIG = "1180591620717411303424"; // 2^70: written as an exact integer
 
 /** A hostile task text (sorted keys); `accepted`: every public rule holds. */
 function hostileTask(g: Gen, accepted: boolean): string {
-  const [kind, dim, extra] = g.pick(SHAPES);
   const method = g.pick(METHODS);
+  if (method === "oracle") return oracleTask(g, accepted);
+  const [kind, dim, extra] = g.pick(SHAPES);
   const stage = method === "two-stage" ? 1 + g.int(2) : 0;
   const frame = g.pick(["gaussian", "hadamard"]);
   const heavy = ["mean", "mean-linf", "mean-l2"].includes(kind) && g.bool();
@@ -94,9 +110,29 @@ function hostileTask(g: Gen, accepted: boolean): string {
     Object.assign(t, { virtual_groups: groups, m_ref: g.pick([1, 2, 7, 64]), virtual_offset: g.pick([0, 1, BIG]),
       virtual_eps: groups.map(() => g.pick(EPS_C.slice(0, 5))) });
   }
+  const family = stage === 1 ? ORACLE_NAMES : method === "baseline-a" ? ["laplace"] : SCALAR_NAMES;
+  const mechanism = g.turn(`${method}-${stage}`, [...family, null]);
+  if (mechanism !== null) t.mechanism = mechanism; // else omitted: the default, laplace
   if (!accepted) {
     Object.assign(t, g.pick([{}, { eps_c: 2 ** 20 }, { epsilon: 2 ** -24 }, { bound: 5e-324 },
-      { stat_bound: 1.7976931348623157e308 }, { kashin_delta: 1.0 }, { m_ref: 1 << 20 }]));
+      { stat_bound: 1.7976931348623157e308 }, { kashin_delta: 1.0 }, { m_ref: 1 << 20 },
+      { mechanism: g.pick(ANY_MECHANISM) }, { records: g.pick(RECORDS) }]));
+  }
+  return text(t);
+}
+
+/** A method-oracle task over a distribution (hostile: any kind, mechanism, records, layout). */
+function oracleTask(g: Gen, accepted: boolean): string {
+  const records = accepted ? g.pick([1, 2, 7, MAX_RECORDS]) : g.pick(RECORDS);
+  const dim = records >= MAX_RECORDS ? g.pick([1, 2, 5]) : g.pick([1, 2, 5, 255, 256]); // (keeps the test fast)
+  const C = 1 << Math.ceil(Math.log2(dim));
+  const t: Record<string, unknown> = {
+    kind: "distribution", dim, method: "oracle", stage: 0, epsilon: 2 ** 20, records, components: Array.from({ length: C }, (_, c) => c),
+    eps_c: g.pick(EPS_C.filter((e) => e * Math.max(records, 1) <= 2 ** 20)), mechanism: g.turn("oracle", ORACLE_NAMES),
+  };
+  if (!accepted) {
+    Object.assign(t, g.pick([{}, { mechanism: g.pick(ANY_MECHANISM) }, { components: [0] }, { intervals: [[0, 1]] },
+      { bins: [[1, 0.5, 4]] }, { kind: "mean", dim: 1, components: [0] }, { eps_c: 2 ** 20, records: 2 }, { epsilon: 2 ** -24 }]));
   }
   return text(t);
 }
@@ -112,10 +148,12 @@ function text(o: Record<string, unknown>): string {
   return JSON.stringify(sorted).replaceAll(`"${BIG}"`, BIG);
 }
 
+/** The collector's range of the task's report integers: the mechanism's limit (§14.2, §17). */
 const maxAbs = (t: Task): number => {
-  const eps = t.method === "baseline-a" ? Math.min(...t.virtualEps) : t.epsC;
-  return t.method === "two-stage" && t.stage === 1 ? Math.floor(1 + 120 / eps) + 1
-    : Math.floor(65536 * (1 + 60 / eps)) + 1;
+  if (t.method === "baseline-a") return scalarOf("laplace").limit(Math.min(...t.virtualEps));
+  if (t.method === "oracle") return oracleOf(t.mechanism).limit(t.dim, t.epsC);
+  if (t.method === "two-stage" && t.stage === 1) return Math.max(...t.bins.map(([, , B]) => oracleOf(t.mechanism).limit(B, t.epsC)));
+  return scalarOf(t.mechanism).limit(t.epsC);
 };
 
 function dataset(g: Gen, t: Task): [number[] | number[][], number[] | null] {
@@ -141,6 +179,7 @@ function assertTotal(t: Task, g: Gen, label: string): void {
 
 test("hostile but valid parameters are accepted, and then total", () => {
   const g = new Gen("hostile-accepted");
+  const seen = new Set<string>();
   for (let i = 0; i < 300; i++) {
     const tt = hostileTask(g, true);
     let t: Task;
@@ -150,7 +189,11 @@ test("hostile but valid parameters are accepted, and then total", () => {
       assert.fail(`case ${i} was refused (${(e as Error).message}): ${tt}`);
     }
     assertTotal(t, g, `accepted-${i}`);
+    seen.add(`${t.method === "oracle" ? "oracle" : t.stage === 1 ? "bins" : "values"}:${t.mechanism}`);
   }
+  // every mechanism was exercised in every place it may be used
+  const want = [...ORACLE_NAMES.flatMap((m) => [`bins:${m}`, `oracle:${m}`]), ...SCALAR_NAMES.map((m) => `values:${m}`)];
+  assert.deepEqual(want.filter((w) => !seen.has(w)), []);
 });
 
 test("hostile parameters are refused or total", () => {

@@ -20,6 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from uldp.client.params import GRID_STEPS, Alg1Params
+from uldp.collector.mechanisms import OracleDecoder, ReportError, ScalarDecoder
+from uldp.collector.mechanisms.laplace import LaplaceBinsDecoder
 
 __all__ = ["Accumulator", "BinAccumulator", "ReportError", "ValueAccumulator"]
 
@@ -45,10 +47,6 @@ class Accumulator(Protocol):
     def merge(self, other: Any) -> None: ...
 
 
-class ReportError(ValueError):
-    """A report does not fit its task (shape, dtype or range)."""
-
-
 def _check_reports(reports: np.ndarray, width: int, limit: int) -> np.ndarray:
     r = np.asarray(reports)
     if r.ndim == 1:
@@ -65,10 +63,14 @@ def _check_reports(reports: np.ndarray, width: int, limit: int) -> np.ndarray:
 
 @dataclass
 class BinAccumulator:
-    """Stage I: per-component sums ``s_{c,k}`` of noisy bin indicators (§4.3 step 4)."""
+    """Stage I: per-component sums ``s_{c,k}`` of noisy bin indicators (§4.3 step 4); with
+    a frequency oracle (``decoder``), of the reports' supports (``docs/mechanisms.md``)."""
 
     params: Sequence[Alg1Params]
     limit: int
+    decoder: OracleDecoder | None = None  # None: discrete Laplace one-hot bins
+    eps: float = 1.0  # ε_c of the reports
+    lengths: Sequence[int] | None = None  # report integers per component (oracles)
     sums: np.ndarray = field(init=False)
     count: int = field(default=0, init=False)
     needs_slots = False
@@ -78,12 +80,41 @@ class BinAccumulator:
 
     @property
     def width(self) -> int:
-        return int(self.sums.size)
+        return int(self.sums.size if self.lengths is None else sum(self.lengths))
 
     def add(self, reports: np.ndarray, slots: np.ndarray | None = None) -> None:
         r = _check_reports(reports, self.width, self.limit)
-        self.sums += r.sum(axis=0)
+        if self.decoder is None or self.lengths is None:
+            self.sums += r.sum(axis=0)
+        else:
+            pos = start = 0
+            for p, L in zip(self.params, self.lengths, strict=True):
+                sup = self.decoder.support(r[:, pos:pos + L], p.bins, self.eps)
+                self.sums[start:start + p.bins] += sup.sum(axis=0)
+                pos, start = pos + L, start + p.bins
         self.count += r.shape[0]
+
+    def masses(self, c: int) -> np.ndarray:
+        """Unbiased estimates of the share of reports in each bin of component ``c``."""
+        start = sum(p.bins for p in self.params[:c])
+        B = self.params[c].bins
+        if self.count == 0:
+            return np.zeros(B)
+        raw = self.sums[start:start + B] / self.count
+        if self.decoder is None:
+            return raw
+        p, q = self.decoder.pq(B, self.eps)
+        return (raw - q) / (p - q)
+
+    def mass_variance(self, c: int) -> np.ndarray:
+        """Variance of each entry of :meth:`masses` (noise of the reports' mechanism, at
+        the estimated masses clipped to [0, 1])."""
+        B = self.params[c].bins
+        dec = self.decoder
+        if dec is None:
+            dec = LaplaceBinsDecoder()
+        f = np.clip(self.masses(c), 0.0, 1.0)
+        return dec.variance(f, B, self.eps) / max(self.count, 1)
 
     def merge(self, other: BinAccumulator) -> None:
         if other.width != self.width:
@@ -119,22 +150,40 @@ class ValueAccumulator:
 
     intervals: Sequence[tuple[float, float]]
     limit: int
+    #: the scalar randomizer's decoder (None: discrete Laplace, whose report integers are
+    #: their own unbiased grid values and sum exactly in int64)
+    decoder: ScalarDecoder | None = None
+    eps: float = 1.0  # ε_c the reports were made at (for the decoder)
     sums: np.ndarray = field(init=False)
-    sq: np.ndarray = field(init=False)  # Σ (z - G/2)(z - G/2)^T, float64
+    sq: np.ndarray = field(init=False)  # Σ (ĝ - G/2)(ĝ - G/2)^T, float64
     count: int = field(default=0, init=False)
     needs_slots = False
 
     def __post_init__(self) -> None:
         k = len(self.intervals)
-        self.sums = np.zeros(k, dtype=np.int64)
+        self.sums = np.zeros(k, dtype=np.int64 if self.decoder is None else np.float64)
         self.sq = np.zeros((k, k))
 
     def add(self, reports: np.ndarray, slots: np.ndarray | None = None) -> None:
         r = _check_reports(reports, len(self.intervals), self.limit)
-        self.sums += r.sum(axis=0)
-        c = r - GRID_STEPS // 2
+        g = r if self.decoder is None else self.decoder.decode(r, self.eps)
+        self.sums += g.sum(axis=0)
+        c = g - GRID_STEPS // 2
         self.sq += c.T.astype(np.float64) @ c.astype(np.float64)
         self.count += r.shape[0]
+
+    def mean_t(self) -> np.ndarray:
+        """Mean over the reports of the decoded ``t̂ = 2ĝ/G − 1`` per component."""
+        if self.count == 0:
+            return np.zeros(len(self.intervals))
+        return 2.0 * self.sums / (self.count * GRID_STEPS) - 1.0
+
+    def mean_square_t(self) -> np.ndarray:
+        """Mean over the reports of ``t̂² = (2ĝ/G − 1)²`` per component (the decoded values
+        on ``[−1, 1]``; 0 without reports)."""
+        if self.count == 0:
+            return np.zeros(len(self.intervals))
+        return 4.0 * np.diag(self.sq) / (self.count * GRID_STEPS**2)
 
     def merge(self, other: ValueAccumulator) -> None:
         if len(other.intervals) != len(self.intervals):

@@ -4,15 +4,22 @@ The device half of each is in ``uldp.client.methods`` under the same name:
 
 * ``two-stage`` (:class:`~uldp.collector.methods.two_stage.TwoStage`) — Algorithm 1 with
   the adaptive stage-II interval; ``two-stage-paper`` — with the paper's interval;
+  ``two-stage-sized`` (:mod:`~uldp.collector.methods.sized`) — interval and randomizer
+  sized from stage I;
 * ``ssl`` / ``baseline-b`` (:mod:`~uldp.collector.methods.two_stage`) — single stage;
-* ``baseline-a`` (:mod:`~uldp.collector.methods.baselines`) — item-level reports.
+* ``baseline-a`` (:mod:`~uldp.collector.methods.baselines`) — item-level reports;
+* ``oracle`` (:mod:`~uldp.collector.methods.oracle`) — sampled records through a frequency
+  oracle (categorical kinds).
 """
 
 from uldp.collector.methods.base import MethodPlan, Published
 from uldp.collector.methods.baselines import BaselineA
+from uldp.collector.methods.oracle import SampledRecords
+from uldp.collector.methods.sized import TwoStageSized
 from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage, TwoStagePaper
 
 __all__ = ["METHOD_PLANS", "MethodPlan", "Published"]
 
-_PLANS: tuple[MethodPlan, ...] = (TwoStage(), TwoStagePaper(), SSL(), BaselineA(), BaselineB())
+_PLANS: tuple[MethodPlan, ...] = (TwoStage(), TwoStagePaper(), TwoStageSized(), SSL(),
+                                  BaselineA(), BaselineB(), SampledRecords())
 METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in _PLANS}

@@ -1,35 +1,37 @@
-"""``method=auto``: the method and grouping chosen from public parameters by the explicit
-error bound, with stage-I information deciding the rest.
+"""``method=auto``: the method, grouping and report mechanisms chosen from public parameters
+by the predicted error, with stage-I information deciding the rest.
 
-See ``docs/algorithms.md`` ("Choosing a method"). Sections of ``docs/algorithms.md``: §4.5 (the
-two-stage variance formula), §5.2–5.3 (grouping), §12 (SSL).
+See ``docs/algorithms.md`` ("Choosing a method") and ``docs/mechanisms.md``. At compile time
+(public values only, so every replica and every restart resolves the same way) ``auto``
+compares, on the *full* predicted error — the noise of the reports and the spread of the
+users' statistics wherever only some users estimate a component (every grouping of the
+components, two-stage's stage II), taken at its worst case ``Var Y_c = D_c²`` — the
+candidates
 
-At compile time (public values only, so every replica and every restart resolves the
-same way) ``auto`` compares the *noise part* of the predicted error of
+* ``ssl`` with the worst-case best scalar randomizer for each grouping mode (HM for
+  ``ε_c ≥ 0.61``, Duchi below; ``uldp.collector.mechanisms.choice``);
+* ``oracle`` for categorical kinds: one sampled record per user through the frequency
+  oracle of least variance for ``(A, ε)``, with the records' own variance at its worst
+  case (the peers' rule, at least as good: SS is among the oracles);
+* for one-component kinds, ``two-stage-sized`` with the best oracle in stage I and the
+  randomizer chosen from stage I (``randomizer="adaptive"``), when a stage I of at most
+  :data:`MAX_SIZED_SHARE` of the users measures the histogram precisely enough
+  (:data:`MAX_BIN_VARIANCE` per bin) and the gain it can bring on favourable users is at
+  least :data:`SIZED_GAIN` — either from the window (the model window of
+  ``uldp.collector.methods.sized`` against the support) or from the randomizer (the
+  worst-case best against the best for values at the centre or at the ends). Its risk on
+  spread-out users is the stage-I share, ``1/(1 − s) ≤ 1.09``;
+* otherwise (other multi-component kinds, or a one-component query whose stage I would
+  need more users), two-stage with the paper's window as before (its noise gain against
+  ``KAPPA`` scaled by the stage-I share; minimax regret below), with the best oracle and
+  randomizer.
 
-* single-stage Laplace (SSL) on all users, for each grouping mode, and
-* two-stage with its narrowest stage-II interval (the paper's ``3h + 2Δ``) on the users
-  left after a small stage I, for each grouping mode.
-
-Two-stage is chosen only if stage I can be strong (``n_I ε_c² ≥`` :data:`STAGE1_TARGET`,
-the spec's rule for locating the mode reliably) with at most half of each group's users,
-and the noise it promises beats SSL's by :func:`required_gain` of that share: :data:`KAPPA`
-at a stage I of 1/6 of the users or less, rising as ``1/(1 − s)`` beyond.
-
-Why (minimax regret). No rule from public values can be within 1.2× of the best method on
-every population: two populations with the same public parameters — every user alike
-(two-stage wins by its noise gain ``G``) and users spread over the support (SSL wins) —
-force either the first loss (choose SSL: ``G``) or a stage I whose users are lost to the
-second (choose two-stage: the adaptive stage II falls back to the whole support, which is
-SSL on the ``1 − s`` users left, ``1/(1 − s)`` in MSE). ``auto`` takes the second risk
-only when the first is at least ``KAPPA · 5/6 = 2`` times larger: at ``s ≤ 1/6`` it costs
-at most 1.2× on spread users; at the largest share ``s = 1/2`` (few users or small ε) at
-most 2×, taken only when SSL would lose ``G ≥ 4``. ``bench/results/realdata.md`` shows
-both kinds of population.
-
-The chosen two-stage then uses the adaptive stage-II rule
-(``uldp.collector.methods.intervals``), which falls back to the whole support when the
-stage-I histogram shows spread-out users.
+Why the thresholds (minimax regret). No rule from public values can be within 1.2× of the
+best method on every population: two populations with identical public parameters — every
+user alike (two-stage wins by its noise gain ``G``) and users spread over the support (SSL
+wins) — cannot both be served within a factor better than ``min(G, 1/(1 − s))``. ``auto``
+takes the second risk only when it is small (``s`` at most 8 % for ``two-stage-sized``) or
+when the first is much larger (``KAPPA``).
 """
 
 from __future__ import annotations
@@ -40,15 +42,28 @@ from typing import Any
 import numpy as np
 
 from uldp.client.regimes import MODES
+from uldp.collector.mechanisms.choice import (
+    SCALAR_CHOICES,
+    best_oracle,
+    best_scalar,
+    scalar_variance,
+)
 
-__all__ = ["KAPPA", "MAX_STAGE1_SHARE", "SMALL_STAGE1_SHARE", "STAGE1_TARGET",
-           "required_gain", "resolve_auto"]
+__all__ = ["KAPPA", "MAX_BIN_VARIANCE", "MAX_SIZED_SHARE", "MAX_STAGE1_SHARE",
+           "SIZED_GAIN", "SMALL_STAGE1_SHARE", "STAGE1_TARGET", "required_gain",
+           "resolve_auto"]
 
 KAPPA = 2.4  # two-stage must promise this factor less noise than SSL (small stage I)
 STAGE1_TARGET = 400.0  # n_I ε_c² of the smallest group's stage I (spec §4.5: ≥ 99 %)
 SMALL_STAGE1_SHARE = 1.0 / 6.0  # up to this share the spread-users loss is ≤ 1.2
 MAX_STAGE1_SHARE = 0.5  # a stage I that needs more users than this is too weak
 MIN_STAGE1_SHARE = 0.05
+#: two-stage-sized: the largest stage-I share (its cost on spread-out users, 1/(1 − s))
+MAX_SIZED_SHARE = 0.08
+#: two-stage-sized: the largest variance of a stage-I bin's mass estimate (sd 0.045)
+MAX_BIN_VARIANCE = 0.002
+#: two-stage-sized: the least gain on favourable users worth the stage I
+SIZED_GAIN = 1.5
 
 
 def required_gain(share: float) -> float:
@@ -63,6 +78,17 @@ def _noise_mse(spec: Any, compile_fn: Any) -> tuple[float, Any]:
     return plan.predicted_mse(np.zeros(plan.n_components)), plan
 
 
+def _full_mse(spec: Any, compile_fn: Any, records: bool = False) -> tuple[float, Any]:
+    """The predicted error with the users' spread at its worst case ``Var Y_c = D_c²``
+    (``records``: sampled records, whose own variance is then at its worst)."""
+    plan = compile_fn(spec)
+    D2 = np.square(plan.kind.component_bounds(plan.template)) \
+        if spec.moment_p is None else np.full(plan.n_components,
+                                              plan.group_params(0)[0].bound ** 2)
+    stat = None if records else D2
+    return plan.predicted_mse(D2, stat), plan
+
+
 def _stage1_share(plan: Any) -> float:
     """Share of each group's users that gives the smallest group ``n_I ε_c² >= target``
     (at least :data:`MIN_STAGE1_SHARE`; above :data:`MAX_STAGE1_SHARE` when even half of
@@ -74,28 +100,110 @@ def _stage1_share(plan: Any) -> float:
     return float(max(need, MIN_STAGE1_SHARE))
 
 
-def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
-    """The concrete spec ``auto`` runs, and a record of the choice (for the estimate)."""
-    modes = [m for m in MODES if m != "paper"]
-    ssl = min((_noise_mse(replace(spec, method="ssl", mode=m), compile_fn)[0], m)
-              for m in modes)
+def _sized_share(plan: Any, bins: int) -> float:
+    """The least stage-I share (≥ 5 %) whose histogram has per-bin variance at most
+    :data:`MAX_BIN_VARIANCE` with the best oracle, or ``inf``."""
+    from uldp.collector.mechanisms import ORACLE_DECODERS
+
+    eps_c = plan.grouping.groups[0].eps_c
+    dec = ORACLE_DECODERS[best_oracle(bins, eps_c)]
+    v = float(dec.variance(np.zeros(1), bins, eps_c)[0])
+    need = v / (MAX_BIN_VARIANCE * max(plan.spec.users, 1))
+    return max(need, MIN_STAGE1_SHARE) if need <= MAX_SIZED_SHARE else float("inf")
+
+
+def _mechanism_gain(eps: float) -> float:
+    """What the randomizer chosen from stage I gains over the worst-case best when the
+    values sit at the centre or at the ends of the support."""
+    worst = scalar_variance(best_scalar(eps), eps)
+    return max(worst / scalar_variance(best_scalar(eps, t2), eps, t2) for t2 in (0.0, 1.0))
+
+
+def _single_stage(spec: Any, compile_fn: Any) -> tuple[float, Any, dict[str, Any]]:
+    """The best single-stage candidate: ``ssl`` (each mode) or ``oracle``."""
+    best: tuple[float, Any, dict[str, Any]] | None = None
+    cands = [replace(spec, method="ssl", mode=m, randomizer="best")
+             for m in MODES if m != "paper"]
+    probe = compile_fn(replace(spec, method="ssl", randomizer="best"))
+    sampled = probe.kind.categories is not None
+    if sampled:
+        cands.append(replace(spec, method="oracle", oracle="best", records=1))
+    for i, c in enumerate(cands):
+        mse, _ = _full_mse(c, compile_fn, records=sampled and i == len(cands) - 1)
+        if best is None or mse < best[0]:
+            best = (mse, c, {"method": c.method, "mode": c.mode})
+    assert best is not None
+    return best
+
+
+def _sized(spec: Any, compile_fn: Any, single: float
+           ) -> tuple[Any | None, dict[str, Any]] | None:
+    """``two-stage-sized`` for a one-component kind, if reliable and worth it."""
+    probe = replace(spec, method="two-stage-sized", oracle="best", randomizer="adaptive",
+                    mode="default", stage1_share=MIN_STAGE1_SHARE)
+    try:
+        plan = compile_fn(probe)
+    except ValueError:
+        return None
+    from uldp.collector.methods.sized import TwoStageSized
+
+    bins = TwoStageSized().fine(plan, 0)[0].bins
+    share = _sized_share(plan, bins)
+    if share == float("inf"):
+        return None
+    probe = replace(probe, stage1_share=share)
+    sized_plan = compile_fn(probe)
+    D2 = np.square(sized_plan.kind.component_bounds(sized_plan.template)) \
+        if spec.moment_p is None else np.full(1, sized_plan.group_params(0)[0].bound ** 2)
+    best_case = sized_plan.predicted_mse(D2, D2 / spec.samples)  # users alike (i.i.d.)
+    eps_c = plan.grouping.groups[0].eps_c
+    gain = max(single / max(best_case, 1e-300) * (1 - share), _mechanism_gain(eps_c))
+    info = {"sized_share": share, "sized_gain": gain, "sized_mse": best_case}
+    return (probe, info) if gain >= SIZED_GAIN else (None, info)
+
+
+def _legacy_two_stage(spec: Any, compile_fn: Any) -> tuple[float, str, float] | None:
+    """Two-stage (paper window) for multi-component kinds, as before (module docstring)."""
     best: tuple[float, str, float] | None = None
-    for m in modes:
-        probe = replace(spec, method="two-stage", mode=m, stage1_share=0.5)
+    for m in [m for m in MODES if m != "paper"]:
+        probe = replace(spec, method="two-stage", mode=m, stage1_share=0.5, oracle="best",
+                        randomizer="best")
         try:
             _, plan = _noise_mse(probe, compile_fn)
             share = _stage1_share(plan)
-            if share > MAX_STAGE1_SHARE:  # stage I too weak even with half of the users
+            if share > MAX_STAGE1_SHARE:
                 continue
             mse, _ = _noise_mse(replace(probe, stage1_share=share), compile_fn)
-        except ValueError:  # too few users for this grouping's runs
+        except ValueError:
             continue
         if best is None or mse * required_gain(share) < best[0] * required_gain(best[2]):
             best = (mse, m, share)
-    record: dict[str, Any] = {"ssl_noise_mse": ssl[0],
-                              "two_stage_noise_mse": None if best is None else best[0]}
-    if best is not None and best[0] * required_gain(best[2]) <= ssl[0]:
-        record.update(chosen="two-stage", mode=best[1], stage1_share=best[2])
-        return replace(spec, method="two-stage", mode=best[1], stage1_share=best[2]), record
-    record.update(chosen="ssl", mode=ssl[1], stage1_share=None)
-    return replace(spec, method="ssl", mode=ssl[1]), record
+    return best
+
+
+def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
+    """The concrete spec ``auto`` runs, and a record of the choice (for the estimate)."""
+    single, chosen, info = _single_stage(spec, compile_fn)
+    record: dict[str, Any] = {"single_stage_mse": single, "single_stage": info["method"],
+                              "randomizers": list(SCALAR_CHOICES)}
+    plan = compile_fn(replace(spec, method="ssl"))
+    if plan.n_components == 1:
+        sized = _sized(spec, compile_fn, single)
+        if sized is not None:
+            record.update(sized[1])
+            if sized[0] is not None:
+                record.update(chosen="two-stage-sized", mode="default",
+                              stage1_share=sized[0].stage1_share)
+                return sized[0], record
+    if plan.kind.categories is None:
+        legacy = _legacy_two_stage(spec, compile_fn)
+        ssl_noise = min(_noise_mse(replace(spec, method="ssl", mode=m, randomizer="best"),
+                                   compile_fn)[0] for m in MODES if m != "paper")
+        record.update(ssl_noise_mse=ssl_noise,
+                      two_stage_noise_mse=None if legacy is None else legacy[0])
+        if legacy is not None and legacy[0] * required_gain(legacy[2]) <= ssl_noise:
+            record.update(chosen="two-stage", mode=legacy[1], stage1_share=legacy[2])
+            return replace(spec, method="two-stage", mode=legacy[1], stage1_share=legacy[2],
+                           oracle="best", randomizer="best"), record
+    record.update(chosen=chosen.method, mode=chosen.mode, stage1_share=None)
+    return chosen, record

@@ -60,10 +60,12 @@ class MethodPlan(Protocol):
         """The estimate from the last stage's accumulators (one per group)."""
 
     def component_variance(self, plan: Any, sample_var: np.ndarray,
-                           stat_var: np.ndarray | None = None) -> np.ndarray:
+                           stat_var: np.ndarray | None = None,
+                           stat_mean: np.ndarray | None = None) -> np.ndarray:
         """Predicted variance of every component estimate given each component's
         per-sample variance ``Var φ_c(X)`` (and, if known, the variance of the user
-        statistics across users, which replaces ``Var φ_c / m`` for unequal users)."""
+        statistics across users, which replaces ``Var φ_c / m`` for unequal users, and
+        their mean, for mechanisms whose noise depends on where the values lie)."""
 
     def device_offsets(self, plan: Any, slots: np.ndarray) -> np.ndarray | None:
         """Per-device task parameter of the given enrolment slots (baseline A's virtual

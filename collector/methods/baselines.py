@@ -119,7 +119,8 @@ class BaselineA:
         return np.asarray(plan.offset_for(np.asarray(slots)), dtype=np.int64)
 
     def component_variance(self, plan: Any, sample_var: np.ndarray,
-                           stat_var: np.ndarray | None = None) -> np.ndarray:
+                           stat_var: np.ndarray | None = None,
+                           stat_mean: np.ndarray | None = None) -> np.ndarray:
         v = np.zeros(plan.n_components)
         params = plan.group_params(0)
         groups = plan.grouping.groups

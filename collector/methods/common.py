@@ -7,19 +7,25 @@ formula), §5.5 / §6.1 (per-component variances through the output transform), 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from uldp.client.mechanisms import ORACLES, SCALARS
 from uldp.client.noise import discrete_laplace_variance, laplace_scale
 from uldp.client.params import GRID_STEPS
-from uldp.collector.estimators.accumulators import ValueAccumulator
+from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate, combine
 from uldp.collector.estimators.transforms import project_simplex
+from uldp.collector.mechanisms import ORACLE_DECODERS, SCALAR_DECODERS
+from uldp.collector.mechanisms.choice import best_oracle, best_scalar, scalar_variance
 
-__all__ = ["Block", "estimate_from_blocks", "finite_population", "noise_variance",
-           "value_blocks"]
+__all__ = ["Block", "bin_accumulator", "bin_mechanism", "estimate_from_blocks",
+           "finite_population", "noise_variance", "report_noise_variance", "second_moment",
+           "value_accumulator", "value_blocks", "value_mechanism", "value_noise_variance"]
 
 Block = tuple[Sequence[int], np.ndarray, np.ndarray]
 
@@ -30,6 +36,73 @@ def noise_variance(width: float, eps_c: float) -> float:
     t = laplace_scale(GRID_STEPS, eps_c).value
     step = width / GRID_STEPS
     return (discrete_laplace_variance(t) + 0.25) * step**2
+
+
+def value_mechanism(spec: Any, eps_c: float) -> str:
+    """The scalar randomizer of a query's value reports at ``ε_c``: the query's, or the
+    worst-case best for ``best`` / ``adaptive`` (``docs/mechanisms.md``)."""
+    name = spec.randomizer
+    return best_scalar(eps_c) if name in ("best", "adaptive") else name
+
+
+def bin_mechanism(spec: Any, bins: int, eps_c: float) -> str:
+    """The frequency oracle of a query's categorical reports over ``bins`` categories."""
+    return best_oracle(bins, eps_c) if spec.oracle == "best" else spec.oracle
+
+
+def second_moment(mean: float, var: float, lo: float, hi: float) -> float:
+    """``E t²`` of statistics with this mean and variance on ``t = 2(y − lo)/(hi − lo) − 1``
+    (at most 1: the clamp only moves values inward)."""
+    w = hi - lo
+    return float(min(((2 * mean - lo - hi) / w) ** 2 + 4 * var / w**2, 1.0))
+
+
+def value_noise_variance(mech: str, width: float, eps_c: float, t2: float | None = None
+                         ) -> float:
+    """Variance of one value report on an interval of ``width`` with ``mech`` at ``ε_c``,
+    the randomized rounding included; ``t2`` = ``E t²`` of the statistics on the interval
+    (None: the worst case over t). Discrete Laplace does not depend on it."""
+    if mech == "laplace":
+        return noise_variance(width, eps_c)
+    return scalar_variance(mech, eps_c, t2) * (width / 2) ** 2 + 0.25 * (width / GRID_STEPS) ** 2
+
+
+def report_noise_variance(mech: str, width: float, eps_c: float, mean_t2: float,
+                          mean_t: float = 0.0, t2_hint: float | None = None) -> float:
+    """The noise variance of a group's value reports, from the reports themselves: for
+    every randomizer ``Var(t̂ | t) = a + b t²`` exactly, so ``E t̂² = E t² + a + b E t²``
+    gives ``E t²`` (``mean_t2``: the mean of the decoded ``t̂²``) — except where
+    ``1 + b = 0`` (Duchi's outputs are ``±C`` whatever t): there ``t2_hint`` (stage I's
+    measure) or the lower bound ``E t² ≥ (E t̂)²``, which bounds the noise from above."""
+    if mech == "laplace":
+        return noise_variance(width, eps_c)
+    a, one = scalar_variance(mech, eps_c, 0.0), scalar_variance(mech, eps_c, 1.0)
+    slope = 1 + one - a
+    floor = min(mean_t * mean_t, 1.0)
+    if slope > 1e-6:
+        t2 = (mean_t2 - a) / slope
+    else:
+        t2 = floor if t2_hint is None or math.isnan(t2_hint) else t2_hint
+    return value_noise_variance(mech, width, eps_c, min(max(t2, floor), 1.0))
+
+
+def value_accumulator(task: TaskSpec) -> ValueAccumulator:
+    """The accumulator of a value task: its intervals, limit and mechanism's decoder."""
+    mech = task.mechanism
+    return ValueAccumulator([(float(lo), float(hi)) for lo, hi in task.intervals],
+                            SCALARS[mech].limit(task.eps_c),
+                            None if mech == "laplace" else SCALAR_DECODERS[mech], task.eps_c)
+
+
+def bin_accumulator(task: TaskSpec, params: Sequence[Any]) -> BinAccumulator:
+    """The accumulator of a stage-I task with its oracle's decoder."""
+    mech = task.mechanism
+    oracle = ORACLES[mech]
+    limit = max(oracle.limit(int(B), task.eps_c) for _, _, B in task.bins)
+    if mech == "laplace":
+        return BinAccumulator(params, limit, None, task.eps_c)
+    return BinAccumulator(params, limit, ORACLE_DECODERS[mech], task.eps_c,
+                          [oracle.length(int(B), task.eps_c) for _, _, B in task.bins])
 
 
 def finite_population(cov: np.ndarray, noise_var: np.ndarray, k: int, n: int) -> np.ndarray:

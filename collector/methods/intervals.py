@@ -33,16 +33,24 @@ small ε): the interval is then honest but wider than the noise alone would make
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from uldp.client.noise import discrete_laplace_variance, laplace_scale
 from uldp.client.params import Alg1Params
 
-__all__ = ["Z_BIAS", "StageTwoInterval", "adaptive_interval", "bias_bounds",
-           "bin_edges", "candidate_intervals", "paper_interval"]
+__all__ = [
+    "Z_BIAS",
+    "Histogram",
+    "StageTwoInterval",
+    "adaptive_interval",
+    "bias_bounds",
+    "bin_edges",
+    "candidate_intervals",
+    "paper_interval",
+    "sized_interval",
+]
 
 #: evidence a widening needs: a bias estimate counts only beyond this many noise sds
 Z_WIDEN = 2.0
@@ -50,6 +58,17 @@ Z_WIDEN = 2.0
 #: one-sided normal quantile of the bias upper confidence bounds (95 %); the bounds put
 #: all the mass outside at the far edge of its bin, so they are conservative beyond it
 Z_BIAS = 1.6448536269514722
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """What stage I saw of one component: unbiased estimates of the share of users in each
+    bin and their variances (``BinAccumulator.masses`` / ``mass_variance``: the noise of
+    whichever mechanism the stage-I reports used), over ``reports`` reports."""
+
+    mass: np.ndarray
+    var: np.ndarray
+    reports: int
 
 
 @dataclass(frozen=True)
@@ -74,47 +93,36 @@ def bin_edges(p: Alg1Params) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _bin_noise_var(eps_c: float) -> float:
-    """Variance of the noise on one bin entry of one stage-I report, DLap(2/ε_c)."""
-    return discrete_laplace_variance(laplace_scale(2, eps_c).value)
-
-
-def bias_bounds(p: Alg1Params, sums: np.ndarray, n_I: int, eps_c: float, a: float,
-                b: float) -> tuple[float, float]:
-    """Upper confidence bounds ``(β_lo⁺, β_hi⁺)`` of the clamping bias of ``[a, b]``.
-
-    ``sums`` are the stage-I noisy bin sums of the component (``n_I`` reports). With no
-    stage-I report the bounds are the worst case over the support.
-    """
-    if n_I <= 0:
+def bias_bounds(p: Alg1Params, hist: Histogram, a: float, b: float
+                ) -> tuple[float, float]:
+    """Upper confidence bounds ``(β_lo⁺, β_hi⁺)`` of the clamping bias of ``[a, b]`` from
+    the stage-I histogram of the component. With no stage-I report the bounds are the worst
+    case over the support."""
+    if hist.reports <= 0:
         return max(a + p.bound, 0.0), max(p.bound - b, 0.0)
     elo, ehi = bin_edges(p)
-    mass = np.asarray(sums, dtype=np.float64) / n_I
-    v = _bin_noise_var(eps_c) / n_I
     out = []
     for w in (np.maximum(a - elo, 0.0), np.maximum(ehi - b, 0.0)):
-        ucb = float(np.dot(w, mass)) + Z_BIAS * float(np.sqrt(v * np.dot(w, w)))
+        ucb = float(np.dot(w, hist.mass)) + Z_BIAS * float(np.sqrt(np.dot(w * w, hist.var)))
         out.append(max(ucb, 0.0))
     return out[0], out[1]
 
 
-def paper_interval(p: Alg1Params, khat: int, sums: np.ndarray, n_I: int,
-                   eps_c: float) -> StageTwoInterval:
+def paper_interval(p: Alg1Params, khat: int, hist: Histogram) -> StageTwoInterval:
     """The spec's interval from ``k̂`` (§4.3 step 5; ``k̂ = 0``: the support), with its
     bias bounds from the same histogram."""
     lo, hi = p.clamp_interval(int(khat))
-    b_lo, b_hi = bias_bounds(p, sums, n_I, eps_c, max(lo, -p.bound), min(hi, p.bound))
+    b_lo, b_hi = bias_bounds(p, hist, max(lo, -p.bound), min(hi, p.bound))
     return StageTwoInterval(lo, hi, b_lo, b_hi)
 
 
-def _net_bias(p: Alg1Params, mass: np.ndarray, v: float, a: float, b: float
-              ) -> tuple[float, float]:
+def net_bias(p: Alg1Params, hist: Histogram, a: float, b: float) -> tuple[float, float]:
     """Net clamping bias ``β_lo − β_hi`` of ``[a, b]`` estimated at the bins' centres, and
     the variance of that estimate from the histogram noise."""
     elo, ehi = bin_edges(p)
     centre = (elo + ehi) / 2
     w = np.maximum(a - centre, 0.0) - np.maximum(centre - b, 0.0)
-    return float(np.dot(w, mass)), v * float(np.dot(w, w))
+    return float(np.dot(w, hist.mass)), float(np.dot(w * w, hist.var))
 
 
 def candidate_intervals(p: Alg1Params, khat: int) -> list[tuple[float, float]]:
@@ -133,7 +141,7 @@ def candidate_intervals(p: Alg1Params, khat: int) -> list[tuple[float, float]]:
     return out
 
 
-def adaptive_interval(p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_c: float,
+def adaptive_interval(p: Alg1Params, khat: int, hist: Histogram, eps_c: float,
                       n_II: int, noise_var: Callable[[float, float], float]
                       ) -> StageTwoInterval:
     """The candidate interval (:func:`candidate_intervals`: never narrower than the
@@ -144,13 +152,10 @@ def adaptive_interval(p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_
     bounds are the honest upper confidence bounds of :func:`bias_bounds`.
     """
     n2 = max(int(n_II), 1)
-    if n_I <= 0:
-        mass, v = np.zeros(p.bins), 0.0
-    else:
-        mass, v = np.asarray(sums, dtype=np.float64) / n_I, _bin_noise_var(eps_c) / n_I
+    seen = hist if hist.reports > 0 else Histogram(np.zeros(p.bins), np.zeros(p.bins), 0)
     best: tuple[float, float, float] | None = None
     for lo, hi in candidate_intervals(p, khat):
-        net, var = _net_bias(p, mass, v, lo, hi)
+        net, var = net_bias(p, seen, lo, hi)
         # only a bias the histogram shows beyond its noise counts (soft threshold): a
         # widening must pay for itself with evidence, not with the noise's fluctuations
         shown = max(abs(net) - Z_WIDEN * var**0.5, 0.0)
@@ -159,5 +164,71 @@ def adaptive_interval(p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_
             best = (mse, lo, hi)
     assert best is not None
     lo, hi = best[1], best[2]
-    b_lo, b_hi = bias_bounds(p, sums, n_I, eps_c, max(lo, -p.bound), min(hi, p.bound))
+    b_lo, b_hi = bias_bounds(p, hist, max(lo, -p.bound), min(hi, p.bound))
     return StageTwoInterval(lo, hi, b_lo, b_hi)
+
+
+def _candidates(p: Alg1Params, mode: int, margin: float) -> np.ndarray:
+    """``(lo, hi)`` rows: the model window — the fine bin ``mode`` (0-based) widened by
+    ``margin`` on both sides — and its widenings by whole bins on either side, up to the
+    whole support (every row cut to the support)."""
+    elo, ehi = bin_edges(p)
+    a0, b0 = float(elo[mode]) - margin, float(ehi[mode]) + margin
+    steps = np.arange(p.bins + 1) * p.bin_width
+    los = np.maximum(np.append(a0 - steps, -p.bound), -p.bound)
+    his = np.minimum(np.append(b0 + steps, p.bound), p.bound)
+    lo, hi = np.meshgrid(np.unique(los), np.unique(his), indexing="ij")
+    rows = np.stack([lo.ravel(), hi.ravel()], axis=1)
+    return rows[rows[:, 1] > rows[:, 0]]
+
+
+def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,
+                   mechanisms: Sequence[str], noise_var: Callable[..., float],
+                   margin: float) -> tuple[StageTwoInterval, str, float, float]:
+    """The stage-II interval *and* randomizer sized from what stage I saw (``two-stage-
+    sized``, ``docs/algorithms.md``). Candidates: the *model window* — the histogram's
+    mode bin widened by ``margin`` (the deviation no user statistic of ``m`` bounded
+    samples exceeds, by Hoeffding's inequality and a union bound over the users) — and its
+    widenings by whole bins, up to the whole support; never narrower, so no choice rests
+    on noisy masses alone. A candidate whose estimated mass below ``a`` (or above ``b``)
+    exceeds ``z`` standard deviations of its noise is out (the whole support never is).
+    Over the candidates and the randomizers the rule takes the smallest estimated mean
+    squared error ``noise_var(mech, b − a, ε_c, E t²)/n_II + ((|β̂| − z·sd β̂)⁺)²``: the
+    randomizer's noise at the second moment ``E t²`` the histogram shows on ``[a, b]``,
+    plus the clamping bias it shows beyond its noise. Returns the interval with its
+    honest bias bounds, the randomizer, that ``E t²`` (NaN without a stage-I report) and
+    the estimated mean squared error."""
+    n2 = max(int(n_II), 1)
+    if hist.reports <= 0:
+        cand = np.array([[-p.bound, p.bound]])
+        hist = Histogram(np.zeros(p.bins), np.zeros(p.bins), 0)
+    else:
+        cand = _candidates(p, int(np.argmax(hist.mass)), margin)
+    elo, ehi = bin_edges(p)
+    centre = (elo + ehi) / 2
+    lo, hi = cand[:, :1], cand[:, 1:]
+    w = np.maximum(lo - centre, 0.0) - np.maximum(centre - hi, 0.0)
+    net, var = w @ hist.mass, (w * w) @ hist.var
+    shown = np.maximum(np.abs(net) - Z_WIDEN * np.sqrt(var), 0.0)
+    # a candidate must leave outside no more mass than the histogram's noise explains
+    below, above = (centre < lo).astype(float), (centre > hi).astype(float)
+    clear = ((below @ hist.mass <= Z_WIDEN * np.sqrt(below @ hist.var))
+             & (above @ hist.mass <= Z_WIDEN * np.sqrt(above @ hist.var)))
+    shown = np.where(clear, shown, np.inf)
+    mass = np.clip(hist.mass, 0.0, None)
+    mass = mass / mass.sum() if mass.sum() > 0 else np.full(p.bins, 1.0 / p.bins)
+    t = 2 * (np.clip(centre, lo, hi) - lo) / (hi - lo) - 1
+    t2 = np.clip((t * t) @ mass, 0.0, 1.0) if hist.reports > 0 else np.full(len(cand), np.nan)
+    best: tuple[float, int, str] | None = None
+    for mech in mechanisms:
+        for r in range(len(cand)):
+            moment = None if np.isnan(t2[r]) else float(t2[r])
+            mse = noise_var(mech, float(cand[r, 1] - cand[r, 0]), eps_c, moment) / n2 \
+                + float(shown[r]) ** 2
+            if best is None or mse < best[0] * (1 - 1e-12):
+                best = (mse, r, mech)
+    assert best is not None
+    a, b = float(cand[best[1], 0]), float(cand[best[1], 1])
+    b_lo, b_hi = bias_bounds(p, hist, a, b)
+    moment = float(t2[best[1]]) if hist.reports > 0 else float("nan")
+    return StageTwoInterval(a, b, b_lo, b_hi), best[2], moment, best[0]

@@ -19,19 +19,27 @@ from typing import Any
 
 import numpy as np
 
-from uldp.client.methods.base import bin_params, bins_limit, values_limit
+from uldp.client.methods.base import bin_params
 from uldp.client.params import Alg1Params
 from uldp.client.taskspec import TaskSpec
-from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumulator
+from uldp.collector.estimators.accumulators import ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate, output_std_error
 from uldp.collector.methods.base import Published
 from uldp.collector.methods.common import (
+    bin_accumulator,
+    bin_mechanism,
     estimate_from_blocks,
     finite_population,
     noise_variance,
+    report_noise_variance,
+    second_moment,
+    value_accumulator,
     value_blocks,
+    value_mechanism,
+    value_noise_variance,
 )
 from uldp.collector.methods.intervals import (
+    Histogram,
     StageTwoInterval,
     adaptive_interval,
     paper_interval,
@@ -71,14 +79,13 @@ class SSL:
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:
         params = plan.group_params(group)
-        comps = plan.grouping.groups[group].components
-        return plan.group_task(group, stage,
+        grp = plan.grouping.groups[group]
+        return plan.group_task(group, stage, mechanism=value_mechanism(plan.spec, grp.eps_c),
                                intervals=tuple((-params[c].bound, params[c].bound)
-                                               for c in comps))
+                                               for c in grp.components))
 
     def accumulator(self, plan: Any, task: TaskSpec) -> ValueAccumulator:
-        return ValueAccumulator([(float(lo), float(hi)) for lo, hi in task.intervals],
-                                values_limit(task.eps_c))
+        return value_accumulator(task)
 
     def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
         raise ValueError(f"method {self.name} has a single stage")
@@ -106,18 +113,25 @@ class SSL:
             if acc is None:
                 out.append((comps, means, cov))
                 continue
-            grp, params = plan.grouping.groups[g], plan.group_params(g)
-            nv = [noise_variance(self._width(params[c]), grp.eps_c) for c in comps]
+            eps_c = plan.grouping.groups[g].eps_c
+            t2 = acc.mean_square_t()
+            t1 = acc.mean_t()
+            nv = [report_noise_variance(acc_mech(acc), hi - lo, eps_c, float(t2[i]),
+                                        float(t1[i]))
+                  for i, (lo, hi) in enumerate(acc.intervals)]
             out.append((comps, means, finite_population(cov, np.array(nv), acc.count, n)))
         return out
 
     def component_variance(self, plan: Any, sample_var: np.ndarray,
-                           stat_var: np.ndarray | None = None) -> np.ndarray:
+                           stat_var: np.ndarray | None = None,
+                           stat_mean: np.ndarray | None = None) -> np.ndarray:
         """Per component ``(Var(user statistic) + noise variance) / reporters``; the
         statistic's variance is ``stat_var`` when given (real users: between-user spread
         and unequal counts included), else ``σ²/m`` of i.i.d. samples (``σ²`` itself for
         the one-sample baseline). With ``stat_var`` the error is against the mean over those
-        very users, so their spread enters with the finite-population factor ``1 − k/n``."""
+        very users, so their spread enters with the finite-population factor ``1 − k/n``.
+        The noise is the mechanism's at the statistics' second moment on the interval
+        (``stat_mean`` and the statistic's variance; without ``stat_mean`` the worst case)."""
         v = np.zeros(plan.n_components)
         m = 1 if self.per_sample else plan.spec.samples
         data = sample_var / m if stat_var is None or self.per_sample else stat_var
@@ -128,9 +142,13 @@ class SSL:
             # given users (stat_var): the error against the mean over these users, sampled
             # without replacement into groups and stages (see ``finite_population``)
             fpc = max(1.0 - k / plan.spec.users, 0.0) if finite else 1.0
+            mech = value_mechanism(plan.spec, grp.eps_c)
             for c in grp.components:
                 width = self._width(params[c])
-                v[c] = (fpc * data[c] + noise_variance(width, grp.eps_c)) / max(k, 1)
+                t2 = None if stat_mean is None else second_moment(
+                    float(stat_mean[c]), float(data[c]), -params[c].bound, params[c].bound)
+                noise = value_noise_variance(mech, width, grp.eps_c, t2)
+                v[c] = (fpc * data[c] + noise) / max(k, 1)
         return v
 
     def _width(self, p: Any) -> float:
@@ -164,21 +182,26 @@ class TwoStage(SSL):
             comps = plan.grouping.groups[group].components
             bins = tuple((params[c].bound, params[c].bin_width, params[c].bins)
                          for c in comps)
-            return plan.group_task(group, 1, bins=bins)
+            eps_c = plan.grouping.groups[group].eps_c
+            mech = bin_mechanism(plan.spec, max(B for _, _, B in bins), eps_c)
+            return plan.group_task(group, 1, bins=bins, mechanism=mech)
         if previous is None or str(group) not in previous.get("intervals", {}):
             raise ValueError(f"stage II of group {group} needs the intervals stage I published")
         ivs = tuple(tuple(iv) for iv in previous["intervals"][str(group)])
-        return plan.group_task(group, 2, intervals=ivs)
+        eps_c = plan.grouping.groups[group].eps_c
+        mech = previous.get("mechanism", {}).get(str(group)) or value_mechanism(plan.spec,
+                                                                                 eps_c)
+        return plan.group_task(group, 2, intervals=ivs, mechanism=mech)
 
     def accumulator(self, plan: Any, task: TaskSpec) -> Any:
         if task.stage == 1:
-            return BinAccumulator(bin_params(task), bins_limit(task.eps_c))
+            return bin_accumulator(task, bin_params(task))
         return super().accumulator(plan, task)
 
-    def interval(self, p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_c: float,
+    def interval(self, p: Alg1Params, khat: int, hist: Histogram, eps_c: float,
                  n_II: int) -> StageTwoInterval:
         """The stage-II interval of one component from its stage-I histogram."""
-        return adaptive_interval(p, khat, sums, n_I, eps_c, n_II, noise_variance)
+        return adaptive_interval(p, khat, hist, eps_c, n_II, noise_variance)
 
     def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
         khat: dict[str, list[int]] = {}
@@ -189,17 +212,15 @@ class TwoStage(SSL):
             grp = plan.grouping.groups[g]
             acc = accs.get(g)
             n_I = acc.count if acc is not None else 0
-            sums = acc.sums if acc is not None else None
             k = acc.khat() if acc is not None else tuple(0 for _ in grp.components)
             n += n_I
             params = plan.group_params(g)
-            rows, start = [], 0
-            for c, kc in zip(grp.components, k, strict=True):
+            rows = []
+            for i, (c, kc) in enumerate(zip(grp.components, k, strict=True)):
                 p = params[c]
-                s_c = sums[start:start + p.bins] if sums is not None else np.zeros(p.bins)
-                start += p.bins
-                rows.append(self.interval(p, int(kc), s_c, n_I, grp.eps_c,
-                                          plan.stage_size(g, 2)))
+                hist = Histogram(acc.masses(i), acc.mass_variance(i), n_I) \
+                    if acc is not None else Histogram(np.zeros(p.bins), np.zeros(p.bins), 0)
+                rows.append(self.interval(p, int(kc), hist, grp.eps_c, plan.stage_size(g, 2)))
             khat[str(g)] = [int(x) for x in k]
             ivs[str(g)] = [[r.lo, r.hi] for r in rows]
             bias[str(g)] = [[r.bias_lo, r.bias_hi] for r in rows]
@@ -245,9 +266,14 @@ class TwoStagePaper(TwoStage):
     name = "two-stage-paper"
     interval_rule = "paper"
 
-    def interval(self, p: Alg1Params, khat: int, sums: np.ndarray, n_I: int, eps_c: float,
+    def interval(self, p: Alg1Params, khat: int, hist: Histogram, eps_c: float,
                  n_II: int) -> StageTwoInterval:
-        return paper_interval(p, khat, sums, n_I, eps_c)
+        return paper_interval(p, khat, hist)
 
     def _width(self, p: Any) -> float:
         return p.stage2_width  # the paper's interval is not cut to the support
+
+
+def acc_mech(acc: ValueAccumulator) -> str:
+    """The randomizer a value accumulator decodes."""
+    return "laplace" if acc.decoder is None else acc.decoder.name

@@ -46,6 +46,14 @@ class ClosingTables(Tables):
                 .values(state="closing", closer=closer, lease_until_ms=t + lease_ms))
             return r.rowcount == 1
 
+    def _lock_query(self, conn: Any, query_id: str) -> None:
+        """PostgreSQL: lock the query's row first, as every transaction touching both a
+        query row and its phase rows does (the writer's slot counters, cancel), so no two
+        of them wait on each other in a cycle. SQLite serializes writers anyway."""
+        if not self.is_sqlite:
+            conn.execute(select(S.queries.c.query_id).where(
+                S.queries.c.query_id == query_id).with_for_update())
+
     def renew_lease(self, query_id: str, phase: int, closer: str, lease_ms: int) -> bool:
         """Extend the closing lease ``closer`` holds to now + ``lease_ms``; False if it
         no longer holds it (another replica took the phase over)."""
@@ -151,6 +159,7 @@ class ClosingTables(Tables):
         t = now_ms()
         p = S.phases.c
         with self.write() as conn:
+            self._lock_query(conn, query_id)
             r = conn.execute(update(S.phases).where(and_(
                 p.query_id == query_id, p.phase == phase, p.state == "closing",
                 p.closer == closer))
@@ -181,6 +190,7 @@ class ClosingTables(Tables):
         p, q = S.phases.c, S.queries.c
         t = now_ms()
         with self.write() as conn:
+            self._lock_query(conn, query_id)
             r = conn.execute(update(S.phases).where(and_(
                 p.query_id == query_id, p.phase == phase, p.state == "closing",
                 p.closer == closer)).values(state="cancelled", closed_at_ms=t))

@@ -12,7 +12,10 @@ PostgreSQL (production, several collector replicas): psycopg 3; the phase row is
 synchronisation point — every report batch updates it (``... WHERE state = 'open'``) in
 the same transaction as its inserts, and the replica that flips it to ``closing`` does
 so with a conditional update, so exactly one replica aggregates a phase and it sees every
-report acknowledged before the flip and none after.
+report acknowledged before the flip and none after. Lock order, in every transaction:
+query rows (in query-id order) before phase rows (in (query, phase) order), so replicas
+never deadlock each other; a transaction the database still aborts for a lock conflict is
+run again by the writer (``is_lock_conflict``).
 """
 
 from __future__ import annotations
@@ -100,6 +103,19 @@ class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables, Shuff
         err: type[Exception] = self.engine.dialect.loaded_dbapi.Error
         return err
 
+    def is_lock_conflict(self, exc: BaseException) -> bool:
+        """Did the database abort a transaction for a lock conflict with another one
+        (PostgreSQL deadlock 40P01 or serialization failure 40001)? Nothing of it was
+        committed: running it again is safe."""
+        seen: BaseException | None = exc
+        for _ in range(4):  # the driver's error, possibly wrapped by SQLAlchemy
+            if seen is None:
+                break
+            if getattr(seen, "sqlstate", None) in _LOCK_CONFLICTS:
+                return True
+            seen = getattr(seen, "orig", None) or seen.__cause__
+        return False
+
     def dispose(self) -> None:
         held, self._held = self._held, None
         if held is not None:
@@ -166,6 +182,10 @@ class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables, Shuff
                 rows = conn.execute(select(t)).all()
                 out[t.name] = sorted(tuple(r) for r in rows)
         return out
+
+
+#: SQLSTATEs of a transaction aborted for a lock conflict (deadlock, serialization failure)
+_LOCK_CONFLICTS = frozenset({"40P01", "40001"})
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import deque
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 
 #: the caller-facing message of a failed batch transaction (its cause is logged here)
 WRITE_FAILED = "database write failed; not acknowledged, retry later"
+#: times a transaction aborted by a lock conflict (deadlock, serialization failure) is
+#: run again before its callers get UNAVAILABLE
+CONFLICT_RETRIES = 8
 
 
 class WriterUnavailable(Exception):
@@ -84,6 +88,7 @@ class GroupCommitWriter:
         self.items = 0
         self.tickets = 0
         self.busy_s = 0.0
+        self.conflicts = 0  # transactions retried after a lock conflict
         self._thread = threading.Thread(target=self._run, name="uldp-writer", daemon=True)
         self._thread.start()
 
@@ -137,7 +142,7 @@ class GroupCommitWriter:
     def stats(self) -> dict[str, float]:
         """Counters for operators: commits, tickets and reports, seconds spent writing."""
         return {"commits": self.batches, "tickets": self.tickets, "reports": self.items,
-                "busy_s": round(self.busy_s, 3)}
+                "conflict_retries": self.conflicts, "busy_s": round(self.busy_s, 3)}
 
     def close(self) -> None:
         with self._cv:
@@ -204,18 +209,33 @@ class GroupCommitWriter:
                     loop.call_soon_threadsafe(_resolve, tickets)
 
     def _commit_retrying(self, batch: list[_Ticket]) -> None:
-        """:meth:`_commit`; a report-only batch that fails with a database error (e.g. the
-        held connection died with a database restart) is retried once on a fresh
-        connection. That is safe even if the failed COMMIT did land: a report already
-        stored with the same bytes is an OK duplicate, counted once."""
-        try:
-            self._commit(batch)
-        except self.db.dbapi_error as exc:
-            if not all(t.reports_only for t in batch):
-                raise
-            log.warning("report batch failed (%s); retrying once on a fresh connection",
-                        exc)
-            self._commit(batch)
+        """:meth:`_commit`, retried when the database aborted the transaction for a lock
+        conflict with another replica (a deadlock or serialization failure: nothing of it
+        was committed) up to :data:`CONFLICT_RETRIES` times after a short random wait, so
+        no caller sees UNAVAILABLE for it. A report-only batch that fails with another
+        database error (e.g. the held connection died with a database restart) is retried
+        once on a fresh connection. That is safe even if the failed COMMIT did land: a
+        report already stored with the same bytes is an OK duplicate, counted once."""
+        conflicts = 0
+        while True:
+            try:
+                self._commit(batch)
+                return
+            except Exception as exc:
+                if self.db.is_lock_conflict(exc) and conflicts < CONFLICT_RETRIES:
+                    conflicts += 1
+                    self.conflicts += 1
+                    log.info("batch aborted by a lock conflict (%s); retry %d", exc,
+                             conflicts)
+                    time.sleep(random.uniform(0.0, 0.005 * 2 ** conflicts))
+                    continue
+                if not (isinstance(exc, self.db.dbapi_error)
+                        and all(t.reports_only for t in batch)):
+                    raise
+                log.warning("report batch failed (%s); retrying once on a fresh "
+                            "connection", exc)
+                self._commit(batch)
+                return
 
     def _commit(self, batch: list[_Ticket]) -> None:
         reports = [r for t in batch for r in t.reports]
@@ -250,7 +270,10 @@ class GroupCommitWriter:
             for qid, dev, place in t.assign or ():
                 by_query.setdefault(qid, []).append((dev, place))
         got: dict[tuple[str, str], dict[str, Any] | None] = {}
-        for qid, items in by_query.items():
+        # slot counters are locked (FOR UPDATE) in query-id order, the order every
+        # transaction takes them in, so replicas never wait on each other in a cycle
+        for qid in sorted(by_query):
+            items = by_query[qid]
             rows = self.db.assign_many_in(conn, qid, [dev for dev, _ in items], items[0][1])
             got.update({(qid, dev): row for dev, row in rows.items()})
         for t in tickets:

@@ -10,7 +10,7 @@ export {
 } from "./params.js";
 export { fwht, isPow2, nextPow2 } from "./hadamard.js";
 export {
-  gridEncode, gridPositions, oneHotBins, stage1LogLikelihood, stage1Report,
+  binReports, gridEncode, gridPositions, oneHotBins, valueReports, stage1LogLikelihood, stage1Report,
   stage2LogLikelihood, stage2Report, type Interval,
 } from "./twoStage.js";
 export { bytesToHex, f64FromHex, f64ToHex, hexToBytes } from "./encoding.js";
@@ -21,11 +21,13 @@ export {
   type FrameKind, type KashinFrame,
 } from "./kashin.js";
 export {
-  epsilonUnits, GRADIENT_MODELS, KIND_NAMES, MAX_BINS, MAX_DIM, MAX_GAUSSIAN_FRAME_DIM, MAX_GRID_CELLS,
-  MAX_M_REF, MAX_REPORT_VALUES, parseTask, parseTaskFields, SCHEMA, TaskRefused, validateFields,
+  epsilonUnits, GRADIENT_MODELS, KIND_NAMES, kindCategories, MAX_BINS, MAX_DIM, MAX_GAUSSIAN_FRAME_DIM, MAX_GRID_CELLS,
+  MAX_M_REF, MAX_RECORDS, MAX_REPORT_VALUES, oracleOf, parseTask, scalarOf, parseTaskFields, SCHEMA, TaskRefused, validateFields,
   type KindName, type Method, type RefusalCode, type Task,
 } from "./task.js";
 export { gradient, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
+export * from "./mechanisms/index.js";
+export { oracleReport, sampleRecords } from "./methods/oracle.js";
 export { computeReport, DataError, emptyReport, fallbacks, slotSources, taskRows, type Samples } from "./report.js";
 export {
   alignLabels, coerceValues, datasetSchema, type DatasetSchema, localDataset, type LocalDataset,

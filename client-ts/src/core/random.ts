@@ -69,6 +69,15 @@ export class ChaCha20Stream {
   }
 }
 
+/** The 64 bytes of ChaCha20 block `counter` of `key` (nonce of zeros): a public function of
+ * the key, e.g. the OLH hash family (docs/device-protocol.md §17.6). */
+export function chachaBlock(key: Uint8Array, counter: number): Uint8Array {
+  if (!Number.isSafeInteger(counter) || counter < 0 || counter >= 0x1_0000_0000) {
+    throw new RangeError(`bad block counter ${counter}`);
+  }
+  return chacha20(key, ZERO_NONCE, new Uint8Array(64), new Uint8Array(64), counter);
+}
+
 /** UTF-8 bytes of a string (no TextEncoder: not every React Native engine has it). */
 export function utf8(s: string): Uint8Array {
   const out: number[] = [];

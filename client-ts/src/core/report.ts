@@ -2,14 +2,16 @@
  * The report of one device (docs/device-protocol.md §9, §12–13; Python:
  * uldp.client.tasks.compute_report and uldp.client.methods): the user statistic of the local
  * dataset, then the task's method — two-stage (stage-I bins, stage-II values), ssl,
- * baseline-a (m_ref item-level slots) or baseline-b (one sample) — on the keystream `rng`.
+ * baseline-a (m_ref item-level slots), baseline-b (one sample) or oracle (sampled records,
+ * ./methods/oracle.ts) — on the keystream `rng`, through the task's mechanism (§17).
  * Total: a well-formed report for every dataset of the declared structure.
  */
 import { type KindImpl, KINDS, type Row, statistics, usable } from "./kinds.js";
 import { alg1Params } from "./params.js";
 import type { RandomSource } from "./random.js";
-import { slotGroup, type Task } from "./task.js";
-import { type Interval, stage1Report, stage2Report } from "./twoStage.js";
+import { oracleReport } from "./methods/oracle.js";
+import { oracleOf, scalarOf, slotGroup, type Task } from "./task.js";
+import { binReports, type Interval, stage2Report, valueReports } from "./twoStage.js";
 
 /** A dataset whose structure contradicts the task (an app bug, never a value problem). */
 export class DataError extends Error {
@@ -104,6 +106,7 @@ function baselineA(task: Task, kind: KindImpl, rows: Row[], valid: boolean[], rn
 
 function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
   const kind = KINDS[task.kind];
+  if (task.method === "oracle") return oracleReport(task, kind, rows, rng);
   const valid = usable(task, kind, rows);
   if (task.method === "baseline-a") return baselineA(task, kind, rows, valid, rng);
   let Y: number[];
@@ -115,9 +118,9 @@ function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
   }
   const y = task.components.map((c) => Y[c]);
   if (task.method === "two-stage" && task.stage === 1) {
-    return stage1Report(y, task.bins.map(([D, h, B]) => alg1Params(D, h, 0, B)), task.epsC, rng);
+    return binReports(y, task.bins.map(([D, h, B]) => alg1Params(D, h, 0, B)), oracleOf(task.mechanism), task.epsC, rng);
   }
-  return stage2Report(y, task.intervals as Interval[], task.epsC, rng);
+  return valueReports(y, task.intervals as Interval[], scalarOf(task.mechanism), task.epsC, rng);
 }
 
 /** How often computeReport fell back to its backstop (a bug if ever > 0). */

@@ -10,6 +10,9 @@ import { nextPow2 } from "./hadamard.js";
 import { floorTimesPow2, MAX_EPSILON } from "./noise.js";
 import { parseSeal, type SealKey } from "./seal.js";
 import { supportBins } from "./params.js";
+import {
+  DEFAULT_MECHANISM, type FrequencyOracle, MECHANISM_NAMES, ORACLES, SCALARS, type ScalarMechanism,
+} from "./mechanisms/index.js";
 
 export const SCHEMA = "uldp.task/2";
 export const MAX_REPORT_VALUES = 1 << 18;
@@ -18,6 +21,8 @@ export const MAX_GAUSSIAN_FRAME_DIM = 1024;
 export const MAX_BINS = 1 << 16;
 export const MAX_GRID_CELLS = 1 << 20;
 export const MAX_M_REF = 1 << 20;
+/** Records a device samples for one report (method oracle, §17.10). */
+export const MAX_RECORDS = 1 << 10;
 
 export type RefusalCode =
   | "digest" | "json" | "schema" | "field" | "query" | "kind" | "method" | "stage" | "epsilon"
@@ -35,11 +40,11 @@ const refuse = (code: RefusalCode, message: string): never => {
   throw new TaskRefused(message, code);
 };
 
-export type Method = "two-stage" | "ssl" | "baseline-a" | "baseline-b";
+export type Method = "two-stage" | "ssl" | "baseline-a" | "baseline-b" | "oracle";
 export const KIND_NAMES = ["classify", "distribution", "mean", "mean-l1", "mean-l2", "mean-linf", "regress", "sgd"] as const;
 export type KindName = (typeof KIND_NAMES)[number];
 const METHOD_STAGES: Record<Method, readonly number[]> = {
-  "two-stage": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0],
+  "two-stage": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0], oracle: [0],
 };
 export const GRADIENT_MODELS = ["least_squares", "logistic", "quadratic", "ridge"] as const;
 
@@ -67,6 +72,10 @@ export interface Task {
   readonly virtualEps: readonly number[];
   readonly virtualOffset: bigint;
   readonly extra: JObject;
+  /** The report mechanism (§17): a frequency oracle (stage I, oracle) or a scalar randomizer. */
+  readonly mechanism: string;
+  /** Method oracle: records sampled per report (1 for every other method). */
+  readonly records: number;
   /** Shuffle mode: the collector's HPKE key the report is sealed to (§16); null otherwise. */
   readonly seal: SealKey | null;
   /** Number of components of the kind (C). */
@@ -81,6 +90,7 @@ const DEFAULTS: Record<string, JValue> = {
   dim: new JInt(1n), bound: null, stat_bound: null, bins: [], intervals: [], frame_kind: "gaussian",
   frame_seed: new JInt(0n), kashin_level: 4.0, kashin_delta: 0.5, m_ref: new JInt(1n),
   virtual_groups: [], virtual_eps: [], virtual_offset: new JInt(0n), extra: new Map(),
+  mechanism: DEFAULT_MECHANISM, records: new JInt(1n),
 };
 const REQUIRED = ["query_id", "kind", "method", "stage", "epsilon", "eps_c", "components"];
 const KNOWN = new Set([...REQUIRED, ...Object.keys(DEFAULTS), "seal"]);
@@ -116,11 +126,11 @@ export function parseTaskFields(text: string): Map<string, JValue> {
 }
 
 // ---- validation (validate_task) ------------------------------------------------------------
-const INT_FIELDS = ["dim", "stage", "frame_seed", "virtual_offset", "m_ref"];
+const INT_FIELDS = ["dim", "stage", "frame_seed", "virtual_offset", "m_ref", "records"];
 const NUM_FIELDS = ["epsilon", "eps_c", "kashin_level", "kashin_delta"];
 
 function checkTypes(f: Map<string, JValue>): void {
-  for (const k of ["query_id", "kind", "method", "frame_kind"]) {
+  for (const k of ["query_id", "kind", "method", "frame_kind", "mechanism"]) {
     if (typeof f.get(k) !== "string") refuse("field", `${k} must be a string`);
   }
   for (const k of INT_FIELDS) if (!isJInt(f.get(k))) refuse("field", `${k} must be an integer`);
@@ -285,7 +295,63 @@ function checkBaselineA(f: Map<string, JValue>, comps: bigint[]): void {
     }
   }
   if (big(f.get("m_ref")) > BigInt(MAX_M_REF)) refuse("limit", "m_ref must be at most 2^20");
+  singleRecord(f);
+  if (f.get("mechanism") !== DEFAULT_MECHANISM) refuse("param", `method baseline-a reports with discrete Laplace only`);
   checkIntervals(f, comps.length);
+}
+
+/** The number of categories A of a categorical kind's sample (only `distribution`: dim), or
+ * null (Python: Kind.categories). Method oracle samples records of such a kind. */
+export function kindCategories(kind: KindName, dim: number): number | null {
+  return kind === "distribution" ? dim : null;
+}
+
+/** Only method oracle samples several records. */
+function singleRecord(f: Map<string, JValue>): void {
+  if (big(f.get("records")) !== 1n) refuse("param", `method ${String(f.get("method"))} has no records parameter (it must be 1)`);
+}
+
+/** The task's frequency oracle (a refusal when its mechanism is not one). */
+export function oracleOf(name: string): FrequencyOracle {
+  const o = ORACLES.get(name);
+  if (o === undefined) return refuse("param", `mechanism ${name} is not a frequency oracle (this task reports categories: ${[...ORACLES.keys()].sort().join(", ")})`);
+  return o;
+}
+
+/** The task's scalar randomizer (a refusal when its mechanism is not one). */
+export function scalarOf(name: string): ScalarMechanism {
+  const o = SCALARS.get(name);
+  if (o === undefined) return refuse("param", `mechanism ${name} is not a scalar randomizer (this task reports values: ${[...SCALARS.keys()].sort().join(", ")})`);
+  return o;
+}
+
+/** Method oracle (§17.10): a categorical kind, a frequency oracle, no bins or intervals, every
+ * component in order. */
+function checkOracle(f: Map<string, JValue>, kind: KindName, dim: number, C: number, comps: bigint[]): void {
+  if (kindCategories(kind, dim) === null) refuse("param", `method oracle needs a categorical kind, not ${kind}`);
+  oracleOf(f.get("mechanism") as string);
+  if ((f.get("bins") as JValue[]).length || (f.get("intervals") as JValue[]).length) {
+    refuse("param", "an oracle task carries neither bins nor intervals");
+  }
+  if (comps.length !== C || comps.some((c, i) => c !== BigInt(i))) refuse("param", "an oracle task serves every component, in order");
+}
+
+/** Step 10 of §14.1: the method's own rules, in the Python SDK's order. */
+function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: KindName, dim: number, C: number,
+  comps: bigint[]): void {
+  if (m === "two-stage" && stage === 1) {
+    singleRecord(f);
+    oracleOf(f.get("mechanism") as string);
+    checkBins(f, comps.length);
+  } else if (m === "baseline-a") {
+    checkBaselineA(f, comps);
+  } else if (m === "oracle") {
+    checkOracle(f, kind, dim, C, comps);
+  } else {
+    singleRecord(f);
+    scalarOf(f.get("mechanism") as string);
+    checkIntervals(f, comps.length);
+  }
 }
 
 /** Slot j of a baseline-A report serves virtual group (offset + j) mod G. */
@@ -293,12 +359,19 @@ export function slotGroup(offset: bigint, j: number, G: number): number {
   return Number((offset + BigInt(j)) % BigInt(G));
 }
 
-function spendAndLength(f: Map<string, JValue>, method: Method, stage: number): [bigint, number] {
+function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, dim: number): [bigint, number] {
   const comps = (f.get("components") as JValue[]).length;
+  const epsC = f.get("eps_c") as JInt | number;
+  if (method === "oracle") {
+    const records = Number(big(f.get("records")));
+    const oracle = oracleOf(f.get("mechanism") as string);
+    return [BigInt(records) * epsilonUnits(epsC, "eps_c"), records * oracle.length(dim, toDouble(epsC))];
+  }
   if (method !== "baseline-a") {
-    const units = BigInt(comps) * epsilonUnits(f.get("eps_c") as JInt | number, "eps_c");
+    const units = BigInt(comps) * epsilonUnits(epsC, "eps_c");
     if (method === "two-stage" && stage === 1) {
-      const n = (f.get("bins") as JInt[][]).reduce((s, r) => s + Number(r[2].value), 0);
+      const oracle = oracleOf(f.get("mechanism") as string);
+      const n = (f.get("bins") as JInt[][]).reduce((s, r) => s + oracle.length(Number(r[2].value), toDouble(epsC)), 0);
       return [units, n];
     }
     return [units, comps];
@@ -328,13 +401,20 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   const stageBig = big(f.get("stage"));
   if (!METHOD_STAGES[m].some((s) => BigInt(s) === stageBig)) refuse("stage", `stage ${stageBig} is not valid for method ${m}`);
   const stage = Number(stageBig);
+  const mech = f.get("mechanism") as string;
+  if (!ORACLES.has(mech) && !SCALARS.has(mech)) {
+    refuse("method", `unknown mechanism ${mech}; known: ${MECHANISM_NAMES.join(", ")}`);
+  }
   const budget = epsilonUnits(f.get("epsilon") as JInt | number, "epsilon");
   epsilonUnits(f.get("eps_c") as JInt | number, "eps_c");
   const dimBig = big(f.get("dim"));
   if (dimBig < 1n) refuse("param", "dim must be >= 1");
   if (dimBig > BigInt(MAX_DIM)) refuse("limit", `dim must be at most ${MAX_DIM}`);
   const dim = Number(dimBig);
-  if (big(f.get("virtual_offset")) < 0n || big(f.get("m_ref")) < 1n) refuse("param", "virtual_offset must be >= 0 and m_ref >= 1");
+  if (big(f.get("virtual_offset")) < 0n || big(f.get("m_ref")) < 1n || big(f.get("records")) < 1n) {
+    refuse("param", "virtual_offset must be >= 0, m_ref and records >= 1");
+  }
+  if (big(f.get("records")) > BigInt(MAX_RECORDS)) refuse("limit", `records must be at most ${MAX_RECORDS}`);
   if (f.get("frame_kind") === "gaussian" && (kind === "mean-l2" || kind === "sgd") && dim > MAX_GAUSSIAN_FRAME_DIM) {
     refuse("limit", `a gaussian Kashin frame is limited to dim <= ${MAX_GAUSSIAN_FRAME_DIM}`);
   }
@@ -343,10 +423,8 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   if (!comps.length) refuse("param", "a task must serve at least one component");
   if (new Set(comps).size !== comps.length) refuse("param", "components must be distinct");
   if (comps.some((c) => c < 0n || c >= BigInt(C))) refuse("param", `components must lie in [0, ${C})`);
-  if (m === "two-stage" && stage === 1) checkBins(f, comps.length);
-  else if (m === "baseline-a") checkBaselineA(f, comps);
-  else checkIntervals(f, comps.length);
-  const [units, length] = spendAndLength(f, m, stage);
+  checkMethod(f, m, stage, kind as KindName, dim, C, comps);
+  const [units, length] = spendAndLength(f, m, stage, dim);
   if (units > budget) refuse("over-budget", `task would spend ${units} units of 2^-24, above the query budget (${budget} units)`);
   if (length > MAX_REPORT_VALUES) refuse("limit", `the report would have ${length} values, above the device limit ${MAX_REPORT_VALUES}`);
   const seal = f.has("seal") ? parseSeal(f.get("seal")!) : null;
@@ -366,7 +444,7 @@ function typed(text: string, f: Map<string, JValue>, kind: KindName, method: Met
     intervals: (f.get("intervals") as JValue[][]).map((r) => [dbl(r[0]), dbl(r[1])] as const),
     frameKind: f.get("frame_kind") as string, frameSeed: big(f.get("frame_seed")),
     kashinLevel: dbl(f.get("kashin_level")), kashinDelta: dbl(f.get("kashin_delta")),
-    mRef: Number(big(f.get("m_ref"))),
+    mRef: Number(big(f.get("m_ref"))), mechanism: f.get("mechanism") as string, records: Number(big(f.get("records"))),
     virtualGroups: (f.get("virtual_groups") as JInt[][]).map((g) => g.map((c) => Number(c.value))),
     virtualEps: (f.get("virtual_eps") as (JInt | number)[]).map(toDouble),
     virtualOffset: big(f.get("virtual_offset")), extra: f.get("extra") as JObject,

@@ -7,9 +7,15 @@
  *  - Stage II / SSL: clamp to the public interval, grid-encode to {0..2^16} with unbiased
  *    randomized rounding, + iid DLap(2^16/ε_c).
  * The noise scale is computed here from ε_c, never received.
+ *
+ * binReports and valueReports are the same two layouts with any mechanism of ./mechanisms
+ * (§17.11): a frequency oracle on the 0-based bin index of each component, a scalar randomizer
+ * on each grid value. With the default mechanism, discrete Laplace, they draw exactly what
+ * stage1Report and stage2Report draw.
  */
 import { discreteLaplace, discreteLaplaceLogPmf, laplaceScale, laplaceScaleValue, randomizedRound } from "./noise.js";
 import { type Alg1Params, binIndex, clip, GRID_STEPS } from "./params.js";
+import type { FrequencyOracle, ScalarMechanism } from "./mechanisms/base.js";
 import type { RandomSource } from "./random.js";
 import { recordRounding, recordStatistic } from "./trace.js";
 
@@ -73,6 +79,25 @@ export function stage2Report(y: readonly number[], intervals: readonly Interval[
   const enc = gridEncode(y, intervals, rng);
   const noise = discreteLaplace(laplaceScale(GRID_STEPS, epsC), enc.length, rng);
   return enc.map((v, i) => v + noise[i]);
+}
+
+/** Stage I with a frequency oracle: each component's 0-based bin bin(clamp(y_c)) − 1
+ * privatized over its B_c bins at ε_c, the components' reports concatenated (§17.11). */
+export function binReports(y: readonly number[], params: readonly Alg1Params[], oracle: FrequencyOracle, epsC: number,
+  rng: RandomSource): bigint[] {
+  checkStats(y, params.length);
+  recordStatistic(y);
+  const items = params.map((p, c) => binIndex(y[c], p) - 1);
+  return oracle.privatizeMany(items, params.map((p) => p.bins), epsC, rng);
+}
+
+/** Values with a scalar randomizer: clamp, grid-encode (the rounding words of every entry
+ * first), then the mechanism's draws over the list of grid values (§17.11). */
+export function valueReports(y: readonly number[], intervals: readonly Interval[], mechanism: ScalarMechanism,
+  epsC: number, rng: RandomSource): bigint[] {
+  checkStats(y, intervals.length);
+  recordStatistic(y);
+  return mechanism.privatize(gridEncode(y, intervals, rng), epsC, rng);
 }
 
 // ---- exact likelihoods (privacy audits) ---------------------------------------------------

@@ -26,6 +26,7 @@ import {
 } from "../ledger/ledger.js";
 
 import { RETRYABLE, Status } from "../core/status.js";
+import { checkWindow, drawDelayMs, monotonicMs, type PollOptions } from "./schedule.js";
 
 export type { DeviceStore } from "../ledger/ledger.js";
 export { RETRYABLE, Status };
@@ -87,6 +88,9 @@ export interface PollResult {
   /** A charged task whose report could not be computed or stored now (a local fault: storage,
    * memory, a bug): it stays owed, is tried again at the next poll and holds up no other task. */
   failed: { queryId: string; message: string }[];
+  /** Reports whose computation overran the deadline of the poll's `sendDelay` (sent at once,
+   * so their send time told something about the computation: widen the window). */
+  late: number;
   waiting: number;
   pending: number;
   retryAfterMs: number;
@@ -325,7 +329,10 @@ export class Device {
 
   /** Re-send every persisted, unacknowledged report; recompute reserved ones (a crash
    * between charge and store: nothing had been released). */
-  async resendPending(out?: PollResult): Promise<string[]> {
+  async resendPending(out?: PollResult, opts: PollOptions = {}): Promise<string[]> {
+    const clock = opts.clock ?? monotonicMs;
+    const start = clock();
+    const recomputed = this.ledger.entries("reserved").some((e) => e.task);
     for (const e of this.ledger.entries("reserved")) {
       if (!e.task) continue;
       try { // a failure (storage, or a task this SDK no longer accepts) stops no other entry
@@ -337,7 +344,9 @@ export class Device {
       }
     }
     const done: string[] = [];
-    for (const e of this.ledger.entries("pending")) {
+    const pending = this.ledger.entries("pending");
+    if (opts.sendDelay && recomputed && pending.length) await this.#wait(opts, start, out);
+    for (const e of pending) {
       try {
         await this.send(this.#message(e));
         done.push(e.queryId);
@@ -349,12 +358,25 @@ export class Device {
     return done;
   }
 
-  /** Enrol if needed, re-send pending reports, then run every task offered now. */
-  async poll(queryId = ""): Promise<PollResult> {
-    const out: PollResult = { submitted: [], refused: [], rejected: [], failed: [], waiting: 0, pending: 0, retryAfterMs: 0 };
-    out.submitted.push(...(await this.resendPending(out)));
+  /** Wait until `start` plus a delay drawn from the window; count an overrun in `out`. */
+  async #wait(opts: PollOptions, start: number, out?: PollResult): Promise<void> {
+    const d = opts.sendDelay!;
+    const src = this.#o.simulation ? this.#o.simulation.rng.spawn("delay") : RandomSource.secure();
+    const left = start + drawDelayMs(d, src) - (opts.clock ?? monotonicMs)();
+    if (left >= 0) await (opts.sleep ?? defaultSleep)(left);
+    else if (out) out.late += 1;
+  }
+
+  /** Enrol if needed, re-send pending reports, then run every task offered now. With
+   * `sendDelay`, each report is sent at a deadline drawn from the public window, measured from
+   * the moment its task was received, so send times do not depend on the data (schedule.ts). */
+  async poll(queryId = "", opts: PollOptions = {}): Promise<PollResult> {
+    if (opts.sendDelay) checkWindow(opts.sendDelay);
+    const out: PollResult = { submitted: [], refused: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
+    out.submitted.push(...(await this.resendPending(out, opts)));
     const resp = await this.#getTasks(queryId);
     for (const t of resp.tasks) {
+      const start = (opts.clock ?? monotonicMs)();
       let report: AnyReport;
       try {
         report = await this.prepare(t);
@@ -363,6 +385,7 @@ export class Device {
         else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
         continue;
       }
+      if (opts.sendDelay) await this.#wait(opts, start, out);
       try {
         await this.send(report);
         out.submitted.push(t.query_id);
@@ -377,15 +400,17 @@ export class Device {
   }
 
   /** Poll until nothing is waiting (or the timeout); returns the merged result. */
-  async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep): Promise<PollResult> {
-    const total: PollResult = { submitted: [], refused: [], rejected: [], failed: [], waiting: 0, pending: 0, retryAfterMs: 0 };
+  async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep,
+    opts: PollOptions = {}): Promise<PollResult> {
+    const total: PollResult = { submitted: [], refused: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
     const end = Date.now() + timeoutMs;
     for (;;) {
-      const r = await this.poll(queryId);
+      const r = await this.poll(queryId, opts);
       total.submitted.push(...r.submitted);
       total.refused.push(...r.refused);
       total.rejected.push(...r.rejected);
       total.failed.push(...r.failed);
+      total.late += r.late;
       total.waiting = r.waiting;
       total.retryAfterMs = r.retryAfterMs;
       if (!r.waiting || Date.now() > end) return total;

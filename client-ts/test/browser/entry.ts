@@ -13,6 +13,8 @@ interface Outcome {
   passed: number;
   failed: number;
   failures: string[];
+  /** passed / total cases of every file */
+  perFile: Record<string, [number, number]>;
   libm: string[];
   ms: number;
   error?: string;
@@ -28,6 +30,12 @@ async function main(): Promise<Outcome> {
   }
   const { results, notes } = await runAll(files);
   const bad = results.filter((x) => !x.ok);
+  const perFile: Record<string, [number, number]> = {};
+  for (const r of results) {
+    const t = (perFile[r.file] ??= [0, 0]);
+    t[1]++;
+    if (r.ok) t[0]++;
+  }
   // production mode draws its key from crypto.getRandomValues in the page
   const secure = RandomSource.secure();
   return {
@@ -37,6 +45,7 @@ async function main(): Promise<Outcome> {
     passed: results.length - bad.length,
     failed: bad.length,
     failures: bad.slice(0, 20).map((b) => `${b.file}#${b.index}: ${b.message}`),
+    perFile,
     libm: notes.libmDisagreements,
     ms: performance.now() - t0,
   };
@@ -51,7 +60,7 @@ main().then(
   (r) => { g.__uldpResult = r; },
   (e: unknown) => {
     g.__uldpResult = {
-      userAgent: "", hasNodeProcess: false, secureWords: 0, passed: 0, failed: 1, failures: [],
+      userAgent: "", hasNodeProcess: false, secureWords: 0, passed: 0, failed: 1, failures: [], perFile: {},
       libm: [], ms: 0, error: e instanceof Error ? `${e.message}\n${e.stack}` : String(e),
     };
   },

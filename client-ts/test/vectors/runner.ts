@@ -10,7 +10,7 @@ import {
   sealReport,
 } from "../../src/core/index.js";
 import { parseJson } from "../../src/core/json.js";
-import { checkTaskCase, FILES_V2, ledgerCase, refusalCase } from "./tasks.js";
+import { checkTaskCase, FILES_MECHANISMS, FILES_V2, ledgerCase, refusalCase, taskCase } from "./tasks.js";
 import { eq, Mismatch } from "./util.js";
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
@@ -37,7 +37,7 @@ export interface Notes {
 
 export const FILE_NAMES = [
   "keystream", "keys", "below", "bernoulli", "epsilon", "dlap", "rounding", "params",
-  "hadamard", "stage1", "stage2", ...FILES_V2, "seal",
+  "hadamard", "stage1", "stage2", ...FILES_V2, "seal", ...FILES_MECHANISMS,
 ] as const;
 
 const str = (xs: readonly bigint[]): string[] => xs.map((x) => x.toString());
@@ -228,6 +228,7 @@ export async function checkFile(file: VectorFile, notes: Notes): Promise<CaseRes
     try {
       if (file.name === "ledger") await ledgerCase(c);
       else if (file.name === "refusals") await refusalCase(c);
+      else if (file.name === "mech_tasks") await (c.op === "refusal" ? refusalCase(c) : taskCase(c));
       else checkCase(file.name, c, notes);
       out.push({ file: file.name, index, ok: true });
     } catch (e) {

@@ -9,12 +9,15 @@ import {
   parseTask, radial, RandomSource, RETRYABLE, seqSum, TaskRefused, tracing, uniformPm1, type DatasetSchema,
 } from "../../src/core/index.js";
 import { AlreadyParticipated, Ledger, LedgerError, MemoryStore } from "../../src/ledger/index.js";
+import { mechanismCase } from "./mechanisms.js";
 import { eq, Mismatch } from "./util.js";
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Case = Record<string, any>;
 
 export const FILES_V2 = ["numerics", "frames", "kashin", "registration", "tasks", "refusals", "ledger", "transport"] as const;
+/** The report mechanisms (§17): primitives, and whole tasks with refusals (op "refusal"). */
+export const FILES_MECHANISMS = ["mechanisms", "mech_tasks"] as const;
 
 /** A double of the JSON encoding: a number, or "nan" / "inf" / "-inf". */
 export function dec(v: unknown): number {
@@ -92,7 +95,7 @@ function registrationCase(c: Case): void {
   if (c.labels !== null) eq("labels", encAll(alignLabels(c.labels, x.length)), c.out_labels);
 }
 
-function taskCase(c: Case): void {
+export function taskCase(c: Case): void {
   const task = parseTask(c.task);
   eq("units", task.units.toString(), c.units);
   eq("report length", task.reportLength, c.report_length);
@@ -103,6 +106,7 @@ function taskCase(c: Case): void {
   eq("next word", rng.words(1)[0].toString(), c.next_word);
   eq("statistic", hexes(trace.statistic), c.statistic); // the pre-noise statistic, exactly
   eq("rounding", trace.rounding, c.rounding); // the randomized-rounding draws
+  eq("items", trace.items, c.items ?? []); // method oracle: the sampled records
 }
 
 /** The device checks, with the prior ledger entries on the real TS Ledger. */
@@ -174,6 +178,7 @@ export function checkTaskCase(file: string, c: Case): boolean {
     case "kashin": kashinCase(c); return true;
     case "registration": registrationCase(c); return true;
     case "tasks": taskCase(c); return true;
+    case "mechanisms": mechanismCase(c); return true;
     case "transport": eq(`retried ${c.name}`, RETRYABLE.has(c.code), c.retried); return true;
     default: return false;
   }

@@ -1,0 +1,91 @@
+/**
+ * The send time of a report does not depend on the computation (issue 17, item 4;
+ * docs/privacy.md §2, "Timing"; Python: tests/test_send_delay.py): with `poll(q, { sendDelay })`
+ * a device sends each report at `accepted + U`, U uniform over the public window, whatever its
+ * dataset. Deterministic: an injected clock, and a statistic whose (simulated) duration grows
+ * with the dataset — 1 µs per sample, as if m = 10^6 took a second.
+ */
+import assert from "node:assert/strict";
+import { afterEach, test } from "node:test";
+import { KINDS, RandomSource, taskDigest } from "../src/core/index.js";
+import { Device, type DeviceTransportLike, drawDelayMs, type ReportMessage, type TaskMessage } from "../src/device/index.js";
+import { MemoryStore } from "../src/ledger/index.js";
+
+const LOW = 2000;
+const HIGH = 3000;
+
+function task(queryId: string): TaskMessage {
+  const text = JSON.stringify({ bins: [], bound: 1.0, components: [0], dim: 1, eps_c: 1.5, epsilon: 1.5, extra: {},
+    frame_kind: "gaussian", frame_seed: 0, intervals: [[-1.0, 1.0]], kashin_delta: 0.5, kashin_level: 4.5, kind: "mean",
+    m_ref: 1, method: "ssl", query_id: queryId, schema: "uldp.task/2", stage: 0, stat_bound: null, virtual_eps: [],
+    virtual_groups: [], virtual_offset: 0 });
+  return { query_id: queryId, phase: 1, dataset: "data", task_json: text, task_digest: taskDigest(text), report_length: 1 };
+}
+
+const honest = KINDS.mean.userStats!;
+afterEach(() => { KINDS.mean.userStats = honest; });
+
+/** Send offsets (fake ms) of `n` reports of a device whose statistic costs `usPerSample` µs of
+ * fake time per sample, over `m` samples. */
+async function offsets(m: number, usPerSample: number, seed: number, n: number, delay: boolean) {
+  let now = 1_000_000;
+  const clock = () => now;
+  const sleep = async (ms: number) => { assert.ok(ms >= 0); now += ms; };
+  KINDS.mean.userStats = (t, rows, valid) => { now += (rows.length * usPerSample) / 1000; return honest(t, rows, valid); };
+  const sent: number[] = [];
+  const transport: DeviceTransportLike = {
+    enroll: async () => ({ device_id: "d", token: "t", expires_at_ms: String(Date.now() + 86_400_000) }),
+    getTasks: async () => ({ tasks: Array.from({ length: n }, (_, i) => task(`q${i}`)), waiting: [], retry_after_ms: 0 }),
+    submitReport: async (_t: string, r: ReportMessage) => { sent.push(clock()); void r; return { duplicate: false, received_at_ms: "1" }; },
+  };
+  const d = await Device.open({ transport, store: new MemoryStore(), budget: 1e6, simulation: { rng: RandomSource.seeded(seed) } });
+  d.addDataset("data", new Array<number>(m).fill(0.25));
+  const r = await d.poll("", delay ? { sendDelay: { lowMs: LOW, highMs: HIGH }, clock, sleep } : { clock, sleep });
+  assert.equal(r.submitted.length, n);
+  return { offsets: sent.map((t, i) => t - (i ? sent[i - 1] : 1_000_000)), late: r.late };
+}
+
+test("the send time does not depend on the dataset size", async () => {
+  const small = await offsets(0, 1, 5, 3, true);
+  const big = await offsets(1_000_000, 1, 5, 3, true); // m = 10^6: a second of computation
+  assert.deepEqual(small, big);
+  assert.ok(small.offsets.every((x) => x >= LOW && x <= HIGH) && small.late === 0);
+  const plain0 = await offsets(0, 1, 5, 3, false);
+  const plain1 = await offsets(1_000_000, 1, 5, 3, false);
+  assert.notDeepEqual(plain0.offsets, plain1.offsets); // without the option the size shows
+});
+
+function ks(a: number[], b: number[]): number {
+  const sa = [...a].sort((x, y) => x - y);
+  const sb = [...b].sort((x, y) => x - y);
+  const cdf = (s: number[], x: number) => { let k = 0; while (k < s.length && s[k] <= x) k++; return k / s.length; };
+  return Math.max(...[...sa, ...sb].map((x) => Math.abs(cdf(sa, x) - cdf(sb, x))));
+}
+
+test("send offsets have one distribution, uniform over the window", async () => {
+  const n = 150;
+  const a = (await offsets(0, 1, 11, n, true)).offsets;
+  const b = (await offsets(1000, 1000, 12, n, true)).offsets; // 1 ms per sample: 1 s
+  assert.ok(ks(a, b) < 1.95 * Math.sqrt(2 / n), `two-sample KS ${ks(a, b)}`);
+  const u = Array.from({ length: 10_001 }, (_, i) => LOW + ((HIGH - LOW) * i) / 10_000);
+  for (const x of [a, b]) {
+    assert.ok(x.every((v) => v >= LOW && v <= HIGH));
+    assert.ok(ks(x, u) < 1.95 / Math.sqrt(n), `uniform KS ${ks(x, u)}`);
+  }
+});
+
+test("an overrun is sent at once and counted", async () => {
+  const r = await offsets(10, 500_000, 3, 2, true); // 5 s of computation, window [2, 3] s
+  assert.equal(r.late, 2);
+  assert.deepEqual(r.offsets, [5000, 5000]);
+});
+
+test("a window must be public and sane; a delay is exact on its grid", async () => {
+  const d = await Device.open({ transport: { enroll: async () => ({ device_id: "d", token: "t", expires_at_ms: "0" }),
+    getTasks: async () => ({ tasks: [], waiting: [], retry_after_ms: 0 }),
+    submitReport: async () => ({ duplicate: false, received_at_ms: "1" }) }, store: new MemoryStore(), budget: 1 });
+  for (const [lowMs, highMs] of [[-1, 1], [2, 1], [0, Infinity], [NaN, 1], [0, 1e12]]) {
+    await assert.rejects(d.poll("", { sendDelay: { lowMs, highMs } }), /send window/);
+  }
+  assert.equal(drawDelayMs({ lowMs: 7, highMs: 7 }, RandomSource.seeded(1)), 7);
+});
