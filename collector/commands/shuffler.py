@@ -102,10 +102,7 @@ def _cmd_certs(a: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: Any) -> None:
-    """Add ``shuffler serve`` and ``shuffler certs`` to the ``uldp`` parser."""
-    pc = subparsers.add_parser("shuffler", help="run the shuffler of shuffle mode")
-    sc = pc.add_subparsers(dest="sub", required=True)
+def _certs_parser(sc: Any) -> None:
     c = sc.add_parser("certs", help="development certificates for a shuffler",
                       description="Sign, with a development CA (e.g. `uldp collector certs "
                       "--admin-out`'s ca.pem/ca.key), the shuffler's server certificate for "
@@ -121,6 +118,13 @@ def register(subparsers: Any) -> None:
                         "--shuffler-name; default uldp-shuffler)")
     c.add_argument("--force", action="store_true", help="replace existing files")
     c.set_defaults(func=_cmd_certs)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``shuffler serve`` and ``shuffler certs`` to the ``uldp`` parser."""
+    pc = subparsers.add_parser("shuffler", help="run the shuffler of shuffle mode")
+    sc = pc.add_subparsers(dest="sub", required=True)
+    _certs_parser(sc)
     s = sc.add_parser(
         "serve", help="serve ShufflerService to devices and forward shuffled batches",
         description="The independent shuffler: authenticates devices with the collector's "
