@@ -24,5 +24,6 @@ def _packages() -> list[str]:
 setup(
     packages=_packages(),
     package_dir=ROOTS,
-    package_data={"uldp.client": ["py.typed", "wire/*.proto"], "uldp.collector": ["py.typed"]},
+    package_data={"uldp.client": ["py.typed", "wire/*.proto"], "uldp.collector": ["py.typed"],
+                  "uldp.collector.http.console": ["static/*"]},
 )

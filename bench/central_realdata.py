@@ -10,7 +10,8 @@ many times with seeded noise (simulation mode) and reports
   same number),
 * the default's RMSE divided by the simple estimator's (targets: <= 1.1 tight, <= 0.5
   wide),
-* the default's interval coverage (with its binomial standard error),
+* the default's interval coverage (with its binomial standard error) and its width over
+  the simple estimator's,
 * the fraction of releases outside the public range, over all estimators (must be 0).
 
 Writes ``bench/results/central_realdata.json`` and the section "Central estimators" of
@@ -137,8 +138,11 @@ def markdown(results: list[dict], meta: dict) -> str:
          f"{100 * math.sqrt(5) / (2 * math.sqrt(meta['reps']['adaptive'])):.1f} %). Where "
          "the default does not narrow, its exact ratio is 1/(1 − 3/64) = 1.049. Coverage: "
          "the fraction of the default's 95 % intervals that contain the mean of user means "
-         "(± its binomial standard error). *outside range*: the largest fraction of releases "
-         "outside the public range over all five estimators.", ""]
+         "(± its binomial standard error); *width / simple*: the mean width of the default's "
+         "interval over the simple estimator's (where the default narrows, its interval "
+         "carries the noisy mass the narrowed range clamps off, issue 17 item 21). *outside "
+         "range*: the largest fraction of releases outside the public range over all five "
+         "estimators.", ""]
     for ds in meta["datasets"]:
         info = meta["datasets"][ds]
         L += [f"### {ds}: {info['description']}", "",
@@ -147,8 +151,9 @@ def markdown(results: list[dict], meta: dict) -> str:
               f"[{info['data_range'][0]:.3g}, {info['data_range'][1]:.3g}]; mean of user "
               f"means {info['truth']:.5f}, pooled mean {info['pooled']:.5f}.", "",
               "| bound | ε | simple | default (adaptive) | PMWM | WME users | HLM | "
-              "default / simple | default coverage | default narrowed | outside range |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "default / simple | default coverage | width / simple | default narrowed | "
+              "outside range |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in results:
             if r["dataset"] != ds:
                 continue
@@ -158,11 +163,13 @@ def markdown(results: list[dict], meta: dict) -> str:
             cov = e["adaptive"]["coverage"]
             se = math.sqrt(cov * (1 - cov) / e["adaptive"]["reps"]) if 0 < cov < 1 else 0.0
             outside = max(v["outside_public_range"] for v in e.values())
+            width = e["adaptive"]["mean_interval_width"] / e["simple"]["mean_interval_width"]
             hlm = f"{e['hlm']['rmse']:.3g}" + ("" if e["hlm"].get("hlm_regime_ok") else " ✗")
             L.append(f"| {r['bound']} | {r['eps']:g} | {e['simple']['rmse']:.3g} | "
                      f"{e['adaptive']['rmse']:.3g} | {e['pmwm']['rmse']:.3g} | "
                      f"{e['wme']['rmse']:.3g} | {hlm} | {ratio:.3f} | "
-                     f"{cov:.3f} ± {se:.3f} | {e['adaptive'].get('narrowed', 0):.2f} | "
+                     f"{cov:.3f} ± {se:.3f} | {width:.2f} | "
+                     f"{e['adaptive'].get('narrowed', 0):.2f} | "
                      f"{outside:g} |")
         L.append("")
     return "\n".join(L) + "\n"

@@ -115,8 +115,12 @@ class Device(PollLoop, ShuffleMode):
                  channel: grpc.Channel | None = None, retry: RetryPolicy | None = None,
                  rng: RandomSource | None = None, durable: bool = True,
                  simulation: bool = False, shuffler: str | Endpoint | None = None,
-                 shuffler_channel: grpc.Channel | None = None) -> None:
-        """``rng``: leave None in production (a fresh OS-keyed source per report). A
+                 shuffler_channel: grpc.Channel | None = None,
+                 attestation: str | Callable[[], str] = "") -> None:
+        """``attestation``: what the app's back end vouches for this install with, for a
+        collector that enrols new identities only with one (a string, or a callable
+        asked once per new identity; protocol §10). ``rng``: leave None in production (a
+        fresh OS-keyed source per report). A
         seeded source is accepted only together with ``simulation=True`` (fleet
         simulations and tests); such a device marks every report ``simulated``.
         ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode).
@@ -143,6 +147,7 @@ class Device(PollLoop, ShuffleMode):
             self.ledger = Ledger(self.state_dir / "ledger.sqlite", budget, durable=durable)
         self.enrollment_secret = enrollment_secret
         self.label = label
+        self.attestation = attestation
         self.retry = retry or RetryPolicy()
         self.simulation = bool(simulation)
         self._rng = rng
@@ -274,7 +279,7 @@ class Device(PollLoop, ShuffleMode):
                                       f"{exc.details()}") from None
         log.warning("the collector no longer accepts this device's token: enrolling anew")
         fresh = device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
-                                         label=self.label)
+                                         label=self.label, attestation=self._attest())
         try:
             return self.enrolled(self._enroll_call(fresh), new_identity=True)
         except grpc.RpcError as exc:
@@ -294,7 +299,12 @@ class Device(PollLoop, ShuffleMode):
             return None
         return device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
                                         label=self.label,
-                                        previous_token=ident["token"] if ident else "")
+                                        previous_token=ident["token"] if ident else "",
+                                        attestation="" if ident else self._attest())
+
+    def _attest(self) -> str:
+        """The app's attestation for a new identity ("" when the app gives none)."""
+        return self.attestation() if callable(self.attestation) else self.attestation
 
     def enrolled(self, resp: device_pb2.EnrollResponse, new_identity: bool = False) -> str:
         """Keep the identity the collector issued (the answer to

@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -178,6 +179,9 @@ def describe_error(exc: BaseException) -> tuple[str, int]:
         return str(exc), exc.exit_code
     if isinstance(exc, grpc.RpcError):
         return describe_rpc_error(exc), 2
+    rpc = getattr(exc, "rpc", None)  # an AnalystError (uldp.collector.analyst)
+    if isinstance(rpc, grpc.RpcError):
+        return describe_rpc_error(rpc), 2
     if isinstance(exc, OSError) and exc.filename is None and exc.strerror is None:
         return str(exc), 2  # raised with a message of our own
     if isinstance(exc, FileNotFoundError):
@@ -225,10 +229,19 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     walk(parser, True)
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: Any = None, line: str | None = None) -> None:
+    """A Python warning as one ``uldp: warning: ...`` line (no source path, no code)."""
+    text = " ".join(str(message).split())
+    print(f"uldp: warning: {text}", file=file or sys.stderr)
+
+
 def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
             after: Callable[[argparse.Namespace, int], None] | None = None) -> int:
-    """Parse ``argv``, run the chosen command, and turn every failure into one line."""
+    """Parse ``argv``, run the chosen command, and turn every failure into one line (and
+    every Python warning into one ``uldp: warning:`` line)."""
     args = parser.parse_args(argv)
+    warnings.showwarning = _warning_line
     debug = bool(getattr(args, "debug", False) or os.environ.get("ULDP_DEBUG"))
     try:
         rc = int(args.func(args) or 0)

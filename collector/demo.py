@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from uldp.client.transport import Endpoint
+from uldp.collector.analyst import Analyst
 from uldp.collector.cliutil import OperatorError
 from uldp.collector.fleet import (
     FleetDataset,
@@ -54,7 +55,6 @@ from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import new_admin_token
-from uldp.collector.service.client import AnalystClient, QueryRequest
 from uldp.collector.shuffler.launch import (
     ShufflePki,
     free_port,
@@ -96,7 +96,7 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
                               "collector", timeout_s)
 
 
-def start_shuffled_collector(work: Path, sp: ShufflePki
+def start_shuffled_collector(work: Path, sp: ShufflePki, extra: list[str] | None = None
                              ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Shuffle mode: a collector on ``sp``'s PKI (its token key file, so the shuffler can
     be given the public half) with its shuffler port on a free port; (process, device
@@ -105,7 +105,7 @@ def start_shuffled_collector(work: Path, sp: ShufflePki
     proc, port = start_collector_process(
         work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
         extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
-               "--shuffler-ca", str(sp.ca)])
+               "--shuffler-ca", str(sp.ca), *(extra or [])])
     return proc, port, intake
 
 
@@ -264,12 +264,15 @@ def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes
     if not admin_file.exists():
         write_private(admin_file, (new_admin_token() + "\n").encode())
     db_url = f"sqlite:///{work / 'collector.db'}"
-    proc, port = start_collector_process(work, db_url, tls)
+    # every simulated device enrols from this one address: no per-address limit
+    # (docs/privacy.md §8; the default takes a 20 000-device demo at once, not more)
+    proc, port = start_collector_process(work, db_url, tls,
+                                         extra=["--enroll-peer-limit", "off"])
     say(f"collector on 127.0.0.1:{port} (TLS), database {work / 'collector.db'}")
     return proc, Endpoint(f"127.0.0.1:{port}", tls / "ca.pem"), admin_file
 
 
-def _create_queries(analyst: AnalystClient, devices: int, epsilon: float, samples: int,
+def _create_queries(analyst: Analyst, devices: int, epsilon: float, samples: int,
                     seed: int | None, say: Callable[..., None], shuffle: bool = False
                     ) -> tuple[list[str], list[FleetDataset], dict[str, int]]:
     """One query per kind of :data:`DEMO_QUERIES`, and the dataset its devices hold."""
@@ -279,13 +282,11 @@ def _create_queries(analyst: AnalystClient, devices: int, epsilon: float, sample
     for i, (kind, dim, dist) in enumerate(DEMO_QUERIES):
         users = len(range(i, devices, k))
         name = f"demo-{kind}"
-        q = analyst.create(QueryRequest(kind=kind, epsilon=epsilon, dataset=name,
-                                        users=users, samples=samples, dim=dim, bound=1.0,
-                                        phase_timeout_s=600.0,
-                                        query_id=f"demo-{kind}-{rng_seed % 100000}",
-                                        params={"shuffle": {"min_batch": DEMO_MIN_BATCH,
-                                                            "delta": 1e-8}}
-                                        if shuffle else None))
+        q = analyst.create(kind, epsilon=epsilon, dataset=name, users=users,
+                           samples=samples, dim=dim, bound=1.0, phase_timeout_s=600.0,
+                           query_id=f"demo-{kind}-{rng_seed % 100000}",
+                           shuffle={"min_batch": DEMO_MIN_BATCH, "delta": 1e-8}
+                           if shuffle else None)
         qids.append(q.query_id)
         per_query[q.query_id] = users
         data = dataset_for_query(kind, dist, samples, dim, 1.0, rng_seed + i)
@@ -307,11 +308,11 @@ def _privacy_table(privacy: dict[str, Any]) -> str:
                    f"{min((c['smallest_batch'] for c in cells), default=0):>14}")
     out.append("central eps: user-level (eps, delta)-DP of each user against the collector, "
                "from amplification by shuffling (Feldman-McMillan-Talwar, numerical bound) "
-               "over the smallest batch of each (phase, group, stage); docs/privacy.md §7")
+               "over the smallest batch of each (phase, group, stage); docs/privacy.md §8")
     return "\n".join(out)
 
 
-def _estimates(analyst: AnalystClient, qids: list[str], datasets: list[FleetDataset],
+def _estimates(analyst: Analyst, qids: list[str], datasets: list[FleetDataset],
                say: Callable[..., None]
                ) -> tuple[list[dict[str, Any]], bool, dict[str, Any]]:
     """One row per estimated coordinate; whether every query finished; the privacy
@@ -321,7 +322,7 @@ def _estimates(analyst: AnalystClient, qids: list[str], datasets: list[FleetData
     ok = True
     for qid, ds in zip(qids, datasets, strict=True):
         final = analyst.wait(qid, timeout_s=600)
-        if final.state != 2:
+        if final.state != "done":
             say(f"query {qid} did not finish: state {final.state} {final.error}")
             ok = False
             continue
@@ -331,7 +332,7 @@ def _estimates(analyst: AnalystClient, qids: list[str], datasets: list[FleetData
             rows.append({"query": qid, "kind": r.kind, "component": j,
                          "truth": float(truth[j]), "estimate": v, "ci_low": lo,
                          "ci_high": hi, "covered": bool(lo <= truth[j] <= hi)})
-        section = json.loads(r.estimate_json or "{}").get("privacy")
+        section = r.estimate.get("privacy")
         if section is not None:
             privacy[qid] = section
     return rows, ok, privacy
@@ -374,7 +375,7 @@ def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
     else:
         proc, ep, admin_file = _start(work, say)
         procs = [proc]
-    analyst = AnalystClient(ep, admin_file.read_text())
+    analyst = Analyst.from_endpoint(ep, admin_file.read_text())
     rc = 0
     try:
         qids, datasets, per_query = _create_queries(analyst, devices, epsilon, samples, seed,

@@ -301,12 +301,19 @@ class Plan:
         method gives the per-component variances; the Laplace term is the exact variance
         of the discrete noise plus the randomized-rounding bound.
         """
+        return float(self.predicted_variance(sample_var, stat_var, stat_mean).sum())
+
+    def predicted_variance(self, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
+                           stat_mean: np.ndarray | None = None) -> np.ndarray:
+        """Predicted variance of every *output* (what :meth:`predicted_mse` sums): the
+        method's per-component variances through the output transform. The analyst
+        console's preview turns it into interval widths before a query runs."""
         sv = None if stat_var is None else np.asarray(stat_var, dtype=np.float64)
         sm = None if stat_mean is None else np.asarray(stat_mean, dtype=np.float64)
         v = self.method.component_variance(self, np.asarray(sample_var, dtype=np.float64), sv,
                                            sm)
         T = self.kind.transform(self.template, self.n_components)
-        return float(v.sum()) if T is None else float(np.sum(np.square(T) @ v))
+        return np.asarray(v if T is None else np.square(T) @ v, dtype=np.float64)
 
 
 def predicted_mse(plan: Plan, sample_var: np.ndarray,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 import grpc
 
@@ -45,7 +46,13 @@ class Recorder(device_pb2_grpc.DeviceServiceServicer):
 
 @contextmanager
 def serve_recorder() -> Iterator[tuple[Recorder, grpc.Channel]]:
-    svc = Recorder()
+    with serve(Recorder()) as (svc, chan):
+        yield svc, chan
+
+
+@contextmanager
+def serve(svc: Any) -> Iterator[tuple[Any, grpc.Channel]]:
+    """A DeviceService servicer on loopback, and a channel to it."""
     server = grpc.server(futures.ThreadPoolExecutor(4))
     device_pb2_grpc.add_DeviceServiceServicer_to_server(svc, server)
     port = server.add_insecure_port("127.0.0.1:0")

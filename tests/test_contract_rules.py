@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -20,7 +19,7 @@ from uldp.client.tasks import TaskSpec
 from uldp.client.transport import RETRYABLE, RetryPolicy, call_with_retry
 from uldp.client.wire import device_pb2, device_pb2_grpc
 
-from .device_recorder import wire_task
+from .device_recorder import serve, wire_task
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = json.loads((ROOT / "conformance/v1/transport.json").read_text())["cases"]
@@ -129,15 +128,8 @@ class _Collector(device_pb2_grpc.DeviceServiceServicer):
 
 @pytest.fixture
 def collector():
-    svc = _Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(2))
-    device_pb2_grpc.add_DeviceServiceServicer_to_server(svc, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    chan = grpc.insecure_channel(f"127.0.0.1:{port}")
-    yield svc, chan
-    chan.close()
-    server.stop(0).wait()
+    with serve(_Collector()) as rec:
+        yield rec
 
 
 def _dev(chan, tmp) -> Device:

@@ -176,7 +176,13 @@ def test_planner_notes_are_data_not_warnings():
 def test_auto_takes_the_risk_of_a_larger_stage_one_only_for_a_larger_gain():
     """``method="auto"`` (docs/algorithms.md, "Choosing a method"): the gain two-stage must
     promise grows with the stage-I share it needs, as the loss it risks on spread users."""
-    from uldp.collector.methods.auto import KAPPA, MAX_STAGE1_SHARE, STAGE1_TARGET, required_gain
+    from uldp.collector.methods.auto import (
+        KAPPA,
+        MAX_STAGE1_SHARE,
+        MIN_SIZED_SHARE,
+        STAGE1_TARGET,
+        required_gain,
+    )
     from uldp.collector.planner import QuerySpec, compile_query
 
     assert required_gain(0.05) == required_gain(1 / 6) == KAPPA
@@ -194,8 +200,10 @@ def test_auto_takes_the_risk_of_a_larger_stage_one_only_for_a_larger_gain():
     assert plan.spec.stage1_share == pytest.approx(STAGE1_TARGET / (4000 * 0.5**2))
     ratio = plan.auto["ssl_noise_mse"] / plan.auto["two_stage_noise_mse"]
     assert ratio >= required_gain(plan.spec.stage1_share)
-    # a strong stage I is small: the share falls to its floor
-    assert auto(4000, 1000, 8.0).spec.stage1_share == pytest.approx(0.05)
+    # a strong stage I is small: two-stage-sized, its share at its floor
+    strong = auto(4000, 1000, 8.0)
+    assert strong.spec.method == "two-stage-sized"
+    assert strong.spec.stage1_share == pytest.approx(MIN_SIZED_SHARE)
     # even half of the users cannot make stage I reliable: SSL
     weak = auto(1000, 1000, 0.5)
     assert weak.spec.method == "ssl" and weak.auto["two_stage_noise_mse"] is None

@@ -1,6 +1,6 @@
 /** Every conformance vector of conformance/v1, byte-exact (node:test). */
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { f64FromHex, KINDS } from "../src/core/index.js";
@@ -9,6 +9,11 @@ import { checkTaskCase } from "./vectors/tasks.js";
 import { Mismatch } from "./vectors/util.js";
 
 export const VECTOR_DIR = fileURLToPath(new URL("../../../conformance/v1/", import.meta.url));
+
+test("the runner knows every vector file of conformance/v1 (a new file is never skipped)", () => {
+  const files = readdirSync(VECTOR_DIR).filter((f) => f.endsWith(".json")).map((f) => f.slice(0, -5)).sort();
+  assert.deepEqual(files.filter((f) => !(FILE_NAMES as readonly string[]).includes(f)), []);
+});
 
 for (const name of FILE_NAMES) {
   test(`conformance/v1/${name}.json`, async () => {

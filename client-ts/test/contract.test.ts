@@ -7,7 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { RandomSource, Status, taskDigest } from "../src/core/index.js";
+import { RandomSource, Status } from "../src/core/index.js";
+import { sslMeanTask as task } from "./fixtures.js";
 import { Device, type DeviceTransportLike, EnrollmentError, type ReportMessage, type TaskMessage } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
 
@@ -44,13 +45,6 @@ class Collector implements DeviceTransportLike {
   }
 }
 
-function task(queryId: string): TaskMessage {
-  const text = JSON.stringify({ bins: [], bound: 1.0, components: [0], dim: 1, eps_c: 1.5, epsilon: 1.5, extra: {},
-    frame_kind: "gaussian", frame_seed: 0, intervals: [[-1.0, 1.0]], kashin_delta: 0.5, kashin_level: 4.5, kind: "mean",
-    m_ref: 1, method: "ssl", query_id: queryId, schema: "uldp.task/2", stage: 0, stat_bound: null, virtual_eps: [],
-    virtual_groups: [], virtual_offset: 0 });
-  return { query_id: queryId, phase: 1, dataset: "data", task_json: text, task_digest: taskDigest(text), report_length: 1 };
-}
 
 async function device(c: Collector): Promise<Device> {
   const d = await Device.open({ transport: c, store: new MemoryStore(), budget: 10, simulation: { rng: RandomSource.seeded(3) } });

@@ -20,8 +20,8 @@ class Fake implements DeviceTransportLike {
   tasks: TaskMessage[] = [];
   submitErrors: number[] = []; // status codes to throw on the next submits
   tokens = 0;
-  enrollReqs: { previousToken?: string }[] = [];
-  async enroll(req: { previousToken?: string }) {
+  enrollReqs: { previousToken?: string; attestation?: string }[] = [];
+  async enroll(req: { previousToken?: string; attestation?: string }) {
     this.calls.push("Enroll");
     this.enrollReqs.push(req);
     return { device_id: "d-1", token: `tok-${++this.tokens}`, expires_at_ms: String(Date.now() + 86_400_000) };
@@ -213,4 +213,17 @@ test("two Devices over one store (two tabs): the budget holds, one report per qu
     assert.deepEqual([...ra.submitted, ...rb.submitted].filter((q) => q !== [...sent.keys()][0]), []);
     assert.equal((await store.load()).length, 1);
   }
+});
+
+test("the app's attestation goes with a new identity only, asked once per enrolment", async () => {
+  const fake = new Fake();
+  let asked = 0;
+  const d = await Device.open({ transport: fake, store: new MemoryStore(), budget: 10,
+    attestation: async () => `att-${++asked}` });
+  await d.enroll();
+  await d.enroll(true); // a renewal: the previous token, no attestation
+  assert.equal(asked, 1);
+  assert.deepEqual(fake.enrollReqs.map((r) => [r.previousToken, r.attestation]), [["", "att-1"], ["tok-1", ""]]);
+  const plain = await Device.open({ transport: new Fake(), store: new MemoryStore(), budget: 10, attestation: "fixed" });
+  await plain.enroll();
 });

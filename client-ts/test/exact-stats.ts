@@ -1,7 +1,7 @@
 /**
- * Test helpers for the report mechanisms (no test of their own): a chi-square goodness-of-fit
- * check of sampled frequencies against exact probabilities, and certified bounds of e^x in
- * exact rationals.
+ * Test helpers of the audits (no test of their own): a chi-square goodness-of-fit check of
+ * sampled frequencies against exact probabilities, certified bounds of e^x in exact
+ * rationals, and a small deterministic PRNG for datasets.
  */
 import { EPS_DENOMINATOR, Ratio } from "../src/core/index.js";
 

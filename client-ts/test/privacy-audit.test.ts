@@ -14,21 +14,10 @@ import {
   stage1LogLikelihood, stage1Report, stage2LogLikelihood, stage2Report, alg1Params,
   type Alg1Params, type Interval,
 } from "../src/core/index.js";
+import { mulberry32 } from "./exact-stats.js";
 
 const TOL = 1e-9;
 const FAR = 3n * (1n << 18n);
-
-/** A small deterministic PRNG for the datasets (not for noise). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function randomStats(k: number, rand: () => number): number[] {
   const scale = [0.5, 1.0, 50.0][Math.floor(rand() * 3)];

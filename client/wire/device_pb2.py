@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14uldp/v1/device.proto\x12\x07uldp.v1\"Q\n\rEnrollRequest\x12\x19\n\x11\x65nrollment_secret\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x16\n\x0eprevious_token\x18\x03 \x01(\t\"I\n\x0e\x45nrollResponse\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x15\n\rexpires_at_ms\x18\x03 \x01(\x03\"5\n\x0fGetTasksRequest\x12\x10\n\x08\x64\x61tasets\x18\x01 \x03(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\"\xc1\x01\n\x04Task\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\r\n\x05group\x18\x03 \x01(\r\x12\r\n\x05stage\x18\x04 \x01(\r\x12\x0f\n\x07\x64\x61taset\x18\x05 \x01(\t\x12\x11\n\ttask_json\x18\x06 \x01(\t\x12\x15\n\rreport_length\x18\x07 \x01(\r\x12\x13\n\x0btask_digest\x18\x08 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\t \x01(\x03\x12\x15\n\rmax_abs_value\x18\n \x01(\x03\"4\n\x11WaitingAssignment\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\"u\n\x10GetTasksResponse\x12\x1c\n\x05tasks\x18\x01 \x03(\x0b\x32\r.uldp.v1.Task\x12+\n\x07waiting\x18\x02 \x03(\x0b\x32\x1a.uldp.v1.WaitingAssignment\x12\x16\n\x0eretry_after_ms\x18\x03 \x01(\r\"w\n\x06Report\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\x0e\n\x06values\x18\x03 \x03(\x12\x12\x13\n\x0btask_digest\x18\x04 \x01(\t\x12\x14\n\x0c\x64\x65vice_token\x18\x05 \x01(\t\x12\x11\n\tsimulated\x18\x06 \x01(\x08\"6\n\x13SubmitReportRequest\x12\x1f\n\x06report\x18\x01 \x01(\x0b\x32\x0f.uldp.v1.Report\"A\n\x14SubmitReportResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x16\n\x0ereceived_at_ms\x18\x02 \x01(\x03\"<\n\x18SubmitReportBatchRequest\x12 \n\x07reports\x18\x01 \x03(\x0b\x32\x0f.uldp.v1.Report\"@\n\x0cReportResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"C\n\x19SubmitReportBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.uldp.v1.ReportResult\">\n\x12\x45nrollBatchRequest\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.uldp.v1.EnrollRequest\"Z\n\x0c\x45nrollResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12+\n\nenrollment\x18\x03 \x01(\x0b\x32\x17.uldp.v1.EnrollResponse\"=\n\x13\x45nrollBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.uldp.v1.EnrollResult\"O\n\x0cGetTasksItem\x12\x14\n\x0c\x64\x65vice_token\x18\x01 \x01(\t\x12)\n\x07request\x18\x02 \x01(\x0b\x32\x18.uldp.v1.GetTasksRequest\"<\n\x14GetTasksBatchRequest\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.uldp.v1.GetTasksItem\"\\\n\x0eGetTasksResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12+\n\x08response\x18\x03 \x01(\x0b\x32\x19.uldp.v1.GetTasksResponse\"A\n\x15GetTasksBatchResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.uldp.v1.GetTasksResult2\xce\x03\n\rDeviceService\x12\x39\n\x06\x45nroll\x12\x16.uldp.v1.EnrollRequest\x1a\x17.uldp.v1.EnrollResponse\x12?\n\x08GetTasks\x12\x18.uldp.v1.GetTasksRequest\x1a\x19.uldp.v1.GetTasksResponse\x12K\n\x0cSubmitReport\x12\x1c.uldp.v1.SubmitReportRequest\x1a\x1d.uldp.v1.SubmitReportResponse\x12Z\n\x11SubmitReportBatch\x12!.uldp.v1.SubmitReportBatchRequest\x1a\".uldp.v1.SubmitReportBatchResponse\x12H\n\x0b\x45nrollBatch\x12\x1b.uldp.v1.EnrollBatchRequest\x1a\x1c.uldp.v1.EnrollBatchResponse\x12N\n\rGetTasksBatch\x12\x1d.uldp.v1.GetTasksBatchRequest\x1a\x1e.uldp.v1.GetTasksBatchResponseB;\n\x0borg.uldp.v1P\x01Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14uldp/v1/device.proto\x12\x07uldp.v1\"f\n\rEnrollRequest\x12\x19\n\x11\x65nrollment_secret\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\x12\x16\n\x0eprevious_token\x18\x03 \x01(\t\x12\x13\n\x0b\x61ttestation\x18\x04 \x01(\t\"I\n\x0e\x45nrollResponse\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12\x15\n\rexpires_at_ms\x18\x03 \x01(\x03\"5\n\x0fGetTasksRequest\x12\x10\n\x08\x64\x61tasets\x18\x01 \x03(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\"\xc1\x01\n\x04Task\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\r\n\x05group\x18\x03 \x01(\r\x12\r\n\x05stage\x18\x04 \x01(\r\x12\x0f\n\x07\x64\x61taset\x18\x05 \x01(\t\x12\x11\n\ttask_json\x18\x06 \x01(\t\x12\x15\n\rreport_length\x18\x07 \x01(\r\x12\x13\n\x0btask_digest\x18\x08 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\t \x01(\x03\x12\x15\n\rmax_abs_value\x18\n \x01(\x03\"4\n\x11WaitingAssignment\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\"u\n\x10GetTasksResponse\x12\x1c\n\x05tasks\x18\x01 \x03(\x0b\x32\r.uldp.v1.Task\x12+\n\x07waiting\x18\x02 \x03(\x0b\x32\x1a.uldp.v1.WaitingAssignment\x12\x16\n\x0eretry_after_ms\x18\x03 \x01(\r\"w\n\x06Report\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\x0e\n\x06values\x18\x03 \x03(\x12\x12\x13\n\x0btask_digest\x18\x04 \x01(\t\x12\x14\n\x0c\x64\x65vice_token\x18\x05 \x01(\t\x12\x11\n\tsimulated\x18\x06 \x01(\x08\"6\n\x13SubmitReportRequest\x12\x1f\n\x06report\x18\x01 \x01(\x0b\x32\x0f.uldp.v1.Report\"A\n\x14SubmitReportResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x16\n\x0ereceived_at_ms\x18\x02 \x01(\x03\"<\n\x18SubmitReportBatchRequest\x12 \n\x07reports\x18\x01 \x03(\x0b\x32\x0f.uldp.v1.Report\"@\n\x0cReportResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"C\n\x19SubmitReportBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.uldp.v1.ReportResult\">\n\x12\x45nrollBatchRequest\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.uldp.v1.EnrollRequest\"Z\n\x0c\x45nrollResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12+\n\nenrollment\x18\x03 \x01(\x0b\x32\x17.uldp.v1.EnrollResponse\"=\n\x13\x45nrollBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.uldp.v1.EnrollResult\"O\n\x0cGetTasksItem\x12\x14\n\x0c\x64\x65vice_token\x18\x01 \x01(\t\x12)\n\x07request\x18\x02 \x01(\x0b\x32\x18.uldp.v1.GetTasksRequest\"<\n\x14GetTasksBatchRequest\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.uldp.v1.GetTasksItem\"\\\n\x0eGetTasksResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12+\n\x08response\x18\x03 \x01(\x0b\x32\x19.uldp.v1.GetTasksResponse\"A\n\x15GetTasksBatchResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.uldp.v1.GetTasksResult2\xce\x03\n\rDeviceService\x12\x39\n\x06\x45nroll\x12\x16.uldp.v1.EnrollRequest\x1a\x17.uldp.v1.EnrollResponse\x12?\n\x08GetTasks\x12\x18.uldp.v1.GetTasksRequest\x1a\x19.uldp.v1.GetTasksResponse\x12K\n\x0cSubmitReport\x12\x1c.uldp.v1.SubmitReportRequest\x1a\x1d.uldp.v1.SubmitReportResponse\x12Z\n\x11SubmitReportBatch\x12!.uldp.v1.SubmitReportBatchRequest\x1a\".uldp.v1.SubmitReportBatchResponse\x12H\n\x0b\x45nrollBatch\x12\x1b.uldp.v1.EnrollBatchRequest\x1a\x1c.uldp.v1.EnrollBatchResponse\x12N\n\rGetTasksBatch\x12\x1d.uldp.v1.GetTasksBatchRequest\x1a\x1e.uldp.v1.GetTasksBatchResponseB;\n\x0borg.uldp.v1P\x01Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,43 +34,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\013org.uldp.v1P\001Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1'
   _globals['_ENROLLREQUEST']._serialized_start=33
-  _globals['_ENROLLREQUEST']._serialized_end=114
-  _globals['_ENROLLRESPONSE']._serialized_start=116
-  _globals['_ENROLLRESPONSE']._serialized_end=189
-  _globals['_GETTASKSREQUEST']._serialized_start=191
-  _globals['_GETTASKSREQUEST']._serialized_end=244
-  _globals['_TASK']._serialized_start=247
-  _globals['_TASK']._serialized_end=440
-  _globals['_WAITINGASSIGNMENT']._serialized_start=442
-  _globals['_WAITINGASSIGNMENT']._serialized_end=494
-  _globals['_GETTASKSRESPONSE']._serialized_start=496
-  _globals['_GETTASKSRESPONSE']._serialized_end=613
-  _globals['_REPORT']._serialized_start=615
-  _globals['_REPORT']._serialized_end=734
-  _globals['_SUBMITREPORTREQUEST']._serialized_start=736
-  _globals['_SUBMITREPORTREQUEST']._serialized_end=790
-  _globals['_SUBMITREPORTRESPONSE']._serialized_start=792
-  _globals['_SUBMITREPORTRESPONSE']._serialized_end=857
-  _globals['_SUBMITREPORTBATCHREQUEST']._serialized_start=859
-  _globals['_SUBMITREPORTBATCHREQUEST']._serialized_end=919
-  _globals['_REPORTRESULT']._serialized_start=921
-  _globals['_REPORTRESULT']._serialized_end=985
-  _globals['_SUBMITREPORTBATCHRESPONSE']._serialized_start=987
-  _globals['_SUBMITREPORTBATCHRESPONSE']._serialized_end=1054
-  _globals['_ENROLLBATCHREQUEST']._serialized_start=1056
-  _globals['_ENROLLBATCHREQUEST']._serialized_end=1118
-  _globals['_ENROLLRESULT']._serialized_start=1120
-  _globals['_ENROLLRESULT']._serialized_end=1210
-  _globals['_ENROLLBATCHRESPONSE']._serialized_start=1212
-  _globals['_ENROLLBATCHRESPONSE']._serialized_end=1273
-  _globals['_GETTASKSITEM']._serialized_start=1275
-  _globals['_GETTASKSITEM']._serialized_end=1354
-  _globals['_GETTASKSBATCHREQUEST']._serialized_start=1356
-  _globals['_GETTASKSBATCHREQUEST']._serialized_end=1416
-  _globals['_GETTASKSRESULT']._serialized_start=1418
-  _globals['_GETTASKSRESULT']._serialized_end=1510
-  _globals['_GETTASKSBATCHRESPONSE']._serialized_start=1512
-  _globals['_GETTASKSBATCHRESPONSE']._serialized_end=1577
-  _globals['_DEVICESERVICE']._serialized_start=1580
-  _globals['_DEVICESERVICE']._serialized_end=2042
+  _globals['_ENROLLREQUEST']._serialized_end=135
+  _globals['_ENROLLRESPONSE']._serialized_start=137
+  _globals['_ENROLLRESPONSE']._serialized_end=210
+  _globals['_GETTASKSREQUEST']._serialized_start=212
+  _globals['_GETTASKSREQUEST']._serialized_end=265
+  _globals['_TASK']._serialized_start=268
+  _globals['_TASK']._serialized_end=461
+  _globals['_WAITINGASSIGNMENT']._serialized_start=463
+  _globals['_WAITINGASSIGNMENT']._serialized_end=515
+  _globals['_GETTASKSRESPONSE']._serialized_start=517
+  _globals['_GETTASKSRESPONSE']._serialized_end=634
+  _globals['_REPORT']._serialized_start=636
+  _globals['_REPORT']._serialized_end=755
+  _globals['_SUBMITREPORTREQUEST']._serialized_start=757
+  _globals['_SUBMITREPORTREQUEST']._serialized_end=811
+  _globals['_SUBMITREPORTRESPONSE']._serialized_start=813
+  _globals['_SUBMITREPORTRESPONSE']._serialized_end=878
+  _globals['_SUBMITREPORTBATCHREQUEST']._serialized_start=880
+  _globals['_SUBMITREPORTBATCHREQUEST']._serialized_end=940
+  _globals['_REPORTRESULT']._serialized_start=942
+  _globals['_REPORTRESULT']._serialized_end=1006
+  _globals['_SUBMITREPORTBATCHRESPONSE']._serialized_start=1008
+  _globals['_SUBMITREPORTBATCHRESPONSE']._serialized_end=1075
+  _globals['_ENROLLBATCHREQUEST']._serialized_start=1077
+  _globals['_ENROLLBATCHREQUEST']._serialized_end=1139
+  _globals['_ENROLLRESULT']._serialized_start=1141
+  _globals['_ENROLLRESULT']._serialized_end=1231
+  _globals['_ENROLLBATCHRESPONSE']._serialized_start=1233
+  _globals['_ENROLLBATCHRESPONSE']._serialized_end=1294
+  _globals['_GETTASKSITEM']._serialized_start=1296
+  _globals['_GETTASKSITEM']._serialized_end=1375
+  _globals['_GETTASKSBATCHREQUEST']._serialized_start=1377
+  _globals['_GETTASKSBATCHREQUEST']._serialized_end=1437
+  _globals['_GETTASKSRESULT']._serialized_start=1439
+  _globals['_GETTASKSRESULT']._serialized_end=1531
+  _globals['_GETTASKSBATCHRESPONSE']._serialized_start=1533
+  _globals['_GETTASKSBATCHRESPONSE']._serialized_end=1598
+  _globals['_DEVICESERVICE']._serialized_start=1601
+  _globals['_DEVICESERVICE']._serialized_end=2063
 # @@protoc_insertion_point(module_scope)

@@ -8,14 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EnrollRequest(_message.Message):
-    __slots__ = ("enrollment_secret", "label", "previous_token")
+    __slots__ = ("enrollment_secret", "label", "previous_token", "attestation")
     ENROLLMENT_SECRET_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ATTESTATION_FIELD_NUMBER: _ClassVar[int]
     enrollment_secret: str
     label: str
     previous_token: str
-    def __init__(self, enrollment_secret: _Optional[str] = ..., label: _Optional[str] = ..., previous_token: _Optional[str] = ...) -> None: ...
+    attestation: str
+    def __init__(self, enrollment_secret: _Optional[str] = ..., label: _Optional[str] = ..., previous_token: _Optional[str] = ..., attestation: _Optional[str] = ...) -> None: ...
 
 class EnrollResponse(_message.Message):
     __slots__ = ("device_id", "token", "expires_at_ms")

@@ -73,13 +73,28 @@ class DeviceServiceServicer:
     def Enroll(self, request, context):
         """Registers a device and returns its token. No authorization metadata needed.
         Checks, in order:
+        RESOURCE_EXHAUSTED the network address the call comes from has used up its
+        enrolment rate limit (--enroll-peer-limit; every Enroll and every
+        EnrollBatch item counts, renewals too): "enrolment rate limit of
+        this network address reached (...); retry in <n> s";
         UNAUTHENTICATED  the collector requires an enrollment secret (started with
         --enrollment-secret-file) and enrollment_secret differs from it
         ("wrong or missing enrollment secret");
         UNAUTHENTICATED  previous_token is given and not genuine ("previous token
         rejected: ..."), or it expired more than the grace period
         (90 days) ago ("previous token expired too long ago"). An expired
-        previous token within the grace period is accepted.
+        previous token within the grace period is accepted: the device
+        keeps its identity, and nothing below applies;
+        UNAUTHENTICATED  a new identity, on a collector that verifies app attestations
+        (--attestation-key-file): attestation is missing ("this collector
+        enrols new devices only with an app attestation ...") or not
+        genuine, expired or malformed ("attestation rejected: ...");
+        RESOURCE_EXHAUSTED a new identity whose credential (the attested subject, or the
+        enrollment secret when attestations are not verified) has used up
+        its enrolment rate limit (--enroll-credential-limit): "enrolment
+        rate limit of this credential reached (...); retry in <n> s".
+        A refused enrolment changes nothing. The limits and the threat they answer (Sybil
+        identities) are in docs/privacy.md.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -130,9 +145,12 @@ class DeviceServiceServicer:
         EnrollRequest (its enrollment_secret, label and previous_token) and gets its own
         EnrollResult: code 0 with the EnrollResponse, or the code and message Enroll would
         have answered for it (UNAUTHENTICATED: wrong or missing enrollment secret, previous
-        token rejected, or expired too long ago). Refused items change nothing; the others
-        are enrolled as by Enroll. The call fails as a whole only with INVALID_ARGUMENT (more
-        than 10 000 items) or the codes every RPC can return.
+        token rejected or expired too long ago, attestation missing or rejected;
+        RESOURCE_EXHAUSTED: the item's credential used up its rate limit). Refused items
+        change nothing; the others are enrolled as by Enroll. The call fails as a whole
+        only with INVALID_ARGUMENT (more than 10 000 items), RESOURCE_EXHAUSTED (the
+        network address's enrolment rate limit cannot take every item of the call; nothing
+        happened) or the codes every RPC can return.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -211,10 +211,19 @@ def _release_pmwm(args: argparse.Namespace, users: np.ndarray, values: np.ndarra
 
 
 def _release_sa(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
-    from uldp.collector.central.subsample_aggregate import subsample_and_aggregate
+    """Subsample-and-aggregate; ``--lo/--hi`` are the PMWM aggregator's public range (its
+    walk starts there and its quantiles are clamped into it), as for ``--method pmwm``."""
+    from uldp.collector.central.pmwm import PMWMParams
+    from uldp.collector.central.subsample_aggregate import SAParams, subsample_and_aggregate
 
+    rng = _public_range(args, args.method, required=False)
+    if rng is None:
+        print("uldp: note: --method sa without --lo/--hi: the aggregator's walk starts from "
+              "[-50, 50]; give the public range of a group's statistic", file=sys.stderr)
+    params = None if rng is None else SAParams(
+        pmwm=PMWMParams(lower=rng[0], upper=rng[1], hard_bounds=rng))
     return subsample_and_aggregate(users, values, args.statistic, epsilon=args.epsilon,
-                                   rng=_rng(args))
+                                   params=params, rng=_rng(args))
 
 
 def _release_wme(args: argparse.Namespace, users: np.ndarray, values: np.ndarray) -> Any:
@@ -393,7 +402,7 @@ def _column_list(text: str) -> list[str]:
 def _range_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lo", type=float, default=None,
                    help="public lower bound of one value (e.g. the bottom of a rating scale; "
-                        "never computed from the data)")
+                        "never computed from the data; sa: of a group's statistic)")
     p.add_argument("--hi", type=float, default=None, help="public upper bound of one value")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="the interval has coverage 1 - alpha (adaptive, simple)")

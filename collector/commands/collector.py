@@ -1,4 +1,5 @@
-"""``uldp collector serve|certs|health|wait``: the collector process and its probes."""
+"""``uldp collector serve|certs|health|wait|attestation-key|attest``: the collector
+process, its probes, and the app attestation key (docs/privacy.md, "Sybil identities")."""
 
 from __future__ import annotations
 
@@ -65,6 +66,55 @@ def _cmd_certs(a: argparse.Namespace) -> int:
               admins[1]):
         print(p)
     return 0
+
+
+def _cmd_attestation_key(a: argparse.Namespace) -> int:
+    from uldp.collector.security.attestation import new_attestation_key
+    from uldp.collector.security.files import write_private
+
+    out = Path(a.out)
+    if not out.parent.is_dir():
+        raise OperatorError(f"--out {out}: directory {out.parent} does not exist")
+    if out.exists() and not a.force:
+        raise OperatorError(f"--out {out}: exists; give --force to replace the key (every "
+                            "attestation issued with the old one stops working)")
+    write_private(out, (new_attestation_key() + "\n").encode())
+    print(f"wrote an attestation key to {out} (give it to the collectors as "
+          "--attestation-key-file and to the app's back end; keep it secret)")
+    return 0
+
+
+def _cmd_attest(a: argparse.Namespace) -> int:
+    from uldp.collector.security.attestation import HmacAttestation
+
+    try:
+        att = HmacAttestation.from_file(a.key_file).issue(a.subject, a.ttl)
+    except OSError as exc:
+        raise OperatorError(f"--key-file {a.key_file}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise OperatorError(f"--key-file/--subject: {exc}") from None
+    print(att)
+    return 0
+
+
+def _attestation_parsers(sc: Any) -> None:
+    s = sc.add_parser("attestation-key", help="write a key for app attestations",
+                      description="Write a fresh HMAC key (0600) that the app's back end "
+                      "signs enrolment attestations with and collectors started with "
+                      "--attestation-key-file verify (docs/privacy.md).")
+    s.add_argument("--out", required=True, help="the key file to write")
+    s.add_argument("--force", action="store_true", help="replace an existing key")
+    s.set_defaults(func=_cmd_attestation_key)
+    s = sc.add_parser("attest", help="issue an app attestation (what the app's back end "
+                      "does)", description="Print an attestation for --subject signed with "
+                      "the key in --key-file (format: proto/uldp/v1/device.proto, "
+                      "EnrollRequest.attestation).")
+    s.add_argument("--key-file", required=True, help="the attestation key")
+    s.add_argument("--subject", required=True,
+                   help="the app user or install vouched for (1..128 characters)")
+    s.add_argument("--ttl", type=positive_float, default=600.0,
+                   help="seconds the attestation stays valid (default 600, at most 86400)")
+    s.set_defaults(func=_cmd_attest)
 
 
 def _cmd_health(a: argparse.Namespace) -> int:
@@ -183,3 +233,4 @@ def register(subparsers: Any) -> None:
     s.add_argument("--db", default=env("ULDP_DB", "uldp-collector.db"),
                    help="the collector's database (its key, when there is no key file)")
     s.set_defaults(func=_cmd_token_public_key)
+    _attestation_parsers(sc)

@@ -8,7 +8,6 @@ Connection flags of the client commands fall back to environment variables:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -20,18 +19,9 @@ quiet_grpc_logs()  # before gRPC's C core starts: no C-core log lines on the ter
 
 import grpc  # noqa: E402
 
-from uldp.client.wire import common_pb2  # noqa: E402
-
-__all__ = ["PSTATE", "STATE", "analyst", "conn_endpoint", "conn_flags", "endpoint", "env",
-           "fail", "health_check", "preflight", "progress_line", "query_dict",
-           "readable_file", "table", "unused_admin_flag"]
-
-STATE = {common_pb2.QUERY_STATE_RUNNING: "running", common_pb2.QUERY_STATE_DONE: "done",
-         common_pb2.QUERY_STATE_CANCELLED: "cancelled", common_pb2.QUERY_STATE_FAILED: "failed",
-         0: "?"}
-PSTATE = {common_pb2.PHASE_STATE_PENDING: "pending", common_pb2.PHASE_STATE_OPEN: "open",
-          common_pb2.PHASE_STATE_CLOSING: "closing", common_pb2.PHASE_STATE_CLOSED: "closed",
-          0: "?"}
+__all__ = ["analyst", "conn_endpoint", "conn_flags", "endpoint", "env", "fail",
+           "health_check", "preflight", "progress_line", "readable_file", "table",
+           "unused_admin_flag"]
 
 
 def env(name: str, default: str | None = None) -> str | None:
@@ -64,13 +54,15 @@ def unused_admin_flag(p: argparse.ArgumentParser) -> None:
 
 
 def analyst(a: argparse.Namespace) -> Any:
-    from uldp.collector.service.client import AnalystClient
+    """The :class:`uldp.collector.analyst.Analyst` of the connection flags (every file
+    checked first, each mistake one line naming its flag)."""
+    from uldp.collector.analyst import Analyst
 
     ep = conn_endpoint(a)
     readable_file(Path(a.admin_token_file), "--admin-token-file",
                    "`uldp collector certs` writes admin.token next to the CA")
     try:
-        return AnalystClient(ep, Path(a.admin_token_file).read_text())
+        return Analyst.from_endpoint(ep, Path(a.admin_token_file).read_text())
     except ValueError as exc:
         raise OperatorError(f"--admin-token-file {a.admin_token_file}: {exc}") from None
 
@@ -138,21 +130,6 @@ def preflight(ep: Any, target: str, timeout: float = 10.0) -> None:
                             f"({health_pb2.HealthCheckResponse.ServingStatus.Name(status)})")
 
 
-def query_dict(q: Any) -> dict[str, Any]:
-    return {
-        "query_id": q.query_id, "kind": q.kind, "dataset": q.dataset, "epsilon": q.epsilon,
-        "state": STATE.get(q.state, "?"), "current_phase": q.current_phase,
-        "assigned": q.assigned, "target_users": q.target_users,
-        "phases": [{"index": p.index, "state": PSTATE.get(p.state, "?"), "quota": p.quota,
-                    "received": p.received, "deadline_ms": p.deadline_ms,
-                    "published": json.loads(p.published_json) if p.published_json else None}
-                   for p in q.phases],
-        "created_at_ms": q.created_at_ms, "finished_at_ms": q.finished_at_ms,
-        "spec": json.loads(q.spec_json) if q.spec_json else None, "error": q.error,
-        "allow_simulated": q.allow_simulated,
-    }
-
-
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
@@ -162,16 +139,18 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def progress_line(q: Any) -> str:
+    """One line of a query's progress (a :class:`uldp.collector.analyst.Query`)."""
     parts = []
     for p in q.phases:
-        frac = p.received / p.quota if p.quota else 0.0
-        bar = "#" * int(20 * min(frac, 1.0))
-        parts.append(f"phase {p.index} {PSTATE.get(p.state, '?'):7s} [{bar:<20}] "
-                     f"{p.received}/{p.quota}")
-    return f"{q.query_id} {STATE.get(q.state, '?'):9s} assigned {q.assigned}/" \
+        bar = "#" * int(20 * p.fraction)
+        parts.append(f"phase {p.index} {p.state:7s} [{bar:<20}] {p.received}/{p.quota}")
+    return f"{q.query_id} {q.state:9s} assigned {q.assigned}/" \
            f"{q.target_users}  " + "  ".join(parts)
 
 
-def fail(exc: grpc.RpcError) -> int:
-    print(f"uldp: error: {describe_rpc_error(exc)}", file=sys.stderr)
+def fail(exc: Any) -> int:
+    """Print one line for a failed call (a ``grpc.RpcError`` or an ``AnalystError``)."""
+    rpc = getattr(exc, "rpc", exc)
+    text = describe_rpc_error(rpc) if rpc is not None else f"{exc.code}: {exc.message}"
+    print(f"uldp: error: {text}", file=sys.stderr)
     return 2

@@ -32,12 +32,9 @@ def _population(a: argparse.Namespace, ep: Any) -> tuple[str, Any]:
     if a.query:
         if not a.admin_token_file:
             raise OperatorError("--query needs --admin-token-file to read the query")
-        c = analyst(a)
-        try:
+        with analyst(a) as c:
             q = c.get(a.query)
-        finally:
-            c.close()
-        spec = json.loads(q.spec_json)
+        spec = q.spec
         kind, samples, dim, bound, dataset = (spec["kind"], spec["samples"], spec["dim"],
                                               spec["bound"], q.dataset)
         moment_p = spec.get("moment_p")

@@ -1,4 +1,9 @@
-"""``uldp query create|list|status|result|cancel``: the analyst's commands."""
+"""``uldp query create|list|status|result|cancel``: the analyst's commands.
+
+Built on :class:`uldp.collector.analyst.Analyst` (one client for Python and the shell);
+``--json`` prints the same records the Python API returns (``Query.to_dict``,
+``Result.to_dict``).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,7 @@ import json
 import sys
 from typing import Any
 
-import grpc
-
-from uldp.client.wire import common_pb2
+from uldp.collector.analyst import AnalystError
 from uldp.collector.cliutil import (
     OperatorError,
     add_method_flag,
@@ -17,15 +20,7 @@ from uldp.collector.cliutil import (
     positive_float,
     positive_int,
 )
-from uldp.collector.commands.common import (
-    STATE,
-    analyst,
-    conn_flags,
-    fail,
-    progress_line,
-    query_dict,
-    table,
-)
+from uldp.collector.commands.common import analyst, conn_flags, fail, progress_line, table
 
 __all__ = ["register"]
 
@@ -47,36 +42,34 @@ def _shape_flags(a: argparse.Namespace) -> tuple[float, int]:
     return bound, 1 if a.dim is None else a.dim
 
 
-def _cmd_query_create(a: argparse.Namespace) -> int:
-    from uldp.collector.service.client import QueryRequest
-
+def _create_kwargs(a: argparse.Namespace) -> dict[str, Any]:
     bound, dim = _shape_flags(a)
-    params: dict[str, Any] = {}
-    for k in ("moment_p", "moment_m", "frame_kind", "mode", "confidence"):
-        v = getattr(a, k)
-        if v is not None:
-            params[k] = v
+    kw: dict[str, Any] = {k: getattr(a, k) for k in ("moment_p", "moment_m", "frame_kind",
+                                                      "mode", "confidence")
+                          if getattr(a, k) is not None}
     if a.shuffle_min_batch is not None or a.shuffle_delta is not None:
-        params["shuffle"] = {k: v for k, v in (("min_batch", a.shuffle_min_batch),
-                                               ("delta", a.shuffle_delta)) if v is not None}
+        kw["shuffle"] = {k: v for k, v in (("min_batch", a.shuffle_min_batch),
+                                           ("delta", a.shuffle_delta)) if v is not None}
     if a.extra is not None:
         try:
-            params["extra"] = json.loads(a.extra)
+            kw["extra"] = json.loads(a.extra)
         except json.JSONDecodeError as exc:
             raise ValueError(f"--extra is not JSON: {exc}") from None
-    req = QueryRequest(kind=a.kind, epsilon=a.epsilon, dataset=a.dataset, users=a.users,
-                       samples=a.samples, dim=dim, bound=bound, method=a.method,
-                       params=params or None, phase_timeout_s=a.phase_timeout,
-                       query_id=a.id or "", allow_simulated=a.allow_simulated)
-    c = analyst(a)
-    try:
-        q = c.create(req)
-    except grpc.RpcError as exc:
-        return fail(exc)
-    finally:
-        c.close()
+    return dict(kw, dim=dim, bound=bound, method=a.method,
+                phase_timeout_s=a.phase_timeout, query_id=a.id or "",
+                allow_simulated=a.allow_simulated)
+
+
+def _cmd_query_create(a: argparse.Namespace) -> int:
+    kw = _create_kwargs(a)
+    with analyst(a) as c:
+        try:
+            q = c.create(a.kind, epsilon=a.epsilon, dataset=a.dataset, users=a.users,
+                         samples=a.samples, **kw)
+        except AnalystError as exc:
+            return fail(exc)
     if a.json:
-        print(json.dumps(query_dict(q), indent=2))
+        print(json.dumps(q.to_dict(), indent=2))
     else:
         print(f"created query {q.query_id} ({q.kind}, eps={q.epsilon:g}, "
               f"{q.target_users} users, {len(q.phases)} phase(s))")
@@ -84,17 +77,15 @@ def _cmd_query_create(a: argparse.Namespace) -> int:
 
 
 def _cmd_query_list(a: argparse.Namespace) -> int:
-    c = analyst(a)
-    try:
-        qs = c.list(a.state)
-    except grpc.RpcError as exc:
-        return fail(exc)
-    finally:
-        c.close()
+    with analyst(a) as c:
+        try:
+            qs = c.list(a.state)
+        except AnalystError as exc:
+            return fail(exc)
     if a.json:
-        print(json.dumps([query_dict(q) for q in qs], indent=2))
+        print(json.dumps([q.to_dict() for q in qs], indent=2))
         return 0
-    rows = [[q.query_id, q.kind, q.dataset, f"{q.epsilon:g}", STATE.get(q.state, "?"),
+    rows = [[q.query_id, q.kind, q.dataset, f"{q.epsilon:g}", q.state,
              str(q.current_phase or "-"), f"{q.assigned}/{q.target_users}",
              " ".join(f"{p.received}/{p.quota}" for p in q.phases)] for q in qs]
     print(table(rows, ["QUERY", "KIND", "DATASET", "EPS", "STATE", "PHASE", "ASSIGNED",
@@ -103,84 +94,79 @@ def _cmd_query_list(a: argparse.Namespace) -> int:
 
 
 def _cmd_query_status(a: argparse.Namespace) -> int:
-    c = analyst(a)
-    try:
-        if not a.watch:
-            q = c.get(a.query_id)
-            print(json.dumps(query_dict(q), indent=2) if a.json else progress_line(q))
-            return 0
-        tty = sys.stdout.isatty()
-        last = None
-        for q in c.watch(a.query_id):
-            last = q
-            if a.json:
-                print(json.dumps(query_dict(q)), flush=True)
-            else:
-                end = "" if tty and q.state == common_pb2.QUERY_STATE_RUNNING else "\n"
-                print(("\r" if tty else "") + progress_line(q), end=end, flush=True)
-        if last is not None and last.state != common_pb2.QUERY_STATE_DONE:
-            why = f": {last.error}" if last.error else ""
-            print(f"uldp: query {last.query_id} ended {STATE.get(last.state, '?')}{why}",
-                  file=sys.stderr)
-            return 1
-        return 0
-    except grpc.RpcError as exc:
-        return fail(exc)
-    finally:
-        c.close()
+    with analyst(a) as c:
+        try:
+            if not a.watch:
+                q = c.get(a.query_id)
+                print(json.dumps(q.to_dict(), indent=2) if a.json else progress_line(q))
+                return 0
+            tty = sys.stdout.isatty()
+            last = None
+            for q in c.watch(a.query_id):
+                last = q
+                if a.json:
+                    print(json.dumps(q.to_dict()), flush=True)
+                else:
+                    end = "" if tty and q.state == "running" else "\n"
+                    print(("\r" if tty else "") + progress_line(q), end=end, flush=True)
+        except AnalystError as exc:
+            return fail(exc)
+    if last is not None and last.state != "done":
+        why = f": {last.error}" if last.error else ""
+        print(f"uldp: query {last.query_id} ended {last.state}{why}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _not_done(c: Any, query_id: str) -> int:
+    """The one line of ``query result`` for a query that has no result (yet)."""
+    q = c.get(query_id)
+    if q.state in ("cancelled", "failed"):
+        why = f" ({q.error})" if q.error else ""
+        print(f"uldp: error: query {q.query_id} was {q.state}{why}: it has no result "
+              "(FAILED_PRECONDITION)", file=sys.stderr)
+    else:
+        print(f"uldp: error: query {q.query_id} is still {q.state} ({progress_line(q)}); "
+              f"`uldp query status {q.query_id} --watch` follows it until it is done "
+              "(FAILED_PRECONDITION)", file=sys.stderr)
+    return 2
 
 
 def _cmd_query_result(a: argparse.Namespace) -> int:
-    c = analyst(a)
-    try:
+    with analyst(a) as c:
         try:
-            r = c.result(a.query_id)
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                return fail(exc)
-            q = c.get(a.query_id)
-            state = STATE.get(q.state, "?")
-            if q.state in (common_pb2.QUERY_STATE_CANCELLED, common_pb2.QUERY_STATE_FAILED):
-                why = f" ({q.error})" if q.error else ""
-                print(f"uldp: error: query {q.query_id} was {state}{why}: it has no result "
-                      "(FAILED_PRECONDITION)", file=sys.stderr)
-            else:
-                print(f"uldp: error: query {q.query_id} is still {state} "
-                      f"({progress_line(q)}); `uldp query status {q.query_id} --watch` "
-                      "follows it until it is done (FAILED_PRECONDITION)", file=sys.stderr)
-            return 2
-    except grpc.RpcError as exc:
-        return fail(exc)
-    finally:
-        c.close()
-    est = json.loads(r.estimate_json)
+            try:
+                r = c.result(a.query_id)
+            except AnalystError as exc:
+                if exc.code != "FAILED_PRECONDITION":
+                    return fail(exc)
+                return _not_done(c, a.query_id)
+        except AnalystError as exc:
+            return fail(exc)
     if a.json:
-        print(json.dumps({"query_id": r.query_id, "kind": r.kind, **est}, indent=2))
+        print(json.dumps(r.to_dict(), indent=2))
         return 0
-    print(f"query {r.query_id} ({r.kind}): {int(r.confidence * 100)}% confidence intervals, "
-          f"reports per phase {list(r.reports_per_phase)}")
+    print(f"query {r.query_id} ({r.kind}, {r.method}, eps={r.epsilon:g}): "
+          f"{int(r.confidence * 100)}% confidence intervals, reports per phase "
+          f"{list(r.reports_per_phase)}")
+    print(f"estimand: {r.estimand}")
+    if r.central is not None:
+        print(f"central guarantee (shuffled): epsilon={r.central.epsilon:.4g}, "
+              f"delta={r.central.delta:g}")
     rows = [[str(i), f"{v:+.5f}", f"[{lo:+.5f}, {hi:+.5f}]"]
             for i, (v, lo, hi) in enumerate(zip(r.values, r.ci_low, r.ci_high, strict=True))]
     print(table(rows, ["#", "ESTIMATE", "INTERVAL"]))
-    p = est.get("privacy")
-    if p:  # shuffle mode: the guarantee the result states (docs/privacy.md §7)
-        print(f"privacy: local eps0 = {p['local_epsilon']:.4g} per report; central "
-              f"(eps, delta) = ({p['central_epsilon']:.4g}, {p['delta']:.0e}) against the "
-              f"collector, over the smallest batch of each cell"
-              + ("" if p["amplified"] else f" ({p['note']})"))
     return 0
 
 
 def _cmd_query_cancel(a: argparse.Namespace) -> int:
-    c = analyst(a)
-    try:
-        q = c.cancel(a.query_id)
-    except grpc.RpcError as exc:
-        return fail(exc)
-    finally:
-        c.close()
-    print(json.dumps(query_dict(q), indent=2) if a.json else
-          f"query {q.query_id} is {STATE.get(q.state, '?')}")
+    with analyst(a) as c:
+        try:
+            q = c.cancel(a.query_id)
+        except AnalystError as exc:
+            return fail(exc)
+    print(json.dumps(q.to_dict(), indent=2) if a.json else
+          f"query {q.query_id} is {q.state}")
     return 0
 
 

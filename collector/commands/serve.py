@@ -103,6 +103,8 @@ class _Files:
     admin: Path
     token_key: Path | None
     secret: Path | None
+    attestation_key: Path | None = None
+    metrics_token: Path | None = None
 
 
 def _log_level(a: argparse.Namespace) -> int:
@@ -113,6 +115,9 @@ def _log_level(a: argparse.Namespace) -> int:
     except AttributeError:
         raise OperatorError(f"--log-level {a.log_level!r}: use debug, info, warning or "
                             "error") from None
+    if a.log_format not in ("plain", "json"):
+        raise OperatorError(f"--log-format {a.log_format!r} (or ULDP_LOG_FORMAT): use plain "
+                            "or json")
     return level
 
 
@@ -152,19 +157,39 @@ def _check_files(a: argparse.Namespace) -> _Files:
     readable_file(token_key, "--token-key-file")
     secret_file = Path(a.enrollment_secret_file) if a.enrollment_secret_file else None
     readable_file(secret_file, "--enrollment-secret-file")
+    metrics = _metrics_token(a)
     if (a.shuffler_port is None) != (a.shuffler_ca is None):
         raise OperatorError("--shuffler-port and --shuffler-ca go together (shuffle mode: "
                             "the port the shuffler forwards to, and the CA of its client "
                             "certificate)")
     readable_file(Path(a.shuffler_ca) if a.shuffler_ca else None, "--shuffler-ca")
-    for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file")):
+    attest = Path(a.attestation_key_file) if a.attestation_key_file else None
+    readable_file(attest, "--attestation-key-file")
+    for path, flag in ((key, "--tls-key"), (token_key, "--token-key-file"),
+                       (attest, "--attestation-key-file")):
         if path is not None and (why := check_not_world_readable(path, flag)):
             raise OperatorError(why)
     for f in (a.port_file, a.ready_file):
         if f and not Path(f).resolve().parent.is_dir():
             raise OperatorError(f"{'--port-file' if f == a.port_file else '--ready-file'} "
                                 f"{f}: directory {Path(f).parent} does not exist")
-    return _Files(cert, key, client_ca, admin, token_key, secret_file)
+    return _Files(cert, key, client_ca, admin, token_key, secret_file, attest, metrics)
+
+
+def _metrics_token(a: argparse.Namespace) -> Path | None:
+    """``--metrics-token-file``, checked (readable, one token of >= 16 characters)."""
+    if not a.metrics_token_file:
+        return None
+    path = Path(a.metrics_token_file)
+    readable_file(path, "--metrics-token-file")
+    if a.http_port is None:
+        raise OperatorError("--metrics-token-file needs --http-port (/metrics is served on "
+                            "the HTTP port)")
+    token = path.read_text().strip()
+    if len(token) < 16 or any(ch.isspace() or not ch.isprintable() for ch in token):
+        raise OperatorError(f"--metrics-token-file {path}: the token must be one line of at "
+                            "least 16 printable characters without spaces")
+    return path
 
 
 def _server_config(a: argparse.Namespace, files: _Files) -> Any:
@@ -181,7 +206,34 @@ def _server_config(a: argparse.Namespace, files: _Files) -> Any:
         shuffler_name=a.shuffler_name,
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
                         commit_linger_ms=a.commit_linger_ms,
-                        allow_simulated=a.allow_simulated))
+                        allow_simulated=a.allow_simulated,
+                        enroll_peer_limit=a.enroll_peer_limit,
+                        enroll_credential_limit=("auto" if a.enroll_credential_limit is None
+                                                 else a.enroll_credential_limit),
+                        enrolment_verifier=_verifier(files.attestation_key)))
+
+
+def _verifier(path: Path | None) -> Any:
+    """The reference attestation verifier over the key in ``path`` (OperatorError naming
+    the flag when the file is not a key)."""
+    if path is None:
+        return None
+    from uldp.collector.security.attestation import HmacAttestation
+
+    try:
+        return HmacAttestation.from_file(path)
+    except ValueError as exc:
+        raise OperatorError(f"--attestation-key-file {exc}") from None
+
+
+def rate_limit(text: str) -> Any:
+    """argparse type of ``--enroll-*-limit``: N/T (``25000/250s``, ``3/1d``) or ``off``."""
+    from uldp.collector.service.enrolment import RateLimit
+
+    try:
+        return RateLimit.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _start_siblings(a: argparse.Namespace, cfg: Any) -> list[subprocess.Popen[bytes]]:
@@ -210,6 +262,7 @@ def _start_siblings(a: argparse.Namespace, cfg: Any) -> list[subprocess.Popen[by
 
 
 def _cmd_serve(a: argparse.Namespace) -> int:
+    from uldp.collector.observe.logs import configure_logging
     from uldp.collector.security.files import private_umask, restrict_sqlite_files, sqlite_path
     from uldp.collector.service.server import CollectorServer
 
@@ -234,7 +287,7 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     db_file = sqlite_path(a.db)
     if db_file is not None:
         restrict_sqlite_files(db_file)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level, a.log_format, replica=a.name)
     cfg = _server_config(a, files)
     children = _start_siblings(a, cfg)
     try:
@@ -274,7 +327,8 @@ def _http_front(a: argparse.Namespace, srv: Any, files: _Files,
             files.cert, files.key, host=a.host, port=a.http_port,
             tls_client_ca=files.client_ca, cors_origins=cors,
             max_message_bytes=a.max_message_bytes,
-            reuse_port=a.reuse_port or a.processes > 1))
+            reuse_port=a.reuse_port or a.processes > 1,
+            metrics_token_file=files.metrics_token))
     except OSError as exc:
         srv.stop()
         raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
@@ -401,8 +455,9 @@ def add_serve_parser(sc: Any) -> None:
     s.add_argument("--http-port", type=port_number,
                    default=env("ULDP_HTTP_PORT") or None,
                    help="also serve the Device and Analyst services over Connect and gRPC-Web "
-                        "(browsers, React Native) and GET /healthz on this TCP port, TLS with "
-                        "the same certificate (env ULDP_HTTP_PORT; default: off)")
+                        "(browsers, React Native), GET /healthz, GET /metrics (Prometheus) and "
+                        "the analyst console (/console/) on this TCP port, TLS with the same "
+                        "certificate (env ULDP_HTTP_PORT; default: off)")
     s.add_argument("--cors-origin", action="append",
                    default=[o for o in (env("ULDP_CORS_ORIGINS") or "").split(",") if o],
                    help="a web origin (scheme://host[:port]) whose pages may call the HTTP "
@@ -410,6 +465,28 @@ def add_serve_parser(sc: Any) -> None:
                         "ULDP_CORS_ORIGINS, comma-separated; default: none)")
     _tuning_flags(s)
     s.set_defaults(func=_cmd_serve)
+
+
+def _enrolment_flags(s: argparse.ArgumentParser) -> None:
+    """The flags against Sybil enrolment (docs/privacy.md, "Sybil identities")."""
+    from uldp.collector.service.enrolment import DEFAULT_PEER_LIMIT
+
+    s.add_argument("--attestation-key-file", default=env("ULDP_ATTESTATION_KEY_FILE"),
+                   help="enrol a new device only with an app attestation signed with the "
+                        "key in this file (HMAC-SHA256, shared with the app's back end; "
+                        "`uldp collector attestation-key` writes one; env "
+                        "ULDP_ATTESTATION_KEY_FILE)")
+    s.add_argument("--enroll-peer-limit", type=rate_limit, default=DEFAULT_PEER_LIMIT,
+                   metavar="N/T",
+                   help="enrolments (renewals too) per network address: at most N at once, "
+                        f"refilled at N per T, e.g. 3000/1h, or off (default "
+                        f"{DEFAULT_PEER_LIMIT}); behind a proxy that hides addresses, "
+                        "raise it or turn it off")
+    s.add_argument("--enroll-credential-limit", type=rate_limit, default=None,
+                   metavar="N/T",
+                   help="new identities per credential (the attested subject, else the "
+                        "enrollment secret): N/T or off (default 3/1d with "
+                        "--attestation-key-file, else 100000/100s)")
 
 
 def _tuning_flags(s: argparse.ArgumentParser) -> None:
@@ -423,6 +500,7 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--enrollment-secret-file", default=env("ULDP_ENROLLMENT_SECRET_FILE"),
                    help="require the shared secret in this file to enroll devices (env "
                         "ULDP_ENROLLMENT_SECRET_FILE)")
+    _enrolment_flags(s)
     s.add_argument("--max-message-bytes", type=positive_int,
                    default=DEFAULT_MAX_MESSAGE_BYTES,
                    help=f"largest gRPC message accepted or sent (default "
@@ -461,3 +539,11 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
                         "must carry (default uldp-shuffler)")
     s.add_argument("--log-level", default="info",
                    help="debug, info (default), warning or error")
+    s.add_argument("--log-format", choices=("plain", "json"),
+                   default=env("ULDP_LOG_FORMAT", "plain"),
+                   help="plain lines (default) or one JSON object per line with an access "
+                        "record per call: call, status code, latency (env ULDP_LOG_FORMAT)")
+    s.add_argument("--metrics-token-file", default=env("ULDP_METRICS_TOKEN_FILE"),
+                   help="token a Prometheus scraper presents at GET /metrics on the HTTP "
+                        "port (the admin token works too and also sees per-query series; "
+                        "env ULDP_METRICS_TOKEN_FILE)")

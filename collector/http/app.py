@@ -8,7 +8,8 @@ CORS policy: a request that carries an ``Origin`` header not on the allow-list
 (``--cors-origin``; nothing by default) is refused with HTTP 403 before any route sees
 it, and a preflight is answered only for allowed origins. Requests without ``Origin``
 (apps, gateways, curl) are not affected: CORS protects browsers' users, the device token
-protects the service.
+protects the service. A page the collector serves itself (the analyst console) is of the
+collector's own origin: its calls are same-origin, never refused by the allow-list.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class HttpApp:
             return  # no websockets
         origin = _header(scope, b"origin")
         cors: list[tuple[bytes, bytes]] = []
-        if origin is not None:
+        if origin is not None and not _same_origin(scope, origin):
             if not self.cors.allows(origin):
                 await respond(send, 403, b"origin not allowed by the collector's CORS "
                               b"policy (--cors-origin)\n")
@@ -124,6 +125,14 @@ class HttpApp:
             await respond(send, 200, b"SERVING\n")
         else:
             await respond(send, 503, b"NOT_SERVING\n")
+
+
+def _same_origin(scope: Scope, origin: str) -> bool:
+    """Does ``origin`` name this server as the request reached it (a page the collector
+    served itself, e.g. the analyst console, calling it back)? Browsers send ``Origin``
+    on same-origin POSTs too; CORS is for other origins."""
+    host = _header(scope, b"host")
+    return host is not None and origin == f"{scope.get('scheme', 'https')}://{host}"
 
 
 def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:

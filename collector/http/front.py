@@ -24,8 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, analyst_pb2, device_pb2
-from uldp.collector.http.app import CorsPolicy, HttpApp
+from uldp.collector.http.app import CorsPolicy, HttpApp, Receive, Scope, Send, respond
 from uldp.collector.http.connect import service_app
+from uldp.collector.http.console import PREFIX as CONSOLE
+from uldp.collector.http.console import ConsoleApp
+from uldp.collector.http.metrics import MetricsEndpoint
+from uldp.collector.observe import instrument, metrics_of
+from uldp.collector.security.tokens import AdminAuth
 from uldp.collector.service.core import CollectorCore
 from uldp.collector.service.servicers import AsyncAnalystServicer, AsyncDeviceServicer
 
@@ -49,19 +54,33 @@ class HttpConfig:
     cors_origins: frozenset[str] = field(default_factory=frozenset)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     reuse_port: bool = False
+    #: the token a Prometheus scraper presents at ``/metrics`` (besides the admin token)
+    metrics_token_file: Path | None = None
 
 
 def build_app(core: CollectorCore, pool: Executor, *, cors: CorsPolicy | None = None,
-              max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> HttpApp:
+              max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+              metrics_auth: AdminAuth | None = None) -> HttpApp:
     """The HTTP application over ``core``: Device and Analyst services (the servicers of
-    the native port), ``/healthz``; mount more with :meth:`HttpApp.mount`."""
+    the native port), ``/healthz``, ``/metrics`` (``uldp.collector.http.metrics``) and the
+    analyst console under ``/console/`` (``uldp.collector.http.console``); mount more
+    with :meth:`HttpApp.mount`."""
     app = HttpApp(cors)
+    m = metrics_of(core)
     for servicer, service in ((AsyncDeviceServicer(core, pool), _DEVICE),
                               (AsyncAnalystServicer(core, pool), _ANALYST)):
         app.mount(f"/{service.full_name}/",
-                  service_app(servicer, service, pool, max_message_bytes))
+                  service_app(instrument(servicer, service, m, "http"), service, pool,
+                              max_message_bytes))
     app.route("/healthz", app.healthz)
+    app.route("/metrics", MetricsEndpoint(core, pool, metrics_auth))
+    app.mount(CONSOLE, ConsoleApp(core, pool))
+    app.route(CONSOLE.rstrip("/"), _to_console)
     return app
+
+
+async def _to_console(scope: Scope, receive: Receive, send: Send) -> None:
+    await respond(send, 308, b"", [(b"location", CONSOLE.encode())])
 
 
 def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -143,8 +162,10 @@ def _parser() -> str:
 
 def attach_front(core: CollectorCore, pool: Executor, config: HttpConfig) -> HttpFront:
     """Build the application over ``core`` and bind its port (not started yet)."""
+    metrics_auth = (AdminAuth.from_file(config.metrics_token_file)
+                    if config.metrics_token_file is not None else None)
     app = build_app(core, pool, cors=CorsPolicy(config.cors_origins),
-                    max_message_bytes=config.max_message_bytes)
+                    max_message_bytes=config.max_message_bytes, metrics_auth=metrics_auth)
     return HttpFront(app, config)
 
 

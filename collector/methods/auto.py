@@ -50,7 +50,8 @@ from uldp.collector.mechanisms.choice import (
 )
 
 __all__ = ["KAPPA", "MAX_BIN_VARIANCE", "MAX_SIZED_SHARE", "MAX_STAGE1_SHARE",
-           "SIZED_GAIN", "SMALL_STAGE1_SHARE", "STAGE1_TARGET", "required_gain",
+           "MIN_SIZED_SHARE", "SIZED_GAIN", "SMALL_STAGE1_SHARE", "STAGE1_TARGET",
+           "required_gain",
            "resolve_auto"]
 
 KAPPA = 2.4  # two-stage must promise this factor less noise than SSL (small stage I)
@@ -64,6 +65,9 @@ MAX_SIZED_SHARE = 0.08
 MAX_BIN_VARIANCE = 0.002
 #: two-stage-sized: the least gain on favourable users worth the stage I
 SIZED_GAIN = 1.5
+#: two-stage-sized: the smallest stage-I share (its users are left out of stage II, whose
+#: spread they would have averaged: at large ε that, not the noise, is the error)
+MIN_SIZED_SHARE = 0.01
 
 
 def required_gain(share: float) -> float:
@@ -101,22 +105,26 @@ def _stage1_share(plan: Any) -> float:
 
 
 def _sized_share(plan: Any, bins: int) -> float:
-    """The least stage-I share (≥ 5 %) whose histogram has per-bin variance at most
-    :data:`MAX_BIN_VARIANCE` with the best oracle, or ``inf``."""
+    """The least stage-I share (≥ :data:`MIN_SIZED_SHARE`) whose histogram has per-bin
+    variance at most :data:`MAX_BIN_VARIANCE` with the best oracle, or ``inf``."""
     from uldp.collector.mechanisms import ORACLE_DECODERS
 
     eps_c = plan.grouping.groups[0].eps_c
     dec = ORACLE_DECODERS[best_oracle(bins, eps_c)]
     v = float(dec.variance(np.zeros(1), bins, eps_c)[0])
     need = v / (MAX_BIN_VARIANCE * max(plan.spec.users, 1))
-    return max(need, MIN_STAGE1_SHARE) if need <= MAX_SIZED_SHARE else float("inf")
+    return max(need, MIN_SIZED_SHARE) if need <= MAX_SIZED_SHARE else float("inf")
 
 
-def _mechanism_gain(eps: float) -> float:
-    """What the randomizer chosen from stage I gains over the worst-case best when the
-    values sit at the centre or at the ends of the support."""
+def _mechanism_gain(eps: float, share: float, m: int) -> float:
+    """What the randomizer chosen from stage I gains over the worst-case best on the
+    whole support when the values sit at its centre or at its ends — its noise on the
+    stage-II users plus the spread of the users it leaves out (``Var Y = D²/m``, users
+    alike), in units of ``D²/n``."""
     worst = scalar_variance(best_scalar(eps), eps)
-    return max(worst / scalar_variance(best_scalar(eps, t2), eps, t2) for t2 in (0.0, 1.0))
+    spread = share / m
+    return max(worst / ((scalar_variance(best_scalar(eps, t2), eps, t2) + spread)
+                        / (1 - share)) for t2 in (0.0, 1.0))
 
 
 def _single_stage(spec: Any, compile_fn: Any) -> tuple[float, Any, dict[str, Any]]:
@@ -140,7 +148,7 @@ def _sized(spec: Any, compile_fn: Any, single: float
            ) -> tuple[Any | None, dict[str, Any]] | None:
     """``two-stage-sized`` for a one-component kind, if reliable and worth it."""
     probe = replace(spec, method="two-stage-sized", oracle="best", randomizer="adaptive",
-                    mode="default", stage1_share=MIN_STAGE1_SHARE)
+                    mode="default", stage1_share=MIN_SIZED_SHARE)
     try:
         plan = compile_fn(probe)
     except ValueError:
@@ -157,7 +165,8 @@ def _sized(spec: Any, compile_fn: Any, single: float
         if spec.moment_p is None else np.full(1, sized_plan.group_params(0)[0].bound ** 2)
     best_case = sized_plan.predicted_mse(D2, D2 / spec.samples)  # users alike (i.i.d.)
     eps_c = plan.grouping.groups[0].eps_c
-    gain = max(single / max(best_case, 1e-300) * (1 - share), _mechanism_gain(eps_c))
+    gain = max(single / max(best_case, 1e-300),
+               _mechanism_gain(eps_c, share, spec.samples))
     info = {"sized_share": share, "sized_gain": gain, "sized_mse": best_case}
     return (probe, info) if gain >= SIZED_GAIN else (None, info)
 

@@ -182,6 +182,31 @@ def _candidates(p: Alg1Params, mode: int, margin: float) -> np.ndarray:
     return rows[rows[:, 1] > rows[:, 0]]
 
 
+#: the largest slack (z standard deviations of the inside mass) the test may allow
+MAX_SLACK = 0.35
+
+#: the model window is used only when it is at most this share of the support: then a
+#: population spread over the support puts most of its mass outside, which the stage-I
+#: histogram sees (the inside-mass test has power)
+NARROW_MAX = 0.35
+
+
+def _model_holds(p: Alg1Params, hist: Histogram, mode: int, margin: float,
+                 centre: np.ndarray) -> bool:
+    """Whether the users look alike: the model window around the mode is narrow
+    (:data:`NARROW_MAX`) and the histogram's mass inside it is 1 up to ``z`` standard
+    deviations of its noise, a slack of at most :data:`MAX_SLACK` (a weaker stage I
+    cannot tell users alike from users spread out, and the window is then the support)."""
+    elo, ehi = bin_edges(p)
+    a, b = float(elo[mode]) - margin, float(ehi[mode]) + margin
+    if b - a > NARROW_MAX * 2 * p.bound:
+        return False
+    inside = ((centre >= a) & (centre <= b)).astype(float)
+    slack = Z_WIDEN * float(np.sqrt(inside @ hist.var))
+    # the test must have power: a population with a third of its mass outside fails it
+    return slack <= MAX_SLACK and float(inside @ hist.mass) >= 1 - slack
+
+
 def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,
                    mechanisms: Sequence[str], noise_var: Callable[..., float],
                    margin: float) -> tuple[StageTwoInterval, str, float, float]:
@@ -190,7 +215,10 @@ def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,
     mode bin widened by ``margin`` (the deviation no user statistic of ``m`` bounded
     samples exceeds, by Hoeffding's inequality and a union bound over the users) — and its
     widenings by whole bins, up to the whole support; never narrower, so no choice rests
-    on noisy masses alone. A candidate whose estimated mass below ``a`` (or above ``b``)
+    on noisy masses alone — and only when the users look alike (:func:`_model_holds`:
+    the window is narrow and holds all of the histogram's mass up to its noise); otherwise
+    the whole support, with the randomizer still chosen from the histogram. A candidate
+    whose estimated mass below ``a`` (or above ``b``)
     exceeds ``z`` standard deviations of its noise is out (the whole support never is).
     Over the candidates and the randomizers the rule takes the smallest estimated mean
     squared error ``noise_var(mech, b − a, ε_c, E t²)/n_II + ((|β̂| − z·sd β̂)⁺)²``: the
@@ -199,13 +227,15 @@ def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,
     honest bias bounds, the randomizer, that ``E t²`` (NaN without a stage-I report) and
     the estimated mean squared error."""
     n2 = max(int(n_II), 1)
+    elo, ehi = bin_edges(p)
+    centre = (elo + ehi) / 2
     if hist.reports <= 0:
         cand = np.array([[-p.bound, p.bound]])
         hist = Histogram(np.zeros(p.bins), np.zeros(p.bins), 0)
-    else:
+    elif _model_holds(p, hist, int(np.argmax(hist.mass)), margin, centre):
         cand = _candidates(p, int(np.argmax(hist.mass)), margin)
-    elo, ehi = bin_edges(p)
-    centre = (elo + ehi) / 2
+    else:
+        cand = np.array([[-p.bound, p.bound]])
     lo, hi = cand[:, :1], cand[:, 1:]
     w = np.maximum(lo - centre, 0.0) - np.maximum(centre - hi, 0.0)
     net, var = w @ hist.mass, (w * w) @ hist.var
@@ -217,7 +247,11 @@ def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,
     shown = np.where(clear, shown, np.inf)
     mass = np.clip(hist.mass, 0.0, None)
     mass = mass / mass.sum() if mass.sum() > 0 else np.full(p.bins, 1.0 / p.bins)
-    t = 2 * (np.clip(centre, lo, hi) - lo) / (hi - lo) - 1
+    # where the values lie: the bins' centres, except that the end bins hold the support's
+    # ends, where clamped (and binary) values pile up
+    where = centre.copy()
+    where[0], where[-1] = -p.bound, p.bound
+    t = 2 * (np.clip(where, lo, hi) - lo) / (hi - lo) - 1
     t2 = np.clip((t * t) @ mass, 0.0, 1.0) if hist.reports > 0 else np.full(len(cand), np.nan)
     best: tuple[float, int, str] | None = None
     for mech in mechanisms:

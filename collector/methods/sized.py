@@ -42,7 +42,7 @@ from uldp.collector.methods.common import (
     value_mechanism,
     value_noise_variance,
 )
-from uldp.collector.methods.intervals import Histogram, sized_interval
+from uldp.collector.methods.intervals import NARROW_MAX, Histogram, sized_interval
 from uldp.collector.methods.two_stage import TwoStage, acc_mech
 
 __all__ = ["TwoStageSized", "fine_bins"]
@@ -81,27 +81,29 @@ class TwoStageSized(TwoStage):
             return SCALAR_CHOICES
         return (value_mechanism(plan.spec, eps_c),)
 
-    def _group(self, plan: Any, g: int, acc: Any) -> tuple[list[Any], str]:
+    def _group(self, plan: Any, g: int, acc: Any) -> tuple[list[Any], str, list[float]]:
         """The intervals of group ``g``'s components and its randomizer: the randomizer
         whose components' best intervals add up to the least estimated error."""
         grp = plan.grouping.groups[g]
         fine = self.fine(plan, g)
         n_I, n_II = (acc.count if acc is not None else 0), plan.stage_size(g, 2)
-        best: tuple[float, list[Any], str] | None = None
+        best: tuple[float, list[Any], str, list[float]] | None = None
         for mech in self.mechanisms(plan, grp.eps_c):
-            rows, total = [], 0.0
+            rows, moments, total = [], [], 0.0
             for i, c in enumerate(grp.components):
                 hist = Histogram(acc.masses(i), acc.mass_variance(i), n_I) \
                     if acc is not None else Histogram(np.zeros(fine[c].bins),
                                                       np.zeros(fine[c].bins), 0)
-                iv, _, _, mse = sized_interval(fine[c], hist, grp.eps_c, n_II, (mech,),
-                                               value_noise_variance, self.margin(plan, fine[c]))
+                iv, _, t2, mse = sized_interval(fine[c], hist, grp.eps_c, n_II, (mech,),
+                                                value_noise_variance,
+                                                self.margin(plan, fine[c]))
                 total += mse
                 rows.append(iv)
+                moments.append(t2)
             if best is None or total < best[0]:
-                best = (total, rows, mech)
+                best = (total, rows, mech, moments)
         assert best is not None
-        return best[1], best[2]
+        return best[1], best[2], best[3]
 
     @staticmethod
     def margin(plan: Any, p: Alg1Params) -> float:
@@ -117,18 +119,20 @@ class TwoStageSized(TwoStage):
         ivs: dict[str, list[list[float]]] = {}
         bias: dict[str, list[list[float]]] = {}
         mechs: dict[str, str] = {}
+        moments: dict[str, list[float | None]] = {}
         n = 0
         for g in range(self.n_groups(plan)):
             acc = accs.get(g)
             n += acc.count if acc is not None else 0
-            rows, mech = self._group(plan, g, acc)
+            rows, mech, t2 = self._group(plan, g, acc)
+            moments[str(g)] = [None if math.isnan(x) else x for x in t2]
             comps = plan.grouping.groups[g].components
             khat[str(g)] = [int(x) for x in (acc.khat() if acc is not None else (0,) * len(comps))]
             ivs[str(g)] = [[r.lo, r.hi] for r in rows]
             bias[str(g)] = [[r.bias_lo, r.bias_hi] for r in rows]
             mechs[str(g)] = mech
         return {"khat": khat, "intervals": ivs, "bias": bias, "mechanism": mechs,
-                "rule": self.interval_rule, "reports": n}
+                "moments": moments, "rule": self.interval_rule, "reports": n}
 
     def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
                  ) -> Estimate:
@@ -142,8 +146,9 @@ class TwoStageSized(TwoStage):
                 continue
             eps_c, t2 = plan.grouping.groups[g].eps_c, acc.mean_square_t()
             t1 = acc.mean_t()
+            hint = ((previous or {}).get("moments") or {}).get(str(g)) or [None] * len(comps)
             nv = [report_noise_variance(acc_mech(acc), hi - lo, eps_c, float(t2[i]),
-                                        float(t1[i]))
+                                        float(t1[i]), hint[i])
                   for i, (lo, hi) in enumerate(acc.intervals)]
             fixed.append((comps, means, finite_population(cov, np.array(nv), acc.count, n)))
         bias = None
@@ -165,7 +170,8 @@ class TwoStageSized(TwoStage):
                            stat_var: np.ndarray | None = None,
                            stat_mean: np.ndarray | None = None) -> np.ndarray:
         """What the rule reaches when stage I sees the users as they are: the model window
-        (the mode's bin and the Hoeffding margin on both sides), or, when the statistics
+        (the mode's bin and the Hoeffding margin on both sides; the support when that is
+        wider than the rule narrows to), or, when the statistics
         spread wider (eight standard deviations), that spread, at most the support; the
         best randomizer at their second moment on it; on the stage-II users, with their
         spread at the finite-population factor."""
@@ -180,7 +186,9 @@ class TwoStageSized(TwoStage):
             for c in grp.components:
                 p = fine[c]
                 sd = math.sqrt(max(float(data[c]), 0.0))
-                width = min(2 * p.bound, max(2 * self.margin(plan, p) + p.bin_width, 8 * sd))
+                window = 2 * self.margin(plan, p) + p.bin_width
+                width = 2 * p.bound if window > NARROW_MAX * 2 * p.bound else \
+                    min(2 * p.bound, max(window, 8 * sd))
                 t2 = None
                 if stat_mean is not None:
                     centre = float(stat_mean[c])

@@ -31,7 +31,8 @@ from uldp.collector.service.requests import (
 )
 from uldp.collector.storage.db import Database, now_ms
 
-__all__ = ["ALLOW_SIMULATED", "SHUFFLE", "QueryCatalogue", "QueryRuntime"]
+__all__ = ["ALLOW_SIMULATED", "SHUFFLE", "CheckedQuery", "QueryCatalogue", "QueryRuntime",
+           "check_create"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -128,6 +129,52 @@ def _same_shuffle(stored: dict[str, Any] | None, asked: dict[str, Any] | None) -
                                                                   asked["delta"])
 
 
+@dataclass
+class CheckedQuery:
+    """A CreateQuery request that passed every check (:func:`check_create`)."""
+
+    query_id: str
+    spec: QuerySpec
+    drawn: bool  # the collector drew the spec's seeds
+    allow_simulated: bool
+    shuffle: dict[str, Any] | None
+    program: Program | None = None  # None when asked without it (a preview)
+    quotas: list[int] | None = None
+
+
+def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, samples: int,
+                 users: int, dim: int, method: str, params_json: str, phase_timeout_s: float,
+                 query_id: str, max_users: int, program: bool = True) -> CheckedQuery:
+    """Every check of CreateQuery, in its documented order, without storing anything
+    (ServiceError INVALID_ARGUMENT naming what is wrong). The analyst console's preview
+    runs the same function (``uldp.collector.analyst.preview``); ``program=False`` skips
+    drawing the placement of every slot (the program), which a preview does not need
+    unless the query is shuffled."""
+    if query_id and not _QUERY_ID.match(query_id):
+        raise ServiceError("INVALID_ARGUMENT", "query_id must match [A-Za-z0-9_.-]{1,64}")
+    if not dataset or len(dataset) > 256:
+        raise ServiceError("INVALID_ARGUMENT", "dataset must be a name of 1..256 chars")
+    params, allow = _params(params_json)
+    shuffle = _shuffle(params.pop(SHUFFLE, None))
+    qid = query_id or "q-" + secrets.token_hex(6)
+    req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid)
+    check_limits(req, phase_timeout_s, max_users)
+    prog, quotas = None, None
+    try:
+        spec, drawn = build_spec(req)
+        if program or shuffle is not None:
+            prog = program_for(spec)
+            quotas = prog.quotas()
+    except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as exc:
+        # the planner's refusals of a combination of bounded values (e.g. an unknown
+        # kind, too few users for the grouping)
+        raise ServiceError("INVALID_ARGUMENT", f"invalid query: {exc}") from None
+    if shuffle is not None:
+        assert prog is not None
+        _check_shuffle(prog, shuffle["min_batch"])
+    return CheckedQuery(qid, spec, drawn, allow, shuffle, prog, quotas)
+
+
 class QueryCatalogue:
     """Create, look up, list and cancel queries; cache each query's runtime."""
 
@@ -164,26 +211,16 @@ class QueryCatalogue:
                samples: int, users: int, dim: int, method: str, params_json: str,
                phase_timeout_s: float, query_id: str) -> dict[str, Any]:
         """CreateQuery: validate, build the spec, store it (idempotent on the same id)."""
-        if query_id and not _QUERY_ID.match(query_id):
-            raise ServiceError("INVALID_ARGUMENT", "query_id must match [A-Za-z0-9_.-]{1,64}")
-        if not dataset or len(dataset) > 256:
-            raise ServiceError("INVALID_ARGUMENT", "dataset must be a name of 1..256 chars")
-        params, allow = _params(params_json)
-        shuffle = _shuffle(params.pop(SHUFFLE, None))
-        qid = query_id or "q-" + secrets.token_hex(6)
-        req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid)
-        check_limits(req, phase_timeout_s, self.max_users)
-        try:
-            spec, drawn = build_spec(req)
-            program = program_for(spec)
-            quotas = program.quotas()
-        except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as exc:
-            # the planner's refusals of a combination of bounded values (e.g. an unknown
-            # kind, too few users for the grouping)
-            raise ServiceError("INVALID_ARGUMENT", f"invalid query: {exc}") from None
+        c = check_create(kind=kind, epsilon=epsilon, dataset=dataset, bound=bound,
+                         samples=samples, users=users, dim=dim, method=method,
+                         params_json=params_json, phase_timeout_s=phase_timeout_s,
+                         query_id=query_id, max_users=self.max_users)
+        qid, spec, drawn, allow, shuffle = (c.query_id, c.spec, c.drawn, c.allow_simulated,
+                                            c.shuffle)
+        program, quotas = c.program, c.quotas
+        assert program is not None and quotas is not None
         also = None
         if shuffle is not None:
-            _check_shuffle(program, shuffle["min_batch"])
             shuffle["key_id"] = self.seal_keys.current().key_id
             sh = shuffle
 

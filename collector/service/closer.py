@@ -46,6 +46,10 @@ def _test_close_delay_s() -> float:
 class PhaseCloser:
     """Closes due phases of every query (see the module docstring)."""
 
+    #: called after this replica closed a phase, with (query id, phase, seconds the close
+    #: took); the collector's metrics set it (``uldp.collector.observe.metrics``)
+    on_closed: Callable[[str, int, float], None] | None = None
+
     def __init__(self, db: Database, catalogue: QueryCatalogue, phases: PhaseView, *,
                  name: str, closer_id: str, lease_ms: int, tick_s: float) -> None:
         self.db, self.catalogue, self.phases = db, catalogue, phases
@@ -110,8 +114,14 @@ class PhaseCloser:
         finally:
             self.phases.forget(query_id)
         if ok:
+            spent = time.perf_counter() - t0
             log.info("query %s phase %d closed by %s: %d reports in %.2fs", query_id, phase,
-                     self.name, n, time.perf_counter() - t0)
+                     self.name, n, spent)
+            if self.on_closed is not None:
+                try:
+                    self.on_closed(query_id, phase, spent)
+                except Exception:  # metrics never stop the closer
+                    log.exception("phase-closed hook")
         else:
             log.warning("query %s phase %d: lost the closing lease before publishing",
                         query_id, phase)

@@ -20,13 +20,21 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
+from uldp.collector.security.attestation import EnrolmentVerifier
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.security.tokens import AdminAuth, TokenError, TokenKey
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.closer import TEST_CLOSE_DELAY_ENV, PhaseCloser
+from uldp.collector.service.enrolment import (
+    DEFAULT_ATTESTED_LIMIT,
+    DEFAULT_CREDENTIAL_LIMIT,
+    DEFAULT_PEER_LIMIT,
+    EnrolmentPolicy,
+    RateLimit,
+)
 from uldp.collector.service.errors import ServiceError, authenticate
 from uldp.collector.service.ingest import SIMULATED_REFUSED, ReportIngest
 from uldp.collector.service.lease import closer_id
@@ -58,6 +66,13 @@ class CoreConfig:
     #: the largest message the server sends or accepts (--max-message-bytes): batch
     #: calls take no more items than an answer of this size can hold
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: enrolments per network address (--enroll-peer-limit; None: no limit)
+    enroll_peer_limit: RateLimit | None = DEFAULT_PEER_LIMIT
+    #: new identities per credential (--enroll-credential-limit; None: no limit;
+    #: "auto": DEFAULT_ATTESTED_LIMIT with a verifier, else DEFAULT_CREDENTIAL_LIMIT)
+    enroll_credential_limit: RateLimit | Literal["auto"] | None = "auto"
+    #: who may create a new identity (--attestation-key-file; None: anyone)
+    enrolment_verifier: EnrolmentVerifier | None = None
 
 
 class CollectorCore:
@@ -83,6 +98,11 @@ class CollectorCore:
                                    allow_simulated=cfg.allow_simulated)
         self.shuffled = ShuffleIntake(db, self.writer, self.catalogue, self.phases, self.tasks,
                                       self.seal_keys, allow_simulated=cfg.allow_simulated)
+        cred = cfg.enroll_credential_limit
+        if cred == "auto":
+            cred = (DEFAULT_ATTESTED_LIMIT if cfg.enrolment_verifier is not None
+                    else DEFAULT_CREDENTIAL_LIMIT)
+        self.enrolment = EnrolmentPolicy(cfg.enroll_peer_limit, cred, cfg.enrolment_verifier)
         self.closer = PhaseCloser(db, self.catalogue, self.phases, name=self.name,
                                   closer_id=self.closer_id, lease_ms=cfg.close_lease_ms,
                                   tick_s=cfg.tick_s)
@@ -116,22 +136,26 @@ class CollectorCore:
         return out
 
     # ---- enrollment -----------------------------------------------------------------
-    def enroll(self, secret: str, label: str, previous_token: str) -> tuple[str, str, int]:
-        got = self.enroll_many([(secret, label, previous_token)])[0]
+    def enroll(self, secret: str, label: str, previous_token: str, attestation: str = "",
+               peer: str = "") -> tuple[str, str, int]:
+        got = self.enroll_many([(secret, label, previous_token, attestation)], peer)[0]
         if isinstance(got, ServiceError):
             raise got
         return got
 
-    def enroll_many(self, asks: Sequence[tuple[str, str, str]]
+    def enroll_many(self, asks: Sequence[tuple[str, str, str, str]], peer: str = ""
                     ) -> list[tuple[str, str, int] | ServiceError]:
-        """Enroll each ``(secret, label, previous token)``: (device id, token, expiry ms)
-        or the refusal of that one; the registry rows of new devices go to the writer in
-        one ticket."""
+        """Enroll each ``(secret, label, previous token, attestation)`` asked by the
+        caller at network address ``peer``: (device id, token, expiry ms) or the refusal
+        of that one. The address's rate limit must take every item, else the whole call
+        is refused (RESOURCE_EXHAUSTED). The registry rows of new devices go to the
+        writer in one ticket."""
+        self.enrolment.admit_call(peer, len(asks))
         out: list[tuple[str, str, int] | ServiceError] = []
         new: list[tuple[str, str]] = []
-        for secret, label, previous in asks:
+        for secret, label, previous, attestation in asks:
             try:
-                device_id, fresh = self._identity(secret, previous)
+                device_id, fresh = self._identity(secret, previous, attestation)
             except ServiceError as exc:
                 out.append(exc)
                 continue
@@ -143,12 +167,15 @@ class CollectorCore:
         self.writer.register_devices(new)
         return out
 
-    def _identity(self, secret: str, previous_token: str) -> tuple[str, bool]:
-        """(device id, whether it is new) of an enrolment; ServiceError if refused."""
+    def _identity(self, secret: str, previous_token: str, attestation: str
+                  ) -> tuple[str, bool]:
+        """(device id, whether it is new) of an enrolment; ServiceError if refused (the
+        checks of ``Enroll`` in device.proto, in order)."""
         want = self.config.enrollment_secret
         if want is not None and not secrets.compare_digest(secret.encode(), want.encode()):
             raise ServiceError("UNAUTHENTICATED", "wrong or missing enrollment secret")
         if not previous_token:
+            self.enrolment.admit_identity(self.enrolment.credential(secret, attestation))
             return "d-" + secrets.token_hex(12), True
         try:
             claims = self.token_key.verify(previous_token, allow_expired=True)

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, shuffler_pb2, shuffler_pb2_grpc
+from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.service.core import CollectorCore
 from uldp.collector.service.errors import ServiceError
 from uldp.collector.service.handlers import add_service
@@ -92,7 +93,8 @@ class IntakeServer:
             futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="uldp-intake"),
             options=[("grpc.max_receive_message_length", max_message_bytes),
                      ("grpc.max_send_message_length", max_message_bytes)])
-        add_service(self.server, ShuffleIntakeServicer(core, identity), _SERVICE)
+        add_service(self.server, instrument(ShuffleIntakeServicer(core, identity), _SERVICE,
+                                            metrics_of(core), "shuffler"), _SERVICE)
         self.port = self.server.add_secure_port(f"{host}:{port}", creds)
         if self.port == 0:
             raise OSError(f"cannot listen on {host}:{port} (--shuffler-port)")

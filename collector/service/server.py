@@ -33,6 +33,7 @@ from uldp.client.wire import (
     analyst_pb2,
     device_pb2,
 )
+from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth, TokenKey, new_admin_token
 from uldp.collector.service.core import CollectorCore, CoreConfig
 from uldp.collector.service.handlers import add_service
@@ -140,9 +141,12 @@ class CollectorServer:
         if config.mode == "threads":
             self.server = grpc.server(self._pool, options=options,
                                       maximum_concurrent_rpcs=config.workers * 64)
+            m = metrics_of(self.core)
             device = DeviceServicer(self.core)
-            add_service(self.server, device, _DEVICE, batch_cap=device.logic.cap)
-            add_service(self.server, AnalystServicer(self.core), _ANALYST)
+            add_service(self.server, instrument(device, _DEVICE, m, "grpc"), _DEVICE,
+                        batch_cap=device.logic.cap)
+            add_service(self.server, instrument(AnalystServicer(self.core), _ANALYST, m,
+                                                "grpc"), _ANALYST)
             self.health = health.HealthServicer()
             add_service(self.server, self.health, _HEALTH)
             add_reflection(self.server, self._names, aio=False)
@@ -185,9 +189,12 @@ class CollectorServer:
         # sync handlers (analyst calls, reflection) run in the migration thread pool
         self.server = grpc.aio.server(migration_thread_pool=self._pool, options=options,
                                       maximum_concurrent_rpcs=self.config.workers * 64)
+        m = metrics_of(self.core)
         device = AsyncDeviceServicer(self.core, self._pool)
-        add_service(self.server, device, _DEVICE, batch_cap=device.logic.cap)
-        add_service(self.server, AsyncAnalystServicer(self.core, self._pool), _ANALYST)
+        add_service(self.server, instrument(device, _DEVICE, m, "grpc"), _DEVICE,
+                    batch_cap=device.logic.cap)
+        add_service(self.server, instrument(AsyncAnalystServicer(self.core, self._pool),
+                                            _ANALYST, m, "grpc"), _ANALYST)
         self.health = health.aio.HealthServicer()
         add_service(self.server, self.health, _HEALTH)
         add_reflection(self.server, self._names, aio=True)

@@ -163,15 +163,18 @@ class DeviceLogic:
         if n > self.cap:
             raise ServiceError("INVALID_ARGUMENT", batch_too_large(self.cap, n))
 
-    def enroll(self, request: dpb.EnrollRequest) -> dpb.EnrollResponse:
+    def enroll(self, request: dpb.EnrollRequest, peer: str) -> dpb.EnrollResponse:
+        """Enroll, for a caller at network address ``peer`` (``context.peer()``)."""
         device_id, token, exp = self.core.enroll(request.enrollment_secret, request.label,
-                                                 request.previous_token)
+                                                 request.previous_token,
+                                                 request.attestation, peer)
         return dpb.EnrollResponse(device_id=device_id, token=token, expires_at_ms=exp)
 
-    def enroll_batch(self, request: dpb.EnrollBatchRequest) -> dpb.EnrollBatchResponse:
+    def enroll_batch(self, request: dpb.EnrollBatchRequest, peer: str
+                     ) -> dpb.EnrollBatchResponse:
         self._check_batch_size(len(request.requests))
-        got = self.core.enroll_many([(r.enrollment_secret, r.label, r.previous_token)
-                                     for r in request.requests])
+        got = self.core.enroll_many([(r.enrollment_secret, r.label, r.previous_token,
+                                      r.attestation) for r in request.requests], peer)
         return dpb.EnrollBatchResponse(results=[
             dpb.EnrollResult(code=_code(g.code), message=g.message)
             if isinstance(g, ServiceError) else
@@ -267,7 +270,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     def Enroll(self, request: dpb.EnrollRequest, context: grpc.ServicerContext
                ) -> dpb.EnrollResponse:
-        return _guard(context, lambda: self.logic.enroll(request))
+        return _guard(context, lambda: self.logic.enroll(request, context.peer()))
 
     def GetTasks(self, request: dpb.GetTasksRequest, context: grpc.ServicerContext
                  ) -> dpb.GetTasksResponse:
@@ -275,7 +278,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     def EnrollBatch(self, request: dpb.EnrollBatchRequest, context: grpc.ServicerContext
                     ) -> dpb.EnrollBatchResponse:
-        return _guard(context, lambda: self.logic.enroll_batch(request))
+        return _guard(context, lambda: self.logic.enroll_batch(request, context.peer()))
 
     def GetTasksBatch(self, request: dpb.GetTasksBatchRequest,
                       context: grpc.ServicerContext) -> dpb.GetTasksBatchResponse:
@@ -325,8 +328,10 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     async def Enroll(self, request: dpb.EnrollRequest, context: Any) -> dpb.EnrollResponse:
+        peer = context.peer()
+
         async def run() -> dpb.EnrollResponse:
-            return self.logic.enroll(request)
+            return self.logic.enroll(request, peer)
         return await self._run(context, run)
 
     async def GetTasks(self, request: dpb.GetTasksRequest, context: Any
@@ -339,8 +344,10 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     async def EnrollBatch(self, request: dpb.EnrollBatchRequest, context: Any
                           ) -> dpb.EnrollBatchResponse:
+        peer = context.peer()
+
         async def run() -> dpb.EnrollBatchResponse:
-            return await self._in_pool(self.logic.enroll_batch, request)
+            return await self._in_pool(self.logic.enroll_batch, request, peer)
         return await self._run(context, run)
 
     async def GetTasksBatch(self, request: dpb.GetTasksBatchRequest, context: Any

@@ -16,6 +16,9 @@ report acknowledged before the flip and none after. Lock order, in every transac
 query rows (in query-id order) before phase rows (in (query, phase) order), so replicas
 never deadlock each other; a transaction the database still aborts for a lock conflict is
 run again by the writer (``is_lock_conflict``).
+
+Errors of the engine never carry their SQL parameters (``hide_parameters``): a logged
+database error names the statement, never a report's payload or a device id.
 """
 
 from __future__ import annotations
@@ -79,12 +82,13 @@ class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables, Shuff
             # LIFO: the writer keeps getting the connection it just used, whose page
             # cache is current (a FIFO rotation re-reads pages another connection wrote)
             self.engine: Engine = create_engine(u, pool_size=pool_size, max_overflow=pool_size,
-                                                pool_use_lifo=True, echo=echo)
+                                                pool_use_lifo=True, echo=echo,
+                                                hide_parameters=True)
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
             self.engine = create_engine(u, pool_size=pool_size, max_overflow=pool_size,
-                                        pool_pre_ping=True, echo=echo)
+                                        pool_pre_ping=True, echo=echo, hide_parameters=True)
         self._insert = sqlite_dialect.insert if self.is_sqlite else pg_dialect.insert
         self._sql = report_sql("?" if self.is_sqlite else "%s")
         self._held: Any = None  # the writer thread's connection (raw_write(hold=True))

@@ -69,6 +69,10 @@ def _resolve(tickets: list[_Ticket]) -> None:
 class GroupCommitWriter:
     """A background thread committing queued work in shared transactions."""
 
+    #: called after every transaction with (seconds, reports in it, whether it failed);
+    #: the collector's metrics set it (``uldp.collector.observe.metrics``)
+    on_commit: Callable[[float, int, bool], None] | None = None
+
     def __init__(self, db: Database, *, max_reports: int = 8192, max_ops: int = 2048,
                  linger_s: float = 0.002, linger_below: int = 64) -> None:
         if not 0.0 <= linger_s <= 0.1:
@@ -188,14 +192,20 @@ class GroupCommitWriter:
             if not batch:
                 return  # stopped and drained
             t0 = time.perf_counter()
+            failed = False
             try:
                 self._commit_retrying(batch)
             except Exception as exc:  # the whole transaction rolled back
                 log.warning("batch of %d requests failed: %s", len(batch), exc)
                 time.sleep(0.05)
+                failed = True
                 for t in batch:
                     t.error = exc
-            self.busy_s += time.perf_counter() - t0
+            spent = time.perf_counter() - t0
+            self.busy_s += spent
+            if self.on_commit is not None:
+                with contextlib.suppress(Exception):
+                    self.on_commit(spent, sum(len(t.reports) for t in batch), failed)
             self.tickets += len(batch)
             by_loop: dict[Any, list[_Ticket]] = {}
             for t in batch:

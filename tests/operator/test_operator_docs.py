@@ -1,5 +1,6 @@
-"""Issue 17 item 17: every file of the repository the operator documentation names
-exists (``deploy/README.md`` cited ``tests/operator/test_deploy.py``, which never did)."""
+"""Issue 17 item 17: every file of the repository the operator documentation (the README
+and ``deploy/``) names exists (``deploy/README.md`` cited
+``tests/operator/test_deploy.py``, which never did)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ import re
 import pytest
 from opcli import REPO
 
-DOCS = [REPO / "README.md", *sorted((REPO / "deploy").glob("**/*.md")),
-        *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "deploy").glob("**/*.md"))]
 #: a path of the repository in backquotes: `tests/x/y.py`, `bench/z.py::test`, ...
-PATH = re.compile(r"`((?:tests|bench|deploy|scripts|collector|client|docs|proto|conformance)"
-                  r"/[\w./-]*\w)(?:::[\w\[\]-]+)?[`:]")
+PATH = re.compile(r"`((?:tests|bench|deploy|scripts|collector|client|client-ts|docs|proto"
+                  r"|conformance|examples)/[\w./-]*\w)(?:::[\w\[\]-]+)?[`:]")
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(REPO)) for d in DOCS])

@@ -47,28 +47,28 @@ def _quick_line(r, *needles: str) -> str:
 def test_a_ca_that_is_not_a_certificate_is_one_line(named, tmp_path, content):
     bad = tmp_path / "bad.pem"
     bad.write_text(content)
-    t0 = time.monotonic()
     for argv in (["query", "list", "--admin-token-file", str(named.pki / "admin.token")],
-                 ["collector", "health"], ["collector", "wait", "--timeout", "60"]):
+                 ["collector", "health"], ["collector", "wait", "--timeout", "180"]):
+        t0 = time.monotonic()
         r = uldp(*argv, "--target", named.target, "--ca", str(bad))
         _quick_line(r, "--ca", "not a PEM certificate")
-    assert time.monotonic() - t0 < 30  # three fresh interpreters, no timeout waited out
+        assert time.monotonic() - t0 < 90  # a fresh interpreter, no timeout waited out
 
 
 def test_a_name_mismatch_names_the_certificate_and_server_name(named):
     ip = f"127.0.0.1:{_port(named)}"
     conn = ["--ca", str(named.pki / "ca.pem"), "--admin-token-file",
             str(named.pki / "admin.token")]
-    t0 = time.monotonic()
     err = _quick_line(uldp("query", "list", "--target", ip, *conn), "--server-name",
                       "names localhost")
     assert "127.0.0.1" in err
-    assert time.monotonic() - t0 < 20
     r = uldp("query", "list", "--target", ip, "--server-name", "localhost", *conn)
     assert r.returncode == 0, r.stderr
+    t0 = time.monotonic()
     r = uldp("collector", "wait", "--target", ip, "--ca", str(named.pki / "ca.pem"),
-             "--timeout", "60")
+             "--timeout", "180")
     _quick_line(r, "--server-name")
+    assert time.monotonic() - t0 < 90  # not waited out
 
 
 def test_a_client_key_of_another_certificate_is_one_line(named, tmp_path):
@@ -84,7 +84,7 @@ def test_a_client_key_of_another_certificate_is_one_line(named, tmp_path):
 
 def _device(tmp_path: Path, target: str, ca: Path, **kw) -> Device:
     return Device(Endpoint(target, ca, **kw), tmp_path / "dev", budget=1.0,
-                  retry=RetryPolicy(attempts=8, base_s=1.0, cap_s=10.0, timeout_s=10.0))
+                  retry=RetryPolicy(attempts=8, base_s=30.0, cap_s=30.0, timeout_s=10.0))
 
 
 @pytest.mark.parametrize("case", ["not-a-cert", "other-ca", "name"])
@@ -109,7 +109,8 @@ def test_device_raises_a_tls_setup_error_at_once(named, tmp_path, case):
             dev.poll()
     finally:
         dev.close()
-    assert time.monotonic() - t0 < 5  # 8 attempts with backoff would take far longer
+    # retrying would sleep 7 times U(0, 30 s): under 20 s with probability ~1e-5
+    assert time.monotonic() - t0 < 20
     assert len(str(ei.value).splitlines()) == 1
     if case == "name":
         assert "names localhost" in str(ei.value)

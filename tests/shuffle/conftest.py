@@ -15,7 +15,12 @@ import pytest
 from uldp.client.transport import Endpoint
 from uldp.collector.demo import start_shuffled_collector
 from uldp.collector.service.client import AnalystClient
-from uldp.collector.shuffler.launch import ShufflePki, make_shuffle_pki, start_shuffler_process
+from uldp.collector.shuffler.launch import (
+    ShufflePki,
+    free_port,
+    make_shuffle_pki,
+    start_shuffler_process,
+)
 
 
 @dataclass
@@ -25,6 +30,7 @@ class Deployment:
     collector: subprocess.Popen[bytes]
     port: int
     intake: int
+    http: int = 0  # the HTTP port (GET /metrics)
     shuffler: subprocess.Popen[bytes] | None = None
     shuffler_port: int = 0
     shuffler_args: list[str] = field(default_factory=list)
@@ -70,8 +76,9 @@ class Deployment:
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     work = tmp_path_factory.mktemp("shuffle")
     sp = make_shuffle_pki(work)
-    proc, port, intake = start_shuffled_collector(work, sp)
-    d = Deployment(work, sp, proc, port, intake,
+    http = free_port()
+    proc, port, intake = start_shuffled_collector(work, sp, ["--http-port", str(http)])
+    d = Deployment(work, sp, proc, port, intake, http,
                    shuffler_args=["--min-batch", "20", "--linger", "0.5", "--max-batch", "400"])
     try:
         d.start_shuffler()

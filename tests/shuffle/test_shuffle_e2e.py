@@ -222,3 +222,32 @@ def test_the_shuffler_port_refuses_other_identities(deployment):
     with secure_channel(bare) as ch, pytest.raises(grpc.RpcError) as e:
         shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch).GetShuffleQuery(req, timeout=10)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_metrics_count_the_shuffled_reports(deployment, shuffled):
+    """Shuffled reports arrive in batches on the shuffler port: ``/metrics`` counts each
+    stored one (port ``shuffler``), and the total is what the database holds."""
+    import ssl
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    token = (deployment.sp.pki.directory / "admin.token").read_text().strip()
+    req = urllib.request.Request(f"https://127.0.0.1:{deployment.http}/metrics",
+                                 headers={"authorization": f"Bearer {token}"})
+    ctx = ssl.create_default_context(cafile=str(deployment.sp.ca))
+    with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+        fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    accepted = {s.labels["front"]: s.value for s in fams["uldp_reports_accepted"].samples
+                if s.name.endswith("_total")}
+    db = _collector_db(deployment)
+    try:
+        stored = db.execute("SELECT COUNT(*) FROM uldp_reports").fetchone()[0]
+    finally:
+        db.close()
+    assert accepted.get("shuffler", 0) > 1000
+    assert sum(accepted.values()) == stored
+    batches = [s for s in fams["uldp_batch_items"].samples
+               if s.name.endswith("_count") and s.labels["method"] == "ForwardBatch"]
+    assert batches and batches[0].value >= 2
+

@@ -26,6 +26,7 @@ import {
 } from "../ledger/ledger.js";
 
 import { RETRYABLE, Status } from "../core/status.js";
+import type { ReportMessage } from "../wire/index.js";
 import { checkWindow, drawDelayMs, monotonicMs, type PollOptions } from "./schedule.js";
 
 export type { DeviceStore } from "../ledger/ledger.js";
@@ -39,13 +40,7 @@ export interface TaskMessage extends TaskMessageLike {
   readonly max_abs_value?: string;
 }
 
-export interface ReportMessage {
-  queryId: string;
-  phase: number;
-  values: readonly bigint[];
-  taskDigest: string;
-  simulated: boolean;
-}
+export type { ReportMessage };
 
 /** A sealed report (shuffle mode): the ciphertext and the task's public routing fields. */
 export type { SealedReportMessage } from "../wire/index.js";
@@ -60,7 +55,7 @@ export interface ShufflerTransportLike {
 
 /** What the device needs from a transport; errors carry the gRPC status in `code`. */
 export interface DeviceTransportLike {
-  enroll(req: { enrollmentSecret?: string; label?: string; previousToken?: string }):
+  enroll(req: { enrollmentSecret?: string; label?: string; previousToken?: string; attestation?: string }):
     Promise<{ device_id: string; token: string; expires_at_ms: string }>;
   getTasks(token: string, datasets: readonly string[], queryId?: string):
     Promise<{ tasks: TaskMessage[]; waiting: { query_id: string; phase: number }[]; retry_after_ms: number }>;
@@ -103,6 +98,9 @@ export interface DeviceOptions {
   budget: number;
   enrollmentSecret?: string;
   label?: string;
+  /** What the app's back end vouches for this install with, for a collector that enrols new
+   * identities only with one (a string, or a function asked once per new identity; §10). */
+  attestation?: string | (() => string | Promise<string>);
   /** Simulation only: reports are drawn from `rng.spawn("report")` and marked simulated. */
   simulation?: { rng: RandomSource };
   /** Shuffle mode: where sealed reports go (the app's setting, never the collector's). */
@@ -166,8 +164,10 @@ export class Device {
       this.#identity = id;
       return id.device_id;
     }
-    const ask = (previousToken: string) => this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
-      label: this.#o.label ?? "", previousToken });
+    const att = this.#o.attestation ?? "";
+    const ask = async (previousToken: string) => this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
+      label: this.#o.label ?? "", previousToken,
+      attestation: previousToken ? "" : typeof att === "function" ? await att() : att });
     const failed = (e: unknown) => new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
     let r;
     let fresh = false;

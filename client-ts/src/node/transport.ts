@@ -16,10 +16,10 @@
 import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import {
-  backoffMs, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll, encodeGetTasks,
+  decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll, encodeGetTasks,
   encodeSubmitReport as encode, encodeSubmitSealed, type EnrollArgs, type EnrollResult, type GetTasksResult,
   type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE,
-  type TaskMessage, wire,
+  type TaskMessage, wire, withRetries,
 } from "../wire/index.js";
 
 export {
@@ -102,16 +102,8 @@ export class DeviceTransport {
   }
 
   /** One unary call with retries; `body` (already encoded) is sent unchanged every time. */
-  async call(method: string, body: Buffer, token: string | null): Promise<Buffer> {
-    const p = this.#retry;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.#once(method, body, token, p.timeoutMs);
-      } catch (e) {
-        if (!(e instanceof RpcError) || !RETRYABLE.has(e.code) || attempt >= p.attempts - 1) throw e;
-        await this.#sleep(backoffMs(p, attempt, this.#random));
-      }
-    }
+  call(method: string, body: Buffer, token: string | null): Promise<Buffer> {
+    return withRetries(this.#retry, () => this.#once(method, body, token, this.#retry.timeoutMs), this.#sleep, this.#random);
   }
 
   async enroll(req: EnrollArgs = {}): Promise<EnrollResult> {

@@ -18,9 +18,9 @@
  * No Node-only dependency.
  */
 import {
-  backoffMs, Code, CODE_NAMES, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll,
+  Code, CODE_NAMES, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll,
   encodeGetTasks, encodeSubmitReport, type EnrollArgs, type EnrollResult, type GetTasksResult, type ReportMessage,
-  type RetryPolicy, RETRYABLE, RpcError, wire,
+  type RetryPolicy, RETRYABLE, RpcError, wire, withRetries,
 } from "../wire/index.js";
 
 /** The part of the WHATWG fetch API the transport uses (global `fetch` in browsers, React Native,
@@ -187,16 +187,8 @@ export class FetchTransport {
   }
 
   /** One unary call with retries; `body` (already encoded) is sent unchanged every time. */
-  async call(method: string, body: Uint8Array, token: string | null): Promise<Uint8Array> {
-    const p = this.#retry;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.#once(method, body, token, p.timeoutMs);
-      } catch (e) {
-        if (!(e instanceof RpcError) || !RETRYABLE.has(e.code) || attempt >= p.attempts - 1) throw e;
-        await this.#sleep(backoffMs(p, attempt, this.#random));
-      }
-    }
+  call(method: string, body: Uint8Array, token: string | null): Promise<Uint8Array> {
+    return withRetries(this.#retry, () => this.#once(method, body, token, this.#retry.timeoutMs), this.#sleep, this.#random);
   }
 
   async enroll(req: EnrollArgs = {}): Promise<EnrollResult> {

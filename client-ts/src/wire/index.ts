@@ -6,7 +6,7 @@
  * A request is encoded ONCE, and the same bytes go out on every retry, whatever the transport.
  * No Node-only dependency (Uint8Array, not Buffer).
  */
-import { Status as Code } from "../core/status.js";
+import { RETRYABLE, Status as Code } from "../core/status.js";
 import { CodecError, type MessageType, typeOf } from "./codec.js";
 
 export { CodecError, type MessageType, typeOf };
@@ -98,6 +98,8 @@ export interface EnrollArgs {
   enrollmentSecret?: string;
   label?: string;
   previousToken?: string;
+  /** The app's attestation for a new identity (device.proto, EnrollRequest.attestation). */
+  attestation?: string;
 }
 
 export interface EnrollResult {
@@ -117,6 +119,7 @@ export function encodeSubmitReport(r: ReportMessage): Uint8Array {
 export function encodeEnroll(req: EnrollArgs): Uint8Array {
   return wire.EnrollRequest.encode({
     enrollment_secret: req.enrollmentSecret ?? "", label: req.label ?? "", previous_token: req.previousToken ?? "",
+    attestation: req.attestation ?? "",
   });
 }
 
@@ -136,4 +139,18 @@ export function decode<T>(t: MessageType, b: Uint8Array): T {
 /** Wait U(0, min(cap, base·2^attempt)) ms before retry attempt+1 (full jitter). */
 export function backoffMs(p: RetryPolicy, attempt: number, random: () => number): number {
   return random() * Math.min(p.capMs, p.baseMs * 2 ** attempt);
+}
+
+/** `once()` until it answers, a definitive error, or `p.attempts` calls: only RpcErrors with a
+ * RETRYABLE code are retried, after `backoffMs` (the caller's `once` re-sends the same bytes). */
+export async function withRetries<T>(p: RetryPolicy, once: () => Promise<T>,
+  sleep: (ms: number) => Promise<void>, random: () => number): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await once();
+    } catch (e) {
+      if (!(e instanceof RpcError) || !RETRYABLE.has(e.code) || attempt >= p.attempts - 1) throw e;
+      await sleep(backoffMs(p, attempt, random));
+    }
+  }
 }
