@@ -35,7 +35,7 @@ from uldp.collector.service.enrolment import (
     EnrolmentPolicy,
     RateLimit,
 )
-from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.errors import ServiceError, authenticate
 from uldp.collector.service.ingest import SIMULATED_REFUSED, ReportIngest
 from uldp.collector.service.lease import closer_id
 from uldp.collector.service.phases import PhaseView
@@ -118,13 +118,7 @@ class CollectorCore:
 
     # ---- authentication -------------------------------------------------------------
     def device_from_token(self, token: str | None) -> str:
-        if not token:
-            raise ServiceError("UNAUTHENTICATED", "missing device token "
-                               "(metadata 'authorization: Bearer <token>')")
-        try:
-            return self.token_key.verify(token).device_id
-        except TokenError as exc:
-            raise ServiceError("UNAUTHENTICATED", str(exc)) from None
+        return authenticate(self.token_key, token)
 
     def check_admin(self, token: str | None) -> None:
         if not self.admin.check(token):

@@ -8,10 +8,17 @@
  * any other carrying the same protobuf messages), so this module has no Node-only dependency.
  * Randomness: a fresh `RandomSource.secure()` per report; a seeded source only with
  * `simulation: true`, and then every report says `simulated` on the wire.
+ *
+ * Shuffle mode (a task carrying `seal`, §16): the report is sealed to the collector's HPKE key
+ * (`../core/seal.ts`, a fresh ephemeral key), the ledger stores the ciphertext, and it goes —
+ * the same bytes on every resend — to the shuffler the app configured (`shuffler`, never an
+ * address from the collector); without one such a task is refused (code `seal`).
  */
 import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
 import { RandomSource } from "../core/random.js";
+import { sealInfo, sealReport } from "../core/seal.js";
+import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
@@ -34,6 +41,17 @@ export interface TaskMessage extends TaskMessageLike {
 }
 
 export type { ReportMessage };
+
+/** A sealed report (shuffle mode): the ciphertext and the task's public routing fields. */
+export type { SealedReportMessage } from "../wire/index.js";
+
+/** What a device owes for a task: a report in the clear, or a sealed one. */
+export type AnyReport = ReportMessage | SealedReportMessage;
+
+/** What the device needs from a shuffler's transport (`ShufflerTransport` in node). */
+export interface ShufflerTransportLike {
+  submitSealed(token: string, report: SealedReportMessage): Promise<{ duplicate: boolean }>;
+}
 
 /** What the device needs from a transport; errors carry the gRPC status in `code`. */
 export interface DeviceTransportLike {
@@ -99,6 +117,8 @@ export interface DeviceOptions {
   attestation?: string | (() => string | Promise<string>);
   /** Simulation only: reports are drawn from `rng.spawn("report")` and marked simulated. */
   simulation?: { rng: RandomSource };
+  /** Shuffle mode: where sealed reports go (the app's setting, never the collector's). */
+  shuffler?: ShufflerTransportLike;
   now?: () => number;
 }
 
@@ -206,21 +226,26 @@ export class Device {
         if (e instanceof LedgerError) throw new TaskRefused(e.message, e instanceof AlreadyParticipated ? "participated" : "budget");
         throw e;
       }
-    });
+    }, { shuffler: this.#o.shuffler !== undefined });
   }
 
   #source(): RandomSource {
     return this.#o.simulation ? this.#o.simulation.rng.spawn("report") : RandomSource.secure();
   }
 
-  #message(e: LedgerEntry): ReportMessage {
+  #message(e: LedgerEntry): AnyReport {
+    const msg = e.task ? (JSON.parse(e.task) as TaskMessage) : null;
+    if (msg && sealedTask(msg.task_json)) {
+      return { queryId: e.queryId, phase: e.phase, group: msg.group ?? 0, stage: msg.stage ?? 0,
+        taskDigest: e.taskDigest, sealed: e.report };
+    }
     return { queryId: e.queryId, phase: e.phase, values: decodeValues(e.report), taskDigest: e.taskDigest,
       simulated: this.simulation };
   }
 
   /** Check, charge, compute and persist; the returned report is what must be sent (also on
    * a retry: the stored values, never a new draw). */
-  async prepare(msg: TaskMessage): Promise<ReportMessage> {
+  async prepare(msg: TaskMessage): Promise<AnyReport> {
     const prev = this.ledger.get(msg.query_id);
     if (prev && prev.taskDigest === msg.task_digest && prev.report.length) return this.#message(prev);
     const { task, units } = this.checkTask(msg);
@@ -252,7 +277,7 @@ export class Device {
   }
 
   #computeAndStore(entry: LedgerEntry, task: Task, ds: LocalDataset | undefined, rng: RandomSource,
-    fallback: readonly bigint[]): Promise<ReportMessage> {
+    fallback: readonly bigint[]): Promise<AnyReport> {
     const run = this.#lock.then(async () => {
       let values: readonly bigint[] = fallback;
       if (ds) {
@@ -262,17 +287,26 @@ export class Device {
           values = fallback; // totality backstop: one report is owed whatever happens
         }
       }
-      return this.#message(await this.ledger.storeReport(entry.queryId, [...values]));
+      let stored: readonly bigint[] | Uint8Array = [...values];
+      if (task.seal !== null) { // shuffle mode: the ciphertext is the report
+        const msg = JSON.parse(entry.task) as TaskMessage;
+        stored = sealReport(task.seal, sealInfo(msg.query_id, msg.phase, msg.group ?? 0, msg.stage ?? 0,
+          msg.task_digest), values, this.simulation);
+      }
+      return this.#message(await this.ledger.storeReport(entry.queryId, stored));
     });
     this.#lock = run.catch(() => undefined);
     return run;
   }
 
   /** Send a persisted report (the transport retries the same bytes); update the ledger. */
-  async send(report: ReportMessage): Promise<{ duplicate: boolean }> {
+  async send(report: AnyReport): Promise<{ duplicate: boolean }> {
     for (let attempt = 0; ; attempt++) {
       try {
-        const r = await this.#o.transport.submitReport(await this.#token(), report);
+        const token = await this.#token();
+        const r = "sealed" in report
+          ? await this.#shuffler().submitSealed(token, report)
+          : await this.#o.transport.submitReport(token, report);
         await this.ledger.mark(report.queryId, "acknowledged", r.duplicate ? "duplicate" : "");
         return { duplicate: r.duplicate };
       } catch (e) {
@@ -309,6 +343,11 @@ export class Device {
         return false;
       }
     }
+  }
+
+  #shuffler(): ShufflerTransportLike {
+    if (!this.#o.shuffler) throw new DeviceError("a sealed report needs a shuffler (DeviceOptions.shuffler)");
+    return this.#o.shuffler;
   }
 
   async #getTasks(queryId: string) {
@@ -375,7 +414,7 @@ export class Device {
     const resp = await this.#getTasks(queryId);
     for (const t of resp.tasks) {
       const start = (opts.clock ?? monotonicMs)();
-      let report: ReportMessage;
+      let report: AnyReport;
       try {
         report = await this.prepare(t);
       } catch (e) {
@@ -418,6 +457,19 @@ export class Device {
       await sleep(Math.max(r.retryAfterMs, 50) * (0.5 + Math.random()));
     }
   }
+}
+
+const SEALED = new Map<string, boolean>();
+
+/** Whether a stored (checked) task asks for a sealed report; cached by its text. */
+function sealedTask(text: string): boolean {
+  let got = SEALED.get(text);
+  if (got === undefined) {
+    got = parseTask(text).seal !== null;
+    if (SEALED.size > 1024) SEALED.clear();
+    SEALED.set(text, got);
+  }
+  return got;
 }
 
 /** setTimeout exists in browsers, React Native and Node, but not in the ES library types. */
