@@ -253,6 +253,7 @@ def _ran(plan: Any) -> str:
 
 # ---- table ---------------------------------------------------------------------------
 PUBLIC_PEER = {"mean": "HM", "distribution": "ADP"}
+NOTES = "## Where uldp still loses, and why"
 
 
 def row(r: dict[str, Any]) -> str:
@@ -380,7 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.table:
         md = report(json.loads(Path(a.out).read_text()), RESULTS / "frontier.md")
-        (RESULTS / "frontier.md").write_text(TITLE + md + "\n")
+        path = RESULTS / "frontier.md"
+        old = path.read_text() if path.exists() else ""
+        notes = old[old.index(NOTES):] if NOTES in old else ""  # written by hand, kept
+        path.write_text(TITLE + md + "\n" + ("\n" + notes if notes else ""))
         print(md)
         return 0
     if a.quick:

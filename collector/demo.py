@@ -40,10 +40,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
 
-from uldp.client.transport import Endpoint, secure_channel
+from uldp.client.transport import Endpoint
 from uldp.collector.analyst import Analyst
 from uldp.collector.cliutil import OperatorError
 from uldp.collector.fleet import (
@@ -56,8 +55,16 @@ from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import new_admin_token
+from uldp.collector.shuffler.launch import (
+    ShufflePki,
+    free_port,
+    make_shuffle_pki,
+    start_shuffler_process,
+    wait_serving,
+)
 
-__all__ = ["DEMO_QUERIES", "check_demo_args", "run_demo", "start_collector_process"]
+__all__ = ["DEMO_QUERIES", "check_demo_args", "run_demo", "start_collector_process",
+           "start_shuffled_collector"]
 
 #: shuffle mode: the smallest batch the shuffler forwards and the queries accept
 DEMO_MIN_BATCH = 50
@@ -76,8 +83,6 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
                             extra: list[str] | None = None,
                             timeout_s: float = 60.0) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``uldp collector serve`` on 127.0.0.1 (free port); wait until it serves."""
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
     ready = workdir / f"collector-{os.getpid()}-{time.monotonic_ns()}.ready"
     log = open(workdir / "collector.log", "ab")  # noqa: SIM115 - owned by the process
     proc = subprocess.Popen(
@@ -87,27 +92,21 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
          "--allow-simulated", *(extra or [])],
         stdout=log, stderr=subprocess.STDOUT)
     log.close()
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            tail = (workdir / "collector.log").read_text(errors="replace").strip()
-            last = tail.splitlines()[-1] if tail else ""
-            raise RuntimeError(f"collector exited with {proc.returncode}: {last} "
-                               f"(see {workdir / 'collector.log'})")
-        if ready.exists():
-            port = int(ready.read_text().strip().rsplit(":", 1)[1])
-            try:
-                with secure_channel(Endpoint(f"127.0.0.1:{port}", tls_dir / "ca.pem")) as ch:
-                    r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
-                                                             timeout=5)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return proc, port
-            except grpc.RpcError:
-                pass
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise TimeoutError("collector did not start")
+    return proc, wait_serving(proc, ready, workdir / "collector.log", tls_dir / "ca.pem",
+                              "collector", timeout_s)
+
+
+def start_shuffled_collector(work: Path, sp: ShufflePki, extra: list[str] | None = None
+                             ) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Shuffle mode: a collector on ``sp``'s PKI (its token key file, so the shuffler can
+    be given the public half) with its shuffler port on a free port; (process, device
+    port, shuffler port)."""
+    intake = free_port()
+    proc, port = start_collector_process(
+        work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
+        extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
+               "--shuffler-ca", str(sp.ca), *(extra or [])])
+    return proc, port, intake
 
 
 def check_demo_args(devices: int, epsilon: float, samples: int) -> None:
@@ -240,18 +239,8 @@ def _start_shuffled(work: Path, say: Callable[..., None]
                     ) -> tuple[list[subprocess.Popen[bytes]], Endpoint, Path, Endpoint]:
     """Shuffle mode: the PKI of both parties, a collector with its shuffler port and a
     shuffler process forwarding to it."""
-    from uldp.collector.shuffler.launch import (
-        free_port,
-        make_shuffle_pki,
-        start_shuffler_process,
-    )
-
     sp = make_shuffle_pki(work)
-    intake = free_port()
-    proc, port = start_collector_process(
-        work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
-        extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
-               "--shuffler-ca", str(sp.ca)])
+    proc, port, intake = start_shuffled_collector(work, sp)
     try:
         shuffler, sport = start_shuffler_process(
             work, sp, f"127.0.0.1:{intake}",

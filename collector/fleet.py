@@ -58,6 +58,7 @@ class FleetResult:
     devices: int
     submitted: int = 0
     refused: list[tuple[str, str]] = field(default_factory=list)
+    declined: int = 0  # refused tasks the collector acknowledged a decline of
     rejected: list[tuple[str, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     unfinished: int = 0
@@ -131,14 +132,16 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
               enrollment_secret: str = "", seed: int | None = None, channels: int = 4,
               timeout_s: float = 900.0, progress: bool | None = None, durable: bool = False,
               keep_state: bool = True, max_failures: int = 8,
-              on_device: Callable[[int, Device], None] | None = None) -> FleetResult:
+              on_device: Callable[[int, Device], None] | None = None,
+              shuffler: Endpoint | None = None) -> FleetResult:
     """Run ``n_devices`` devices until none has anything left to do (or ``timeout_s``).
 
     With several endpoints (collector replicas), device ``i`` uses ``endpoint[i % k]``.
 
     ``seed`` makes the devices' noise reproducible (simulation mode); None uses the
     production OS-keyed source. ``durable=False`` skips fsync in the device ledgers
-    (they still survive a crash of the fleet process, not of the machine).
+    (they still survive a crash of the fleet process, not of the machine). ``shuffler``:
+    shuffle mode, where the devices send their sealed reports.
     """
     root = Path(state_root)
     root.mkdir(parents=True, exist_ok=True)
@@ -148,6 +151,7 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
                          enrollment_secret=enrollment_secret, seed=seed, channels=channels,
                          timeout_s=timeout_s, durable=durable, max_failures=max_failures,
                          on_device=on_device)
+    fleet.shuffler = secure_channel(shuffler) if shuffler is not None else None
     fleet.bar = _Bar(n_devices, sys.stderr.isatty() if progress is None else progress)
     res = fleet.run(concurrency)
     if not keep_state:
@@ -169,6 +173,7 @@ class _ThreadFleet:
         self.durable, self.max_failures, self.on_device = durable, max_failures, on_device
         # device i talks to eps[i % len(eps)] through one of `channels` channels per endpoint
         self.chans = [[secure_channel(e) for _ in range(max(1, channels))] for e in eps]
+        self.shuffler: Any = None  # shuffle mode: the channel to the shuffler
         self.retry = RetryPolicy(attempts=10, base_s=0.2, cap_s=5.0,
                                  timeout_s=min(30.0, timeout_s))
         self.res = FleetResult(devices=n_devices)
@@ -193,7 +198,8 @@ class _ThreadFleet:
             dev = Device(self.eps[e], self.root / f"device-{i:07d}", budget=self.budget,
                          enrollment_secret=self.secret, label="uldp-fleet",
                          channel=pool[(i // len(self.eps)) % len(pool)], retry=self.retry,
-                         rng=rng, durable=self.durable, simulation=True)
+                         rng=rng, durable=self.durable, simulation=True,
+                         shuffler_channel=self.shuffler)
             for ds in self.datasets:
                 if i % ds.modulo == ds.residue:
                     assert ds.values is not None
@@ -230,6 +236,7 @@ class _ThreadFleet:
             with self.cv:
                 self.res.submitted += len(r.submitted)
                 self.res.refused += r.refused
+                self.res.declined += len(r.declined)
                 self.res.rejected += r.rejected
             if r.waiting:
                 dev.ledger.close()  # reopened on the next poll; keeps idle devices small
@@ -285,7 +292,8 @@ class _ThreadFleet:
 
 def summarize(res: FleetResult) -> dict[str, Any]:
     return {"devices": res.devices, "reports_acknowledged": res.submitted,
-            "refused": len(res.refused), "rejected": len(res.rejected),
+            "refused": len(res.refused), "declined": res.declined,
+            "rejected": len(res.rejected),
             "errors": len(res.errors), "unfinished": res.unfinished,
             "seconds": round(res.seconds, 2)}
 

@@ -11,9 +11,11 @@ plan is printed *before* any release and reads only the public occupancy counts)
 
 Every ``--method`` is one :class:`CentralMethod` in :data:`METHODS`.
 
-The CSV is read with the standard library; every problem with it (missing column, empty
-file, non-numeric or NaN value) is reported with the row and column, and nothing is
-released. Every release prints its estimand (which mean) and an interval.
+The CSV is read by the reader of every command (``uldp.collector.csvdata``: UTF-8 with or
+without a BOM, cells stripped; a missing column, an empty file, an empty user id or subset,
+a non-numeric or NaN value is reported with the row and column, and nothing is released;
+values outside the public range are clamped into it, the count said on stderr). Every
+release prints its estimand (which mean) and an interval.
 """
 
 from __future__ import annotations

@@ -79,6 +79,10 @@ def _cmd_fleet_run(a: argparse.Namespace) -> int:
     root = a.state_dir or tempfile.mkdtemp(prefix="uldp-fleet-")
     common = dict(budget=a.budget, enrollment_secret=secret, seed=a.seed,
                   timeout_s=a.timeout, keep_state=a.state_dir is not None)
+    if a.shuffler:
+        from uldp.client.transport import Endpoint
+
+        common["shuffler"] = Endpoint(a.shuffler, ep.ca_cert)
     if a.gateways:
         res = run_gateway_fleet(ep, root, a.devices, [FleetDataset(dataset, data)],
                                 gateways=a.gateways, **common)
@@ -138,6 +142,8 @@ def register(subparsers: Any) -> None:
                    help="reproducible data and noise (simulation mode; reports are marked "
                         "simulated)")
     s.add_argument("--state-dir", help="keep device state here (default: a temp dir, removed)")
+    s.add_argument("--shuffler", help="shuffle mode: host:port of the shuffler the devices "
+                   "send their sealed reports to (TLS, verified with --ca)")
     s.add_argument("--timeout", type=positive_float, default=1800.0,
                    help="stop after this many seconds; unfinished devices make the exit "
                         "code 1 (default 1800)")

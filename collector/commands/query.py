@@ -47,6 +47,9 @@ def _create_kwargs(a: argparse.Namespace) -> dict[str, Any]:
     kw: dict[str, Any] = {k: getattr(a, k) for k in ("moment_p", "moment_m", "frame_kind",
                                                       "mode", "confidence")
                           if getattr(a, k) is not None}
+    if a.shuffle_min_batch is not None or a.shuffle_delta is not None:
+        kw["shuffle"] = {k: v for k, v in (("min_batch", a.shuffle_min_batch),
+                                           ("delta", a.shuffle_delta)) if v is not None}
     if a.extra is not None:
         try:
             kw["extra"] = json.loads(a.extra)
@@ -229,6 +232,12 @@ def _add_create(sq: Any) -> None:
     s.add_argument("--phase-timeout", type=nonneg_float, default=0.0,
                    help="seconds each phase stays open at most (0 = collector default)")
     s.add_argument("--id", help="query id (idempotent create; default: generated)")
+    s.add_argument("--shuffle-min-batch", type=positive_int, default=None,
+                   help="shuffle mode (docs/privacy.md §7): devices seal their reports and "
+                        "send them through a shuffler, which forwards batches of at least "
+                        "this many; the result states the central (eps, delta)")
+    s.add_argument("--shuffle-delta", type=positive_float, default=None,
+                   help="shuffle mode: the delta of the central guarantee (default 1e-8)")
     s.add_argument("--allow-simulated", action="store_true",
                    help="this query accepts reports marked simulated (seeded noise, e.g. "
                         "`uldp fleet run`)")

@@ -84,10 +84,47 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_certs(a: argparse.Namespace) -> int:
+    """A development server certificate and client certificate for a shuffler."""
+    from uldp.collector.security.certs import issue_leaf
+
+    readable_file(Path(a.ca_cert), "--ca-cert")
+    readable_file(Path(a.ca_key), "--ca-key")
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise OperatorError(f"--out {out} is a file, not a directory")
+    if (out / "client.pem").exists() and not a.force:
+        raise OperatorError(f"--out {out} already holds shuffler certificates; pass --force")
+    hosts = a.host or ["localhost", "127.0.0.1"]
+    for p in (*issue_leaf(a.ca_cert, a.ca_key, out, "server", hosts[0], hosts, client=False),
+              *issue_leaf(a.ca_cert, a.ca_key, out, "client", a.name, client=True)):
+        print(p)
+    return 0
+
+
+def _certs_parser(sc: Any) -> None:
+    c = sc.add_parser("certs", help="development certificates for a shuffler",
+                      description="Sign, with a development CA (e.g. `uldp collector certs "
+                      "--admin-out`'s ca.pem/ca.key), the shuffler's server certificate for "
+                      "devices (server.pem/.key) and its client certificate for the "
+                      "collector's shuffler port (client.pem/.key, common name --name).")
+    c.add_argument("--ca-cert", required=True, help="the CA certificate")
+    c.add_argument("--ca-key", required=True, help="the CA's private key")
+    c.add_argument("--out", required=True, help="directory to write into (created)")
+    c.add_argument("--host", action="append", default=[],
+                   help="server DNS name or IP (repeat; default localhost, 127.0.0.1)")
+    c.add_argument("--name", default="uldp-shuffler",
+                   help="common name of the client certificate (the collector's "
+                        "--shuffler-name; default uldp-shuffler)")
+    c.add_argument("--force", action="store_true", help="replace existing files")
+    c.set_defaults(func=_cmd_certs)
+
+
 def register(subparsers: Any) -> None:
-    """Add ``shuffler serve`` to the ``uldp`` parser."""
+    """Add ``shuffler serve`` and ``shuffler certs`` to the ``uldp`` parser."""
     pc = subparsers.add_parser("shuffler", help="run the shuffler of shuffle mode")
     sc = pc.add_subparsers(dest="sub", required=True)
+    _certs_parser(sc)
     s = sc.add_parser(
         "serve", help="serve ShufflerService to devices and forward shuffled batches",
         description="The independent shuffler: authenticates devices with the collector's "

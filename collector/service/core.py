@@ -35,7 +35,7 @@ from uldp.collector.service.enrolment import (
     EnrolmentPolicy,
     RateLimit,
 )
-from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.errors import ServiceError, authenticate
 from uldp.collector.service.ingest import SIMULATED_REFUSED, ReportIngest
 from uldp.collector.service.lease import closer_id
 from uldp.collector.service.phases import PhaseView
@@ -118,13 +118,7 @@ class CollectorCore:
 
     # ---- authentication -------------------------------------------------------------
     def device_from_token(self, token: str | None) -> str:
-        if not token:
-            raise ServiceError("UNAUTHENTICATED", "missing device token "
-                               "(metadata 'authorization: Bearer <token>')")
-        try:
-            return self.token_key.verify(token).device_id
-        except TokenError as exc:
-            raise ServiceError("UNAUTHENTICATED", str(exc)) from None
+        return authenticate(self.token_key, token)
 
     def check_admin(self, token: str | None) -> None:
         if not self.admin.check(token):
@@ -226,6 +220,13 @@ class CollectorCore:
 
     def store(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         return self.ingest.store(items)
+
+    def validate_decline(self, device_id: str, query_id: str, phase: int, digest: str,
+                         reason: str) -> PendingReport | ReportOutcome:
+        return self.ingest.validate_decline(device_id, query_id, phase, digest, reason)
+
+    def store_declines(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        return self.ingest.store_declines(items)
 
     def close_phase(self, query_id: str, phase: int, force: bool = False) -> bool:
         return self.closer.close_phase(query_id, phase, force)

@@ -10,8 +10,10 @@ the number of items it answers, never by what a caller sent (invariant 9).
 
 from __future__ import annotations
 
-__all__ = ["ECHO_CHARS", "MAX_MESSAGE_BYTES", "ServiceError", "batch_too_large", "clip",
-           "echo"]
+from typing import Any
+
+__all__ = ["ECHO_CHARS", "MAX_MESSAGE_BYTES", "ServiceError", "authenticate", "batch_too_large",
+           "clip", "echo"]
 
 #: characters of a caller's string an error message quotes
 ECHO_CHARS = 40
@@ -43,6 +45,21 @@ def batch_too_large(cap: int, n: int | None = None) -> str:
     """The INVALID_ARGUMENT message of a batch call over its item cap (``n`` None: the
     items were not all counted, the request was refused as soon as it had more)."""
     return f"a batch holds at most {cap} items, got {n if n is not None else f'more than {cap}'}"
+
+
+def authenticate(verifier: Any, token: str | None) -> str:
+    """The device id of a genuine, unexpired device token (``verifier``: a
+    ``uldp.collector.security.tokens.TokenVerifier``); UNAUTHENTICATED otherwise — the
+    collector and the shuffler answer the same."""
+    from uldp.collector.security.tokens import TokenError
+
+    if not token:
+        raise ServiceError("UNAUTHENTICATED", "missing device token "
+                           "(metadata 'authorization: Bearer <token>')")
+    try:
+        return str(verifier.verify(token).device_id)
+    except TokenError as exc:
+        raise ServiceError("UNAUTHENTICATED", str(exc)) from None
 
 
 class ServiceError(Exception):

@@ -27,7 +27,7 @@ from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import TokenKey, new_admin_token
 
 __all__ = ["SHUFFLER_NAME", "ShufflePki", "free_port", "make_shuffle_pki",
-           "start_shuffler_process"]
+           "start_shuffler_process", "wait_serving"]
 
 SHUFFLER_NAME = "uldp-shuffler"
 
@@ -77,8 +77,6 @@ def start_shuffler_process(work: Path, sp: ShufflePki, collector_intake: str, *,
                            ) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``uldp shuffler serve`` on 127.0.0.1 (free port) forwarding to the
     collector's shuffler port ``collector_intake``; wait until it serves."""
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
     ready = work / f"shuffler-{os.getpid()}-{time.monotonic_ns()}.ready"
     log = open(work / "shuffler.log", "ab")  # noqa: SIM115 - owned by the process
     proc = subprocess.Popen(
@@ -91,23 +89,32 @@ def start_shuffler_process(work: Path, sp: ShufflePki, collector_intake: str, *,
          "--log-level", os.environ.get("ULDP_LOG_LEVEL", "warning"), *(extra or [])],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     log.close()
+    return proc, wait_serving(proc, ready, work / "shuffler.log", sp.ca, "shuffler", timeout_s)
+
+
+def wait_serving(proc: subprocess.Popen[bytes], ready: Path, log: Path, ca: Path, what: str,
+                 timeout_s: float) -> int:
+    """The port of a server process once its ready file exists and its health check says
+    SERVING (RuntimeError if it exits first, TimeoutError after ``timeout_s``)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if proc.poll() is not None:
-            tail = (work / "shuffler.log").read_text(errors="replace").strip()
-            raise RuntimeError(f"shuffler exited with {proc.returncode}: "
-                               f"{tail.splitlines()[-1] if tail else ''}")
+            tail = log.read_text(errors="replace").strip()
+            last = tail.splitlines()[-1] if tail else ""
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {last} (see {log})")
         if ready.exists():
             port = int(ready.read_text().strip().rsplit(":", 1)[1])
             try:
-                with secure_channel(Endpoint(f"127.0.0.1:{port}", sp.ca)) as ch:
+                with secure_channel(Endpoint(f"127.0.0.1:{port}", ca)) as ch:
                     r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
                                                              timeout=5)
                 if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return proc, port
+                    return port
             except grpc.RpcError:
                 pass
         time.sleep(0.05)
     proc.kill()
     proc.wait()
-    raise TimeoutError("shuffler did not start")
+    raise TimeoutError(f"{what} did not start")

@@ -43,8 +43,8 @@ import grpc
 from uldp.client.sealing import ENC_BYTES, TAG_BYTES
 from uldp.client.transport import RETRYABLE
 from uldp.client.wire import AUTH_METADATA_KEY, shuffler_pb2, shuffler_pb2_grpc
-from uldp.collector.security.tokens import TokenError, TokenVerifier
-from uldp.collector.service.errors import ServiceError
+from uldp.collector.security.tokens import TokenVerifier
+from uldp.collector.service.errors import ServiceError, authenticate, echo
 from uldp.collector.shuffler.store import Bucket, ShufflerStore, Submission
 
 __all__ = ["TEST_PAUSE_ENV", "Forwarder", "QueryInfo", "ShufflerConfig", "ShufflerServicer"]
@@ -127,13 +127,7 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
         self.store, self.verifier, self.link = store, verifier, link
 
     def _device(self, token: str | None) -> str:
-        if not token:
-            raise ServiceError("UNAUTHENTICATED", "missing device token "
-                               "(metadata 'authorization: Bearer <token>')")
-        try:
-            return self.verifier.verify(token).device_id
-        except TokenError as exc:
-            raise ServiceError("UNAUTHENTICATED", str(exc)) from None
+        return authenticate(self.verifier, token)
 
     def _checked(self, device_id: str, r: shuffler_pb2.SealedReport) -> Submission:
         if not r.query_id or len(r.query_id) > 64:
@@ -150,7 +144,7 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
             raise ServiceError("UNAVAILABLE", "the collector cannot be reached to check the "
                                "query; retry later") from None
         if q is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {r.query_id!r}")
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(r.query_id)}")
         if not q.shuffled:
             raise ServiceError("FAILED_PRECONDITION", f"query {r.query_id} is not in shuffle "
                                "mode")

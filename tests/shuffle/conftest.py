@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from uldp.client.transport import Endpoint
-from uldp.collector.demo import start_collector_process
+from uldp.collector.demo import start_shuffled_collector
 from uldp.collector.service.client import AnalystClient
 from uldp.collector.shuffler.launch import (
     ShufflePki,
@@ -76,11 +76,8 @@ class Deployment:
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     work = tmp_path_factory.mktemp("shuffle")
     sp = make_shuffle_pki(work)
-    intake, http = free_port(), free_port()
-    proc, port = start_collector_process(
-        work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
-        extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
-               "--shuffler-ca", str(sp.ca), "--http-port", str(http)])
+    http = free_port()
+    proc, port, intake = start_shuffled_collector(work, sp, ["--http-port", str(http)])
     d = Deployment(work, sp, proc, port, intake, http,
                    shuffler_args=["--min-batch", "20", "--linger", "0.5", "--max-batch", "400"])
     try:

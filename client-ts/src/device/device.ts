@@ -8,10 +8,17 @@
  * any other carrying the same protobuf messages), so this module has no Node-only dependency.
  * Randomness: a fresh `RandomSource.secure()` per report; a seeded source only with
  * `simulation: true`, and then every report says `simulated` on the wire.
+ *
+ * Shuffle mode (a task carrying `seal`, §16): the report is sealed to the collector's HPKE key
+ * (`../core/seal.ts`, a fresh ephemeral key), the ledger stores the ciphertext, and it goes —
+ * the same bytes on every resend — to the shuffler the app configured (`shuffler`, never an
+ * address from the collector); without one such a task is refused (code `seal`).
  */
 import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
 import { RandomSource } from "../core/random.js";
+import { sealInfo, sealReport } from "../core/seal.js";
+import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
@@ -35,6 +42,17 @@ export interface TaskMessage extends TaskMessageLike {
 
 export type { ReportMessage };
 
+/** A sealed report (shuffle mode): the ciphertext and the task's public routing fields. */
+export type { SealedReportMessage } from "../wire/index.js";
+
+/** What a device owes for a task: a report in the clear, or a sealed one. */
+export type AnyReport = ReportMessage | SealedReportMessage;
+
+/** What the device needs from a shuffler's transport (`ShufflerTransport` in node). */
+export interface ShufflerTransportLike {
+  submitSealed(token: string, report: SealedReportMessage): Promise<{ duplicate: boolean }>;
+}
+
 /** What the device needs from a transport; errors carry the gRPC status in `code`. */
 export interface DeviceTransportLike {
   enroll(req: { enrollmentSecret?: string; label?: string; previousToken?: string; attestation?: string }):
@@ -42,6 +60,18 @@ export interface DeviceTransportLike {
   getTasks(token: string, datasets: readonly string[], queryId?: string):
     Promise<{ tasks: TaskMessage[]; waiting: { query_id: string; phase: number }[]; retry_after_ms: number }>;
   submitReport(token: string, report: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }>;
+  /** DeclineTask: this device will not report for the task's query (§10). Both SDK transports
+   * have it; a transport without it declines nothing (the refused slot then waits for its
+   * phase's deadline). */
+  declineTask?(token: string, decline: DeclineMessage): Promise<{ duplicate: boolean }>;
+}
+
+/** A refused task's decline (device.proto, DeclineTask): the task's coordinates and the refusal's code. */
+export interface DeclineMessage {
+  queryId: string;
+  phase: number;
+  taskDigest: string;
+  reason: string;
 }
 
 export interface Identity {
@@ -61,6 +91,8 @@ export class ReportRejected extends DeviceError {
 export interface PollResult {
   submitted: string[];
   refused: { queryId: string; code: string; message: string }[];
+  /** Refused tasks the collector acknowledged a decline of (the slot no longer holds up its phase). */
+  declined: string[];
   rejected: { queryId: string; code: number; message: string }[];
   /** A charged task whose report could not be computed or stored now (a local fault: storage,
    * memory, a bug): it stays owed, is tried again at the next poll and holds up no other task. */
@@ -85,6 +117,8 @@ export interface DeviceOptions {
   attestation?: string | (() => string | Promise<string>);
   /** Simulation only: reports are drawn from `rng.spawn("report")` and marked simulated. */
   simulation?: { rng: RandomSource };
+  /** Shuffle mode: where sealed reports go (the app's setting, never the collector's). */
+  shuffler?: ShufflerTransportLike;
   now?: () => number;
 }
 
@@ -192,21 +226,26 @@ export class Device {
         if (e instanceof LedgerError) throw new TaskRefused(e.message, e instanceof AlreadyParticipated ? "participated" : "budget");
         throw e;
       }
-    });
+    }, { shuffler: this.#o.shuffler !== undefined });
   }
 
   #source(): RandomSource {
     return this.#o.simulation ? this.#o.simulation.rng.spawn("report") : RandomSource.secure();
   }
 
-  #message(e: LedgerEntry): ReportMessage {
+  #message(e: LedgerEntry): AnyReport {
+    const msg = e.task ? (JSON.parse(e.task) as TaskMessage) : null;
+    if (msg && sealedTask(msg.task_json)) {
+      return { queryId: e.queryId, phase: e.phase, group: msg.group ?? 0, stage: msg.stage ?? 0,
+        taskDigest: e.taskDigest, sealed: e.report };
+    }
     return { queryId: e.queryId, phase: e.phase, values: decodeValues(e.report), taskDigest: e.taskDigest,
       simulated: this.simulation };
   }
 
   /** Check, charge, compute and persist; the returned report is what must be sent (also on
    * a retry: the stored values, never a new draw). */
-  async prepare(msg: TaskMessage): Promise<ReportMessage> {
+  async prepare(msg: TaskMessage): Promise<AnyReport> {
     const prev = this.ledger.get(msg.query_id);
     if (prev && prev.taskDigest === msg.task_digest && prev.report.length) return this.#message(prev);
     const { task, units } = this.checkTask(msg);
@@ -238,7 +277,7 @@ export class Device {
   }
 
   #computeAndStore(entry: LedgerEntry, task: Task, ds: LocalDataset | undefined, rng: RandomSource,
-    fallback: readonly bigint[]): Promise<ReportMessage> {
+    fallback: readonly bigint[]): Promise<AnyReport> {
     const run = this.#lock.then(async () => {
       let values: readonly bigint[] = fallback;
       if (ds) {
@@ -248,17 +287,26 @@ export class Device {
           values = fallback; // totality backstop: one report is owed whatever happens
         }
       }
-      return this.#message(await this.ledger.storeReport(entry.queryId, [...values]));
+      let stored: readonly bigint[] | Uint8Array = [...values];
+      if (task.seal !== null) { // shuffle mode: the ciphertext is the report
+        const msg = JSON.parse(entry.task) as TaskMessage;
+        stored = sealReport(task.seal, sealInfo(msg.query_id, msg.phase, msg.group ?? 0, msg.stage ?? 0,
+          msg.task_digest), values, this.simulation);
+      }
+      return this.#message(await this.ledger.storeReport(entry.queryId, stored));
     });
     this.#lock = run.catch(() => undefined);
     return run;
   }
 
   /** Send a persisted report (the transport retries the same bytes); update the ledger. */
-  async send(report: ReportMessage): Promise<{ duplicate: boolean }> {
+  async send(report: AnyReport): Promise<{ duplicate: boolean }> {
     for (let attempt = 0; ; attempt++) {
       try {
-        const r = await this.#o.transport.submitReport(await this.#token(), report);
+        const token = await this.#token();
+        const r = "sealed" in report
+          ? await this.#shuffler().submitSealed(token, report)
+          : await this.#o.transport.submitReport(token, report);
         await this.ledger.mark(report.queryId, "acknowledged", r.duplicate ? "duplicate" : "");
         return { duplicate: r.duplicate };
       } catch (e) {
@@ -272,6 +320,34 @@ export class Device {
         throw new ReportRejected(report.queryId, code ?? -1, details);
       }
     }
+  }
+
+  /** Tell the collector this device will not report for a refused task's query (DeclineTask),
+   * so its slot does not hold up the phase; true once acknowledged. The message is the task's
+   * coordinates and the refusal's code: public facts only (docs/privacy.md §2). Nothing for a
+   * `participated` refusal (this device owes a report of another task of the query). A failure
+   * changes nothing: the task comes again at the next poll. */
+  async decline(t: TaskMessage, refusal: TaskRefused): Promise<boolean> {
+    const send = this.#o.transport.declineTask?.bind(this.#o.transport);
+    if (!send || refusal.code === "participated") return false;
+    const d: DeclineMessage = { queryId: t.query_id, phase: t.phase, taskDigest: t.task_digest, reason: refusal.code };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await send(await this.#token(), d);
+        return true;
+      } catch (e) {
+        if (codeOf(e) === Status.UNAUTHENTICATED && attempt === 0) {
+          await this.enroll(true);
+          continue;
+        }
+        return false;
+      }
+    }
+  }
+
+  #shuffler(): ShufflerTransportLike {
+    if (!this.#o.shuffler) throw new DeviceError("a sealed report needs a shuffler (DeviceOptions.shuffler)");
+    return this.#o.shuffler;
   }
 
   async #getTasks(queryId: string) {
@@ -333,17 +409,19 @@ export class Device {
    * the moment its task was received, so send times do not depend on the data (schedule.ts). */
   async poll(queryId = "", opts: PollOptions = {}): Promise<PollResult> {
     if (opts.sendDelay) checkWindow(opts.sendDelay);
-    const out: PollResult = { submitted: [], refused: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
+    const out: PollResult = { submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
     out.submitted.push(...(await this.resendPending(out, opts)));
     const resp = await this.#getTasks(queryId);
     for (const t of resp.tasks) {
       const start = (opts.clock ?? monotonicMs)();
-      let report: ReportMessage;
+      let report: AnyReport;
       try {
         report = await this.prepare(t);
       } catch (e) {
-        if (e instanceof TaskRefused) out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
-        else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
+        if (e instanceof TaskRefused) {
+          out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
+          if (await this.decline(t, e)) out.declined.push(t.query_id);
+        } else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
         continue;
       }
       if (opts.sendDelay) await this.#wait(opts, start, out);
@@ -363,12 +441,13 @@ export class Device {
   /** Poll until nothing is waiting (or the timeout); returns the merged result. */
   async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep,
     opts: PollOptions = {}): Promise<PollResult> {
-    const total: PollResult = { submitted: [], refused: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
+    const total: PollResult = { submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
     const end = Date.now() + timeoutMs;
     for (;;) {
       const r = await this.poll(queryId, opts);
       total.submitted.push(...r.submitted);
       total.refused.push(...r.refused);
+      total.declined.push(...r.declined);
       total.rejected.push(...r.rejected);
       total.failed.push(...r.failed);
       total.late += r.late;
@@ -378,6 +457,19 @@ export class Device {
       await sleep(Math.max(r.retryAfterMs, 50) * (0.5 + Math.random()));
     }
   }
+}
+
+const SEALED = new Map<string, boolean>();
+
+/** Whether a stored (checked) task asks for a sealed report; cached by its text. */
+function sealedTask(text: string): boolean {
+  let got = SEALED.get(text);
+  if (got === undefined) {
+    got = parseTask(text).seal !== null;
+    if (SEALED.size > 1024) SEALED.clear();
+    SEALED.set(text, got);
+  }
+  return got;
 }
 
 /** setTimeout exists in browsers, React Native and Node, but not in the ES library types. */

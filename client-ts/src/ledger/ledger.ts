@@ -243,9 +243,10 @@ export class Ledger {
 
   /** Attach the computed report to a reserved entry (state `pending`); an entry that has a
    * report keeps it (the first stored bytes are the ones sent, by every ledger over the store). */
-  storeReport(queryId: string, values: readonly bigint[]): Promise<LedgerEntry> {
+  storeReport(queryId: string, values: readonly bigint[] | Uint8Array): Promise<LedgerEntry> {
     if (!values.length) return Promise.reject(new RangeError("a report has at least one value"));
-    const report = encodeValues(values);
+    // a sealed report (shuffle mode, protocol §16) is stored as its ciphertext
+    const report = values instanceof Uint8Array ? values.slice() : encodeValues(values);
     return this.#transact((m) => {
       const e = m.get(queryId);
       if (!e) throw new LedgerError(`no reservation for query ${queryId}`);

@@ -2,6 +2,6 @@
 export {
   DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DeviceTransport, encodeSubmitReport, grpc, RETRYABLE, wire,
   RpcError, type EndpointOptions, type GetTasksResult, type ReportMessage, type RetryPolicy,
-  type TaskMessage,
+  type SealedReportMessage, ShufflerTransport, type TaskMessage,
 } from "./transport.js";
 export { FileStore } from "./fileStore.js";

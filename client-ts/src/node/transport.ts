@@ -17,15 +17,15 @@ import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import {
   decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll, encodeGetTasks,
-  encodeSubmitReport as encode, type EnrollArgs, type EnrollResult, type GetTasksResult, type ReportMessage,
-  type RetryPolicy, RETRYABLE, RpcError, type TaskMessage, wire, withRetries,
+  encodeSubmitReport as encode, encodeSubmitSealed, type DeclineMessage, encodeDecline, type EnrollArgs, type EnrollResult,
+  type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE,
+  type TaskMessage, wire, withRetries,
 } from "../wire/index.js";
 
 export {
   DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE,
-  RpcError, type TaskMessage, wire,
+  RpcError, type SealedReportMessage, type TaskMessage, wire,
 };
-const SERVICE = `/${DEVICE_SERVICE}/`;
 
 export interface EndpointOptions {
   /** host:port */
@@ -58,8 +58,10 @@ export class DeviceTransport {
   readonly #retry: RetryPolicy;
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #random: () => number;
+  readonly #service: string;
 
-  constructor(opts: EndpointOptions) {
+  constructor(opts: EndpointOptions, service: string = DEVICE_SERVICE) {
+    this.#service = `/${service}/`;
     const ca = opts.caPem ?? (opts.caFile ? readFileSync(opts.caFile) : undefined);
     const creds = grpc.credentials.createSsl(
       ca === undefined ? null : Buffer.from(ca),
@@ -90,7 +92,7 @@ export class DeviceTransport {
     const md = new grpc.Metadata();
     if (token !== null) md.set("authorization", `Bearer ${token}`);
     return new Promise((resolve, reject) => {
-      this.#client.makeUnaryRequest(SERVICE + method, ident, ident, body, md,
+      this.#client.makeUnaryRequest(this.#service + method, ident, ident, body, md,
         { deadline: Date.now() + timeoutMs },
         (err: grpc.ServiceError | null, value?: Buffer) => {
           if (err) reject(new RpcError(err.code, err.details));
@@ -120,6 +122,25 @@ export class DeviceTransport {
 
   submitReport(token: string, r: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }> {
     return this.submitReportBytes(token, encodeSubmitReport(r));
+  }
+  /** Decline a refused task (DeclineTask). */
+  async declineTask(token: string, d: DeclineMessage): Promise<{ duplicate: boolean }> {
+    return decode(wire.DeclineTaskResponse, await this.call("DeclineTask", toBuf(encodeDecline(d)), token));
+  }
+}
+
+/**
+ * Node transport to a shuffler's ShufflerService (shuffle mode, docs/device-protocol.md §16):
+ * the device's sealed reports, with its token, the same TLS, retries and identical resends.
+ * The shuffler's address is the app's setting, never the collector's word.
+ */
+export class ShufflerTransport extends DeviceTransport {
+  constructor(opts: EndpointOptions) {
+    super(opts, SHUFFLER_SERVICE);
+  }
+
+  async submitSealed(token: string, r: SealedReportMessage): Promise<{ duplicate: boolean }> {
+    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", toBuf(encodeSubmitSealed(r)), token));
   }
 }
 

@@ -17,10 +17,15 @@ export const wire = {
   GetTasksResponse: typeOf("GetTasksResponse"),
   SubmitReportRequest: typeOf("SubmitReportRequest"),
   SubmitReportResponse: typeOf("SubmitReportResponse"),
+  DeclineTaskRequest: typeOf("DeclineTaskRequest"),
+  DeclineTaskResponse: typeOf("DeclineTaskResponse"),
+  SubmitSealedRequest: typeOf("SubmitSealedRequest"),
+  SubmitSealedResponse: typeOf("SubmitSealedResponse"),
 };
 
 /** The device service's path prefix (gRPC method names, Connect and gRPC-Web URLs). */
 export const DEVICE_SERVICE = "uldp.v1.DeviceService";
+export const SHUFFLER_SERVICE = "uldp.v1.ShufflerService";
 /** Default message-size limit of the collector (4 MiB), also applied by the clients. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 
@@ -71,6 +76,39 @@ export interface ReportMessage {
   values: readonly bigint[];
   taskDigest: string;
   simulated: boolean;
+}
+
+/** A refused task's decline (device.proto, DeclineTask): the task's coordinates and the
+ * refusal's stable code (§14.1), public facts only. */
+export interface DeclineMessage {
+  queryId: string;
+  phase: number;
+  taskDigest: string;
+  reason: string;
+}
+
+export function encodeDecline(d: DeclineMessage): Uint8Array {
+  return wire.DeclineTaskRequest.encode({
+    decline: { query_id: d.queryId, phase: d.phase, task_digest: d.taskDigest, reason: d.reason },
+  });
+}
+
+/** A sealed report for the shuffler (shuffle mode, protocol §16). */
+export interface SealedReportMessage {
+  queryId: string;
+  phase: number;
+  group: number;
+  stage: number;
+  taskDigest: string;
+  sealed: Uint8Array;
+}
+
+/** The exact bytes of a SubmitSealedRequest (deterministic). */
+export function encodeSubmitSealed(r: SealedReportMessage): Uint8Array {
+  return wire.SubmitSealedRequest.encode({ report: {
+    query_id: r.queryId, phase: r.phase, group: r.group, stage: r.stage, task_digest: r.taskDigest,
+    sealed: r.sealed,
+  } });
 }
 
 export interface EnrollArgs {
