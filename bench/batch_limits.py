@@ -73,7 +73,7 @@ def main() -> None:
     pki = make_dev_pki(work / "tls")
     ready = work / "ready"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve", "--db",
+        [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve", "--db",
          str(work / "c.db"), "--port", "0", "--tls-dir", str(pki.directory), "--ready-file",
          str(ready), "--server-mode", a.mode, "--log-level", "error",
          "--max-message-bytes", str(a.max_message_bytes)],

@@ -1,6 +1,6 @@
 """Central user-level mean estimators on real, skewed data (issue 11 items 4 and 6).
 
-For each real dataset of ``uldp.collector.realdata`` (one user = one aircraft / student /
+For each real dataset of ``uldp.collector.simulation.realdata`` (one user = one aircraft / student /
 rater), each public bound (``tight``: the dataset's public range; ``wide``: 10 times the
 range of the user means, centred on it) and each ε, runs every central mean estimator
 many times with seeded noise (simulation mode) and reports

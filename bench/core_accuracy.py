@@ -21,7 +21,7 @@ import numpy as np
 from uldp.client.randomness import RandomSource
 from uldp.collector.datasets import make_fleet_data
 from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
-from uldp.collector.simulate import simulate_reps
+from uldp.collector.simulation.simulate import simulate_reps
 
 METHODS = ("two-stage", "ssl", "baseline-b", "baseline-a")
 

@@ -27,7 +27,7 @@ def _peak_mib() -> float:
 
 
 def case_simulate(users: int) -> dict:
-    from uldp.collector.cli import main
+    from uldp.collector.cli.app import main
 
     t = time.perf_counter()
     main(["simulate", "mean", "--users", str(users), "--samples", "100", "--epsilon", "1",

@@ -4,9 +4,10 @@
 
 Starts ``uldp collector serve`` (SQLite, TLS, loopback), creates the five demo queries
 over DEVICES devices and runs them through one in-process gateway
-(``uldp.collector.gateway.run_gateway_fleet``, IN_FLIGHT devices per batch call, device state
-under STATE_DIR, e.g. /dev/shm). Prints the collector's CPU seconds (from /proc) and this
-process's (the devices: SDK + gRPC client). Numbers: ``bench/results/demo.md``.
+(``uldp.collector.simulation.gateway.run_gateway_fleet``, IN_FLIGHT devices per batch
+call, device state under STATE_DIR, e.g. /dev/shm). Prints the collector's CPU seconds
+(from /proc) and this process's (the devices: SDK + gRPC client). Numbers:
+``bench/results/demo.md``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ import time
 from pathlib import Path
 
 from uldp.client.transport import Endpoint
-from uldp.collector.demo import DEMO_QUERIES, start_collector_process
-from uldp.collector.fleet import FleetDataset, dataset_for_query, summarize
-from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.tokens import new_admin_token
 from uldp.collector.service.client import AnalystClient, QueryRequest
+from uldp.collector.simulation.demo import DEMO_QUERIES, start_collector_process
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, summarize
+from uldp.collector.simulation.gateway import run_gateway_fleet
 
 
 def cpu_of(pid: int) -> float:

@@ -5,7 +5,7 @@
 
 For every population (flights, insteval, movielens, the synthetic skewed and concentrated
 ones), kind (mean, distribution) and ε ∈ {0.5, 1, 2, 8}: ``method="auto"`` over all users
-``--reps`` times through ``uldp.collector.own_data.run_users`` (the production device and
+``--reps`` times through ``uldp.collector.simulation.own_data.run_users`` (the production device and
 collector code), its MSE against the same estimand without privacy, MSE / predicted (the
 explicit formula with the users' actual statistic mean and variance) and the share of 95 %
 intervals holding the truth. Issue 16 asks coverage in [0.93, 0.97] and MSE / predicted in
@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from realdata_ldp import population
 
-from uldp.collector.own_data import UserData, run_users
+from uldp.collector.simulation.own_data import UserData, run_users
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EPS = (0.5, 1.0, 2.0, 8.0)

@@ -59,10 +59,10 @@ from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskSpec, compute_reports
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
-from uldp.collector.demo import start_collector_process
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.tokens import new_admin_token
 from uldp.collector.service.client import AnalystClient, QueryRequest
+from uldp.collector.simulation.demo import start_collector_process
 
 __all__ = ["LocalPostgres", "local_postgres"]
 

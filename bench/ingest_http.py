@@ -49,10 +49,10 @@ from ingest import (
 
 from uldp.client.transport import Endpoint
 from uldp.client.wire import device_pb2
-from uldp.collector.demo import start_collector_process
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.tokens import new_admin_token
 from uldp.collector.service.client import AnalystClient, QueryRequest
+from uldp.collector.simulation.demo import start_collector_process
 
 SERVICE = "/uldp.v1.DeviceService/"
 

@@ -4,7 +4,7 @@
     python bench/preview_width.py              # 20 runs per query (~1-2 min)
     python bench/preview_width.py --runs 5     # quicker
 
-For each query of ``uldp demo`` (``uldp.collector.demo.DEMO_QUERIES``, at the demo's
+For each query of ``uldp demo`` (``uldp.collector.simulation.demo.DEMO_QUERIES``, at the demo's
 defaults: 20 000 devices split over the five queries, ε = 2, m = 100, D = 1), the preview
 (:func:`uldp.collector.analyst.preview.preview_message`, the numbers the console shows
 from the public parameters alone: the planner's noise prediction, and for a two-stage plan
@@ -30,10 +30,10 @@ import numpy as np
 from uldp.client.randomness import RandomSource
 from uldp.client.wire import analyst_pb2
 from uldp.collector.analyst.preview import preview_message
-from uldp.collector.demo import DEMO_QUERIES
-from uldp.collector.fleet import dataset_for_query
 from uldp.collector.planner import QuerySpec
-from uldp.collector.simulate import simulate_reps
+from uldp.collector.simulation.demo import DEMO_QUERIES
+from uldp.collector.simulation.fleet import dataset_for_query
+from uldp.collector.simulation.simulate import simulate_reps
 
 OUT = Path(__file__).resolve().parent / "results" / "preview_width.md"
 DEVICES, EPSILON, SAMPLES = 20_000, 2.0, 100

@@ -4,11 +4,11 @@
     python bench/realdata_ldp.py                      # the full table (~30-60 min, 2 procs)
     python bench/realdata_ldp.py --quick              # a few reps, for a smoke run
 
-For every population (the real datasets of ``uldp.collector.realdata``, a synthetic one
+For every population (the real datasets of ``uldp.collector.simulation.realdata``, a synthetic one
 with skewed counts 1..10^4 and spread-out user means, and a concentrated large-m one where
 two-stage should win), kind (mean, distribution) and ε, each method runs ``--reps`` times
 over all users with fresh noise (seeded, common random numbers across methods) through
-``uldp.collector.own_data.run_users`` — the production device and collector code. Printed
+``uldp.collector.simulation.own_data.run_users`` — the production device and collector code. Printed
 and written to ``bench/results/realdata.md`` (section "Local DP"): MSE against the same
 estimand computed without privacy, MSE / predicted (the explicit formula with the users'
 actual statistic variance), 95 % interval coverage, and auto / best.
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from uldp.collector.own_data import UserData, run_users
-from uldp.collector.realdata import available, load
+from uldp.collector.simulation.own_data import UserData, run_users
+from uldp.collector.simulation.realdata import available, load
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EPS = (0.5, 1.0, 2.0, 8.0)

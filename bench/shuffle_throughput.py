@@ -41,9 +41,9 @@ from uldp.client.sealing import SealKey, parse_seal, plaintext, seal, seal_info,
 from uldp.client.tasks import TaskSpec, compute_reports
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
-from uldp.collector.demo import _stop, start_shuffled_collector
 from uldp.collector.service.client import AnalystClient, QueryRequest
 from uldp.collector.shuffler.launch import make_shuffle_pki, start_shuffler_process
+from uldp.collector.simulation.demo import _stop, start_shuffled_collector
 
 
 def _deploy(work: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.planner import Plan, QuerySpec, compile_query, predicted_mse
 from uldp.collector.programs import MeanEstProgram, Program, SGDProgram, program_for
 from uldp.collector.programs.driver import run_program
-from uldp.collector.simulate import SimulationResult, run_query, simulate_reps
+from uldp.collector.simulation.simulate import SimulationResult, run_query, simulate_reps
 
 __all__ = [
     "Estimate",

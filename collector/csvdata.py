@@ -1,6 +1,6 @@
 """The one CSV reader of every ``uldp`` command that reads per-user rows.
 
-``uldp central ...`` and ``uldp simulate KIND --data`` (``uldp.collector.own_data``) read
+``uldp central ...`` and ``uldp simulate KIND --data`` (``uldp.collector.simulation.own_data``) read
 their files here, under one set of rules (README, "Your own data"):
 
 * **Encoding**: UTF-8, with or without a byte-order mark (Excel's "CSV UTF-8" writes one);

@@ -20,7 +20,7 @@ from uldp.client.params import bin_index, bounded_params
 from uldp.client.randomness import RandomSource
 from uldp.collector.datasets import make_fleet_data
 from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
-from uldp.collector.simulate import simulate_reps
+from uldp.collector.simulation.simulate import simulate_reps
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from uldp.collector.cli import main
-from uldp.collector.simulate import SIMULATE_JSON_KEYS
+from uldp.collector.cli.app import main
+from uldp.collector.simulation.simulate import SIMULATE_JSON_KEYS
 
 FIELDS = set(SIMULATE_JSON_KEYS)
 
@@ -66,7 +66,7 @@ def test_bad_arguments_give_a_clear_error(argv, needle):
 def test_the_method_flag_offers_exactly_the_planner_methods():
     """``--method`` (cliutil.METHODS, kept free of the planner for a fast start) names every
     method the planner knows and no other."""
-    from uldp.collector.cliutil import METHODS
+    from uldp.collector.cli.util import METHODS
     from uldp.collector.planner import METHOD_PLANS, RESOLVERS
 
     assert sorted(METHODS) == sorted([*RESOLVERS, *METHOD_PLANS])

@@ -162,7 +162,7 @@ def test_published_json_and_results_match_their_schemas():
     from uldp.collector.planner import QuerySpec
     from uldp.collector.programs.driver import run_program
     from uldp.collector.programs.meanest import MeanEstProgram
-    from uldp.collector.simulate import synthetic_privatizer
+    from uldp.collector.simulation.simulate import synthetic_privatizer
 
     published, result = _schema("published"), _schema("result")
     for kind, dim, dist in (("mean", 1, "uniform"), ("distribution", 4, "zipf:1.1"),
@@ -253,7 +253,7 @@ def test_published_json_of_every_method_matches_the_schema(method):
     from uldp.collector.planner import QuerySpec, compile_query
     from uldp.collector.programs.driver import run_program
     from uldp.collector.programs.meanest import MeanEstProgram
-    from uldp.collector.simulate import synthetic_privatizer
+    from uldp.collector.simulation.simulate import synthetic_privatizer
 
     published, result = _schema("published"), _schema("result")
     for kind, dim, dist, m in (("mean", 1, "uniform", 5), ("mean-linf", 2, "uniform", 400),

@@ -1,5 +1,5 @@
 """The accuracy frontier (issue 16) on small fleets, through the production planner, program,
-device and collector code (``uldp.collector.own_data.run_users``):
+device and collector code (``uldp.collector.simulation.own_data.run_users``):
 
 * method ``oracle`` (sampled records through a frequency oracle): its MSE is its exact
   formula and its intervals cover;
@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from uldp.collector.own_data import UserData, run_users
 from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.simulation.own_data import UserData, run_users
 
 pytestmark = pytest.mark.slow
 

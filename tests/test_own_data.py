@@ -1,4 +1,4 @@
-"""Own data (``uldp.collector.own_data``, ``uldp simulate KIND --data FILE.csv``): the
+"""Own data (``uldp.collector.simulation.own_data``, ``uldp simulate KIND --data FILE.csv``): the
 estimand is computed exactly, the CSV reader keeps a device's missing-value rules, the
 error and coverage over reps are honest, and ``--compare`` runs every method."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from uldp.collector.cli import COMPARED, main
-from uldp.collector.own_data import UserData, read_user_csv, run_users
+from uldp.collector.cli.app import COMPARED, main
+from uldp.collector.simulation.own_data import UserData, read_user_csv, run_users
 
 
 def _users(seed: int = 3, n: int = 400) -> list[np.ndarray]:

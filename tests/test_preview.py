@@ -12,7 +12,7 @@ import pytest
 
 from uldp.client.wire import analyst_pb2
 from uldp.collector.analyst.preview import preview_message
-from uldp.collector.demo import DEMO_QUERIES
+from uldp.collector.simulation.demo import DEMO_QUERIES
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "preview_width.py"
 

@@ -1,4 +1,5 @@
-"""Real-data loaders (``uldp.collector.realdata``): sizes, public ranges, truths, no network."""
+"""Real-data loaders (``uldp.collector.simulation.realdata``): sizes, public ranges,
+truths, no network."""
 
 from __future__ import annotations
 

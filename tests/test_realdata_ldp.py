@@ -1,6 +1,6 @@
 """Honest numbers on real users (invariant 7): local-DP estimates over the real, skewed,
-heterogeneous populations shipped in PyPI packages (``uldp.collector.realdata``) through
-the production device and collector code (``uldp.collector.own_data.run_users``).
+heterogeneous populations shipped in PyPI packages (``uldp.collector.simulation.realdata``) through
+the production device and collector code (``uldp.collector.simulation.own_data.run_users``).
 
 On these populations users differ (spread-out means, counts from 1 to thousands), which
 is where the paper's two-stage interval is biased. The checks: ``auto`` picks SSL; SSL's
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from uldp.collector import realdata
-from uldp.collector.own_data import UserData, run_users
+from uldp.collector.simulation.own_data import UserData, run_users
 
 pytestmark = pytest.mark.slow
 

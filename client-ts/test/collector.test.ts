@@ -28,12 +28,12 @@ import { request as httpsRequest } from "node:https";
 import { createServer } from "node:net";
 
 const PY = process.env.ULDP_PYTHON ?? "python3";
-const CLI = "import sys; from uldp.collector.service_cli import main; sys.exit(main())";
+const CLI = "import sys; from uldp.collector.cli.service import main; sys.exit(main())";
 const FLEET = Number(process.env.ULDP_TS_FLEET ?? 1000);
 
 function pythonReady(): boolean {
   try {
-    execFileSync(PY, ["-c", "import uldp.collector.service_cli"], { stdio: "ignore" });
+    execFileSync(PY, ["-c", "import uldp.collector.cli.service"], { stdio: "ignore" });
     return true;
   } catch {
     return false;

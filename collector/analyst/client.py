@@ -6,11 +6,11 @@ calls are :class:`uldp.collector.service.client.AnalystClient`) and returns type
 (``uldp.collector.analyst.types``). A refused call raises :class:`AnalystError` with the
 collector's status code and message.
 
-A whole session on a collector started here on loopback (``uldp.collector.sandbox``; a
+A whole session on a collector started here on loopback (``uldp.collector.simulation.sandbox``; a
 real collector is reached the same way with its address, CA and admin token):
 
 >>> from uldp.collector.analyst import Analyst, AnalystError
->>> from uldp.collector.sandbox import Sandbox
+>>> from uldp.collector.simulation.sandbox import Sandbox
 >>> lab = Sandbox.start()
 >>> analyst = Analyst(lab.target, ca=lab.ca, token=lab.admin_token)
 >>> p = analyst.preview("mean", epsilon=1.0, users=500, samples=20)

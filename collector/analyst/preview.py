@@ -46,7 +46,7 @@ from uldp.collector.programs import program_for
 from uldp.collector.service.catalogue import check_create
 from uldp.collector.service.core import CoreConfig
 from uldp.collector.service.errors import ServiceError
-from uldp.collector.simulate import run_query
+from uldp.collector.simulation.simulate import run_query
 
 __all__ = ["DEFAULT_MAX_USERS", "SIM_MAX_USERS", "SIM_RUNS", "preview_message"]
 

@@ -12,7 +12,7 @@ collector, which opens them without ever learning which device sent which.
 * :mod:`.store` — the shuffler's durable state (SQLite);
 * :mod:`.service` — the gRPC service devices call, and the forwarder to the collector;
 * :mod:`.server` — one shuffler process (``uldp shuffler serve``,
-  ``uldp.collector.commands.shuffler``);
+  ``uldp.collector.cli.shuffler``);
 * :mod:`.launch` — a dev PKI for a collector and its shuffler, and starting a shuffler
   process (the demo, the tests, the bench).
 

@@ -80,7 +80,7 @@ def start_shuffler_process(work: Path, sp: ShufflePki, collector_intake: str, *,
     ready = work / f"shuffler-{os.getpid()}-{time.monotonic_ns()}.ready"
     log = open(work / "shuffler.log", "ab")  # noqa: SIM115 - owned by the process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uldp.collector.service_cli", "shuffler", "serve",
+        [sys.executable, "-m", "uldp.collector.cli.service", "shuffler", "serve",
          "--db", str(db or work / "shuffler.db"), "--port", "0", "--ready-file", str(ready),
          "--tls-cert", str(sp.shuffler_cert), "--tls-key", str(sp.shuffler_key),
          "--token-public-key", str(sp.token_public), "--collector", collector_intake,

@@ -3,7 +3,7 @@
 See ``uldp.collector.shuffler.service`` and ``docs/privacy.md`` ("Shuffle mode"). The
 device port is TLS with the shuffler's own certificate; the link to the collector's
 shuffler port is mutual TLS with the shuffler's client certificate. Started by
-``uldp shuffler serve`` (``uldp.collector.commands.shuffler``).
+``uldp shuffler serve`` (``uldp.collector.cli.shuffler``).
 """
 
 from __future__ import annotations

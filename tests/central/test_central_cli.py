@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from uldp.collector.cli import main
+from uldp.collector.cli.app import main
 
 
 @pytest.fixture()

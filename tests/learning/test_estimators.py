@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from uldp.collector.cli import main
+from uldp.collector.cli.app import main
 from uldp.collector.learning.estimators import (
     LDPHistogramClassifier,
     LDPHistogramRegressor,

@@ -14,7 +14,6 @@ import json
 import numpy as np
 import pytest
 
-from uldp.collector.fleet import run_fleet
 from uldp.collector.learning.classify import grid_result
 from uldp.collector.learning.estimators import (
     LDPHistogramClassifier,
@@ -22,6 +21,7 @@ from uldp.collector.learning.estimators import (
 )
 from uldp.collector.planner import QuerySpec
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import run_fleet
 
 N, M = 600, 40
 

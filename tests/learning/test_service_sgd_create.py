@@ -9,7 +9,7 @@ import json
 import grpc
 import pytest
 
-from uldp.collector.cli import main
+from uldp.collector.cli.app import main
 from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import program_for
 from uldp.collector.service.client import QueryRequest

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from uldp.collector.fleet import run_fleet
 from uldp.collector.learning.estimators import LDPSGDRegressor
 from uldp.collector.learning.sgd import SGDConfig, sgd_query
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import run_fleet
 
 N, M, D = 900, 40, 2
 MU = np.array([0.3, -0.2])

@@ -71,7 +71,7 @@ def test_deployment_is_complete_and_its_secrets_are_documented():
         assert f"kubectl create secret generic {name}" in readme, name
     assert not (DEPLOY / "k8s" / "secret.yaml").exists()
     # `uldp collector serve` reads ULDP_NAME as --name
-    from uldp.collector.cli import build_parser
+    from uldp.collector.cli.app import build_parser
     os.environ["ULDP_NAME"] = "pod-xyz"
     try:
         a = build_parser().parse_args(["collector", "serve"])
@@ -139,7 +139,7 @@ def test_dockerignore_keeps_secrets_and_history_out(tmp_path):
                 "x/admin.token", "uldp.db", "uldp.db-wal", ".venv/bin/python", "venv/lib/x.py",
                 "collector/__pycache__/cli.cpython-311.pyc", "bench/results/demo.md"):
         assert _ignored(rel, patterns), rel
-    for rel in ("pyproject.toml", "setup.py", "README.md", "collector/cli.py",
+    for rel in ("pyproject.toml", "setup.py", "README.md", "collector/cli/app.py",
                 "client/device.py", "client/wire/device.proto"):
         assert not _ignored(rel, patterns), rel
 

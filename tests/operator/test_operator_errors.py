@@ -141,7 +141,7 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_every_flag_has_help():
-    from uldp.collector.cli import build_parser
+    from uldp.collector.cli.app import build_parser
 
     missing = []
 

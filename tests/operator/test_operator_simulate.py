@@ -1,7 +1,7 @@
 """Issue 17 items 20 and 23: ``uldp simulate`` as a newcomer meets it.
 
 * ``--json`` has one schema with a simulated fleet and with ``--data``
-  (``uldp.collector.simulate.SIMULATE_JSON_KEYS``, documented in the README);
+  (``uldp.collector.simulation.simulate.SIMULATE_JSON_KEYS``, documented in the README);
 * ``classify|regress --data`` honours ``--lo/--hi`` (the feature box), sizes its grid (or
   takes ``--grid``) and bounds regress labels by ``--label-bound``: on features in
   [0, 8] the model sees the signal, where it used to squeeze every feature into one cell.
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from opcli import REPO, uldp
 
-from uldp.collector.simulate import SIMULATE_JSON_KEYS
+from uldp.collector.simulation.simulate import SIMULATE_JSON_KEYS
 
 
 @pytest.fixture(scope="module")

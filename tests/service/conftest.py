@@ -138,7 +138,7 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
         extra_args = [*(extra_args or []), "--http-port", str(http_port),
                       *[x for o in cors_origins for x in ("--cors-origin", o)]]
     log = open(workdir / f"collector-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
-    cmd = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
+    cmd = [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve",
            "--db", url, "--port", str(port), "--tls-dir", str(pki.directory),
            "--log-level", "info", "--name", name or f"proc-{port}", "--server-mode",
            server_mode, *(["--allow-simulated"] if allow_simulated else []),

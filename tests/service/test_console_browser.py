@@ -25,7 +25,7 @@ import pytest
 
 from tests.service.conftest import ADMIN_TOKEN
 from uldp.collector.analyst import Analyst
-from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -69,7 +69,7 @@ def _fleet(c, tmp_path: Path) -> dict:
 
 
 def _cli_result(c, query_id: str) -> dict:
-    r = subprocess.run([sys.executable, "-m", "uldp.collector.service_cli", "query", "result",
+    r = subprocess.run([sys.executable, "-m", "uldp.collector.cli.service", "query", "result",
                         query_id, "--json", "--target", c.target, "--ca", str(c.pki.ca_cert),
                         "--admin-token-file", str(c.pki.directory / "admin.token")],
                        capture_output=True, text=True, timeout=120)

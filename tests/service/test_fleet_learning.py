@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet
 from uldp.collector.learning.classify import grid_result
 from uldp.collector.learning.estimators import LDPHistogramClassifier
 from uldp.collector.planner import QuerySpec
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
 
 N, M = 600, 40
 

@@ -64,7 +64,7 @@ def test_bad_linger_is_refused(tmp_path, bad):
 
 
 def test_cli_refuses_bad_linger(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "uldp.collector.service_cli", "collector",
+    r = subprocess.run([sys.executable, "-m", "uldp.collector.cli.service", "collector",
                         "serve", "--db", str(tmp_path / "x.db"), "--tls-dir", str(tmp_path),
                         "--commit-linger-ms", "500"], capture_output=True, text=True,
                        timeout=60)

@@ -160,7 +160,7 @@ def test_mutual_tls_on_the_http_port(pki, tmp_path):
 
 def _serve(pki, tmp_path, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve", "--db",
+        [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve", "--db",
          str(tmp_path / "x.db"), "--tls-dir", str(pki.directory), "--port", "0", *flags],
         capture_output=True, text=True, timeout=120)
 

@@ -15,8 +15,8 @@ from tests.service.conftest import ADMIN_TOKEN
 from tests.service.wire import report_for, send
 from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
 from uldp.collector.datasets import make_fleet_data
-from uldp.collector.fleet import FleetDataset, run_fleet
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import FleetDataset, run_fleet
 
 N = 40
 SECRET = "enrolment-secret-0123456789abcdef"

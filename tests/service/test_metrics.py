@@ -27,8 +27,8 @@ from tests.service.connect_channel import ConnectChannel
 from tests.service.wire import enroll_with_task, report_for, send
 from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
 from uldp.collector.datasets import make_fleet_data
-from uldp.collector.fleet import FleetDataset, run_fleet
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import FleetDataset, run_fleet
 from uldp.collector.storage.schema import reports
 
 N = 160

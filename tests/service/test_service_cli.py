@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from uldp.collector.demo import start_collector_process
+from uldp.collector.simulation.demo import start_collector_process
 
 
 def uldp(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:

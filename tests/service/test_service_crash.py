@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
 from uldp.collector.storage import open_database
 from uldp.collector.storage import schema as S  # noqa: N812
 

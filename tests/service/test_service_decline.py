@@ -19,9 +19,9 @@ import pytest
 from tests.service.wire import enroll_with_task, one_phase_query, report_for, send
 from uldp.client.device import Device, StateFile
 from uldp.client.wire import MAX_BATCH_ITEMS, bearer, common_pb2, device_pb2, device_pb2_grpc
-from uldp.collector.fleet import FleetDataset, dataset_for_query
-from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query
+from uldp.collector.simulation.gateway import run_gateway_fleet
 
 DEADLINE_S = 3600.0
 #: well under the deadline: a phase that closes within this did not wait for it

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from uldp.client.randomness import RandomSource
-from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet
 from uldp.collector.planner import QuerySpec
 from uldp.collector.service.client import QueryRequest
-from uldp.collector.simulate import run_query
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
+from uldp.collector.simulation.simulate import run_query
 
 #: (kind, dim, population) — one query per kind of the core issue
 KINDS = [("mean", 1, "gaussian"), ("mean-linf", 3, "uniform"), ("mean-l2", 4, "sphere"),

@@ -195,7 +195,7 @@ def test_token_buckets_and_peer_keys():
 
 
 def _uldp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "uldp.collector.service_cli", *args],
+    return subprocess.run([sys.executable, "-m", "uldp.collector.cli.service", *args],
                           capture_output=True, text=True, timeout=120)
 
 

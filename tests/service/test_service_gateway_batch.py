@@ -14,9 +14,9 @@ from tests.service.wire import one_phase_query
 from uldp.client.device import Device, StateFile
 from uldp.client.ledger import AlreadyParticipated, BudgetExceeded
 from uldp.client.wire import MAX_BATCH_ITEMS, bearer, device_pb2, device_pb2_grpc
-from uldp.collector.fleet import FleetDataset, dataset_for_query
-from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query
+from uldp.collector.simulation.gateway import run_gateway_fleet
 
 OK = 0
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED.value[0]

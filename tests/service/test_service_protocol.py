@@ -321,7 +321,7 @@ def test_cli_allow_simulated_flags(start_collector, pki, capsys):
     """``uldp collector serve --allow-simulated`` (the subprocess fixture passes it)
     accepts a simulated report for a query that does not allow it itself;
     ``uldp query create --allow-simulated`` stores the query option."""
-    from uldp.collector.service_cli import main
+    from uldp.collector.cli.service import main
 
     c = start_collector(subprocess_=True)
     conn = ["--target", c.target, "--ca", str(pki.ca_cert), "--admin-token-file",

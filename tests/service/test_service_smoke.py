@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
 
 
 @pytest.mark.parametrize("mode", ["aio", "threads"])

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from uldp.client.transport import Endpoint
-from uldp.collector.demo import start_shuffled_collector
 from uldp.collector.service.client import AnalystClient
 from uldp.collector.shuffler.launch import (
     ShufflePki,
@@ -21,6 +20,7 @@ from uldp.collector.shuffler.launch import (
     make_shuffle_pki,
     start_shuffler_process,
 )
+from uldp.collector.simulation.demo import start_shuffled_collector
 
 
 @dataclass

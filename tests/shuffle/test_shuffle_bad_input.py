@@ -27,7 +27,7 @@ from .conftest import Deployment
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "uldp.collector.service_cli", *args],
+    return subprocess.run([sys.executable, "-m", "uldp.collector.cli.service", *args],
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
 

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from uldp.collector.fleet import FleetDataset, dataset_for_query
-from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.service.client import QueryRequest
 from uldp.collector.shuffler.service import TEST_PAUSE_ENV
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query
+from uldp.collector.simulation.gateway import run_gateway_fleet
 
 from .conftest import Deployment
 

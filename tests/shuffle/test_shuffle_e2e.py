@@ -29,9 +29,9 @@ from uldp.client.randomness import RandomSource
 from uldp.client.sealing import seal_info, suite
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
-from uldp.collector.fleet import FleetDataset, dataset_for_query
-from uldp.collector.gateway import run_gateway_fleet
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query
+from uldp.collector.simulation.gateway import run_gateway_fleet
 
 from .conftest import Deployment
 

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from uldp.collector.cliutil import OperatorError, nonneg_int, positive_float, positive_int
-from uldp.collector.commands.common import (
+from uldp.collector.cli.common import (
     analyst,
     conn_flags,
     endpoint,
@@ -18,6 +17,7 @@ from uldp.collector.commands.common import (
     readable_file,
     table,
 )
+from uldp.collector.cli.util import OperatorError, nonneg_int, positive_float, positive_int
 
 __all__ = ["register"]
 
@@ -25,7 +25,7 @@ __all__ = ["register"]
 def _population(a: argparse.Namespace, ep: Any) -> tuple[str, Any]:
     """(dataset name, population) of the devices: from ``--query`` (its public
     parameters) or from the flags."""
-    from uldp.collector.fleet import dataset_for_query
+    from uldp.collector.simulation.fleet import dataset_for_query
 
     kind, samples, dim, bound, dataset = a.kind, a.samples, a.dim, a.bound, a.dataset
     moment_p = None
@@ -67,8 +67,8 @@ def _problems(a: argparse.Namespace, res: Any) -> list[str]:
 def _cmd_fleet_run(a: argparse.Namespace) -> int:
     import tempfile
 
-    from uldp.collector.fleet import FleetDataset, run_fleet, summarize
-    from uldp.collector.gateway import run_gateway_fleet
+    from uldp.collector.simulation.fleet import FleetDataset, run_fleet, summarize
+    from uldp.collector.simulation.gateway import run_gateway_fleet
 
     ep = endpoint(a)
     secret = ""

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
-from uldp.collector.cliutil import (
+from uldp.collector.cli.common import env, readable_file
+from uldp.collector.cli.util import (
     OperatorError,
     nonneg_float,
     port_number,
     positive_float,
     positive_int,
 )
-from uldp.collector.commands.common import env, readable_file
 
 __all__ = ["add_serve_parser"]
 
@@ -247,7 +247,7 @@ def _start_siblings(a: argparse.Namespace, cfg: Any) -> list[subprocess.Popen[by
                 cfg.port = s_.getsockname()[1]
         cfg.reuse_port = True
         argv = [x for x in sys.argv[1:]]
-        base = [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve"]
+        base = [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve"]
         rest = argv[argv.index("serve") + 1:] if "serve" in argv else []
         rest = _strip_flags(rest, ("--processes", "--port", "--port-file", "--ready-file",
                                    "--name", "--http-port"))
@@ -371,7 +371,7 @@ def _open_server(factory: Any, cfg: Any) -> Any:
     """``factory(cfg)`` with the database and listening errors as one operator line."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from uldp.collector.cliutil import redact_url
+    from uldp.collector.cli.util import redact_url
 
     try:
         return factory(cfg)

@@ -1,17 +1,17 @@
-"""``uldp demo``: the whole system on loopback (``uldp.collector.demo``)."""
+"""``uldp demo``: the whole system on loopback (``uldp.collector.simulation.demo``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from uldp.collector.cliutil import positive_float, positive_int
+from uldp.collector.cli.util import positive_float, positive_int
 
 __all__ = ["register"]
 
 
 def _cmd_demo(a: argparse.Namespace) -> int:
-    from uldp.collector.demo import run_demo
+    from uldp.collector.simulation.demo import run_demo
     return run_demo(devices=a.devices, epsilon=a.epsilon, samples=a.samples,
                     concurrency=a.concurrency, workdir=a.workdir, as_json=a.json,
                     seed=a.seed, gateways=a.gateways, shuffle=a.shuffle)

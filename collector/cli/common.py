@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from uldp.collector.cliutil import OperatorError, describe_rpc_error, quiet_grpc_logs
+from uldp.collector.cli.util import OperatorError, describe_rpc_error, quiet_grpc_logs
 
 quiet_grpc_logs()  # before gRPC's C core starts: no C-core log lines on the terminal
 

@@ -35,7 +35,7 @@ from uldp.collector.csvdata import read_csv_columns
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.learning.runner import PaddedUsers, run_spec
 from uldp.collector.planner import QuerySpec, compile_query
-from uldp.collector.simulate import simulate_json
+from uldp.collector.simulation.simulate import simulate_json
 
 __all__ = ["UserData", "UserDataRun", "read_user_csv", "run_users"]
 
@@ -93,7 +93,7 @@ class UserDataRun:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``uldp simulate --data --json`` object: the schema of every ``uldp simulate
-        --json`` (:data:`uldp.collector.simulate.SIMULATE_JSON_KEYS`; ``samples`` is
+        --json`` (:data:`uldp.collector.simulation.simulate.SIMULATE_JSON_KEYS`; ``samples`` is
         m_ref)."""
         e = self.estimate
         return simulate_json(

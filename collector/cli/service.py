@@ -2,8 +2,8 @@
 ``shuffler``.
 
 ``register(subparsers)`` adds them to the main ``uldp`` parser; this module also runs on
-its own: ``python -m uldp.collector.service_cli collector serve ...``. The commands live
-in :mod:`uldp.collector.commands`, one module per command group.
+its own: ``python -m uldp.collector.cli.service collector serve ...``. The commands live
+in :mod:`uldp.collector.cli`, one module per command group.
 
 Connection flags of the client commands fall back to environment variables:
 ``ULDP_TARGET`` (host:port), ``ULDP_CA`` (CA certificate), ``ULDP_ADMIN_TOKEN_FILE``,
@@ -17,11 +17,11 @@ import sys
 import time
 from typing import Any
 
-from uldp.collector.cliutil import Parser, add_debug_flag, quiet_grpc_logs, run_cli
+from uldp.collector.cli.util import Parser, add_debug_flag, quiet_grpc_logs, run_cli
 
 quiet_grpc_logs()  # before gRPC's C core starts: no C-core log lines on the terminal
 
-from uldp.collector.commands import collector, demo, fleet, query, shuffler  # noqa: E402
+from uldp.collector.cli import collector, demo, fleet, query, shuffler  # noqa: E402
 
 __all__ = ["main", "register"]
 

@@ -8,7 +8,7 @@ SubmitReport. Concurrency is bounded by a pool of worker threads sharing a few c
 devices whose phase is not open yet are re-polled after the collector's retry hint.
 
 The same fleet behind gateways, which relay the devices' messages in batch calls, is
-:func:`uldp.collector.gateway.run_gateway_fleet`; this module holds what both share (the
+:func:`uldp.collector.simulation.gateway.run_gateway_fleet`; this module holds what both share (the
 datasets, the result, the progress).
 """
 

@@ -11,7 +11,7 @@
    kind ``i mod 5``), every one a real ``uldp.client.Device`` with its own identity,
    ledger, task checks and privatization, behind ``--gateways`` gateway processes that
    relay the devices' messages in batch calls (``EnrollBatch``, ``GetTasksBatch``,
-   ``SubmitReportBatch``; ``uldp.collector.gateway.run_gateway_fleet``), with a progress
+   ``SubmitReportBatch``; ``uldp.collector.simulation.gateway.run_gateway_fleet``), with a progress
    line and an ETA (one plain line every few seconds when stdout is not a terminal);
 6. waits for every query to finish and prints a table of each estimate next to the truth
    of the simulated population, with its confidence interval and a legend;
@@ -44,14 +44,7 @@ import numpy as np
 
 from uldp.client.transport import Endpoint
 from uldp.collector.analyst import Analyst
-from uldp.collector.cliutil import OperatorError
-from uldp.collector.fleet import (
-    FleetDataset,
-    FleetProgress,
-    dataset_for_query,
-    summarize,
-)
-from uldp.collector.gateway import run_gateway_fleet
+from uldp.collector.cli.util import OperatorError
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import new_admin_token
@@ -62,6 +55,13 @@ from uldp.collector.shuffler.launch import (
     start_shuffler_process,
     wait_serving,
 )
+from uldp.collector.simulation.fleet import (
+    FleetDataset,
+    FleetProgress,
+    dataset_for_query,
+    summarize,
+)
+from uldp.collector.simulation.gateway import run_gateway_fleet
 
 __all__ = ["DEMO_QUERIES", "check_demo_args", "run_demo", "start_collector_process",
            "start_shuffled_collector"]
@@ -86,7 +86,7 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
     ready = workdir / f"collector-{os.getpid()}-{time.monotonic_ns()}.ready"
     log = open(workdir / "collector.log", "ab")  # noqa: SIM115 - owned by the process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uldp.collector.service_cli", "collector", "serve",
+        [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve",
          "--db", db_url, "--host", "127.0.0.1", "--port", "0", "--ready-file", str(ready),
          "--tls-dir", str(tls_dir), "--log-level", os.environ.get("ULDP_LOG_LEVEL", "warning"),
          "--allow-simulated", *(extra or [])],

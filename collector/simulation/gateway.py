@@ -40,7 +40,7 @@ from uldp.client.device import Device, StateFile, TaskRefused
 from uldp.client.randomness import RandomSource
 from uldp.client.transport import Endpoint, RetryPolicy, call_with_retry, secure_channel
 from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
-from uldp.collector.fleet import FleetDataset, FleetProgress, FleetResult, draw_datasets
+from uldp.collector.simulation.fleet import FleetDataset, FleetProgress, FleetResult, draw_datasets
 
 __all__ = ["run_gateway_fleet"]
 

@@ -13,14 +13,14 @@ import sys
 from typing import Any
 
 from uldp.collector.analyst import AnalystError
-from uldp.collector.cliutil import (
+from uldp.collector.cli.common import analyst, conn_flags, fail, progress_line, table
+from uldp.collector.cli.util import (
     OperatorError,
     add_method_flag,
     nonneg_float,
     positive_float,
     positive_int,
 )
-from uldp.collector.commands.common import analyst, conn_flags, fail, progress_line, table
 
 __all__ = ["register"]
 

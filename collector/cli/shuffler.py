@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
-from uldp.collector.cliutil import OperatorError, port_number, positive_float, positive_int
-from uldp.collector.commands.common import env, readable_file
+from uldp.collector.cli.common import env, readable_file
+from uldp.collector.cli.util import OperatorError, port_number, positive_float, positive_int
 
 __all__ = ["register"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from uldp.collector.cliutil import (
+from uldp.collector.cli.util import (
     Parser,
     add_debug_flag,
     add_method_flag,
@@ -114,7 +114,7 @@ def _column_list(text: str) -> list[str]:
 
 def _read_own_data(args: argparse.Namespace) -> Any:
     """The users of ``--data`` (``uldp.collector.csvdata``'s rules), the flags checked."""
-    from uldp.collector.own_data import read_user_csv
+    from uldp.collector.simulation.own_data import read_user_csv
 
     if not args.user_col:
         raise ValueError("--user-col: name the column of each row's user")
@@ -136,7 +136,7 @@ def _data_range(data: Any, lo: float | None, hi: float | None
     """``(lo, hi, note, data)``: the public range (from the data when not given, with a
     note) and the users' values clamped into it, the count said on stderr."""
     from uldp.collector.csvdata import clamp_to_range
-    from uldp.collector.own_data import UserData
+    from uldp.collector.simulation.own_data import UserData
 
     note = ""
     if lo is None or hi is None:
@@ -179,8 +179,8 @@ def _learning_extra(args: argparse.Namespace, data: Any, lo: float, hi: float
 
 
 def _cmd_own_data(args: argparse.Namespace) -> int:
-    """``uldp simulate KIND --data FILE.csv ...`` (``uldp.collector.own_data``)."""
-    from uldp.collector.own_data import run_users
+    """``uldp simulate KIND --data FILE.csv ...`` (``uldp.collector.simulation.own_data``)."""
+    from uldp.collector.simulation.own_data import run_users
 
     data = _read_own_data(args)
     lo, hi, note = args.lo, args.hi, ""
@@ -236,7 +236,7 @@ COMPARED = ("auto", "two-stage", "two-stage-paper", "ssl", "baseline-b", "baseli
 
 def _print_comparison(args: argparse.Namespace, data: Any, common: dict[str, Any],
                       note: str) -> int:
-    from uldp.collector.own_data import run_users
+    from uldp.collector.simulation.own_data import run_users
 
     if args.kind not in SIM_KINDS:
         raise ValueError(f"--compare: kind {args.kind} has one method; drop --compare")
@@ -268,7 +268,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from uldp.client.randomness import RandomSource
     from uldp.collector.datasets import make_fleet_data
     from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
-    from uldp.collector.simulate import simulate_reps
+    from uldp.collector.simulation.simulate import simulate_reps
 
     dim = args.dim or (1 if args.kind == "mean" else 8)
     if args.kind == "mean" and dim != 1:
@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
                "shown as one line (--debug adds the traceback); 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
-    for module in ("uldp.collector.service_cli", "uldp.collector.central.cli"):
+    for module in ("uldp.collector.cli.service", "uldp.collector.central.cli"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -350,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``uldp``: exit codes and error lines as in ``uldp.collector.cliutil``."""
+    """Entry point of ``uldp``: exit codes and error lines as in ``uldp.collector.cli.util``."""
     quiet_grpc_logs()
     parser = build_parser()
     add_debug_flag(parser)

@@ -80,7 +80,7 @@ class Sandbox:
         their own populations, e.g. ``sine``) until none has anything left to do;
         the number of reports they sent."""
         from uldp.client.transport import Endpoint
-        from uldp.collector.fleet import FleetDataset, dataset_for_query, run_fleet
+        from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
 
         self._fleets += 1
         learning = kind in ("classify", "regress", "sgd")

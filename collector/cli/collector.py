@@ -11,8 +11,7 @@ from typing import Any
 
 import grpc
 
-from uldp.collector.cliutil import OperatorError, positive_float, positive_int
-from uldp.collector.commands.common import (
+from uldp.collector.cli.common import (
     conn_endpoint,
     conn_flags,
     env,
@@ -20,7 +19,8 @@ from uldp.collector.commands.common import (
     readable_file,
     unused_admin_flag,
 )
-from uldp.collector.commands.serve import add_serve_parser
+from uldp.collector.cli.serve import add_serve_parser
+from uldp.collector.cli.util import OperatorError, positive_float, positive_int
 
 __all__ = ["register"]
 
@@ -121,7 +121,7 @@ def _cmd_health(a: argparse.Namespace) -> int:
     """Exit 0 iff the collector answers grpc.health.v1 Check with SERVING (TLS)."""
     from grpc_health.v1 import health_pb2
 
-    from uldp.collector.cliutil import describe_rpc_error
+    from uldp.collector.cli.util import describe_rpc_error
     ep = conn_endpoint(a)
     try:
         status = health_check(ep, a.service, a.timeout)
@@ -136,7 +136,7 @@ def _cmd_wait(a: argparse.Namespace) -> int:
     """Poll the health check until SERVING (exit 0) or --timeout (exit 1)."""
     from grpc_health.v1 import health_pb2
 
-    from uldp.collector.cliutil import describe_rpc_error
+    from uldp.collector.cli.util import describe_rpc_error
     ep = conn_endpoint(a)
     end = time.monotonic() + a.timeout
     last = "no answer yet"
