@@ -35,7 +35,6 @@ import numpy as np
 
 from uldp.client.noise import discrete_laplace_variance, laplace_scale
 from uldp.client.randomness import RandomSource
-from uldp.collector import realdata
 from uldp.collector.central.cli import shifted_release
 from uldp.collector.central.data import group_by_user
 from uldp.collector.central.huber import HLMParams, HLMRegimeWarning, hlm_from_groups
@@ -47,6 +46,7 @@ from uldp.collector.central.mean_of_means import (
 )
 from uldp.collector.central.pmwm import PMWMParams, pmwm_practical
 from uldp.collector.central.wme import WMEParams, wme_from_groups
+from uldp.collector.simulation import realdata
 
 RESULTS = Path(__file__).parent / "results"
 DATASETS = ("flights", "insteval", "movielens")

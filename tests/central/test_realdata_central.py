@@ -17,11 +17,11 @@ import pytest
 
 from uldp.client.noise import discrete_laplace_variance, laplace_scale
 from uldp.client.randomness import RandomSource
-from uldp.collector import realdata
 from uldp.collector.central.mean_of_means import (
     DEFAULT_GRID_BITS,
     adaptive_user_mean_of_means,
 )
+from uldp.collector.simulation import realdata
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not realdata.available(), reason="needs the 'data' extra")]
