@@ -463,6 +463,42 @@ class Device(PollLoop, ShuffleMode):
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @staticmethod
+    def decline_message(task: device_pb2.Task, refusal: TaskRefused
+                        ) -> device_pb2.Decline | None:
+        """The Decline of a refused task (protocol §10), or None when there is nothing to
+        decline: a ``participated`` refusal means this device already holds another task
+        of the query, whose report it still owes. A gateway relays it
+        (DeclineTaskBatch, with the device's token)."""
+        if refusal.code == "participated":
+            return None
+        return device_pb2.Decline(query_id=task.query_id, phase=task.phase,
+                                  task_digest=task.task_digest, reason=refusal.code)
+
+    def decline(self, task: device_pb2.Task, refusal: TaskRefused) -> bool:
+        """Tell the collector that this device will not report for the task's query
+        (DeclineTask), so that its slot does not hold up the phase; True once the
+        collector acknowledged it. What is sent is the public task's coordinates and the
+        refusal's code: a function of public facts only (``docs/privacy.md`` §2). A
+        failure is logged and changes nothing (the task comes again at the next poll)."""
+        d = self.decline_message(task, refusal)
+        if d is None:
+            return False
+        req = device_pb2.DeclineTaskRequest(decline=d)
+        for attempt in (0, 1):
+            try:
+                call_with_retry(lambda t: self._stub_().DeclineTask(
+                    req, timeout=t, metadata=self._meta()), self.retry, self._jitter)
+                return True
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED and attempt == 0:
+                    self.enroll(force=True)
+                    continue
+                log.warning("decline of query %s not acknowledged: %s: %s", task.query_id,
+                            exc.code().name, exc.details())
+                return False
+        return False  # pragma: no cover
+
     # ---- main loop ------------------------------------------------------------------
     def pending_reports(self, out: PollResult | None = None) -> list[AnyReport]:
         """The reports this device owes without an acknowledgement: the stored ones (the

@@ -35,6 +35,9 @@ class PollResult:
 
     submitted: list[str] = field(default_factory=list)  # query ids acknowledged now
     refused: list[tuple[str, str]] = field(default_factory=list)  # (query id, reason)
+    #: query ids of refused tasks the collector was told about (DeclineTask: the slot is
+    #: counted, so the phase does not wait for this device)
+    declined: list[str] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # collector refusals
     #: (query id, reason): a charged task whose report could not be computed or stored
     #: now (a local fault: disk, memory, a bug); it stays owed and is tried again at the

@@ -41,6 +41,7 @@ class PollLoop:
     send: Callable[[Any], Any]
     fetch_tasks: Callable[[str], device_pb2.GetTasksResponse]
     pending_reports: Callable[[PollResult | None], list[Any]]
+    decline: Callable[[device_pb2.Task, TaskRefused], bool]
 
     def resend_pending(self, out: PollResult | None = None,
                        send_delay: SendDelay | None = None) -> list[str]:
@@ -97,6 +98,8 @@ class PollLoop:
         except TaskRefused as exc:
             out.refused.append((task.query_id, str(exc)))
             log.info("refused task of query %s: %s", task.query_id, exc)
+            if self.decline(task, exc):  # a function of public facts, like the refusal
+                out.declined.append(task.query_id)
             return
         except (OSError, sqlite3.Error, MemoryError) as exc:  # a local fault: others go on
             out.failed.append((task.query_id, str(exc)))
@@ -127,6 +130,7 @@ class PollLoop:
             r = self.poll(query_id, send_delay=send_delay)
             total.submitted += r.submitted
             total.refused += r.refused
+            total.declined += r.declined
             total.rejected += r.rejected
             total.failed += r.failed
             total.late += r.late

@@ -58,6 +58,7 @@ class FleetResult:
     devices: int
     submitted: int = 0
     refused: list[tuple[str, str]] = field(default_factory=list)
+    declined: int = 0  # refused tasks the collector acknowledged a decline of
     rejected: list[tuple[str, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     unfinished: int = 0
@@ -235,6 +236,7 @@ class _ThreadFleet:
             with self.cv:
                 self.res.submitted += len(r.submitted)
                 self.res.refused += r.refused
+                self.res.declined += len(r.declined)
                 self.res.rejected += r.rejected
             if r.waiting:
                 dev.ledger.close()  # reopened on the next poll; keeps idle devices small
@@ -290,7 +292,8 @@ class _ThreadFleet:
 
 def summarize(res: FleetResult) -> dict[str, Any]:
     return {"devices": res.devices, "reports_acknowledged": res.submitted,
-            "refused": len(res.refused), "rejected": len(res.rejected),
+            "refused": len(res.refused), "declined": res.declined,
+            "rejected": len(res.rejected),
             "errors": len(res.errors), "unfinished": res.unfinished,
             "seconds": round(res.seconds, 2)}
 

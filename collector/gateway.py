@@ -28,7 +28,7 @@ import random
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,11 +229,7 @@ class _Gateway:
             rounds += 1
             again: list[tuple[int, Any]] = []
             renew: list[int] = []
-            B = self.share.report_batch
-            for k in range(0, len(reports), B):
-                part = [(i, rep) for i, rep in reports[k:k + B] if i in self.live]
-                for i, rep in part:
-                    rep.device_token = self.live[i].device.token or ""
+            for part in self._parts(reports):
                 try:
                     resp = self._call(method, make([r for _, r in part]))
                 except grpc.RpcError as exc:  # the reports stay pending in the ledgers
@@ -259,6 +255,30 @@ class _Gateway:
         for i, rep in reports:
             self._finish(i, f"report for query {rep.query_id} not acknowledged")
 
+    def _parts(self, items: list[tuple[int, Any]]) -> Iterator[list[tuple[int, Any]]]:
+        """``items`` (device, message with a ``device_token`` field) of the devices still
+        live, in calls of at most ``report_batch``, each message carrying its device's
+        current token."""
+        B = self.share.report_batch
+        for k in range(0, len(items), B):
+            part = [(i, m) for i, m in items[k:k + B] if i in self.live]
+            for i, m in part:
+                m.device_token = self.live[i].device.token or ""
+            yield part
+
+    def _decline(self, declines: list[tuple[int, device_pb2.Decline]]) -> None:
+        """Send the devices' declines (each with its token) in DeclineTaskBatch calls. A
+        decline not acknowledged changes nothing: the device gets its task again at its
+        next check-in (if it has one) and refuses it again."""
+        for part in self._parts(declines):
+            try:
+                resp = self._call(self.stub.DeclineTaskBatch, device_pb2.DeclineTaskBatchRequest(
+                    declines=[d for _, d in part]))
+            except grpc.RpcError as exc:
+                log.warning("DeclineTaskBatch: %s: %s", exc.code().name, exc.details())
+                continue
+            self.res.declined += sum(1 for r in resp.results if r.code == 0)
+
     # ---- checking devices in ----------------------------------------------------------------
     def _check_in(self, ids: list[int]) -> None:
         """Enroll (if needed), fetch tasks, privatize and submit, for ``ids``."""
@@ -266,6 +286,7 @@ class _Gateway:
             self._dev(i)
         ids = self._enroll(ids)
         reports: list[tuple[int, Any]] = []
+        declines: list[tuple[int, device_pb2.Decline]] = []
         now = time.monotonic()
         for i, resp in self._get_tasks(ids):
             st = self.live[i]
@@ -284,12 +305,15 @@ class _Gateway:
                     reports.append((i, st.device.prepare(task)))
                 except TaskRefused as exc:
                     self.res.refused.append((task.query_id, str(exc)))
+                    if (d := st.device.decline_message(task, exc)) is not None:
+                        declines.append((i, d))
             keys = {(w.query_id, int(w.phase)) for w in resp.waiting}
             for key in keys - st.keys:
                 self.waiting.setdefault(key, {})[i] = None
                 self.probe_at.setdefault(key, now + max(resp.retry_after_ms / 1000.0, 0.2))
             st.keys = keys
         self._submit(reports)
+        self._decline(declines)
         for i in ids:
             st_ = self.live.get(i)
             if st_ is not None and not st_.keys:
@@ -449,6 +473,7 @@ def _run_gateway_processes(shares: list[_Share], deadline: float, done: list[int
                                           unfinished=len(sh.device_ids) - done[g])
         total.submitted += r.submitted
         total.refused += r.refused
+        total.declined += r.declined
         total.rejected += r.rejected
         total.errors += r.errors
         total.unfinished += r.unfinished

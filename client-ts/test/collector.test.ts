@@ -131,6 +131,39 @@ for (const via of ["gRPC", "Connect", "gRPC-Web"] as const) {
     });
 }
 
+test("a TS device that refuses a task declines it, and the phase does not wait for its deadline",
+  { skip, timeout: 120_000 }, async () => {
+    await waitHttp();
+    for (const via of ["gRPC", "Connect", "gRPC-Web"] as const) {
+      const id = `q-decline-${via.toLowerCase()}`;
+      // one user, ε 2: a device with budget 1 refuses; its decline answers the only slot
+      cli("query", "create", ...conn(), "--kind", "mean", "--epsilon", "2", "--dataset", id, "--users", "2",
+        "--samples", "10", "--bound", "1", "--method", "ssl", "--id", id, "--phase-timeout", "3600");
+      const t = via === "gRPC" ? transport() : webTransport(via === "Connect" ? "connect" : "grpc-web");
+      try {
+        for (const budget of [1, 4]) {
+          const d = await Device.open({ transport: t, store: new MemoryStore(), budget });
+          d.addDataset(id, [0.5, 0.25]);
+          const r = await d.poll();
+          assert.deepEqual([r.declined, r.submitted], budget === 1 ? [[id], []] : [[], [id]]);
+        }
+      } finally {
+        if (t instanceof DeviceTransport) t.close();
+      }
+      const t0 = Date.now();
+      for (;;) {
+        const q = JSON.parse(cli("query", "status", ...conn(), "--json", id)) as
+          { phases: { received: number; declined: number; state: string }[] };
+        if (q.phases[0].state === "closed") {
+          assert.deepEqual([q.phases[0].received, q.phases[0].declined], [1, 1]);
+          break;
+        }
+        assert.ok(Date.now() - t0 < 60_000, `${via}: the phase still waits`);
+        await new Promise((ok) => setTimeout(ok, 200));
+      }
+    }
+  });
+
 async function transportChecks(t: DeviceTransport | FetchTransport, dataset: string): Promise<void> {
   {
     const { token } = await t.enroll({ label: "client-ts test" });

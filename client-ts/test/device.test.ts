@@ -30,6 +30,15 @@ class Fake implements DeviceTransportLike {
     this.calls.push("GetTasks");
     return { tasks: this.tasks, waiting: [], retry_after_ms: 0 };
   }
+  declines: { queryId: string; phase: number; taskDigest: string; reason: string }[] = [];
+  declineErrors: number[] = [];
+  async declineTask(_token: string, d: { queryId: string; phase: number; taskDigest: string; reason: string }) {
+    this.calls.push(`DeclineTask:${d.queryId}:${d.reason}`);
+    const code = this.declineErrors.shift();
+    if (code !== undefined) throw Object.assign(new Error(`status ${code}`), { code });
+    this.declines.push(d);
+    return { duplicate: false };
+  }
   async submitReport(token: string, report: ReportMessage) {
     this.calls.push(`SubmitReport:${report.queryId}:${report.values.length}`);
     this.reports.push({ ...report, values: [...report.values] });
@@ -226,4 +235,41 @@ test("the app's attestation goes with a new identity only, asked once per enrolm
   assert.deepEqual(fake.enrollReqs.map((r) => [r.previousToken, r.attestation]), [["", "att-1"], ["tok-1", ""]]);
   const plain = await Device.open({ transport: new Fake(), store: new MemoryStore(), budget: 10, attestation: "fixed" });
   await plain.enroll();
+});
+
+test("a refused task is declined (its code, public facts only); nothing is charged", async () => {
+  const fake = new Fake();
+  const d = await device(fake, new MemoryStore(), 1.5);
+  d.addDataset("data", [0.5, 0.25]);
+  fake.tasks = [taskMsg("q1"), taskMsg("q2")]; // ε 1 each: the second is over the budget
+  const r = await d.poll();
+  assert.deepEqual(r.submitted, ["q1"]);
+  assert.deepEqual(r.refused.map((x) => [x.queryId, x.code]), [["q2", "budget"]]);
+  assert.deepEqual(r.declined, ["q2"]);
+  assert.deepEqual(fake.declines, [{ queryId: "q2", phase: 1, taskDigest: fake.tasks[1].task_digest, reason: "budget" }]);
+  assert.equal(d.ledger.get("q2"), undefined);
+  // a refusal for a dataset the device does not hold is declined the same way
+  fake.tasks = [taskMsg("q3", {}, "other")];
+  assert.deepEqual((await d.poll()).declined, ["q3"]);
+  assert.equal(fake.declines.at(-1)!.reason, "dataset");
+});
+
+test("nothing is declined for a participated refusal; a failed decline changes nothing", async () => {
+  const fake = new Fake();
+  const d = await device(fake);
+  d.addDataset("data", [0.5]);
+  fake.tasks = [taskMsg("q1")];
+  await d.poll();
+  fake.tasks = [taskMsg("q1", { epsilon: 2.0, eps_c: 2.0 })]; // another task of the same query
+  const r = await d.poll();
+  assert.deepEqual([r.refused[0].code, r.declined, fake.declines], ["participated", [], []]);
+  fake.tasks = [taskMsg("q9", {}, "other")];
+  fake.declineErrors = [Status.UNAVAILABLE];
+  const failed = await d.poll();
+  assert.deepEqual([failed.refused.length, failed.declined], [1, []]);
+  // a transport without declineTask: the refusal stands, nothing is sent
+  const bare = { enroll: fake.enroll.bind(fake), getTasks: fake.getTasks.bind(fake),
+    submitReport: fake.submitReport.bind(fake) };
+  const b = await Device.open({ transport: bare, store: new MemoryStore(), budget: 1 });
+  assert.deepEqual((await b.poll()).declined, []);
 });

@@ -45,7 +45,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: Sums of up to 2^22 reports stay exact in int64.
 MAX_ABS_REPORT_VALUE = 1 << 40
 
-#: Most items an EnrollBatch or GetTasksBatch call may carry (INVALID_ARGUMENT above).
+#: Most items a batch call (EnrollBatch, GetTasksBatch, SubmitReportBatch, DeclineTaskBatch)
+#: may carry (INVALID_ARGUMENT above; fewer on a collector with a smaller message limit).
 MAX_BATCH_ITEMS = 10_000
 
 #: Fully qualified service names (for health checking and reflection).

@@ -35,7 +35,7 @@ class CreateQueryRequest(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., dataset: _Optional[str] = ..., bound: _Optional[float] = ..., samples: _Optional[int] = ..., users: _Optional[int] = ..., dim: _Optional[int] = ..., method: _Optional[str] = ..., params_json: _Optional[str] = ..., phase_timeout_seconds: _Optional[float] = ..., query_id: _Optional[str] = ...) -> None: ...
 
 class PhaseStatus(_message.Message):
-    __slots__ = ("index", "state", "quota", "received", "opened_at_ms", "deadline_ms", "closed_at_ms", "published_json")
+    __slots__ = ("index", "state", "quota", "received", "opened_at_ms", "deadline_ms", "closed_at_ms", "published_json", "declined")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     QUOTA_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class PhaseStatus(_message.Message):
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     CLOSED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     PUBLISHED_JSON_FIELD_NUMBER: _ClassVar[int]
+    DECLINED_FIELD_NUMBER: _ClassVar[int]
     index: int
     state: _common_pb2.PhaseState
     quota: int
@@ -52,7 +53,8 @@ class PhaseStatus(_message.Message):
     deadline_ms: int
     closed_at_ms: int
     published_json: str
-    def __init__(self, index: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.PhaseState, str]] = ..., quota: _Optional[int] = ..., received: _Optional[int] = ..., opened_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., closed_at_ms: _Optional[int] = ..., published_json: _Optional[str] = ...) -> None: ...
+    declined: int
+    def __init__(self, index: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.PhaseState, str]] = ..., quota: _Optional[int] = ..., received: _Optional[int] = ..., opened_at_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., closed_at_ms: _Optional[int] = ..., published_json: _Optional[str] = ..., declined: _Optional[int] = ...) -> None: ...
 
 class Query(_message.Message):
     __slots__ = ("query_id", "kind", "dataset", "epsilon", "state", "current_phase", "phases", "assigned", "target_users", "created_at_ms", "finished_at_ms", "spec_json", "error", "allow_simulated")

@@ -182,3 +182,41 @@ class GetTasksBatchResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[GetTasksResult]
     def __init__(self, results: _Optional[_Iterable[_Union[GetTasksResult, _Mapping]]] = ...) -> None: ...
+
+class Decline(_message.Message):
+    __slots__ = ("query_id", "phase", "task_digest", "reason", "device_token")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    TASK_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    phase: int
+    task_digest: str
+    reason: str
+    device_token: str
+    def __init__(self, query_id: _Optional[str] = ..., phase: _Optional[int] = ..., task_digest: _Optional[str] = ..., reason: _Optional[str] = ..., device_token: _Optional[str] = ...) -> None: ...
+
+class DeclineTaskRequest(_message.Message):
+    __slots__ = ("decline",)
+    DECLINE_FIELD_NUMBER: _ClassVar[int]
+    decline: Decline
+    def __init__(self, decline: _Optional[_Union[Decline, _Mapping]] = ...) -> None: ...
+
+class DeclineTaskResponse(_message.Message):
+    __slots__ = ("duplicate",)
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    duplicate: bool
+    def __init__(self, duplicate: _Optional[bool] = ...) -> None: ...
+
+class DeclineTaskBatchRequest(_message.Message):
+    __slots__ = ("declines",)
+    DECLINES_FIELD_NUMBER: _ClassVar[int]
+    declines: _containers.RepeatedCompositeFieldContainer[Decline]
+    def __init__(self, declines: _Optional[_Iterable[_Union[Decline, _Mapping]]] = ...) -> None: ...
+
+class DeclineTaskBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReportResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ...) -> None: ...

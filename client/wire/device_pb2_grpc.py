@@ -65,6 +65,16 @@ class DeviceServiceStub:
                 request_serializer=uldp_dot_v1_dot_device__pb2.GetTasksBatchRequest.SerializeToString,
                 response_deserializer=uldp_dot_v1_dot_device__pb2.GetTasksBatchResponse.FromString,
                 _registered_method=True)
+        self.DeclineTask = channel.unary_unary(
+                '/uldp.v1.DeviceService/DeclineTask',
+                request_serializer=uldp_dot_v1_dot_device__pb2.DeclineTaskRequest.SerializeToString,
+                response_deserializer=uldp_dot_v1_dot_device__pb2.DeclineTaskResponse.FromString,
+                _registered_method=True)
+        self.DeclineTaskBatch = channel.unary_unary(
+                '/uldp.v1.DeviceService/DeclineTaskBatch',
+                request_serializer=uldp_dot_v1_dot_device__pb2.DeclineTaskBatchRequest.SerializeToString,
+                response_deserializer=uldp_dot_v1_dot_device__pb2.DeclineTaskBatchResponse.FromString,
+                _registered_method=True)
 
 
 class DeviceServiceServicer:
@@ -173,6 +183,30 @@ class DeviceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeclineTask(self, request, context):
+        """Declines a task: the device refuses it (its budget, its rules: a function of the task,
+        its ledger and its datasets' declarations only, never of its data) and will not
+        report for this query. The collector counts the declined slot toward its phase's
+        quota, so the phase closes when every slot has a report or a decline instead of
+        waiting for its deadline. The checks and their order are listed at the top of this
+        file ("Checks of a decline"); OK with duplicate = false means the decline is durably
+        committed, OK with duplicate = true that it was already stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeclineTaskBatch(self, request, context):
+        """Declines many tasks of many devices in one call (for gateways): each Decline carries
+        its device's token (call metadata is not read) and gets its own ReportResult, with
+        the checks, order and codes of DeclineTask except that device_token must be set. The
+        call fails as a whole only with INVALID_ARGUMENT (more than 10 000 items) or the
+        codes every RPC can return.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeviceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -205,6 +239,16 @@ def add_DeviceServiceServicer_to_server(servicer, server):
                     servicer.GetTasksBatch,
                     request_deserializer=uldp_dot_v1_dot_device__pb2.GetTasksBatchRequest.FromString,
                     response_serializer=uldp_dot_v1_dot_device__pb2.GetTasksBatchResponse.SerializeToString,
+            ),
+            'DeclineTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeclineTask,
+                    request_deserializer=uldp_dot_v1_dot_device__pb2.DeclineTaskRequest.FromString,
+                    response_serializer=uldp_dot_v1_dot_device__pb2.DeclineTaskResponse.SerializeToString,
+            ),
+            'DeclineTaskBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeclineTaskBatch,
+                    request_deserializer=uldp_dot_v1_dot_device__pb2.DeclineTaskBatchRequest.FromString,
+                    response_serializer=uldp_dot_v1_dot_device__pb2.DeclineTaskBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -369,6 +413,60 @@ class DeviceService:
             '/uldp.v1.DeviceService/GetTasksBatch',
             uldp_dot_v1_dot_device__pb2.GetTasksBatchRequest.SerializeToString,
             uldp_dot_v1_dot_device__pb2.GetTasksBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeclineTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/uldp.v1.DeviceService/DeclineTask',
+            uldp_dot_v1_dot_device__pb2.DeclineTaskRequest.SerializeToString,
+            uldp_dot_v1_dot_device__pb2.DeclineTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeclineTaskBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/uldp.v1.DeviceService/DeclineTaskBatch',
+            uldp_dot_v1_dot_device__pb2.DeclineTaskBatchRequest.SerializeToString,
+            uldp_dot_v1_dot_device__pb2.DeclineTaskBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

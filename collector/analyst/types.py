@@ -55,7 +55,8 @@ def _json(text: str) -> Any:
 
 @dataclass(frozen=True)
 class Phase:
-    """One phase of a query: its state and how many reports it has of its quota."""
+    """One phase of a query: its state and how many answers it has of its quota (reports,
+    and declines: slots whose device refused its task)."""
 
     index: int
     state: str
@@ -65,17 +66,18 @@ class Phase:
     deadline_ms: int = 0
     closed_at_ms: int = 0
     published: dict[str, Any] | None = None
+    declined: int = 0
 
     @property
     def fraction(self) -> float:
-        """Share of the quota received (0 to 1)."""
-        return min(self.received / self.quota, 1.0) if self.quota else 0.0
+        """Share of the quota answered, reports and declines (0 to 1)."""
+        return min((self.received + self.declined) / self.quota, 1.0) if self.quota else 0.0
 
     @classmethod
     def from_message(cls, p: analyst_pb2.PhaseStatus) -> Phase:
         return cls(int(p.index), PHASE_STATE.get(p.state, "unknown"), int(p.quota),
                    int(p.received), int(p.opened_at_ms), int(p.deadline_ms),
-                   int(p.closed_at_ms), _json(p.published_json))
+                   int(p.closed_at_ms), _json(p.published_json), int(p.declined))
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ class Query:
                 "current_phase": self.current_phase, "assigned": self.assigned,
                 "target_users": self.target_users,
                 "phases": [{"index": p.index, "state": p.state, "quota": p.quota,
-                            "received": p.received, "deadline_ms": p.deadline_ms,
+                            "received": p.received, "declined": p.declined,
+                            "deadline_ms": p.deadline_ms,
                             "published": p.published} for p in self.phases],
                 "created_at_ms": self.created_at_ms, "finished_at_ms": self.finished_at_ms,
                 "spec": self.spec or None, "error": self.error,

@@ -143,7 +143,9 @@ def progress_line(q: Any) -> str:
     parts = []
     for p in q.phases:
         bar = "#" * int(20 * p.fraction)
-        parts.append(f"phase {p.index} {p.state:7s} [{bar:<20}] {p.received}/{p.quota}")
+        declined = f" (+{p.declined} declined)" if getattr(p, "declined", 0) else ""
+        parts.append(f"phase {p.index} {p.state:7s} [{bar:<20}] {p.received}/{p.quota}"
+                     f"{declined}")
     return f"{q.query_id} {q.state:9s} assigned {q.assigned}/" \
            f"{q.target_users}  " + "  ".join(parts)
 

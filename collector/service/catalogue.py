@@ -75,9 +75,9 @@ def _shuffle(value: Any) -> dict[str, Any] | None:
     t, d = out["min_batch"], out["delta"]
     if not isinstance(t, int) or isinstance(t, bool) or not 2 <= t <= 1_000_000:
         raise ServiceError("INVALID_ARGUMENT", "shuffle min_batch must be an integer in "
-                           f"[2, 1000000], got {t!r}")
+                           f"[2, 1000000], got {echo(t)}")
     if not isinstance(d, (int, float)) or isinstance(d, bool) or not 0 < d <= 1e-3:
-        raise ServiceError("INVALID_ARGUMENT", f"shuffle delta must be in (0, 1e-3], got {d!r}")
+        raise ServiceError("INVALID_ARGUMENT", f"shuffle delta must be in (0, 1e-3], got {echo(d)}")
     return {"min_batch": t, "delta": float(d)}
 
 

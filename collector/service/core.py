@@ -221,5 +221,12 @@ class CollectorCore:
     def store(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         return self.ingest.store(items)
 
+    def validate_decline(self, device_id: str, query_id: str, phase: int, digest: str,
+                         reason: str) -> PendingReport | ReportOutcome:
+        return self.ingest.validate_decline(device_id, query_id, phase, digest, reason)
+
+    def store_declines(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        return self.ingest.store_declines(items)
+
     def close_phase(self, query_id: str, phase: int, force: bool = False) -> bool:
         return self.closer.close_phase(query_id, phase, force)

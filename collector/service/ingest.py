@@ -1,4 +1,5 @@
-"""Report ingest: the checks a report passes before the group-commit writer stores it.
+"""Report ingest: the checks a report (or a decline) passes before the group-commit
+writer stores it.
 
 See ``docs/architecture.md`` ("Service") and the numbered order of the checks in
 ``proto/uldp/v1/device.proto``. Spec: [D23] (one message per device and query).
@@ -9,10 +10,12 @@ closed (the stored report is judged before the phase refusal).
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Sequence
+from typing import Any
 
-from uldp.collector.service.catalogue import QueryCatalogue
+from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
@@ -20,6 +23,9 @@ from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, ju
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
 __all__ = ["SIMULATED_REFUSED", "ReportIngest", "not_open"]
+
+#: a decline's optional reason: a refusal code of the device (protocol §14.1)
+_REASON = re.compile(r"[a-z0-9_-]{0,32}")
 
 SIMULATED_REFUSED = ("report is from a simulation (seeded noise); this query does not "
                      "accept simulated reports")
@@ -31,7 +37,8 @@ def not_open(query_id: str, phase: int, state: str) -> str:
 
 
 class ReportIngest:
-    """SubmitReport / SubmitReportBatch: validate, then commit through the writer."""
+    """SubmitReport / SubmitReportBatch and DeclineTask / DeclineTaskBatch: validate,
+    then commit through the writer."""
 
     def __init__(self, db: Database, writer: GroupCommitWriter, catalogue: QueryCatalogue,
                  phases: PhaseView, tasks: TaskServer, *, allow_simulated: bool) -> None:
@@ -44,14 +51,55 @@ class ReportIngest:
         """The report to commit, or the final answer (OK, ``duplicate``) when the
         identical report is already stored and its phase is no longer open; raises
         :class:`ServiceError` for a refusal (checks in the documented order)."""
-        rt = self.catalogue.runtime(query_id)
-        if rt is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
+        rt = self._runtime(query_id)
         if rt.shuffle is not None:
             raise ServiceError("FAILED_PRECONDITION", f"query {query_id} is in shuffle mode: "
                                "its reports are sealed and go through the shuffler")
         if simulated and not (self.allow_simulated or rt.allow_simulated):
             raise ServiceError("FAILED_PRECONDITION", SIMULATED_REFUSED)
+        a, ph = self._assigned(device_id, query_id, phase)
+        info = self.tasks.task_info(rt, a)
+        vals = list(values)
+        _check_values(vals, info.length, info.limit, a)
+        if digest != info.digest:
+            raise ServiceError("FAILED_PRECONDITION",
+                               "report was computed for a different task (task_digest "
+                               f"{digest[:16] or '<empty>'}… != {info.digest[:16]}…); "
+                               "fetch the current task")
+        item = PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
+                             struct.pack(f"<{len(vals)}q", *vals))
+        return self._open_or_stored(item, ph["state"])
+
+    def validate_decline(self, device_id: str, query_id: str, phase: int, digest: str,
+                         reason: str) -> PendingReport | ReportOutcome:
+        """The decline to commit (a :class:`PendingReport` with an empty payload), or the
+        final answer (OK, ``duplicate``) when it is stored already and its phase is no
+        longer open; raises :class:`ServiceError` for a refusal (the checks of a decline
+        in device.proto, in order)."""
+        if not _REASON.fullmatch(reason):
+            raise ServiceError("INVALID_ARGUMENT", "reason must be at most 32 characters of "
+                               f"[a-z0-9_-], got {echo(reason)}")
+        rt = self._runtime(query_id)
+        a, ph = self._assigned(device_id, query_id, phase)
+        info = self.tasks.task_info(rt, a)
+        if digest != info.digest:
+            raise ServiceError("FAILED_PRECONDITION",
+                               "decline names a different task (task_digest "
+                               f"{echo(digest[:16]) if digest else '<empty>'} != "
+                               f"{info.digest[:16]}…); fetch the current task")
+        item = PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"], b"")
+        return self._open_or_stored(item, ph["state"])
+
+    def _runtime(self, query_id: str) -> QueryRuntime:
+        rt = self.catalogue.runtime(query_id)
+        if rt is None:
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
+        return rt
+
+    def _assigned(self, device_id: str, query_id: str, phase: int
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(assignment, phase row) of a device answering ``phase`` of a query: refused
+        unless the device is assigned to that phase and it has opened."""
         a = self.tasks.assignment(query_id, device_id)
         if a is None:
             raise ServiceError("PERMISSION_DENIED",
@@ -65,25 +113,21 @@ class ReportIngest:
             ph = self.phases.rows(query_id, fresh=True).get(phase)
         if ph is None:
             raise ServiceError("FAILED_PRECONDITION", f"query {query_id} has no phase {phase}")
-        if not ph["opened_at_ms"]:  # never opened: no report of it can be stored
+        if not ph["opened_at_ms"]:  # never opened: nothing of it can be stored
             raise ServiceError("FAILED_PRECONDITION", not_open(query_id, phase, ph["state"]))
-        info = self.tasks.task_info(rt, a)
-        vals = list(values)
-        _check_values(vals, info.length, info.limit, a)
-        if digest != info.digest:
-            raise ServiceError("FAILED_PRECONDITION",
-                               "report was computed for a different task (task_digest "
-                               f"{digest[:16] or '<empty>'}… != {info.digest[:16]}…); "
-                               "fetch the current task")
-        item = PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
-                             struct.pack(f"<{len(vals)}q", *vals))
-        if ph["state"] == "open":
-            return item  # the writer judges a stored report under the phase-row lock
-        # closing, closed or cancelled: a stored report is answered before the phase
-        # refusal (a committed report never changes, so this read is authoritative)
-        out = judge_stored(item, self.db.stored_report(query_id, device_id))
+        return a, ph
+
+    def _open_or_stored(self, item: PendingReport, state: str
+                        ) -> PendingReport | ReportOutcome:
+        """``item`` to commit while its phase is open (the writer judges a stored row
+        under the phase-row lock); otherwise the answer the stored row gives (a committed
+        row never changes, so this read is authoritative), else the phase refusal."""
+        if state == "open":
+            return item
+        out = judge_stored(item, self.db.stored_report(item.query_id, item.device_id))
         if out is None:
-            raise ServiceError("FAILED_PRECONDITION", not_open(query_id, phase, ph["state"]))
+            raise ServiceError("FAILED_PRECONDITION",
+                               not_open(item.query_id, item.phase, state))
         if out.code != "OK":
             raise ServiceError(out.code, out.message)
         return out
@@ -91,6 +135,12 @@ class ReportIngest:
     def store(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         try:
             return self.writer.store_reports(items)
+        except WriterUnavailable as exc:
+            raise ServiceError("UNAVAILABLE", str(exc)) from None
+
+    def store_declines(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        try:
+            return self.writer.store_declines(items)
         except WriterUnavailable as exc:
             raise ServiceError("UNAVAILABLE", str(exc)) from None
 

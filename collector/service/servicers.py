@@ -226,6 +226,47 @@ class DeviceLogic:
                 where.append(i)
         return results, items, where
 
+    def check_decline(self, token: str | None, request: dpb.DeclineTaskRequest
+                      ) -> PendingReport | ReportOutcome:
+        """The decline to commit, or the final answer of a repeat whose phase is no
+        longer open; ServiceError for a refusal (device.proto, "Checks of a decline")."""
+        device = self.core.device_from_token(token)
+        d = request.decline
+        if d.device_token:
+            raise ServiceError("INVALID_ARGUMENT", "device_token is only used in "
+                               "DeclineTaskBatch; authenticate with call metadata")
+        return self.core.validate_decline(device, d.query_id, d.phase, d.task_digest,
+                                          d.reason)
+
+    @staticmethod
+    def answer_decline(out: ReportOutcome) -> dpb.DeclineTaskResponse:
+        if out.code != "OK":
+            raise ServiceError(out.code, out.message)
+        return dpb.DeclineTaskResponse(duplicate=out.duplicate)
+
+    def check_decline_batch(self, request: dpb.DeclineTaskBatchRequest
+                            ) -> tuple[list[dpb.ReportResult | None], list[PendingReport],
+                                       list[int]]:
+        """Each decline of a batch judged on its own: (results so far, declines to
+        commit, their indices)."""
+        self._check_batch_size(len(request.declines))
+        results: list[dpb.ReportResult | None] = [None] * len(request.declines)
+        items, where = [], []
+        for i, d in enumerate(request.declines):
+            try:
+                device = self.core.device_from_token(d.device_token)
+                got = self.core.validate_decline(device, d.query_id, d.phase, d.task_digest,
+                                                 d.reason)
+            except ServiceError as exc:
+                results[i] = dpb.ReportResult(code=_code(exc.code), message=exc.message)
+                continue
+            if isinstance(got, ReportOutcome):
+                results[i] = _result(got)
+            else:
+                items.append(got)
+                where.append(i)
+        return results, items, where
+
     @staticmethod
     def answer_batch(results: list[dpb.ReportResult | None], where: list[int],
                      outcomes: list[ReportOutcome]) -> dpb.SubmitReportBatchResponse:
@@ -274,6 +315,24 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             results, items, where = self.logic.check_batch(request)
             outcomes = self.core.store(items) if items else []
             return self.logic.answer_batch(results, where, outcomes)
+        return _guard(context, run)
+
+    def DeclineTask(self, request: dpb.DeclineTaskRequest, context: grpc.ServicerContext
+                    ) -> dpb.DeclineTaskResponse:
+        def run() -> dpb.DeclineTaskResponse:
+            item = self.logic.check_decline(bearer_from(context), request)
+            if isinstance(item, ReportOutcome):
+                return self.logic.answer_decline(item)
+            return self.logic.answer_decline(self.core.store_declines([item])[0])
+        return _guard(context, run)
+
+    def DeclineTaskBatch(self, request: dpb.DeclineTaskBatchRequest,
+                         context: grpc.ServicerContext) -> dpb.DeclineTaskBatchResponse:
+        def run() -> dpb.DeclineTaskBatchResponse:
+            results, items, where = self.logic.check_decline_batch(request)
+            outcomes = self.core.store_declines(items) if items else []
+            done = self.logic.answer_batch(results, where, outcomes).results
+            return dpb.DeclineTaskBatchResponse(results=done)
         return _guard(context, run)
 
 
@@ -351,6 +410,26 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             return self.logic.answer_batch(results, where, outcomes)
         return await self._run(context, run)
 
+    async def DeclineTask(self, request: dpb.DeclineTaskRequest, context: Any
+                          ) -> dpb.DeclineTaskResponse:
+        token = bearer_from(context)
+
+        def run() -> dpb.DeclineTaskResponse:
+            item = self.logic.check_decline(token, request)
+            if isinstance(item, ReportOutcome):
+                return self.logic.answer_decline(item)
+            return self.logic.answer_decline(self.core.store_declines([item])[0])
+        return await self._run(context, lambda: self._in_pool(run))
+
+    async def DeclineTaskBatch(self, request: dpb.DeclineTaskBatchRequest, context: Any
+                               ) -> dpb.DeclineTaskBatchResponse:
+        def run() -> dpb.DeclineTaskBatchResponse:
+            results, items, where = self.logic.check_decline_batch(request)
+            outcomes = self.core.store_declines(items) if items else []
+            done = self.logic.answer_batch(results, where, outcomes).results
+            return dpb.DeclineTaskBatchResponse(results=done)
+        return await self._run(context, lambda: self._in_pool(run))
+
 
 def query_message(row: dict[str, Any], phases: list[dict[str, Any]],
                   assigned: int) -> analyst_pb2.Query:
@@ -362,7 +441,7 @@ def query_message(row: dict[str, Any], phases: list[dict[str, Any]],
             index=p["phase"], state=_PSTATE.get(p["state"], _PSTATE_UNKNOWN), quota=p["quota"],
             received=p["received"], opened_at_ms=p["opened_at_ms"],
             deadline_ms=p["deadline_ms"], closed_at_ms=p["closed_at_ms"],
-            published_json=p["published_json"]) for p in phases],
+            published_json=p["published_json"], declined=p["declined"]) for p in phases],
         assigned=assigned, target_users=row["target_users"],
         created_at_ms=row["created_at_ms"], finished_at_ms=row["finished_at_ms"],
         spec_json=row["spec_json"], error=row["error"],

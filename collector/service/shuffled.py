@@ -33,7 +33,7 @@ from uldp.client.tasks import task_epsilon
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
-from uldp.collector.service.errors import ServiceError
+from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.ingest import not_open
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
@@ -94,7 +94,7 @@ class ShuffleIntake:
         """The public shuffle parameters of a query and the state of its phases."""
         rt = self.catalogue.runtime(query_id)
         if rt is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {query_id!r}")
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         rows = self.phases.rows(query_id, fresh=True)
         cells, sizes = np.unique(rt.program.placements(), axis=0, return_counts=True)
         return {"query_id": query_id, "shuffled": rt.shuffle is not None,
@@ -109,7 +109,7 @@ class ShuffleIntake:
         whole (ServiceError otherwise), in the order of shuffler.proto."""
         rt = self.catalogue.runtime(b.query_id)
         if rt is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {b.query_id!r}")
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(b.query_id)}")
         if rt.shuffle is None:
             raise ServiceError("FAILED_PRECONDITION",
                                f"query {b.query_id} is not in shuffle mode")

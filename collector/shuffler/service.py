@@ -44,7 +44,7 @@ from uldp.client.sealing import ENC_BYTES, TAG_BYTES
 from uldp.client.transport import RETRYABLE
 from uldp.client.wire import AUTH_METADATA_KEY, shuffler_pb2, shuffler_pb2_grpc
 from uldp.collector.security.tokens import TokenVerifier
-from uldp.collector.service.errors import ServiceError, authenticate
+from uldp.collector.service.errors import ServiceError, authenticate, echo
 from uldp.collector.shuffler.store import Bucket, ShufflerStore, Submission
 
 __all__ = ["TEST_PAUSE_ENV", "Forwarder", "QueryInfo", "ShufflerConfig", "ShufflerServicer"]
@@ -144,7 +144,7 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
             raise ServiceError("UNAVAILABLE", "the collector cannot be reached to check the "
                                "query; retry later") from None
         if q is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {r.query_id!r}")
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(r.query_id)}")
         if not q.shuffled:
             raise ServiceError("FAILED_PRECONDITION", f"query {r.query_id} is not in shuffle "
                                "mode")

@@ -97,12 +97,13 @@ class QueryTables(Tables):
         return json.loads(v) if v else {}
 
     def phases_due(self, t: int | None = None) -> list[tuple[str, int]]:
-        """Open phases whose quota is in or deadline passed, and closings whose lease
-        expired (their closer died)."""
+        """Open phases whose quota is in (reports plus declines) or deadline passed, and
+        closings whose lease expired (their closer died)."""
         t = now_ms() if t is None else t
         p = S.phases.c
         with self.read() as conn:
             rows = conn.execute(select(p.query_id, p.phase).where(or_(
-                and_(p.state == "open", or_(p.received >= p.quota, p.deadline_ms <= t)),
+                and_(p.state == "open",
+                     or_(p.received + p.declined >= p.quota, p.deadline_ms <= t)),
                 and_(p.state == "closing", p.lease_until_ms <= t))))
             return [(r[0], int(r[1])) for r in rows]

@@ -37,7 +37,8 @@ class ClosingTables(Tables):
         exactly once even when a slow holder loses it to another replica."""
         t = now_ms()
         p = S.phases.c
-        due = or_(p.received >= p.quota, p.deadline_ms <= t) if not force else text("1=1")
+        due = (or_(p.received + p.declined >= p.quota, p.deadline_ms <= t) if not force
+               else text("1=1"))
         with self.write() as conn:
             r = conn.execute(update(S.phases).where(and_(
                 p.query_id == query_id, p.phase == phase,
@@ -86,7 +87,8 @@ class ClosingTables(Tables):
 
     def report_blocks(self, query_id: str, phase: int, target_users: int,
                       window: int = 1 << 17) -> Iterator[tuple[int, int, int, bytes]]:
-        """Yield (grp, stage, count, concatenated payloads) per group and slot window.
+        """Yield (grp, stage, count, concatenated payloads) per group and slot window
+        (reports only: a decline, an empty payload, is left out).
 
         The database concatenates the payloads of ``window`` consecutive slots per group
         (index range scan on (query, phase, slot)), so Python touches a few large byte
@@ -95,11 +97,11 @@ class ClosingTables(Tables):
         if self.is_sqlite:
             sql = ("SELECT grp, stage, count(*), group_concat(hex(payload), '') FROM "
                    "uldp_reports WHERE query_id = ? AND phase = ? AND slot >= ? AND slot < ? "
-                   "GROUP BY grp, stage")
+                   "AND length(payload) > 0 GROUP BY grp, stage")
         else:
             sql = ("SELECT grp, stage, count(*), string_agg(payload, ''::bytea) FROM "
                    "uldp_reports WHERE query_id = %s AND phase = %s AND slot >= %s "
-                   "AND slot < %s GROUP BY grp, stage")
+                   "AND slot < %s AND length(payload) > 0 GROUP BY grp, stage")
         raw = self.engine.raw_connection()
         try:
             cur = raw.cursor()
@@ -121,7 +123,8 @@ class ClosingTables(Tables):
         chunk. Memory is bounded by ``chunk`` rows: a raw DBAPI cursor (server-side on
         PostgreSQL) fetched ``chunk`` rows at a time, bucketed by group in numpy."""
         cols = "grp, stage, slot, payload" if with_slots else "grp, stage, payload"
-        sql = f"SELECT {cols} FROM uldp_reports WHERE query_id = %s AND phase = %s"
+        sql = (f"SELECT {cols} FROM uldp_reports WHERE query_id = %s AND phase = %s "
+               "AND length(payload) > 0")  # an empty payload is a decline
         raw = self.engine.raw_connection()
         try:
             if self.is_sqlite:

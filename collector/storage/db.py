@@ -45,6 +45,7 @@ from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.assignments import AssignmentTables
 from uldp.collector.storage.catalog import QueryTables
 from uldp.collector.storage.closing import ClosingTables
+from uldp.collector.storage.declines import DeclineTables
 from uldp.collector.storage.ingest import IngestTables
 from uldp.collector.storage.records import (
     PendingReport,
@@ -67,7 +68,8 @@ __all__ = [
 ]
 
 
-class Database(QueryTables, AssignmentTables, IngestTables, ClosingTables, ShuffleTables):
+class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, ClosingTables,
+               ShuffleTables):
     """A SQLAlchemy engine plus the collector's operations on it."""
 
     def __init__(self, url: str, *, pool_size: int = 16, echo: bool = False) -> None:

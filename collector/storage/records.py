@@ -73,16 +73,29 @@ def stored_row(row: Any) -> StoredReport | None:
 
 
 def judge_stored(item: PendingReport, stored: StoredReport | None) -> ReportOutcome | None:
-    """The answer to ``item`` given the report already stored for its (query, device):
+    """The answer to ``item`` (a report, or a decline: an empty payload) given the row
+    already stored for its (query, device):
     None if nothing is stored; OK with ``duplicate`` if the stored report is identical
     (same phase, same payload bytes; the task digest was checked against the same
     assignment before), ALREADY_EXISTS otherwise. Independent of the phase's state, so
     a re-send after the phase closed gets the same answer as one while it is open."""
     if stored is None:
         return None
+    declined, declining = not stored.payload, not item.payload
     if stored.phase == item.phase and stored.payload == item.payload:
-        return ReportOutcome("OK", "identical report already stored; nothing changed",
+        what = "decline" if declining else "report"
+        return ReportOutcome("OK", f"identical {what} already stored; nothing changed",
                              True, stored.received_at_ms)
+    if declined:
+        return ReportOutcome(
+            "ALREADY_EXISTS",
+            f"device {item.device_id} declined the task of query {item.query_id} (phase "
+            f"{stored.phase}); one answer per device and query")
+    if declining:
+        return ReportOutcome(
+            "ALREADY_EXISTS",
+            f"device {item.device_id} already has a report stored for query "
+            f"{item.query_id} (phase {stored.phase}); a decline comes instead of a report")
     return ReportOutcome(
         "ALREADY_EXISTS",
         f"device {item.device_id} already has a different report stored for query "

@@ -8,13 +8,16 @@ on the same PostgreSQL database) resumes each query exactly where it was:
 ``queries``      one row per query: public spec (JSON), public seed of the slot
                  permutation, state, current phase, next free assignment slot, result,
                  whether it accepts reports marked ``simulated`` (seeded noise).
-``phases``       one row per (query, phase): state, quota, received count, deadline,
-                 closing lease (which replica aggregates it) and what it published.
+``phases``       one row per (query, phase): state, quota, received and declined counts,
+                 deadline, closing lease (which replica aggregates it) and what it
+                 published.
 ``assignments``  (query, device) -> slot, group, stage, phase. Primary key (query,
                  device): one assignment per device per query; unique (query, slot).
 ``reports``      (query, device) -> phase, group, stage, slot, payload (little-endian
                  int64).
-                 Primary key (query, device): one report per device per query. A report
+                 Primary key (query, device): one report per device per query. A row
+                 with an empty payload is a decline (DeclineTask: the device refused its
+                 task; no report has fewer than one value). A report
                  that came through the shuffler has a random ``r-…`` id and a random slot
                  instead: the collector never knows its device.
 ``shuffle_queries`` a query in shuffle mode: its minimum batch, δ and sealing key id.
@@ -23,7 +26,8 @@ on the same PostgreSQL database) resumes each query exactly where it was:
 
 Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
 to the DDL that brings the previous version to it. Version 1 is the initial schema;
-version 2 adds ``queries.allow_simulated`` (false for existing queries).
+version 2 adds ``queries.allow_simulated`` (false for existing queries); version 3 adds
+``phases.declined`` (0).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ __all__ = [
     "shuffle_queries",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -117,6 +121,8 @@ phases = Table(
     Column("closer", String(128), nullable=False, default=""),
     Column("lease_until_ms", BigInteger, nullable=False, default=0),
     Column("published_json", Text, nullable=False, default=""),
+    # slots whose device declined its task (DeclineTask): received + declined vs quota
+    Column("declined", Integer, nullable=False, default=0, server_default=text("0")),
     PrimaryKeyConstraint("query_id", "phase"),
 )
 
@@ -178,5 +184,12 @@ def _v2_allow_simulated(conn: Connection) -> None:
                       f"NOT NULL DEFAULT {no}"))
 
 
+def _v3_declined(conn: Connection) -> None:
+    """Version 3: ``phases.declined`` (no phase of an existing query has a decline)."""
+    conn.execute(text(f"ALTER TABLE {phases.name} ADD COLUMN declined INTEGER NOT NULL "
+                      "DEFAULT 0"))
+
+
 #: version -> function(connection) applying the DDL from version-1 to version.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_allow_simulated}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_allow_simulated,
+                                                       3: _v3_declined}

@@ -131,6 +131,14 @@ class GroupCommitWriter:
         """Run ``op(conn)`` inside the next batch transaction and return its result."""
         return self._submit(_Ticket(op=op), timeout).result
 
+    def store_declines(self, items: Sequence[PendingReport], timeout: float = 60.0
+                       ) -> list[ReportOutcome]:
+        """Commit declines (empty payloads) in the next batch transaction; one outcome per
+        item (``Database.store_declines_in``)."""
+        out: list[ReportOutcome] = self.run(
+            lambda conn: self.db.store_declines_in(conn, items), timeout)
+        return out
+
     def register_device(self, device_id: str, label: str) -> None:
         """Queue a device-registry row for the next batch without waiting (best effort)."""
         self.register_devices([(device_id, label)])
@@ -255,13 +263,15 @@ class GroupCommitWriter:
                 outcomes = self.db.store_reports_cursor(cur, reports)
         else:
             with self.db.write() as conn:
-                for t in batch:
-                    if t.op is not None:
-                        t.result = t.op(conn)
                 devices = [d for t in batch for d in (t.devices or ())]
                 if devices:
                     self.db.add_devices_in(conn, devices)
+                # query rows (slot counters) before phase rows (operations, reports):
+                # the lock order of every transaction (uldp.collector.storage.db)
                 self._assign(conn, [t for t in batch if t.assign is not None])
+                for t in batch:
+                    if t.op is not None:
+                        t.result = t.op(conn)
                 outcomes = self.db.store_reports_in(conn, reports) if reports else []
         i = 0
         for t in batch:

@@ -67,9 +67,9 @@ def test_fixed_messages_and_limit_are_the_documented_ones():
     assert undecodable_message("/uldp.v1.AnalystService/<Rpc>", "uldp.v1.<Type>") in ana
 
 
-def _steps(text: str) -> list[str]:
-    """The numbered steps of 'Checks of a report, in order'."""
-    block = text.split("Checks of a report, in order")[1].split("---- Idempotency")[0]
+def _steps(text: str, title: str = "Checks of a report, in order") -> list[str]:
+    """The numbered steps of a section ('Checks of a report, in order', ...)."""
+    block = text.split(title)[1].lstrip("- ").split("---- ")[0]
     return re.findall(r"\b(\d+)\. (\w+)", block)
 
 
@@ -78,6 +78,11 @@ def test_documented_order_is_the_order_of_the_checks(start_collector):
     assert [name for _, name in _steps(_comments("device.proto"))] == [
         "authentication", "SubmitReport", "query", "simulated", "assignment", "phase",
         "length", "range", "task", "one", "storage"]
+    # the checks of a decline (tests/service/test_service_decline.py runs them in order)
+    assert [name for _, name in _steps(_comments("device.proto"),
+                                       "Checks of a decline, in order")] == [
+        "authentication", "DeclineTask", "reason", "query", "assignment", "phase", "task",
+        "one", "storage"]
     c = start_collector(allow_simulated=False)
     one_phase_query(c)
     with c.channel() as ch:

@@ -42,15 +42,22 @@ def _raw_batch(ch: grpc.Channel, n: int) -> bytes:
     return call(b"\x0a\x00" * n, timeout=120)
 
 
-@pytest.mark.parametrize("mode", ["aio", "threads"])
-def test_submit_report_batch_caps_its_items(start_collector, mode):
-    c = start_collector(server_mode=mode)
+def _one_device(c):
+    """A one-phase query on ``c``, an enrolled device with its task: (channel, stub,
+    token, a good report carrying the token as a batch item does)."""
     one_phase_query(c)
     ch = c.channel()
     stub = device_pb2_grpc.DeviceServiceStub(ch)
     tok, task = enroll_with_task(stub)
     good = report_for(task, 1)
     good.device_token = tok
+    return ch, stub, tok, good
+
+
+@pytest.mark.parametrize("mode", ["aio", "threads"])
+def test_submit_report_batch_caps_its_items(start_collector, mode):
+    c = start_collector(server_mode=mode)
+    ch, stub, _tok, good = _one_device(c)
     before = c.server.db.snapshot()
     n = MAX_BATCH_ITEMS + 1
     over = f"a batch holds at most {MAX_BATCH_ITEMS} items, got more than {MAX_BATCH_ITEMS}"
@@ -82,12 +89,7 @@ def test_answer_of_a_batch_with_huge_query_ids_is_bounded(start_collector):
     (7.2 MB, RESOURCE_EXHAUSTED) after the valid report was committed. Now the answer is
     small and complete: what it acknowledges is exactly what is stored."""
     c = start_collector()
-    one_phase_query(c)
-    ch = c.channel()
-    stub = device_pb2_grpc.DeviceServiceStub(ch)
-    tok, task = enroll_with_task(stub)
-    good = report_for(task, 1)
-    good.device_token = tok
+    ch, stub, tok, good = _one_device(c)
     bad = device_pb2.Report(query_id=HUGE_ID, phase=1, values=good.values,
                             task_digest=good.task_digest, device_token=tok)
     r = stub.SubmitReportBatch(device_pb2.SubmitReportBatchRequest(reports=[good, bad, bad]),
@@ -113,12 +115,7 @@ def test_a_batch_whose_answer_could_exceed_the_message_limit_changes_nothing(
     it, so a batch is refused whole (nothing stored) or answered in full."""
     limit = 64 * 1024
     c = start_collector(server={"max_message_bytes": limit})
-    one_phase_query(c)
-    ch = c.channel()
-    stub = device_pb2_grpc.DeviceServiceStub(ch)
-    tok, task = enroll_with_task(stub)
-    good = report_for(task, 1)
-    good.device_token = tok
+    ch, stub, tok, good = _one_device(c)
     cap = batch_cap(limit)
     assert cap == limit // RESULT_BOUND_BYTES < MAX_BATCH_ITEMS
     before = c.server.db.snapshot()
@@ -150,11 +147,8 @@ def test_long_query_id_gets_not_found_with_a_short_message(start_collector, mode
     """A 10 000-character query id: before, NOT_FOUND's message echoed it whole and the
     status metadata went over 16 KiB (RESOURCE_EXHAUSTED instead of NOT_FOUND)."""
     c = start_collector(server_mode=mode)
-    one_phase_query(c)
-    ch = c.channel()
-    stub = device_pb2_grpc.DeviceServiceStub(ch)
-    tok, task = enroll_with_task(stub)
-    rep = report_for(task, 1)
+    ch, stub, tok, rep = _one_device(c)
+    rep.device_token = ""
     rep.query_id = LONG_ID
     before = c.server.db.snapshot()
     _not_found_short(lambda: stub.SubmitReport(device_pb2.SubmitReportRequest(report=rep),

@@ -37,12 +37,14 @@ def test_migrate_is_idempotent_and_versioned(db):
         db.migrate()
 
 
-def test_migration_1_to_2_adds_allow_simulated(db):
-    """A version-1 database (before ``queries.allow_simulated``) is upgraded in place:
-    existing queries keep their rows and refuse simulated reports."""
+def test_migrations_from_version_1(db):
+    """A version-1 database (before ``queries.allow_simulated`` and ``phases.declined``) is
+    upgraded in place: existing queries keep their rows, refuse simulated reports, and
+    their phases have no decline."""
     _query(db)
     with db.write() as conn:
         conn.execute(text("ALTER TABLE uldp_queries DROP COLUMN allow_simulated"))
+        conn.execute(text("ALTER TABLE uldp_phases DROP COLUMN declined"))
         conn.execute(update(S.meta).where(S.meta.c.key == "schema_version").values(value="1"))
     db.dispose()
     d2 = open_database(str(db.url.render_as_string(hide_password=False)))
@@ -50,7 +52,8 @@ def test_migration_1_to_2_adds_allow_simulated(db):
         row = d2.get_query("q")
         assert row is not None and row["allow_simulated"] is False
         assert row["target_users"] == 20_000
-        assert d2.migrate() == SCHEMA_VERSION == 2
+        assert {p["declined"] for p in d2.get_phases("q")} == {0}
+        assert d2.migrate() == SCHEMA_VERSION == 3
     finally:
         d2.dispose()
 

@@ -60,6 +60,18 @@ export interface DeviceTransportLike {
   getTasks(token: string, datasets: readonly string[], queryId?: string):
     Promise<{ tasks: TaskMessage[]; waiting: { query_id: string; phase: number }[]; retry_after_ms: number }>;
   submitReport(token: string, report: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }>;
+  /** DeclineTask: this device will not report for the task's query (§10). Both SDK transports
+   * have it; a transport without it declines nothing (the refused slot then waits for its
+   * phase's deadline). */
+  declineTask?(token: string, decline: DeclineMessage): Promise<{ duplicate: boolean }>;
+}
+
+/** A refused task's decline (device.proto, DeclineTask): the task's coordinates and the refusal's code. */
+export interface DeclineMessage {
+  queryId: string;
+  phase: number;
+  taskDigest: string;
+  reason: string;
 }
 
 export interface Identity {
@@ -79,6 +91,8 @@ export class ReportRejected extends DeviceError {
 export interface PollResult {
   submitted: string[];
   refused: { queryId: string; code: string; message: string }[];
+  /** Refused tasks the collector acknowledged a decline of (the slot no longer holds up its phase). */
+  declined: string[];
   rejected: { queryId: string; code: number; message: string }[];
   /** A charged task whose report could not be computed or stored now (a local fault: storage,
    * memory, a bug): it stays owed, is tried again at the next poll and holds up no other task. */
@@ -308,6 +322,29 @@ export class Device {
     }
   }
 
+  /** Tell the collector this device will not report for a refused task's query (DeclineTask),
+   * so its slot does not hold up the phase; true once acknowledged. The message is the task's
+   * coordinates and the refusal's code: public facts only (docs/privacy.md §2). Nothing for a
+   * `participated` refusal (this device owes a report of another task of the query). A failure
+   * changes nothing: the task comes again at the next poll. */
+  async decline(t: TaskMessage, refusal: TaskRefused): Promise<boolean> {
+    const send = this.#o.transport.declineTask?.bind(this.#o.transport);
+    if (!send || refusal.code === "participated") return false;
+    const d: DeclineMessage = { queryId: t.query_id, phase: t.phase, taskDigest: t.task_digest, reason: refusal.code };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await send(await this.#token(), d);
+        return true;
+      } catch (e) {
+        if (codeOf(e) === Status.UNAUTHENTICATED && attempt === 0) {
+          await this.enroll(true);
+          continue;
+        }
+        return false;
+      }
+    }
+  }
+
   #shuffler(): ShufflerTransportLike {
     if (!this.#o.shuffler) throw new DeviceError("a sealed report needs a shuffler (DeviceOptions.shuffler)");
     return this.#o.shuffler;
@@ -372,7 +409,7 @@ export class Device {
    * the moment its task was received, so send times do not depend on the data (schedule.ts). */
   async poll(queryId = "", opts: PollOptions = {}): Promise<PollResult> {
     if (opts.sendDelay) checkWindow(opts.sendDelay);
-    const out: PollResult = { submitted: [], refused: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
+    const out: PollResult = { submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
     out.submitted.push(...(await this.resendPending(out, opts)));
     const resp = await this.#getTasks(queryId);
     for (const t of resp.tasks) {
@@ -381,8 +418,10 @@ export class Device {
       try {
         report = await this.prepare(t);
       } catch (e) {
-        if (e instanceof TaskRefused) out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
-        else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
+        if (e instanceof TaskRefused) {
+          out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
+          if (await this.decline(t, e)) out.declined.push(t.query_id);
+        } else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
         continue;
       }
       if (opts.sendDelay) await this.#wait(opts, start, out);
@@ -402,12 +441,13 @@ export class Device {
   /** Poll until nothing is waiting (or the timeout); returns the merged result. */
   async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep,
     opts: PollOptions = {}): Promise<PollResult> {
-    const total: PollResult = { submitted: [], refused: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
+    const total: PollResult = { submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
     const end = Date.now() + timeoutMs;
     for (;;) {
       const r = await this.poll(queryId, opts);
       total.submitted.push(...r.submitted);
       total.refused.push(...r.refused);
+      total.declined.push(...r.declined);
       total.rejected.push(...r.rejected);
       total.failed.push(...r.failed);
       total.late += r.late;

@@ -17,8 +17,8 @@ import { readFileSync } from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import {
   decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll, encodeGetTasks,
-  encodeSubmitReport as encode, encodeSubmitSealed, type EnrollArgs, type EnrollResult, type GetTasksResult,
-  type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE,
+  encodeSubmitReport as encode, encodeSubmitSealed, type DeclineMessage, encodeDecline, type EnrollArgs, type EnrollResult,
+  type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE,
   type TaskMessage, wire, withRetries,
 } from "../wire/index.js";
 
@@ -122,6 +122,10 @@ export class DeviceTransport {
 
   submitReport(token: string, r: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }> {
     return this.submitReportBytes(token, encodeSubmitReport(r));
+  }
+  /** Decline a refused task (DeclineTask). */
+  async declineTask(token: string, d: DeclineMessage): Promise<{ duplicate: boolean }> {
+    return decode(wire.DeclineTaskResponse, await this.call("DeclineTask", toBuf(encodeDecline(d)), token));
   }
 }
 

@@ -19,7 +19,7 @@
  */
 import {
   Code, CODE_NAMES, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll,
-  encodeGetTasks, encodeSubmitReport, type EnrollArgs, type EnrollResult, type GetTasksResult, type ReportMessage,
+  encodeGetTasks, encodeSubmitReport, type DeclineMessage, encodeDecline, type EnrollArgs, type EnrollResult, type GetTasksResult, type ReportMessage,
   type RetryPolicy, RETRYABLE, RpcError, wire, withRetries,
 } from "../wire/index.js";
 
@@ -206,6 +206,10 @@ export class FetchTransport {
 
   submitReport(token: string, r: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }> {
     return this.submitReportBytes(token, encodeSubmitReport(r));
+  }
+  /** Decline a refused task (DeclineTask). */
+  async declineTask(token: string, d: DeclineMessage): Promise<{ duplicate: boolean }> {
+    return decode(wire.DeclineTaskResponse, await this.call("DeclineTask", encodeDecline(d), token));
   }
 }
 

@@ -17,6 +17,8 @@ export const wire = {
   GetTasksResponse: typeOf("GetTasksResponse"),
   SubmitReportRequest: typeOf("SubmitReportRequest"),
   SubmitReportResponse: typeOf("SubmitReportResponse"),
+  DeclineTaskRequest: typeOf("DeclineTaskRequest"),
+  DeclineTaskResponse: typeOf("DeclineTaskResponse"),
   SubmitSealedRequest: typeOf("SubmitSealedRequest"),
   SubmitSealedResponse: typeOf("SubmitSealedResponse"),
 };
@@ -74,6 +76,21 @@ export interface ReportMessage {
   values: readonly bigint[];
   taskDigest: string;
   simulated: boolean;
+}
+
+/** A refused task's decline (device.proto, DeclineTask): the task's coordinates and the
+ * refusal's stable code (§14.1), public facts only. */
+export interface DeclineMessage {
+  queryId: string;
+  phase: number;
+  taskDigest: string;
+  reason: string;
+}
+
+export function encodeDecline(d: DeclineMessage): Uint8Array {
+  return wire.DeclineTaskRequest.encode({
+    decline: { query_id: d.queryId, phase: d.phase, task_digest: d.taskDigest, reason: d.reason },
+  });
 }
 
 /** A sealed report for the shuffler (shuffle mode, protocol §16). */

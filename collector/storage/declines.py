@@ -1,0 +1,84 @@
+"""Declines: a device's "I will not report for this query" (DeclineTask), stored as a row of
+``reports`` with an empty payload, counted in its phase's ``declined``.
+
+See ``docs/architecture.md`` ("Storage") and ``proto/uldp/v1/device.proto`` ("Checks of a
+decline"). A mixin of :class:`uldp.collector.storage.db.Database`. Sharing the reports
+table's (query, device) key makes "one answer per device and query" one unique key: a
+report and a decline of the same device can never both be stored, whichever comes first,
+on any replica. Every decline takes its phase row's lock (a guard update that succeeds
+only while the phase is open), as every report commit does; the phase closes once
+``received + declined`` reaches its quota. Declines are rare, so this is plain SQLAlchemy
+on the group-commit writer's transaction, not the fixed SQL of the report hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, and_, select, update
+
+from uldp.collector.storage import schema as S  # noqa: N812
+from uldp.collector.storage.base import Tables
+from uldp.collector.storage.records import (
+    PendingReport,
+    ReportOutcome,
+    judge_stored,
+    now_ms,
+    stored_row,
+)
+
+__all__ = ["DeclineTables"]
+
+
+class DeclineTables(Tables):
+    """Storing declines (see the module docstring)."""
+
+    def store_declines(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        """:meth:`store_declines_in` in a transaction of its own."""
+        with self.write() as conn:
+            return self.store_declines_in(conn, items)
+
+    def store_declines_in(self, conn: Connection,
+                          items: Sequence[PendingReport]) -> list[ReportOutcome]:
+        """Store declines (items with an empty payload) inside the write transaction
+        ``conn``; one outcome per item, never raising for a refusal. Per (query, phase),
+        in that order: lock the phase row while it is open, judge what is stored for
+        each device (a decline: OK duplicate; a report: ALREADY_EXISTS), insert the new
+        ones and count them in ``declined``."""
+        out: list[ReportOutcome | None] = [None] * len(items)
+        by_phase: dict[tuple[str, int], list[int]] = {}
+        for i, it in enumerate(items):
+            assert not it.payload, "a decline has an empty payload"
+            by_phase.setdefault((it.query_id, it.phase), []).append(i)
+        p, r = S.phases.c, S.reports.c
+        t = now_ms()
+        for (qid, ph) in sorted(by_phase):
+            guard = conn.execute(update(S.phases).where(and_(
+                p.query_id == qid, p.phase == ph, p.state == "open"))
+                .values(declined=p.declined))  # locks the row while the phase is open
+            state = None if guard.rowcount == 1 else conn.execute(
+                select(p.state).where(and_(p.query_id == qid, p.phase == ph))).scalar()
+            new = 0
+            for i in by_phase[(qid, ph)]:
+                it = items[i]
+                stored = stored_row(conn.execute(select(r.phase, r.payload, r.received_at_ms)
+                                                 .where(and_(r.query_id == qid,
+                                                             r.device_id == it.device_id)))
+                                    .first())
+                judged = judge_stored(it, stored)
+                if judged is not None:
+                    out[i] = judged
+                elif state is not None:
+                    out[i] = ReportOutcome("FAILED_PRECONDITION", f"phase {ph} of query {qid} "
+                                           f"is not open (state: {state})")
+                else:
+                    conn.execute(S.reports.insert().values(
+                        query_id=qid, device_id=it.device_id, phase=ph, grp=it.grp,
+                        stage=it.stage, slot=it.slot, payload=b"", received_at_ms=t))
+                    out[i] = ReportOutcome("OK", "declined", False, t)
+                    new += 1
+            if new:
+                conn.execute(update(S.phases).where(and_(p.query_id == qid, p.phase == ph))
+                             .values(declined=p.declined + new))
+        return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
+                for o in out]
