@@ -97,7 +97,7 @@ _INVALID = "INVALID_ARGUMENT"
 
 
 def _status(code: str) -> grpc.StatusCode:
-    return getattr(grpc.StatusCode, code, grpc.StatusCode.INTERNAL)  # type: ignore[no-any-return]
+    return getattr(grpc.StatusCode, code, grpc.StatusCode.INTERNAL)
 
 
 def _abort_types() -> tuple[type[BaseException], ...]:

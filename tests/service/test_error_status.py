@@ -150,7 +150,7 @@ def _status(call: Any) -> tuple[str, str, float]:
     ("bug", "INTERNAL", INTERNAL_ERROR),
 ])
 def test_an_error_reaches_the_caller_as_its_status(stub, how, code, message, caplog):
-    s, kind, cls = stub
+    s, kind, _cls = stub
     got = _status(lambda: s.GetQuery(analyst_pb2.GetQueryRequest(query_id=how),
                                      timeout=DEADLINE))
     assert got[:2] == (code, message)
