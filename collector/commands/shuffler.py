@@ -18,7 +18,7 @@ from typing import Any
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 from uldp.collector.cliutil import OperatorError, port_number, positive_float, positive_int
-from uldp.collector.commands.common import env, readable_file
+from uldp.collector.commands.common import cors_origins, env, readable_file
 
 __all__ = ["register"]
 
@@ -40,6 +40,10 @@ def _config(a: argparse.Namespace) -> Any:
         raise OperatorError(f"--min-batch must be at least 2, got {a.min_batch}")
     if a.max_batch < a.min_batch:
         raise OperatorError(f"--max-batch {a.max_batch} is below --min-batch {a.min_batch}")
+    if a.http_port is not None and a.http_port == a.port and a.port != 0:
+        raise OperatorError(f"--http-port {a.http_port}: the same port as --port; give the "
+                            "HTTP port its own number")
+    cors = cors_origins(a)
     if ":" not in a.collector:
         raise OperatorError(f"--collector {a.collector!r}: give host:port of the collector's "
                             "shuffler port")
@@ -51,11 +55,12 @@ def _config(a: argparse.Namespace) -> Any:
         max_message_bytes=a.max_message_bytes, collector_server_name=a.collector_server_name,
         shuffle=ShufflerConfig(min_batch=a.min_batch, max_batch=a.max_batch,
                                linger_s=a.linger, deadline_margin_s=a.deadline_margin,
-                               max_message_bytes=a.max_message_bytes))
+                               max_message_bytes=a.max_message_bytes),
+        http_port=a.http_port, cors_origins=cors)
 
 
 def _cmd_serve(a: argparse.Namespace) -> int:
-    from uldp.collector.shuffler.server import ShufflerServer
+    from uldp.collector.shuffler.server import HttpPortError, ShufflerServer
 
     cfg = _config(a)
     logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
@@ -63,6 +68,9 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     os.umask(0o077)
     try:
         srv = ShufflerServer(cfg)
+    except HttpPortError as exc:
+        raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
+                            f"{a.host}:{a.http_port}: {exc.strerror or exc}") from None
     except (OSError, RuntimeError) as exc:
         raise OperatorError(f"--port {a.port}: cannot serve: {exc}") from None
     done = threading.Event()
@@ -74,7 +82,8 @@ def _cmd_serve(a: argparse.Namespace) -> int:
             tmp = Path(a.ready_file + ".tmp")
             tmp.write_text(f"{a.host}:{srv.port}\n")
             os.replace(tmp, a.ready_file)
-        print(f"uldp shuffler listening on {a.host}:{srv.port}", flush=True)
+        http = f", HTTP (Connect, gRPC-Web) on {a.host}:{srv.http.port}" if srv.http else ""
+        print(f"uldp shuffler listening on {a.host}:{srv.port}{http}", flush=True)
         done.wait()
     finally:
         if a.ready_file:
@@ -138,6 +147,13 @@ def register(subparsers: Any) -> None:
     s.add_argument("--host", default="127.0.0.1", help="address to listen on for devices")
     s.add_argument("--port", type=port_number, default=50061,
                    help="TCP port for devices (default 50061; 0 = any free port)")
+    s.add_argument("--http-port", type=port_number, default=env("ULDP_SHUFFLER_HTTP_PORT"),
+                   help="also serve ShufflerService over Connect and gRPC-Web (browsers, "
+                        "React Native) and GET /healthz on this TCP port, TLS with the same "
+                        "certificate (env ULDP_SHUFFLER_HTTP_PORT; default: off)")
+    s.add_argument("--cors-origin", action="append", default=[],
+                   help="a web origin (scheme://host[:port]) whose pages may call the HTTP "
+                        "port; repeat for more; * allows every origin (default: none)")
     s.add_argument("--ready-file", help="write HOST:PORT here once serving (removed on stop)")
     s.add_argument("--tls-cert", required=True, help="the shuffler's server certificate")
     s.add_argument("--tls-key", required=True, help="the shuffler's server key")
