@@ -43,7 +43,7 @@ def _config(a: argparse.Namespace) -> Any:
     if a.http_port is not None and a.http_port == a.port and a.port != 0:
         raise OperatorError(f"--http-port {a.http_port}: the same port as --port; give the "
                             "HTTP port its own number")
-    cors = cors_origins(a)
+    cors_origins(a)
     if ":" not in a.collector:
         raise OperatorError(f"--collector {a.collector!r}: give host:port of the collector's "
                             "shuffler port")
@@ -55,40 +55,63 @@ def _config(a: argparse.Namespace) -> Any:
         max_message_bytes=a.max_message_bytes, collector_server_name=a.collector_server_name,
         shuffle=ShufflerConfig(min_batch=a.min_batch, max_batch=a.max_batch,
                                linger_s=a.linger, deadline_margin_s=a.deadline_margin,
-                               max_message_bytes=a.max_message_bytes),
-        http_port=a.http_port, cors_origins=cors)
+                               max_message_bytes=a.max_message_bytes))
+
+
+def _http_front(a: argparse.Namespace) -> Any:
+    """The bound HTTP port of ``--http-port`` (Connect, gRPC-Web, /healthz), or None."""
+    if a.http_port is None:
+        return None
+    from uldp.collector.http import HttpConfig
+    from uldp.collector.http.shuffler import shuffler_front
+
+    try:
+        return shuffler_front(HttpConfig(
+            Path(a.tls_cert), Path(a.tls_key), host=a.host, port=a.http_port,
+            cors_origins=cors_origins(a), max_message_bytes=a.max_message_bytes))
+    except OSError as exc:
+        raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
+                            f"{a.host}:{a.http_port}: {exc.strerror or exc}") from None
 
 
 def _cmd_serve(a: argparse.Namespace) -> int:
-    from uldp.collector.shuffler.server import HttpPortError, ShufflerServer
+    from uldp.collector.shuffler.server import ShufflerServer
 
     cfg = _config(a)
     logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.umask(0o077)
+    front = _http_front(a)  # both ports before anything is written
     try:
         srv = ShufflerServer(cfg)
-    except HttpPortError as exc:
-        raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
-                            f"{a.host}:{a.http_port}: {exc.strerror or exc}") from None
     except (OSError, RuntimeError) as exc:
+        if front is not None:
+            front.stop(0)
         raise OperatorError(f"--port {a.port}: cannot serve: {exc}") from None
+    if front is not None:
+        from uldp.collector.http.shuffler import serve_shuffler
+        serve_shuffler(front, srv)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     try:
         srv.start()
+        http = ""
+        if front is not None:
+            front.start()
+            http = f", HTTP (Connect, gRPC-Web) on {a.host}:{front.port}"
         if a.ready_file:
             tmp = Path(a.ready_file + ".tmp")
             tmp.write_text(f"{a.host}:{srv.port}\n")
             os.replace(tmp, a.ready_file)
-        http = f", HTTP (Connect, gRPC-Web) on {a.host}:{srv.http.port}" if srv.http else ""
         print(f"uldp shuffler listening on {a.host}:{srv.port}{http}", flush=True)
         done.wait()
     finally:
         if a.ready_file:
             with contextlib.suppress(OSError):
                 os.unlink(a.ready_file)
+        if front is not None:
+            front.stop()
         srv.stop()
     return 0
 

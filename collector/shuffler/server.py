@@ -5,10 +5,8 @@ device port is TLS with the shuffler's own certificate; the link to the collecto
 shuffler port is mutual TLS with the shuffler's client certificate. Started by
 ``uldp shuffler serve`` (``uldp.collector.commands.shuffler``).
 
-With ``http_port`` (``--http-port``), the same :class:`ShufflerServicer` is also served
-over Connect and gRPC-Web for browsers and React Native apps, with ``GET /healthz`` and
-the CORS allow-list (``--cors-origin``), by the collector's HTTP front
-(``uldp.collector.http``): the same checks, codes and messages as on the gRPC port.
+``uldp shuffler serve --http-port`` also serves :attr:`ShufflerServer.servicer` over
+Connect and gRPC-Web (``uldp.collector.http.shuffler``), in :attr:`ShufflerServer.pool`.
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from grpc_health.v1 import health, health_pb2
 
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, shuffler_pb2
-from uldp.collector.http import CorsPolicy, HttpApp, HttpConfig, HttpFront
-from uldp.collector.http.connect import service_app
 from uldp.collector.security.tokens import TokenVerifier
 from uldp.collector.service.handlers import add_service
 from uldp.collector.shuffler.service import (
@@ -35,7 +31,7 @@ from uldp.collector.shuffler.service import (
 )
 from uldp.collector.shuffler.store import ShufflerStore
 
-__all__ = ["HttpPortError", "ShufflerServer", "ShufflerServerConfig"]
+__all__ = ["ShufflerServer", "ShufflerServerConfig"]
 
 log = logging.getLogger("uldp.shuffler")
 _SERVICE = shuffler_pb2.DESCRIPTOR.services_by_name["ShufflerService"]
@@ -58,12 +54,6 @@ class ShufflerServerConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     collector_server_name: str | None = None
     shuffle: ShufflerConfig = field(default_factory=ShufflerConfig)
-    http_port: int | None = None  # also serve Connect / gRPC-Web here (None: off)
-    cors_origins: frozenset[str] = frozenset()  # web origins allowed on the HTTP port
-
-
-class HttpPortError(OSError):
-    """The HTTP port could not be bound."""
 
 
 class ShufflerServer:
@@ -72,26 +62,19 @@ class ShufflerServer:
     def __init__(self, cfg: ShufflerServerConfig) -> None:
         self.config = cfg
         limit = cfg.max_message_bytes
-        self._pool = futures.ThreadPoolExecutor(max_workers=cfg.workers,
-                                                thread_name_prefix="shuffler")
+        self.pool = futures.ThreadPoolExecutor(max_workers=cfg.workers,
+                                               thread_name_prefix="shuffler")
         self.server = grpc.server(
-            self._pool,
+            self.pool,
             options=[("grpc.max_receive_message_length", limit),
                      ("grpc.max_send_message_length", limit)],
             maximum_concurrent_rpcs=cfg.workers * 64)
-        # the ports first: an operator's mistake there leaves nothing behind (no database)
+        # the port first: an operator's mistake there leaves nothing behind (no database)
         creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(),
                                               Path(cfg.tls_cert).read_bytes())])
         self.port = self.server.add_secure_port(f"{cfg.host}:{cfg.port}", creds)
         if self.port == 0:
             raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
-        self.http: HttpFront | None = None
-        if cfg.http_port is not None:
-            try:
-                self.http = _http_front(cfg)
-            except OSError as exc:
-                self.server.stop(0)
-                raise HttpPortError(exc.errno, exc.strerror or str(exc)) from None
         self.store = ShufflerStore(cfg.db_path)
         verifier = TokenVerifier.from_public_pem(Path(cfg.token_public_key).read_bytes())
         self.channel = secure_channel(Endpoint(
@@ -99,41 +82,24 @@ class ShufflerServer:
             server_name=cfg.collector_server_name, max_message_bytes=limit))
         self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
         self.forwarder = Forwarder(self.store, self.link, cfg.shuffle)
-        servicer = ShufflerServicer(self.store, verifier, self.link)
-        add_service(self.server, servicer, _SERVICE, who="shuffler")
+        self.servicer = ShufflerServicer(self.store, verifier, self.link)
+        add_service(self.server, self.servicer, _SERVICE, who="shuffler")
         self.health = health.HealthServicer()
         add_service(self.server, self.health, _HEALTH)
-        if self.http is not None:  # the same servicer over Connect and gRPC-Web
-            self.http.app.mount(f"/{_SERVICE.full_name}/", service_app(
-                servicer, _SERVICE, self._pool, limit, who="shuffler"))
 
     def start(self) -> None:
         self.server.start()
         for name in ("", _SERVICE.full_name):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.forwarder.start()
-        if self.http is not None:
-            self.http.start()
         log.info("shuffler listening on %s:%d (TLS), forwarding to %s (mutual TLS)",
                  self.config.host, self.port, self.config.collector)
 
     def stop(self, grace: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
-        if self.http is not None:
-            self.http.stop(grace)
         self.server.stop(grace).wait()
         self.forwarder.stop()
         self.channel.close()
         log.info("shuffler stopped: %s", self.store.counts())
         self.store.close()
 
-
-def _http_front(cfg: ShufflerServerConfig) -> HttpFront:
-    """The HTTP port, bound (its service mounted by the caller): ``GET /healthz`` and the
-    CORS allow-list; synchronous servicer methods run in the gRPC port's pool."""
-    assert cfg.http_port is not None
-    app = HttpApp(CorsPolicy(cfg.cors_origins))
-    app.route("/healthz", app.healthz)
-    return HttpFront(app, HttpConfig(Path(cfg.tls_cert), Path(cfg.tls_key), host=cfg.host,
-                                     port=cfg.http_port, cors_origins=cfg.cors_origins,
-                                     max_message_bytes=cfg.max_message_bytes))
