@@ -23,6 +23,7 @@ import itertools
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from realdata_ldp import population
 
 from uldp.client.kinds.means import hadamard_rows
+from uldp.client.randomness import RandomSource
+from uldp.collector.learning.runner import PaddedUsers, run_spec
 from uldp.collector.own_data import UserData, run_users
+from uldp.collector.planner import QuerySpec
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EPS = (0.5, 1.0, 2.0, 8.0)
 POPS = ("flights", "insteval", "movielens", "skewed", "concentrated")
 KINDS = ("mean", "distribution")
+NOTES = "## Outside the bands, and why"
 
 
 def run_cell(name: str, kind: str, eps: float, reps: int, seed: int) -> dict[str, Any] | None:
@@ -45,23 +50,12 @@ def run_cell(name: str, kind: str, eps: float, reps: int, seed: int) -> dict[str
     population has no such kind. A distribution's published values are clipped to [0, 1]
     (which only moves them toward the truth); its prediction is for the unbiased estimate
     before the clip, so the unclipped error (from ``extra["components"]``, the Hadamard
-    coefficients of the unbiased frequencies) is kept beside it, one repetition per call
-    (the seeds are those of one call with ``reps``)."""
+    coefficients of the unbiased frequencies) is kept beside it."""
     pop = population(name)
     if kind == "distribution":
         if pop["categories"] is None:
             return None
-        data, A = UserData(pop["categories"]), len(pop["labels"])
-        clipped, raw, covered = [], [], 0.0
-        for s in range(seed, seed + reps):
-            res = run_users(kind, data, epsilon=eps, dim=A, reps=1, seed=s)
-            comp = np.asarray(res.estimate.extra["components"], dtype=np.float64)
-            f = hadamard_rows(comp[None], comp.size)[0][:A]
-            clipped.append(res.sq_errors[0])
-            raw.append(float(np.sum((f - res.truth) ** 2)))
-            covered += res.coverage  # the share of its coordinate intervals
-        err, cov = np.array(raw), covered
-        extra = {"clipped_sum": float(np.sum(clipped))}
+        res, err, cov, extra = _distribution(pop, eps, reps, seed)
     else:
         res = run_users(kind, UserData(pop["values"]), epsilon=eps, lo=pop["lo"],
                         hi=pop["hi"], reps=reps, seed=seed)
@@ -69,6 +63,31 @@ def run_cell(name: str, kind: str, eps: float, reps: int, seed: int) -> dict[str
     ran = res.method if res.method != "ssl" else f"ssl/{(res.auto or {}).get('single_stage')}"
     return {"reps": reps, "sum": float(err.sum()), "sumsq": float(np.sum(err * err)),
             "covered": cov, "predicted": float(res.predicted_mse), "ran": ran} | extra
+
+
+def _distribution(pop: dict[str, Any], eps: float, reps: int, seed: int
+                  ) -> tuple[Any, np.ndarray, float, dict[str, float]]:
+    """``run_users``' repetitions of a distribution (its spec, its users, its seeds) keeping
+    every estimate: the users are padded once (a call per repetition would pad the skewed
+    population's 10^4-record users every time). The first repetition is checked against
+    ``run_users`` itself."""
+    data, A = UserData(pop["categories"]), len(pop["labels"])
+    res = run_users("distribution", data, epsilon=eps, dim=A, reps=1, seed=seed)
+    arrays = [np.asarray(v, dtype=np.float64) for v in data.values]
+    users = PaddedUsers([a.reshape(len(a), 1) for a in arrays], data.labels)
+    spec = QuerySpec(kind="distribution", epsilon=eps, users=len(arrays), samples=res.m_ref,
+                     dim=A, bound=1.0, method="auto", seed=seed, query_id="own-data")
+    clipped, raw, covered = [], [], 0.0
+    for s in range(seed, seed + reps):
+        est = run_spec(replace(spec, seed=s), users, None, RandomSource.seeded(f"own-data:{s}"))
+        comp = np.asarray(est.extra["components"], dtype=np.float64)
+        f = hadamard_rows(comp[None], comp.size)[0][:A]
+        clipped.append(float(np.sum((est.values - res.truth) ** 2)))
+        raw.append(float(np.sum((f - res.truth) ** 2)))
+        covered += float(np.mean(est.covers(res.truth)))  # the share of its intervals
+    if clipped[0] != res.sq_errors[0]:
+        raise AssertionError("the repetitions differ from run_users'")
+    return res, np.array(raw), covered, {"clipped_sum": float(np.sum(clipped))}
 
 
 def merge(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             cells[key] = merge(cells.get(key), res)
             out.write_text(json.dumps(cells, indent=1))
             print(line(key, cells[key]), flush=True)
-    out.with_suffix(".md").write_text(table(cells))
+    md = out.with_suffix(".md")
+    old = md.read_text() if md.exists() else ""
+    notes = old[old.index(NOTES):] if NOTES in old else ""  # written by hand, kept
+    md.write_text(table(cells) + ("\n" + notes if notes else ""))
     print(table(cells))
     return 0
 
