@@ -164,6 +164,42 @@ test("a TS device that refuses a task declines it, and the phase does not wait f
     }
   });
 
+test("declineTask over every transport: the collector's checks and codes, a resend is a duplicate",
+  { skip, timeout: 120_000 }, async () => {
+    await waitHttp();
+    for (const via of ["gRPC", "Connect", "gRPC-Web"] as const) {
+      const id = `q-decline-call-${via.toLowerCase()}`;
+      cli("query", "create", ...conn(), "--kind", "mean", "--epsilon", "1", "--dataset", id, "--users", "3",
+        "--samples", "10", "--bound", "1", "--method", "ssl", "--id", id, "--phase-timeout", "3600");
+      const t = via === "gRPC" ? transport() : webTransport(via === "Connect" ? "connect" : "grpc-web");
+      const code = async (p: Promise<unknown>): Promise<[number, string]> => {
+        try {
+          await p;
+        } catch (e) {
+          if (e instanceof RpcError) return [e.code, e.details];
+          throw e;
+        }
+        return [0, ""];
+      };
+      try {
+        const { token } = await t.enroll({ label: "client-ts decline" });
+        const [task] = (await t.getTasks(token, [id])).tasks;
+        const d = { queryId: id, phase: task.phase, taskDigest: task.task_digest, reason: "budget" };
+        assert.deepEqual(await code(t.declineTask("not-a-token", d)), [grpc.status.UNAUTHENTICATED,
+          "malformed device token"], via);
+        assert.equal((await code(t.declineTask(token, { ...d, reason: "No Way" })))[0], grpc.status.INVALID_ARGUMENT);
+        assert.equal((await code(t.declineTask(token, { ...d, taskDigest: "0".repeat(64) })))[0],
+          grpc.status.FAILED_PRECONDITION);
+        assert.deepEqual(await t.declineTask(token, d), { duplicate: false }, via);
+        assert.deepEqual(await t.declineTask(token, d), { duplicate: true }, via);
+      } finally {
+        if (t instanceof DeviceTransport) t.close();
+      }
+      const q = JSON.parse(cli("query", "status", ...conn(), "--json", id)) as { phases: { declined: number }[] };
+      assert.equal(q.phases[0].declined, 1, via);
+    }
+  });
+
 async function transportChecks(t: DeviceTransport | FetchTransport, dataset: string): Promise<void> {
   {
     const { token } = await t.enroll({ label: "client-ts test" });

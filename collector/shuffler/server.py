@@ -71,7 +71,8 @@ class ShufflerServer:
             options=[("grpc.max_receive_message_length", limit),
                      ("grpc.max_send_message_length", limit)],
             maximum_concurrent_rpcs=cfg.workers * 64)
-        add_service(self.server, ShufflerServicer(self.store, verifier, self.link), _SERVICE)
+        add_service(self.server, ShufflerServicer(self.store, verifier, self.link), _SERVICE,
+                    who="shuffler")
         self.health = health.HealthServicer()
         add_service(self.server, self.health, _HEALTH)
         creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(),

@@ -122,6 +122,7 @@ def test_metrics_equal_the_database_during_a_fleet(start_collector, tmp_path):
         http_tally["duplicate"] += 1
         http_tally["UNAUTHENTICATED"] += 1
 
+    assert a.wait("mean", 120).state == 2  # its phase closes (the closer's next tick)
     m = scrape(c)
     db = c.server.db.table_counts()
     assert total(m, "uldp_reports_accepted_total") == db[reports.name] == N + 3

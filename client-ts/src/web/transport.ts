@@ -3,8 +3,8 @@
  * browsers, React Native and Node ≥ 18: the DeviceService over the Connect protocol (default)
  * or gRPC-Web, unary calls only (docs/device-protocol.md §10, "Transport over HTTP").
  *
- * A small hand-written unary client rather than @connectrpc/connect-web: the device makes three
- * unary calls, the messages are encoded once by the same small codec as the Node gRPC transport
+ * A small hand-written unary client rather than @connectrpc/connect-web: the device makes four
+ * unary calls (Enroll, GetTasks, SubmitReport, DeclineTask), the messages are encoded once by the same small codec as the Node gRPC transport
  * (`../wire`), so every retry re-sends the identical bytes, and the bundle stays small (no
  * protobuf runtime, no generated code: client-ts/README.md, "Wire code").
  *
