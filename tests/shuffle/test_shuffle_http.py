@@ -13,16 +13,13 @@ client of both protocols behind the generated stubs).
 from __future__ import annotations
 
 import json
-import ssl
 import time
-import urllib.error
-import urllib.request
 
 import grpc
 import numpy as np
 import pytest
 
-from tests.service.connect_channel import ConnectChannel
+from tests.service.connect_channel import ConnectChannel, https_call
 from uldp.client.device import Device
 from uldp.client.randomness import RandomSource
 from uldp.client.transport import secure_channel
@@ -42,14 +39,7 @@ def _url(d: Deployment) -> str:
 
 def _http(d: Deployment, path: str, method: str = "GET", headers: dict[str, str] | None = None,
           body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
-    ctx = ssl.create_default_context(cafile=str(d.sp.ca))
-    req = urllib.request.Request(_url(d) + path, data=body, method=method,
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
-            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+    return https_call(_url(d) + path, d.sp.ca, method, headers, body)
 
 
 def _query(d: Deployment, qid: str, users: int) -> None:
