@@ -278,8 +278,8 @@ class Device(PollLoop, ShuffleMode):
                 raise EnrollmentError(f"enrollment failed: {exc.code().name}: "
                                       f"{exc.details()}") from None
         log.warning("the collector no longer accepts this device's token: enrolling anew")
-        fresh = device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,
-                                         label=self.label, attestation=self._attest())
+        fresh = self.enrollment_request(new_identity=True)
+        assert fresh is not None
         try:
             return self.enrolled(self._enroll_call(fresh), new_identity=True)
         except grpc.RpcError as exc:
@@ -290,11 +290,15 @@ class Device(PollLoop, ShuffleMode):
         return call_with_retry(lambda t: self._stub_().Enroll(req, timeout=t), self.retry,
                                self._jitter)
 
-    def enrollment_request(self, force: bool = False) -> device_pb2.EnrollRequest | None:
+    def enrollment_request(self, force: bool = False, new_identity: bool = False
+                           ) -> device_pb2.EnrollRequest | None:
         """The EnrollRequest this device needs answered, or None while its token is valid
         for more than another minute (and not ``force``). A gateway relays it (e.g. in an
-        EnrollBatch call) and hands the answer to :meth:`enrolled`."""
-        ident = self._load_identity()
+        EnrollBatch call) and hands the answer to :meth:`enrolled`. ``new_identity``: the
+        request for a new identity (no previous token), for when the collector refused
+        the previous token (UNAUTHENTICATED; protocol §10); its answer goes to
+        ``enrolled(..., new_identity=True)``."""
+        ident = None if new_identity else self._load_identity()
         if ident and not force and ident["expires_at_ms"] > time.time() * 1000 + 60_000:
             return None
         return device_pb2.EnrollRequest(enrollment_secret=self.enrollment_secret,

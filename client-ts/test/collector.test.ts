@@ -24,7 +24,7 @@ import { MemoryStore } from "../src/ledger/index.js";
 import { DeviceTransport, grpc, RpcError } from "../src/node/index.js";
 import { type FetchLike, FetchTransport, type HttpProtocol } from "../src/web/index.js";
 import { A, M, population } from "./fleet/population.js";
-import { request as httpsRequest } from "node:https";
+import { caFetch } from "./ca-fetch.js";
 import { createServer } from "node:net";
 
 const PY = process.env.ULDP_PYTHON ?? "python3";
@@ -84,20 +84,8 @@ function freePort(): Promise<number> {
   });
 }
 
-/** fetch over node:https trusting the dev CA (Node's global fetch has no CA option). */
-const nodeFetch: FetchLike = (url, init) => new Promise((ok, fail) => {
-  const req = httpsRequest(url, { method: init.method, headers: init.headers, ca: readFileSync(join(dir, "ca.pem")),
-    servername: "localhost", signal: init.signal as AbortSignal | undefined }, (res) => {
-    const chunks: Buffer[] = [];
-    res.on("data", (c: Buffer) => chunks.push(c));
-    res.on("end", () => ok({ status: res.statusCode ?? 0,
-      headers: { get: (k: string) => { const v = res.headers[k.toLowerCase()]; return v === undefined ? null : String(v); } },
-      arrayBuffer: async () => Uint8Array.from(Buffer.concat(chunks)).buffer }));
-    res.on("error", fail);
-  });
-  req.on("error", fail);
-  req.end(Buffer.from(init.body));
-});
+/** fetch over node:https trusting the dev CA. */
+const nodeFetch: FetchLike = (url, init) => caFetch(join(dir, "ca.pem"))(url, init);
 
 const webTransport = (protocol: HttpProtocol): FetchTransport =>
   new FetchTransport({ baseUrl: `https://127.0.0.1:${httpPort}`, protocol, fetch: nodeFetch });
@@ -161,6 +149,42 @@ test("a TS device that refuses a task declines it, and the phase does not wait f
         assert.ok(Date.now() - t0 < 60_000, `${via}: the phase still waits`);
         await new Promise((ok) => setTimeout(ok, 200));
       }
+    }
+  });
+
+test("declineTask over every transport: the collector's checks and codes, a resend is a duplicate",
+  { skip, timeout: 120_000 }, async () => {
+    await waitHttp();
+    for (const via of ["gRPC", "Connect", "gRPC-Web"] as const) {
+      const id = `q-decline-call-${via.toLowerCase()}`;
+      cli("query", "create", ...conn(), "--kind", "mean", "--epsilon", "1", "--dataset", id, "--users", "3",
+        "--samples", "10", "--bound", "1", "--method", "ssl", "--id", id, "--phase-timeout", "3600");
+      const t = via === "gRPC" ? transport() : webTransport(via === "Connect" ? "connect" : "grpc-web");
+      const code = async (p: Promise<unknown>): Promise<[number, string]> => {
+        try {
+          await p;
+        } catch (e) {
+          if (e instanceof RpcError) return [e.code, e.details];
+          throw e;
+        }
+        return [0, ""];
+      };
+      try {
+        const { token } = await t.enroll({ label: "client-ts decline" });
+        const [task] = (await t.getTasks(token, [id])).tasks;
+        const d = { queryId: id, phase: task.phase, taskDigest: task.task_digest, reason: "budget" };
+        assert.deepEqual(await code(t.declineTask("not-a-token", d)), [grpc.status.UNAUTHENTICATED,
+          "malformed device token"], via);
+        assert.equal((await code(t.declineTask(token, { ...d, reason: "No Way" })))[0], grpc.status.INVALID_ARGUMENT);
+        assert.equal((await code(t.declineTask(token, { ...d, taskDigest: "0".repeat(64) })))[0],
+          grpc.status.FAILED_PRECONDITION);
+        assert.deepEqual(await t.declineTask(token, d), { duplicate: false }, via);
+        assert.deepEqual(await t.declineTask(token, d), { duplicate: true }, via);
+      } finally {
+        if (t instanceof DeviceTransport) t.close();
+      }
+      const q = JSON.parse(cli("query", "status", ...conn(), "--json", id)) as { phases: { declined: number }[] };
+      assert.equal(q.phases[0].declined, 1, via);
     }
   });
 

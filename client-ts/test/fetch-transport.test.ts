@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Code, type FetchLike, FetchTransport, parseGrpcWeb, RpcError } from "../src/web/index.js";
-import { encodeSubmitReport, wire } from "../src/wire/index.js";
+import { encodeDecline, encodeSubmitReport, wire } from "../src/wire/index.js";
 
 type Answer = { status: number; headers?: Record<string, string>; body?: Uint8Array } | "network" | "hang";
 
@@ -133,4 +133,21 @@ test("an answer without a status maps the HTTP status; an oversize answer is RES
   const { fetch } = scripted([{ status: 200, body: new Uint8Array(2000) }]);
   const t = new FetchTransport({ baseUrl: "https://c", fetch, maxMessageBytes: 10, retry: { attempts: 1 } });
   await assert.rejects(t.enroll(), (e: unknown) => e instanceof RpcError && e.code === Code.RESOURCE_EXHAUSTED);
+});
+
+test("declineTask: the DeclineTask URL, the token, the identical bytes on a retry, both protocols", async () => {
+  const d = { queryId: "q", phase: 2, taskDigest: "ab", reason: "budget" };
+  const want = encodeDecline(d);
+  for (const protocol of ["connect", "grpc-web"] as const) {
+    const ok = enc("DeclineTaskResponse", { duplicate: true });
+    const { fetch, calls } = scripted([{ status: 503 }, { status: 200, body: protocol === "connect" ? ok : grpcWeb(ok, 0) }]);
+    const t = new FetchTransport({ baseUrl: "https://c", protocol, fetch, sleep: async () => {} });
+    assert.deepEqual(await t.declineTask("tok", d), { duplicate: true });
+    assert.equal(calls.length, 2);
+    for (const c of calls) {
+      assert.equal(c.url, "https://c/uldp.v1.DeviceService/DeclineTask");
+      assert.equal(c.headers.authorization, "Bearer tok");
+      assert.deepEqual(protocol === "connect" ? c.body : c.body.subarray(5), want);
+    }
+  }
 });

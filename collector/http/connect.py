@@ -9,7 +9,8 @@ service too) is served by passing its servicer and descriptor.
 
 Every request goes through the servicer code of the native port, behind the same
 safe-decoding wrapper (``uldp.collector.service.handlers``: undecodable bytes get
-INVALID_ARGUMENT with the same message), with the same message size limit
+INVALID_ARGUMENT with the same message, and every exception a servicer lets out is
+answered as its status, as on the native port), with the same message size limit
 (RESOURCE_EXHAUSTED above it, before the message is decoded). A plain servicer method
 runs in the collector's thread pool, a coroutine or async generator on the loop.
 """
@@ -89,8 +90,8 @@ def _server_stream(fn: Callable[..., Any]) -> Callable[..., Any]:
     return stream
 
 
-def endpoints(servicer: Any, service: ServiceDescriptor, pool: Executor
-              ) -> dict[str, Endpoint[Any, Any]]:
+def endpoints(servicer: Any, service: ServiceDescriptor, pool: Executor,
+              who: str = "collector") -> dict[str, Endpoint[Any, Any]]:
     """The Connect endpoints of every unary and server-streaming method of ``service``,
     each calling ``servicer.<Method>`` behind the safe-decoding wrapper."""
     out: dict[str, Endpoint[Any, Any]] = {}
@@ -100,7 +101,7 @@ def endpoints(servicer: Any, service: ServiceDescriptor, pool: Executor
             input=message_factory.GetMessageClass(m.input_type),
             output=message_factory.GetMessageClass(m.output_type),
             idempotency_level=IdempotencyLevel.UNKNOWN, stream_type=_stream_type(m))
-        fn = checked_method(getattr(servicer, m.name), m)
+        fn = checked_method(getattr(servicer, m.name), m, who)
         path = f"/{service.full_name}/{m.name}"
         if info.stream_type is StreamType.UNARY:
             out[path] = Endpoint.unary(info, _unary(fn, pool))
@@ -124,11 +125,11 @@ class ServiceApp(ConnectASGIApplication[Any]):
 
 
 def service_app(servicer: Any, service: ServiceDescriptor, pool: Executor,
-                max_message_bytes: int) -> ServiceApp:
+                max_message_bytes: int, who: str = "collector") -> ServiceApp:
     """``servicer`` (a servicer class of the native gRPC server) for ``service``, over
     Connect (binary protobuf and JSON) and gRPC-Web, requests up to
-    ``max_message_bytes``."""
+    ``max_message_bytes`` (``who``: the server an INTERNAL message names)."""
     codecs = [_SafeCodec(google_protobuf_binary_codec()),
               _SafeCodec(google_protobuf_json_codec(ignore_unknown_fields=False))]
-    return ServiceApp(service.full_name, endpoints(servicer, service, pool),
+    return ServiceApp(service.full_name, endpoints(servicer, service, pool, who),
                       max_message_bytes, codecs)

@@ -148,8 +148,10 @@ def _failed(rec: _Recorder, exc: BaseException) -> str:
         return rec.code
     if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
         return "CANCELLED"
-    code = getattr(exc, "code", None)  # a ConnectError raised by the HTTP port
-    return code_label(getattr(code, "name", "UNKNOWN").replace("CANCELED", "CANCELLED"))
+    code = getattr(exc, "code", None)  # a ServiceError's name, or a ConnectError's Code
+    if isinstance(code, str):
+        return code_label(code)
+    return code_label(getattr(code, "name", "INTERNAL").replace("CANCELED", "CANCELLED"))
 
 
 class _Call:

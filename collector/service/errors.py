@@ -10,10 +10,14 @@ the number of items it answers, never by what a caller sent (invariant 9).
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Any
 
-__all__ = ["ECHO_CHARS", "MAX_MESSAGE_BYTES", "ServiceError", "authenticate", "batch_too_large",
-           "clip", "echo"]
+__all__ = ["DATABASE_UNAVAILABLE", "ECHO_CHARS", "INTERNAL_ERROR", "MAX_MESSAGE_BYTES",
+           "ServiceError", "authenticate", "batch_too_large", "clip", "echo", "refusal"]
+
+log = logging.getLogger("uldp.collector")
 
 #: characters of a caller's string an error message quotes
 ECHO_CHARS = 40
@@ -71,3 +75,37 @@ class ServiceError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+DATABASE_UNAVAILABLE = "the collector's database is unavailable; retry later"
+INTERNAL_ERROR = "internal collector error (the collector logged it)"
+
+
+@functools.cache
+def database_errors() -> tuple[type[BaseException], ...]:
+    """Exception types of a failing database (SQLAlchemy's and the drivers')."""
+    import sqlite3
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    errors: list[type[BaseException]] = [SQLAlchemyError, sqlite3.Error]
+    try:
+        import psycopg
+        errors.append(psycopg.Error)
+    except ImportError:  # pragma: no cover - PostgreSQL support not installed
+        pass
+    return tuple(errors)
+
+
+def refusal(exc: Exception, who: str = "collector") -> ServiceError:
+    """The status of an exception raised while serving a call. A :class:`ServiceError`
+    is itself; a database failure is UNAVAILABLE (nothing was acknowledged: retry); any
+    other exception is INTERNAL, logged here with its traceback (``who``: the server, as
+    its message names it). The wire never carries a Python class name or a traceback."""
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, database_errors()):
+        log.warning("database error while serving a call: %s", exc)
+        return ServiceError("UNAVAILABLE", DATABASE_UNAVAILABLE)
+    log.error("unexpected error while serving a call", exc_info=exc)
+    return ServiceError("INTERNAL", INTERNAL_ERROR.replace("collector", who))

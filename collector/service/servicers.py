@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
-from sqlalchemy.exc import SQLAlchemyError
 
 from uldp.client.wire import (
     AUTH_METADATA_KEY,
@@ -28,7 +26,14 @@ from uldp.client.wire import (
 )
 from uldp.client.wire import device_pb2 as dpb
 from uldp.collector.service.core import CollectorCore, ServiceError
-from uldp.collector.service.errors import MAX_MESSAGE_BYTES, batch_too_large, clip
+from uldp.collector.service.errors import (  # noqa: F401 - re-exported
+    DATABASE_UNAVAILABLE,
+    INTERNAL_ERROR,
+    MAX_MESSAGE_BYTES,
+    batch_too_large,
+    clip,
+    refusal,
+)
 from uldp.collector.service.tasks import TaskAnswer
 from uldp.collector.storage.db import PendingReport, ReportOutcome
 from uldp.collector.storage.writer import WRITE_FAILED
@@ -62,36 +67,6 @@ def bearer_from(context: grpc.ServicerContext) -> str | None:
         if key == AUTH_METADATA_KEY and isinstance(value, str):
             return value[7:].strip() if value.startswith("Bearer ") else None
     return None
-
-
-def _database_errors() -> tuple[type[BaseException], ...]:
-    """Exception types of a failing database (SQLAlchemy's and the drivers')."""
-    errors: list[type[BaseException]] = [SQLAlchemyError, sqlite3.Error]
-    try:
-        import psycopg
-        errors.append(psycopg.Error)
-    except ImportError:  # pragma: no cover - PostgreSQL support not installed
-        pass
-    return tuple(errors)
-
-
-_DB_ERRORS = _database_errors()
-DATABASE_UNAVAILABLE = "the collector's database is unavailable; retry later"
-INTERNAL_ERROR = "internal collector error (the collector logged it)"
-
-
-def refusal(exc: Exception) -> ServiceError:
-    """The status of an exception raised while serving a call. A :class:`ServiceError`
-    is itself; a database failure is UNAVAILABLE (nothing was acknowledged: retry); any
-    other exception is INTERNAL, logged here with its traceback. The wire never carries
-    a Python class name or a traceback."""
-    if isinstance(exc, ServiceError):
-        return exc
-    if isinstance(exc, _DB_ERRORS):
-        log.warning("database error while serving a call: %s", exc)
-        return ServiceError("UNAVAILABLE", DATABASE_UNAVAILABLE)
-    log.error("unexpected error while serving a call", exc_info=exc)
-    return ServiceError("INTERNAL", INTERNAL_ERROR)
 
 
 def _abort(context: grpc.ServicerContext, exc: Exception) -> None:

@@ -162,24 +162,42 @@ class _Gateway:
 
     # ---- the three batch calls ------------------------------------------------------------
     def _enroll(self, ids: list[int], force: bool = False) -> list[int]:
-        """Enroll the devices of ``ids`` that need it; the ids still fine."""
+        """Enroll the devices of ``ids`` that need it; the ids still fine. A device whose
+        previous token the collector no longer accepts (UNAUTHENTICATED on a renewal)
+        enrols as a new identity, as ``Device.enroll`` does (protocol §10)."""
         asks = [(i, r) for i in ids
                 if (r := self.live[i].device.enrollment_request(force)) is not None]
-        if not asks:
-            return ids
         try:
-            resp = self._call(self.stub.EnrollBatch,
-                              device_pb2.EnrollBatchRequest(requests=[r for _, r in asks]))
+            anew = self._enroll_batch(asks, new_identity=False)
+            fresh = [(i, self.live[i].device.enrollment_request(new_identity=True))
+                     for i in anew]
+            self._enroll_batch([(i, r) for i, r in fresh if r is not None], new_identity=True)
         except grpc.RpcError as exc:
             self._failed(ids, f"EnrollBatch: {exc.code().name}: {exc.details()}")
             return []
-        for (i, _), r in zip(asks, resp.results, strict=True):
-            if r.code != 0:
+        return [i for i in ids if i in self.live]
+
+    def _enroll_batch(self, asks: list[tuple[int, device_pb2.EnrollRequest]],
+                      new_identity: bool) -> list[int]:
+        """One EnrollBatch for ``asks`` (a failed call raises), each answer handed to its
+        device; the devices whose previous token was refused (to enrol anew); the others
+        refused are finished."""
+        if not asks:
+            return []
+        resp = self._call(self.stub.EnrollBatch,
+                          device_pb2.EnrollBatchRequest(requests=[r for _, r in asks]))
+        anew = []
+        for (i, ask), r in zip(asks, resp.results, strict=True):
+            if r.code == _UNAUTHENTICATED and ask.previous_token:
+                log.warning("device %d: the collector no longer accepts its token: "
+                            "enrolling anew", i)
+                anew.append(i)
+            elif r.code != 0:
                 self._finish(i, f"enrollment refused: {_NAMES.get(r.code, r.code)}: "
                                 f"{r.message}")
-                continue
-            self.live[i].device.enrolled(r.enrollment)
-        return [i for i in ids if i in self.live]
+            else:
+                self.live[i].device.enrolled(r.enrollment, new_identity=new_identity)
+        return anew
 
     def _get_tasks(self, ids: list[int]) -> list[tuple[int, device_pb2.GetTasksResponse]]:
         """GetTasksBatch for ``ids`` (an expired token is renewed once)."""

@@ -6,6 +6,8 @@ in one StateFile) finishes a two-phase query."""
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import grpc
 import numpy as np
 import pytest
@@ -206,4 +208,45 @@ def test_gateway_fleet_finishes_a_two_phase_query(start_collector, tmp_path):
     sf = StateFile(tmp_path / "state" / "gateway-0.sqlite")
     assert len(sf.owners()) == users
     assert all(sf.ledger(o, 4.0).get("two").state == "acknowledged" for o in sf.owners())
+    sf.close()
+
+
+def test_gateway_enrols_anew_a_device_whose_token_the_collector_refuses(start_collector,
+                                                                         tmp_path):
+    """The gateway's devices hold identities from a collector whose signing key is gone
+    (a collector on a new database): each renewal in EnrollBatch comes back UNAUTHENTICATED
+    ("previous token rejected"); the gateway enrols each such device as a new identity
+    (as ``Device.enroll`` does) instead of failing it, and the devices report."""
+    users, state = 6, tmp_path / "state"
+    data = dataset_for_query("mean", "uniform", 8, 1, 1.0, 3)
+
+    def run(c, query_id: str):
+        with closing(c.analyst()) as a:
+            a.create(QueryRequest(kind="mean", method="ssl", epsilon=1.0, dataset="g",
+                                  users=users, samples=8, query_id=query_id,
+                                  phase_timeout_s=600))
+        return run_gateway_fleet(c.endpoint, state, users, [FleetDataset("g", data)],
+                                 gateways=1, batch=4, budget=4.0, seed=11, timeout_s=120)
+
+    old = start_collector()
+    first = run(old, "before")
+    assert (first.submitted, first.errors) == (users, [])
+    old.stop()
+    sf = StateFile(state / "gateway-0.sqlite")
+    ids_before = {}
+    for o in sf.owners():
+        d = Device(old.endpoint, sf.slot(o))
+        ids_before[o] = d.device_id
+        d.close()
+    sf.close()
+    assert len(ids_before) == users
+    new = start_collector(db_url=f"sqlite:///{tmp_path / 'other.db'}")  # another key
+    res = run(new, "after")
+    assert (res.submitted, res.unfinished, res.errors, res.rejected) == (users, 0, [], [])
+    sf = StateFile(state / "gateway-0.sqlite")
+    for o, old_id in ids_before.items():  # a new identity, the same ledger
+        d = Device(new.endpoint, sf.slot(o), budget=4.0)
+        assert d.device_id != old_id
+        assert [d.ledger.get(q).state for q in ("before", "after")] == ["acknowledged"] * 2
+        d.close()
     sf.close()
