@@ -163,9 +163,17 @@ class Ledger:
             return [_entry(r) for r in c.execute(sql + " ORDER BY created_at", args)]
 
     def check(self, query_id: str, task_digest: str, eps_units: int) -> LedgerEntry | None:
-        """Would :meth:`reserve` accept this task? Returns the stored entry for a resend."""
+        """Would :meth:`reserve` accept this task? Returns the stored entry for a resend.
+        Read in one transaction, so the entry and the spent sum are one snapshot: another
+        instance's reservation of this very query between the two reads must not look like
+        a budget refusal (which the device would then decline, pre-empting that
+        instance's report)."""
         with self._connect() as c:
-            return self._admit(c, query_id, task_digest, eps_units)
+            c.execute("BEGIN")
+            try:
+                return self._admit(c, query_id, task_digest, eps_units)
+            finally:
+                c.execute("COMMIT")
 
     def _admit(self, c: sqlite3.Connection, query_id: str, task_digest: str,
                eps_units: int) -> LedgerEntry | None:

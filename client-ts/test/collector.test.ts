@@ -24,7 +24,7 @@ import { MemoryStore } from "../src/ledger/index.js";
 import { DeviceTransport, grpc, RpcError } from "../src/node/index.js";
 import { type FetchLike, FetchTransport, type HttpProtocol } from "../src/web/index.js";
 import { A, M, population } from "./fleet/population.js";
-import { request as httpsRequest } from "node:https";
+import { caFetch } from "./ca-fetch.js";
 import { createServer } from "node:net";
 
 const PY = process.env.ULDP_PYTHON ?? "python3";
@@ -84,20 +84,8 @@ function freePort(): Promise<number> {
   });
 }
 
-/** fetch over node:https trusting the dev CA (Node's global fetch has no CA option). */
-const nodeFetch: FetchLike = (url, init) => new Promise((ok, fail) => {
-  const req = httpsRequest(url, { method: init.method, headers: init.headers, ca: readFileSync(join(dir, "ca.pem")),
-    servername: "localhost", signal: init.signal as AbortSignal | undefined }, (res) => {
-    const chunks: Buffer[] = [];
-    res.on("data", (c: Buffer) => chunks.push(c));
-    res.on("end", () => ok({ status: res.statusCode ?? 0,
-      headers: { get: (k: string) => { const v = res.headers[k.toLowerCase()]; return v === undefined ? null : String(v); } },
-      arrayBuffer: async () => Uint8Array.from(Buffer.concat(chunks)).buffer }));
-    res.on("error", fail);
-  });
-  req.on("error", fail);
-  req.end(Buffer.from(init.body));
-});
+/** fetch over node:https trusting the dev CA. */
+const nodeFetch: FetchLike = (url, init) => caFetch(join(dir, "ca.pem"))(url, init);
 
 const webTransport = (protocol: HttpProtocol): FetchTransport =>
   new FetchTransport({ baseUrl: `https://127.0.0.1:${httpPort}`, protocol, fetch: nodeFetch });

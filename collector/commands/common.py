@@ -19,7 +19,7 @@ quiet_grpc_logs()  # before gRPC's C core starts: no C-core log lines on the ter
 
 import grpc  # noqa: E402
 
-__all__ = ["analyst", "conn_endpoint", "conn_flags", "endpoint", "env", "fail",
+__all__ = ["analyst", "conn_endpoint", "conn_flags", "cors_origins", "endpoint", "env", "fail",
            "health_check", "preflight", "progress_line", "readable_file", "table",
            "unused_admin_flag"]
 
@@ -156,3 +156,20 @@ def fail(exc: Any) -> int:
     text = describe_rpc_error(rpc) if rpc is not None else f"{exc.code}: {exc.message}"
     print(f"uldp: error: {text}", file=sys.stderr)
     return 2
+
+
+def cors_origins(a: argparse.Namespace) -> frozenset[str]:
+    """``--cors-origin`` values, each ``scheme://host[:port]`` or ``*`` (they need
+    ``--http-port``)."""
+    import re
+
+    out = set()
+    for o in a.cors_origin or ():
+        o = o.strip().rstrip("/")
+        if o != "*" and not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", o):
+            raise OperatorError(f"--cors-origin {o!r}: give an origin as a browser sends it, "
+                                "scheme://host[:port] (e.g. https://app.example.com), or *")
+        out.add(o)
+    if out and a.http_port is None:
+        raise OperatorError("--cors-origin needs --http-port (CORS applies to the HTTP port)")
+    return frozenset(out)

@@ -29,7 +29,7 @@ from uldp.collector.cliutil import (
     positive_float,
     positive_int,
 )
-from uldp.collector.commands.common import env, readable_file
+from uldp.collector.commands.common import cors_origins, env, readable_file
 
 __all__ = ["add_serve_parser"]
 
@@ -273,7 +273,7 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     level = _log_level(a)
     files = _check_files(a)
     _check_db_location(a.db)
-    cors = _cors_origins(a)
+    cors = cors_origins(a)
     if not a.reuse_port:
         _check_port_free(a.host, a.port)
         if a.http_port is not None:
@@ -297,22 +297,6 @@ def _cmd_serve(a: argparse.Namespace) -> int:
         _stop_children(children)
         raise
     return _serve_until_signal(a, srv, children, front)
-
-
-def _cors_origins(a: argparse.Namespace) -> frozenset[str]:
-    """``--cors-origin`` values, each ``scheme://host[:port]`` or ``*``."""
-    import re
-
-    out = set()
-    for o in a.cors_origin or ():
-        o = o.strip().rstrip("/")
-        if o != "*" and not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", o):
-            raise OperatorError(f"--cors-origin {o!r}: give an origin as a browser sends it, "
-                                "scheme://host[:port] (e.g. https://app.example.com), or *")
-        out.add(o)
-    if out and a.http_port is None:
-        raise OperatorError("--cors-origin needs --http-port (CORS applies to the HTTP port)")
-    return frozenset(out)
 
 
 def _http_front(a: argparse.Namespace, srv: Any, files: _Files,

@@ -4,6 +4,9 @@ See ``uldp.collector.shuffler.service`` and ``docs/privacy.md`` ("Shuffle mode")
 device port is TLS with the shuffler's own certificate; the link to the collector's
 shuffler port is mutual TLS with the shuffler's client certificate. Started by
 ``uldp shuffler serve`` (``uldp.collector.commands.shuffler``).
+
+``uldp shuffler serve --http-port`` also serves :attr:`ShufflerServer.servicer` over
+Connect and gRPC-Web (``uldp.collector.http.shuffler``), in :attr:`ShufflerServer.pool`.
 """
 
 from __future__ import annotations
@@ -58,28 +61,31 @@ class ShufflerServer:
 
     def __init__(self, cfg: ShufflerServerConfig) -> None:
         self.config = cfg
-        self.store = ShufflerStore(cfg.db_path)
-        verifier = TokenVerifier.from_public_pem(Path(cfg.token_public_key).read_bytes())
-        self.channel = secure_channel(Endpoint(
-            cfg.collector, Path(cfg.collector_ca), Path(cfg.client_cert), Path(cfg.client_key),
-            server_name=cfg.collector_server_name, max_message_bytes=cfg.max_message_bytes))
-        self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
-        self.forwarder = Forwarder(self.store, self.link, cfg.shuffle)
         limit = cfg.max_message_bytes
+        self.pool = futures.ThreadPoolExecutor(max_workers=cfg.workers,
+                                               thread_name_prefix="shuffler")
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="shuffler"),
+            self.pool,
             options=[("grpc.max_receive_message_length", limit),
                      ("grpc.max_send_message_length", limit)],
             maximum_concurrent_rpcs=cfg.workers * 64)
-        add_service(self.server, ShufflerServicer(self.store, verifier, self.link), _SERVICE,
-                    who="shuffler")
-        self.health = health.HealthServicer()
-        add_service(self.server, self.health, _HEALTH)
+        # the port first: an operator's mistake there leaves nothing behind (no database)
         creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(),
                                               Path(cfg.tls_cert).read_bytes())])
         self.port = self.server.add_secure_port(f"{cfg.host}:{cfg.port}", creds)
         if self.port == 0:
             raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
+        self.store = ShufflerStore(cfg.db_path)
+        verifier = TokenVerifier.from_public_pem(Path(cfg.token_public_key).read_bytes())
+        self.channel = secure_channel(Endpoint(
+            cfg.collector, Path(cfg.collector_ca), Path(cfg.client_cert), Path(cfg.client_key),
+            server_name=cfg.collector_server_name, max_message_bytes=limit))
+        self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
+        self.forwarder = Forwarder(self.store, self.link, cfg.shuffle)
+        self.servicer = ShufflerServicer(self.store, verifier, self.link)
+        add_service(self.server, self.servicer, _SERVICE, who="shuffler")
+        self.health = health.HealthServicer()
+        add_service(self.server, self.health, _HEALTH)
 
     def start(self) -> None:
         self.server.start()
@@ -96,3 +102,4 @@ class ShufflerServer:
         self.channel.close()
         log.info("shuffler stopped: %s", self.store.counts())
         self.store.close()
+

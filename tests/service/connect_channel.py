@@ -24,7 +24,7 @@ from pyqwest import SyncClient, SyncHTTPTransport
 
 from uldp.collector.http.codes import grpc_name
 
-__all__ = ["ConnectChannel", "ConnectRpcError"]
+__all__ = ["ConnectChannel", "ConnectRpcError", "https_call"]
 
 PROTOCOLS = {"connect": ProtocolType.CONNECT, "grpc-web": ProtocolType.GRPC_WEB}
 
@@ -132,3 +132,19 @@ class ConnectChannel:
         self.close()
 
 
+def https_call(url: str, ca_cert: Path, method: str = "GET",
+               headers: dict[str, str] | None = None, body: bytes | None = None
+               ) -> tuple[int, dict[str, str], bytes]:
+    """One plain HTTPS request trusting ``ca_cert``: (status, lower-case headers, body),
+    also for an error status (the CORS, /healthz and raw-body checks of the HTTP ports)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(ca_cert))
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()

@@ -8,11 +8,8 @@ devices on both ports."""
 from __future__ import annotations
 
 import logging
-import ssl
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 
@@ -21,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.service.conftest import ADMIN_TOKEN
-from tests.service.connect_channel import ConnectChannel
+from tests.service.connect_channel import ConnectChannel, https_call
 from tests.service.wire import enroll_with_task, one_phase_query, report_for, send
 from uldp.client.device import Device
 from uldp.client.randomness import RandomSource
@@ -34,14 +31,7 @@ PROTOCOLS = ["connect", "grpc-web"]
 
 def _http(c, path: str, method: str = "GET", headers: dict[str, str] | None = None,
           body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
-    ctx = ssl.create_default_context(cafile=str(c.pki.ca_cert))
-    req = urllib.request.Request(c.http_url + path, data=body, method=method,
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
-            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+    return https_call(c.http_url + path, c.pki.ca_cert, method, headers, body)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

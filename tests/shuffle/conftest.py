@@ -1,6 +1,7 @@
 """A shuffle-mode deployment on loopback for the end-to-end tests: a real collector
 process (SQLite, TLS, the shuffler port with mutual TLS) and a real shuffler process,
-started with the code ``uldp demo --shuffle`` uses (``uldp.collector.shuffler.launch``)."""
+started with the code ``uldp demo --shuffle`` uses (``uldp.collector.shuffler.launch``);
+the shuffler also serves its HTTP port (Connect, gRPC-Web)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from uldp.collector.shuffler.launch import (
     start_shuffler_process,
 )
 
+#: the web origin the shuffler's HTTP port allows (--cors-origin)
+APP_ORIGIN = "https://app.example"
+
 
 @dataclass
 class Deployment:
@@ -34,6 +38,7 @@ class Deployment:
     shuffler: subprocess.Popen[bytes] | None = None
     shuffler_port: int = 0
     shuffler_args: list[str] = field(default_factory=list)
+    shuffler_http: int = 0  # the shuffler's HTTP port (Connect, gRPC-Web)
 
     @property
     def db_path(self) -> Path:
@@ -78,8 +83,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     sp = make_shuffle_pki(work)
     http = free_port()
     proc, port, intake = start_shuffled_collector(work, sp, ["--http-port", str(http)])
+    shuffler_http = free_port()
     d = Deployment(work, sp, proc, port, intake, http,
-                   shuffler_args=["--min-batch", "20", "--linger", "0.5", "--max-batch", "400"])
+                   shuffler_args=["--min-batch", "20", "--linger", "0.5", "--max-batch", "400",
+                                  "--http-port", str(shuffler_http),
+                                  "--cors-origin", APP_ORIGIN],
+                   shuffler_http=shuffler_http)
     try:
         d.start_shuffler()
         yield d

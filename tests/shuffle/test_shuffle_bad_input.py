@@ -45,6 +45,17 @@ def test_shuffler_serve_names_the_flag(deployment: Deployment, tmp_path):
     r = _cli(*base, "--token-public-key", str(sp.token_public), "--min-batch", "50",
              "--max-batch", "10")
     assert r.returncode == 2 and "--max-batch" in r.stderr
+    tpk = ["--token-public-key", str(sp.token_public)]
+    r = _cli(*base, *tpk, "--cors-origin", "https://app.example")
+    assert r.returncode == 2 and "--cors-origin needs --http-port" in r.stderr
+    r = _cli(*base, *tpk, "--http-port", "0", "--cors-origin", "app.example")
+    assert r.returncode == 2 and "--cors-origin 'app.example'" in r.stderr
+    r = _cli(*base, *tpk, "--port", "50999", "--http-port", "50999")
+    assert r.returncode == 2 and "--http-port 50999: the same port" in r.stderr
+    r = _cli(*base, *tpk, "--port", "0", "--http-port", str(deployment.shuffler_http))
+    assert r.returncode == 2 and f"--http-port {deployment.shuffler_http}: cannot listen" \
+        in r.stderr  # the running shuffler's HTTP port
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "s.db").exists()  # nothing written
 
 

@@ -1,7 +1,7 @@
 /** @uldp/device/web: the parts for browsers and React Native (fetch transport, IndexedDB store);
  * no Node-only API. */
 export {
-  codeOfConnect, codeOfHttpStatus, type FetchLike, FetchTransport, type FetchTransportOptions, type HttpProtocol,
+  codeOfConnect, codeOfHttpStatus, type FetchLike, FetchShufflerTransport, FetchTransport, type FetchTransportOptions, type HttpProtocol,
   parseGrpcWeb,
 } from "./transport.js";
 export { type IdbFactoryLike, IndexedDbStore } from "./indexedDbStore.js";

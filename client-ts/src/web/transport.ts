@@ -1,7 +1,8 @@
 /**
  * Fetch transport to a uldp collector's HTTP port (`uldp collector serve --http-port`), for
  * browsers, React Native and Node ≥ 18: the DeviceService over the Connect protocol (default)
- * or gRPC-Web, unary calls only (docs/device-protocol.md §10, "Transport over HTTP").
+ * or gRPC-Web, unary calls only (docs/device-protocol.md §10, "Transport over HTTP"); and
+ * `FetchShufflerTransport`, the same to a shuffler's HTTP port (`uldp shuffler serve --http-port`, §16).
  *
  * A small hand-written unary client rather than @connectrpc/connect-web: the device makes four
  * unary calls (Enroll, GetTasks, SubmitReport, DeclineTask), the messages are encoded once by the same small codec as the Node gRPC transport
@@ -19,8 +20,9 @@
  */
 import {
   Code, CODE_NAMES, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll,
-  encodeGetTasks, encodeSubmitReport, type DeclineMessage, encodeDecline, type EnrollArgs, type EnrollResult, type GetTasksResult, type ReportMessage,
-  type RetryPolicy, RETRYABLE, RpcError, wire, withRetries,
+  encodeGetTasks, encodeSubmitReport, encodeSubmitSealed, type DeclineMessage, encodeDecline, type EnrollArgs, type EnrollResult,
+  type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE, wire,
+  withRetries,
 } from "../wire/index.js";
 
 /** The part of the WHATWG fetch API the transport uses (global `fetch` in browsers, React Native,
@@ -135,8 +137,10 @@ export class FetchTransport {
   readonly #max: number;
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #random: () => number;
+  readonly #service: string;
 
-  constructor(o: FetchTransportOptions) {
+  constructor(o: FetchTransportOptions, service: string = DEVICE_SERVICE) {
+    this.#service = service;
     this.baseUrl = o.baseUrl.replace(/\/+$/, "");
     this.protocol = o.protocol ?? "connect";
     if (this.protocol !== "connect" && this.protocol !== "grpc-web") throw new RangeError(`unknown protocol ${String(o.protocol)}`);
@@ -168,7 +172,7 @@ export class FetchTransport {
       let res;
       let bytes: Uint8Array;
       try {
-        res = await this.#fetch(`${this.baseUrl}/${DEVICE_SERVICE}/${method}`, {
+        res = await this.#fetch(`${this.baseUrl}/${this.#service}/${method}`, {
           method: "POST", headers: this.#headers(token, timeoutMs),
           body: this.protocol === "connect" ? body : frame(body), signal: ctl?.signal,
         });
@@ -210,6 +214,22 @@ export class FetchTransport {
   /** Decline a refused task (DeclineTask). */
   async declineTask(token: string, d: DeclineMessage): Promise<{ duplicate: boolean }> {
     return decode(wire.DeclineTaskResponse, await this.call("DeclineTask", encodeDecline(d), token));
+  }
+}
+
+/**
+ * Fetch transport to a shuffler's HTTP port (`uldp shuffler serve --http-port`; shuffle mode,
+ * docs/device-protocol.md §16): the device's sealed reports, with its token, over Connect or
+ * gRPC-Web, with the same retries and identical resends as `FetchTransport`. The shuffler's
+ * address is the app's setting, never the collector's word. Pass it as `Device.open`'s `shuffler`.
+ */
+export class FetchShufflerTransport extends FetchTransport {
+  constructor(o: FetchTransportOptions) {
+    super(o, SHUFFLER_SERVICE);
+  }
+
+  async submitSealed(token: string, r: SealedReportMessage): Promise<{ duplicate: boolean }> {
+    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", encodeSubmitSealed(r), token));
   }
 }
 

@@ -1,0 +1,147 @@
+"""The shuffler's HTTP port (``uldp shuffler serve --http-port``; issue 19 item 2): real
+collector and shuffler processes on loopback (TLS), devices whose sealed reports go to the
+shuffler over Connect and gRPC-Web (``tests/service/connect_channel.py``: an independent
+client of both protocols behind the generated stubs).
+
+* real Devices send their sealed reports over both protocols and the shuffled query
+  completes, its result stating shuffle mode and the truth inside its interval;
+* the HTTP port answers every refusal with the gRPC port's code and message (one
+  servicer), an identical resend is a duplicate on either port;
+* ``GET /healthz``, and the CORS allow-list (``--cors-origin``) before any work.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from tests.service.connect_channel import ConnectChannel, https_call
+from uldp.client.device import Device
+from uldp.client.randomness import RandomSource
+from uldp.client.transport import secure_channel
+from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
+from uldp.collector.service.client import QueryRequest
+
+from .conftest import APP_ORIGIN, Deployment
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+PROTOCOLS = ("connect", "grpc-web")
+SUBMIT = "/uldp.v1.ShufflerService/SubmitSealed"
+
+
+def _url(d: Deployment) -> str:
+    return f"https://127.0.0.1:{d.shuffler_http}"
+
+
+def _http(d: Deployment, path: str, method: str = "GET", headers: dict[str, str] | None = None,
+          body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+    return https_call(_url(d) + path, d.sp.ca, method, headers, body)
+
+
+def _query(d: Deployment, qid: str, users: int) -> None:
+    an = d.analyst()
+    an.create(QueryRequest(kind="mean", epsilon=1.0, dataset=qid, users=users, samples=2,
+                           bound=1.0, method="ssl", phase_timeout_s=120, query_id=qid,
+                           params={"shuffle": {"min_batch": 20}}, allow_simulated=True))
+    an.close()
+    time.sleep(0.3)  # the collector's list of running queries is cached for 0.25 s
+
+
+def test_devices_send_sealed_reports_over_http_and_the_query_completes(deployment, tmp_path):
+    d, users = deployment, 40
+    _query(d, "web", users)
+    channels = {p: ConnectChannel(_url(d), d.sp.ca, p) for p in PROTOCOLS}
+    data = np.array([0.25, 0.5])
+    try:
+        for i in range(users):
+            dev = Device(d.endpoint, tmp_path / f"dev{i}", budget=2.0, durable=False,
+                         rng=RandomSource.seeded(100 + i), simulation=True,
+                         shuffler_channel=channels[PROTOCOLS[i % 2]])
+            dev.add_dataset("web", data)
+            r = dev.poll("web")
+            assert (r.submitted, r.refused, r.rejected) == (["web"], [], []), r
+            dev.close()
+    finally:
+        for ch in channels.values():
+            ch.close()
+    an = d.analyst()
+    final = an.wait("web", timeout_s=120)
+    assert final.state == 2, final.error
+    res = an.result("web")
+    an.close()
+    p = json.loads(res.estimate_json)["privacy"]
+    assert p["mode"] == "shuffle"
+    assert sum(c["reports"] for c in p["cells"]) == users
+    assert all(c["smallest_batch"] >= 20 for c in p["cells"])
+    assert res.ci_low[0] <= data.mean() <= res.ci_high[0]
+
+
+def _token_and_task(d: Deployment, qid: str) -> tuple[str, device_pb2.Task]:
+    with secure_channel(d.endpoint) as ch:
+        stub = device_pb2_grpc.DeviceServiceStub(ch)
+        tok = stub.Enroll(device_pb2.EnrollRequest(), timeout=10).token
+        (task,) = stub.GetTasks(device_pb2.GetTasksRequest(datasets=[qid], query_id=qid),
+                                metadata=(("authorization", f"Bearer {tok}"),),
+                                timeout=10).tasks
+    return tok, task
+
+
+def _answer(stub: shuffler_pb2_grpc.ShufflerServiceStub, report: shuffler_pb2.SealedReport,
+            token: str | None) -> tuple[str, str]:
+    meta = (("authorization", f"Bearer {token}"),) if token is not None else ()
+    try:
+        dup = stub.SubmitSealed(shuffler_pb2.SubmitSealedRequest(report=report),
+                                metadata=meta, timeout=10).duplicate
+    except grpc.RpcError as e:
+        return e.code().name, e.details() or ""
+    return "OK", f"duplicate={dup}"
+
+
+def test_the_http_port_answers_as_the_grpc_port(deployment):
+    d = deployment
+    _query(d, "web-checks", 60)
+    tok, task = _token_and_task(d, "web-checks")
+    good = dict(query_id="web-checks", phase=task.phase, group=task.group, stage=task.stage,
+                task_digest=task.task_digest, sealed=bytes(57))
+    S = shuffler_pb2.SealedReport
+    refused = [(S(**good), None), (S(**good), "forged.token"),
+               (S(**dict(good, task_digest="XY")), tok), (S(**dict(good, sealed=bytes(10))), tok),
+               (S(**dict(good, query_id="nope")), tok), (S(**dict(good, phase=7)), tok),
+               (S(**good, device_token=tok), tok)]
+    with secure_channel(d.shuffler_endpoint) as g, ConnectChannel(_url(d), d.sp.ca) as c, \
+            ConnectChannel(_url(d), d.sp.ca, "grpc-web") as w:
+        stubs = [shuffler_pb2_grpc.ShufflerServiceStub(ch) for ch in (c, w, g)]
+        for rep, token in refused:  # the same code and message on every port
+            got = [_answer(s, rep, token) for s in stubs]
+            assert got[0][0] != "OK" and got[0] == got[1] == got[2], got
+        # stored over Connect; the identical resend is a duplicate on every port
+        assert [_answer(s, S(**good), tok) for s in stubs] == [
+            ("OK", "duplicate=False"), ("OK", "duplicate=True"), ("OK", "duplicate=True")]
+        other = [_answer(s, S(**dict(good, sealed=bytes(58))), tok) for s in stubs]
+        assert other[0][0] == "ALREADY_EXISTS" and other[0] == other[1] == other[2]
+        batch = stubs[0].SubmitSealedBatch(shuffler_pb2.SubmitSealedBatchRequest(reports=[
+            S(**dict(good, task_digest="XY"), device_token=tok),
+            S(**good, device_token="forged.token"), S(**good, device_token=tok)]), timeout=10)
+    assert [(r.code, r.duplicate) for r in batch.results] == [(3, False), (16, False), (0, True)]
+
+
+def test_healthz_and_cors(deployment):
+    d = deployment
+    assert _http(d, "/healthz")[0] == 200
+    assert _http(d, "/uldp.v1.DeviceService/Enroll", "POST",
+                 {"content-type": "application/proto"}, b"")[0] == 404  # shuffler only
+    proto = {"content-type": "application/proto"}
+    st, h, body = _http(d, SUBMIT, "POST", {**proto, "origin": "https://evil.example"}, b"")
+    assert st == 403 and b"CORS" in body and "access-control-allow-origin" not in h
+    st, h, _ = _http(d, SUBMIT, "OPTIONS", {
+        "origin": APP_ORIGIN, "access-control-request-method": "POST",
+        "access-control-request-headers": "content-type, authorization"})
+    assert st == 204 and h["access-control-allow-origin"] == APP_ORIGIN
+    # an allowed page's call reaches the servicer: no token, UNAUTHENTICATED (Connect JSON)
+    st, h, body = _http(d, SUBMIT, "POST", {**proto, "origin": APP_ORIGIN}, b"")
+    assert st == 401 and h["access-control-allow-origin"] == APP_ORIGIN
+    assert json.loads(body)["code"] == "unauthenticated"
