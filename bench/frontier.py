@@ -257,6 +257,22 @@ def _ratios(kind: str, mse: dict[str, float], se: dict[str, float]
     return out[0], out[1]
 
 
+def retime(out: Path, old: Path) -> None:
+    """Take the seconds of ``old``'s distribution cells (an earlier run through the peer
+    libraries' per-user Python entry points) out of the pooled cells of ``out``, so that
+    µs per report is over the repetitions run with the batched peers only."""
+    cells = {_key(r): _legacy(r) for r in json.loads(out.read_text())}
+    for o in json.loads(old.read_text()):
+        r = cells.get(_key(o))
+        if o["kind"] != "distribution" or r is None or "timed" in r:
+            continue
+        r["timed"] = {}
+        for alg, (c, _, _) in r["stats"].items():
+            r["secs"][alg] -= o["us_per_report"].get(alg, 0.0) * o["reps"] * o["n"] / 1e6
+            r["timed"][alg] = c - o["reps"]
+    out.write_text(json.dumps(list(cells.values()), indent=1))
+
+
 def run_grid(a: argparse.Namespace, out: Path) -> None:
     """Bring every cell of the grid to ``--reps`` (undecided cells to ``--close``),
     checkpointing ``out`` after every repetition."""
@@ -293,6 +309,8 @@ def run_grid(a: argparse.Namespace, out: Path) -> None:
                     st = r["stats"].setdefault(alg, [0, 0.0, 0.0])
                     st[0], st[1], st[2] = st[0] + 1, st[1] + err, st[2] + err * err
                     r["secs"][alg] = r["secs"].get(alg, 0.0) + s
+                    if "timed" in r:
+                        r["timed"][alg] = r["timed"].get(alg, 0) + 1
             tmp = out.with_suffix(".tmp")
             tmp.write_text(json.dumps(list(cells.values()), indent=1))
             tmp.replace(out)
@@ -320,7 +338,9 @@ def row(r: dict[str, Any]) -> str:
     best = min((a for a in mse if a != "uldp"), key=lambda a: mse[a])
     pub = PUBLIC_PEER[r["kind"]]
     (x_pub, sd_pub), (x_best, sd_best) = _ratios(r["kind"], mse, se)
-    us = {a: 1e6 * s / (r["stats"][a][0] * r["n"]) for a, s in r["secs"].items()}
+    timed = r.get("timed", {})
+    us = {a: 1e6 * s / (timed.get(a, r["stats"][a][0]) * r["n"]) if timed.get(a, 1) else math.nan
+          for a, s in r["secs"].items()}
     k = r["k"] if r["kind"] == "distribution" else "–"
     return (f"| {r['kind']} | {r['population']} | {k} | {r['m']} | {r['epsilon']:g} | "
             f"{reps} | {r['ran']} | {mse['uldp']:.3g} ± {se['uldp']:.2g} | "
@@ -458,7 +478,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "frontier.json"))
     ap.add_argument("--table", action="store_true",
                     help="only write bench/results/frontier.md (+ .png) from --out")
+    ap.add_argument("--retime-from", metavar="OLD_JSON",
+                    help="take OLD_JSON's distribution seconds out of the pooled cells")
     a = ap.parse_args(argv)
+    if a.retime_from:
+        retime(Path(a.out), Path(a.retime_from))
     if a.table:
         md = report(json.loads(Path(a.out).read_text()), RESULTS / "frontier.md")
         path = RESULTS / "frontier.md"
