@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The accuracy frontier: uldp's ``auto`` against the standard local randomizers.
 
-    pip install -e '.[bench]'                     # pure-ldp, multi-freq-ldpy and their deps
+    pip install -e '.[bench]'                     # multi-freq-ldpy (the peers) and xxhash < 4
     python bench/frontier.py --quick              # a few cells, a few reps (minutes)
     python bench/frontier.py                      # the whole grid -> bench/results/frontier.md
 
