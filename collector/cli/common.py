@@ -8,8 +8,13 @@ Connection flags of the client commands fall back to environment variables:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +24,24 @@ quiet_grpc_logs()  # before gRPC's C core starts: no C-core log lines on the ter
 
 import grpc  # noqa: E402
 
-__all__ = ["analyst", "conn_endpoint", "conn_flags", "cors_origins", "endpoint", "env", "fail",
-           "health_check", "preflight", "progress_line", "readable_file", "table",
-           "unused_admin_flag"]
+__all__ = [
+    "analyst",
+    "atomic_write",
+    "conn_endpoint",
+    "conn_flags",
+    "cors_origins",
+    "endpoint",
+    "env",
+    "fail",
+    "health_check",
+    "preflight",
+    "progress_line",
+    "readable_file",
+    "ready_file",
+    "table",
+    "unused_admin_flag",
+    "wait_for_signal",
+]
 
 
 def env(name: str, default: str | None = None) -> str | None:
@@ -173,3 +193,36 @@ def cors_origins(a: argparse.Namespace) -> frozenset[str]:
     if out and a.http_port is None:
         raise OperatorError("--cors-origin needs --http-port (CORS applies to the HTTP port)")
     return frozenset(out)
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` in one step (a reader sees the old file or the new one)."""
+    tmp = Path(path + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def ready_file(path: str | None, text: str) -> Iterator[None]:
+    """``path`` (if given) holds ``text`` while the block runs: a server's "I answer now"
+    file, which scripts wait for; removed when the server stops."""
+    if path:
+        atomic_write(path, text)
+    try:
+        yield
+    finally:
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def wait_for_signal(what: str) -> None:
+    """Block until SIGTERM or SIGINT (``what``: the server, as the log line names it)."""
+    done = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger("uldp.collector").info("%s: signal %d: shutting down", what, signum)
+        done.set()
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    done.wait()

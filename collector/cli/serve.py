@@ -9,20 +9,24 @@ database, like replicas.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
-from uldp.collector.cli.common import cors_origins, env, readable_file
+from uldp.collector.cli.common import (
+    atomic_write,
+    cors_origins,
+    env,
+    readable_file,
+    ready_file,
+    wait_for_signal,
+)
 from uldp.collector.cli.util import (
     OperatorError,
     nonneg_float,
@@ -85,12 +89,6 @@ def _check_db_location(url: str) -> None:
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise OperatorError(f"--db {url}: cannot create a file in {parent} (permission "
                             "denied)")
-
-
-def _atomic_write(path: str, text: str) -> None:
-    tmp = Path(path + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -321,29 +319,18 @@ def _http_front(a: argparse.Namespace, srv: Any, files: _Files,
 
 def _serve_until_signal(a: argparse.Namespace, srv: Any,
                         children: list[subprocess.Popen[bytes]], front: Any = None) -> int:
-    done = threading.Event()
-
-    def _on_signal(signum: int, _frame: object) -> None:
-        logging.getLogger("uldp.collector").info("signal %d: shutting down", signum)
-        done.set()
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
     try:
         srv.start()
         if front is not None:
             front.start()
         if a.port_file:
-            _atomic_write(a.port_file, str(srv.port))
-        if a.ready_file:  # written once the server answers: scripts wait for this file
-            _atomic_write(a.ready_file, f"{a.host}:{srv.port}\n")
-        print(f"uldp collector {srv.core.name} listening on {a.host}:{srv.port}"
-              + (f", HTTP (Connect, gRPC-Web) on {a.host}:{front.port}" if front else "")
-              + (f" ({a.processes} processes)" if a.processes > 1 else ""), flush=True)
-        done.wait()
+            atomic_write(a.port_file, str(srv.port))
+        with ready_file(a.ready_file, f"{a.host}:{srv.port}\n"):
+            print(f"uldp collector {srv.core.name} listening on {a.host}:{srv.port}"
+                  + (f", HTTP (Connect, gRPC-Web) on {a.host}:{front.port}" if front else "")
+                  + (f" ({a.processes} processes)" if a.processes > 1 else ""), flush=True)
+            wait_for_signal(f"collector {srv.core.name}")
     finally:
-        if a.ready_file:
-            with contextlib.suppress(OSError):
-                os.unlink(a.ready_file)
         if front is not None:
             front.stop()
         srv.stop()

@@ -8,16 +8,13 @@ acknowledged report (``uldp.collector.shuffler.store``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import signal
-import threading
 from pathlib import Path
 from typing import Any
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
-from uldp.collector.cli.common import cors_origins, env, readable_file
+from uldp.collector.cli.common import cors_origins, env, readable_file, ready_file, wait_for_signal
 from uldp.collector.cli.util import OperatorError, port_number, positive_float, positive_int
 
 __all__ = ["register"]
@@ -91,25 +88,16 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     if front is not None:
         from uldp.collector.http.shuffler import serve_shuffler
         serve_shuffler(front, srv)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
     try:
         srv.start()
         http = ""
         if front is not None:
             front.start()
             http = f", HTTP (Connect, gRPC-Web) on {a.host}:{front.port}"
-        if a.ready_file:
-            tmp = Path(a.ready_file + ".tmp")
-            tmp.write_text(f"{a.host}:{srv.port}\n")
-            os.replace(tmp, a.ready_file)
-        print(f"uldp shuffler listening on {a.host}:{srv.port}{http}", flush=True)
-        done.wait()
+        with ready_file(a.ready_file, f"{a.host}:{srv.port}\n"):
+            print(f"uldp shuffler listening on {a.host}:{srv.port}{http}", flush=True)
+            wait_for_signal("shuffler")
     finally:
-        if a.ready_file:
-            with contextlib.suppress(OSError):
-                os.unlink(a.ready_file)
         if front is not None:
             front.stop()
         srv.stop()
