@@ -170,14 +170,35 @@ class Plan:
 
     def stage1_size(self, g: int) -> int:
         """Stage-I users of group ``g``: ``⌊share·size⌋``, at least 1 and leaving 1 ([D2])."""
-        size = self.group_size(g)
-        return min(max(int(self.spec.stage1_share * size), 1), max(size - 1, 1))
+        return self.stage_sizes(g)[0]
+
+    def stage_shares(self) -> tuple[float, ...]:
+        """The shares of every stage but the last (two-stage: ``stage1_share``; a method
+        with more stages says its own, ``stage_shares(spec)``)."""
+        own = getattr(self.method, "stage_shares", None)
+        return tuple(own(self.spec)) if own is not None else (self.spec.stage1_share,)
+
+    def stage_sizes(self, g: int) -> list[int]:
+        """Users of group ``g`` in each of the method's stages, in phase order: every stage
+        but the last ``⌊share·size⌋`` users, at least 1 and leaving 1 to the rest ([D2])."""
+        key = ("sizes", g)
+        if key not in self._cache:
+            size = self.group_size(g)
+            if len(self.phases) == 1:
+                self._cache[key] = [size]
+            else:
+                out, left = [], size
+                for s in self.stage_shares():
+                    k = min(max(int(s * size), 1), max(left - 1, 1))
+                    out.append(k)
+                    left -= k
+                self._cache[key] = out + [left]
+        return self._cache[key]
 
     def stage_size(self, g: int, stage: int) -> int:
-        size = self.group_size(g)
         if stage == 0:
-            return size
-        return self.stage1_size(g) if stage == 1 else size - self.stage1_size(g)
+            return self.group_size(g)
+        return self.stage_sizes(g)[self.phases.index(stage)]
 
     @cached_property
     def _ranks(self) -> np.ndarray:
@@ -202,11 +223,12 @@ class Plan:
         r = self._ranks
         G = self.n_groups
         group = r % G
-        if not self.two_stage:
+        if len(self.phases) == 1:
             return group, np.zeros_like(group)
         q = r // G
-        first = np.array([self.stage1_size(g) for g in range(G)])
-        stage = np.where(q < first[group], 1, 2)
+        bounds = np.array([np.cumsum(self.stage_sizes(g))[:-1] for g in range(G)])
+        pos = (q[:, None] >= bounds[group]).sum(axis=1)
+        stage = np.asarray(self.phases)[pos]
         return group, stage
 
     def offset_for(self, slot: int | np.ndarray) -> np.ndarray:
@@ -277,8 +299,13 @@ class Plan:
         return self.method.accumulator(self, self.task_for(group, stage, khat,
                                                            previous=previous))
 
-    def publish(self, stage: int, accs: dict[int, Any]) -> Published:
-        """What closing ``stage`` publishes (two-stage: ``k̂`` and intervals per group)."""
+    def publish(self, stage: int, accs: dict[int, Any], previous: Published | None = None
+                ) -> Published:
+        """What closing ``stage`` publishes (two-stage: ``k̂`` and intervals per group; a
+        method with more stages may read what the stage before published, ``previous``)."""
+        with_previous = getattr(self.method, "publish_with", None)
+        if with_previous is not None:
+            return with_previous(self, stage, accs, previous)
         return self.method.publish(self, stage, accs)
 
     def khat_from(self, stage1: dict[int, Any]) -> dict[int, tuple[int, ...]]:
@@ -363,12 +390,14 @@ def _compile(spec: QuerySpec) -> Plan:
     grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
     plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
-    if plan.two_stage:
+    if len(plan.phases) > 1:
         smallest = min(plan.group_size(g) for g in range(plan.n_groups))
-        if smallest < 2:
+        if smallest < len(plan.phases):
             raise ValueError(
                 f"{spec.users} users are too few for {plan.n_groups} groups of the "
-                f"{grouping.regime} regime: every Algorithm-1 run needs >= 2 users ([D2])")
+                f"{grouping.regime} regime: every group needs >= {len(plan.phases)} users "
+                "(one per stage, [D2])")
+    if plan.two_stage:
         worst = min(plan.stage_size(g, 1) * grp.eps_c**2
                     for g, grp in enumerate(grouping.groups))
         if worst < 200:

@@ -92,7 +92,7 @@ class MeanEstProgram:
               published: PublishedPhases) -> dict[str, Any]:
         plan = self._plan
         if phase < self.num_phases:
-            return jsonable(plan.publish(plan.phases[phase - 1], accs))
+            return jsonable(plan.publish(plan.phases[phase - 1], accs, published.get(phase - 1)))
         est = plan.finalize(accs, published.get(phase - 1))
         return jsonable({"reports": int(est.counts.get("reports", 0)),
                          "estimate": est.to_dict()})

@@ -1,0 +1,561 @@
+"""Method ``hadamard``, collector half: one Hadamard coefficient per user, averaged over the
+user's whole dataset and clamped to a window sized from the users' measured spread; or, where
+the users differ, the one-record frequency oracle.
+
+See ``docs/algorithms.md`` ("Hadamard windows"). The device half is
+``uldp.client.methods.hadamard``. Kinds ``distribution`` (the coefficients of the category
+frequencies, §6.3 of the seed paper's ℓ1/Hadamard case) and ``mean-l1`` (§6.2).
+
+Every user serves one coefficient ``c`` (one group per coefficient; for a distribution
+``c ≥ 1``: coefficient 0 is ``1/√K`` for every user, public) and takes part in one of three
+phases:
+
+1. **centre** (share ``s₁``): the reports of the fallback method — one sampled record
+   through the best frequency oracle (distribution), or the coefficient on its whole range
+   ``[−D, D]`` (``mean-l1``). Closing it estimates every coefficient ``θ̂¹_c`` and its
+   variance ``v_c``, and sets the scale ``τ_c = √(D²/m + v_c)``: the spread of
+   ``Y_ic − θ̂¹_c`` when users differ only by the sampling of their ``m`` records (per-sample
+   variance at most ``D²``) and the centre is off by its own noise.
+2. **spread** (share ``s₂``, small): whether ``Y_ic`` lies in its window
+   ``[θ̂¹_c − qτ_c, θ̂¹_c + qτ_c]`` (``q`` of least error on the model, :data:`QS`), one
+   bit through the best frequency oracle over two categories. Closing it estimates the
+   share ``M`` of users outside their windows, pooled over the coefficients (a precise
+   number: standard error ≈ 0.014 with 5 000 users at ε = 1). Users alike put ``2Φ(−q)``
+   there; a share above that by more than :data:`Z_OUTSIDE` standard errors says the users
+   differ, and the method falls back; so does a window whose error on the model is not
+   below the oracle's on the users left.
+3. **window** (the rest): the coefficient clamped to its window through the chosen scalar
+   randomizer — or, after a fallback, the centre's report again.
+
+Estimates. Window: each coefficient is the mean of its window reports (the estimand is the
+mean over *all* users who reported, so the reporters' spread enters with the
+finite-population factor), its variance widened by the expected squared clamping bias of the
+model — users alike, centre off by ``N(0, v_c)`` (:func:`model_bias2`). Fallback: the
+oracle's estimate over the centre and window users together (the same reports), exactly as
+method ``oracle``. The predicted error (:meth:`HadamardWindows.component_variance`) runs the
+same rule on the normal model of the users' statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from uldp.client.kinds.means import hadamard_rows
+from uldp.client.mechanisms import ORACLES
+from uldp.client.methods.hadamard import HADAMARD_KINDS
+from uldp.client.regimes import Group, Grouping
+from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.estimators.transforms import project_simplex
+from uldp.collector.mechanisms import ORACLE_DECODERS
+from uldp.collector.mechanisms.choice import (
+    SCALAR_CHOICES,
+    best_oracle,
+    oracle_total_variance,
+)
+from uldp.collector.methods.base import Published
+from uldp.collector.methods.common import (
+    estimate_from_blocks,
+    finite_population,
+    report_noise_variance,
+    value_accumulator,
+    value_mechanism,
+    value_noise_variance,
+)
+from uldp.collector.methods.oracle import OracleAccumulator, SampledRecords
+
+__all__ = ["QS", "Z_OUTSIDE", "HadamardWindows", "clamp_bias", "min_half_width",
+           "model_bias2", "spread_share"]
+
+#: candidate half-widths of the window, in units of τ (at least :func:`min_half_width`)
+QS = (3.0, 3.5, 4.0, 5.0, 6.0)
+#: the share of users outside the windows enters the rule at its estimate plus this many
+#: standard deviations (the bound), and the interval at its estimate less as many
+Z_OUTSIDE = 2.0
+
+_NORMAL = NormalDist()
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(24)  # E f(Z), Z ~ N(0, 1)
+_GH_W = _GH_W / _GH_W.sum()
+
+
+def min_half_width(groups: int) -> float:
+    """The least ``q``: with users alike, at most 5 % of the runs clamp any of the
+    ``groups`` coefficients by its centre's error (``2Φ(−q) · groups ≤ 0.05``; a clamped
+    coefficient biases every output by ``b_c/√K``, which the intervals carry only on
+    average)."""
+    return float(_NORMAL.inv_cdf(1 - 0.025 / max(groups, 1)))
+
+
+def spread_share(users: int) -> float:
+    """``s₂``: the share of users the spread phase takes — about 5 000 users, between
+    2 % and 6 % (its users are lost to the estimate after a fallback: at most 1/(1 − s₂)
+    = 1.064 of the oracle's error)."""
+    return float(min(max(5000.0 / max(users, 1), 0.02), 0.06))
+
+
+def _phi_tail(x: np.ndarray) -> np.ndarray:
+    """``E (x − Z)⁺`` for ``Z ~ N(0, 1)``: ``x Φ(x) + φ(x)``."""
+    x = np.asarray(x, dtype=np.float64)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    return x * cdf + np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+
+
+def clamp_bias(mu: np.ndarray, sd: np.ndarray, lo: np.ndarray, hi: np.ndarray
+               ) -> np.ndarray:
+    """``E clamp(X, lo, hi) − E X`` for ``X ~ N(mu, sd²)`` (element-wise):
+    ``E(lo − X)⁺ − E(X − hi)⁺``."""
+    sd = np.maximum(np.asarray(sd, dtype=np.float64), 1e-15)
+    return sd * (_phi_tail((lo - mu) / sd) - _phi_tail((mu - hi) / sd))
+
+
+def model_bias2(users_sd: np.ndarray, centre_sd: np.ndarray, half: np.ndarray,
+                theta: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """Expected squared clamping bias of every coefficient's window: users' statistics
+    ``N(θ, users_sd²)``, the window ``[θ + δ − half, θ + δ + half] ∩ [−D, D]`` with the
+    centre's error ``δ ~ N(0, centre_sd²)`` (Gauss–Hermite over δ)."""
+    th, hw, D = (np.asarray(x, dtype=np.float64)[:, None] for x in (theta, half, bound))
+    delta = np.asarray(centre_sd, dtype=np.float64)[:, None] * _GH_X[None, :]
+    lo = np.maximum(th + delta - hw, -D)
+    hi = np.minimum(th + delta + hw, D)
+    b = clamp_bias(th, np.asarray(users_sd, dtype=np.float64)[:, None], lo, hi)
+    return np.asarray((b * b) @ _GH_W)
+
+
+class HadamardWindows:
+    """Collector half of method ``hadamard`` (module docstring)."""
+
+    name = "hadamard"
+    device_method = "hadamard"
+    stages: tuple[int, ...] = (1, 2, 3)
+
+    # ---- structure -----------------------------------------------------------------
+    @staticmethod
+    def _first(kind_name: str) -> int:
+        return 1 if kind_name == "distribution" else 0
+
+    def grouping(self, spec: Any, n_components: int) -> Grouping:
+        if spec.kind not in HADAMARD_KINDS:
+            raise ValueError(f"method 'hadamard' estimates Hadamard coefficients "
+                             f"({', '.join(HADAMARD_KINDS)}), not kind {spec.kind!r}")
+        if spec.moment_p is not None:
+            raise ValueError("method 'hadamard' needs a support bound (no heavy tails)")
+        first = self._first(spec.kind)
+        if n_components <= first:
+            raise ValueError("method 'hadamard' needs at least two categories")
+        return Grouping("hadamard", tuple(Group((c,), float(spec.epsilon))
+                                          for c in range(first, n_components)))
+
+    def stage_shares(self, spec: Any) -> tuple[float, float]:
+        """``(s₁, s₂)``: the centre's share (``stage1_share``) and the spread's."""
+        return float(spec.stage1_share), spread_share(spec.users)
+
+    def n_groups(self, plan: Any) -> int:
+        return len(plan.grouping.groups)
+
+    def grouping_budget(self, spec: Any) -> tuple[float, int]:
+        return spec.epsilon, spec.users
+
+    def effective_sizes(self, n: int, m: int, epsilon: float) -> tuple[int, int, float]:
+        return n, m, epsilon
+
+    def noise_constant(self, n: int, K: int) -> float:
+        return 8.0
+
+    def device_offsets(self, plan: Any, slots: np.ndarray) -> np.ndarray | None:
+        return None
+
+    @staticmethod
+    def _categorical(plan: Any) -> bool:
+        return plan.kind.categories is not None
+
+    def _bound(self, plan: Any, c: int) -> float:
+        return float(plan.group_params(0)[c].bound)
+
+    def _comp(self, plan: Any, g: int) -> int:
+        return int(plan.grouping.groups[g].components[0])
+
+    def oracle_name(self, plan: Any) -> str:
+        A = plan.kind.categories(plan.template)
+        eps = float(plan.spec.epsilon)
+        return best_oracle(A, eps) if plan.spec.oracle in ("best", "laplace") \
+            else plan.spec.oracle
+
+    def _records(self) -> SampledRecords:
+        return SampledRecords()
+
+    # ---- tasks and accumulators ----------------------------------------------------
+    def centre_task(self, plan: Any, group: int) -> TaskSpec:
+        if self._categorical(plan):
+            return plan.group_task(group, 1, components=tuple(range(plan.n_components)),
+                                   mechanism=self.oracle_name(plan))
+        D = self._bound(plan, self._comp(plan, group))
+        return plan.group_task(group, 1, intervals=((-D, D),),
+                               mechanism=value_mechanism(plan.spec, float(plan.spec.epsilon)))
+
+    def task(self, plan: Any, group: int, stage: int, previous: Published | None,
+             slot: int | None = None) -> TaskSpec:
+        if stage == 1:
+            return self.centre_task(plan, group)
+        if previous is None:
+            raise ValueError(f"stage {stage} of method hadamard needs what the previous "
+                             "phase published")
+        if stage == 2:
+            lo, hi = previous["intervals"][str(group)]
+            return plan.group_task(group, 2, intervals=((float(lo), float(hi)),),
+                                   mechanism=previous["oracle"])
+        if previous.get("mode") != "window":
+            return self.centre_task(plan, group)
+        lo, hi = previous["intervals"][str(group)]
+        return plan.group_task(group, 3, intervals=((float(lo), float(hi)),),
+                               mechanism=previous["mechanism"])
+
+    def accumulator(self, plan: Any, task: TaskSpec) -> Any:
+        if task.stage == 2:
+            oracle = ORACLES[task.mechanism]
+            return OracleAccumulator(2, 1, ORACLE_DECODERS[task.mechanism], task.eps_c,
+                                     oracle.length(2, task.eps_c), oracle.limit(2, task.eps_c))
+        if task.stage == 1 and self._categorical(plan):
+            return self._records().accumulator(plan, task)
+        return value_accumulator(task)
+
+    # ---- closing the centre ----------------------------------------------------------
+    def _centre(self, plan: Any, accs: dict[int, Any]) -> dict[str, Any]:
+        """What the centre phase measured: per coefficient ``θ̂¹`` and its variance, and
+        the reports the fallback reuses (the oracle's frequencies, or per-group means)."""
+        K = plan.n_components
+        if self._categorical(plan):
+            A = plan.kind.categories(plan.template)
+            merged = _merged(accs)
+            if merged is None or merged.count == 0:
+                f, se, n = np.full(A, 1.0 / A), np.full(A, 0.5), 0
+            else:
+                f, se = merged.estimate()
+                n = merged.count
+            theta = hadamard_rows(f[None], K)[0]
+            var = np.full(K, float(np.sum(se * se)) / K)
+            theta[0], var[0] = 1.0 / math.sqrt(K), 0.0
+            return {"theta": theta.tolist(), "var": var.tolist(), "reports": int(n),
+                    "freq": f.tolist(), "se": se.tolist()}
+        theta, var = np.zeros(K), np.zeros(K)
+        means: dict[str, list[float]] = {}
+        n = 0
+        for g in range(self.n_groups(plan)):
+            c, acc = self._comp(plan, g), accs.get(g)
+            D = self._bound(plan, c)
+            if acc is None or acc.count < 2:
+                theta[c], var[c] = 0.0, D * D
+                means[str(g)] = [0.0, D * D, 0 if acc is None else int(acc.count)]
+                n += 0 if acc is None else acc.count
+                continue
+            theta[c], var[c] = float(acc.means()[0]), float(acc.covariance()[0, 0])
+            means[str(g)] = [theta[c], var[c], int(acc.count)]
+            n += acc.count
+        return {"theta": theta.tolist(), "var": var.tolist(), "reports": int(n),
+                "groups": means}
+
+    def alike_var(self, plan: Any, theta: np.ndarray, var: np.ndarray) -> np.ndarray:
+        """``Var Y_ic`` of users alike: ``σ_c²/m`` of ``m`` i.i.d. records, with ``σ_c²`` the
+        per-record variance — ``D² − θ_c²`` for a distribution (``φ_c = ±D``; ``θ_c`` at
+        the centre's estimate moved two standard errors toward 0), at most ``D²``."""
+        D = np.array([self._bound(plan, c) for c in range(plan.n_components)])
+        if not self._categorical(plan):
+            return D * D / plan.spec.samples
+        low = np.maximum(np.abs(theta) - 2 * np.sqrt(np.maximum(var, 0.0)), 0.0)
+        return np.maximum(D * D - low * low, 0.0) / plan.spec.samples
+
+    def window(self, plan: Any, theta: np.ndarray, var: np.ndarray, users_var: np.ndarray,
+               mechs: tuple[str, ...] = SCALAR_CHOICES
+               ) -> tuple[float, str, np.ndarray, np.ndarray, np.ndarray, float]:
+        """The window of least error on the model: users' statistics ``N(θ_c,
+        users_var_c)``, the centre's error ``N(0, var_c)``, ``τ_c = √(D²/m + var_c)``.
+        The window is ``θ_c ± q·τ_c`` with ``τ_c = √(alike_var_c + var_c)``. Returns ``q``,
+        the randomizer, ``lo``, ``hi`` and ``E b²`` per served coefficient, and the error."""
+        spec, eps = plan.spec, float(plan.spec.epsilon)
+        G = self.n_groups(plan)
+        comps = [self._comp(plan, g) for g in range(G)]
+        D = np.array([self._bound(plan, c) for c in comps])
+        th, v, S2 = theta[comps], np.maximum(var[comps], 0.0), users_var[comps]
+        tau = np.sqrt(self.alike_var(plan, theta, var)[comps] + v)
+        n3 = np.array([max(plan.stage_size(g, 3), 1) for g in range(G)], dtype=np.float64)
+        best: tuple[float, float, str, np.ndarray, np.ndarray, np.ndarray] | None = None
+        qmin = min_half_width(G)
+        for q in [q for q in QS if q >= qmin] or [QS[-1]]:
+            half = q * tau
+            lo, hi = np.maximum(th - half, -D), np.minimum(th + half, D)
+            mb2 = model_bias2(np.sqrt(S2), np.sqrt(v), half, th, D)
+            t2 = float(np.mean(np.minimum((S2 + v) / (half * half), 1.0)))
+            for mech in mechs:
+                noise = np.array([value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)
+                                  for g in range(G)])
+                mse = float(np.sum((noise + S2) / n3 + mb2))
+                if best is None or mse < best[0] * (1 - 1e-12):
+                    best = (mse, float(q), mech, lo, hi, mb2)
+        assert best is not None
+        return best[1], best[2], best[3], best[4], best[5], best[0]
+
+    def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
+        if stage != 1:
+            raise ValueError(f"stage {stage} of method hadamard publishes with the stage "
+                             "before (publish_with)")
+        centre = self._centre(plan, accs)
+        theta, var = np.asarray(centre["theta"]), np.asarray(centre["var"])
+        q, mech, lo, hi, mb2, mse = self.window(plan, theta, var,
+                                                self.alike_var(plan, theta, var))
+        G = self.n_groups(plan)
+        return {"centre": centre, "q_window": q, "mechanism": mech,
+                "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
+                "model_bias2": {str(g): float(mb2[g]) for g in range(G)},
+                "window_mse": mse, "oracle": best_oracle(2, float(plan.spec.epsilon)),
+                "reports": centre["reports"]}
+
+    # ---- closing the spread: the rule --------------------------------------------------
+    def outside_share(self, accs: dict[int, Any]) -> tuple[float, float, int]:
+        """The pooled share of users outside their windows, its standard error, reports."""
+        num, var, n = 0.0, 0.0, 0
+        for acc in accs.values():
+            if acc is None or acc.count == 0:
+                continue
+            f, se = acc.estimate()
+            num += acc.count * float(f[1])
+            var += acc.count**2 * float(se[1]) ** 2
+            n += acc.count
+        if n == 0:
+            return 1.0, 0.0, 0
+        return num / n, math.sqrt(var) / n, n
+
+    def decide(self, plan: Any, previous: Published, M: float, sd: float, n2: int,
+               fallback: float) -> tuple[bool, dict[str, Any]]:
+        """Window or fallback (module docstring): the window runs when the share of users
+        outside their windows is not above what users alike put there (``2Φ(−q)``) by
+        more than :data:`Z_OUTSIDE` standard errors, and its error on that model is below
+        the fallback's."""
+        q = float(previous["q_window"])
+        expected = 2 * _NORMAL.cdf(-q)
+        excess = M - expected
+        alike = n2 > 0 and excess <= Z_OUTSIDE * sd
+        model = float(previous["window_mse"])
+        info = {"outside": M, "outside_se": sd, "outside_alike": expected,
+                "spread_reports": n2, "window_mse": model, "fallback_mse": fallback}
+        return alike and model < fallback, info
+
+    def choose(self, plan: Any, previous: Published, accs: dict[int, Any]) -> Published:
+        """Close the spread phase (module docstring)."""
+        M, sd, n2 = self.outside_share(accs)
+        window, info = self.decide(plan, previous, M, sd, n2,
+                                   self._fallback_mse(plan, previous["centre"], n2))
+        base = {k: previous[k] for k in ("centre", "q_window", "mechanism", "intervals",
+                                         "model_bias2")}
+        return base | {"spread": info, "mode": "window" if window else "fallback",
+                       "reports": int(previous.get("reports", 0)) + n2}
+
+    def _fallback_mse(self, plan: Any, centre: dict[str, Any], n2: int) -> float:
+        """The error of the fallback on the users left (centre and window phases):
+        the oracle at the centre's frequencies, or full-range values."""
+        n_left = max(plan.spec.users - n2, 1)
+        eps = float(plan.spec.epsilon)
+        if self._categorical(plan):
+            f = np.clip(np.asarray(centre["freq"]), 0, 1)
+            noise = oracle_total_variance(self.oracle_name(plan), f.size, eps)
+            return float((noise + max(1.0 - float(f @ f), 0.0)) / n_left)
+        G = self.n_groups(plan)
+        per = max(n_left / G, 1.0)
+        mech = value_mechanism(plan.spec, eps)
+        return float(sum(value_noise_variance(mech, 2 * self._bound(plan, self._comp(plan, g)),
+                                              eps) / per for g in range(G)))
+
+    def publish_with(self, plan: Any, stage: int, accs: dict[int, Any],
+                     previous: Published | None) -> Published:
+        """``publish`` with what the stage before published (the program passes it)."""
+        if stage == 2:
+            if previous is None:
+                raise ValueError("the spread phase needs the centre's publication")
+            return self.choose(plan, previous, accs)
+        return self.publish(plan, stage, accs)
+
+    # ---- the estimate -----------------------------------------------------------------
+    def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
+                 ) -> Estimate:
+        if previous is None:
+            raise ValueError("method hadamard's last phase needs what the spread published")
+        centre = previous["centre"]
+        if previous.get("mode") == "window":
+            est = self._window_estimate(plan, accs, previous, int(previous.get("reports", 0)))
+        elif self._categorical(plan):
+            est = self._oracle_estimate(plan, accs, centre)
+        else:
+            est = self._values_estimate(plan, accs, centre)
+        est.extra["hadamard"] = {k: previous[k] for k in ("mode", "q_window", "mechanism")
+                                 if k in previous} | {"spread": previous.get("spread", {})}
+        est.extra["method"] = plan.spec.method
+        if plan.auto:
+            est.extra["auto"] = dict(plan.auto)
+        return est
+
+    def _window_estimate(self, plan: Any, accs: dict[int, Any], previous: Published,
+                         before: int) -> Estimate:
+        eps = float(plan.spec.epsilon)
+        n3 = sum(a.count for a in accs.values())
+        n = before + n3
+        blocks: list[Any] = []
+        if self._categorical(plan):
+            blocks.append(((0,), np.array([1.0 / math.sqrt(plan.n_components)]),
+                           np.zeros((1, 1))))
+        extra = previous.get("model_bias2", {})
+        for g in range(self.n_groups(plan)):
+            c, acc = self._comp(plan, g), accs.get(g)
+            lo, hi = previous["intervals"][str(g)]
+            if acc is None or acc.count < 2:  # no report: anywhere in the range
+                D = self._bound(plan, c)
+                blocks.append(((c,), np.array([0.0]), np.array([[D * D]])))
+                continue
+            nv = report_noise_variance(previous["mechanism"], hi - lo, eps,
+                                       float(acc.mean_square_t()[0]), float(acc.mean_t()[0]))
+            cov = finite_population(acc.covariance(), np.array([nv]), acc.count, n)
+            blocks.append(((c,), acc.means(), cov + float(extra.get(str(g), 0.0))))
+        est = estimate_from_blocks(plan, blocks, n3)
+        est.counts["reports"] = n
+        return est
+
+    def _oracle_estimate(self, plan: Any, accs: dict[int, Any], centre: dict[str, Any]
+                         ) -> Estimate:
+        merged = _merged(accs)
+        n1 = int(centre["reports"])
+        f1, se1 = np.asarray(centre["freq"]), np.asarray(centre["se"])
+        if merged is None or merged.count == 0:
+            f, se, n = f1, se1, n1
+        else:
+            f3, se3 = merged.estimate()
+            n3 = merged.count
+            n = n1 + n3
+            f = (n1 * f1 + n3 * f3) / max(n, 1)
+            se = np.sqrt(n1 * n1 * se1 * se1 + n3 * n3 * se3 * se3) / max(n, 1)
+        z = _NORMAL.inv_cdf(0.5 + plan.spec.confidence / 2)
+        K = plan.n_components
+        extra: dict[str, Any] = {
+            "components": hadamard_rows(f[None], K)[0], "projected": project_simplex(f),
+            "reports": n, "regime": plan.grouping.regime, "mechanism": self.oracle_name(plan)}
+        return Estimate(np.clip(f, 0, 1), se, np.clip(f - z * se, 0, 1),
+                        np.clip(f + z * se, 0, 1), plan.spec.confidence,
+                        counts={"reports": n}, extra=extra)
+
+    def _values_estimate(self, plan: Any, accs: dict[int, Any], centre: dict[str, Any]
+                         ) -> Estimate:
+        blocks = []
+        n = 0
+        for g in range(self.n_groups(plan)):
+            c, acc = self._comp(plan, g), accs.get(g)
+            m1, v1, n1 = centre["groups"][str(g)]
+            if acc is None or acc.count < 2:
+                mean, var, k = m1, v1, n1
+            else:
+                k = n1 + acc.count
+                mean = (n1 * m1 + acc.count * float(acc.means()[0])) / k
+                var = (n1 * n1 * v1 + acc.count ** 2 * float(acc.covariance()[0, 0])) / k**2
+            n += k
+            blocks.append(((c,), np.array([mean]), np.array([[var]])))
+        return estimate_from_blocks(plan, blocks, n)
+
+    # ---- the predicted error ----------------------------------------------------------
+    def component_variance(self, plan: Any, sample_var: np.ndarray,
+                           stat_var: np.ndarray | None = None,
+                           stat_mean: np.ndarray | None = None) -> np.ndarray:
+        """The rule run on the normal model: users' statistics ``N(θ_c, S_c²)`` (``S_c²``
+        = ``stat_var``, or ``σ_c²/m`` of i.i.d. records), the centre's error at its
+        predicted variance, the window the centre phase picks (on its own model), the
+        outside share the spread phase would measure (at its expected noise), and then
+        the window's error — noise at the second moment there, the reporters' spread with
+        the finite-population factor, the expected squared clamping bias — or the
+        fallback's, whichever the rule takes."""
+        spec, eps = plan.spec, float(plan.spec.epsilon)
+        K = plan.n_components
+        G = self.n_groups(plan)
+        comps = [self._comp(plan, g) for g in range(G)]
+        m = spec.samples
+        sv = np.asarray(sample_var, dtype=np.float64)
+        S2 = sv / m if stat_var is None else np.maximum(np.asarray(stat_var, np.float64), 0)
+        mean = np.zeros(K) if stat_mean is None else np.asarray(stat_mean, dtype=np.float64)
+        sizes = np.array([plan.stage_sizes(g) for g in range(G)], dtype=np.float64)
+        n1, n2 = float(sizes[:, 0].sum()), int(sizes[:, 1].sum())
+        n3 = np.maximum(sizes[:, 2], 1.0)
+        D = np.array([self._bound(plan, c) for c in range(K)])
+        fallback_v, fallback_total = self._fallback_variance(plan, sv, stat_var, n2)
+        var = np.zeros(K)
+        if self._categorical(plan):
+            A = plan.kind.categories(plan.template)
+            var[:] = (oracle_total_variance(self.oracle_name(plan), A, eps)
+                      + float(np.sum(sv))) / (K * max(n1, 1.0))
+            var[0] = 0.0
+        else:
+            mech1 = value_mechanism(spec, eps)
+            for g, c in enumerate(comps):
+                var[c] = (value_noise_variance(mech1, 2 * D[c], eps) + S2[c]) / max(sizes[g, 0], 1)
+        # the centre phase's window (its own model: users alike), then the spread's view
+        alike = self.alike_var(plan, mean, var)
+        q, mech, lo, hi, mb2_model, mse_model = self.window(plan, mean, var, alike)
+        Dc, v, S2c, th = D[comps], var[comps], S2[comps], mean[comps]
+        tau = np.sqrt(alike[comps] + v)
+        outside = float(np.mean(2 * _normal_cdf(-q * tau / np.sqrt(S2c + v + 1e-300))))
+        o2 = best_oracle(2, eps)
+        f2 = np.array([1 - outside, outside])
+        sd = math.sqrt(float(ORACLE_DECODERS[o2].variance(f2, 2, eps)[1]) / max(n2, 1))
+        prev = {"centre": {"var": var.tolist()}, "window_mse": mse_model, "q_window": q,
+                "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
+                "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
+        window, _ = self.decide(plan, prev, outside, sd, n2, fallback_total)
+        if not window:
+            return fallback_v
+        half = q * tau
+        mb2 = model_bias2(np.sqrt(S2c), np.sqrt(v), half, th, Dc)
+        t2 = float(np.mean(np.minimum((S2c + v) / (half * half), 1.0)))
+        fin = stat_var is not None
+        out = np.zeros(K)
+        for g, c in enumerate(comps):
+            fpc = max(1.0 - n3[g] / spec.users, 0.0) if fin else 1.0
+            noise = value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)
+            out[c] = (fpc * S2c[g] + noise) / n3[g] + mb2[g]
+        return out
+
+    def _fallback_variance(self, plan: Any, sv: np.ndarray, stat_var: np.ndarray | None,
+                           n2: int) -> tuple[np.ndarray, float]:
+        spec, eps = plan.spec, float(plan.spec.epsilon)
+        K = plan.n_components
+        n_left = max(spec.users - n2, 1)
+        if self._categorical(plan):
+            A = plan.kind.categories(plan.template)
+            noise = oracle_total_variance(self.oracle_name(plan), A, eps)
+            total_sample = float(np.sum(sv))
+            between = float(np.sum(stat_var)) if stat_var is not None \
+                else total_sample / spec.samples
+            within = max(total_sample - between, 0.0)
+            # the estimand counts the spread phase's users too (finite population)
+            fpc = 1.0 - n_left / spec.users
+            total = (noise + within + fpc * max(between, 0.0)) / n_left
+            return np.full(K, total / A), total
+        G = self.n_groups(plan)
+        mech = value_mechanism(spec, eps)
+        out = np.zeros(K)
+        for g in range(G):
+            c = self._comp(plan, g)
+            k = max(plan.stage_size(g, 1) + plan.stage_size(g, 3), 1)
+            S2 = sv[c] / spec.samples if stat_var is None else stat_var[c]
+            out[c] = (value_noise_variance(mech, 2 * self._bound(plan, c), eps) + S2) / k
+        return out, float(out.sum())
+
+
+def _normal_cdf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1 + np.vectorize(math.erf)(np.asarray(x, dtype=np.float64) / math.sqrt(2)))
+
+
+def _merged(accs: dict[int, Any]) -> Any:
+    """The groups' oracle accumulators merged into one (None without any)."""
+    merged = None
+    for acc in accs.values():
+        if merged is None:
+            merged = acc
+        else:
+            merged.merge(acc)
+    return merged
