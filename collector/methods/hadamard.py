@@ -68,11 +68,11 @@ from uldp.collector.methods.common import (
 )
 from uldp.collector.methods.oracle import OracleAccumulator, SampledRecords
 
-__all__ = ["QS", "Z_OUTSIDE", "HadamardWindows", "clamp_bias", "min_half_width",
-           "model_bias2", "spread_share"]
+__all__ = ["QS", "Z_OUTSIDE", "HadamardWindows", "clamp_bias", "clamps_ok",
+           "model_bias2", "model_t2", "spread_share"]
 
-#: candidate half-widths of the window, in units of τ (at least :func:`min_half_width`)
-QS = (3.0, 3.5, 4.0, 5.0, 6.0)
+#: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
+QS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
 #: the share of users outside the windows enters the rule at its estimate plus this many
 #: standard deviations (the bound), and the interval at its estimate less as many
 Z_OUTSIDE = 2.0
@@ -82,12 +82,14 @@ _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(24)  # E f(Z), Z ~ N(0, 1)
 _GH_W = _GH_W / _GH_W.sum()
 
 
-def min_half_width(groups: int) -> float:
-    """The least ``q``: with users alike, at most 5 % of the runs clamp any of the
-    ``groups`` coefficients by its centre's error (``2Φ(−q) · groups ≤ 0.05``; a clamped
-    coefficient biases every output by ``b_c/√K``, which the intervals carry only on
-    average)."""
-    return float(_NORMAL.inv_cdf(1 - 0.025 / max(groups, 1)))
+def clamps_ok(q: float, groups: int) -> bool:
+    """Whether the intervals' account of the clamping is sound at half-width ``q``. The
+    centre's error clamps a coefficient with probability ``2Φ(−q)`` and biases every
+    output by ``b_c/√K``; the intervals carry ``E b_c²`` as variance, which is right when
+    the expected number ``λ`` of clamped coefficients is large (their biases add up to a
+    normal error, like the noise) or tiny (they are rare): ``λ ≥ 5`` or ``λ ≤ 0.05``."""
+    lam = groups * 2 * _NORMAL.cdf(-q)
+    return lam >= 5.0 or lam <= 0.05
 
 
 def spread_share(users: int) -> float:
@@ -123,6 +125,15 @@ def model_bias2(users_sd: np.ndarray, centre_sd: np.ndarray, half: np.ndarray,
     hi = np.minimum(th + delta + hw, D)
     b = clamp_bias(th, np.asarray(users_sd, dtype=np.float64)[:, None], lo, hi)
     return np.asarray((b * b) @ _GH_W)
+
+
+def model_t2(users_sd: np.ndarray, centre_sd: np.ndarray, half: np.ndarray) -> np.ndarray:
+    """``E t²`` of the clamped statistics on each window (``t`` = the position in the window,
+    ±1 at its ends): ``E min((δ² + S²)/h², 1)`` over the centre's error ``δ ~ N(0, v)``."""
+    d = np.asarray(centre_sd, dtype=np.float64)[:, None] * _GH_X[None, :]
+    S2 = np.asarray(users_sd, dtype=np.float64)[:, None] ** 2
+    h2 = np.maximum(np.asarray(half, dtype=np.float64)[:, None] ** 2, 1e-300)
+    return np.asarray(np.minimum((d * d + S2) / h2, 1.0) @ _GH_W)
 
 
 class HadamardWindows:
@@ -274,7 +285,7 @@ class HadamardWindows:
         users_var_c)``, the centre's error ``N(0, var_c)``, ``τ_c = √(D²/m + var_c)``.
         The window is ``θ_c ± q·τ_c`` with ``τ_c = √(alike_var_c + var_c)``. Returns ``q``,
         the randomizer, ``lo``, ``hi`` and ``E b²`` per served coefficient, and the error."""
-        spec, eps = plan.spec, float(plan.spec.epsilon)
+        eps = float(plan.spec.epsilon)
         G = self.n_groups(plan)
         comps = [self._comp(plan, g) for g in range(G)]
         D = np.array([self._bound(plan, c) for c in comps])
@@ -282,12 +293,11 @@ class HadamardWindows:
         tau = np.sqrt(self.alike_var(plan, theta, var)[comps] + v)
         n3 = np.array([max(plan.stage_size(g, 3), 1) for g in range(G)], dtype=np.float64)
         best: tuple[float, float, str, np.ndarray, np.ndarray, np.ndarray] | None = None
-        qmin = min_half_width(G)
-        for q in [q for q in QS if q >= qmin] or [QS[-1]]:
+        for q in [q for q in QS if clamps_ok(q, G)] or [QS[-1]]:
             half = q * tau
             lo, hi = np.maximum(th - half, -D), np.minimum(th + half, D)
             mb2 = model_bias2(np.sqrt(S2), np.sqrt(v), half, th, D)
-            t2 = float(np.mean(np.minimum((S2 + v) / (half * half), 1.0)))
+            t2 = float(np.mean(model_t2(np.sqrt(S2), np.sqrt(v), half)))
             for mech in mechs:
                 noise = np.array([value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)
                                   for g in range(G)])
@@ -296,6 +306,14 @@ class HadamardWindows:
                     best = (mse, float(q), mech, lo, hi, mb2)
         assert best is not None
         return best[1], best[2], best[3], best[4], best[5], best[0]
+
+    def window_t2(self, plan: Any, theta: np.ndarray, var: np.ndarray, q: float
+                  ) -> np.ndarray:
+        """:func:`model_t2` of every served coefficient's window at half-width ``q·τ``."""
+        comps = [self._comp(plan, g) for g in range(self.n_groups(plan))]
+        S2 = self.alike_var(plan, theta, var)[comps]
+        v = np.maximum(var[comps], 0.0)
+        return model_t2(np.sqrt(S2), np.sqrt(v), q * np.sqrt(S2 + v))
 
     def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
         if stage != 1:
@@ -306,7 +324,9 @@ class HadamardWindows:
         q, mech, lo, hi, mb2, mse = self.window(plan, theta, var,
                                                 self.alike_var(plan, theta, var))
         G = self.n_groups(plan)
+        t2 = self.window_t2(plan, theta, var, q)
         return {"centre": centre, "q_window": q, "mechanism": mech,
+                "model_t2": {str(g): float(t2[g]) for g in range(G)},
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2[g]) for g in range(G)},
                 "window_mse": mse, "oracle": best_oracle(2, float(plan.spec.epsilon)),
@@ -348,7 +368,7 @@ class HadamardWindows:
         window, info = self.decide(plan, previous, M, sd, n2,
                                    self._fallback_mse(plan, previous["centre"], n2))
         base = {k: previous[k] for k in ("centre", "q_window", "mechanism", "intervals",
-                                         "model_bias2")}
+                                         "model_bias2", "model_t2")}
         return base | {"spread": info, "mode": "window" if window else "fallback",
                        "reports": int(previous.get("reports", 0)) + n2}
 
@@ -412,8 +432,10 @@ class HadamardWindows:
                 D = self._bound(plan, c)
                 blocks.append(((c,), np.array([0.0]), np.array([[D * D]])))
                 continue
+            hint = previous.get("model_t2", {}).get(str(g))
             nv = report_noise_variance(previous["mechanism"], hi - lo, eps,
-                                       float(acc.mean_square_t()[0]), float(acc.mean_t()[0]))
+                                       float(acc.mean_square_t()[0]), float(acc.mean_t()[0]),
+                                       hint)
             cov = finite_population(acc.covariance(), np.array([nv]), acc.count, n)
             blocks.append(((c,), acc.means(), cov + float(extra.get(str(g), 0.0))))
         est = estimate_from_blocks(plan, blocks, n3)
@@ -510,7 +532,7 @@ class HadamardWindows:
             return fallback_v
         half = q * tau
         mb2 = model_bias2(np.sqrt(S2c), np.sqrt(v), half, th, Dc)
-        t2 = float(np.mean(np.minimum((S2c + v) / (half * half), 1.0)))
+        t2 = float(np.mean(model_t2(np.sqrt(S2c), np.sqrt(v), half)))
         fin = stat_var is not None
         out = np.zeros(K)
         for g, c in enumerate(comps):
