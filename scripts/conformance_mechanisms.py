@@ -187,6 +187,38 @@ def _mech_task_list() -> list[tuple[str, TaskSpec, list[str], str]]:
                          mechanism=m, records=r)
             out.append((f"dist/oracle-{m}-e{eps:g}-r{r}", t, list(datasets(CONFIGS[8])),
                         "dist"))
+    out += _hadamard_tasks()
+    return out
+
+
+def _hadamard_tasks() -> list[tuple[str, Any, list[str], str]]:
+    """Method hadamard (§17.13): every stage of both kinds over the degenerate datasets
+    (a distribution user without usable records takes the uniform distribution's
+    coefficients), windows wide and narrow, ε at the ends."""
+    out: list[tuple[str, Any, list[str], str]] = []
+    by = {c.name: c for c in CONFIGS}
+    for name, comps, ivs in (("dist", (3,), ((-0.1, 0.05),)),
+                             ("l1", (0, 2), ((-0.2, 0.9), (-1e-3, 1e-3)))):
+        cfg = by[name]
+        every = list(datasets(cfg))
+        base = cfg.task("ssl", 0, 1.0, comps)
+        for eps in (0.5, 4.0, 2.0**19):
+            for m in ("laplace", "grr", "oue", "ss"):
+                t = replace(base, method="hadamard", stage=2, epsilon=eps * len(comps),
+                            eps_c=eps, intervals=ivs, mechanism=m)
+                out.append((f"{name}/hadamard-2-{m}-e{eps:g}", t, every, name))
+            for m in ("laplace", "duchi", "pm", "hm"):
+                t = replace(base, method="hadamard", stage=3, epsilon=eps * len(comps),
+                            eps_c=eps, intervals=ivs, mechanism=m)
+                out.append((f"{name}/hadamard-3-{m}-e{eps:g}", t, every, name))
+        if name == "l1":
+            t = replace(base, method="hadamard", stage=1, epsilon=1.0, eps_c=0.5,
+                        intervals=((-1.0, 1.0), (-1.0, 1.0)), mechanism="hm")
+            out.append(("l1/hadamard-1-hm", t, every, name))
+    for m in ("grr", "ss", "oue"):
+        t = TaskSpec(query_id="q-dist", kind="distribution", method="hadamard", stage=1,
+                     epsilon=1.0, eps_c=1.0, components=tuple(range(8)), dim=5, mechanism=m)
+        out.append((f"dist/hadamard-1-{m}", t, list(datasets(by["dist"])), "dist"))
     return out
 
 
@@ -217,6 +249,34 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("oracle-intervals", {**dist, "intervals": [[0.0, 1.0]]}, cat),
         ("oracle-accepted", {**dist, "records": 2, "eps_c": 0.5}, cat),
         ("mechanism-explicit-laplace", {**ssl, "mechanism": "laplace"}, {}),
+    ]
+    window = {**dist, "method": "hadamard", "stage": 3, "components": [3],
+              "intervals": [[-0.1, 0.1]], "mechanism": "pm"}
+    spread = {**window, "stage": 2, "mechanism": "grr"}
+    l1 = {**CONFIGS[7].task("ssl", 0, 1.0, (0,)).to_dict(), "method": "hadamard", "stage": 3,
+          "mechanism": "duchi"}
+    vec = {"datasets": [{"name": "data", "dim": 3, "labelled": False, "values": "real",
+                         "alphabet": None}]}
+    rows += [
+        ("hadamard-kind", {**ssl, "method": "hadamard", "stage": 3}, {}),
+        ("hadamard-stage", {**window, "stage": 0}, cat),
+        ("hadamard-stage-4", {**window, "stage": 4}, cat),
+        ("hadamard-window-oracle", {**window, "mechanism": "grr"}, cat),
+        ("hadamard-spread-scalar", {**spread, "mechanism": "duchi"}, cat),
+        ("hadamard-spread-no-interval", {**spread, "intervals": []}, cat),
+        ("hadamard-spread-bins", {**spread, "bins": [[1.0, 0.5, 4]]}, cat),
+        ("hadamard-spread-records", {**spread, "records": 2}, cat),
+        ("hadamard-window-reversed", {**window, "intervals": [[0.1, -0.1]]}, cat),
+        ("hadamard-window-inf", {**window, "intervals": [[-0.1, 1e309]]}, cat),
+        ("hadamard-centre-components", {**dist, "method": "hadamard", "stage": 1,
+                                        "components": [1]}, cat),
+        ("hadamard-centre-scalar", {**dist, "method": "hadamard", "stage": 1,
+                                    "mechanism": "pm"}, cat),
+        ("hadamard-over-budget", {**spread, "components": [1, 2],
+                                  "intervals": [[-1.0, 1.0], [-1.0, 1.0]]}, cat),
+        ("hadamard-accepted", spread, cat),
+        ("hadamard-l1-accepted", l1, vec),
+        ("hadamard-l1-centre-oracle", {**l1, "stage": 1, "mechanism": "grr"}, vec),
     ]
     return rows
 

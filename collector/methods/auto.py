@@ -12,7 +12,8 @@ candidates
   ``ε_c ≥ 0.61``, Duchi below; ``uldp.collector.mechanisms.choice``);
 * ``oracle`` for categorical kinds: one sampled record per user through the frequency
   oracle of least variance for ``(A, ε)``, with the records' own variance at its worst
-  case (the peers' rule, at least as good: SS is among the oracles);
+  case (the peers' rule, at least as good: SS is among the oracles) — and, weighed against
+  it, ``hadamard`` (``uldp.collector.methods.auto_distribution``);
 * for one-component kinds, ``two-stage-sized`` with the best oracle in stage I and the
   randomizer chosen from stage I (``randomizer="adaptive"``), when a stage I of at most
   :data:`MAX_SIZED_SHARE` of the users measures the histogram precisely enough
@@ -214,5 +215,13 @@ def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
             record.update(chosen="two-stage", mode=legacy[1], stage1_share=legacy[2])
             return replace(spec, method="two-stage", mode=legacy[1], stage1_share=legacy[2],
                            oracle="best", randomizer="best"), record
+    if plan.kind.categories is not None:  # distributions: uldp.collector.methods.auto_distribution
+        from uldp.collector.methods.auto_distribution import hadamard_choice
+
+        windows, info = hadamard_choice(spec, compile_fn, single)
+        record.update(info)
+        if windows is not None:
+            record.update(chosen="hadamard", mode="default", stage1_share=windows.stage1_share)
+            return windows, record
     record.update(chosen=chosen.method, mode=chosen.mode, stage1_share=None)
     return chosen, record

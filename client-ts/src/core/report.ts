@@ -2,15 +2,17 @@
  * The report of one device (docs/device-protocol.md §9, §12–13; Python:
  * uldp.client.tasks.compute_report and uldp.client.methods): the user statistic of the local
  * dataset, then the task's method — two-stage (stage-I bins, stage-II values), ssl,
- * baseline-a (m_ref item-level slots), baseline-b (one sample) or oracle (sampled records,
- * ./methods/oracle.ts) — on the keystream `rng`, through the task's mechanism (§17).
+ * baseline-a (m_ref item-level slots), baseline-b (one sample), oracle (sampled records,
+ * ./methods/oracle.ts) or hadamard (./methods/hadamard.ts) — on the keystream `rng`,
+ * through the task's mechanism (§17).
  * Total: a well-formed report for every dataset of the declared structure.
  */
 import { type KindImpl, KINDS, type Row, statistics, usable } from "./kinds.js";
 import { alg1Params } from "./params.js";
 import type { RandomSource } from "./random.js";
+import { hadamardReport } from "./methods/hadamard.js";
 import { oracleReport } from "./methods/oracle.js";
-import { oracleOf, scalarOf, slotGroup, type Task } from "./task.js";
+import { centreByRecords, oracleOf, scalarOf, slotGroup, type Task } from "./task.js";
 import { binReports, type Interval, stage2Report, valueReports } from "./twoStage.js";
 
 /** A dataset whose structure contradicts the task (an app bug, never a value problem). */
@@ -106,7 +108,10 @@ function baselineA(task: Task, kind: KindImpl, rows: Row[], valid: boolean[], rn
 
 function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
   const kind = KINDS[task.kind];
-  if (task.method === "oracle") return oracleReport(task, kind, rows, rng);
+  if (task.method === "oracle" || centreByRecords(task.method, task.stage, task.kind, task.dim)) {
+    return oracleReport(task, kind, rows, rng);
+  }
+  if (task.method === "hadamard") return hadamardReport(task, kind, rows, rng);
   const valid = usable(task, kind, rows);
   if (task.method === "baseline-a") return baselineA(task, kind, rows, valid, rng);
   let Y: number[];

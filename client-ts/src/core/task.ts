@@ -40,12 +40,19 @@ const refuse = (code: RefusalCode, message: string): never => {
   throw new TaskRefused(message, code);
 };
 
-export type Method = "two-stage" | "ssl" | "baseline-a" | "baseline-b" | "oracle";
+export type Method = "two-stage" | "ssl" | "baseline-a" | "baseline-b" | "oracle" | "hadamard";
 export const KIND_NAMES = ["classify", "distribution", "mean", "mean-l1", "mean-l2", "mean-linf", "regress", "sgd"] as const;
 export type KindName = (typeof KIND_NAMES)[number];
 const METHOD_STAGES: Record<Method, readonly number[]> = {
-  "two-stage": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0], oracle: [0],
+  "two-stage": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0], oracle: [0], hadamard: [1, 2, 3],
 };
+/** The kinds whose components are Hadamard coefficients (method hadamard, §17.13). */
+export const HADAMARD_KINDS: readonly KindName[] = ["distribution", "mean-l1"];
+
+/** Method hadamard's stage 1 of a categorical kind is the report of method oracle (§17.13). */
+export function centreByRecords(method: Method, stage: number, kind: KindName, dim: number): boolean {
+  return method === "hadamard" && stage === 1 && kindCategories(kind, dim) !== null;
+}
 export const GRADIENT_MODELS = ["least_squares", "logistic", "quadratic", "ridge"] as const;
 
 /** A validated task, with every number as the double (or exact integer) the device uses. */
@@ -347,6 +354,16 @@ function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: Kin
     checkBaselineA(f, comps);
   } else if (m === "oracle") {
     checkOracle(f, kind, dim, C, comps);
+  } else if (m === "hadamard") {
+    if (!HADAMARD_KINDS.includes(kind)) refuse("param", `method hadamard reports Hadamard coefficients (${HADAMARD_KINDS.join(", ")}), not kind ${kind}`);
+    if (centreByRecords(m, stage, kind, dim)) {
+      checkOracle(f, kind, dim, C, comps);
+      return;
+    }
+    singleRecord(f);
+    if (stage === 2) oracleOf(f.get("mechanism") as string);
+    else scalarOf(f.get("mechanism") as string);
+    checkIntervals(f, comps.length);
   } else {
     singleRecord(f);
     scalarOf(f.get("mechanism") as string);
@@ -362,7 +379,7 @@ export function slotGroup(offset: bigint, j: number, G: number): number {
 function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, dim: number): [bigint, number] {
   const comps = (f.get("components") as JValue[]).length;
   const epsC = f.get("eps_c") as JInt | number;
-  if (method === "oracle") {
+  if (method === "oracle" || centreByRecords(method, stage, f.get("kind") as KindName, dim)) {
     const records = Number(big(f.get("records")));
     const oracle = oracleOf(f.get("mechanism") as string);
     return [BigInt(records) * epsilonUnits(epsC, "eps_c"), records * oracle.length(dim, toDouble(epsC))];
@@ -373,6 +390,9 @@ function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, d
       const oracle = oracleOf(f.get("mechanism") as string);
       const n = (f.get("bins") as JInt[][]).reduce((s, r) => s + oracle.length(Number(r[2].value), toDouble(epsC)), 0);
       return [units, n];
+    }
+    if (method === "hadamard" && stage === 2) {
+      return [units, comps * oracleOf(f.get("mechanism") as string).length(2, toDouble(epsC))];
     }
     return [units, comps];
   }
