@@ -27,6 +27,7 @@ export {
 } from "./task.js";
 export { gradient, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
 export * from "./mechanisms/index.js";
+export { hadamardReport, outsideReports, uniformStatistic } from "./methods/hadamard.js";
 export { oracleReport, sampleRecords } from "./methods/oracle.js";
 export { computeReport, DataError, emptyReport, fallbacks, slotSources, taskRows, type Samples } from "./report.js";
 export {
