@@ -67,6 +67,12 @@ class TwoStageSized(TwoStage):
 
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:
+        if plan.kind.categories is not None:  # issue 26: not offered for distributions
+            raise ValueError(
+                "method 'two-stage-sized' does not estimate distributions: its stage I has "
+                "too few users per Hadamard coefficient to place a window over the fine "
+                "histogram, so its predicted error does not hold; use 'hadamard' (windows "
+                "sized from the users' measured spread), 'oracle' or 'auto'")
         if stage != 1:
             return super().task(plan, group, stage, previous, slot)
         fine = self.fine(plan, group)
