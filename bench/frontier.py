@@ -4,6 +4,8 @@
     pip install -e '.[bench]'                     # multi-freq-ldpy (the peers) and xxhash < 4
     python bench/frontier.py --quick              # a few cells, a few reps (minutes)
     python bench/frontier.py                      # the whole grid -> bench/results/frontier.md
+    python bench/frontier.py --distribution       # the distribution frontier of issue 26
+                                                  # (bench/frontier_distribution.py)
 
 Grid (issue 16): ε ∈ {0.5, 1, 2, 4, 8}, samples per user m ∈ {1, 10, 100, 1000}, n = 10^5
 users; the ``mean`` kind (values in [0, 1]) and the ``distribution`` kind with k ∈ {8, 32,
@@ -464,6 +466,11 @@ def _plot(rows: list[dict[str, Any]], png: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--distribution" in argv:  # the distribution section (issue 26): its own grid
+        from frontier_distribution import main as distribution_main
+
+        return distribution_main([x for x in argv if x != "--distribution"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20, help="repetitions every cell gets")
     ap.add_argument("--close", type=int, default=0,

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""The distribution frontier (issue 26): ``auto`` — the Hadamard windows or the one-record
+oracle — against the real one-record peers, on users alike, users who differ and a mixture.
+
+    pip install -e '.[bench]'                                  # multi-freq-ldpy (the peers)
+    python bench/frontier.py --distribution --quick            # a few cells, 2 reps
+    nice -n 10 python bench/frontier.py --distribution --reps 10   # the whole grid
+    python bench/frontier.py --distribution --table            # rewrite the .md from the .json
+
+Grid: k ∈ {8, 32, 256} categories, m ∈ {10, 100, 1000} records per user, ε ∈ {0.5, 1, 2, 8},
+n = 10^5 users; populations (``bench/frontier.py``'s laws): *alike* — every record of every
+user from Zipf(1.1); *differ* — each user puts 70 % of its records on its own category
+(drawn from that law), the rest as the law; *mixture* — half the users of each. Every cell:
+``method="auto"`` through the production code (planner, program phases, the device function
+``compute_reports``, the collector's accumulators), the users handed to the device as their
+records (a record-sampling task gets the one record the bench sampled for the user, which has
+the device's own law). Against the same estimand — the mean over users of their category
+frequencies — the table gives auto's published MSE (its simplex projection) against the
+peers' (multi-freq-ldpy's GRR, OUE and SS clients, batched and estimated as its aggregators
+do, ``bench/frontier_peers.py``; *best peer* chosen after the fact), the ratio with ± two
+standard errors, and the honesty of auto's unbiased estimate: its MSE over the predicted
+(``plan.predicted_mse`` with the users' actual statistic mean and variance) and the share of
+its 95 % intervals (every category) holding the truth.
+
+Resumable: running sums per cell in ``bench/results/frontier_distribution.json``,
+checkpointed after every repetition; a later run with more ``--reps`` continues the cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from frontier import CHUNK, draw_users, sample_records
+from frontier_peers import check, dist_peers
+
+from uldp.client.hadamard import next_pow2
+from uldp.client.kinds.means import hadamard_rows
+from uldp.client.randomness import RandomSource
+from uldp.client.tasks import compute_reports
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.programs import MeanEstProgram
+from uldp.collector.programs.driver import run_program
+
+RESULTS = Path(__file__).resolve().parent / "results"
+OUT = RESULTS / "frontier_distribution.json"
+KS = (8, 32, 256)
+MS = (10, 100, 1000)
+EPS = (0.5, 1.0, 2.0, 8.0)
+POPS = ("alike", "differ", "mixture")
+N = 100_000
+ALGS = ("auto", "GRR", "OUE", "SS")
+
+
+def users_of(pop: str, n: int, m: int, k: int, g: np.random.Generator) -> dict[str, Any]:
+    """One repetition's users (counts per category) and the estimand."""
+    if pop == "mixture":
+        a = draw_users("distribution", "identical", n - n // 2, m, k, g)["counts"]
+        b = draw_users("distribution", "differ", n // 2, m, k, g)["counts"]
+        counts = np.concatenate([a, b])
+        return {"counts": counts, "truth": (counts / m).mean(axis=0)}
+    return draw_users("distribution", "identical" if pop == "alike" else "differ", n, m, k, g)
+
+
+def records_of(counts: np.ndarray) -> np.ndarray:
+    """Every user's records (its categories, in order) as a float matrix."""
+    n, k = counts.shape
+    m = int(counts[0].sum())
+    cats = np.tile(np.arange(k, dtype=np.float64), n)
+    return np.repeat(cats, counts.ravel()).reshape(n, m)
+
+
+def run_auto(spec: QuerySpec, users: dict[str, Any], items: np.ndarray, rng: RandomSource
+             ) -> Estimate:
+    """``spec`` through the production program; a record-sampling task gets each user's
+    sampled record, every other task the user's records."""
+    program = MeanEstProgram(spec)
+
+    def privatize(slots: np.ndarray, task: Any, offsets: Any, acc: Any) -> None:
+        sampling = task.method == "oracle" or (task.method == "hadamard" and task.stage == 1)
+        for start in range(0, slots.size, CHUNK):
+            idx = slots[start:start + CHUNK]
+            X = items[idx, None].astype(np.float64) if sampling \
+                else records_of(users["counts"][idx])
+            acc.add(compute_reports(task, X, rng, exact=False), idx)
+    return Estimate.from_dict(run_program(program, privatize))
+
+
+def one_rep(pop: str, k: int, m: int, eps_list: list[float], rep: int, n: int
+            ) -> dict[float, dict[str, Any]]:
+    g = np.random.default_rng([rep, m, k, POPS.index(pop), 26])
+    users = users_of(pop, n, m, k, g)
+    items = sample_records(users["counts"], g)
+    truth = users["truth"]
+    K = next_pow2(k)
+    Y = hadamard_rows(users["counts"] / m, K)
+    stat_mean, stat_var = Y.mean(axis=0), Y.var(axis=0)
+    sample_var = np.maximum(1.0 / K - stat_mean**2, 0.0)  # φ_c = ±1/√K, pooled over records
+    out = {}
+    for eps in eps_list:
+        spec = QuerySpec(kind="distribution", epsilon=eps, users=n, samples=m, dim=k, seed=rep)
+        plan = compile_query(spec)
+        rng = RandomSource.seeded(f"frontier-dist:{pop}:{k}:{m}:{eps:g}:{rep}")
+        t0 = time.process_time()
+        est = run_auto(spec, users, items, rng)
+        secs = time.process_time() - t0
+        comp = np.asarray(est.extra["components"], dtype=np.float64)
+        raw = hadamard_rows(comp[None], comp.size)[0][:k]
+        ran = est.extra.get("hadamard", {}).get("mode")
+        res: dict[str, Any] = {
+            "auto": _sq(est.extra["projected"], truth), "auto_raw": _sq(raw, truth),
+            "covered": float(np.mean(est.covers(truth))),
+            "predicted": plan.predicted_mse(sample_var, stat_var, stat_mean),
+            "ran": plan.spec.method + (f"/{ran}" if ran else ""), "secs": secs}
+        pseed = rep * 1_000_003 + int(eps * 10) * 1009 + k * 17 + m + 31 * POPS.index(pop) + 7
+        for name, (v, _s) in dist_peers(items, k, eps, pseed).items():
+            if name in ALGS:
+                res[name] = _sq(v, truth)
+        out[eps] = res
+    return out
+
+
+def _sq(v: Any, truth: np.ndarray) -> float:
+    return float(np.sum((np.asarray(v, dtype=np.float64) - truth) ** 2))
+
+
+# ---- running sums ----------------------------------------------------------------------
+def _add(cell: dict[str, Any], res: dict[str, Any]) -> None:
+    cell["reps"] = cell.get("reps", 0) + 1
+    for a in (*ALGS, "auto_raw"):
+        s = cell.setdefault("stats", {}).setdefault(a, [0.0, 0.0])
+        s[0] += res[a]
+        s[1] += res[a] ** 2
+    for key in ("covered", "predicted", "secs"):
+        cell[key] = cell.get(key, 0.0) + res[key]
+    cell.setdefault("ran", {})
+    cell["ran"][res["ran"]] = cell["ran"].get(res["ran"], 0) + 1
+
+
+def _mse(cell: dict[str, Any], a: str) -> tuple[float, float]:
+    c = cell["reps"]
+    s1, s2 = cell["stats"][a]
+    mse = s1 / c
+    return mse, math.sqrt(max(s2 / c - mse * mse, 0.0) / max(c - 1, 1))
+
+
+def run_grid(a: argparse.Namespace, out: Path) -> None:
+    cells: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
+    for pop, k, m in itertools.product(a.populations, a.ks, a.ms):
+        while True:
+            have = {e: cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("reps", 0) for e in a.eps}
+            todo = [e for e in a.eps if have[e] < a.reps]
+            if not todo:
+                break
+            rep = min(have[e] for e in todo)
+            todo = [e for e in todo if have[e] == rep]
+            t0 = time.time()
+            for e, res in one_rep(pop, k, m, todo, rep, a.users).items():
+                cell = cells.setdefault(f"{pop}|{k}|{m}|{e:g}", {"n": a.users})
+                _add(cell, res)
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(cells, indent=1))
+            tmp.replace(out)
+            print(f"{pop} k={k} m={m} ε={todo} rep {rep}: {time.time() - t0:.0f} s", flush=True)
+
+
+# ---- the table -------------------------------------------------------------------------
+def row(key: str, cell: dict[str, Any]) -> str:
+    pop, k, m, eps = key.split("|")
+    c = cell["reps"]
+    auto, auto_se = _mse(cell, "auto")
+    peers = {p: _mse(cell, p) for p in ("GRR", "OUE", "SS")}
+    best = min(peers, key=lambda p: peers[p][0])
+    b, b_se = peers[best]
+    gain = b / auto
+    gain_sd = gain * math.hypot(auto_se / auto, b_se / b)
+    raw, raw_se = _mse(cell, "auto_raw")
+    pred = cell["predicted"] / c
+    cov = cell["covered"] / c
+    ran = ", ".join(f"{r} {n}" if len(cell["ran"]) > 1 else r
+                    for r, n in sorted(cell["ran"].items()))
+    flag = "" if 0.93 <= cov <= 0.97 and 0.8 <= raw / pred <= 1.25 else " ⚑"
+    return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {ran} | {auto:.3g} ± {auto_se:.2g} | "
+            f"{best} {b:.3g} | **{gain:.2f}** ± {2 * gain_sd:.2f} | {raw / pred:.2f} ± "
+            f"{2 * raw_se / pred:.2f} | {cov:.3f}{flag} | {cell['secs'] / c:.1f} |")
+
+
+HEAD = ("| users | k | m | ε | reps | auto ran | auto MSE ± SE | best peer (after the fact) | "
+        "best peer / auto ± 2 SE | auto raw MSE / predicted ± 2 SE | coverage | s per run |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def report(cells: dict[str, dict[str, Any]]) -> str:
+    order = {(p, k, m, e): i for i, (p, k, m, e) in
+             enumerate(itertools.product(POPS, KS, MS, EPS))}
+
+    def pos(key: str) -> int:
+        p, k, m, e = key.split("|")
+        return order.get((p, int(k), int(m), float(e)), len(order))
+
+    keys = sorted(cells, key=pos)
+    lines = [HEAD] + [row(key, cells[key]) for key in keys]
+    worse = [key for key in keys if _worse(cells[key])]
+    flags = sum(1 for line in lines[1:] if "⚑" in line)
+    text = (f"{len(keys)} cells; auto worse than 1.1× the best one-record peer by more than "
+            f"2 SE in {len(worse)} ({', '.join(worse) or 'none'}); coverage or MSE / "
+            f"predicted outside [0.93, 0.97] / [0.8, 1.25] at the point estimate (⚑) in "
+            f"{flags}.\n\n")
+    return text + "\n".join(lines)
+
+
+def _worse(cell: dict[str, Any]) -> bool:
+    auto, auto_se = _mse(cell, "auto")
+    b, b_se = min((_mse(cell, p) for p in ("GRR", "OUE", "SS")), key=lambda x: x[0])
+    ratio = auto / b
+    return ratio - 2 * ratio * math.hypot(auto_se / auto, b_se / b) > 1.1
+
+
+TITLE = """# The distribution frontier (issue 26)
+
+Generated by `bench/frontier_distribution.py` (`python bench/frontier.py --distribution`;
+`--table` rewrites this file from `frontier_distribution.json`). n = 10^5 users; *alike*:
+every record of every user from Zipf(1.1) over k categories; *differ*: each user puts 70 % of
+its m records on its own category (drawn from that law), the rest as the law; *mixture*: half
+the users of each. Each repetition draws new users (shared by the ε of one (users, k, m))
+and new noise. *auto ran*: the method `auto` chose (`hadamard/window`: the Hadamard windows;
+`hadamard/fallback`: the windows' spread phase saw users who differ and the rest of the users
+sent the oracle's report; `oracle`: the one-record oracle from the start), with the number of
+repetitions each when they differ. *best peer*: the smallest MSE among multi-freq-ldpy's GRR,
+OUE and SS (one uniformly sampled record per user, estimated as the library does: matrix
+inversion, clipped, renormalized), chosen after the fact; auto's MSE is that of its published
+simplex projection. *best peer / auto*: the gain (above 1: auto better), ± two standard
+errors (delta method). Honesty of auto's unbiased estimate: its MSE over the prediction
+(`plan.predicted_mse` with the users' actual statistic mean and variance), and the share of
+its 95 % intervals (every category) holding the truth (⚑: outside [0.93, 0.97] or
+[0.8, 1.25]). *s per run*: CPU seconds of one auto run of the cell (planner, devices,
+collector).
+
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--users", type=int, default=N)
+    ap.add_argument("--quick", action="store_true", help="a few cells, 2 reps, 20000 users")
+    ap.add_argument("--populations", nargs="+", default=list(POPS))
+    ap.add_argument("--ks", nargs="+", type=int, default=list(KS))
+    ap.add_argument("--ms", nargs="+", type=int, default=list(MS))
+    ap.add_argument("--eps", nargs="+", type=float, default=list(EPS))
+    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--table", action="store_true", help="only rewrite the .md from --out")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    if a.quick:
+        a.reps, a.users, a.ks, a.ms, a.eps = 2, 20_000, [8], [100], [1.0]
+        out = Path("/tmp/frontier_distribution_quick.json")
+    if not a.table:
+        check()  # the batched peers equal the library's aggregators
+        run_grid(a, out)
+    md = report(json.loads(out.read_text()))
+    if not a.quick:
+        out.with_suffix(".md").write_text(TITLE + md + "\n")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+
+    sys.exit(main())
