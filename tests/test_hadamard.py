@@ -1,186 +1,287 @@
-"""Tests for uldp.client.hadamard (spec §3.5, [D15], acceptance S7: H² = K I)."""
+"""Method ``hadamard`` (issue 26): the device half's totality under adversarial datasets and
+hostile task parameters, the three-phase plan, the collector's rule (windows for users
+alike, the oracle where users differ), its estimates, intervals and predicted error on
+small fixed-seed populations, ``auto``'s choice, and ``two-stage-sized``'s refusal of
+distributions. The statistical study (n = 10^5, every cell) is ``bench/frontier.py
+--distribution``; these are cheap checks of the same code.
+"""
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from uldp.client.hadamard import fwht, fwht_columns, hadamard_matrix, is_pow2, next_pow2, pad_pow2
+import uldp.client.tasks as tasks_mod
+from tests.test_totality import _assert_total as assert_total
+from tests.test_totality import _interval, dataset_for, hostile_data
+from uldp.client.kinds.means import hadamard_rows
+from uldp.client.randomness import RandomSource
+from uldp.client.tasks import (
+    TaskRefused,
+    TaskSpec,
+    compute_report,
+    compute_reports,
+    report_length,
+    report_limit,
+)
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.methods.hadamard import (
+    QS,
+    HadamardWindows,
+    clamp_bias,
+    clamps_ok,
+    model_bias2,
+    spread_share,
+)
+from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.programs import MeanEstProgram
+from uldp.collector.programs.driver import run_program
 
-ORDERS = [1, 2, 4, 8, 16, 32, 64, 256]
-
-
-def test_next_pow2_and_is_pow2() -> None:
-    assert [next_pow2(n) for n in [1, 2, 3, 4, 5, 7, 8, 9, 1000, 1024, 1025]] == [
-        1, 2, 4, 4, 8, 8, 8, 16, 1024, 1024, 2048]
-    assert [is_pow2(n) for n in [0, 1, 2, 3, 4, 6, 8, -2]] == [
-        False, True, True, False, True, False, True, False]
-    with pytest.raises(ValueError):
-        next_pow2(0)
-
-
-@pytest.mark.parametrize("K", ORDERS)
-def test_hadamard_matrix_properties(K: int) -> None:
-    H = hadamard_matrix(K)
-    assert H.dtype == np.int64 and H.shape == (K, K)
-    assert set(np.unique(H)) <= {-1, 1}
-    assert np.array_equal(H, H.T)
-    assert np.array_equal(H @ H, K * np.eye(K, dtype=np.int64))  # S7: H² = K I
-    assert (H[0] == 1).all() and (H[:, 0] == 1).all()
-
-
-def test_hadamard_sylvester_recursion_and_closed_form() -> None:
-    H = np.array([[1]])
-    for _ in range(6):
-        H = np.block([[H, H], [H, -H]])
-        assert np.array_equal(hadamard_matrix(H.shape[0]), H)
-    K = 64
-    Hk = hadamard_matrix(K)
-    for k in range(K):
-        for ell in range(K):
-            assert Hk[k, ell] == (-1) ** bin(k & ell).count("1")
+EPS_C = [2.0**-24, 0.5, 1.0, 8.0, 40.0, 2.0**20]
 
 
-@pytest.mark.parametrize("K", [0, 3, 6, 12, -4])
-def test_hadamard_matrix_rejects_non_pow2(K: int) -> None:
-    with pytest.raises(ValueError):
-        hadamard_matrix(K)
+# ---- the device half: totality ----------------------------------------------------------
+def _plan_tasks() -> list[tuple[str, TaskSpec]]:
+    """Every phase's task of compiled plans (both kinds, both outcomes of the rule)."""
+    out = []
+    for kind, dim, bound in (("distribution", 5, 1.0), ("mean-l1", 3, 2.0)):
+        for eps in (0.5, 4.0):
+            plan = compile_query(QuerySpec(kind=kind, epsilon=eps, users=2000, samples=50,
+                                           dim=dim, bound=bound, method="hadamard", seed=2))
+            out.append((f"{kind}-e{eps}-1", plan.task_for(1, 1)))
+            pub = plan.publish(1, {})
+            out.append((f"{kind}-e{eps}-2", plan.method.task(plan, 1, 2, pub)))
+            for mode in ("window", "fallback"):
+                pub2 = dict(pub) | {"mode": mode}
+                out.append((f"{kind}-e{eps}-3-{mode}", plan.method.task(plan, 1, 3, pub2)))
+    return out
 
 
-@pytest.mark.parametrize("K", ORDERS)
-def test_fwht_equals_matrix_product_and_involution(K: int) -> None:
-    rng = np.random.default_rng(K)
-    X = rng.standard_normal((7, K))  # batch < 8: butterflies
-    H = hadamard_matrix(K).astype(float)
-    X40 = rng.standard_normal((40, K))  # batch >= 8: Kronecker factors
-    np.testing.assert_allclose(fwht(X40), X40 @ H, atol=1e-12 * K)
-    np.testing.assert_allclose(fwht(X), X @ H, atol=1e-12 * K)
-    np.testing.assert_allclose(fwht(fwht(X)), K * X, atol=1e-12 * K)
-    x = rng.standard_normal(K)  # 1-D
-    np.testing.assert_allclose(fwht(x), H @ x, atol=1e-12 * K)
+PLAN_TASKS = _plan_tasks()
 
 
-def test_fwht_other_axes_and_shapes() -> None:
-    rng = np.random.default_rng(1)
-    X = rng.standard_normal((3, 16, 5))
-    H = hadamard_matrix(16).astype(float)
-    np.testing.assert_allclose(fwht(X, axis=1), np.einsum("kl,ilj->ikj", H, X), atol=1e-12)
-    np.testing.assert_allclose(fwht(X, axis=-2), fwht(X, axis=1))
-    Y = rng.standard_normal((8, 3))
-    np.testing.assert_allclose(fwht(Y, axis=0), hadamard_matrix(8) @ Y, atol=1e-12)
-    # non-contiguous input
-    Z = rng.standard_normal((32, 10))[:, ::2].T  # (5, 32), Fortran-ish view
-    np.testing.assert_allclose(fwht(Z), Z @ hadamard_matrix(32), atol=1e-12)
-    before = Z.copy()
-    fwht(Z)
-    assert np.array_equal(Z, before)  # input untouched
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=st.integers(0, len(PLAN_TASKS) - 1).flatmap(
+    lambda i: st.tuples(st.just(PLAN_TASKS[i]), dataset_for(PLAN_TASKS[i][1]))),
+    seed=st.integers(0, 2**32))
+def test_every_phase_reports_for_every_dataset(case, seed):
+    (name, task), (samples, labels) = case
+    before = tasks_mod.FALLBACKS
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z = compute_report(task, samples, labels, rng=RandomSource.seeded(seed),
+                           dim=task.dim if task.kind == "mean-l1" else None)
+    assert before == tasks_mod.FALLBACKS, name
+    assert z.dtype == np.int64 and z.shape == (report_length(task),), name
+    assert np.abs(z).max(initial=0) <= report_limit(task), name
 
 
-def test_fwht_large_batch_blocks() -> None:
-    """fwht() transforms cache-sized blocks; results must not depend on the blocking."""
-    rng = np.random.default_rng(9)
-    X = rng.standard_normal((3000, 64))  # several blocks of 2048 rows
-    ref = X @ hadamard_matrix(64)
-    np.testing.assert_allclose(fwht(X), ref, atol=1e-11)
-    assert fwht(X).flags.c_contiguous
+@st.composite
+def hostile_hadamard(draw) -> TaskSpec:
+    """Valid but extreme hadamard tasks: ε at the device's limits, windows from 5e-324 wide
+    to nearly the whole double range, many components, every mechanism a stage takes."""
+    kind, dim = draw(st.sampled_from([("distribution", 5), ("distribution", 300),
+                                      ("distribution", 1), ("mean-l1", 3), ("mean-l1", 1)]))
+    C = 2 ** math.ceil(math.log2(dim)) if dim > 1 else 1
+    stage = draw(st.sampled_from([1, 2, 3]))
+    eps_c = draw(st.sampled_from(EPS_C))
+    bound = None if kind == "distribution" else draw(st.sampled_from([5e-324, 1.0, 1e308]))
+    if stage == 1 and kind == "distribution":
+        return TaskSpec(query_id="q", kind=kind, method="hadamard", stage=1, epsilon=2.0**20,
+                        eps_c=eps_c, components=tuple(range(C)), dim=dim,
+                        mechanism=draw(st.sampled_from(["laplace", "grr", "oue", "ss",
+                                                        "olh"])))
+    comps = tuple(draw(st.lists(st.integers(0, C - 1), min_size=1, max_size=min(C, 4),
+                                unique=True)))
+    mechs = ["laplace", "grr", "oue", "ss", "olh"] if stage == 2 else ["laplace", "duchi",
+                                                                      "pm", "hm"]
+    return TaskSpec(query_id="q", kind=kind, method="hadamard", stage=stage,
+                    epsilon=2.0**20, eps_c=min(eps_c, 2.0**20 / len(comps)), components=comps,
+                    dim=dim, bound=bound, mechanism=draw(st.sampled_from(mechs)),
+                    intervals=tuple(draw(_interval()) for _ in comps))
 
 
-def test_fwht_integer_exact() -> None:
-    rng = np.random.default_rng(2)
-    K = 1024
-    X = rng.integers(-(2**40), 2**40, size=(4, K))
-    out = fwht(X)
-    assert out.dtype == np.int64
-    assert np.array_equal(out, X @ hadamard_matrix(K))
-    assert np.array_equal(fwht(out), K * X)
-    assert fwht(np.array([True, False, True, True])).tolist() == [3, 1, -1, 1]
-    assert fwht(np.array([1, 2, 3, 4], dtype=np.int32)).dtype == np.int64
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(task=hostile_hadamard(), values=hostile_data, seed=st.integers(0, 2**32))
+def test_hostile_but_valid_hadamard_tasks_are_accepted_and_total(task, values, seed):
+    report_length(task)  # accepted
+    assert_total(task, values, seed)
 
 
-def test_fwht_float32_keeps_dtype() -> None:
-    x = np.arange(8, dtype=np.float32)
-    assert fwht(x).dtype == np.float32
+@pytest.mark.parametrize("change,code", [
+    ({"kind": "mean", "dim": 1, "bound": 1.0}, "param"),
+    ({"stage": 0}, "stage"), ({"stage": 4}, "stage"),
+    ({"mechanism": "grr"}, "param"),
+    ({"stage": 2, "mechanism": "duchi"}, "param"),
+    ({"stage": 2, "mechanism": "grr", "intervals": ()}, "param"),
+    ({"stage": 2, "mechanism": "grr", "bins": ((1.0, 0.5, 4),)}, "param"),
+    ({"records": 2}, "param"),
+    ({"intervals": ((0.1, -0.1),)}, "param"),
+    ({"intervals": ((-math.inf, 0.1),)}, "param"),
+    ({"components": (8,)}, "param"),
+    ({"stage": 1, "mechanism": "grr", "intervals": (), "components": (1,)}, "param"),
+    ({"eps_c": 2.0}, "over-budget"),
+])
+def test_hostile_hadamard_tasks_are_refused_with_stable_codes(change, code):
+    base = dict(query_id="q", kind="distribution", method="hadamard", stage=3, epsilon=1.0,
+                eps_c=1.0, components=(3,), dim=5, intervals=((-0.1, 0.1),), mechanism="pm")
+    with pytest.raises(TaskRefused) as err:
+        report_length(TaskSpec(**(base | change)))
+    assert err.value.code == code
 
 
-@pytest.mark.parametrize("K", [3, 5, 6, 12, 100])
-def test_fwht_rejects_non_pow2(K: int) -> None:
-    with pytest.raises(ValueError):
-        fwht(np.ones((2, K)))
-    with pytest.raises(ValueError):
-        fwht(np.ones((2, 8)), axis=5)
-    with pytest.raises(ValueError):
-        fwht(np.float64(1.0))
+def test_reports_are_the_mechanisms_of_the_stage():
+    """Stage 2 of a user inside / outside its window is the oracle's report of category 0 /
+    1; the centre of a distribution is method oracle's report, draw for draw."""
+    t2 = TaskSpec(query_id="q", kind="distribution", method="hadamard", stage=2, epsilon=40.0,
+                  eps_c=40.0, components=(1,), dim=4, intervals=((0.0, 0.2),),
+                  mechanism="grr")
+    inside = np.array([[0.0, 0.0, 1.0, 1.0, 2.0, 3.0]])  # coefficient 1 = 0
+    outside = np.array([[0.0, 0.0, 0.0, 0.0, 2.0, 2.0]])  # coefficient 1 = 0.5
+    assert compute_reports(t2, inside, RandomSource.seeded(1)).tolist() == [[0]]
+    assert compute_reports(t2, outside, RandomSource.seeded(1)).tolist() == [[1]]
+    t1 = TaskSpec(query_id="q", kind="distribution", method="hadamard", stage=1, epsilon=1.0,
+                  eps_c=1.0, components=tuple(range(4)), dim=4, mechanism="ss")
+    X = np.random.default_rng(0).integers(0, 4, (50, 7)).astype(float)
+    from dataclasses import replace
+    a = compute_reports(t1, X, RandomSource.seeded(5))
+    b = compute_reports(replace(t1, method="oracle", stage=0), X, RandomSource.seeded(5))
+    assert np.array_equal(a, b)
 
 
-def test_fwht_rejects_bad_dtype() -> None:
-    with pytest.raises(TypeError):
-        fwht(np.array(["a", "b"]))
+# ---- the plan ---------------------------------------------------------------------------
+def test_three_phases_with_the_stated_shares_and_one_coefficient_per_user():
+    spec = QuerySpec(kind="distribution", epsilon=1.0, users=100_000, samples=100, dim=8,
+                     method="hadamard", stage1_share=0.4)
+    plan = compile_query(spec)
+    prog = MeanEstProgram(spec, plan=plan)
+    assert prog.num_phases == 3 and plan.n_groups == 7  # coefficient 0 is public
+    q = prog.quotas()
+    assert sum(q) == 100_000
+    assert abs(q[0] / 1e5 - 0.4) < 1e-3 and abs(q[1] / 1e5 - spread_share(100_000)) < 1e-3
+    assert all(len(g.components) == 1 and g.eps_c == 1.0 for g in plan.grouping.groups)
+    # two-stage keeps its assignment (the stage shares generalize it)
+    two = compile_query(QuerySpec(kind="mean", epsilon=1.0, users=1001, samples=100,
+                                  method="two-stage", stage1_share=0.3))
+    _, s = two.assign_all()
+    assert set(s.tolist()) == {1, 2} and (s == 1).sum() == 300
 
 
-def test_fwht_columns_buffers() -> None:
-    rng = np.random.default_rng(3)
-    X = rng.standard_normal((64, 9))
-    out, scratch = np.empty_like(X), np.empty_like(X)
-    res = fwht_columns(X, out=out, scratch=scratch)
-    assert res is out
-    np.testing.assert_allclose(res, hadamard_matrix(64) @ X, atol=1e-12)
-    with pytest.raises(ValueError):
-        fwht_columns(X, out=X)
-    with pytest.raises(ValueError):
-        fwht_columns(X, out=np.empty((64, 9), order="F"))
-    # Fortran-ordered input works (copied to C order internally)
-    XF = np.asfortranarray(X)
-    np.testing.assert_allclose(fwht_columns(XF), hadamard_matrix(64) @ X, atol=1e-12)
+def test_method_hadamard_refuses_what_it_cannot_estimate():
+    for spec in (QuerySpec(kind="mean", epsilon=1.0, users=1000, samples=10,
+                           method="hadamard"),
+                 QuerySpec(kind="distribution", epsilon=1.0, users=1000, samples=10, dim=1,
+                           method="hadamard"),
+                 QuerySpec(kind="distribution", epsilon=1.0, users=20, samples=10, dim=16,
+                           method="hadamard")):
+        with pytest.raises(ValueError):
+            compile_query(spec)
 
 
-def test_pad_pow2() -> None:
-    x = np.arange(5.0)
-    p = pad_pow2(x)
-    assert p.shape == (8,) and np.array_equal(p[:5], x) and (p[5:] == 0).all()
-    M = np.ones((3, 6))
-    assert pad_pow2(M, axis=0).shape == (4, 6)
-    assert pad_pow2(M).shape == (3, 8)
-    same = np.ones(4)
-    assert pad_pow2(same) is same
-    # padded transform of an l1 vector: |H x / sqrt(K)|_inf <= |x|_1 / sqrt(K)  (§6.2)
-    v = np.array([0.5, -0.25, 0.0, 0.25, 0.0])
-    z = fwht(pad_pow2(v)) / np.sqrt(8)
-    assert np.abs(z).max() <= np.abs(v).sum() / np.sqrt(8) + 1e-15
-    with pytest.raises(ValueError):
-        pad_pow2(np.ones((2, 0)))
+def test_two_stage_sized_is_not_offered_for_distributions():
+    with pytest.raises(ValueError, match="does not estimate distributions"):
+        compile_query(QuerySpec(kind="distribution", epsilon=1.0, users=100_000, samples=1000,
+                                dim=32, method="two-stage-sized"))
+    for k, m, eps in ((32, 1000, 1.0), (8, 10, 8.0), (256, 100, 2.0)):
+        plan = compile_query(QuerySpec(kind="distribution", epsilon=eps, users=100_000,
+                                       samples=m, dim=k))
+        assert plan.spec.method != "two-stage-sized"
 
 
-def test_hadamard_factors() -> None:
-    from uldp.client.hadamard import hadamard_factors
-
-    assert hadamard_factors(1) == [1]
-    assert hadamard_factors(256) == [16, 16]
-    assert hadamard_factors(1024) == [16, 8, 8]
-    for r in range(15):
-        f = hadamard_factors(1 << r)
-        assert int(np.prod(f)) == 1 << r and max(f) <= 16
-    with pytest.raises(ValueError):
-        hadamard_factors(12)
-
-
-@pytest.mark.parametrize("K", [2048, 4096])
-def test_fwht_float_kronecker_path_matches_exact_integer_path(K: int) -> None:
-    rng = np.random.default_rng(K)
-    Xi = rng.integers(-1000, 1000, size=(12, K))
-    exact = fwht(Xi)  # int64 butterflies
-    np.testing.assert_array_equal(fwht(Xi.astype(np.float64)), exact.astype(np.float64))
-    X = rng.standard_normal((12, K))
-    np.testing.assert_allclose(fwht(fwht(X)) / K, X, atol=1e-12)
-    y = fwht(X)
-    np.testing.assert_allclose(np.linalg.norm(y, axis=1), np.sqrt(K) * np.linalg.norm(X, axis=1))
+# ---- the model ---------------------------------------------------------------------------
+def test_clamp_bias_and_the_expected_squared_bias_match_monte_carlo():
+    g = np.random.default_rng(1)
+    x = g.normal(0.3, 0.2, 400_000)
+    want = np.mean(np.clip(x, 0.1, 0.4)) - np.mean(x)
+    assert abs(float(clamp_bias(np.array(0.3), np.array(0.2), np.array(0.1),
+                                np.array(0.4))) - want) < 2e-3
+    # users at θ = 0 (sd 0.01), centre off by N(0, 0.05²), window ±0.075 in [−1, 1]
+    d = g.normal(0, 0.05, 200_000)
+    b = np.clip(0.0, d - 0.075, d + 0.075)
+    mb2 = model_bias2(np.array([1e-9]), np.array([0.05]), np.array([0.075]), np.array([0.0]),
+                      np.array([1.0]))
+    assert abs(float(mb2[0]) / float(np.mean(b * b)) - 1) < 0.05
 
 
-def test_fwht_butterfly_and_kronecker_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    import uldp.client.hadamard as had
+def test_the_intervals_account_of_clamping_is_sound_where_allowed():
+    assert not clamps_ok(3.0, 255) and clamps_ok(2.0, 255) and clamps_ok(4.0, 255)
+    assert clamps_ok(3.0, 7) and not clamps_ok(2.0, 7)
+    assert any(clamps_ok(q, 1) for q in QS)
 
-    X = np.random.default_rng(5).standard_normal((512, 40))  # batch >= 8: Kronecker path
-    kron = had.fwht_columns(X)
-    monkeypatch.setattr(had, "_KRON", False)
-    bfly = had.fwht_columns(X)
-    np.testing.assert_allclose(kron, bfly, atol=1e-11)
-    np.testing.assert_allclose(bfly, hadamard_matrix(512) @ X, atol=1e-11)
+
+# ---- the rule and the estimate on small fixed-seed populations ------------------------------
+def _run(pop: str, seed: int, n: int = 20_000, m: int = 400, k: int = 8, eps: float = 2.0,
+         method: str = "hadamard") -> tuple[Estimate, np.ndarray, float]:
+    g = np.random.default_rng(seed)
+    w = 1.0 / np.arange(1, k + 1) ** 1.1
+    f = w / w.sum()
+    if pop == "alike":
+        counts = g.multinomial(m, f, size=n)
+    else:  # each user with its own preferred category (70 % of its records)
+        own = g.choice(k, size=n, p=f)
+        mine = g.binomial(m, 0.7, size=n)
+        counts = g.multinomial(m - mine, f)
+        counts[np.arange(n), own] += mine
+    truth = (counts / m).mean(axis=0)
+    spec = QuerySpec(kind="distribution", epsilon=eps, users=n, samples=m, dim=k, seed=seed,
+                     method=method)
+    plan = compile_query(spec)
+    Y = hadamard_rows(counts / m, k)
+    pred = plan.predicted_mse(np.maximum(1 / k - Y.mean(0) ** 2, 0), Y.var(0), Y.mean(0))
+    rng = RandomSource.seeded(f"hadamard-test-{pop}-{seed}")
+    item = np.argmax(np.cumsum(counts, 1) > g.integers(0, m, n)[:, None], axis=1)
+
+    def privatize(slots, task, offsets, acc):
+        if task.stage == 1:
+            X = item[slots, None].astype(float)
+        else:
+            X = np.repeat(np.tile(np.arange(k, dtype=float), slots.size),
+                          counts[slots].ravel()).reshape(slots.size, m)
+        acc.add(compute_reports(task, X, rng, exact=False), slots)
+
+    est = Estimate.from_dict(run_program(MeanEstProgram(spec, plan=plan), privatize))
+    return est, truth, pred
+
+
+def test_users_alike_get_windows_and_an_honest_interval():
+    errs, cover = [], []
+    for seed in range(3):
+        est, truth, pred = _run("alike", seed)
+        assert est.extra["hadamard"]["mode"] == "window"
+        assert est.extra["hadamard"]["spread"]["outside"] < 0.1
+        comp = np.asarray(est.extra["components"])
+        errs.append(float(np.sum((hadamard_rows(comp[None], 8)[0] - truth) ** 2)))
+        cover.append(np.mean(est.covers(truth)))
+    # the oracle's error on these users is ≈ 2.4e-4; the windows' prediction ≈ 1.5e-5
+    assert np.mean(errs) < 0.25 * 2.4e-4
+    assert 0.4 < np.mean(errs) / pred < 2.5
+    assert np.mean(cover) >= 0.75
+
+
+def test_users_who_differ_fall_back_to_the_oracle():
+    est, truth, pred = _run("differ", 0)
+    h = est.extra["hadamard"]
+    assert h["mode"] == "fallback" and h["spread"]["outside"] > 0.5
+    assert float(np.sum((est.values - truth) ** 2)) < 5 * pred
+    assert np.mean(est.covers(truth)) >= 0.75
+
+
+# ---- auto -------------------------------------------------------------------------------
+@pytest.mark.parametrize("k,m,eps,want", [(8, 1000, 1.0, "hadamard"), (32, 100, 2.0, "hadamard"),
+                                          (256, 1000, 2.0, "hadamard"), (8, 10, 1.0, "oracle"),
+                                          (256, 10, 8.0, "oracle"), (32, 100, 8.0, "hadamard")])
+def test_auto_chooses_from_public_values(k, m, eps, want):
+    plan = compile_query(QuerySpec(kind="distribution", epsilon=eps, users=100_000, samples=m,
+                                   dim=k))
+    assert plan.spec.method == want
+    assert plan.auto["hadamard_gain"] > 0
+    if want == "hadamard":
+        assert plan.auto["chosen"] == "hadamard" and plan.auto["hadamard_gain"] >= 1.25
+    assert isinstance(plan.method, HadamardWindows) == (want == "hadamard")
