@@ -488,10 +488,11 @@ class HadamardWindows:
         """The rule run on the normal model: users' statistics ``N(θ_c, S_c²)`` (``S_c²``
         = ``stat_var``, or ``σ_c²/m`` of i.i.d. records), the centre's error at its
         predicted variance, the window the centre phase picks (on its own model), the
-        outside share the spread phase would measure (at its expected noise), and then
-        the window's error — noise at the second moment there, the reporters' spread with
-        the finite-population factor, the expected squared clamping bias — or the
-        fallback's, whichever the rule takes."""
+        outside share ``M`` the spread phase would measure and its standard error; then
+        the mixture of the window's error — noise at the second moment there, the
+        reporters' spread with the finite-population factor, the expected squared
+        clamping bias — and the fallback's, weighted by the probability that the spread
+        test passes (``M̂`` normal around ``M``)."""
         spec, eps = plan.spec, float(plan.spec.epsilon)
         K = plan.n_components
         G = self.n_groups(plan)
@@ -527,8 +528,14 @@ class HadamardWindows:
         prev = {"centre": {"var": var.tolist()}, "window_mse": mse_model, "q_window": q,
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
-        window, _ = self.decide(plan, prev, outside, sd, n2, fallback_total)
-        if not window:
+        window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
+        if not mse_model < fallback_total:
+            return fallback_v
+        # the spread test passes with probability P(M̂ ≤ 2Φ(−q) + z·se), M̂ ~ N(M, se²):
+        # the prediction is the mixture of the two outcomes' errors
+        limit = 2 * _NORMAL.cdf(-q) + Z_OUTSIDE * sd
+        p_window = _NORMAL.cdf((limit - outside) / sd) if sd > 0 else float(window)
+        if p_window < 1e-6:
             return fallback_v
         half = q * tau
         mb2 = model_bias2(np.sqrt(S2c), np.sqrt(v), half, th, Dc)
@@ -539,7 +546,7 @@ class HadamardWindows:
             fpc = max(1.0 - n3[g] / spec.users, 0.0) if fin else 1.0
             noise = value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)
             out[c] = (fpc * S2c[g] + noise) / n3[g] + mb2[g]
-        return out
+        return p_window * out + (1 - p_window) * fallback_v
 
     def _fallback_variance(self, plan: Any, sv: np.ndarray, stat_var: np.ndarray | None,
                            n2: int) -> tuple[np.ndarray, float]:
