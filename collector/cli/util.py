@@ -75,7 +75,7 @@ def _int_in(text: str, lo: int, hi: int | None, expected: str) -> int:
 #: tests/test_cli_simulate.py checks the two agree); kept here so that building the parser
 #: does not import the planner
 METHODS = ("auto", "two-stage", "two-stage-paper", "two-stage-sized", "ssl", "baseline-a",
-           "baseline-b", "oracle")
+           "baseline-b", "oracle", "hadamard")
 
 
 def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
@@ -86,8 +86,10 @@ def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
                         "two-stage-paper (the paper's interval), two-stage-sized (interval and "
                         "randomizer sized from stage I), ssl (user mean, single stage), "
                         "baseline-a / baseline-b (docs/algorithms.md §12), oracle (sampled "
-                        "records through a frequency oracle, distribution); see the "
-                        "README's method guide")
+                        "records through a frequency oracle, distribution), hadamard (one "
+                        "Hadamard coefficient per user in a window sized from the users' "
+                        "spread, or the oracle where users differ; distribution, mean-l1); "
+                        "see the README's method guide")
 
 
 def positive_int(text: str) -> int:

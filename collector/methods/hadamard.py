@@ -466,7 +466,7 @@ class HadamardWindows:
 
     def _values_estimate(self, plan: Any, accs: dict[int, Any], centre: dict[str, Any]
                          ) -> Estimate:
-        blocks = []
+        blocks: list[Any] = []
         n = 0
         for g in range(self.n_groups(plan)):
             c, acc = self._comp(plan, g), accs.get(g)
@@ -502,20 +502,11 @@ class HadamardWindows:
         S2 = sv / m if stat_var is None else np.maximum(np.asarray(stat_var, np.float64), 0)
         mean = np.zeros(K) if stat_mean is None else np.asarray(stat_mean, dtype=np.float64)
         sizes = np.array([plan.stage_sizes(g) for g in range(G)], dtype=np.float64)
-        n1, n2 = float(sizes[:, 0].sum()), int(sizes[:, 1].sum())
+        n2 = int(sizes[:, 1].sum())
         n3 = np.maximum(sizes[:, 2], 1.0)
         D = np.array([self._bound(plan, c) for c in range(K)])
         fallback_v, fallback_total = self._fallback_variance(plan, sv, stat_var, n2)
-        var = np.zeros(K)
-        if self._categorical(plan):
-            A = plan.kind.categories(plan.template)
-            var[:] = (oracle_total_variance(self.oracle_name(plan), A, eps)
-                      + float(np.sum(sv))) / (K * max(n1, 1.0))
-            var[0] = 0.0
-        else:
-            mech1 = value_mechanism(spec, eps)
-            for g, c in enumerate(comps):
-                var[c] = (value_noise_variance(mech1, 2 * D[c], eps) + S2[c]) / max(sizes[g, 0], 1)
+        var = self._centre_variance(plan, sv, S2, sizes[:, 0])
         # the centre phase's window (its own model: users alike), then the spread's view
         alike = self.alike_var(plan, mean, var)
         q, mech, lo, hi, mb2_model, mse_model = self.window(plan, mean, var, alike)
@@ -547,6 +538,25 @@ class HadamardWindows:
             noise = value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)
             out[c] = (fpc * S2c[g] + noise) / n3[g] + mb2[g]
         return p_window * out + (1 - p_window) * fallback_v
+
+    def _centre_variance(self, plan: Any, sv: np.ndarray, S2: np.ndarray, n1: np.ndarray
+                         ) -> np.ndarray:
+        """The predicted ``Var θ̂¹_c``: the oracle's error over the records' variance spread
+        over the ``K`` coefficients (distribution), or full-range values (``mean-l1``)."""
+        eps, K = float(plan.spec.epsilon), plan.n_components
+        var = np.zeros(K)
+        if self._categorical(plan):
+            A = plan.kind.categories(plan.template)
+            var[:] = (oracle_total_variance(self.oracle_name(plan), A, eps)
+                      + float(np.sum(sv))) / (K * max(float(n1.sum()), 1.0))
+            var[0] = 0.0
+            return var
+        mech1 = value_mechanism(plan.spec, eps)
+        for g in range(self.n_groups(plan)):
+            c = self._comp(plan, g)
+            D = self._bound(plan, c)
+            var[c] = (value_noise_variance(mech1, 2 * D, eps) + S2[c]) / max(n1[g], 1.0)
+        return var
 
     def _fallback_variance(self, plan: Any, sv: np.ndarray, stat_var: np.ndarray | None,
                            n2: int) -> tuple[np.ndarray, float]:
