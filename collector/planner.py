@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -399,12 +400,40 @@ def compile_query(spec: QuerySpec) -> Plan:
     return plan
 
 
+#: a plan whose likely interval (noise alone, users alike) spans more than this share of the
+#: public range gets the "too few users" advisory
+WIDE_SHARE = 0.5
+
+
+def _too_few_users(plan: Plan) -> str | None:
+    """The advisory of a plan whose interval will likely cover most of its public range
+    (e.g. 3 users: ``+20.0 [-20, 20]``), with the number of users that would give an
+    interval of a tenth of the range; None otherwise."""
+    spec = plan.spec
+    rng = plan.kind.output_range(plan.template)
+    if not plan.kind.ranged or rng is None:  # the value kinds (no output transform)
+        return None
+    sd = np.sqrt(np.maximum(plan.predicted_variance(np.zeros(plan.n_components)), 0.0))
+    z = NormalDist().inv_cdf(0.5 + spec.confidence / 2)
+    width, span = 2 * z * float(sd.max(initial=0.0)), float(rng[1] - rng[0])
+    if not span > 0 or width < WIDE_SHARE * span:
+        return None
+    need = math.ceil(spec.users * (width / (0.1 * span)) ** 2)
+    return (f"with {spec.users} users at epsilon {spec.epsilon:g} the likely interval is "
+            f"{width:.3g} wide, {100 * min(width / span, 1):.0f}% of the range "
+            f"[{rng[0]:g}, {rng[1]:g}]: too few users for an informative estimate (about "
+            f"{need} users would give a tenth of the range)")
+
+
 def _compile(spec: QuerySpec) -> Plan:
     kind = KINDS[spec.kind]
     template = _template(spec)
     grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
     plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
+    few = _too_few_users(plan)
+    if few:
+        plan.advisories.append(few)
     if plan.two_stage:
         smallest = min(plan.group_size(g) for g in range(plan.n_groups))
         if smallest < 2:

@@ -16,10 +16,12 @@ from uldp.client.kinds.base import (
     KINDS,
     DataError,
     Kind,
+    centre,
     check_samples,
     kashin_frame,
     masked_mean,
     register_kind,
+    value_range,
 )
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "KINDS",
     "DataError",
     "Kind",
+    "centre",
     "check_samples",
     "distribution",
     "kashin_frame",
@@ -34,4 +37,5 @@ __all__ = [
     "masked_mean",
     "means",
     "register_kind",
+    "value_range",
 ]

@@ -151,6 +151,9 @@ class Kind:
     #: samples are centred on it (:func:`centre`) before the per-sample map, and the
     #: collector adds the centre back to every output (:meth:`offset`)
     ranged: bool = False
+    #: how many finite entries of a dataset's samples the task clamps into its range (a
+    #: device logs it locally, never sends it); None: the kind has no value range
+    clamped: Callable[[TaskSpec, np.ndarray], int] | None = None
 
     def check(self, task: TaskSpec) -> int:
         """Validate the kind's public values; returns the number of components."""
@@ -225,7 +228,8 @@ KINDS: dict[str, Kind] = {}
 
 def check_range(task: TaskSpec, kind: Kind) -> None:
     """A task's ``range`` (protocol §11.2): a ranged kind, a bounded task, finite
-    ``lo < hi`` and ``bound`` exactly ``hi/2 − lo/2``; else refused (code ``param``)."""
+    ``lo < hi`` with a finite width ``hi − lo`` and ``bound`` exactly ``hi/2 − lo/2``;
+    else refused (code ``param``)."""
     assert task.range is not None
     if not kind.ranged:
         raise TaskRefused(f"kind {kind.name!r} has no range [lo, hi]")
@@ -235,6 +239,8 @@ def check_range(task: TaskSpec, kind: Kind) -> None:
     hi = finite_number("range hi", task.range[1])
     if not lo < hi:
         raise TaskRefused(f"range needs lo < hi, got [{lo!r}, {hi!r}]")
+    if not math.isfinite(hi - lo):
+        raise TaskRefused(f"range [{lo!r}, {hi!r}] is wider than the largest double")
     if float(task.bound) != hi / 2 - lo / 2:
         raise TaskRefused(f"bound must be hi/2 - lo/2 = {hi / 2 - lo / 2!r} for the range "
                           f"[{lo!r}, {hi!r}], got {task.bound!r}")

@@ -72,6 +72,7 @@ register_kind(Kind(
     heavy_tails=True,
     output_range=value_range,
     ranged=True,
+    clamped=lambda t, x: clamped_values(t, x),
 ))
 register_kind(Kind(
     name="mean-linf", vector=True,
@@ -81,6 +82,7 @@ register_kind(Kind(
     heavy_tails=True,
     output_range=value_range,
     ranged=True,
+    clamped=lambda t, x: clamped_values(t, x),
 ))
 
 

@@ -145,7 +145,15 @@ def _cmd_query_result(a: argparse.Namespace) -> int:
               f"delta={r.central.delta:g}")
     rows = [[str(i), f"{v:+.5f}", f"[{lo:+.5f}, {hi:+.5f}]"]
             for i, (v, lo, hi) in enumerate(zip(r.values, r.ci_low, r.ci_high, strict=True))]
-    print(table(rows, ["#", "ESTIMATE", "INTERVAL"]))
+    edges = r.edge_share
+    if edges is not None and any(e is not None for e in edges):
+        for row, e in zip(rows, edges, strict=True):
+            row.append("-" if e is None else f"{100 * e[0]:.0f}% / {100 * e[1]:.0f}%")
+        print(table(rows, ["#", "ESTIMATE", "INTERVAL", "AT LO / HI (stage I)"]))
+    else:
+        print(table(rows, ["#", "ESTIMATE", "INTERVAL"]))
+    for note in r.advisories:
+        print(f"note: {note}")
     return 0
 
 

@@ -156,6 +156,8 @@ def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
         est.extra["projected"] = project_simplex(est.values)
     est.extra["regime"] = plan.grouping.regime
     est.extra["method"] = plan.spec.method
+    if plan.advisories:  # the plan's notes travel with its result (e.g. too few users)
+        est.extra["advisories"] = list(plan.advisories)
     if plan.auto:
         est.extra["auto"] = dict(plan.auto)
     return est
