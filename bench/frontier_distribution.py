@@ -155,11 +155,13 @@ def _mse(cell: dict[str, Any], a: str) -> tuple[float, float]:
 
 
 def run_grid(a: argparse.Namespace, out: Path) -> None:
+    """Repetition by repetition over the whole grid (a partial run covers every cell)."""
     cells: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
-    for pop, k, m in itertools.product(a.populations, a.ks, a.ms):
+    for target, (pop, k, m) in itertools.product(
+            range(1, a.reps + 1), itertools.product(a.populations, a.ks, a.ms)):
         while True:
             have = {e: cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("reps", 0) for e in a.eps}
-            todo = [e for e in a.eps if have[e] < a.reps]
+            todo = [e for e in a.eps if have[e] < target]
             if not todo:
                 break
             rep = min(have[e] for e in todo)

@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["CENTRE_SHARES", "HADAMARD_GAIN", "hadamard_choice"]
 
 #: the centre phase's shares ``auto`` tries (the rest, less the spread phase, windows)
-CENTRE_SHARES = (0.3, 0.4, 0.5, 0.6)
+CENTRE_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 #: the least gain on users alike worth the spread phase's users
 HADAMARD_GAIN = 1.25
 

@@ -68,14 +68,15 @@ from uldp.collector.methods.common import (
 )
 from uldp.collector.methods.oracle import OracleAccumulator, SampledRecords
 
-__all__ = ["QS", "Z_OUTSIDE", "HadamardWindows", "clamp_bias", "clamps_ok",
+__all__ = ["COMBINE_BIAS_SHARE", "QS", "Z_OUTSIDE", "HadamardWindows", "clamp_bias",
+           "clamps_ok", "combine_centre",
            "model_bias2", "model_t2", "spread_share"]
 
 #: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
 QS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
 #: the share of users outside the windows enters the rule at its estimate plus this many
 #: standard deviations (the bound), and the interval at its estimate less as many
-Z_OUTSIDE = 2.0
+Z_OUTSIDE = 3.0
 
 _NORMAL = NormalDist()
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(24)  # E f(Z), Z ~ N(0, 1)
@@ -134,6 +135,25 @@ def model_t2(users_sd: np.ndarray, centre_sd: np.ndarray, half: np.ndarray) -> n
     S2 = np.asarray(users_sd, dtype=np.float64)[:, None] ** 2
     h2 = np.maximum(np.asarray(half, dtype=np.float64)[:, None] ** 2, 1e-300)
     return np.asarray(np.minimum((d * d + S2) / h2, 1.0) @ _GH_W)
+
+
+#: the window's estimate is combined with the centre's only where the window's expected
+#: squared clamping bias is at most this share of its variance (the two are then nearly
+#: independent: the window hardly moves with the centre's error)
+COMBINE_BIAS_SHARE = 0.01
+
+
+def combine_centre(window: float, window_var: float, centre: float, centre_var: float,
+                   bias2: float) -> tuple[float, float]:
+    """The window's estimate of a coefficient, and its variance, combined with the
+    centre's by inverse variance when its clamping is negligible
+    (:data:`COMBINE_BIAS_SHARE`): the centre's reports are other users' and unbiased, so
+    their information is not wasted; where the centre's error clamps the window, the two
+    are correlated and the window's estimate stands alone."""
+    if not (bias2 <= COMBINE_BIAS_SHARE * window_var and centre_var > 0 and window_var > 0):
+        return window, window_var
+    w = centre_var / (centre_var + window_var)
+    return w * window + (1 - w) * centre, centre_var * window_var / (centre_var + window_var)
 
 
 class HadamardWindows:
@@ -301,7 +321,9 @@ class HadamardWindows:
             for mech in mechs:
                 noise = np.array([value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)
                                   for g in range(G)])
-                mse = float(np.sum((noise + S2) / n3 + mb2))
+                v3 = (noise + S2) / n3 + mb2
+                mse = float(sum(combine_centre(0.0, float(v3[g]), 0.0, float(v[g]),
+                                               float(mb2[g]))[1] for g in range(G)))
                 if best is None or mse < best[0] * (1 - 1e-12):
                     best = (mse, float(q), mech, lo, hi, mb2)
         assert best is not None
@@ -425,6 +447,8 @@ class HadamardWindows:
             blocks.append(((0,), np.array([1.0 / math.sqrt(plan.n_components)]),
                            np.zeros((1, 1))))
         extra = previous.get("model_bias2", {})
+        theta1 = np.asarray(previous["centre"]["theta"], dtype=np.float64)
+        var1 = np.asarray(previous["centre"]["var"], dtype=np.float64)
         for g in range(self.n_groups(plan)):
             c, acc = self._comp(plan, g), accs.get(g)
             lo, hi = previous["intervals"][str(g)]
@@ -437,7 +461,11 @@ class HadamardWindows:
                                        float(acc.mean_square_t()[0]), float(acc.mean_t()[0]),
                                        hint)
             cov = finite_population(acc.covariance(), np.array([nv]), acc.count, n)
-            blocks.append(((c,), acc.means(), cov + float(extra.get(str(g), 0.0))))
+            mean, var = combine_centre(float(acc.means()[0]),
+                                       float(cov[0, 0]) + float(extra.get(str(g), 0.0)),
+                                       float(theta1[c]), float(var1[c]),
+                                       float(extra.get(str(g), 0.0)))
+            blocks.append(((c,), np.array([mean]), np.array([[var]])))
         est = estimate_from_blocks(plan, blocks, n3)
         est.counts["reports"] = n
         return est
@@ -536,7 +564,8 @@ class HadamardWindows:
         for g, c in enumerate(comps):
             fpc = max(1.0 - n3[g] / spec.users, 0.0) if fin else 1.0
             noise = value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)
-            out[c] = (fpc * S2c[g] + noise) / n3[g] + mb2[g]
+            v3 = (fpc * S2c[g] + noise) / n3[g] + mb2[g]
+            out[c] = combine_centre(0.0, v3, 0.0, float(v[g]), float(mb2_model[g]))[1]
         return p_window * out + (1 - p_window) * fallback_v
 
     def _centre_variance(self, plan: Any, sv: np.ndarray, S2: np.ndarray, n1: np.ndarray
