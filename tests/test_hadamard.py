@@ -30,9 +30,9 @@ from uldp.client.tasks import (
     report_limit,
 )
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.methods.hadamard import (
+from uldp.collector.methods.hadamard import HadamardWindows
+from uldp.collector.methods.hadamard_model import (
     QS,
-    HadamardWindows,
     clamp_bias,
     clamps_ok,
     model_bias2,

@@ -66,95 +66,21 @@ from uldp.collector.methods.common import (
     value_mechanism,
     value_noise_variance,
 )
+from uldp.collector.methods.hadamard_model import (
+    QS,
+    Z_OUTSIDE,
+    clamps_ok,
+    combine_centre,
+    model_bias2,
+    model_t2,
+    normal_cdf,
+    spread_share,
+)
 from uldp.collector.methods.oracle import OracleAccumulator, SampledRecords
 
-__all__ = ["COMBINE_BIAS_SHARE", "QS", "Z_OUTSIDE", "HadamardWindows", "clamp_bias",
-           "clamps_ok", "combine_centre",
-           "model_bias2", "model_t2", "spread_share"]
-
-#: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
-QS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
-#: the share of users outside the windows enters the rule at its estimate plus this many
-#: standard deviations (the bound), and the interval at its estimate less as many
-Z_OUTSIDE = 3.0
+__all__ = ["HadamardWindows"]
 
 _NORMAL = NormalDist()
-_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(24)  # E f(Z), Z ~ N(0, 1)
-_GH_W = _GH_W / _GH_W.sum()
-
-
-def clamps_ok(q: float, groups: int) -> bool:
-    """Whether the intervals' account of the clamping is sound at half-width ``q``. The
-    centre's error clamps a coefficient with probability ``2Φ(−q)`` and biases every
-    output by ``b_c/√K``; the intervals carry ``E b_c²`` as variance, which is right when
-    the expected number ``λ`` of clamped coefficients is large (their biases add up to a
-    normal error, like the noise) or tiny (they are rare): ``λ ≥ 5`` or ``λ ≤ 0.05``."""
-    lam = groups * 2 * _NORMAL.cdf(-q)
-    return lam >= 5.0 or lam <= 0.05
-
-
-def spread_share(users: int) -> float:
-    """``s₂``: the share of users the spread phase takes — about 5 000 users, between
-    2 % and 6 % (its users are lost to the estimate after a fallback: at most 1/(1 − s₂)
-    = 1.064 of the oracle's error)."""
-    return float(min(max(5000.0 / max(users, 1), 0.02), 0.06))
-
-
-def _phi_tail(x: np.ndarray) -> np.ndarray:
-    """``E (x − Z)⁺`` for ``Z ~ N(0, 1)``: ``x Φ(x) + φ(x)``."""
-    x = np.asarray(x, dtype=np.float64)
-    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
-    return x * cdf + np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-
-
-def clamp_bias(mu: np.ndarray, sd: np.ndarray, lo: np.ndarray, hi: np.ndarray
-               ) -> np.ndarray:
-    """``E clamp(X, lo, hi) − E X`` for ``X ~ N(mu, sd²)`` (element-wise):
-    ``E(lo − X)⁺ − E(X − hi)⁺``."""
-    sd = np.maximum(np.asarray(sd, dtype=np.float64), 1e-15)
-    return sd * (_phi_tail((lo - mu) / sd) - _phi_tail((mu - hi) / sd))
-
-
-def model_bias2(users_sd: np.ndarray, centre_sd: np.ndarray, half: np.ndarray,
-                theta: np.ndarray, bound: np.ndarray) -> np.ndarray:
-    """Expected squared clamping bias of every coefficient's window: users' statistics
-    ``N(θ, users_sd²)``, the window ``[θ + δ − half, θ + δ + half] ∩ [−D, D]`` with the
-    centre's error ``δ ~ N(0, centre_sd²)`` (Gauss–Hermite over δ)."""
-    th, hw, D = (np.asarray(x, dtype=np.float64)[:, None] for x in (theta, half, bound))
-    delta = np.asarray(centre_sd, dtype=np.float64)[:, None] * _GH_X[None, :]
-    lo = np.maximum(th + delta - hw, -D)
-    hi = np.minimum(th + delta + hw, D)
-    b = clamp_bias(th, np.asarray(users_sd, dtype=np.float64)[:, None], lo, hi)
-    return np.asarray((b * b) @ _GH_W)
-
-
-def model_t2(users_sd: np.ndarray, centre_sd: np.ndarray, half: np.ndarray) -> np.ndarray:
-    """``E t²`` of the clamped statistics on each window (``t`` = the position in the window,
-    ±1 at its ends): ``E min((δ² + S²)/h², 1)`` over the centre's error ``δ ~ N(0, v)``."""
-    d = np.asarray(centre_sd, dtype=np.float64)[:, None] * _GH_X[None, :]
-    S2 = np.asarray(users_sd, dtype=np.float64)[:, None] ** 2
-    h2 = np.maximum(np.asarray(half, dtype=np.float64)[:, None] ** 2, 1e-300)
-    return np.asarray(np.minimum((d * d + S2) / h2, 1.0) @ _GH_W)
-
-
-#: the window's estimate is combined with the centre's only where the window's expected
-#: squared clamping bias is at most this share of its variance (the two are then nearly
-#: independent: the window hardly moves with the centre's error)
-COMBINE_BIAS_SHARE = 0.01
-
-
-def combine_centre(window: float, window_var: float, centre: float, centre_var: float,
-                   bias2: float) -> tuple[float, float]:
-    """The window's estimate of a coefficient, and its variance, combined with the
-    centre's by inverse variance when its clamping is negligible
-    (:data:`COMBINE_BIAS_SHARE`): the centre's reports are other users' and unbiased, so
-    their information is not wasted; where the centre's error clamps the window, the two
-    are correlated and the window's estimate stands alone."""
-    if not (bias2 <= COMBINE_BIAS_SHARE * window_var and centre_var > 0 and window_var > 0):
-        return window, window_var
-    w = centre_var / (centre_var + window_var)
-    return w * window + (1 - w) * centre, centre_var * window_var / (centre_var + window_var)
-
 
 class HadamardWindows:
     """Collector half of method ``hadamard`` (module docstring)."""
@@ -540,7 +466,7 @@ class HadamardWindows:
         q, mech, lo, hi, mb2_model, mse_model = self.window(plan, mean, var, alike)
         Dc, v, S2c, th = D[comps], var[comps], S2[comps], mean[comps]
         tau = np.sqrt(alike[comps] + v)
-        outside = float(np.mean(2 * _normal_cdf(-q * tau / np.sqrt(S2c + v + 1e-300))))
+        outside = float(np.mean(2 * normal_cdf(-q * tau / np.sqrt(S2c + v + 1e-300))))
         o2 = best_oracle(2, eps)
         f2 = np.array([1 - outside, outside])
         sd = math.sqrt(float(ORACLE_DECODERS[o2].variance(f2, 2, eps)[1]) / max(n2, 1))
@@ -612,10 +538,6 @@ class HadamardWindows:
             S2 = sv[c] / spec.samples if stat_var is None else stat_var[c]
             out[c] = (value_noise_variance(mech, 2 * self._bound(plan, c), eps) + S2) / k
         return out, float(out.sum())
-
-
-def _normal_cdf(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1 + np.vectorize(math.erf)(np.asarray(x, dtype=np.float64) / math.sqrt(2)))
 
 
 def _merged(accs: dict[int, Any]) -> Any:
