@@ -67,6 +67,7 @@ from uldp.collector.methods.common import (
     value_noise_variance,
 )
 from uldp.collector.methods.hadamard_model import (
+    MAX_UNSEEN,
     QS,
     Z_OUTSIDE,
     clamps_ok,
@@ -299,12 +300,13 @@ class HadamardWindows:
                fallback: float) -> tuple[bool, dict[str, Any]]:
         """Window or fallback (module docstring): the window runs when the share of users
         outside their windows is not above what users alike put there (``2Φ(−q)``) by
-        more than :data:`Z_OUTSIDE` standard errors, and its error on that model is below
-        the fallback's."""
+        more than :data:`Z_OUTSIDE` standard errors, those standard errors would see a
+        share of :data:`MAX_UNSEEN`, and its error on that model is below the
+        fallback's."""
         q = float(previous["q_window"])
         expected = 2 * _NORMAL.cdf(-q)
         excess = M - expected
-        alike = n2 > 0 and excess <= Z_OUTSIDE * sd
+        alike = n2 > 0 and excess <= Z_OUTSIDE * sd and Z_OUTSIDE * sd <= MAX_UNSEEN
         model = float(previous["window_mse"])
         info = {"outside": M, "outside_se": sd, "outside_alike": expected,
                 "spread_reports": n2, "window_mse": model, "fallback_mse": fallback}
@@ -474,7 +476,7 @@ class HadamardWindows:
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
         window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
-        if not mse_model < fallback_total:
+        if not mse_model < fallback_total or Z_OUTSIDE * sd > MAX_UNSEEN:
             return fallback_v
         # the spread test passes with probability P(M̂ ≤ 2Φ(−q) + z·se), M̂ ~ N(M, se²):
         # the prediction is the mixture of the two outcomes' errors

@@ -15,7 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["COMBINE_BIAS_SHARE", "QS", "Z_OUTSIDE", "clamp_bias", "clamps_ok",
+__all__ = ["COMBINE_BIAS_SHARE", "MAX_UNSEEN", "QS", "Z_OUTSIDE", "clamp_bias", "clamps_ok",
            "combine_centre", "model_bias2", "model_t2", "normal_cdf", "spread_share"]
 
 #: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
@@ -23,6 +23,10 @@ QS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
 #: the share of users outside the windows enters the rule at its estimate plus this many
 #: standard deviations (the bound), and the interval at its estimate less as many
 Z_OUTSIDE = 3.0
+#: the windows run only when the spread test sees a share of users outside them this
+#: large (``Z_OUTSIDE`` standard errors of the pooled share): a share it cannot see is
+#: clamped unnoticed, so a test without that power falls back to the oracle
+MAX_UNSEEN = 0.1
 
 _NORMAL = NormalDist()
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(24)  # E f(Z), Z ~ N(0, 1)
