@@ -165,7 +165,7 @@ def test_three_phases_with_the_stated_shares_and_one_coefficient_per_user():
     assert prog.num_phases == 3 and plan.n_groups == 7  # coefficient 0 is public
     q = prog.quotas()
     assert sum(q) == 100_000
-    assert abs(q[0] / 1e5 - 0.4) < 1e-3 and abs(q[1] / 1e5 - spread_share(100_000)) < 1e-3
+    assert abs(q[0] / 1e5 - 0.4) < 1e-3 and abs(q[1] / 1e5 - spread_share(100_000, 1.0)) < 1e-3
     assert all(len(g.components) == 1 and g.eps_c == 1.0 for g in plan.grouping.groups)
     # two-stage keeps its assignment (the stage shares generalize it)
     two = compile_query(QuerySpec(kind="mean", epsilon=1.0, users=1001, samples=100,

@@ -109,7 +109,7 @@ class HadamardWindows:
 
     def stage_shares(self, spec: Any) -> tuple[float, float]:
         """``(s₁, s₂)``: the centre's share (``stage1_share``) and the spread's."""
-        return float(spec.stage1_share), spread_share(spec.users)
+        return float(spec.stage1_share), spread_share(spec.users, float(spec.epsilon))
 
     def n_groups(self, plan: Any) -> int:
         return len(plan.grouping.groups)
@@ -299,14 +299,13 @@ class HadamardWindows:
     def decide(self, plan: Any, previous: Published, M: float, sd: float, n2: int,
                fallback: float) -> tuple[bool, dict[str, Any]]:
         """Window or fallback (module docstring): the window runs when the share of users
-        outside their windows is not above what users alike put there (``2Φ(−q)``) by
-        more than :data:`Z_OUTSIDE` standard errors, those standard errors would see a
-        share of :data:`MAX_UNSEEN`, and its error on that model is below the
-        fallback's."""
+        outside their windows beyond what users alike put there (``2Φ(−q)``) is, at its
+        upper confidence bound (:data:`Z_OUTSIDE` standard errors), at most
+        :data:`MAX_UNSEEN`, and its error on that model is below the fallback's."""
         q = float(previous["q_window"])
         expected = 2 * _NORMAL.cdf(-q)
         excess = M - expected
-        alike = n2 > 0 and excess <= Z_OUTSIDE * sd and Z_OUTSIDE * sd <= MAX_UNSEEN
+        alike = n2 > 0 and max(excess, 0.0) + Z_OUTSIDE * sd <= MAX_UNSEEN
         model = float(previous["window_mse"])
         info = {"outside": M, "outside_se": sd, "outside_alike": expected,
                 "spread_reports": n2, "window_mse": model, "fallback_mse": fallback}
@@ -476,11 +475,11 @@ class HadamardWindows:
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
         window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
-        if not mse_model < fallback_total or Z_OUTSIDE * sd > MAX_UNSEEN:
+        if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
             return fallback_v
-        # the spread test passes with probability P(M̂ ≤ 2Φ(−q) + z·se), M̂ ~ N(M, se²):
-        # the prediction is the mixture of the two outcomes' errors
-        limit = 2 * _NORMAL.cdf(-q) + Z_OUTSIDE * sd
+        # the spread test passes with probability P(M̂ ≤ 2Φ(−q) + MAX_UNSEEN − z·se),
+        # M̂ ~ N(M, se²): the prediction is the mixture of the two outcomes' errors
+        limit = 2 * _NORMAL.cdf(-q) + MAX_UNSEEN - Z_OUTSIDE * sd
         p_window = _NORMAL.cdf((limit - outside) / sd) if sd > 0 else float(window)
         if p_window < 1e-6:
             return fallback_v

@@ -43,11 +43,23 @@ def clamps_ok(q: float, groups: int) -> bool:
     return lam >= 5.0 or lam <= 0.05
 
 
-def spread_share(users: int) -> float:
-    """``s₂``: the share of users the spread phase takes — about 5 000 users, between
-    2 % and 6 % (its users are lost to the estimate after a fallback: at most 1/(1 − s₂)
-    = 1.064 of the oracle's error)."""
-    return float(min(max(5000.0 / max(users, 1), 0.02), 0.06))
+def spread_share(users: int, eps: float) -> float:
+    """``s₂``: the share of users the spread phase takes — enough that the test sees half of
+    :data:`MAX_UNSEEN` (``Z_OUTSIDE`` standard errors of the pooled outside share ≤ 0.05;
+    the one-bit oracle's variance at ε, at a share of 5 %), between 2 % and 9 % (its users
+    are lost to the estimate after a fallback: at most ``1/(1 − s₂) ≤ 1.099`` of the
+    oracle's error)."""
+    from uldp.collector.mechanisms import ORACLE_DECODERS
+    from uldp.collector.mechanisms.choice import best_oracle
+
+    name = best_oracle(2, eps)
+    var = float(ORACLE_DECODERS[name].variance(np.array([0.95, 0.05]), 2, eps)[1])
+    need = var * (Z_OUTSIDE / (MAX_UNSEEN / 2)) ** 2
+    return float(min(max(need / max(users, 1), MIN_SPREAD), MAX_SPREAD))
+
+
+#: the spread phase's least and largest share of the users
+MIN_SPREAD, MAX_SPREAD = 0.02, 0.09
 
 
 def _phi_tail(x: np.ndarray) -> np.ndarray:
