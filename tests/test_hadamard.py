@@ -285,3 +285,16 @@ def test_auto_chooses_from_public_values(k, m, eps, want):
     if want == "hadamard":
         assert plan.auto["chosen"] == "hadamard" and plan.auto["hadamard_gain"] >= 1.25
     assert isinstance(plan.method, HadamardWindows) == (want == "hadamard")
+
+
+def test_a_centre_estimate_outside_the_range_still_gives_a_window():
+    """An unbiased centre can fall outside [−D, D] (found by the frontier at k = 8): the
+    window is cut to the range and never empty."""
+    plan = compile_query(QuerySpec(kind="distribution", epsilon=1.0, users=10_000,
+                                   samples=1000, dim=8, method="hadamard"))
+    th = np.zeros(8)
+    th[1], th[2] = 0.5, -0.9  # D = 1/√8 ≈ 0.354
+    var = np.full(8, 1e-4)
+    m = plan.method
+    _, _, lo, hi, _, _ = m.window(plan, th, var, m.alike_var(plan, th, var))
+    assert np.all(hi > lo) and np.all(lo >= -8 ** -0.5) and np.all(hi <= 8 ** -0.5)

@@ -236,13 +236,17 @@ class HadamardWindows:
         G = self.n_groups(plan)
         comps = [self._comp(plan, g) for g in range(G)]
         D = np.array([self._bound(plan, c) for c in comps])
-        th, v, S2 = theta[comps], np.maximum(var[comps], 0.0), users_var[comps]
+        # a centre estimate outside the range (an unbiased estimate can be) is cut to it
+        th = np.clip(theta[comps], -D, D)
+        v, S2 = np.maximum(var[comps], 0.0), users_var[comps]
         tau = np.sqrt(self.alike_var(plan, theta, var)[comps] + v)
         n3 = np.array([max(plan.stage_size(g, 3), 1) for g in range(G)], dtype=np.float64)
         best: tuple[float, float, str, np.ndarray, np.ndarray, np.ndarray] | None = None
         for q in [q for q in QS if clamps_ok(q, G)] or [QS[-1]]:
             half = q * tau
             lo, hi = np.maximum(th - half, -D), np.minimum(th + half, D)
+            empty = ~(hi > lo)  # a window a rounding could close: the whole range
+            lo, hi = np.where(empty, -D, lo), np.where(empty, D, hi)
             mb2 = model_bias2(np.sqrt(S2), np.sqrt(v), half, th, D)
             t2 = float(np.mean(model_t2(np.sqrt(S2), np.sqrt(v), half)))
             for mech in mechs:
