@@ -75,6 +75,7 @@ from uldp.collector.methods.hadamard_model import (
     model_bias2,
     model_t2,
     normal_cdf,
+    share_se,
     spread_share,
 )
 from uldp.collector.methods.oracle import OracleAccumulator, SampledRecords
@@ -286,8 +287,9 @@ class HadamardWindows:
                 "reports": centre["reports"]}
 
     # ---- closing the spread: the rule --------------------------------------------------
-    def outside_share(self, accs: dict[int, Any]) -> tuple[float, float, int]:
-        """The pooled share of users outside their windows, its standard error, reports."""
+    def outside_share(self, accs: dict[int, Any], eps: float) -> tuple[float, float, int]:
+        """The pooled share of users outside their windows, its standard error
+        (:func:`share_se`), reports."""
         num, var, n = 0.0, 0.0, 0
         for acc in accs.values():
             if acc is None or acc.count == 0:
@@ -297,8 +299,8 @@ class HadamardWindows:
             var += acc.count**2 * float(se[1]) ** 2
             n += acc.count
         if n == 0:
-            return 1.0, 0.0, 0
-        return num / n, math.sqrt(var) / n, n
+            return 1.0, float("inf"), 0
+        return num / n, share_se(num / n, math.sqrt(var) / n, n, eps), n
 
     def decide(self, plan: Any, previous: Published, M: float, sd: float, n2: int,
                fallback: float) -> tuple[bool, dict[str, Any]]:
@@ -317,7 +319,7 @@ class HadamardWindows:
 
     def choose(self, plan: Any, previous: Published, accs: dict[int, Any]) -> Published:
         """Close the spread phase (module docstring)."""
-        M, sd, n2 = self.outside_share(accs)
+        M, sd, n2 = self.outside_share(accs, float(plan.spec.epsilon))
         window, info = self.decide(plan, previous, M, sd, n2,
                                    self._fallback_mse(plan, previous["centre"], n2))
         base = {k: previous[k] for k in ("centre", "q_window", "mechanism", "intervals",
@@ -472,9 +474,7 @@ class HadamardWindows:
         Dc, v, S2c, th = D[comps], var[comps], S2[comps], mean[comps]
         tau = np.sqrt(alike[comps] + v)
         outside = float(np.mean(2 * normal_cdf(-q * tau / np.sqrt(S2c + v + 1e-300))))
-        o2 = best_oracle(2, eps)
-        f2 = np.array([1 - outside, outside])
-        sd = math.sqrt(float(ORACLE_DECODERS[o2].variance(f2, 2, eps)[1]) / max(n2, 1))
+        sd = share_se(outside, 0.0, n2, eps)
         prev = {"centre": {"var": var.tolist()}, "window_mse": mse_model, "q_window": q,
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}

@@ -16,7 +16,8 @@ from statistics import NormalDist
 import numpy as np
 
 __all__ = ["COMBINE_BIAS_SHARE", "MAX_UNSEEN", "QS", "Z_OUTSIDE", "clamp_bias", "clamps_ok",
-           "combine_centre", "model_bias2", "model_t2", "normal_cdf", "spread_share"]
+           "combine_centre", "model_bias2", "model_t2", "normal_cdf", "share_se", "share_variance",
+           "spread_share"]
 
 #: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
 QS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
@@ -49,13 +50,31 @@ def spread_share(users: int, eps: float) -> float:
     the one-bit oracle's variance at ε, at a share of 5 %), between 2 % and 9 % (its users
     are lost to the estimate after a fallback: at most ``1/(1 − s₂) ≤ 1.099`` of the
     oracle's error)."""
+    need = share_variance(0.05, eps) * (Z_OUTSIDE / (MAX_UNSEEN / 2)) ** 2
+    return float(min(max(need / max(users, 1), MIN_SPREAD), MAX_SPREAD))
+
+
+def share_variance(share: float, eps: float) -> float:
+    """``n₂ · Var M̂`` of the pooled outside share at ``share``: the one-bit oracle's noise
+    (the best oracle over two categories at ε) plus the sampling of which users are
+    outside, ``M(1 − M)`` — the spread users stand for all the window users."""
     from uldp.collector.mechanisms import ORACLE_DECODERS
     from uldp.collector.mechanisms.choice import best_oracle
 
-    name = best_oracle(2, eps)
-    var = float(ORACLE_DECODERS[name].variance(np.array([0.95, 0.05]), 2, eps)[1])
-    need = var * (Z_OUTSIDE / (MAX_UNSEEN / 2)) ** 2
-    return float(min(max(need / max(users, 1), MIN_SPREAD), MAX_SPREAD))
+    f = min(max(share, 0.0), 1.0)
+    noise = float(ORACLE_DECODERS[best_oracle(2, eps)].variance(np.array([1 - f, f]), 2,
+                                                                  eps)[1])
+    return noise + f * (1 - f)
+
+
+def share_se(share: float, empirical: float, n2: int, eps: float) -> float:
+    """The standard error the spread test uses: the empirical one, but at least the model's
+    at the share or, where few users could show none outside, at ``3/n₂`` (the rule of
+    three: zero of ``n₂`` is consistent with a share up to ``3/n₂``)."""
+    if n2 <= 0:
+        return float("inf")
+    f = min(max(share, 3.0 / n2), 0.5)
+    return max(empirical, math.sqrt(share_variance(f, eps) / n2))
 
 
 #: the spread phase's least and largest share of the users
