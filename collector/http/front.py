@@ -9,7 +9,11 @@ CORS policy (``uldp.collector.http.app``). TLS with the server's certificate and
 serve both ports; nothing is kept in the front itself.
 
 The ASGI server is uvicorn with its httptools parser on its own event loop thread
-(chosen by measurement: ``bench/results/ingest_http.md``).
+(chosen by measurement: ``bench/results/ingest_http.md``), behind the connection guard
+(``uldp.collector.http.guard``): a connection cap sized from the descriptor limit, header
+and body time, header size. ``X-Forwarded-For`` (and ``X-Forwarded-Proto``) are read only
+from the proxies the operator names (``--trusted-proxy``): otherwise the peer of a call is
+the address that connected, whatever the request says (``docs/privacy.md`` §8).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from uldp.collector.http.app import CorsPolicy, HttpApp, Receive, Scope, Send, r
 from uldp.collector.http.connect import service_app
 from uldp.collector.http.console import PREFIX as CONSOLE
 from uldp.collector.http.console import ConsoleApp
+from uldp.collector.http.guard import ConnectionGuard, GuardedListener, HttpLimits, guarded_protocol
 from uldp.collector.http.metrics import MetricsEndpoint
 from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth
@@ -56,6 +61,10 @@ class HttpConfig:
     reuse_port: bool = False
     #: the token a Prometheus scraper presents at ``/metrics`` (besides the admin token)
     metrics_token_file: Path | None = None
+    #: connections, header/body time, header size (``uldp.collector.http.guard``)
+    limits: HttpLimits = field(default_factory=HttpLimits)
+    #: addresses or networks (CIDR) of proxies whose X-Forwarded-For is believed
+    trusted_proxies: tuple[str, ...] = ()
 
 
 def build_app(core: CollectorCore, pool: Executor, *, cors: CorsPolicy | None = None,
@@ -67,11 +76,12 @@ def build_app(core: CollectorCore, pool: Executor, *, cors: CorsPolicy | None = 
     with :meth:`HttpApp.mount`."""
     app = HttpApp(cors)
     m = metrics_of(core)
-    for servicer, service in ((AsyncDeviceServicer(core, pool), _DEVICE),
-                              (AsyncAnalystServicer(core, pool), _ANALYST)):
+    device = AsyncDeviceServicer(core, pool)
+    for servicer, service, cap in ((device, _DEVICE, device.logic.cap),
+                                   (AsyncAnalystServicer(core, pool), _ANALYST, None)):
         app.mount(f"/{service.full_name}/",
                   service_app(instrument(servicer, service, m, "http"), service, pool,
-                              max_message_bytes))
+                              max_message_bytes, batch_cap=cap))
     app.route("/healthz", app.healthz)
     app.route("/metrics", MetricsEndpoint(core, pool, metrics_auth))
     app.mount(CONSOLE, ConsoleApp(core, pool))
@@ -97,6 +107,14 @@ def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
     return s
 
 
+def _forwarding(trusted: tuple[str, ...]) -> dict[str, object]:
+    """uvicorn's proxy-header settings: off unless proxies are named (uvicorn's own
+    default would believe X-Forwarded-For from loopback)."""
+    if not trusted:
+        return {"proxy_headers": False, "forwarded_allow_ips": []}
+    return {"proxy_headers": True, "forwarded_allow_ips": list(trusted)}
+
+
 class HttpFront:
     """A running HTTP port (see the module docstring); ``start``/``stop``."""
 
@@ -105,15 +123,20 @@ class HttpFront:
 
         self.app = app
         self.config = config
-        self._sock = _listen(config.host, config.port, config.reuse_port)
+        lim = config.limits
+        self.guard = ConnectionGuard(lim)
+        self._sock = GuardedListener.wrap(
+            _listen(config.host, config.port, config.reuse_port), self.guard)
         self.port = int(self._sock.getsockname()[1])
         mtls = config.tls_client_ca is not None
         self._server = uvicorn.Server(uvicorn.Config(
-            app, lifespan="off", log_level="warning", access_log=False, http=_parser(),
-            loop="asyncio", ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key),
+            app, lifespan="off", log_level="warning", access_log=False,
+            http=guarded_protocol(self.guard), loop="asyncio",
+            ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key),
             ssl_ca_certs=str(config.tls_client_ca) if mtls else None,
             ssl_cert_reqs=ssl.CERT_REQUIRED if mtls else ssl.CERT_NONE,
-            timeout_keep_alive=75, server_header=False, date_header=False))
+            timeout_keep_alive=max(1, int(lim.header_timeout_s)), server_header=False,
+            date_header=False, **_forwarding(config.trusted_proxies)))  # type: ignore[arg-type]
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -122,10 +145,15 @@ class HttpFront:
         def run() -> None:
             async def serve() -> None:
                 task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+                sweeper = asyncio.create_task(self.guard.run_sweeper(
+                    f"HTTP port {self.config.host}:{self.port}"))
                 while not self._server.started and not task.done():
                     await asyncio.sleep(0.01)
                 started.set()
-                await task
+                try:
+                    await task
+                finally:
+                    sweeper.cancel()
             try:
                 asyncio.run(serve())
             finally:
@@ -135,9 +163,11 @@ class HttpFront:
         started.wait(30)
         if not self._server.started:
             raise OSError(f"the HTTP port {self.config.host}:{self.port} did not start")
-        log.info("HTTP port (Connect, gRPC-Web, /healthz) on %s:%d (TLS%s)",
-                 self.config.host, self.port,
-                 ", mutual" if self.config.tls_client_ca else "")
+        lim = self.guard.limits
+        log.info("HTTP port (Connect, gRPC-Web, /healthz) on %s:%d (TLS%s; at most %d "
+                 "connections, header time %g s, body time %g s)", self.config.host,
+                 self.port, ", mutual" if self.config.tls_client_ca else "",
+                 lim.max_connections, lim.header_timeout_s, lim.body_timeout_s)
 
     def stop(self, grace: float = 5.0) -> None:
         self.app.serving = False
@@ -149,15 +179,6 @@ class HttpFront:
         self._thread.join(grace + 10)
         self._thread = None
         self._sock.close()
-
-
-def _parser() -> str:
-    """httptools when installed (measured faster), else uvicorn's pure-Python h11."""
-    try:
-        import httptools  # noqa: F401
-    except ImportError:  # pragma: no cover - the collector extra installs it
-        return "h11"
-    return "httptools"
 
 
 def attach_front(core: CollectorCore, pool: Executor, config: HttpConfig) -> HttpFront:
