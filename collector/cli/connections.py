@@ -62,7 +62,7 @@ def add_connection_flags(s: argparse.ArgumentParser, what: str = "collector") ->
                    help="client connections the ports hold at once, shared evenly by the "
                         "gRPC and HTTP ports (env ULDP_MAX_CONNECTIONS; default auto: the "
                         "file-descriptor limit less a reserve for the database and the "
-                        f"{what} itself, at most 8192 per port)")
+                        f"{what} itself, at most 4096 per port)")
     s.add_argument("--header-timeout", type=_timeout, default=10.0, metavar="S",
                    help="seconds a new connection (TLS handshake included) or a kept-alive "
                         "one has to send a complete request head (HTTP port) or finish "

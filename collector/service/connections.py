@@ -34,7 +34,7 @@ __all__ = ["CEILING", "ConnectionLimits", "descriptor_reserve", "grpc_options",
            "plan_connections", "raise_descriptor_limit"]
 
 #: at most this many connections per port unless ``--max-connections`` says more
-CEILING = 8192
+CEILING = 4096
 #: descriptors kept besides the database pool (stdio, logs, epoll/eventfd/pipes of
 #: grpc-core and asyncio, listening sockets, TLS files, the shuffler port, closing slack)
 BASE_RESERVE = 96
