@@ -10,12 +10,12 @@ header is read into memory. This module bounds all of it (invariant 9;
   from the moment it is accepted (the TLS handshake included, which uvicorn never sees)
   until its descriptor is closed. At the cap (:class:`ConnectionGuard`, sized from the
   descriptor limit by ``uldp.collector.service.connections``) a new connection *evicts*
-  the connection that has been idle the longest among those that have not sent a complete
-  request head (in the TLS handshake, sending its head, or idle between requests), else
-  among those sending a body; a connection whose request is being answered is never
-  evicted. Slow connections therefore cannot keep a load balancer's ``/healthz`` or a
-  device out: each newcomer takes the place of the slowest. Only when every connection is
-  being answered is a newcomer closed at once.
+  the oldest connection that has not sent a byte, else the one idle the longest among
+  those that have not sent a complete request head (in the TLS handshake, sending its
+  head, or idle between requests), else among those sending a body; a connection whose
+  request is being answered is never evicted. Slow connections therefore cannot keep a
+  load balancer's ``/healthz`` or a device out: each newcomer takes the place of the
+  slowest. Only when every connection is being answered is a newcomer closed at once.
 * A sweeper closes connections past their time: the *header time* (from accept, or from
   the end of the previous response on a kept-alive connection, to a complete request head)
   and the *body time* (from the head to the end of the body).
@@ -89,6 +89,7 @@ class _Entry:
     transport: Any = None
     protocol: Any = None
     dying: bool = False
+    fresh: bool = True  # nothing received yet
 
 
 @dataclass
@@ -128,15 +129,20 @@ class ConnectionGuard:
         return len(self.conns) >= self.limits.max_connections and self.dying >= MAX_DYING
 
     def _victim(self) -> _Entry | None:
+        """A connection that has sent nothing (the oldest), else the one idle the
+        longest before a request head, else the one idle the longest in its body."""
+        idle: _Entry | None = None
         body: _Entry | None = None
         for e in self.conns.values():
             if e.dying:
                 continue
-            if e.state <= State.HEAD or e.state is State.CLOSING:
+            if e.fresh:
                 return e
-            if e.state is State.BODY and body is None:
+            if idle is None and (e.state <= State.HEAD or e.state is State.CLOSING):
+                idle = e
+            elif body is None and e.state is State.BODY:
                 body = e
-        return body
+        return idle or body
 
     def _kill(self, e: _Entry) -> None:
         if e.dying:
@@ -150,7 +156,9 @@ class ConnectionGuard:
                 e.sock.shutdown(socket.SHUT_RDWR)
 
     def touched(self, conn: _Conn) -> None:
-        if conn in self.conns:
+        e = self.conns.get(conn)
+        if e is not None:
+            e.fresh = False
             self.conns.move_to_end(conn)
 
     def closed(self, conn: _Conn) -> None:
@@ -224,7 +232,7 @@ class ConnectionGuard:
                 # protocols; a 256 KiB read buffer): free it now, not at the next
                 # full collection (the server raises the GC thresholds)
                 self.gone = 0
-                gc.collect(1)
+                gc.collect()
             if now - last >= LOG_EVERY_S:
                 self.report(name)
                 last = now
@@ -260,7 +268,7 @@ class GuardedListener(socket.socket):
         out.guard = guard
         return out
 
-    def accept(self) -> tuple[socket.socket, Any]:  # type: ignore[override]
+    def accept(self) -> tuple[socket.socket, Any]:
         while True:
             if self.guard.must_wait():
                 raise BlockingIOError
@@ -282,92 +290,96 @@ _REASONS = {400: b"Bad Request", 408: b"Request Timeout",
             431: b"Request Header Fields Too Large"}
 
 
+class GuardedHttp(HttpToolsProtocol):
+    """uvicorn's httptools protocol reporting to :attr:`guard` and enforcing its limits
+    (a subclass per port, :func:`guarded_protocol`)."""
+
+    guard: ConnectionGuard
+    _entry: _Entry | None = None
+    _head = 0  # bytes fed while a request head was incomplete
+    _in_head = False
+    _draining = False
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._entry = self.guard.attach(transport, self)
+
+    def _state(self, s: State, restart: bool = False) -> None:
+        e = self._entry
+        if e is not None and e.state is not State.CLOSING:
+            e.state = s
+            if restart:
+                e.since = time.monotonic()
+
+    def data_received(self, data: bytes) -> None:
+        if self._draining:
+            return
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.refuse(_Refused(400, "protocol upgrades are not served here"))
+            return
+        except httptools.HttpParserError as exc:
+            why = exc.__context__
+            self.refuse(why if isinstance(why, _Refused) else
+                        _Refused(400, "malformed HTTP request"))
+            return
+        if self._in_head:
+            self._head += len(data)
+            if self._head > self.guard.limits.max_header_bytes:
+                self.refuse(_too_large_head(self.guard.limits.max_header_bytes))
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._head = True, 0
+        e = self._entry
+        if e is None or e.state is State.WAITING:
+            self._state(State.HEAD)
+
+    def on_headers_complete(self) -> None:
+        size = len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers)
+        if size > self.guard.limits.max_header_bytes:
+            raise _too_large_head(self.guard.limits.max_header_bytes)
+        self._in_head = False
+        if self._entry is not None and self._entry.state is State.HEAD:
+            self._state(State.BODY, restart=True)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        if self._entry is not None and self._entry.state is State.BODY:
+            self._entry.state = State.BUSY
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self._state(State.WAITING, restart=True)
+        super().on_response_complete()
+
+    def refuse(self, r: _Refused, count: bool = True) -> None:
+        """Answer ``r``'s status, drain the connection for a moment, close it."""
+        if self._draining or self.transport.is_closing():
+            return
+        if count:
+            key = "header_too_large" if r.status == 431 else "bad_request"
+            self.guard.stats[key] += 1
+        if self._entry is not None:
+            self._entry.state, self._entry.since = State.CLOSING, time.monotonic()
+        self._draining = True
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # the app (if it started) stops there
+            self.cycle.message_event.set()
+        body = (r.text + "\n").encode()
+        self.transport.write(b"".join((
+            b"HTTP/1.1 %d %s\r\n" % (r.status, _REASONS[r.status]),
+            b"content-type: text/plain; charset=utf-8\r\n",
+            b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body), body)))
+        self.loop.call_later(DRAIN_S, self.transport.close)
+
+
+
 def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol reporting to ``guard`` and enforcing its limits."""
-    lim = guard.limits
-
-    class GuardedHttp(HttpToolsProtocol):
-        _entry: _Entry | None = None
-        _head = 0  # bytes fed while a request head was incomplete
-        _in_head = False
-        _draining = False
-
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._entry = guard.attach(transport, self)
-
-        def _state(self, s: State, restart: bool = False) -> None:
-            e = self._entry
-            if e is not None and e.state is not State.CLOSING:
-                e.state = s
-                if restart:
-                    e.since = time.monotonic()
-
-        def data_received(self, data: bytes) -> None:
-            if self._draining:
-                return
-            self._unset_keepalive_if_required()
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserUpgrade:
-                self.refuse(_Refused(400, "protocol upgrades are not served here"))
-                return
-            except httptools.HttpParserError as exc:
-                why = exc.__context__
-                self.refuse(why if isinstance(why, _Refused) else
-                            _Refused(400, "malformed HTTP request"))
-                return
-            if self._in_head:
-                self._head += len(data)
-                if self._head > lim.max_header_bytes:
-                    self.refuse(_too_large_head(lim.max_header_bytes))
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._in_head, self._head = True, 0
-            e = self._entry
-            if e is None or e.state is State.WAITING:
-                self._state(State.HEAD)
-
-        def on_headers_complete(self) -> None:
-            size = len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers)
-            if size > lim.max_header_bytes:
-                raise _too_large_head(lim.max_header_bytes)
-            self._in_head = False
-            if self._entry is not None and self._entry.state is State.HEAD:
-                self._state(State.BODY, restart=True)
-            super().on_headers_complete()
-
-        def on_message_complete(self) -> None:
-            if self._entry is not None and self._entry.state is State.BODY:
-                self._entry.state = State.BUSY
-            super().on_message_complete()
-
-        def on_response_complete(self) -> None:
-            self._state(State.WAITING, restart=True)
-            super().on_response_complete()
-
-        def refuse(self, r: _Refused, count: bool = True) -> None:
-            """Answer ``r``'s status, drain the connection for a moment, close it."""
-            if self._draining or self.transport.is_closing():
-                return
-            if count:
-                key = "header_too_large" if r.status == 431 else "bad_request"
-                guard.stats[key] += 1
-            if self._entry is not None:
-                self._entry.state, self._entry.since = State.CLOSING, time.monotonic()
-            self._draining = True
-            if self.cycle is not None and not self.cycle.response_complete:
-                self.cycle.disconnected = True  # the app (if it started) stops there
-                self.cycle.message_event.set()
-            body = (r.text + "\n").encode()
-            self.transport.write(b"".join((
-                b"HTTP/1.1 %d %s\r\n" % (r.status, _REASONS[r.status]),
-                b"content-type: text/plain; charset=utf-8\r\n",
-                b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body), body)))
-            self.loop.call_later(DRAIN_S, self.transport.close)
-
-    return GuardedHttp
+    return type("GuardedHttp", (GuardedHttp,), {"guard": guard})
 
 
 def _too_large_head(limit: int) -> _Refused:
