@@ -32,7 +32,13 @@ from uldp.collector.http.app import CorsPolicy, HttpApp, Receive, Scope, Send, r
 from uldp.collector.http.connect import service_app
 from uldp.collector.http.console import PREFIX as CONSOLE
 from uldp.collector.http.console import ConsoleApp
-from uldp.collector.http.guard import ConnectionGuard, GuardedListener, HttpLimits, guarded_protocol
+from uldp.collector.http.guard import (
+    ConnectionGuard,
+    GuardedListener,
+    GuardMetrics,
+    HttpLimits,
+    guarded_protocol,
+)
 from uldp.collector.http.metrics import MetricsEndpoint
 from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth
@@ -205,6 +211,8 @@ def attach_front(core: CollectorCore, pool: Executor, config: HttpConfig) -> Htt
                     if config.metrics_token_file is not None else None)
     app = build_app(core, pool, cors=CorsPolicy(config.cors_origins),
                     max_message_bytes=config.max_message_bytes, metrics_auth=metrics_auth)
-    return HttpFront(app, config)
+    front = HttpFront(app, config)
+    metrics_of(core).registry.register(GuardMetrics(front.guard))
+    return front
 
 

@@ -27,8 +27,10 @@ header is read into memory. This module bounds all of it (invariant 9;
   over the message size limit is refused by the service itself, RESOURCE_EXHAUSTED in the
   caller's protocol, once that many bytes have arrived: ``uldp.collector.http.connect``.)
 
-What was closed and why is counted (:attr:`ConnectionGuard.stats`) and logged once per
-interval by the sweeper, never once per connection.
+What was closed and why is counted (:attr:`ConnectionGuard.stats`, exported by
+:class:`GuardMetrics` as ``uldp_http_connections`` and
+``uldp_http_connections_closed_total{reason}``) and logged once per interval by the
+sweeper, never once per connection.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["ConnectionGuard", "GuardedListener", "HttpLimits", "guarded_protocol"]
+__all__ = ["ConnectionGuard", "GuardMetrics", "GuardedListener", "HttpLimits",
+           "guarded_protocol"]
 
 log = logging.getLogger("uldp.collector.http")
 
@@ -385,3 +388,30 @@ def guarded_protocol(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
 def _too_large_head(limit: int) -> _Refused:
     return _Refused(431, "the request head (request line and headers) is over the limit "
                     f"of {limit} bytes")
+
+
+class GuardMetrics:
+    """A Prometheus collector of ``guard`` (registered on the replica's registry by the
+    collector's HTTP port): open connections, their cap, and connections closed or
+    refused by reason (``evicted``, ``refused``, ``header_timeout``, ``body_timeout``,
+    ``header_too_large``, ``bad_request``)."""
+
+    def __init__(self, guard: ConnectionGuard) -> None:
+        self.guard = guard
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        g = self.guard
+        yield GaugeMetricFamily("uldp_http_connections", "Connections the HTTP port holds",
+                                value=len(g.conns))
+        yield GaugeMetricFamily("uldp_http_connections_cap",
+                                "Connections the HTTP port holds at most",
+                                value=g.limits.max_connections)
+        closed = CounterMetricFamily("uldp_http_connections_closed",
+                                     "Connections the HTTP port's guard closed or refused",
+                                     labels=["reason"])
+        for reason, n in g.stats.items():
+            if reason != "accepted":
+                closed.add_metric([reason], n)
+        yield closed

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.service.conftest import launch_collector
+from tests.service.conftest import ADMIN_TOKEN, launch_collector
 from tests.service.connect_channel import https_call
 from tests.service.flood import (
     close_all,
@@ -109,6 +109,12 @@ def test_slow_head_slow_body_and_idle_connections_are_timed_out(col):
     assert closed_within(idle_tcp[0], 6) is not None
     for s in (slow_head, slow_body, idle_tls, *idle_tcp):
         s.close()
+    status, _, text = https_call(f"{col.http_url}/metrics", col.pki.ca_cert,
+                                 headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+    closed = {line.split('"')[1]: float(line.split()[-1]) for line in
+              text.decode().splitlines()
+              if line.startswith("uldp_http_connections_closed_total{")}
+    assert status == 200 and closed["header_timeout"] >= 3 and closed["body_timeout"] >= 1
 
 
 def _enroll_batch(codec: str) -> tuple[bytes, str]:
@@ -243,3 +249,30 @@ def test_connection_flags_are_checked_first(pki, tmp_path, capsys, flags, says):
     assert code == 2 and says in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "x.db").exists()
+
+
+def test_caps_are_planned_from_the_descriptor_limit():
+    from uldp.collector.service.connections import CEILING, grpc_options, plan_connections
+
+    p = plan_connections(1024, http=True)
+    assert (p.grpc_connections, p.http_connections) == (432, 432)
+    assert plan_connections(1024, http=False).grpc_connections == 864
+    assert plan_connections(1 << 20, http=True).http_connections == CEILING
+    assert plan_connections(1024, http=True, total=101).grpc_connections == 51
+    with pytest.raises(ValueError, match="raise the limit"):
+        plan_connections(100, http=True)
+    opts = dict(grpc_options(p))
+    assert opts["grpc.max_allowed_incoming_connections"] == 432
+    assert opts["grpc.server_handshake_timeout_ms"] == 10_000
+
+
+def test_systemd_unit_raises_the_descriptor_limit():
+    """The unit's LimitNOFILE leaves room for the full cap on both ports."""
+    from pathlib import Path
+
+    from uldp.collector.service.connections import CEILING, plan_connections
+
+    unit = (Path(__file__).resolve().parents[2] / "deploy" / "systemd" /
+            "uldp-collector.service").read_text()
+    limit = int(unit.split("\nLimitNOFILE=")[1].split()[0])
+    assert plan_connections(limit, http=True).http_connections == CEILING
