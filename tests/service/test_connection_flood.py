@@ -64,3 +64,36 @@ def test_flood_of_idle_connections_on_both_ports(start_collector, tmp_path):
     assert "Traceback" not in log and len(log) < 20_000, log[-3000:]
     assert "at most 80 connections" in log  # (320 - 160 reserved) / 2 ports
 
+
+
+def test_log_lines_of_one_kind_are_rate_limited_with_a_count():
+    """The filter of every collector log handler (``uldp.collector.observe.logs``): a
+    burst, then the rest suppressed, counted in the next line that passes."""
+    import logging
+
+    from uldp.collector.observe.logs import RateLimit
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    keep = Keep()
+    keep.addFilter(RateLimit(burst=5, per_second=20.0))
+    log = logging.getLogger("uldp.test.flood")
+    log.addHandler(keep)
+    log.propagate = False
+    try:
+        for i in range(1000):
+            log.warning("peer %d sent garbage", i)
+        time.sleep(0.1)
+        log.warning("peer %d sent garbage", 1000)
+        log.error("another kind of line")
+    finally:
+        log.removeHandler(keep)
+    assert keep.lines[:5] == [f"peer {i} sent garbage" for i in range(5)]
+    assert keep.lines[5] == "peer 1000 sent garbage [995 similar lines suppressed]"
+    assert keep.lines[6:] == ["another kind of line"]
