@@ -14,11 +14,13 @@ attacker — a connection the collector closes is opened again at once — and p
   (``kept``) and every second on a new connection (``new``);
 * the collector's log bytes per second, its peak resident memory and descriptors, its CPU.
 
-Scenarios: ``none`` (no flood), ``http-idle`` (TCP connections to the HTTP port that never
-send a byte), ``http-slowloris`` (TLS connections sending a request head one byte a
-second), ``grpc-idle`` (idle TCP connections to the native gRPC port), ``both-idle`` (half
-on each port). Latencies are p50 / max in ms over the successful probes; ``ok`` counts
-successes of all probes. The attacker runs in this process: ``nice`` it with the bench.
+Scenarios: ``none`` (no flood); ``http-idle``, ``grpc-idle``, ``both-idle`` (TCP
+connections that never send a byte, to the HTTP port, the gRPC port, half on each: the
+kernel keeps them until TCP_DEFER_ACCEPT expires, ~31 s, then hands them over);
+``http-byte``, ``grpc-byte`` (connections that send one byte, the start of a TLS record,
+and stop: held by the server until the header time); ``http-slowloris`` (TLS connections
+sending a request head one byte a second). Latencies are p50 / max in ms over the
+successful probes, after ``ok/total``. The attackers run in processes of their own.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.service.client import AnalystClient, QueryRequest
 
 ADMIN = "bench-admin-token-0123456789abcdef"
-SCENARIOS = ("none", "http-idle", "http-slowloris", "grpc-idle", "both-idle")
+SCENARIOS = ("none", "http-idle", "grpc-idle", "both-idle", "http-byte", "grpc-byte",
+             "http-slowloris")
 
 
 def _free_port() -> int:
@@ -96,8 +99,9 @@ class Attacker:
     """``n`` connections to ``port`` held open; each one the server ends is reopened (in
     a process of its own, so the probes do not share its interpreter)."""
 
-    def __init__(self, port: int, n: int, slowloris_ca: Path | None = None) -> None:
-        self.port, self.n, self.ca = port, n, slowloris_ca
+    def __init__(self, port: int, n: int, slowloris_ca: Path | None = None,
+                 first: bytes = b"") -> None:
+        self.port, self.n, self.ca, self.first = port, n, slowloris_ca, first
         self.stop = multiprocessing.Event()
         self._reopened = multiprocessing.Value("q", 0)
         self.proc = multiprocessing.Process(target=self._run, daemon=True)
@@ -113,6 +117,12 @@ class Attacker:
                 raw = socket.create_connection((HOST, self.port), timeout=5)
                 s: socket.socket = ctx.wrap_socket(raw, server_hostname="localhost")
                 s.sendall(b"POST /uldp.v1.DeviceService/Enroll HTTP/1.1\r\nhost: x\r\n")
+            except OSError:
+                return
+        elif self.first:
+            try:
+                s = socket.create_connection((HOST, self.port), timeout=5)
+                s.sendall(self.first)
             except OSError:
                 return
         else:
@@ -227,6 +237,8 @@ def _attackers(c: Collector, scenario: str, flood: int) -> list[Attacker]:
             "http-idle": [Attacker(c.http_port, flood)],
             "http-slowloris": [Attacker(c.http_port, flood, slowloris_ca=c.ca)],
             "grpc-idle": [Attacker(c.port, flood)],
+            "http-byte": [Attacker(c.http_port, flood, first=b"\x16")],
+            "grpc-byte": [Attacker(c.port, flood, first=b"\x16")],
             "both-idle": [Attacker(c.http_port, flood // 2),
                           Attacker(c.port, flood - flood // 2)]}[scenario]
 

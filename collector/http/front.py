@@ -42,6 +42,7 @@ from uldp.collector.http.guard import (
 from uldp.collector.http.metrics import MetricsEndpoint
 from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth
+from uldp.collector.service.connections import defer_accept
 from uldp.collector.service.core import CollectorCore
 from uldp.collector.service.servicers import AsyncAnalystServicer, AsyncDeviceServicer
 
@@ -151,6 +152,7 @@ class HttpFront:
         self.guard = ConnectionGuard(lim)
         self._sock = GuardedListener.wrap(
             _listen(config.host, config.port, config.reuse_port), self.guard)
+        defer_accept(self._sock)
         self.port = int(self._sock.getsockname()[1])
         mtls = config.tls_client_ca is not None
         self._server = uvicorn.Server(uvicorn.Config(

@@ -62,6 +62,9 @@ DRAIN_S = 1.0
 #: connections being closed by the guard that may still hold their descriptor, beyond
 #: the cap (they are gone within a loop iteration; the reserve covers them)
 MAX_DYING = 32
+#: a connection that has sent nothing is evicted first once it is this old (younger, its
+#: first bytes may simply not have been read yet)
+FRESH_GRACE_S = 1.0
 #: closed connections after which the sweeper frees their cycles (see ``run_sweeper``)
 GC_AFTER = 64
 
@@ -132,14 +135,16 @@ class ConnectionGuard:
         return len(self.conns) >= self.limits.max_connections and self.dying >= MAX_DYING
 
     def _victim(self) -> _Entry | None:
-        """A connection that has sent nothing (the oldest), else the one idle the
-        longest before a request head, else the one idle the longest in its body."""
+        """A connection that has sent nothing for :data:`FRESH_GRACE_S` (the oldest),
+        else the one idle the longest before a request head, else the one idle the
+        longest in its body."""
         idle: _Entry | None = None
         body: _Entry | None = None
+        old = time.monotonic() - FRESH_GRACE_S
         for e in self.conns.values():
             if e.dying:
                 continue
-            if e.fresh:
+            if e.fresh and e.since < old:
                 return e
             if idle is None and (e.state <= State.HEAD or e.state is State.CLOSING):
                 idle = e

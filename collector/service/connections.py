@@ -20,19 +20,31 @@ log an error per retry. So the caps are fixed at start, before any connection:
   call is bounded by the age plus its grace), keepalive enforcement and the metadata
   (header) size.
 
-The HTTP port enforces the same plan itself (``uldp.collector.http.guard``). See
+The HTTP port enforces the same plan itself (``uldp.collector.http.guard``). On both
+ports :func:`defer_accept` makes the kernel hand over a connection only once its first
+bytes arrived (``TCP_DEFER_ACCEPT``, Linux): a client that connects and sends nothing
+waits in the kernel, without a descriptor or a slot, while clients that speak (a TLS
+handshake starts with the client's first message) are accepted at once. See
 ``docs/operations.md`` ("Connections and descriptors").
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
+import socket
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CEILING", "ConnectionLimits", "descriptor_reserve", "grpc_options",
-           "plan_connections", "raise_descriptor_limit"]
+__all__ = ["CEILING", "DEFER_S", "ConnectionLimits", "defer_accept", "descriptor_reserve",
+           "grpc_options", "plan_connections", "raise_descriptor_limit"]
 
+#: TCP_DEFER_ACCEPT: a connection that has sent nothing waits this long in the kernel
+#: (the kernel rounds up to its SYN-ACK retransmissions: 1+2+4+8+16 = 31 s) before it is
+#: handed over anyway; longer against the header time = a smaller share of the time an
+#: idle flood can hold the gRPC port's slots (grpc-core cannot evict them)
+DEFER_S = 30.0
 #: at most this many connections per port unless ``--max-connections`` says more
 CEILING = 4096
 #: descriptors kept besides the database pool (stdio, logs, epoll/eventfd/pipes of
@@ -133,3 +145,36 @@ def grpc_options(limits: ConnectionLimits) -> list[tuple[str, Any]]:
         ("grpc.keepalive_time_ms", 120 * ms),
         ("grpc.keepalive_timeout_ms", 20 * ms),
     ]
+
+
+def defer_accept(sock_or_port: socket.socket | int, seconds: float = DEFER_S) -> bool:
+    """``TCP_DEFER_ACCEPT`` for ``seconds`` on a listening socket, given as the socket or
+    as its port number (grpc-core does not expose its listening sockets: they are found
+    among this process's descriptors by port). True if set (Linux only)."""
+    opt = getattr(socket, "TCP_DEFER_ACCEPT", None)
+    if opt is None:  # pragma: no cover - not Linux
+        return False
+    secs = max(1, int(seconds + 0.999))
+    if isinstance(sock_or_port, socket.socket):
+        sock_or_port.setsockopt(socket.IPPROTO_TCP, opt, secs)
+        return True
+    done = False
+    for fd in _socket_fds():
+        with contextlib.suppress(OSError), \
+                socket.socket(fileno=os.dup(fd)) as s:
+            if (s.type == socket.SOCK_STREAM and s.family in (socket.AF_INET, socket.AF_INET6)
+                    and s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+                    and s.getsockname()[1] == sock_or_port):
+                s.setsockopt(socket.IPPROTO_TCP, opt, secs)
+                done = True
+    return done
+
+
+def _socket_fds() -> list[int]:
+    out = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError, ValueError):
+                if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                    out.append(int(name))
+    return out

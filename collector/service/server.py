@@ -40,6 +40,7 @@ from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth, TokenKey, new_admin_token
 from uldp.collector.service.connections import (
     ConnectionLimits,
+    defer_accept,
     grpc_options,
     plan_connections,
     raise_descriptor_limit,
@@ -235,6 +236,8 @@ class CollectorServer:
                 self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.intake is not None:
             self.intake.start()
+        if not defer_accept(self.port):
+            log.debug("TCP_DEFER_ACCEPT not set on the gRPC port %d", self.port)
         self.core.start()
         log.info("collector %s listening on %s:%d (TLS%s; at most %d connections, "
                  "handshake time %g s)", self.core.name, self.config.host, self.port,

@@ -39,14 +39,21 @@ def proc_stats(pid: int) -> ProcStats:
                      kib["VmHWM"] / 1024, (int(fields[11]) + int(fields[12])) / ticks)
 
 
-def open_idle(port: int, n: int) -> list[socket.socket]:
-    """``n`` TCP connections to ``port`` that will never send a byte."""
+def open_idle(port: int, n: int, first: bytes = b"") -> list[socket.socket]:
+    """``n`` TCP connections to ``port`` that send ``first`` and then nothing. Without
+    ``first`` the kernel never hands them to the server (TCP_DEFER_ACCEPT); one byte
+    (``\\x16``, the start of a TLS record) makes them a slow client the server holds."""
     out = []
     for _ in range(n):
-        s = socket.socket()
-        s.setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            s.connect((HOST, port))
+        if first:
+            s = socket.create_connection((HOST, port), timeout=10)
+            s.sendall(first)
+            s.setblocking(False)
+        else:
+            s = socket.socket()
+            s.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                s.connect((HOST, port))
         out.append(s)
     return out
 

@@ -96,7 +96,7 @@ def test_slow_head_slow_body_and_idle_connections_are_timed_out(col):
     slow_body.sendall(b"POST /uldp.v1.DeviceService/Enroll HTTP/1.1\r\nhost: x\r\n"
                       b"content-type: application/proto\r\ncontent-length: 100\r\n\r\n0123")
     idle_tls = tls(port, ca)
-    idle_tcp = open_idle(port, 1)
+    idle_tcp = open_idle(port, 1, first=b"\x16")
     t0 = time.monotonic()
     status, _, body = read_response(slow_head, 6)
     assert status == 408 and b"request head did not arrive within 1 s" in body, body
@@ -197,7 +197,10 @@ def test_connection_cap_evicts_the_slowest(col):
     """Three times the HTTP port's cap of idle connections: /healthz still answers, the
     descriptors stay within the cap (the slowest connection is evicted)."""
     base = proc_stats(col.proc.pid).fds
-    socks = open_idle(col.http_port, 3 * CAP // 2 + 30)
+    silent = open_idle(col.http_port, 100)  # never sent a byte: left in the kernel
+    time.sleep(0.3)
+    assert proc_stats(col.proc.pid).fds <= base + 1
+    socks = silent + open_idle(col.http_port, 3 * CAP // 2 + 30, first=b"\x16")
     try:
         time.sleep(0.5)
         for _ in range(3):
