@@ -195,7 +195,13 @@ class HadamardWindows:
                 f, se = merged.estimate()
                 n = merged.count
             theta = hadamard_rows(f[None], K)[0]
-            var = np.full(K, float(np.sum(se * se)) / K)
+            # per coefficient: the sampled record's variance 1/K − θ_c² (θ_c moved two
+            # average standard errors toward 0) plus the oracle's noise spread over the K
+            # coefficients — the empirical total, Σ se², overall
+            avg = float(np.sum(se * se)) / K
+            low = np.maximum(np.abs(theta) - 2 * math.sqrt(avg), 0.0)
+            noise = oracle_total_variance(self.oracle_name(plan), A, float(plan.spec.epsilon))
+            var = np.maximum((1.0 / K - low * low + noise / K) / max(n, 1), avg)
             theta[0], var[0] = 1.0 / math.sqrt(K), 0.0
             return {"theta": theta.tolist(), "var": var.tolist(), "reports": int(n),
                     "freq": f.tolist(), "se": se.tolist()}
@@ -501,14 +507,15 @@ class HadamardWindows:
 
     def _centre_variance(self, plan: Any, sv: np.ndarray, S2: np.ndarray, n1: np.ndarray
                          ) -> np.ndarray:
-        """The predicted ``Var θ̂¹_c``: the oracle's error over the records' variance spread
-        over the ``K`` coefficients (distribution), or full-range values (``mean-l1``)."""
+        """The predicted ``Var θ̂¹_c``: one sampled record's variance of coefficient c
+        (``sample_var_c``) plus the oracle's noise spread over the ``K`` coefficients
+        (distribution), or full-range values (``mean-l1``)."""
         eps, K = float(plan.spec.epsilon), plan.n_components
         var = np.zeros(K)
         if self._categorical(plan):
             A = plan.kind.categories(plan.template)
-            var[:] = (oracle_total_variance(self.oracle_name(plan), A, eps)
-                      + float(np.sum(sv))) / (K * max(float(n1.sum()), 1.0))
+            noise = oracle_total_variance(self.oracle_name(plan), A, eps)
+            var[:] = (np.maximum(sv, 0.0) + noise / K) / max(float(n1.sum()), 1.0)
             var[0] = 0.0
             return var
         mech1 = value_mechanism(plan.spec, eps)
