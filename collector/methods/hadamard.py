@@ -77,6 +77,7 @@ from uldp.collector.methods.hadamard_model import (
     normal_cdf,
     share_se,
     spread_share,
+    test_windows,
 )
 from uldp.collector.methods.oracle import OracleAccumulator, SampledRecords
 
@@ -163,7 +164,7 @@ class HadamardWindows:
             raise ValueError(f"stage {stage} of method hadamard needs what the previous "
                              "phase published")
         if stage == 2:
-            lo, hi = previous["intervals"][str(group)]
+            lo, hi = previous["test_intervals"][str(group)]
             return plan.group_task(group, 2, intervals=((float(lo), float(hi)),),
                                    mechanism=previous["oracle"])
         if previous.get("mode") != "window":
@@ -267,6 +268,16 @@ class HadamardWindows:
         assert best is not None
         return best[1], best[2], best[3], best[4], best[5], best[0]
 
+    def spread_windows(self, plan: Any, theta: np.ndarray, var: np.ndarray, q: float
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The spread test's interval of every served coefficient (:func:`test_windows`)
+        and its half-width in τ."""
+        comps = [self._comp(plan, g) for g in range(self.n_groups(plan))]
+        D = np.array([self._bound(plan, c) for c in comps])
+        v = np.maximum(var[comps], 0.0)
+        tau = np.sqrt(self.alike_var(plan, theta, var)[comps] + v)
+        return test_windows(np.clip(theta[comps], -D, D), tau, q, D)
+
     def window_t2(self, plan: Any, theta: np.ndarray, var: np.ndarray, q: float
                   ) -> np.ndarray:
         """:func:`model_t2` of every served coefficient's window at half-width ``q·τ``."""
@@ -285,7 +296,10 @@ class HadamardWindows:
                                                 self.alike_var(plan, theta, var))
         G = self.n_groups(plan)
         t2 = self.window_t2(plan, theta, var, q)
+        tlo, thi, qt = self.spread_windows(plan, theta, var, q)
         return {"centre": centre, "q_window": q, "mechanism": mech,
+                "test_intervals": {str(g): [float(tlo[g]), float(thi[g])] for g in range(G)},
+                "outside_alike": float(np.mean(2 * normal_cdf(-qt))),
                 "model_t2": {str(g): float(t2[g]) for g in range(G)},
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2[g]) for g in range(G)},
@@ -311,11 +325,11 @@ class HadamardWindows:
     def decide(self, plan: Any, previous: Published, M: float, sd: float, n2: int,
                fallback: float) -> tuple[bool, dict[str, Any]]:
         """Window or fallback (module docstring): the window runs when the share of users
-        outside their windows beyond what users alike put there (``2Φ(−q)``) is, at its
+        outside the test's windows beyond what users alike put there (``outside_alike``,
+        ``2Φ(−q_test)``) is, at its
         upper confidence bound (:data:`Z_OUTSIDE` standard errors), at most
         :data:`MAX_UNSEEN`, and its error on that model is below the fallback's."""
-        q = float(previous["q_window"])
-        expected = 2 * _NORMAL.cdf(-q)
+        expected = float(previous["outside_alike"])
         excess = M - expected
         alike = n2 > 0 and max(excess, 0.0) + Z_OUTSIDE * sd <= MAX_UNSEEN
         model = float(previous["window_mse"])
@@ -479,9 +493,12 @@ class HadamardWindows:
         q, mech, lo, hi, mb2_model, mse_model = self.window(plan, mean, var, alike)
         Dc, v, S2c, th = D[comps], var[comps], S2[comps], mean[comps]
         tau = np.sqrt(alike[comps] + v)
-        outside = float(np.mean(2 * normal_cdf(-q * tau / np.sqrt(S2c + v + 1e-300))))
+        _, _, qt = test_windows(np.clip(th, -Dc, Dc), tau, q, Dc)
+        outside = float(np.mean(2 * normal_cdf(-qt * tau / np.sqrt(S2c + v + 1e-300))))
+        alike_out = float(np.mean(2 * normal_cdf(-qt)))
         sd = share_se(outside, 0.0, n2, eps)
         prev = {"centre": {"var": var.tolist()}, "window_mse": mse_model, "q_window": q,
+                "outside_alike": alike_out,
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
         window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
@@ -489,7 +506,7 @@ class HadamardWindows:
             return fallback_v
         # the spread test passes with probability P(M̂ ≤ 2Φ(−q) + MAX_UNSEEN − z·se),
         # M̂ ~ N(M, se²): the prediction is the mixture of the two outcomes' errors
-        limit = 2 * _NORMAL.cdf(-q) + MAX_UNSEEN - Z_OUTSIDE * sd
+        limit = alike_out + MAX_UNSEEN - Z_OUTSIDE * sd
         p_window = _NORMAL.cdf((limit - outside) / sd) if sd > 0 else float(window)
         if p_window < 1e-6:
             return fallback_v

@@ -15,15 +15,19 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["COMBINE_BIAS_SHARE", "MAX_UNSEEN", "QS", "Z_OUTSIDE", "clamp_bias", "clamps_ok",
-           "combine_centre", "model_bias2", "model_t2", "normal_cdf", "share_se", "share_variance",
-           "spread_share"]
+__all__ = ["COMBINE_BIAS_SHARE", "MAX_UNSEEN", "QS", "TEST_MARGIN", "Z_OUTSIDE", "clamp_bias",
+           "clamps_ok", "combine_centre", "model_bias2", "model_t2", "normal_cdf", "share_se",
+           "share_variance", "spread_share", "test_windows"]
 
 #: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
 QS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
 #: the share of users outside the windows enters the rule at its estimate plus this many
 #: standard deviations (the bound), and the interval at its estimate less as many
 Z_OUTSIDE = 3.0
+#: the spread test's window is the estimate's widened by this many τ on both sides: a
+#: centre off by q τ (rare, and accounted for by the model's clamping bias) does not make
+#: the users of its coefficient look different; users who differ lie far beyond it
+TEST_MARGIN = 1.0
 #: the windows run only when the spread test sees a share of users outside them this
 #: large (``Z_OUTSIDE`` standard errors of the pooled share): a share it cannot see is
 #: clamped unnoticed, so a test without that power falls back to the oracle
@@ -52,6 +56,20 @@ def spread_share(users: int, eps: float) -> float:
     oracle's error)."""
     need = share_variance(0.05, eps) * (Z_OUTSIDE / (MAX_UNSEEN / 2)) ** 2
     return float(min(max(need / max(users, 1), MIN_SPREAD), MAX_SPREAD))
+
+
+def test_windows(centre: np.ndarray, tau: np.ndarray, q: float, bound: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The spread test's intervals and their half-widths in τ: ``centre ± (q + TEST_MARGIN)τ``
+    cut to ``[−D, D]``, or the estimate's own ``± qτ`` where the wider one would be the whole
+    range (nothing could lie outside it)."""
+    wide = q + TEST_MARGIN
+    lo, hi = np.maximum(centre - wide * tau, -bound), np.minimum(centre + wide * tau, bound)
+    whole = (lo <= -bound) & (hi >= bound)
+    qt = np.where(whole, q, wide)
+    lo = np.where(whole, np.maximum(centre - q * tau, -bound), lo)
+    hi = np.where(whole, np.minimum(centre + q * tau, bound), hi)
+    return lo, hi, qt
 
 
 def share_variance(share: float, eps: float) -> float:
