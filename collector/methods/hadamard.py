@@ -326,12 +326,12 @@ class HadamardWindows:
                fallback: float) -> tuple[bool, dict[str, Any]]:
         """Window or fallback (module docstring): the window runs when the share of users
         outside the test's windows beyond what users alike put there (``outside_alike``,
-        ``2Φ(−q_test)``) is, at its
-        upper confidence bound (:data:`Z_OUTSIDE` standard errors), at most
-        :data:`MAX_UNSEEN`, and its error on that model is below the fallback's."""
+        ``2Φ(−q_test)``) is not significant (at most :data:`Z_OUTSIDE` standard errors)
+        and, at its upper confidence bound, at most :data:`MAX_UNSEEN`; and its error on
+        that model is below the fallback's."""
         expected = float(previous["outside_alike"])
         excess = M - expected
-        alike = n2 > 0 and max(excess, 0.0) + Z_OUTSIDE * sd <= MAX_UNSEEN
+        alike = n2 > 0 and excess <= min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
         model = float(previous["window_mse"])
         info = {"outside": M, "outside_se": sd, "outside_alike": expected,
                 "spread_reports": n2, "window_mse": model, "fallback_mse": fallback}
@@ -504,9 +504,9 @@ class HadamardWindows:
         window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
         if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
             return fallback_v
-        # the spread test passes with probability P(M̂ ≤ 2Φ(−q) + MAX_UNSEEN − z·se),
+        # the spread test passes with probability P(M̂ ≤ limit),
         # M̂ ~ N(M, se²): the prediction is the mixture of the two outcomes' errors
-        limit = alike_out + MAX_UNSEEN - Z_OUTSIDE * sd
+        limit = alike_out + min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
         p_window = _NORMAL.cdf((limit - outside) / sd) if sd > 0 else float(window)
         if p_window < 1e-6:
             return fallback_v
