@@ -327,12 +327,17 @@ class HadamardWindows:
         """Window or fallback (module docstring): the window runs when the share of users
         outside the test's windows beyond what users alike put there (``outside_alike``,
         ``2Φ(−q_test)``) is not significant (at most :data:`Z_OUTSIDE` standard errors)
-        and, at its upper confidence bound, at most :data:`MAX_UNSEEN`; and its error on
-        that model is below the fallback's."""
+        and, at its upper confidence bound, at most :data:`MAX_UNSEEN`; and when its error
+        on the model, plus that excess share's possible clamping (``Σ_c (excess·D_c)²``),
+        is below the fallback's."""
         expected = float(previous["outside_alike"])
         excess = M - expected
         alike = n2 > 0 and excess <= min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
-        model = float(previous["window_mse"])
+        # the users the test sees outside beyond the model are clamped: each coefficient's
+        # estimate may move by up to that share times D (a far user), priced in the error
+        D = np.array([self._bound(plan, self._comp(plan, g))
+                      for g in range(self.n_groups(plan))])
+        model = float(previous["window_mse"]) + float(np.sum((max(excess, 0.0) * D) ** 2))
         info = {"outside": M, "outside_se": sd, "outside_alike": expected,
                 "spread_reports": n2, "window_mse": model, "fallback_mse": fallback}
         return alike and model < fallback, info
@@ -501,8 +506,8 @@ class HadamardWindows:
                 "outside_alike": alike_out,
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
-        window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
-        if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
+        window, info = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
+        if not info["window_mse"] < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
             return fallback_v
         # the spread test passes with probability P(M̂ ≤ limit),
         # M̂ ~ N(M, se²): the prediction is the mixture of the two outcomes' errors
