@@ -19,13 +19,17 @@ from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import program_for
 from uldp.collector.service.errors import ServiceError, echo
 
-__all__ = ["BUILDERS", "DEFAULT_BOUND", "LIMITS", "RANGE_KINDS", "SPEC_PARAMS", "CreateLimits",
+__all__ = ["BUILDERS", "DEFAULT_BOUND", "LIMITS", "RANGE_KINDS", "REQUEST_PARAMS", "SPEC_PARAMS",
+           "CreateLimits",
            "CreateRequest", "build_spec", "check_limits", "check_shape", "range_bound",
            "same_query"]
 
 #: CreateQuery params_json keys that become QuerySpec fields (public values)
 SPEC_PARAMS = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
                "extra")
+#: CreateQuery params_json keys of the request itself (a value's range, group-by), which
+#: :func:`check_shape` turns into the spec's fields
+REQUEST_PARAMS = ("lo", "hi", "by", "groups")
 
 
 @dataclass(frozen=True)
@@ -44,10 +48,10 @@ class CreateRequest:
     method: str
     params: dict[str, Any]
     query_id: str
-    lo: float | None = None
-    hi: float | None = None
-    by: str = ""  # group-by: the categorical dataset of the groups
-    groups: tuple[str, ...] = ()  # group-by: the groups' public names, in code order
+    lo: Any = None  # params_json "lo", "hi", "by", "groups" (checked by check_limits)
+    hi: Any = None
+    by: Any = ""  # group-by: the categorical dataset of the groups
+    groups: Any = ()  # group-by: the groups' public names, in code order
 
 
 @dataclass(frozen=True)
@@ -115,12 +119,13 @@ def check_limits(req: CreateRequest, phase_timeout_s: float, max_users: int | No
         v = getattr(req, name)
         if v is not None and not (_number(v) and abs(v) <= lim.max_range_end):
             raise _bad(name, "a number between -2^40 and 2^40", v)
-    if len(req.by) > 256:
+    if not isinstance(req.by, str) or len(req.by) > 256:
         raise _bad("by", "a dataset name of at most 256 characters", req.by)
-    if len(req.groups) > lim.max_groups:
-        raise _bad("groups", f"at most {lim.max_groups} names", f"{len(req.groups)} names")
+    if not isinstance(req.groups, tuple) or len(req.groups) > lim.max_groups:
+        raise _bad("groups", f"a list of at most {lim.max_groups} names",
+                   f"{len(req.groups)} names" if isinstance(req.groups, tuple) else req.groups)
     for g in req.groups:
-        if not 1 <= len(g) <= lim.max_group_chars:
+        if not isinstance(g, str) or not 1 <= len(g) <= lim.max_group_chars:
             raise _bad("groups", f"names of 1 to {lim.max_group_chars} characters", g)
     t = phase_timeout_s
     if t != 0 and not (_number(t) and lim.min_phase_timeout_s <= t

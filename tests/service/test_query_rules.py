@@ -60,15 +60,12 @@ def _cli_args(q: dict) -> list[str]:
 
 
 def _message(q: dict) -> analyst_pb2.CreateQueryRequest:
-    params = {k: q[k] for k in ("moment_p", "moment_m", "confidence") if k in q}
-    msg = analyst_pb2.CreateQueryRequest(
+    params = {k: q[k] for k in ("moment_p", "moment_m", "confidence", "lo", "hi", "by",
+                                "groups") if k in q}
+    return analyst_pb2.CreateQueryRequest(
         kind=q["kind"], epsilon=q["epsilon"], dataset=q["dataset"], users=q["users"],
         samples=q["samples"], dim=q.get("dim", 0), bound=q.get("bound", 0.0),
         params_json=json.dumps(params) if params else "")
-    for k in ("lo", "hi"):
-        if k in q:
-            setattr(msg, k, q[k])
-    return msg
 
 
 def _console(c, q: dict) -> tuple[int, dict]:

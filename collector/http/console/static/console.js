@@ -484,14 +484,13 @@ function requestOf(form) {
   if (v("extra")) params.extra = JSON.parse(v("extra"));
   if (form.elements.allow_simulated.checked) params.allow_simulated = true;
   const ranged = shown("lo") || shown("hi");
-  const req = { kind: v("kind"), epsilon: Number(v("epsilon")), dataset: v("dataset"), users: Number(v("users")),
+  if (shown("lo")) params.lo = Number(v("lo"));
+  if (shown("hi")) params.hi = Number(v("hi"));
+  if (v("by")) { params.by = v("by"); params.groups = v("groups").split(",").map((g) => g.trim()).filter(Boolean); }
+  return { kind: v("kind"), epsilon: Number(v("epsilon")), dataset: v("dataset"), users: Number(v("users")),
     samples: Number(v("samples")), dim: Number(v("dim") || 0), bound: ranged || !shown("bound") ? 0 : Number(v("bound")),
     method: v("method"), queryId: v("query_id"), paramsJson: Object.keys(params).length ? JSON.stringify(params) : "",
     phaseTimeoutSeconds: Number(v("phase_timeout") || 0) };
-  if (shown("lo")) req.lo = Number(v("lo"));
-  if (shown("hi")) req.hi = Number(v("hi"));
-  if (v("by")) { req.by = v("by"); req.groups = v("groups").split(",").map((g) => g.trim()).filter(Boolean); }
-  return req;
 }
 
 async function newPage() {
