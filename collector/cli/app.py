@@ -127,8 +127,12 @@ def _read_own_data(args: argparse.Namespace) -> Any:
     if (args.lo is None) != (args.hi is None) or (args.lo is not None and not args.lo < args.hi):
         raise ValueError("--lo and --hi go together, with --lo below --hi (the public range "
                          "of one value)")
+    from uldp.collector.service.requests import LIMITS
+
+    # a range taken from the data must be one a query can state (|lo|, |hi| <= 2^40)
+    bound = LIMITS.max_range_end if args.lo is None and args.kind != "distribution" else None
     return read_user_csv(args.data, args.user_col, args.value_col, label_col=args.label_col,
-                         category_col=args.category_col)
+                         category_col=args.category_col, max_abs=bound)
 
 
 def _data_range(data: Any, lo: float | None, hi: float | None

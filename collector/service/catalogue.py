@@ -249,7 +249,7 @@ class QueryCatalogue:
                 self.db.add_shuffle_query_in(conn, qid, sh["min_batch"], sh["delta"],
                                              sh["key_id"])
         timeout = phase_timeout_s or self.default_phase_timeout_s
-        row = dict(query_id=qid, kind=kind, dataset=dataset, epsilon=float(spec.epsilon),
+        row = dict(query_id=qid, kind=spec.kind, dataset=dataset, epsilon=float(spec.epsilon),
                    spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
                    state="running", current_phase=1, num_phases=program.num_phases,
                    target_users=int(spec.users), phase_timeout_s=float(timeout),
