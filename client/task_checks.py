@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from uldp.client.dataset import DatasetSchema, LocalDataset
-from uldp.client.kinds import KINDS, Kind, value_range
+from uldp.client.kinds import KINDS, Kind, count_clamped, value_range
 from uldp.client.kinds.grouped import group_of
 from uldp.client.tasks import (
     TaskRefused,
@@ -102,10 +102,7 @@ def clamp_note(task: TaskSpec, samples: np.ndarray) -> tuple[int, str] | None:
     kind = KINDS.get(task.kind)
     if kind is None or kind.clamped is None:
         return None
-    try:
-        n = kind.clamped(task, samples)
-    except Exception:  # a log line is never worth a failure
-        return None
+    n = count_clamped(task, samples)
     lo, hi = value_range(task) or (math.nan, math.nan)
     return n, (f"query {task.query_id}: {n} of {np.size(samples)} values lay outside the "
                f"range [{lo:g}, {hi:g}] and were clamped into it (local only, never sent)")

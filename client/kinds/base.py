@@ -36,6 +36,7 @@ __all__ = [
     "centre",
     "check_range",
     "check_samples",
+    "count_clamped",
     "finite_number",
     "kashin_frame",
     "kashin_size",
@@ -271,6 +272,18 @@ def value_range(task: TaskSpec) -> tuple[float, float] | None:
     if task.range is not None:
         return float(task.range[0]), float(task.range[1])
     return None if task.bound is None else (-float(task.bound), float(task.bound))
+
+
+def count_clamped(task: TaskSpec, samples: np.ndarray) -> int:
+    """How many of a dataset's values the task's public range clamps (0 for a kind that
+    does not clamp, and on any failure: a local hint is never worth an exception)."""
+    kind = KINDS.get(task.kind)
+    if kind is None or kind.clamped is None:
+        return 0
+    try:
+        return int(kind.clamped(task, samples))
+    except Exception:
+        return 0
 
 
 def register_kind(kind: Kind) -> Kind:

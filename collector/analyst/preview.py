@@ -43,10 +43,10 @@ from uldp.collector.analyst.types import Preview
 from uldp.collector.datasets import FleetData
 from uldp.collector.planner import Plan, compile_query
 from uldp.collector.programs import program_for
+from uldp.collector.programs.synthetic import run_query
 from uldp.collector.service.catalogue import check_message
 from uldp.collector.service.core import CoreConfig
 from uldp.collector.service.errors import ServiceError
-from uldp.collector.simulation.simulate import run_query
 
 __all__ = ["DEFAULT_MAX_USERS", "SIM_MAX_USERS", "SIM_RUNS", "preview_message"]
 
