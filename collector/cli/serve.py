@@ -30,6 +30,7 @@ from uldp.collector.cli.common import (
 from uldp.collector.cli.util import (
     OperatorError,
     nonneg_float,
+    open_unit_float,
     port_number,
     positive_float,
     positive_int,
@@ -192,6 +193,7 @@ def _metrics_token(a: argparse.Namespace) -> Path | None:
 
 def _server_config(a: argparse.Namespace, files: _Files) -> Any:
     from uldp.collector.service.core import CoreConfig
+    from uldp.collector.service.odometer import CentralBudget
     from uldp.collector.service.server import ServerConfig
 
     return ServerConfig(
@@ -208,7 +210,9 @@ def _server_config(a: argparse.Namespace, files: _Files) -> Any:
                         enroll_peer_limit=a.enroll_peer_limit,
                         enroll_credential_limit=("auto" if a.enroll_credential_limit is None
                                                  else a.enroll_credential_limit),
-                        enrolment_verifier=_verifier(files.attestation_key)))
+                        enrolment_verifier=_verifier(files.attestation_key),
+                        central_budget=CentralBudget(a.central_budget or None,
+                                                     a.central_delta)))
 
 
 def _verifier(path: Path | None) -> Any:
@@ -505,6 +509,15 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
                         "0 = any free port, see the log line)")
     s.add_argument("--shuffler-ca", help="shuffle mode: the CA of the shuffler's client "
                    "certificate")
+    from uldp.collector.service.odometer import DEFAULT_BUDGET, DEFAULT_DELTA
+
+    s.add_argument("--central-budget", type=nonneg_float, default=DEFAULT_BUDGET,
+                   help="shuffle mode: the central ε each dataset's shuffled queries may "
+                        f"compose to (PLD accountant, at --central-delta); a query that would "
+                        f"exceed it is refused at create (default {DEFAULT_BUDGET:g}; 0: "
+                        "count only, refuse nothing)")
+    s.add_argument("--central-delta", type=open_unit_float, default=DEFAULT_DELTA,
+                   help=f"shuffle mode: the δ of the central budget (default {DEFAULT_DELTA:g})")
     s.add_argument("--shuffler-name", default="uldp-shuffler",
                    help="shuffle mode: the common name the shuffler's client certificate "
                         "must carry (default uldp-shuffler)")
