@@ -125,3 +125,18 @@ def test_the_budget_can_be_off_and_results_state_the_odometer(tmp_path):
     worst = core.odometer.state("steps")
     assert done["central_epsilon"] < worst["central_epsilon"]
     assert done["queries"][0]["counted"] == "result" and done["budget"] is None
+
+
+def test_the_metrics_show_each_datasets_odometer(tmp_path):
+    from uldp.collector.observe.gauges import DatabaseGauges
+
+    core = _core(tmp_path, CentralBudget(epsilon=6.0))
+    _create(core, "q1", shuffle={"min_batch": 100})
+    _create(core, "plain")
+    fams = {f.name: f for f in DatabaseGauges(core.db, odometer=core.odometer.states)
+            .collector(admin=False).collect()}
+    central = {s.labels["dataset"]: s.value for s in fams["uldp_dataset_central_epsilon"].samples}
+    budget = {s.labels["dataset"]: s.value for s in fams["uldp_dataset_central_budget"].samples}
+    assert set(central) == {"steps"} and central["steps"] == pytest.approx(
+        compose([planned_cells(2.0, 100)], 1e-8))
+    assert budget == {"steps": 6.0}
