@@ -449,6 +449,7 @@ def add_serve_parser(sc: Any) -> None:
                         "ULDP_CORS_ORIGINS, comma-separated; default: none)")
     add_connection_flags(s)
     _tuning_flags(s)
+    _odometer_flags(s)
     s.set_defaults(func=_cmd_serve)
 
 
@@ -472,6 +473,19 @@ def _enrolment_flags(s: argparse.ArgumentParser) -> None:
                    help="new identities per credential (the attested subject, else the "
                         "enrollment secret): N/T or off (default 3/1d with "
                         "--attestation-key-file, else 100000/100s)")
+
+
+def _odometer_flags(s: argparse.ArgumentParser) -> None:
+    """Shuffle mode's privacy odometer (docs/privacy.md §7.2)."""
+    from uldp.collector.service.odometer import DEFAULT_BUDGET, DEFAULT_DELTA
+
+    s.add_argument("--central-budget", type=nonneg_float, default=DEFAULT_BUDGET,
+                   help="shuffle mode: the central ε each dataset's shuffled queries may "
+                        f"compose to (PLD accountant, at --central-delta); a query that would "
+                        f"exceed it is refused at create (default {DEFAULT_BUDGET:g}; 0: "
+                        "count only, refuse nothing)")
+    s.add_argument("--central-delta", type=open_unit_float, default=DEFAULT_DELTA,
+                   help=f"shuffle mode: the δ of the central budget (default {DEFAULT_DELTA:g})")
 
 
 def _tuning_flags(s: argparse.ArgumentParser) -> None:
@@ -519,15 +533,6 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
                         "0 = any free port, see the log line)")
     s.add_argument("--shuffler-ca", help="shuffle mode: the CA of the shuffler's client "
                    "certificate")
-    from uldp.collector.service.odometer import DEFAULT_BUDGET, DEFAULT_DELTA
-
-    s.add_argument("--central-budget", type=nonneg_float, default=DEFAULT_BUDGET,
-                   help="shuffle mode: the central ε each dataset's shuffled queries may "
-                        f"compose to (PLD accountant, at --central-delta); a query that would "
-                        f"exceed it is refused at create (default {DEFAULT_BUDGET:g}; 0: "
-                        "count only, refuse nothing)")
-    s.add_argument("--central-delta", type=open_unit_float, default=DEFAULT_DELTA,
-                   help=f"shuffle mode: the δ of the central budget (default {DEFAULT_DELTA:g})")
     s.add_argument("--shuffler-name", default="uldp-shuffler",
                    help="shuffle mode: the common name the shuffler's client certificate "
                         "must carry (default uldp-shuffler)")
