@@ -3,6 +3,7 @@
 * ``uldp simulate KIND``: a whole query in-process over a simulated fleet (issue 2).
 * ``uldp collector|query|fleet|demo``: the gRPC service (``service_cli``).
 * ``uldp central``: central user-level DP releases from a CSV file (``central/cli``).
+* ``uldp privacy shuffle``: the central ε of shuffle mode (``cli/privacy``).
 """
 
 from __future__ import annotations
@@ -342,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                "shown as one line (--debug adds the traceback); 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
-    for module in ("uldp.collector.cli.service", "uldp.collector.central.cli"):
+    for module in ("uldp.collector.cli.service", "uldp.collector.central.cli",
+                   "uldp.collector.cli.privacy"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

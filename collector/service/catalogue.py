@@ -22,6 +22,7 @@ from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import Program, program_for
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.errors import ServiceError, echo
+from uldp.collector.service.odometer import PrivacyOdometer
 from uldp.collector.service.requests import (
     REQUEST_PARAMS,
     SPEC_PARAMS,
@@ -206,6 +207,8 @@ class QueryCatalogue:
         self.default_phase_timeout_s = default_phase_timeout_s
         self._runtimes: dict[str, QueryRuntime] = {}
         self._lock = threading.Lock()
+        #: shuffle mode: the dataset's central budget (uldp.collector.service.odometer)
+        self.odometer: PrivacyOdometer | None = None
 
     def runtime(self, query_id: str) -> QueryRuntime | None:
         """The runtime of a stored query (None if there is no such query)."""
@@ -241,6 +244,9 @@ class QueryCatalogue:
         program, quotas = c.program, c.quotas
         assert program is not None and quotas is not None
         also = None
+        if shuffle is not None and self.odometer is not None:
+            self.odometer.check_create(dataset=dataset, query_id=qid, epsilon=float(
+                spec.epsilon), min_batch=int(shuffle["min_batch"]))
         if shuffle is not None:
             shuffle["key_id"] = self.seal_keys.current().key_id
             sh = shuffle
