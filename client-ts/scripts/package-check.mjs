@@ -15,7 +15,8 @@
 //      against the installed package, minified, with code splitting: what a page loads at start
 //      (the entry and its static chunks) must stay within the budget below; the lazily loaded
 //      sealing chunk is printed beside it;
-//   5. what `npm install` of the tarball brings: packages and bytes.
+//   5. React Native: Metro's conditions resolve the CommonJS build, with no Node import;
+//   6. what `npm install` of the tarball brings: packages and bytes.
 //
 //   node scripts/package-check.mjs [--keep]      (from client-ts/; ~20 s; npm's cache serves @noble)
 //
@@ -174,6 +175,25 @@ await step(`the README's web snippet bundles within ${BUDGET.minified} KiB minif
     + `shuffle mode's sealing, loaded on demand: ${kib(lazy.min)} / ${kib(lazy.gz)}`;
   if (at.min > BUDGET.minified * 1024 || at.gz > BUDGET.gzip * 1024) throw new Error(`over budget: ${line}`);
   return line;
+});
+
+// ---- React Native: what Metro resolves --------------------------------------------------------------
+await step("a React Native app (Metro's conditions) resolves the CommonJS build, with no Node import", async () => {
+  writeFileSync(join(app, "rn.js"), `
+    const { Device } = require("@uldp/device/device");
+    const { FetchTransport } = require("@uldp/device/web");
+    const { AsyncStorageStore } = require("@uldp/device/react-native");
+    module.exports = { Device, FetchTransport, AsyncStorageStore };`);
+  // Metro asserts "react-native" with "require" and "import" at once; the package lists it first
+  const r = await esbuild.build({ entryPoints: [join(app, "rn.js")], absWorkingDir: app, bundle: true, write: false,
+    format: "cjs", platform: "neutral", conditions: ["react-native", "require", "import"],
+    mainFields: ["react-native", "main"], metafile: true, logLevel: "error" });
+  const inputs = Object.keys(r.metafile.inputs).filter((f) => f.includes("@uldp/device"));
+  const wrong = inputs.filter((f) => !f.includes("/build/cjs/"));
+  if (wrong.length) throw new Error(`resolved outside build/cjs: ${wrong.join(", ")}`);
+  const node = Object.values(r.metafile.inputs).flatMap((i) => i.imports.map((x) => x.path)).filter((p) => p.startsWith("node:"));
+  if (node.length) throw new Error(`Node imports: ${node.join(", ")}`);
+  return `${inputs.length} modules of build/cjs`;
 });
 
 // ---- what an install brings -----------------------------------------------------------------------------
