@@ -35,6 +35,7 @@ from uldp.collector.cli.connections import (
 from uldp.collector.cli.util import (
     OperatorError,
     nonneg_float,
+    open_unit_float,
     port_number,
     positive_float,
     positive_int,
@@ -210,6 +211,7 @@ def _metrics_token(a: argparse.Namespace) -> Path | None:
 
 def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None) -> Any:
     from uldp.collector.service.core import CoreConfig
+    from uldp.collector.service.odometer import CentralBudget
     from uldp.collector.service.server import ServerConfig
 
     return ServerConfig(
@@ -226,7 +228,9 @@ def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None
                         enroll_peer_limit=a.enroll_peer_limit,
                         enroll_credential_limit=("auto" if a.enroll_credential_limit is None
                                                  else a.enroll_credential_limit),
-                        enrolment_verifier=_verifier(files.attestation_key)))
+                        enrolment_verifier=_verifier(files.attestation_key),
+                        central_budget=CentralBudget(a.central_budget or None,
+                                                     a.central_delta)))
 
 
 def _verifier(path: Path | None) -> Any:
@@ -467,6 +471,7 @@ def add_serve_parser(sc: Any) -> None:
                         "(default: off)")
     add_connection_flags(s)
     _tuning_flags(s)
+    _odometer_flags(s)
     s.set_defaults(func=_cmd_serve)
 
 
@@ -490,6 +495,19 @@ def _enrolment_flags(s: argparse.ArgumentParser) -> None:
                    help="new identities per credential (the attested subject, else the "
                         "enrollment secret): N/T or off (default 3/1d with "
                         "--attestation-key-file, else 100000/100s)")
+
+
+def _odometer_flags(s: argparse.ArgumentParser) -> None:
+    """Shuffle mode's privacy odometer (docs/privacy.md §7.2)."""
+    from uldp.collector.service.odometer import DEFAULT_BUDGET, DEFAULT_DELTA
+
+    s.add_argument("--central-budget", type=nonneg_float, default=DEFAULT_BUDGET,
+                   help="shuffle mode: the central ε each dataset's shuffled queries may "
+                        f"compose to (PLD accountant, at --central-delta); a query that would "
+                        f"exceed it is refused at create (default {DEFAULT_BUDGET:g}; 0: "
+                        "count only, refuse nothing)")
+    s.add_argument("--central-delta", type=open_unit_float, default=DEFAULT_DELTA,
+                   help=f"shuffle mode: the δ of the central budget (default {DEFAULT_DELTA:g})")
 
 
 def _tuning_flags(s: argparse.ArgumentParser) -> None:
