@@ -29,10 +29,12 @@ import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
 
-/** What a page with the README snippet may load at start (minified / gzip, KiB). Measured
- * 2025-11 at 77.9 / 28.6 (120.4 / 42.8 before the sealing became lazy and the core dropped
- * @noble); raise it only with a reason in the commit. */
-const BUDGET = { minified: 82, gzip: 30 };
+/** What a page with the README snippet may load at start (minified / gzip, KiB): a guard
+ * against regressions such as the curve code back in the page's static imports (+40 KiB).
+ * Measured 79.6 / 29.0 (121.4 / 43.1 before the sealing became lazy and the core dropped
+ * @noble); the issue's aim, 60 / 20, needs the core's computation split per task kind.
+ * Raise it only with a reason in the commit. */
+const BUDGET = { minified: 84, gzip: 31 };
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const repo = join(here, "..");

@@ -132,14 +132,17 @@ def test_install_lines_install_from_the_repository_or_a_built_wheel():
     assert f"uldp-{meta['version']}.tar.gz" in README and wheel in README
 
 
-def test_web_first_run_block_matches_the_cli_and_the_build():
+def test_web_first_run_block_matches_the_cli_and_the_build(capsys):
+    from uldp.collector.cli.service import main
+
     block = _block_after("**The first run.**", "bash")
     assert "node scripts/build-example.mjs" in block and "--dev-example examples/web/dist" in block
     assert "/example/?autostart=1" in block and "--cors-origin" not in block
     build = (REPO / "client-ts/scripts/build-example.mjs").read_text()
     assert '"../../examples/web/"' in build and 'APP + "dist/"' in build
-    r = uldp("collector", "serve", "--help")
-    assert "--dev-example" in r.stdout
+    with pytest.raises(SystemExit):
+        main(["collector", "serve", "--help"])
+    assert "--dev-example" in capsys.readouterr().out
 
 
 def _readme_commands(prefix: str) -> list[str]:
