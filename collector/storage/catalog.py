@@ -35,6 +35,8 @@ class QueryTables(Tables):
             if existing is not None:
                 return dict(existing), False
             t = now_ms()
+            if not self.is_sqlite:
+                self._add_partition(conn, str(row["query_id"]))
             conn.execute(insert(S.queries).values(**row, created_at_ms=t, next_slot=0,
                                                   finished_at_ms=0, error="", version=0))
             conn.execute(insert(S.phases), [
@@ -48,6 +50,18 @@ class QueryTables(Tables):
             created = conn.execute(select(S.queries).where(
                 S.queries.c.query_id == row["query_id"])).mappings().one()
             return dict(created), True
+
+    def _add_partition(self, conn: Connection, query_id: str) -> None:
+        """PostgreSQL: the query's own partition of ``reports``, created empty and then
+        attached (ATTACH takes a lock that lets other queries' inserts go on, where
+        ``CREATE TABLE .. PARTITION OF`` would stop them for a moment)."""
+        from psycopg import sql
+
+        name, parent = sql.Identifier(S.partition_name(query_id)), sql.Identifier(S.reports.name)
+        raw = conn.connection.driver_connection  # the same transaction
+        raw.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS)").format(name, parent))
+        raw.execute(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+            parent, name, sql.Literal(query_id)))
 
     def get_query(self, query_id: str) -> dict[str, Any] | None:
         with self.read() as conn:

@@ -48,6 +48,7 @@ from uldp.collector.storage.closing import ClosingTables
 from uldp.collector.storage.declines import DeclineTables
 from uldp.collector.storage.ingest import IngestTables
 from uldp.collector.storage.records import (
+    REPORT_COLUMNS,
     PendingReport,
     ReportOutcome,
     StoredReport,
@@ -122,6 +123,24 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
             seen = getattr(seen, "orig", None) or seen.__cause__
         return False
 
+    def is_permanent(self, exc: BaseException) -> bool:
+        """Is ``exc`` a database error that the same statement on the same data would
+        hit again (a limit, malformed or corrupt data, a missing object), as opposed to
+        one of the moment (a lost connection, a lock, memory, the disk)? A close that
+        hits one fails its query at once instead of being retried."""
+        seen: BaseException | None = exc
+        for _ in range(4):
+            if seen is None:
+                break
+            name = getattr(seen, "sqlite_errorname", None)
+            if name is not None:  # extended codes name their primary: SQLITE_CORRUPT_…
+                return "_".join(str(name).split("_")[:2]) in _SQLITE_PERMANENT
+            state = getattr(seen, "sqlstate", None)
+            if state:
+                return str(state)[:2] in _PG_PERMANENT_CLASSES
+            seen = getattr(seen, "orig", None) or seen.__cause__
+        return False
+
     def dispose(self) -> None:
         held, self._held = self._held, None
         if held is not None:
@@ -139,6 +158,8 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
             found = row.scalar()
             version = int(found) if found is not None else 0
             if version == 0:
+                if not self.is_sqlite:
+                    S.create_default_partition(conn)
                 conn.execute(insert(S.meta).values(key="schema_version",
                                                    value=str(S.SCHEMA_VERSION)))
                 return S.SCHEMA_VERSION
@@ -185,13 +206,23 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         out: dict[str, list[tuple[Any, ...]]] = {}
         with self.read() as conn:
             for t in (S.queries, S.phases, S.assignments, S.reports):
-                rows = conn.execute(select(t)).all()
+                # reports: (query_id, device_id, phase, grp, stage, slot, payload,
+                # received_at_ms, vbytes, v0..v3), whatever the table's column order
+                cols = ([t.c[c] for c in REPORT_COLUMNS] if t is S.reports else list(t.c))
+                rows = conn.execute(select(*cols)).all()
                 out[t.name] = sorted(tuple(r) for r in rows)
         return out
 
 
 #: SQLSTATEs of a transaction aborted for a lock conflict (deadlock, serialization failure)
 _LOCK_CONFLICTS = frozenset({"40P01", "40001"})
+#: SQLite result codes of an error the same statement would hit again
+_SQLITE_PERMANENT = frozenset({"SQLITE_TOOBIG", "SQLITE_CORRUPT", "SQLITE_NOTADB",
+                               "SQLITE_MISMATCH", "SQLITE_RANGE", "SQLITE_ERROR",
+                               "SQLITE_CONSTRAINT", "SQLITE_FORMAT"})
+#: PostgreSQL SQLSTATE classes of such errors: feature not supported, data exception,
+#: integrity, syntax or access, program limit exceeded, internal (corruption)
+_PG_PERMANENT_CLASSES = frozenset({"0A", "22", "23", "42", "54", "XX"})
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -204,6 +235,14 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     # collector's background thread checkpoints instead (Database.checkpoint)
     cur.execute("PRAGMA wal_autocheckpoint=0")
     cur.close()
+    # the schema-4 migration decodes the stored int64 payloads into the typed columns
+    dbapi_conn.create_function("uldp_le_int64", 2, _le_int64, deterministic=True)
+
+
+def _le_int64(payload: bytes, i: int) -> int | None:
+    """SQLite function ``uldp_le_int64(payload, i)``: the ``i``-th little-endian int64."""
+    part = bytes(payload[8 * i:8 * i + 8])
+    return int.from_bytes(part, "little", signed=True) if len(part) == 8 else None
 
 
 def _sqlite_on_begin(conn: Connection) -> None:

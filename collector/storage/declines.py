@@ -61,7 +61,8 @@ class DeclineTables(Tables):
             new = 0
             for i in by_phase[(qid, ph)]:
                 it = items[i]
-                stored = stored_row(conn.execute(select(r.phase, r.payload, r.received_at_ms)
+                stored = stored_row(conn.execute(select(r.phase, r.payload, r.received_at_ms,
+                                                        r.vbytes)
                                                  .where(and_(r.query_id == qid,
                                                              r.device_id == it.device_id)))
                                     .first())

@@ -25,6 +25,7 @@ from uldp.collector.storage.records import (
     judge_stored,
     now_ms,
     report_arrays,
+    report_params,
     stored_row,
 )
 
@@ -53,7 +54,7 @@ class IngestTables(Tables):
         """The report stored for (query, device), if any."""
         r = S.reports.c
         with self.read() as conn:
-            row = conn.execute(select(r.phase, r.payload, r.received_at_ms).where(and_(
+            row = conn.execute(select(r.phase, r.payload, r.received_at_ms, r.vbytes).where(and_(
                 r.query_id == query_id, r.device_id == device_id))).first()
         return stored_row(row)
 
@@ -195,7 +196,8 @@ class IngestTables(Tables):
             it = items[i]
             if (it.query_id, it.device_id) in inserted and i in later_set:
                 first = items[first_of[(it.query_id, it.device_id)]]
-                stored: StoredReport | None = StoredReport(first.phase, first.payload, t)
+                stored: StoredReport | None = StoredReport(first.phase, first.payload, t,
+                                                           first.vbytes)
             else:
                 cur.execute(self._sql["stored"], (it.query_id, it.device_id))
                 stored = stored_row(cur.fetchone())
@@ -218,8 +220,7 @@ class IngestTables(Tables):
             chunk = rows[s0:s0 + INSERT_CHUNK]
             params: list[Any] = []
             for it in chunk:
-                params += (it.query_id, it.device_id, it.phase, it.grp, it.stage,
-                           it.slot, it.payload, t)
+                params += report_params(it, t)
             cur.execute(sql["insert_head"] + ",".join([sql["insert_row"]] * len(chunk))
                         + sql["insert_tail"], params)
             inserted.update((r[0], r[1]) for r in cur.fetchall())

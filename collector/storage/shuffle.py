@@ -21,7 +21,7 @@ from sqlalchemy import Connection, and_, insert, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
-from uldp.collector.storage.records import now_ms
+from uldp.collector.storage.records import now_ms, typed_values
 
 __all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch"]
 
@@ -119,5 +119,7 @@ class ShuffleTables(Tables):
                 dict(query_id=batch.query_id, device_id="r-" + secrets.token_hex(12),
                      phase=batch.phase, grp=batch.grp, stage=batch.stage,
                      slot=secrets.randbelow(max(batch.slots, 1)), payload=payload,
-                     received_at_ms=t) for payload in batch.payloads])
+                     received_at_ms=t, vbytes=8,
+                     **dict(zip(S.TYPED_COLUMNS, typed_values(payload, 8), strict=True)))
+                for payload in batch.payloads])
         return BatchOutcome(False, n, batch.size - n)
