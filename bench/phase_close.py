@@ -176,9 +176,15 @@ def _load_sql(db: Database, n: int, limit: int) -> None:
 
 def _count(db: Database, n: int) -> None:
     """Count bulk-loaded reports as received (what the writer does per batch)."""
-    with db.engine.begin() as conn:
-        conn.exec_driver_sql(f"UPDATE uldp_phases SET received = received + {n} "
-                             "WHERE query_id = 'close' AND phase = 1")
+    raw = db.engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        if db.is_sqlite:
+            cur.execute("BEGIN IMMEDIATE")
+        db.count_in(cur, "close", 1, received=n)
+        raw.commit()
+    finally:
+        raw.close()
 
 
 def one(case: str, n: int, url: str, load: str, threads: int) -> dict[str, float]:

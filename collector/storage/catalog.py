@@ -17,7 +17,17 @@ from uldp.collector.storage.records import (
     now_ms,
 )
 
-__all__ = ["QueryTables"]
+__all__ = ["QueryTables", "quota_in"]
+
+
+def quota_in() -> Any:
+    """SQL: the phase row's reports and declines, merged with every writer's counters,
+    reach its quota."""
+    p, c = S.phases.c, S.phase_counts.c
+    counted = (select(func.coalesce(func.sum(c.received + c.declined), 0))
+               .where(and_(c.query_id == p.query_id, c.phase == p.phase))
+               .scalar_subquery())
+    return p.received + p.declined + counted >= p.quota
 
 
 class QueryTables(Tables):
@@ -80,10 +90,20 @@ class QueryTables(Tables):
         return self.list_queries("running")
 
     def get_phases(self, query_id: str) -> list[dict[str, Any]]:
+        """The phase rows of a query, ``received`` and ``declined`` merged with every
+        writer's counter rows."""
+        p, c = S.phases.c, S.phase_counts.c
         with self.read() as conn:
-            rows = conn.execute(select(S.phases).where(S.phases.c.query_id == query_id)
-                                .order_by(S.phases.c.phase)).mappings()
-            return [dict(m) for m in rows]
+            rows = [dict(m) for m in conn.execute(select(S.phases).where(
+                p.query_id == query_id).order_by(p.phase)).mappings()]
+            extra = {int(ph): (int(r or 0), int(d or 0)) for ph, r, d in conn.execute(
+                select(c.phase, func.sum(c.received), func.sum(c.declined))
+                .where(c.query_id == query_id).group_by(c.phase))}
+        for row in rows:
+            r, d = extra.get(int(row["phase"]), (0, 0))
+            row["received"] += r
+            row["declined"] += d
+        return rows
 
     def assigned_count(self, query_id: str) -> int:
         with self.read() as conn:
@@ -117,7 +137,6 @@ class QueryTables(Tables):
         p = S.phases.c
         with self.read() as conn:
             rows = conn.execute(select(p.query_id, p.phase).where(or_(
-                and_(p.state == "open",
-                     or_(p.received + p.declined >= p.quota, p.deadline_ms <= t)),
+                and_(p.state == "open", or_(quota_in(), p.deadline_ms <= t)),
                 and_(p.state == "closing", p.lease_until_ms <= t))))
             return [(r[0], int(r[1])) for r in rows]

@@ -20,7 +20,8 @@ from sqlalchemy import and_, or_, select, text, update
 from uldp.collector.estimators.reductions import WindowCounts, WindowPieces, WindowSums
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
-from uldp.collector.storage.records import VALUE_DTYPES, now_ms
+from uldp.collector.storage.catalog import quota_in
+from uldp.collector.storage.records import VALUE_DTYPES, now_ms, phase_lock_key
 
 __all__ = ["ROWS_PER_BLOCK", "SQLITE_STREAM_BYTES", "STREAM_BYTES", "WINDOW_BLOCKS",
            "WINDOW_SLOTS", "ClosingTables", "ReportBlock", "Window"]
@@ -73,15 +74,20 @@ class ClosingTables(Tables):
     def begin_close(self, query_id: str, phase: int, closer: str, lease_ms: int,
                     force: bool = False) -> bool:
         """Atomically claim the aggregation of a due phase, or take over one whose
-        closing lease expired; True for exactly one caller. The claim is a lease until
+        closing lease expired; True for exactly one caller. On PostgreSQL the claim first
+        takes the phase's advisory lock exclusively: it waits for the report commits in
+        flight (which hold it shared) and new ones wait for the claim, then see the phase
+        closing. The claim is a lease until
         now + ``lease_ms`` that its holder renews (:meth:`renew_lease`) while it works;
         :meth:`finish_close` only succeeds for the current holder, so a phase is closed
         exactly once even when a slow holder loses it to another replica."""
         t = now_ms()
         p = S.phases.c
-        due = (or_(p.received + p.declined >= p.quota, p.deadline_ms <= t) if not force
-               else text("1=1"))
+        due = or_(quota_in(), p.deadline_ms <= t) if not force else text("1=1")
         with self.write() as conn:
+            if not self.is_sqlite:  # wait for the report commits of the phase in flight
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"),
+                             {"k": phase_lock_key(query_id, phase)})
             r = conn.execute(update(S.phases).where(and_(
                 p.query_id == query_id, p.phase == phase,
                 or_(and_(p.state == "open", due),

@@ -8,14 +8,16 @@ reports), ``closing``
 
 SQLite (embedded default): one file in WAL mode with ``synchronous=FULL`` (a commit is on
 disk before the collector acknowledges), write transactions ``BEGIN IMMEDIATE``.
-PostgreSQL (production, several collector replicas): psycopg 3; the phase row is the
-synchronisation point — every report batch updates it (``... WHERE state = 'open'``) in
-the same transaction as its inserts, and the replica that flips it to ``closing`` does
-so with a conditional update, so exactly one replica aggregates a phase and it sees every
-report acknowledged before the flip and none after. Lock order, in every transaction:
-query rows (in query-id order) before phase rows (in (query, phase) order), so replicas
-never deadlock each other; a transaction the database still aborts for a lock conflict is
-run again by the writer (``is_lock_conflict``).
+PostgreSQL (production, several collector replicas): psycopg 3; a phase's state is the
+synchronisation point — every report batch reads it under the phase's advisory lock held
+*shared* (``pg_advisory_xact_lock_shared``), and the replica that flips it to ``closing``
+takes that lock exclusively first, so exactly one replica aggregates a phase and it sees
+every report acknowledged before the flip and none after. Report batches count what
+they stored in their own process's row of ``phase_counts`` (merged on read), so no
+replica waits on another's commit. Lock order, in every transaction: query rows (in
+query-id order) before phase rows (in (query, phase) order), advisory locks before rows,
+so replicas never deadlock each other; a transaction the database still aborts for a lock
+conflict is run again by the writer (``is_lock_conflict``).
 
 Errors of the engine never carry their SQL parameters (``hide_parameters``): a logged
 database error names the statement, never a report's payload or a device id.
@@ -24,6 +26,7 @@ database error names the statement, never a report's payload or a device id.
 from __future__ import annotations
 
 import contextlib
+import secrets
 from typing import Any
 
 from sqlalchemy import (
@@ -95,6 +98,8 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         self._insert = sqlite_dialect.insert if self.is_sqlite else pg_dialect.insert
         self._sql = report_sql("?" if self.is_sqlite else "%s")
         self._held: Any = None  # the writer thread's connection (raw_write(hold=True))
+        #: this process's counter rows in ``phase_counts`` (unique per Database object)
+        self.writer_id = f"w-{secrets.token_hex(8)}"
 
     def write(self) -> Any:
         """A write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
@@ -205,7 +210,7 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         """Every row of the mutable tables, for 'nothing changed' assertions."""
         out: dict[str, list[tuple[Any, ...]]] = {}
         with self.read() as conn:
-            for t in (S.queries, S.phases, S.assignments, S.reports):
+            for t in (S.queries, S.phases, S.assignments, S.reports, S.phase_counts):
                 # reports: (query_id, device_id, phase, grp, stage, slot, payload,
                 # received_at_ms, vbytes, v0..v3), whatever the table's column order
                 cols = ([t.c[c] for c in REPORT_COLUMNS] if t is S.reports else list(t.c))

@@ -36,6 +36,7 @@ __all__ = [
     "judge_stored",
     "now_ms",
     "pack_values",
+    "phase_lock_key",
     "report_arrays",
     "report_params",
     "report_sql",
@@ -216,7 +217,7 @@ def report_sql(mark: str) -> dict[str, str]:
     """The fixed statements of :meth:`Database.store_reports_cursor` in the driver's
     parameter style (``?`` for sqlite3, ``%s`` for psycopg; multi-row VALUES on SQLite,
     ``unnest`` of arrays on PostgreSQL)."""
-    ph, rep = S.phases.name, S.reports.name
+    ph, rep, cnt = S.phases.name, S.reports.name, S.phase_counts.name
     cols = REPORT_COLUMNS
     assert all(c in S.reports.c for c in cols)
     insert = f"INSERT INTO {rep} ({', '.join(cols)}) "
@@ -226,9 +227,13 @@ def report_sql(mark: str) -> dict[str, str]:
     unnest = (insert + "SELECT * FROM unnest(?::varchar[], ?::varchar[], ?::int[], "
               "?::int[], ?::int[], ?::int[], ?::bytea[], ?::bigint[], ?::smallint[]"
               f"{typed}) ON CONFLICT DO NOTHING RETURNING query_id, device_id")
+    upsert = (f"INSERT INTO {cnt} AS c (query_id, phase, writer, received, declined) "
+              "{rows} ON CONFLICT (query_id, phase, writer) DO UPDATE SET received = "
+              "c.received + excluded.received, declined = c.declined + excluded.declined")
     q = {
-        "guard": f"UPDATE {ph} SET received = received WHERE query_id = ? AND phase = ? "
-                 "AND state = 'open'",
+        # PostgreSQL: a shared lock on the phase (the closer takes it exclusively to flip
+        # the phase's state: no report commit holds a row lock another replica waits for)
+        "lock": "SELECT pg_advisory_xact_lock_shared(?)",
         "phase_state": f"SELECT state FROM {ph} WHERE query_id = ? AND phase = ?",
         "insert_head": insert + "VALUES ",
         "insert_row": "(" + ", ".join("?" * len(cols)) + ")",
@@ -237,13 +242,21 @@ def report_sql(mark: str) -> dict[str, str]:
         # PostgreSQL pipelined path: insert and count the inserted rows per phase in one
         # statement (a data-modifying CTE runs even though nothing reads its output)
         "insert_count": f"WITH ins AS ({unnest}, phase), "
-                        "c AS (SELECT query_id, phase, count(*) AS n FROM ins "
+                        "n AS (SELECT query_id, phase, count(*) AS n FROM ins "
                         "GROUP BY query_id, phase), "
-                        f"u AS (UPDATE {ph} p SET received = p.received + c.n FROM c "
-                        "WHERE p.query_id = c.query_id AND p.phase = c.phase RETURNING 1) "
-                        "SELECT count(*) FROM ins",
+                        "u AS (" + upsert.format(rows="SELECT query_id, phase, ?, n, 0 FROM n")
+                        + " RETURNING 1) SELECT count(*) FROM ins",
         "stored": f"SELECT phase, payload, received_at_ms, vbytes FROM {rep} "
                   "WHERE query_id = ? AND device_id = ?",
-        "count": f"UPDATE {ph} SET received = received + ? WHERE query_id = ? AND phase = ?",
+        # this writer's own counter row of the phase (no other process writes it)
+        "count": upsert.format(rows="VALUES (?, ?, ?, ?, ?)"),
     }
     return {k: v.replace("?", mark) for k, v in q.items()}
+
+
+def phase_lock_key(query_id: str, phase: int) -> int:
+    """PostgreSQL: the advisory lock key of a phase (a signed 64-bit digest)."""
+    import hashlib
+
+    d = hashlib.sha256(f"uldp-phase/{query_id}/{phase}".encode()).digest()
+    return int.from_bytes(d[:8], "little", signed=True)

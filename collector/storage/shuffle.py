@@ -96,19 +96,17 @@ class ShuffleTables(Tables):
     def store_batch_in(self, conn: Connection, batch: ShuffledBatch) -> BatchOutcome:
         """Store an opened batch inside the transaction ``conn`` (the group-commit
         writer's): never raises for a refusal, so other work in the transaction stands."""
-        b, p = S.shuffle_batches.c, S.phases.c
+        b = S.shuffle_batches.c
         old = conn.execute(select(b.stored, b.refused).where(and_(
             b.query_id == batch.query_id, b.batch_id == batch.batch_id))).first()
         if old is not None:
             return BatchOutcome(True, int(old[0]), int(old[1]))
         n = len(batch.payloads)
-        guard = conn.execute(update(S.phases).where(and_(
-            p.query_id == batch.query_id, p.phase == batch.phase, p.state == "open"))
-            .values(received=p.received + n))  # locks the phase row; counts the reports
-        if guard.rowcount != 1:
-            state = conn.execute(select(p.state).where(and_(
-                p.query_id == batch.query_id, p.phase == batch.phase))).scalar()
+        cur = conn.connection.cursor()
+        state = self.phase_open(cur, batch.query_id, batch.phase)
+        if state != "open":
             return BatchOutcome(state=str(state or "missing"))
+        self.count_in(cur, batch.query_id, batch.phase, received=n)
         t = now_ms()
         conn.execute(insert(S.shuffle_batches).values(
             query_id=batch.query_id, batch_id=batch.batch_id, phase=batch.phase,

@@ -53,9 +53,8 @@ def _check_store(db_url: str, ledgers: dict[str, tuple[str, bytes]]) -> None:
         rows = conn.execute(select(S.reports.c.device_id, S.reports.c.phase,
                                    S.reports.c.payload, S.reports.c.vbytes)
                             .where(S.reports.c.query_id == "crash")).all()
-        phases = conn.execute(select(S.phases.c.phase, S.phases.c.received, S.phases.c.quota,
-                                     S.phases.c.state)
-                              .where(S.phases.c.query_id == "crash")).all()
+    # received: the phase row merged with every writer's counter rows
+    phases = [(p["phase"], p["received"], p["quota"], p["state"]) for p in db.get_phases("crash")]
     db.dispose()
     # the service stores the values at the task's width (vbytes); the device keeps int64
     stored = {r[0]: pack_values(unpack_values(bytes(r[2]), r[3])) for r in rows}
