@@ -208,7 +208,8 @@ def _server_config(a: argparse.Namespace, files: _Files) -> Any:
                         enroll_peer_limit=a.enroll_peer_limit,
                         enroll_credential_limit=("auto" if a.enroll_credential_limit is None
                                                  else a.enroll_credential_limit),
-                        enrolment_verifier=_verifier(files.attestation_key)))
+                        enrolment_verifier=_verifier(files.attestation_key),
+                        close_threads=a.close_threads, dask_scheduler=a.dask_scheduler))
 
 
 def _verifier(path: Path | None) -> Any:
@@ -485,6 +486,12 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
                    help="serve from N processes sharing the port (SO_REUSEPORT) and the "
                         "database; they coordinate like replicas (default 1)")
     s.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    s.add_argument("--close-threads", type=positive_int, default=2,
+                   help="windows of a closing phase reduced at once in this process "
+                        "(default 2)")
+    s.add_argument("--dask-scheduler", default=env("ULDP_DASK_SCHEDULER"),
+                   help="reduce closing phases on the workers of this Dask scheduler "
+                        "(tcp://host:8786; needs uldp[scale]) instead of in this process")
     s.add_argument("--phase-timeout", type=positive_float, default=3600.0,
                    help="default phase deadline in seconds (per query override; default "
                         "3600)")

@@ -57,9 +57,10 @@ SPECS = {
 }
 
 
-def _core(db: Database, spec: QuerySpec, threads: int = 2) -> CollectorCore:
+def _core(db: Database, spec: QuerySpec, threads: int = 2,
+          engine: Any = None) -> CollectorCore:
     core = CollectorCore(db, TokenKey.generate(), AdminAuth("x" * 32), CoreConfig())
-    core.closer.engine = R.LocalEngine(threads)
+    core.closer.engine = engine or R.LocalEngine(threads)
     program = program_for(spec)
     db.create_query(dict(query_id=spec.query_id, kind=spec.kind, dataset="x",
                          epsilon=spec.epsilon, spec_json=json.dumps(spec.to_dict()),
@@ -70,10 +71,11 @@ def _core(db: Database, spec: QuerySpec, threads: int = 2) -> CollectorCore:
     return core
 
 
-def run_and_compare(db: Database, spec: QuerySpec, threads: int = 2) -> dict[str, Any]:
+def run_and_compare(db: Database, spec: QuerySpec, threads: int = 2,
+                    engine: Any = None) -> dict[str, Any]:
     """Run ``spec`` through the simulation driver (the in-memory reference), storing every
     report; close each phase from the database and compare what it publishes."""
-    core = _core(db, spec, threads)
+    core = _core(db, spec, threads, engine)
     rt = core.runtime(spec.query_id)
     assert rt is not None
     rng = RandomSource.seeded(7)
@@ -104,7 +106,8 @@ def run_and_compare(db: Database, spec: QuerySpec, threads: int = 2) -> dict[str
     result = run_program(rt.program, privatize, on_close=on_close)
     stored = json.loads(db.get_query(spec.query_id)["result_json"])
     assert json.dumps(stored, sort_keys=True) == json.dumps(result, sort_keys=True)
-    core.stop()
+    core.closer.stop()
+    core.writer.close()  # (an engine passed in is the caller's to close)
     return published
 
 
