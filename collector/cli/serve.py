@@ -436,6 +436,7 @@ def add_serve_parser(sc: Any) -> None:
                         "port; repeat for more; * allows every origin (env "
                         "ULDP_CORS_ORIGINS, comma-separated; default: none)")
     _tuning_flags(s)
+    _close_flags(s)
     s.set_defaults(func=_cmd_serve)
 
 
@@ -459,6 +460,17 @@ def _enrolment_flags(s: argparse.ArgumentParser) -> None:
                    help="new identities per credential (the attested subject, else the "
                         "enrollment secret): N/T or off (default 3/1d with "
                         "--attestation-key-file, else 100000/100s)")
+
+
+def _close_flags(s: argparse.ArgumentParser) -> None:
+    """Who reduces a closing phase (``uldp.collector.service.reduce``)."""
+    s.add_argument("--close-threads", type=positive_int, default=2,
+                   help="windows of a closing phase reduced at once in this process "
+                        "(default 2)")
+    s.add_argument("--dask-scheduler", default=env("ULDP_DASK_SCHEDULER"),
+                   help="reduce closing phases on the workers of this Dask scheduler "
+                        "(tcp://host:8786; needs uldp[scale]; env ULDP_DASK_SCHEDULER) "
+                        "instead of in this process")
 
 
 def _tuning_flags(s: argparse.ArgumentParser) -> None:
@@ -486,12 +498,6 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
                    help="serve from N processes sharing the port (SO_REUSEPORT) and the "
                         "database; they coordinate like replicas (default 1)")
     s.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
-    s.add_argument("--close-threads", type=positive_int, default=2,
-                   help="windows of a closing phase reduced at once in this process "
-                        "(default 2)")
-    s.add_argument("--dask-scheduler", default=env("ULDP_DASK_SCHEDULER"),
-                   help="reduce closing phases on the workers of this Dask scheduler "
-                        "(tcp://host:8786; needs uldp[scale]) instead of in this process")
     s.add_argument("--phase-timeout", type=positive_float, default=3600.0,
                    help="default phase deadline in seconds (per query override; default "
                         "3600)")
