@@ -318,7 +318,7 @@ def _warehouse_mean(args: argparse.Namespace) -> Any:
     if got.clamped:
         print(f"uldp: note: {got.clamped} of {got.records} values clamped into [{lo:g}, "
               f"{hi:g}]", file=sys.stderr)
-    fn = adaptive_user_mean_of_means if args.method == "adaptive" else user_mean_of_means
+    fn = {"adaptive": adaptive_user_mean_of_means, "simple": user_mean_of_means}[args.method]
     rel = fn(got.means, epsilon=args.epsilon, lo=lo, hi=hi, alpha=args.alpha, rng=_rng(args))
     rel.details["n_records"] = got.records
     return rel
