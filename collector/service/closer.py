@@ -209,7 +209,8 @@ class PhaseCloser:
         reduced window by window by the close engine (``service.reduce``)."""
         spec_json = json.dumps(rt.spec.to_dict(), sort_keys=True)
         remember_program(spec_json, rt.program)
-        work = PhaseWork(self.db.url.render_as_string(hide_password=False), rt.query_id,
+        # the URL travels to Dask workers without its password (they take it from ULDP_DB)
+        work = PhaseWork(self.db.url.render_as_string(hide_password=True), rt.query_id,
                          phase, spec_json, json.dumps({str(k): v for k, v in published.items()}))
         return close_phase_accumulators(self.db, work, int(rt.spec.users), self.engine,
                                         check)
