@@ -84,13 +84,14 @@ def test_dask_close_equals_in_process_close(cluster, db_url, monkeypatch, spec):
         db.dispose()
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("name", ["distribution-ss", "mean-auto-hm", "baseline-a"])
-def test_service_closes_on_dask_bit_identical(cluster, db_url, name):
+def test_service_closes_on_dask_bit_identical(cluster, postgres, name):
     """The service's closer with the Dask engine, phase after phase: what it publishes is
     what accumulating every report in memory publishes."""
     from uldp.collector.service.dask_close import DaskEngine
 
-    db = open_database(db_url)
+    db = open_database(postgres.new_database())
     try:
         run_and_compare(db, QuerySpec(**SPECS[name], query_id=f"d-{name}"),
                         engine=DaskEngine(cluster))
