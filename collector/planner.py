@@ -43,6 +43,8 @@ MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
 PLACEMENTS = ("feistel", "permutation")
 #: the default method: chosen per query by ``uldp.collector.methods.auto``
 AUTO = "auto"
+#: the method of a grouped mean (``uldp.collector.methods.grouped``)
+GROUPED = "grouped-ssl"
 #: method names that resolve to a concrete method at compile time (public values only)
 RESOLVERS = {AUTO: resolve_auto}
 
@@ -85,12 +87,20 @@ class QuerySpec:
     #: range is ``[-bound, bound]``. With a range, ``bound`` is ``hi/2 − lo/2`` (set here)
     lo: float | None = None
     hi: float | None = None
+    #: group-by (kind ``mean-by``): the devices' categorical dataset of the groups, and the
+    #: groups' public names in code order (``dim`` is their number)
+    by: str | None = None
+    groups: tuple[str, ...] = ()
     #: how enrolment slots are placed: ``feistel`` (a keyed permutation computed on demand,
     #: ``uldp.collector.placement``) or ``permutation`` (an array of every slot's rank
     #: drawn with numpy: queries stored before the keyed permutation existed)
     placement: str = "feistel"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", tuple(self.groups))
+        if self.by is not None or self.groups or (self.kind in KINDS
+                                                  and KINDS[self.kind].grouped):
+            self._check_groups()
         if self.lo is not None or self.hi is not None:
             self._check_range()
         if self.kind not in KINDS:
@@ -131,6 +141,14 @@ class QuerySpec:
             raise ValueError(f"records must be an integer in [1, {MAX_RECORDS}], got "
                              f"{self.records!r}")
 
+    def _check_groups(self) -> None:
+        if self.kind not in KINDS or not KINDS[self.kind].grouped:
+            raise ValueError(f"by/groups go with kind mean-by, not {self.kind}")
+        if not isinstance(self.by, str) or not self.by:
+            raise ValueError("a grouped mean names its groups' dataset (by)")
+        if self.groups and len(self.groups) != self.dim:
+            raise ValueError(f"{len(self.groups)} group names for dim {self.dim} groups")
+
     def _check_range(self) -> None:
         lo, hi = self.lo, self.hi
         if lo is None or hi is None:
@@ -159,7 +177,9 @@ class QuerySpec:
         return None if self.bound is None else (-float(self.bound), float(self.bound))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["groups"] = list(self.groups)  # JSON's form: a stored spec compares equal
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> QuerySpec:
@@ -416,7 +436,7 @@ def _template(spec: QuerySpec) -> TaskSpec:
         eps_c=float(spec.epsilon), components=(0,), dim=spec.dim,
         bound=None if spec.bound is None else float(spec.bound),
         frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra),
-        range=_task_range(spec))
+        range=_task_range(spec), by=spec.by)
 
 
 def _task_range(spec: QuerySpec) -> tuple[float, float] | None:
@@ -432,6 +452,16 @@ def compile_query(spec: QuerySpec) -> Plan:
 
     ``method="auto"`` resolves to a concrete method and grouping first
     (``uldp.collector.methods.auto``: public values only, the same on every replica)."""
+    kind = KINDS.get(spec.kind)
+    if kind is not None and kind.grouped:  # one report over every group: grouped-ssl
+        if spec.method not in (AUTO, GROUPED):
+            raise ValueError(f"a grouped mean runs method {GROUPED} (or auto), not "
+                             f"{spec.method}")
+        plan = _compile(replace(spec, method=GROUPED))
+        if spec.method != GROUPED:  # auto
+            plan.auto.update({"chosen": GROUPED, "why": "a grouped mean: every device "
+                              "reports all groups in one single-stage report"})
+        return plan
     resolve = RESOLVERS.get(spec.method)
     if resolve is None:
         return _compile(spec)
@@ -472,7 +502,11 @@ def _compile(spec: QuerySpec) -> Plan:
     grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
     plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
-    few = _too_few_users(plan)
+    try:  # a note, never a reason to refuse: extreme ranges may overflow the prediction
+        with np.errstate(over="ignore", invalid="ignore"):
+            few = _too_few_users(plan)
+    except (ArithmeticError, ValueError):
+        few = None
     if few:
         plan.advisories.append(few)
     if plan.two_stage:

@@ -35,6 +35,7 @@ from uldp.collector.cli.connections import (
 from uldp.collector.cli.util import (
     OperatorError,
     nonneg_float,
+    open_unit_float,
     port_number,
     positive_float,
     positive_int,
@@ -197,6 +198,7 @@ def _metrics_token(a: argparse.Namespace) -> Path | None:
 
 def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None) -> Any:
     from uldp.collector.service.core import CoreConfig
+    from uldp.collector.service.odometer import CentralBudget
     from uldp.collector.service.server import ServerConfig
 
     return ServerConfig(
@@ -214,7 +216,9 @@ def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None
                         enroll_credential_limit=("auto" if a.enroll_credential_limit is None
                                                  else a.enroll_credential_limit),
                         enrolment_verifier=_verifier(files.attestation_key),
-                        close_threads=a.close_threads, dask_scheduler=a.dask_scheduler))
+                        close_threads=a.close_threads, dask_scheduler=a.dask_scheduler,
+                        central_budget=CentralBudget(a.central_budget or None,
+                                                     a.central_delta)))
 
 
 def _verifier(path: Path | None) -> Any:
@@ -447,6 +451,7 @@ def add_serve_parser(sc: Any) -> None:
     add_connection_flags(s)
     _tuning_flags(s)
     _close_flags(s)
+    _odometer_flags(s)
     s.set_defaults(func=_cmd_serve)
 
 
@@ -481,6 +486,17 @@ def _close_flags(s: argparse.ArgumentParser) -> None:
                    help="reduce closing phases on the workers of this Dask scheduler "
                         "(tcp://host:8786; needs uldp[scale]; env ULDP_DASK_SCHEDULER) "
                         "instead of in this process")
+def _odometer_flags(s: argparse.ArgumentParser) -> None:
+    """Shuffle mode's privacy odometer (docs/privacy.md §7.2)."""
+    from uldp.collector.service.odometer import DEFAULT_BUDGET, DEFAULT_DELTA
+
+    s.add_argument("--central-budget", type=nonneg_float, default=DEFAULT_BUDGET,
+                   help="shuffle mode: the central ε each dataset's shuffled queries may "
+                        f"compose to (PLD accountant, at --central-delta); a query that would "
+                        f"exceed it is refused at create (default {DEFAULT_BUDGET:g}; 0: "
+                        "count only, refuse nothing)")
+    s.add_argument("--central-delta", type=open_unit_float, default=DEFAULT_DELTA,
+                   help=f"shuffle mode: the δ of the central budget (default {DEFAULT_DELTA:g})")
 
 
 def _tuning_flags(s: argparse.ArgumentParser) -> None:
