@@ -229,6 +229,7 @@ def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None
                         enroll_credential_limit=("auto" if a.enroll_credential_limit is None
                                                  else a.enroll_credential_limit),
                         enrolment_verifier=_verifier(files.attestation_key),
+                        close_threads=a.close_threads, dask_scheduler=a.dask_scheduler,
                         central_budget=CentralBudget(a.central_budget or None,
                                                      a.central_delta)))
 
@@ -471,6 +472,7 @@ def add_serve_parser(sc: Any) -> None:
                         "(default: off)")
     add_connection_flags(s)
     _tuning_flags(s)
+    _close_flags(s)
     _odometer_flags(s)
     s.set_defaults(func=_cmd_serve)
 
@@ -497,6 +499,15 @@ def _enrolment_flags(s: argparse.ArgumentParser) -> None:
                         "--attestation-key-file, else 100000/100s)")
 
 
+def _close_flags(s: argparse.ArgumentParser) -> None:
+    """Who reduces a closing phase (``uldp.collector.service.reduce``)."""
+    s.add_argument("--close-threads", type=positive_int, default=2,
+                   help="windows of a closing phase reduced at once in this process "
+                        "(default 2)")
+    s.add_argument("--dask-scheduler", default=env("ULDP_DASK_SCHEDULER"),
+                   help="reduce closing phases on the workers of this Dask scheduler "
+                        "(tcp://host:8786; needs uldp[scale]; env ULDP_DASK_SCHEDULER) "
+                        "instead of in this process")
 def _odometer_flags(s: argparse.ArgumentParser) -> None:
     """Shuffle mode's privacy odometer (docs/privacy.md §7.2)."""
     from uldp.collector.service.odometer import DEFAULT_BUDGET, DEFAULT_DELTA
