@@ -81,10 +81,16 @@ def test_auto_chooses_methods_and_mechanisms_from_public_parameters():
     def plan(**kw):
         return compile_query(QuerySpec(users=100_000, **kw))
 
+    # a distribution: the one-record oracle at m = 1; from m = 10 (k = 32, ε = 1) the
+    # Hadamard windows (issue 26), whose centre is that oracle's report
+    one_record = plan(kind="distribution", epsilon=1.0, samples=1, dim=32)
+    assert one_record.spec.method == "oracle"
+    assert one_record.method.mechanism(one_record) in ("ss", "oue")
     dist = plan(kind="distribution", epsilon=1.0, samples=10, dim=32)
-    assert dist.spec.method == "oracle" and dist.method.mechanism(dist) in ("ss", "oue")
-    assert plan(kind="distribution", epsilon=8.0, samples=10, dim=8).method.mechanism(
-        plan(kind="distribution", epsilon=8.0, samples=10, dim=8)) == "grr"
+    assert dist.spec.method == "hadamard" and dist.auto["hadamard_gain"] >= 1.25
+    assert dist.method.oracle_name(dist) == one_record.method.mechanism(one_record)
+    assert plan(kind="distribution", epsilon=8.0, samples=1, dim=8).method.mechanism(
+        plan(kind="distribution", epsilon=8.0, samples=1, dim=8)) == "grr"
     many = plan(kind="mean", epsilon=1.0, samples=1000)
     assert many.spec.method == "two-stage-sized" and many.spec.stage1_share <= 0.08
     assert many.spec.randomizer == "adaptive" and many.auto["sized_gain"] >= 5

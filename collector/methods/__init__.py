@@ -12,10 +12,13 @@ The device half of each is in ``uldp.client.methods`` under the same name:
   oracle (categorical kinds);
 * ``hadamard`` (:mod:`~uldp.collector.methods.hadamard`) — one Hadamard coefficient per user
   in a window sized from the users' measured spread, or the oracle where users differ.
+* ``grouped-ssl`` (:mod:`~uldp.collector.methods.grouped`) — the group means and shares of
+  a grouped mean (kind ``mean-by``; devices report with ``ssl``).
 """
 
 from uldp.collector.methods.base import MethodPlan, Published
 from uldp.collector.methods.baselines import BaselineA
+from uldp.collector.methods.grouped import GroupedSSL
 from uldp.collector.methods.hadamard import HadamardWindows
 from uldp.collector.methods.oracle import SampledRecords
 from uldp.collector.methods.sized import TwoStageSized
@@ -24,6 +27,6 @@ from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage, TwoStageP
 __all__ = ["METHOD_PLANS", "MethodPlan", "Published"]
 
 _PLANS: tuple[MethodPlan, ...] = (TwoStage(), TwoStagePaper(), TwoStageSized(), SSL(),
-                                  BaselineA(), BaselineB(), SampledRecords(),
+                                  BaselineA(), BaselineB(), SampledRecords(), GroupedSSL(),
                                   HadamardWindows())
 METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in _PLANS}
