@@ -273,6 +273,27 @@ def test_users_who_differ_fall_back_to_the_oracle():
     assert np.mean(est.covers(truth)) >= 0.75
 
 
+def test_the_spread_rule_charges_only_the_excess_beyond_its_noise():
+    """Users alike show an excess outside share of N(0, sd²): up to ~2 sd it is noise and
+    the windows run (charging the estimate itself sent 1 run in 6 at k = 8, m = 1000,
+    ε = 1 to the fallback, at 20× the error); an excess the test resolves is charged
+    and falls back; the prediction's limit is the rule's own; a priced excess widens the
+    intervals."""
+    plan = compile_query(QuerySpec(kind="distribution", epsilon=1.0, users=100_000,
+                                   samples=1000, dim=8, method="hadamard", stage1_share=0.3))
+    m = plan.method
+    prev = {"outside_alike": 0.0, "window_mse": 5e-6}
+    sd, fallback = 0.016, 2.3e-4
+    ok, info = m.decide(plan, prev, 1.8 * sd, sd, 3500, fallback)
+    assert ok and info["priced_excess"] == pytest.approx(0.8 * sd)
+    assert m.decide(plan, prev, 0.5 * sd, sd, 3500, fallback)[1]["priced_excess"] == 0.0
+    assert not m.decide(plan, prev, 2.9 * sd, sd, 3500, fallback)[0]
+    limit = m.window_limit(plan, sd, 5e-6, fallback)
+    assert 1.8 * sd < limit < 2.9 * sd
+    assert m.decide(plan, prev, limit * 0.999, sd, 3500, fallback)[0]
+    assert not m.decide(plan, prev, limit * 1.001, sd, 3500, fallback)[0]
+
+
 # ---- auto -------------------------------------------------------------------------------
 @pytest.mark.parametrize("k,m,eps,want", [(8, 1000, 1.0, "hadamard"), (32, 100, 2.0, "hadamard"),
                                           (256, 1000, 2.0, "hadamard"), (8, 10, 1.0, "oracle"),

@@ -75,6 +75,7 @@ from uldp.collector.methods.hadamard_model import (
     model_bias2,
     model_t2,
     normal_cdf,
+    priced_excess,
     share_se,
     spread_share,
     test_windows,
@@ -335,12 +336,32 @@ class HadamardWindows:
         alike = n2 > 0 and excess <= min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
         # the users the test sees outside beyond the model are clamped: each coefficient's
         # estimate may move by up to that share times D (a far user), priced in the error
+        # (the share beyond one standard error: priced_excess) and in the intervals
+        priced = priced_excess(excess, sd) if math.isfinite(sd) else 0.0
+        model = float(previous["window_mse"]) + float(np.sum(self._excess_bias2(plan, priced)))
+        info = {"outside": M, "outside_se": sd, "outside_alike": expected,
+                "spread_reports": n2, "window_mse": model, "fallback_mse": fallback,
+                "priced_excess": priced}
+        return alike and model < fallback, info
+
+    def _excess_bias2(self, plan: Any, priced: float) -> np.ndarray:
+        """Per served coefficient, the squared bias a priced excess share could cause:
+        ``(priced·D_c)²`` (its users as far as the range allows)."""
         D = np.array([self._bound(plan, self._comp(plan, g))
                       for g in range(self.n_groups(plan))])
-        model = float(previous["window_mse"]) + float(np.sum((max(excess, 0.0) * D) ** 2))
-        info = {"outside": M, "outside_se": sd, "outside_alike": expected,
-                "spread_reports": n2, "window_mse": model, "fallback_mse": fallback}
-        return alike and model < fallback, info
+        return (priced * D) ** 2
+
+    def window_limit(self, plan: Any, sd: float, window_mse: float, fallback: float
+                     ) -> float:
+        """The largest excess outside share with which the windows still run: the test's
+        (:data:`Z_OUTSIDE` standard errors, :data:`MAX_UNSEEN`) and the price's
+        (:meth:`decide`), for the prediction."""
+        limit = min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
+        room = fallback - window_mse
+        if room <= 0:
+            return -math.inf
+        unit = float(np.sum(self._excess_bias2(plan, 1.0)))
+        return min(limit, sd + math.sqrt(room / unit)) if unit > 0 else limit
 
     def choose(self, plan: Any, previous: Published, accs: dict[int, Any]) -> Published:
         """Close the spread phase (module docstring)."""
@@ -405,6 +426,8 @@ class HadamardWindows:
             blocks.append(((0,), np.array([1.0 / math.sqrt(plan.n_components)]),
                            np.zeros((1, 1))))
         extra = previous.get("model_bias2", {})
+        priced = self._excess_bias2(plan, float(previous.get("spread", {})
+                                                .get("priced_excess", 0.0)))
         theta1 = np.asarray(previous["centre"]["theta"], dtype=np.float64)
         var1 = np.asarray(previous["centre"]["var"], dtype=np.float64)
         for g in range(self.n_groups(plan)):
@@ -419,10 +442,9 @@ class HadamardWindows:
                                        float(acc.mean_square_t()[0]), float(acc.mean_t()[0]),
                                        hint)
             cov = finite_population(acc.covariance(), np.array([nv]), acc.count, n)
-            mean, var = combine_centre(float(acc.means()[0]),
-                                       float(cov[0, 0]) + float(extra.get(str(g), 0.0)),
-                                       float(theta1[c]), float(var1[c]),
-                                       float(extra.get(str(g), 0.0)))
+            bias2 = float(extra.get(str(g), 0.0)) + float(priced[g])
+            mean, var = combine_centre(float(acc.means()[0]), float(cov[0, 0]) + bias2,
+                                       float(theta1[c]), float(var1[c]), bias2)
             blocks.append(((c,), np.array([mean]), np.array([[var]])))
         est = estimate_from_blocks(plan, blocks, n3)
         est.counts["reports"] = n
@@ -506,12 +528,12 @@ class HadamardWindows:
                 "outside_alike": alike_out,
                 "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
                 "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
-        window, info = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
-        if not info["window_mse"] < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
+        window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
+        if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
             return fallback_v
-        # the spread test passes with probability P(M̂ ≤ limit),
-        # M̂ ~ N(M, se²): the prediction is the mixture of the two outcomes' errors
-        limit = alike_out + min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
+        # the windows run with probability P(M̂ ≤ limit) — the test's bound and the
+        # price's (window_limit) — M̂ ~ N(M, se²): the mixture of the two outcomes' errors
+        limit = alike_out + self.window_limit(plan, sd, mse_model, fallback_total)
         p_window = _NORMAL.cdf((limit - outside) / sd) if sd > 0 else float(window)
         if p_window < 1e-6:
             return fallback_v

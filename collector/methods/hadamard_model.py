@@ -16,8 +16,8 @@ from statistics import NormalDist
 import numpy as np
 
 __all__ = ["COMBINE_BIAS_SHARE", "MAX_UNSEEN", "QS", "TEST_MARGIN", "Z_OUTSIDE", "clamp_bias",
-           "clamps_ok", "combine_centre", "model_bias2", "model_t2", "normal_cdf", "share_se",
-           "share_variance", "spread_share", "test_windows"]
+           "clamps_ok", "combine_centre", "model_bias2", "model_t2", "normal_cdf",
+           "priced_excess", "share_se", "share_variance", "spread_share", "test_windows"]
 
 #: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
 QS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
@@ -70,6 +70,16 @@ def test_windows(centre: np.ndarray, tau: np.ndarray, q: float, bound: np.ndarra
     lo = np.where(whole, np.maximum(centre - q * tau, -bound), lo)
     hi = np.where(whole, np.minimum(centre + q * tau, bound), hi)
     return lo, hi, qt
+
+
+def priced_excess(excess: float, sd: float) -> float:
+    """The excess outside share the window's error is charged for: the part of the
+    estimate ``M̂ − 2Φ(−q)`` beyond one standard error. Users alike show an excess of
+    ``N(0, sd²)``; charging the estimate itself sent one run in six of them to the fallback
+    (at k = 8, m = 1000, ε = 1 a false alarm costs 20× the window's error), while users
+    who differ by a few percent show several standard errors and still pay for most of
+    it."""
+    return max(excess - sd, 0.0)
 
 
 def share_variance(share: float, eps: float) -> float:
