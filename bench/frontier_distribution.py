@@ -186,19 +186,40 @@ def row(key: str, cell: dict[str, Any]) -> str:
     b, b_se = peers[best]
     gain = b / auto
     gain_sd = gain * math.hypot(auto_se / auto, b_se / b)
-    raw, raw_se = _mse(cell, "auto_raw")
-    pred = cell["predicted"] / c
-    cov = cell["covered"] / c
+    ratio, ratio_2se, cov, cov_2sd = honesty(cell, int(k))
     ran = ", ".join(f"{r} {n}" if len(cell["ran"]) > 1 else r
                     for r, n in sorted(cell["ran"].items()))
-    flag = "" if 0.93 <= cov <= 0.97 and 0.8 <= raw / pred <= 1.25 else " ⚑"
     return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {ran} | {auto:.3g} ± {auto_se:.2g} | "
-            f"{best} {b:.3g} | **{gain:.2f}** ± {2 * gain_sd:.2f} | {raw / pred:.2f} ± "
-            f"{2 * raw_se / pred:.2f} | {cov:.3f}{flag} | {cell['secs'] / c:.1f} |")
+            f"{best} {b:.3g} | **{gain:.2f}** ± {2 * gain_sd:.2f} | {ratio:.2f} ± "
+            f"{ratio_2se:.2f}{_flag(ratio, ratio_2se, 0.8, 1.25)} | {cov:.3f} ± {cov_2sd:.3f}"
+            f"{_flag(cov, cov_2sd, 0.93, 0.97)} | {cell['secs'] / c:.1f} |")
+
+
+def honesty(cell: dict[str, Any], k: int) -> tuple[float, float, float, float]:
+    """Auto's raw MSE over the predicted, ± two standard errors, and its coverage, ± two
+    binomial standard deviations at 0.95. The MSE's standard error is the larger of the
+    repetitions' own and the model's: a sum of ``k − 1`` squared normal errors of equal
+    variance has relative standard deviation ``√(2/(k − 1))`` per repetition (a few
+    repetitions can look steady by chance)."""
+    c = cell["reps"]
+    raw, raw_se = _mse(cell, "auto_raw")
+    pred = cell["predicted"] / c
+    rel = max(raw_se / raw if raw > 0 else 0.0, math.sqrt(2.0 / max(k - 1, 1) / c))
+    cov = cell["covered"] / c
+    return raw / pred, 2 * rel * raw / pred, cov, 2 * math.sqrt(0.95 * 0.05 / (c * k))
+
+
+def _flag(x: float, two_se: float, lo: float, hi: float) -> str:
+    """``‼``: outside ``[lo, hi]`` by more than two standard errors; ``⚑``: outside at the
+    point estimate only; nothing: inside."""
+    if x - two_se > hi or x + two_se < lo:
+        return " ‼"
+    return "" if lo <= x <= hi else " ⚑"
 
 
 HEAD = ("| users | k | m | ε | reps | auto ran | auto MSE ± SE | best peer (after the fact) | "
-        "best peer / auto ± 2 SE | auto raw MSE / predicted ± 2 SE | coverage | s per run |\n"
+        "best peer / auto ± 2 SE | auto raw MSE / predicted ± 2 SE | coverage ± 2 sd | "
+        "s per run |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -213,12 +234,38 @@ def report(cells: dict[str, dict[str, Any]]) -> str:
     keys = sorted(cells, key=pos)
     lines = [HEAD] + [row(key, cells[key]) for key in keys]
     worse = [key for key in keys if _worse(cells[key])]
-    flags = sum(1 for line in lines[1:] if "⚑" in line)
+    flags = sum(1 for line in lines[1:] if "⚑" in line or "‼" in line)
+    sure = [key for key, line in zip(keys, lines[1:], strict=True) if "‼" in line]
+    gains = _done_when(cells)
     text = (f"{len(keys)} cells; auto worse than 1.1× the best one-record peer by more than "
             f"2 SE in {len(worse)} ({', '.join(worse) or 'none'}); coverage or MSE / "
-            f"predicted outside [0.93, 0.97] / [0.8, 1.25] at the point estimate (⚑) in "
-            f"{flags}.\n\n")
+            f"predicted outside [0.93, 0.97] / [0.8, 1.25] at the point estimate in {flags}, "
+            f"by more than two standard errors (‼) in {len(sure)} "
+            f"({', '.join(sure) or 'none'}).\n\n{gains}\n\n")
     return text + "\n".join(lines)
+
+
+def _done_when(cells: dict[str, dict[str, Any]]) -> str:
+    """Issue 26's gains on users alike: the cells each asks for and whether they hold at
+    the point estimate."""
+    asks = [("≥ 10× at m = 1000, k = 8, every ε", 10.0, [(8, 1000, e) for e in EPS]),
+            ("≥ 10× at m = 1000, k = 32, ε ≥ 1", 10.0, [(32, 1000, e) for e in EPS if e >= 1]),
+            ("≥ 3× at m = 100, k ≤ 32, ε ≤ 2", 3.0,
+             [(k, 100, e) for k in (8, 32) for e in EPS if e <= 2]),
+            ("≥ 3× at k = 256, m = 1000, ε ≥ 1", 3.0, [(256, 1000, e) for e in EPS if e >= 1])]
+    out = ["Issue 26's gains on users alike (best peer / auto at the point estimate):", ""]
+    for text, need, want in asks:
+        got = []
+        for k, m, e in want:
+            cell = cells.get(f"alike|{k}|{m}|{e:g}")
+            if cell is None:
+                got.append(f"k={k} m={m} ε={e:g}: not run")
+                continue
+            auto = _mse(cell, "auto")[0]
+            best = min(_mse(cell, p)[0] for p in ("GRR", "OUE", "SS"))
+            got.append(f"ε={e:g} k={k}: {best / auto:.1f}{'' if best / auto >= need else ' ✗'}")
+        out.append(f"* {text}: " + ", ".join(got))
+    return "\n".join(out)
 
 
 def _worse(cell: dict[str, Any]) -> bool:
@@ -244,9 +291,14 @@ inversion, clipped, renormalized), chosen after the fact; auto's MSE is that of 
 simplex projection. *best peer / auto*: the gain (above 1: auto better), ± two standard
 errors (delta method). Honesty of auto's unbiased estimate: its MSE over the prediction
 (`plan.predicted_mse` with the users' actual statistic mean and variance), and the share of
-its 95 % intervals (every category) holding the truth (⚑: outside [0.93, 0.97] or
-[0.8, 1.25]). *s per run*: CPU seconds of one auto run of the cell (planner, devices,
-collector).
+its 95 % intervals (every category) holding the truth, each with its band ([0.8, 1.25],
+[0.93, 0.97]): ⚑ outside at the point estimate, ‼ outside by more than two standard errors
+(MSE / predicted: the larger of the repetitions' own standard error and the model's,
+`√(2/(k − 1))` per repetition; coverage: binomial at 0.95 over reps × k intervals). The
+prediction of a Hadamard run weighs the windows' error and the fallback's by the chance
+that the spread test passes, so a cell where the test rarely falls back reads below 1
+until a repetition does. *s per run*: CPU seconds of one auto run of the cell (planner,
+devices, collector).
 
 """
 
