@@ -12,7 +12,11 @@ variance (``docs/mechanisms.md``). The device half is ``uldp.client.mechanisms``
   value ``g ∈ [0, 2^16]`` the device privatized, and gives ``Var(ĝ | g)`` exactly.
 
 Every decoder validates its reports first (``ReportError``): a report a device could not
-have sent never counts.
+have sent never counts. The rule is one method per decoder, ``invalid`` (which reports of a
+batch break it) with its words in ``rule``; the decoder's own decoding calls it, and so do
+the collector's ingest (a report is refused before it is stored) and the close (a bad
+report stored before that check is skipped and counted), through
+``uldp.collector.mechanisms.validity``.
 
 Closing a phase only needs the *sum* of the supports (:func:`support_sum`). A decoder
 whose supports are a few categories per report (GRR: one; subset selection: ω) gives them
@@ -31,7 +35,7 @@ from typing import Protocol
 import numpy as np
 
 __all__ = ["SCRATCH_BYTES", "OracleDecoder", "Piece", "ReportError", "ScalarDecoder",
-           "pure_variance", "support_sum"]
+           "outside", "pure_variance", "require", "support_sum"]
 
 #: bytes of dense (rows × k) support a decoder materializes at once, at most
 SCRATCH_BYTES = 16 << 20
@@ -43,6 +47,13 @@ class ReportError(ValueError):
 
 class OracleDecoder(Protocol):
     name: str
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """Per report of ``(n, length)`` integers: whether it breaks the oracle's rule
+        (:meth:`rule`) — the one validity rule of the decoder."""
+
+    def rule(self, k: int, eps: float) -> str:
+        """The rule a report obeys, in words ("… in [0, k − 1]")."""
 
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         """``(n, k)`` integer supports of ``(n, length)`` reports (validated)."""
@@ -62,6 +73,13 @@ Piece = tuple[int, int, Fraction, Fraction, Fraction]
 
 class ScalarDecoder(Protocol):
     name: str
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        """Per report integer of ``z`` (any shape): whether it breaks the randomizer's
+        rule (:meth:`rule`) — the one validity rule of the decoder."""
+
+    def rule(self, eps: float) -> str:
+        """The rule a report integer obeys, in words."""
 
     def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
         """Unbiased ``ĝ`` of every report integer (validated; Laplace: the integers)."""
@@ -128,7 +146,26 @@ def check_layout(reports: np.ndarray, width: int) -> np.ndarray:
     return r
 
 
-def check_range(r: np.ndarray, lo: int, hi: int, what: str) -> None:
-    if r.size and (r.min() < lo or r.max() > hi):
-        bad = int(r.max()) if r.max() > hi else int(r.min())
-        raise ReportError(f"{what} {bad} is out of range [{lo}, {hi}]")
+def outside(r: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Per row of a 2-d ``r`` (per entry of any other): whether an entry lies outside
+    ``[lo, hi]``. A signed array checked against ``[0, hi]`` is compared once, as its
+    unsigned view (a negative entry is a huge unsigned one)."""
+    r = np.asarray(r)
+    if lo == 0 and r.dtype.kind == "i" and hi < 1 << (8 * r.dtype.itemsize - 1):
+        bad = r.view(r.dtype.str.replace("i", "u")) > hi
+    else:
+        bad = (r < lo) | (r > hi)
+    return np.asarray(bad.any(axis=1) if bad.ndim == 2 else bad, dtype=bool)
+
+
+def require(bad: np.ndarray, reports: np.ndarray, rule: str) -> None:
+    """Refuse (``ReportError``) when any report is ``bad``, naming the first and ``rule``."""
+    if bad.size and bool(bad.any()):
+        i = int(np.argmax(bad.reshape(-1)))
+        raise ReportError(f"report {_show(np.asarray(reports).reshape(bad.size, -1)[i])} "
+                          f"breaks the rule: {rule}")
+
+
+def _show(row: np.ndarray) -> str:
+    vals = [int(v) for v in row[:8]]
+    return "[" + ", ".join(map(str, vals)) + (", …]" if row.size > 8 else "]")

@@ -71,13 +71,12 @@ def test_dask_close_equals_in_process_close(cluster, db_url, monkeypatch, spec):
         core, rt = _store_phase1(db, q)
         work = PhaseWork(db_url, q.query_id, 1, json.dumps(q.to_dict(), sort_keys=True),
                          "{}")
-        local, n_local = close_phase_accumulators(db, work, q.users, LocalEngine(2),
-                                                  lambda: None)
-        dist, n_dist = close_phase_accumulators(db, work, q.users, DaskEngine(cluster),
-                                                lambda: None)
-        assert n_local == n_dist == sum(n for *_, n in rt.program.cells(1))
-        a = rt.program.close(1, local, {})
-        b = rt.program.close(1, dist, {})
+        local = close_phase_accumulators(db, work, q.users, LocalEngine(2), lambda: None)
+        dist = close_phase_accumulators(db, work, q.users, DaskEngine(cluster), lambda: None)
+        assert local.reports == dist.reports == sum(n for *_, n in rt.program.cells(1))
+        assert local.skipped == dist.skipped == 0
+        a = rt.program.close(1, local.accs, {})
+        b = rt.program.close(1, dist.accs, {})
         assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
         core.stop()
     finally:
