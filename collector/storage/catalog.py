@@ -69,6 +69,7 @@ class QueryTables(Tables):
 
         name, parent = sql.Identifier(S.partition_name(query_id)), sql.Identifier(S.reports.name)
         raw = conn.connection.driver_connection  # the same transaction
+        assert raw is not None, "a checked-out connection has its driver connection"
         raw.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS)").format(name, parent))
         raw.execute(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
             parent, name, sql.Literal(query_id)))

@@ -158,7 +158,9 @@ class ClosingTables(Tables):
         as it is instead of hex-encoded by the server and decoded here)."""
         raw = self.engine.raw_connection()
         try:
-            cur = raw.cursor() if self.is_sqlite else raw.driver_connection.cursor(binary=True)
+            driver = raw.driver_connection
+            assert driver is not None, "a checked-out connection has its driver connection"
+            cur = raw.cursor() if self.is_sqlite else driver.cursor(binary=True)
             try:
                 yield cur
             finally:
