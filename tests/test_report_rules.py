@@ -105,15 +105,19 @@ def _compare(name: str) -> int:
         rule = report_rule(task)
         assert isinstance(rule, ReportRule), task.method
         assert not rule.invalid(reps, slots).any()  # every real report is valid
+        for row in reps[:3]:
+            rule.check(row.tolist())
         limit = report_limit(task)
         for row, slot in list(zip(reps, slots, strict=True))[:3]:
             for bad in _hostile(row, limit):
                 want = _takes(acc, bad, int(slot))
                 got = not bool(rule.invalid(bad[None, :], np.array([slot]))[0])
                 assert got == want, (name, task.stage, bad.tolist())
-                if not got:
+                if not got:  # one report at a time (ingest, no numpy): the same rule
                     with pytest.raises(ReportError, match="break the rule"):
                         rule.check(bad.tolist())
+                else:
+                    rule.check(bad.tolist())
                 seen[0] += 1
         acc.add(reps, slots)
 
@@ -170,6 +174,7 @@ def test_an_oracles_rule_is_what_its_device_can_send(name, k, eps):
     got = ~dec.invalid(np.array(reports, dtype=np.int64), k, eps)
     want = np.array([_sendable_oracle(name, r, k, eps) for r in reports])
     assert (got == want).all()
+    assert [not dec.bounds(k, eps).breaks(list(r)) for r in reports] == want.tolist()
     assert want.any() and not want.all()
 
 
@@ -187,3 +192,23 @@ def test_a_randomizers_rule_is_what_its_device_can_send(name, eps):
     want = np.array([any(mech.probability(int(v), g, eps) > 0
                          for g in (0, GRID_STEPS // 2, GRID_STEPS)) for v in z])
     assert (~dec.invalid(z, eps) == want).all()
+    assert [not dec.bounds(eps).breaks([int(v)]) for v in z] == want.tolist()
+
+
+def test_a_long_report_is_checked_as_a_short_one():
+    """One report of many integers (OUE at k = 300) is checked in numpy, a short one in
+    Python: the same verdicts and messages."""
+    for k in (300, 12):
+        spec = compile_query(QuerySpec(kind="distribution", epsilon=1.0, users=40,
+                                       samples=5, dim=k, method="oracle",
+                                       oracle="oue")).spec
+        task = program_for(spec).task(1, 0, 0, {})
+        rule = report_rule(task)
+        assert rule is not None
+        good = compute_reports(task, np.zeros((1, 5)), RandomSource.seeded(1))[0]
+        rule.check(good.tolist())
+        for v in (-1, 2):
+            bad = good.copy()
+            bad[k // 2] = v
+            with pytest.raises(ReportError, match=f"is {k} bits .each 0 or 1."):
+                rule.check(bad.tolist())

@@ -10,7 +10,7 @@ import numpy as np
 
 from uldp.client.mechanisms.duchi import duchi_design
 from uldp.client.mechanisms.exact import ONE, units_of
-from uldp.collector.mechanisms.base import Piece, ReportError, outside, require
+from uldp.collector.mechanisms.base import Bounds, Piece, ReportError, bounds, require
 
 __all__ = ["DuchiDecoder"]
 
@@ -18,9 +18,12 @@ __all__ = ["DuchiDecoder"]
 class DuchiDecoder:
     name = "duchi"
 
-    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+    def bounds(self, eps: float) -> Bounds:
         """A report integer is a bit."""
-        return outside(np.asarray(z).reshape(-1), 0, 1).reshape(np.shape(z))
+        return bounds(0, 1)
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        return self.bounds(eps).invalid_entries(z)
 
     def rule(self, eps: float) -> str:
         return "a one-bit (Duchi) report is 0 or 1"

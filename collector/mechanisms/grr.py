@@ -9,9 +9,10 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.grr import grr_design
 from uldp.collector.mechanisms.base import (
+    Bounds,
+    bounds,
     check_layout,
     check_shape,
-    outside,
     pure_variance,
     require,
 )
@@ -23,9 +24,12 @@ class GRRDecoder:
     name = "grr"
     binary = True  # supports are 0/1
 
-    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+    def bounds(self, k: int, eps: float) -> Bounds:
         """A report is one value in ``[0, k − 1]``."""
-        return outside(np.asarray(reports), 0, k - 1)
+        return bounds(0, k - 1)
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
 
     def rule(self, k: int, eps: float) -> str:
         return f"a randomized-response report is one value in [0, {k - 1}]"

@@ -9,7 +9,7 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.hm import hm_alpha
 from uldp.client.mechanisms.pm import pm_design
-from uldp.collector.mechanisms.base import Piece, ReportError, outside, require
+from uldp.collector.mechanisms.base import Bounds, Piece, ReportError, bounds, require
 from uldp.collector.mechanisms.duchi import DuchiDecoder
 from uldp.collector.mechanisms.pm import PMDecoder
 
@@ -19,11 +19,13 @@ __all__ = ["HMDecoder"]
 class HMDecoder:
     name = "hm"
 
-    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+    def bounds(self, eps: float) -> Bounds:
         """A report integer is a PM cell in ``[0, N − 1]`` or ``N + b`` for Duchi's bit
         ``b``: in ``[0, N + 1]``."""
-        N = pm_design(units_of(eps)).cells
-        return outside(np.asarray(z).reshape(-1), 0, N + 1).reshape(np.shape(z))
+        return bounds(0, pm_design(units_of(eps)).cells + 1)
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        return self.bounds(eps).invalid_entries(z)
 
     def rule(self, eps: float) -> str:
         N = pm_design(units_of(eps)).cells

@@ -11,7 +11,7 @@ import numpy as np
 from uldp.client.mechanisms.laplace import LaplaceBins, LaplaceValues
 from uldp.client.noise import discrete_laplace_variance, laplace_scale
 from uldp.client.params import GRID_STEPS
-from uldp.collector.mechanisms.base import Piece, check_shape, outside, require
+from uldp.collector.mechanisms.base import Bounds, Piece, bounds, check_shape, require
 
 __all__ = ["LaplaceBinsDecoder", "LaplaceValuesDecoder"]
 
@@ -20,10 +20,13 @@ class LaplaceBinsDecoder:
     name = "laplace"
     binary = False  # the "support" is the noisy one-hot report itself
 
-    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+    def bounds(self, k: int, eps: float) -> Bounds:
         """A report is ``k`` integers of absolute value at most the noise tail's limit."""
         lim = LaplaceBins().limit(k, eps)
-        return outside(np.asarray(reports), -lim, lim)
+        return bounds(-lim, lim)
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
 
     def rule(self, k: int, eps: float) -> str:
         lim = LaplaceBins().limit(k, eps)
@@ -45,11 +48,14 @@ class LaplaceBinsDecoder:
 class LaplaceValuesDecoder:
     name = "laplace"
 
-    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+    def bounds(self, eps: float) -> Bounds:
         """A report integer is a noisy grid value of absolute value at most the noise
         tail's limit."""
         lim = LaplaceValues().limit(eps)
-        return outside(np.asarray(z).reshape(-1), -lim, lim).reshape(np.shape(z))
+        return bounds(-lim, lim)
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        return self.bounds(eps).invalid_entries(z)
 
     def rule(self, eps: float) -> str:
         lim = LaplaceValues().limit(eps)

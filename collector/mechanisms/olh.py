@@ -14,7 +14,7 @@ import numpy as np
 
 from uldp.client.mechanisms.exact import ONE, ceil_div, units_of
 from uldp.client.mechanisms.olh import SEED_BITS, hash_table, olh_design
-from uldp.collector.mechanisms.base import check_shape, outside, pure_variance, require
+from uldp.collector.mechanisms.base import Bounds, check_shape, pure_variance, require
 
 __all__ = ["OLHDecoder", "collision"]
 
@@ -30,12 +30,14 @@ class OLHDecoder:
     name = "olh"
     binary = True  # supports are 0/1
 
-    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+    def bounds(self, k: int, eps: float) -> Bounds:
         """A report is a seed in ``[0, 2^SEED_BITS − 1]`` and a hash value in
         ``[0, g − 1]`` (``g`` the design's buckets)."""
-        r = np.asarray(reports)
         g = olh_design(units_of(eps)).k
-        return outside(r[:, :1], 0, (1 << SEED_BITS) - 1) | outside(r[:, 1:], 0, g - 1)
+        return Bounds((0, 0), ((1 << SEED_BITS) - 1, g - 1))
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
 
     def rule(self, k: int, eps: float) -> str:
         g = olh_design(units_of(eps)).k

@@ -8,7 +8,13 @@ import numpy as np
 
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.oue import oue_q
-from uldp.collector.mechanisms.base import check_shape, outside, pure_variance, require
+from uldp.collector.mechanisms.base import (
+    Bounds,
+    bounds,
+    check_shape,
+    pure_variance,
+    require,
+)
 
 __all__ = ["OUEDecoder"]
 
@@ -17,9 +23,12 @@ class OUEDecoder:
     name = "oue"
     binary = True  # supports are 0/1
 
-    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+    def bounds(self, k: int, eps: float) -> Bounds:
         """A report is ``k`` bits."""
-        return outside(np.asarray(reports), 0, 1)
+        return bounds(0, 1)
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
 
     def rule(self, k: int, eps: float) -> str:
         return f"a unary-encoding report is {k} bits (each 0 or 1)"

@@ -17,7 +17,7 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.pm import pm_design
 from uldp.client.params import GRID_STEPS
-from uldp.collector.mechanisms.base import Piece, ReportError, outside, require
+from uldp.collector.mechanisms.base import Bounds, Piece, ReportError, bounds, require
 
 __all__ = ["PMDecoder", "pm_moments"]
 
@@ -38,10 +38,12 @@ def pm_moments(eps: float) -> tuple[float, float, int, int]:
 class PMDecoder:
     name = "pm"
 
-    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+    def bounds(self, eps: float) -> Bounds:
         """A report integer is a cell in ``[0, N − 1]``."""
-        N = pm_design(units_of(eps)).cells
-        return outside(np.asarray(z).reshape(-1), 0, N - 1).reshape(np.shape(z))
+        return bounds(0, pm_design(units_of(eps)).cells - 1)
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        return self.bounds(eps).invalid_entries(z)
 
     def rule(self, eps: float) -> str:
         N = pm_design(units_of(eps)).cells

@@ -9,9 +9,10 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.ss import ss_design
 from uldp.collector.mechanisms.base import (
+    Bounds,
+    bounds,
     check_layout,
     check_shape,
-    outside,
     pure_variance,
     require,
 )
@@ -23,13 +24,12 @@ class SSDecoder:
     name = "ss"
     binary = True  # supports are 0/1
 
-    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+    def bounds(self, k: int, eps: float) -> Bounds:
         """A report is ω values in ``[0, k − 1]``, strictly increasing (so distinct)."""
-        r = np.asarray(reports)
-        bad = outside(r, 0, k - 1)
-        if r.shape[1] > 1:
-            bad |= (r[:, 1:] <= r[:, :-1]).any(axis=1)
-        return bad
+        return bounds(0, k - 1, increasing=True)
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
 
     def rule(self, k: int, eps: float) -> str:
         omega = ss_design(k, units_of(eps)).omega

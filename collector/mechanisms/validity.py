@@ -2,7 +2,7 @@
 
 See ``docs/mechanisms.md`` ("Valid reports") and ``docs/device-protocol.md`` §14.1. A
 report is the concatenation of its method's *parts*, each one decoder's report (the
-decoders' rules, ``invalid`` / ``rule``, are in their own modules):
+decoders' rules, ``bounds`` / ``rule``, are in their own modules):
 
 * stage I of ``two-stage``: per served component ``c``, the task oracle's report over
   ``B_c`` bins at ``ε_c``;
@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -35,7 +36,7 @@ from uldp.client.kinds import KINDS
 from uldp.client.mechanisms import ORACLES
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.mechanisms import ORACLE_DECODERS, SCALAR_DECODERS, ReportError
-from uldp.collector.mechanisms.base import OracleDecoder, ScalarDecoder
+from uldp.collector.mechanisms.base import Bounds, OracleDecoder, ScalarDecoder
 
 __all__ = ["Part", "ProbeRule", "ReportRule", "Rule", "report_rule"]
 
@@ -78,6 +79,24 @@ class Part:
             bad = self.scalar.invalid(block, self.eps)
         return np.asarray(bad.reshape(n, -1).any(axis=1), dtype=bool)
 
+    @cached_property
+    def bounds(self) -> Bounds:
+        """The decoder's rule of one of the part's reports."""
+        if self.oracle is not None:
+            return self.oracle.bounds(self.k, self.eps)
+        assert self.scalar is not None
+        return self.scalar.bounds(self.eps)
+
+    def breaks(self, values: list[int]) -> bool:
+        """Whether one report (Python integers) breaks the part's rule: the rule of
+        :meth:`invalid`, without numpy (ingest checks one report at a time)."""
+        block = values[self.start:self.stop(len(values))]
+        b = self.bounds
+        if self.scalar is not None or (len(b.lo) == 1 and not b.increasing):
+            return b.breaks(block)  # every entry the same range: the block at once
+        L = self.length
+        return any(b.breaks(block[i:i + L]) for i in range(0, len(block), L))
+
     def rule(self) -> str:
         if self.oracle is not None:
             return self.oracle.rule(self.k, self.eps)
@@ -91,6 +110,10 @@ class Part:
                     f"{self.length})")
         return f"integers {self.start}..{stop - 1}" if stop - self.start > 1 \
             else f"integer {self.start}"
+
+
+#: integers of a report checked in Python (longer ones: in numpy)
+_SHORT = 256
 
 
 @dataclass(frozen=True)
@@ -113,15 +136,16 @@ class ReportRule:
         return bad
 
     def check(self, values: Sequence[int], slot: int = 0) -> None:
-        r = np.asarray(values, dtype=np.int64).reshape(1, -1)
-        if self.width is not None and r.shape[1] != self.width:
-            raise ReportError(f"report must have {self.width} integers, got {r.shape[1]}")
+        vals = [int(v) for v in values]
+        if self.width is not None and len(vals) != self.width:
+            raise ReportError(f"report must have {self.width} integers, got {len(vals)}")
+        # a short report in Python (a few µs), a long one (OUE's k bits) in numpy
+        r = np.asarray(vals, dtype=np.int64).reshape(1, -1) if len(vals) > _SHORT else None
         for p in self.parts:
-            if bool(p.invalid(r)[0]):
-                got = r[0, p.start:p.stop(r.shape[1])]
-                shown = ", ".join(str(int(v)) for v in got[:8]) + (", …" if got.size > 8
-                                                                    else "")
-                raise ReportError(f"report {p.where(r.shape[1])} = [{shown}] break the "
+            if p.breaks(vals) if r is None else bool(p.invalid(r)[0]):
+                got = vals[p.start:p.stop(len(vals))]
+                shown = ", ".join(map(str, got[:8])) + (", …" if len(got) > 8 else "")
+                raise ReportError(f"report {p.where(len(vals))} = [{shown}] break the "
                                   f"rule: {p.rule()}")
 
 
