@@ -35,6 +35,7 @@ from uldp.collector.methods.hadamard_model import (
     QS,
     clamp_bias,
     clamps_ok,
+    excess_limit,
     model_bias2,
     spread_share,
 )
@@ -288,7 +289,7 @@ def test_the_spread_rule_charges_only_the_excess_beyond_its_noise():
     assert ok and info["priced_excess"] == pytest.approx(0.8 * sd)
     assert m.decide(plan, prev, 0.5 * sd, sd, 3500, fallback)[1]["priced_excess"] == 0.0
     assert not m.decide(plan, prev, 2.9 * sd, sd, 3500, fallback)[0]
-    limit = m.window_limit(plan, sd, 5e-6, fallback)
+    limit = excess_limit(sd, 5e-6, fallback, float(np.sum(m._excess_bias2(plan, 1.0))))
     assert 1.8 * sd < limit < 2.9 * sd
     assert m.decide(plan, prev, limit * 0.999, sd, 3500, fallback)[0]
     assert not m.decide(plan, prev, limit * 1.001, sd, 3500, fallback)[0]

@@ -72,6 +72,7 @@ from uldp.collector.methods.hadamard_model import (
     Z_OUTSIDE,
     clamps_ok,
     combine_centre,
+    excess_limit,
     model_bias2,
     model_t2,
     normal_cdf,
@@ -351,17 +352,6 @@ class HadamardWindows:
                       for g in range(self.n_groups(plan))])
         return (priced * D) ** 2
 
-    def window_limit(self, plan: Any, sd: float, window_mse: float, fallback: float
-                     ) -> float:
-        """The largest excess outside share with which the windows still run: the test's
-        (:data:`Z_OUTSIDE` standard errors, :data:`MAX_UNSEEN`) and the price's
-        (:meth:`decide`), for the prediction."""
-        limit = min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
-        room = fallback - window_mse
-        if room <= 0:
-            return -math.inf
-        unit = float(np.sum(self._excess_bias2(plan, 1.0)))
-        return min(limit, sd + math.sqrt(room / unit)) if unit > 0 else limit
 
     def choose(self, plan: Any, previous: Published, accs: dict[int, Any]) -> Published:
         """Close the spread phase (module docstring)."""
@@ -532,8 +522,9 @@ class HadamardWindows:
         if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
             return fallback_v
         # the windows run with probability P(M̂ ≤ limit) — the test's bound and the
-        # price's (window_limit) — M̂ ~ N(M, se²): the mixture of the two outcomes' errors
-        limit = alike_out + self.window_limit(plan, sd, mse_model, fallback_total)
+        # price's (excess_limit) — M̂ ~ N(M, se²): the mixture of the two outcomes' errors
+        unit = float(np.sum(self._excess_bias2(plan, 1.0)))
+        limit = alike_out + excess_limit(sd, mse_model, fallback_total, unit)
         p_window = _NORMAL.cdf((limit - outside) / sd) if sd > 0 else float(window)
         if p_window < 1e-6:
             return fallback_v

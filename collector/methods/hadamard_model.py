@@ -16,7 +16,7 @@ from statistics import NormalDist
 import numpy as np
 
 __all__ = ["COMBINE_BIAS_SHARE", "MAX_UNSEEN", "QS", "TEST_MARGIN", "Z_OUTSIDE", "clamp_bias",
-           "clamps_ok", "combine_centre", "model_bias2", "model_t2", "normal_cdf",
+           "clamps_ok", "combine_centre", "excess_limit", "model_bias2", "model_t2", "normal_cdf",
            "priced_excess", "share_se", "share_variance", "spread_share", "test_windows"]
 
 #: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
@@ -80,6 +80,17 @@ def priced_excess(excess: float, sd: float) -> float:
     who differ by a few percent show several standard errors and still pay for most of
     it."""
     return max(excess - sd, 0.0)
+
+
+def excess_limit(sd: float, window_mse: float, fallback: float, unit: float) -> float:
+    """The largest excess outside share with which the windows still run: the test's
+    (:data:`Z_OUTSIDE` standard errors, :data:`MAX_UNSEEN`) and the price's — the window's
+    error plus ``unit·priced_excess²`` (``unit = Σ_c D_c²``) below the fallback's."""
+    limit = min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
+    room = fallback - window_mse
+    if room <= 0:
+        return -math.inf
+    return min(limit, sd + math.sqrt(room / unit)) if unit > 0 else limit
 
 
 def share_variance(share: float, eps: float) -> float:
