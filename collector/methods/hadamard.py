@@ -78,6 +78,7 @@ from uldp.collector.methods.hadamard_model import (
     normal_cdf,
     priced_excess,
     share_se,
+    share_variance,
     spread_share,
     test_windows,
 )
@@ -521,11 +522,12 @@ class HadamardWindows:
         window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
         if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
             return fallback_v
-        # the windows run with probability P(M̂ ≤ limit) — the test's bound and the
-        # price's (excess_limit) — M̂ ~ N(M, se²): the mixture of the two outcomes' errors
+        # P(windows) = P(M̂ ≤ limit): the test's and the price's limits at the rule's
+        # (floored) se, M̂ around M by its own noise — the mixture of the outcomes' errors
         unit = float(np.sum(self._excess_bias2(plan, 1.0)))
         limit = alike_out + excess_limit(sd, mse_model, fallback_total, unit)
-        p_window = _NORMAL.cdf((limit - outside) / sd) if sd > 0 else float(window)
+        noise = math.sqrt(share_variance(outside, eps) / n2) if n2 > 0 else 0.0
+        p_window = _NORMAL.cdf((limit - outside) / noise) if noise > 0 else float(window)
         if p_window < 1e-6:
             return fallback_v
         half = q * tau
