@@ -79,7 +79,7 @@ from uldp.client.transport import (
     call_with_retry,
     secure_channel,
 )
-from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
+from uldp.client.wire import bearer, device_pb2, device_pb2_grpc, shuffler_pb2
 
 __all__ = [
     "AlreadyParticipated",
@@ -116,14 +116,17 @@ class Device(PollLoop, ShuffleMode):
                  rng: RandomSource | None = None, durable: bool = True,
                  simulation: bool = False, shuffler: str | Endpoint | None = None,
                  shuffler_channel: grpc.Channel | None = None,
-                 attestation: str | Callable[[], str] = "") -> None:
+                 attestation: str | Callable[[], str] = "",
+                 shuffler_attestation: str | Callable[[], str] = "") -> None:
         """``attestation``: what the app's back end vouches for this install with, for a
         collector that enrols new identities only with one (a string, or a callable
         asked once per new identity; protocol §10). ``rng``: leave None in production (a
         fresh OS-keyed source per report). A
         seeded source is accepted only together with ``simulation=True`` (fleet
         simulations and tests); such a device marks every report ``simulated``.
-        ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode).
+        ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode);
+        ``shuffler_attestation``: the app's attestation for a shuffler that runs its own
+        enrolment check (a string, or a callable asked at every send; §16).
         ``state_dir`` as a :class:`StateSlot`: the device's state lives in its rows of a
         shared :class:`StateFile`, whose own ``durable`` setting applies."""
         if rng is not None and not simulation:
@@ -154,7 +157,7 @@ class Device(PollLoop, ShuffleMode):
         self._own_channel = channel is None
         self._channel = channel
         self._stub: device_pb2_grpc.DeviceServiceStub | None = None
-        self._init_shuffler(shuffler, shuffler_channel, ca_cert)
+        self._init_shuffler(shuffler, shuffler_channel, ca_cert, shuffler_attestation)
         self._datasets: dict[str, LocalDataset] = {}
         self._identity: dict[str, Any] | None = None
         self._jitter = random.Random()
@@ -376,7 +379,7 @@ class Device(PollLoop, ShuffleMode):
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}", code="length")
-        self._check_sealable(spec)
+        self._check_sealable(spec, task)
         try:
             self.ledger.check(task.query_id, task.task_digest, units)
         except LedgerError as exc:
@@ -446,18 +449,26 @@ class Device(PollLoop, ShuffleMode):
         shuffler); update the ledger.
 
         On UNAUTHENTICATED the device re-enrolls once and tries again; a second
-        UNAUTHENTICATED is a rejection like any other definitive answer."""
+        UNAUTHENTICATED is a rejection like any other definitive answer. From a shuffler,
+        UNAUTHENTICATED (its ticket or attestation was not accepted: no enrolment at the
+        collector fixes that) leaves the report pending after one more try (a fresh
+        attestation)."""
         if self.before_send is not None:
             self.before_send(report.query_id)
-        call = self._submit_call(report)
+        sealed = isinstance(report, shuffler_pb2.SealedReport)
         for attempt in (0, 1):
+            call = self._submit_call(report)
             try:
                 resp = call_with_retry(call, self.retry, self._jitter)
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code == grpc.StatusCode.UNAUTHENTICATED and attempt == 0:
-                    self.enroll(force=True)
+                    if not sealed:
+                        self.enroll(force=True)
                     continue
+                if sealed and code == grpc.StatusCode.UNAUTHENTICATED:  # stays pending
+                    raise ReportRejected(report.query_id, code, exc.details() or "",
+                                         pending=True) from None
                 if code not in RETRYABLE:
                     self.ledger.mark(report.query_id, "rejected",
                                      f"{code.name}: {exc.details()}")

@@ -23,7 +23,6 @@ from uldp.client.outcomes import PollResult, ReportRejected
 from uldp.client.randomness import RandomSource
 from uldp.client.schedule import SendDelay
 from uldp.client.taskspec import TaskRefused
-from uldp.client.transport import RETRYABLE
 from uldp.client.wire import device_pb2
 
 __all__ = ["PollLoop"]
@@ -68,7 +67,7 @@ class PollLoop:
 
     @staticmethod
     def _note_failure(out: PollResult, query_id: str, exc: ReportRejected) -> None:
-        if exc.code in RETRYABLE:  # still pending in the ledger: try again later
+        if exc.pending:  # still pending in the ledger: try again later
             out.pending += 1
         else:
             out.rejected.append((query_id, f"{exc.code.name}: {exc.message}"))

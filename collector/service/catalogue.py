@@ -81,6 +81,22 @@ def _shuffle(value: Any) -> dict[str, Any] | None:
     return {"min_batch": t, "delta": float(d)}
 
 
+def cell_sizes(program: Program) -> dict[tuple[int, int, int], int]:
+    """Devices placed in each (phase, group, stage) of ``program``: one linear pass over
+    its placements (a bincount of a combined cell code; no sort)."""
+    place = np.asarray(program.placements(), dtype=np.int64)
+    if place.size == 0:
+        return {}
+    g, s, p = place[:, 0], place[:, 1], place[:, 2]
+    G, S = int(g.max()) + 1, int(s.max()) + 1
+    counts = np.bincount((p * G + g) * S + s)
+    out: dict[tuple[int, int, int], int] = {}
+    for code in np.flatnonzero(counts):
+        c = int(code)
+        out[(c // (G * S), (c // S) % G, c % S)] = int(counts[code])
+    return out
+
+
 def _check_shuffle(program: Program, min_batch: int) -> None:
     """A shuffled query needs one task per (phase, group, stage) — a per-device task would
     name its device — and at least ``min_batch`` slots in each."""
@@ -88,12 +104,10 @@ def _check_shuffle(program: Program, min_batch: int) -> None:
     if program.offsets(int(place[0, 2]), place[:1, 0]) is not None:
         raise ServiceError("INVALID_ARGUMENT", "shuffle mode needs one task per group: this "
                            "method gives every device its own task (baseline-a)")
-    cells, sizes = np.unique(place, axis=0, return_counts=True)
-    small = int(np.argmin(sizes))
-    if sizes[small] < min_batch:
-        g, s, p = (int(x) for x in cells[small])
+    (p, g, s), n = min(cell_sizes(program).items(), key=lambda kv: kv[1])
+    if n < min_batch:
         raise ServiceError("INVALID_ARGUMENT", f"shuffle min_batch {min_batch} is above the "
-                           f"{int(sizes[small])} devices of phase {p} group {g} stage {s}: no "
+                           f"{n} devices of phase {p} group {g} stage {s}: no "
                            "batch of it could ever be forwarded")
 
 

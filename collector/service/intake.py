@@ -59,8 +59,10 @@ class ShuffleIntakeServicer(shuffler_pb2_grpc.ShuffleIntakeServiceServicer):
             q = self.core.shuffled.query(request.query_id)
             return shuffler_pb2.ShuffleQuery(
                 query_id=q["query_id"], shuffled=q["shuffled"], min_batch=q["min_batch"],
-                phases=[shuffler_pb2.ShufflePhase(phase=p, state=s, deadline_ms=d)
-                        for p, s, d in q["phases"]],
+                users=q["users"],
+                phases=[shuffler_pb2.ShufflePhase(phase=p, state=s, deadline_ms=d,
+                                                  quota=quota, declined=declined)
+                        for p, s, d, quota, declined in q["phases"]],
                 cells=[shuffler_pb2.ShuffleCell(phase=p, group=g, stage=st, devices=n)
                        for p, g, st, n in q["cells"]])
         return self._run(context, run)
@@ -70,7 +72,8 @@ class ShuffleIntakeServicer(shuffler_pb2_grpc.ShuffleIntakeServiceServicer):
         def run() -> shuffler_pb2.ForwardBatchResponse:
             out = self.core.shuffled.forward(ForwardedBatch(
                 request.batch_id, request.query_id, request.phase, request.group,
-                request.stage, request.task_digest, list(request.sealed)))
+                request.stage, request.task_digest, list(request.sealed),
+                request.attested, request.verifier))
             if not out.duplicate:
                 log.info("query %s phase %d group %d stage %d: shuffled batch of %d stored "
                          "(%d dropped)", request.query_id, request.phase, request.group,

@@ -1,21 +1,30 @@
 """Shuffle mode in the collector: shuffled queries, opening the shuffler's batches, and the
 central guarantee stated on their results.
 
-See ``docs/privacy.md`` ("Shuffle mode") and ``proto/uldp/v1/shuffler.proto``. A query
-created with ``"shuffle": {"min_batch": T, "delta": δ}`` in its params gives tasks that
-carry the collector's current sealing key (``uldp.collector.security.sealkeys``); its
-devices send sealed reports to an independent shuffler, never here. The collector takes
-them only as batches from the shuffler (``ShuffleIntakeService``, mutual TLS, checked in
+See ``docs/privacy.md`` §7 and ``proto/uldp/v1/shuffler.proto``. A query created with
+``"shuffle": {"min_batch": T, "delta": δ}`` in its params gives tasks that carry the
+collector's current sealing key (``uldp.collector.security.sealkeys``) and, per device, a
+shuffler ticket for its slot (``uldp.collector.service.tasks``); its devices send sealed
+reports to an independent shuffler, never here. The collector takes them only as batches
+from the shuffler (``ShuffleIntakeService``, mutual TLS, checked in
 ``uldp.collector.service.intake``): it checks the batch (query, phase, group, stage, task
-digest, size ≥ T), opens every report with the query's private key and the task's HPKE
-info, drops the ones that do not open or fail the report checks, and stores the rest with
-no device identity (``uldp.collector.storage.shuffle``). One report per device per query
-is the shuffler's duty here; the batch id makes a re-sent batch a no-op.
+digest, size ≥ T, the phase's quota), opens every report with the query's private key and
+the task's HPKE info, drops the ones that do not open or fail the report checks, and
+stores the rest with no device identity (``uldp.collector.storage.shuffle``). One report
+per slot is the shuffler's duty; the batch id makes a re-sent batch a no-op.
+
+What the shuffler polls (:meth:`ShuffleIntake.query`) costs O(cells) per call: the number
+of devices of each (phase, group, stage) is fixed at creation and counted once per query
+in one linear pass (:func:`cell_sizes`), then kept (a few integers per cell).
 
 The result of a shuffled query carries ``privacy``: per (phase, group, stage) the local
-ε0 of its task and the central (ε, δ) of amplification by shuffling over the reports that
-actually came through the shuffler — computed with the smallest batch of that cell, since
-each batch is shuffled on its own (``uldp.collector.shuffler.amplification``).
+ε0 of its task and the central (ε, δ) of amplification by shuffling, computed with the
+smallest number of reports any batch of that cell hides a report among — counting only
+reports the shuffler admitted from distinct subjects its own enrolment check attested,
+less the ones that did not open (``uldp.collector.shuffler.amplification``). A shuffler
+that runs no enrolment check of its own gives no amplified guarantee: the collector mints
+the tickets, so it could have filled the batches itself. ``privacy.assumption`` says
+what the stated guarantee rests on.
 """
 
 from __future__ import annotations
@@ -32,19 +41,23 @@ from uldp.client.sealing import open_plaintext, seal_info, sealed_length, suite
 from uldp.client.tasks import task_epsilon
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.security.sealkeys import SealKeyring
-from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
+from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime, cell_sizes
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.ingest import not_open
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
 from uldp.collector.shuffler.amplification import amplify
 from uldp.collector.storage.db import Database
-from uldp.collector.storage.shuffle import BatchOutcome, ShuffledBatch
+from uldp.collector.storage.shuffle import BatchOutcome, ShuffledBatch, StoredBatch
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
-__all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "privacy_section"]
+__all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "cell_sizes", "privacy_section"]
 
 BATCH_ID = re.compile(r"[0-9a-f]{32}")
+VERIFIER = re.compile(r"[a-z0-9-]{0,64}")
+
+#: a cell: (phase, group, stage)
+Cell = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,8 @@ class ForwardedBatch:
     stage: int
     task_digest: str
     sealed: Sequence[bytes]
+    attested: int = 0  # reports from distinct subjects the shuffler's check attested
+    verifier: str = ""  # the name of that check ("": none)
 
 
 def open_report(sealed: bytes, key: X25519PrivateKey, info: bytes, length: int, limit: int,
@@ -89,20 +104,32 @@ class ShuffleIntake:
         self.db, self.writer, self.catalogue = db, writer, catalogue
         self.phases, self.tasks, self.keyring = phases, tasks, keyring
         self.allow_simulated = allow_simulated
+        self._cells: dict[str, dict[Cell, int]] = {}
+
+    def cells(self, rt: QueryRuntime) -> dict[Cell, int]:
+        """:func:`cell_sizes` of a query, counted once (fixed at creation)."""
+        got = self._cells.get(rt.query_id)
+        if got is None:
+            got = cell_sizes(rt.program)
+            if len(self._cells) >= 1000:
+                self._cells.clear()
+            self._cells[rt.query_id] = got
+        return got
 
     def query(self, query_id: str) -> dict[str, Any]:
-        """The public shuffle parameters of a query and the state of its phases."""
+        """The public shuffle parameters of a query and the state of its phases: O(cells)
+        work (no pass over the query's users)."""
         rt = self.catalogue.runtime(query_id)
         if rt is None:
             raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         rows = self.phases.rows(query_id, fresh=True)
-        cells, sizes = np.unique(rt.program.placements(), axis=0, return_counts=True)
         return {"query_id": query_id, "shuffled": rt.shuffle is not None,
                 "min_batch": int(rt.shuffle["min_batch"]) if rt.shuffle else 0,
-                "phases": [(p, str(r["state"]), int(r["deadline_ms"]))
-                           for p, r in sorted(rows.items())],
-                "cells": [(int(c[2]), int(c[0]), int(c[1]), int(n))
-                          for c, n in zip(cells, sizes, strict=True)]}
+                "users": int(rt.spec.users),
+                "phases": [(p, str(r["state"]), int(r["deadline_ms"]), int(r["quota"]),
+                            int(r.get("declined") or 0)) for p, r in sorted(rows.items())],
+                "cells": [(p, g, st, n) for (p, g, st), n in sorted(self.cells(rt).items())]
+                if rt.shuffle is not None else []}
 
     def _checked(self, b: ForwardedBatch) -> tuple[QueryRuntime, Any]:
         """The runtime and the task of a batch that passes every check of the batch as a
@@ -118,17 +145,16 @@ class ShuffleIntake:
             raise ServiceError("FAILED_PRECONDITION", f"query {b.query_id} has no phase {b.phase}")
         if ph["state"] != "open":
             raise ServiceError("FAILED_PRECONDITION", not_open(b.query_id, b.phase, ph["state"]))
-        place = rt.program.placements()
-        cell = (place[:, 0] == b.group) & (place[:, 1] == b.stage) & (place[:, 2] == b.phase)
-        if not cell.any():
+        if (b.phase, b.group, b.stage) not in self.cells(rt):
             raise ServiceError("FAILED_PRECONDITION", f"phase {b.phase} of query {b.query_id} "
                                f"has no group {b.group} stage {b.stage}")
         if len(b.sealed) < int(rt.shuffle["min_batch"]):
             raise ServiceError("FAILED_PRECONDITION",
                                f"a batch of {len(b.sealed)} reports is below the query's "
                                f"minimum batch {rt.shuffle['min_batch']}")
+        # one task per cell in shuffle mode (checked at creation): any slot names it
         info = self.tasks.task_info(rt, {"grp": b.group, "stage": b.stage, "phase": b.phase,
-                                         "slot": int(np.flatnonzero(cell)[0])})
+                                         "slot": 0})
         if b.task_digest != info.digest:
             raise ServiceError("FAILED_PRECONDITION",
                                "the batch was sealed for a different task (task_digest "
@@ -139,6 +165,12 @@ class ShuffleIntake:
         """Check, open and store one batch; a stored batch id is an OK duplicate."""
         if not BATCH_ID.fullmatch(b.batch_id):
             raise ServiceError("INVALID_ARGUMENT", "batch_id must be 32 lowercase hex digits")
+        if not 0 <= b.attested <= len(b.sealed):
+            raise ServiceError("INVALID_ARGUMENT", f"attested {b.attested} is more than the "
+                               f"batch's {len(b.sealed)} reports")
+        if not VERIFIER.fullmatch(b.verifier):
+            raise ServiceError("INVALID_ARGUMENT", "verifier must be at most 64 characters "
+                               "of [a-z0-9-]")
         if self.catalogue.runtime(b.query_id) is not None:
             old = self.db.stored_batch(b.query_id, b.batch_id)
             if old is not None:
@@ -154,11 +186,16 @@ class ShuffleIntake:
         opened = [open_report(s, key, hinfo, info.length, info.limit, allow) for s in b.sealed]
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,
                               len(b.sealed), [p for p in opened if p is not None],
-                              int(rt.spec.users))
+                              int(rt.spec.users), b.attested if b.verifier else 0, b.verifier)
         try:
             out: BatchOutcome = self.writer.run(lambda conn: self.db.store_batch_in(conn, batch))
         except WriterUnavailable as exc:
             raise ServiceError("UNAVAILABLE", str(exc)) from None
+        if out.over_quota is not None:
+            got, quota = out.over_quota
+            raise ServiceError("FAILED_PRECONDITION", f"a batch of {len(batch.payloads)} "
+                               f"reports would take phase {b.phase} of query {b.query_id} "
+                               f"past its quota ({got} of {quota} received)")
         if out.state is not None:
             raise ServiceError("FAILED_PRECONDITION", not_open(b.query_id, b.phase, out.state))
         return out
@@ -172,32 +209,45 @@ class ShuffleIntake:
 
 def _task(rt: QueryRuntime, phase: int, group: int, stage: int,
           published: dict[int, Any]) -> TaskSpec:
-    place = rt.program.placements()
-    cell = (place[:, 0] == group) & (place[:, 1] == stage) & (place[:, 2] == phase)
-    slot = int(np.flatnonzero(cell)[0]) if cell.any() else None
-    per_device = slot is not None and rt.program.offsets(phase, np.array([slot])) is not None
+    # one task per cell in shuffle mode (checked at creation): no slot names it
     return rt.program.task(phase, group, stage, {p: v for p, v in published.items()
-                                                 if p < phase}, slot if per_device else None)
+                                                 if p < phase}, None)
 
 
-def privacy_section(rt: QueryRuntime, counts: Sequence[tuple[int, int, int, int]],
+def counted(b: StoredBatch) -> int:
+    """The reports of a batch a report of it hides among, as far as the guarantee
+    counts: the ones from distinct subjects the shuffler's own enrolment check attested,
+    less every report that did not open (a garbage report may be an attested one), never
+    more than the reports stored. 0 when the shuffler ran no check."""
+    if not b.verifier:
+        return 0
+    return max(0, min(b.stored, b.attested - b.refused))
+
+
+def privacy_section(rt: QueryRuntime, batches: Sequence[StoredBatch],
                     published: dict[int, Any]) -> dict[str, Any]:
     """Per (phase, group, stage): the reports that came through the shuffler, its batches
-    and the smallest, the task's local ε0 and the central (ε, δ) of shuffling them
-    (the smallest batch's: each batch is its own shuffle); the whole query's guarantee
-    is the largest of the cells' (each user reports in exactly one cell)."""
+    and the smallest, the smallest number of reports the guarantee counts in a batch
+    (:func:`counted`), the task's local ε0 and the central (ε, δ) of shuffling that many
+    (each batch is its own shuffle); the whole query's guarantee is the largest of the
+    cells' (each user reports in exactly one cell)."""
     assert rt.shuffle is not None
     delta = float(rt.shuffle["delta"])
-    cells: dict[tuple[int, int, int], list[int]] = {}
-    for phase, grp, stage, stored in counts:
-        cells.setdefault((phase, grp, stage), []).append(stored)
+    cells: dict[Cell, list[StoredBatch]] = {}
+    for b in batches:
+        cells.setdefault((b.phase, b.grp, b.stage), []).append(b)
     out: list[dict[str, Any]] = []
-    for (phase, grp, stage), sizes in sorted(cells.items()):
+    verifiers: set[str] = set()
+    for (phase, grp, stage), bs in sorted(cells.items()):
         eps0 = task_epsilon(replace(_task(rt, phase, grp, stage, published), seal=None))
-        real = [n for n in sizes if n > 0]
-        amp = amplify(min(real), eps0, delta) if real else None
-        out.append({"phase": phase, "group": grp, "stage": stage, "reports": sum(sizes),
-                    "batches": len(sizes), "smallest_batch": min(real) if real else 0,
+        real = [b for b in bs if b.stored > 0]
+        hide = min((counted(b) for b in real), default=0)
+        verifiers.update(b.verifier for b in real)
+        amp = amplify(hide, eps0, delta) if hide >= 2 else None
+        out.append({"phase": phase, "group": grp, "stage": stage,
+                    "reports": sum(b.stored for b in bs), "batches": len(bs),
+                    "smallest_batch": min((b.stored for b in real), default=0),
+                    "counted": hide, "dropped": sum(b.refused for b in bs),
                     "epsilon0": eps0, "epsilon": amp.epsilon if amp else eps0,
                     "delta": delta if amp and amp.amplified else 0.0,
                     "closed_form_epsilon": amp.closed_form if amp else None,
@@ -205,20 +255,36 @@ def privacy_section(rt: QueryRuntime, counts: Sequence[tuple[int, int, int, int]
     eps0_all = max((float(c["epsilon0"]) for c in out), default=float(rt.spec.epsilon))
     eps_all = max((float(c["epsilon"]) for c in out), default=eps0_all)
     amplified = bool(out) and all(c["amplified"] for c in out)
+    checks = sorted(v for v in verifiers if v)
     return {"mode": "shuffle", "local_epsilon": eps0_all, "central_epsilon": eps_all,
             "delta": delta if any(c["amplified"] for c in out) else 0.0,
             "amplified": amplified, "min_batch": int(rt.shuffle["min_batch"]),
             "bound": "Feldman, McMillan, Talwar 2021 (numerical, Theorem 3.1 and "
                      "Appendix E of arXiv:2012.12803)",
+            "verifier": ", ".join(checks), "assumption": _assumption(checks, verifiers),
             "note": _note(out, amplified), "cells": out}
 
 
+def _assumption(checks: list[str], seen: set[str]) -> str:
+    if not seen:
+        return "no report came through the shuffler"
+    if not checks or "" in seen:
+        return ("the shuffler ran no enrolment check of its own for some batch: the "
+                "collector issues the shuffler tickets, so those batches could hold reports "
+                "it made itself; only the local ε0 is stated there")
+    return (f"the shuffler does not collude with the collector, shuffles each batch "
+            f"uniformly, and its own enrolment check ({', '.join(checks)}) admits only "
+            "distinct real devices: a batch's central ε counts only the reports the "
+            "shuffler admitted once per assignment ticket from distinct attested subjects, "
+            "less every report that did not open")
 def _note(cells: list[dict[str, Any]], amplified: bool) -> str:
     if not cells:
         return "no report came through the shuffler; the guarantee is the local one"
     if amplified:
         return ("each user's report is ε0-LDP against everyone (the shuffler included) and, "
                 "shuffled with the others of its batch, (ε, δ)-DP at user level against "
-                "the collector and anyone who sees only the shuffled batches")
-    return ("amplification by shuffling gives nothing in at least one cell (too few "
-            "reports for its ε0): there the guarantee is the local ε0")
+                "the collector and anyone who sees only the shuffled batches, under the "
+                "assumption stated")
+    return ("amplification by shuffling is not stated for at least one cell (too few "
+            "counted reports for its ε0, or reports not attested by the shuffler's own "
+            "enrolment check): there the guarantee is the local ε0")

@@ -21,9 +21,11 @@ from grpc_health.v1 import health, health_pb2
 
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, shuffler_pb2
-from uldp.collector.security.tokens import TokenVerifier
+from uldp.collector.security.attestation import HmacAttestation
+from uldp.collector.security.tickets import TicketKey
 from uldp.collector.service.handlers import add_service
 from uldp.collector.shuffler.service import (
+    MAX_SEALED_BATCH,
     CollectorLink,
     Forwarder,
     ShufflerConfig,
@@ -43,7 +45,7 @@ class ShufflerServerConfig:
     db_path: Path
     tls_cert: Path  # the shuffler's server certificate (devices verify it)
     tls_key: Path
-    token_public_key: Path  # the collector's Ed25519 token verification key (PEM)
+    ticket_key: Path  # the shuffler-ticket key shared with the collector (hex)
     collector: str  # host:port of the collector's shuffler port
     collector_ca: Path  # the CA that signed the collector's certificate
     client_cert: Path  # the shuffler's identity on the collector's shuffler port
@@ -54,6 +56,10 @@ class ShufflerServerConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     collector_server_name: str | None = None
     shuffle: ShufflerConfig = field(default_factory=ShufflerConfig)
+    #: the shuffler's own enrolment check: an HMAC attestation key shared with the app's
+    #: back end (not with the collector); None: it runs none, and no result counts its
+    #: reports towards an amplified guarantee
+    attestation_key: Path | None = None
 
 
 class ShufflerServer:
@@ -75,15 +81,19 @@ class ShufflerServer:
         self.port = self.server.add_secure_port(f"{cfg.host}:{cfg.port}", creds)
         if self.port == 0:
             raise OSError(f"cannot listen on {cfg.host}:{cfg.port}")
+        tickets = TicketKey.from_file(cfg.ticket_key)
+        verifier = (HmacAttestation.from_file(cfg.attestation_key)
+                    if cfg.attestation_key is not None else None)
+        name = "hmac-attestation" if verifier is not None else ""
         self.store = ShufflerStore(cfg.db_path)
-        verifier = TokenVerifier.from_public_pem(Path(cfg.token_public_key).read_bytes())
         self.channel = secure_channel(Endpoint(
             cfg.collector, Path(cfg.collector_ca), Path(cfg.client_cert), Path(cfg.client_key),
             server_name=cfg.collector_server_name, max_message_bytes=limit))
         self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
-        self.forwarder = Forwarder(self.store, self.link, cfg.shuffle)
-        self.servicer = ShufflerServicer(self.store, verifier, self.link)
-        add_service(self.server, self.servicer, _SERVICE, who="shuffler")
+        self.forwarder = Forwarder(self.store, self.link, cfg.shuffle, verifier_name=name)
+        self.servicer = ShufflerServicer(self.store, tickets, self.link, verifier, name)
+        add_service(self.server, self.servicer, _SERVICE, batch_cap=MAX_SEALED_BATCH,
+                    who="shuffler")
         self.health = health.HealthServicer()
         add_service(self.server, self.health, _HEALTH)
 
@@ -92,8 +102,9 @@ class ShufflerServer:
         for name in ("", _SERVICE.full_name):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.forwarder.start()
-        log.info("shuffler listening on %s:%d (TLS), forwarding to %s (mutual TLS)",
-                 self.config.host, self.port, self.config.collector)
+        log.info("shuffler listening on %s:%d (TLS), forwarding to %s (mutual TLS); "
+                 "enrolment check: %s", self.config.host, self.port, self.config.collector,
+                 self.servicer.verifier_name or "none (no result will state an amplified ε)")
 
     def stop(self, grace: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()

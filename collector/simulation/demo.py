@@ -52,6 +52,7 @@ from uldp.collector.shuffler.launch import (
     ShufflePki,
     free_port,
     make_shuffle_pki,
+    seed_ticket_key,
     start_shuffler_process,
     wait_serving,
 )
@@ -98,12 +99,14 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
 
 def start_shuffled_collector(work: Path, sp: ShufflePki, extra: list[str] | None = None
                              ) -> tuple[subprocess.Popen[bytes], int, int]:
-    """Shuffle mode: a collector on ``sp``'s PKI (its token key file, so the shuffler can
-    be given the public half) with its shuffler port on a free port; (process, device
-    port, shuffler port)."""
+    """Shuffle mode: a collector on ``sp``'s PKI (and the shuffler-ticket key it shares
+    with the shuffler) with its shuffler port on a free port; (process, device port,
+    shuffler port)."""
     intake = free_port()
+    url = f"sqlite:///{work / 'collector.db'}"
+    seed_ticket_key(url, sp)
     proc, port = start_collector_process(
-        work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
+        work, url, sp.pki.directory,
         extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
                "--shuffler-ca", str(sp.ca), *(extra or [])])
     return proc, port, intake
@@ -236,9 +239,10 @@ def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
 
 
 def _start_shuffled(work: Path, say: Callable[..., None]
-                    ) -> tuple[list[subprocess.Popen[bytes]], Endpoint, Path, Endpoint]:
+                    ) -> tuple[list[subprocess.Popen[bytes]], Endpoint, Path, Endpoint, str]:
     """Shuffle mode: the PKI of both parties, a collector with its shuffler port and a
-    shuffler process forwarding to it."""
+    shuffler process forwarding to it (with its own enrolment check: the devices show it
+    attestations under its key, the last element)."""
     sp = make_shuffle_pki(work)
     proc, port, intake = start_shuffled_collector(work, sp)
     try:
@@ -251,7 +255,8 @@ def _start_shuffled(work: Path, say: Callable[..., None]
     say(f"collector on 127.0.0.1:{port} (TLS), its shuffler port 127.0.0.1:{intake} (mutual "
         f"TLS); shuffler on 127.0.0.1:{sport} (TLS), batches of at least {DEMO_MIN_BATCH}")
     return ([shuffler, proc], Endpoint(f"127.0.0.1:{port}", sp.ca),
-            sp.pki.directory / "admin.token", Endpoint(f"127.0.0.1:{sport}", sp.ca))
+            sp.pki.directory / "admin.token", Endpoint(f"127.0.0.1:{sport}", sp.ca),
+            sp.attestation_hex())
 
 
 def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes], Endpoint,
@@ -370,8 +375,9 @@ def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
         print(*a, file=out, flush=True)
 
     shuffler: Endpoint | None = None
+    attest: str | None = None
     if shuffle:
-        procs, ep, admin_file, shuffler = _start_shuffled(work, say)
+        procs, ep, admin_file, shuffler, attest = _start_shuffled(work, say)
     else:
         proc, ep, admin_file = _start(work, say)
         procs = [proc]
@@ -388,7 +394,8 @@ def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
         res = run_gateway_fleet(ep, _device_root(work, keep), devices, datasets,
                                 gateways=gateways, batch=concurrency,
                                 budget=max(epsilon, 1.0) * 2, seed=seed, keep_state=keep,
-                                timeout_s=1800, progress=printer, shuffler=shuffler)
+                                timeout_s=1800, progress=printer, shuffler=shuffler,
+                                shuffler_attestation_key=attest)
         printer.close()
         fleet_s = time.perf_counter() - t_fleet
         rows, finished, privacy = _estimates(analyst, qids, datasets, say)

@@ -27,7 +27,8 @@ on the same PostgreSQL database) resumes each query exactly where it was:
 Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
 to the DDL that brings the previous version to it. Version 1 is the initial schema;
 version 2 adds ``queries.allow_simulated`` (false for existing queries); version 3 adds
-``phases.declined`` (0).
+``phases.declined`` (0); version 4 adds ``shuffle_batches.attested`` (0) and ``verifier``
+('': batches stored before count as attested by no enrolment check).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ __all__ = [
     "shuffle_queries",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -174,6 +175,10 @@ shuffle_batches = Table(
     Column("stored", Integer, nullable=False),
     Column("refused", Integer, nullable=False),
     Column("received_at_ms", BigInteger, nullable=False),
+    # reports from distinct subjects the shuffler's own enrolment check attested, and the
+    # name of that check ('' none): what the central guarantee counts (privacy.md §7)
+    Column("attested", Integer, nullable=False, default=0, server_default=text("0")),
+    Column("verifier", String(64), nullable=False, default="", server_default=text("''")),
     PrimaryKeyConstraint("query_id", "batch_id"),
 )
 
@@ -190,6 +195,20 @@ def _v3_declined(conn: Connection) -> None:
                       "DEFAULT 0"))
 
 
+def _v4_shuffle_attested(conn: Connection) -> None:
+    """Version 4: ``shuffle_batches.attested`` and ``verifier`` (batches stored before
+    were attested by no enrolment check: they never count towards amplification). The
+    table may be new (``create_all`` made it with the columns): only missing ones."""
+    from sqlalchemy import inspect
+
+    have = {c["name"] for c in inspect(conn).get_columns(shuffle_batches.name)}
+    for name, ddl in (("attested", "INTEGER NOT NULL DEFAULT 0"),
+                      ("verifier", "VARCHAR(64) NOT NULL DEFAULT ''")):
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE {shuffle_batches.name} ADD COLUMN {name} {ddl}"))
+
+
 #: version -> function(connection) applying the DDL from version-1 to version.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_allow_simulated,
-                                                       3: _v3_declined}
+                                                       3: _v3_declined,
+                                                       4: _v4_shuffle_attested}

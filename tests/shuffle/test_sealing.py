@@ -91,7 +91,7 @@ def test_malformed_plaintexts_are_recognised():
     assert open_plaintext(b"\x00" + bytes(7)) is None  # not 1 + 8·L bytes
 
 
-def _seal_task(key: SealKey | None) -> device_pb2.Task:
+def _seal_task(key: SealKey | None, ticket: str = "t1.ticket") -> device_pb2.Task:
     spec = TaskSpec(query_id="q-s", kind="mean", method="ssl", stage=0, epsilon=1.0,
                     eps_c=1.0, components=(0,), bound=1.0, intervals=((-1.0, 1.0),),
                     seal=key.to_json() if key else None)
@@ -99,7 +99,7 @@ def _seal_task(key: SealKey | None) -> device_pb2.Task:
     import hashlib
     return device_pb2.Task(query_id="q-s", phase=1, group=3, stage=0, dataset="x",
                            task_json=text, task_digest=hashlib.sha256(text.encode()).hexdigest(),
-                           report_length=1)
+                           report_length=1, shuffle_ticket=ticket if key else "")
 
 
 def test_a_task_without_seal_keeps_its_bytes():
@@ -119,10 +119,17 @@ def test_device_refuses_without_shuffler_and_stores_the_ciphertext(tmp_path):
         dev.prepare(task)
     assert e.value.code == "seal" and dev.ledger.get("q-s") is None  # nothing charged
     dev.close()
-    dev = Device("unused:1", tmp_path / "b", budget=2.0, durable=False, shuffler="unused:2")
+    dev = Device("unused:1", tmp_path / "b", budget=2.0, durable=False, shuffler="unused:2",
+                 shuffler_attestation=lambda: "v1.fresh")
     dev.add_dataset("x", np.array([0.5, 0.25]))
+    with pytest.raises(TaskRefused) as e:  # a sealed task without a ticket: nothing to show
+        dev.prepare(_seal_task(key, ticket=""))  # the shuffler but a collector token
+    assert e.value.code == "seal" and "ticket" in str(e.value)
+    assert dev.ledger.get("q-s") is None
     rep = dev.prepare(task)
     assert isinstance(rep, shuffler_pb2.SealedReport)
+    assert rep.ticket == "t1.ticket" and not rep.attestation  # the ledger holds no attestation
+    assert dev.attested(rep).attestation == "v1.fresh" and dev.attested(rep).sealed == rep.sealed
     assert (rep.group, rep.stage, rep.phase) == (3, 0, 1)
     assert len(rep.sealed) == sealed_length(1)
     assert dev.prepare(task).sealed == rep.sealed  # the stored bytes, not a new seal

@@ -66,7 +66,8 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
     res = run_gateway_fleet(d.endpoint, d.work / "devices-crash", USERS,
                             [FleetDataset("crash", data, modulo=1, residue=0)], gateways=1,
                             batch=100, budget=2.0, seed=5, timeout_s=120,
-                            shuffler=d.shuffler_endpoint)
+                            shuffler=d.shuffler_endpoint,
+                            shuffler_attestation_key=d.sp.attestation_hex())
     assert res.submitted == USERS and not res.errors, res  # all acknowledged: durable
 
     batches = "SELECT batch_id, stored FROM uldp_shuffle_batches WHERE query_id = ?"

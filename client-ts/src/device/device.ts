@@ -12,7 +12,10 @@
  * Shuffle mode (a task carrying `seal`, §16): the report is sealed to the collector's HPKE key
  * (`../core/seal.ts`, a fresh ephemeral key), the ledger stores the ciphertext, and it goes —
  * the same bytes on every resend — to the shuffler the app configured (`shuffler`, never an
- * address from the collector); without one such a task is refused (code `seal`).
+ * address from the collector); without one such a task is refused (code `seal`), and so is a
+ * sealed task without a shuffler ticket. The device shows the shuffler that ticket
+ * (`Task.shuffle_ticket`), never its collector token, and — when the app gives one
+ * (`shufflerAttestation`) — an attestation for the shuffler's own enrolment check.
  */
 import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
@@ -50,7 +53,8 @@ export type AnyReport = ReportMessage | SealedReportMessage;
 
 /** What the device needs from a shuffler's transport (`ShufflerTransport` in node). */
 export interface ShufflerTransportLike {
-  submitSealed(token: string, report: SealedReportMessage): Promise<{ duplicate: boolean }>;
+  /** SubmitSealed without any token: the report carries its ticket (and attestation). */
+  submitSealed(report: SealedReportMessage): Promise<{ duplicate: boolean }>;
 }
 
 /** What the device needs from a transport; errors carry the gRPC status in `code`. */
@@ -83,8 +87,11 @@ export interface Identity {
 export class DeviceError extends Error {}
 export class EnrollmentError extends DeviceError {}
 export class ReportRejected extends DeviceError {
-  constructor(readonly queryId: string, readonly code: number, readonly details: string) {
+  /** The report is still pending in the ledger (sent again at a later poll). */
+  readonly pending: boolean;
+  constructor(readonly queryId: string, readonly code: number, readonly details: string, pending = false) {
     super(`report for query ${queryId} rejected: ${code}: ${details}`);
+    this.pending = pending || RETRYABLE.has(code);
   }
 }
 
@@ -119,6 +126,9 @@ export interface DeviceOptions {
   simulation?: { rng: RandomSource };
   /** Shuffle mode: where sealed reports go (the app's setting, never the collector's). */
   shuffler?: ShufflerTransportLike;
+  /** Shuffle mode: the app's attestation for a shuffler that runs its own enrolment check (a
+   * string, or a function asked at every send: attestations expire; §16). */
+  shufflerAttestation?: string | (() => string | Promise<string>);
   now?: () => number;
 }
 
@@ -237,7 +247,7 @@ export class Device {
     const msg = e.task ? (JSON.parse(e.task) as TaskMessage) : null;
     if (msg && sealedTask(msg.task_json)) {
       return { queryId: e.queryId, phase: e.phase, group: msg.group ?? 0, stage: msg.stage ?? 0,
-        taskDigest: e.taskDigest, sealed: e.report };
+        taskDigest: e.taskDigest, sealed: e.report, ticket: msg.shuffle_ticket ?? "" };
     }
     return { queryId: e.queryId, phase: e.phase, values: decodeValues(e.report), taskDigest: e.taskDigest,
       simulated: this.simulation };
@@ -299,23 +309,34 @@ export class Device {
     return run;
   }
 
-  /** Send a persisted report (the transport retries the same bytes); update the ledger. */
+  /** A sealed report as sent: with the app's attestation for the shuffler, when it gives one. */
+  async attested(report: SealedReportMessage): Promise<SealedReportMessage> {
+    const a = this.#o.shufflerAttestation;
+    const text = typeof a === "function" ? await a() : a;
+    return text ? { ...report, attestation: text } : report;
+  }
+
+  /** Send a persisted report (the transport retries the same bytes); update the ledger. A
+   * sealed report goes to the shuffler with its ticket and no token; its UNAUTHENTICATED (the
+   * ticket or attestation was not accepted: no enrolment at the collector fixes that) leaves
+   * it pending after one more try with a fresh attestation. */
   async send(report: AnyReport): Promise<{ duplicate: boolean }> {
+    const sealed = "sealed" in report;
     for (let attempt = 0; ; attempt++) {
       try {
-        const token = await this.#token();
         const r = "sealed" in report
-          ? await this.#shuffler().submitSealed(token, report)
-          : await this.#o.transport.submitReport(token, report);
+          ? await this.#shuffler().submitSealed(await this.attested(report))
+          : await this.#o.transport.submitReport(await this.#token(), report);
         await this.ledger.mark(report.queryId, "acknowledged", r.duplicate ? "duplicate" : "");
         return { duplicate: r.duplicate };
       } catch (e) {
         const code = codeOf(e);
         if (code === Status.UNAUTHENTICATED && attempt === 0) {
-          await this.enroll(true);
+          if (!sealed) await this.enroll(true);
           continue;
         }
         const details = e instanceof Error ? e.message : String(e);
+        if (sealed && code === Status.UNAUTHENTICATED) throw new ReportRejected(report.queryId, code, details, true);
         if (code === undefined || !RETRYABLE.has(code)) await this.ledger.mark(report.queryId, "rejected", `${code}: ${details}`);
         throw new ReportRejected(report.queryId, code ?? -1, details);
       }
@@ -477,6 +498,6 @@ const defaultSleep = (ms: number): Promise<unknown> =>
   new Promise((ok) => (globalThis as unknown as { setTimeout(f: () => void, ms: number): unknown }).setTimeout(() => ok(undefined), ms));
 
 function noteFailure(out: PollResult, e: ReportRejected): void {
-  if (RETRYABLE.has(e.code)) out.pending += 1;
+  if (e.pending) out.pending += 1;
   else out.rejected.push({ queryId: e.queryId, code: e.code, message: e.details });
 }
