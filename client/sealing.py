@@ -43,6 +43,7 @@ __all__ = [
     "SealKey",
     "key_id_of",
     "open_plaintext",
+    "open_reports",
     "parse_seal",
     "plaintext",
     "seal",
@@ -151,3 +152,32 @@ def sealed_length(report_length: int) -> int:
 def seal(key: SealKey, info: bytes, data: bytes) -> bytes:
     """``enc || ciphertext`` of ``data`` sealed to ``key`` (fresh ephemeral key)."""
     return suite().encrypt(data, X25519PublicKey.from_public_bytes(key.public_key), info=info)
+
+
+def open_reports(private_key: bytes, info: bytes, length: int, limit: int,
+                 allow_simulated: bool, sealed: Sequence[bytes]) -> list[bytes | None]:
+    """The collector's half: the int64 little-endian payload of each sealed report of one
+    task (``info``) under the raw X25519 private key, or None where it does not open or
+    fails a report check (its size, the plaintext's form, ``length`` values each within
+    ``limit``, a simulated report where ``allow_simulated`` is false). A plain function of
+    bytes, so that a pool of processes can open a large batch in parallel."""
+    key = X25519PrivateKey.from_private_bytes(private_key)
+    hpke_suite, want = suite(), sealed_length(length)
+    out: list[bytes | None] = []
+    for s in sealed:
+        got = None
+        if len(s) == want:
+            try:
+                got = open_plaintext(hpke_suite.decrypt(s, key, info=info))
+            except Exception:  # authentication failure, malformed enc: dropped
+                got = None
+        if got is None:
+            out.append(None)
+            continue
+        values, simulated = got
+        if len(values) != length or (simulated and not allow_simulated) or (
+                values.size and int(np.abs(values).max()) > limit):
+            out.append(None)
+            continue
+        out.append(values.astype("<i8").tobytes())
+    return out

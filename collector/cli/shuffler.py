@@ -16,6 +16,7 @@ from typing import Any
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 from uldp.collector.cli.common import cors_origins, env, readable_file, ready_file, wait_for_signal
 from uldp.collector.cli.util import OperatorError, port_number, positive_float, positive_int
+from uldp.collector.security.tokens import AdminAuth
 
 __all__ = ["register"]
 
@@ -38,6 +39,15 @@ def _config(a: argparse.Namespace) -> Any:
         raise OperatorError(f"--db {db}: give a file in an existing directory")
     if a.max_batch < a.min_batch:
         raise OperatorError(f"--max-batch {a.max_batch} is below --min-batch {a.min_batch}")
+    if a.metrics_token_file:
+        readable_file(Path(a.metrics_token_file), "--metrics-token-file")
+        if a.http_port is None:
+            raise OperatorError("--metrics-token-file needs --http-port (/metrics is served "
+                                "on the HTTP port)")
+        try:
+            AdminAuth.from_file(a.metrics_token_file)
+        except ValueError as exc:
+            raise OperatorError(f"--metrics-token-file {a.metrics_token_file}: {exc}") from None
     if a.http_port is not None and a.http_port == a.port and a.port != 0:
         raise OperatorError(f"--http-port {a.http_port}: the same port as --port; give the "
                             "HTTP port its own number")
@@ -106,7 +116,8 @@ def _cmd_serve(a: argparse.Namespace) -> int:
         raise OperatorError(f"--port {a.port}: cannot serve: {exc}") from None
     if front is not None:
         from uldp.collector.http.shuffler import serve_shuffler
-        serve_shuffler(front, srv)
+        serve_shuffler(front, srv, AdminAuth.from_file(a.metrics_token_file)
+                       if a.metrics_token_file else None)
     try:
         srv.start()
         http = ""
@@ -199,6 +210,10 @@ def register(subparsers: Any) -> None:
                    help="a web origin (scheme://host[:port]) whose pages may call the HTTP "
                         "port; repeat for more; * allows every origin (default: none)")
     s.add_argument("--ready-file", help="write HOST:PORT here once serving (removed on stop)")
+    s.add_argument("--metrics-token-file", default=env("ULDP_SHUFFLER_METRICS_TOKEN_FILE"),
+                   help="serve GET /metrics (Prometheus, aggregate counts only) on the HTTP "
+                        "port to a scraper presenting this token as a bearer token (one line "
+                        "of >= 16 characters; env ULDP_SHUFFLER_METRICS_TOKEN_FILE)")
     s.add_argument("--tls-cert", required=True, help="the shuffler's server certificate")
     s.add_argument("--tls-key", required=True, help="the shuffler's server key")
     _key_flags(s)

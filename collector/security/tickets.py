@@ -5,10 +5,11 @@ mode the collector hands every device, with its task (``Task.shuffle_ticket``), 
 for the one slot it assigned it: the device presents it to the shuffler with its sealed
 report, never its collector token. A ticket is
 
-    "t1." B64(payload) "." B64(HMAC-SHA256(key, "uldp-shuffle-ticket/1" 0x00 || payload))
+    "t1." B64URL(payload || HMAC-SHA256(key, "uldp-shuffle-ticket/1" 0x00 || payload))
 
-with ``payload`` the compact JSON ``{"aud": "shuffler", "d": task digest, "g": group,
-"n": slot, "p": phase, "q": query id, "s": stage, "v": 1}`` (keys sorted). It is
+(unpadded base64url) with ``payload`` = ``"shuffler"`` (the audience, 8 bytes) ‖
+u32be(phase) ‖ u32be(group) ‖ u32be(stage) ‖ u32be(slot) ‖ the 32 bytes of the task
+digest ‖ the query id (UTF-8, 1 to 64 bytes). It is
 
 * **bound to one audience**: only the shuffler verifies tickets; the collector's device
   service takes device tokens only (``uldp.collector.security.tokens``: another format,
@@ -32,9 +33,8 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
-import re
 import secrets
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,11 +42,11 @@ __all__ = ["MAX_TICKET_CHARS", "Ticket", "TicketError", "TicketKey"]
 
 #: characters of a ticket, at most (longer ones are refused unread)
 MAX_TICKET_CHARS = 512
-AUDIENCE = "shuffler"
+AUDIENCE = b"shuffler"
 _PREFIX = "t1."
 _DOMAIN = b"uldp-shuffle-ticket/1\x00"
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_U32 = (1 << 32) - 1
+_HEAD = struct.Struct(">8sIIII32s")  # audience, phase, group, stage, slot, digest
+_MAC = 32
 
 
 class TicketError(Exception):
@@ -67,22 +67,8 @@ class Ticket:
     slot: int
 
     def payload(self) -> bytes:
-        return json.dumps({"aud": AUDIENCE, "d": self.task_digest, "g": self.group,
-                           "n": self.slot, "p": self.phase, "q": self.query_id,
-                           "s": self.stage, "v": 1},
-                          sort_keys=True, separators=(",", ":")).encode()
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _u32(v: object) -> bool:
-    return type(v) is int and 0 <= v <= _U32
+        return _HEAD.pack(AUDIENCE, self.phase, self.group, self.stage, self.slot,
+                          bytes.fromhex(self.task_digest)) + self.query_id.encode()
 
 
 class TicketKey:
@@ -122,11 +108,12 @@ class TicketKey:
         return hashlib.sha256(b"uldp-ticket-key-id\x00" + self._key).hexdigest()[:16]
 
     def _mac(self, payload: bytes) -> bytes:
-        return hmac.new(self._key, _DOMAIN + payload, hashlib.sha256).digest()
+        return hmac.digest(self._key, _DOMAIN + payload, "sha256")
 
     def issue(self, t: Ticket) -> str:
         payload = t.payload()
-        return f"{_PREFIX}{_b64(payload)}.{_b64(self._mac(payload))}"
+        raw = base64.urlsafe_b64encode(payload + self._mac(payload)).rstrip(b"=")
+        return _PREFIX + raw.decode("ascii")
 
     def verify(self, text: str) -> Ticket:
         """The grant of a genuine ticket; :class:`TicketError` otherwise."""
@@ -135,26 +122,22 @@ class TicketKey:
                               "Task.shuffle_ticket of the task)")
         if len(text) > MAX_TICKET_CHARS or not text.startswith(_PREFIX):
             raise TicketError("malformed shuffler ticket")
-        parts = text[len(_PREFIX):].split(".")
-        if len(parts) != 2:
-            raise TicketError("malformed shuffler ticket")
+        body = text[len(_PREFIX):]
         try:
-            payload, mac = _unb64(parts[0]), _unb64(parts[1])
+            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         except (binascii.Error, ValueError):
             raise TicketError("malformed shuffler ticket (bad base64)") from None
+        if not _HEAD.size < len(raw) - _MAC <= _HEAD.size + 256:
+            raise TicketError("malformed shuffler ticket")
+        payload, mac = raw[:-_MAC], raw[-_MAC:]
         if not hmac.compare_digest(mac, self._mac(payload)):
             raise TicketError("invalid shuffler ticket (not issued by this shuffler's "
                               "collector)")
+        aud, p, g, s, n, d = _HEAD.unpack_from(payload)
         try:
-            obj = json.loads(payload)
-        except (ValueError, RecursionError):
-            obj = None
-        if not isinstance(obj, dict) or obj.get("v") != 1 or obj.get("aud") != AUDIENCE:
+            q = payload[_HEAD.size:].decode("utf-8")
+        except UnicodeDecodeError:
+            q = ""
+        if aud != AUDIENCE or not q:
             raise TicketError("malformed shuffler ticket payload")
-        q, d = obj.get("q"), obj.get("d")
-        nums = [obj.get(k) for k in ("p", "g", "s", "n")]
-        if not (isinstance(q, str) and 0 < len(q) <= 64 and isinstance(d, str)
-                and _HEX64.fullmatch(d) and all(_u32(v) for v in nums)):
-            raise TicketError("malformed shuffler ticket payload")
-        p, g, s, n = (int(v) for v in nums)  # type: ignore[arg-type]
-        return Ticket(q, p, g, s, d, n)
+        return Ticket(q, p, g, s, d.hex(), n)

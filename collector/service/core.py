@@ -114,6 +114,7 @@ class CollectorCore:
 
     def stop(self) -> None:
         self.closer.stop()
+        self.shuffled.close()
         self.writer.close()
 
     # ---- authentication -------------------------------------------------------------

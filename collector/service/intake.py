@@ -96,6 +96,7 @@ class IntakeServer:
             futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="uldp-intake"),
             options=[("grpc.max_receive_message_length", max_message_bytes),
                      ("grpc.max_send_message_length", max_message_bytes)])
+        self.core = core
         add_service(self.server, instrument(ShuffleIntakeServicer(core, identity), _SERVICE,
                                             metrics_of(core), "shuffler"), _SERVICE)
         self.port = self.server.add_secure_port(f"{host}:{port}", creds)
@@ -104,6 +105,7 @@ class IntakeServer:
 
     def start(self) -> None:
         self.server.start()
+        self.core.shuffled.warm()
 
     def stop(self, grace: float = 5.0) -> None:
         self.server.stop(grace).wait()

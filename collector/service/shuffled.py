@@ -29,15 +29,18 @@ what the stated guarantee rests on.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from uldp.client.sealing import open_plaintext, seal_info, sealed_length, suite
+from uldp.client.sealing import open_reports, seal_info
 from uldp.client.tasks import task_epsilon
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.security.sealkeys import SealKeyring
@@ -52,6 +55,15 @@ from uldp.collector.storage.shuffle import BatchOutcome, ShuffledBatch, StoredBa
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
 __all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "cell_sizes", "privacy_section"]
+
+#: batches of at least this many reports are opened by a pool of processes
+PARALLEL_OPEN = 2048
+#: processes of that pool, at most (and at most the machine's cores)
+MAX_OPENERS = 8
+
+
+def _workers() -> int:
+    return min(os.cpu_count() or 1, MAX_OPENERS)
 
 BATCH_ID = re.compile(r"[0-9a-f]{32}")
 VERIFIER = re.compile(r"[a-z0-9-]{0,64}")
@@ -75,26 +87,6 @@ class ForwardedBatch:
     verifier: str = ""  # the name of that check ("": none)
 
 
-def open_report(sealed: bytes, key: X25519PrivateKey, info: bytes, length: int, limit: int,
-                allow_simulated: bool) -> bytes | None:
-    """The int64 little-endian payload of one sealed report, or None if it does not open
-    or fails a report check (length, range, a simulated report the query refuses)."""
-    if len(sealed) != sealed_length(length):
-        return None
-    try:
-        got = open_plaintext(suite().decrypt(sealed, key, info=info))
-    except Exception:  # authentication failure, malformed enc: the report is dropped
-        return None
-    if got is None:
-        return None
-    values, simulated = got
-    if len(values) != length or (simulated and not allow_simulated):
-        return None
-    if values.size and int(np.abs(values).max()) > limit:
-        return None
-    return values.astype("<i8").tobytes()
-
-
 class ShuffleIntake:
     """GetShuffleQuery and ForwardBatch (see the module docstring)."""
 
@@ -105,6 +97,49 @@ class ShuffleIntake:
         self.phases, self.tasks, self.keyring = phases, tasks, keyring
         self.allow_simulated = allow_simulated
         self._cells: dict[str, dict[Cell, int]] = {}
+        self._pool: ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _openers(self) -> ProcessPoolExecutor | None:
+        """The pool of opening processes (None on a machine with one core)."""
+        if _workers() < 2:
+            return None
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    _workers(), mp_context=multiprocessing.get_context("spawn"))
+            return self._pool
+
+    def warm(self) -> None:
+        """Start the opening processes now, in the background (the shuffler port calls
+        this when it starts: a process's start-up is seconds of imports, which the first
+        large batch should not wait for)."""
+        pool = self._openers()
+        if pool is not None:
+            threading.Thread(target=lambda: list(pool.map(abs, range(_workers()))),
+                             name="uldp-openers-warm", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the opening processes (if a large batch started them)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _open(self, key: X25519PrivateKey, info: bytes, length: int, limit: int,
+              allow: bool, sealed: list[bytes]) -> list[bytes | None]:
+        """:func:`~uldp.client.sealing.open_reports` of a batch: in this thread, or — a
+        batch of at least :data:`PARALLEL_OPEN` on a machine with several cores — in
+        chunks over a pool of processes (one X25519 per report is the collector's main
+        cost in shuffle mode, and it holds the GIL). Order is kept."""
+        pool = self._openers() if len(sealed) >= PARALLEL_OPEN else None
+        if pool is None:
+            return open_reports(key.private_bytes_raw(), info, length, limit, allow, sealed)
+        step = -(-len(sealed) // _workers())
+        parts = pool.map(open_reports, *zip(*[
+            (key.private_bytes_raw(), info, length, limit, allow, sealed[i:i + step])
+            for i in range(0, len(sealed), step)], strict=True))
+        return [p for part in parts for p in part]
 
     def cells(self, rt: QueryRuntime) -> dict[Cell, int]:
         """:func:`cell_sizes` of a query, counted once (fixed at creation)."""
@@ -183,7 +218,7 @@ class ShuffleIntake:
                                f"sealing key {rt.shuffle['key_id']} of query {b.query_id}")
         hinfo = seal_info(b.query_id, b.phase, b.group, b.stage, b.task_digest)
         allow = self.allow_simulated or rt.allow_simulated
-        opened = [open_report(s, key, hinfo, info.length, info.limit, allow) for s in b.sealed]
+        opened = self._open(key, hinfo, info.length, info.limit, allow, list(b.sealed))
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,
                               len(b.sealed), [p for p in opened if p is not None],
                               int(rt.spec.users), b.attested if b.verifier else 0, b.verifier)

@@ -6,7 +6,8 @@ shuffler port is mutual TLS with the shuffler's client certificate. Started by
 ``uldp shuffler serve`` (``uldp.collector.cli.shuffler``).
 
 ``uldp shuffler serve --http-port`` also serves :attr:`ShufflerServer.servicer` over
-Connect and gRPC-Web (``uldp.collector.http.shuffler``), in :attr:`ShufflerServer.pool`.
+Connect and gRPC-Web (``uldp.collector.http.shuffler``), in :attr:`ShufflerServer.pool`,
+and — with ``--metrics-token-file`` — :attr:`ShufflerServer.metrics` at ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, shuffler_pb2
 from uldp.collector.security.attestation import HmacAttestation
 from uldp.collector.security.tickets import TicketKey
 from uldp.collector.service.handlers import add_service
+from uldp.collector.shuffler.metrics import ShufflerMetrics
 from uldp.collector.shuffler.service import (
     MAX_SEALED_BATCH,
     CollectorLink,
@@ -94,6 +96,7 @@ class ShufflerServer:
         self.servicer = ShufflerServicer(self.store, tickets, self.link, verifier, name)
         add_service(self.server, self.servicer, _SERVICE, batch_cap=MAX_SEALED_BATCH,
                     who="shuffler")
+        self.metrics = ShufflerMetrics(self.store, self.servicer, self.forwarder, self.link)
         self.health = health.HealthServicer()
         add_service(self.server, self.health, _HEALTH)
 

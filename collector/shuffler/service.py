@@ -46,8 +46,8 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
@@ -60,6 +60,7 @@ from uldp.collector.service.errors import ServiceError, batch_too_large, echo
 from uldp.collector.shuffler.store import (
     Admission,
     Bucket,
+    DrawnBatch,
     ShufflerStore,
     Submission,
     judge,
@@ -91,6 +92,7 @@ class ShufflerConfig:
     deadline_margin_s: float = 5.0  # flush this long before the phase's deadline
     tick_s: float = 0.2
     query_ttl_s: float = 1.0  # how long the collector's answer about a query is reused
+    senders: int = 2  # batches sent to the collector at once (it opens one while storing one)
     max_message_bytes: int = 4 * 1024 * 1024
 
 
@@ -201,11 +203,17 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
                                "(query, phase, group, stage or task digest)")
         item = Submission(r.query_id, r.phase, r.group, r.stage, r.task_digest,
                           bytes(r.sealed), t.slot, subject)
-        judged = judge(self.store.prior(t.query_id, t.slot), item)
-        if judged is not None:  # step 5: a stored slot answers for itself
+        try:
+            placed = self._placed(t.query_id, t.phase, t.group, t.stage, t.slot)
+        except ServiceError:
+            # step 5 before 6: a slot that stored its report answers for itself, also
+            # once its phase closed (the store judges it again in the normal path)
+            judged = judge(self.store.prior(t.query_id, t.slot), item)
+            if judged is None:
+                raise
             return (*judged, "" if judged[0] == "OK" else f"slot {t.slot} of query "
                     f"{t.query_id} already sent a different report")
-        return Admission(item, self._placed(t.query_id, t.phase, t.group, t.stage, t.slot))
+        return Admission(item, placed)
 
     def _placed(self, query_id: str, phase: int, group: int, stage: int, slot: int) -> int:
         """Check 6 against the collector's public view of the query: the devices it
@@ -314,6 +322,10 @@ class Forwarder:
         self.verifier_name = verifier_name  # the enrolment check of the admitted reports
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="uldp-forwarder", daemon=True)
+        self._senders = ThreadPoolExecutor(max(1, config.senders),
+                                           thread_name_prefix="uldp-forward")
+        self._sending: set[str] = set()
+        self._lock = threading.Lock()
         self.dropped = 0
         self.forwarded = 0  # reports in batches the collector stored (metrics)
 
@@ -324,6 +336,7 @@ class Forwarder:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        self._senders.shutdown(wait=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.config.tick_s):
@@ -332,14 +345,32 @@ class Forwarder:
             except Exception:  # keep ticking: the collector may be briefly unreachable
                 log.exception("forwarder tick")
 
-    def tick(self) -> None:
-        """One round: draw what is due, then send every batch not yet answered."""
+    def tick(self, wait: bool = False) -> None:
+        """One round: draw what is due, then start sending the batches not yet answered
+        (at most ``senders`` at once; ``wait``: until those are answered)."""
         for b in self.store.buckets():
             self._consider(b)
-        for batch in self.store.unsent():
+        with self._lock:
+            busy, free = frozenset(self._sending), self.config.senders - len(self._sending)
+        started = []
+        for batch in self.store.unsent(busy, max(0, free)):
             if self._stop.is_set():
-                return
+                break
+            with self._lock:
+                self._sending.add(batch.batch_id)
+            started.append(self._senders.submit(self._send_then_free, batch))
+        if wait:
+            for f in started:
+                f.result()
+
+    def _send_then_free(self, batch: DrawnBatch) -> None:
+        try:
             self._send(batch)
+        except Exception:
+            log.exception("forwarding batch %s", batch.batch_id)
+        finally:
+            with self._lock:
+                self._sending.discard(batch.batch_id)
 
     def _per_message(self, b: Bucket) -> int:
         fit = (self.config.max_message_bytes - 4096) // (b.max_bytes + 8)
@@ -366,12 +397,14 @@ class Forwarder:
         near = bool(ph.deadline_ms) and (
             ph.deadline_ms - now_ms <= self.config.deadline_margin_s * 1000)
         quiet = now_ms - b.last_ms >= self.config.linger_s * 1000
-        if b.count >= t + big:
-            self._draw(b, big)
-        elif b.count >= t and (near or self._complete(q, ph, b)):
-            self._draw(b, b.count)
-        elif b.count >= 2 * t and quiet:
-            self._draw(b, b.count - t)  # keep T back: the cell's tail goes with them
+        count = b.count
+        while count >= t + big:  # full batches, keeping at least T for the next
+            self._draw(b, big, count)
+            count -= big
+        if count >= t and (near or self._complete(q, ph, b)):
+            self._draw(b, count, count)
+        elif count >= 2 * t and quiet:
+            self._draw(b, count - t, count)  # keep T back: the cell's tail goes with them
 
     def _complete(self, q: QueryInfo, ph: PhaseInfo, b: Bucket) -> bool:
         """Whether no more reports can come to ``b``'s cell: it holds as many as the
@@ -382,10 +415,12 @@ class Forwarder:
             return True
         return ph.quota > 0 and sum(admitted.values()) + ph.declined >= ph.quota
 
-    def _draw(self, b: Bucket, size: int) -> None:
-        self.store.draw(b, size, self.verifier_name)
+    def _draw(self, b: Bucket, size: int, count: int) -> None:
+        batch = self.store.draw(b, size, self.verifier_name)
+        log.info("query %s phase %d group %d stage %d: drew batch %s of %d reports (%d left)",
+                 b.query_id, b.phase, b.group, b.stage, batch, size, count - size)
 
-    def _send(self, batch: Any) -> None:
+    def _send(self, batch: DrawnBatch) -> None:
         req = shuffler_pb2.ForwardBatchRequest(
             batch_id=batch.batch_id, query_id=batch.query_id, phase=batch.phase,
             group=batch.group, stage=batch.stage, task_digest=batch.task_digest,

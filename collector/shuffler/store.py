@@ -22,6 +22,8 @@ See ``docs/privacy.md`` §7 ("Shuffle mode"). Tables:
                  forget the link and count distinct subjects when drawn) and — once drawn —
                  the batch id and the position in the batch's random order. Deleted
                  (``secure_delete``: overwritten) once the collector has the batch.
+``counters``     operator counters kept across restarts (``dropped``: reports whose phase
+                 closed before they made a batch).
 ``batches``      every batch drawn: id (the collector's idempotency key), bucket, size,
                  distinct attested subjects in it, state (``forwarding`` until the collector
                  answered, then ``forwarded`` or ``refused``) and the collector's counts.
@@ -73,6 +75,8 @@ CREATE TABLE IF NOT EXISTS pending (
   subject BLOB, batch_id TEXT, pos INTEGER);
 CREATE INDEX IF NOT EXISTS pending_bucket
   ON pending (batch_id, query_id, phase, grp, stage, task_digest);
+CREATE TABLE IF NOT EXISTS counters (
+  name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
   batch_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, phase INTEGER NOT NULL,
   grp INTEGER NOT NULL, stage INTEGER NOT NULL, task_digest TEXT NOT NULL,
@@ -160,6 +164,44 @@ class DrawnBatch:
     verifier: str = ""  # the enrolment check that attested them ("": none)
 
 
+_NONE = object()  # no row
+_CHUNK = 500  # values per IN (...) lookup
+
+
+def _lookup(db: sqlite3.Connection, sql: str, keys: list[tuple[str, object]]
+            ) -> dict[tuple[str, object], object]:
+    """(query, key) -> third column of the rows ``sql`` finds for ``keys``, in chunks of
+    at most :data:`_CHUNK` per query (``sql`` has one ``{}`` for the placeholders)."""
+    by_query: dict[str, list[object]] = {}
+    for q, k in keys:
+        by_query.setdefault(q, []).append(k)
+    out: dict[tuple[str, object], object] = {}
+    for q, ks in by_query.items():
+        uniq = list(dict.fromkeys(ks))
+        for i in range(0, len(uniq), _CHUNK):
+            part = uniq[i:i + _CHUNK]
+            for a, b, c in db.execute(sql.format(",".join("?" * len(part))), (q, *part)):
+                out[(a, bytes(b) if isinstance(b, bytes) else b)] = c
+    return out
+
+
+def _insert(db: sqlite3.Connection, subs: list[tuple[object, ...]],
+            seals: list[tuple[object, ...]], pend: list[tuple[object, ...]],
+            cells: dict[tuple[str, int, int, int], int],
+            buckets: dict[tuple[str, int, int, int, str], list[int]], t: int) -> None:
+    """The rows of a call's admitted reports, a few statements in all."""
+    db.executemany("INSERT INTO submissions VALUES (?, ?, ?)", subs)
+    db.executemany("INSERT INTO sealed_seen VALUES (?, ?)", seals)
+    db.executemany("INSERT INTO pending (query_id, phase, grp, stage, task_digest, sealed, "
+                   "received_at_ms, slot, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", pend)
+    db.executemany("INSERT INTO cells VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                   "SET admitted = excluded.admitted", [(*c, n) for c, n in cells.items()])
+    db.executemany("INSERT INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                   "SET count = count + excluded.count, last_ms = max(last_ms, "
+                   "excluded.last_ms), max_bytes = max(max_bytes, excluded.max_bytes)",
+                   [(*k, n, t, m) for k, (n, m) in buckets.items()])
+
+
 def judge(prior: bytes | None, item: Submission) -> tuple[str, bool] | None:
     """The answer to ``item`` given what its slot has stored (None: nothing yet)."""
     if prior is None:
@@ -218,51 +260,61 @@ class ShufflerStore:
     def submit(self, items: Sequence[Admission]) -> list[tuple[str, bool, str]]:
         """Admit each report unless its slot has one (judged by :func:`judge`), its cell
         holds ``placed`` reports already, or its ciphertext was admitted before; per item
-        (code, duplicate, message). All committed together before returning, or none
-        (an exception)."""
+        (code, duplicate, message), in order, as if admitted one by one. All committed
+        together before returning, or none (an exception). A few statements per call, not
+        per report: the lookups in chunks, the inserts with ``executemany``."""
         out: list[tuple[str, bool, str]] = []
         t = _now_ms()
         with self._tx() as db:
+            priors = _lookup(db, "SELECT query_id, slot, digest FROM submissions WHERE "
+                             "query_id = ? AND slot IN ({})",
+                             [(a.item.query_id, a.item.slot) for a in items])
+            seen = _lookup(db, "SELECT query_id, hash, 1 FROM sealed_seen WHERE "
+                           "query_id = ? AND hash IN ({})",
+                           [(a.item.query_id, a.item.sealed_hash) for a in items])
+            cells: dict[tuple[str, int, int, int], int] = {}
+            buckets: dict[tuple[str, int, int, int, str], list[int]] = {}
+            subs: list[tuple[object, ...]] = []
+            seals: list[tuple[object, ...]] = []
+            pend: list[tuple[object, ...]] = []
             for adm in items:
                 it = adm.item
-                row = db.execute("SELECT digest FROM submissions WHERE query_id = ? AND "
-                                 "slot = ?", (it.query_id, it.slot)).fetchone()
-                prior = None if row is None else (FORGOTTEN if row[0] is None
-                                                  else bytes(row[0]))
-                judged = judge(prior, it)
+                key = (it.query_id, it.slot)
+                got = priors.get(key, _NONE)
+                judged = judge(None if got is _NONE else
+                               (got if isinstance(got, bytes) else FORGOTTEN), it)
                 if judged is not None:
                     out.append((*judged, "" if judged[0] == "OK" else
                                 f"slot {it.slot} of query {it.query_id} already sent a "
                                 "different report"))
                     continue
                 cell = (it.query_id, it.phase, it.group, it.stage)
-                got = db.execute("SELECT admitted FROM cells WHERE query_id = ? AND phase = ? "
-                                 "AND grp = ? AND stage = ?", cell).fetchone()
-                if got is not None and int(got[0]) >= adm.placed:
+                if cell not in cells:
+                    row = db.execute("SELECT admitted FROM cells WHERE query_id = ? AND "
+                                     "phase = ? AND grp = ? AND stage = ?", cell).fetchone()
+                    cells[cell] = int(row[0]) if row is not None else 0
+                if cells[cell] >= adm.placed:
                     out.append(("FAILED_PRECONDITION", False,
                                 f"phase {it.phase} group {it.group} stage {it.stage} of "
                                 f"query {it.query_id} holds all its {adm.placed} reports"))
                     continue
-                if db.execute("SELECT 1 FROM sealed_seen WHERE query_id = ? AND hash = ?",
-                              (it.query_id, it.sealed_hash)).fetchone() is not None:
+                h = it.sealed_hash
+                if (it.query_id, h) in seen:
                     out.append(("ALREADY_EXISTS", False, "this sealed report was submitted "
                                 "before (a replayed ciphertext)"))
                     continue
-                db.execute("INSERT INTO submissions VALUES (?, ?, ?)",
-                           (it.query_id, it.slot, it.digest))
-                db.execute("INSERT INTO sealed_seen VALUES (?, ?)",
-                           (it.query_id, it.sealed_hash))
-                db.execute("INSERT INTO cells VALUES (?, ?, ?, ?, 1) ON CONFLICT DO UPDATE "
-                           "SET admitted = admitted + 1", cell)
-                db.execute("INSERT INTO buckets VALUES (?, ?, ?, ?, ?, 1, ?, ?) ON CONFLICT "
-                           "DO UPDATE SET count = count + 1, last_ms = max(last_ms, "
-                           "excluded.last_ms), max_bytes = max(max_bytes, excluded.max_bytes)",
-                           (*cell, it.task_digest, t, len(it.sealed)))
-                db.execute("INSERT INTO pending (query_id, phase, grp, stage, task_digest, "
-                           "sealed, received_at_ms, slot, subject) VALUES "
-                           "(?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           (*cell, it.task_digest, it.sealed, t, it.slot, it.subject))
+                priors[key] = it.digest
+                seen[(it.query_id, h)] = 1
+                cells[cell] += 1
+                b = buckets.setdefault((*cell, it.task_digest), [0, 0])
+                b[0] += 1
+                b[1] = max(b[1], len(it.sealed))
+                subs.append((it.query_id, it.slot, it.digest))
+                seals.append((it.query_id, h))
+                pend.append((*cell, it.task_digest, it.sealed, t, it.slot, it.subject))
                 out.append(("OK", False, ""))
+            if pend:
+                _insert(db, subs, seals, pend, cells, buckets, t)
         return out
 
     def admitted(self, query_id: str, phase: int) -> dict[tuple[int, int], int]:
@@ -315,15 +367,21 @@ class ShufflerStore:
             self._recount(db, b, size)
         return batch_id
 
-    def unsent(self) -> list[DrawnBatch]:
-        """The batches drawn and not yet answered by the collector, oldest first."""
+    def unsent(self, skip: frozenset[str] = frozenset(), limit: int = 1 << 30
+               ) -> list[DrawnBatch]:
+        """The batches drawn and not yet answered by the collector, oldest first, except
+        ``skip`` (being sent), at most ``limit`` of them, with their reports."""
         with self._lock:
             heads = self._db.execute(
                 "SELECT batch_id, query_id, phase, grp, stage, task_digest, attested, verifier "
                 "FROM batches WHERE state = 'forwarding' ORDER BY created_at_ms, batch_id"
             ).fetchall()
-            out = []
+            out: list[DrawnBatch] = []
             for h in heads:
+                if len(out) >= limit:
+                    break
+                if h[0] in skip:
+                    continue
                 sealed = [bytes(r[0]) for r in self._db.execute(
                     "SELECT sealed FROM pending WHERE batch_id = ? ORDER BY pos", (h[0],))]
                 out.append(DrawnBatch(str(h[0]), str(h[1]), int(h[2]), int(h[3]), int(h[4]),
@@ -354,6 +412,8 @@ class ShufflerStore:
         with self._tx() as db:
             n = self._forget(db, where, args)
             self._recount(db, b, n)
+            db.execute("INSERT INTO counters VALUES ('dropped', ?) ON CONFLICT DO UPDATE "
+                       "SET value = value + excluded.value", (n,))
         return n
 
     def counts(self) -> dict[str, int]:
@@ -368,4 +428,6 @@ class ShufflerStore:
                     "GROUP BY state"):
                 out[f"batches_{state}"] = int(n)
                 out[f"reports_{state}"] = int(size)
+            for name, value in self._db.execute("SELECT name, value FROM counters"):
+                out[str(name)] = int(value)
         return out

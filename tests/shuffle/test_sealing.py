@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -138,3 +140,31 @@ def test_device_refuses_without_shuffler_and_stores_the_ciphertext(tmp_path):
     vals, simulated = open_plaintext(suite().decrypt(rep.sealed, sk, info=info))
     assert len(vals) == 1 and simulated is False
     dev.close()
+
+
+def test_the_collector_opens_a_batch_in_order_and_drops_what_fails(monkeypatch):
+    """``open_reports`` keeps the order and drops, one by one, a forgery, a report of
+    another length, a simulated one where not allowed and one over the limit; a large
+    batch opened by the pool of processes gives the same list."""
+    import uldp.collector.service.shuffled as sh
+    from uldp.client.sealing import open_reports
+
+    sk = X25519PrivateKey.generate()
+    key = SealKey.of(sk.public_key().public_bytes_raw())
+    info = seal_info("q", 1, 0, 0, "ab" * 32)
+    good = [seal(key, info, plaintext([i, -i], False)) for i in range(6)]
+    bad = [os.urandom(len(good[0])), seal(key, info, plaintext([1, 2, 3], False)),
+           seal(key, info, plaintext([1, 1], True)), seal(key, info, plaintext([99, 0], False))]
+    raw = sk.private_bytes_raw()
+    got = open_reports(raw, info, 2, 50, False, good[:3] + bad + good[3:])
+    want = [np.array([i, -i], dtype="<i8").tobytes() for i in range(6)]
+    assert got == want[:3] + [None] * 4 + want[3:]
+    assert open_reports(raw, info, 2, 50, True, bad[2:3]) == [np.array([1, 1], "<i8").tobytes()]
+    monkeypatch.setattr(sh, "PARALLEL_OPEN", 4)
+    intake = sh.ShuffleIntake.__new__(sh.ShuffleIntake)
+    intake._pool, intake._pool_lock = None, threading.Lock()
+    try:
+        assert intake._open(sk, info, 2, 50, False, good + bad) == want + [None] * 4
+        assert intake._pool is not None or (os.cpu_count() or 1) < 2
+    finally:
+        intake.close()

@@ -77,7 +77,11 @@ def test_shuffler_serve_names_the_flag(deployment: Deployment, tmp_path, capsys)
             ([*tpk, "--http-port", "0", "--cors-origin", "app.example"],
              "--cors-origin 'app.example'"),
             ([*tpk, "--port", "50999", "--http-port", "50999"],
-             "--http-port 50999: the same port")):
+             "--http-port 50999: the same port"),
+            ([*tpk, "--metrics-token-file", str(sp.ticket_key)],
+             "--metrics-token-file needs --http-port"),
+            ([*tpk, "--http-port", "0", "--metrics-token-file", str(tmp_path / "none")],
+             "--metrics-token-file")):
         rc, err = _inproc(capsys, *base, *args)
         assert rc == 2 and why in err and len(err.strip().splitlines()) == 1, (args, err)
     assert "hex" in _inproc(capsys, *base, "--ticket-key-file", str(bad))[1]

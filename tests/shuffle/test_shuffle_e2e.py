@@ -176,7 +176,7 @@ def test_a_captured_report_opens_with_the_collector_key_only(deployment, tmp_pat
     rows = shuffler_db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
     shuffler_db.close()
     assert {r[0] for r in rows} == {"submissions", "sealed_seen", "cells", "buckets",
-                                    "pending", "batches"}  # no key table
+                                    "pending", "counters", "batches"}  # no key table
     dev.close()
 
 

@@ -28,7 +28,7 @@ from uldp.collector.security.attestation import HmacAttestation
 from uldp.collector.service.client import QueryRequest
 from uldp.collector.simulation.fleet import fleet_attestation
 
-from .conftest import APP_ORIGIN, Deployment
+from .conftest import APP_ORIGIN, METRICS_TOKEN, Deployment
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 PROTOCOLS = ("connect", "grpc-web")
@@ -153,3 +153,26 @@ def test_healthz_and_cors(deployment):
     st, h, body = _http(d, SUBMIT, "POST", {**proto, "origin": APP_ORIGIN}, b"")
     assert st == 401 and h["access-control-allow-origin"] == APP_ORIGIN
     assert json.loads(body)["code"] == "unauthenticated"
+
+
+def test_the_shuffler_serves_aggregate_metrics_to_its_scraper(deployment):
+    """``GET /metrics`` on the shuffler's HTTP port: 401 without its token (before any
+    work), then aggregate counts — reports by state, refusals by code, the enrolment
+    check — and no query id, slot or subject."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    d = deployment
+    st, h, _ = _http(d, "/metrics")
+    assert st == 401 and "www-authenticate" in h
+    assert _http(d, "/metrics", headers={"authorization": "Bearer wrong-token-000000"})[0] == 401
+    st, _, body = _http(d, "/metrics", headers={"authorization": f"Bearer {METRICS_TOKEN}"})
+    assert st == 200
+    fams = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    reports = {s.labels["state"]: s.value for s in fams["uldp_shuffler_reports"].samples}
+    assert reports["admitted"] >= 40 and set(reports) == {"admitted", "waiting", "batched",
+                                                          "forwarded", "dropped"}
+    refusals = {s.labels["code"] for s in fams["uldp_shuffler_refusals"].samples}
+    assert "UNAUTHENTICATED" in refusals  # the forged tickets of the checks above
+    assert fams["uldp_shuffler_enrolment_check"].samples[0].value == 1
+    assert fams["uldp_shuffler_collector_polls"].samples[0].value >= 1
+    assert b"query_id" not in body and b"web-checks" not in body
