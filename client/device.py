@@ -10,8 +10,9 @@ Usage (an app)::
     dev = Device("collector.example:443", "/var/lib/myapp/uldp",
                  ca_cert="ca.pem", budget=4.0)
     dev.add_dataset("steps", samples=np.array([...]))   # any values: NaN, empty, huge
-    result = dev.poll()          # enroll if needed, run every task available now
-    dev.poll(send_delay=SendDelay(2.0, 10.0))  # send at a time that hides the computation
+    result = dev.poll()          # enroll if needed, run every task available now; each
+                                 # report leaves at a drawn deadline 2-8 s after its task
+    dev.poll(send_delay=SendDelay(5.0, 30.0))  # another public window (None: at once)
 
 **Totality (invariant 6, docs/architecture.md).** Whether the device reports, and how many
 messages it sends, depend only on public facts: the task, the device's ledger and what the app
@@ -46,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 import numpy as np
@@ -63,7 +64,8 @@ from uldp.client.ledger import (
 )
 from uldp.client.outcomes import DeviceError, EnrollmentError, PollResult, ReportRejected
 from uldp.client.polling import PollLoop
-from uldp.client.randomness import RandomSource
+from uldp.client.randomness import RandomSource, check_device_rng
+from uldp.client.schedule import SendDelay, default_send_delay
 from uldp.client.shuffled import AnyReport, ShuffleMode
 from uldp.client.task_checks import check_declaration, parsed_task
 from uldp.client.tasks import (
@@ -117,24 +119,23 @@ class Device(PollLoop, ShuffleMode):
                  simulation: bool = False, shuffler: str | Endpoint | None = None,
                  shuffler_channel: grpc.Channel | None = None,
                  attestation: str | Callable[[], str] = "",
-                 shuffler_attestation: str | Callable[[], str] = "") -> None:
+                 shuffler_attestation: str | Callable[[], str] = "",
+                 send_delay: SendDelay | Literal["default"] | None = "default") -> None:
         """``attestation``: what the app's back end vouches for this install with, for a
         collector that enrols new identities only with one (a string, or a callable
         asked once per new identity; protocol §10). ``rng``: leave None in production (a
-        fresh OS-keyed source per report). A
-        seeded source is accepted only together with ``simulation=True`` (fleet
-        simulations and tests); such a device marks every report ``simulated``.
+        fresh OS-keyed source per report); a seeded source only with ``simulation=True``
+        (fleets, tests), and every report is then marked ``simulated``.
         ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode);
         ``shuffler_attestation``: the app's attestation for a shuffler that runs its own
         enrolment check (a string, or a callable asked at every send; §16).
+        ``send_delay``: the public window every report of :meth:`poll`/:meth:`run` is sent
+        in, measured from the moment its task arrived (``"default"``:
+        :data:`~uldp.client.schedule.DEFAULT_SEND_DELAY`, 2–8 s; None: as soon as computed,
+        for simulations and tests; ``docs/privacy.md`` §2, "Timing").
         ``state_dir`` as a :class:`StateSlot`: the device's state lives in its rows of a
         shared :class:`StateFile`, whose own ``durable`` setting applies."""
-        if rng is not None and not simulation:
-            raise ValueError("a seeded random source is for simulations only: pass "
-                             "simulation=True (reports are then marked simulated), or "
-                             "rng=None for a production device")
-        if rng is not None and not (isinstance(rng, RandomSource) and rng.simulation):
-            raise ValueError("rng must be a simulation RandomSource (RandomSource.seeded)")
+        check_device_rng(rng, simulation)
         self.endpoint = target if isinstance(target, Endpoint) else Endpoint(
             target, Path(ca_cert) if ca_cert else None,
             Path(client_cert) if client_cert else None,
@@ -158,6 +159,7 @@ class Device(PollLoop, ShuffleMode):
         self._channel = channel
         self._stub: device_pb2_grpc.DeviceServiceStub | None = None
         self._init_shuffler(shuffler, shuffler_channel, ca_cert, shuffler_attestation)
+        self.send_delay = default_send_delay() if send_delay == "default" else send_delay
         self._datasets: dict[str, LocalDataset] = {}
         self._identity: dict[str, Any] | None = None
         self._jitter = random.Random()

@@ -100,7 +100,7 @@ test("TS devices send sealed reports to the shuffler over Connect and gRPC-Web; 
     const collector = new DeviceTransport({ target: `127.0.0.1:${at.port}`, caFile: at.ca, serverName: "localhost" });
     try {
       for (let i = 0; i < users; i++) {
-        const d = await Device.open({ transport: collector, store: new MemoryStore(), budget: 2,
+        const d = await Device.open({ sendDelay: null, transport: collector, store: new MemoryStore(), budget: 2,
           shuffler: shuffler(i % 2 ? "grpc-web" : "connect"), shufflerAttestation: at.attest[i],
           simulation: { rng: RandomSource.seeded(`ts-sh-${i}`) } });
         d.addDataset("web", [0.25, 0.5]);

@@ -65,7 +65,7 @@ class Shuffler implements ShufflerTransportLike {
 test("a sealed task is refused without a shuffler, before any charge", async () => {
   const col = new Collector();
   col.tasks = [sealedTask("q-s")];
-  const dev = await Device.open({ transport: col, store: new MemoryStore(), budget: 2 });
+  const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2 });
   dev.addDataset("data", [0.5, 0.25]);
   const r = await dev.poll();
   assert.deepEqual(r.refused.map((x) => x.code), ["seal"]);
@@ -75,7 +75,7 @@ test("a sealed task is refused without a shuffler, before any charge", async () 
 test("a sealed task without a shuffler ticket is refused, before any charge", async () => {
   const col = new Collector();
   col.tasks = [sealedTask("q-s", "")];
-  const dev = await Device.open({ transport: col, store: new MemoryStore(), budget: 2, shuffler: new Shuffler() });
+  const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: new Shuffler() });
   dev.addDataset("data", [0.5, 0.25]);
   const r = await dev.poll();
   assert.deepEqual(r.refused.map((x) => x.code), ["seal"]);
@@ -89,7 +89,7 @@ test("a shuffler's UNAUTHENTICATED keeps the report pending (no re-enrolment fix
   const sh = new Shuffler();
   sh.errors = [Status.UNAUTHENTICATED, Status.UNAUTHENTICATED];
   let asked = 0;
-  const dev = await Device.open({ transport: col, store: new MemoryStore(), budget: 2, shuffler: sh,
+  const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: sh,
     shufflerAttestation: () => `v1.att-${++asked}` });
   dev.addDataset("data", [0.5, 0.25]);
   const r = await dev.poll();
@@ -105,7 +105,7 @@ test("the sealed report goes to the shuffler, stored and resent as identical byt
   col.tasks = [sealedTask("q-s")];
   const sh = new Shuffler();
   sh.errors = [Status.UNAVAILABLE]; // the first acknowledgement is lost
-  const dev = await Device.open({ transport: col, store: new MemoryStore(), budget: 2, shuffler: sh,
+  const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: sh,
     shufflerAttestation: "v1.attested", simulation: { rng: RandomSource.seeded("shuffle-ts") } });
   dev.addDataset("data", [0.5, 0.25]);
   const first = await dev.poll();
@@ -139,7 +139,7 @@ test("a TS device's ciphertext opens in Python with the collector's key only", {
     const task = sealedTask("q-py");
     col.tasks = [task];
     const sh = new Shuffler();
-    const dev = await Device.open({ transport: col, store: new MemoryStore(), budget: 2, shuffler: sh });
+    const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: sh });
     dev.addDataset("data", [0.5, 0.25]);
     await dev.poll();
     const info = sealInfo("q-py", 1, 2, 0, task.task_digest);

@@ -113,6 +113,8 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as exc:
         if front is not None:
             front.stop(0)
+        if "shuffler database" in str(exc):
+            raise OperatorError(f"--db {a.db}: {exc}") from None
         raise OperatorError(f"--port {a.port}: cannot serve: {exc}") from None
     if front is not None:
         from uldp.collector.http.shuffler import serve_shuffler

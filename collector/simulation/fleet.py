@@ -217,7 +217,8 @@ class _ThreadFleet:
                          rng=rng, durable=self.durable, simulation=True,
                          shuffler_channel=self.shuffler,
                          shuffler_attestation=fleet_attestation(self.attestation_key,
-                                                                f"fleet-device-{i}"))
+                                                                f"fleet-device-{i}"),
+                         send_delay=None)  # a simulation: send at once (privacy.md §2)
             for ds in self.datasets:
                 if i % ds.modulo == ds.residue:
                     assert ds.values is not None

@@ -6,8 +6,8 @@ devices report through a gateway (every report acknowledged means durably stored
 the collector holds the first batch the shuffler is killed with SIGKILL — the batches the
 collector acknowledged (the forwarder sends two at once) are still ``forwarding`` at the
 shuffler, the other reports wait. A new shuffler on the same database re-sends those
-batches (the collector answers duplicate: the batch id) and forwards the rest. The collector ends with exactly
-the acknowledged reports, each once, and the query completes.
+batches (the collector answers duplicate: the batch id) and forwards the rest. The
+collector ends with exactly the acknowledged reports, each once, and the query completes.
 """
 
 from __future__ import annotations

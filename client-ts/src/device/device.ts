@@ -30,7 +30,9 @@ import {
 
 import { RETRYABLE, Status } from "../core/status.js";
 import type { ReportMessage } from "../wire/index.js";
-import { checkWindow, drawDelayMs, monotonicMs, type PollOptions } from "./schedule.js";
+import {
+  checkWindow, DEADLINE_MARGIN_MS, DEFAULT_SEND_DELAY, drawDelayMs, monotonicMs, type PollOptions, type SendDelay,
+} from "./schedule.js";
 
 export type { DeviceStore } from "../ledger/ledger.js";
 export { RETRYABLE, Status };
@@ -129,6 +131,10 @@ export interface DeviceOptions {
   /** Shuffle mode: the app's attestation for a shuffler that runs its own enrolment check (a
    * string, or a function asked at every send: attestations expire; §16). */
   shufflerAttestation?: string | (() => string | Promise<string>);
+  /** The public window every report of `poll`/`run` is sent in, measured from the moment its
+   * task arrived (undefined: DEFAULT_SEND_DELAY, 2–8 s; null: as soon as computed — for
+   * simulations and tests; docs/privacy.md §2, "Timing"). */
+  sendDelay?: SendDelay | null;
   now?: () => number;
 }
 
@@ -148,6 +154,7 @@ export class Device {
 
   static async open(o: DeviceOptions): Promise<Device> {
     if (o.simulation && !o.simulation.rng.simulation) throw new RangeError("a simulation needs a seeded RandomSource");
+    if (o.sendDelay) checkWindow(o.sendDelay);
     const d = new Device(o, await Ledger.open(o.store, o.budget, o.now));
     d.#identity = await o.store.loadIdentity<Identity>();
     return d;
@@ -403,7 +410,8 @@ export class Device {
     }
     const done: string[] = [];
     const pending = this.ledger.entries("pending");
-    if (opts.sendDelay && recomputed && pending.length) await this.#wait(opts, start, out);
+    const d = this.#window(opts);
+    if (d && recomputed && pending.length) await this.#wait(d, opts, start, out);
     for (const e of pending) {
       try {
         await this.send(this.#message(e));
@@ -416,20 +424,31 @@ export class Device {
     return done;
   }
 
-  /** Wait until `start` plus a delay drawn from the window; count an overrun in `out`. */
-  async #wait(opts: PollOptions, start: number, out?: PollResult): Promise<void> {
-    const d = opts.sendDelay!;
+  /** The window of a poll: its own, else the device's, else the default (null: none). */
+  #window(opts: PollOptions): SendDelay | null {
+    if (opts.sendDelay !== undefined) return opts.sendDelay;
+    return this.#o.sendDelay === undefined ? DEFAULT_SEND_DELAY : this.#o.sendDelay;
+  }
+
+  /** Wait until `start` plus a delay drawn from the window, but not past 1 s before the
+   * task's deadline (wall-clock ms, public; 0: none); count an overrun in `out`. */
+  async #wait(d: SendDelay, opts: PollOptions, start: number, out?: PollResult, deadlineMs = 0): Promise<void> {
     const src = this.#o.simulation ? this.#o.simulation.rng.spawn("delay") : RandomSource.secure();
-    const left = start + drawDelayMs(d, src) - (opts.clock ?? monotonicMs)();
+    const now = (opts.clock ?? monotonicMs)();
+    let target = start + drawDelayMs(d, src);
+    if (deadlineMs > 0) target = Math.min(target, now + Math.max(0, deadlineMs - Date.now() - DEADLINE_MARGIN_MS));
+    const left = target - now;
     if (left >= 0) await (opts.sleep ?? defaultSleep)(left);
     else if (out) out.late += 1;
   }
 
-  /** Enrol if needed, re-send pending reports, then run every task offered now. With
-   * `sendDelay`, each report is sent at a deadline drawn from the public window, measured from
-   * the moment its task was received, so send times do not depend on the data (schedule.ts). */
+  /** Enrol if needed, re-send pending reports, then run every task offered now. Each report
+   * is sent at a deadline drawn from the public window (`opts.sendDelay`, else the device's,
+   * else DEFAULT_SEND_DELAY; null: at once), measured from the moment its task was received,
+   * so send times do not depend on the data (schedule.ts). */
   async poll(queryId = "", opts: PollOptions = {}): Promise<PollResult> {
-    if (opts.sendDelay) checkWindow(opts.sendDelay);
+    const window = this.#window(opts);
+    if (window) checkWindow(window);
     const out: PollResult = { submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
     out.submitted.push(...(await this.resendPending(out, opts)));
     const resp = await this.#getTasks(queryId);
@@ -445,7 +464,7 @@ export class Device {
         } else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
         continue;
       }
-      if (opts.sendDelay) await this.#wait(opts, start, out);
+      if (window) await this.#wait(window, opts, start, out, Number(t.deadline_ms ?? 0));
       try {
         await this.send(report);
         out.submitted.push(t.query_id);
