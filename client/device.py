@@ -67,7 +67,13 @@ from uldp.client.polling import PollLoop
 from uldp.client.randomness import RandomSource, check_device_rng
 from uldp.client.schedule import SendDelay, default_send_delay
 from uldp.client.shuffled import AnyReport, ShuffleMode
-from uldp.client.task_checks import check_declaration, parsed_task
+from uldp.client.task_checks import (
+    check_declaration,
+    check_groups_dataset,
+    clamp_note,
+    parsed_task,
+    report_labels,
+)
 from uldp.client.tasks import (
     TaskRefused,
     TaskSpec,
@@ -161,6 +167,9 @@ class Device(PollLoop, ShuffleMode):
         self._init_shuffler(shuffler, shuffler_channel, ca_cert, shuffler_attestation)
         self.send_delay = default_send_delay() if send_delay == "default" else send_delay
         self._datasets: dict[str, LocalDataset] = {}
+        #: per query: how many values its report clamped into the task's public range
+        #: (local only, never sent: a hint that the app's values are on another scale)
+        self.clamped: dict[str, int] = {}
         self._identity: dict[str, Any] | None = None
         self._jitter = random.Random()
         self._lock = threading.Lock()
@@ -378,6 +387,7 @@ class Device(PollLoop, ShuffleMode):
             raise TaskRefused(f"dataset {task.dataset!r} is not registered on this device",
                               code="dataset")
         check_declaration(spec, kind, ds.schema)
+        check_groups_dataset(spec, self._datasets)  # a grouped mean's groups (by)
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}", code="length")
@@ -437,11 +447,17 @@ class Device(PollLoop, ShuffleMode):
             values = fallback
             if ds is not None:
                 try:
-                    values = compute_report(spec, ds.samples, ds.labels, rng=rng,
+                    labels = report_labels(spec, ds, self._datasets)
+                    values = compute_report(spec, ds.samples, labels, rng=rng,
                                             dim=ds.schema.dim, fallback=fallback)
                 except Exception:  # totality backstop (compute_report is total itself)
                     log.error("report of query %s fell back to the empty dataset",
                               entry.query_id)
+                note = clamp_note(spec, ds.samples)  # local only: never sent
+                if note is not None:
+                    self.clamped[spec.query_id] = note[0]
+                    if note[0]:
+                        log.info(note[1])
             data = self._report_bytes(entry, spec, values)  # sealed in shuffle mode
             entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)

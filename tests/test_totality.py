@@ -82,6 +82,10 @@ def _all_tasks() -> list[tuple[str, TaskSpec]]:
                 spec = QuerySpec(kind=kind, epsilon=1.0, users=600, samples=4, dim=2,
                                  bound=None, moment_p=3.0, moment_m=2.0, method=method)
                 cases += _stage_tasks(compile_query(spec), f"{kind}-heavy-{method}")
+        for eps in (0.5, 2.5, 60.0):  # grouped means (kind mean-by): method ssl only
+            spec = QuerySpec(kind="mean-by", epsilon=eps, users=600, samples=4, dim=3,
+                             lo=0.0, hi=120.0, by="country", seed=3)
+            cases += _stage_tasks(compile_query(spec), f"mean-by-ranged-ssl-e{eps}-default")
         for kind, extra in LEARNING.items():
             for method in METHODS:
                 for eps in (0.5, 4.0):
@@ -192,6 +196,8 @@ def test_every_kind_method_and_stage_is_covered():
     names = [n for n, _ in TASKS]
     for kind in list(KINDS):
         for method in METHODS:
+            if KINDS[kind].methods is not None and method not in KINDS[kind].methods:
+                continue  # the kind refuses that method (a grouped mean: ssl only)
             assert any(n.startswith(f"{kind}-") and f"-{method}-" in n + "-" for n in names), \
                 (kind, method)
     assert any("-2-fallback" in n for n in names) and any("-2-last" in n for n in names)
@@ -391,6 +397,21 @@ def _interval(draw):
 
 
 @st.composite
+def _range(draw, accepted: bool) -> dict:
+    """A task's range and its bound ``hi/2 − lo/2``; not ``accepted``: possibly lo >= hi, a
+    width that overflows, or another bound."""
+    lo, hi = draw(_interval())
+    if not accepted and draw(st.booleans()):
+        lo, hi = draw(reals), draw(reals)
+    D = hi / 2 - lo / 2
+    if accepted and not D > 0:  # adjacent subnormals: no positive bound fits
+        lo, hi, D = -1.0, 1.0, 1.0
+    if not accepted and draw(st.booleans()):
+        D = draw(positive)
+    return {"range": (lo, hi), "bound": D}
+
+
+@st.composite
 def hostile_task(draw, accepted: bool = True) -> TaskSpec:
     kind, dim, extra = draw(st.sampled_from(SHAPES))
     method = draw(st.sampled_from(METHODS))
@@ -418,6 +439,8 @@ def hostile_task(draw, accepted: bool = True) -> TaskSpec:
         f.update(virtual_groups=groups, m_ref=draw(st.sampled_from([1, 2, 7, 64])),
                  virtual_offset=draw(st.sampled_from([0, 1, 2**70])),
                  virtual_eps=tuple(draw(st.sampled_from(EPS_C[:5])) for _ in groups))
+    if kind in ("mean", "mean-linf") and bound is not None and draw(st.booleans()):
+        f.update(draw(_range(accepted)))  # a public range [lo, hi] (issue 29)
     if not accepted:
         f.update(draw(st.sampled_from([{}, {"eps_c": 2.0**20}, {"epsilon": 2.0**-24},
                                        {"bound": 5e-324}, {"stat_bound": 1.7976931348623157e308},

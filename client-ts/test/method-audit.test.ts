@@ -109,6 +109,19 @@ const CASES: Case[] = [
     components: [0, 1], intervals: [[-1, 1], [-1, 1]], m_ref: 3, virtual_groups: [[0], [1]], virtual_eps: [0.5, 0.5],
     virtual_offset: 1 }), datasets: [[], [[0.3, 0.2]], [[0.1, 0.2], [NaN, 0], [0.5, -0.5], [0.9, 0.9]]],
   extreme: [[[-1, -1], [-1, -1], [-1, -1]], [[1, 1], [1, 1], [1, 1]]] },
+  // public ranges [lo, hi] (issue 29): samples centred on lo/2 + hi/2 and clamped on the device
+  { name: "range-ssl", task: taskJson({ kind: "mean", method: "ssl", epsilon: 1.0, eps_c: 1.0, components: [0],
+    range: [0, 120], bound: 60, intervals: [[-60, 60]] }), datasets: [[], [30, 90, 150], huge, [-1e5], [60]],
+  extreme: [[0], [120]] },
+  { name: "range-two-stage-1", task: taskJson({ kind: "mean", method: "two-stage", stage: 1, epsilon: 0.7, eps_c: 0.7,
+    components: [0], range: [1e300, 1.5e300], bound: 2.5e299, bins: [[2.5e299, 1.25e299, 4]] }),
+  datasets: [[], [1.2e300], huge, [-5]], extreme: [[1e300], [1.5e300]] },
+  { name: "range-linf-baseline-b", task: taskJson({ kind: "mean-linf", method: "baseline-b", dim: 2, epsilon: 1.0,
+    eps_c: 0.5, components: [0, 1], range: [-0.25, 1.75], bound: 1.0, intervals: [[-1, 1], [-1, 1]] }),
+  datasets: [[], [[0.3, -0.2]], [[1e308, NaN]], [[0.1, 9], [0.5, 0.2]]], extreme: [[[-0.25, -0.25]], [[1.75, 1.75]]] },
+  { name: "range-baseline-a", task: taskJson({ kind: "mean", method: "baseline-a", epsilon: 1.0, eps_c: 1.0,
+    components: [0], range: [-3e5, -1e5], bound: 1e5, intervals: [[-1e5, 1e5]], m_ref: 2, virtual_groups: [[0]],
+    virtual_eps: [0.5] }), datasets: [[], [-2e5], [-2e5, 0, -9e5, -1.5e5], huge], extreme: [[-3e5, -3e5], [-1e5, -1e5]] },
 ];
 
 for (const c of CASES) {
@@ -144,4 +157,38 @@ test("negative control: a method drawing at twice its claimed ε is flagged", ()
     for (const p of [z, z.map((v) => v + FAR)]) worst = Math.max(worst, Math.abs(logLikelihood(leaky, [1], p) - logLikelihood(leaky, [-1], p)));
   }
   assert.ok(worst > Number(claimed.units) / 2 ** 24 + 0.3, `not flagged (${worst})`);
+});
+
+// ---- grouped means (kind mean-by, issue 29; Python: tests/test_groupby.py) ---------------------
+test("method audit: mean-by — the report of a device in group A and in group B is within ε", () => {
+  for (const [eps, comps] of [[0.5, [0]], [3.0, [0, 1, 2]], [60, [0, 1, 2, 3, 4, 5]]] as [number, number[]][]) {
+    const t = parseTask(taskJson({ kind: "mean-by", method: "ssl", dim: 3, by: "country", epsilon: eps,
+      eps_c: eps / comps.length, components: comps, range: [0, 120], bound: 60,
+      intervals: comps.map((c) => (c % 2 === 0 ? [-0.5, 0.5] : [-60, 60])) }));
+    const spent = Number(t.units) / 2 ** 24;
+    const kind = KINDS[t.kind];
+    const ll = (vals: number[], codes: number[], z: bigint[]): number => {
+      const rows = taskRows(t, vals, codes);
+      const Y = statistics(t, kind, rows, usable(t, kind, rows));
+      return stage2LogLikelihood(t.components.map((c) => Y[c]), z, t.intervals as Interval[], t.epsC);
+    };
+    const vals = [10, 115, 60, 60];
+    const D: [number[], number[]][] = [0, 1, 2].map((g) => [vals, [g, g, g, g]]);
+    D.push([[200, 200], [0, 0]], [[-50, -50], [2, 2]], [vals, [NaN, NaN, NaN, NaN]], [[], []]);
+    const rng = RandomSource.seeded(`method-audit-mean-by-${eps}`);
+    let worst = 0;
+    for (let i = 0; i < D.length; i++) {
+      for (let j = i + 1; j < D.length; j++) {
+        for (const [sv, sc] of [D[i], D[j]]) {
+          const z = computeReport(t, sv, sc, rng);
+          for (const p of [z, z.map((v) => v + FAR), z.map((v) => v - FAR)]) {
+            const r = ll(D[i][0], D[i][1], p) - ll(D[j][0], D[j][1], p);
+            assert.ok(Math.abs(r) <= spent + TOL, `mean-by ε=${eps}: log ratio ${r} > ${spent}`);
+            worst = Math.max(worst, Math.abs(r));
+          }
+        }
+      }
+    }
+    assert.ok(worst >= 0.3 * spent, `mean-by ε=${eps}: the audit never approached ε (${worst} vs ${spent})`);
+  }
 });

@@ -10,16 +10,19 @@ A new kind is one module that calls :func:`register_kind` plus one import line h
 ``docs/architecture.md``, "Adding a kind").
 """
 
-from uldp.client.kinds import distribution, learning, means
+from uldp.client.kinds import distribution, grouped, learning, means
 from uldp.client.kinds.base import (
     HEAVY_GUARD,
     KINDS,
     DataError,
     Kind,
+    centre,
     check_samples,
+    count_clamped,
     kashin_frame,
     masked_mean,
     register_kind,
+    value_range,
 )
 
 __all__ = [
@@ -27,11 +30,15 @@ __all__ = [
     "KINDS",
     "DataError",
     "Kind",
+    "centre",
     "check_samples",
+    "count_clamped",
     "distribution",
+    "grouped",
     "kashin_frame",
     "learning",
     "masked_mean",
     "means",
     "register_kind",
+    "value_range",
 ]

@@ -161,7 +161,7 @@ def _cmd_wait(a: argparse.Namespace) -> int:
 
 
 def _cmd_token_public_key(a: argparse.Namespace) -> int:
-    """Print the device-token verification key (PEM) a shuffler needs."""
+    """Print the device-token verification key (PEM), for a party that checks tokens."""
     from uldp.collector.security.tokens import TokenKey
 
     if a.token_key_file:
@@ -263,9 +263,10 @@ def register(subparsers: Any) -> None:
     unused_admin_flag(s)
     s.set_defaults(func=_cmd_wait)
     s = sc.add_parser("token-public-key", help="print the device-token verification key "
-                      "(PEM) for a shuffler", description="Print the Ed25519 public key that "
-                      "verifies device tokens: a shuffler (`uldp shuffler serve "
-                      "--token-public-key`) checks tokens with it and cannot issue any.")
+                      "(PEM)", description="Print the Ed25519 public key that verifies "
+                      "device tokens: a party holding it can check a token (an audit, a "
+                      "gateway), never issue one. A shuffler needs no token key: devices show "
+                      "it shuffler tickets (`uldp collector shuffle-ticket-key`).")
     s.add_argument("--token-key-file", help="the collector's token signing key (PEM)")
     s.add_argument("--db", default=env("ULDP_DB", "uldp-collector.db"),
                    help="the collector's database (its key, when there is no key file)")

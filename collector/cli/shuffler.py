@@ -15,6 +15,7 @@ from typing import Any
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 from uldp.collector.cli.common import cors_origins, env, readable_file, ready_file, wait_for_signal
+from uldp.collector.cli.connections import add_connection_flags, connection_limits, trusted_proxies
 from uldp.collector.cli.util import OperatorError, port_number, positive_float, positive_int
 from uldp.collector.security.tokens import AdminAuth
 
@@ -52,6 +53,7 @@ def _config(a: argparse.Namespace) -> Any:
         raise OperatorError(f"--http-port {a.http_port}: the same port as --port; give the "
                             "HTTP port its own number")
     cors_origins(a)
+    trusted_proxies(a)
     if ":" not in a.collector:
         raise OperatorError(f"--collector {a.collector!r}: give host:port of the collector's "
                             "shuffler port")
@@ -91,10 +93,13 @@ def _http_front(a: argparse.Namespace) -> Any:
     from uldp.collector.http import HttpConfig
     from uldp.collector.http.shuffler import shuffler_front
 
+    proxies = trusted_proxies(a)
+    limits = connection_limits(a, http=True)[1]
     try:
         return shuffler_front(HttpConfig(
             Path(a.tls_cert), Path(a.tls_key), host=a.host, port=a.http_port,
-            cors_origins=cors_origins(a), max_message_bytes=a.max_message_bytes))
+            cors_origins=cors_origins(a), max_message_bytes=a.max_message_bytes,
+            limits=limits, trusted_proxies=proxies))
     except OSError as exc:
         raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
                             f"{a.host}:{a.http_port}: {exc.strerror or exc}") from None
@@ -106,6 +111,9 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     cfg = _config(a)
     logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from uldp.collector.observe.logs import RateLimit
+    for h in logging.getLogger().handlers:
+        h.addFilter(RateLimit())
     os.umask(0o077)
     front = _http_front(a)  # both ports before anything is written
     try:
@@ -173,6 +181,10 @@ def _certs_parser(sc: Any) -> None:
 
 
 def _key_flags(s: Any) -> None:
+    s.add_argument("--metrics-token-file", default=env("ULDP_SHUFFLER_METRICS_TOKEN_FILE"),
+                   help="serve GET /metrics (Prometheus, aggregate counts only) on the HTTP "
+                        "port to a scraper presenting this token as a bearer token (one line "
+                        "of >= 16 characters; env ULDP_SHUFFLER_METRICS_TOKEN_FILE)")
     s.add_argument("--ticket-key-file", required=True,
                    help="the key that checks shuffler tickets, shared with the collector "
                         "(`uldp collector shuffle-ticket-key --out FILE` writes it; 0600)")
@@ -211,11 +223,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("--cors-origin", action="append", default=[],
                    help="a web origin (scheme://host[:port]) whose pages may call the HTTP "
                         "port; repeat for more; * allows every origin (default: none)")
+    add_connection_flags(s, "shuffler")
     s.add_argument("--ready-file", help="write HOST:PORT here once serving (removed on stop)")
-    s.add_argument("--metrics-token-file", default=env("ULDP_SHUFFLER_METRICS_TOKEN_FILE"),
-                   help="serve GET /metrics (Prometheus, aggregate counts only) on the HTTP "
-                        "port to a scraper presenting this token as a bearer token (one line "
-                        "of >= 16 characters; env ULDP_SHUFFLER_METRICS_TOKEN_FILE)")
     s.add_argument("--tls-cert", required=True, help="the shuffler's server certificate")
     s.add_argument("--tls-key", required=True, help="the shuffler's server key")
     _key_flags(s)

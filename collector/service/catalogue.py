@@ -22,17 +22,20 @@ from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import Program, program_for
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.errors import ServiceError, echo
+from uldp.collector.service.odometer import PrivacyOdometer
 from uldp.collector.service.requests import (
+    REQUEST_PARAMS,
     SPEC_PARAMS,
     CreateRequest,
     build_spec,
     check_limits,
+    check_shape,
     same_query,
 )
 from uldp.collector.storage.db import Database, now_ms
 
 __all__ = ["ALLOW_SIMULATED", "SHUFFLE", "CheckedQuery", "QueryCatalogue", "QueryRuntime",
-           "check_create"]
+           "check_create", "check_message"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -125,7 +128,7 @@ def _params(params_json: str) -> tuple[dict[str, Any], bool]:
         raise ServiceError("INVALID_ARGUMENT", f"params_json is not JSON: {exc}") from None
     except RecursionError:
         raise ServiceError("INVALID_ARGUMENT", "params_json is nested too deeply") from None
-    allowed = {*SPEC_PARAMS, ALLOW_SIMULATED, SHUFFLE}
+    allowed = {*SPEC_PARAMS, *REQUEST_PARAMS, ALLOW_SIMULATED, SHUFFLE}
     if not isinstance(params, dict) or set(params) - allowed:
         raise ServiceError("INVALID_ARGUMENT", "params_json must be an object with keys "
                            f"among {tuple(sorted(allowed))}")
@@ -158,12 +161,14 @@ class CheckedQuery:
 
 def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, samples: int,
                  users: int, dim: int, method: str, params_json: str, phase_timeout_s: float,
-                 query_id: str, max_users: int, program: bool = True) -> CheckedQuery:
+                 query_id: str, max_users: int | None, program: bool = True,
+                 plan: bool = True) -> CheckedQuery | None:
     """Every check of CreateQuery, in its documented order, without storing anything
     (ServiceError INVALID_ARGUMENT naming what is wrong). The analyst console's preview
     runs the same function (``uldp.collector.analyst.preview``); ``program=False`` skips
     drawing the placement of every slot (the program), which a preview does not need
-    unless the query is shuffled."""
+    unless the query is shuffled; ``plan=False`` stops before planning (the checks of the
+    request's fields alone: what a client runs before it sends, returning None)."""
     if query_id and not _QUERY_ID.match(query_id):
         raise ServiceError("INVALID_ARGUMENT", "query_id must match [A-Za-z0-9_.-]{1,64}")
     if not dataset or len(dataset) > 256:
@@ -171,8 +176,15 @@ def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, sampl
     params, allow = _params(params_json)
     shuffle = _shuffle(params.pop(SHUFFLE, None))
     qid = query_id or "q-" + secrets.token_hex(6)
-    req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid)
+    lo, hi, by, groups = (params.pop(k, None) for k in ("lo", "hi", "by", "groups"))
+    req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid,
+                        lo, hi, "" if by is None else by,
+                        tuple(groups) if isinstance(groups, list)
+                        else () if groups is None else groups)
     check_limits(req, phase_timeout_s, max_users)
+    req = check_shape(req)
+    if not plan:
+        return None
     prog, quotas = None, None
     try:
         spec, drawn = build_spec(req)
@@ -189,6 +201,15 @@ def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, sampl
     return CheckedQuery(qid, spec, drawn, allow, shuffle, prog, quotas)
 
 
+def check_message(msg: Any, max_users: int | None, **kw: Any) -> CheckedQuery | None:
+    """:func:`check_create` of a ``CreateQueryRequest`` message."""
+    return check_create(kind=msg.kind, epsilon=msg.epsilon, dataset=msg.dataset,
+                        bound=msg.bound, samples=msg.samples, users=msg.users, dim=msg.dim,
+                        method=msg.method, params_json=msg.params_json,
+                        phase_timeout_s=msg.phase_timeout_seconds, query_id=msg.query_id,
+                        max_users=max_users, **kw)
+
+
 class QueryCatalogue:
     """Create, look up, list and cancel queries; cache each query's runtime."""
 
@@ -200,6 +221,8 @@ class QueryCatalogue:
         self.default_phase_timeout_s = default_phase_timeout_s
         self._runtimes: dict[str, QueryRuntime] = {}
         self._lock = threading.Lock()
+        #: shuffle mode: the dataset's central budget (uldp.collector.service.odometer)
+        self.odometer: PrivacyOdometer | None = None
 
     def runtime(self, query_id: str) -> QueryRuntime | None:
         """The runtime of a stored query (None if there is no such query)."""
@@ -223,17 +246,21 @@ class QueryCatalogue:
 
     def create(self, *, kind: str, epsilon: float, dataset: str, bound: float,
                samples: int, users: int, dim: int, method: str, params_json: str,
-               phase_timeout_s: float, query_id: str) -> dict[str, Any]:
+               phase_timeout_s: float, query_id: str, **more: Any) -> dict[str, Any]:
         """CreateQuery: validate, build the spec, store it (idempotent on the same id)."""
         c = check_create(kind=kind, epsilon=epsilon, dataset=dataset, bound=bound,
                          samples=samples, users=users, dim=dim, method=method,
                          params_json=params_json, phase_timeout_s=phase_timeout_s,
-                         query_id=query_id, max_users=self.max_users)
+                         query_id=query_id, max_users=self.max_users, **more)
+        assert c is not None
         qid, spec, drawn, allow, shuffle = (c.query_id, c.spec, c.drawn, c.allow_simulated,
                                             c.shuffle)
         program, quotas = c.program, c.quotas
         assert program is not None and quotas is not None
         also = None
+        if shuffle is not None and self.odometer is not None:
+            self.odometer.check_create(dataset=dataset, query_id=qid, epsilon=float(
+                spec.epsilon), min_batch=int(shuffle["min_batch"]))
         if shuffle is not None:
             shuffle["key_id"] = self.seal_keys.current().key_id
             sh = shuffle
@@ -242,7 +269,7 @@ class QueryCatalogue:
                 self.db.add_shuffle_query_in(conn, qid, sh["min_batch"], sh["delta"],
                                              sh["key_id"])
         timeout = phase_timeout_s or self.default_phase_timeout_s
-        row = dict(query_id=qid, kind=kind, dataset=dataset, epsilon=float(spec.epsilon),
+        row = dict(query_id=qid, kind=spec.kind, dataset=dataset, epsilon=float(spec.epsilon),
                    spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
                    state="running", current_phase=1, num_phases=program.num_phases,
                    target_users=int(spec.users), phase_timeout_s=float(timeout),

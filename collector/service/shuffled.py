@@ -18,13 +18,14 @@ of devices of each (phase, group, stage) is fixed at creation and counted once p
 in one linear pass (:func:`cell_sizes`), then kept (a few integers per cell).
 
 The result of a shuffled query carries ``privacy``: per (phase, group, stage) the local
-ε0 of its task and the central (ε, δ) of amplification by shuffling, computed with the
-smallest number of reports any batch of that cell hides a report among — counting only
-reports the shuffler admitted from distinct subjects its own enrolment check attested,
-less the ones that did not open (``uldp.collector.shuffler.amplification``). A shuffler
-that runs no enrolment check of its own gives no amplified guarantee: the collector mints
-the tickets, so it could have filled the batches itself. ``privacy.assumption`` says
-what the stated guarantee rests on.
+ε0 of its task and the central (ε, δ) of amplification by shuffling, with the
+variation-ratio bound of the cell's report mechanism (``uldp.collector.accounting``,
+docs/privacy.md §7.1), computed with the smallest number of reports any batch of that cell
+hides a report among — each batch is shuffled on its own — counting only reports the
+shuffler admitted from distinct subjects its own enrolment check attested, less the ones
+that did not open. A shuffler that runs no enrolment check of its own gives no amplified
+guarantee: the collector mints the tickets, so it could have filled the batches itself.
+``privacy.assumption`` says what the stated guarantee rests on.
 """
 
 from __future__ import annotations
@@ -43,13 +44,16 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from uldp.client.sealing import open_reports, seal_info
 from uldp.client.tasks import task_epsilon
 from uldp.client.taskspec import TaskSpec
+from uldp.collector.accounting.guarantee import BOUND, shuffle_guarantee
+from uldp.collector.accounting.odometer import cells_of_privacy
+from uldp.collector.accounting.parameters import task_parameters
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime, cell_sizes
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.ingest import not_open
+from uldp.collector.service.odometer import PrivacyOdometer
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
-from uldp.collector.shuffler.amplification import amplify
 from uldp.collector.storage.db import Database
 from uldp.collector.storage.shuffle import BatchOutcome, ShuffledBatch, StoredBatch
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
@@ -96,6 +100,7 @@ class ShuffleIntake:
         self.db, self.writer, self.catalogue = db, writer, catalogue
         self.phases, self.tasks, self.keyring = phases, tasks, keyring
         self.allow_simulated = allow_simulated
+        self.odometer: PrivacyOdometer | None = None
         self._cells: dict[str, dict[Cell, int]] = {}
         self._pool: ProcessPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -239,7 +244,11 @@ class ShuffleIntake:
         """The ``privacy`` section of a shuffled query's result (None if not shuffled)."""
         if rt.shuffle is None:
             return None
-        return privacy_section(rt, self.db.batch_counts(rt.query_id), published)
+        section = privacy_section(rt, self.db.batch_counts(rt.query_id), published)
+        if self.odometer is not None:  # the dataset's composed central ε (docs/privacy.md §7.2)
+            section["odometer"] = self.odometer.state(
+                rt.dataset, (rt.query_id, cells_of_privacy(section)))
+        return section
 
 
 def _task(rt: QueryRuntime, phase: int, group: int, stage: int,
@@ -274,18 +283,20 @@ def privacy_section(rt: QueryRuntime, batches: Sequence[StoredBatch],
     out: list[dict[str, Any]] = []
     verifiers: set[str] = set()
     for (phase, grp, stage), bs in sorted(cells.items()):
-        eps0 = task_epsilon(replace(_task(rt, phase, grp, stage, published), seal=None))
+        task = replace(_task(rt, phase, grp, stage, published), seal=None)
+        eps0, vr = task_epsilon(task), task_parameters(task)
         real = [b for b in bs if b.stored > 0]
         hide = min((counted(b) for b in real), default=0)
         verifiers.update(b.verifier for b in real)
-        amp = amplify(hide, eps0, delta) if hide >= 2 else None
+        amp = shuffle_guarantee(hide, vr, delta) if hide >= 2 else None
         out.append({"phase": phase, "group": grp, "stage": stage,
                     "reports": sum(b.stored for b in bs), "batches": len(bs),
                     "smallest_batch": min((b.stored for b in real), default=0),
                     "counted": hide, "dropped": sum(b.refused for b in bs),
                     "epsilon0": eps0, "epsilon": amp.epsilon if amp else eps0,
                     "delta": delta if amp and amp.amplified else 0.0,
-                    "closed_form_epsilon": amp.closed_form if amp else None,
+                    "mechanism": vr.mechanism, "detail": vr.detail,
+                    "variation_ratio": {"p": vr.p, "beta": vr.beta, "q": vr.q},
                     "amplified": bool(amp and amp.amplified)})
     eps0_all = max((float(c["epsilon0"]) for c in out), default=float(rt.spec.epsilon))
     eps_all = max((float(c["epsilon"]) for c in out), default=eps0_all)
@@ -294,8 +305,7 @@ def privacy_section(rt: QueryRuntime, batches: Sequence[StoredBatch],
     return {"mode": "shuffle", "local_epsilon": eps0_all, "central_epsilon": eps_all,
             "delta": delta if any(c["amplified"] for c in out) else 0.0,
             "amplified": amplified, "min_batch": int(rt.shuffle["min_batch"]),
-            "bound": "Feldman, McMillan, Talwar 2021 (numerical, Theorem 3.1 and "
-                     "Appendix E of arXiv:2012.12803)",
+            "bound": BOUND,
             "verifier": ", ".join(checks), "assumption": _assumption(checks, verifiers),
             "note": _note(out, amplified), "cells": out}
 
@@ -312,6 +322,8 @@ def _assumption(checks: list[str], seen: set[str]) -> str:
             "distinct real devices: a batch's central ε counts only the reports the "
             "shuffler admitted once per assignment ticket from distinct attested subjects, "
             "less every report that did not open")
+
+
 def _note(cells: list[dict[str, Any]], amplified: bool) -> str:
     if not cells:
         return "no report came through the shuffler; the guarantee is the local one"

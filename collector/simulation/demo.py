@@ -45,7 +45,7 @@ import numpy as np
 
 from uldp.client.transport import Endpoint
 from uldp.collector.analyst import Analyst
-from uldp.collector.cli.util import OperatorError
+from uldp.collector.errors import OperatorError
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import new_admin_token
@@ -349,10 +349,10 @@ def _privacy_table(privacy: dict[str, Any]) -> str:
                    f"{min((c['smallest_batch'] for c in cells), default=0):>14} "
                    f"{min((c.get('counted', 0) for c in cells), default=0):>8}")
     out.append("central eps: user-level (eps, delta)-DP of each user against the collector, "
-               "from amplification by shuffling (Feldman-McMillan-Talwar, numerical bound) "
-               "over the reports of the smallest batch of each (phase, group, stage) that "
-               "the shuffler admitted from distinct devices its own enrolment check "
-               "attested ('counted'); docs/privacy.md §7")
+               "from amplification by shuffling (variation-ratio bound of each report's "
+               "mechanism) over the reports of the smallest batch of each (phase, group, "
+               "stage) that the shuffler admitted from distinct devices its own enrolment "
+               "check attested ('counted'); docs/privacy.md §7")
     return "\n".join(out)
 
 

@@ -23,6 +23,7 @@ import { RandomSource } from "../core/random.js";
 import { sealInfo, sealReport } from "../core/seal.js";
 import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
+import { clampedValues, groupOf } from "../core/kinds.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
   AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
@@ -136,6 +137,9 @@ export interface DeviceOptions {
    * simulations and tests; docs/privacy.md §2, "Timing"). */
   sendDelay?: SendDelay | null;
   now?: () => number;
+  /** Local log lines (e.g. how many values a report clamped into the task's range); never
+   * sent anywhere. Default: none. */
+  log?: (line: string) => void;
 }
 
 const codeOf = (e: unknown): number | undefined => (typeof (e as { code?: unknown })?.code === "number" ? (e as { code: number }).code : undefined);
@@ -144,6 +148,9 @@ export class Device {
   readonly ledger: Ledger;
   readonly #o: DeviceOptions;
   readonly #datasets = new Map<string, LocalDataset>();
+  /** Per query: how many of the dataset's values its report clamped into the task's public
+   * range (local only: never sent; a hint that the app's values are on another scale). */
+  readonly clamped = new Map<string, number>();
   #identity: Identity | null = null;
   #lock: Promise<unknown> = Promise.resolve();
 
@@ -283,6 +290,30 @@ export class Device {
   /** The task's backstop report (the empty dataset's, §13.2), from public facts only and before
    * the charge, on a keystream of its own: a task whose backstop cannot be computed is refused
    * (code `param`), so whether the device reports never depends on its data (invariant 6). */
+  /** The rows' labels: the dataset's own, or for a grouped mean (`by`) the device's group —
+   * groupOf its groups' dataset (NaN, no group, if that dataset is gone) — on every row. */
+  #labels(task: Task, ds: LocalDataset): number[] | null {
+    if (task.by === null) return ds.labels;
+    const by = this.#datasets.get(task.by);
+    const g = by ? groupOf((by.samples as (number | number[])[]).map((v) => (typeof v === "number" ? v : NaN)), task.dim) : NaN;
+    return new Array<number>(ds.samples.length).fill(g);
+  }
+
+  /** Count (and log, locally) the values the task's range clamps: never sent. */
+  #noteClamped(task: Task, ds: LocalDataset): void {
+    try {
+      const rows = (ds.samples as (number | number[])[]).map((r) => Float64Array.from(Array.isArray(r) ? r : [r]));
+      const n = clampedValues(task, rows, task.kind === "mean" ? 1 : task.dim);
+      this.clamped.set(task.queryId, n);
+      if (n > 0 && this.#o.log) {
+        const [lo, hi] = task.range ?? [-(task.bound as number), task.bound as number];
+        this.#o.log(`query ${task.queryId}: ${n} of ${rows.length * (task.kind === "mean" ? 1 : task.dim)} values lay outside the range [${lo}, ${hi}] and were clamped into it (local only, never sent)`);
+      }
+    } catch {
+      // a log line is never worth a failure
+    }
+  }
+
   #fallback(task: Task): bigint[] {
     const src = this.#o.simulation ? this.#o.simulation.rng.spawn("fallback") : RandomSource.secure();
     try {
@@ -299,10 +330,11 @@ export class Device {
       let values: readonly bigint[] = fallback;
       if (ds) {
         try {
-          values = computeReport(task, ds.samples, ds.labels, rng, fallback);
+          values = computeReport(task, ds.samples, this.#labels(task, ds), rng, fallback);
         } catch {
           values = fallback; // totality backstop: one report is owed whatever happens
         }
+        this.#noteClamped(task, ds);
       }
       let stored: readonly bigint[] | Uint8Array = [...values];
       if (task.seal !== null) { // shuffle mode: the ciphertext is the report
