@@ -10,9 +10,7 @@ Usage (an app)::
     dev = Device("collector.example:443", "/var/lib/myapp/uldp",
                  ca_cert="ca.pem", budget=4.0)
     dev.add_dataset("steps", samples=np.array([...]))   # any values: NaN, empty, huge
-    result = dev.poll()          # enroll if needed, run every task available now; each
-                                 # report leaves at a drawn deadline 2-8 s after its task
-    dev.poll(send_delay=SendDelay(5.0, 30.0))  # another public window (None: at once)
+    result = dev.poll()  # enroll, run every task now; each report sent 2-8 s after its task
 
 **Totality (invariant 6, docs/architecture.md).** Whether the device reports, and how many
 messages it sends, depend only on public facts: the task, the device's ledger and what the app
@@ -133,12 +131,10 @@ class Device(PollLoop, ShuffleMode):
         fresh OS-keyed source per report); a seeded source only with ``simulation=True``
         (fleets, tests), and every report is then marked ``simulated``.
         ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode);
-        ``shuffler_attestation``: the app's attestation for a shuffler that runs its own
-        enrolment check (a string, or a callable asked at every send; §16).
-        ``send_delay``: the public window every report of :meth:`poll`/:meth:`run` is sent
-        in, measured from the moment its task arrived (``"default"``:
-        :data:`~uldp.client.schedule.DEFAULT_SEND_DELAY`, 2–8 s; None: as soon as computed,
-        for simulations and tests; ``docs/privacy.md`` §2, "Timing").
+        ``shuffler_attestation``: the app's attestation for a shuffler's own enrolment
+        check (a string, or a callable asked at every send; §16). ``send_delay``: the
+        public window reports are sent in after their task arrived (default 2–8 s,
+        ``schedule.DEFAULT_SEND_DELAY``; None: at once; ``docs/privacy.md`` §2).
         ``state_dir`` as a :class:`StateSlot`: the device's state lives in its rows of a
         shared :class:`StateFile`, whose own ``durable`` setting applies."""
         check_device_rng(rng, simulation)
@@ -463,14 +459,11 @@ class Device(PollLoop, ShuffleMode):
         return self._message(entry)
 
     def send(self, report: AnyReport) -> Any:
-        """Send a persisted report (retrying the same bytes; a sealed one to the
-        shuffler); update the ledger.
-
-        On UNAUTHENTICATED the device re-enrolls once and tries again; a second
-        UNAUTHENTICATED is a rejection like any other definitive answer. From a shuffler,
-        UNAUTHENTICATED (its ticket or attestation was not accepted: no enrolment at the
-        collector fixes that) leaves the report pending after one more try (a fresh
-        attestation)."""
+        """Send a persisted report (the same bytes on every retry; a sealed one to the
+        shuffler); update the ledger. On UNAUTHENTICATED the device re-enrolls once and
+        tries again (a second one is a rejection); from a shuffler (its ticket or
+        attestation refused: enrolling fixes nothing) it tries once more with a fresh
+        attestation and then keeps the report pending."""
         if self.before_send is not None:
             self.before_send(report.query_id)
         sealed = isinstance(report, shuffler_pb2.SealedReport)
@@ -484,13 +477,12 @@ class Device(PollLoop, ShuffleMode):
                     if not sealed:
                         self.enroll(force=True)
                     continue
-                if sealed and code == grpc.StatusCode.UNAUTHENTICATED:  # stays pending
-                    raise ReportRejected(report.query_id, code, exc.details() or "",
-                                         pending=True) from None
-                if code not in RETRYABLE:
+                pending = sealed and code == grpc.StatusCode.UNAUTHENTICATED
+                if code not in RETRYABLE and not pending:
                     self.ledger.mark(report.query_id, "rejected",
                                      f"{code.name}: {exc.details()}")
-                raise ReportRejected(report.query_id, code, exc.details() or "") from None
+                raise ReportRejected(report.query_id, code, exc.details() or "",
+                                     pending) from None
             self.ledger.mark(report.query_id, "acknowledged",
                              "duplicate" if resp.duplicate else "")
             return resp

@@ -144,7 +144,8 @@ def test_device_refuses_without_shuffler_and_stores_the_ciphertext(tmp_path):
 
 def test_the_collector_opens_a_batch_in_order_and_drops_what_fails(monkeypatch):
     """``open_reports`` keeps the order and drops, one by one, a forgery, a report of
-    another length, a simulated one where not allowed and one over the limit; a large
+    another length, a simulated one where not allowed, one over the limit (−2⁶³ too) and
+    one with an unknown flag bit; a large
     batch opened by the pool of processes gives the same list."""
     import uldp.collector.service.shuffled as sh
     from uldp.client.sealing import open_reports
@@ -154,17 +155,19 @@ def test_the_collector_opens_a_batch_in_order_and_drops_what_fails(monkeypatch):
     info = seal_info("q", 1, 0, 0, "ab" * 32)
     good = [seal(key, info, plaintext([i, -i], False)) for i in range(6)]
     bad = [os.urandom(len(good[0])), seal(key, info, plaintext([1, 2, 3], False)),
-           seal(key, info, plaintext([1, 1], True)), seal(key, info, plaintext([99, 0], False))]
+           seal(key, info, plaintext([1, 1], True)), seal(key, info, plaintext([99, 0], False)),
+           seal(key, info, plaintext([-2**63, 0], False)),  # |−2⁶³| overflows int64
+           seal(key, info, b"\x02" + bytes(16))]  # an unknown flag bit
     raw = sk.private_bytes_raw()
     got = open_reports(raw, info, 2, 50, False, good[:3] + bad + good[3:])
     want = [np.array([i, -i], dtype="<i8").tobytes() for i in range(6)]
-    assert got == want[:3] + [None] * 4 + want[3:]
+    assert got == want[:3] + [None] * 6 + want[3:]
     assert open_reports(raw, info, 2, 50, True, bad[2:3]) == [np.array([1, 1], "<i8").tobytes()]
     monkeypatch.setattr(sh, "PARALLEL_OPEN", 4)
     intake = sh.ShuffleIntake.__new__(sh.ShuffleIntake)
     intake._pool, intake._pool_lock = None, threading.Lock()
     try:
-        assert intake._open(sk, info, 2, 50, False, good + bad) == want + [None] * 4
+        assert intake._open(sk, info, 2, 50, False, good + bad) == want + [None] * 6
         assert intake._pool is not None or (os.cpu_count() or 1) < 2
     finally:
         intake.close()
