@@ -181,7 +181,7 @@ def open_reports(private_key: bytes, info: bytes, length: int, limit: int,
     if not opened:
         return out
     values = np.frombuffer(b"".join(body), dtype="<i8").reshape(len(opened), length)
-    inside = ((values >= -limit) & (values <= limit)).all(axis=1)  # no abs: -2^63 stays out
+    inside = np.asarray(((values >= -limit) & (values <= limit)).all(axis=1))  # no abs: -2⁶³
     for k, i in enumerate(opened):
         if inside[k]:
             out[i] = values[k].tobytes()

@@ -85,29 +85,22 @@ def _shuffle(value: Any) -> dict[str, Any] | None:
 
 
 def cell_sizes(program: Program) -> dict[tuple[int, int, int], int]:
-    """Devices placed in each (phase, group, stage) of ``program``: one linear pass over
-    its placements (a bincount of a combined cell code; no sort)."""
-    place = np.asarray(program.placements(), dtype=np.int64)
-    if place.size == 0:
-        return {}
-    g, s, p = place[:, 0], place[:, 1], place[:, 2]
-    G, S = int(g.max()) + 1, int(s.max()) + 1
-    counts = np.bincount((p * G + g) * S + s)
-    out: dict[tuple[int, int, int], int] = {}
-    for code in np.flatnonzero(counts):
-        c = int(code)
-        out[(c // (G * S), (c // S) % G, c % S)] = int(counts[code])
-    return out
+    """Devices placed in each (phase, group, stage) of ``program``, from the plan's sizes
+    (``Program.cells``: O(cells), no per-slot array)."""
+    return {(p, g, s): n for p in range(1, program.num_phases + 1)
+            for g, s, n in program.cells(p)}
 
 
 def _check_shuffle(program: Program, min_batch: int) -> None:
     """A shuffled query needs one task per (phase, group, stage) — a per-device task would
     name its device — and at least ``min_batch`` slots in each."""
-    place = program.placements()
-    if program.offsets(int(place[0, 2]), place[:1, 0]) is not None:
+    (g, s, _), *_ = program.cells(1)
+    slot = program.slot_in(1, g, s)
+    if slot is not None and program.offsets(1, np.array([slot])) is not None:
         raise ServiceError("INVALID_ARGUMENT", "shuffle mode needs one task per group: this "
                            "method gives every device its own task (baseline-a)")
-    (p, g, s), n = min(cell_sizes(program).items(), key=lambda kv: kv[1])
+    p, g, s, n = min(((p, g, s, n) for (p, g, s), n in cell_sizes(program).items()),
+                     key=lambda c: c[3])
     if n < min_batch:
         raise ServiceError("INVALID_ARGUMENT", f"shuffle min_batch {min_batch} is above the "
                            f"{n} devices of phase {p} group {g} stage {s}: no "

@@ -14,8 +14,8 @@ stores the rest with no device identity (``uldp.collector.storage.shuffle``). On
 per slot is the shuffler's duty; the batch id makes a re-sent batch a no-op.
 
 What the shuffler polls (:meth:`ShuffleIntake.query`) costs O(cells) per call: the number
-of devices of each (phase, group, stage) is fixed at creation and counted once per query
-in one linear pass (:func:`cell_sizes`), then kept (a few integers per cell).
+of devices of each (phase, group, stage) is fixed at creation and read from the plan's
+sizes (:func:`cell_sizes`), once per query, then kept (a few integers per cell).
 
 The result of a shuffled query carries ``privacy``: per (phase, group, stage) the local
 ε0 of its task and the central (ε, δ) of amplification by shuffling, with the
@@ -39,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from uldp.client.sealing import open_reports, seal_info
@@ -185,16 +186,16 @@ class ShuffleIntake:
             raise ServiceError("FAILED_PRECONDITION", f"query {b.query_id} has no phase {b.phase}")
         if ph["state"] != "open":
             raise ServiceError("FAILED_PRECONDITION", not_open(b.query_id, b.phase, ph["state"]))
-        if (b.phase, b.group, b.stage) not in self.cells(rt):
+        slot = rt.program.slot_in(b.phase, b.group, b.stage)
+        if slot is None:
             raise ServiceError("FAILED_PRECONDITION", f"phase {b.phase} of query {b.query_id} "
                                f"has no group {b.group} stage {b.stage}")
         if len(b.sealed) < int(rt.shuffle["min_batch"]):
             raise ServiceError("FAILED_PRECONDITION",
                                f"a batch of {len(b.sealed)} reports is below the query's "
                                f"minimum batch {rt.shuffle['min_batch']}")
-        # one task per cell in shuffle mode (checked at creation): any slot names it
         info = self.tasks.task_info(rt, {"grp": b.group, "stage": b.stage, "phase": b.phase,
-                                         "slot": 0})
+                                         "slot": slot})
         if b.task_digest != info.digest:
             raise ServiceError("FAILED_PRECONDITION",
                                "the batch was sealed for a different task (task_digest "
@@ -253,9 +254,10 @@ class ShuffleIntake:
 
 def _task(rt: QueryRuntime, phase: int, group: int, stage: int,
           published: dict[int, Any]) -> TaskSpec:
-    # one task per cell in shuffle mode (checked at creation): no slot names it
+    slot = rt.program.slot_in(phase, group, stage)
+    per_device = slot is not None and rt.program.offsets(phase, np.array([slot])) is not None
     return rt.program.task(phase, group, stage, {p: v for p, v in published.items()
-                                                 if p < phase}, None)
+                                                 if p < phase}, slot if per_device else None)
 
 
 def counted(b: StoredBatch) -> int:

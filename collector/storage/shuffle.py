@@ -7,10 +7,12 @@ transaction: its ``uldp_shuffle_batches`` row (the batch id is the idempotency k
 re-sent batch changes nothing), its opened reports in ``uldp_reports`` under a fresh random
 id ``r-<24 hex>`` and a uniformly random slot (the accumulators' windows need one; it says
 nothing about any device), and the phase's received count — only while the phase is open
-and the batch keeps it within the phase's quota, under the same guard update on the phase
-row as the direct ingest path. The batch row keeps what the shuffler said of it: how many
-of its reports came from distinct subjects its own enrolment check attested, and which
-check that was.
+and the batch keeps it within the phase's quota (the phase row's count merged with every
+writer's ``phase_counts`` row, read under the phase's advisory lock held exclusively on
+PostgreSQL, so that two replicas cannot both pass the check; the count goes into this
+process's own counter row, as the direct ingest path's does). The batch row keeps what
+the shuffler said of it: how many of its reports came from distinct subjects its own
+enrolment check attested, and which check that was.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection, and_, func, insert, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
-from uldp.collector.storage.records import now_ms
+from uldp.collector.storage.records import now_ms, phase_lock_key, typed_values
 
 __all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch", "StoredBatch"]
 
@@ -69,6 +71,13 @@ class BatchOutcome:
     state: str | None = None  # set when the phase was not open: nothing stored
     #: (received, quota) of an open phase the batch would take past its quota
     over_quota: tuple[int, int] | None = None
+
+
+def _counted() -> Any:
+    """SQL: the reports every writer counted into a phase (``phase_counts``, merged)."""
+    c, p = S.phase_counts.c, S.phases.c
+    return (select(func.coalesce(func.sum(c.received), 0))
+            .where(and_(c.query_id == p.query_id, c.phase == p.phase)).scalar_subquery())
 
 
 class ShuffleTables(Tables):
@@ -124,16 +133,19 @@ class ShuffleTables(Tables):
         if old is not None:
             return BatchOutcome(True, int(old[0]), int(old[1]))
         n = len(batch.payloads)
-        guard = conn.execute(update(S.phases).where(and_(
-            p.query_id == batch.query_id, p.phase == batch.phase, p.state == "open",
-            p.received + n <= p.quota))
-            .values(received=p.received + n))  # locks the phase row; counts the reports
-        if guard.rowcount != 1:
-            row = conn.execute(select(p.state, p.received, p.quota).where(and_(
-                p.query_id == batch.query_id, p.phase == batch.phase))).first()
-            if row is not None and row[0] == "open":
-                return BatchOutcome(state="open", over_quota=(int(row[1]), int(row[2])))
+        cur = conn.connection.cursor()
+        if not self.is_sqlite:  # exclusive: no other replica's batch (nor the closer) in
+            # between this count and this insert; direct reports never reach a shuffled
+            # query, so no report commit waits for it (SQLite serializes writers anyway)
+            cur.execute("SELECT pg_advisory_xact_lock(%s)",
+                        (phase_lock_key(batch.query_id, batch.phase),))
+        row = conn.execute(select(p.state, p.received + _counted(), p.quota).where(and_(
+            p.query_id == batch.query_id, p.phase == batch.phase))).first()
+        if row is None or row[0] != "open":
             return BatchOutcome(state=str(row[0] if row is not None else "missing"))
+        if int(row[1]) + n > int(row[2]):
+            return BatchOutcome(state="open", over_quota=(int(row[1]), int(row[2])))
+        self.count_in(cur, batch.query_id, batch.phase, received=n)
         t = now_ms()
         conn.execute(insert(S.shuffle_batches).values(
             query_id=batch.query_id, batch_id=batch.batch_id, phase=batch.phase,
@@ -145,5 +157,7 @@ class ShuffleTables(Tables):
                 dict(query_id=batch.query_id, device_id="r-" + secrets.token_hex(12),
                      phase=batch.phase, grp=batch.grp, stage=batch.stage,
                      slot=secrets.randbelow(max(batch.slots, 1)), payload=payload,
-                     received_at_ms=t) for payload in batch.payloads])
+                     received_at_ms=t, vbytes=8,
+                     **dict(zip(S.TYPED_COLUMNS, typed_values(payload, 8), strict=True)))
+                for payload in batch.payloads])
         return BatchOutcome(False, n, batch.size - n)

@@ -30,8 +30,8 @@ from uldp.collector.service.core import CollectorCore, CoreConfig
 from uldp.collector.service.errors import ServiceError
 from uldp.collector.service.odometer import CentralBudget
 from uldp.collector.service.shuffled import privacy_section
-from uldp.collector.storage.shuffle import StoredBatch
 from uldp.collector.storage import open_database
+from uldp.collector.storage.shuffle import StoredBatch
 
 
 def test_hundred_queries_compose_far_below_their_sum():

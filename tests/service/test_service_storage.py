@@ -3,11 +3,13 @@ group commit under concurrency, bounded streaming; and the generated wire code."
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import insert, text, update
 from sqlalchemy.exc import IntegrityError
@@ -37,11 +39,33 @@ def test_migrate_is_idempotent_and_versioned(db):
         db.migrate()
 
 
+def _as_version_3(db: Database) -> None:
+    """Turn a new database back into schema version 3: ``reports`` a plain table (on
+    PostgreSQL its default partition becomes the table again) without ``vbytes`` and the
+    typed columns, ``phases`` without the close counters, no per-writer counters."""
+    with db.write() as conn:
+        if not db.is_sqlite:
+            conn.execute(text("ALTER TABLE uldp_reports DETACH PARTITION uldp_reports_default"))
+            conn.execute(text("DROP TABLE uldp_reports"))
+            conn.execute(text("ALTER TABLE uldp_reports_default RENAME TO uldp_reports"))
+            for ix in conn.execute(text("SELECT indexname FROM pg_indexes WHERE tablename = "
+                                        "'uldp_reports'")).scalars().all():
+                new = "uldp_reports_pkey" if ix.endswith("pkey") else "ix_reports_phase_slot"
+                conn.execute(text(f'ALTER INDEX "{ix}" RENAME TO {new}'))
+        for col in ("vbytes", *S.TYPED_COLUMNS):
+            conn.execute(text(f"ALTER TABLE uldp_reports DROP COLUMN {col}"))
+        for col in ("close_attempts", "close_error"):
+            conn.execute(text(f"ALTER TABLE uldp_phases DROP COLUMN {col}"))
+        conn.execute(text("DROP TABLE uldp_phase_counts"))
+        conn.execute(update(S.meta).where(S.meta.c.key == "schema_version").values(value="3"))
+
+
 def test_migrations_from_version_1(db):
     """A version-1 database (before ``queries.allow_simulated`` and ``phases.declined``) is
     upgraded in place: existing queries keep their rows, refuse simulated reports, and
     their phases have no decline."""
     _query(db)
+    _as_version_3(db)
     with db.write() as conn:
         conn.execute(text("ALTER TABLE uldp_queries DROP COLUMN allow_simulated"))
         conn.execute(text("ALTER TABLE uldp_phases DROP COLUMN declined"))
@@ -55,8 +79,49 @@ def test_migrations_from_version_1(db):
         assert row is not None and row["allow_simulated"] is False
         assert row["target_users"] == 20_000
         assert {p["declined"] for p in d2.get_phases("q")} == {0}
-        assert d2.batch_counts("q") == []  # shuffle_batches has its version-4 columns
-        assert d2.migrate() == SCHEMA_VERSION == 4
+        assert d2.batch_counts("q") == []  # shuffle_batches has its version-5 columns
+        assert d2.migrate() == SCHEMA_VERSION == 5
+    finally:
+        d2.dispose()
+
+
+def test_migration_to_version_4_types_stored_reports(db):
+    """Reports stored by a version-3 collector (int64 payloads) are kept byte for byte, get
+    their typed columns (reports of at most four integers), stay one per (query, device),
+    and on PostgreSQL end up in the default partition; a query created afterwards gets a
+    partition of its own."""
+    _query(db)
+    _as_version_3(db)
+    rows = [("d1", [5, -7]), ("d2", [1 << 40]), ("d3", [1, 2, 3, 4, 5]), ("d4", [])]
+    with db.write() as conn:
+        for i, (dev, vals) in enumerate(rows):
+            conn.execute(text("INSERT INTO uldp_reports (query_id, device_id, phase, grp, "
+                              "stage, slot, payload, received_at_ms) VALUES ('q', :d, 1, 0, "
+                              "1, :s, :p, 1)"),
+                         dict(d=dev, s=i, p=np.asarray(vals, "<i8").tobytes()))
+    db.dispose()
+    d2 = open_database(str(db.url.render_as_string(hide_password=False)))
+    try:
+        with d2.read() as conn:
+            got = conn.execute(text("SELECT device_id, payload, vbytes, v0, v1, v2, v3 FROM "
+                                    "uldp_reports ORDER BY device_id")).all()
+        assert [(r[0], bytes(r[1]), r[2]) for r in got] == [
+            (d, np.asarray(v, "<i8").tobytes(), 8) for d, v in rows]
+        assert [tuple(r[3:]) for r in got] == [(5, -7, None, None), (1 << 40, None, None, None),
+                                               (None,) * 4, (None,) * 4]
+        assert d2.stored_report("q", "d1").payload == np.asarray([5, -7], "<i8").tobytes()
+        with pytest.raises(IntegrityError), d2.write() as conn:
+            conn.execute(insert(S.reports).values(query_id="q", device_id="d1", phase=1, grp=0,
+                                                  stage=1, slot=9, payload=b"", received_at_ms=1))
+        _query(d2, "q2")
+        assert d2.store_reports([PendingReport("q2", 1, "d1", 0, 1, 0, b"\x05", 1)])[0].code == "OK"
+        if not d2.is_sqlite:
+            with d2.read() as conn:
+                where = dict(conn.execute(text(
+                    "SELECT device_id || query_id, tableoid::regclass::text FROM uldp_reports"
+                )).all())
+            assert where["d1q"] == "uldp_reports_default"
+            assert where["d1q2"] == S.partition_name("q2")
     finally:
         d2.dispose()
 
@@ -99,18 +164,24 @@ def test_group_commit_under_concurrency(db):
     assert db.get_phases("q")[0]["received"] == 1000
 
 
-def test_stream_reports_is_chunked_and_grouped(db):
+def test_close_windows_are_bounded_and_cover_every_report(db):
+    """A closing phase is read in windows bounded in rows (so in bytes); together they
+    return every report of the phase exactly once, grouped, with their slots."""
     _query(db)
-    items = [PendingReport("q", 1, f"d{i}", i % 3, 1, i, i.to_bytes(8, "little"))
-             for i in range(1000)]
+    items = [PendingReport("q", 1, f"d{i}", i % 3, 1, i, (i * 7 % 200).to_bytes(2, "little"),
+                           2) for i in range(1000)]
     db.store_reports(items)
-    seen = 0
-    for grp, stage, slots, payloads in db.stream_reports("q", 1, chunk=64):
-        assert len(payloads) <= 64 and stage == 1
-        assert all(int.from_bytes(p, "little") % 3 == grp for p in payloads)
-        assert len(slots) == len(payloads)
-        seen += len(payloads)
-    assert seen == 1000
+    windows = db.close_windows("q", 1, 2000, None, max_rows=300 if db.is_sqlite else 291 * 2)
+    assert len(windows) >= 3
+    seen: dict[int, list[int]] = {}
+    for w in windows:
+        for b in db.window_reports("q", 1, w, [0, 1, 2], with_slots=True):
+            assert b.count <= (300 if db.is_sqlite else 2 * 291) and b.stage == 1
+            vals = b.reports()[:, 0]
+            assert [int(v) for v in vals] == [int(s) * 7 % 200 for s in b.slots]
+            assert all(int(s) % 3 == b.grp for s in b.slots)
+            seen.setdefault(b.grp, []).extend(int(s) for s in b.slots)
+    assert sorted(x for v in seen.values() for x in v) == list(range(1000))
 
 
 def test_phase_close_claim_is_exclusive(db):
@@ -140,3 +211,51 @@ def test_generated_wire_code_is_current():
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_shuffled_batches_never_take_a_phase_past_its_quota(db):
+    """Issue 25: received ≤ quota in shuffle mode. Two replicas (two ``Database`` objects,
+    each with its own counter rows) store the shuffler's batches of one phase: the quota
+    counts what every replica stored; a batch that would pass it stores nothing; two
+    batches racing for the last places cannot both get in (the phase's advisory lock held
+    exclusively on PostgreSQL, one writer at a time on SQLite); a re-sent batch id is a
+    duplicate; a closed phase takes nothing."""
+    from uldp.collector.storage.shuffle import ShuffledBatch
+
+    _query(db, quota=10)
+    other = open_database(str(db.url.render_as_string(hide_password=False)))
+
+    def batch(n: int) -> ShuffledBatch:
+        return ShuffledBatch("q", secrets.token_hex(16), 1, 0, 0, n,
+                             [np.int64(i).tobytes() for i in range(n)], 20, n, "v")
+
+    def store(d: Database, b: ShuffledBatch):
+        with d.write() as conn:
+            return d.store_batch_in(conn, b)
+
+    try:
+        first = batch(4)
+        assert store(db, first).stored == 4
+        assert store(other, first).duplicate
+        over = store(other, batch(7))
+        assert (over.over_quota, over.stored) == ((4, 10), 0)
+        outs: list = []
+        racers = [threading.Thread(target=lambda d=d: outs.append(store(d, batch(4))))
+                  for d in (db, other)]
+        for t in racers:
+            t.start()
+        for t in racers:
+            t.join()
+        assert sorted(o.stored for o in outs) == [0, 4]
+        assert [o.over_quota for o in outs if not o.stored] == [(8, 10)]
+        assert store(other, batch(2)).stored == 2
+        assert store(db, batch(1)).over_quota == (10, 10)
+        assert db.get_phases("q")[0]["received"] == 10
+        with db.read() as conn:
+            assert conn.execute(text("SELECT count(*) FROM uldp_reports")).scalar() == 10
+        b2 = ShuffledBatch("q", secrets.token_hex(16), 1, 0, 0, 1, [b"\0" * 8], 20)
+        with db.write() as conn:
+            conn.execute(update(S.phases).where(S.phases.c.phase == 1).values(state="closing"))
+        assert store(db, b2).state == "closing"
+    finally:
+        other.dispose()

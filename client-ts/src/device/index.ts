@@ -7,3 +7,4 @@ export {
 export {
   checkWindow, DEADLINE_MARGIN_MS, DEFAULT_SEND_DELAY, drawDelayMs, MAX_WINDOW_MS, type PollOptions, type SendDelay,
 } from "./schedule.js";
+export { checkPlatform, missingPrimitives, PlatformError, PLATFORM_HINTS } from "./platform.js";
