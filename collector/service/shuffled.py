@@ -11,7 +11,8 @@ from the shuffler (``ShuffleIntakeService``, mutual TLS, checked in
 digest, size ≥ T, the phase's quota), opens every report with the query's private key and
 the task's HPKE info, drops the ones that do not open or fail the report checks, and
 stores the rest with no device identity (``uldp.collector.storage.shuffle``). One report
-per slot is the shuffler's duty; the batch id makes a re-sent batch a no-op.
+per slot is the shuffler's duty (a ciphertext repeated inside a batch is opened once and
+its copies dropped); the batch id makes a re-sent batch a no-op.
 
 What the shuffler polls (:meth:`ShuffleIntake.query`) costs O(cells) per call: the number
 of devices of each (phase, group, stage) is fixed at creation and read from the plan's
@@ -224,7 +225,8 @@ class ShuffleIntake:
                                f"sealing key {rt.shuffle['key_id']} of query {b.query_id}")
         hinfo = seal_info(b.query_id, b.phase, b.group, b.stage, b.task_digest)
         allow = self.allow_simulated or rt.allow_simulated
-        opened = self._open(key, hinfo, info.length, info.limit, allow, list(b.sealed))
+        firsts = list(dict.fromkeys(b.sealed))  # a ciphertext twice is one report at most
+        opened = self._open(key, hinfo, info.length, info.limit, allow, firsts)
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,
                               len(b.sealed), [p for p in opened if p is not None],
                               int(rt.spec.users), b.attested if b.verifier else 0, b.verifier)

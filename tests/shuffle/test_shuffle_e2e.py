@@ -156,6 +156,8 @@ def test_a_captured_report_opens_with_the_collector_key_only(deployment, tmp_pat
     _poll(dev, "solo-capture")
     (rep,) = captured
     assert isinstance(rep, shuffler_pb2.SealedReport)
+    wire = rep.SerializeToString()  # all the shuffler gets (a token in metadata is refused)
+    assert dev.token and dev.token.encode() not in wire and rep.ticket != dev.token
     info = seal_info(rep.query_id, rep.phase, rep.group, rep.stage, rep.task_digest)
     db = _collector_db(deployment)
     (raw,) = db.execute("SELECT value FROM uldp_meta WHERE key LIKE 'seal_key:%'").fetchone()

@@ -5,8 +5,8 @@ own enrolment check, HMAC app attestations under a key the collector does not ho
 Devices are driven with the batch calls a gateway uses, their reports sealed with the
 production code.
 
-* a device's shuffler ticket is no collector credential (GetTasks, SubmitReport refuse it),
-  and the shuffler takes no collector token;
+* a device's shuffler ticket is no collector credential (GetTasks, SubmitReport refuse it,
+  as they refuse its attestation), and the shuffler takes no collector token;
 * 499 enrolled identities without a slot, beside one honest device, cannot add a single
   report to its batch (no ticket; forged, copied or token-as-ticket ones are refused);
 * 499 slot holders sending garbage beside one honest report: the batch goes through, the
@@ -15,7 +15,8 @@ production code.
 * a replayed ciphertext is refused under another ticket, a duplicate under its own;
 * the collector minting identities (it holds the ticket key): without the shuffler's
   attestations its reports are refused; with one subject's attestation on all of them
-  they count once; received never exceeds a cell's placement or the phase's quota;
+  they count once; received never exceeds a cell's placement or the phase's quota; one
+  ciphertext repeated in a forwarded batch is stored once;
 * a device that declines releases its slot: the cell is forwarded at once, not at the
   phase deadline.
 """
@@ -150,6 +151,13 @@ def test_a_shuffler_ticket_is_no_collector_credential(deployment):
                               device_token=ticket)]), timeout=10)
         assert [r.code for r in batch.results] == [UNAUTH]
     rep = _report(m.task, _sealed(m.task), attestation=_attest(d, "cred-0"))
+    with secure_channel(d.endpoint) as ch:  # nor the attestation the shuffler saw
+        stub = device_pb2_grpc.DeviceServiceStub(ch)
+        for seen in (rep.attestation, rep.SerializeToString().hex()):
+            with pytest.raises(grpc.RpcError) as e:
+                stub.GetTasks(device_pb2.GetTasksRequest(datasets=["cred"]), timeout=10,
+                              metadata=(("authorization", f"Bearer {seen}"),))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with secure_channel(d.shuffler_endpoint) as ch:  # and the shuffler takes no token
         stub2 = shuffler_pb2_grpc.ShufflerServiceStub(ch)
         with pytest.raises(grpc.RpcError) as e:
@@ -261,7 +269,7 @@ def test_a_collector_minting_identities_is_held_by_the_shuffler(deployment):
     assert not est["privacy"]["amplified"]
 
 
-def test_the_collector_refuses_a_batch_past_the_phase_quota(deployment):
+def test_the_collector_refuses_a_batch_past_the_quota_and_stores_a_ciphertext_once(deployment):
     d = deployment
     _query(d, "quota", 40, 20)
     (m,) = _members(d, "quota", 1)
@@ -290,6 +298,15 @@ def test_the_collector_refuses_a_batch_past_the_phase_quota(deployment):
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and why in \
                 (e.value.details() or "")
     assert _received(d, "quota") == [(0, 40)]
+    copies = shuffler_pb2.ForwardBatchRequest()
+    copies.CopyFrom(req)  # a shuffler replaying one ciphertext: it is stored once
+    del copies.sealed[:]
+    copies.sealed.extend([req.sealed[0]] * 20 + [_sealed(t)])
+    copies.attested = 2
+    with secure_channel(ep) as ch:
+        out = shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch).ForwardBatch(copies, timeout=30)
+    assert (out.stored, out.refused) == (2, 19)
+    assert _received(d, "quota") == [(2, 40)]
 
 
 def test_declines_release_the_slot_and_the_cell_completes_at_once(deployment):
