@@ -74,7 +74,7 @@ def collector_side(users: int, polls: int, work: Path) -> dict[str, Any]:
     c0 = _cpu()
     np.unique(rt.program.placements(), axis=0, return_counts=True)
     old_s = _cpu() - c0
-    (p, g, s, _n), = first["cells"]
+    (p, g, s, _n, _d), = first["cells"]
     info = core.tasks.task_info(rt, {"grp": g, "stage": s, "phase": p, "slot": 0})
     batch = ForwardedBatch(secrets.token_hex(16), qid, p, g, s, info.digest,
                            [os.urandom(57) for _ in range(200)], 0, "")

@@ -82,16 +82,18 @@ class ShufflePhase(_message.Message):
     def __init__(self, phase: _Optional[int] = ..., state: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., quota: _Optional[int] = ..., declined: _Optional[int] = ...) -> None: ...
 
 class ShuffleCell(_message.Message):
-    __slots__ = ("phase", "group", "stage", "devices")
+    __slots__ = ("phase", "group", "stage", "devices", "declined")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    DECLINED_FIELD_NUMBER: _ClassVar[int]
     phase: int
     group: int
     stage: int
     devices: int
-    def __init__(self, phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., devices: _Optional[int] = ...) -> None: ...
+    declined: int
+    def __init__(self, phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., devices: _Optional[int] = ..., declined: _Optional[int] = ...) -> None: ...
 
 class ShuffleQuery(_message.Message):
     __slots__ = ("query_id", "shuffled", "min_batch", "phases", "cells", "users")

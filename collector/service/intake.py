@@ -63,8 +63,9 @@ class ShuffleIntakeServicer(shuffler_pb2_grpc.ShuffleIntakeServiceServicer):
                 phases=[shuffler_pb2.ShufflePhase(phase=p, state=s, deadline_ms=d,
                                                   quota=quota, declined=declined)
                         for p, s, d, quota, declined in q["phases"]],
-                cells=[shuffler_pb2.ShuffleCell(phase=p, group=g, stage=st, devices=n)
-                       for p, g, st, n in q["cells"]])
+                cells=[shuffler_pb2.ShuffleCell(phase=p, group=g, stage=st, devices=n,
+                                                declined=declined)
+                       for p, g, st, n, declined in q["cells"]])
         return self._run(context, run)
 
     def ForwardBatch(self, request: shuffler_pb2.ForwardBatchRequest,

@@ -160,17 +160,19 @@ class ShuffleIntake:
 
     def query(self, query_id: str) -> dict[str, Any]:
         """The public shuffle parameters of a query and the state of its phases: O(cells)
-        work (no pass over the query's users)."""
+        work (no pass over the query's users); per cell its size and its declines so far."""
         rt = self.catalogue.runtime(query_id)
         if rt is None:
             raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         rows = self.phases.rows(query_id, fresh=True)
+        declined = self.db.cell_declines(query_id) if rt.shuffle is not None else {}
         return {"query_id": query_id, "shuffled": rt.shuffle is not None,
                 "min_batch": int(rt.shuffle["min_batch"]) if rt.shuffle else 0,
                 "users": int(rt.spec.users),
                 "phases": [(p, str(r["state"]), int(r["deadline_ms"]), int(r["quota"]),
                             int(r.get("declined") or 0)) for p, r in sorted(rows.items())],
-                "cells": [(p, g, st, n) for (p, g, st), n in sorted(self.cells(rt).items())]
+                "cells": [(p, g, st, n, declined.get((p, g, st), 0))
+                          for (p, g, st), n in sorted(self.cells(rt).items())]
                 if rt.shuffle is not None else []}
 
     def _checked(self, b: ForwardedBatch) -> tuple[QueryRuntime, Any]:

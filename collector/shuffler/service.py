@@ -28,10 +28,11 @@ with ``T`` = max(``--min-batch``, the query's minimum batch). Holding ``T`` back
 last reports of a cell always make a batch of at least ``T`` — which is why a cell is
 forwarded before it is complete only once it holds ``2T``. A cell is *complete* when no
 more reports can come: the shuffler has admitted as many as the query placed devices in
-it, or every slot of its phase has either a report here or a decline at the collector
-(``ShufflePhase.declined``), so a device that declines never stalls its cell until the
-deadline. A bucket below ``T`` waits; when its phase is no longer open it is dropped
-(counted, logged): those reports could only have been released in a batch smaller than
+it, less the devices of the cell that declined their task at the collector
+(``ShuffleCell.declined``), or every slot of its phase has either a report here or a
+decline (``ShufflePhase.declined``), so a device that declines never stalls its cell
+until the deadline. A bucket below ``T`` waits; when its phase is no longer open it is
+dropped (counted, logged): those reports could only have been released in a batch smaller than
 promised. Drawn batches are sent with ``ForwardBatch`` under their id, with the number of
 distinct attested subjects in them, until the collector answers; a definitive refusal is
 recorded and the batch dropped. Once a batch is answered the shuffler forgets which slot
@@ -47,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -113,6 +114,8 @@ class QueryInfo:
     phases: dict[int, PhaseInfo]
     cells: dict[tuple[int, int, int], int]  # (phase, group, stage) -> devices placed there
     users: int = 0  # slots 0 .. users - 1
+    #: (phase, group, stage) -> devices placed there that declined their task
+    declined: dict[tuple[int, int, int], int] = field(default_factory=dict)
 
 
 _MISSING = PhaseInfo("missing", 0)
@@ -144,7 +147,8 @@ class CollectorLink:
                 q.shuffled, q.min_batch,
                 {p.phase: PhaseInfo(p.state, p.deadline_ms, p.quota, p.declined)
                  for p in q.phases},
-                {(c.phase, c.group, c.stage): c.devices for c in q.cells}, q.users)
+                {(c.phase, c.group, c.stage): c.devices for c in q.cells}, q.users,
+                {(c.phase, c.group, c.stage): c.declined for c in q.cells if c.declined})
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise
@@ -407,11 +411,13 @@ class Forwarder:
             self._draw(b, count - t, count)  # keep T back: the cell's tail goes with them
 
     def _complete(self, q: QueryInfo, ph: PhaseInfo, b: Bucket) -> bool:
-        """Whether no more reports can come to ``b``'s cell: it holds as many as the
-        query placed there, or every slot of its phase reported here or declined."""
+        """Whether no more reports can come to ``b``'s cell: every device the query
+        placed there reported here or declined its task, or so did every slot of its
+        phase."""
         admitted = self.store.admitted(b.query_id, b.phase)
-        placed = q.cells.get((b.phase, b.group, b.stage), 0)
-        if admitted.get((b.group, b.stage), 0) >= placed > 0:
+        cell = (b.phase, b.group, b.stage)
+        placed = q.cells.get(cell, 0)
+        if admitted.get((b.group, b.stage), 0) + q.declined.get(cell, 0) >= placed > 0:
             return True
         return ph.quota > 0 and sum(admitted.values()) + ph.declined >= ph.quota
 

@@ -43,7 +43,8 @@ int64 payloads) and ``reports.v0 .. v3`` (filled from the payloads of the stored
 of at most four integers), ``phases.close_attempts`` and ``phases.close_error``, and on
 PostgreSQL makes ``reports`` a table partitioned by query whose default partition holds
 the rows already stored; version 5 adds ``shuffle_batches.attested`` (0) and
-``verifier`` ('': batches stored before count as attested by no enrolment check).
+``verifier`` ('': batches stored before count as attested by no enrolment check) and the
+table ``cell_declines`` (empty: declines stored before count per phase only).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "assignments",
+    "cell_declines",
     "devices",
     "meta",
     "metadata",
@@ -230,6 +232,21 @@ shuffle_batches = Table(
     Column("verifier", String(64), nullable=False, default="", server_default=text("''")),
     PrimaryKeyConstraint("query_id", "batch_id"),
 )
+
+# declines per (query, phase, group, stage), each collector process in its own row (as
+# phase_counts): a shuffler knows a cell is complete once its reports and declines reach
+# the cell's placement (privacy.md §7), without waiting for the rest of the phase
+cell_declines = Table(
+    "uldp_cell_declines", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("grp", Integer, nullable=False),
+    Column("stage", Integer, nullable=False),
+    Column("writer", String(64), nullable=False),
+    Column("declined", BigInteger, nullable=False, default=0),
+    PrimaryKeyConstraint("query_id", "phase", "grp", "stage", "writer"),
+)
+
 
 def _v2_allow_simulated(conn: Connection) -> None:
     """Version 2: ``queries.allow_simulated`` (existing queries refuse simulated reports)."""

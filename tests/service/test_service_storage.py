@@ -259,3 +259,21 @@ def test_shuffled_batches_never_take_a_phase_past_its_quota(db):
         assert store(db, b2).state == "closing"
     finally:
         other.dispose()
+
+
+def test_declines_are_counted_per_cell_over_every_writer(db):
+    """What a shuffler completes a cell on (issue 25: declines never stall a cell): the
+    declines of each (phase, group, stage), merged over the replicas' counter rows; a
+    duplicate decline counts once."""
+    _query(db)
+    other = open_database(str(db.url.render_as_string(hide_password=False)))
+    try:
+        def decline(d: Database, dev: str, grp: int) -> str:
+            return d.store_declines([PendingReport("q", 1, dev, grp, 0, 0, b"")])[0].code
+
+        assert [decline(db, "a", 0), decline(other, "b", 0), decline(other, "c", 2),
+                decline(db, "a", 0)] == ["OK"] * 4
+        assert db.cell_declines("q") == {(1, 0, 0): 2, (1, 2, 0): 1}
+        assert db.get_phases("q")[0]["declined"] == 3
+    finally:
+        other.dispose()

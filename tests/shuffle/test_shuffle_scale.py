@@ -48,11 +48,11 @@ def test_the_poll_and_the_batch_checks_need_no_per_user_array(core, monkeypatch,
     q = core.shuffled.query(qid)
     assert q["shuffled"] and q["users"] == USERS and q["min_batch"] == 1000
     per_phase: dict[int, int] = {}
-    for p, _, _, n in q["cells"]:
+    for p, _, _, n, _ in q["cells"]:
         per_phase[p] = per_phase.get(p, 0) + n
     assert sum(per_phase.values()) == USERS  # every user in exactly one cell
     assert {p: quota for p, _, _, quota, _ in q["phases"]} == per_phase
-    p, g, s, _ = q["cells"][0]
+    p, g, s, _, _ = q["cells"][0]
     with pytest.raises(ServiceError) as e:  # the batch's checks run, on the cells alone
         core.shuffled.forward(ForwardedBatch(secrets.token_hex(16), qid, p, g, s, "0" * 64,
                                              [bytes(57)] * 10, 10, "v"))

@@ -18,7 +18,7 @@ production code.
   they count once; received never exceeds a cell's placement or the phase's quota; one
   ciphertext repeated in a forwarded batch is stored once;
 * a device that declines releases its slot: the cell is forwarded at once, not at the
-  phase deadline.
+  phase deadline, nor when the phase's other cells have answered.
 """
 
 from __future__ import annotations
@@ -330,6 +330,36 @@ def test_declines_release_the_slot_and_the_cell_completes_at_once(deployment):
     assert time.monotonic() - t0 < 30
     (cell,) = est["privacy"]["cells"]
     assert cell["reports"] == cell["counted"] == 25
+
+
+def test_declines_complete_their_own_cell_while_the_rest_of_the_phase_is_silent(deployment):
+    """A phase of four cells (an L2 mean in 2-d: 30 devices each, minimum batch 20): in one
+    cell 25 devices report and 5 decline, the other cells stay silent. The declines are
+    counted per cell, so that cell is forwarded at once — not when the phase's other 90
+    devices have answered, nor at its 300 s deadline."""
+    d = deployment
+    an = d.analyst()
+    an.create(QueryRequest(kind="mean-l2", epsilon=1.0, dataset="decl4", users=120, dim=2,
+                           samples=2, bound=1.0, phase_timeout_s=300, query_id="decl4",
+                           params={"shuffle": {"min_batch": 20}}, allow_simulated=True))
+    an.close()
+    time.sleep(0.3)
+    members = [m for m in _members(d, "decl4", 120) if m.task and m.task.group == 0]
+    assert len(members) == 30
+    with secure_channel(d.endpoint) as ch:
+        resp = device_pb2_grpc.DeviceServiceStub(ch).DeclineTaskBatch(
+            device_pb2.DeclineTaskBatchRequest(declines=[device_pb2.Decline(
+                query_id="decl4", phase=m.task.phase, task_digest=m.task.task_digest,
+                reason="budget", device_token=m.token) for m in members[25:] if m.task]),
+            timeout=30)
+    assert [r.code for r in resp.results] == [OK] * 5
+    assert _submit(d, [_report(m.task, _sealed(m.task), attestation=_attest(d, f"d4-{i}"))
+                       for i, m in enumerate(members[:25]) if m.task]) == [OK] * 25
+    end = time.monotonic() + 30
+    while _received(d, "decl4")[0][0] < 25:
+        assert time.monotonic() < end, _received(d, "decl4")
+        time.sleep(0.2)
+    assert _received(d, "decl4")[0] == (25, 120)
 
 
 def test_the_guarantee_counts_only_what_the_shuffler_attested():
