@@ -65,7 +65,8 @@ def _config(a: argparse.Namespace) -> Any:
         max_message_bytes=a.max_message_bytes, collector_server_name=a.collector_server_name,
         shuffle=ShufflerConfig(min_batch=a.min_batch, max_batch=a.max_batch,
                                linger_s=a.linger, deadline_margin_s=a.deadline_margin,
-                               max_message_bytes=a.max_message_bytes))
+                               max_message_bytes=a.max_message_bytes),
+        connections=connection_limits(a, http=a.http_port is not None)[0])
 
 
 def _check_keys(ticket: Path, attest: Path | None) -> None:

@@ -24,6 +24,13 @@ from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, shuffler_pb2
 from uldp.collector.security.attestation import HmacAttestation
 from uldp.collector.security.tickets import TicketKey
+from uldp.collector.service.connections import (
+    ConnectionLimits,
+    defer_accept,
+    grpc_options,
+    plan_connections,
+    raise_descriptor_limit,
+)
 from uldp.collector.service.handlers import add_service
 from uldp.collector.shuffler.metrics import ShufflerMetrics
 from uldp.collector.shuffler.service import (
@@ -62,6 +69,9 @@ class ShufflerServerConfig:
     #: back end (not with the collector); None: it runs none, and no result counts its
     #: reports towards an amplified guarantee
     attestation_key: Path | None = None
+    #: the gRPC port's connection limits (``uldp.collector.service.connections``; None:
+    #: planned from the descriptor limit, as ``uldp shuffler serve`` does from its flags)
+    connections: ConnectionLimits | None = None
 
 
 class ShufflerServer:
@@ -72,10 +82,14 @@ class ShufflerServer:
         limit = cfg.max_message_bytes
         self.pool = futures.ThreadPoolExecutor(max_workers=cfg.workers,
                                                thread_name_prefix="shuffler")
+        # the collector's main port's connection options: a cap, handshake, idle and age
+        # times, metadata size, keepalive enforcement (invariant 9)
+        self.limits = cfg.connections or plan_connections(raise_descriptor_limit(),
+                                                          http=False)
         self.server = grpc.server(
             self.pool,
             options=[("grpc.max_receive_message_length", limit),
-                     ("grpc.max_send_message_length", limit)],
+                     ("grpc.max_send_message_length", limit), *grpc_options(self.limits)],
             maximum_concurrent_rpcs=cfg.workers * 64)
         # the port first: an operator's mistake there leaves nothing behind (no database)
         creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(),
@@ -105,6 +119,8 @@ class ShufflerServer:
         for name in ("", _SERVICE.full_name):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.forwarder.start()
+        if not defer_accept(self.port):
+            log.debug("TCP_DEFER_ACCEPT not set on the shuffler's gRPC port %d", self.port)
         log.info("shuffler listening on %s:%d (TLS), forwarding to %s (mutual TLS); "
                  "enrolment check: %s", self.config.host, self.port, self.config.collector,
                  self.servicer.verifier_name or "none (no result will state an amplified ε)")
