@@ -24,6 +24,7 @@ from uldp.collector.http.front import HttpConfig, HttpFront
 from uldp.collector.http.metrics import CHALLENGE, bearer_of
 from uldp.collector.security.tokens import AdminAuth
 from uldp.collector.shuffler.server import ShufflerServer
+from uldp.collector.shuffler.service import MAX_SEALED_BATCH
 
 __all__ = ["ShufflerMetricsEndpoint", "serve_shuffler", "shuffler_front"]
 
@@ -44,7 +45,7 @@ def serve_shuffler(front: HttpFront, shuffler: ShufflerServer,
     metrics at ``/metrics`` when a metrics token is given."""
     front.app.mount(f"/{_SERVICE.full_name}/", service_app(
         shuffler.servicer, _SERVICE, shuffler.pool, front.config.max_message_bytes,
-        who="shuffler"))
+        who="shuffler", batch_cap=MAX_SEALED_BATCH))
     if metrics_token is not None:
         front.app.route("/metrics", ShufflerMetricsEndpoint(shuffler, metrics_token))
 

@@ -176,3 +176,33 @@ def test_the_shuffler_serves_aggregate_metrics_to_its_scraper(deployment):
     assert fams["uldp_shuffler_enrolment_check"].samples[0].value == 1
     assert fams["uldp_shuffler_collector_polls"].samples[0].value >= 1
     assert b"query_id" not in body and b"web-checks" not in body
+
+
+@pytest.mark.parametrize("ctype", ["application/proto", "application/json"])
+def test_an_oversized_batch_is_refused_before_decoding_and_stores_nothing(deployment, ctype):
+    """SubmitSealedBatch over Connect with 10 001 items, the first a valid report: refused
+    with the count made in the bytes ("more than 10000": the items were never decoded),
+    and that report was not stored (sent alone afterwards it is new, not a duplicate)."""
+    d = deployment
+    qid = "web-cap-" + ctype.split("/")[1]
+    _query(d, qid, 40)
+    _, task = _token_and_task(d, qid)
+    good = shuffler_pb2.SealedReport(
+        query_id=qid, phase=task.phase, group=task.group, stage=task.stage,
+        task_digest=task.task_digest, sealed=bytes(57), ticket=task.shuffle_ticket,
+        attestation=HmacAttestation.from_file(d.sp.attestation_key).issue(qid))
+    if ctype == "application/proto":
+        body = shuffler_pb2.SubmitSealedBatchRequest(
+            reports=[good] + [shuffler_pb2.SealedReport()] * 10_000).SerializeToString()
+    else:
+        from google.protobuf.json_format import MessageToJson
+        body = (b'{"reports":[' + MessageToJson(good).encode() + b"," +
+                b",".join([b"{}"] * 10_000) + b"]}")
+    status, _, out = _http(d, "/uldp.v1.ShufflerService/SubmitSealedBatch", "POST",
+                           {"content-type": ctype}, body)
+    err = json.loads(out)
+    assert status == 400 and err["code"] == "invalid_argument", (status, out)
+    assert err["message"] == "a batch holds at most 10000 items, got more than 10000"
+    with secure_channel(d.shuffler_endpoint) as ch:
+        assert not shuffler_pb2_grpc.ShufflerServiceStub(ch).SubmitSealed(
+            shuffler_pb2.SubmitSealedRequest(report=good), timeout=10).duplicate
