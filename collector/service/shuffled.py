@@ -197,6 +197,12 @@ class ShuffleIntake:
             raise ServiceError("FAILED_PRECONDITION",
                                f"a batch of {len(b.sealed)} reports is below the query's "
                                f"minimum batch {rt.shuffle['min_batch']}")
+        got, quota = int(ph["received"]), int(ph["quota"])
+        if got + len(b.sealed) > quota:  # before any report is opened (the store checks
+            # again, under the phase's lock, what actually opened)
+            raise ServiceError("FAILED_PRECONDITION", f"a batch of {len(b.sealed)} reports "
+                               f"would take phase {b.phase} of query {b.query_id} past its "
+                               f"quota ({got} of {quota} received)")
         info = self.tasks.task_info(rt, {"grp": b.group, "stage": b.stage, "phase": b.phase,
                                          "slot": slot})
         if b.task_digest != info.digest:
