@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import tempfile
 import time
@@ -125,6 +126,12 @@ def _send(ep: Endpoint, calls: list[Any], threads: int) -> float:
     return dt
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _stored(work: Path, qid: str) -> int:
     db = sqlite3.connect(f"file:{work / 'collector.db'}?mode=ro", uri=True)
     try:
@@ -132,6 +139,30 @@ def _stored(work: Path, qid: str) -> int:
                               (qid,)).fetchone()[0])
     finally:
         db.close()
+
+
+def _wait_done(work: Path, qid: str) -> None:
+    """Wait until the query's last phase is closed (its estimate computed)."""
+    end = time.monotonic() + 300
+    while time.monotonic() < end:
+        db = sqlite3.connect(f"file:{work / 'collector.db'}?mode=ro", uri=True)
+        try:
+            state = db.execute("SELECT state FROM uldp_queries WHERE query_id = ?",
+                               (qid,)).fetchone()[0]
+        finally:
+            db.close()
+        if state != "running":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"query {qid} never finished")
+
+
+def _children(pid: int) -> list[str]:
+    """Process ids of ``pid``'s children (the collector's opening processes)."""
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
 
 
 def _open_us(prep: dict[str, Any], work: Path) -> float:
@@ -169,17 +200,29 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000) -> dict[str, 
                                       sealed=prep["sealed"][i], ticket=prep["tickets"][i],
                                       attestation=prep["attestations"][i])
             for i in range(k, min(k + batch, n))])) for k in range(0, n, batch)]
+        sh, col = d["procs"]
+        c0, b0 = _cpu_s(col.pid), time.process_time()
         t_direct = _send(d["collector"], direct, threads)
+        _wait_done(work, "direct")  # its phase close counts as its CPU, not the next's
+        cpu_direct = (_cpu_s(col.pid) - c0, time.process_time() - b0)
+        c0, s0, b0 = _cpu_s(col.pid), _cpu_s(sh.pid), time.process_time()
+        o0 = {p: _cpu_s(int(p)) for p in _children(col.pid)}  # warm: started at boot
         t0 = time.perf_counter()
         t_ingest = _send(d["shuffler"], sealed, threads)
         while _stored(work, "shuffled") < n:
             time.sleep(0.05)
             assert time.perf_counter() - t0 < 600, "the collector never got every report"
         t_e2e = time.perf_counter() - t0
+        _wait_done(work, "shuffled")
+        opener = sum(_cpu_s(int(p)) - o0.get(p, 0.0) for p in _children(col.pid))
+        cpu_shuffled = (_cpu_s(col.pid) - c0, _cpu_s(sh.pid) - s0, time.process_time() - b0,
+                        opener)
         return {"devices": n, "batch": batch, "threads": threads, "max_batch": max_batch,
                 "direct_rps": n / t_direct, "shuffler_ingest_rps": n / t_ingest,
                 "shuffled_e2e_rps": n / t_e2e, "e2e_seconds": t_e2e,
-                "seal_us": prep["seal_us"], "open_us": _open_us(prep, work)}
+                "seal_us": prep["seal_us"], "open_us": _open_us(prep, work),
+                "cpu_us": {"direct": [x / n * 1e6 for x in cpu_direct],
+                           "shuffled": [x / n * 1e6 for x in cpu_shuffled]}}
     finally:
         for p in d["procs"]:
             _stop(p)
@@ -211,7 +254,17 @@ def main() -> None:
         f"({r['e2e_seconds']:.1f} s for all; {r['shuffled_e2e_rps'] / r['direct_rps']:.2f}× "
         "direct) |", "",
         f"Per report, in process: sealing (device, HPKE X25519/HKDF-SHA256/ChaCha20-Poly1305)"
-        f" {r['seal_us']:.0f} µs, opening (collector) {r['open_us']:.0f} µs.", ""])
+        f" {r['seal_us']:.0f} µs, opening (collector) {r['open_us']:.0f} µs.", "",
+        "CPU per report (µs, user + system, from /proc, each path until its query is closed "
+        "and estimated): the machine's cores are what both paths share.", "",
+        "| path | collector | its opening processes | shuffler | bench client | total |",
+        "|---|---|---|---|---|---|",
+        "| direct | {:.0f} | – | – | {:.0f} | {:.0f} |".format(
+            *r["cpu_us"]["direct"], sum(r["cpu_us"]["direct"])),
+        "| shuffled, end to end | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |".format(
+            r["cpu_us"]["shuffled"][0], r["cpu_us"]["shuffled"][3],
+            r["cpu_us"]["shuffled"][1], r["cpu_us"]["shuffled"][2],
+            sum(r["cpu_us"]["shuffled"])), ""])
     print(table)
     print(json.dumps(r))
     if a.out:
