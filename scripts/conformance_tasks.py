@@ -614,6 +614,8 @@ def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[st
            or str(_base_query(task)), "phase": 1, "dataset": o.get("dataset", "data"),
            "task_json": text, "task_digest": o.get("task_digest", digest),
            "report_length": o.get("report_length", length)}
+    if isinstance(task, dict) and "seal" in task and o.get("ticket", "t1.conformance"):
+        msg["shuffle_ticket"] = o.get("ticket", "t1.conformance")  # §16: the slot's ticket
     decls = o.get("datasets", [SCALAR])
     ledger = [{"query_id": q, "task_digest": digest if d == "same" else d,
                "units": str(epsilon_units(e))} for q, d, e in o.get("ledger", [])]
