@@ -184,6 +184,23 @@ def test_close_windows_are_bounded_and_cover_every_report(db):
     assert sorted(x for v in seen.values() for x in v) == list(range(1000))
 
 
+def test_stream_windows_are_planned_on_stored_bytes(db):
+    """Wide reports stored narrow (275 values at 2 bytes: 550 B, 2 200 B as int64) are read
+    in windows sized on what is stored: on PostgreSQL a window spans the blocks of about
+    2 MiB of reports, not the ~3 blocks an int64 (out-of-line) estimate gave."""
+    _query(db)
+    width = 275
+    payload = np.arange(width, dtype=np.int16).tobytes()
+    db.store_reports([PendingReport("q", 1, f"d{i}", 0, 1, i, payload, 2) for i in range(400)])
+    windows = db.close_windows("q", 1, 400, 8 * width)
+    if db.is_sqlite:
+        assert len(windows) == 1
+    else:  # 2 MiB of in-row reports: 256 blocks a window (the 400 reports fill ~30)
+        assert len(windows) == 1 and windows[0].hi - windows[0].lo == 256
+    (block,) = list(db.window_reports("q", 1, windows[0], [0], with_slots=False))
+    assert block.count == 400 and block.reports().shape == (400, width)
+
+
 def test_phase_close_claim_is_exclusive(db):
     _query(db, quota=1)
     db.store_reports([PendingReport("q", 1, "d", 0, 1, 0, b"\x00" * 8)])
