@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
      "uldp.collector.shuffler.amplification"),
     ("uldp.collector.methods",),
     ("uldp.collector.planner",),
-    ("uldp.collector.learning.sgd", "uldp.collector.learning.classify",
+    ("uldp.collector.models.sgd", "uldp.collector.models.grid",
      "uldp.collector.simulation", "uldp.collector.simulation.realdata"),
     ("uldp.collector.programs",),
     ("uldp.collector.simulation.simulate", "uldp.collector.learning",
@@ -130,6 +130,15 @@ def test_no_upward_imports():
     bad = [(m, t) for m, ts in GRAPH.items() for t in ts
            if layer(t) > layer(m) and not t.startswith(m + ".")]
     assert not bad, "upward imports:\n" + "\n".join(f"{m} -> {t}" for m, t in sorted(bad))
+
+
+def test_programs_and_models_never_import_learning():
+    """The query programs and the learning math below them never reach up into
+    ``uldp.collector.learning`` (fits, estimators), which runs them."""
+    low = ("uldp.collector.programs", "uldp.collector.models")
+    bad = [(m, t) for m, ts in GRAPH.items() if m.startswith(low) for t in ts
+           if t.startswith("uldp.collector.learning")]
+    assert bad == []
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -159,7 +159,7 @@ def _learning_extra(args: argparse.Namespace, data: Any, lo: float, hi: float
     """classify/regress over one's own data: the feature box ``[--lo, --hi]^d``, the grid
     (``--grid``, else sized by the rule of ``run_classify``) and the label bound of regress
     (``--label-bound``, else the data's largest |label|, said on stderr)."""
-    from uldp.collector.learning.classify import choose_grid, grid_extra
+    from uldp.collector.models.grid import choose_grid, grid_extra
 
     d = len(args.value_col)
     M = args.grid

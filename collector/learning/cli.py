@@ -30,7 +30,6 @@ from uldp.client.randomness import RandomSource
 from uldp.collector.learning.estimators import LDPLogisticRegression, LDPSGDRegressor
 from uldp.collector.learning.fit import run_classify, run_regress, run_sgd
 from uldp.collector.learning.runner import SyntheticUsers
-from uldp.collector.learning.sgd import SGDConfig, theorem8_bound
 from uldp.collector.learning.synthetic import (
     bayes_risk_sine,
     excess_risk,
@@ -38,6 +37,7 @@ from uldp.collector.learning.synthetic import (
     logistic_population,
     quadratic_population,
 )
+from uldp.collector.models.sgd import SGDConfig, theorem8_bound
 
 __all__ = ["simulate_learning"]
 

@@ -36,10 +36,10 @@ from typing import Any, Self
 import numpy as np
 
 from uldp.client.randomness import RandomSource
-from uldp.collector.learning.classify import GridModel
 from uldp.collector.learning.fit import run_classify, run_regress, run_sgd
 from uldp.collector.learning.runner import Batch, UserSource, as_source
-from uldp.collector.learning.sgd import SGDConfig
+from uldp.collector.models.grid import GridModel
+from uldp.collector.models.sgd import SGDConfig
 
 __all__ = ["LDPHistogramClassifier", "LDPHistogramRegressor", "LDPLogisticRegression",
            "LDPSGDRegressor"]

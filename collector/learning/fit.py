@@ -18,7 +18,13 @@ import numpy as np
 from uldp.client.hadamard import next_pow2
 from uldp.client.randomness import RandomSource
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.learning.classify import (
+from uldp.collector.learning.runner import (
+    UserSource,
+    as_source,
+    run_source,
+    source_privatizer,
+)
+from uldp.collector.models.grid import (
     GridChoice,
     GridModel,
     choose_grid,
@@ -27,13 +33,7 @@ from uldp.collector.learning.classify import (
     grid_extra,
     hadamard_inverse,
 )
-from uldp.collector.learning.runner import (
-    UserSource,
-    as_source,
-    run_source,
-    source_privatizer,
-)
-from uldp.collector.learning.sgd import SGDConfig, SGDResult, sgd_query, steps_advisory
+from uldp.collector.models.sgd import SGDConfig, SGDResult, sgd_query, steps_advisory
 from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import MeanEstProgram
 from uldp.collector.programs.driver import run_program

@@ -26,10 +26,10 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.learning.classify import GridModel
 from uldp.collector.learning.estimators import LDPLogisticRegression
 from uldp.collector.learning.fit import run_classify, run_regress
 from uldp.collector.learning.runner import ListUsers, run_spec
+from uldp.collector.models.grid import GridModel
 from uldp.collector.planner import QuerySpec
 
 __all__ = ["FEATURE_BOX", "FlightsData", "available", "delay_mean", "flights_classifier",

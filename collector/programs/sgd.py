@@ -3,7 +3,7 @@ for a two-stage step (``2·t0`` phases then).
 
 See ``docs/algorithms.md`` ("SGD"). Sections of ``docs/algorithms.md``: §8.3 (protocol), §8.4
 (privacy), [D13] (``t0`` fixed at creation), [D14]. The SGD configuration and its math are
-in ``uldp.collector.learning.sgd``.
+in ``uldp.collector.models.sgd``.
 
 Slots are split into ``t0`` balanced groups from the public seed (one group per step,
 INV-3); step ``t`` runs the phases of its MeanEst plan ``compile_query(step_spec(config,
@@ -24,7 +24,7 @@ import numpy as np
 
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
-from uldp.collector.learning.sgd import SGDConfig, partition, project, step_spec
+from uldp.collector.models.sgd import SGDConfig, partition, project, step_spec
 from uldp.collector.planner import Plan, QuerySpec, compile_query
 from uldp.collector.programs.base import PublishedPhases
 from uldp.collector.programs.meanest import jsonable

@@ -14,11 +14,6 @@ from uldp.client.kinds import KINDS
 from uldp.client.kinds.learning import grid_bins
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskRefused, TaskSpec, compute_report, validate_task
-from uldp.collector.learning.classify import (
-    GridModel,
-    choose_grid,
-    hadamard_inverse,
-)
 from uldp.collector.learning.fit import run_classify, run_regress
 from uldp.collector.learning.synthetic import (
     bayes_risk_sine,
@@ -26,6 +21,11 @@ from uldp.collector.learning.synthetic import (
     excess_risk,
     l2_risk,
     sine_population,
+)
+from uldp.collector.models.grid import (
+    GridModel,
+    choose_grid,
+    hadamard_inverse,
 )
 from uldp.collector.planner import QuerySpec, compile_query
 

@@ -14,11 +14,11 @@ import json
 import numpy as np
 import pytest
 
-from uldp.collector.learning.classify import grid_result
 from uldp.collector.learning.estimators import (
     LDPHistogramClassifier,
     LDPHistogramRegressor,
 )
+from uldp.collector.models.grid import grid_result
 from uldp.collector.planner import QuerySpec
 from uldp.collector.service.client import QueryRequest
 from uldp.collector.simulation.fleet import run_fleet

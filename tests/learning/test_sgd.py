@@ -11,7 +11,8 @@ import pytest
 from uldp.client.randomness import RandomSource
 from uldp.collector.learning.fit import run_sgd
 from uldp.collector.learning.runner import ArrayUsers
-from uldp.collector.learning.sgd import (
+from uldp.collector.learning.synthetic import quadratic_population
+from uldp.collector.models.sgd import (
     SGDConfig,
     choose_steps,
     partition,
@@ -20,7 +21,6 @@ from uldp.collector.learning.sgd import (
     steps_advisory,
     theorem8_bound,
 )
-from uldp.collector.learning.synthetic import quadratic_population
 
 
 def test_partition_is_balanced_disjoint_and_seeded() -> None:
