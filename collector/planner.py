@@ -343,11 +343,15 @@ def _template(spec: QuerySpec) -> TaskSpec:
         frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra))
 
 
-def compile_query(spec: QuerySpec) -> Plan:
+def compile_query(spec: QuerySpec, grouping: Grouping | None = None) -> Plan:
     """Compile a query into its plan (raises ValueError for an impossible configuration).
 
     ``method="auto"`` resolves to a concrete method and grouping first
-    (``uldp.collector.methods.auto``: public values only, the same on every replica)."""
+    (``uldp.collector.methods.auto``: public values only, the same on every replica).
+    ``grouping`` replaces the ε-regime grouping of the components by one a program chose
+    itself (the windowed SGD rounds, ``uldp.collector.models.windows``)."""
+    if grouping is not None:
+        return _compile(spec, grouping)
     resolve = RESOLVERS.get(spec.method)
     if resolve is None:
         return _compile(spec)
@@ -357,10 +361,11 @@ def compile_query(spec: QuerySpec) -> Plan:
     return plan
 
 
-def _compile(spec: QuerySpec) -> Plan:
+def _compile(spec: QuerySpec, grouping: Grouping | None = None) -> Plan:
     kind = KINDS[spec.kind]
     template = _template(spec)
-    grouping = _grouping_for(spec, kind, template)
+    if grouping is None:
+        grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
     plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
     if plan.two_stage:

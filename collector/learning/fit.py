@@ -33,7 +33,8 @@ from uldp.collector.models.grid import (
     grid_extra,
     hadamard_inverse,
 )
-from uldp.collector.models.sgd import SGDConfig, SGDResult, sgd_query, steps_advisory
+from uldp.collector.models.rounds import sgd_query
+from uldp.collector.models.sgd import SGDConfig, SGDResult, steps_advisory
 from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import MeanEstProgram
 from uldp.collector.programs.driver import run_program
@@ -56,14 +57,18 @@ def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
     if config.theta0 is not None and np.shape(config.theta0) != (d,):
         raise ValueError(f"theta0 must have {d} entries, got shape {np.shape(config.theta0)}")
     spec = sgd_query(config, n, _m_ref(source, m_ref), d, query_id=config.query_id)
-    note = steps_advisory(n, d, config, int(spec.extra["sgd"]["t0"]))
+    resolved = SGDConfig(**spec.extra["sgd"])
+    note = None if resolved.per_coordinate else \
+        steps_advisory(n, d, resolved, int(resolved.t0 or 1))
     if note:  # the scikit-style estimators' way to tell the user
         warnings.warn(note, UserWarning, stacklevel=2)
     bar = Progress(n, f"sgd {config.model}", progress)
     res = run_source(spec, source, None, rng, bar)
     cfg = SGDConfig(**res["config"])
+    extra: dict[str, Any] = {k: res[k] for k in ("method", "rounds", "accounting")
+                             if k in res}
     return SGDResult(np.asarray(res["theta"]), res["trajectory"], int(res["t0"]),
-                     float(res["eta"]), cfg, n, spec.samples, d)
+                     float(res["eta"]), cfg, n, spec.samples, d, extra)
 
 
 def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndarray,
