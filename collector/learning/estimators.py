@@ -375,7 +375,7 @@ class LDPHistogramClassifier(_GridBase):
 
     def __init__(self, epsilon: float = 1.0, *, feature_bounds: Any = None,
                  M: int | None = None, beta: float = 1.0, classes: tuple[Any, Any] = (-1, 1),
-                 method: str = "two-stage", m_ref: int | None = None,
+                 method: str = "auto", m_ref: int | None = None,
                  random_state: Any = None, progress: bool | None = None) -> None:
         self.epsilon, self.feature_bounds, self.M, self.beta = epsilon, feature_bounds, M, beta
         self.classes, self.method, self.m_ref = classes, method, m_ref
@@ -413,7 +413,7 @@ class LDPHistogramRegressor(_GridBase):
 
     def __init__(self, epsilon: float = 1.0, *, label_bound: float = 1.0,
                  feature_bounds: Any = None, M: int | None = None, beta: float = 1.0,
-                 density_floor: float = 0.5, fix_p1: bool = False, method: str = "two-stage",
+                 density_floor: float = 0.5, fix_p1: bool = False, method: str = "auto",
                  m_ref: int | None = None, random_state: Any = None,
                  progress: bool | None = None) -> None:
         self.epsilon, self.label_bound, self.feature_bounds = epsilon, label_bound, feature_bounds

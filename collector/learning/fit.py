@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from uldp.collector.models.grid import (
     components_of,
     feature_box,
     grid_extra,
+    grid_risk,
     hadamard_inverse,
 )
 from uldp.collector.models.rounds import sgd_query
@@ -79,11 +81,17 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
     """Shared driver of Algorithms 4 and 5: choose the grid, run one MeanEst query."""
     n, d = source.n_users, source.dim
     m = _m_ref(source, m_ref)
-    choice = choose_grid(n, m, d, epsilon, beta=beta, task=kind, method=method)
-    if M is not None:
+    T = float(extra.get("label_bound", 1.0))
+    if M is None:
+        choice = choose_grid(n, m, d, epsilon, beta=beta, task=kind, method=method,
+                             label_bound=T)
+    else:
         if not isinstance(M, (int, np.integer)) or M < 1:
             raise ValueError(f"M (cells per axis) must be a positive integer, got {M!r}")
-        choice = GridChoice(1.0 / M, int(M), next_pow2(int(M) ** d), "given")
+        b2, var, _ = grid_risk(n, m, d, epsilon, int(M), task=kind, beta=beta,
+                               method=method, label_bound=T)
+        choice = GridChoice(1.0 / M, int(M), next_pow2(int(M) ** d), "given", "given",
+                            b2, var)
     ex = grid_extra(choice.M, lo, hi)
     ex.update(extra)
     spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m, dim=d, bound=1.0,
@@ -95,12 +103,12 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
     bar = Progress(n, f"{kind}", progress)
     program = MeanEstProgram(spec)  # the estimate itself (θ̂), not the kind's model
     result = run_program(program, source_privatizer(source, np.arange(n), rng, bar))
-    return GridChoice(choice.side, choice.M, choice.K, regime), Estimate.from_dict(result), n, m
+    return replace(choice, regime=regime), Estimate.from_dict(result), n, m
 
 
 def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomSource,
                  lo: Any = None, hi: Any = None, M: int | None = None, beta: float = 1.0,
-                 method: str = "two-stage", seed: int = 0, m_ref: int | None = None,
+                 method: str = "auto", seed: int = 0, m_ref: int | None = None,
                  progress: bool | None = None, query_id: str = "classify") -> GridModel:
     """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1)."""
     source = as_source(users, labels)
@@ -111,7 +119,8 @@ def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomS
         query_id=query_id)
     Q = components_of(est)
     info = {"Q": Q.tolist(), "regime": choice.regime, "side": choice.side, "users": n,
-            "samples": m, "epsilon": epsilon, "method": method}
+            "samples": m, "epsilon": epsilon, "method": method,
+            "grid_choice": choice.to_json()}
     return GridModel("classify", choice.M, source.dim, lo_a, hi_a, hadamard_inverse(Q),
                      info=info)
 
@@ -119,7 +128,7 @@ def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomS
 def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: float,
                 rng: RandomSource, lo: Any = None, hi: Any = None, M: int | None = None,
                 beta: float = 1.0, density_floor: float = 0.5, fix_p1: bool = False,
-                method: str = "two-stage", seed: int = 0, m_ref: int | None = None,
+                method: str = "auto", seed: int = 0, m_ref: int | None = None,
                 progress: bool | None = None, query_id: str = "regress") -> GridModel:
     """Algorithm 5 over ``users``; ``label_bound`` is ``T_y`` (labels clamped on device).
 
@@ -147,6 +156,6 @@ def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: 
     tau = density_floor / (2 * choice.M ** source.dim)
     info = {"Q": Q.tolist(), "P": P.tolist(), "regime": choice.regime, "side": choice.side,
             "users": n, "samples": m, "epsilon": epsilon, "method": method,
-            "density_floor": density_floor}
+            "density_floor": density_floor, "grid_choice": choice.to_json()}
     return GridModel("regress", choice.M, source.dim, lo_a, hi_a, hadamard_inverse(Q),
                      hadamard_inverse(P), float(label_bound), tau, info)
