@@ -161,13 +161,14 @@ def coordinate_variances(grouping: Grouping, n_t: int, widths: np.ndarray,
     group."""
     G = len(grouping.groups)
     out = np.zeros(widths.size)
+    t2_all = np.minimum(4 * stat_var / np.maximum(widths, 1e-300) ** 2, 1.0)
     for grp in grouping.groups:
         users = max(n_t // G, 1)
         c = list(grp.components)
-        mech = window_mechanism(grp.eps_c, widths[c], np.sqrt(stat_var[c]))
-        t2 = np.minimum(4 * stat_var[c] / np.maximum(widths[c], 1e-300) ** 2, 1.0)
-        noise = np.array([scalar_variance(mech, grp.eps_c, float(x)) for x in t2])
-        out[c] = (stat_var[c] + noise * (widths[c] / 2) ** 2) / users
+        t2 = t2_all[c]
+        mech = best_scalar(grp.eps_c, float(np.mean(t2)))
+        v0, v1 = scalar_variance(mech, grp.eps_c, 0.0), scalar_variance(mech, grp.eps_c, 1.0)
+        out[c] = (stat_var[c] + (v0 + (v1 - v0) * t2) * (widths[c] / 2) ** 2) / users
     return out
 
 
@@ -182,7 +183,9 @@ def choose_grouping(p: int, epsilon: float, n_t: int, widths: np.ndarray,
     """The group size ``k`` (components per user, ``ε/k`` each) of least
     :func:`round_variance`, with every group keeping at least 2 users."""
     best: tuple[float, Grouping] | None = None
-    for k in range(1, p + 1):
+    # more than ⌈2ε⌉ coordinates per user leaves each below ε_c = ½, where splitting the
+    # users does better; all of them at once is the low regime's candidate
+    for k in sorted({*range(1, min(p, math.ceil(2 * epsilon)) + 1), p}):
         cand = _candidate(p, k, epsilon)
         if n_t // len(cand.groups) < 2:
             continue

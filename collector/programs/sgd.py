@@ -51,7 +51,7 @@ class SGDProgram:
     """Phase layout, tasks and closing rules of an SGD query (module docstring)."""
 
     spec: QuerySpec
-    _plans: dict[Any, Plan] = field(default_factory=dict, repr=False)
+    _plans: dict[Any, Any] = field(default_factory=dict, repr=False)  # plans and tasks
 
     def __post_init__(self) -> None:
         if self.spec.kind != "sgd" or "sgd" not in self.spec.extra:
@@ -188,9 +188,21 @@ class SGDProgram:
         task = plan.method.task(plan, group, stage, self._previous(phase, published), slot)
         if not self.per_coordinate:
             return task
+        t = self.step_of(phase)
+        windows = self.windows_at(t, published)
+        key = ("task", phase, group, stage, slot, task.extra.get("theta") and
+               tuple(task.extra["theta"]), windows.tobytes())
+        if key not in self._plans:  # the plans' cache also keeps the rounds' tasks
+            self._plans[key] = self._windowed_task(task, t, windows, published)
+        return self._plans[key]
+
+    def _windowed_task(self, task: TaskSpec, t: int, windows: np.ndarray,
+                       published: PublishedPhases) -> TaskSpec:
+        """A round's task: its coordinates' windows and the randomizer of least predicted
+        variance for them."""
         comps = list(task.components)
-        win = self.windows_at(self.step_of(phase), published)[comps]
-        h = (supports_at(self.config, self.theta_at(self.step_of(phase), published))[comps]
+        win = windows[comps]
+        h = (supports_at(self.config, self.theta_at(t, published))[comps]
              @ np.array([-0.5, 0.5]))
         sd = h if self.record else h / np.sqrt(max(self.spec.samples, 1))
         mech = window_mechanism(task.eps_c, win[:, 1] - win[:, 0], sd)
