@@ -150,11 +150,14 @@ def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
     range, attach extras."""
     T = plan.kind.transform(plan.template, plan.n_components)
     est = combine(plan.n_components, blocks, T, plan.spec.confidence, {"reports": reports},
-                  bias=bias, output_range=plan.kind.output_range(plan.template))
+                  bias=bias, output_range=plan.kind.output_range(plan.template),
+                  offset=plan.kind.offset(plan.template))
     if plan.spec.kind == "distribution":
         est.extra["projected"] = project_simplex(est.values)
     est.extra["regime"] = plan.grouping.regime
     est.extra["method"] = plan.spec.method
+    if plan.advisories:  # the plan's notes travel with its result (e.g. too few users)
+        est.extra["advisories"] = list(plan.advisories)
     if plan.auto:
         est.extra["auto"] = dict(plan.auto)
     return est

@@ -42,6 +42,7 @@ from uldp.collector.methods.common import (
     value_mechanism,
     value_noise_variance,
 )
+from uldp.collector.methods.edges import edge_shares, note_edges
 from uldp.collector.methods.intervals import NARROW_MAX, Histogram, sized_interval
 from uldp.collector.methods.two_stage import TwoStage, acc_mech
 
@@ -132,7 +133,8 @@ class TwoStageSized(TwoStage):
             bias[str(g)] = [[r.bias_lo, r.bias_hi] for r in rows]
             mechs[str(g)] = mech
         return {"khat": khat, "intervals": ivs, "bias": bias, "mechanism": mechs,
-                "moments": moments, "rule": self.interval_rule, "reports": n}
+                "moments": moments, "rule": self.interval_rule, "reports": n,
+                "edges": edge_shares(plan, accs)}
 
     def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
                  ) -> Estimate:
@@ -164,6 +166,7 @@ class TwoStageSized(TwoStage):
             est.extra["interval_rule"] = self.interval_rule
             est.extra["mechanism"] = previous.get("mechanism", {})
             est.extra["intervals"] = previous.get("intervals", {})
+        note_edges(plan, est, previous)
         return est
 
     def component_variance(self, plan: Any, sample_var: np.ndarray,

@@ -176,7 +176,7 @@ def resolve_rounds(config: SGDConfig, n: int, m: int, d: int
         cands["windowed"] = best_rounds(replace(config, method="windowed"), n, m, d, False)
     if config.method in ("auto", "baseline-b"):
         cands["baseline-b"] = best_rounds(replace(config, method="baseline-b"), n, m, d, True)
-    if config.method == "auto":
+    if config.rounds_kind == "auto":
         cands["kashin"] = kashin_risk(config, n, m, d)
     if not cands:  # a MeanEst method: Kashin steps as configured
         return replace(config, t0=choose_steps(n, m, d, config)), {}
@@ -194,7 +194,7 @@ def round_spec(config: SGDConfig, theta: np.ndarray, n_t: int, m_ref: int, d: in
                t: int) -> QuerySpec:
     """The MeanEst spec of a per-coordinate round: kind ``sgd`` with the identity frame,
     every user reporting its mean gradient (``ssl``) or one record's (``baseline-b``)."""
-    method = "baseline-b" if config.method == "baseline-b" else "ssl"
+    method = {"record": "baseline-b"}.get(config.rounds_kind, "ssl")
     spec = step_spec(replace(config, method=method, frame_kind="identity"), theta, n_t,
                      m_ref, d, t)
     return spec

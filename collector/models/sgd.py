@@ -47,6 +47,10 @@ __all__ = [
 STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
 #: the methods of the per-coordinate rounds, besides the MeanEst methods of Kashin steps
 ROUND_METHODS = ("auto", "windowed", "baseline-b")
+#: what an SGD query's method runs: ``auto`` (resolved at creation), per-coordinate rounds
+#: of the users' means (``windowed``) or of one record each (``record``); every other
+#: method runs Kashin steps
+ROUND_KINDS = {"auto": "auto", "windowed": "windowed", "baseline-b": "record"}
 
 #: (smoothness G, strong convexity γ) of the built-in losses for ‖x‖₂ <= 1; ``λ`` = l2.
 #: γ of a data-dependent loss is unknown publicly: the default takes ``ηγ = 1``, i.e.
@@ -142,10 +146,15 @@ class SGDConfig:
         return fb
 
     @property
+    def rounds_kind(self) -> str:
+        """What the method runs (:data:`ROUND_KINDS`; every MeanEst method: Kashin steps)."""
+        return ROUND_KINDS.get(self.method, "kashin")
+
+    @property
     def per_coordinate(self) -> bool:
         """Whether the rounds report gradient coordinates (windowed or one-record rounds)
         rather than run a Kashin MeanEst per step."""
-        return self.method in ("windowed", "baseline-b")
+        return self.rounds_kind in ("windowed", "record")
 
     @property
     def constants(self) -> tuple[float, float]:

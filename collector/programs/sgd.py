@@ -109,7 +109,7 @@ class SGDProgram:
 
     @property
     def record(self) -> bool:
-        return self.config.method == "baseline-b"
+        return self.config.rounds_kind == "record"
 
     @cached_property
     def _round_grouping(self) -> Grouping:

@@ -107,14 +107,18 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
                      extra_args: list[str] | None = None, server_mode: str = "aio",
                      env: dict[str, str] | None = None, http: bool = False,
                      cors_origins: tuple[str, ...] = (), http_port: int = 0,
-                     server: dict[str, object] | None = None, **core_kw: object) -> Collector:
+                     server: dict[str, object] | None = None,
+                     http_config: dict[str, object] | None = None,
+                     nofile: int | None = None, **core_kw: object) -> Collector:
     """Start a collector on 127.0.0.1 (in-process, or ``uldp collector serve`` as a
     subprocess with ``env`` added to its environment); the caller stops it. ``http``:
     also the HTTP port (Connect, gRPC-Web; ``cors_origins`` allowed).
 
     Test collectors accept reports marked simulated (the fleets' seeded devices) unless
     ``allow_simulated=False`` is given. ``server``: further ``ServerConfig`` fields of an
-    in-process collector (e.g. ``max_message_bytes``)."""
+    in-process collector (e.g. ``max_message_bytes``); ``http_config``: further
+    ``HttpConfig`` fields of its HTTP port (e.g. ``limits``, ``trusted_proxies``);
+    ``nofile``: the subprocess's RLIMIT_NOFILE (soft and hard)."""
     url = db_url or f"sqlite:///{workdir / 'collector.db'}"
     allow_simulated = bool(core_kw.setdefault("allow_simulated", True))
     if not subprocess_:
@@ -128,7 +132,7 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
         if http:
             c.front = attach_front(srv.core, srv.executor, HttpConfig(
                 pki.server_cert, pki.server_key, port=http_port,
-                cors_origins=frozenset(cors_origins)))
+                cors_origins=frozenset(cors_origins), **(http_config or {})))
             c.front.start()
             c.http_port = c.front.port
         return c
@@ -143,8 +147,12 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
            "--log-level", "info", "--name", name or f"proc-{port}", "--server-mode",
            server_mode, *(["--allow-simulated"] if allow_simulated else []),
            *(extra_args or [])]
+    def limit() -> None:
+        if nofile is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})}, preexec_fn=limit)
     log.close()
     c = Collector(port, url, pki, proc=proc, http_port=http_port)
     try:
