@@ -178,8 +178,7 @@ def _identity_tasks(epsilon: float, extra: dict, mech: str, method: str = "ssl")
 
 
 @pytest.mark.parametrize("mech", ["laplace", "duchi", "pm", "hm"])
-@pytest.mark.parametrize("epsilon", [0.5, 3.0])
-@pytest.mark.parametrize("model", ["logistic", "test-wild"])
+@pytest.mark.parametrize("epsilon,model", [(0.5, "logistic"), (3.0, "test-wild")])
 def test_identity_sgd_report_llr_bounded(mech: str, epsilon: float, model: str) -> None:
     """Per-coordinate gradient reports through every scalar randomizer, on windows inside,
     at the edge of and outside the support: the exact pairwise log-likelihood ratio over
