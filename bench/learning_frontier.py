@@ -60,7 +60,6 @@ from uldp.collector.models.sgd import SGDConfig
 
 EPS = (0.5, 1.0, 2.0, 4.0, 8.0)
 OUT = Path(__file__).resolve().parent / "results" / "learning_frontier.md"
-BLOCK = 500  # users per deterministic data block
 
 
 # ---- data ---------------------------------------------------------------------------------
@@ -77,25 +76,46 @@ NOISE_SD = 0.3  # linear regression: y = xᵀw + b + N(0, 0.3²)
 LABEL_BOUND = 2.0  # linear regression: public |y| bound (labels scaled by it, clamped)
 
 
+_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), \
+    np.uint64(0x9E3779B97F4A7C15)
+
+
+def _uniforms(seed: int, stream: int, idx: np.ndarray, per_user: int) -> np.ndarray:
+    """``(len(idx), per_user)`` uniforms in [0, 1): SplitMix64 of a counter that is a pure
+    function of (seed, stream, user, position), so a user's data is the same whichever
+    subset of users is asked for, and whichever method asks (data randomness, not privacy
+    noise)."""
+    with np.errstate(over="ignore"):
+        key = np.uint64((seed * 1_000_003 + stream * 7919) & 0xFFFFFFFFFFFF) * _GOLD
+        z = (idx.astype(np.uint64)[:, None] * np.uint64(per_user)
+             + np.arange(per_user, dtype=np.uint64)[None, :]) * _GOLD + key
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
 class BlockUsers:
-    """``n`` users of ``m`` records each, user ``i``'s data a pure function of ``(seed,
-    i // BLOCK)``: every method sees the same data. Features are mapped as the estimators
-    map them (``[x, 1]/√p``), labels to 0/1 (logistic) or ``y / LABEL_BOUND`` clamped."""
+    """``n`` users of ``m`` records each, user ``i``'s data a pure function of ``(seed, i)``
+    (:func:`_uniforms`): every method sees the same data. Features are mapped as the
+    estimators map them (``[x, 1]/√p``), labels to 0/1 (logistic) or ``y / LABEL_BOUND``
+    clamped."""
 
     def __init__(self, model: str, n: int, m: int, d: int, seed: int) -> None:
         self.model, self.n_users, self.samples, self.d, self.seed = model, n, m, d, seed
         self.dim = d + 1
         self.w, self.b = true_model(model, d)
 
-    def raw(self, block: int) -> tuple[np.ndarray, np.ndarray]:
-        g = np.random.default_rng([self.seed, block, 7])
-        k = min(BLOCK, self.n_users - block * BLOCK)
-        X = g.uniform(-1, 1, size=(k, self.samples, self.d))
+    def raw(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k, m, d = idx.size, self.samples, self.d
+        X = 2 * _uniforms(self.seed, 0, idx, m * d).reshape(k, m, d) - 1
         z = X @ self.w + self.b
+        u = _uniforms(self.seed, 1, idx, m).reshape(k, m)
         if self.model == "logistic":
-            y = (g.uniform(size=z.shape) < 1 / (1 + np.exp(-z))).astype(np.float64)
-        else:
-            y = z + g.normal(scale=NOISE_SD, size=z.shape)
+            y = (u < 1 / (1 + np.exp(-z))).astype(np.float64)
+        else:  # Box–Muller from two uniform streams
+            v = _uniforms(self.seed, 2, idx, m).reshape(k, m)
+            y = z + NOISE_SD * np.sqrt(-2 * np.log1p(-u)) * np.cos(2 * np.pi * v)
         return X, y
 
     def mapped(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,24 +125,16 @@ class BlockUsers:
     def batches(self, idx: np.ndarray, users_per_batch: Callable[[int], int]
                 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         idx = np.asarray(idx)
-        for block in np.unique(idx // BLOCK):
-            sub = idx[idx // BLOCK == block]
-            X, y = self.raw(int(block))
-            Z, yy = self.mapped(X[sub - block * BLOCK], y[sub - block * BLOCK])
-            step = users_per_batch(self.samples)
-            for s in range(0, sub.size, step):
-                yield sub[s:s + step], Z[s:s + step], yy[s:s + step]
+        step = users_per_batch(self.samples)
+        for s in range(0, idx.size, step):
+            sub = idx[s:s + step]
+            yield (sub, *self.mapped(*self.raw(sub)))
 
     def records(self, max_records: int) -> tuple[np.ndarray, np.ndarray]:
         """Raw records of the first users (the non-private fit's training data)."""
-        Xs, ys, total, block = [], [], 0, 0
-        while total < max_records and block * BLOCK < self.n_users:
-            X, y = self.raw(block)
-            Xs.append(X.reshape(-1, self.d))
-            ys.append(y.reshape(-1))
-            total += Xs[-1].shape[0]
-            block += 1
-        return np.concatenate(Xs)[:max_records], np.concatenate(ys)[:max_records]
+        k = min(self.n_users, max(1, max_records // self.samples))
+        X, y = self.raw(np.arange(k))
+        return X.reshape(-1, self.d), y.reshape(-1)
 
 
 def config_for(model: str, d: int, eps: float, method: str, seed: int) -> SGDConfig:
@@ -245,31 +257,38 @@ def part_slope(args: argparse.Namespace) -> list[str]:
     from uldp.collector.learning.synthetic import quadratic_population
 
     lines = ["\n### Estimation error of θ against d (quadratic loss of Theorem 8, S9)\n",
-             f"n = {args.users}, m = {args.samples}; E‖θ̂ − θ*‖ with θ* = E X (the users' "
-             "mean), uldp auto; log–log slope over d.\n",
-             "| ε | " + " | ".join(f"d = {d}" for d in args.dims) + " | slope |",
-             "|---|" + "---|" * (len(args.dims) + 1)]
+             f"n = {args.users}, m = {args.samples}; E‖θ̂ − θ*‖ with θ* the users' mean of "
+             "X, uldp auto; log–log slope over d of the error and of the last round's "
+             "√Σ se² (the same scale, less noisy).\n",
+             "| ε | " + " | ".join(f"d = {d}" for d in args.dims)
+             + " | slope (error) | slope (√Σ se²) |",
+             "|---|" + "---|" * (len(args.dims) + 2)]
     for eps in args.eps:
-        means = []
+        means, se_means = [], []
         for d in args.dims:
-            errs = []
+            errs, ses = [], []
             for rep in range(args.reps):
                 src, _ = quadratic_population(args.users, args.samples, d,
                                               np.random.default_rng([d, rep, 3]))
                 X, _ = src.draw(args.users)
                 from uldp.collector.learning.runner import ArrayUsers
+                # the population's public bound: |x_j| ≤ |μ_j| + a ≤ 0.8/√d
                 cfg = SGDConfig(model="quadratic", epsilon=eps, seed=rep,
-                                feature_bound=float(np.abs(X).max()))
+                                feature_bound=0.8 / math.sqrt(d))
                 res = run_sgd(cfg, ArrayUsers(X), rng=RandomSource.seeded(f"s{d}{rep}{eps}"),
                               progress=False)
                 errs.append(float(np.linalg.norm(res.theta - X.reshape(-1, d).mean(0))))
+                # the last round's √Σ se²: the same scale as the error, far less noisy
+                ses.append(float(np.linalg.norm(res.trajectory[-1]["std_error"])))
                 log_rows(args.out, [{"part": "slope", "d": d, "eps": eps, "rep": rep,
-                                     "error": errs[-1], "rounds": res.t0,
+                                     "error": errs[-1], "se_norm": ses[-1], "rounds": res.t0,
                                      "method": res.extra.get("method")}])
             means.append(stats(errs))
+            se_means.append(float(np.mean(ses)))
         slope = np.polyfit(np.log(args.dims), np.log([m for m, _ in means]), 1)[0]
+        se_slope = np.polyfit(np.log(args.dims), np.log(se_means), 1)[0]
         lines.append(f"| {eps:g} | " + " | ".join(fmt(m, s, 4) for m, s in means)
-                     + f" | {slope:.2f} |")
+                     + f" | {slope:.2f} | {se_slope:.2f} |")
     return lines
 
 

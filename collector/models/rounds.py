@@ -11,9 +11,9 @@ rounds, each round a fresh group of users reporting once at ``θ_t``:
 * **kashin**: the paper's Algorithm 3 — a MeanEst of the Kashin coefficients per step.
 
 The predicted risk of ``T`` rounds is Theorem 8's decomposition with its constants made
-explicit, ``E‖θ_T − θ*‖² ≈ R₀² a^{2T} + η² V(n/T) (1 − a^{2T}) / (1 − a²)``, ``a = 1 − ηγ̂``:
-the contraction of the starting distance ``R₀`` against the noise ``V`` of one round over
-``n/T`` users (:func:`uldp.collector.models.windows.round_variance`, the planner's
+explicit, ``E‖θ_T − θ*‖² ≈ R₀² a^{2T} + η² Σ_t a^{2(T−1−t)} V_t(n/T)``, ``a = 1 − ηγ̂``:
+the contraction of the starting distance ``R₀`` against the noise ``V_t`` of each round over
+``n/T`` users (round 0 on the support, the later ones on their windows) (:func:`uldp.collector.models.windows.round_variance`, the planner's
 ``predicted_mse`` for Kashin steps, times :data:`NOISE_CALIBRATION`), summed through the
 contraction. ``γ̂`` and ``R₀`` are
 public *design* values (like the smoothness guess β of the grids, §9.4): the curvature
@@ -95,14 +95,18 @@ def design_distance(config: SGDConfig, d: int) -> float:
     return math.sqrt(3.0) * s / float(np.sqrt(np.mean(b * b)))
 
 
-def predicted_risk(config: SGDConfig, d: int, T: int, V: float) -> float:
-    """``R₀² a^{2T} + η² V (1 − a^{2T})/(1 − a²)`` (module docstring), ``V`` the noise of
-    one round."""
+def predicted_risk(config: SGDConfig, d: int, T: int, V: float,
+                   V0: float | None = None) -> float:
+    """``R₀² a^{2T} + η² (a^{2(T−1)} V₀ + V (1 − a^{2(T−1)})/(1 − a²))`` (module docstring):
+    ``V`` the noise of one round, ``V₀`` that of round 0 (its windows are the support;
+    default ``V``), each round's noise contracted by the rounds after it."""
     eta = config.step_size
     a = min(max(1.0 - eta * design_curvature(config, d), 0.0), 1.0 - 1e-12)
     R0 = design_distance(config, d)
     V = NOISE_CALIBRATION * V
-    return R0 * R0 * a ** (2 * T) + eta * eta * V * (1 - a ** (2 * T)) / (1 - a * a)
+    V0 = V if V0 is None else NOISE_CALIBRATION * V0
+    later = (1 - a ** (2 * (T - 1))) / (1 - a * a)
+    return R0 * R0 * a ** (2 * T) + eta * eta * (a ** (2 * (T - 1)) * V0 + V * later)
 
 
 class RoundDesign:
@@ -112,15 +116,18 @@ class RoundDesign:
         theta0 = np.zeros(d) if config.theta0 is None else np.asarray(config.theta0, float)
         support = supports_at(config, theta0)
         h = (support[:, 1] - support[:, 0]) / 2
-        rho = config.step_size * config.constants[0]
+        step = config.step_bounds(d)
         self.stat_var = h * h / (1 if record else max(m, 1))
         self.widths = steady_widths(support, m, record)
         for _ in range(3):  # the widths depend on the errors they cause: a fixed point
             self.grouping: Grouping = choose_grouping(d, config.epsilon, n_t, self.widths,
                                                       self.stat_var)
             v = coordinate_variances(self.grouping, n_t, self.widths, self.stat_var)
-            self.widths = steady_widths(support, m, record, v, rho)
+            self.widths = steady_widths(support, m, record, v, step)
         self.variance = round_variance(self.grouping, n_t, self.widths, self.stat_var)
+        #: round 0 reports on the support (nothing seen yet)
+        self.variance0 = round_variance(self.grouping, n_t, support[:, 1] - support[:, 0],
+                                        self.stat_var)
 
 
 def round_design(config: SGDConfig, n_t: int, m: int, d: int, record: bool) -> RoundDesign:
@@ -139,7 +146,7 @@ def best_rounds(config: SGDConfig, n: int, m: int, d: int, record: bool
         rd = round_design(config, n // T, m, d, record)
         if n // T // len(rd.grouping.groups) < MIN_GROUP_USERS and T > 1:
             return math.inf
-        return predicted_risk(config, d, T, rd.variance)
+        return predicted_risk(config, d, T, rd.variance, rd.variance0)
 
     if config.t0 is not None:
         return int(config.t0), risk(int(config.t0))

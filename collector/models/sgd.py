@@ -145,6 +145,24 @@ class SGDConfig:
             raise ValueError(f"feature_bound has {fb.size} entries, the model has {d}")
         return fb
 
+    def curvature_bounds(self, d: int) -> tuple[float, float]:
+        """Public bounds ``[γ, G]`` on the eigenvalues of the loss's Hessian for features
+        within ``±b_j``: quadratic ``[1, 1]`` (exact); least squares ``[λ, Σ b_j² + λ]``;
+        logistic ``[λ, Σ b_j²/4 + λ]``; a configured smoothness or strong convexity replaces
+        its end; custom models ``[0, G]``. The windows of the per-coordinate rounds use
+        them (``uldp.collector.models.windows.next_window``)."""
+        b2 = float(np.sum(self.features(d) ** 2))
+        lo, hi = {"quadratic": (1.0, 1.0), "least_squares": (self.l2, b2 + self.l2),
+                  "ridge": (self.l2, b2 + self.l2),
+                  "logistic": (self.l2, b2 / 4 + self.l2)}.get(
+            self.model, (0.0, self.constants[0]))
+        return (self.strong_convexity or lo, self.smoothness or hi)
+
+    def step_bounds(self, d: int) -> tuple[float, float]:
+        """``(ηγ, ηG)`` of :meth:`curvature_bounds`."""
+        lo, hi = self.curvature_bounds(d)
+        return self.step_size * lo, self.step_size * hi
+
     @property
     def rounds_kind(self) -> str:
         """What the method runs (:data:`ROUND_KINDS`; every MeanEst method: Kashin steps)."""

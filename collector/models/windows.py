@@ -17,9 +17,11 @@ A windowed round reports the user mean ``ḡ_i`` of the clipped per-record gradi
   population mean by about ``h_j/√m``; the window keeps :data:`Z_SPREAD` of those on each
   side, times an evidence factor ``κ ≥ 1``.
 * **Where the gradient moves** (the ball): with ``θ_{t+1} = θ_t − η ĝ_t`` and a loss whose
-  Hessian lies between 0 and ``G``, ``∇L(θ_{t+1}) = (I − ηH̄) ĝ_t − e_t`` with ``0 ≼ ηH̄ ≼ ρI``,
-  ``ρ = ηG``: it lies in the ball of centre ``(1 − ρ/2) ĝ_t`` and radius ``ρ‖ĝ_t‖/2``, up to
-  the estimation error ``e_t`` of round t (:data:`Z_ERROR` standard errors per coordinate).
+  Hessian's eigenvalues lie in the public ``[γ, G]``, ``(I − ηH̄)∇L(θ_t)`` lies in the ball of
+  centre ``(1 − c)∇L(θ_t)``, ``c = η(γ + G)/2``, and radius ``η(G − γ)/2 · ‖∇L(θ_t)‖``
+  (a quadratic loss, ``γ = G``: a point), up to the estimation error of round t
+  (:data:`Z_ERROR` standard errors per coordinate) and an upper confidence bound of the
+  gradient's norm (:func:`norm_bound`).
 * **Evidence** (:func:`pinned`): a coordinate whose decoded mean sits at an end of its
   window beyond its noise was clamped; its next window is the whole support and ``κ``
   doubles (users less alike than assumed).
@@ -40,7 +42,7 @@ from uldp.client.regimes import Group, Grouping
 from uldp.collector.mechanisms.choice import best_scalar, scalar_variance
 
 __all__ = ["PIN_LEVEL", "Z_ERROR", "Z_SPREAD", "Window", "choose_grouping",
-           "coordinate_variances", "next_window", "pinned", "record_support",
+           "coordinate_variances", "next_window", "norm_bound", "pinned", "record_support",
            "round_variance", "steady_widths", "window_mechanism"]
 
 #: user-mean deviations (in worst-case standard deviations ``h_j/√m``) a window keeps on
@@ -103,18 +105,42 @@ def pinned(windows: np.ndarray, estimate: np.ndarray, std_error: np.ndarray) -> 
     return [int(j) for j in np.flatnonzero(u - 2 * std_error / half > PIN_LEVEL)]
 
 
+def norm_bound(g: np.ndarray, se: np.ndarray) -> float:
+    """An upper confidence bound of ``‖∇L‖`` from its estimate ``ĝ`` (independent
+    coordinates of standard errors ``se``): ``E‖ĝ‖² = ‖∇L‖² + Σ se²``, so
+    ``‖ĝ‖² − Σ se²`` is unbiased, with standard deviation about
+    ``√(4 Σ ĝ_j² se_j² + 2 Σ se_j⁴)``; two of those above it. ``‖ĝ‖`` itself would put the
+    norm of the noise, which grows like ``√d``, into every coordinate's window."""
+    v = se * se
+    est = float(g @ g - v.sum())
+    sd = math.sqrt(float(4 * (g * g) @ v + 2 * v @ v))
+    return math.sqrt(max(est + Z_ERROR * sd, 0.0))
+
+
 def next_window(support: np.ndarray, estimate: np.ndarray, std_error: np.ndarray,
-                rho: float, m: int, factor: float, clamped: Sequence[int] = ()) -> Window:
-    """The windows of round t+1 from round t's estimate ``ĝ_t`` (module docstring):
-    centre ``(1 − ρ/2)ĝ_t``, half-width ``ρ‖ĝ_t‖/2 + Z_ERROR·se_j + κ·Z_SPREAD·h_j/√m``,
-    cut to the support; the clamped coordinates get the whole support and ``κ`` doubles."""
+                step: tuple[float, float], m: int, factor: float,
+                clamped: Sequence[int] = ()) -> Window:
+    """The windows of round t+1 from round t's estimate ``ĝ_t`` (module docstring).
+
+    ``step = (ηγ, ηG)``: the step times the public bounds of the loss's curvature. With
+    ``ĝ_t = ∇L(θ_t) + e_t``, ``∇L(θ_{t+1}) = (I − ηH̄)∇L(θ_t) − ηH̄ e_t``; around the centre
+    ``(1 − c)ĝ_t``, ``c = η(γ + G)/2``, it deviates by ``(cI − ηH̄)∇L(θ_t)`` — at most
+    ``r‖∇L(θ_t)‖``, ``r = η(G − γ)/2`` — and by ``(ηH̄ + (1 − c)I) e_t`` — per coordinate
+    ``e_j`` plus at most ``r`` times the largest standard error. Half-width:
+    ``r·‖∇L‖⁺ + Z_ERROR (se_j + r·max se) + κ·Z_SPREAD·h_j/√m``, cut to the support
+    (``‖∇L‖⁺``: :func:`norm_bound`); the clamped coordinates get the whole support and
+    ``κ`` doubles."""
     g = np.nan_to_num(np.asarray(estimate, dtype=np.float64))
     se = np.nan_to_num(np.asarray(std_error, dtype=np.float64), nan=np.inf)
+    lo_c, hi_c = step
+    c, r = (lo_c + hi_c) / 2, max(hi_c - lo_c, 0.0) / 2
     kappa = min(factor * (2.0 if clamped else 1.0), math.sqrt(max(m, 1)))
     h = (support[:, 1] - support[:, 0]) / 2
-    centre = (1 - rho / 2) * g
-    radius = rho * float(np.linalg.norm(g)) / 2 + Z_ERROR * se \
-        + kappa * Z_SPREAD * h / math.sqrt(max(m, 1))
+    finite = se[np.isfinite(se)]
+    se_max = float(finite.max()) if finite.size == se.size and se.size else math.inf
+    radius = r * norm_bound(g, np.where(np.isfinite(se), se, 0.0)) \
+        + Z_ERROR * (se + r * se_max) + kappa * Z_SPREAD * h / math.sqrt(max(m, 1))
+    centre = (1 - c) * g
     lo = np.maximum(centre - radius, support[:, 0])
     hi = np.minimum(centre + radius, support[:, 1])
     out = np.stack([lo, hi], axis=1)
@@ -125,18 +151,21 @@ def next_window(support: np.ndarray, estimate: np.ndarray, std_error: np.ndarray
 
 
 def steady_widths(support: np.ndarray, m: int, record: bool,
-                  variances: np.ndarray | None = None, rho: float = 1.0) -> np.ndarray:
+                  variances: np.ndarray | None = None,
+                  step: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
     """The window widths a run settles at once the gradient is small (the design
-    prediction of :func:`next_window`): the spread prior, the previous round's error and
-    the ball's radius at a gradient of the size of that error, on both sides; the support
-    for one-record rounds (a record may lie anywhere in it)."""
+    prediction of :func:`next_window` at ``∇L = 0``): the spread prior, the previous round's
+    error and the ball's radius at the norm bound of a zero gradient, on both sides; the
+    support for one-record rounds (a record may lie anywhere in it)."""
     full = support[:, 1] - support[:, 0]
     if record:
         return full
     radius = Z_SPREAD * (full / 2) / math.sqrt(max(m, 1))
     if variances is not None:
-        radius = radius + Z_ERROR * np.sqrt(variances) \
-            + rho * math.sqrt(float(variances.sum())) / 2
+        r = max(step[1] - step[0], 0.0) / 2
+        se = np.sqrt(variances)
+        zero_norm = math.sqrt(Z_ERROR * math.sqrt(2 * float(variances @ variances)))
+        radius = radius + Z_ERROR * (se + r * float(se.max(initial=0.0))) + r * zero_norm
     return np.minimum(full, 2 * radius)
 
 

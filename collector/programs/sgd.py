@@ -251,8 +251,8 @@ class SGDProgram:
         factor = 1.0 if t == 0 else float(published[self._first_phase[t] - 1]
                                           .get("spread_factor", 1.0))
         clamped = pinned(windows, g, se) if t > 0 else []
-        rho = self.config.step_size * self.config.constants[0]
-        nxt = next_window(supports_at(self.config, theta), g, se, rho, self.spec.samples,
+        step = self.config.step_bounds(self.spec.dim)
+        nxt = next_window(supports_at(self.config, theta), g, se, step, self.spec.samples,
                           factor, clamped)
         return {**nxt.to_json(), "windows_used": windows.tolist(), "mechanisms": mechanisms}
 

@@ -21,7 +21,7 @@ from uldp.collector.models.rounds import (
     supports_at,
 )
 from uldp.collector.models.sgd import SGDConfig, partition
-from uldp.collector.models.windows import next_window, pinned, record_support
+from uldp.collector.models.windows import next_window, norm_bound, pinned, record_support
 from uldp.collector.programs.sgd import SGDProgram
 
 
@@ -56,11 +56,30 @@ def test_next_window_contains_the_moved_gradient() -> None:
         H = A @ A.T
         H /= np.linalg.eigvalsh(H).max() * rng.uniform(1, 3)  # ηH ≼ I
         g = rng.uniform(-0.3, 0.3, size=4)
-        win = next_window(support, g, np.zeros(4), 1.0, 100, 1.0).bounds
+        win = next_window(support, g, np.zeros(4), (0.0, 1.0), 100, 1.0).bounds
         moved = (np.eye(4) - H) @ g
         assert np.all(win[:, 0] <= moved) and np.all(moved <= win[:, 1])
         half = (win[:, 1] - win[:, 0]) / 2
         assert np.all(half <= np.linalg.norm(g) / 2 + 2 * 1 / 10 + 1e-12)
+
+
+def test_known_curvature_centres_the_window_and_the_noise_norm_stays_out() -> None:
+    """Quadratic loss (γ = G = 1, η = 1): the next gradient is −e_t, so the window is centred
+    at 0 whatever ĝ_t, its half-width the error and the spread only; with an unknown
+    curvature the gradient's norm enters through an upper confidence bound that, at a zero
+    gradient, grows like d^{1/4}·se — not like ‖ĝ‖ ≈ √d·se."""
+    support = np.tile([-1.0, 1.0], (3, 1))
+    g, se = np.array([0.3, -0.2, 0.1]), np.full(3, 0.01)
+    w = next_window(support, g, se, (1.0, 1.0), 100, 1.0).bounds
+    assert np.allclose(w.mean(axis=1), 0.0)
+    assert np.allclose((w[:, 1] - w[:, 0]) / 2, 2 * 0.01 + 2 * 1 / 10)
+    rng = np.random.default_rng(2)
+    for d in (4, 64, 1024):
+        noise = rng.normal(scale=0.01, size=d)  # ĝ of a zero gradient
+        bound = norm_bound(noise, np.full(d, 0.01))
+        assert bound < 3 * d**0.25 * 0.01
+    assert bound < 0.5 * np.linalg.norm(noise)  # d = 1024
+    assert norm_bound(np.array([3.0, 4.0]), np.zeros(2)) == 5.0
 
 
 def test_clamped_coordinates_reset_to_the_support_and_widen_the_rest() -> None:
@@ -70,12 +89,12 @@ def test_clamped_coordinates_reset_to_the_support_and_widen_the_rest() -> None:
     se = np.full(3, 1e-4)
     assert pinned(windows, est, se) == [0]
     assert pinned(windows, est, np.full(3, 0.05)) == []  # within the noise: no evidence
-    w = next_window(support, est, se, 1.0, 100, 1.0, [0])
+    w = next_window(support, est, se, (0.0, 1.0), 100, 1.0, [0])
     assert w.bounds[0].tolist() == [-1.0, 1.0] and w.factor == 2.0 and w.pinned == (0,)
-    calm = next_window(support, est, se, 1.0, 100, 1.0, [])
+    calm = next_window(support, est, se, (0.0, 1.0), 100, 1.0, [])
     assert np.all(w.bounds[1:, 1] - w.bounds[1:, 0] > calm.bounds[1:, 1] - calm.bounds[1:, 0])
     # the factor never makes a window wider than the support: κ ≤ √m
-    assert next_window(support, est, se, 1.0, 4, 64.0, [1]).factor == 2.0
+    assert next_window(support, est, se, (0.0, 1.0), 4, 64.0, [1]).factor == 2.0
 
 
 def test_auto_prefers_user_level_rounds_and_chooses_their_number() -> None:
