@@ -48,7 +48,7 @@ def test_compose_file():
 
 def test_image_and_unit_use_the_readme_commands():
     docker = (DEPLOY / "Dockerfile").read_text()
-    assert "pip install --no-cache-dir '.[collector,postgres]'" in docker
+    assert "pip install --no-cache-dir '.[collector,postgres,scale]'" in docker
     assert 'CMD ["collector", "serve"]' in docker
     unit = (DEPLOY / "systemd" / "uldp-collector.service").read_text()
     assert "ExecStart=/opt/uldp/bin/uldp collector serve" in unit

@@ -25,7 +25,7 @@ export {
   MAX_M_REF, MAX_RECORDS, MAX_REPORT_VALUES, oracleOf, parseTask, scalarOf, parseTaskFields, SCHEMA, TaskRefused, validateFields,
   type KindName, type Method, type RefusalCode, type Task,
 } from "./task.js";
-export { gradient, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
+export { gradient, groupOf, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
 export * from "./mechanisms/index.js";
 export { oracleReport, sampleRecords } from "./methods/oracle.js";
 export { computeReport, DataError, emptyReport, fallbacks, slotSources, taskRows, type Samples } from "./report.js";
@@ -36,6 +36,6 @@ export {
 export { RETRYABLE, Status } from "./status.js";
 export { type Trace, tracing } from "./trace.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
-export {
-  hpkeSeal, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext, sealReport,
-} from "./seal.js";
+// shuffle mode's formats and checks; the HPKE sealing itself (hpkeSeal, sealReport: the only
+// curve code) is the entry @uldp/device/seal (./seal.ts), loaded by a Device only when it seals
+export { isLowOrder, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext } from "./sealFormat.js";

@@ -17,10 +17,11 @@
 import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
 import { RandomSource } from "../core/random.js";
-import { sealInfo, sealReport } from "../core/seal.js";
+import { checkPlatform } from "./platform.js";
+import { loadSealing } from "./sealing.js";
 import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
-import { clampedValues } from "../core/kinds.js";
+import { clampedValues, groupOf } from "../core/kinds.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
   AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
@@ -144,6 +145,7 @@ export class Device {
   }
 
   static async open(o: DeviceOptions): Promise<Device> {
+    checkPlatform({ needRandomness: !o.simulation }); // names a missing TextEncoder, TextDecoder, crypto.getRandomValues
     if (o.simulation && !o.simulation.rng.simulation) throw new RangeError("a simulation needs a seeded RandomSource");
     const d = new Device(o, await Ledger.open(o.store, o.budget, o.now));
     d.#identity = await o.store.loadIdentity<Identity>();
@@ -258,6 +260,7 @@ export class Device {
     const { task, units } = this.checkTask(msg);
     const rng = this.#source(); // before the charge: a broken source charges nothing
     const fallback = this.#fallback(task); // the report owed if the data fail: before the charge
+    if (task.seal !== null) await loadSealing(); // shuffle mode's HPKE code: loaded before the charge
     let entry: LedgerEntry;
     try {
       entry = await this.ledger.reserve(msg.query_id, msg.task_digest, msg.phase, units,
@@ -273,6 +276,15 @@ export class Device {
   /** The task's backstop report (the empty dataset's, §13.2), from public facts only and before
    * the charge, on a keystream of its own: a task whose backstop cannot be computed is refused
    * (code `param`), so whether the device reports never depends on its data (invariant 6). */
+  /** The rows' labels: the dataset's own, or for a grouped mean (`by`) the device's group —
+   * groupOf its groups' dataset (NaN, no group, if that dataset is gone) — on every row. */
+  #labels(task: Task, ds: LocalDataset): number[] | null {
+    if (task.by === null) return ds.labels;
+    const by = this.#datasets.get(task.by);
+    const g = by ? groupOf((by.samples as (number | number[])[]).map((v) => (typeof v === "number" ? v : NaN)), task.dim) : NaN;
+    return new Array<number>(ds.samples.length).fill(g);
+  }
+
   /** Count (and log, locally) the values the task's range clamps: never sent. */
   #noteClamped(task: Task, ds: LocalDataset): void {
     try {
@@ -304,7 +316,7 @@ export class Device {
       let values: readonly bigint[] = fallback;
       if (ds) {
         try {
-          values = computeReport(task, ds.samples, ds.labels, rng, fallback);
+          values = computeReport(task, ds.samples, this.#labels(task, ds), rng, fallback);
         } catch {
           values = fallback; // totality backstop: one report is owed whatever happens
         }
@@ -313,6 +325,7 @@ export class Device {
       let stored: readonly bigint[] | Uint8Array = [...values];
       if (task.seal !== null) { // shuffle mode: the ciphertext is the report
         const msg = JSON.parse(entry.task) as TaskMessage;
+        const { sealInfo, sealReport } = await loadSealing();
         stored = sealReport(task.seal, sealInfo(msg.query_id, msg.phase, msg.group ?? 0, msg.stage ?? 0,
           msg.task_digest), values, this.simulation);
       }
