@@ -13,10 +13,10 @@ rounds, each round a fresh group of users reporting once at ``θ_t``:
 The predicted risk of ``T`` rounds is Theorem 8's decomposition with its constants made
 explicit, ``E‖θ_T − θ*‖² ≈ R₀² a^{2T} + η² Σ_t a^{2(T−1−t)} V_t(n/T)``, ``a = 1 − ηγ̂``:
 the contraction of the starting distance ``R₀`` against the noise ``V_t`` of each round over
-``n/T`` users (round 0 on the support, the later ones on their windows) (:func:`uldp.collector.models.windows.round_variance`, the planner's
-``predicted_mse`` for Kashin steps, times :data:`NOISE_CALIBRATION`), summed through the
-contraction. ``γ̂`` and ``R₀`` are
-public *design* values (like the smoothness guess β of the grids, §9.4): the curvature
+``n/T`` users (round 0 on the support, the later ones on their windows)
+(:func:`uldp.collector.models.windows.round_variance`, the planner's ``predicted_mse`` for
+Kashin steps, times :data:`NOISE_CALIBRATION`), summed through the contraction. ``γ̂`` and
+``R₀`` are public *design* values (like the smoothness guess β of the grids, §9.4): the curvature
 and the distance of a model whose features spread over their public box and whose linear
 predictor varies by about :data:`DESIGN_SPREAD` across it. They decide the number of
 rounds only; privacy never depends on them. ``auto`` takes the kind of rounds, and their
