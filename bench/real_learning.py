@@ -10,8 +10,10 @@
   the rating 1..5 (regression, centred at 3, ``T_y = 2``); ``m_ref = 20``.
 
 For every ε and repetition: logistic SGD (uldp auto, baseline B, the item-level PM/HM peer,
-scikit-learn on all records) — accuracy on all records; the grid classifier and regressor
-with the default grid (least predicted risk), baseline B, and every fixed grid M = 1..8 —
+scikit-learn on all records) — accuracy on all records (the item-level peer spends
+``ε/m_i`` per record, ``m_i`` the user's own count, so a user's reports compose to ε);
+the grid classifier and regressor with the default grid (least predicted risk), baseline
+B, and every fixed grid M = 1..8 —
 accuracy, and R² in points (100 × R²) of the clamped label; "best fixed" is the fixed grid
 of the best mean over the repetitions, chosen after the fact.
 """
@@ -81,7 +83,8 @@ def _logistic(ds: dict[str, Any], eps: float, rep: int) -> dict[str, float]:
     fx = est._scaler(2)
     src = _MappedSource(ListUsers(users), fx, lambda yy: yy, 3)
     cfg = SGDConfig(model="logistic", epsilon=eps, seed=rep, feature_bound=1 / math.sqrt(3))
-    theta = ldp_sgd(cfg, src, ds["m_ref"], np.random.default_rng([rep, 17]))["theta"]
+    theta = ldp_sgd(cfg, src, ds["m_ref"], np.random.default_rng([rep, 17]),
+                    own_count=True)["theta"]  # each record at ε/m_i
     out["item"] = float(np.mean(((fx(X) @ theta) >= 0).astype(float) == y))
     sk = LogisticRegression(penalty=None, max_iter=500).fit(X, y)
     out["nonprivate"] = float(sk.score(X, y))

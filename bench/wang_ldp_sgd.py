@@ -85,9 +85,12 @@ def multidimensional(T: np.ndarray, eps: float, rng: np.random.Generator,
 
 
 def ldp_sgd(config: SGDConfig, source: Any, m: int, rng: np.random.Generator,
-            mech: str = "hm") -> dict[str, Any]:
+            mech: str = "hm", own_count: bool = False) -> dict[str, Any]:
     """Item-level LDP-SGD over the users of ``source`` (a uldp ``UserSource`` of scaled
-    features with labels last): every record a report at ``ε/m`` (module docstring)."""
+    features with labels last): every record a report at ``ε/m`` (module docstring).
+    ``own_count``: users of unequal sizes (real data) — each record at ``ε/m_i``, ``m_i``
+    the user's own count (the source's batches hold users of one size), so every user's
+    reports compose to ``ε``; ``m`` then only sizes the rounds."""
     n, p = source.n_users, source.dim
     T, _ = best_rounds(SGDConfig(**{**config.__dict__, "method": "baseline-b"}), n, m, p,
                        True)
@@ -103,7 +106,8 @@ def ldp_sgd(config: SGDConfig, source: Any, m: int, rng: np.random.Generator,
             yf = np.zeros(len(Xf)) if y is None else y.reshape(-1)
             G = clip_rows(fn(theta, Xf, yf, {"l2": config.l2}), config.clip)
             Tn = np.clip((G - c) / h, -1.0, 1.0)
-            total += multidimensional(Tn, eps_r, rng, mech).sum(axis=0)
+            e = config.epsilon / X.shape[1] if own_count else eps_r
+            total += multidimensional(Tn, e, rng, mech).sum(axis=0)
             count += len(Xf)
         g = c + h * total / max(count, 1)
         theta = project(theta - config.step_size * g, config.radius)

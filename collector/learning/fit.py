@@ -37,6 +37,7 @@ from uldp.collector.models.grid import (
 )
 from uldp.collector.models.rounds import sgd_query
 from uldp.collector.models.sgd import SGDConfig, SGDResult, steps_advisory
+from uldp.collector.models.shrinkage import classify_shrinkage, regress_shrinkage
 from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import MeanEstProgram
 from uldp.collector.programs.driver import run_program
@@ -109,8 +110,10 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
 def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomSource,
                  lo: Any = None, hi: Any = None, M: int | None = None, beta: float = 1.0,
                  method: str = "auto", seed: int = 0, m_ref: int | None = None,
-                 progress: bool | None = None, query_id: str = "classify") -> GridModel:
-    """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1)."""
+                 progress: bool | None = None, query_id: str = "classify",
+                 shrink: bool = True) -> GridModel:
+    """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1);
+    ``shrink``: the cells pulled toward their common value (``models.shrinkage``)."""
     source = as_source(users, labels)
     lo_a, hi_a = feature_box(source.dim, lo, hi)
     choice, est, n, m = run_grid_query(
@@ -121,21 +124,26 @@ def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomS
     info = {"Q": Q.tolist(), "regime": choice.regime, "side": choice.side, "users": n,
             "samples": m, "epsilon": epsilon, "method": method,
             "grid_choice": choice.to_json()}
-    return GridModel("classify", choice.M, source.dim, lo_a, hi_a, hadamard_inverse(Q),
-                     info=info)
+    q = hadamard_inverse(Q)
+    se = np.asarray(est.std_error, dtype=np.float64)
+    return GridModel("classify", choice.M, source.dim, lo_a, hi_a, q, info=info,
+                     shrinkage=classify_shrinkage(q, se, choice.M ** source.dim)
+                     if shrink else None)
 
 
 def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: float,
                 rng: RandomSource, lo: Any = None, hi: Any = None, M: int | None = None,
                 beta: float = 1.0, density_floor: float = 0.5, fix_p1: bool = False,
                 method: str = "auto", seed: int = 0, m_ref: int | None = None,
-                progress: bool | None = None, query_id: str = "regress") -> GridModel:
+                progress: bool | None = None, query_id: str = "regress",
+                shrink: bool = True) -> GridModel:
     """Algorithm 5 over ``users``; ``label_bound`` is ``T_y`` (labels clamped on device).
 
     Components ``Q_k`` (bound ``T_y``) and ``P_k`` (bound 1); ``q̂ = H Q̂/K_H``,
     ``p̂ = H P̂/K_H`` (erratum 8); predictor ``η̂(x) = clamp(q̂_k / max(p̂_k, τ), ±T_y)``
     with ``τ = f_L/(2B)`` ([D19]). ``fix_p1`` sets ``P̂_1 = 1`` (known: Σ p_l = 1;
-    optional, privacy-neutral, §10.3).
+    optional, privacy-neutral, §10.3). ``shrink``: the cells pulled toward the overall
+    mean (``models.shrinkage``, §9.6).
     """
     if not isinstance(label_bound, (int, float)) or not math.isfinite(label_bound) \
             or label_bound <= 0:
@@ -157,5 +165,9 @@ def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: 
     info = {"Q": Q.tolist(), "P": P.tolist(), "regime": choice.regime, "side": choice.side,
             "users": n, "samples": m, "epsilon": epsilon, "method": method,
             "density_floor": density_floor, "grid_choice": choice.to_json()}
-    return GridModel("regress", choice.M, source.dim, lo_a, hi_a, hadamard_inverse(Q),
-                     hadamard_inverse(P), float(label_bound), tau, info)
+    q, p = hadamard_inverse(Q), hadamard_inverse(P)
+    se = np.asarray(est.std_error, dtype=np.float64)
+    shrinkage = regress_shrinkage(q, p, se[:K], se[K:], choice.M ** source.dim, tau,
+                                  float(label_bound)) if shrink else None
+    return GridModel("regress", choice.M, source.dim, lo_a, hi_a, q, p, float(label_bound),
+                     tau, info, shrinkage)

@@ -23,6 +23,7 @@ from uldp.client.kinds.learning import MAX_GRID_CELLS, grid_bins
 from uldp.client.regimes import group_components
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS
+from uldp.collector.models.shrinkage import Shrinkage, classify_shrinkage, regress_shrinkage
 from uldp.collector.planner import RESOLVERS, QuerySpec, compile_query
 
 __all__ = ["DESIGN_RANGE", "GridChoice", "GridModel", "choose_grid", "components_of",
@@ -227,6 +228,8 @@ class GridModel:
     label_bound: float | None = None
     tau: float | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: empirical-Bayes pull of the cells toward their common value (``models.shrinkage``)
+    shrinkage: Shrinkage | None = None
 
     @property
     def K(self) -> int:
@@ -246,10 +249,13 @@ class GridModel:
         """Classifier: ``q̂_{bin(x)}``; regressor: ``η̂(x)`` (§10.3, [D19])."""
         b = self.cells(X)
         if self.kind == "classify":
-            return self.q[b]
-        assert self.p is not None and self.label_bound is not None and self.tau is not None
-        T = self.label_bound
-        return np.clip(self.q[b] / np.maximum(self.p[b], self.tau), -T, T)
+            v = self.q[b]
+        else:
+            assert self.p is not None and self.label_bound is not None \
+                and self.tau is not None
+            T = self.label_bound
+            v = np.clip(self.q[b] / np.maximum(self.p[b], self.tau), -T, T)
+        return v if self.shrinkage is None else self.shrinkage.apply(v, b)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         v = self.decision(X)
@@ -259,6 +265,8 @@ class GridModel:
         out = {"kind": self.kind, "q": self.q.tolist(),
                "grid": {"M": self.M, "dim": self.dim, "lo": self.lo.tolist(),
                         "hi": self.hi.tolist(), "K_H": self.K}, **self.info}
+        if self.shrinkage is not None:
+            out["shrinkage"] = self.shrinkage.to_json()
         if self.kind == "regress":
             out.update({"p": None if self.p is None else self.p.tolist(),
                         "label_bound": self.label_bound, "tau": self.tau})
@@ -283,10 +291,18 @@ class GridModel:
         if kind == "regress" and (p is None or p.size != q.size):
             raise ValueError("a regress result needs p with as many entries as q")
         info = {k: v for k, v in d.items()
-                if k not in ("kind", "q", "grid", "p", "label_bound", "tau")}
+                if k not in ("kind", "q", "grid", "p", "label_bound", "tau", "shrinkage")}
+        try:
+            shrink = None if d.get("shrinkage") is None else \
+                Shrinkage.from_json(d["shrinkage"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"result shrinkage is malformed: {exc}") from None
+        if shrink is not None and shrink.weights.size != M**dim:
+            raise ValueError(f"shrinkage has {shrink.weights.size} weights, the grid "
+                             f"{M**dim} cells")
         return cls(kind, M, dim, lo, hi, q, p,
                    None if d.get("label_bound") is None else float(d["label_bound"]),
-                   None if d.get("tau") is None else float(d["tau"]), info)
+                   None if d.get("tau") is None else float(d["tau"]), info, shrink)
 
 
 def grid_extra(M: int, lo: np.ndarray, hi: np.ndarray) -> dict[str, Any]:
@@ -318,16 +334,19 @@ def grid_result(spec: QuerySpec, estimate: dict[str, Any] | Estimate) -> dict[st
     info = {"regime": est.get("regime"), "users": spec.users, "samples": spec.samples,
             "epsilon": spec.epsilon, "method": spec.method,
             "grid_choice": _stated_choice(spec, M)}
+    se = np.asarray(est.get("std_error", np.full(theta.size, np.nan)), dtype=np.float64)
     if spec.kind == "classify":
-        mdl = GridModel("classify", M, d, lo, hi, hadamard_inverse(theta),
-                        info={"Q": theta.tolist(), **info})
+        q = hadamard_inverse(theta)
+        mdl = GridModel("classify", M, d, lo, hi, q, info={"Q": theta.tolist(), **info},
+                        shrinkage=classify_shrinkage(q, se, M**d))
         return mdl.to_dict()
     K = theta.size // 2
     T = float(ex["label_bound"])
     tau = float(ex.get("density_floor", 0.5)) / (2 * M**d)
-    mdl = GridModel("regress", M, d, lo, hi, hadamard_inverse(theta[:K]),
-                    hadamard_inverse(theta[K:]), T, tau,
-                    info={"Q": theta[:K].tolist(), "P": theta[K:].tolist(), **info})
+    q, p = hadamard_inverse(theta[:K]), hadamard_inverse(theta[K:])
+    mdl = GridModel("regress", M, d, lo, hi, q, p, T, tau,
+                    info={"Q": theta[:K].tolist(), "P": theta[K:].tolist(), **info},
+                    shrinkage=regress_shrinkage(q, p, se[:K], se[K:], M**d, tau, T))
     return mdl.to_dict()
 
 

@@ -224,8 +224,9 @@ def test_s10_regression_l2_risk_decreases_with_nm() -> None:
         for r in range(4):
             src = sine_population(n, 50, 1, np.random.default_rng([n, r]), task="regress")
             w = _quiet()
+            # Algorithm 5 itself (the paper's rate); shrinkage is tested on its own below
             mdl = run_regress(src, epsilon=1.0, label_bound=1.0, rng=RandomSource.seeded(r),
-                              seed=r)
+                              seed=r, shrink=False)
             w.__exit__(None, None, None)
             vals.append(l2_risk(mdl.predict, 1))
         risks.append(float(np.mean(vals)))
@@ -263,3 +264,31 @@ def test_user_level_beats_baseline_b_at_large_m() -> None:
 def test_eta_sine_phase() -> None:
     x = np.array([[0.25], [0.75]])
     assert np.allclose(eta_sine(x), [0.5, -0.5])
+
+
+def test_shrinkage_pulls_noise_cells_to_the_mean_and_keeps_signal() -> None:
+    """Empirical-Bayes shrinkage (models/shrinkage.py, §9.6): on a grid of pure noise the
+    cells are pulled to the overall mean and the risk falls; where the cells carry a strong
+    signal they are kept; the result round-trips through the result dict."""
+    g = np.random.default_rng(5)
+    X, y = g.uniform(size=(800, 20, 1)), g.uniform(-0.5, 0.5, size=(800, 20))  # η ≡ 0
+    w = _quiet()
+    raw = run_regress(X, y, epsilon=0.5, label_bound=1.0, rng=RandomSource.seeded(1), M=8,
+                      seed=1, shrink=False)
+    shr = run_regress(X, y, epsilon=0.5, label_bound=1.0, rng=RandomSource.seeded(1), M=8,
+                      seed=1)
+    strong = run_regress(sine_population(20_000, 50, 1, np.random.default_rng(6),
+                                         task="regress"),
+                         epsilon=8.0, label_bound=1.0, rng=RandomSource.seeded(2), M=4,
+                         seed=2)
+    w.__exit__(None, None, None)
+    x = np.linspace(0.01, 0.99, 99)
+    assert shr.shrinkage is not None and strong.shrinkage is not None
+    assert np.mean(shr.predict(x) ** 2) < 0.5 * np.mean(raw.predict(x) ** 2)
+    assert float(strong.shrinkage.weights.mean()) > 0.9
+    assert float(shr.shrinkage.weights.mean()) < float(strong.shrinkage.weights.mean())
+    back = GridModel.from_dict(shr.to_dict())
+    np.testing.assert_array_equal(back.predict(x), shr.predict(x))
+    with pytest.raises(ValueError, match="shrinkage"):
+        GridModel.from_dict({**shr.to_dict(), "shrinkage": {"centre": 0.0, "weights": [1.0],
+                                                            "signal": 0.0, "noise": 0.0}})
