@@ -52,7 +52,7 @@ from ingest import _postgres_cpu, local_postgres
 from uldp.client.tasks import report_length, report_limit
 from uldp.client.wire import MAX_ABS_REPORT_VALUE
 from uldp.collector.security.tokens import AdminAuth, TokenKey
-from uldp.collector.service.core import CollectorCore
+from uldp.collector.service.core import CollectorCore, CoreConfig
 from uldp.collector.storage import open_database
 from uldp.collector.storage.db import Database, PendingReport
 from uldp.collector.storage.records import VALUE_DTYPES, pack_values, typed_values, value_bytes
@@ -189,7 +189,8 @@ def _count(db: Database, n: int) -> None:
 
 def one(case: str, n: int, url: str, load: str, threads: int) -> dict[str, float]:
     db = open_database(url)
-    core = CollectorCore(db, TokenKey.generate(), AdminAuth("x" * 32))
+    core = CollectorCore(db, TokenKey.generate(), AdminAuth("x" * 32),
+                         CoreConfig(max_users=max(n, CoreConfig.max_users)))
     core.closer.engine.threads = threads  # type: ignore[attr-defined]
     task, vb = _create(core, case, n)
     rng = np.random.default_rng(1)
