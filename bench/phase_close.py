@@ -49,6 +49,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import _postgres_cpu, local_postgres
 
+from uldp.client.mechanisms.exact import units_of
+from uldp.client.mechanisms.olh import SEED_BITS, olh_design
 from uldp.client.tasks import report_length, report_limit
 from uldp.client.wire import MAX_ABS_REPORT_VALUE
 from uldp.collector.security.tokens import AdminAuth, TokenKey
@@ -103,8 +105,9 @@ def _reports(task, n: int, rng: np.random.Generator) -> np.ndarray:
         k = task.dim
         keys = rng.random((n, k))
         return np.sort(np.argpartition(keys, width, axis=1)[:, :width], axis=1)
-    if mech == "olh":
-        return np.stack([rng.integers(0, 1 << 32, n), rng.integers(0, limit + 1, n)], axis=1)
+    if mech == "olh":  # a seed and a hash value in [0, g - 1] (g the design's buckets)
+        g = olh_design(units_of(task.epsilon)).k
+        return np.stack([rng.integers(0, 1 << SEED_BITS, n), rng.integers(0, g, n)], axis=1)
     if mech == "grr":
         return rng.integers(0, task.dim, size=(n, 1))
     if mech == "oue":
