@@ -447,11 +447,15 @@ def _task_range(spec: QuerySpec) -> tuple[float, float] | None:
     return (spec.lo, spec.hi)
 
 
-def compile_query(spec: QuerySpec) -> Plan:
+def compile_query(spec: QuerySpec, grouping: Grouping | None = None) -> Plan:
     """Compile a query into its plan (raises ValueError for an impossible configuration).
 
     ``method="auto"`` resolves to a concrete method and grouping first
-    (``uldp.collector.methods.auto``: public values only, the same on every replica)."""
+    (``uldp.collector.methods.auto``: public values only, the same on every replica).
+    ``grouping`` replaces the ε-regime grouping of the components by one a program chose
+    itself (the windowed SGD rounds, ``uldp.collector.models.windows``)."""
+    if grouping is not None:
+        return _compile(spec, grouping)
     kind = KINDS.get(spec.kind)
     if kind is not None and kind.grouped:  # one report over every group: grouped-ssl
         if spec.method not in (AUTO, GROUPED):
@@ -496,10 +500,11 @@ def _too_few_users(plan: Plan) -> str | None:
             f"{need} users would give a tenth of the range)")
 
 
-def _compile(spec: QuerySpec) -> Plan:
+def _compile(spec: QuerySpec, grouping: Grouping | None = None) -> Plan:
     kind = KINDS[spec.kind]
     template = _template(spec)
-    grouping = _grouping_for(spec, kind, template)
+    if grouping is None:
+        grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
     plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
     try:  # a note, never a reason to refuse: extreme ranges may overflow the prediction

@@ -159,7 +159,8 @@ def mechanisms() -> dict[str, Any]:
 def _mech_task_list() -> list[tuple[str, TaskSpec, list[str], str]]:
     out = []
     for cfg in CONFIGS:
-        if cfg.kind in ("sgd", "regress") or cfg.name in ("l2-gauss", "linf-heavy"):
+        if (cfg.kind in ("sgd", "regress") and cfg.name != "sgd-identity") \
+                or cfg.name in ("l2-gauss", "linf-heavy"):
             continue
         C = cfg.C
         comps = tuple(range(min(C, 3)))

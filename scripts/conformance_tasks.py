@@ -61,6 +61,7 @@ LEARNING_EXTRA: dict[str, dict[str, Any]] = {
     "sgd": {"model": "logistic", "theta": [2.5, -2.5], "l2": 0.125},
     "sgd-quadratic": {"model": "quadratic", "theta": [0.25, 0.75]},
     "sgd-ls": {"model": "least_squares", "theta": [1.5, -0.5]},
+    "sgd-identity": {"model": "logistic", "theta": [1.5, -2.5, 0.5], "l2": 0.125},
     "classify": {"grid": 2, "lo": [0.0, 0.0], "hi": [1.0, 1.0]},
     "regress": {"grid": 2, "label_bound": 1.0},
 }
@@ -137,6 +138,9 @@ CONFIGS = [
            kashin_level=3.0),
     Config("classify", "classify", dim=2, bound=None, extra=LEARNING_EXTRA["classify"]),
     Config("regress", "regress", dim=2, bound=None, extra=LEARNING_EXTRA["regress"]),
+    # the per-coordinate gradient reports of the windowed SGD rounds (protocol §12.6)
+    Config("sgd-identity", "sgd", dim=3, extra=LEARNING_EXTRA["sgd-identity"],
+           frame_kind="identity", bound=0.75),
 ]
 #: a grouped mean (kind mean-by, protocol §12.3): rows (value, group code), method ssl only
 GROUPED = [Config("mean-by", "mean-by", dim=3, bound=60.0, range=(0.0, 120.0), by="country"),
@@ -272,6 +276,10 @@ def _hostile_tasks() -> Iterator[tuple[str, TaskSpec, str, list[str]]]:
         ("sgd-theta-huge", replace(by["sgd-logistic"].task("ssl", 0, 60.0, (0, 1, 2, 3)),
                                    extra={"model": "logistic", "theta": [1e308, -1e308],
                                           "l2": 1e300}), "sgd-logistic"),
+        ("sgd-identity-theta-huge", replace(by["sgd-identity"].task("ssl", 0, 60.0, (0, 1, 2)),
+                                            extra={"model": "least_squares",
+                                                   "theta": [1e308, -1e308, 5e-324]},
+                                            bound=1e300), "sgd-identity"),
         ("classify-box-huge", replace(by["classify"].task("ssl", 0, 60.0, (0, 1, 2, 3)),
                                       extra={"grid": 2, "lo": [-1e300, 0.0],
                                              "hi": [1e300, 5e-324]}), "classify"),
@@ -521,6 +529,9 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("param-sgd-theta-string", _with(sgd, extra={"model": "logistic",
                                                      "theta": ["1.5", 0.0]}), two),
         ("param-sgd-model", _with(sgd, extra={"model": "svm", "theta": [0.0, 0.0]}), two),
+        ("param-sgd-frame-unknown", _with(sgd, frame_kind="coordinates"), two),
+        ("param-l2-frame-identity", _with(_base("l2-gauss", "ssl", 0, 1.0, (0,)),
+                                          frame_kind="identity"), vec),
         ("param-sgd-model-list", _with(sgd, extra={"model": [], "theta": [0.0, 0.0]}), two),
         ("param-sgd-l2-negative", _with(sgd, extra={"model": "ridge", "theta": [0.0, 0.0],
                                                     "l2": -1.0}), two),

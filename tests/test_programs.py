@@ -20,7 +20,8 @@ import pytest
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import compute_reports
 from uldp.collector.learning.estimators import LDPHistogramClassifier, LDPSGDRegressor
-from uldp.collector.learning.sgd import SGDConfig, sgd_query
+from uldp.collector.models.rounds import sgd_query
+from uldp.collector.models.sgd import SGDConfig
 from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import MeanEstProgram, SGDProgram, program_for
 from uldp.collector.programs.driver import run_program

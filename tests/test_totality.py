@@ -416,7 +416,9 @@ def hostile_task(draw, accepted: bool = True) -> TaskSpec:
     kind, dim, extra = draw(st.sampled_from(SHAPES))
     method = draw(st.sampled_from(METHODS))
     stage = draw(st.sampled_from([1, 2])) if method == "two-stage" else 0
-    frame = draw(st.sampled_from(["gaussian", "hadamard"]))
+    # sgd also reports the gradient's own coordinates (the windowed rounds)
+    frame = draw(st.sampled_from(["gaussian", "hadamard"] + (["identity"] if kind == "sgd"
+                                                               else [])))
     heavy = kind in ("mean", "mean-linf", "mean-l2") and draw(st.booleans())
     bound = None if heavy or kind == "distribution" else draw(positive)
     probe = TaskSpec(query_id="q", kind=kind, method="ssl", stage=0, epsilon=1.0, eps_c=1.0,

@@ -102,7 +102,8 @@ function hostileTask(g: Gen, accepted: boolean): string {
   if (method === "oracle") return oracleTask(g, accepted);
   const [kind, dim, extra] = g.pick(SHAPES);
   const stage = method === "two-stage" ? 1 + g.int(2) : 0;
-  const frame = g.pick(["gaussian", "hadamard"]);
+  // sgd also reports the gradient's own coordinates (the windowed rounds)
+  const frame = g.pick(kind === "sgd" ? ["gaussian", "hadamard", "identity"] : ["gaussian", "hadamard"]);
   const heavy = ["mean", "mean-linf", "mean-l2"].includes(kind) && g.bool();
   const bound = heavy || kind === "distribution" ? null : g.positive();
   const probe = parseTask(text({ kind, dim, extra, bound, stat_bound: heavy ? 1 : null, frame_kind: frame, method: "ssl", stage: 0,

@@ -164,21 +164,27 @@ def _learning_extra(args: argparse.Namespace, data: Any, lo: float, hi: float
     """classify/regress over one's own data: the feature box ``[--lo, --hi]^d``, the grid
     (``--grid``, else sized by the rule of ``run_classify``) and the label bound of regress
     (``--label-bound``, else the data's largest |label|, said on stderr)."""
-    from uldp.collector.learning.classify import choose_grid, grid_extra
+    from uldp.collector.models.grid import choose_grid, grid_extra
 
     d = len(args.value_col)
-    M = args.grid
-    if M is None:
-        m = max(int(np.median([np.size(v) // d for v in data.values])), 1)
-        M = choose_grid(len(data.values), m, d, args.epsilon, task=args.kind,
-                        method=args.method).M
-    extra: dict[str, Any] = grid_extra(M, np.full(d, lo), np.full(d, hi))
+    T = 1.0
     if args.kind == "regress":
         T = args.label_bound
         if T is None:
             T = float(max(np.max(np.abs(y)) for y in data.labels if np.size(y))) or 1.0
             print(f"uldp: note: --label-bound {T:g} from the data (fine for a check; give it "
                   "from domain knowledge in a deployment)", file=sys.stderr)
+    M = args.grid
+    if M is None:
+        m = max(int(np.median([np.size(v) // d for v in data.values])), 1)
+        choice = choose_grid(len(data.values), m, d, args.epsilon, task=args.kind,
+                             method=args.method, label_bound=T)
+        M = choice.M
+        print(f"uldp: note: grid {M} cells per axis, the least predicted risk: squared bias "
+              f"{choice.bias2:.3g} + variance {choice.variance:.3g} (--grid to fix it)",
+              file=sys.stderr)
+    extra: dict[str, Any] = grid_extra(M, np.full(d, lo), np.full(d, hi))
+    if args.kind == "regress":
         extra["label_bound"] = T
     return extra
 

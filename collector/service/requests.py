@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from uldp.collector.learning.sgd import SGDConfig, sgd_query
+from uldp.collector.models.rounds import sgd_query
+from uldp.collector.models.sgd import SGDConfig
 from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import program_for
 from uldp.collector.service.errors import ServiceError, echo

@@ -217,12 +217,15 @@ export function gridSpec(extra: JObject, dim: number): { M: number; lo: number[]
   return { M: Number((M as JInt).value), lo, hi, K: nextPow2(Number(cells)) };
 }
 
-function checkFrame(f: Map<string, JValue>): void {
+function checkFrame(f: Map<string, JValue>, identity = false): void {
   finitePositive("kashin_level", f.get("kashin_level")!);
   const delta = dbl(f.get("kashin_delta"));
   if (!(delta > 0 && delta <= 1)) refuse("param", "kashin_delta must be in (0, 1]");
   const fk = f.get("frame_kind");
-  if (fk !== "gaussian" && fk !== "hadamard") refuse("param", "frame_kind must be gaussian or hadamard");
+  if (identity && fk === "identity") return;
+  if (fk !== "gaussian" && fk !== "hadamard") {
+    refuse("param", identity ? "frame_kind must be gaussian or hadamard or identity" : "frame_kind must be gaussian or hadamard");
+  }
 }
 
 const HEAVY_FORM = new Set(["mean", "mean-linf", "mean-l2"]);
@@ -279,8 +282,8 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
       finitePositive("bound", f.get("bound")!);
       if (extra.has("l2")) finiteNonNeg("extra['l2']", extra.get("l2")!);
       extraNumbers(extra, "theta", dim);
-      checkFrame(f);
-      return frameSize(dim, f.get("frame_kind") as string);
+      checkFrame(f, true);
+      return f.get("frame_kind") === "identity" ? dim : frameSize(dim, f.get("frame_kind") as string);
     }
     case "classify": return gridSpec(extra, dim).K;
     case "regress":
