@@ -36,6 +36,7 @@ when the first is much larger (``KAPPA``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -116,15 +117,26 @@ def _sized_share(plan: Any, bins: int) -> float:
     return max(need, MIN_SIZED_SHARE) if need <= MAX_SIZED_SHARE else float("inf")
 
 
-def _mechanism_gain(eps: float, share: float, m: int) -> float:
+def _mechanism_gain(eps: float, share: float, m: int, n: int) -> float:
     """What the randomizer chosen from stage I gains over the worst-case best on the
     whole support when the values sit at its centre or at its ends — its noise on the
     stage-II users plus the spread of the users it leaves out (``Var Y = D²/m``, users
-    alike), in units of ``D²/n``."""
+    alike), in units of ``D²/n``. The rule counts on the worse end of what a stage I of
+    ``share·n`` users can bound of ``E t²`` over all users
+    (``uldp.collector.methods.intervals.moment_bounds``: even a clean histogram leaves a
+    share ``1 − e^{−c}`` unseen), so a small stage I gains little."""
+    from uldp.collector.methods.intervals import ALPHA_BIAS
+
     worst = scalar_variance(best_scalar(eps), eps)
     spread = share / m
-    return max(worst / ((scalar_variance(best_scalar(eps, t2), eps, t2) + spread)
-                        / (1 - share)) for t2 in (0.0, 1.0))
+    c = math.log(2 / ALPHA_BIAS) / max(share * n, 1.0)
+    unseen = -math.expm1(-c)
+    out = 0.0
+    for lo, hi in ((0.0, unseen), (1.0 - unseen, 1.0)):
+        noise = min(max(scalar_variance(name, eps, lo), scalar_variance(name, eps, hi))
+                    for name in SCALAR_CHOICES)
+        out = max(out, worst / ((noise + spread) / (1 - share)))
+    return out
 
 
 def _single_stage(spec: Any, compile_fn: Any) -> tuple[float, Any, dict[str, Any]]:
@@ -166,7 +178,7 @@ def _sized(spec: Any, compile_fn: Any, single: float
     best_case = sized_plan.predicted_mse(D2, D2 / spec.samples)  # users alike (i.i.d.)
     eps_c = plan.grouping.groups[0].eps_c
     gain = max(single / max(best_case, 1e-300),
-               _mechanism_gain(eps_c, share, spec.samples))
+               _mechanism_gain(eps_c, share, spec.samples, spec.users))
     info = {"sized_share": share, "sized_gain": gain, "sized_mse": best_case}
     return (probe, info) if gain >= SIZED_GAIN else (None, info)
 

@@ -11,9 +11,12 @@ When user means are spread out (real, heterogeneous users) that differs from ``E
 so ``E Y`` lies in ``[estimate − β_lo, estimate + β_hi]`` up to the noise. Both are bounded
 from the stage-I histogram alone — public, already-noised numbers, so this is
 post-processing and costs no privacy: ``β_hi ≤ Σ_{bins k above b} p_k (e_k − b)`` with
-``e_k`` the bin's upper edge (``β_lo`` likewise), and the noisy masses ``p̂_k`` give an upper
-confidence bound ``Σ w_k p̂_k + z √(Σ w_k² v / n_I)`` (``v``: the variance of one bin's
-noise per report). Every stage-II estimate's interval is widened by these bounds.
+``e_k`` the bin's upper edge (``β_lo`` likewise), over *all* users. The stage-I users are a
+sample of them: the noisy masses ``p̂_k`` give ``Σ w_k p̂_k + z √(Σ w_k² v / n_I)`` for the
+stage-I users (``v``: one bin's noise per report), and a Chernoff bound on ``[0, max w]``
+carries that to all users — a tail of mass ``q`` misses all ``n_I`` stage-I users with
+probability ``(1 − q)^{n_I}``, which no histogram can see (:func:`tail_upper`). Every
+stage-II estimate's interval is widened by these bounds.
 
 Two rules choose ``[a, b]`` (a union of adjacent bins, or the whole support):
 
@@ -33,31 +36,38 @@ small ε): the interval is then honest but wider than the noise alone would make
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
 from uldp.client.params import Alg1Params
 
 __all__ = [
-    "Z_BIAS",
+    "ALPHA_BIAS",
     "Histogram",
     "StageTwoInterval",
     "adaptive_interval",
     "bias_bounds",
     "bin_edges",
     "candidate_intervals",
+    "kl_upper",
+    "missed_tail_risk",
+    "moment_bounds",
     "paper_interval",
     "sized_interval",
+    "tail_upper",
 ]
 
 #: evidence a widening needs: a bias estimate counts only beyond this many noise sds
 Z_WIDEN = 2.0
 
-#: one-sided normal quantile of the bias upper confidence bounds (95 %); the bounds put
-#: all the mass outside at the far edge of its bin, so they are conservative beyond it
-Z_BIAS = 1.6448536269514722
+#: the level of each clamping-bias upper confidence bound (one-sided): its share for the
+#: reports' noise and its share for the sampling of the stage-I users (``tail_upper``)
+ALPHA_BIAS = 0.05
 
 
 @dataclass(frozen=True)
@@ -93,19 +103,87 @@ def bin_edges(p: Alg1Params) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+def kl_upper(x: float | np.ndarray, c: float) -> Any:
+    """The largest ``p ∈ [x, 1]`` with ``kl(x, p) ≤ c`` (Bernoulli relative entropy),
+    elementwise: the Chernoff upper confidence bound of a mean in ``[0, 1]`` whose sample
+    mean is ``x`` over ``n`` draws at confidence ``1 − e^{−n c}`` (it holds for any law on
+    ``[0, 1]``, the Bernoulli being the extreme one, and for draws without replacement,
+    Hoeffding 1963 §6). At ``x = 0`` it is ``1 − e^{−c}``: the tail of mass ``q`` that ``n``
+    draws all miss with probability ``(1 − q)^n``."""
+    if np.ndim(x) == 0:
+        return _kl_upper_scalar(min(max(float(x), 0.0), 1.0), float(c))
+    x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
+    if c <= 0:
+        return x
+    lo, hi = x.copy(), np.ones_like(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(56):
+            mid = (lo + hi) / 2
+            kl = np.where(x > 0, x * np.log(x / mid), 0.0) + \
+                np.where(x < 1, (1 - x) * np.log((1 - x) / (1 - mid)), 0.0)
+            ok = kl <= c
+            lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return np.where(x >= 1, 1.0, hi)
+
+
+def _kl_upper_scalar(x: float, c: float) -> float:
+    if c <= 0 or x >= 1.0:
+        return x
+    if x == 0.0:
+        return -math.expm1(-c)
+    lo, hi = x, 1.0
+    for _ in range(56):
+        mid = (lo + hi) / 2
+        kl = x * math.log(x / mid) + (1 - x) * math.log((1 - x) / (1 - mid))
+        lo, hi = (mid, hi) if kl <= c else (lo, mid)
+    return hi
+
+
+def tail_upper(w: np.ndarray, hist: Histogram, alpha: float = ALPHA_BIAS) -> float:
+    """Upper confidence bound (level ``1 − alpha``) of ``(1/n) Σ_i w(bin_i)`` over *all*
+    ``n`` users, from the stage-I histogram of ``n_I`` of them (``w ≥ 0`` per bin).
+
+    Two errors separate the histogram's ``Σ_k w_k p̂_k`` from it: the reports' noise (an
+    unbiased sum with variance ``Σ_k w_k² v_k``, bounded at ``z_{1 − α/2}`` sds) and *which*
+    users happened to land in stage I — a tail of mass ``q`` holding none of the ``n_I``
+    stage-I users with probability ``(1 − q)^{n_I}``. The second is bounded by the Chernoff
+    bound :func:`kl_upper` of a mean on ``[0, W]`` (``W = max w``) at ``ln(2/α)/n_I``, so the
+    bound never falls below ``W·(1 − (α/2)^{1/n_I})`` — what a sample of ``n_I`` users
+    cannot rule out."""
+    W = float(np.max(w)) if w.size else 0.0
+    if W <= 0.0:
+        return 0.0
+    if hist.reports <= 0:
+        return W
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    seen = float(np.dot(w, hist.mass)) + z * float(np.sqrt(np.dot(w * w, hist.var)))
+    return W * kl_upper(max(seen, 0.0) / W, math.log(2 / alpha) / hist.reports)
+
+
 def bias_bounds(p: Alg1Params, hist: Histogram, a: float, b: float
                 ) -> tuple[float, float]:
-    """Upper confidence bounds ``(β_lo⁺, β_hi⁺)`` of the clamping bias of ``[a, b]`` from
-    the stage-I histogram of the component. With no stage-I report the bounds are the worst
-    case over the support."""
+    """Upper confidence bounds ``(β_lo⁺, β_hi⁺)`` of the clamping bias of ``[a, b]`` over all
+    the users, from the stage-I histogram of the component (:func:`tail_upper`: the noise
+    *and* the sampling of the stage-I users). With no stage-I report the bounds are the
+    worst case over the support."""
     if hist.reports <= 0:
         return max(a + p.bound, 0.0), max(p.bound - b, 0.0)
     elo, ehi = bin_edges(p)
-    out = []
-    for w in (np.maximum(a - elo, 0.0), np.maximum(ehi - b, 0.0)):
-        ucb = float(np.dot(w, hist.mass)) + Z_BIAS * float(np.sqrt(np.dot(w * w, hist.var)))
-        out.append(max(ucb, 0.0))
-    return out[0], out[1]
+    return (tail_upper(np.maximum(a - elo, 0.0), hist),
+            tail_upper(np.maximum(ehi - b, 0.0), hist))
+
+
+def missed_tail_risk(n1: int, W: float) -> float:
+    """The largest expected squared clamping bias a stage I of ``n1`` users leaves unseen,
+    from public values: a share ``q`` of the users at distance ``W`` beyond the window
+    holds none of them with probability ``(1 − q)^{n1}``, and then costs ``(qW)²``;
+    ``max_q q²(1 − q)^{n1} W²`` is at ``q = 2/(n1 + 2)`` (≈ ``0.54 W²/n1²``)."""
+    if W <= 0:
+        return 0.0
+    if n1 <= 0:
+        return W * W
+    q = 2.0 / (n1 + 2.0)
+    return float(q * q * (1 - q) ** n1 * W * W)
 
 
 def paper_interval(p: Alg1Params, khat: int, hist: Histogram) -> StageTwoInterval:
@@ -207,6 +285,27 @@ def _model_holds(p: Alg1Params, hist: Histogram, mode: int, margin: float,
     return slack <= MAX_SLACK and float(inside @ hist.mass) >= 1 - slack
 
 
+def moment_bounds(t2: np.ndarray, hist: Histogram, alpha: float = ALPHA_BIAS
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Confidence bounds of ``E t²`` over *all* the users (rows of ``t2``: ``t²`` at each
+    bin's values for a candidate window), from the stage-I histogram: the noisy masses'
+    estimate ± ``z`` of its noise, carried from the stage-I users to all users by the
+    Chernoff bound :func:`kl_upper` (values in ``[0, 1]``; a sample of ``n_I`` users may miss
+    a share of the others). A randomizer's noise is affine in ``E t²``, so its worse end over
+    these bounds is what the rule may count on."""
+    if hist.reports <= 0:
+        n = t2.shape[0]
+        return np.zeros(n), np.ones(n)
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    est = t2 @ np.clip(hist.mass, 0.0, None) / max(float(np.clip(hist.mass, 0.0, None).sum()),
+                                                   1e-12)
+    sd = np.sqrt((t2 * t2) @ hist.var)
+    c = math.log(2 / alpha) / hist.reports
+    hi = kl_upper(np.clip(est + z * sd, 0.0, 1.0), c)
+    lo = 1.0 - kl_upper(np.clip(1.0 - est + z * sd, 0.0, 1.0), c)
+    return np.atleast_1d(lo), np.atleast_1d(hi)
+
+
 def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,
                    mechanisms: Sequence[str], noise_var: Callable[..., float],
                    margin: float) -> tuple[StageTwoInterval, str, float, float]:
@@ -253,12 +352,17 @@ def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,
     where[0], where[-1] = -p.bound, p.bound
     t = 2 * (np.clip(where, lo, hi) - lo) / (hi - lo) - 1
     t2 = np.clip((t * t) @ mass, 0.0, 1.0) if hist.reports > 0 else np.full(len(cand), np.nan)
+    t2_lo, t2_hi = moment_bounds(t * t, hist)
     best: tuple[float, int, str] | None = None
     for mech in mechanisms:
         for r in range(len(cand)):
-            moment = None if np.isnan(t2[r]) else float(t2[r])
-            mse = noise_var(mech, float(cand[r, 1] - cand[r, 0]), eps_c, moment) / n2 \
-                + float(shown[r]) ** 2
+            width = float(cand[r, 1] - cand[r, 0])
+            if np.isnan(t2[r]):
+                noise = noise_var(mech, width, eps_c, None)
+            else:  # affine in E t²: the worse end of what all the users may have
+                noise = max(noise_var(mech, width, eps_c, float(t2_lo[r])),
+                            noise_var(mech, width, eps_c, float(t2_hi[r])))
+            mse = noise / n2 + float(shown[r]) ** 2
             if best is None or mse < best[0] * (1 - 1e-12):
                 best = (mse, r, mech)
     assert best is not None

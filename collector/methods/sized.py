@@ -42,7 +42,12 @@ from uldp.collector.methods.common import (
     value_mechanism,
     value_noise_variance,
 )
-from uldp.collector.methods.intervals import NARROW_MAX, Histogram, sized_interval
+from uldp.collector.methods.intervals import (
+    NARROW_MAX,
+    Histogram,
+    missed_tail_risk,
+    sized_interval,
+)
 from uldp.collector.methods.two_stage import TwoStage, acc_mech
 
 __all__ = ["TwoStageSized", "fine_bins"]
@@ -146,9 +151,8 @@ class TwoStageSized(TwoStage):
                 continue
             eps_c, t2 = plan.grouping.groups[g].eps_c, acc.mean_square_t()
             t1 = acc.mean_t()
-            hint = ((previous or {}).get("moments") or {}).get(str(g)) or [None] * len(comps)
             nv = [report_noise_variance(acc_mech(acc), hi - lo, eps_c, float(t2[i]),
-                                        float(t1[i]), hint[i])
+                                        float(t1[i]))
                   for i, (lo, hi) in enumerate(acc.intervals)]
             fixed.append((comps, means, finite_population(cov, np.array(nv), acc.count, n)))
         bias = None
@@ -174,7 +178,9 @@ class TwoStageSized(TwoStage):
         wider than the rule narrows to), or, when the statistics
         spread wider (eight standard deviations), that spread, at most the support; the
         best randomizer at their second moment on it; on the stage-II users, with their
-        spread at the finite-population factor."""
+        spread at the finite-population factor; plus the squared clamping bias of a tail
+        the stage-I users may all have missed (:func:`~uldp.collector.methods.intervals.
+        missed_tail_risk`, at the distance from the window to the far end of the support)."""
         v = np.zeros(plan.n_components)
         data = sample_var / plan.spec.samples if stat_var is None else stat_var
         finite = stat_var is not None
@@ -196,5 +202,7 @@ class TwoStageSized(TwoStage):
                     t2 = second_moment(centre, float(data[c]), lo, lo + width)
                 mech = best_scalar(grp.eps_c, t2) if len(mechs) > 1 else mechs[0]
                 noise = value_noise_variance(mech, width, grp.eps_c, t2)
-                v[c] = (fpc * data[c] + noise) / max(k, 1)
+                # the clamping bias of a tail the stage-I users all missed (public bound)
+                risk = missed_tail_risk(plan.stage_size(g, 1), 2 * p.bound - width)
+                v[c] = (fpc * data[c] + noise) / max(k, 1) + risk
         return v

@@ -42,6 +42,7 @@ from uldp.collector.methods.intervals import (
     Histogram,
     StageTwoInterval,
     adaptive_interval,
+    missed_tail_risk,
     paper_interval,
 )
 
@@ -148,8 +149,14 @@ class SSL:
                 t2 = None if stat_mean is None else second_moment(
                     float(stat_mean[c]), float(data[c]), -params[c].bound, params[c].bound)
                 noise = value_noise_variance(mech, width, grp.eps_c, t2)
-                v[c] = (fpc * data[c] + noise) / max(k, 1)
+                v[c] = (fpc * data[c] + noise) / max(k, 1) + self._risk(plan, g, params[c])
         return v
+
+    def _risk(self, plan: Any, g: int, p: Any) -> float:
+        """Two-stage methods: the squared clamping bias of a tail every stage-I user missed
+        (:func:`~uldp.collector.methods.intervals.missed_tail_risk`); none without a
+        stage-II window."""
+        return 0.0
 
     def _width(self, p: Any) -> float:
         return 2 * p.bound
@@ -242,6 +249,10 @@ class TwoStage(SSL):
             est.extra["khat"] = previous.get("khat", {})
             est.extra["interval_rule"] = previous.get("rule", self.interval_rule)
         return est
+
+    def _risk(self, plan: Any, g: int, p: Any) -> float:
+        return missed_tail_risk(plan.stage_size(g, 1), 2 * p.bound - min(self._width(p),
+                                                                           2 * p.bound))
 
     def _width(self, p: Any) -> float:
         """The width of the narrowest stage-II interval the adaptive rule can choose: the
