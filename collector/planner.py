@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
 from uldp.collector.methods.auto import resolve_auto
+from uldp.collector.methods.sizing import OBJECTIVES
 
 __all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "compile_query", "predicted_mse"]
 
@@ -77,6 +79,9 @@ class QuerySpec:
     #: worst-case best for ε) or ``adaptive`` (two-stage-sized: chosen from stage I)
     randomizer: str = "laplace"
     records: int = 1  # method ``oracle``: records each device samples
+    #: what ``auto`` and a sized stage-II window minimize: ``width`` — the expected width
+    #: of the interval at ``confidence`` (what a result prints) — or ``mse``
+    objective: str = "width"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -110,6 +115,9 @@ class QuerySpec:
         if self.randomizer not in (*SCALARS, "best", "adaptive"):
             raise ValueError(f"randomizer must be one of {[*SCALARS, 'best', 'adaptive']}, "
                              f"got {self.randomizer!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got "
+                             f"{self.objective!r}")
         if not isinstance(self.records, int) or isinstance(self.records, bool) \
                 or not 1 <= self.records <= MAX_RECORDS:
             raise ValueError(f"records must be an integer in [1, {MAX_RECORDS}], got "
@@ -314,6 +322,43 @@ class Plan:
                                            sm)
         T = self.kind.transform(self.template, self.n_components)
         return np.asarray(v if T is None else np.square(T) @ v, dtype=np.float64)
+
+
+    def reference_prediction(self, population: str, draws: int | None = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """``(mse, half_width)`` of every output on a reference population of users
+        (``uldp.collector.methods.sized.reference_population``: ``alike`` — every user's
+        statistic the mean of ``m`` samples of the support's largest variance ``D²``;
+        ``spread`` — statistics uniform on the support; ``ends`` — half at each end):
+        what ``auto`` compares and the preview shows before any data exist. A method that
+        sizes its stage II from stage I predicts itself (``predict``); for the others the
+        interval is the normal one of their predicted variance."""
+        C = self.n_components
+        z = NormalDist().inv_cdf(0.5 + self.spec.confidence / 2)
+        D2 = np.array([self.group_params(g)[c].bound ** 2
+                       for g, grp in enumerate(self.grouping.groups)
+                       for c in grp.components])
+        order = [c for grp in self.grouping.groups for c in grp.components]
+        bound2 = np.zeros(C)
+        bound2[order] = D2
+        predict = getattr(self.method, "predict", None)
+        if predict is not None:
+            kw = {} if draws is None else {"draws": draws}
+            mse, half = predict(self, np.zeros(C), population=population, **kw)
+            sd = half / z
+        else:
+            share = {"alike": 1.0 / self.spec.samples, "spread": 1.0 / 3.0, "ends": 1.0}
+            if population not in share:
+                raise ValueError(f"unknown reference population {population!r}")
+            sample = bound2 if population != "spread" else bound2 / 3.0
+            mse = self.method.component_variance(self, sample, bound2 * share[population],
+                                                 np.zeros(C))
+            sd = np.sqrt(np.maximum(mse, 0.0))
+        T = self.kind.transform(self.template, C)
+        if T is None:
+            return mse, z * sd
+        T2 = np.square(np.asarray(T, dtype=np.float64))
+        return T2 @ mse, z * np.sqrt(T2 @ (sd * sd))
 
 
 def predicted_mse(plan: Plan, sample_var: np.ndarray,

@@ -6,7 +6,8 @@ device and collector code (``uldp.collector.simulation.own_data.run_users``):
 * SSL with every scalar randomizer: MSE / predicted near 1 and exact intervals (the noise
   variance estimated from the reports themselves);
 * ``two-stage-sized`` on users alike with many samples: the m-fold gain over the best
-  single-stage randomizer; on users spread out: no narrowing;
+  single-stage randomizer with the MSE objective, an interval no wider than SSL's with the
+  default one; on users spread out: no loss;
 * ``auto``'s choices from public parameters.
 
 Seeds are fixed; each tolerance is stated beside its assertion.
@@ -55,25 +56,32 @@ def test_ssl_with_each_randomizer_matches_its_formula(randomizer):
 
 
 def test_sized_two_stage_gains_with_many_samples_and_not_on_spread_users():
-    """Users alike, m = 400, ε = 1, n = 12000 with a quarter in stage I: the sized window
-    beats SSL with the best worst-case randomizer by far (expected ~8x; asserted ≥ 3x over
-    12 reps); users spread out (Beta(2, 5) rates): stage I sees it, the window is the
-    whole support and the MSE stays within 2x of SSL's (the stage I costs 1/(1 − s) =
-    1.33, the rest is the noise of 12 reps)."""
+    """Users alike, m = 400, ε = 1, n = 6000 with a quarter in stage I. With the MSE
+    objective the window is narrow and the estimate beats SSL with the best worst-case
+    randomizer by far (expected ~8x; asserted ≥ 3x over 12 reps), its interval honest (it
+    covers, wider than the noise); with the default objective (the interval's width) the
+    window stays the support at this ε and the interval is no wider than SSL's (1.15x: the
+    stage I's reports are noisier than stage II's). Users spread out (Beta(2, 5) rates):
+    the MSE stays within 2x of SSL's and the interval covers."""
     g = np.random.default_rng(5)
     opts = {"oracle": "best", "randomizer": "adaptive", "stage1_share": 0.25}
-    alike = [(g.random(400) < 0.3).astype(float) for _ in range(12000)]
-    spread = [(g.random(400) < p).astype(float) for p in g.beta(2, 5, 12000)]
+    alike = [(g.random(400) < 0.3).astype(float) for _ in range(6000)]
+    spread = [(g.random(400) < p).astype(float) for p in g.beta(2, 5, 6000)]
     for users, alike_users in ((alike, True), (spread, False)):
-        sized = run_users("mean", UserData(users), epsilon=1.0, lo=0.0, hi=1.0,
-                          method="two-stage-sized", reps=12, options=opts)
         ssl = run_users("mean", UserData(users), epsilon=1.0, lo=0.0, hi=1.0, method="ssl",
                         reps=12, options={"randomizer": "best"})
+        sized = run_users("mean", UserData(users), epsilon=1.0, lo=0.0, hi=1.0,
+                          method="two-stage-sized", reps=12, options=opts)
         if alike_users:
-            assert ssl.rmse**2 >= 3 * sized.rmse**2
+            point = run_users("mean", UserData(users), epsilon=1.0, lo=0.0, hi=1.0,
+                              method="two-stage-sized", reps=12,
+                              options={**opts, "objective": "mse"})
+            assert ssl.rmse**2 >= 3 * point.rmse**2
+            assert point.coverage >= 10 / 12
+            width = float(sized.estimate.ci_high[0] - sized.estimate.ci_low[0])
+            assert width <= 1.15 * float(ssl.estimate.ci_high[0] - ssl.estimate.ci_low[0])
         else:
             assert sized.rmse**2 <= 2 * ssl.rmse**2
-            assert all(iv == [[-0.5, 0.5]] for iv in sized.estimate.extra["intervals"].values())
         assert sized.coverage >= 10 / 12
 
 
@@ -85,9 +93,10 @@ def test_auto_chooses_methods_and_mechanisms_from_public_parameters():
     assert dist.spec.method == "oracle" and dist.method.mechanism(dist) in ("ss", "oue")
     assert plan(kind="distribution", epsilon=8.0, samples=10, dim=8).method.mechanism(
         plan(kind="distribution", epsilon=8.0, samples=10, dim=8)) == "grr"
-    many = plan(kind="mean", epsilon=1.0, samples=1000)
-    assert many.spec.method == "two-stage-sized" and many.spec.stage1_share <= 0.08
-    assert many.spec.randomizer == "adaptive" and many.auto["sized_gain"] >= 5
+    many = plan(kind="mean", epsilon=1.0, samples=1000, objective="mse")
+    assert many.spec.method == "two-stage-sized" and many.spec.stage1_share <= 0.1
+    assert many.spec.randomizer == "adaptive"
+    assert many.auto["runner_up"]["predicted"]["alike"] >= 5 * many.auto["predicted"]["alike"]
     one = plan(kind="mean", epsilon=0.5, samples=1)
     assert one.spec.method == "ssl" and one.spec.randomizer == "best"
     # at large ε the randomizer's choice alone is worth a small stage I

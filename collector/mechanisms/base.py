@@ -21,7 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["OracleDecoder", "ReportError", "ScalarDecoder", "pure_variance"]
+__all__ = ["OracleDecoder", "ReportError", "ScalarDecoder", "independent_functional_variance",
+           "pure_variance"]
 
 
 class ReportError(ValueError):
@@ -40,6 +41,12 @@ class OracleDecoder(Protocol):
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         """Variance per report of ``f̂_v`` given the share ``f_v`` of values ``v``."""
 
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """``Var(Σ_j F_rj f̂_j | the report's value is v)`` of one report, ``(R, k)`` for the
+        ``R`` rows of ``F`` (linear functionals of the decoded indicator vector) and every
+        value ``v`` — the noise of an estimate ``Σ_j F_j p̂_j`` (e.g. a mean over grid
+        points) per report, covariances between categories included."""
+
 
 class ScalarDecoder(Protocol):
     name: str
@@ -55,6 +62,14 @@ def pure_variance(f: np.ndarray, p: float, q: float) -> np.ndarray:
     """Per-report variance of a pure protocol's estimate (module docstring)."""
     f = np.asarray(f, dtype=np.float64)
     return (q * (1 - q) + f * (p * (1 - p) - q * (1 - q))) / (p - q) ** 2
+
+
+def independent_functional_variance(F: np.ndarray, p: float, q: float) -> np.ndarray:
+    """``functional_variance`` of a support whose entries are independent given the value
+    (OUE exactly): ``[q(1−q) Σ_{j≠v} F_j² + p(1−p) F_v²] / (p − q)²``."""
+    F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+    S2 = (F * F).sum(axis=1, keepdims=True)
+    return (q * (1 - q) * (S2 - F * F) + p * (1 - p) * F * F) / (p - q) ** 2
 
 
 def check_shape(reports: np.ndarray, width: int) -> np.ndarray:

@@ -31,3 +31,13 @@ class GRRDecoder:
 
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         return pure_variance(f, *self.pq(k, eps))
+
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """The support is the one reported value ``y``: ``Var F_y / (p − q)²`` with ``y = v``
+        w.p. ``p`` and each other value w.p. ``q``."""
+        p, q = self.pq(k, eps)
+        F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+        S1, S2 = F.sum(axis=1, keepdims=True), (F * F).sum(axis=1, keepdims=True)
+        mean = p * F + q * (S1 - F)
+        second = p * F * F + q * (S2 - F * F)
+        return np.maximum(second - mean * mean, 0.0) / (p - q) ** 2

@@ -14,7 +14,12 @@ import numpy as np
 
 from uldp.client.mechanisms.exact import ONE, ceil_div, units_of
 from uldp.client.mechanisms.olh import SEED_BITS, hash_table, olh_design
-from uldp.collector.mechanisms.base import check_range, check_shape, pure_variance
+from uldp.collector.mechanisms.base import (
+    check_range,
+    check_shape,
+    independent_functional_variance,
+    pure_variance,
+)
 
 __all__ = ["OLHDecoder", "collision"]
 
@@ -46,3 +51,9 @@ class OLHDecoder:
 
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         return pure_variance(f, *self.pq(k, eps))
+
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """As if the support's entries were independent given the value: two values'
+        entries correlate only through the hash's collisions, a second-order term (OLH is
+        chosen only for more than 1024 categories; ``two-stage-sized`` refuses it)."""
+        return independent_functional_variance(F, *self.pq(k, eps))

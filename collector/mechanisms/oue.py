@@ -8,7 +8,12 @@ import numpy as np
 
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.oue import oue_q
-from uldp.collector.mechanisms.base import check_range, check_shape, pure_variance
+from uldp.collector.mechanisms.base import (
+    check_range,
+    check_shape,
+    independent_functional_variance,
+    pure_variance,
+)
 
 __all__ = ["OUEDecoder"]
 
@@ -26,3 +31,7 @@ class OUEDecoder:
 
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         return pure_variance(f, *self.pq(k, eps))
+
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """The bits are independent given the value."""
+        return independent_functional_variance(F, *self.pq(k, eps))

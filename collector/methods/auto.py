@@ -202,8 +202,89 @@ def _legacy_two_stage(spec: Any, compile_fn: Any) -> tuple[float, str, float] | 
     return best
 
 
+#: kinds whose ``auto`` compares ``ssl`` with ``two-stage-sized`` on reference populations
+#: (:func:`_resolve_sized`)
+SIZED_KINDS = ("mean",)
+#: the stage-I shares ``two-stage-sized`` is tried with
+SIZED_SHARES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
+#: the reference populations (``uldp.collector.methods.sized.reference_population``)
+POPULATIONS = ("alike", "spread", "ends")
+#: a two-stage candidate must be this much better (smaller regret) than single-stage
+SIZED_MARGIN = 1.02
+
+
+def objective_value(plan: Any, population: str, draws: int | None = 0) -> float:
+    """What ``plan`` would give on a reference population, in the query's ``objective``:
+    the root-mean-square half-width of the outputs' intervals (``width``) or the summed
+    MSE (``mse``)."""
+    mse, half = plan.reference_prediction(population, draws=draws)
+    if plan.spec.objective == "width":
+        return float(np.sqrt(np.mean(np.square(half))))
+    return float(np.sum(mse))
+
+
+def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
+    """``ssl`` (each grouping mode, worst-case best randomizer) against ``two-stage-sized``
+    (each stage-I share of :data:`SIZED_SHARES`, best oracle, randomizer chosen from stage
+    I) by minimax regret over :data:`POPULATIONS`: every candidate's objective on each
+    reference population against the best candidate's there; the least largest ratio wins
+    (two-stage only by :data:`SIZED_MARGIN`). The reference populations are the cases a
+    rule from public values cannot tell apart — users alike (a narrow window pays), spread
+    over the support (stage I costs), at the ends (the randomizer chosen from stage I
+    pays) — and each prediction counts what stage I cannot rule out for all users
+    (``uldp.collector.methods.sized``)."""
+    cands: list[tuple[str, Any]] = []
+    for m in MODES:
+        if m == "paper":
+            continue
+        c = replace(spec, method="ssl", mode=m, randomizer="best")
+        try:
+            cands.append((f"ssl/{m}", compile_fn(c)))
+        except ValueError:
+            continue
+    for share in SIZED_SHARES:
+        c = replace(spec, method="two-stage-sized", mode="default", oracle="best",
+                    randomizer="adaptive", stage1_share=share)
+        try:
+            plan = compile_fn(c)
+        except ValueError:
+            continue
+        if plan.stage_size(0, 1) < 2 or plan.stage_size(0, 2) < 2:
+            continue
+        cands.append((f"two-stage-sized/{share:g}", plan))
+    scores = {name: {p: objective_value(plan, p) for p in POPULATIONS} for name, plan in cands}
+    best = {p: min(sc[p] for sc in scores.values()) for p in POPULATIONS}
+    regret = {name: max(sc[p] / max(best[p], 1e-300) for p in POPULATIONS)
+              for name, sc in scores.items()}
+    single = min((n for n, _ in cands if n.startswith("ssl")), key=lambda n: regret[n])
+    order = sorted(regret, key=lambda n: regret[n])
+    chosen = order[0]
+    if not chosen.startswith("ssl") and regret[chosen] * SIZED_MARGIN > regret[single]:
+        chosen = single
+    runner = next(n for n in order if n != chosen and
+                  (n.startswith("ssl") != chosen.startswith("ssl") or True))
+    # the runner-up worth naming is the best candidate of the other family
+    other = [n for n in order if n.startswith("ssl") != chosen.startswith("ssl")]
+    if other:
+        runner = other[0]
+    plan = dict(cands)[chosen]
+    record = {"objective": spec.objective, "chosen": plan.spec.method, "mode": plan.spec.mode,
+              "stage1_share": plan.spec.stage1_share if plan.two_stage else None,
+              "regret": regret[chosen], "predicted": scores[chosen],
+              "runner_up": {"method": dict(cands)[runner].spec.method,
+                            "mode": dict(cands)[runner].spec.mode,
+                            "stage1_share": (dict(cands)[runner].spec.stage1_share
+                                             if dict(cands)[runner].two_stage else None),
+                            "regret": regret[runner], "predicted": scores[runner]},
+              "populations": list(POPULATIONS), "single_stage": "ssl",
+              "randomizers": list(SCALAR_CHOICES)}
+    return plan.spec, record
+
+
 def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
     """The concrete spec ``auto`` runs, and a record of the choice (for the estimate)."""
+    if spec.kind in SIZED_KINDS and spec.moment_p is None:
+        return _resolve_sized(spec, compile_fn)
     single, chosen, info = _single_stage(spec, compile_fn)
     record: dict[str, Any] = {"single_stage_mse": single, "single_stage": info["method"],
                               "randomizers": list(SCALAR_CHOICES)}

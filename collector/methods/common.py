@@ -67,19 +67,20 @@ def value_noise_variance(mech: str, width: float, eps_c: float, t2: float | None
 
 
 def report_noise_variance(mech: str, width: float, eps_c: float, mean_t2: float,
-                          mean_t: float = 0.0) -> float:
+                          mean_t: float = 0.0, t2_lower: float = 0.0) -> float:
     """The noise variance of a group's value reports, from the reports themselves: for
     every randomizer ``Var(t̂ | t) = a + b t²`` exactly, so ``E t̂² = E t² + a + b E t²``
     gives ``E t²`` (``mean_t2``: the mean of the decoded ``t̂²``) — except where
-    ``1 + b = 0`` (Duchi's outputs are ``±C`` whatever t): there the lower bound
-    ``E t² ≥ (E t̂)²``, which bounds the noise from above. (What stage I measured of ``E t²``
-    is not used: it is about the stage-I users only, a sample that may miss part of the
-    others — a skewed minority made Duchi's noise look 0.19 where it was 0.25.)"""
+    ``1 + b = 0`` (Duchi's outputs are ``±C`` whatever t): there the largest of the lower
+    bounds ``E t² ≥ (E t̂)²`` and ``t2_lower`` (a bound for *all* users from stage I,
+    ``sizing.t2_bounds``), which bounds the noise from above. (Stage I's *estimate* of
+    ``E t²`` is not used: it is about the stage-I users only, a sample that may miss part
+    of the others — a skewed minority made Duchi's noise look 0.19 where it was 0.25.)"""
     if mech == "laplace":
         return noise_variance(width, eps_c)
     a, one = scalar_variance(mech, eps_c, 0.0), scalar_variance(mech, eps_c, 1.0)
     slope = 1 + one - a
-    floor = min(mean_t * mean_t, 1.0)
+    floor = min(max(mean_t * mean_t, t2_lower if slope <= 1e-6 else 0.0), 1.0)
     t2 = (mean_t2 - a) / slope if slope > 1e-6 else floor
     return value_noise_variance(mech, width, eps_c, min(max(t2, floor), 1.0))
 

@@ -37,7 +37,7 @@ small ε): the interval is then honest but wider than the noise alone would make
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -58,7 +58,6 @@ __all__ = [
     "missed_tail_risk",
     "moment_bounds",
     "paper_interval",
-    "sized_interval",
     "tail_upper",
 ]
 
@@ -109,34 +108,35 @@ def kl_upper(x: float | np.ndarray, c: float) -> Any:
     mean is ``x`` over ``n`` draws at confidence ``1 − e^{−n c}`` (it holds for any law on
     ``[0, 1]``, the Bernoulli being the extreme one, and for draws without replacement,
     Hoeffding 1963 §6). At ``x = 0`` it is ``1 − e^{−c}``: the tail of mass ``q`` that ``n``
-    draws all miss with probability ``(1 − q)^n``."""
-    if np.ndim(x) == 0:
-        return _kl_upper_scalar(min(max(float(x), 0.0), 1.0), float(c))
-    x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
+    draws all miss with probability ``(1 − q)^n``.
+
+    Newton's method from Pinsker's bound ``x + √(c/2)`` (where ``kl ≥ c``): ``kl(x, ·)`` is
+    convex and increasing on ``[x, 1]``, so the iterates fall monotonically to the root."""
+    scalar = np.ndim(x) == 0
+    xa = np.clip(np.atleast_1d(np.asarray(x, dtype=np.float64)), 0.0, 1.0)
     if c <= 0:
-        return x
-    lo, hi = x.copy(), np.ones_like(x)
+        return float(xa[0]) if scalar else xa
+    top = 1.0 - 1e-15
     with np.errstate(divide="ignore", invalid="ignore"):
-        for _ in range(56):
-            mid = (lo + hi) / 2
-            kl = np.where(x > 0, x * np.log(x / mid), 0.0) + \
-                np.where(x < 1, (1 - x) * np.log((1 - x) / (1 - mid)), 0.0)
-            ok = kl <= c
-            lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    return np.where(x >= 1, 1.0, hi)
-
-
-def _kl_upper_scalar(x: float, c: float) -> float:
-    if c <= 0 or x >= 1.0:
-        return x
-    if x == 0.0:
-        return -math.expm1(-c)
-    lo, hi = x, 1.0
-    for _ in range(56):
-        mid = (lo + hi) / 2
-        kl = x * math.log(x / mid) + (1 - x) * math.log((1 - x) / (1 - mid))
-        lo, hi = (mid, hi) if kl <= c else (lo, mid)
-    return hi
+        # two points where kl(x, p) ≥ c: Pinsker's, and the one from x ln(x/p) ≥ x ln x
+        xlx = np.where(xa > 0, xa * np.log(np.where(xa > 0, xa, 1.0)), 0.0)
+        gap = (1 - xa) * np.exp(-(c - xlx) / np.maximum(1 - xa, 1e-300))
+        p = np.minimum(np.minimum(xa + math.sqrt(c / 2.0), 1 - gap), top)
+        p = np.maximum(p, xa)
+        for _ in range(40):
+            a = np.where(xa > 0, xa * np.log(xa / p), 0.0)
+            b = np.where(xa < 1, (1 - xa) * np.log((1 - xa) / (1 - p)), 0.0)
+            f = a + b - c
+            step = f * p * (1 - p) / np.maximum(p - xa, 1e-300)
+            nxt = np.maximum(p - np.where(f > 0, step, 0.0), xa)
+            if np.all(np.abs(nxt - p) <= 1e-13):
+                p = nxt
+                break
+            p = nxt
+    out = np.where(xa >= 1, 1.0, np.where(xa == 0, -math.expm1(-c), p))
+    # beyond the top of the double range: the bound is 1
+    out = np.where((xa < 1) & (p >= top) & (f < 0), 1.0, out)
+    return float(out[0]) if scalar else out
 
 
 def tail_upper(w: np.ndarray, hist: Histogram, alpha: float = ALPHA_BIAS) -> float:
@@ -246,45 +246,6 @@ def adaptive_interval(p: Alg1Params, khat: int, hist: Histogram, eps_c: float,
     return StageTwoInterval(lo, hi, b_lo, b_hi)
 
 
-def _candidates(p: Alg1Params, mode: int, margin: float) -> np.ndarray:
-    """``(lo, hi)`` rows: the model window — the fine bin ``mode`` (0-based) widened by
-    ``margin`` on both sides — and its widenings by whole bins on either side, up to the
-    whole support (every row cut to the support)."""
-    elo, ehi = bin_edges(p)
-    a0, b0 = float(elo[mode]) - margin, float(ehi[mode]) + margin
-    steps = np.arange(p.bins + 1) * p.bin_width
-    los = np.maximum(np.append(a0 - steps, -p.bound), -p.bound)
-    his = np.minimum(np.append(b0 + steps, p.bound), p.bound)
-    lo, hi = np.meshgrid(np.unique(los), np.unique(his), indexing="ij")
-    rows = np.stack([lo.ravel(), hi.ravel()], axis=1)
-    return rows[rows[:, 1] > rows[:, 0]]
-
-
-#: the largest slack (z standard deviations of the inside mass) the test may allow
-MAX_SLACK = 0.35
-
-#: the model window is used only when it is at most this share of the support: then a
-#: population spread over the support puts most of its mass outside, which the stage-I
-#: histogram sees (the inside-mass test has power)
-NARROW_MAX = 0.35
-
-
-def _model_holds(p: Alg1Params, hist: Histogram, mode: int, margin: float,
-                 centre: np.ndarray) -> bool:
-    """Whether the users look alike: the model window around the mode is narrow
-    (:data:`NARROW_MAX`) and the histogram's mass inside it is 1 up to ``z`` standard
-    deviations of its noise, a slack of at most :data:`MAX_SLACK` (a weaker stage I
-    cannot tell users alike from users spread out, and the window is then the support)."""
-    elo, ehi = bin_edges(p)
-    a, b = float(elo[mode]) - margin, float(ehi[mode]) + margin
-    if b - a > NARROW_MAX * 2 * p.bound:
-        return False
-    inside = ((centre >= a) & (centre <= b)).astype(float)
-    slack = Z_WIDEN * float(np.sqrt(inside @ hist.var))
-    # the test must have power: a population with a third of its mass outside fails it
-    return slack <= MAX_SLACK and float(inside @ hist.mass) >= 1 - slack
-
-
 def moment_bounds(t2: np.ndarray, hist: Histogram, alpha: float = ALPHA_BIAS
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Confidence bounds of ``E t²`` over *all* the users (rows of ``t2``: ``t²`` at each
@@ -304,69 +265,3 @@ def moment_bounds(t2: np.ndarray, hist: Histogram, alpha: float = ALPHA_BIAS
     hi = kl_upper(np.clip(est + z * sd, 0.0, 1.0), c)
     lo = 1.0 - kl_upper(np.clip(1.0 - est + z * sd, 0.0, 1.0), c)
     return np.atleast_1d(lo), np.atleast_1d(hi)
-
-
-def sized_interval(p: Alg1Params, hist: Histogram, eps_c: float, n_II: int,
-                   mechanisms: Sequence[str], noise_var: Callable[..., float],
-                   margin: float) -> tuple[StageTwoInterval, str, float, float]:
-    """The stage-II interval *and* randomizer sized from what stage I saw (``two-stage-
-    sized``, ``docs/algorithms.md``). Candidates: the *model window* — the histogram's
-    mode bin widened by ``margin`` (the deviation no user statistic of ``m`` bounded
-    samples exceeds, by Hoeffding's inequality and a union bound over the users) — and its
-    widenings by whole bins, up to the whole support; never narrower, so no choice rests
-    on noisy masses alone — and only when the users look alike (:func:`_model_holds`:
-    the window is narrow and holds all of the histogram's mass up to its noise); otherwise
-    the whole support, with the randomizer still chosen from the histogram. A candidate
-    whose estimated mass below ``a`` (or above ``b``)
-    exceeds ``z`` standard deviations of its noise is out (the whole support never is).
-    Over the candidates and the randomizers the rule takes the smallest estimated mean
-    squared error ``noise_var(mech, b − a, ε_c, E t²)/n_II + ((|β̂| − z·sd β̂)⁺)²``: the
-    randomizer's noise at the second moment ``E t²`` the histogram shows on ``[a, b]``,
-    plus the clamping bias it shows beyond its noise. Returns the interval with its
-    honest bias bounds, the randomizer, that ``E t²`` (NaN without a stage-I report) and
-    the estimated mean squared error."""
-    n2 = max(int(n_II), 1)
-    elo, ehi = bin_edges(p)
-    centre = (elo + ehi) / 2
-    if hist.reports <= 0:
-        cand = np.array([[-p.bound, p.bound]])
-        hist = Histogram(np.zeros(p.bins), np.zeros(p.bins), 0)
-    elif _model_holds(p, hist, int(np.argmax(hist.mass)), margin, centre):
-        cand = _candidates(p, int(np.argmax(hist.mass)), margin)
-    else:
-        cand = np.array([[-p.bound, p.bound]])
-    lo, hi = cand[:, :1], cand[:, 1:]
-    w = np.maximum(lo - centre, 0.0) - np.maximum(centre - hi, 0.0)
-    net, var = w @ hist.mass, (w * w) @ hist.var
-    shown = np.maximum(np.abs(net) - Z_WIDEN * np.sqrt(var), 0.0)
-    # a candidate must leave outside no more mass than the histogram's noise explains
-    below, above = (centre < lo).astype(float), (centre > hi).astype(float)
-    clear = ((below @ hist.mass <= Z_WIDEN * np.sqrt(below @ hist.var))
-             & (above @ hist.mass <= Z_WIDEN * np.sqrt(above @ hist.var)))
-    shown = np.where(clear, shown, np.inf)
-    mass = np.clip(hist.mass, 0.0, None)
-    mass = mass / mass.sum() if mass.sum() > 0 else np.full(p.bins, 1.0 / p.bins)
-    # where the values lie: the bins' centres, except that the end bins hold the support's
-    # ends, where clamped (and binary) values pile up
-    where = centre.copy()
-    where[0], where[-1] = -p.bound, p.bound
-    t = 2 * (np.clip(where, lo, hi) - lo) / (hi - lo) - 1
-    t2 = np.clip((t * t) @ mass, 0.0, 1.0) if hist.reports > 0 else np.full(len(cand), np.nan)
-    t2_lo, t2_hi = moment_bounds(t * t, hist)
-    best: tuple[float, int, str] | None = None
-    for mech in mechanisms:
-        for r in range(len(cand)):
-            width = float(cand[r, 1] - cand[r, 0])
-            if np.isnan(t2[r]):
-                noise = noise_var(mech, width, eps_c, None)
-            else:  # affine in E t²: the worse end of what all the users may have
-                noise = max(noise_var(mech, width, eps_c, float(t2_lo[r])),
-                            noise_var(mech, width, eps_c, float(t2_hi[r])))
-            mse = noise / n2 + float(shown[r]) ** 2
-            if best is None or mse < best[0] * (1 - 1e-12):
-                best = (mse, r, mech)
-    assert best is not None
-    a, b = float(cand[best[1], 0]), float(cand[best[1], 1])
-    b_lo, b_hi = bias_bounds(p, hist, a, b)
-    moment = float(t2[best[1]]) if hist.reports > 0 else float("nan")
-    return StageTwoInterval(a, b, b_lo, b_hi), best[2], moment, best[0]
