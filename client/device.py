@@ -40,6 +40,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -52,6 +53,7 @@ import grpc
 import numpy as np
 
 from uldp.client.dataset import DatasetSchema, LocalDataset, align_labels, coerce_values
+from uldp.client.kinds import count_clamped, value_range
 from uldp.client.ledger import (
     AlreadyParticipated,
     BudgetExceeded,
@@ -156,6 +158,9 @@ class Device(PollLoop, ShuffleMode):
         self._stub: device_pb2_grpc.DeviceServiceStub | None = None
         self._init_shuffler(shuffler, shuffler_channel, ca_cert)
         self._datasets: dict[str, LocalDataset] = {}
+        #: per query: how many values its report clamped into the task's public range
+        #: (local only, never sent: a hint that the app's values are on another scale)
+        self.clamped: dict[str, int] = {}
         self._identity: dict[str, Any] | None = None
         self._jitter = random.Random()
         self._lock = threading.Lock()
@@ -437,9 +442,20 @@ class Device(PollLoop, ShuffleMode):
                 except Exception:  # totality backstop (compute_report is total itself)
                     log.error("report of query %s fell back to the empty dataset",
                               entry.query_id)
+                self._note_clamped(spec, ds)
             data = self._report_bytes(entry, spec, values)  # sealed in shuffle mode
             entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)
+
+    def _note_clamped(self, spec: TaskSpec, ds: LocalDataset) -> None:
+        """Count, and log locally, the values the task's range clamps (``clamped``): a
+        hint that the app's values are on another scale; never sent anywhere."""
+        n = self.clamped[spec.query_id] = count_clamped(spec, ds.samples)
+        if n:
+            lo, hi = value_range(spec) or (math.nan, math.nan)
+            log.info("query %s: %d of %d values lay outside the range [%g, %g] and were "
+                     "clamped into it (local only, never sent)", spec.query_id, n,
+                     ds.samples.size, lo, hi)
 
     def send(self, report: AnyReport) -> Any:
         """Send a persisted report (retrying the same bytes; a sealed one to the

@@ -91,6 +91,9 @@ def _check_types(task: TaskSpec) -> None:
         raise TaskRefused("components must be a list of integers", code="field")
     if not all(_is_num(x) for row in task.bins + task.intervals for x in row):
         raise TaskRefused("bins and intervals must hold numbers", code="field")
+    if task.range is not None and (len(task.range) != 2
+                                   or not all(_is_num(v) for v in task.range)):
+        raise TaskRefused("range must be a list of two numbers [lo, hi]", code="field")
     if not all(_is_num(e) for e in task.virtual_eps):
         raise TaskRefused("virtual_eps must be a list of numbers", code="field")
     if not all(_is_int(c) for g in task.virtual_groups for c in g):

@@ -35,7 +35,8 @@ DEFAULT_MECHANISM = "laplace"
 
 #: Fields left out of a task's JSON when they hold their default (added after the first
 #: tasks of the schema were deployed: their bytes, and digests, stay as they were).
-OMITTED_DEFAULTS: dict[str, Any] = {"mechanism": DEFAULT_MECHANISM, "records": 1}
+OMITTED_DEFAULTS: dict[str, Any] = {"mechanism": DEFAULT_MECHANISM, "records": 1,
+                                    "range": None}
 
 #: The schema tag every task JSON carries (``"schema"``); a device refuses other versions.
 SCHEMA = "uldp.task/2"
@@ -110,6 +111,10 @@ class TaskSpec:
     #: the default, so tasks of the discrete Laplace mechanism keep their bytes
     mechanism: str = DEFAULT_MECHANISM
     records: int = 1  # method ``oracle``: records sampled (omitted from the JSON when 1)
+    #: the public range ``[lo, hi]`` of one value (kinds ``mean``, ``mean-linf``): samples
+    #: are centred on ``lo/2 + hi/2`` and clamped to ``±bound``, ``bound = hi/2 − lo/2``
+    #: (protocol §12.3); None (omitted from the JSON): the range ``[-bound, bound]``
+    range: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -121,6 +126,8 @@ class TaskSpec:
         d["intervals"] = [[float(lo), float(hi)] for lo, hi in self.intervals]
         d["virtual_groups"] = [list(g) for g in self.virtual_groups]
         d["virtual_eps"] = list(self.virtual_eps)
+        if self.range is not None:
+            d["range"] = [float(self.range[0]), float(self.range[1])]
         for name, default in OMITTED_DEFAULTS.items():
             if d[name] == default and type(d[name]) is type(default):
                 del d[name]
@@ -149,6 +156,8 @@ class TaskSpec:
         for key in ("components", "virtual_eps"):
             if key in d:
                 d[key] = tuple(_list(d[key], key))
+        if "range" in d:
+            d["range"] = tuple(_list(d["range"], "range"))
         for key in ("bins", "intervals", "virtual_groups"):
             if key in d:
                 d[key] = tuple(tuple(_list(row, key)) for row in _list(d[key], key))

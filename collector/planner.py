@@ -82,8 +82,14 @@ class QuerySpec:
     #: what ``auto`` and a sized stage-II window minimize: ``width`` — the expected width
     #: of the interval at ``confidence`` (what a result prints) — or ``mse``
     objective: str = "width"
+    #: the public range ``[lo, hi]`` of one value (kinds with ``Kind.ranged``); None: the
+    #: range is ``[-bound, bound]``. With a range, ``bound`` is ``hi/2 − lo/2`` (set here)
+    lo: float | None = None
+    hi: float | None = None
 
     def __post_init__(self) -> None:
+        if self.lo is not None or self.hi is not None:
+            self._check_range()
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {sorted(KINDS)}, got {self.kind!r}")
         if self.method not in METHOD_PLANS and self.method not in RESOLVERS:
@@ -122,6 +128,33 @@ class QuerySpec:
                 or not 1 <= self.records <= MAX_RECORDS:
             raise ValueError(f"records must be an integer in [1, {MAX_RECORDS}], got "
                              f"{self.records!r}")
+
+    def _check_range(self) -> None:
+        lo, hi = self.lo, self.hi
+        if lo is None or hi is None:
+            raise ValueError("lo and hi go together (the public range of one value)")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                   and math.isfinite(v) for v in (lo, hi)) or not lo < hi:
+            raise ValueError(f"the range needs finite lo < hi, got [{lo!r}, {hi!r}]")
+        if self.kind in KINDS and not KINDS[self.kind].ranged:
+            raise ValueError(f"kind {self.kind} has no range [lo, hi] (give bound)")
+        if self.moment_p is not None:
+            raise ValueError("a range [lo, hi] and moment_p/moment_m are alternatives")
+        D = float(hi) / 2 - float(lo) / 2
+        if self.bound is not None and self.bound not in (1.0, D):
+            raise ValueError(f"bound {self.bound!r} contradicts the range [{lo!r}, {hi!r}] "
+                             f"(its bound is {D!r}); give one of them")
+        object.__setattr__(self, "lo", float(lo))
+        object.__setattr__(self, "hi", float(hi))
+        object.__setattr__(self, "bound", D)
+
+    @property
+    def value_range(self) -> tuple[float, float] | None:
+        """The public range of one value: ``[lo, hi]``, else ``[-bound, bound]`` (None for
+        a heavy-tailed query)."""
+        if self.lo is not None and self.hi is not None:
+            return (self.lo, self.hi)
+        return None if self.bound is None else (-float(self.bound), float(self.bound))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -385,7 +418,16 @@ def _template(spec: QuerySpec) -> TaskSpec:
         stage=METHOD_PLANS[spec.method].stages[0], epsilon=float(spec.epsilon),
         eps_c=float(spec.epsilon), components=(0,), dim=spec.dim,
         bound=None if spec.bound is None else float(spec.bound),
-        frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra))
+        frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra),
+        range=_task_range(spec))
+
+
+def _task_range(spec: QuerySpec) -> tuple[float, float] | None:
+    """The task's ``range`` of a ranged query; None (omitted: ``[-bound, bound]``) when the
+    range is symmetric, so such tasks keep the bytes of ``bound`` alone."""
+    if spec.lo is None or spec.hi is None or spec.lo == -spec.hi:
+        return None
+    return (spec.lo, spec.hi)
 
 
 def compile_query(spec: QuerySpec) -> Plan:
@@ -402,12 +444,43 @@ def compile_query(spec: QuerySpec) -> Plan:
     return plan
 
 
+#: a plan whose likely interval (noise alone, users alike) spans more than this share of the
+#: public range gets the "too few users" advisory
+WIDE_SHARE = 0.5
+
+
+def _too_few_users(plan: Plan) -> str | None:
+    """The advisory of a plan whose interval will likely cover most of its public range
+    (e.g. 3 users: ``+20.0 [-20, 20]``), with the number of users that would give an
+    interval of a tenth of the range; None otherwise."""
+    spec = plan.spec
+    rng = plan.kind.output_range(plan.template)
+    if not plan.kind.ranged or rng is None:  # the value kinds (no output transform)
+        return None
+    sd = np.sqrt(np.maximum(plan.predicted_variance(np.zeros(plan.n_components)), 0.0))
+    z = NormalDist().inv_cdf(0.5 + spec.confidence / 2)
+    width, span = 2 * z * float(sd.max(initial=0.0)), float(rng[1] - rng[0])
+    if not span > 0 or width < WIDE_SHARE * span:
+        return None
+    if not math.isfinite(width / span):  # a range near the largest double
+        return (f"with {spec.users} users at epsilon {spec.epsilon:g} the likely interval "
+                f"spans the whole range [{rng[0]:g}, {rng[1]:g}]")
+    need = math.ceil(spec.users * (width / (0.1 * span)) ** 2)
+    return (f"with {spec.users} users at epsilon {spec.epsilon:g} the likely interval is "
+            f"{width:.3g} wide, {100 * min(width / span, 1):.0f}% of the range "
+            f"[{rng[0]:g}, {rng[1]:g}]: too few users for an informative estimate (about "
+            f"{need} users would give a tenth of the range)")
+
+
 def _compile(spec: QuerySpec) -> Plan:
     kind = KINDS[spec.kind]
     template = _template(spec)
     grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
     plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
+    few = _too_few_users(plan)
+    if few:
+        plan.advisories.append(few)
     if plan.two_stage:
         smallest = min(plan.group_size(g) for g in range(plan.n_groups))
         if smallest < 2:

@@ -117,6 +117,9 @@ class Config:
                          eps_c=split_epsilon(eps, self.C))
 
 
+#: ranged configs (protocol §11.2 ``range``): ``bound`` is ``hi/2 − lo/2``, as a collector
+#: sends it; one range not dyadic (its centre and bound are rounded doubles)
+MEAN_RANGE, LINF_RANGE = (0.1, 1.3), (-0.25, 1.75)
 CONFIGS = [
     Config("mean", "mean"),
     Config("mean-heavy", "mean", bound=None, heavy=True),
@@ -134,6 +137,13 @@ CONFIGS = [
            kashin_level=3.0),
     Config("classify", "classify", dim=2, bound=None, extra=LEARNING_EXTRA["classify"]),
     Config("regress", "regress", dim=2, bound=None, extra=LEARNING_EXTRA["regress"]),
+]
+#: kinds with a public range [lo, hi] (their cases come last: earlier keys stay)
+RANGED = [
+    Config("mean-range", "mean", bound=MEAN_RANGE[1] / 2 - MEAN_RANGE[0] / 2,
+           range=MEAN_RANGE),
+    Config("linf-range", "mean-linf", dim=3, bound=LINF_RANGE[1] / 2 - LINF_RANGE[0] / 2,
+           range=LINF_RANGE),
 ]
 
 
@@ -277,6 +287,30 @@ def _hostile_tasks() -> Iterator[tuple[str, TaskSpec, str, list[str]]]:
         yield f"hostile-{name}", task, cfg_name, ["typical", "special"]
 
 
+def _range_tasks() -> Iterator[tuple[str, TaskSpec, str, list[str]]]:
+    """Ranges every rule accepts (issue 29): at the edge of the largest width, far from 0,
+    one ulp wide, subnormal, negative, symmetric."""
+    from dataclasses import replace
+
+    rng = RANGED[0]
+    out: list[tuple[str, TaskSpec, str]] = []
+    one_ulp = math.nextafter(1e300, 2e300)
+    for name, (lo, hi) in (("range-widest", (-8.98e307, 8.98e307)),
+                           ("range-far", (1e300, 1.5e300)), ("range-one-ulp", (1e300, one_ulp)),
+                           ("range-subnormal", (5e-324, 1e-323)),
+                           ("range-negative", (-3e5, -1e5)), ("range-symmetric", (-2.0, 2.0))):
+        D = hi / 2 - lo / 2
+        for method, stage in (("ssl", 0), ("two-stage", 1)):
+            t = rng.task(method, stage, 1.0, (0,))
+            fields = dict(range=(lo, hi), bound=D)
+            if stage == 1:  # one bin over the whole support
+                fields["bins"] = ((D, 2.0 * D, 1),)
+            out.append((f"{name}-{method}", replace(t, **fields), "mean-range"))
+    for name, task, cfg_name in out:
+        report_length(task)  # accepted, or the generator is wrong
+        yield f"hostile-{name}", task, cfg_name, ["typical", "special"]
+
+
 def _dim(task: TaskSpec) -> int | None:
     return task.dim if KINDS[task.kind].vector else None
 
@@ -315,15 +349,27 @@ def tasks() -> dict[str, Any]:
     for label, task, _cfg, names in _extreme_tasks():
         for dn in names:
             cases.append(_report_case(f"mean/{label}/{dn}", task, *data[dn], len(cases)))
-    by = {c.name: c for c in CONFIGS}
+    by = {c.name: c for c in CONFIGS + RANGED}
     for label, task, cfg_name, names in _hostile_tasks():
+        data = datasets(by[cfg_name])
+        for dn in names:
+            cases.append(_report_case(f"{cfg_name}/{label}/{dn}", task, *data[dn],
+                                      len(cases)))
+    for cfg in RANGED:
+        data = datasets(cfg)
+        for label, task, names in _task_shapes(cfg):
+            for dn in names:
+                samples, labels = data[dn]
+                cases.append(_report_case(f"{cfg.name}/{label}/{dn}", task, samples, labels,
+                                          len(cases)))
+    for label, task, cfg_name, names in _range_tasks():
         data = datasets(by[cfg_name])
         for dn in names:
             cases.append(_report_case(f"{cfg_name}/{label}/{dn}", task, *data[dn],
                                       len(cases)))
     # two-stage-sized stage I (§9.6): every configuration, the ε regimes, every dataset at
     # the low regime; hostile grids (appended: earlier cases keep their keys)
-    for cfg in CONFIGS:
+    for cfg in CONFIGS + RANGED:
         data = datasets(cfg)
         for label, task, names in _sized_shapes(cfg):
             for dn in names:
@@ -371,6 +417,7 @@ SCALAR = {"name": "data", "dim": None, "values": "any", "labelled": False, "alph
 def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
     """(name, task dict or text, overrides of the Task message / device) per case."""
     b = _base()
+    rng = _with(b, range=list(MEAN_RANGE), bound=MEAN_RANGE[1] / 2 - MEAN_RANGE[0] / 2)
     l2 = _base("l2-gauss", "two-stage", 1, 60.0, (0, 1, 2, 3, 4, 5))
     sgd = _base("sgd-logistic", "ssl", 0, 1.0, (0,))
     cls = _base("classify", "ssl", 0, 1.0, (0,))
@@ -484,6 +531,31 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("param-box", _with(cls, extra={"grid": 2, "lo": [0.0, 1.0], "hi": [1.0, 1.0]}), two),
         ("param-label-bound", _with(_base("regress"), extra={"grid": 2}), two),
         ("param-virtual-groups", _with(ba, virtual_groups=[[0, 9], [2]]), vec),
+        ("field-range-null", _with(rng, range=None), {}),
+        ("field-range-not-list", _with(rng, range=5.0), {}),
+        ("field-range-three", _with(rng, range=[0.1, 1.3, 2.0]), {}),
+        ("field-range-one", _with(rng, range=[0.1]), {}),
+        ("field-range-string", _with(rng, range=["0.1", 1.3]), {}),
+        ("field-range-bool", _with(rng, range=[False, 1.3]), {}),
+        ("param-range-distribution", _with(_base("dist"), range=[0.0, 4.0], bound=2.0),
+         {"datasets": [dict(SCALAR, values="categorical")]}),
+        ("param-range-l2", _with(l2, range=[0.0, 2.0]), vec),
+        ("param-range-bound-null", _with(rng, bound=None), {}),
+        ("param-range-lo-equals-hi", _with(rng, range=[1.3, 1.3]), {}),
+        ("param-range-inverted", _with(rng, range=[1.3, 0.1]), {}),
+        ("param-range-bound-other", _with(rng, bound=1.0), {}),
+        ("param-range-bound-one-ulp", _with(rng, bound=math.nextafter(rng["bound"], 1.0)),
+         {}),
+        ("param-range-width-overflow", _with(rng, range=[-1.7e308, 1.7e308], bound=1.7e308),
+         {}),
+        ("param-range-tiny", _with(rng, range=[0.0, 5e-324], bound=0.0), {}),
+        ("param-range-nan", _text(rng).replace('"range":[0.1,1.3]', '"range":[NaN,1.3]'), {}),
+        ("param-range-inf", _text(rng).replace('"range":[0.1,1.3]', '"range":[0.1,1e400]'),
+         {}),
+        ("param-range-huge-int", _text(rng).replace('"range":[0.1,1.3]',
+                                                    '"range":[0.1,' + "9" * 400 + "]"), {}),
+        ("accepted-range-int", _text(rng).replace('"range":[0.1,1.3]', '"range":[0,1]')
+         .replace('"bound":' + repr(rng["bound"]), '"bound":0.5'), {}),
         ("param-m_ref-zero", _with(b, m_ref=0), {}),
         ("param-offset-negative", _with(b, virtual_offset=-1), {}),
         ("over-budget", _with(l2, eps_c=60.0), vec),

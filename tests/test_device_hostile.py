@@ -158,3 +158,40 @@ def test_no_data_registers_an_empty_dataset(recorder, tmp_path, kind_task, dim):
         sent.append((r.submitted, list(svc.calls), [list(x.values) for x in svc.reports]))
         dev.close()
     assert sent[0] == sent[1] and sent[0][0] == ["q"]
+
+
+# ---- public ranges [lo, hi] (issue 29) ---------------------------------------------------
+RANGED = TaskSpec(query_id="q", kind="mean", method="ssl", stage=0, epsilon=1.0, eps_c=1.0,
+                  components=(0,), bound=60.0, range=(0.0, 120.0), intervals=((-60.0, 60.0),))
+HOSTILE_RANGES = [  # (range, bound): each breaks one rule of protocol §14.1 step 8
+    ([5.0, 5.0], 0.0), ([5.0, 5.0], 1.0),  # lo = hi
+    ([120.0, 0.0], 60.0),  # inverted
+    ([-1.7e308, 1.7e308], 1.7e308),  # wider than the largest double
+    ([0.0, 5e-324], 5e-324),  # tiny: hi/2 - lo/2 is 0, no positive bound fits it
+    ([0.0, 120.0], 60.000000000000014),  # bound off by a few ulps
+    ([0.0, 120.0], None),  # no bound
+]
+
+
+@pytest.mark.parametrize("values", [[30.0, 150.0], [-1e308, np.nan], []])
+def test_hostile_ranges_are_refused_before_any_charge_whatever_the_data(recorder, tmp_path,
+                                                                       values):
+    """lo = hi, inverted, huge, tiny, a bound that is not hi/2 - lo/2: refused (code param)
+    before the ledger is touched, for every dataset alike; the ranged task behind them is
+    reported, and its clamping is counted locally (never sent)."""
+    svc, chan = recorder
+    base = json.loads(RANGED.to_json())
+    msgs = [raw_task(json.dumps(base | {"range": r, "bound": b}, sort_keys=True), f"h{i}", 1)
+            for i, (r, b) in enumerate(HOSTILE_RANGES)]
+    svc.tasks, svc.reports = [*msgs, wire_task(RANGED, "ok")], []
+    dev = _device(chan, tmp_path, "d")
+    dev.add_dataset("data", values)
+    r = dev.poll()
+    assert sorted(q for q, _ in r.refused) == sorted(m.query_id for m in msgs)
+    assert r.submitted == ["ok"] and [x.query_id for x in svc.reports] == ["ok"]
+    assert all(dev.ledger.get(m.query_id) is None for m in msgs)
+    assert dev.ledger.spent_units() == 2**24  # the accepted task only
+    finite = [v for v in values if np.isfinite(v)]
+    assert dev.clamped["ok"] == sum(not 0 <= v <= 120 for v in finite)
+    assert "clamped" not in repr(svc.reports[0])  # the count stays on the device
+    dev.close()

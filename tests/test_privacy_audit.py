@@ -133,7 +133,33 @@ def _tasks():
     hp = compile_query(heavy)
     cases.append(("mean-heavy-1", hp.task_for(0, 1)))
     cases.append(("mean-heavy-2", hp.task_for(0, 2, (2,))))
+    # public ranges [lo, hi] (issue 29): centred and clamped on the device; the audit's
+    # datasets are moved into the range (and far outside it)
+    for kind, dim, lo, hi, methods in (
+            ("mean", 1, 0.0, 120.0, ("two-stage", "ssl", "baseline-b", "baseline-a")),
+            ("mean-linf", 3, -0.25, 1.75, ("two-stage", "ssl")),
+            ("mean", 1, 1e300, 1.5e300, ("ssl",)), ("mean", 1, -3e5, -1e5, ("baseline-a",))):
+        for method in methods:
+            plan = compile_query(QuerySpec(kind=kind, epsilon=1.5, users=400, samples=6,
+                                           dim=dim, method=method, seed=2, lo=lo, hi=hi))
+            name = f"{kind}-range[{lo:g},{hi:g}]-{method}"
+            if method == "two-stage":
+                cases.append((name + "-1", plan.task_for(0, 1)))
+                cases.append((name + "-2", plan.task_for(0, 2, (2,) * len(
+                    plan.grouping.groups[0].components))))
+            else:
+                cases.append((name, plan.task_for(0, 0, slot=3)))
     return cases
+
+
+def _into_range(task: TaskSpec, X: np.ndarray) -> np.ndarray:
+    """A dataset of the audit moved to a ranged task's scale: unit ↦ the range's half-width
+    around its centre (values around ±50 units lie far outside the range)."""
+    if task.range is None:
+        return X
+    lo, hi = task.range
+    with np.errstate(over="ignore", invalid="ignore"):  # ±1e308 samples become ±inf: fine
+        return lo / 2 + hi / 2 + np.asarray(X, dtype=float) * (hi / 2 - lo / 2)
 
 
 CASES = _tasks()
@@ -156,6 +182,10 @@ def test_log_likelihood_ratio_never_exceeds_epsilon(name, task):
     pairs += [(d, pairs[i % 25][i % 2]) for i, d in enumerate(degenerate)]
     pairs += [(degenerate[i], degenerate[(i + 3) % len(degenerate)])
               for i in range(len(degenerate))]
+    if task.range is not None:
+        pairs = [(_into_range(task, D), _into_range(task, D2)) for D, D2 in pairs]
+        pairs[0] = (np.full_like(pairs[0][0], task.range[0]),
+                    np.full_like(pairs[0][1], task.range[1]))
     for D, D2 in pairs:
         for src in (D, D2):
             z = compute_report(task, src, rng=rng)

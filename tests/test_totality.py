@@ -404,6 +404,21 @@ def _interval(draw):
 
 
 @st.composite
+def _range(draw, accepted: bool) -> dict:
+    """A task's range and its bound ``hi/2 − lo/2``; not ``accepted``: possibly lo >= hi, a
+    width that overflows, or another bound."""
+    lo, hi = draw(_interval())
+    if not accepted and draw(st.booleans()):
+        lo, hi = draw(reals), draw(reals)
+    D = hi / 2 - lo / 2
+    if accepted and not D > 0:  # adjacent subnormals: no positive bound fits
+        lo, hi, D = -1.0, 1.0, 1.0
+    if not accepted and draw(st.booleans()):
+        D = draw(positive)
+    return {"range": (lo, hi), "bound": D}
+
+
+@st.composite
 def hostile_task(draw, accepted: bool = True) -> TaskSpec:
     kind, dim, extra = draw(st.sampled_from(SHAPES))
     method = draw(st.sampled_from(METHODS))
@@ -432,6 +447,8 @@ def hostile_task(draw, accepted: bool = True) -> TaskSpec:
         f.update(virtual_groups=groups, m_ref=draw(st.sampled_from([1, 2, 7, 64])),
                  virtual_offset=draw(st.sampled_from([0, 1, 2**70])),
                  virtual_eps=tuple(draw(st.sampled_from(EPS_C[:5])) for _ in groups))
+    if kind in ("mean", "mean-linf") and bound is not None and draw(st.booleans()):
+        f.update(draw(_range(accepted)))  # a public range [lo, hi] (issue 29)
     if not accepted:
         f.update(draw(st.sampled_from([{}, {"eps_c": 2.0**20}, {"epsilon": 2.0**-24},
                                        {"bound": 5e-324}, {"stat_bound": 1.7976931348623157e308},

@@ -202,3 +202,36 @@ test("an oracle task: charged before the data, one report of the same shape for 
   assert.deepEqual(outcomes[0], [["qx:param"], ["qo"], ["Enroll", "GetTasks", "SubmitReport:qo:2"], [2], 1n << 24n, undefined]);
   for (const o of outcomes) assert.deepEqual(o, outcomes[0]);
 });
+
+// ---- public ranges [lo, hi] (issue 29; Python: tests/test_device_hostile.py) -----------------
+const RANGED = { method: "ssl", stage: 0, bins: [], bound: 60, range: [0, 120], intervals: [[-60, 60]] };
+const HOSTILE_RANGES: [number[], number | null][] = [
+  [[5, 5], 0], [[5, 5], 1], // lo = hi
+  [[120, 0], 60], // inverted
+  [[-1.7e308, 1.7e308], 1.7e308], // wider than the largest double
+  [[0, 5e-324], 5e-324], // tiny: hi/2 - lo/2 is 0
+  [[0, 120], 60.000000000000014], // bound off by a few ulps
+  [[0, 120], null], // no bound
+];
+
+test("hostile ranges are refused before any charge, whatever the data; clamping is counted locally", async () => {
+  const outcomes = [];
+  for (const values of [[30, 150], [-1e308, NaN], []]) {
+    const fake = new Recorder();
+    const logs: string[] = [];
+    const d = await Device.open({ transport: fake, store: new MemoryStore(), budget: 100,
+      simulation: { rng: RandomSource.seeded("hostile-range") }, log: (l) => logs.push(l) });
+    d.addDataset("data", values);
+    fake.tasks = [...HOSTILE_RANGES.map(([range, bound], i) => msg(`h${i}`, { ...RANGED, range, bound }, 1)), msg("ok", RANGED, 1)];
+    const r = await d.poll();
+    outcomes.push([r.refused.map((x) => `${x.queryId}:${x.code}`), r.submitted, d.ledger.spentUnits(),
+      HOSTILE_RANGES.map((_, i) => d.ledger.get(`h${i}`))]);
+    const clamped = values.filter((v) => Number.isFinite(v) && (v < 0 || v > 120)).length;
+    assert.equal(d.clamped.get("ok"), clamped);
+    assert.equal(logs.length, clamped ? 1 : 0);
+    assert.ok(!JSON.stringify(fake.reports, (_k, v) => (typeof v === "bigint" ? String(v) : v)).includes("clamp"));
+  }
+  for (const o of outcomes) {
+    assert.deepEqual(o, [HOSTILE_RANGES.map((_, i) => `h${i}:param`), ["ok"], 1n << 24n, HOSTILE_RANGES.map(() => undefined)]);
+  }
+});

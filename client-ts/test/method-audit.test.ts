@@ -116,6 +116,19 @@ const CASES: Case[] = [
     components: [0, 1], intervals: [[-1, 1], [-1, 1]], m_ref: 3, virtual_groups: [[0], [1]], virtual_eps: [0.5, 0.5],
     virtual_offset: 1 }), datasets: [[], [[0.3, 0.2]], [[0.1, 0.2], [NaN, 0], [0.5, -0.5], [0.9, 0.9]]],
   extreme: [[[-1, -1], [-1, -1], [-1, -1]], [[1, 1], [1, 1], [1, 1]]] },
+  // public ranges [lo, hi] (issue 29): samples centred on lo/2 + hi/2 and clamped on the device
+  { name: "range-ssl", task: taskJson({ kind: "mean", method: "ssl", epsilon: 1.0, eps_c: 1.0, components: [0],
+    range: [0, 120], bound: 60, intervals: [[-60, 60]] }), datasets: [[], [30, 90, 150], huge, [-1e5], [60]],
+  extreme: [[0], [120]] },
+  { name: "range-two-stage-1", task: taskJson({ kind: "mean", method: "two-stage", stage: 1, epsilon: 0.7, eps_c: 0.7,
+    components: [0], range: [1e300, 1.5e300], bound: 2.5e299, bins: [[2.5e299, 1.25e299, 4]] }),
+  datasets: [[], [1.2e300], huge, [-5]], extreme: [[1e300], [1.5e300]] },
+  { name: "range-linf-baseline-b", task: taskJson({ kind: "mean-linf", method: "baseline-b", dim: 2, epsilon: 1.0,
+    eps_c: 0.5, components: [0, 1], range: [-0.25, 1.75], bound: 1.0, intervals: [[-1, 1], [-1, 1]] }),
+  datasets: [[], [[0.3, -0.2]], [[1e308, NaN]], [[0.1, 9], [0.5, 0.2]]], extreme: [[[-0.25, -0.25]], [[1.75, 1.75]]] },
+  { name: "range-baseline-a", task: taskJson({ kind: "mean", method: "baseline-a", epsilon: 1.0, eps_c: 1.0,
+    components: [0], range: [-3e5, -1e5], bound: 1e5, intervals: [[-1e5, 1e5]], m_ref: 2, virtual_groups: [[0]],
+    virtual_eps: [0.5] }), datasets: [[], [-2e5], [-2e5, 0, -9e5, -1.5e5], huge], extreme: [[-3e5, -3e5], [-1e5, -1e5]] },
 ];
 
 for (const c of CASES) {

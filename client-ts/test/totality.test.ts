@@ -75,6 +75,17 @@ function binsRow(g: Gen, accepted: boolean, most = 1 << 16): [number, number, nu
   return [D, h, want!];
 }
 
+/** A task's range and its bound hi/2 - lo/2; not accepted: possibly lo >= hi, an
+ * overflowing width or another bound (Python: tests/test_totality.py _range). */
+function range(g: Gen, accepted: boolean): { range: [number, number]; bound: number } {
+  let [lo, hi] = interval(g);
+  if (!accepted && g.int(2) === 0) [lo, hi] = [g.pick(REALS), g.pick(REALS)];
+  let D = hi / 2 - lo / 2;
+  if (accepted && !(D > 0)) [lo, hi, D] = [-1, 1, 1];
+  if (!accepted && g.int(2) === 0) D = g.positive();
+  return { range: [lo, hi], bound: D };
+}
+
 function interval(g: Gen): [number, number] {
   let a = g.pick(REALS);
   let b = g.pick(REALS);
@@ -114,6 +125,9 @@ function hostileTask(g: Gen, accepted: boolean): string {
   const family = stage === 1 ? ORACLE_NAMES : method === "baseline-a" ? ["laplace"] : SCALAR_NAMES;
   const mechanism = g.turn(`${method}-${stage}`, [...family, null]);
   if (mechanism !== null) t.mechanism = mechanism; // else omitted: the default, laplace
+  if ((kind === "mean" || kind === "mean-linf") && bound !== null && g.int(2) === 0) {
+    Object.assign(t, range(g, accepted)); // a public range [lo, hi] (issue 29)
+  }
   if (!accepted) {
     Object.assign(t, g.pick([{}, { eps_c: 2 ** 20 }, { epsilon: 2 ** -24 }, { bound: 5e-324 },
       { stat_bound: 1.7976931348623157e308 }, { kashin_delta: 1.0 }, { m_ref: 1 << 20 },

@@ -16,10 +16,13 @@ from uldp.client.kinds.base import (
     KINDS,
     DataError,
     Kind,
+    centre,
     check_samples,
+    count_clamped,
     kashin_frame,
     masked_mean,
     register_kind,
+    value_range,
 )
 
 __all__ = [
@@ -27,11 +30,14 @@ __all__ = [
     "KINDS",
     "DataError",
     "Kind",
+    "centre",
     "check_samples",
+    "count_clamped",
     "distribution",
     "kashin_frame",
     "learning",
     "masked_mean",
     "means",
     "register_kind",
+    "value_range",
 ]

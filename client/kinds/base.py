@@ -33,7 +33,10 @@ __all__ = [
     "KINDS",
     "DataError",
     "Kind",
+    "centre",
+    "check_range",
     "check_samples",
+    "count_clamped",
     "finite_number",
     "kashin_frame",
     "kashin_size",
@@ -41,6 +44,7 @@ __all__ = [
     "radial",
     "register_kind",
     "safe_norms",
+    "value_range",
 ]
 
 
@@ -144,6 +148,13 @@ class Kind:
     #: a categorical kind: the number of categories ``A`` of a usable sample, whose value
     #: is its category (method ``oracle`` reports sampled records); None otherwise
     categories: Callable[[TaskSpec], int] | None = None
+    #: the kind's values may have a public range ``[lo, hi]`` (the task's ``range``):
+    #: samples are centred on it (:func:`centre`) before the per-sample map, and the
+    #: collector adds the centre back to every output (:meth:`offset`)
+    ranged: bool = False
+    #: how many finite entries of a dataset's samples the task clamps into its range (a
+    #: device logs it locally, never sends it); None: the kind has no value range
+    clamped: Callable[[TaskSpec, np.ndarray], int] | None = None
 
     def check(self, task: TaskSpec) -> int:
         """Validate the kind's public values; returns the number of components."""
@@ -155,7 +166,13 @@ class Kind:
             v = getattr(task, name)
             if v is not None:
                 finite_number(name, v, positive=True)
+        if task.range is not None:
+            check_range(task, self)
         return self.n_components(task)
+
+    def offset(self, task: TaskSpec) -> float:
+        """What the collector adds to every output: the range's centre (0 without one)."""
+        return centre(task) if self.ranged else 0.0
 
     @property
     def needs_bound(self) -> bool:
@@ -208,6 +225,54 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {}
+
+
+def check_range(task: TaskSpec, kind: Kind) -> None:
+    """A task's ``range`` (protocol §11.2): a ranged kind, a bounded task, finite
+    ``lo < hi`` with a finite width ``hi − lo`` and ``bound`` exactly ``hi/2 − lo/2``;
+    else refused (code ``param``)."""
+    assert task.range is not None
+    if not kind.ranged:
+        raise TaskRefused(f"kind {kind.name!r} has no range [lo, hi]")
+    if task.bound is None:
+        raise TaskRefused("a task with a range needs bound (hi/2 - lo/2)")
+    lo = finite_number("range lo", task.range[0])
+    hi = finite_number("range hi", task.range[1])
+    if not lo < hi:
+        raise TaskRefused(f"range needs lo < hi, got [{lo!r}, {hi!r}]")
+    if not math.isfinite(hi - lo):
+        raise TaskRefused(f"range [{lo!r}, {hi!r}] is wider than the largest double")
+    if float(task.bound) != hi / 2 - lo / 2:
+        raise TaskRefused(f"bound must be hi/2 - lo/2 = {hi / 2 - lo / 2!r} for the range "
+                          f"[{lo!r}, {hi!r}], got {task.bound!r}")
+
+
+def centre(task: TaskSpec) -> float:
+    """The centre ``lo/2 + hi/2`` of a task's range (0.0 without one): devices subtract
+    it from every sample before clamping to ``±bound`` (protocol §12.3)."""
+    if task.range is None:
+        return 0.0
+    return float(task.range[0]) / 2 + float(task.range[1]) / 2
+
+
+def value_range(task: TaskSpec) -> tuple[float, float] | None:
+    """The public range of one value: the task's ``range``, else ``[-bound, bound]``
+    (None for a heavy-tailed task)."""
+    if task.range is not None:
+        return float(task.range[0]), float(task.range[1])
+    return None if task.bound is None else (-float(task.bound), float(task.bound))
+
+
+def count_clamped(task: TaskSpec, samples: np.ndarray) -> int:
+    """How many of a dataset's values the task's public range clamps (0 for a kind that
+    does not clamp, and on any failure: a local hint is never worth an exception)."""
+    kind = KINDS.get(task.kind)
+    if kind is None or kind.clamped is None:
+        return 0
+    try:
+        return int(kind.clamped(task, samples))
+    except Exception:
+        return 0
 
 
 def register_kind(kind: Kind) -> Kind:

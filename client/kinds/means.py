@@ -16,16 +16,19 @@ from uldp.client.kashin import kashin_coefficients
 from uldp.client.kinds.base import (
     HEAVY_GUARD,
     Kind,
+    centre,
     finite_number,
     kashin_frame,
     kashin_size,
     masked_mean,
     radial,
     register_kind,
+    value_range,
 )
 from uldp.client.taskspec import TaskRefused, TaskSpec
 
-__all__ = ["check_frame", "hadamard_rows", "hadamard_transform", "kashin_transform"]
+__all__ = ["check_frame", "clamped_values", "hadamard_rows", "hadamard_transform",
+           "kashin_transform"]
 
 
 def _support(task: TaskSpec) -> tuple[float, float] | None:
@@ -35,15 +38,30 @@ def _support(task: TaskSpec) -> tuple[float, float] | None:
 
 # ---- 1-d mean and ℓ∞ mean ---------------------------------------------------------------
 def _clamp_support(task: TaskSpec, x: np.ndarray) -> np.ndarray:
-    """Clamp samples to the declared support ``[-D, D]`` ([D21]); heavy-tailed tasks (no
-    support) clamp to the numerical guard ±2^500 instead. A no-op copy-free pass when the
-    samples already lie inside (the common case for well-behaved apps)."""
+    """Samples centred on the task's range (``x − c``, ``c = lo/2 + hi/2``; no range: as
+    they are) and clamped to the declared support ``[-D, D]`` ([D21]); heavy-tailed tasks
+    (no support) clamp to the numerical guard ±2^500 instead. A no-op copy-free pass when
+    the samples already lie inside (the common case for well-behaved apps)."""
     if x.size == 0:
         return x
+    c = centre(task)
+    if c != 0.0:
+        with np.errstate(over="ignore"):
+            x = x - c
     b = HEAVY_GUARD if task.bound is None else task.bound
     if x.min() >= -b and x.max() <= b:
         return x
     return np.clip(x, -b, b)
+
+
+def clamped_values(task: TaskSpec, x: np.ndarray) -> int:
+    """How many finite entries of ``x`` the kind clamps into the task's range (what a
+    device logs locally and never sends)."""
+    if x.size == 0 or task.bound is None:
+        return 0
+    lo, hi = value_range(task)  # type: ignore[misc]
+    with np.errstate(invalid="ignore"):
+        return int(np.count_nonzero(np.isfinite(x) & ((x < lo) | (x > hi))))
 
 
 register_kind(Kind(
@@ -52,7 +70,9 @@ register_kind(Kind(
     sample_map=lambda t, x: _clamp_support(t, x).reshape(-1, 1),
     user_stats=lambda t, X, v: masked_mean(_clamp_support(t, X), v).reshape(-1, 1),
     heavy_tails=True,
-    output_range=lambda t: _support(t),
+    output_range=value_range,
+    ranged=True,
+    clamped=lambda t, x: clamped_values(t, x),
 ))
 register_kind(Kind(
     name="mean-linf", vector=True,
@@ -60,7 +80,9 @@ register_kind(Kind(
     sample_map=lambda t, x: _clamp_support(t, x),
     user_stats=lambda t, X, v: masked_mean(_clamp_support(t, X), v),
     heavy_tails=True,
-    output_range=lambda t: _support(t),
+    output_range=value_range,
+    ranged=True,
+    clamped=lambda t, x: clamped_values(t, x),
 ))
 
 

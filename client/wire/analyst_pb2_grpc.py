@@ -82,12 +82,19 @@ class AnalystServiceServicer:
         method longer than 64 characters; epsilon outside
         [2^-24, 2^20]; bound not 0 and outside [2^-40, 2^40]; samples
         outside [1, 2^20] (the devices' limit on m_ref); users outside
-        [2, the collector's maximum, 10 000 000 by default]; dim outside
-        [1, 4096]; phase_timeout_seconds not 0 and outside
+        [2, the collector's maximum, 10 000 000 by default]; dim above
+        4096; lo or hi outside [-2^40, 2^40]; by longer than 256
+        characters; more than 256 groups or a group name not of 1..64
+        characters; phase_timeout_seconds not 0 and outside
         [1, 31 622 400] (366 days); params_json "moment_p" outside
         [2, 64], "moment_m" not positive or its moment_p-th root outside
         [2^-40, 2^40], "confidence" outside [0.5, 0.999999],
-        "frame_seed" not an integer in [0, 2^53 - 1]; then the planner
+        "frame_seed" not an integer in [0, 2^53 - 1]; then which fields
+        go together (the same rules and messages as the Python API,
+        `uldp query create` and the console: moment_p with moment_m; bound,
+        lo/hi and the moments as alternatives; lo and hi together with
+        lo < hi, for kinds mean and mean-linf; a distribution's dim at
+        least 2; by with groups, see by); then the planner
         refuses the combination ("invalid query: ..." e.g. unknown kind
         or method, bound and moment_p both or neither given, too few
         users for the grouping); kind "sgd": params other than extra,

@@ -58,6 +58,7 @@ import grpc
 from uldp.client.transport import Endpoint
 from uldp.collector.analyst.preview import DEFAULT_MAX_USERS, preview_message
 from uldp.collector.analyst.types import Preview, Query, Result
+from uldp.collector.service.catalogue import check_message
 from uldp.collector.service.client import AnalystClient, QueryRequest
 from uldp.collector.service.errors import ServiceError
 
@@ -87,7 +88,15 @@ _PARAMS = ("moment_p", "moment_m", "frame_kind", "mode", "confidence", "extra", 
 
 def _request(kind: str, epsilon: float, dataset: str, users: int, samples: int,
              **kw: Any) -> QueryRequest:
+    """The CreateQuery request of the Python API's keywords: a keyword left out is "not
+    given" on the wire (``dim``/``bound`` 0, ``lo``/``hi`` absent), so the collector's one
+    set of rules (``uldp.collector.service.requests.check_shape``) fills in the defaults
+    and refuses what the CLI and the console refuse, with the same message."""
     params = {k: v for k in _PARAMS if (v := kw.pop(k, None)) is not None}
+    for key in ("dim", "bound"):
+        if kw.get(key) is None:
+            kw[key] = 0
+    kw["groups"] = tuple(kw.get("groups") or ())
     return QueryRequest(kind=kind, epsilon=epsilon, dataset=dataset, users=users,
                         samples=samples, params=params or None, **kw)
 
@@ -140,11 +149,18 @@ class Analyst:
     # ---- the calls ------------------------------------------------------------------
     def create(self, kind: str, *, epsilon: float, dataset: str, users: int, samples: int,
                **kw: Any) -> Query:
-        """Create a query (``CreateQuery``). Keywords: ``dim``, ``bound``, ``method``
-        (default ``auto``), ``moment_p``/``moment_m``, ``frame_kind``, ``mode``,
-        ``confidence``, ``extra``, ``phase_timeout_s``, ``query_id`` (idempotent create),
-        ``allow_simulated``, ``shuffle``."""
+        """Create a query (``CreateQuery``). Keywords: ``dim``, ``lo`` and ``hi`` (the
+        public range of a value) or ``bound`` (``D``: the range ``[-D, D]``; default 1),
+        ``by`` and ``groups`` (group-by: a categorical dataset and its groups' names),
+        ``method`` (default ``auto``), ``moment_p``/``moment_m``, ``frame_kind``,
+        ``mode``, ``confidence``, ``extra``, ``phase_timeout_s``, ``query_id``
+        (idempotent create), ``allow_simulated``, ``shuffle``. Refused (``AnalystError``
+        INVALID_ARGUMENT) exactly when ``uldp query create`` and the console refuse."""
         req = _request(kind, epsilon, dataset, users, samples, **kw)
+        try:  # the collector's own rules first, here: a refusal costs no round trip
+            check_message(req.message(), max_users=None, program=False, plan=False)
+        except ServiceError as exc:
+            raise AnalystError(exc.code, exc.message) from None
         return Query.from_message(self._call(self.wire.create, req))
 
     def preview(self, kind: str, *, epsilon: float, users: int, samples: int,

@@ -43,10 +43,10 @@ from uldp.collector.analyst.types import Preview
 from uldp.collector.datasets import FleetData
 from uldp.collector.planner import Plan, compile_query
 from uldp.collector.programs import program_for
-from uldp.collector.service.catalogue import check_create
+from uldp.collector.programs.synthetic import run_query
+from uldp.collector.service.catalogue import check_message
 from uldp.collector.service.core import CoreConfig
 from uldp.collector.service.errors import ServiceError
-from uldp.collector.simulation.simulate import run_query
 
 __all__ = ["DEFAULT_MAX_USERS", "SIM_MAX_USERS", "SIM_RUNS", "preview_message"]
 
@@ -60,11 +60,12 @@ def _alike(plan: Plan) -> FleetData | None:
     distribution: every user with the same, even, frequencies); None for kinds whose
     samples carry labels."""
     kind, m, d = plan.spec.kind, plan.spec.samples, plan.spec.dim
-    truth = np.zeros(plan.n_components)
+    c = plan.kind.offset(plan.template)  # the centre of a ranged query's values
+    truth = np.full(plan.n_components, c)
     if kind == "mean":
-        return FleetData(lambda k: np.zeros((k, m)), truth)
+        return FleetData(lambda k: np.full((k, m), c), truth)
     if kind in ("mean-linf", "mean-l2", "mean-l1"):
-        return FleetData(lambda k: np.zeros((k, m, d)), truth)
+        return FleetData(lambda k: np.full((k, m, d), c), truth)
     if kind == "distribution":
         row = (np.arange(m) % d).astype(np.float64)
         return FleetData(lambda k: np.tile(row, (k, 1)), truth)
@@ -108,11 +109,8 @@ def preview_message(msg: analyst_pb2.CreateQueryRequest,
     """The preview of a CreateQuery request (``ServiceError`` INVALID_ARGUMENT when the
     collector would refuse to create it); ``simulate=False`` skips the simulated width of
     a two-stage plan (the planner's prediction only: fast, for curves)."""
-    checked = check_create(kind=msg.kind, epsilon=msg.epsilon, dataset=msg.dataset,
-                           bound=msg.bound, samples=msg.samples, users=msg.users, dim=msg.dim,
-                           method=msg.method, params_json=msg.params_json,
-                           phase_timeout_s=msg.phase_timeout_seconds,
-                           query_id=msg.query_id, max_users=max_users, program=False)
+    checked = check_message(msg, max_users, program=False)
+    assert checked is not None
     spec = checked.spec
     if spec.kind == "sgd":
         quotas = tuple(int(q) for q in program_for(spec).quotas())

@@ -168,6 +168,22 @@ class Result:
         """Interval widths, per component."""
         return tuple(h - lo for lo, h in zip(self.ci_low, self.ci_high, strict=True))
 
+    @property
+    def advisories(self) -> tuple[str, ...]:
+        """Notes the result carries: the plan's (e.g. too few users for an informative
+        interval) and the data's (many users at an end of the range; docs/analyst.md)."""
+        return tuple(str(a) for a in self.estimate.get("advisories") or ())
+
+    @property
+    def edge_share(self) -> tuple[tuple[float, float] | None, ...] | None:
+        """Two-stage methods: per component, the share of users stage I puts at the low
+        and the high end of the public range (None where it cannot tell; None for the
+        methods without a stage I)."""
+        share = self.estimate.get("edge_share")
+        if share is None:
+            return None
+        return tuple(None if r is None else (float(r[0]), float(r[1])) for r in share)
+
     @classmethod
     def from_messages(cls, r: analyst_pb2.QueryResult, q: Query) -> Result:
         est = json.loads(r.estimate_json) if r.estimate_json else {}

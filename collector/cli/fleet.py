@@ -29,6 +29,10 @@ def _population(a: argparse.Namespace, ep: Any) -> tuple[str, Any]:
 
     kind, samples, dim, bound, dataset = a.kind, a.samples, a.dim, a.bound, a.dataset
     moment_p = None
+    lo, hi = a.lo, a.hi
+    if (lo is None) != (hi is None) or (lo is not None and not lo < hi):
+        raise OperatorError("--lo and --hi go together, with --lo below --hi (the range of "
+                            "the devices' values)")
     if a.query:
         if not a.admin_token_file:
             raise OperatorError("--query needs --admin-token-file to read the query")
@@ -38,14 +42,18 @@ def _population(a: argparse.Namespace, ep: Any) -> tuple[str, Any]:
         kind, samples, dim, bound, dataset = (spec["kind"], spec["samples"], spec["dim"],
                                               spec["bound"], q.dataset)
         moment_p = spec.get("moment_p")
+        lo, hi = spec.get("lo"), spec.get("hi")
     else:
         missing = [f for f, v in (("--kind", kind), ("--samples", samples),
                                   ("--dataset", dataset)) if not v]
         if missing:
             raise OperatorError(f"give --query, or {', '.join(missing)} (the devices' data)")
         preflight(ep, a.target)
+    centre = 0.0
+    if lo is not None and hi is not None:  # the population of [-D, D] moved into [lo, hi]
+        bound, centre = hi / 2 - lo / 2, lo / 2 + hi / 2
     return dataset, dataset_for_query(kind, a.dist, samples, dim or 1, bound, a.seed,
-                                      moment_p)
+                                      moment_p, centre)
 
 
 def _problems(a: argparse.Namespace, res: Any) -> list[str]:
@@ -126,6 +134,10 @@ def register(subparsers: Any) -> None:
                    help="dimension of each sample (without --query; default 1)")
     s.add_argument("--bound", type=positive_float, default=1.0,
                    help="support bound of the data (without --query; default 1)")
+    s.add_argument("--lo", type=float, default=None,
+                   help="the devices' values lie in [--lo, --hi] (without --query; instead "
+                        "of --bound)")
+    s.add_argument("--hi", type=float, default=None, help="see --lo")
     s.add_argument("--dataset", help="dataset name the devices register (without --query)")
     s.add_argument("--dist", default="uniform", help="population, as in `uldp simulate`")
     s.add_argument("--concurrency", type=positive_int, default=32,

@@ -17,7 +17,7 @@ from uldp.collector.cli.common import analyst, conn_flags, fail, progress_line, 
 from uldp.collector.cli.util import (
     OperatorError,
     add_method_flag,
-    nonneg_float,
+    nonneg_int,
     positive_float,
     positive_int,
 )
@@ -25,27 +25,14 @@ from uldp.collector.cli.util import (
 __all__ = ["register"]
 
 
-def _shape_flags(a: argparse.Namespace) -> tuple[float, int]:
-    """``(bound, dim)`` of ``query create`` from ``--bound``/``--moment-p/-m`` and ``--dim``:
-    a heavy-tailed query has no support bound (``--bound`` defaults to 1 only without
-    ``--moment-p``); a distribution names its alphabet size."""
-    heavy = a.moment_p is not None or a.moment_m is not None
-    if heavy and (a.moment_p is None or a.moment_m is None):
-        raise OperatorError("--moment-p and --moment-m go together (E|X|^p <= M)")
-    if heavy and a.bound is not None:
-        raise OperatorError("--bound and --moment-p/--moment-m are alternatives: a support "
-                            "bound D, or a moment bound for heavy tails; give one")
-    if a.kind == "distribution" and a.dim is None:
-        raise OperatorError("--dim: a distribution query needs the alphabet size (the "
-                            "number of categories)")
-    bound = 0.0 if heavy else (1.0 if a.bound is None else a.bound)
-    return bound, 1 if a.dim is None else a.dim
-
-
 def _create_kwargs(a: argparse.Namespace) -> dict[str, Any]:
-    bound, dim = _shape_flags(a)
+    """The keywords of ``Analyst.create`` from the flags, as given: a flag left out is
+    "not given" on the wire, and the collector's one set of rules
+    (``uldp.collector.service.requests.check_shape``) decides, with the message the
+    Python API and the console get too."""
     kw: dict[str, Any] = {k: getattr(a, k) for k in ("moment_p", "moment_m", "frame_kind",
-                                                      "mode", "confidence")
+                                                      "mode", "confidence", "lo", "hi",
+                                                      "dim", "bound")
                           if getattr(a, k) is not None}
     if a.shuffle_min_batch is not None or a.shuffle_delta is not None:
         kw["shuffle"] = {k: v for k, v in (("min_batch", a.shuffle_min_batch),
@@ -54,9 +41,12 @@ def _create_kwargs(a: argparse.Namespace) -> dict[str, Any]:
         try:
             kw["extra"] = json.loads(a.extra)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"--extra is not JSON: {exc}") from None
-    return dict(kw, dim=dim, bound=bound, method=a.method,
-                phase_timeout_s=a.phase_timeout, query_id=a.id or "",
+            raise OperatorError(f"--extra is not JSON: {exc}") from None
+    if a.by is not None:
+        kw["by"] = a.by
+    if a.groups is not None:
+        kw["groups"] = tuple(g.strip() for g in a.groups.split(","))
+    return dict(kw, method=a.method, phase_timeout_s=a.phase_timeout, query_id=a.id or "",
                 allow_simulated=a.allow_simulated)
 
 
@@ -155,7 +145,15 @@ def _cmd_query_result(a: argparse.Namespace) -> int:
               f"delta={r.central.delta:g}")
     rows = [[str(i), f"{v:+.5f}", f"[{lo:+.5f}, {hi:+.5f}]"]
             for i, (v, lo, hi) in enumerate(zip(r.values, r.ci_low, r.ci_high, strict=True))]
-    print(table(rows, ["#", "ESTIMATE", "INTERVAL"]))
+    edges = r.edge_share
+    if edges is not None and any(e is not None for e in edges):
+        for row, e in zip(rows, edges, strict=True):
+            row.append("-" if e is None else f"{100 * e[0]:.0f}% / {100 * e[1]:.0f}%")
+        print(table(rows, ["#", "ESTIMATE", "INTERVAL", "AT LO / HI (stage I)"]))
+    else:
+        print(table(rows, ["#", "ESTIMATE", "INTERVAL"]))
+    for note in r.advisories:
+        print(f"note: {note}")
     return 0
 
 
@@ -195,41 +193,62 @@ def register(subparsers: Any) -> None:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _number(text: str) -> float:
+    """A number as written (its bounds are the collector's rules, the same message for
+    every surface); only text that is not a number is an argument error here."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
 def _add_create(sq: Any) -> None:
     s = sq.add_parser("create", help="create a query")
     s.add_argument("--kind", required=True,
-                   choices=("mean", "mean-linf", "mean-l2", "mean-l1", "distribution",
-                            "classify", "regress", "sgd"),
-                   help="what to estimate (as in `uldp simulate`)")
-    s.add_argument("--epsilon", type=positive_float, required=True,
+                   help="what to estimate: mean, mean-linf, mean-l2, mean-l1, distribution, "
+                        "classify, regress or sgd (as in `uldp simulate`)")
+    s.add_argument("--epsilon", type=_number, required=True,
                    help="user-level privacy budget each device spends on this query")
     s.add_argument("--dataset", required=True, help="name of the devices' local dataset")
-    s.add_argument("--users", type=positive_int, required=True,
+    s.add_argument("--users", type=nonneg_int, required=True,
                    help="target number of devices")
-    s.add_argument("--samples", type=positive_int, required=True,
+    s.add_argument("--samples", type=nonneg_int, required=True,
                    help="reference samples per user m")
-    s.add_argument("--dim", type=positive_int, default=None,
-                   help="dimension d (default 1); for distribution the alphabet size, "
-                        "required")
-    s.add_argument("--bound", type=positive_float, default=None,
-                   help="public support bound D of the data (default 1; not with "
-                        "--moment-p/--moment-m)")
+    s.add_argument("--dim", type=nonneg_int, default=None,
+                   help="dimension d (default 1); for distribution the number of "
+                        "categories, required")
+    s.add_argument("--lo", type=_number, default=None,
+                   help="public lower end of a value's range [lo, hi] (mean, mean-linf): "
+                        "devices clamp their values into it")
+    s.add_argument("--hi", type=_number, default=None,
+                   help="public upper end of a value's range (with --lo)")
+    s.add_argument("--bound", type=_number, default=None,
+                   help="public support bound D: shorthand for --lo -D --hi D (default 1; "
+                        "mean-l2/mean-l1: the norm ball's radius; sgd: the gradient clip; "
+                        "not with --lo/--hi or --moment-p/--moment-m)")
+    s.add_argument("--by", default=None,
+                   help="group-by: a categorical dataset of the same devices (codes 0 .. "
+                        "G-1, e.g. country); a mean per group, each device's group never "
+                        "sent in the clear (docs/analyst.md, \"Group-by\")")
+    s.add_argument("--groups", default=None,
+                   help="with --by: the groups' public names in code order, comma-separated "
+                        "(e.g. de,fr,it)")
     add_method_flag(s, "")
-    s.add_argument("--moment-p", dest="moment_p", type=positive_float,
+    s.add_argument("--moment-p", dest="moment_p", type=_number,
                    help="heavy tails: the moment order p of E|X|^p <= M (instead of --bound)")
-    s.add_argument("--moment-m", dest="moment_m", type=positive_float,
+    s.add_argument("--moment-m", dest="moment_m", type=_number,
                    help="heavy tails: the moment bound M of E|X|^p <= M")
-    s.add_argument("--frame-kind", dest="frame_kind", choices=("gaussian", "hadamard"),
-                   help="Kashin frame of mean-l2 (default gaussian)")
-    s.add_argument("--mode", choices=("default", "paper", "tuned"),
-                   help="grouping: spec [D7] default, paper (eps_c = 1), or tuned "
+    s.add_argument("--frame-kind", dest="frame_kind",
+                   help="Kashin frame of mean-l2: gaussian (default) or hadamard")
+    s.add_argument("--mode",
+                   help="grouping: default (spec [D7]), paper (eps_c = 1), or tuned "
                         "(minimizes the explicit error bound; as in `uldp simulate`)")
-    s.add_argument("--confidence", type=positive_float,
+    s.add_argument("--confidence", type=_number,
                    help="confidence level of the intervals, e.g. 0.95 (the default)")
     s.add_argument("--extra", help="JSON object of public values of the learning kinds: "
                    "grid, lo, hi, label_bound (classify/regress); for sgd "
                    '\'{"model": "logistic", "sgd": {"t0": 5, ...}}\' (SGDConfig fields)')
-    s.add_argument("--phase-timeout", type=nonneg_float, default=0.0,
+    s.add_argument("--phase-timeout", type=_number, default=0.0,
                    help="seconds each phase stays open at most (0 = collector default)")
     s.add_argument("--id", help="query id (idempotent create; default: generated)")
     s.add_argument("--shuffle-min-batch", type=positive_int, default=None,

@@ -27,6 +27,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from uldp.collector.errors import OperatorError
+
 __all__ = [
     "OperatorError",
     "Parser",
@@ -50,12 +52,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-class OperatorError(Exception):
-    """An operator mistake or unusable environment: printed as one line, exit code 2."""
-
-    exit_code = 2
 
 
 # ---- argument types (argparse prefixes their message with the flag's name) --------------

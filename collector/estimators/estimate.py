@@ -71,13 +71,15 @@ def combine(n_components: int, blocks: Sequence[tuple[Sequence[int], np.ndarray,
             transform: np.ndarray | None, level: float = 0.95,
             counts: dict[str, int] | None = None,
             bias: tuple[np.ndarray, np.ndarray] | None = None,
-            output_range: tuple[float, float] | None = None) -> Estimate:
+            output_range: tuple[float, float] | None = None,
+            offset: float = 0.0) -> Estimate:
     """Assemble ``θ̂`` from per-group ``(components, means, covariance)`` and map it by ``T``.
 
     ``bias = (b_lo, b_hi)``: per component, the true ``θ_c`` may lie up to ``b_lo`` below
     or ``b_hi`` above ``θ̂_c`` beyond the noise (stage-II clamping); the interval of every
     output widens by the bounds carried through ``T``. ``output_range``: the public range
-    of the outputs; values and interval ends are post-processed into it.
+    of the outputs; values and interval ends are post-processed into it. ``offset``: added
+    to every output (the centre of a ranged query's values, which devices subtract).
     """
     theta = np.zeros(n_components)
     T = np.eye(n_components) if transform is None else np.asarray(transform, dtype=np.float64)
@@ -94,6 +96,8 @@ def combine(n_components: int, blocks: Sequence[tuple[Sequence[int], np.ndarray,
         up = Tp @ bias[1] + Tn @ bias[0]
         low, high = low - down, high + up
         extra["bias_bound"] = [down.tolist(), up.tolist()]
+    if offset:
+        values, low, high = values + offset, low + offset, high + offset
     if output_range is not None:
         lo, hi = output_range
         values, low, high = (np.clip(x, lo, hi) for x in (values, low, high))

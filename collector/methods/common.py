@@ -33,8 +33,9 @@ def noise_variance(width: float, eps_c: float) -> float:
     """Variance of one grid-encoded report of an interval of ``width`` at budget ε_c: the
     exact discrete Laplace variance plus the randomized-rounding bound ``1/4`` step²."""
     t = laplace_scale(GRID_STEPS, eps_c).value
-    step = width / GRID_STEPS
-    return (discrete_laplace_variance(t) + 0.25) * step**2
+    step = np.float64(width) / GRID_STEPS
+    with np.errstate(over="ignore"):  # a range of 1e300: the variance is +inf, not an error
+        return float((discrete_laplace_variance(t) + 0.25) * step * step)
 
 
 def value_mechanism(spec: Any, eps_c: float) -> str:
@@ -63,7 +64,10 @@ def value_noise_variance(mech: str, width: float, eps_c: float, t2: float | None
     (None: the worst case over t). Discrete Laplace does not depend on it."""
     if mech == "laplace":
         return noise_variance(width, eps_c)
-    return scalar_variance(mech, eps_c, t2) * (width / 2) ** 2 + 0.25 * (width / GRID_STEPS) ** 2
+    w = np.float64(width)
+    with np.errstate(over="ignore"):
+        return float(scalar_variance(mech, eps_c, t2) * (w / 2) ** 2
+                     + 0.25 * (w / GRID_STEPS) ** 2)
 
 
 def report_noise_variance(mech: str, width: float, eps_c: float, mean_t2: float,
@@ -149,11 +153,14 @@ def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
     range, attach extras."""
     T = plan.kind.transform(plan.template, plan.n_components)
     est = combine(plan.n_components, blocks, T, plan.spec.confidence, {"reports": reports},
-                  bias=bias, output_range=plan.kind.output_range(plan.template))
+                  bias=bias, output_range=plan.kind.output_range(plan.template),
+                  offset=plan.kind.offset(plan.template))
     if plan.spec.kind == "distribution":
         est.extra["projected"] = project_simplex(est.values)
     est.extra["regime"] = plan.grouping.regime
     est.extra["method"] = plan.spec.method
+    if plan.advisories:  # the plan's notes travel with its result (e.g. too few users)
+        est.extra["advisories"] = list(plan.advisories)
     if plan.auto:
         est.extra["auto"] = dict(plan.auto)
     return est

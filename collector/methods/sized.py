@@ -42,6 +42,7 @@ from uldp.collector.methods.common import (
     report_noise_variance,
     value_mechanism,
 )
+from uldp.collector.methods.edges import edge_shares, note_edges
 from uldp.collector.methods.intervals import missed_tail_risk
 from uldp.collector.methods.sizing import (
     ESTIMATORS,
@@ -262,7 +263,8 @@ class TwoStageSized(TwoStage):
                               "masses": [[float(x) for x in st.mass] for st in stages]}
         return {"khat": khat, "intervals": ivs, "bias": bias, "mechanism": mechs,
                 "estimator": ests, "stage1": stage1, "objective": plan.spec.objective,
-                "rule": self.interval_rule, "reports": n}
+                "rule": self.interval_rule, "reports": n,
+                "edges": edge_shares(plan, accs)}
 
     # ---- the estimate ---------------------------------------------------------------
     def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
@@ -288,6 +290,7 @@ class TwoStageSized(TwoStage):
         est.extra["intervals"] = prev.get("intervals", {})
         est.extra["estimator"] = prev.get("estimator", {})
         est.extra["stage1_reports"] = sum(n1s.values())
+        note_edges(plan, est, previous)
         return est
 
     def _estimate_group(self, plan: Any, g: int, acc: ValueAccumulator | None,

@@ -38,6 +38,7 @@ from uldp.collector.methods.common import (
     value_mechanism,
     value_noise_variance,
 )
+from uldp.collector.methods.edges import edge_shares, note_edges
 from uldp.collector.methods.intervals import (
     Histogram,
     StageTwoInterval,
@@ -232,7 +233,7 @@ class TwoStage(SSL):
             ivs[str(g)] = [[r.lo, r.hi] for r in rows]
             bias[str(g)] = [[r.bias_lo, r.bias_hi] for r in rows]
         return {"khat": khat, "intervals": ivs, "bias": bias, "rule": self.interval_rule,
-                "reports": n}
+                "reports": n, "edges": edge_shares(plan, accs)}
 
     def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
                  ) -> Estimate:
@@ -248,6 +249,7 @@ class TwoStage(SSL):
         if previous is not None:
             est.extra["khat"] = previous.get("khat", {})
             est.extra["interval_rule"] = previous.get("rule", self.interval_rule)
+        note_edges(plan, est, previous)
         return est
 
     def _risk(self, plan: Any, g: int, p: Any) -> float:

@@ -27,12 +27,13 @@ from uldp.collector.service.requests import (
     CreateRequest,
     build_spec,
     check_limits,
+    check_shape,
     same_query,
 )
 from uldp.collector.storage.db import Database, now_ms
 
 __all__ = ["ALLOW_SIMULATED", "SHUFFLE", "CheckedQuery", "QueryCatalogue", "QueryRuntime",
-           "check_create"]
+           "check_create", "check_message", "create_extras"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -144,12 +145,16 @@ class CheckedQuery:
 
 def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, samples: int,
                  users: int, dim: int, method: str, params_json: str, phase_timeout_s: float,
-                 query_id: str, max_users: int, program: bool = True) -> CheckedQuery:
+                 query_id: str, max_users: int | None, program: bool = True,
+                 lo: float | None = None, hi: float | None = None, by: str = "",
+                 groups: tuple[str, ...] | list[str] = (), plan: bool = True
+                 ) -> CheckedQuery | None:
     """Every check of CreateQuery, in its documented order, without storing anything
     (ServiceError INVALID_ARGUMENT naming what is wrong). The analyst console's preview
     runs the same function (``uldp.collector.analyst.preview``); ``program=False`` skips
     drawing the placement of every slot (the program), which a preview does not need
-    unless the query is shuffled."""
+    unless the query is shuffled; ``plan=False`` stops before planning (the checks of the
+    request's fields alone: what a client runs before it sends, returning None)."""
     if query_id and not _QUERY_ID.match(query_id):
         raise ServiceError("INVALID_ARGUMENT", "query_id must match [A-Za-z0-9_.-]{1,64}")
     if not dataset or len(dataset) > 256:
@@ -157,8 +162,12 @@ def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, sampl
     params, allow = _params(params_json)
     shuffle = _shuffle(params.pop(SHUFFLE, None))
     qid = query_id or "q-" + secrets.token_hex(6)
-    req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid)
+    req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid,
+                        lo, hi, by, tuple(groups))
     check_limits(req, phase_timeout_s, max_users)
+    req = check_shape(req)
+    if not plan:
+        return None
     prog, quotas = None, None
     try:
         spec, drawn = build_spec(req)
@@ -173,6 +182,23 @@ def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, sampl
         assert prog is not None
         _check_shuffle(prog, shuffle["min_batch"])
     return CheckedQuery(qid, spec, drawn, allow, shuffle, prog, quotas)
+
+
+def check_message(msg: Any, max_users: int | None, **kw: Any) -> CheckedQuery | None:
+    """:func:`check_create` of a ``CreateQueryRequest`` message."""
+    return check_create(kind=msg.kind, epsilon=msg.epsilon, dataset=msg.dataset,
+                        bound=msg.bound, samples=msg.samples, users=msg.users, dim=msg.dim,
+                        method=msg.method, params_json=msg.params_json,
+                        phase_timeout_s=msg.phase_timeout_seconds, query_id=msg.query_id,
+                        max_users=max_users, **create_extras(msg), **kw)
+
+
+def create_extras(msg: Any) -> dict[str, Any]:
+    """``lo``, ``hi``, ``by``, ``groups`` of a ``CreateQueryRequest`` message (``lo``/``hi``
+    None when absent) as :func:`check_create` keywords."""
+    return {"lo": msg.lo if msg.HasField("lo") else None,
+            "hi": msg.hi if msg.HasField("hi") else None,
+            "by": msg.by, "groups": tuple(msg.groups)}
 
 
 class QueryCatalogue:
@@ -209,12 +235,14 @@ class QueryCatalogue:
 
     def create(self, *, kind: str, epsilon: float, dataset: str, bound: float,
                samples: int, users: int, dim: int, method: str, params_json: str,
-               phase_timeout_s: float, query_id: str) -> dict[str, Any]:
-        """CreateQuery: validate, build the spec, store it (idempotent on the same id)."""
+               phase_timeout_s: float, query_id: str, **more: Any) -> dict[str, Any]:
+        """CreateQuery: validate, build the spec, store it (idempotent on the same id);
+        ``more``: ``lo``, ``hi``, ``by``, ``groups`` of :func:`check_create`."""
         c = check_create(kind=kind, epsilon=epsilon, dataset=dataset, bound=bound,
                          samples=samples, users=users, dim=dim, method=method,
                          params_json=params_json, phase_timeout_s=phase_timeout_s,
-                         query_id=query_id, max_users=self.max_users)
+                         query_id=query_id, max_users=self.max_users, **more)
+        assert c is not None
         qid, spec, drawn, allow, shuffle = (c.query_id, c.spec, c.drawn, c.allow_simulated,
                                             c.shuffle)
         program, quotas = c.program, c.quotas

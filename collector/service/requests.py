@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from uldp.collector.learning.sgd import SGDConfig, sgd_query
@@ -19,8 +19,9 @@ from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import program_for
 from uldp.collector.service.errors import ServiceError, echo
 
-__all__ = ["BUILDERS", "LIMITS", "SPEC_PARAMS", "CreateLimits", "CreateRequest", "build_spec",
-           "check_limits", "same_query"]
+__all__ = ["BUILDERS", "DEFAULT_BOUND", "LIMITS", "RANGE_KINDS", "SPEC_PARAMS", "CreateLimits",
+           "CreateRequest", "build_spec", "check_limits", "check_shape", "range_bound",
+           "same_query"]
 
 #: CreateQuery params_json keys that become QuerySpec fields (public values)
 SPEC_PARAMS = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
@@ -29,7 +30,10 @@ SPEC_PARAMS = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "conf
 
 @dataclass(frozen=True)
 class CreateRequest:
-    """The statistical part of a CreateQuery request (validated by the builders)."""
+    """The statistical part of a CreateQuery request (validated by the builders).
+
+    ``bound`` 0 and ``dim`` 0 mean "not given"; ``lo``/``hi`` None likewise (the wire's
+    field presence); :func:`check_shape` turns them into the query's values."""
 
     kind: str
     epsilon: float
@@ -40,6 +44,10 @@ class CreateRequest:
     method: str
     params: dict[str, Any]
     query_id: str
+    lo: float | None = None
+    hi: float | None = None
+    by: str = ""  # group-by: the categorical dataset of the groups
+    groups: tuple[str, ...] = ()  # group-by: the groups' public names, in code order
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,9 @@ class CreateLimits:
     min_confidence: float = 0.5
     max_confidence: float = 1.0 - 1e-6
     max_frame_seed: int = (1 << 53) - 1  # exact in every JSON reader
+    max_range_end: float = 2.0 ** 40  # |lo|, |hi|
+    max_groups: int = 256  # group-by: 2·G components each device's report covers
+    max_group_chars: int = 64
 
 
 LIMITS = CreateLimits()
@@ -76,10 +87,11 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def check_limits(req: CreateRequest, phase_timeout_s: float, max_users: int,
+def check_limits(req: CreateRequest, phase_timeout_s: float, max_users: int | None,
                  lim: CreateLimits = LIMITS) -> None:
     """Refuse (INVALID_ARGUMENT naming the field) a request with a field out of its
-    bounds; nothing else is looked at before this."""
+    bounds; nothing else is looked at before this. ``max_users`` None: a client's check
+    before it sends (the collector's own limit on users is the collector's to say)."""
     for name in ("kind", "method"):
         if len(getattr(req, name)) > lim.max_name_chars:
             raise _bad(name, f"a name of at most {lim.max_name_chars} characters",
@@ -93,11 +105,23 @@ def check_limits(req: CreateRequest, phase_timeout_s: float, max_users: int,
     if not 1 <= req.samples <= lim.max_samples:
         raise _bad("samples", f"between 1 and {lim.max_samples} (the devices' limit on "
                    "m_ref)", req.samples)
-    if not 2 <= req.users <= max_users:
+    if max_users is not None and not 2 <= req.users <= max_users:
         raise _bad("users", f"between 2 and {max_users} (the collector's --max-users)",
                    req.users)
-    if not 1 <= req.dim <= lim.max_dim:
-        raise _bad("dim", f"between 1 and {lim.max_dim} (1 for scalar kinds)", req.dim)
+    if not 0 <= req.dim <= lim.max_dim:
+        raise _bad("dim", f"between 1 and {lim.max_dim} (1 for scalar kinds; 0: not "
+                   "given)", req.dim)
+    for name in ("lo", "hi"):
+        v = getattr(req, name)
+        if v is not None and not (_number(v) and abs(v) <= lim.max_range_end):
+            raise _bad(name, "a number between -2^40 and 2^40", v)
+    if len(req.by) > 256:
+        raise _bad("by", "a dataset name of at most 256 characters", req.by)
+    if len(req.groups) > lim.max_groups:
+        raise _bad("groups", f"at most {lim.max_groups} names", f"{len(req.groups)} names")
+    for g in req.groups:
+        if not 1 <= len(g) <= lim.max_group_chars:
+            raise _bad("groups", f"names of 1 to {lim.max_group_chars} characters", g)
     t = phase_timeout_s
     if t != 0 and not (_number(t) and lim.min_phase_timeout_s <= t
                        <= lim.max_phase_timeout_s):
@@ -127,6 +151,76 @@ def _check_params(params: dict[str, Any], lim: CreateLimits) -> None:
         raise _bad("params_json frame_seed", "an integer between 0 and 2^53 - 1", seed)
 
 
+#: kinds whose values have a public range ``[lo, hi]`` (the others: see :func:`_range_rule`)
+RANGE_KINDS = ("mean", "mean-linf")
+#: the default support bound D of a query that states no range: [-1, 1]
+DEFAULT_BOUND = 1.0
+
+
+def _range_rule(kind: str) -> str:
+    """Why ``lo``/``hi`` do not apply to ``kind`` (what to give instead)."""
+    if kind == "distribution":
+        return "a distribution's values are its categories 0 .. dim-1 (give dim)"
+    if kind in ("mean-l2", "mean-l1"):
+        return (f"kind {kind} bounds each vector's {kind[-2:]} norm by bound D (a range "
+                f"[lo, hi] applies to kinds {' and '.join(RANGE_KINDS)})")
+    if kind in ("classify", "regress"):
+        return f"kind {kind} takes its feature box as extra lo and hi"
+    return f"kind {kind} takes bound D (the gradient clip norm)"
+
+
+def check_shape(req: CreateRequest) -> CreateRequest:
+    """The one set of rules about which fields go together, shared by every way to make
+    a query (CreateQuery, the console and its preview, ``Analyst.create``/``preview``,
+    ``uldp query create``): each refusal is a ``ServiceError`` INVALID_ARGUMENT whose
+    message names the field, the same on every surface. Returns the request with the
+    not-given values filled in (``dim``, ``bound``)."""
+    p = req.params
+    heavy = p.get("moment_p") is not None or p.get("moment_m") is not None
+    if heavy and (p.get("moment_p") is None or p.get("moment_m") is None):
+        raise ServiceError("INVALID_ARGUMENT", "moment_p and moment_m go together "
+                           "(heavy tails: E|X|^p <= M)")
+    ranged = req.lo is not None or req.hi is not None
+    if heavy and (req.bound or ranged):
+        raise ServiceError("INVALID_ARGUMENT", "bound (or lo/hi) and moment_p/moment_m "
+                           "are alternatives: a public range of the values, or a moment "
+                           "bound for heavy tails; give one")
+    dim = int(req.dim)
+    if req.kind == "distribution" and dim < 2:
+        raise ServiceError("INVALID_ARGUMENT", "dim: a distribution query needs the number "
+                           f"of its categories, at least 2 (got {dim if dim else 'none'})")
+    bound = float(req.bound)
+    lo, hi = req.lo, req.hi
+    if ranged:
+        if lo is None or hi is None:
+            raise ServiceError("INVALID_ARGUMENT", "lo and hi go together (the public "
+                               "range [lo, hi] of one value)")
+        if req.kind not in RANGE_KINDS:
+            raise ServiceError("INVALID_ARGUMENT", f"lo/hi: {_range_rule(req.kind)}")
+        if not lo < hi:
+            raise ServiceError("INVALID_ARGUMENT", f"lo must be below hi, got lo={echo(lo)}, "
+                               f"hi={echo(hi)}")
+        if bound:
+            raise ServiceError("INVALID_ARGUMENT", "bound and lo/hi are alternatives (bound "
+                               "D is the range [-D, D]); give one")
+        bound = range_bound(float(lo), float(hi))
+        if not LIMITS.min_bound <= bound:
+            raise ServiceError("INVALID_ARGUMENT", f"hi - lo must be at least 2^-39, got "
+                               f"lo={echo(lo)}, hi={echo(hi)}")
+    elif not heavy and not bound and req.kind != "sgd":  # sgd: its clip may be in extra
+        bound = DEFAULT_BOUND
+    if not dim:
+        dim = 1
+    return replace(req, dim=dim, bound=bound,
+                   lo=None if lo is None else float(lo), hi=None if hi is None else float(hi))
+
+
+def range_bound(lo: float, hi: float) -> float:
+    """The support bound ``D`` of the range ``[lo, hi]``: ``hi/2 − lo/2`` (no overflow;
+    the devices check a task's ``bound`` against the same expression)."""
+    return hi / 2 - lo / 2
+
+
 def _mean_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
     heavy = req.params.get("moment_p") is not None
     fields: dict[str, Any] = dict(
@@ -134,6 +228,8 @@ def _mean_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
         samples=int(req.samples), dim=int(req.dim),
         bound=None if heavy and not req.bound else float(req.bound),
         method=req.method or "auto", query_id=req.query_id, **req.params)
+    if req.lo is not None:
+        fields.update(lo=req.lo, hi=req.hi)
     probe = QuerySpec(**{**fields, "seed": 0})
     compile_query(probe)  # every configuration error surfaces now
     # the slot permutation's seed: public, drawn now, before any data exist (INV-3)

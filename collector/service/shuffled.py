@@ -15,7 +15,7 @@ is the shuffler's duty here; the batch id makes a re-sent batch a no-op.
 The result of a shuffled query carries ``privacy``: per (phase, group, stage) the local
 ε0 of its task and the central (ε, δ) of amplification by shuffling over the reports that
 actually came through the shuffler — computed with the smallest batch of that cell, since
-each batch is shuffled on its own (``uldp.collector.shuffler.amplification``).
+each batch is shuffled on its own (``uldp.collector.accounting.amplification``).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from uldp.client.sealing import open_plaintext, seal_info, sealed_length, suite
 from uldp.client.tasks import task_epsilon
 from uldp.client.taskspec import TaskSpec
+from uldp.collector.accounting.amplification import amplify
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.ingest import not_open
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
-from uldp.collector.shuffler.amplification import amplify
 from uldp.collector.storage.db import Database
 from uldp.collector.storage.shuffle import BatchOutcome, ShuffledBatch
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable

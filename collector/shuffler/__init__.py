@@ -7,8 +7,6 @@ report per device and query, drops identities and forwards reports of one (query
 stage) in batches of at least a public threshold, in uniformly random order, to the
 collector, which opens them without ever learning which device sent which.
 
-* :mod:`.amplification` — the central (ε, δ) of shuffling n ε0-LDP reports (Feldman,
-  McMillan and Talwar 2021): the closed form and the numerical bound;
 * :mod:`.store` — the shuffler's durable state (SQLite);
 * :mod:`.service` — the gRPC service devices call, and the forwarder to the collector;
 * :mod:`.server` — one shuffler process (``uldp shuffler serve``,
@@ -18,8 +16,8 @@ collector, which opens them without ever learning which device sent which.
 
 The collector's half is ``uldp.collector.service.shuffled`` (opening batches, the
 ``privacy`` section of results), ``uldp.collector.service.intake`` (its shuffler port),
-``uldp.collector.storage.shuffle`` and ``uldp.collector.security.sealkeys``.
+``uldp.collector.storage.shuffle`` and ``uldp.collector.security.sealkeys``; the central
+(ε, δ) a shuffle buys is ``uldp.collector.accounting`` (pure, below the service).
 
-This package's ``__init__`` imports nothing, so the collector can use the pure
-:mod:`.amplification` without loading the service.
+This package's ``__init__`` imports nothing, so importing one module loads only it.
 """

@@ -44,7 +44,7 @@ import numpy as np
 
 from uldp.client.transport import Endpoint
 from uldp.collector.analyst import Analyst
-from uldp.collector.cli.util import OperatorError
+from uldp.collector.errors import OperatorError
 from uldp.collector.security.certs import make_dev_pki
 from uldp.collector.security.files import write_private
 from uldp.collector.security.tokens import new_admin_token

@@ -70,12 +70,19 @@ LEARNING_DISTS = {"classify": "sine[:PHASE] (default)", "regress": "sine[:PHASE]
 
 
 def dataset_for_query(kind: str, dist: str, samples: int, dim: int, bound: float | None,
-                      seed: int | None, moment_p: float | None = None) -> FleetData:
-    """The population of a query kind; learning kinds draw ``(samples, labels)`` pairs."""
+                      seed: int | None, moment_p: float | None = None,
+                      centre: float = 0.0) -> FleetData:
+    """The population of a query kind; learning kinds draw ``(samples, labels)`` pairs.
+    ``centre``: the population of ``[-bound, bound]`` moved to ``[centre − bound, centre +
+    bound]`` (a query with the range ``[lo, hi]``: ``centre = lo/2 + hi/2``)."""
     rng = np.random.default_rng(seed)
     if kind in LEARNING_DISTS:
         return _learning_population(kind, dist, samples, dim, rng)
-    return make_fleet_data(kind, dist, samples, dim, bound, rng, moment_p=moment_p)
+    data = make_fleet_data(kind, dist, samples, dim, bound, rng, moment_p=moment_p)
+    if not centre:
+        return data
+    draw = data.draw
+    return FleetData(lambda n: draw(n) + centre, data.truth + centre, data.moment)
 
 
 def _pairs(draw: Callable[[int], tuple[np.ndarray, np.ndarray | None]]

@@ -13,9 +13,11 @@ The predicted error and the intervals treat the users as a sample from a larger 
 which is what a deployed query estimates; for the mean of exactly these users they are
 slightly conservative (by the users' own variance over n, which matters only at large ε).
 
-Mean kinds need the public range ``[lo, hi]`` of a value: the data are centred on it so
-the kinds' symmetric support ``[-D, D]`` applies, and the results are shifted back. A range
-taken from the data themselves is fine for checking a method, never in a deployment.
+Mean kinds need the public range ``[lo, hi]`` of a value. It goes into the query exactly
+as a deployed query states it (``QuerySpec(lo=, hi=)``: devices centre their values on it
+and clamp them into it, the collector adds the centre back), so the check runs the very
+plan, tasks and intervals a real query with that range gets. A range taken from the data
+themselves is fine for checking a method, never in a deployment.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from uldp.collector.simulation.simulate import simulate_json
 
 __all__ = ["UserData", "UserDataRun", "read_user_csv", "run_users"]
 
-#: kinds whose values are real numbers on a public range (centred on it)
+#: kinds whose values are real numbers on a public range ``[lo, hi]``
 CENTRED = ("mean", "mean-linf")
 
 
@@ -160,16 +162,16 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     shaped = next((a for a in arrays if a.size), arrays[0])
     d = dim or (shaped.shape[1] if shaped.ndim == 2 else 1)
     width = shaped.shape[1] if shaped.ndim == 2 else 1  # columns per row (not the alphabet)
-    centre, bound, rng_ = 0.0, 1.0, None
+    ranged: dict[str, Any] = {}
+    rng_ = None
     if kind in CENTRED:
         if lo is None or hi is None or not hi > lo:
             raise ValueError("mean kinds need the public range of a value: lo < hi")
-        centre, bound, rng_ = (lo + hi) / 2, (hi - lo) / 2, (lo, hi)
-        arrays = [a - centre for a in arrays]
+        ranged, rng_ = {"lo": float(lo), "hi": float(hi)}, (float(lo), float(hi))
     users = PaddedUsers([a.reshape(len(a), width) for a in arrays], data.labels)
-    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, bound=bound,
+    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d,
                      method=method, seed=seed, query_id="own-data", extra=dict(extra or {}),
-                     **dict(options or {}))
+                     **ranged, **dict(options or {}))
     plan = compile_query(spec)
     t0 = time.perf_counter()
     # rep r: a fresh public assignment of users to groups and stages *and* fresh noise
@@ -177,21 +179,13 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
                      RandomSource.seeded(f"own-data:{seed + r}")) for r in range(reps)]
     theta, stat_var, sample_var = _exact(plan, users, n)
     T = plan.kind.transform(plan.template, plan.n_components)
-    truth = np.asarray(theta if T is None else T @ theta) + centre
-    runs = [_shift(e, centre) for e in runs]
+    truth = np.asarray(theta if T is None else T @ theta) + plan.kind.offset(plan.template)
     sq = [float(np.sum((e.values - truth) ** 2)) for e in runs]
     cover = float(np.mean([e.covers(truth) for e in runs]))
     return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, runs[-1], truth,
                        plan.predicted_mse(sample_var, stat_var, theta), _estimand(kind), rng_,
                        dict(plan.auto) or None, reps, sq, cover,
                        list(plan.advisories), time.perf_counter() - t0)
-
-
-def _shift(est: Estimate, centre: float) -> Estimate:
-    if not centre:
-        return est
-    return Estimate(est.values + centre, est.std_error, est.ci_low + centre,
-                    est.ci_high + centre, est.level, est.counts, est.extra)
 
 
 def read_user_csv(path: str | Path, user_col: str, value_cols: Sequence[str], *,

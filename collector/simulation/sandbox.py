@@ -74,18 +74,23 @@ class Sandbox:
 
     def fleet(self, dataset: str, kind: str, users: int, samples: int, dim: int = 1,
               dist: str = "uniform", bound: float | None = 1.0, seed: int = 0,
-              concurrency: int = 16) -> int:
+              concurrency: int = 16, lo: float | None = None,
+              hi: float | None = None) -> int:
         """Run ``users`` simulated devices holding ``dataset`` (drawn from the population
         ``dist`` of ``kind``, as ``uldp fleet run --dist``; the learning kinds take
         their own populations, e.g. ``sine``) until none has anything left to do;
-        the number of reports they sent."""
+        the number of reports they sent. ``lo``/``hi``: the devices' values lie in that
+        range (instead of ``[-bound, bound]``)."""
         from uldp.client.transport import Endpoint
         from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
 
         self._fleets += 1
         learning = kind in ("classify", "regress", "sgd")
+        centre = 0.0
+        if lo is not None and hi is not None:
+            bound, centre = hi / 2 - lo / 2, lo / 2 + hi / 2
         data = dataset_for_query(kind, "" if learning and dist == "uniform" else dist,
-                                 samples, dim, bound, seed)
+                                 samples, dim, bound, seed, centre=centre)
         res = run_fleet(Endpoint(self.target, self.ca),
                         self.directory / f"fleet-{self._fleets}", users,
                         [FleetDataset(dataset, data)], concurrency=concurrency,

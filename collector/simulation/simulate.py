@@ -2,34 +2,30 @@
 
 See ``docs/architecture.md``. Sections of ``docs/algorithms.md``: §2.2 (rounds), §13 (validation
 plan). The simulation runs the production code: the query's program
-(``uldp.collector.programs``) through the one simulation driver, the device function
-``uldp.client.tasks.compute_reports`` over every group's users in vectorized chunks, and
-the collector accumulators. Synthetic users are drawn chunk by chunk (the next chunk on a
-second thread meanwhile) to bound memory.
+(``uldp.collector.programs``) through the one simulation driver
+(:func:`~uldp.collector.programs.synthetic.run_query`, shared with the analyst's
+preview), the device function ``uldp.client.tasks.compute_reports`` over every group's
+users in vectorized chunks, and the collector accumulators. Synthetic users are drawn
+chunk by chunk (the next chunk on a second thread meanwhile) to bound memory.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from uldp.client.randomness import RandomSource
-from uldp.client.tasks import compute_reports
-from uldp.client.taskspec import TaskSpec
 from uldp.collector.datasets import FleetData
-from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.planner import QuerySpec
-from uldp.collector.programs import MeanEstProgram
-from uldp.collector.programs.driver import Privatize, run_program
+from uldp.collector.programs.synthetic import run_query, synthetic_privatizer
 from uldp.collector.progress import Progress
 
 __all__ = ["SIMULATE_JSON_KEYS", "Progress", "SimulationResult", "run_query",
-           "simulate_json", "simulate_reps"]
+           "simulate_json", "simulate_reps", "synthetic_privatizer"]
 
 #: the keys of ``uldp simulate --json``, with a simulated fleet and with ``--data`` alike
 #: (README, "Output"): sizes, the estimate of the last rep with its 95 % intervals, and
@@ -47,47 +43,6 @@ def simulate_json(**fields: Any) -> dict[str, Any]:
     if missing:
         raise ValueError(f"simulate JSON keys differ from the schema: {sorted(missing)}")
     return {k: fields[k] for k in SIMULATE_JSON_KEYS}
-
-CHUNK_CELLS = 1 << 23  # samples·dims generated per chunk (≈ 64 MiB of float64)
-
-
-def _chunk_users(spec: QuerySpec) -> int:
-    cells = spec.samples * (spec.dim if spec.kind != "mean" else 1)
-    return max(1, CHUNK_CELLS // max(cells, 1))
-
-
-def synthetic_privatizer(spec: QuerySpec, data: FleetData, rng: RandomSource,
-                         progress: Progress | None) -> Privatize:
-    """The driver's ``privatize`` step over fresh synthetic users from ``data``."""
-    step = _chunk_users(spec)
-
-    def privatize(slots: np.ndarray, task: TaskSpec, offsets: np.ndarray | None,
-                  acc: Accumulator) -> None:
-        starts = list(range(0, slots.size, step))
-        if not starts:
-            return
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(data.draw, min(step, slots.size))
-            for i, start in enumerate(starts):
-                idx = slots[start: start + step]
-                X = pending.result()
-                if i + 1 < len(starts):
-                    nxt = slots[starts[i + 1]: starts[i + 1] + step]
-                    pending = pool.submit(data.draw, nxt.size)
-                offs = None if offsets is None else offsets[start: start + step]
-                acc.add(compute_reports(task, X, rng, offsets=offs), idx)
-                if progress:
-                    progress.update(idx.size)
-    return privatize
-
-
-def run_query(spec: QuerySpec, data: FleetData, rng: RandomSource,
-              progress: Progress | None = None) -> Estimate:
-    """Run one query over ``spec.users`` simulated users; return the collector's estimate."""
-    program = MeanEstProgram(spec)
-    result = run_program(program, synthetic_privatizer(spec, data, rng, progress))
-    return Estimate.from_dict(result)
-
 
 @dataclass
 class SimulationResult:

@@ -84,8 +84,9 @@ def test_demo_argument_mistakes(args, flag, tmp_path):
 @pytest.mark.parametrize("argv,flag", [
     (["query", "create", "--kind", "mean", "--epsilon", "1", "--dataset", "d", "--users",
       "-5", "--samples", "10"], "--users"),
+    # the collector's rules, checked before connecting (the message of every surface)
     (["query", "create", "--kind", "mean", "--epsilon", "inf", "--dataset", "d", "--users",
-      "5", "--samples", "10"], "--epsilon"),
+      "5", "--samples", "10"], "epsilon"),
     (["fleet", "run", "--devices", "0", "--kind", "mean", "--samples", "3", "--dataset",
       "d"], "--devices"),
     (["simulate", "mean", "--users", "-5"], "--users"),
@@ -95,6 +96,9 @@ def test_bad_numbers_name_the_flag(argv, flag, pki_dir):
     conn = ["--ca", str(pki_dir / "ca.pem"), "--admin-token-file",
             str(pki_dir / "admin.token")] if argv[0] in ("query",) else (
         ["--ca", str(pki_dir / "ca.pem")] if argv[0] == "fleet" else [])
+    if not flag.startswith("--"):
+        one_line_error(uldp(*argv, *conn), f"INVALID_ARGUMENT: {flag} must be")
+        return
     err = one_line_error(uldp(*argv, *conn), f"argument {flag}")
     assert "--help" in err
 

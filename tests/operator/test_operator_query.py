@@ -3,7 +3,8 @@
 * ``--moment-p 2 --moment-m 1`` always failed (``--bound`` defaulted to 1 and a
   heavy-tailed query has no support bound): the heavy-tailed query is created;
 * ``--kind distribution`` without ``--dim`` created a one-category query: refused, naming
-  ``--dim``, nothing created.
+  ``dim``, nothing created (issue 29: with the message the Python API and the console get,
+  ``tests/service/test_query_rules.py``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ def test_heavy_tailed_query_is_created(collector):
 
 def test_contradicting_shape_flags_are_one_line_and_create_nothing(collector):
     for argv, needles in (
-            (["--kind", "distribution", "--id", "nodim"], ("--dim", "alphabet size")),
-            (["--kind", "mean", "--moment-p", "2", "--id", "half"], ("--moment-m",)),
+            (["--kind", "distribution", "--id", "nodim"], ("dim", "number of its categories")),
+            (["--kind", "mean", "--moment-p", "2", "--id", "half"], ("moment_m",)),
             (["--kind", "mean", "--moment-p", "2", "--moment-m", "1", "--bound", "3",
-              "--id", "both"], ("--bound", "--moment-p"))):
+              "--id", "both"], ("bound", "moment_p"))):
         one_line_error(uldp("query", "create", *collector.conn(), *BASE, *argv), *needles)
     r = uldp("query", "list", *collector.conn(), "--json")
     ids = {q["query_id"] for q in json.loads(r.stdout)}

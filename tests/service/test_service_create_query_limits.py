@@ -50,7 +50,7 @@ CASES = [
     ("samples", dict(samples=2**32 - 1)),
     ("samples", dict(samples=2**20 + 1)),
     ("samples", dict(samples=0)),
-    ("dim", dict(dim=0)),
+    ("dim", dict(kind="distribution", dim=0)),  # 0 = not given: 1, but a distribution needs it
     ("dim", dict(kind="mean-linf", dim=4097)),
     ("dim", dict(kind="distribution", dim=2**32 - 1)),
     ("users", dict(users=0)),

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from uldp.collector.shuffler.amplification import (
+from uldp.collector.accounting.amplification import (
     amplify,
     central_epsilon,
     closed_form_epsilon,

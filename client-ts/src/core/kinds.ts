@@ -44,8 +44,23 @@ function maskedMean(rows: Row[], valid: boolean[], f: (r: Row) => ArrayLike<numb
 }
 
 const supportBound = (t: Task): number => (t.bound === null ? HEAVY_GUARD : t.bound);
-const clampSupport = (t: Task, r: ArrayLike<number>, d: number): number[] =>
-  Array.from({ length: d }, (_, j) => clip(r[j], -supportBound(t), supportBound(t)));
+/** The centre lo/2 + hi/2 of the task's range (0 without one; §12.3). */
+export const rangeCentre = (t: Task): number => (t.range === null ? 0 : t.range[0] / 2 + t.range[1] / 2);
+/** clip(x - c, -B, B): the sample centred on the task's range, clamped to the support. */
+const clampSupport = (t: Task, r: ArrayLike<number>, d: number): number[] => {
+  const c = rangeCentre(t);
+  return Array.from({ length: d }, (_, j) => clip(c === 0 ? r[j] : r[j] - c, -supportBound(t), supportBound(t)));
+};
+
+/** How many finite entries of the rows a ranged kind clamps into the task's range (a device
+ * logs it locally, never sends it). */
+export function clampedValues(t: Task, rows: readonly Row[], d: number): number {
+  if (t.bound === null || (t.kind !== "mean" && t.kind !== "mean-linf")) return 0;
+  const [lo, hi] = t.range ?? [-t.bound, t.bound];
+  let n = 0;
+  for (const r of rows) for (let j = 0; j < d; j++) if (Number.isFinite(r[j]) && (r[j] < lo || r[j] > hi)) n++;
+  return n;
+}
 
 /** Zero-pad to K, FWHT, divide by √K. */
 export function hadamardRows(v: readonly number[], K: number): number[] {

@@ -79,6 +79,9 @@ export interface Task {
   readonly records: number;
   /** Shuffle mode: the collector's HPKE key the report is sealed to (§16); null otherwise. */
   readonly seal: SealKey | null;
+  /** The public range [lo, hi] of one value (kinds mean, mean-linf; §11.2), or null: the
+   * range is [-bound, bound]. */
+  readonly range: readonly [number, number] | null;
   /** Number of components of the kind (C). */
   readonly nComponents: number;
   /** ε units the report spends and its length. */
@@ -94,7 +97,7 @@ const DEFAULTS: Record<string, JValue> = {
   mechanism: DEFAULT_MECHANISM, records: new JInt(1n),
 };
 const REQUIRED = ["query_id", "kind", "method", "stage", "epsilon", "eps_c", "components"];
-const KNOWN = new Set([...REQUIRED, ...Object.keys(DEFAULTS), "seal"]);
+const KNOWN = new Set([...REQUIRED, ...Object.keys(DEFAULTS), "seal", "range"]);
 
 /** The raw fields of a task text (parse, schema tag, known fields, list shapes). */
 export function parseTaskFields(text: string): Map<string, JValue> {
@@ -116,6 +119,7 @@ export function parseTaskFields(text: string): Map<string, JValue> {
   for (const k of ["components", "virtual_eps"]) {
     if (d.has(k) && !Array.isArray(d.get(k))) refuse("field", `${k} must be a list`);
   }
+  if (d.has("range") && !Array.isArray(d.get("range"))) refuse("field", "range must be a list");
   for (const k of ["bins", "intervals", "virtual_groups"]) {
     if (!d.has(k)) continue;
     const rows = d.get(k);
@@ -143,6 +147,10 @@ function checkTypes(f: Map<string, JValue>): void {
   if (!(f.get("components") as JValue[]).every(isJInt)) refuse("field", "components must be a list of integers");
   const rows = [...(f.get("bins") as JValue[][]), ...(f.get("intervals") as JValue[][])];
   if (!rows.every((r) => r.every(isJNum))) refuse("field", "bins and intervals must hold numbers");
+  const range = f.get("range") as JValue[] | undefined;
+  if (range !== undefined && (range.length !== 2 || !range.every(isJNum))) {
+    refuse("field", "range must be a list of two numbers [lo, hi]");
+  }
   if (!(f.get("virtual_eps") as JValue[]).every(isJNum)) refuse("field", "virtual_eps must be a list of numbers");
   if (!(f.get("virtual_groups") as JValue[][]).every((g) => g.every(isJInt))) {
     refuse("field", "virtual_groups must be a list of lists of integers");
@@ -214,6 +222,22 @@ function checkFrame(f: Map<string, JValue>): void {
 }
 
 const HEAVY_FORM = new Set(["mean", "mean-linf", "mean-l2"]);
+/** Kinds whose values may have a public range [lo, hi] (Python: Kind.ranged). */
+const RANGED = new Set(["mean", "mean-linf"]);
+
+/** check_range (§11.2): a ranged kind, a bound, finite lo < hi, bound = hi/2 - lo/2 exactly. */
+function checkRange(kind: KindName, f: Map<string, JValue>): void {
+  const range = f.get("range") as JValue[];
+  if (!RANGED.has(kind)) refuse("param", `kind ${kind} has no range [lo, hi]`);
+  if (f.get("bound") === null) refuse("param", "a task with a range needs bound (hi/2 - lo/2)");
+  const lo = isJNum(range[0]) ? toDouble(range[0]) : NaN;
+  const hi = isJNum(range[1]) ? toDouble(range[1]) : NaN;
+  if (!Number.isFinite(lo)) refuse("param", "range lo must be a finite number");
+  if (!Number.isFinite(hi)) refuse("param", "range hi must be a finite number");
+  if (!(lo < hi)) refuse("param", "range needs lo < hi");
+  if (!Number.isFinite(hi - lo)) refuse("param", "range is wider than the largest double");
+  if (dbl(f.get("bound")) !== hi / 2 - lo / 2) refuse("param", `bound must be hi/2 - lo/2 = ${hi / 2 - lo / 2} for the range`);
+}
 const NEEDS_BOUND = new Set(["mean", "mean-linf", "mean-l2", "mean-l1"]);
 
 /** Kind.check: the kind's public values; returns C. */
@@ -223,6 +247,7 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
     refuse("param", `kind ${kind} needs a support bound`);
   }
   for (const k of ["bound", "stat_bound"]) if (f.get(k) !== null) finitePositive(k, f.get(k)!);
+  if (f.has("range")) checkRange(kind, f);
   const extra = f.get("extra") as JObject;
   switch (kind) {
     case "mean": return 1;
@@ -435,11 +460,12 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   if (length > MAX_REPORT_VALUES) refuse("limit", `the report would have ${length} values, above the device limit ${MAX_REPORT_VALUES}`);
   const seal = f.has("seal") ? parseSeal(f.get("seal")!) : null;
   if (typeof seal === "string") return refuse("seal", seal);
-  return { ...typed(text, f, kind as KindName, m, stage, dim, C, units, length), seal };
+  const range = f.has("range") ? (f.get("range") as JValue[]).map((v) => dbl(v)) as [number, number] : null;
+  return { ...typed(text, f, kind as KindName, m, stage, dim, C, units, length), seal, range };
 }
 
 function typed(text: string, f: Map<string, JValue>, kind: KindName, method: Method, stage: number,
-  dim: number, C: number, units: bigint, reportLength: number): Omit<Task, "seal"> {
+  dim: number, C: number, units: bigint, reportLength: number): Omit<Task, "seal" | "range"> {
   const num = (k: string): number | null => (f.get(k) === null ? null : dbl(f.get(k)));
   return {
     text, queryId: f.get("query_id") as string, kind, method, stage,

@@ -20,6 +20,7 @@ import { RandomSource } from "../core/random.js";
 import { sealInfo, sealReport } from "../core/seal.js";
 import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
+import { clampedValues } from "../core/kinds.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
   AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
@@ -120,6 +121,9 @@ export interface DeviceOptions {
   /** Shuffle mode: where sealed reports go (the app's setting, never the collector's). */
   shuffler?: ShufflerTransportLike;
   now?: () => number;
+  /** Local log lines (e.g. how many values a report clamped into the task's range); never
+   * sent anywhere. Default: none. */
+  log?: (line: string) => void;
 }
 
 const codeOf = (e: unknown): number | undefined => (typeof (e as { code?: unknown })?.code === "number" ? (e as { code: number }).code : undefined);
@@ -128,6 +132,9 @@ export class Device {
   readonly ledger: Ledger;
   readonly #o: DeviceOptions;
   readonly #datasets = new Map<string, LocalDataset>();
+  /** Per query: how many of the dataset's values its report clamped into the task's public
+   * range (local only: never sent; a hint that the app's values are on another scale). */
+  readonly clamped = new Map<string, number>();
   #identity: Identity | null = null;
   #lock: Promise<unknown> = Promise.resolve();
 
@@ -266,6 +273,21 @@ export class Device {
   /** The task's backstop report (the empty dataset's, §13.2), from public facts only and before
    * the charge, on a keystream of its own: a task whose backstop cannot be computed is refused
    * (code `param`), so whether the device reports never depends on its data (invariant 6). */
+  /** Count (and log, locally) the values the task's range clamps: never sent. */
+  #noteClamped(task: Task, ds: LocalDataset): void {
+    try {
+      const rows = (ds.samples as (number | number[])[]).map((r) => Float64Array.from(Array.isArray(r) ? r : [r]));
+      const n = clampedValues(task, rows, task.kind === "mean" ? 1 : task.dim);
+      this.clamped.set(task.queryId, n);
+      if (n > 0 && this.#o.log) {
+        const [lo, hi] = task.range ?? [-(task.bound as number), task.bound as number];
+        this.#o.log(`query ${task.queryId}: ${n} of ${rows.length * (task.kind === "mean" ? 1 : task.dim)} values lay outside the range [${lo}, ${hi}] and were clamped into it (local only, never sent)`);
+      }
+    } catch {
+      // a log line is never worth a failure
+    }
+  }
+
   #fallback(task: Task): bigint[] {
     const src = this.#o.simulation ? this.#o.simulation.rng.spawn("fallback") : RandomSource.secure();
     try {
@@ -286,6 +308,7 @@ export class Device {
         } catch {
           values = fallback; // totality backstop: one report is owed whatever happens
         }
+        this.#noteClamped(task, ds);
       }
       let stored: readonly bigint[] | Uint8Array = [...values];
       if (task.seal !== null) { // shuffle mode: the ciphertext is the report

@@ -33,6 +33,7 @@ function svg(tag, attrs, ...children) {
 }
 const fmt = (x, d = 4) => (x === null || x === undefined || Number.isNaN(x)) ? "–" : Number(x).toFixed(d);
 const pm = (x) => "±" + fmt(x, 4);
+const wide = (half) => `${fmt(2 * half, 4)} (${pm(half)})`;
 const when = (ms) => ms ? new Date(ms).toLocaleString() : "–";
 
 // ---- the token ----------------------------------------------------------------------------------
@@ -164,7 +165,8 @@ function xAxis(s, x, y0, values, fmtf = label) {
   g.append(svg("line", { x1: x.range[0], x2: x.range[1], y1: y0, y2: y0 }));
   for (const t of values || ticks(Math.min(...x.domain), Math.max(...x.domain))) {
     g.append(svg("line", { x1: x(t), x2: x(t), y1: y0, y2: y0 + 4 }));
-    g.append(svg("text", { x: x(t), y: y0 + 16, "text-anchor": "middle" }, fmtf(t)));
+    // a label at the right end is anchored there, so the chart does not cut it
+    g.append(svg("text", { x: x(t), y: y0 + 16, "text-anchor": x(t) > x.range[1] - 24 ? "end" : "middle" }, fmtf(t)));
   }
   s.append(g);
 }
@@ -384,7 +386,8 @@ function resultView(q, r) {
     el("p", { class: "muted" }, "Estimand: ", el("b", { id: "estimand", text: estimandOf(r.kind) }),
       auto ? ` · auto chose ${auto.chosen}${auto.mode ? ` (${auto.mode} grouping)` : ""}` : ""),
     chart,
-    el("table", { id: "result-table" }, el("thead", {}, el("tr", {}, ["#", "estimate", "interval", "width", "std. error"].map((h, i) => el("th", { class: i ? "num" : null }, h)))), el("tbody", {}, rows)));
+    el("table", { id: "result-table" }, el("thead", {}, el("tr", {}, ["#", "estimate", "interval", "width", "std. error"].map((h, i) => el("th", { class: i ? "num" : null }, h)))), el("tbody", {}, rows)),
+    ...(est.advisories || []).map((a) => el("p", { class: "note", text: a })));
 }
 function estimandOf(kind) {
   return {
@@ -464,16 +467,31 @@ async function budgetPage() {
 }
 
 function field(name, labelText, input, wide) { input.name = name; input.id = `f-${name}`; return el("label", { class: wide ? "wide" : null }, labelText, input); }
+// what each kind's form shows: no support bound or range for a distribution (its values are
+// its categories), a range [lo, hi] only where a value has one (mean, mean-linf)
+const RANGED = ["mean", "mean-linf"];
+function syncForm(form) {
+  const kind = form.elements.kind.value;
+  form.elements.bound.closest("label").hidden = kind === "distribution";
+  for (const n of ["lo", "hi"]) form.elements[n].closest("label").hidden = !RANGED.includes(kind);
+}
+// a field left empty is "not given": the collector's rules fill it in, as for the CLI and Python
 function requestOf(form) {
   const v = (n) => form.elements[n].value.trim();
+  const shown = (n) => !form.elements[n].closest("label").hidden && v(n) !== "";
   const params = {};
   if (v("confidence")) params.confidence = Number(v("confidence"));
   if (v("extra")) params.extra = JSON.parse(v("extra"));
   if (form.elements.allow_simulated.checked) params.allow_simulated = true;
-  return { kind: v("kind"), epsilon: Number(v("epsilon")), dataset: v("dataset"), users: Number(v("users")),
-    samples: Number(v("samples")), dim: Number(v("dim") || 1), bound: Number(v("bound") || 1), method: v("method"),
-    queryId: v("query_id"), paramsJson: Object.keys(params).length ? JSON.stringify(params) : "",
+  const ranged = shown("lo") || shown("hi");
+  const req = { kind: v("kind"), epsilon: Number(v("epsilon")), dataset: v("dataset"), users: Number(v("users")),
+    samples: Number(v("samples")), dim: Number(v("dim") || 0), bound: ranged || !shown("bound") ? 0 : Number(v("bound")),
+    method: v("method"), queryId: v("query_id"), paramsJson: Object.keys(params).length ? JSON.stringify(params) : "",
     phaseTimeoutSeconds: Number(v("phase_timeout") || 0) };
+  if (shown("lo")) req.lo = Number(v("lo"));
+  if (shown("hi")) req.hi = Number(v("hi"));
+  if (v("by")) { req.by = v("by"); req.groups = v("groups").split(",").map((g) => g.trim()).filter(Boolean); }
+  return req;
 }
 
 async function newPage() {
@@ -485,7 +503,11 @@ async function newPage() {
     field("users", "users n", el("input", { type: "number", min: "2", value: "4000" })),
     field("samples", "samples per user m", el("input", { type: "number", min: "1", value: "100" })),
     field("dim", "dimension d (categories for distribution)", el("input", { type: "number", min: "1", value: "1" })),
-    field("bound", "support bound D", el("input", { type: "number", step: "any", min: "0", value: "1" })),
+    field("lo", "range lo (a value's public range [lo, hi])", el("input", { type: "number", step: "any", placeholder: "-D" })),
+    field("hi", "range hi", el("input", { type: "number", step: "any", placeholder: "D" })),
+    field("bound", "support bound D (the range [-D, D], without lo/hi)", el("input", { type: "number", step: "any", min: "0", value: "1" })),
+    field("by", "group by (a categorical dataset, e.g. country; optional)", el("input", { placeholder: "none" })),
+    field("groups", "groups (their names in code order, comma-separated)", el("input", { placeholder: "de,fr,it" })),
     field("method", "method", el("select", {}, METHODS.map((m) => el("option", { value: m }, m || "auto (default)")))),
     field("confidence", "confidence", el("input", { type: "number", step: "any", min: "0", max: "1", value: "0.95" })),
     field("query_id", "query id (optional)", el("input", { placeholder: "generated" })),
@@ -517,7 +539,8 @@ async function newPage() {
     }
   };
   let timer = 0;
-  f.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(refresh, 250); });
+  syncForm(f);
+  f.addEventListener("input", () => { syncForm(f); clearTimeout(timer); timer = setTimeout(refresh, 250); });
   f.addEventListener("submit", (ev) => ev.preventDefault());
   create.addEventListener("click", async () => {
     if (!current) return;
@@ -531,9 +554,10 @@ function previewView(p) {
   const same = hw.length > 0 && hw.every((x) => Math.abs(x - hw[0]) < 1e-12);
   return el("div", { id: "preview", "data-half-width": hw.length ? Math.max(...hw) : "", "data-method": p.method },
     el("div", { class: "kpis" },
-      kpi("likely interval", hw.length ? (same ? pm(hw[0]) : `${pm(Math.min(...hw))} … ${pm(Math.max(...hw))}`) : "–", { id: "likely" }),
-      p.simulated_half_width ? kpi("noise alone", pm(Math.max(...p.half_width)), { id: "noise" }) :
-        kpi("at most", worst ? pm(Math.max(...worst)) : "–", { id: "at-most" }),
+      // full widths, as the curves plot them (the half-width in parentheses)
+      kpi("likely interval width", hw.length ? (same ? wide(hw[0]) : `${wide(Math.min(...hw))} … ${wide(Math.max(...hw))}`) : "–", { id: "likely" }),
+      p.simulated_half_width ? kpi("width from the noise alone", wide(Math.max(...p.half_width)), { id: "noise" }) :
+        kpi("width at most", worst ? wide(Math.max(...worst)) : "–", { id: "at-most" }),
       kpi("method", p.method || "–", { id: "preview-method" }), kpi("phases", (p.phases || []).join(" + ") + " users")),
     el("p", { class: "muted" }, `${Math.round(p.confidence * 100)}% intervals, ${hw.length} component(s); grouping ${p.mode}${p.regime ? `, ${p.regime} regime` : ""}.`),
     ...(p.advisories || []).map((a) => el("p", { class: "note", text: a })),
