@@ -36,7 +36,15 @@ from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
 from uldp.collector.methods.auto import resolve_auto
 from uldp.collector.methods.sizing import OBJECTIVES
 
-__all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "compile_query", "predicted_mse"]
+__all__ = [
+    "MEAN_KINDS",
+    "MECHANISM_FIELDS",
+    "Plan",
+    "QuerySpec",
+    "compile_query",
+    "predicted_mse",
+    "with_best_mechanisms",
+]
 
 MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
 #: the default method: chosen per query by ``uldp.collector.methods.auto``
@@ -392,6 +400,27 @@ class Plan:
             return mse, z * sd
         T2 = np.square(np.asarray(T, dtype=np.float64))
         return T2 @ mse, z * np.sqrt(T2 @ (sd * sd))
+
+
+#: the fields an analyst's query may set to choose the report mechanisms and the objective
+MECHANISM_FIELDS = ("oracle", "randomizer", "objective", "stage1_share", "records")
+
+
+def with_best_mechanisms(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an analyst's query with the mechanisms filled in: a query that names
+    its method (``--method X``) but not its mechanisms runs that method with the best ones
+    for its public parameters — the oracle of least variance for its categories
+    (``oracle="best"``) and the worst-case best scalar randomizer (``randomizer="best"``;
+    ``two-stage-sized``: the one stage I points to, ``"adaptive"``). ``auto`` picks its
+    own, and baseline A reports with discrete Laplace only. A mechanism the query names is
+    kept (issue 24 item 4: what ``auto`` would run with the same method, not Laplace)."""
+    out = dict(fields)
+    method = out.get("method", "auto")
+    if method in RESOLVERS or method == "baseline-a":
+        return out
+    out.setdefault("oracle", "best")
+    out.setdefault("randomizer", "adaptive" if method == "two-stage-sized" else "best")
+    return out
 
 
 def predicted_mse(plan: Plan, sample_var: np.ndarray,

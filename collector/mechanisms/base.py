@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 __all__ = ["OracleDecoder", "ReportError", "ScalarDecoder", "independent_functional_variance",
-           "pure_variance"]
+           "independent_mean_variance", "moments", "pure_variance"]
 
 
 class ReportError(ValueError):
@@ -47,6 +47,11 @@ class OracleDecoder(Protocol):
         value ``v`` — the noise of an estimate ``Σ_j F_j p̂_j`` (e.g. a mean over grid
         points) per report, covariances between categories included."""
 
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        """``Σ_v π_v functional_variance(F)[:, v]`` in closed form (``(R,)``): the noise of
+        one report of a population whose values have shares ``π``."""
+
 
 class ScalarDecoder(Protocol):
     name: str
@@ -70,6 +75,20 @@ def independent_functional_variance(F: np.ndarray, p: float, q: float) -> np.nda
     F = np.atleast_2d(np.asarray(F, dtype=np.float64))
     S2 = (F * F).sum(axis=1, keepdims=True)
     return (q * (1 - q) * (S2 - F * F) + p * (1 - p) * F * F) / (p - q) ** 2
+
+
+def moments(F: np.ndarray, pi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(Σ_v π_v F_v, Σ_v π_v F_v², Σ_j F_j, Σ_j F_j²)`` per row of ``F``."""
+    F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+    F2 = F * F
+    return F @ pi, F2 @ pi, F.sum(axis=1), F2.sum(axis=1)
+
+
+def independent_mean_variance(F: np.ndarray, pi: np.ndarray, p: float, q: float
+                              ) -> np.ndarray:
+    """:func:`independent_functional_variance` averaged over ``π``."""
+    _, m2, _, S2 = moments(F, pi)
+    return (q * (1 - q) * S2 + (p * (1 - p) - q * (1 - q)) * m2) / (p - q) ** 2
 
 
 def check_shape(reports: np.ndarray, width: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.grr import grr_design
-from uldp.collector.mechanisms.base import check_range, check_shape, pure_variance
+from uldp.collector.mechanisms.base import check_range, check_shape, moments, pure_variance
 
 __all__ = ["GRRDecoder"]
 
@@ -41,3 +41,12 @@ class GRRDecoder:
         mean = p * F + q * (S1 - F)
         second = p * F * F + q * (S2 - F * F)
         return np.maximum(second - mean * mean, 0.0) / (p - q) ** 2
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        """``(p−q)(1 − (p−q)) E F_v² + q S₂ − 2(p−q) q S₁ E F_v − q² S₁²`` over ``(p − q)²``."""
+        p, q = self.pq(k, eps)
+        m1, m2, S1, S2 = moments(F, pi)
+        d = p - q
+        return np.maximum(d * (1 - d) * m2 + q * S2 - 2 * d * q * S1 * m1 - q * q * S1 * S1,
+                          0.0) / d**2

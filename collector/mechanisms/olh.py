@@ -18,6 +18,7 @@ from uldp.collector.mechanisms.base import (
     check_range,
     check_shape,
     independent_functional_variance,
+    independent_mean_variance,
     pure_variance,
 )
 
@@ -57,3 +58,7 @@ class OLHDecoder:
         entries correlate only through the hash's collisions, a second-order term (OLH is
         chosen only for more than 1024 categories; ``two-stage-sized`` refuses it)."""
         return independent_functional_variance(F, *self.pq(k, eps))
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        return independent_mean_variance(F, pi, *self.pq(k, eps))

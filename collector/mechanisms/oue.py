@@ -12,6 +12,7 @@ from uldp.collector.mechanisms.base import (
     check_range,
     check_shape,
     independent_functional_variance,
+    independent_mean_variance,
     pure_variance,
 )
 
@@ -35,3 +36,7 @@ class OUEDecoder:
     def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
         """The bits are independent given the value."""
         return independent_functional_variance(F, *self.pq(k, eps))
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        return independent_mean_variance(F, pi, *self.pq(k, eps))

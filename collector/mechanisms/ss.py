@@ -8,7 +8,13 @@ import numpy as np
 
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.ss import ss_design
-from uldp.collector.mechanisms.base import ReportError, check_range, check_shape, pure_variance
+from uldp.collector.mechanisms.base import (
+    ReportError,
+    check_range,
+    check_shape,
+    moments,
+    pure_variance,
+)
 
 __all__ = ["SSDecoder"]
 
@@ -52,4 +58,25 @@ class SSDecoder:
               if k > 2 else 0.0)  # P(two given others)
         var = (F * F * p * (1 - p) + G * q * (1 - q) + 2 * F * Fo * (r1 - p * q)
                + (Fo * Fo - G) * (r2 - q * q))
+        return np.maximum(var, 0.0) / (p - q) ** 2
+
+    def _pairs(self, k: int, eps: float) -> tuple[float, float, float, float]:
+        """``(p*, q*, P(v and one given other), P(two given others))``."""
+        p, q = self.pq(k, eps)
+        w = ss_design(k, units_of(eps)).omega
+        r1 = p * (w - 1) / (k - 1)
+        r2 = ((p * (w - 1) * (w - 2) + (1 - p) * w * (w - 1)) / ((k - 1) * (k - 2))
+              if k > 2 else 0.0)
+        return p, q, r1, r2
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        """:meth:`functional_variance` expanded in ``F_v`` and averaged over ``π``."""
+        if k == 1:
+            return np.zeros(np.atleast_2d(F).shape[0])
+        p, q, r1, r2 = self._pairs(k, eps)
+        m1, m2, S1, S2 = moments(F, pi)
+        a, b = r1 - p * q, r2 - q * q
+        var = (m2 * (p * (1 - p) - q * (1 - q) - 2 * a + 2 * b)
+               + m1 * 2 * S1 * (a - b) + S2 * q * (1 - q) + (S1 * S1 - S2) * b)
         return np.maximum(var, 0.0) / (p - q) ** 2

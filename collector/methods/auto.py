@@ -49,11 +49,12 @@ from uldp.collector.mechanisms.choice import (
     best_scalar,
     scalar_variance,
 )
+from uldp.collector.methods.common import plan_mechanisms
 
 __all__ = ["KAPPA", "MAX_BIN_VARIANCE", "MAX_SIZED_SHARE", "MAX_STAGE1_SHARE",
-           "MIN_SIZED_SHARE", "SIZED_GAIN", "SMALL_STAGE1_SHARE", "STAGE1_TARGET",
-           "required_gain",
-           "resolve_auto"]
+           "MIN_SIZED_SHARE", "POPULATIONS", "SIZED_GAIN", "SIZED_SHARES",
+           "SMALL_STAGE1_SHARE", "STAGE1_TARGET", "objective_value", "plan_mechanisms",
+           "required_gain", "resolve_auto"]
 
 KAPPA = 2.4  # two-stage must promise this factor less noise than SSL (small stage I)
 STAGE1_TARGET = 400.0  # n_I ε_c² of the smallest group's stage I (spec §4.5: ≥ 99 %)
@@ -206,14 +207,19 @@ def _legacy_two_stage(spec: Any, compile_fn: Any) -> tuple[float, str, float] | 
 #: (:func:`_resolve_sized`)
 SIZED_KINDS = ("mean",)
 #: the stage-I shares ``two-stage-sized`` is tried with
-SIZED_SHARES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3)
+SIZED_SHARES = (0.01, 0.03, 0.1, 0.3)
 #: the reference populations (``uldp.collector.methods.sized.reference_population``)
 POPULATIONS = ("alike", "spread", "ends")
 #: a two-stage candidate must be this much better (smaller regret) than single-stage
 SIZED_MARGIN = 1.02
 
 
-def objective_value(plan: Any, population: str, draws: int | None = 0) -> float:
+#: noisy stage-I histograms ``auto``'s predictions average over (``sized.predict``): the
+#: rule's outcome on the expected histogram alone is optimistic where stage I is small
+AUTO_DRAWS = 6
+
+
+def objective_value(plan: Any, population: str, draws: int | None = AUTO_DRAWS) -> float:
     """What ``plan`` would give on a reference population, in the query's ``objective``:
     the root-mean-square half-width of the outputs' intervals (``width``) or the summed
     MSE (``mse``)."""
@@ -267,18 +273,25 @@ def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
     other = [n for n in order if n.startswith("ssl") != chosen.startswith("ssl")]
     if other:
         runner = other[0]
-    plan = dict(cands)[chosen]
-    record = {"objective": spec.objective, "chosen": plan.spec.method, "mode": plan.spec.mode,
-              "stage1_share": plan.spec.stage1_share if plan.two_stage else None,
-              "regret": regret[chosen], "predicted": scores[chosen],
-              "runner_up": {"method": dict(cands)[runner].spec.method,
-                            "mode": dict(cands)[runner].spec.mode,
-                            "stage1_share": (dict(cands)[runner].spec.stage1_share
-                                             if dict(cands)[runner].two_stage else None),
-                            "regret": regret[runner], "predicted": scores[runner]},
+    by = dict(cands)
+    plan = by[chosen]
+    record = {"objective": spec.objective, **_summary(plan, regret[chosen], scores[chosen]),
+              "chosen": plan.spec.method,
+              "runner_up": _summary(by[runner], regret[runner], scores[runner]),
               "populations": list(POPULATIONS), "single_stage": "ssl",
               "randomizers": list(SCALAR_CHOICES)}
     return plan.spec, record
+
+
+def _summary(plan: Any, regret: float, scores: dict[str, float]) -> dict[str, Any]:
+    """A candidate as the record names it: method, mode, stage-I share, mechanisms, its
+    regret and objective on each reference population, and what it would likely give on
+    users alike (the interval's half-widths and the MSE, as the preview shows them)."""
+    mse, half = plan.reference_prediction("alike", draws=AUTO_DRAWS)
+    return {"method": plan.spec.method, "mode": plan.spec.mode,
+            "stage1_share": plan.spec.stage1_share if plan.two_stage else None,
+            "mechanism": plan_mechanisms(plan), "regret": regret, "predicted": scores,
+            "likely_half_width": [float(x) for x in half], "likely_mse": float(np.sum(mse))}
 
 
 def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:

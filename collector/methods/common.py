@@ -22,9 +22,21 @@ from uldp.collector.estimators.transforms import project_simplex
 from uldp.collector.mechanisms import ORACLE_DECODERS, SCALAR_DECODERS
 from uldp.collector.mechanisms.choice import best_oracle, best_scalar, scalar_variance
 
-__all__ = ["Block", "bin_accumulator", "bin_mechanism", "estimate_from_blocks",
-           "finite_population", "noise_variance", "report_noise_variance", "second_moment",
-           "value_accumulator", "value_blocks", "value_mechanism", "value_noise_variance"]
+__all__ = [
+    "Block",
+    "bin_accumulator",
+    "bin_mechanism",
+    "estimate_from_blocks",
+    "finite_population",
+    "noise_variance",
+    "plan_mechanisms",
+    "report_noise_variance",
+    "second_moment",
+    "value_accumulator",
+    "value_blocks",
+    "value_mechanism",
+    "value_noise_variance",
+]
 
 Block = tuple[Sequence[int], np.ndarray, np.ndarray]
 
@@ -146,6 +158,26 @@ def value_blocks(plan: Any, accs: dict[int, Any]) -> tuple[list[Block], int]:
     return blocks, n
 
 
+def plan_mechanisms(plan: Any) -> dict[str, Any]:
+    """The report mechanisms a compiled plan's devices use, as far as public values fix
+    them: the frequency oracle of categorical reports and the scalar randomizer of value
+    reports (``"from stage I"`` where stage I picks it; the estimate then names the one
+    it picked)."""
+    eps_c = plan.grouping.groups[0].eps_c
+    out: dict[str, Any] = {"oracle": None, "randomizer": None}
+    if plan.spec.method == "oracle":
+        out["oracle"] = plan.method.mechanism(plan)
+    elif plan.two_stage:
+        out["oracle"] = plan.task_for(0, 1).mechanism
+        out["randomizer"] = ("from stage I" if plan.spec.randomizer == "adaptive"
+                             else value_mechanism(plan.spec, eps_c))
+    elif plan.spec.method == "baseline-a":
+        out["randomizer"] = "laplace"
+    else:
+        out["randomizer"] = value_mechanism(plan.spec, eps_c)
+    return out
+
+
 def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
                          bias: tuple[np.ndarray, np.ndarray] | None = None) -> Estimate:
     """Combine the blocks, map them through the kind's output transform (widening the
@@ -159,6 +191,7 @@ def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
         est.extra["projected"] = project_simplex(est.values)
     est.extra["regime"] = plan.grouping.regime
     est.extra["method"] = plan.spec.method
+    est.extra["mechanisms"] = plan_mechanisms(plan)
     if plan.advisories:  # the plan's notes travel with its result (e.g. too few users)
         est.extra["advisories"] = list(plan.advisories)
     if plan.auto:

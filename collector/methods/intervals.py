@@ -110,32 +110,32 @@ def kl_upper(x: float | np.ndarray, c: float) -> Any:
     Hoeffding 1963 §6). At ``x = 0`` it is ``1 − e^{−c}``: the tail of mass ``q`` that ``n``
     draws all miss with probability ``(1 − q)^n``.
 
-    Newton's method from Pinsker's bound ``x + √(c/2)`` (where ``kl ≥ c``): ``kl(x, ·)`` is
-    convex and increasing on ``[x, 1]``, so the iterates fall monotonically to the root."""
+    Newton's method from a point where ``kl ≥ c`` (the least of Pinsker's and two other
+    bounds): ``kl(x, ·)`` is convex and increasing on ``[x, 1]``, so the iterates fall
+    monotonically to the root."""
     scalar = np.ndim(x) == 0
     xa = np.clip(np.atleast_1d(np.asarray(x, dtype=np.float64)), 0.0, 1.0)
     if c <= 0:
         return float(xa[0]) if scalar else xa
-    top = 1.0 - 1e-15
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # two points where kl(x, p) ≥ c: Pinsker's, and the one from x ln(x/p) ≥ x ln x
-        xlx = np.where(xa > 0, xa * np.log(np.where(xa > 0, xa, 1.0)), 0.0)
-        gap = (1 - xa) * np.exp(-(c - xlx) / np.maximum(1 - xa, 1e-300))
-        p = np.minimum(np.minimum(xa + math.sqrt(c / 2.0), 1 - gap), top)
-        p = np.maximum(p, xa)
-        for _ in range(40):
-            a = np.where(xa > 0, xa * np.log(xa / p), 0.0)
-            b = np.where(xa < 1, (1 - xa) * np.log((1 - xa) / (1 - p)), 0.0)
-            f = a + b - c
-            step = f * p * (1 - p) / np.maximum(p - xa, 1e-300)
-            nxt = np.maximum(p - np.where(f > 0, step, 0.0), xa)
-            if np.all(np.abs(nxt - p) <= 1e-13):
-                p = nxt
-                break
-            p = nxt
-    out = np.where(xa >= 1, 1.0, np.where(xa == 0, -math.expm1(-c), p))
-    # beyond the top of the double range: the bound is 1
-    out = np.where((xa < 1) & (p >= top) & (f < 0), 1.0, out)
+    out = np.where(xa >= 1, 1.0, -math.expm1(-c))  # x = 1: 1; x = 0: 1 − e^{−c}
+    inner = (xa > 0) & (xa < 1)
+    if inner.any():
+        xi = xa[inner]
+        top = 1.0 - 1e-15
+        # points where kl(x, p) ≥ c: Pinsker's; the one from x ln(x/p) ≥ x ln x; and the
+        # one from kl(x, p) ≥ (p − x)²/(2p) (p ≥ x), tight for small means
+        gap = (1 - xi) * np.exp(-(c - xi * np.log(xi)) / (1 - xi))
+        small = xi + c + np.sqrt(c * c + 2 * xi * c)
+        p = np.minimum(np.minimum(xi + math.sqrt(c / 2.0), 1 - gap), small)
+        p = np.maximum(np.minimum(p, top), xi)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for _ in range(60):
+                f = xi * np.log(xi / p) + (1 - xi) * np.log((1 - xi) / (1 - p)) - c
+                step = np.where(f > 0, f * p * (1 - p) / np.maximum(p - xi, 1e-300), 0.0)
+                p = np.maximum(p - step, xi)
+                if float(np.max(step)) <= 1e-14:
+                    break
+        out[inner] = p
     return float(out[0]) if scalar else out
 
 

@@ -289,6 +289,10 @@ class TwoStageSized(TwoStage):
         est.extra["mechanism"] = prev.get("mechanism", {})
         est.extra["intervals"] = prev.get("intervals", {})
         est.extra["estimator"] = prev.get("estimator", {})
+        picked = sorted(set((prev.get("mechanism") or {}).values()))
+        if picked:  # the randomizer stage I picked (one per group; usually one for all)
+            est.extra["mechanisms"]["randomizer"] = picked[0] if len(picked) == 1 else \
+                dict(prev["mechanism"])
         est.extra["stage1_reports"] = sum(n1s.values())
         note_edges(plan, est, previous)
         return est

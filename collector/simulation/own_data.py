@@ -36,7 +36,7 @@ from uldp.client.tasks import _attach_labels
 from uldp.collector.csvdata import read_csv_columns
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.learning.runner import PaddedUsers, run_spec
-from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.planner import QuerySpec, compile_query, with_best_mechanisms
 from uldp.collector.simulation.simulate import simulate_json
 
 __all__ = ["UserData", "UserDataRun", "read_user_csv", "run_users"]
@@ -99,7 +99,8 @@ class UserDataRun:
         m_ref)."""
         e = self.estimate
         return simulate_json(
-            kind=self.kind, method=self.method, estimand=self.estimand, epsilon=self.epsilon,
+            kind=self.kind, method=self.method, mechanisms=e.extra.get("mechanisms"),
+            estimand=self.estimand, epsilon=self.epsilon,
             users=self.users, samples=self.m_ref, dim=int(self.truth.size), reps=self.reps,
             estimate=e.values.tolist(), truth=self.truth.tolist(), ci_low=e.ci_low.tolist(),
             ci_high=e.ci_high.tolist(), std_error=e.std_error.tolist(), mse=self.rmse**2,
@@ -169,9 +170,10 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
             raise ValueError("mean kinds need the public range of a value: lo < hi")
         ranged, rng_ = {"lo": float(lo), "hi": float(hi)}, (float(lo), float(hi))
     users = PaddedUsers([a.reshape(len(a), width) for a in arrays], data.labels)
-    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d,
-                     method=method, seed=seed, query_id="own-data", extra=dict(extra or {}),
-                     **ranged, **dict(options or {}))
+    # a named method runs with the best mechanisms unless ``options`` names them
+    spec = QuerySpec(**with_best_mechanisms(dict(
+        kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, method=method, seed=seed,
+        query_id="own-data", extra=dict(extra or {}), **ranged, **dict(options or {}))))
     plan = compile_query(spec)
     t0 = time.perf_counter()
     # rep r: a fresh public assignment of users to groups and stages *and* fresh noise
