@@ -205,7 +205,7 @@ def _legacy_two_stage(spec: Any, compile_fn: Any) -> tuple[float, str, float] | 
 
 #: kinds whose ``auto`` compares ``ssl`` with ``two-stage-sized`` on reference populations
 #: (:func:`_resolve_sized`)
-SIZED_KINDS = ("mean",)
+SIZED_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1")
 #: the stage-I shares ``two-stage-sized`` is tried with
 SIZED_SHARES = (0.01, 0.03, 0.1, 0.3)
 #: the reference populations (``uldp.collector.methods.sized.reference_population``)
@@ -248,16 +248,19 @@ def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
             cands.append((f"ssl/{m}", compile_fn(c)))
         except ValueError:
             continue
-    for share in SIZED_SHARES:
-        c = replace(spec, method="two-stage-sized", mode="default", oracle="best",
-                    randomizer="adaptive", stage1_share=share)
-        try:
-            plan = compile_fn(c)
-        except ValueError:
-            continue
-        if plan.stage_size(0, 1) < 2 or plan.stage_size(0, 2) < 2:
-            continue
-        cands.append((f"two-stage-sized/{share:g}", plan))
+    modes = ["default"] if spec.kind == "mean" else [m for m in MODES if m != "paper"]
+    for mode in modes:  # (a 1-d mean has one grouping)
+        for share in SIZED_SHARES:
+            c = replace(spec, method="two-stage-sized", mode=mode, oracle="best",
+                        randomizer="adaptive", stage1_share=share)
+            try:
+                plan = compile_fn(c)
+            except ValueError:
+                continue
+            if min(min(plan.stage_size(g, 1), plan.stage_size(g, 2))
+                   for g in range(plan.n_groups)) < 2:
+                continue
+            cands.append((f"two-stage-sized/{mode}/{share:g}", plan))
     scores = {name: {p: objective_value(plan, p) for p in POPULATIONS} for name, plan in cands}
     best = {p: min(sc[p] for sc in scores.values()) for p in POPULATIONS}
     regret = {name: max(sc[p] / max(best[p], 1e-300) for p in POPULATIONS)
