@@ -357,12 +357,14 @@ class TwoStageSized(TwoStage):
 
     def predict(self, plan: Any, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
                 stat_mean: np.ndarray | None = None, population: str | None = None,
-                draws: int = PREDICTION_DRAWS) -> tuple[np.ndarray, np.ndarray]:
+                draws: int = PREDICTION_DRAWS, values: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
         """``(mse, half_width)`` of every component: the rule run on
         :data:`PREDICTION_DRAWS` stage-I histograms of the population (the stage-I users
         drawn, the oracle's noise added; seeded, so the same public facts give the same
         prediction), each outcome's error computed exactly for the population, averaged.
         ``population``: one of :func:`reference_population` instead of the moments;
+        ``values``: the users' statistics themselves (``(n, C)``: own data);
         ``draws = 0``: the rule on the expected histogram only (fast: ``auto``'s ranking)."""
         C = plan.n_components
         mse, half = np.zeros(C), np.zeros(C)
@@ -372,7 +374,11 @@ class TwoStageSized(TwoStage):
             n1, n2 = plan.stage_size(g, 1), plan.stage_size(g, 2)
             for c in grp.components:
                 p = fine[c]
-                if population is not None:
+                if values is not None:
+                    vals = np.clip(np.asarray(values[:, c], dtype=np.float64), -p.bound,
+                                   p.bound)
+                    wts = np.full(vals.size, 1.0 / max(vals.size, 1))
+                elif population is not None:
                     vals, wts = reference_population(population, p.bound, m)
                 else:
                     var = float(sample_var[c]) / m if stat_var is None else float(stat_var[c])
