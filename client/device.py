@@ -40,7 +40,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import os
 import random
 import threading
@@ -53,7 +52,6 @@ import grpc
 import numpy as np
 
 from uldp.client.dataset import DatasetSchema, LocalDataset, align_labels, coerce_values
-from uldp.client.kinds import count_clamped, value_range
 from uldp.client.ledger import (
     AlreadyParticipated,
     BudgetExceeded,
@@ -67,7 +65,13 @@ from uldp.client.outcomes import DeviceError, EnrollmentError, PollResult, Repor
 from uldp.client.polling import PollLoop
 from uldp.client.randomness import RandomSource
 from uldp.client.shuffled import AnyReport, ShuffleMode
-from uldp.client.task_checks import check_declaration, parsed_task
+from uldp.client.task_checks import (
+    check_declaration,
+    check_groups_dataset,
+    clamp_note,
+    parsed_task,
+    report_labels,
+)
 from uldp.client.tasks import (
     TaskRefused,
     TaskSpec,
@@ -378,6 +382,7 @@ class Device(PollLoop, ShuffleMode):
             raise TaskRefused(f"dataset {task.dataset!r} is not registered on this device",
                               code="dataset")
         check_declaration(spec, kind, ds.schema)
+        check_groups_dataset(spec, self._datasets)  # a grouped mean's groups (by)
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}", code="length")
@@ -437,25 +442,20 @@ class Device(PollLoop, ShuffleMode):
             values = fallback
             if ds is not None:
                 try:
-                    values = compute_report(spec, ds.samples, ds.labels, rng=rng,
+                    labels = report_labels(spec, ds, self._datasets)
+                    values = compute_report(spec, ds.samples, labels, rng=rng,
                                             dim=ds.schema.dim, fallback=fallback)
                 except Exception:  # totality backstop (compute_report is total itself)
                     log.error("report of query %s fell back to the empty dataset",
                               entry.query_id)
-                self._note_clamped(spec, ds)
+                note = clamp_note(spec, ds.samples)  # local only: never sent
+                if note is not None:
+                    self.clamped[spec.query_id] = note[0]
+                    if note[0]:
+                        log.info(note[1])
             data = self._report_bytes(entry, spec, values)  # sealed in shuffle mode
             entry = self.ledger.store_report(entry.query_id, data, reserved=entry)
         return self._message(entry)
-
-    def _note_clamped(self, spec: TaskSpec, ds: LocalDataset) -> None:
-        """Count, and log locally, the values the task's range clamps (``clamped``): a
-        hint that the app's values are on another scale; never sent anywhere."""
-        n = self.clamped[spec.query_id] = count_clamped(spec, ds.samples)
-        if n:
-            lo, hi = value_range(spec) or (math.nan, math.nan)
-            log.info("query %s: %d of %d values lay outside the range [%g, %g] and were "
-                     "clamped into it (local only, never sent)", spec.query_id, n,
-                     ds.samples.size, lo, hi)
 
     def send(self, report: AnyReport) -> Any:
         """Send a persisted report (retrying the same bytes; a sealed one to the

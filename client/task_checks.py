@@ -9,8 +9,14 @@ runs them in order.
 
 from __future__ import annotations
 
-from uldp.client.dataset import DatasetSchema
-from uldp.client.kinds import Kind
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from uldp.client.dataset import DatasetSchema, LocalDataset
+from uldp.client.kinds import KINDS, Kind, count_clamped, value_range
+from uldp.client.kinds.grouped import group_of
 from uldp.client.tasks import (
     TaskRefused,
     TaskSpec,
@@ -19,7 +25,8 @@ from uldp.client.tasks import (
     validate_task,
 )
 
-__all__ = ["check_declaration", "parsed_task"]
+__all__ = ["check_by_declaration", "check_declaration", "check_groups_dataset", "clamp_note",
+           "parsed_task", "report_labels"]
 
 
 class _Parsed:
@@ -64,6 +71,60 @@ def check_declaration(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> None
         raise TaskRefused(why, code="declaration")
 
 
+def check_groups_dataset(task: TaskSpec, datasets: Mapping[str, LocalDataset]) -> None:
+    """A grouped mean (``by``): its groups' dataset must be registered (code ``dataset``)
+    and declared as scalar categorical codes (code ``declaration``); public facts only."""
+    if task.by is None:
+        return
+    by = datasets.get(task.by)
+    if by is None:
+        raise TaskRefused(f"dataset {task.by!r} (the task's groups) is not registered on "
+                          "this device", code="dataset")
+    check_by_declaration(task, by.schema)
+
+
+def report_labels(task: TaskSpec, ds: LocalDataset, datasets: Mapping[str, LocalDataset]
+                  ) -> np.ndarray | None:
+    """The labels of the rows a report is computed on: the dataset's own, or for a grouped
+    mean the device's group — :func:`~uldp.client.kinds.grouped.group_of` its groups'
+    dataset (NaN, no group, if it is gone) — on every row (protocol §12.3)."""
+    if task.by is None:
+        return ds.labels
+    by = datasets.get(task.by)
+    g = group_of(by.samples, task.dim) if by is not None else float("nan")
+    return np.full(len(ds.samples), g)
+
+
+def clamp_note(task: TaskSpec, samples: np.ndarray) -> tuple[int, str] | None:
+    """How many values the task's range clamps, and the local log line (None for a kind
+    without a value range). A device keeps both to itself: nothing it sends depends on
+    its data."""
+    kind = KINDS.get(task.kind)
+    if kind is None or kind.clamped is None:
+        return None
+    n = count_clamped(task, samples)
+    lo, hi = value_range(task) or (math.nan, math.nan)
+    return n, (f"query {task.query_id}: {n} of {np.size(samples)} values lay outside the "
+               f"range [{lo:g}, {hi:g}] and were clamped into it (local only, never sent)")
+
+
+def check_by_declaration(task: TaskSpec, schema: DatasetSchema) -> None:
+    """Refuse (code ``declaration``) a grouped task whose groups' dataset (``by``) is not
+    declared as scalar categorical codes of its ``dim`` groups."""
+    name = schema.name
+    why = ""
+    if schema.dim not in (None, 1):
+        why = f"dataset {name!r} holds {schema.dim}-dimensional samples; a group is one code"
+    elif schema.values == "real":
+        why = f"dataset {name!r} was declared real-valued; groups are categorical codes"
+    elif schema.labelled:
+        why = f"dataset {name!r} is labelled; groups are one code per sample"
+    elif schema.alphabet is not None and schema.alphabet != task.dim:
+        why = f"dataset {name!r} has {schema.alphabet} categories; the task has {task.dim} groups"
+    if why:
+        raise TaskRefused(why, code="declaration")
+
+
 def _contradiction(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> str:
     name = schema.name
     if kind.vector and schema.dim != task.dim:
@@ -72,7 +133,7 @@ def _contradiction(task: TaskSpec, kind: Kind, schema: DatasetSchema) -> str:
     if not kind.vector and schema.dim not in (None, 1):
         return f"dataset {name!r} holds {schema.dim}-dimensional samples; kind " \
                f"{task.kind!r} needs scalars"
-    if kind.uses_labels and not schema.labelled:
+    if kind.uses_labels and not schema.labelled and not kind.grouped:
         return f"kind {task.kind!r} needs labelled samples; dataset {name!r} was " \
                "registered without labels"
     if task.kind == "distribution":

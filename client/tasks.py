@@ -75,6 +75,8 @@ def _check_types(task: TaskSpec) -> None:
     for name in ("query_id", "kind", "method", "frame_kind", "mechanism"):
         if not isinstance(getattr(task, name), str):
             raise TaskRefused(f"{name} must be a string", code="field")
+    if task.by is not None and not isinstance(task.by, str):
+        raise TaskRefused("by must be a string", code="field")
     for name in _INT_FIELDS:
         if not _is_int(getattr(task, name)):
             raise TaskRefused(f"{name} must be an integer, got {getattr(task, name)!r}",

@@ -36,7 +36,7 @@ DEFAULT_MECHANISM = "laplace"
 #: Fields left out of a task's JSON when they hold their default (added after the first
 #: tasks of the schema were deployed: their bytes, and digests, stay as they were).
 OMITTED_DEFAULTS: dict[str, Any] = {"mechanism": DEFAULT_MECHANISM, "records": 1,
-                                    "range": None}
+                                    "range": None, "by": None}
 
 #: The schema tag every task JSON carries (``"schema"``); a device refuses other versions.
 SCHEMA = "uldp.task/2"
@@ -115,6 +115,9 @@ class TaskSpec:
     #: are centred on ``lo/2 + hi/2`` and clamped to ``±bound``, ``bound = hi/2 − lo/2``
     #: (protocol §12.3); None (omitted from the JSON): the range ``[-bound, bound]``
     range: tuple[float, float] | None = None
+    #: kind ``mean-by``: the name of the device's categorical dataset whose code is the
+    #: device's group (protocol §12.3); None (omitted from the JSON) for every other kind
+    by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -153,6 +156,8 @@ class TaskSpec:
             raise TaskRefused(f"task has unknown fields: {sorted(unknown)}", code="field")
         if "seal" in d and not isinstance(d["seal"], dict):
             raise TaskRefused("seal must be an object", code="field")
+        if "by" in d and not isinstance(d["by"], str):
+            raise TaskRefused("by must be a string", code="field")
         for key in ("components", "virtual_eps"):
             if key in d:
                 d[key] = tuple(_list(d[key], key))

@@ -4,14 +4,17 @@
 their files here, under one set of rules (README, "Your own data"):
 
 * **Encoding**: UTF-8, with or without a byte-order mark (Excel's "CSV UTF-8" writes one);
-  anything else is refused with the byte where decoding failed.
+  anything else is refused naming the row (line) and the byte where decoding failed.
+* **Delimiter**: a comma. A header that is one column holding ``;`` or a tab (a
+  spreadsheet's "CSV" in many locales) is refused with that hint.
 * **Header**: the first row; names are compared after stripping surrounding whitespace.
 * **Whitespace**: every cell is stripped, so ``u1``, ``u1 `` and `` u1`` are one user.
 * **User ids and categories** (``--user-col``, ``--category-col``, ``--subset-col``):
   an empty cell is refused, naming the row and the column.
 * **Numbers** (values, labels): an empty, non-numeric, NaN or infinite cell is refused,
-  naming the row and the column. Nothing is guessed and nothing is released from a file
-  with a bad cell.
+  naming the row and the column; so is a value beyond ``max_abs`` when a command takes its
+  range from the data (no ``--lo/--hi``: a ``1e308`` cell would make a range no query can
+  state). Nothing is guessed and nothing is released from a file with a bad cell.
 * **Public range**: values outside ``--lo/--hi`` are clamped into it, and how many were
   is said on stderr (:func:`clamp_to_range`; a count for the operator, never part of a
   release).
@@ -54,7 +57,8 @@ def _header(path: str, reader: Iterator[list[str]]) -> list[str]:
     return [name.strip() for name in first]
 
 
-def _number(path: str, row: int, col: str, text: str) -> float:
+def _number(path: str, row: int, col: str, text: str, max_abs: float | None = None
+            ) -> float:
     if not text:
         raise ValueError(f"{path}: row {row}, column {col!r}: empty (every value must be a "
                          "number)")
@@ -65,13 +69,42 @@ def _number(path: str, row: int, col: str, text: str) -> float:
                          ) from None
     if not math.isfinite(v):
         raise ValueError(f"{path}: row {row}, column {col!r}: {text!r} is NaN or infinite")
+    if max_abs is not None and abs(v) > max_abs:
+        raise ValueError(f"{path}: row {row}, column {col!r}: {text!r} is beyond "
+                         f"±{max_abs:.3g}, too large to take the range from the data; give the "
+                         "public range with --lo/--hi (values outside it are clamped)")
     return v
 
 
+def _delimiter_hint(header: list[str]) -> str:
+    """A hint when the header looks like another delimiter's (one column holding one)."""
+    if len(header) == 1:
+        for sep, name in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
+            if sep in header[0]:
+                return (f"; the header is one column with {name}: the file seems to use "
+                        f"{sep!r} as its delimiter, save it comma-separated (CSV with commas)")
+    return ""
+
+
+def _undecodable_row(p: Path) -> tuple[int, int]:
+    """(row, byte offset in that row) of the first line that is not UTF-8 (rows numbered
+    as a spreadsheet shows them: the header is row 1)."""
+    with p.open("rb") as fh:
+        for row, line in enumerate(fh, start=1):
+            try:
+                line.decode("utf-8-sig" if row == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                return row, exc.start
+    return 0, 0
+
+
 def read_csv_columns(path: str | Path, user_col: str, numeric: Sequence[str] = (),
-                     text: Sequence[str] = ()) -> CsvColumns:
+                     text: Sequence[str] = (), max_abs: dict[str, float] | None = None
+                     ) -> CsvColumns:
     """Read ``user_col``, the ``numeric`` columns and the ``text`` columns of a CSV file
-    under the module's rules; every problem is a ``ValueError`` of one line."""
+    under the module's rules; every problem is a ``ValueError`` of one line. ``max_abs``:
+    per numeric column, the largest magnitude a value may have (see the module
+    docstring)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no such CSV file: {path}")
@@ -84,7 +117,7 @@ def read_csv_columns(path: str | Path, user_col: str, numeric: Sequence[str] = (
             missing = [c for c in dict.fromkeys(wanted) if c not in header]
             if missing:
                 raise ValueError(f"{name}: no column {', '.join(map(repr, missing))} "
-                                 f"(columns: {', '.join(header)})")
+                                 f"(columns: {', '.join(header)}){_delimiter_hint(header)}")
             at = {c: header.index(c) for c in wanted}
             users: list[str] = []
             nums: dict[str, list[float]] = {c: [] for c in numeric}
@@ -99,12 +132,14 @@ def read_csv_columns(path: str | Path, user_col: str, numeric: Sequence[str] = (
                                          f"its {'user id' if c == user_col else c})")
                 users.append(cell[user_col])
                 for c in numeric:
-                    nums[c].append(_number(name, row, c, cell[c]))
+                    nums[c].append(_number(name, row, c, cell[c], (max_abs or {}).get(c)))
                 for c in text:
                     txts[c].append(cell[c])
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{name}: not UTF-8 text (byte {exc.start}); save the file as "
-                         "'CSV UTF-8'") from None
+    except UnicodeDecodeError:
+        bad_row, offset = _undecodable_row(p)
+        raise ValueError(f"{name}: row {bad_row} is not UTF-8 text (byte {offset} of the row; a "
+                         "Latin-1 or Windows-1252 file?); save the file as 'CSV UTF-8'"
+                         ) from None
     if not users:
         raise ValueError(f"{name}: no data rows")
     return CsvColumns(name, np.asarray(users, dtype=str),

@@ -49,6 +49,8 @@ __all__ = [
 MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
 #: the default method: chosen per query by ``uldp.collector.methods.auto``
 AUTO = "auto"
+#: the method of a grouped mean (``uldp.collector.methods.grouped``)
+GROUPED = "grouped-ssl"
 #: method names that resolve to a concrete method at compile time (public values only)
 RESOLVERS = {AUTO: resolve_auto}
 
@@ -94,8 +96,16 @@ class QuerySpec:
     #: range is ``[-bound, bound]``. With a range, ``bound`` is ``hi/2 − lo/2`` (set here)
     lo: float | None = None
     hi: float | None = None
+    #: group-by (kind ``mean-by``): the devices' categorical dataset of the groups, and the
+    #: groups' public names in code order (``dim`` is their number)
+    by: str | None = None
+    groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", tuple(self.groups))
+        if self.by is not None or self.groups or (self.kind in KINDS
+                                                  and KINDS[self.kind].grouped):
+            self._check_groups()
         if self.lo is not None or self.hi is not None:
             self._check_range()
         if self.kind not in KINDS:
@@ -137,6 +147,14 @@ class QuerySpec:
             raise ValueError(f"records must be an integer in [1, {MAX_RECORDS}], got "
                              f"{self.records!r}")
 
+    def _check_groups(self) -> None:
+        if self.kind not in KINDS or not KINDS[self.kind].grouped:
+            raise ValueError(f"by/groups go with kind mean-by, not {self.kind}")
+        if not isinstance(self.by, str) or not self.by:
+            raise ValueError("a grouped mean names its groups' dataset (by)")
+        if self.groups and len(self.groups) != self.dim:
+            raise ValueError(f"{len(self.groups)} group names for dim {self.dim} groups")
+
     def _check_range(self) -> None:
         lo, hi = self.lo, self.hi
         if lo is None or hi is None:
@@ -165,7 +183,9 @@ class QuerySpec:
         return None if self.bound is None else (-float(self.bound), float(self.bound))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["groups"] = list(self.groups)  # JSON's form: a stored spec compares equal
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> QuerySpec:
@@ -368,7 +388,7 @@ class Plan:
     def reference_prediction(self, population: str, draws: int | None = None
                              ) -> tuple[np.ndarray, np.ndarray]:
         """``(mse, half_width)`` of every output on a reference population of users
-        (``uldp.collector.methods.sized.reference_population``: ``alike`` — every user's
+        (``uldp.collector.methods.sizing.reference_population``: ``alike`` — every user's
         statistic the mean of ``m`` samples of the support's largest variance ``D²``;
         ``spread`` — statistics uniform on the support; ``ends`` — half at each end):
         what ``auto`` compares and the preview shows before any data exist. A method that
@@ -415,11 +435,12 @@ def with_best_mechanisms(fields: dict[str, Any]) -> dict[str, Any]:
     own, and baseline A reports with discrete Laplace only. A mechanism the query names is
     kept (issue 24 item 4: what ``auto`` would run with the same method, not Laplace)."""
     out = dict(fields)
-    method = out.get("method", "auto")
-    if method in RESOLVERS or method == "baseline-a":
+    plan = METHOD_PLANS.get(out.get("method", "auto"))
+    if plan is None or getattr(plan, "fixed_randomizer", None):  # auto; baseline A
         return out
     out.setdefault("oracle", "best")
-    out.setdefault("randomizer", "adaptive" if method == "two-stage-sized" else "best")
+    out.setdefault("randomizer",
+                   "adaptive" if getattr(plan, "adaptive_randomizer", False) else "best")
     return out
 
 
@@ -448,7 +469,7 @@ def _template(spec: QuerySpec) -> TaskSpec:
         eps_c=float(spec.epsilon), components=(0,), dim=spec.dim,
         bound=None if spec.bound is None else float(spec.bound),
         frame_seed=spec.frame_seed, frame_kind=spec.frame_kind, extra=dict(spec.extra),
-        range=_task_range(spec))
+        range=_task_range(spec), by=spec.by)
 
 
 def _task_range(spec: QuerySpec) -> tuple[float, float] | None:
@@ -464,6 +485,16 @@ def compile_query(spec: QuerySpec) -> Plan:
 
     ``method="auto"`` resolves to a concrete method and grouping first
     (``uldp.collector.methods.auto``: public values only, the same on every replica)."""
+    kind = KINDS.get(spec.kind)
+    if kind is not None and kind.grouped:  # one report over every group: grouped-ssl
+        if spec.method not in (AUTO, GROUPED):
+            raise ValueError(f"a grouped mean runs method {GROUPED} (or auto), not "
+                             f"{spec.method}")
+        plan = _compile(replace(spec, method=GROUPED))
+        if spec.method != GROUPED:  # auto
+            plan.auto.update({"chosen": GROUPED, "why": "a grouped mean: every device "
+                              "reports all groups in one single-stage report"})
+        return plan
     resolve = RESOLVERS.get(spec.method)
     if resolve is None:
         return _compile(spec)
@@ -507,7 +538,11 @@ def _compile(spec: QuerySpec) -> Plan:
     grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
     plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
-    few = _too_few_users(plan)
+    try:  # a note, never a reason to refuse: extreme ranges may overflow the prediction
+        with np.errstate(over="ignore", invalid="ignore"):
+            few = _too_few_users(plan)
+    except (ArithmeticError, ValueError):
+        few = None
     if few:
         plan.advisories.append(few)
     if plan.two_stage:

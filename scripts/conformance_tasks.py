@@ -138,6 +138,9 @@ CONFIGS = [
     Config("classify", "classify", dim=2, bound=None, extra=LEARNING_EXTRA["classify"]),
     Config("regress", "regress", dim=2, bound=None, extra=LEARNING_EXTRA["regress"]),
 ]
+#: a grouped mean (kind mean-by, protocol §12.3): rows (value, group code), method ssl only
+GROUPED = [Config("mean-by", "mean-by", dim=3, bound=60.0, range=(0.0, 120.0), by="country"),
+           Config("mean-by-sym", "mean-by", dim=2, bound=2.0, by="g")]
 #: kinds with a public range [lo, hi] (their cases come last: earlier keys stay)
 RANGED = [
     Config("mean-range", "mean", bound=MEAN_RANGE[1] / 2 - MEAN_RANGE[0] / 2,
@@ -184,6 +187,20 @@ def datasets(cfg: Config) -> dict[str, tuple[Any, Any]]:
                                                0.0]),
                "labels-missing": (X, None),
                "labels-short": (X, [1.0, -1.0, math.nan])}
+    if cfg.kind == "mean-by":  # codes 0 .. G-1, some unusable (off the alphabet, NaN)
+        G = d
+        vals = rng.uniform(-20, 140, 9).round(4).tolist()
+        codes = [float(g) for g in rng.integers(0, G, 9)]
+        out = {"typical": (vals, codes),
+               "one-group": (vals, [1.0] * 9),
+               "special": (SPECIAL, [0.0, 1.0, 1.0, 0.0, 1.0, 0.5, float(G), math.nan, -1.0]),
+               "tie": ([1.0, 2.0, 3.0, 4.0], [1.0, 0.0, 0.0, 1.0]),
+               "no-group": (vals[:3], [math.nan, float(G), 2.5]),
+               "labels-missing": (vals, None),
+               "empty": ([], []),
+               "one": ([75.0], [0.0]),
+               "all-missing": ([math.nan, math.inf, -math.inf], [0.0, 1.0, 0.0])}
+        return out
     out["empty"] = ([], [] if lab else None)
     if not k.vector:
         out["one"] = ([0.75 if cfg.kind != "distribution" else 2.0], None)
@@ -367,6 +384,15 @@ def tasks() -> dict[str, Any]:
         for dn in names:
             cases.append(_report_case(f"{cfg_name}/{label}/{dn}", task, *data[dn],
                                       len(cases)))
+    for cfg in GROUPED:  # ssl only, over the ε regimes
+        data = datasets(cfg)
+        C = cfg.C
+        for reg, eps, comps in (("high", 0.5, (C - 1,)), ("medium", 2.5, (0, 1)),
+                                ("low", 60.0, tuple(range(C)))):
+            task = cfg.task("ssl", 0, eps, comps)
+            for dn in (list(data) if reg != "high" else ["typical"]):
+                cases.append(_report_case(f"{cfg.name}/ssl-{reg}/{dn}", task, *data[dn],
+                                          len(cases)))
     # two-stage-sized stage I (§9.6): every configuration, the ε regimes, every dataset at
     # the low regime; hostile grids (appended: earlier cases keep their keys)
     for cfg in CONFIGS + RANGED:
@@ -418,6 +444,9 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
     """(name, task dict or text, overrides of the Task message / device) per case."""
     b = _base()
     rng = _with(b, range=list(MEAN_RANGE), bound=MEAN_RANGE[1] / 2 - MEAN_RANGE[0] / 2)
+    grp = dict(GROUPED[0].task("ssl", 0, 2.0, (0, 1)).to_dict(), query_id="q-mean")
+    by_ok = {"datasets": [SCALAR, dict(SCALAR, name="country", values="categorical",
+                                       alphabet=3)]}
     l2 = _base("l2-gauss", "two-stage", 1, 60.0, (0, 1, 2, 3, 4, 5))
     sgd = _base("sgd-logistic", "ssl", 0, 1.0, (0,))
     cls = _base("classify", "ssl", 0, 1.0, (0,))
@@ -554,6 +583,26 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
          {}),
         ("param-range-huge-int", _text(rng).replace('"range":[0.1,1.3]',
                                                     '"range":[0.1,' + "9" * 400 + "]"), {}),
+        ("accepted-grouped", grp, by_ok),
+        ("dataset-grouped-by-missing", grp, {"datasets": [SCALAR]}),
+        ("declaration-grouped-by-real", grp, {"datasets": [SCALAR, dict(SCALAR, name="country",
+                                                                          values="real")]}),
+        ("declaration-grouped-by-alphabet", grp, {"datasets": [SCALAR, dict(
+            SCALAR, name="country", values="categorical", alphabet=4)]}),
+        ("declaration-grouped-by-vector", grp, {"datasets": [SCALAR, dict(SCALAR, name="country",
+                                                                            dim=2)]}),
+        ("declaration-grouped-values-categorical", grp, {"datasets": [
+            dict(SCALAR, values="categorical"), dict(SCALAR, name="country")]}),
+        ("field-by-number", _with(grp, by=5), by_ok),
+        ("field-by-null", _with(grp, by=None), by_ok),
+        ("param-by-missing", _with(grp, by=_DROP), by_ok),
+        ("param-by-empty", _with(grp, by=""), by_ok),
+        ("param-by-on-mean", _with(b, by="country"), by_ok),
+        ("param-grouped-method", _with(grp, method="baseline-b"), by_ok),
+        ("param-grouped-one-group", _with(grp, dim=1, components=[0], intervals=[[-0.5, 0.5]]),
+         by_ok),
+        ("limit-grouped-groups", _with(grp, dim=2000), by_ok),
+        ("param-grouped-bound-null", _with(grp, bound=None, range=_DROP), by_ok),
         ("accepted-range-int", _text(rng).replace('"range":[0.1,1.3]', '"range":[0,1]')
          .replace('"bound":' + repr(rng["bound"]), '"bound":0.5'), {}),
         ("param-m_ref-zero", _with(b, m_ref=0), {}),
@@ -747,8 +796,19 @@ _REGISTRATIONS: list[tuple[str, Any, Any, int | None]] = [
 ] + numeric_strings()
 
 
+#: a device's group from its categorical dataset (kind mean-by, protocol §12.3)
+_GROUP_OF = [("mode", [2.0, 2.0, 1.0], 3), ("tie-smallest", [1.0, 0.0, 0.0, 1.0], 3),
+             ("unusable-skipped", [2.0, math.nan, 7.0, 1.5, -1.0, math.inf, 2.0, 0.0], 3),
+             ("none", [math.nan, 3.0, -1.0], 3), ("empty", [], 2),
+             ("negative-zero", [-0.0, 1.0, -0.0], 2), ("huge", [1e308, 4.0, 4.0], 5)]
+
+
 def registrations() -> dict[str, Any]:
-    cases = []
+    from uldp.client.kinds.grouped import group_of
+
+    cases: list[dict[str, Any]] = [
+        {"name": f"group-of/{name}", "op": "group_of", "samples": enc(vals), "groups": G,
+         "group": enc(group_of(vals, G))} for name, vals, G in _GROUP_OF]
     for name, samples, labels, dim in _REGISTRATIONS:
         x = coerce_values(samples, dim)
         y = align_labels(labels, x.shape[0]) if labels is not None else None

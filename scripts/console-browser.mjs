@@ -110,6 +110,26 @@ try {
   const here = curve.find((p) => p[0] === Number(FORM.epsilon));
   ok(here && Math.abs(here[1] / (2 * half) - 1) <= 0.1, `preview: the ε curve at ε = ${FORM.epsilon} (${here && here[1].toFixed(4)}) is the likely width ${(2 * half).toFixed(4)}`);
   console.log(`PREVIEW ${JSON.stringify({ half_width: half, method, curve })}`);
+  // issue 29 item 7: the KPI states the full width the curves plot; no axis label is cut;
+  // a distribution's form has no support bound
+  const kpi = await page.textContent("#likely");
+  ok(kpi.startsWith((2 * half).toFixed(4)), `preview: the KPI shows the full width (${kpi}), as the curves`);
+  // (4000 users: the users axis ends at 16 000, a long label at the chart's right edge)
+  await page.fill("#f-users", "4000");
+  await page.waitForFunction(() => [...document.querySelectorAll("#preview-curves svg:nth-child(2) circle.point")]
+    .some((c) => Number(c.dataset.x) === 16000), null, { timeout: 60_000 });
+  const cut = await page.$$eval("#preview-curves svg", (svgs) => svgs.flatMap((s) => [...s.querySelectorAll(".axis text")].map((t) => {
+    const b = t.getBBox(), vb = s.viewBox.baseVal;
+    return b.x < vb.x - 0.5 || b.x + b.width > vb.x + vb.width + 0.5 ? t.textContent : null;
+  })).filter(Boolean));
+  ok(cut.length === 0, `preview: no axis label is cut by its chart (${cut.join(", ") || "none"})`);
+  await page.fill("#f-users", String(FORM.users));
+  await page.selectOption("#f-kind", "distribution");
+  ok(await page.isHidden("#f-bound") && await page.isHidden("#f-lo"), "form: no support bound or range for a distribution");
+  await page.selectOption("#f-kind", FORM.kind);
+  ok(await page.isVisible("#f-bound") && await page.isVisible("#f-lo"), "form: the bound and the range are back for a mean");
+  await page.waitForFunction((h) => Number(document.querySelector("#preview")?.getAttribute("data-half-width")) === h, half,
+    { timeout: 60_000 });
   await shot("console-preview");
   await page.click("#create");
   await page.waitForURL(/#\/query\//, { timeout: 60_000 });

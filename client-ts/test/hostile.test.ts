@@ -8,7 +8,8 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import {
-  alg1Params, binIndex, fallbacks, KINDS, parseTask, RandomSource, stage1Report, taskDigest, TaskRefused,
+  alg1Params, binIndex, fallbacks, KINDS, parseTask, RandomSource, stage1Report, statistics, taskDigest, TaskRefused,
+  usable,
 } from "../src/core/index.js";
 import { Device, type DeviceTransportLike, type ReportMessage, type TaskMessage } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
@@ -234,4 +235,26 @@ test("hostile ranges are refused before any charge, whatever the data; clamping 
   for (const o of outcomes) {
     assert.deepEqual(o, [HOSTILE_RANGES.map((_, i) => `h${i}:param`), ["ok"], 1n << 24n, HOSTILE_RANGES.map(() => undefined)]);
   }
+});
+
+// ---- grouped means (kind mean-by, issue 29; Python: tests/test_groupby.py) ---------------------
+test("a grouped task: the group comes from the by dataset; without it the task is declined before any charge", async () => {
+  const GROUPED = { kind: "mean-by", method: "ssl", stage: 0, bins: [], dim: 3, by: "country", bound: 60, range: [0, 120],
+    epsilon: 1, eps_c: 1 / 6, components: [0, 1, 2, 3, 4, 5],
+    intervals: [[-0.5, 0.5], [-60, 60], [-0.5, 0.5], [-60, 60], [-0.5, 0.5], [-60, 60]] };
+  const outcomes = [];
+  for (const country of [[2, 2, 0], undefined]) {
+    const fake = new Recorder();
+    const d = await open(fake);
+    d.addDataset("data", [150, 30, 60]);
+    if (country) d.addDataset("country", country, undefined, { values: "categorical" });
+    fake.tasks = [msg("qg", GROUPED, 6)];
+    const r = await d.poll();
+    outcomes.push([r.refused.map((x) => `${x.queryId}:${x.code}`), r.submitted, fake.reports.length, d.ledger.spentUnits() > 0n,
+      d.clamped.get("qg")]);
+  }
+  assert.deepEqual(outcomes, [[[], ["qg"], 1, true, 1], [["qg:dataset"], [], 0, false, undefined]]);
+  const t = parseTask(text(GROUPED));
+  const rows = [[150, 2], [30, 2], [60, 2]].map((r) => Float64Array.from(r));
+  assert.deepEqual(statistics(t, KINDS["mean-by"], rows, usable(t, KINDS["mean-by"], rows)), [-0.5, 0, -0.5, 0, 0.5, 10]);
 });

@@ -166,3 +166,37 @@ test("negative control: a method drawing at twice its claimed ε is flagged", ()
   }
   assert.ok(worst > Number(claimed.units) / 2 ** 24 + 0.3, `not flagged (${worst})`);
 });
+
+// ---- grouped means (kind mean-by, issue 29; Python: tests/test_groupby.py) ---------------------
+test("method audit: mean-by — the report of a device in group A and in group B is within ε", () => {
+  for (const [eps, comps] of [[0.5, [0]], [3.0, [0, 1, 2]], [60, [0, 1, 2, 3, 4, 5]]] as [number, number[]][]) {
+    const t = parseTask(taskJson({ kind: "mean-by", method: "ssl", dim: 3, by: "country", epsilon: eps,
+      eps_c: eps / comps.length, components: comps, range: [0, 120], bound: 60,
+      intervals: comps.map((c) => (c % 2 === 0 ? [-0.5, 0.5] : [-60, 60])) }));
+    const spent = Number(t.units) / 2 ** 24;
+    const kind = KINDS[t.kind];
+    const ll = (vals: number[], codes: number[], z: bigint[]): number => {
+      const rows = taskRows(t, vals, codes);
+      const Y = statistics(t, kind, rows, usable(t, kind, rows));
+      return stage2LogLikelihood(t.components.map((c) => Y[c]), z, t.intervals as Interval[], t.epsC);
+    };
+    const vals = [10, 115, 60, 60];
+    const D: [number[], number[]][] = [0, 1, 2].map((g) => [vals, [g, g, g, g]]);
+    D.push([[200, 200], [0, 0]], [[-50, -50], [2, 2]], [vals, [NaN, NaN, NaN, NaN]], [[], []]);
+    const rng = RandomSource.seeded(`method-audit-mean-by-${eps}`);
+    let worst = 0;
+    for (let i = 0; i < D.length; i++) {
+      for (let j = i + 1; j < D.length; j++) {
+        for (const [sv, sc] of [D[i], D[j]]) {
+          const z = computeReport(t, sv, sc, rng);
+          for (const p of [z, z.map((v) => v + FAR), z.map((v) => v - FAR)]) {
+            const r = ll(D[i][0], D[i][1], p) - ll(D[j][0], D[j][1], p);
+            assert.ok(Math.abs(r) <= spent + TOL, `mean-by ε=${eps}: log ratio ${r} > ${spent}`);
+            worst = Math.max(worst, Math.abs(r));
+          }
+        }
+      }
+    }
+    assert.ok(worst >= 0.3 * spent, `mean-by ε=${eps}: the audit never approached ε (${worst} vs ${spent})`);
+  }
+});

@@ -10,7 +10,7 @@ A new kind is one module that calls :func:`register_kind` plus one import line h
 ``docs/architecture.md``, "Adding a kind").
 """
 
-from uldp.client.kinds import distribution, learning, means
+from uldp.client.kinds import distribution, grouped, learning, means
 from uldp.client.kinds.base import (
     HEAVY_GUARD,
     KINDS,
@@ -34,6 +34,7 @@ __all__ = [
     "check_samples",
     "count_clamped",
     "distribution",
+    "grouped",
     "kashin_frame",
     "learning",
     "masked_mean",

@@ -155,9 +155,20 @@ class Kind:
     #: how many finite entries of a dataset's samples the task clamps into its range (a
     #: device logs it locally, never sends it); None: the kind has no value range
     clamped: Callable[[TaskSpec, np.ndarray], int] | None = None
+    #: the device methods a task of this kind may use (None: every method)
+    methods: tuple[str, ...] | None = None
+    #: a grouped kind: its samples' codes come from the categorical dataset the task names
+    #: in ``by`` (``uldp.client.kinds.grouped``); only such kinds take ``by``
+    grouped: bool = False
 
     def check(self, task: TaskSpec) -> int:
         """Validate the kind's public values; returns the number of components."""
+        if self.methods is not None and task.method not in self.methods:
+            raise TaskRefused(f"kind {self.name!r} runs with method "
+                              f"{' or '.join(self.methods)}, not {task.method!r}")
+        if (task.by is not None) != self.grouped:
+            raise TaskRefused(f"kind {self.name!r} needs by (its groups' dataset)"
+                              if self.grouped else f"kind {self.name!r} takes no by")
         if task.stat_bound is not None and not self.heavy_tails:
             raise TaskRefused(f"kind {self.name!r} has no heavy-tailed form (stat_bound)")
         if task.bound is None and task.stat_bound is None and self.needs_bound:

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as uldp_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15uldp/v1/analyst.proto\x12\x07uldp.v1\x1a\x14uldp/v1/common.proto\"\xa2\x02\n\x12\x43reateQueryRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\x0f\n\x07\x64\x61taset\x18\x03 \x01(\t\x12\r\n\x05\x62ound\x18\x04 \x01(\x01\x12\x0f\n\x07samples\x18\x05 \x01(\r\x12\r\n\x05users\x18\x06 \x01(\r\x12\x0b\n\x03\x64im\x18\x07 \x01(\r\x12\x0e\n\x06method\x18\x08 \x01(\t\x12\x13\n\x0bparams_json\x18\t \x01(\t\x12\x1d\n\x15phase_timeout_seconds\x18\n \x01(\x01\x12\x10\n\x08query_id\x18\x0b \x01(\t\x12\x0f\n\x02lo\x18\x0c \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x02hi\x18\r \x01(\x01H\x01\x88\x01\x01\x12\n\n\x02\x62y\x18\x0e \x01(\t\x12\x0e\n\x06groups\x18\x0f \x03(\tB\x05\n\x03_loB\x05\n\x03_hi\"\xcc\x01\n\x0bPhaseStatus\x12\r\n\x05index\x18\x01 \x01(\r\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.uldp.v1.PhaseState\x12\r\n\x05quota\x18\x03 \x01(\x04\x12\x10\n\x08received\x18\x04 \x01(\x04\x12\x14\n\x0copened_at_ms\x18\x05 \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x06 \x01(\x03\x12\x14\n\x0c\x63losed_at_ms\x18\x07 \x01(\x03\x12\x16\n\x0epublished_json\x18\x08 \x01(\t\x12\x10\n\x08\x64\x65\x63lined\x18\t \x01(\x04\"\xbc\x02\n\x05Query\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x03 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\"\n\x05state\x18\x05 \x01(\x0e\x32\x13.uldp.v1.QueryState\x12\x15\n\rcurrent_phase\x18\x06 \x01(\r\x12$\n\x06phases\x18\x07 \x03(\x0b\x32\x14.uldp.v1.PhaseStatus\x12\x10\n\x08\x61ssigned\x18\x08 \x01(\x04\x12\x14\n\x0ctarget_users\x18\t \x01(\x04\x12\x15\n\rcreated_at_ms\x18\n \x01(\x03\x12\x16\n\x0e\x66inished_at_ms\x18\x0b \x01(\x03\x12\x11\n\tspec_json\x18\x0c \x01(\t\x12\r\n\x05\x65rror\x18\r \x01(\t\x12\x17\n\x0f\x61llow_simulated\x18\x0e \x01(\x08\"8\n\x12ListQueriesRequest\x12\"\n\x05state\x18\x01 \x01(\x0e\x32\x13.uldp.v1.QueryState\"6\n\x13ListQueriesResponse\x12\x1f\n\x07queries\x18\x01 \x03(\x0b\x32\x0e.uldp.v1.Query\"#\n\x0fGetQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"&\n\x12\x43\x61ncelQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"$\n\x10GetResultRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"\xa4\x01\n\x0bQueryResult\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\x01\x12\x0e\n\x06\x63i_low\x18\x04 \x03(\x01\x12\x0f\n\x07\x63i_high\x18\x05 \x03(\x01\x12\x12\n\nconfidence\x18\x06 \x01(\x01\x12\x19\n\x11reports_per_phase\x18\x07 \x03(\x04\x12\x15\n\restimate_json\x18\x08 \x01(\t\"%\n\x11WatchQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t2\x82\x03\n\x0e\x41nalystService\x12:\n\x0b\x43reateQuery\x12\x1b.uldp.v1.CreateQueryRequest\x1a\x0e.uldp.v1.Query\x12H\n\x0bListQueries\x12\x1b.uldp.v1.ListQueriesRequest\x1a\x1c.uldp.v1.ListQueriesResponse\x12\x34\n\x08GetQuery\x12\x18.uldp.v1.GetQueryRequest\x1a\x0e.uldp.v1.Query\x12:\n\x0b\x43\x61ncelQuery\x12\x1b.uldp.v1.CancelQueryRequest\x1a\x0e.uldp.v1.Query\x12<\n\tGetResult\x12\x19.uldp.v1.GetResultRequest\x1a\x14.uldp.v1.QueryResult\x12:\n\nWatchQuery\x12\x1a.uldp.v1.WatchQueryRequest\x1a\x0e.uldp.v1.Query0\x01\x42;\n\x0borg.uldp.v1P\x01Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15uldp/v1/analyst.proto\x12\x07uldp.v1\x1a\x14uldp/v1/common.proto\"\xd6\x01\n\x12\x43reateQueryRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x02 \x01(\x01\x12\x0f\n\x07\x64\x61taset\x18\x03 \x01(\t\x12\r\n\x05\x62ound\x18\x04 \x01(\x01\x12\x0f\n\x07samples\x18\x05 \x01(\r\x12\r\n\x05users\x18\x06 \x01(\r\x12\x0b\n\x03\x64im\x18\x07 \x01(\r\x12\x0e\n\x06method\x18\x08 \x01(\t\x12\x13\n\x0bparams_json\x18\t \x01(\t\x12\x1d\n\x15phase_timeout_seconds\x18\n \x01(\x01\x12\x10\n\x08query_id\x18\x0b \x01(\t\"\xcc\x01\n\x0bPhaseStatus\x12\r\n\x05index\x18\x01 \x01(\r\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.uldp.v1.PhaseState\x12\r\n\x05quota\x18\x03 \x01(\x04\x12\x10\n\x08received\x18\x04 \x01(\x04\x12\x14\n\x0copened_at_ms\x18\x05 \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x06 \x01(\x03\x12\x14\n\x0c\x63losed_at_ms\x18\x07 \x01(\x03\x12\x16\n\x0epublished_json\x18\x08 \x01(\t\x12\x10\n\x08\x64\x65\x63lined\x18\t \x01(\x04\"\xbc\x02\n\x05Query\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x03 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\"\n\x05state\x18\x05 \x01(\x0e\x32\x13.uldp.v1.QueryState\x12\x15\n\rcurrent_phase\x18\x06 \x01(\r\x12$\n\x06phases\x18\x07 \x03(\x0b\x32\x14.uldp.v1.PhaseStatus\x12\x10\n\x08\x61ssigned\x18\x08 \x01(\x04\x12\x14\n\x0ctarget_users\x18\t \x01(\x04\x12\x15\n\rcreated_at_ms\x18\n \x01(\x03\x12\x16\n\x0e\x66inished_at_ms\x18\x0b \x01(\x03\x12\x11\n\tspec_json\x18\x0c \x01(\t\x12\r\n\x05\x65rror\x18\r \x01(\t\x12\x17\n\x0f\x61llow_simulated\x18\x0e \x01(\x08\"8\n\x12ListQueriesRequest\x12\"\n\x05state\x18\x01 \x01(\x0e\x32\x13.uldp.v1.QueryState\"6\n\x13ListQueriesResponse\x12\x1f\n\x07queries\x18\x01 \x03(\x0b\x32\x0e.uldp.v1.Query\"#\n\x0fGetQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"&\n\x12\x43\x61ncelQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"$\n\x10GetResultRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"\xa4\x01\n\x0bQueryResult\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\x01\x12\x0e\n\x06\x63i_low\x18\x04 \x03(\x01\x12\x0f\n\x07\x63i_high\x18\x05 \x03(\x01\x12\x12\n\nconfidence\x18\x06 \x01(\x01\x12\x19\n\x11reports_per_phase\x18\x07 \x03(\x04\x12\x15\n\restimate_json\x18\x08 \x01(\t\"%\n\x11WatchQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t2\x82\x03\n\x0e\x41nalystService\x12:\n\x0b\x43reateQuery\x12\x1b.uldp.v1.CreateQueryRequest\x1a\x0e.uldp.v1.Query\x12H\n\x0bListQueries\x12\x1b.uldp.v1.ListQueriesRequest\x1a\x1c.uldp.v1.ListQueriesResponse\x12\x34\n\x08GetQuery\x12\x18.uldp.v1.GetQueryRequest\x1a\x0e.uldp.v1.Query\x12:\n\x0b\x43\x61ncelQuery\x12\x1b.uldp.v1.CancelQueryRequest\x1a\x0e.uldp.v1.Query\x12<\n\tGetResult\x12\x19.uldp.v1.GetResultRequest\x1a\x14.uldp.v1.QueryResult\x12:\n\nWatchQuery\x12\x1a.uldp.v1.WatchQueryRequest\x1a\x0e.uldp.v1.Query0\x01\x42;\n\x0borg.uldp.v1P\x01Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,25 +35,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\013org.uldp.v1P\001Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1'
   _globals['_CREATEQUERYREQUEST']._serialized_start=57
-  _globals['_CREATEQUERYREQUEST']._serialized_end=347
-  _globals['_PHASESTATUS']._serialized_start=350
-  _globals['_PHASESTATUS']._serialized_end=554
-  _globals['_QUERY']._serialized_start=557
-  _globals['_QUERY']._serialized_end=873
-  _globals['_LISTQUERIESREQUEST']._serialized_start=875
-  _globals['_LISTQUERIESREQUEST']._serialized_end=931
-  _globals['_LISTQUERIESRESPONSE']._serialized_start=933
-  _globals['_LISTQUERIESRESPONSE']._serialized_end=987
-  _globals['_GETQUERYREQUEST']._serialized_start=989
-  _globals['_GETQUERYREQUEST']._serialized_end=1024
-  _globals['_CANCELQUERYREQUEST']._serialized_start=1026
-  _globals['_CANCELQUERYREQUEST']._serialized_end=1064
-  _globals['_GETRESULTREQUEST']._serialized_start=1066
-  _globals['_GETRESULTREQUEST']._serialized_end=1102
-  _globals['_QUERYRESULT']._serialized_start=1105
-  _globals['_QUERYRESULT']._serialized_end=1269
-  _globals['_WATCHQUERYREQUEST']._serialized_start=1271
-  _globals['_WATCHQUERYREQUEST']._serialized_end=1308
-  _globals['_ANALYSTSERVICE']._serialized_start=1311
-  _globals['_ANALYSTSERVICE']._serialized_end=1697
+  _globals['_CREATEQUERYREQUEST']._serialized_end=271
+  _globals['_PHASESTATUS']._serialized_start=274
+  _globals['_PHASESTATUS']._serialized_end=478
+  _globals['_QUERY']._serialized_start=481
+  _globals['_QUERY']._serialized_end=797
+  _globals['_LISTQUERIESREQUEST']._serialized_start=799
+  _globals['_LISTQUERIESREQUEST']._serialized_end=855
+  _globals['_LISTQUERIESRESPONSE']._serialized_start=857
+  _globals['_LISTQUERIESRESPONSE']._serialized_end=911
+  _globals['_GETQUERYREQUEST']._serialized_start=913
+  _globals['_GETQUERYREQUEST']._serialized_end=948
+  _globals['_CANCELQUERYREQUEST']._serialized_start=950
+  _globals['_CANCELQUERYREQUEST']._serialized_end=988
+  _globals['_GETRESULTREQUEST']._serialized_start=990
+  _globals['_GETRESULTREQUEST']._serialized_end=1026
+  _globals['_QUERYRESULT']._serialized_start=1029
+  _globals['_QUERYRESULT']._serialized_end=1193
+  _globals['_WATCHQUERYREQUEST']._serialized_start=1195
+  _globals['_WATCHQUERYREQUEST']._serialized_end=1232
+  _globals['_ANALYSTSERVICE']._serialized_start=1235
+  _globals['_ANALYSTSERVICE']._serialized_end=1621
 # @@protoc_insertion_point(module_scope)

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateQueryRequest(_message.Message):
-    __slots__ = ("kind", "epsilon", "dataset", "bound", "samples", "users", "dim", "method", "params_json", "phase_timeout_seconds", "query_id", "lo", "hi", "by", "groups")
+    __slots__ = ("kind", "epsilon", "dataset", "bound", "samples", "users", "dim", "method", "params_json", "phase_timeout_seconds", "query_id")
     KIND_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
@@ -21,10 +21,6 @@ class CreateQueryRequest(_message.Message):
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     PHASE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
-    LO_FIELD_NUMBER: _ClassVar[int]
-    HI_FIELD_NUMBER: _ClassVar[int]
-    BY_FIELD_NUMBER: _ClassVar[int]
-    GROUPS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     epsilon: float
     dataset: str
@@ -36,11 +32,7 @@ class CreateQueryRequest(_message.Message):
     params_json: str
     phase_timeout_seconds: float
     query_id: str
-    lo: float
-    hi: float
-    by: str
-    groups: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., dataset: _Optional[str] = ..., bound: _Optional[float] = ..., samples: _Optional[int] = ..., users: _Optional[int] = ..., dim: _Optional[int] = ..., method: _Optional[str] = ..., params_json: _Optional[str] = ..., phase_timeout_seconds: _Optional[float] = ..., query_id: _Optional[str] = ..., lo: _Optional[float] = ..., hi: _Optional[float] = ..., by: _Optional[str] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, kind: _Optional[str] = ..., epsilon: _Optional[float] = ..., dataset: _Optional[str] = ..., bound: _Optional[float] = ..., samples: _Optional[int] = ..., users: _Optional[int] = ..., dim: _Optional[int] = ..., method: _Optional[str] = ..., params_json: _Optional[str] = ..., phase_timeout_seconds: _Optional[float] = ..., query_id: _Optional[str] = ...) -> None: ...
 
 class PhaseStatus(_message.Message):
     __slots__ = ("index", "state", "quota", "received", "opened_at_ms", "deadline_ms", "closed_at_ms", "published_json", "declined")

@@ -83,13 +83,14 @@ class AnalystServiceServicer:
         [2^-24, 2^20]; bound not 0 and outside [2^-40, 2^40]; samples
         outside [1, 2^20] (the devices' limit on m_ref); users outside
         [2, the collector's maximum, 10 000 000 by default]; dim above
-        4096; lo or hi outside [-2^40, 2^40]; by longer than 256
-        characters; more than 256 groups or a group name not of 1..64
-        characters; phase_timeout_seconds not 0 and outside
+        4096; phase_timeout_seconds not 0 and outside
         [1, 31 622 400] (366 days); params_json "moment_p" outside
         [2, 64], "moment_m" not positive or its moment_p-th root outside
         [2^-40, 2^40], "confidence" outside [0.5, 0.999999],
-        "frame_seed" not an integer in [0, 2^53 - 1]; then which fields
+        "frame_seed" not an integer in [0, 2^53 - 1], "lo" or "hi" not a
+        number in [-2^40, 2^40], "by" not a string of 1..256 characters,
+        "groups" not a list of at most 256 strings of 1..64 characters;
+        then which fields
         go together (the same rules and messages as the Python API,
         `uldp query create` and the console: moment_p with moment_m; bound,
         lo/hi and the moments as alternatives; lo and hi together with

@@ -97,7 +97,8 @@ def _request(kind: str, epsilon: float, dataset: str, users: int, samples: int,
     for key in ("dim", "bound"):
         if kw.get(key) is None:
             kw[key] = 0
-    kw["groups"] = tuple(kw.get("groups") or ())
+    if kw.get("groups") is not None:
+        kw["groups"] = tuple(kw["groups"])
     return QueryRequest(kind=kind, epsilon=epsilon, dataset=dataset, users=users,
                         samples=samples, params=params or None, **kw)
 

@@ -12,6 +12,7 @@ query will likely give before it runs (``uldp.collector.analyst.preview``).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,8 @@ PHASE_STATE = {common_pb2.PHASE_STATE_PENDING: "pending", common_pb2.PHASE_STATE
 #: what each kind's values estimate (invariant 7: every estimate names its estimand)
 ESTIMANDS = {
     "mean": "mean over users of each user's mean",
+    "mean-by": "per group: mean over the group's users of each user's mean, then each "
+               "group's share of the users who reported",
     "mean-linf": "mean over users of each user's mean vector",
     "mean-l2": "mean over users of each user's mean vector",
     "mean-l1": "mean over users of each user's mean vector",
@@ -173,6 +176,22 @@ class Result:
         """Notes the result carries: the plan's (e.g. too few users for an informative
         interval) and the data's (many users at an end of the range; docs/analyst.md)."""
         return tuple(str(a) for a in self.estimate.get("advisories") or ())
+
+    def groups(self) -> list[dict[str, Any]]:
+        """A grouped mean (kind ``mean-by``): one record per group — ``group`` (its
+        name), ``mean`` with ``mean_low``/``mean_high``, ``share`` of the users who
+        reported with ``share_low``/``share_high``, and ``users`` (their number) with
+        ``users_low``/``users_high``. Empty for every other kind."""
+        names = self.estimate.get("groups")
+        if self.kind != "mean-by" or not names:
+            return []
+        G, counts = len(names), self.estimate.get("counts_by_group") or {}
+        n = lambda key, g: float((counts.get(key) or [math.nan] * G)[g])  # noqa: E731
+        return [{"group": str(name), "mean": self.values[g], "mean_low": self.ci_low[g],
+                 "mean_high": self.ci_high[g], "share": self.values[G + g],
+                 "share_low": self.ci_low[G + g], "share_high": self.ci_high[G + g],
+                 "users": n("values", g), "users_low": n("ci_low", g),
+                 "users_high": n("ci_high", g)} for g, name in enumerate(names)]
 
     @property
     def edge_share(self) -> tuple[tuple[float, float] | None, ...] | None:

@@ -3,6 +3,7 @@
 * ``uldp simulate KIND``: a whole query in-process over a simulated fleet (issue 2).
 * ``uldp collector|query|fleet|demo``: the gRPC service (``service_cli``).
 * ``uldp central``: central user-level DP releases from a CSV file (``central/cli``).
+* ``uldp privacy shuffle``: the central ε of shuffle mode (``cli/privacy``).
 """
 
 from __future__ import annotations
@@ -130,8 +131,12 @@ def _read_own_data(args: argparse.Namespace) -> Any:
     if (args.lo is None) != (args.hi is None) or (args.lo is not None and not args.lo < args.hi):
         raise ValueError("--lo and --hi go together, with --lo below --hi (the public range "
                          "of one value)")
+    from uldp.collector.service.requests import LIMITS
+
+    # a range taken from the data must be one a query can state (|lo|, |hi| <= 2^40)
+    bound = LIMITS.max_range_end if args.lo is None and args.kind != "distribution" else None
     return read_user_csv(args.data, args.user_col, args.value_col, label_col=args.label_col,
-                         category_col=args.category_col)
+                         category_col=args.category_col, max_abs=bound)
 
 
 def _data_range(data: Any, lo: float | None, hi: float | None
@@ -366,7 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
                "shown as one line (--debug adds the traceback); 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_simulate(sub)
-    for module in ("uldp.collector.cli.service", "uldp.collector.central.cli"):
+    for module in ("uldp.collector.cli.service", "uldp.collector.central.cli",
+                   "uldp.collector.cli.privacy"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

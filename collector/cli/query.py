@@ -146,6 +146,9 @@ def _cmd_query_result(a: argparse.Namespace) -> int:
     if r.central is not None:
         print(f"central guarantee (shuffled): epsilon={r.central.epsilon:.4g}, "
               f"delta={r.central.delta:g}")
+    if r.kind == "mean-by":
+        _print_groups(r)
+        return 0
     rows = [[str(i), f"{v:+.5f}", f"[{lo:+.5f}, {hi:+.5f}]"]
             for i, (v, lo, hi) in enumerate(zip(r.values, r.ci_low, r.ci_high, strict=True))]
     edges = r.edge_share
@@ -158,6 +161,17 @@ def _cmd_query_result(a: argparse.Namespace) -> int:
     for note in r.advisories:
         print(f"note: {note}")
     return 0
+
+
+def _print_groups(r: Any) -> None:
+    """A grouped mean: one row per group, its mean and its number of users with their
+    intervals (``Result.groups()``)."""
+    rows = [[g["group"], f"{g['mean']:+.5f}", f"[{g['mean_low']:+.5f}, {g['mean_high']:+.5f}]",
+             f"{g['users']:.0f}", f"[{g['users_low']:.0f}, {g['users_high']:.0f}]"]
+            for g in r.groups()]
+    print(table(rows, ["GROUP", "MEAN", "INTERVAL", "USERS", "INTERVAL"]))
+    for note in r.advisories:
+        print(f"note: {note}")
 
 
 def _cmd_query_cancel(a: argparse.Namespace) -> int:

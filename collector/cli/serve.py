@@ -27,9 +27,15 @@ from uldp.collector.cli.common import (
     ready_file,
     wait_for_signal,
 )
+from uldp.collector.cli.connections import (
+    add_connection_flags,
+    connection_limits,
+    trusted_proxies,
+)
 from uldp.collector.cli.util import (
     OperatorError,
     nonneg_float,
+    open_unit_float,
     port_number,
     positive_float,
     positive_int,
@@ -190,8 +196,9 @@ def _metrics_token(a: argparse.Namespace) -> Path | None:
     return path
 
 
-def _server_config(a: argparse.Namespace, files: _Files) -> Any:
+def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None) -> Any:
     from uldp.collector.service.core import CoreConfig
+    from uldp.collector.service.odometer import CentralBudget
     from uldp.collector.service.server import ServerConfig
 
     return ServerConfig(
@@ -201,14 +208,16 @@ def _server_config(a: argparse.Namespace, files: _Files) -> Any:
         max_message_bytes=a.max_message_bytes, workers=a.workers, name=a.name,
         mode=a.server_mode, shuffler_port=a.shuffler_port,
         shuffler_ca=Path(a.shuffler_ca) if a.shuffler_ca else None,
-        shuffler_name=a.shuffler_name,
+        shuffler_name=a.shuffler_name, connections=connections,
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
                         commit_linger_ms=a.commit_linger_ms,
                         allow_simulated=a.allow_simulated,
                         enroll_peer_limit=a.enroll_peer_limit,
                         enroll_credential_limit=("auto" if a.enroll_credential_limit is None
                                                  else a.enroll_credential_limit),
-                        enrolment_verifier=_verifier(files.attestation_key)))
+                        enrolment_verifier=_verifier(files.attestation_key),
+                        central_budget=CentralBudget(a.central_budget or None,
+                                                     a.central_delta)))
 
 
 def _verifier(path: Path | None) -> Any:
@@ -272,6 +281,8 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     files = _check_files(a)
     _check_db_location(a.db)
     cors = cors_origins(a)
+    proxies = trusted_proxies(a)
+    plan, http_limits = connection_limits(a, http=a.http_port is not None)
     if not a.reuse_port:
         _check_port_free(a.host, a.port)
         if a.http_port is not None:
@@ -286,11 +297,11 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     if db_file is not None:
         restrict_sqlite_files(db_file)
     configure_logging(level, a.log_format, replica=a.name)
-    cfg = _server_config(a, files)
+    cfg = _server_config(a, files, plan)
     children = _start_siblings(a, cfg)
     try:
         srv = _open_server(CollectorServer, cfg)
-        front = _http_front(a, srv, files, cors)
+        front = _http_front(a, srv, files, cors, (http_limits, proxies))
     except BaseException:
         _stop_children(children)
         raise
@@ -298,8 +309,9 @@ def _cmd_serve(a: argparse.Namespace) -> int:
 
 
 def _http_front(a: argparse.Namespace, srv: Any, files: _Files,
-                cors: frozenset[str]) -> Any:
-    """The HTTP port (Connect, gRPC-Web, /healthz) over the server's core, or None."""
+                cors: frozenset[str], guard: tuple[Any, tuple[str, ...]]) -> Any:
+    """The HTTP port (Connect, gRPC-Web, /healthz) over the server's core, or None
+    (``guard``: its connection limits and trusted proxies)."""
     if a.http_port is None:
         return None
     from uldp.collector.http import HttpConfig, attach_front
@@ -310,7 +322,8 @@ def _http_front(a: argparse.Namespace, srv: Any, files: _Files,
             tls_client_ca=files.client_ca, cors_origins=cors,
             max_message_bytes=a.max_message_bytes,
             reuse_port=a.reuse_port or a.processes > 1,
-            metrics_token_file=files.metrics_token))
+            metrics_token_file=files.metrics_token, limits=guard[0],
+            trusted_proxies=guard[1]))
     except OSError as exc:
         srv.stop()
         raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
@@ -434,7 +447,9 @@ def add_serve_parser(sc: Any) -> None:
                    help="a web origin (scheme://host[:port]) whose pages may call the HTTP "
                         "port; repeat for more; * allows every origin (env "
                         "ULDP_CORS_ORIGINS, comma-separated; default: none)")
+    add_connection_flags(s)
     _tuning_flags(s)
+    _odometer_flags(s)
     s.set_defaults(func=_cmd_serve)
 
 
@@ -458,6 +473,19 @@ def _enrolment_flags(s: argparse.ArgumentParser) -> None:
                    help="new identities per credential (the attested subject, else the "
                         "enrollment secret): N/T or off (default 3/1d with "
                         "--attestation-key-file, else 100000/100s)")
+
+
+def _odometer_flags(s: argparse.ArgumentParser) -> None:
+    """Shuffle mode's privacy odometer (docs/privacy.md §7.2)."""
+    from uldp.collector.service.odometer import DEFAULT_BUDGET, DEFAULT_DELTA
+
+    s.add_argument("--central-budget", type=nonneg_float, default=DEFAULT_BUDGET,
+                   help="shuffle mode: the central ε each dataset's shuffled queries may "
+                        f"compose to (PLD accountant, at --central-delta); a query that would "
+                        f"exceed it is refused at create (default {DEFAULT_BUDGET:g}; 0: "
+                        "count only, refuse nothing)")
+    s.add_argument("--central-delta", type=open_unit_float, default=DEFAULT_DELTA,
+                   help=f"shuffle mode: the δ of the central budget (default {DEFAULT_DELTA:g})")
 
 
 def _tuning_flags(s: argparse.ArgumentParser) -> None:

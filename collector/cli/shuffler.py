@@ -15,6 +15,7 @@ from typing import Any
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 from uldp.collector.cli.common import cors_origins, env, readable_file, ready_file, wait_for_signal
+from uldp.collector.cli.connections import add_connection_flags, connection_limits, trusted_proxies
 from uldp.collector.cli.util import OperatorError, port_number, positive_float, positive_int
 
 __all__ = ["register"]
@@ -41,6 +42,7 @@ def _config(a: argparse.Namespace) -> Any:
         raise OperatorError(f"--http-port {a.http_port}: the same port as --port; give the "
                             "HTTP port its own number")
     cors_origins(a)
+    trusted_proxies(a)
     if ":" not in a.collector:
         raise OperatorError(f"--collector {a.collector!r}: give host:port of the collector's "
                             "shuffler port")
@@ -62,10 +64,13 @@ def _http_front(a: argparse.Namespace) -> Any:
     from uldp.collector.http import HttpConfig
     from uldp.collector.http.shuffler import shuffler_front
 
+    proxies = trusted_proxies(a)
+    limits = connection_limits(a, http=True)[1]
     try:
         return shuffler_front(HttpConfig(
             Path(a.tls_cert), Path(a.tls_key), host=a.host, port=a.http_port,
-            cors_origins=cors_origins(a), max_message_bytes=a.max_message_bytes))
+            cors_origins=cors_origins(a), max_message_bytes=a.max_message_bytes,
+            limits=limits, trusted_proxies=proxies))
     except OSError as exc:
         raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
                             f"{a.host}:{a.http_port}: {exc.strerror or exc}") from None
@@ -77,6 +82,9 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     cfg = _config(a)
     logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from uldp.collector.observe.logs import RateLimit
+    for h in logging.getLogger().handlers:
+        h.addFilter(RateLimit())
     os.umask(0o077)
     front = _http_front(a)  # both ports before anything is written
     try:
@@ -165,6 +173,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("--cors-origin", action="append", default=[],
                    help="a web origin (scheme://host[:port]) whose pages may call the HTTP "
                         "port; repeat for more; * allows every origin (default: none)")
+    add_connection_flags(s, "shuffler")
     s.add_argument("--ready-file", help="write HOST:PORT here once serving (removed on stop)")
     s.add_argument("--tls-cert", required=True, help="the shuffler's server certificate")
     s.add_argument("--tls-key", required=True, help="the shuffler's server key")

@@ -38,6 +38,7 @@ __all__ = [
     "finite_float",
     "nonneg_float",
     "nonneg_int",
+    "open_unit_float",
     "port_number",
     "positive_float",
     "positive_int",
@@ -72,7 +73,7 @@ def _int_in(text: str, lo: int, hi: int | None, expected: str) -> int:
 #: tests/test_cli_simulate.py checks the two agree); kept here so that building the parser
 #: does not import the planner
 METHODS = ("auto", "two-stage", "two-stage-paper", "two-stage-sized", "ssl", "baseline-a",
-           "baseline-b", "oracle")
+           "baseline-b", "oracle", "grouped-ssl")
 
 
 def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
@@ -165,6 +166,17 @@ def nonneg_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
     if not math.isfinite(v) or v < 0:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return v
+
+
+def open_unit_float(text: str) -> float:
+    """A number strictly between 0 and 1 (a δ)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
     return v
 
 

@@ -10,15 +10,25 @@ it, and a preflight is answered only for allowed origins. Requests without ``Ori
 (apps, gateways, curl) are not affected: CORS protects browsers' users, the device token
 protects the service. A page the collector serves itself (the analyst console) is of the
 collector's own origin: its calls are same-origin, never refused by the allow-list.
+
+Native gRPC (``content-type: application/grpc``) needs HTTP/2 trailers, which this port
+does not serve: such a request is answered ``415`` with ``grpc-status: 12``
+(UNIMPLEMENTED) and a message naming the gRPC port, before any route sees it. An
+exception a route lets out is answered ``500`` and logged as one line (the log filter of
+``uldp.collector.observe.logs`` bounds how many per second), never as a traceback per
+request.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ASGIApp", "CorsPolicy", "HttpApp", "respond"]
+
+log = logging.getLogger("uldp.collector.http")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -113,11 +123,24 @@ class HttpApp:
                     (b"access-control-max-age", b"7200")])
                 return
             cors.append((b"access-control-expose-headers", EXPOSED_HEADERS.encode()))
+        if _native_grpc(scope):
+            await respond(send, 415, b"native gRPC is served on the collector's gRPC port, "
+                          b"not here: this port speaks Connect and gRPC-Web\n",
+                          [*cors, (b"grpc-status", b"12"), (b"grpc-message",
+                           b"native%20gRPC%20is%20served%20on%20the%20gRPC%20port")])
+            return
         app = self._find(scope["path"])
         if app is None:
             await respond(send, 404, b"not found\n", cors)
             return
-        await app(scope, receive, _with_headers(send, cors) if cors else send)
+        sent = _Started(_with_headers(send, cors) if cors else send)
+        try:
+            await app(scope, receive, sent)
+        except Exception as exc:  # a bug or a broken connection: one line, no traceback
+            log.error("HTTP %s %s failed: %s: %s", scope.get("method"), scope["path"],
+                      type(exc).__name__, exc)
+            if not sent.started:
+                await respond(send, 500, b"internal error\n", cors)
 
     async def healthz(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``GET /healthz``: 200 while serving, 503 during shutdown (plain HTTP)."""
@@ -133,6 +156,27 @@ def _same_origin(scope: Scope, origin: str) -> bool:
     on same-origin POSTs too; CORS is for other origins."""
     host = _header(scope, b"host")
     return host is not None and origin == f"{scope.get('scheme', 'https')}://{host}"
+
+
+def _native_grpc(scope: Scope) -> bool:
+    ctype = (_header(scope, b"content-type") or "").lower()
+    return ctype == "application/grpc" or ctype.startswith(("application/grpc+",
+                                                            "application/grpc;"))
+
+
+class _Started:
+    """``send``, remembering whether the response has started."""
+
+    __slots__ = ("_send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
 
 
 def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:

@@ -9,7 +9,11 @@ CORS policy (``uldp.collector.http.app``). TLS with the server's certificate and
 serve both ports; nothing is kept in the front itself.
 
 The ASGI server is uvicorn with its httptools parser on its own event loop thread
-(chosen by measurement: ``bench/results/ingest_http.md``).
+(chosen by measurement: ``bench/results/ingest_http.md``), behind the connection guard
+(``uldp.collector.http.guard``): a connection cap sized from the descriptor limit, header
+and body time, header size. ``X-Forwarded-For`` (and ``X-Forwarded-Proto``) are read only
+from the proxies the operator names (``--trusted-proxy``): otherwise the peer of a call is
+the address that connected, whatever the request says (``docs/privacy.md`` §8).
 """
 
 from __future__ import annotations
@@ -28,9 +32,17 @@ from uldp.collector.http.app import CorsPolicy, HttpApp, Receive, Scope, Send, r
 from uldp.collector.http.connect import service_app
 from uldp.collector.http.console import PREFIX as CONSOLE
 from uldp.collector.http.console import ConsoleApp
+from uldp.collector.http.guard import (
+    ConnectionGuard,
+    GuardedListener,
+    GuardMetrics,
+    HttpLimits,
+    guarded_protocol,
+)
 from uldp.collector.http.metrics import MetricsEndpoint
 from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth
+from uldp.collector.service.connections import defer_accept
 from uldp.collector.service.core import CollectorCore
 from uldp.collector.service.servicers import AsyncAnalystServicer, AsyncDeviceServicer
 
@@ -56,6 +68,10 @@ class HttpConfig:
     reuse_port: bool = False
     #: the token a Prometheus scraper presents at ``/metrics`` (besides the admin token)
     metrics_token_file: Path | None = None
+    #: connections, header/body time, header size (``uldp.collector.http.guard``)
+    limits: HttpLimits = field(default_factory=HttpLimits)
+    #: addresses or networks (CIDR) of proxies whose X-Forwarded-For is believed
+    trusted_proxies: tuple[str, ...] = ()
 
 
 def build_app(core: CollectorCore, pool: Executor, *, cors: CorsPolicy | None = None,
@@ -67,11 +83,12 @@ def build_app(core: CollectorCore, pool: Executor, *, cors: CorsPolicy | None = 
     with :meth:`HttpApp.mount`."""
     app = HttpApp(cors)
     m = metrics_of(core)
-    for servicer, service in ((AsyncDeviceServicer(core, pool), _DEVICE),
-                              (AsyncAnalystServicer(core, pool), _ANALYST)):
+    device = AsyncDeviceServicer(core, pool)
+    for servicer, service, cap in ((device, _DEVICE, device.logic.cap),
+                                   (AsyncAnalystServicer(core, pool), _ANALYST, None)):
         app.mount(f"/{service.full_name}/",
                   service_app(instrument(servicer, service, m, "http"), service, pool,
-                              max_message_bytes))
+                              max_message_bytes, batch_cap=cap))
     app.route("/healthz", app.healthz)
     app.route("/metrics", MetricsEndpoint(core, pool, metrics_auth))
     app.mount(CONSOLE, ConsoleApp(core, pool))
@@ -97,6 +114,31 @@ def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
     return s
 
 
+#: bytes asyncio reads from a TLS connection at once. Its default, 256 KiB, is a buffer
+#: every TLS connection allocates and fills with zeros when it is accepted: 300 KB of
+#: resident memory per connection before it has sent a byte (400 idle connections: 121
+#: MiB; with 32 KiB: 26 MiB). A TLS record is at most ~16.7 KB, so reads stay whole.
+TLS_READ_BYTES = 32 << 10
+
+
+def _small_tls_buffers() -> None:
+    """Lower asyncio's per-connection TLS read buffer (see :data:`TLS_READ_BYTES`); the
+    attribute is a class default of :class:`asyncio.sslproto.SSLProtocol`."""
+    import asyncio.sslproto
+
+    proto = asyncio.sslproto.SSLProtocol
+    if getattr(proto, "max_size", 0) > TLS_READ_BYTES:
+        proto.max_size = TLS_READ_BYTES
+
+
+def _forwarding(trusted: tuple[str, ...]) -> dict[str, object]:
+    """uvicorn's proxy-header settings: off unless proxies are named (uvicorn's own
+    default would believe X-Forwarded-For from loopback)."""
+    if not trusted:
+        return {"proxy_headers": False, "forwarded_allow_ips": []}
+    return {"proxy_headers": True, "forwarded_allow_ips": list(trusted)}
+
+
 class HttpFront:
     """A running HTTP port (see the module docstring); ``start``/``stop``."""
 
@@ -105,15 +147,22 @@ class HttpFront:
 
         self.app = app
         self.config = config
-        self._sock = _listen(config.host, config.port, config.reuse_port)
+        lim = config.limits
+        _small_tls_buffers()
+        self.guard = ConnectionGuard(lim)
+        self._sock = GuardedListener.wrap(
+            _listen(config.host, config.port, config.reuse_port), self.guard)
+        defer_accept(self._sock)
         self.port = int(self._sock.getsockname()[1])
         mtls = config.tls_client_ca is not None
         self._server = uvicorn.Server(uvicorn.Config(
-            app, lifespan="off", log_level="warning", access_log=False, http=_parser(),
-            loop="asyncio", ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key),
+            app, lifespan="off", log_level="warning", access_log=False,
+            http=guarded_protocol(self.guard), loop="asyncio",
+            ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key),
             ssl_ca_certs=str(config.tls_client_ca) if mtls else None,
             ssl_cert_reqs=ssl.CERT_REQUIRED if mtls else ssl.CERT_NONE,
-            timeout_keep_alive=75, server_header=False, date_header=False))
+            timeout_keep_alive=max(1, int(lim.header_timeout_s)), server_header=False,
+            date_header=False, **_forwarding(config.trusted_proxies)))  # type: ignore[arg-type]
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -122,10 +171,15 @@ class HttpFront:
         def run() -> None:
             async def serve() -> None:
                 task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+                sweeper = asyncio.create_task(self.guard.run_sweeper(
+                    f"HTTP port {self.config.host}:{self.port}"))
                 while not self._server.started and not task.done():
                     await asyncio.sleep(0.01)
                 started.set()
-                await task
+                try:
+                    await task
+                finally:
+                    sweeper.cancel()
             try:
                 asyncio.run(serve())
             finally:
@@ -135,9 +189,11 @@ class HttpFront:
         started.wait(30)
         if not self._server.started:
             raise OSError(f"the HTTP port {self.config.host}:{self.port} did not start")
-        log.info("HTTP port (Connect, gRPC-Web, /healthz) on %s:%d (TLS%s)",
-                 self.config.host, self.port,
-                 ", mutual" if self.config.tls_client_ca else "")
+        lim = self.guard.limits
+        log.info("HTTP port (Connect, gRPC-Web, /healthz) on %s:%d (TLS%s; at most %d "
+                 "connections, header time %g s, body time %g s)", self.config.host,
+                 self.port, ", mutual" if self.config.tls_client_ca else "",
+                 lim.max_connections, lim.header_timeout_s, lim.body_timeout_s)
 
     def stop(self, grace: float = 5.0) -> None:
         self.app.serving = False
@@ -151,21 +207,14 @@ class HttpFront:
         self._sock.close()
 
 
-def _parser() -> str:
-    """httptools when installed (measured faster), else uvicorn's pure-Python h11."""
-    try:
-        import httptools  # noqa: F401
-    except ImportError:  # pragma: no cover - the collector extra installs it
-        return "h11"
-    return "httptools"
-
-
 def attach_front(core: CollectorCore, pool: Executor, config: HttpConfig) -> HttpFront:
     """Build the application over ``core`` and bind its port (not started yet)."""
     metrics_auth = (AdminAuth.from_file(config.metrics_token_file)
                     if config.metrics_token_file is not None else None)
     app = build_app(core, pool, cors=CorsPolicy(config.cors_origins),
                     max_message_bytes=config.max_message_bytes, metrics_auth=metrics_auth)
-    return HttpFront(app, config)
+    front = HttpFront(app, config)
+    metrics_of(core).registry.register(GuardMetrics(front.guard))
+    return front
 
 

@@ -58,7 +58,9 @@ class MetricsEndpoint:
                  cache_s: float = 5.0) -> None:
         self.core, self.pool, self.metrics_auth = core, pool, metrics_auth
         self.metrics = metrics_of(core)
-        self.gauges = DatabaseGauges(core.db, cache_s=cache_s)
+        odometer = getattr(core, "odometer", None)  # shuffle mode's privacy odometer
+        self.gauges = DatabaseGauges(core.db, cache_s=cache_s,
+                                     odometer=odometer.states if odometer else None)
 
     def scope_of(self, token: str | None) -> str | None:
         """``admin``, ``metrics`` or None (refused) for a presented token."""

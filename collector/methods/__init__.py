@@ -9,11 +9,14 @@ The device half of each is in ``uldp.client.methods`` under the same name:
 * ``ssl`` / ``baseline-b`` (:mod:`~uldp.collector.methods.two_stage`) — single stage;
 * ``baseline-a`` (:mod:`~uldp.collector.methods.baselines`) — item-level reports;
 * ``oracle`` (:mod:`~uldp.collector.methods.oracle`) — sampled records through a frequency
-  oracle (categorical kinds).
+  oracle (categorical kinds);
+* ``grouped-ssl`` (:mod:`~uldp.collector.methods.grouped`) — the group means and shares of
+  a grouped mean (kind ``mean-by``; devices report with ``ssl``).
 """
 
 from uldp.collector.methods.base import MethodPlan, Published
 from uldp.collector.methods.baselines import BaselineA
+from uldp.collector.methods.grouped import GroupedSSL
 from uldp.collector.methods.oracle import SampledRecords
 from uldp.collector.methods.sized import TwoStageSized
 from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage, TwoStagePaper
@@ -21,5 +24,5 @@ from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage, TwoStageP
 __all__ = ["METHOD_PLANS", "MethodPlan", "Published"]
 
 _PLANS: tuple[MethodPlan, ...] = (TwoStage(), TwoStagePaper(), TwoStageSized(), SSL(),
-                                  BaselineA(), BaselineB(), SampledRecords())
+                                  BaselineA(), BaselineB(), SampledRecords(), GroupedSSL())
 METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in _PLANS}

@@ -208,7 +208,7 @@ def _legacy_two_stage(spec: Any, compile_fn: Any) -> tuple[float, str, float] | 
 SIZED_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1")
 #: the stage-I shares ``two-stage-sized`` is tried with
 SIZED_SHARES = (0.01, 0.03, 0.1, 0.3)
-#: the reference populations (``uldp.collector.methods.sized.reference_population``)
+#: the reference populations (``uldp.collector.methods.sizing.reference_population``)
 POPULATIONS = ("alike", "spread", "ends")
 #: a two-stage candidate must be this much better (smaller regret) than single-stage
 SIZED_MARGIN = 1.02

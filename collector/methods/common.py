@@ -165,14 +165,16 @@ def plan_mechanisms(plan: Any) -> dict[str, Any]:
     it picked)."""
     eps_c = plan.grouping.groups[0].eps_c
     out: dict[str, Any] = {"oracle": None, "randomizer": None}
-    if plan.spec.method == "oracle":
-        out["oracle"] = plan.method.mechanism(plan)
+    sampled = getattr(plan.method, "mechanism", None)  # method oracle: its records' oracle
+    fixed = getattr(plan.method, "fixed_randomizer", None)
+    if sampled is not None:
+        out["oracle"] = sampled(plan)
     elif plan.two_stage:
         out["oracle"] = plan.task_for(0, 1).mechanism
         out["randomizer"] = ("from stage I" if plan.spec.randomizer == "adaptive"
                              else value_mechanism(plan.spec, eps_c))
-    elif plan.spec.method == "baseline-a":
-        out["randomizer"] = "laplace"
+    elif fixed is not None:
+        out["randomizer"] = fixed
     else:
         out["randomizer"] = value_mechanism(plan.spec, eps_c)
     return out

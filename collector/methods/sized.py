@@ -55,6 +55,7 @@ from uldp.collector.methods.sizing import (
     functionals,
     grid_points,
     honest_terms,
+    reference_population,
     t2_bounds,
 )
 from uldp.collector.methods.two_stage import TwoStage, acc_mech
@@ -127,34 +128,15 @@ def _component(st: GridStage, window: tuple[float, float], estimator: str, n1: i
             (1 - lam) * float(terms["b_hi"][0]))
 
 
-def reference_population(name: str, bound: float, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """A population of user statistics on ``[−D, D]`` the predictions are made for when no
-    data exist (``values, weights``): ``alike`` — users alike, each statistic the mean of
-    ``m`` samples of variance ``D²`` around the centre (normal, cut to the support);
-    ``spread`` — statistics uniform over the support; ``ends`` — half of the users at each
-    end (binary answers)."""
-    if name == "alike":
-        x = np.linspace(-bound, bound, 513)
-        sd = bound / math.sqrt(max(m, 1))
-        w = np.exp(-0.5 * (x / sd) ** 2) if sd > 0 else (x == 0).astype(float)
-        if w.sum() <= 0:
-            w = np.zeros_like(x)
-            w[256] = 1.0
-        return x, w / w.sum()
-    if name == "spread":
-        x = np.linspace(-bound, bound, 513)
-        return x, np.full(x.size, 1.0 / x.size)
-    if name == "ends":
-        return np.array([-bound, bound]), np.array([0.5, 0.5])
-    raise ValueError(f"unknown reference population {name!r}")
-
-
 class TwoStageSized(TwoStage):
     """Two-stage with a sized stage-II window, estimate and randomizer (module docstring)."""
 
     name = "two-stage-sized"
     device_method = "two-stage-sized"
     interval_rule = "sized"
+    #: its randomizer is best chosen from stage I (``with_best_mechanisms``), and it
+    #: predicts itself from the users' statistics (own-data runs)
+    adaptive_randomizer = True
 
     def fine(self, plan: Any, group: int) -> list[Alg1Params]:
         return [fine_bins(p, plan.spec.samples) for p in plan.group_params(group)]

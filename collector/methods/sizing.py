@@ -49,7 +49,7 @@ from uldp.collector.methods.intervals import ALPHA_BIAS, Histogram, kl_upper, mo
 
 __all__ = ["ESTIMATORS", "OBJECTIVES", "Choice", "GridStage", "choose", "combine_error",
            "estimator_weights", "expected_masses", "functionals", "grid_points",
-           "honest_terms", "t2_bounds", "tail_upper_rows"]
+           "honest_terms", "reference_population", "t2_bounds", "tail_upper_rows"]
 
 #: what the rule (and ``auto``) minimizes: the expected width of the interval at the
 #: query's confidence, or the mean squared error of the estimate
@@ -331,3 +331,25 @@ def choose(stage: GridStage, n1: int, n2: int, mechanisms: Sequence[str],
         assert best is not None
         out[mech] = best
     return out
+
+
+def reference_population(name: str, bound: float, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """A population of user statistics on ``[−D, D]`` the predictions are made for when no
+    data exist (``values, weights``): ``alike`` — users alike, each statistic the mean of
+    ``m`` samples of variance ``D²`` around the centre (normal, cut to the support);
+    ``spread`` — statistics uniform over the support; ``ends`` — half of the users at each
+    end (binary answers)."""
+    if name == "alike":
+        x = np.linspace(-bound, bound, 513)
+        sd = bound / math.sqrt(max(m, 1))
+        w = np.exp(-0.5 * (x / sd) ** 2) if sd > 0 else (x == 0).astype(float)
+        if w.sum() <= 0:
+            w = np.zeros_like(x)
+            w[256] = 1.0
+        return x, w / w.sum()
+    if name == "spread":
+        x = np.linspace(-bound, bound, 513)
+        return x, np.full(x.size, 1.0 / x.size)
+    if name == "ends":
+        return np.array([-bound, bound]), np.array([0.5, 0.5])
+    raise ValueError(f"unknown reference population {name!r}")

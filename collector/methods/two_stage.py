@@ -259,11 +259,11 @@ class TwoStage(SSL):
                 stat_mean: np.ndarray | None = None, population: str | None = None,
                 draws: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """``(mse, half_width)`` of every component on a reference population
-        (``sized.reference_population``; without one, :meth:`component_variance` and its
+        (``sizing.reference_population``; without one, :meth:`component_variance` and its
         normal interval): the rule run on stage I's expected histogram, the stage-II noise
         and spread on the window it picks, and the interval widened by the bias bounds
         that histogram gives (what the noise prediction alone leaves out)."""
-        from uldp.collector.methods.sized import reference_population
+        from uldp.collector.methods.sizing import reference_population
 
         C = plan.n_components
         z = NormalDist().inv_cdf(0.5 + plan.spec.confidence / 2)

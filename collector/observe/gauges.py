@@ -13,6 +13,9 @@ gauges are read from it (at most once per ``cache_s`` per replica, whoever scrap
 * ``uldp_dataset_epsilon_requested{dataset}`` and ``uldp_dataset_queries{dataset}``: the
   sum of ε and the number of queries over each dataset name (every query ever created,
   whatever its state: a device that holds the dataset is asked for that much);
+* ``uldp_dataset_central_epsilon{dataset}`` and ``uldp_dataset_central_budget{dataset}``:
+  the privacy odometer of each dataset with a shuffled query (its shuffled queries
+  composed with a PLD accountant, docs/privacy.md §7.2) and its budget (absent: none);
 * for the admin credential only, per query (the :data:`MAX_QUERIES` most recent):
   ``uldp_query_epsilon{query_id, dataset, kind, state}`` and
   ``uldp_query_phase_reports{query_id, phase}`` / ``uldp_query_phase_quota``.
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +61,7 @@ class Snapshot:
     datasets: list[tuple[str, float, int]] = field(default_factory=list)  # name, Σε, n
     recent: list[dict[str, Any]] = field(default_factory=list)  # per query (admin)
     recent_phases: list[tuple[str, int, int, int]] = field(default_factory=list)
+    odometer: list[dict[str, Any]] = field(default_factory=list)  # per dataset (shuffled)
 
 
 def _count(conn: Any, stmt: Any) -> int:
@@ -101,8 +105,10 @@ def read_snapshot(db: Database) -> Snapshot:
 class DatabaseGauges:
     """The database-derived gauges of one replica, cached for ``cache_s`` seconds."""
 
-    def __init__(self, db: Database, cache_s: float = 5.0) -> None:
+    def __init__(self, db: Database, cache_s: float = 5.0,
+                 odometer: Callable[[], list[dict[str, Any]]] | None = None) -> None:
         self.db = db
+        self.odometer = odometer  # the service's PrivacyOdometer.states
         self.cache_s = cache_s
         self._lock = threading.Lock()
         self._at = -1e18
@@ -112,6 +118,8 @@ class DatabaseGauges:
         with self._lock:
             if time.monotonic() - self._at >= self.cache_s:
                 self._snap = read_snapshot(self.db)
+                if self.odometer is not None:
+                    self._snap.odometer = self.odometer()[:MAX_DATASETS]
                 self._at = time.monotonic()
             return self._snap
 
@@ -150,6 +158,17 @@ class _Families(Collector):
             count.add_metric([dataset], n)
         yield eps
         yield count
+        central = GaugeMetricFamily("uldp_dataset_central_epsilon", "Central ε the shuffled "
+                                    "queries over a dataset compose to (PLD accountant)",
+                                    labels=["dataset"])
+        budget = GaugeMetricFamily("uldp_dataset_central_budget", "Central ε budget of a "
+                                   "dataset's shuffled queries", labels=["dataset"])
+        for o in s.odometer:
+            central.add_metric([o["dataset"]], float(o["central_epsilon"]))
+            if o.get("budget") is not None:
+                budget.add_metric([o["dataset"]], float(o["budget"]))
+        yield central
+        yield budget
         if self.admin:
             yield from _per_query(s)
 

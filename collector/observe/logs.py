@@ -11,16 +11,26 @@ What is never logged: a report's values, a token or secret, a request's content.
 collector's own log lines name queries, phases, counts and peers; database errors are
 logged without their SQL parameters (the engine hides them,
 ``uldp.collector.storage.db``).
+
+Under a flood (connections that never send a request, undecodable requests, a database
+going away) the same line would be written thousands of times a second: the
+:class:`RateLimit` filter lets each kind of line (logger, level and message template)
+through in a burst of :attr:`RateLimit.burst`, then :attr:`RateLimit.per_second` a
+second, and the next line of that kind that passes says how many were suppressed
+(``[N similar lines suppressed]``; field ``suppressed`` in JSON). Access records
+(``uldp.collector.access``, one per call by the operator's choice) are not limited.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
-__all__ = ["ACCESS_FIELDS", "JsonFormatter", "configure_logging"]
+__all__ = ["ACCESS_FIELDS", "JsonFormatter", "RateLimit", "configure_logging"]
 
 #: the extra fields of an access record
 ACCESS_FIELDS = ("call", "code", "ms", "front")
@@ -41,12 +51,47 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
         if self.replica:
             out["replica"] = self.replica
-        for key in ACCESS_FIELDS:
+        for key in (*ACCESS_FIELDS, "suppressed"):
             if key in record.__dict__:
                 out[key] = record.__dict__[key]
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False, default=str)
+
+
+class RateLimit(logging.Filter):
+    """At most ``burst`` lines of one kind at once, then ``per_second`` a second (see the
+    module docstring); at most ``kinds`` kinds are tracked (the least recent forgotten)."""
+
+    def __init__(self, burst: int = 20, per_second: float = 1.0, kinds: int = 1024,
+                 exempt: tuple[str, ...] = ("uldp.collector.access",)) -> None:
+        super().__init__()
+        self.burst, self.per_second, self.kinds, self.exempt = burst, per_second, kinds, exempt
+        #: kind -> (tokens, time of the last refill, lines suppressed since the last pass)
+        self._buckets: OrderedDict[tuple[str, int, str], tuple[float, float, int]] = \
+            OrderedDict()
+        self._lock = threading.Lock()
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name in self.exempt:
+            return True
+        kind = (record.name, record.levelno, str(record.msg))
+        now = time.monotonic()
+        with self._lock:
+            tokens, then, dropped = self._buckets.pop(kind, (float(self.burst), now, 0))
+            tokens = min(float(self.burst), tokens + (now - then) * self.per_second)
+            if tokens < 1.0:
+                self._buckets[kind] = (tokens, now, dropped + 1)
+                self.suppressed += 1
+                return False
+            self._buckets[kind] = (tokens - 1.0, now, 0)
+            while len(self._buckets) > self.kinds:
+                self._buckets.popitem(last=False)
+        if dropped:
+            record.msg = f"{record.msg} [{dropped} similar lines suppressed]"
+            record.suppressed = dropped
+        return True
 
 
 def configure_logging(level: int, fmt: str = "plain", replica: str | None = None) -> None:
@@ -57,6 +102,7 @@ def configure_logging(level: int, fmt: str = "plain", replica: str | None = None
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter(replica) if fmt == "json" else
                          logging.Formatter(PLAIN))
+    handler.addFilter(RateLimit())
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)

@@ -22,7 +22,9 @@ from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import Program, program_for
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.errors import ServiceError, echo
+from uldp.collector.service.odometer import PrivacyOdometer
 from uldp.collector.service.requests import (
+    REQUEST_PARAMS,
     SPEC_PARAMS,
     CreateRequest,
     build_spec,
@@ -33,7 +35,7 @@ from uldp.collector.service.requests import (
 from uldp.collector.storage.db import Database, now_ms
 
 __all__ = ["ALLOW_SIMULATED", "SHUFFLE", "CheckedQuery", "QueryCatalogue", "QueryRuntime",
-           "check_create", "check_message", "create_extras"]
+           "check_create", "check_message"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -112,7 +114,7 @@ def _params(params_json: str) -> tuple[dict[str, Any], bool]:
         raise ServiceError("INVALID_ARGUMENT", f"params_json is not JSON: {exc}") from None
     except RecursionError:
         raise ServiceError("INVALID_ARGUMENT", "params_json is nested too deeply") from None
-    allowed = {*SPEC_PARAMS, ALLOW_SIMULATED, SHUFFLE}
+    allowed = {*SPEC_PARAMS, *REQUEST_PARAMS, ALLOW_SIMULATED, SHUFFLE}
     if not isinstance(params, dict) or set(params) - allowed:
         raise ServiceError("INVALID_ARGUMENT", "params_json must be an object with keys "
                            f"among {tuple(sorted(allowed))}")
@@ -146,9 +148,7 @@ class CheckedQuery:
 def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, samples: int,
                  users: int, dim: int, method: str, params_json: str, phase_timeout_s: float,
                  query_id: str, max_users: int | None, program: bool = True,
-                 lo: float | None = None, hi: float | None = None, by: str = "",
-                 groups: tuple[str, ...] | list[str] = (), plan: bool = True
-                 ) -> CheckedQuery | None:
+                 plan: bool = True) -> CheckedQuery | None:
     """Every check of CreateQuery, in its documented order, without storing anything
     (ServiceError INVALID_ARGUMENT naming what is wrong). The analyst console's preview
     runs the same function (``uldp.collector.analyst.preview``); ``program=False`` skips
@@ -162,8 +162,11 @@ def check_create(*, kind: str, epsilon: float, dataset: str, bound: float, sampl
     params, allow = _params(params_json)
     shuffle = _shuffle(params.pop(SHUFFLE, None))
     qid = query_id or "q-" + secrets.token_hex(6)
+    lo, hi, by, groups = (params.pop(k, None) for k in ("lo", "hi", "by", "groups"))
     req = CreateRequest(kind, epsilon, bound, samples, users, dim, method, params, qid,
-                        lo, hi, by, tuple(groups))
+                        lo, hi, "" if by is None else by,
+                        tuple(groups) if isinstance(groups, list)
+                        else () if groups is None else groups)
     check_limits(req, phase_timeout_s, max_users)
     req = check_shape(req)
     if not plan:
@@ -190,15 +193,7 @@ def check_message(msg: Any, max_users: int | None, **kw: Any) -> CheckedQuery | 
                         bound=msg.bound, samples=msg.samples, users=msg.users, dim=msg.dim,
                         method=msg.method, params_json=msg.params_json,
                         phase_timeout_s=msg.phase_timeout_seconds, query_id=msg.query_id,
-                        max_users=max_users, **create_extras(msg), **kw)
-
-
-def create_extras(msg: Any) -> dict[str, Any]:
-    """``lo``, ``hi``, ``by``, ``groups`` of a ``CreateQueryRequest`` message (``lo``/``hi``
-    None when absent) as :func:`check_create` keywords."""
-    return {"lo": msg.lo if msg.HasField("lo") else None,
-            "hi": msg.hi if msg.HasField("hi") else None,
-            "by": msg.by, "groups": tuple(msg.groups)}
+                        max_users=max_users, **kw)
 
 
 class QueryCatalogue:
@@ -212,6 +207,8 @@ class QueryCatalogue:
         self.default_phase_timeout_s = default_phase_timeout_s
         self._runtimes: dict[str, QueryRuntime] = {}
         self._lock = threading.Lock()
+        #: shuffle mode: the dataset's central budget (uldp.collector.service.odometer)
+        self.odometer: PrivacyOdometer | None = None
 
     def runtime(self, query_id: str) -> QueryRuntime | None:
         """The runtime of a stored query (None if there is no such query)."""
@@ -236,8 +233,7 @@ class QueryCatalogue:
     def create(self, *, kind: str, epsilon: float, dataset: str, bound: float,
                samples: int, users: int, dim: int, method: str, params_json: str,
                phase_timeout_s: float, query_id: str, **more: Any) -> dict[str, Any]:
-        """CreateQuery: validate, build the spec, store it (idempotent on the same id);
-        ``more``: ``lo``, ``hi``, ``by``, ``groups`` of :func:`check_create`."""
+        """CreateQuery: validate, build the spec, store it (idempotent on the same id)."""
         c = check_create(kind=kind, epsilon=epsilon, dataset=dataset, bound=bound,
                          samples=samples, users=users, dim=dim, method=method,
                          params_json=params_json, phase_timeout_s=phase_timeout_s,
@@ -248,6 +244,9 @@ class QueryCatalogue:
         program, quotas = c.program, c.quotas
         assert program is not None and quotas is not None
         also = None
+        if shuffle is not None and self.odometer is not None:
+            self.odometer.check_create(dataset=dataset, query_id=qid, epsilon=float(
+                spec.epsilon), min_batch=int(shuffle["min_batch"]))
         if shuffle is not None:
             shuffle["key_id"] = self.seal_keys.current().key_id
             sh = shuffle
@@ -256,7 +255,7 @@ class QueryCatalogue:
                 self.db.add_shuffle_query_in(conn, qid, sh["min_batch"], sh["delta"],
                                              sh["key_id"])
         timeout = phase_timeout_s or self.default_phase_timeout_s
-        row = dict(query_id=qid, kind=kind, dataset=dataset, epsilon=float(spec.epsilon),
+        row = dict(query_id=qid, kind=spec.kind, dataset=dataset, epsilon=float(spec.epsilon),
                    spec_json=json.dumps(spec.to_dict(), sort_keys=True), seed=str(spec.seed),
                    state="running", current_phase=1, num_phases=program.num_phases,
                    target_users=int(spec.users), phase_timeout_s=float(timeout),

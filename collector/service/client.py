@@ -37,27 +37,29 @@ class QueryRequest:
     query_id: str = ""
     #: the query accepts reports marked simulated (params_json "allow_simulated": true)
     allow_simulated: bool = False
-    #: the public range [lo, hi] of a value (instead of bound: give bound=0)
+    #: the public range [lo, hi] of a value (params_json "lo", "hi"; instead of bound:
+    #: give bound=0)
     lo: float | None = None
     hi: float | None = None
-    by: str = ""  # group-by: the categorical dataset of the groups
-    groups: tuple[str, ...] = ()  # group-by: the groups' names, in code order
+    #: group-by (params_json "by", "groups"): the categorical dataset of the groups and
+    #: their names in code order
+    by: str | None = None
+    groups: tuple[str, ...] | None = None
 
     def message(self) -> analyst_pb2.CreateQueryRequest:
         params = dict(self.params or {})
         if self.allow_simulated:
             params["allow_simulated"] = True
-        msg = analyst_pb2.CreateQueryRequest(
+        for key in ("lo", "hi", "by"):
+            if getattr(self, key) is not None:
+                params[key] = getattr(self, key)
+        if self.groups is not None:
+            params["groups"] = list(self.groups)
+        return analyst_pb2.CreateQueryRequest(
             kind=self.kind, epsilon=self.epsilon, dataset=self.dataset, bound=self.bound,
             samples=self.samples, users=self.users, dim=self.dim, method=self.method,
             params_json=json.dumps(params) if params else "",
-            phase_timeout_seconds=self.phase_timeout_s, query_id=self.query_id,
-            by=self.by, groups=list(self.groups))
-        if self.lo is not None:
-            msg.lo = self.lo
-        if self.hi is not None:
-            msg.hi = self.hi
-        return msg
+            phase_timeout_seconds=self.phase_timeout_s, query_id=self.query_id)
 
 
 class AnalystClient:

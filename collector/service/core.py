@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
@@ -38,6 +38,7 @@ from uldp.collector.service.enrolment import (
 from uldp.collector.service.errors import ServiceError, authenticate
 from uldp.collector.service.ingest import SIMULATED_REFUSED, ReportIngest
 from uldp.collector.service.lease import closer_id
+from uldp.collector.service.odometer import CentralBudget, PrivacyOdometer
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.shuffled import ShuffleIntake
 from uldp.collector.service.tasks import TaskAnswer, TaskInfo, TaskServer
@@ -73,6 +74,8 @@ class CoreConfig:
     enroll_credential_limit: RateLimit | Literal["auto"] | None = "auto"
     #: who may create a new identity (--attestation-key-file; None: anyone)
     enrolment_verifier: EnrolmentVerifier | None = None
+    #: shuffle mode: each dataset's central budget (--central-budget, --central-delta)
+    central_budget: CentralBudget = field(default_factory=CentralBudget)
 
 
 class CollectorCore:
@@ -107,6 +110,8 @@ class CollectorCore:
                                   closer_id=self.closer_id, lease_ms=cfg.close_lease_ms,
                                   tick_s=cfg.tick_s)
         self.closer.privacy = self.shuffled.privacy  # shuffle mode: the central guarantee
+        self.odometer = PrivacyOdometer(db, cfg.central_budget)  # and its composition
+        self.catalogue.odometer = self.shuffled.odometer = self.odometer
 
     # ---- lifecycle ------------------------------------------------------------------
     def start(self) -> None:

@@ -19,13 +19,17 @@ from uldp.collector.planner import QuerySpec, compile_query, with_best_mechanism
 from uldp.collector.programs import program_for
 from uldp.collector.service.errors import ServiceError, echo
 
-__all__ = ["BUILDERS", "DEFAULT_BOUND", "LIMITS", "RANGE_KINDS", "SPEC_PARAMS", "CreateLimits",
+__all__ = ["BUILDERS", "DEFAULT_BOUND", "LIMITS", "RANGE_KINDS", "REQUEST_PARAMS", "SPEC_PARAMS",
+           "CreateLimits",
            "CreateRequest", "build_spec", "check_limits", "check_shape", "range_bound",
            "same_query"]
 
 #: CreateQuery params_json keys that become QuerySpec fields (public values)
 SPEC_PARAMS = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
                "extra", "objective", "oracle", "randomizer", "stage1_share", "records")
+#: CreateQuery params_json keys of the request itself (a value's range, group-by), which
+#: :func:`check_shape` turns into the spec's fields
+REQUEST_PARAMS = ("lo", "hi", "by", "groups")
 
 
 @dataclass(frozen=True)
@@ -44,10 +48,10 @@ class CreateRequest:
     method: str
     params: dict[str, Any]
     query_id: str
-    lo: float | None = None
-    hi: float | None = None
-    by: str = ""  # group-by: the categorical dataset of the groups
-    groups: tuple[str, ...] = ()  # group-by: the groups' public names, in code order
+    lo: Any = None  # params_json "lo", "hi", "by", "groups" (checked by check_limits)
+    hi: Any = None
+    by: Any = ""  # group-by: the categorical dataset of the groups
+    groups: Any = ()  # group-by: the groups' public names, in code order
 
 
 @dataclass(frozen=True)
@@ -115,12 +119,13 @@ def check_limits(req: CreateRequest, phase_timeout_s: float, max_users: int | No
         v = getattr(req, name)
         if v is not None and not (_number(v) and abs(v) <= lim.max_range_end):
             raise _bad(name, "a number between -2^40 and 2^40", v)
-    if len(req.by) > 256:
+    if not isinstance(req.by, str) or len(req.by) > 256:
         raise _bad("by", "a dataset name of at most 256 characters", req.by)
-    if len(req.groups) > lim.max_groups:
-        raise _bad("groups", f"at most {lim.max_groups} names", f"{len(req.groups)} names")
+    if not isinstance(req.groups, tuple) or len(req.groups) > lim.max_groups:
+        raise _bad("groups", f"a list of at most {lim.max_groups} names",
+                   f"{len(req.groups)} names" if isinstance(req.groups, tuple) else req.groups)
     for g in req.groups:
-        if not 1 <= len(g) <= lim.max_group_chars:
+        if not isinstance(g, str) or not 1 <= len(g) <= lim.max_group_chars:
             raise _bad("groups", f"names of 1 to {lim.max_group_chars} characters", g)
     t = phase_timeout_s
     if t != 0 and not (_number(t) and lim.min_phase_timeout_s <= t
@@ -217,7 +222,7 @@ def check_shape(req: CreateRequest) -> CreateRequest:
         if lo is None or hi is None:
             raise ServiceError("INVALID_ARGUMENT", "lo and hi go together (the public "
                                "range [lo, hi] of one value)")
-        if req.kind not in RANGE_KINDS:
+        if req.kind not in RANGE_KINDS and not req.by:
             raise ServiceError("INVALID_ARGUMENT", f"lo/hi: {_range_rule(req.kind)}")
         if not lo < hi:
             raise ServiceError("INVALID_ARGUMENT", f"lo must be below hi, got lo={echo(lo)}, "
@@ -231,10 +236,36 @@ def check_shape(req: CreateRequest) -> CreateRequest:
                                f"lo={echo(lo)}, hi={echo(hi)}")
     elif not heavy and not bound and req.kind != "sgd":  # sgd: its clip may be in extra
         bound = DEFAULT_BOUND
+    kind = req.kind
+    if req.by or req.groups:
+        dim, kind = _check_groups(req, dim, heavy), "mean-by"
     if not dim:
         dim = 1
-    return replace(req, dim=dim, bound=bound,
+    return replace(req, kind=kind, dim=dim, bound=bound,
                    lo=None if lo is None else float(lo), hi=None if hi is None else float(hi))
+
+
+def _check_groups(req: CreateRequest, dim: int, heavy: bool) -> int:
+    """The rules of a grouped mean (``by`` and ``groups``); returns G, its ``dim``."""
+    def bad(message: str) -> ServiceError:
+        return ServiceError("INVALID_ARGUMENT", message)
+    if req.kind not in ("mean", "mean-by"):
+        raise bad(f"by: group-by applies to kind mean (a mean per group), not {req.kind}")
+    if not req.by:
+        raise bad("groups go with by (the devices' categorical dataset of the groups)")
+    if len(req.groups) < 2 or len(set(req.groups)) != len(req.groups):
+        raise bad("groups: a grouped mean names its groups, at least 2 distinct names in "
+                  "the code order of the by dataset (code 0 first)")
+    if heavy:
+        raise bad("by: a grouped mean needs the values' range (lo/hi or bound), not "
+                  "moment_p/moment_m")
+    if req.method not in ("", "auto", "ssl", "grouped-ssl"):
+        raise bad(f"method: a grouped mean reports every group in one single-stage report "
+                  f"(auto); {req.method} does not")
+    G = len(req.groups)
+    if dim not in (0, 1, G):  # 1: the values are scalars; the spec's dim is G
+        raise bad(f"dim: a grouped mean has one dimension per group ({G}); leave it out")
+    return G
 
 
 def range_bound(lo: float, hi: float) -> float:
@@ -252,6 +283,9 @@ def _mean_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
         method=req.method or "auto", query_id=req.query_id, **req.params)
     if req.lo is not None:
         fields.update(lo=req.lo, hi=req.hi)
+    if req.kind == "mean-by":
+        fields.update(by=req.by, groups=tuple(req.groups),
+                      method="auto" if fields["method"] in ("auto", "ssl") else fields["method"])
     fields = with_best_mechanisms(fields)  # --method X: X with the best mechanisms
     probe = QuerySpec(**{**fields, "seed": 0})
     compile_query(probe)  # every configuration error surfaces now

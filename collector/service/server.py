@@ -3,7 +3,10 @@
 Every port is TLS (server certificate + key; optional client CA for mutual TLS). The
 server exposes ``uldp.v1.DeviceService``, ``uldp.v1.AnalystService``, the standard
 ``grpc.health.v1.Health`` service and server reflection (``grpc.reflection.v1`` and
-``v1alpha``), with message size limits in both directions. Every service is registered
+``v1alpha``), with message size limits in both directions and bounded connections
+(``uldp.collector.service.connections``: a cap from the descriptor limit, handshake
+timeout, streams per connection, idle and maximum age, keepalive enforcement, metadata
+size). Every service is registered
 through ``uldp.collector.service.handlers``: an undecodable request gets
 INVALID_ARGUMENT and one WARNING log line, never an ERROR traceback. State lives in the
 database only, so any number of replicas can serve one PostgreSQL database and a
@@ -35,6 +38,13 @@ from uldp.client.wire import (
 )
 from uldp.collector.observe import instrument, metrics_of
 from uldp.collector.security.tokens import AdminAuth, TokenKey, new_admin_token
+from uldp.collector.service.connections import (
+    ConnectionLimits,
+    defer_accept,
+    grpc_options,
+    plan_connections,
+    raise_descriptor_limit,
+)
 from uldp.collector.service.core import CollectorCore, CoreConfig
 from uldp.collector.service.handlers import add_service
 from uldp.collector.service.reflection import add_reflection
@@ -81,6 +91,9 @@ class ServerConfig:
     shuffler_port: int | None = None
     shuffler_ca: Path | None = None
     shuffler_name: str = "uldp-shuffler"
+    #: connection limits of the ports (None: planned from the descriptor limit, with
+    #: room for an HTTP port)
+    connections: ConnectionLimits | None = None
 
 
 def load_token_key(db: Database, path: Path | None) -> TokenKey:
@@ -124,9 +137,12 @@ class CollectorServer:
                                   load_admin_token(Path(admin_path)), core_cfg,
                                   name=config.name or f"collector-{secrets.token_hex(4)}")
         limit = config.max_message_bytes
+        self.limits = config.connections or plan_connections(raise_descriptor_limit(),
+                                                             http=True)
         options = [("grpc.max_receive_message_length", limit),
                    ("grpc.max_send_message_length", limit),
-                   ("grpc.so_reuseport", 1 if config.reuse_port else 0)]
+                   ("grpc.so_reuseport", 1 if config.reuse_port else 0),
+                   *grpc_options(self.limits)]
         client_ca = (Path(config.tls_client_ca).read_bytes()
                      if config.tls_client_ca is not None else None)
         creds = grpc.ssl_server_credentials(
@@ -220,9 +236,13 @@ class CollectorServer:
                 self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.intake is not None:
             self.intake.start()
+        if not defer_accept(self.port):
+            log.debug("TCP_DEFER_ACCEPT not set on the gRPC port %d", self.port)
         self.core.start()
-        log.info("collector %s listening on %s:%d (TLS%s)", self.core.name, self.config.host,
-                 self.port, ", mutual" if self.config.tls_client_ca else "")
+        log.info("collector %s listening on %s:%d (TLS%s; at most %d connections, "
+                 "handshake time %g s)", self.core.name, self.config.host, self.port,
+                 ", mutual" if self.config.tls_client_ca else "",
+                 self.limits.grpc_connections, self.limits.header_timeout_s)
 
     def stop(self, grace: float = 5.0) -> None:
         if self._stopped.is_set():

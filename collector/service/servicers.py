@@ -25,7 +25,6 @@ from uldp.client.wire import (
     device_pb2_grpc,
 )
 from uldp.client.wire import device_pb2 as dpb
-from uldp.collector.service.catalogue import create_extras
 from uldp.collector.service.core import CollectorCore, ServiceError
 from uldp.collector.service.errors import (  # noqa: F401 - re-exported
     DATABASE_UNAVAILABLE,
@@ -468,8 +467,7 @@ class AnalystServicer(analyst_pb2_grpc.AnalystServiceServicer):
                 kind=request.kind, epsilon=request.epsilon, dataset=request.dataset,
                 bound=request.bound, samples=request.samples, users=request.users,
                 dim=request.dim, method=request.method, params_json=request.params_json,
-                phase_timeout_s=request.phase_timeout_seconds, query_id=request.query_id,
-                **create_extras(request))
+                phase_timeout_s=request.phase_timeout_seconds, query_id=request.query_id)
             return self._query(row["query_id"])
         return _guard(context, run)
 

@@ -15,7 +15,8 @@ is the shuffler's duty here; the batch id makes a re-sent batch a no-op.
 The result of a shuffled query carries ``privacy``: per (phase, group, stage) the local
 ε0 of its task and the central (ε, δ) of amplification by shuffling over the reports that
 actually came through the shuffler — computed with the smallest batch of that cell, since
-each batch is shuffled on its own (``uldp.collector.accounting.amplification``).
+each batch is shuffled on its own, with the variation-ratio bound of the cell's report
+mechanism (``uldp.collector.accounting``, docs/privacy.md §7.1).
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from uldp.client.sealing import open_plaintext, seal_info, sealed_length, suite
 from uldp.client.tasks import task_epsilon
 from uldp.client.taskspec import TaskSpec
-from uldp.collector.accounting.amplification import amplify
+from uldp.collector.accounting.guarantee import BOUND, shuffle_guarantee
+from uldp.collector.accounting.odometer import cells_of_privacy
+from uldp.collector.accounting.parameters import task_parameters
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.ingest import not_open
+from uldp.collector.service.odometer import PrivacyOdometer
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
 from uldp.collector.storage.db import Database
@@ -89,6 +93,7 @@ class ShuffleIntake:
         self.db, self.writer, self.catalogue = db, writer, catalogue
         self.phases, self.tasks, self.keyring = phases, tasks, keyring
         self.allow_simulated = allow_simulated
+        self.odometer: PrivacyOdometer | None = None
 
     def query(self, query_id: str) -> dict[str, Any]:
         """The public shuffle parameters of a query and the state of its phases."""
@@ -167,7 +172,11 @@ class ShuffleIntake:
         """The ``privacy`` section of a shuffled query's result (None if not shuffled)."""
         if rt.shuffle is None:
             return None
-        return privacy_section(rt, self.db.batch_counts(rt.query_id), published)
+        section = privacy_section(rt, self.db.batch_counts(rt.query_id), published)
+        if self.odometer is not None:  # the dataset's composed central ε (docs/privacy.md §7.2)
+            section["odometer"] = self.odometer.state(
+                rt.dataset, (rt.query_id, cells_of_privacy(section)))
+        return section
 
 
 def _task(rt: QueryRuntime, phase: int, group: int, stage: int,
@@ -193,14 +202,16 @@ def privacy_section(rt: QueryRuntime, counts: Sequence[tuple[int, int, int, int]
         cells.setdefault((phase, grp, stage), []).append(stored)
     out: list[dict[str, Any]] = []
     for (phase, grp, stage), sizes in sorted(cells.items()):
-        eps0 = task_epsilon(replace(_task(rt, phase, grp, stage, published), seal=None))
+        task = replace(_task(rt, phase, grp, stage, published), seal=None)
+        eps0, vr = task_epsilon(task), task_parameters(task)
         real = [n for n in sizes if n > 0]
-        amp = amplify(min(real), eps0, delta) if real else None
+        amp = shuffle_guarantee(min(real), vr, delta) if real else None
         out.append({"phase": phase, "group": grp, "stage": stage, "reports": sum(sizes),
                     "batches": len(sizes), "smallest_batch": min(real) if real else 0,
                     "epsilon0": eps0, "epsilon": amp.epsilon if amp else eps0,
                     "delta": delta if amp and amp.amplified else 0.0,
-                    "closed_form_epsilon": amp.closed_form if amp else None,
+                    "mechanism": vr.mechanism, "detail": vr.detail,
+                    "variation_ratio": {"p": vr.p, "beta": vr.beta, "q": vr.q},
                     "amplified": bool(amp and amp.amplified)})
     eps0_all = max((float(c["epsilon0"]) for c in out), default=float(rt.spec.epsilon))
     eps_all = max((float(c["epsilon"]) for c in out), default=eps0_all)
@@ -208,8 +219,7 @@ def privacy_section(rt: QueryRuntime, counts: Sequence[tuple[int, int, int, int]
     return {"mode": "shuffle", "local_epsilon": eps0_all, "central_epsilon": eps_all,
             "delta": delta if any(c["amplified"] for c in out) else 0.0,
             "amplified": amplified, "min_batch": int(rt.shuffle["min_batch"]),
-            "bound": "Feldman, McMillan, Talwar 2021 (numerical, Theorem 3.1 and "
-                     "Appendix E of arXiv:2012.12803)",
+            "bound": BOUND,
             "note": _note(out, amplified), "cells": out}
 
 

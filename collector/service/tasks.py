@@ -129,10 +129,19 @@ class TaskServer:
         unknown ``query_id``)."""
         wanted = set(datasets)
         queries = [q for q in running
-                   if q["dataset"] in wanted and (not query_id or q["query_id"] == query_id)]
+                   if q["dataset"] in wanted and (not query_id or q["query_id"] == query_id)
+                   and self._has_groups(q, wanted)]
         if query_id and not queries and self.db.get_query(query_id) is None:
             return ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         return queries
+
+    def _has_groups(self, q: dict[str, Any], wanted: set[str]) -> bool:
+        """A grouped mean goes only to devices that also registered its groups' dataset
+        (``by``): the names a device registers are public, its group never is."""
+        if q["kind"] != "mean-by":
+            return True
+        rt = self.catalogue.runtime(q["query_id"])
+        return rt is not None and rt.spec.by in wanted
 
     def _statuses(self, asks: list[tuple[str, list[dict[str, Any]]]]
                   ) -> dict[tuple[str, str], dict[str, Any] | None]:

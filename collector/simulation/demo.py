@@ -307,8 +307,9 @@ def _privacy_table(privacy: dict[str, Any]) -> str:
                    f"{p['delta']:>7.0e} {sum(c['reports'] for c in cells):>8} "
                    f"{min((c['smallest_batch'] for c in cells), default=0):>14}")
     out.append("central eps: user-level (eps, delta)-DP of each user against the collector, "
-               "from amplification by shuffling (Feldman-McMillan-Talwar, numerical bound) "
-               "over the smallest batch of each (phase, group, stage); docs/privacy.md §8")
+               "from amplification by shuffling (variation-ratio bound of each report's "
+               "mechanism) over the smallest batch of each (phase, group, stage); "
+               "docs/privacy.md §7.1")
     return "\n".join(out)
 
 

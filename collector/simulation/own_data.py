@@ -201,22 +201,26 @@ def _predicted(plan: Any, sample_var: np.ndarray, stat_var: np.ndarray, theta: n
     statistics' mean and variance."""
     predict = getattr(plan.method, "predict", None)
     T = plan.kind.transform(plan.template, plan.n_components)
-    if predict is None or plan.spec.method != "two-stage-sized":
+    if predict is None or not getattr(plan.method, "adaptive_randomizer", False):
         return plan.predicted_mse(sample_var, stat_var, theta)
     mse, _ = predict(plan, sample_var, stat_var, theta, values=stats)
     return float(np.sum(mse if T is None else np.square(np.asarray(T)) @ mse))
 
 
 def read_user_csv(path: str | Path, user_col: str, value_cols: Sequence[str], *,
-                  label_col: str | None = None, category_col: str | None = None
-                  ) -> UserData:
+                  label_col: str | None = None, category_col: str | None = None,
+                  max_abs: float | None = None) -> UserData:
     """Group a CSV's rows by ``user_col`` (users in order of first appearance), read by
     :func:`uldp.collector.csvdata.read_csv_columns` under the rules of every command
     (UTF-8 with or without a BOM, cells stripped, an empty id or category and a
     non-numeric value refused naming the row). Values are ``value_cols``; with
-    ``category_col`` the values are its categories, numbered in sorted order."""
+    ``category_col`` the values are its categories, numbered in sorted order.
+    ``max_abs``: values beyond it are refused naming the row (a range taken from the
+    data must be one a query can state)."""
     numeric = ([] if category_col else list(value_cols)) + ([label_col] if label_col else [])
-    t = read_csv_columns(path, user_col, numeric, [category_col] if category_col else [])
+    limits = None if max_abs is None else {c: max_abs for c in value_cols}
+    t = read_csv_columns(path, user_col, numeric, [category_col] if category_col else [],
+                         max_abs=limits)
     ids, first, inverse = np.unique(t.users, return_index=True, return_inverse=True)
     groups = np.split(np.argsort(inverse, kind="stable"),
                       np.cumsum(np.bincount(inverse, minlength=ids.size))[:-1])

@@ -3,8 +3,10 @@ subprocesses), a real PostgreSQL started from the local binaries, and fleets.
 
 PostgreSQL: ``initdb``/``pg_ctl``/``postgres`` are looked up on PATH and in
 /usr/local/bin and /usr/lib/postgresql/*/bin; tests marked ``postgres`` are skipped with
-the reason when they are absent. As root, the server runs as the ``postgres`` user
-(PostgreSQL refuses to run as root).
+the reason when they are absent — except under ``CI=true``, where
+``scripts/ensure-postgres.sh`` installs them (as root) and a PostgreSQL that is still
+missing **fails** the run: CI never passes without the PostgreSQL tests. As root, the
+server runs as the ``postgres`` user (PostgreSQL refuses to run as root).
 """
 
 from __future__ import annotations
@@ -107,14 +109,18 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
                      extra_args: list[str] | None = None, server_mode: str = "aio",
                      env: dict[str, str] | None = None, http: bool = False,
                      cors_origins: tuple[str, ...] = (), http_port: int = 0,
-                     server: dict[str, object] | None = None, **core_kw: object) -> Collector:
+                     server: dict[str, object] | None = None,
+                     http_config: dict[str, object] | None = None,
+                     nofile: int | None = None, **core_kw: object) -> Collector:
     """Start a collector on 127.0.0.1 (in-process, or ``uldp collector serve`` as a
     subprocess with ``env`` added to its environment); the caller stops it. ``http``:
     also the HTTP port (Connect, gRPC-Web; ``cors_origins`` allowed).
 
     Test collectors accept reports marked simulated (the fleets' seeded devices) unless
     ``allow_simulated=False`` is given. ``server``: further ``ServerConfig`` fields of an
-    in-process collector (e.g. ``max_message_bytes``)."""
+    in-process collector (e.g. ``max_message_bytes``); ``http_config``: further
+    ``HttpConfig`` fields of its HTTP port (e.g. ``limits``, ``trusted_proxies``);
+    ``nofile``: the subprocess's RLIMIT_NOFILE (soft and hard)."""
     url = db_url or f"sqlite:///{workdir / 'collector.db'}"
     allow_simulated = bool(core_kw.setdefault("allow_simulated", True))
     if not subprocess_:
@@ -128,7 +134,7 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
         if http:
             c.front = attach_front(srv.core, srv.executor, HttpConfig(
                 pki.server_cert, pki.server_key, port=http_port,
-                cors_origins=frozenset(cors_origins)))
+                cors_origins=frozenset(cors_origins), **(http_config or {})))
             c.front.start()
             c.http_port = c.front.port
         return c
@@ -143,8 +149,12 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
            "--log-level", "info", "--name", name or f"proc-{port}", "--server-mode",
            server_mode, *(["--allow-simulated"] if allow_simulated else []),
            *(extra_args or [])]
+    def limit() -> None:
+        if nofile is not None:
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})}, preexec_fn=limit)
     log.close()
     c = Collector(port, url, pki, proc=proc, http_port=http_port)
     try:
@@ -247,12 +257,35 @@ class Postgres:
         return self.url(name)
 
 
+def in_ci() -> bool:
+    """``CI=true`` (the project's CI, .ci/run): a missing prerequisite fails, never skips."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def missing_prerequisite(reason: str) -> None:
+    """Skip with ``reason`` on a developer's machine; fail under CI (``in_ci``)."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: a missing prerequisite fails the run instead of "
+                    "skipping its tests)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _pg_binaries() -> tuple[str | None, str | None, str | None]:
+    found = _pg_bin("initdb"), _pg_bin("pg_ctl"), _pg_bin("postgres")
+    if all(found) or not in_ci():
+        return found
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ensure-postgres.sh"
+    subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
+    return _pg_bin("initdb"), _pg_bin("pg_ctl"), _pg_bin("postgres")
+
+
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
-    initdb, pg_ctl, postgres_bin = _pg_bin("initdb"), _pg_bin("pg_ctl"), _pg_bin("postgres")
+    initdb, pg_ctl, postgres_bin = _pg_binaries()
     if not (initdb and pg_ctl and postgres_bin):
-        pytest.skip("PostgreSQL binaries (initdb, pg_ctl, postgres) not found on PATH, "
-                    "/usr/local/bin or /usr/lib/postgresql/*/bin")
+        missing_prerequisite("PostgreSQL binaries (initdb, pg_ctl, postgres) not found on "
+                             "PATH, /usr/local/bin or /usr/lib/postgresql/*/bin (Debian: "
+                             "apt-get install postgresql; scripts/ensure-postgres.sh)")
     # directly under /tmp: the pytest temp tree is private to root, PostgreSQL may not be
     root = Path(tempfile.mkdtemp(prefix="uldp-pg-"))
     prefix: list[str] = []
@@ -262,9 +295,10 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgres]:
             import pwd
             pwd.getpwnam("postgres")
         except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run PostgreSQL")
+            missing_prerequisite("running as root and there is no 'postgres' user to run "
+                                 "PostgreSQL")
         if not runuser:
-            pytest.skip("running as root and runuser is missing")
+            missing_prerequisite("running as root and runuser is missing")
         prefix = [runuser, "-u", "postgres", "--"]
         shutil.chown(root, "postgres")
     data = root / "data"

@@ -110,3 +110,23 @@ def test_same_origin_calls_pass_cors_and_foreign_origins_do_not(collector):
     foreign = {**ADMIN, "origin": "https://evil.example"}
     assert _http(c, "/uldp.v1.AnalystService/ListQueries", "POST", {}, foreign)[0] == 403
     assert _http(c, "/console/api/preview", "POST", {"kind": "mean"}, foreign)[0] == 403
+
+
+def test_odometer_endpoint(collector):
+    """``GET /console/api/odometer`` (issue 25): admin token first; every dataset with a
+    shuffled query and the central ε its queries compose to (a running one at its worst
+    case), next to the budget."""
+    assert _http(collector, "/console/api/odometer")[0] == 401
+    a = collector.analyst()
+    try:
+        a.create(QueryRequest(kind="mean", epsilon=1.0, dataset="odo", users=300, samples=2,
+                              bound=1.0, params={"shuffle": {"min_batch": 100}}))
+        a.create(QueryRequest(kind="mean", epsilon=1.0, dataset="clear", users=300, samples=2,
+                              bound=1.0))
+    finally:
+        a.close()
+    code, _, body = _http(collector, "/console/api/odometer", headers=ADMIN)
+    assert code == 200
+    got = {d["dataset"]: d for d in json.loads(body)["datasets"]}
+    assert set(got) == {"odo"} and got["odo"]["shuffled_queries"] == 1
+    assert 0 < got["odo"]["central_epsilon"] <= 1.0 and got["odo"]["budget"] == 10.0

@@ -191,7 +191,7 @@ def test_metrics_need_a_token_and_only_admins_see_queries(start_collector, pki, 
     # no label of any counter carries a caller-supplied string
     labels = {k for fam in ops.values() for key in fam for k, _ in key}
     assert labels <= {"front", "service", "method", "code", "kind", "state", "dataset",
-                      "replica", "le"}, labels
+                      "replica", "le", "reason"}, labels  # reason: the HTTP guard's, fixed
     with c.channel() as ch:
         stub = device_pb2_grpc.DeviceServiceStub(ch)
         try:

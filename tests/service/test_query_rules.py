@@ -45,6 +45,16 @@ REFUSALS = [
     ("bound must be between 2^-40 and 2^40", dict(bound=-1.0)),
     ("confidence must be between", dict(confidence=1.5)),
     ("kind must be one of", dict(kind="median")),
+    # group-by (item 2)
+    ("by: group-by applies to kind mean", dict(kind="distribution", dim=4, by="country",
+                                               groups=["a", "b"])),
+    ("groups go with by", dict(groups=["a", "b"])),
+    ("groups: a grouped mean names its groups", dict(by="country", groups=["a"])),
+    ("groups: a grouped mean names its groups", dict(by="country", groups=["a", "a"])),
+    ("dim: a grouped mean has one dimension per group", dict(by="country", groups=["a", "b"],
+                                                            dim=3)),
+    ("method: a grouped mean reports every group", dict(by="country", groups=["a", "b"],
+                                                        method="two-stage")),
 ]
 
 
@@ -54,21 +64,18 @@ def _cli_args(q: dict) -> list[str]:
     for k, v in q.items():
         if k == "kind" or k in BASE:
             continue
-        out += [flags.get(k, f"--{k}"), str(v)]
+        out += [flags.get(k, f"--{k}"), ",".join(v) if isinstance(v, list) else str(v)]
     return ["--kind", q["kind"], "--epsilon", str(q["epsilon"]), "--dataset", q["dataset"],
             "--users", str(q["users"]), "--samples", str(q["samples"]), *out]
 
 
 def _message(q: dict) -> analyst_pb2.CreateQueryRequest:
-    params = {k: q[k] for k in ("moment_p", "moment_m", "confidence") if k in q}
-    msg = analyst_pb2.CreateQueryRequest(
+    params = {k: q[k] for k in ("moment_p", "moment_m", "confidence", "lo", "hi", "by",
+                                "groups") if k in q}
+    return analyst_pb2.CreateQueryRequest(
         kind=q["kind"], epsilon=q["epsilon"], dataset=q["dataset"], users=q["users"],
         samples=q["samples"], dim=q.get("dim", 0), bound=q.get("bound", 0.0),
-        params_json=json.dumps(params) if params else "")
-    for k in ("lo", "hi"):
-        if k in q:
-            setattr(msg, k, q[k])
-    return msg
+        method=q.get("method", ""), params_json=json.dumps(params) if params else "")
 
 
 def _console(c, q: dict) -> tuple[int, dict]:

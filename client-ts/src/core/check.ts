@@ -37,13 +37,25 @@ export function checkDeclaration(task: Task, schema: DatasetSchema): void {
   };
   if (kind.vector && schema.dim !== task.dim) bad(`holds samples of dimension ${schema.dim ?? "scalar"}; the task needs ${task.dim}`);
   if (!kind.vector && schema.dim !== null && schema.dim !== 1) bad(`holds ${schema.dim}-dimensional samples; kind ${task.kind} needs scalars`);
-  if (kind.usesLabels && !schema.labelled) bad(`kind ${task.kind} needs labelled samples`);
+  if (kind.usesLabels && !schema.labelled && task.by === null) bad(`kind ${task.kind} needs labelled samples`);
   if (task.kind === "distribution") {
     if (schema.values === "real") bad("was declared real-valued; a distribution task needs categorical values");
     if (schema.alphabet !== null && schema.alphabet !== task.dim) bad(`has ${schema.alphabet} categories; the task asks about ${task.dim}`);
   } else if (schema.values === "categorical") {
     bad(`was declared categorical; kind ${task.kind} needs real values`);
   }
+}
+
+/** Refuse a grouped task whose groups' dataset (`by`) is not declared as scalar categorical
+ * codes of its `dim` groups (code `declaration`). */
+export function checkByDeclaration(task: Task, schema: DatasetSchema): void {
+  const bad = (why: string): never => {
+    throw new TaskRefused(`dataset ${schema.name}: ${why}`, "declaration");
+  };
+  if (schema.dim !== null && schema.dim !== 1) bad(`holds ${schema.dim}-dimensional samples; a group is one code`);
+  if (schema.values === "real") bad("was declared real-valued; groups are categorical codes");
+  if (schema.labelled) bad("is labelled; groups are one code per sample");
+  if (schema.alphabet !== null && schema.alphabet !== task.dim) bad(`has ${schema.alphabet} categories; the task has ${task.dim} groups`);
 }
 
 /** Every check, in order; returns the validated task, its dataset's name and ε units. */
@@ -57,6 +69,11 @@ export function checkTask(msg: TaskMessageLike, datasets: ReadonlyMap<string, Da
     const schema = datasets.get(msg.dataset);
     if (schema === undefined) throw new TaskRefused(`dataset ${msg.dataset} is not registered on this device`, "dataset");
     checkDeclaration(task, schema);
+    if (task.by !== null) { // a grouped mean: its groups' dataset too (public facts)
+      const by = datasets.get(task.by);
+      if (by === undefined) throw new TaskRefused(`dataset ${task.by} (the task's groups) is not registered on this device`, "dataset");
+      checkByDeclaration(task, by);
+    }
     if (task.reportLength !== msg.report_length) {
       throw new TaskRefused(`task announces ${msg.report_length} report values but its public parameters give ${task.reportLength}`, "length");
     }

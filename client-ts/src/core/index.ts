@@ -25,7 +25,7 @@ export {
   MAX_M_REF, MAX_RECORDS, MAX_REPORT_VALUES, oracleOf, parseTask, scalarOf, parseTaskFields, SCHEMA, TaskRefused, validateFields,
   type KindName, type Method, type RefusalCode, type Task,
 } from "./task.js";
-export { gradient, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
+export { gradient, groupOf, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
 export * from "./mechanisms/index.js";
 export { oracleReport, sampleRecords } from "./methods/oracle.js";
 export { computeReport, DataError, emptyReport, fallbacks, slotSources, taskRows, type Samples } from "./report.js";

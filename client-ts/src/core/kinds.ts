@@ -55,7 +55,7 @@ const clampSupport = (t: Task, r: ArrayLike<number>, d: number): number[] => {
 /** How many finite entries of the rows a ranged kind clamps into the task's range (a device
  * logs it locally, never sends it). */
 export function clampedValues(t: Task, rows: readonly Row[], d: number): number {
-  if (t.bound === null || (t.kind !== "mean" && t.kind !== "mean-linf")) return 0;
+  if (t.bound === null || (t.kind !== "mean" && t.kind !== "mean-linf" && t.kind !== "mean-by")) return 0;
   const [lo, hi] = t.range ?? [-t.bound, t.bound];
   let n = 0;
   for (const r of rows) for (let j = 0; j < d; j++) if (Number.isFinite(r[j]) && (r[j] < lo || r[j] > hi)) n++;
@@ -172,6 +172,42 @@ function features(weights: Weight[]): Pick<KindImpl, "sampleMap" | "userStats"> 
   };
 }
 
+// ---- grouped means (kind mean-by, §12.3; Python: uldp.client.kinds.grouped) ----------------
+/** A device's group from its categorical dataset: the most frequent usable code (an integer in
+ * [0, G); ties to the smallest), or NaN when it has none. */
+export function groupOf(categories: readonly number[], G: number): number {
+  const counts = new Array<number>(G).fill(0);
+  for (const x of categories) if (Number.isFinite(x) && x === Math.floor(x) && x >= 0 && x < G) counts[x]++;
+  let group = NaN;
+  let best = 0;
+  for (let g = 0; g < G; g++) if (counts[g] > best) [best, group] = [counts[g], g];
+  return group;
+}
+
+/** The 2G components of rows (value, code): for each group g, 1{group = g} - 1/2 and
+ * 1{group = g} · mean clip(x - c, -D, D) over the usable rows of the user's group (the most
+ * frequent code of its usable rows, ties to the smallest). */
+function groupedStats(t: Task, rows: Row[], valid: boolean[]): number[] {
+  const G = t.dim;
+  const Y: number[] = [];
+  for (let g = 0; g < G; g++) Y.push(-0.5, 0);
+  const codes = rows.flatMap((r, i) => (valid[i] ? [r[1]] : []));
+  const group = groupOf(codes, G);
+  if (Number.isNaN(group)) return Y;
+  const c = rangeCentre(t);
+  const D = t.bound as number;
+  let s = 0;
+  let m = 0;
+  rows.forEach((r, i) => {
+    if (!valid[i] || r[1] !== group) return;
+    m++;
+    s = s + clip(c === 0 ? r[0] : r[0] - c, -D, D);
+  });
+  Y[2 * group] = 0.5;
+  Y[2 * group + 1] = s / Math.max(m, 1);
+  return Y;
+}
+
 // ---- the registry --------------------------------------------------------------------------
 const inAlphabet = (t: Task, x: number): boolean => x === Math.floor(x) && x >= 0 && x < t.dim;
 
@@ -185,6 +221,12 @@ export const KINDS: Record<KindName, KindImpl> = {
     name: "mean-linf", vector: true, usesLabels: false,
     sampleMap: (t, r) => clampSupport(t, r, t.dim),
     userStats: (t, rows, valid) => maskedMean(rows, valid, (r) => clampSupport(t, r, t.dim), t.dim),
+  },
+  "mean-by": {
+    name: "mean-by", vector: false, usesLabels: true,
+    validValue: (t, r) => inAlphabet(t, r[1]),
+    sampleMap: (t, r) => groupedStats(t, [r], [true]),
+    userStats: groupedStats,
   },
   "mean-l2": {
     name: "mean-l2", vector: true, usesLabels: false,

@@ -41,7 +41,9 @@ const refuse = (code: RefusalCode, message: string): never => {
 };
 
 export type Method = "two-stage" | "two-stage-sized" | "ssl" | "baseline-a" | "baseline-b" | "oracle";
-export const KIND_NAMES = ["classify", "distribution", "mean", "mean-l1", "mean-l2", "mean-linf", "regress", "sgd"] as const;
+export const KIND_NAMES = ["classify", "distribution", "mean", "mean-by", "mean-l1", "mean-l2", "mean-linf", "regress", "sgd"] as const;
+/** Groups a grouped mean (kind mean-by) may have: 2·G components (Python: MAX_GROUPS). */
+export const MAX_GROUPS = 1 << 10;
 export type KindName = (typeof KIND_NAMES)[number];
 const METHOD_STAGES: Record<Method, readonly number[]> = {
   "two-stage": [1, 2], "two-stage-sized": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0],
@@ -82,6 +84,8 @@ export interface Task {
   /** The public range [lo, hi] of one value (kinds mean, mean-linf; §11.2), or null: the
    * range is [-bound, bound]. */
   readonly range: readonly [number, number] | null;
+  /** Kind mean-by: the device's categorical dataset of its group (§12.3); null otherwise. */
+  readonly by: string | null;
   /** Number of components of the kind (C). */
   readonly nComponents: number;
   /** ε units the report spends and its length. */
@@ -97,7 +101,7 @@ const DEFAULTS: Record<string, JValue> = {
   mechanism: DEFAULT_MECHANISM, records: new JInt(1n),
 };
 const REQUIRED = ["query_id", "kind", "method", "stage", "epsilon", "eps_c", "components"];
-const KNOWN = new Set([...REQUIRED, ...Object.keys(DEFAULTS), "seal", "range"]);
+const KNOWN = new Set([...REQUIRED, ...Object.keys(DEFAULTS), "seal", "range", "by"]);
 
 /** The raw fields of a task text (parse, schema tag, known fields, list shapes). */
 export function parseTaskFields(text: string): Map<string, JValue> {
@@ -116,6 +120,7 @@ export function parseTaskFields(text: string): Map<string, JValue> {
   const unknown = [...d.keys()].filter((k) => !KNOWN.has(k)).sort();
   if (unknown.length) refuse("field", `task has unknown fields: ${unknown.join(", ")}`);
   if (d.has("seal") && !isJObject(d.get("seal"))) refuse("field", "seal must be an object");
+  if (d.has("by") && typeof d.get("by") !== "string") refuse("field", "by must be a string");
   for (const k of ["components", "virtual_eps"]) {
     if (d.has(k) && !Array.isArray(d.get(k))) refuse("field", `${k} must be a list`);
   }
@@ -223,7 +228,7 @@ function checkFrame(f: Map<string, JValue>): void {
 
 const HEAVY_FORM = new Set(["mean", "mean-linf", "mean-l2"]);
 /** Kinds whose values may have a public range [lo, hi] (Python: Kind.ranged). */
-const RANGED = new Set(["mean", "mean-linf"]);
+const RANGED = new Set(["mean", "mean-linf", "mean-by"]);
 
 /** check_range (§11.2): a ranged kind, a bound, finite lo < hi, bound = hi/2 - lo/2 exactly. */
 function checkRange(kind: KindName, f: Map<string, JValue>): void {
@@ -242,6 +247,10 @@ const NEEDS_BOUND = new Set(["mean", "mean-linf", "mean-l2", "mean-l1"]);
 
 /** Kind.check: the kind's public values; returns C. */
 function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): number {
+  if (kind === "mean-by" && f.get("method") !== "ssl") refuse("param", `kind mean-by runs with method ssl, not ${String(f.get("method"))}`);
+  if (f.has("by") !== (kind === "mean-by")) {
+    refuse("param", kind === "mean-by" ? "kind mean-by needs by (its groups' dataset)" : `kind ${kind} takes no by`);
+  }
   if (f.get("stat_bound") !== null && !HEAVY_FORM.has(kind)) refuse("param", `kind ${kind} has no heavy-tailed form (stat_bound)`);
   if (f.get("bound") === null && f.get("stat_bound") === null && NEEDS_BOUND.has(kind)) {
     refuse("param", `kind ${kind} needs a support bound`);
@@ -252,6 +261,11 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
   switch (kind) {
     case "mean": return 1;
     case "mean-linf": return dim;
+    case "mean-by":
+      if (dim < 2 || dim > MAX_GROUPS) refuse(dim > MAX_GROUPS ? "limit" : "param", `a grouped mean needs 2 to ${MAX_GROUPS} groups (dim)`);
+      if (f.get("by") === "") refuse("param", "a grouped mean names its categorical dataset in by");
+      if (f.get("bound") === null) refuse("param", "a grouped mean needs bound");
+      return 2 * dim;
     case "mean-l2":
       checkFrame(f);
       return frameSize(dim, f.get("frame_kind") as string);
@@ -461,11 +475,12 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   const seal = f.has("seal") ? parseSeal(f.get("seal")!) : null;
   if (typeof seal === "string") return refuse("seal", seal);
   const range = f.has("range") ? (f.get("range") as JValue[]).map((v) => dbl(v)) as [number, number] : null;
-  return { ...typed(text, f, kind as KindName, m, stage, dim, C, units, length), seal, range };
+  const by = f.has("by") ? (f.get("by") as string) : null;
+  return { ...typed(text, f, kind as KindName, m, stage, dim, C, units, length), seal, range, by };
 }
 
 function typed(text: string, f: Map<string, JValue>, kind: KindName, method: Method, stage: number,
-  dim: number, C: number, units: bigint, reportLength: number): Omit<Task, "seal" | "range"> {
+  dim: number, C: number, units: bigint, reportLength: number): Omit<Task, "seal" | "range" | "by"> {
   const num = (k: string): number | null => (f.get(k) === null ? null : dbl(f.get(k)));
   return {
     text, queryId: f.get("query_id") as string, kind, method, stage,

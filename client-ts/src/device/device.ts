@@ -20,7 +20,7 @@ import { RandomSource } from "../core/random.js";
 import { sealInfo, sealReport } from "../core/seal.js";
 import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
-import { clampedValues } from "../core/kinds.js";
+import { clampedValues, groupOf } from "../core/kinds.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
   AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
@@ -273,6 +273,15 @@ export class Device {
   /** The task's backstop report (the empty dataset's, §13.2), from public facts only and before
    * the charge, on a keystream of its own: a task whose backstop cannot be computed is refused
    * (code `param`), so whether the device reports never depends on its data (invariant 6). */
+  /** The rows' labels: the dataset's own, or for a grouped mean (`by`) the device's group —
+   * groupOf its groups' dataset (NaN, no group, if that dataset is gone) — on every row. */
+  #labels(task: Task, ds: LocalDataset): number[] | null {
+    if (task.by === null) return ds.labels;
+    const by = this.#datasets.get(task.by);
+    const g = by ? groupOf((by.samples as (number | number[])[]).map((v) => (typeof v === "number" ? v : NaN)), task.dim) : NaN;
+    return new Array<number>(ds.samples.length).fill(g);
+  }
+
   /** Count (and log, locally) the values the task's range clamps: never sent. */
   #noteClamped(task: Task, ds: LocalDataset): void {
     try {
@@ -304,7 +313,7 @@ export class Device {
       let values: readonly bigint[] = fallback;
       if (ds) {
         try {
-          values = computeReport(task, ds.samples, ds.labels, rng, fallback);
+          values = computeReport(task, ds.samples, this.#labels(task, ds), rng, fallback);
         } catch {
           values = fallback; // totality backstop: one report is owed whatever happens
         }

@@ -5,7 +5,7 @@
 import { sha256 } from "@noble/hashes/sha2.js";
 import {
   alignLabels, bytesToHex, checkTask, coerceValues, computeReport, datasetSchema, exp,
-  f64FromHex, f64ToHex, type FrameKind, hexToBytes, kashinCoefficients, kashinFrame, ln, norm,
+  f64FromHex, f64ToHex, type FrameKind, groupOf, hexToBytes, kashinCoefficients, kashinFrame, ln, norm,
   parseTask, radial, RandomSource, RETRYABLE, seqSum, TaskRefused, tracing, uniformPm1, type DatasetSchema,
 } from "../../src/core/index.js";
 import { AlreadyParticipated, Ledger, LedgerError, MemoryStore } from "../../src/ledger/index.js";
@@ -90,6 +90,7 @@ function kashinCase(c: Case): void {
 }
 
 function registrationCase(c: Case): void {
+  if (c.op === "group_of") return eq("group", enc(groupOf(decAll(c.samples), c.groups)), c.group);
   const x = coerceValues(c.samples, c.dim);
   eq("samples", encAll(x), c.out_samples);
   if (c.labels !== null) eq("labels", encAll(alignLabels(c.labels, x.length)), c.out_labels);

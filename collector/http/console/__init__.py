@@ -10,7 +10,9 @@ everything the page shows comes from the collector over the same origin:
 * ``POST /console/api/preview``: the preview of a CreateQuery request
   (:func:`uldp.collector.analyst.preview.preview_message`, the collector's own request
   checks), JSON in (the request in proto3 JSON, as Connect reads it) and JSON out;
-  ``?simulate=0`` leaves out the simulated width of a two-stage plan (the curves).
+  ``?simulate=0`` leaves out the simulated width of a two-stage plan (the curves);
+* ``GET /console/api/odometer``: each dataset's privacy odometer — the central ε its
+  shuffled queries compose to and the budget (``uldp.collector.service.odometer``).
 
 The page asks for the admin token and keeps it in the tab's ``sessionStorage`` (gone with
 the tab); every call carries it as ``authorization: Bearer``. With mutual TLS on the port,
@@ -91,6 +93,9 @@ class ConsoleApp:
         if path == "api/preview":
             await self.preview(scope, receive, send)
             return
+        if path == "api/odometer":
+            await self.odometer(scope, send)
+            return
         got = self.files.get(path)
         if got is None:
             await respond(send, 404, b"not found\n")
@@ -130,3 +135,16 @@ class ConsoleApp:
             await _error(send, exc.code, exc.message)
             return
         await _json(send, 200, out)
+
+    async def odometer(self, scope: Scope, send: Send) -> None:
+        """``GET /console/api/odometer``: admin token, then every dataset's odometer."""
+        if scope["method"] != "GET":
+            await respond(send, 405, b"GET only\n", [(b"allow", b"GET")])
+            return
+        if not self.core.admin.check(bearer_of(scope)):
+            await _error(send, "UNAUTHENTICATED", "analyst calls need the admin credential "
+                         "(authorization: Bearer <admin token>)")
+            return
+        loop = asyncio.get_running_loop()
+        out = await loop.run_in_executor(self.pool, self.core.odometer.states)
+        await _json(send, 200, {"datasets": out})

@@ -65,6 +65,9 @@ async function call(method, body) {
 async function preview(body, simulate = true) {
   return answer(await fetch("/console/api/preview" + (simulate ? "" : "?simulate=0"), { method: "POST", headers: headers("application/json"), body: JSON.stringify(body) }));
 }
+async function odometer() {
+  return answer(await fetch("/console/api/odometer", { method: "GET", headers: headers("application/json") }));
+}
 // WatchQuery as a Connect server stream: enveloped JSON messages, the last one flagged 0x02.
 async function* watch(queryId, signal) {
   const json = new TextEncoder().encode(JSON.stringify({ queryId }));
@@ -456,9 +459,14 @@ async function budgetPage() {
     by.set(q.dataset, r);
   }
   const rows = [...by.values()].sort((a, b) => b.total - a.total);
-  const table = el("table", { id: "budget-table" }, el("thead", {}, el("tr", {}, ["dataset", "queries", "ε asked (all)", "ε of queries that ran", "largest ε"].map((h, i) => el("th", { class: i ? "num" : null }, h)))),
+  // the privacy odometer: shuffled queries composed with a PLD accountant (docs/privacy.md §7.2)
+  let odo = new Map();
+  try { odo = new Map(((await odometer()).datasets || []).map((o) => [o.dataset, o])); } catch { /* an older collector: no odometer */ }
+  const central = (d) => { const o = odo.get(d); return o ? `${label(o.central_epsilon)} (δ ${o.delta}${o.budget != null ? `, budget ${label(o.budget)}` : ""})` : "—"; };
+  const table = el("table", { id: "budget-table" }, el("thead", {}, el("tr", {}, ["dataset", "queries", "ε asked (all)", "ε of queries that ran", "largest ε", "central ε, shuffled (composed)"].map((h, i) => el("th", { class: i ? "num" : null }, h)))),
     el("tbody", {}, rows.map((r) => el("tr", { "data-dataset": r.dataset, "data-total": r.total }, el("td", { text: r.dataset }), el("td", { class: "num", text: r.queries.length }),
-      el("td", { class: "num", text: label(r.total) }), el("td", { class: "num", text: label(r.spent) }), el("td", { class: "num", text: label(Math.max(...r.queries.map((q) => q.epsilon))) })))));
+      el("td", { class: "num", text: label(r.total) }), el("td", { class: "num", text: label(r.spent) }), el("td", { class: "num", text: label(Math.max(...r.queries.map((q) => q.epsilon))) }),
+      el("td", { class: "num", "data-central": odo.has(r.dataset) ? odo.get(r.dataset).central_epsilon : "", text: central(r.dataset) })))));
   show(el("h1", { text: "Budgets" }),
     el("p", { class: "muted" }, "A device holding a dataset is asked for the ε of every query over it: a device's ledger refuses any task beyond its own budget, so this is what the queries ask, not what every device spent."),
     el("div", { class: "card" }, rows.length ? budgetChart(rows) : el("p", { class: "muted", text: "No queries yet." }),
@@ -484,14 +492,13 @@ function requestOf(form) {
   if (v("extra")) params.extra = JSON.parse(v("extra"));
   if (form.elements.allow_simulated.checked) params.allow_simulated = true;
   const ranged = shown("lo") || shown("hi");
-  const req = { kind: v("kind"), epsilon: Number(v("epsilon")), dataset: v("dataset"), users: Number(v("users")),
+  if (shown("lo")) params.lo = Number(v("lo"));
+  if (shown("hi")) params.hi = Number(v("hi"));
+  if (v("by")) { params.by = v("by"); params.groups = v("groups").split(",").map((g) => g.trim()).filter(Boolean); }
+  return { kind: v("kind"), epsilon: Number(v("epsilon")), dataset: v("dataset"), users: Number(v("users")),
     samples: Number(v("samples")), dim: Number(v("dim") || 0), bound: ranged || !shown("bound") ? 0 : Number(v("bound")),
     method: v("method"), queryId: v("query_id"), paramsJson: Object.keys(params).length ? JSON.stringify(params) : "",
     phaseTimeoutSeconds: Number(v("phase_timeout") || 0) };
-  if (shown("lo")) req.lo = Number(v("lo"));
-  if (shown("hi")) req.hi = Number(v("hi"));
-  if (v("by")) { req.by = v("by"); req.groups = v("groups").split(",").map((g) => g.trim()).filter(Boolean); }
-  return req;
 }
 
 async function newPage() {

@@ -1,0 +1,131 @@
+"""The privacy odometer of a population: shuffled queries composed with a privacy-loss-
+distribution (PLD) accountant (Google's ``dp-accounting``).
+
+See ``docs/privacy.md`` §7.2. A shuffled query is a set of cells (phase, group, stage);
+each user reports in exactly one, so the query's privacy profile δ_Q(ε) is at most the
+largest of its cells' profiles, and each cell's profile is the variation-ratio bound
+δ(ε) of ``uldp.collector.accounting.variation_ratio`` (an upper bound on the hockey-stick
+divergence of the shuffled reports). The query's PLD is the pessimistic *connect-the-dots*
+PLD of that profile (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, "Connect the Dots:
+Tighter Discrete Approximations of Privacy Loss Distributions", PETS 2022; ``dp-accounting``
+``create_pmf_pessimistic_connect_dots``): supported on a grid of ε, it dominates every
+mechanism whose profile is at most the given values there. The reduction's pair of count
+distributions is symmetric, so for ε < 0 the profile is 1 − e^ε + e^ε δ(−ε). Composing the
+queries' PLDs (convolution) gives the population's (ε, δ) over all of them — much less than
+the sum of their ε: 100 queries of n = 10⁵ reports at ε0 = 1 compose to ε ≈ 0.19 at
+δ = 1e-8, against 1.69 summed (2.06 with the older FMT21 bound).
+
+A query not yet finished counts at its worst case: every cell at the query's ε with the
+generic ε0-randomizer parameters and only ``min_batch`` reports (a batch is never smaller).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from uldp.collector.accounting.variation_ratio import (
+    VariationRatio,
+    central_epsilon,
+    delta_bound,
+    generic,
+)
+
+if TYPE_CHECKING:  # dp-accounting takes seconds to import: loaded when first needed
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
+__all__ = ["DISCRETIZATION", "Cell", "cells_of_privacy", "compose", "naive_sum",
+           "planned_cells", "query_pld", "self_composed"]
+
+#: the PLDs' loss grid (every query's must be the same to compose)
+DISCRETIZATION = 1e-5
+#: points of the connect-the-dots grid on each side of 0
+_POINTS = 60
+#: the profile is followed until δ falls below this (the rest is mass at +∞)
+_FLOOR = 1e-14
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a shuffled query: ``n`` reports of the randomizer ``params``."""
+
+    n: int
+    params: VariationRatio
+
+
+def planned_cells(epsilon: float, min_batch: int) -> tuple[Cell, ...]:
+    """The worst case of a query that has not finished (module docstring)."""
+    return (Cell(int(min_batch), generic(float(epsilon))),)
+
+
+def cells_of_privacy(section: Mapping[str, Any]) -> tuple[Cell, ...]:
+    """The cells a finished query's ``privacy`` section states (``n`` its smallest batch;
+    cells without a report cost nothing). A cell without its variation-ratio parameters
+    (a result from before they were stated) counts as a generic ε0-randomizer."""
+    out = []
+    for c in section.get("cells", []):
+        n, eps0 = int(c.get("smallest_batch", 0)), float(c["epsilon0"])
+        if n <= 0:
+            continue
+        vr = c.get("variation_ratio")
+        params = (VariationRatio(str(c.get("mechanism", "any")), eps0, float(vr["p"]),
+                                 float(vr["beta"]), float(vr["q"]), str(c.get("detail", "")))
+                  if isinstance(vr, dict) else generic(eps0))
+        out.append(Cell(n, params))
+    return tuple(sorted(set(out), key=lambda c: (c.n, c.params.epsilon0, c.params.beta)))
+
+
+def _reach(cell: Cell) -> float:
+    """An ε beyond which the cell's δ(ε) is below :data:`_FLOOR` (or its ln p)."""
+    top = math.log(cell.params.p)
+    e = central_epsilon(cell.n, cell.params, 1e-12)
+    while e < top and delta_bound(cell.n, cell.params, e) > _FLOOR:
+        e = min(top, 1.5 * e + 1e-4)
+    return e
+
+
+@lru_cache(maxsize=512)
+def query_pld(cells: tuple[Cell, ...]) -> PrivacyLossDistribution:
+    """The pessimistic connect-the-dots PLD of the largest of ``cells``' profiles."""
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+    if not cells:
+        raise ValueError("a query without cells costs nothing: leave it out")
+    top = max(_reach(c) for c in cells)
+    steps = np.unique(np.round(np.linspace(0.0, top, _POINTS + 1) / DISCRETIZATION)
+                      .astype(np.int64))
+    eps = steps * DISCRETIZATION
+    pos = np.array([max(delta_bound(c.n, c.params, float(e)) for c in cells) for e in eps])
+    pos = np.minimum.accumulate(np.minimum(pos, 1.0))
+    # ε < 0: D_{e^ε}(P‖Q) = 1 − e^ε + e^ε D_{e^{−ε}}(Q‖P), and the pair is symmetric
+    neg = 1.0 - np.exp(-eps[:0:-1]) + np.exp(-eps[:0:-1]) * pos[:0:-1]
+    grid = np.concatenate([-steps[:0:-1], steps])
+    deltas = np.minimum(np.concatenate([neg, pos]), 1.0)
+    pmf = pld_pmf.create_pmf_pessimistic_connect_dots(DISCRETIZATION, grid, deltas)
+    return PrivacyLossDistribution(pmf)
+
+
+def compose(queries: Iterable[tuple[Cell, ...]], delta: float) -> float:
+    """The central ε at ``delta`` of all ``queries`` together (0 for none)."""
+    plds = [query_pld(q) for q in queries if q]
+    if not plds:
+        return 0.0
+    total = plds[0]
+    for p in plds[1:]:
+        total = total.compose(p)
+    return float(total.get_epsilon_for_delta(delta))
+
+
+def self_composed(cells: tuple[Cell, ...], times: int, delta: float) -> float:
+    """The central ε at ``delta`` of ``times`` queries alike (``uldp privacy shuffle
+    --queries``)."""
+    return float(query_pld(cells).self_compose(int(times)).get_epsilon_for_delta(delta))
+
+
+def naive_sum(epsilons: Sequence[float]) -> float:
+    return float(sum(epsilons))
