@@ -91,8 +91,10 @@ class LocalPostgres:
 
 
 @contextlib.contextmanager
-def local_postgres(durable: bool = True) -> Iterator[LocalPostgres]:
-    """initdb + pg_ctl start on a free loopback port (as user postgres when root)."""
+def local_postgres(durable: bool = True, settings: dict[str, str] | None = None
+                   ) -> Iterator[LocalPostgres]:
+    """initdb + pg_ctl start on a free loopback port (as user postgres when root);
+    ``settings``: more server settings (name -> value)."""
     root = Path(tempfile.mkdtemp(prefix="uldp-bench-pg-"))
     prefix: list[str] = []
     if os.geteuid() == 0:
@@ -107,7 +109,8 @@ def local_postgres(durable: bool = True) -> Iterator[LocalPostgres]:
                     "--auth=trust", "-E", "UTF8"], check=True, capture_output=True)
     opts = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200 "
             f"-c shared_buffers=256MB -c fsync={'on' if durable else 'off'} "
-            "-c synchronous_commit=on")
+            "-c synchronous_commit=on"
+            + "".join(f" -c {k}={v}" for k, v in (settings or {}).items()))
     subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-o", opts, "-l",
                     str(root / "log"), "-w", "start"], check=True, capture_output=True)
     try:
@@ -118,17 +121,24 @@ def local_postgres(durable: bool = True) -> Iterator[LocalPostgres]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _postgres_cpu() -> float:
-    """CPU seconds of every ``postgres`` process on the box (0 without PostgreSQL)."""
-    tot = 0
+def _postgres_cpu(port: int | None = None) -> float:
+    """CPU seconds of the ``postgres`` processes on the box (0 without PostgreSQL); with
+    ``port``, only those of the server listening there (its postmaster and children: the
+    box may run other PostgreSQL servers)."""
+    procs: dict[int, tuple[int, int, str]] = {}
     for d in Path("/proc").iterdir():
         try:
             if d.name.isdigit() and (d / "comm").read_text().strip() == "postgres":
                 st = (d / "stat").read_text().rsplit(")", 1)[1].split()
-                tot += int(st[11]) + int(st[12])
+                procs[int(d.name)] = (int(st[1]), int(st[11]) + int(st[12]),
+                                      (d / "cmdline").read_text())
         except OSError:
             continue
-    return tot / os.sysconf("SC_CLK_TCK")
+    if port is not None:
+        roots = {pid for pid, (_, _, cmd) in procs.items() if f"-p\x00{port}\x00" in cmd
+                 or f"-p {port}" in cmd}
+        procs = {pid: v for pid, v in procs.items() if pid in roots or v[0] in roots}
+    return sum(t for _, t, _ in procs.values()) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu(pid: int | None) -> float:

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # CI of the TypeScript device SDK (client-ts): install from the lockfile, check the generated
-# wire descriptor, type-check the core without Node's types, type-check and build, run the node:test
+# wire descriptor, type-check the core without Node's types, type-check and build (ES modules and
+# CommonJS), check the package as an app installs it (scripts/package-check.mjs: require and import
+# of every entry, tsc node10/node16/bundler, the README web snippet's bundle size), run the node:test
 # suites (conformance vectors, privacy audits, ledger and the ledger store contract, both
 # transports, the Python collector on loopback over gRPC, Connect and gRPC-Web), then in headless
 # Chromium the conformance vectors and the browser devices (scripts/browser-fleet.mjs: the
 # IndexedDB store contract, 1000 devices over Connect and gRPC-Web through a collector restart,
-# two tabs on one store, CORS).
+# two tabs on one store, CORS) and the web first run (scripts/browser-first-run.mjs: the page
+# served by `uldp collector serve --dev-example`, the README's CA recipe, the page's diagnoses).
 #
 #   bash client-ts/ci.sh            (from anywhere; Node 20 and npm needed)
 #
@@ -39,6 +42,10 @@ echo "== type check and build (t=$(( $(date +%s) - start ))s)"
 rm -rf build
 npx tsc -p tsconfig.json
 
+echo "== the package: CommonJS half, then the tarball installed in a fresh project (t=$(( $(date +%s) - start ))s)"
+node scripts/build-package.mjs
+node scripts/package-check.mjs
+
 echo "== node:test (t=$(( $(date +%s) - start ))s)"
 node --test build/test/*.test.js
 
@@ -49,6 +56,9 @@ node scripts/browser-vectors.mjs
 echo "== the example web app: type check and build (t=$(( $(date +%s) - start ))s)"
 npx tsc -p ../examples/web
 node scripts/build-example.mjs
+
+echo "== the web first run: the collector serves the example page, the CA recipe, the errors (t=$(( $(date +%s) - start ))s)"
+node scripts/browser-first-run.mjs
 
 echo "== browser devices against the collector (t=$(( $(date +%s) - start ))s)"
 node scripts/browser-fleet.mjs

@@ -35,18 +35,14 @@ from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
 from uldp.collector.methods.auto import resolve_auto
 from uldp.collector.methods.sizing import OBJECTIVES
+from uldp.collector.placement import KeyedPermutation
 
-__all__ = [
-    "MEAN_KINDS",
-    "MECHANISM_FIELDS",
-    "Plan",
-    "QuerySpec",
-    "compile_query",
-    "predicted_mse",
-    "with_best_mechanisms",
-]
+__all__ = ["MEAN_KINDS", "MECHANISM_FIELDS", "Plan", "QuerySpec", "compile_query",
+           "predicted_mse", "with_best_mechanisms"]
 
 MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
+#: ways of placing enrolment slots (``QuerySpec.placement``)
+PLACEMENTS = ("feistel", "permutation")
 #: the default method: chosen per query by ``uldp.collector.methods.auto``
 AUTO = "auto"
 #: the method of a grouped mean (``uldp.collector.methods.grouped``)
@@ -100,6 +96,10 @@ class QuerySpec:
     #: groups' public names in code order (``dim`` is their number)
     by: str | None = None
     groups: tuple[str, ...] = ()
+    #: how enrolment slots are placed: ``feistel`` (a keyed permutation computed on demand,
+    #: ``uldp.collector.placement``) or ``permutation`` (an array of every slot's rank
+    #: drawn with numpy: queries stored before the keyed permutation existed)
+    placement: str = "feistel"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", tuple(self.groups))
@@ -142,6 +142,8 @@ class QuerySpec:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got "
                              f"{self.objective!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if not isinstance(self.records, int) or isinstance(self.records, bool) \
                 or not 1 <= self.records <= MAX_RECORDS:
             raise ValueError(f"records must be an integer in [1, {MAX_RECORDS}], got "
@@ -189,11 +191,12 @@ class QuerySpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> QuerySpec:
+        """A stored spec (one stored before ``placement`` existed keeps its permutation)."""
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown query fields: {sorted(unknown)}")
-        return cls(**d)
+        return cls(**{"placement": "permutation", **d})
 
 
 @dataclass(frozen=True)
@@ -249,39 +252,70 @@ class Plan:
         return self.stage1_size(g) if stage == 1 else size - self.stage1_size(g)
 
     @cached_property
-    def _ranks(self) -> np.ndarray:
+    def permutation(self) -> KeyedPermutation:
+        """The public permutation of enrolment slots (``rank = π(slot)``)."""
+        return KeyedPermutation(self.spec.users, self.spec.seed)
+
+    @cached_property
+    def _legacy_ranks(self) -> np.ndarray:
+        """``placement = "permutation"``: every slot's rank, drawn with numpy."""
         perm = np.random.default_rng(self.spec.seed).permutation(self.spec.users)
         ranks = np.empty_like(perm)
         ranks[perm] = np.arange(perm.size)
         return ranks
 
-    def assign(self, slot: int) -> tuple[int, int]:
-        """``(group, stage)`` of the device that took enrolment slot ``slot`` (0-based)."""
-        if not 0 <= slot < self.spec.users:
-            raise ValueError(f"slot {slot} outside [0, {self.spec.users})")
-        g, s = self.assign_all()
-        return int(g[slot]), int(s[slot])
+    def rank(self, slot: int | np.ndarray) -> np.ndarray:
+        """The rank of enrolment slot(s) ``slot`` in the public permutation."""
+        if self.spec.placement == "permutation":
+            return self._legacy_ranks[slot]
+        return self.permutation.rank(slot)
 
-    def assign_all(self) -> tuple[np.ndarray, np.ndarray]:
-        """Group and stage of every slot (vectorized; [D1], [D2]); computed once."""
-        return self._assignment
+    def slot_of_rank(self, rank: int) -> int:
+        """The enrolment slot of rank ``rank`` (the inverse of :meth:`rank`)."""
+        if self.spec.placement == "permutation":
+            return int(np.flatnonzero(self._legacy_ranks == rank)[0])
+        return self.permutation.slot_of(rank)
 
-    @cached_property
-    def _assignment(self) -> tuple[np.ndarray, np.ndarray]:
-        r = self._ranks
+    def _cell(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(group, stage)`` of rank(s) ``r``: the first ``size`` ranks of a group (by
+        ``r // G``) are its stage I ([D1], [D2])."""
         G = self.n_groups
         group = r % G
         if not self.two_stage:
             return group, np.zeros_like(group)
-        q = r // G
         first = np.array([self.stage1_size(g) for g in range(G)])
-        stage = np.where(q < first[group], 1, 2)
-        return group, stage
+        return group, np.where(r // G < first[group], 1, 2)
+
+    def assign(self, slot: int) -> tuple[int, int]:
+        """``(group, stage)`` of the device that took enrolment slot ``slot`` (0-based)."""
+        if not 0 <= slot < self.spec.users:
+            raise ValueError(f"slot {slot} outside [0, {self.spec.users})")
+        r = (int(self._legacy_ranks[slot]) if self.spec.placement == "permutation"
+             else self.permutation.rank_of(int(slot)))
+        G = self.n_groups
+        g = r % G
+        if not self.two_stage:
+            return g, 0
+        return g, 1 if r // G < self.stage1_size(g) else 2
+
+    def assign_all(self) -> tuple[np.ndarray, np.ndarray]:
+        """Group and stage of every slot (vectorized; [D1], [D2]): an array per slot, for
+        simulations — the service places one slot at a time (:meth:`assign`)."""
+        return self._cell(self.rank(np.arange(self.spec.users)))
+
+    def representative(self, group: int, stage: int) -> int | None:
+        """Some enrolment slot of ``(group, stage)`` (None if it has none): its first
+        rank, mapped back through the permutation."""
+        G = self.n_groups
+        if not 0 <= group < G or self.stage_size(group, stage) <= 0:
+            return None
+        r = group + (G * self.stage1_size(group) if stage == 2 else 0)
+        return self.slot_of_rank(r) if r < self.spec.users else None
 
     def offset_for(self, slot: int | np.ndarray) -> np.ndarray:
         """Baseline A: virtual offset of a slot (its virtual users are balanced)."""
         G = len(self.grouping.groups)
-        return (self._ranks[slot] * self.spec.samples) % G
+        return (self.rank(slot) * self.spec.samples) % G
 
     # ---- Algorithm-1 parameters ---------------------------------------------------------
     def group_params(self, g: int) -> list[Alg1Params]:

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("uldp.client",),
     ("uldp.collector.estimators", "uldp.collector.mechanisms", "uldp.collector.progress",
      "uldp.collector.datasets", "uldp.collector.csvdata", "uldp.collector.central",
-     "uldp.collector.accounting", "uldp.collector.errors"),
+     "uldp.collector.accounting", "uldp.collector.errors", "uldp.collector.placement"),
     ("uldp.collector.methods",),
     ("uldp.collector.planner",),
     ("uldp.collector.learning.sgd", "uldp.collector.learning.classify",

@@ -116,11 +116,11 @@ const pages = createServer((req, res) => {
   const path = (req.url ?? "").split("?")[0];
   if (path === "/") res.writeHead(200, { "content-type": "text/html" }).end(html);
   else if (path === "/fleet.js") res.writeHead(200, { "content-type": "text/javascript" }).end(bundle);
-  else if (path === "/example/" || path === "/example/app.js") {
+  else if (path === "/example/" || /^\/example\/[\w-]+\.js$/.test(path)) { // app.js and its chunks
     try {
       const js = path.endsWith(".js");
       res.writeHead(200, { "content-type": js ? "text/javascript" : "text/html" })
-        .end(readFileSync(EXAMPLE + (js ? "app.js" : "index.html")));
+        .end(readFileSync(EXAMPLE + (js ? path.slice("/example/".length) : "index.html")));
     } catch {
       res.writeHead(404).end();
     }

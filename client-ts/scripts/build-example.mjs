@@ -1,13 +1,15 @@
 #!/usr/bin/env node
 // Build the example web app (examples/web/: a page that embeds the device, registers a dataset,
-// polls, and shows what left the device) into examples/web/dist/ with esbuild — one minified
-// script, no CDN, no other dependency — and print its size (raw and gzip).
+// polls, and shows what left the device) into examples/web/dist/ with esbuild — ES modules, no
+// CDN, no other dependency — and print its size (raw and gzip): what the page loads at start, and
+// shuffle mode's sealing, a chunk of its own that a page loads only when a task asks for a sealed
+// report.
 //
 //   node scripts/build-example.mjs          (from client-ts/, after npm ci)
 //
 // The app imports the SDK as an app does (`@uldp/device/web`, ...); here those names resolve
 // to this repository's sources.
-import { copyFileSync, mkdirSync, readFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
@@ -15,13 +17,24 @@ import * as esbuild from "esbuild";
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
 const APP = here("../../examples/web/");
 const out = APP + "dist/";
+rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
-await esbuild.build({
-  entryPoints: [APP + "app.ts"], outfile: out + "app.js", bundle: true, minify: true, format: "iife",
-  platform: "browser", target: "es2020", legalComments: "none", logLevel: "warning",
-  alias: { "@uldp/device": here("../src") },
+const r = await esbuild.build({
+  entryPoints: [APP + "app.ts"], outdir: out, bundle: true, minify: true, format: "esm", splitting: true,
+  chunkNames: "chunk-[hash]", platform: "browser", target: "es2022", legalComments: "none", logLevel: "warning",
+  metafile: true, alias: { "@uldp/device": here("../src") },
 });
 copyFileSync(APP + "index.html", out + "index.html");
-const js = readFileSync(out + "app.js");
+const outputs = r.metafile.outputs;
+const start = new Set();
+const visit = (o) => {
+  if (start.has(o)) return;
+  start.add(o);
+  for (const i of outputs[o].imports) if (i.kind === "import-statement") visit(i.path);
+};
+visit(Object.keys(outputs).find((o) => outputs[o].entryPoint));
+const size = (files) => files.map((f) => readFileSync(f)).reduce(([m, g], b) => [m + b.length, g + gzipSync(b, { level: 9 }).length], [0, 0]);
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
-console.log(`examples/web/dist/app.js: ${kib(js.length)} minified, ${kib(gzipSync(js, { level: 9 }).length)} gzip`);
+const [m, g] = size([...start]);
+const [lm, lg] = size(Object.keys(outputs).filter((o) => !start.has(o) && o.endsWith(".js")));
+console.log(`examples/web/dist/: ${kib(m)} minified, ${kib(g)} gzip at start; the sealing (shuffle mode only) ${kib(lm)} / ${kib(lg)}`);

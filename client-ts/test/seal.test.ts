@@ -3,9 +3,8 @@
 // Byte equality with the Python SDK is conformance/v1/seal.json (conformance.test.ts).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import {
-  bytesToHex, hexToBytes, hpkeSeal, keyIdOf, parseJson, parseSeal, sealedLength, sealInfo, sealReport,
-} from "../src/core/index.js";
+import { bytesToHex, hexToBytes, keyIdOf, parseJson, parseSeal, sealedLength, sealInfo } from "../src/core/index.js";
+import { hpkeSeal, sealReport } from "../src/core/seal.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 
 test("RFC 9180 A.2.1 (base mode, X25519 / HKDF-SHA256 / ChaCha20-Poly1305)", () => {

@@ -302,9 +302,34 @@ def _release_mean(args: argparse.Namespace, users: np.ndarray, values: np.ndarra
     return METHODS[args.method].release(args, users, values)
 
 
+def _warehouse_mean(args: argparse.Namespace) -> Any:
+    """``mean --method simple|adaptive`` over a Parquet table: the per-user means come
+    from DuckDB (``uldp.collector.central.warehouse``), the rows never enter Python."""
+    from uldp.collector.central.mean_of_means import (
+        adaptive_user_mean_of_means,
+        user_mean_of_means,
+    )
+    from uldp.collector.central.warehouse import UserTable, user_means
+
+    if len(args.value_col) != 1:
+        raise ValueError(f"--method {args.method} takes one --value-col")
+    lo, hi = _required_range(args)
+    got = user_means(UserTable(args.file, args.user_col, args.value_col[0]), lo=lo, hi=hi)
+    if got.clamped:
+        print(f"uldp: note: {got.clamped} of {got.records} values clamped into [{lo:g}, "
+              f"{hi:g}]", file=sys.stderr)
+    fn = {"adaptive": adaptive_user_mean_of_means, "simple": user_mean_of_means}[args.method]
+    rel = fn(got.means, epsilon=args.epsilon, lo=lo, hi=hi, alpha=args.alpha, rng=_rng(args))
+    rel.details["n_records"] = got.records
+    return rel
+
+
 def _cmd_mean(args: argparse.Namespace) -> int:
-    users, values, _ = read_columns(args.file, args.user_col, args.value_col)
-    rel = _release_mean(args, users, values)
+    if ".parquet" in args.file.lower() and args.method in ("simple", "adaptive"):
+        rel = _warehouse_mean(args)
+    else:
+        users, values, _ = read_columns(args.file, args.user_col, args.value_col)
+        rel = _release_mean(args, users, values)
     _print_release(rel, args.json, f"user-level mean of {', '.join(args.value_col)} "
                                    f"(--method {args.method})")
     return 0
@@ -382,7 +407,9 @@ def _cmd_subset(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="CSV file with a header row")
+    p.add_argument("file", help="CSV file with a header row; for mean --method simple or "
+                                "adaptive also a Parquet file or glob (*.parquet), grouped "
+                                "and clamped by DuckDB (uldp[scale])")
     p.add_argument("--user-col", required=True, help="column holding the user id")
     p.add_argument("--value-col", required=True, action="extend", type=_column_list,
                    help="value column; repeat it or give a comma-separated list for a "

@@ -180,6 +180,19 @@ def _check_files(a: argparse.Namespace) -> _Files:
     return _Files(cert, key, client_ca, admin, token_key, secret_file, attest, metrics)
 
 
+def _check_dev_example(a: argparse.Namespace, files: _Files) -> None:
+    """``--dev-example DIR``: only with --http-port, on loopback, with the dev certificates."""
+    if not a.dev_example:
+        return
+    from uldp.collector.http.example import check_dev_setup
+
+    if a.http_port is None:
+        raise OperatorError("--dev-example needs --http-port (the page is served on the "
+                            "HTTP port, the same origin as the calls it makes)")
+    if why := check_dev_setup(a.host, files.cert, Path(a.dev_example)):
+        raise OperatorError(why)
+
+
 def _metrics_token(a: argparse.Namespace) -> Path | None:
     """``--metrics-token-file``, checked (readable, one token of >= 16 characters)."""
     if not a.metrics_token_file:
@@ -216,6 +229,7 @@ def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None
                         enroll_credential_limit=("auto" if a.enroll_credential_limit is None
                                                  else a.enroll_credential_limit),
                         enrolment_verifier=_verifier(files.attestation_key),
+                        close_threads=a.close_threads, dask_scheduler=a.dask_scheduler,
                         central_budget=CentralBudget(a.central_budget or None,
                                                      a.central_delta)))
 
@@ -279,6 +293,7 @@ def _cmd_serve(a: argparse.Namespace) -> int:
                             f"{a.commit_linger_ms:g}")
     level = _log_level(a)
     files = _check_files(a)
+    _check_dev_example(a, files)
     _check_db_location(a.db)
     cors = cors_origins(a)
     proxies = trusted_proxies(a)
@@ -323,7 +338,8 @@ def _http_front(a: argparse.Namespace, srv: Any, files: _Files,
             max_message_bytes=a.max_message_bytes,
             reuse_port=a.reuse_port or a.processes > 1,
             metrics_token_file=files.metrics_token, limits=guard[0],
-            trusted_proxies=guard[1]))
+            trusted_proxies=guard[1],
+            dev_example=Path(a.dev_example) if a.dev_example else None))
     except OSError as exc:
         srv.stop()
         raise OperatorError(f"--http-port {a.http_port}: cannot listen on "
@@ -447,8 +463,16 @@ def add_serve_parser(sc: Any) -> None:
                    help="a web origin (scheme://host[:port]) whose pages may call the HTTP "
                         "port; repeat for more; * allows every origin (env "
                         "ULDP_CORS_ORIGINS, comma-separated; default: none)")
+    s.add_argument("--dev-example", metavar="DIR", default=None,
+                   help="development mode: also serve the built example web page from DIR "
+                        "(examples/web/dist, from client-ts/scripts/build-example.mjs) at "
+                        "/example/ on the HTTP port — same origin, one CA; open "
+                        "https://127.0.0.1:PORT/example/?autostart=1. Refused unless --host "
+                        "is loopback and the certificate is from `uldp collector certs` "
+                        "(default: off)")
     add_connection_flags(s)
     _tuning_flags(s)
+    _close_flags(s)
     _odometer_flags(s)
     s.set_defaults(func=_cmd_serve)
 
@@ -475,6 +499,15 @@ def _enrolment_flags(s: argparse.ArgumentParser) -> None:
                         "--attestation-key-file, else 100000/100s)")
 
 
+def _close_flags(s: argparse.ArgumentParser) -> None:
+    """Who reduces a closing phase (``uldp.collector.service.reduce``)."""
+    s.add_argument("--close-threads", type=positive_int, default=2,
+                   help="windows of a closing phase reduced at once in this process "
+                        "(default 2)")
+    s.add_argument("--dask-scheduler", default=env("ULDP_DASK_SCHEDULER"),
+                   help="reduce closing phases on the workers of this Dask scheduler "
+                        "(tcp://host:8786; needs uldp[scale]; env ULDP_DASK_SCHEDULER) "
+                        "instead of in this process")
 def _odometer_flags(s: argparse.ArgumentParser) -> None:
     """Shuffle mode's privacy odometer (docs/privacy.md §7.2)."""
     from uldp.collector.service.odometer import DEFAULT_BUDGET, DEFAULT_DELTA

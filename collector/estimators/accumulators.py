@@ -7,23 +7,39 @@ methods (``uldp.collector.methods``) build one accumulator per task. Spec:
 [D4] (ties: smallest index). The device half is ``uldp.client.mechanisms.two_stage``.
 
 Accumulators hold only sums and counts, so partial accumulators from several collector
-processes or batches merge exactly (integer sums; second moments in float64 for the
-confidence interval only). Every report is checked for shape and range before it counts.
+processes, windows or batches merge exactly: every sum is an exact integer (the second
+moments of Laplace values too, ``uldp.collector.estimators.reductions``), except the
+float sums of a scalar randomizer's decoded values. Every report is checked for shape and
+range before it counts. An accumulator whose sums the database can compute itself says so
+with ``reduction()`` and takes the result with ``absorb`` (``reductions`` module).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from uldp.client.params import GRID_STEPS, Alg1Params
+from uldp.collector.estimators.reductions import (
+    ColumnSums,
+    PieceSums,
+    Reduction,
+    ValueCounts,
+    WindowCounts,
+    WindowPieces,
+    WindowSums,
+    exact_gram,
+    shifted_gram,
+)
 from uldp.collector.mechanisms import OracleDecoder, ReportError, ScalarDecoder
+from uldp.collector.mechanisms.base import support_sum
 from uldp.collector.mechanisms.laplace import LaplaceBinsDecoder
 
-__all__ = ["Accumulator", "BinAccumulator", "ReportError", "ValueAccumulator"]
+__all__ = ["Accumulator", "BinAccumulator", "ReportError", "ValueAccumulator", "absorb_counts"]
 
 
 @runtime_checkable
@@ -55,10 +71,21 @@ def _check_reports(reports: np.ndarray, width: int, limit: int) -> np.ndarray:
         raise ReportError(f"report must have {width} integers, got shape {tuple(r.shape)}")
     if not np.issubdtype(r.dtype, np.integer):
         raise ReportError(f"report entries must be integers, got dtype {r.dtype}")
-    r = r.astype(np.int64, copy=False)
-    if r.size and np.abs(r).max() > limit:
-        raise ReportError(f"report entry {int(np.abs(r).max())} is out of range (limit {limit})")
-    return r
+    if r.size and (int(r.max()) > limit or int(r.min()) < -limit):
+        bad = int(r.max()) if int(r.max()) > limit else -int(r.min())
+        raise ReportError(f"report entry {bad} is out of range (limit {limit})")
+    return r.astype(np.int64, copy=False)
+
+
+def _check_window(w: WindowSums, width: int, limit: int) -> None:
+    """The range and shape checks of :func:`_check_reports`, on a window's sums."""
+    if w.count == 0:
+        return
+    if w.filled[width - 1] != w.count or any(f for f in w.filled[width:]):
+        raise ReportError(f"report must have {width} integers")
+    if max(abs(w.lo), abs(w.hi)) > limit:
+        raise ReportError(f"report entry {max(abs(w.lo), abs(w.hi))} is out of range "
+                          f"(limit {limit})")
 
 
 @dataclass
@@ -89,10 +116,27 @@ class BinAccumulator:
         else:
             pos = start = 0
             for p, L in zip(self.params, self.lengths, strict=True):
-                sup = self.decoder.support(r[:, pos:pos + L], p.bins, self.eps)
-                self.sums[start:start + p.bins] += sup.sum(axis=0)
+                self.sums[start:start + p.bins] += support_sum(
+                    self.decoder, r[:, pos:pos + L], p.bins, self.eps)
                 pos, start = pos + L, start + p.bins
         self.count += r.shape[0]
+
+    def reduction(self) -> Reduction | None:
+        """Laplace bins: column sums; GRR bins of one component: value counts."""
+        if self.decoder is None or self.lengths is None:
+            return ColumnSums(self.width, self.limit)
+        if getattr(self.decoder, "name", "") == "grr" and len(self.params) == 1:
+            return ValueCounts(self.params[0].bins)
+        return None
+
+    def absorb(self, w: WindowSums | WindowCounts) -> None:
+        """Add the database's sums of a window of reports (:meth:`reduction`)."""
+        if isinstance(w, WindowSums):
+            _check_window(w, self.width, self.limit)
+            self.sums += np.asarray(w.sums[:self.width], dtype=np.int64)
+        else:
+            absorb_counts(self.sums, w, self.sums.size)
+        self.count += w.count
 
     def masses(self, c: int) -> np.ndarray:
         """Unbiased estimates of the share of reports in each bin of component ``c``."""
@@ -154,23 +198,121 @@ class ValueAccumulator:
     #: their own unbiased grid values and sum exactly in int64)
     decoder: ScalarDecoder | None = None
     eps: float = 1.0  # ε_c the reports were made at (for the decoder)
-    sums: np.ndarray = field(init=False)
-    sq: np.ndarray = field(init=False)  # Σ (ĝ - G/2)(ĝ - G/2)^T, float64
     count: int = field(default=0, init=False)
+    #: one-component reports of a scalar randomizer: per affine piece of its decoder,
+    #: the exact [count, Σz, Σz²] of the report integers in it (the float sums are
+    #: computed from them once, exactly rounded: the same bits however reports arrive)
+    moments: list[list[int]] | None = field(default=None, init=False)
     needs_slots = False
 
     def __post_init__(self) -> None:
         k = len(self.intervals)
-        self.sums = np.zeros(k, dtype=np.int64 if self.decoder is None else np.float64)
-        self.sq = np.zeros((k, k))
+        self._sums = np.zeros(k, dtype=np.int64 if self.decoder is None else np.float64)
+        # Σ (ĝ - G/2)(ĝ - G/2)^T — Laplace: exact integers (Python ints); a decoder's
+        # values: float64 (from the moments when there are)
+        self._sq = (np.zeros((k, k), dtype=object) if self.decoder is None
+                    else np.zeros((k, k)))
+        self._pieces = (self.decoder.pieces(self.eps)
+                        if self.decoder is not None and k == 1
+                        and hasattr(self.decoder, "pieces") else None)
+        if self._pieces is not None:
+            self.moments = [[0, 0, 0] for _ in self._pieces]
+        self._stale = False
+
+    @property
+    def sums(self) -> np.ndarray:
+        """Σ ĝ per component (int64 for Laplace, float64 for a decoder's values)."""
+        self._refresh()
+        return self._sums
+
+    @property
+    def sq(self) -> np.ndarray:
+        """Σ (ĝ − G/2)(ĝ − G/2)ᵀ."""
+        self._refresh()
+        return self._sq
+
+    def _refresh(self) -> None:
+        """The float sums from the exact moments: ``Σ ĝ`` and ``Σ (ĝ − G/2)²`` as exact
+        fractions of the decoder's own constants, each rounded once."""
+        if self.moments is None or not self._stale:
+            return
+        assert self._pieces is not None
+        total, square = Fraction(0), Fraction(0)
+        half = GRID_STEPS // 2
+        for (_, _, scale, offset, div), (n, s1, s2) in zip(self._pieces, self.moments,
+                                                           strict=True):
+            total += (scale * s1 - offset * n) / div
+            c = offset + half * div  # ĝ − G/2 = (scale·z − c)/div
+            square += (scale * scale * s2 - 2 * scale * c * s1 + c * c * n) / (div * div)
+        self._sums = np.array([float(total)])
+        self._sq = np.array([[float(square)]])
+        self._stale = False
 
     def add(self, reports: np.ndarray, slots: np.ndarray | None = None) -> None:
         r = _check_reports(reports, len(self.intervals), self.limit)
+        if self.moments is not None:
+            self._add_moments(r[:, 0])
+            self.count += r.shape[0]
+            return
         g = r if self.decoder is None else self.decoder.decode(r, self.eps)
-        self.sums += g.sum(axis=0)
+        self._sums += g.sum(axis=0)
         c = g - GRID_STEPS // 2
-        self.sq += c.T.astype(np.float64) @ c.astype(np.float64)
+        if self.decoder is None:
+            self._sq += exact_gram(c)
+        else:
+            self._sq += c.T.astype(np.float64) @ c.astype(np.float64)
         self.count += r.shape[0]
+
+    def _add_moments(self, z: np.ndarray) -> None:
+        assert self._pieces is not None and self.moments is not None
+        inside = 0
+        for (lo, hi, *_), m in zip(self._pieces, self.moments, strict=True):
+            sel = z[(z >= lo) & (z <= hi)]
+            inside += sel.size
+            m[0] += int(sel.size)
+            m[1] += int(sel.sum())
+            m[2] += int(exact_gram(sel.reshape(-1, 1))[0, 0])
+        if inside != z.size:
+            raise ReportError(f"{z.size - inside} report integers are outside the "
+                              f"{self.decoder.name if self.decoder else ''} range")
+        self._stale = True
+
+    def reduction(self) -> Reduction | None:
+        """Laplace values: column sums and sums of products (the Gram matrix); one
+        component of a scalar randomizer: per-piece moments."""
+        if self.decoder is None:
+            return ColumnSums(len(self.intervals), self.limit, gram=True)
+        if self._pieces is not None:
+            return PieceSums(tuple((lo, hi) for lo, hi, *_ in self._pieces))
+        return None
+
+    def absorb(self, w: WindowSums | WindowCounts | WindowPieces) -> None:
+        """Add the database's sums of a window of reports (:meth:`reduction`)."""
+        k = len(self.intervals)
+        if isinstance(w, WindowPieces) and self.moments is not None:
+            if w.malformed:
+                raise ReportError("report must have 1 integer")
+            if w.outside:
+                raise ReportError(f"{w.outside} report integers are outside the range of "
+                                  "their randomizer")
+            for m, got in zip(self.moments, w.moments, strict=True):
+                for i in range(3):
+                    m[i] += int(got[i])
+            self.count += w.count
+            self._stale = True
+            return
+        if not isinstance(w, WindowSums) or w.gram is None or self.decoder is not None:
+            raise TypeError("a value accumulator absorbs column sums with their Gram matrix")
+        _check_window(w, k, self.limit)
+        if w.count == 0:
+            return
+        self._sums += np.asarray(w.sums[:k], dtype=np.int64)
+        self._sq += shifted_gram(w.count, w.sums, w.gram, GRID_STEPS // 2, k)
+        self.count += w.count
+
+    def _sq64(self) -> np.ndarray:
+        """The second moments as float64 (the exact integers rounded once)."""
+        return np.asarray(self.sq, dtype=np.float64)
 
     def mean_t(self) -> np.ndarray:
         """Mean over the reports of the decoded ``t̂ = 2ĝ/G − 1`` per component."""
@@ -183,13 +325,19 @@ class ValueAccumulator:
         on ``[−1, 1]``; 0 without reports)."""
         if self.count == 0:
             return np.zeros(len(self.intervals))
-        return 4.0 * np.diag(self.sq) / (self.count * GRID_STEPS**2)
+        return 4.0 * np.diag(self._sq64()) / (self.count * GRID_STEPS**2)
 
     def merge(self, other: ValueAccumulator) -> None:
         if len(other.intervals) != len(self.intervals):
             raise ValueError("cannot merge accumulators of different tasks")
-        self.sums += other.sums
-        self.sq += other.sq
+        if self.moments is not None and other.moments is not None:
+            for m, o in zip(self.moments, other.moments, strict=True):
+                for i in range(3):
+                    m[i] += o[i]
+            self._stale = True
+        else:
+            self._sums += other.sums
+            self._sq += other.sq
         self.count += other.count
 
     @property
@@ -216,13 +364,33 @@ class ValueAccumulator:
         if self.count < 2:
             return np.diag((w / 2) ** 2)
         mean_c = self.sums / self.count - GRID_STEPS // 2
-        S = (self.sq - self.count * np.outer(mean_c, mean_c)) / (self.count - 1)
+        S = (self._sq64() - self.count * np.outer(mean_c, mean_c)) / (self.count - 1)
         return np.outer(w, w) * S / GRID_STEPS**2 / self.count
 
     def state(self) -> dict[str, Any]:
-        return {"sums": self.sums.tolist(), "sq": self.sq.tolist(), "count": self.count}
+        out = {"sums": self.sums.tolist(), "sq": self.sq.tolist(), "count": self.count}
+        if self.moments is not None:
+            out["moments"] = [list(m) for m in self.moments]
+        return out
 
     def load(self, state: dict[str, Any]) -> None:
-        self.sums = np.asarray(state["sums"], dtype=np.int64)
-        self.sq = np.asarray(state["sq"], dtype=np.float64)
+        exact = self.decoder is None
+        self._sums = np.asarray(state["sums"], dtype=np.int64 if exact else np.float64)
+        self._sq = np.asarray(state["sq"], dtype=object if exact else np.float64)
+        if self.moments is not None and "moments" in state:
+            self.moments = [[int(x) for x in m] for m in state["moments"]]
+            self._stale = True
         self.count = int(state["count"])
+
+
+def absorb_counts(target: np.ndarray, w: WindowCounts, categories: int) -> None:
+    """Scatter-add a window's value counts into ``target`` (the values must be categories)."""
+    if w.malformed:
+        raise ReportError("report must have 1 integer")
+    if not w.values:
+        return
+    vals = np.asarray(w.values, dtype=np.int64)
+    if vals.min() < 0 or vals.max() >= categories:
+        bad = int(vals.max()) if vals.max() >= categories else int(vals.min())
+        raise ReportError(f"value {bad} is out of range [0, {categories - 1}]")
+    np.add.at(target, vals, np.asarray(w.counts, dtype=np.int64))

@@ -72,6 +72,9 @@ class HttpConfig:
     limits: HttpLimits = field(default_factory=HttpLimits)
     #: addresses or networks (CIDR) of proxies whose X-Forwarded-For is believed
     trusted_proxies: tuple[str, ...] = ()
+    #: development mode: serve the built example page from this directory under /example/
+    #: (``uldp.collector.http.example``; ``--dev-example``, checked by the CLI)
+    dev_example: Path | None = None
 
 
 def build_app(core: CollectorCore, pool: Executor, *, cors: CorsPolicy | None = None,
@@ -213,6 +216,13 @@ def attach_front(core: CollectorCore, pool: Executor, config: HttpConfig) -> Htt
                     if config.metrics_token_file is not None else None)
     app = build_app(core, pool, cors=CorsPolicy(config.cors_origins),
                     max_message_bytes=config.max_message_bytes, metrics_auth=metrics_auth)
+    if config.dev_example is not None:
+        from uldp.collector.http.example import PREFIX, ExampleApp, to_example
+
+        app.mount(PREFIX, ExampleApp(config.dev_example))
+        app.route(PREFIX.rstrip("/"), to_example)
+        log.warning("development mode: serving the example page from %s at /example/ "
+                    "(--dev-example)", config.dev_example)
     front = HttpFront(app, config)
     metrics_of(core).registry.register(GuardMetrics(front.guard))
     return front

@@ -13,16 +13,29 @@ variance (``docs/mechanisms.md``). The device half is ``uldp.client.mechanisms``
 
 Every decoder validates its reports first (``ReportError``): a report a device could not
 have sent never counts.
+
+Closing a phase only needs the *sum* of the supports (:func:`support_sum`). A decoder
+whose supports are a few categories per report (GRR: one; subset selection: ω) gives them
+as ``support_pairs`` — (report, category) index pairs — and the sum is a scatter-add
+(``np.bincount``) instead of an ``(n, k)`` array; the others (OUE's k bits, OLH's hash
+tables, Laplace's noisy bins are dense by nature) are summed in row chunks of at most
+:data:`SCRATCH_BYTES`, so memory does not grow with the reports nor (beyond one chunk
+row) with ``k``.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Protocol
 
 import numpy as np
 
-__all__ = ["OracleDecoder", "ReportError", "ScalarDecoder", "independent_functional_variance",
-           "independent_mean_variance", "moments", "pure_variance"]
+__all__ = ["SCRATCH_BYTES", "OracleDecoder", "Piece", "ReportError", "ScalarDecoder",
+           "independent_functional_variance", "independent_mean_variance", "moments",
+           "pure_variance", "support_sum"]
+
+#: bytes of dense (rows × k) support a decoder materializes at once, at most
+SCRATCH_BYTES = 16 << 20
 
 
 class ReportError(ValueError):
@@ -53,6 +66,12 @@ class OracleDecoder(Protocol):
         one report of a population whose values have shares ``π``."""
 
 
+#: ``(lo, hi, scale, offset, divisor)``: for a report integer ``z`` in ``[lo, hi]`` the
+#: decoded value is ``(scale·z − offset)/divisor`` — exactly the float constants the
+#: decoder evaluates, as fractions (``ScalarDecoder.pieces``)
+Piece = tuple[int, int, Fraction, Fraction, Fraction]
+
+
 class ScalarDecoder(Protocol):
     name: str
 
@@ -61,6 +80,35 @@ class ScalarDecoder(Protocol):
 
     def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
         """``Var(ĝ | g)`` of one report of grid value ``g`` (not counting the rounding)."""
+
+    def pieces(self, eps: float) -> list[Piece]:
+        """The decode as affine pieces over the valid report integers (their union is the
+        valid range): sums of decoded values follow exactly from per-piece counts, sums and
+        sums of squares of the integers (``uldp.collector.estimators.accumulators``)."""
+
+
+def support_rows(k: int) -> int:
+    """Rows of a dense ``(rows, k)`` int64 support that fit in :data:`SCRATCH_BYTES`."""
+    return max(1, SCRATCH_BYTES // (8 * max(k, 1)))
+
+
+def support_sum(decoder: OracleDecoder, reports: np.ndarray, k: int, eps: float
+                ) -> np.ndarray:
+    """``Σ_i support_i`` (length ``k``, int64) of validated reports: a scatter-add of the
+    decoder's ``support_pairs`` when it has them, else dense supports in row chunks."""
+    counts = getattr(decoder, "support_counts", None)
+    if counts is not None:
+        return np.asarray(counts(reports, k, eps), dtype=np.int64)
+    pairs = getattr(decoder, "support_pairs", None)
+    if pairs is not None:
+        _, cols = pairs(reports, k, eps)
+        return np.bincount(cols, minlength=k).astype(np.int64)
+    r = np.asarray(reports)
+    out = np.zeros(k, dtype=np.int64)
+    step = support_rows(k)
+    for lo in range(0, r.shape[0] if r.ndim == 2 else 1, step):
+        out += decoder.support(r[lo:lo + step] if r.ndim == 2 else r, k, eps).sum(axis=0)
+    return out
 
 
 def pure_variance(f: np.ndarray, p: float, q: float) -> np.ndarray:
@@ -100,6 +148,18 @@ def check_shape(reports: np.ndarray, width: int) -> np.ndarray:
     if not np.issubdtype(r.dtype, np.integer):
         raise ReportError(f"report entries must be integers, got dtype {r.dtype}")
     return r.astype(np.int64, copy=False)
+
+
+def check_layout(reports: np.ndarray, width: int) -> np.ndarray:
+    """:func:`check_shape` without widening: the reports in their own integer type."""
+    r = np.asarray(reports)
+    if r.ndim == 1:
+        r = r[None, :]
+    if r.ndim != 2 or r.shape[1] != width:
+        raise ReportError(f"report must have {width} integers, got shape {tuple(r.shape)}")
+    if not np.issubdtype(r.dtype, np.integer):
+        raise ReportError(f"report entries must be integers, got dtype {r.dtype}")
+    return r
 
 
 def check_range(r: np.ndarray, lo: int, hi: int, what: str) -> None:

@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from uldp.client.mechanisms.duchi import duchi_design
 from uldp.client.mechanisms.exact import ONE, units_of
-from uldp.collector.mechanisms.base import ReportError, check_range
+from uldp.collector.mechanisms.base import Piece, ReportError, check_range
 
 __all__ = ["DuchiDecoder"]
 
@@ -23,6 +25,11 @@ class DuchiDecoder:
         check_range(z, 0, 1, "bit")
         P_min, D = duchi_design(units_of(eps))
         return (z * float(ONE) - float(P_min)) / float(D)
+
+    def pieces(self, eps: float) -> list[Piece]:
+        """``ĝ = (b·2^64 − P_min)/D`` for the bit ``b`` (module docstring)."""
+        P_min, D = duchi_design(units_of(eps))
+        return [(0, 1, Fraction(float(ONE)), Fraction(float(P_min)), Fraction(float(D)))]
 
     def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
         P_min, D = duchi_design(units_of(eps))

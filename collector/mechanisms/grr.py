@@ -8,19 +8,38 @@ import numpy as np
 
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.grr import grr_design
-from uldp.collector.mechanisms.base import check_range, check_shape, moments, pure_variance
+from uldp.collector.mechanisms.base import (
+    check_layout,
+    check_range,
+    check_shape,
+    moments,
+    pure_variance,
+)
 
 __all__ = ["GRRDecoder"]
 
 
 class GRRDecoder:
     name = "grr"
+    binary = True  # supports are 0/1
 
-    def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+    def support_pairs(self, reports: np.ndarray, k: int, eps: float
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """(report index, category) of every support entry: the reported value."""
         r = check_shape(reports, 1)
         check_range(r, 0, k - 1, "value")
-        out = np.zeros((r.shape[0], k), dtype=np.int64)
-        out[np.arange(r.shape[0]), r[:, 0]] = 1
+        return np.arange(r.shape[0]), r[:, 0]
+
+    def support_counts(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """How many reports carry each value (a scatter-add, no ``(n, k)`` array)."""
+        r = check_layout(reports, 1)
+        check_range(r, 0, k - 1, "value")
+        return np.bincount(r.reshape(-1), minlength=k)
+
+    def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        rows, cols = self.support_pairs(reports, k, eps)
+        out = np.zeros((rows.size, k), dtype=np.int64)
+        out[rows, cols] = 1
         return out
 
     def pq(self, k: int, eps: float) -> tuple[float, float]:

@@ -9,7 +9,7 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.hm import hm_alpha
 from uldp.client.mechanisms.pm import pm_design
-from uldp.collector.mechanisms.base import ReportError, check_range
+from uldp.collector.mechanisms.base import Piece, ReportError, check_range
 from uldp.collector.mechanisms.duchi import DuchiDecoder
 from uldp.collector.mechanisms.pm import PMDecoder
 
@@ -30,6 +30,12 @@ class HMDecoder:
         out[duchi] = DuchiDecoder().decode(z[duchi] - N, eps)
         out[~duchi] = PMDecoder().decode(z[~duchi], eps)
         return out
+
+    def pieces(self, eps: float) -> list[Piece]:
+        """PM's piece below ``N``; Duchi's on ``N + b`` (shifted by ``N``)."""
+        N = pm_design(units_of(eps)).cells
+        (_, _, scale, offset, div), = DuchiDecoder().pieces(eps)
+        return [*PMDecoder().pieces(eps), (N, N + 1, scale, offset + scale * N, div)]
 
     def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
         a = hm_alpha(units_of(eps)) / ONE

@@ -4,17 +4,20 @@ variance (``uldp.client.noise``). Device half: ``uldp.client.mechanisms.laplace`
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from uldp.client.noise import discrete_laplace_variance, laplace_scale
 from uldp.client.params import GRID_STEPS
-from uldp.collector.mechanisms.base import check_range, check_shape
+from uldp.collector.mechanisms.base import Piece, check_range, check_shape
 
 __all__ = ["LaplaceBinsDecoder", "LaplaceValuesDecoder"]
 
 
 class LaplaceBinsDecoder:
     name = "laplace"
+    binary = False  # the "support" is the noisy one-hot report itself
 
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         r = check_shape(reports, k)
@@ -46,6 +49,10 @@ class LaplaceValuesDecoder:
 
     def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
         return np.asarray(z, dtype=np.int64)
+
+    def pieces(self, eps: float) -> list[Piece]:
+        """The identity (every integer is its own grid value)."""
+        return [(-(1 << 62), 1 << 62, Fraction(1), Fraction(0), Fraction(1))]
 
     def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
         v = discrete_laplace_variance(laplace_scale(GRID_STEPS, eps).value)

@@ -34,6 +34,7 @@ def collision(g: int) -> float:
 
 class OLHDecoder:
     name = "olh"
+    binary = True  # supports are 0/1
 
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         g = olh_design(units_of(eps)).k

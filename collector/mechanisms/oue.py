@@ -21,6 +21,7 @@ __all__ = ["OUEDecoder"]
 
 class OUEDecoder:
     name = "oue"
+    binary = True  # supports are 0/1
 
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         r = check_shape(reports, k)

@@ -9,6 +9,7 @@ squares over the whole range and the window. Device half: ``uldp.client.mechanis
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.pm import pm_design
 from uldp.client.params import GRID_STEPS
-from uldp.collector.mechanisms.base import ReportError, check_range
+from uldp.collector.mechanisms.base import Piece, ReportError, check_range
 
 __all__ = ["PMDecoder", "pm_moments"]
 
@@ -45,6 +46,13 @@ class PMDecoder:
         check_range(z, 0, N - 1, "report")
         slope = (pin - pout) * W
         return (z - pout * _s1(float(N)) - (pin - pout) * _s1(float(W))) / slope
+
+    def pieces(self, eps: float) -> list[Piece]:
+        """``ĝ = (j − π_out S1(N) − (π_in − π_out) S1(W)) / ((π_in − π_out) W)`` for every
+        cell ``j < N`` (one affine piece)."""
+        pin, pout, W, N = pm_moments(eps)
+        offset = Fraction(pout * _s1(float(N))) + Fraction((pin - pout) * _s1(float(W)))
+        return [(0, N - 1, Fraction(1), offset, Fraction((pin - pout) * W))]
 
     def variance(self, g: np.ndarray, eps: float) -> np.ndarray:
         pin, pout, W, N = pm_moments(eps)

@@ -10,6 +10,7 @@ from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.ss import ss_design
 from uldp.collector.mechanisms.base import (
     ReportError,
+    check_layout,
     check_range,
     check_shape,
     moments,
@@ -21,15 +22,33 @@ __all__ = ["SSDecoder"]
 
 class SSDecoder:
     name = "ss"
+    binary = True  # supports are 0/1
 
-    def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+    def support_pairs(self, reports: np.ndarray, k: int, eps: float
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """(report index, category) of every support entry: the reported subset."""
         d = ss_design(k, units_of(eps))
         r = check_shape(reports, d.omega)
         check_range(r, 0, k - 1, "value")
         if d.omega > 1 and np.any(np.diff(r, axis=1) <= 0):
             raise ReportError("a subset report lists distinct values in increasing order")
-        out = np.zeros((r.shape[0], k), dtype=np.int64)
-        out[np.repeat(np.arange(r.shape[0]), d.omega), r.ravel()] = 1
+        return np.repeat(np.arange(r.shape[0]), d.omega), r.ravel()
+
+    def support_counts(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """How many reports support each category (a scatter-add over the subsets, in
+        the reports' own integer type: no ``(n, k)`` array, no widening copy)."""
+        d = ss_design(k, units_of(eps))
+        r = check_layout(reports, d.omega)
+        check_range(r, 0, k - 1, "value")
+        if d.omega > 1 and bool((r[:, 1:] <= r[:, :-1]).any()):
+            raise ReportError("a subset report lists distinct values in increasing order")
+        return np.bincount(r.reshape(-1), minlength=k)
+
+    def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        rows, cols = self.support_pairs(reports, k, eps)
+        r = np.asarray(reports)
+        out = np.zeros((r.shape[0] if r.ndim == 2 else 1, k), dtype=np.int64)
+        out[rows, cols] = 1
         return out
 
     def pq(self, k: int, eps: float) -> tuple[float, float]:

@@ -27,9 +27,17 @@ from uldp.client.kinds.means import hadamard_rows
 from uldp.client.mechanisms import ORACLES
 from uldp.client.regimes import Group, Grouping
 from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.accumulators import absorb_counts
 from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.estimators.reductions import (
+    Reduction,
+    ValueCounts,
+    WindowCounts,
+    WindowSums,
+)
 from uldp.collector.estimators.transforms import project_simplex
 from uldp.collector.mechanisms import ORACLE_DECODERS, OracleDecoder, ReportError
+from uldp.collector.mechanisms.base import support_rows, support_sum
 from uldp.collector.mechanisms.choice import best_oracle, oracle_total_variance
 from uldp.collector.methods.base import Published
 
@@ -63,15 +71,51 @@ class OracleAccumulator:
         if r.ndim != 2 or r.shape[1] != self.records * self.length:
             raise ReportError(f"report must have {self.records * self.length} integers, "
                               f"got shape {tuple(r.shape)}")
-        if r.size and np.abs(r).max() > self.limit:
+        if r.size and (int(r.max()) > self.limit or int(r.min()) < -self.limit):
             raise ReportError(f"report entry out of range (limit {self.limit})")
-        s = np.zeros((r.shape[0], self.categories), dtype=np.int64)
-        for j in range(self.records):
-            s += self.decoder.support(r[:, j * self.length:(j + 1) * self.length],
-                                      self.categories, self.eps)
-        self.counts += s.sum(axis=0)
-        self.sq += (s * s).sum(axis=0)
+        if not np.issubdtype(r.dtype, np.integer):
+            raise ReportError(f"report entries must be integers, got dtype {r.dtype}")
+        k, L = self.categories, self.length
+        if self.records == 1 and getattr(self.decoder, "binary", False):
+            # one record, 0/1 supports: s² = s, so both sums are the support sum
+            got = support_sum(self.decoder, r, k, self.eps)
+            self.counts += got
+            self.sq += got
+        elif hasattr(self.decoder, "support_pairs"):
+            # sparse supports: per (report, category), how many records support it
+            keys = np.concatenate([
+                rows * k + cols for rows, cols in (
+                    self.decoder.support_pairs(r[:, j * L:(j + 1) * L], k, self.eps)
+                    for j in range(self.records))])
+            cells, mult = np.unique(keys, return_counts=True)
+            cat = cells % k
+            self.counts += np.bincount(cat, weights=mult, minlength=k).astype(np.int64)
+            self.sq += np.bincount(cat, weights=mult * mult, minlength=k).astype(np.int64)
+        else:
+            step = support_rows(k)
+            for lo in range(0, r.shape[0], step):
+                s = np.zeros((min(step, r.shape[0] - lo), k), dtype=np.int64)
+                for j in range(self.records):
+                    s += self.decoder.support(r[lo:lo + step, j * L:(j + 1) * L], k, self.eps)
+                self.counts += s.sum(axis=0)
+                self.sq += (s * s).sum(axis=0)
         self.count += r.shape[0]
+
+    def reduction(self) -> Reduction | None:
+        """GRR with one record: the database counts the reported values."""
+        if self.records == 1 and getattr(self.decoder, "name", "") == "grr":
+            return ValueCounts(self.categories)
+        return None
+
+    def absorb(self, w: WindowSums | WindowCounts) -> None:
+        """Add the database's value counts of a window of reports (:meth:`reduction`)."""
+        if not isinstance(w, WindowCounts):
+            raise TypeError("an oracle accumulator absorbs value counts")
+        got = np.zeros(self.categories, dtype=np.int64)
+        absorb_counts(got, w, self.categories)
+        self.counts += got
+        self.sq += got  # 0/1 supports
+        self.count += w.count
 
     def merge(self, other: OracleAccumulator) -> None:
         self.counts += other.counts

@@ -35,7 +35,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import distinct, func, select
+from sqlalchemy import and_, distinct, func, select
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.db import Database
@@ -95,10 +95,14 @@ def read_snapshot(db: Database) -> Snapshot:
             .order_by(q.c.created_at_ms.desc()).limit(MAX_QUERIES))]
         ids = [row["query_id"] for row in out.recent]
         if ids:
-            p = S.phases
+            p, c = S.phases, S.phase_counts
+            counted = (select(func.coalesce(func.sum(c.c.received), 0))
+                       .where(and_(c.c.query_id == p.c.query_id, c.c.phase == p.c.phase))
+                       .scalar_subquery())  # every writer's counter rows, merged
             out.recent_phases = [(str(i), int(ph), int(rc), int(qu)) for i, ph, rc, qu in
-                                 conn.execute(select(p.c.query_id, p.c.phase, p.c.received,
-                                                     p.c.quota).where(p.c.query_id.in_(ids)))]
+                                 conn.execute(select(p.c.query_id, p.c.phase,
+                                                     p.c.received + counted, p.c.quota)
+                                              .where(p.c.query_id.in_(ids)))]
     return out
 
 

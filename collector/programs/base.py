@@ -34,13 +34,22 @@ class Program(Protocol):
         """Number of phases, fixed when the query is created."""
 
     def placements(self) -> np.ndarray:
-        """``(users, 3)`` array: the (group, stage, phase) of every enrolment slot."""
+        """``(users, 3)`` array: the (group, stage, phase) of every enrolment slot — for
+        simulations, which hold every user anyway; the service never calls it
+        (``place``, ``cells``, ``slot_in`` need no per-slot state)."""
 
     def place(self, slot: int) -> tuple[int, int, int]:
         """``(group, stage, phase)`` of one enrolment slot."""
 
+    def slot_in(self, phase: int, group: int, stage: int) -> int | None:
+        """Some enrolment slot placed in ``(group, stage)`` of ``phase`` (None: none is)."""
+
     def quotas(self) -> list[int]:
         """Reports expected per phase (a phase closes early when its quota is in)."""
+
+    def cells(self, phase: int) -> list[tuple[int, int, int]]:
+        """``(group, stage, slots)`` of every group of ``phase`` with at least one slot
+        (from the plan's sizes: no per-slot array)."""
 
     def task(self, phase: int, group: int, stage: int, published: PublishedPhases,
              slot: int | None = None) -> TaskSpec:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -54,26 +53,32 @@ class MeanEstProgram:
     def num_phases(self) -> int:
         return len(self._plan.phases)
 
-    @cached_property
-    def _placements(self) -> np.ndarray:
+    def placements(self) -> np.ndarray:
+        """Every slot's placement (for simulations; computed on each call, never kept:
+        the service places one slot at a time)."""
         group, stage = self._plan.assign_all()
         phase_of = {s: i + 1 for i, s in enumerate(self._plan.phases)}
         phase = np.vectorize(phase_of.__getitem__, otypes=[np.int64])(stage) \
             if stage.size else np.zeros(0, dtype=np.int64)
         return np.stack([group, stage, phase], axis=1).astype(np.int64)
 
-    def placements(self) -> np.ndarray:
-        return self._placements
-
     def place(self, slot: int) -> tuple[int, int, int]:
-        if not 0 <= slot < self.spec.users:
-            raise ValueError(f"slot {slot} outside [0, {self.spec.users})")
-        g, s, p = self._placements[slot]
-        return int(g), int(s), int(p)
+        g, s = self._plan.assign(slot)
+        return g, s, self._plan.phases.index(s) + 1
+
+    def slot_in(self, phase: int, group: int, stage: int) -> int | None:
+        if not 1 <= phase <= self.num_phases or self._plan.phases[phase - 1] != stage:
+            return None
+        return self._plan.representative(group, stage)
 
     def quotas(self) -> list[int]:
-        counts = np.bincount(self._placements[:, 2], minlength=self.num_phases + 1)
-        return [int(c) for c in counts[1:]]
+        return [sum(n for _, _, n in self.cells(p)) for p in range(1, self.num_phases + 1)]
+
+    def cells(self, phase: int) -> list[tuple[int, int, int]]:
+        plan = self._plan
+        stage = plan.phases[phase - 1]
+        return [(g, stage, plan.stage_size(g, stage)) for g in range(plan.n_groups)
+                if plan.stage_size(g, stage) > 0]
 
     def task(self, phase: int, group: int, stage: int, published: PublishedPhases,
              slot: int | None = None) -> TaskSpec:

@@ -25,6 +25,7 @@ import numpy as np
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.learning.sgd import SGDConfig, partition, project, step_spec
+from uldp.collector.placement import KeyedPermutation
 from uldp.collector.planner import Plan, QuerySpec, compile_query
 from uldp.collector.programs.base import PublishedPhases
 from uldp.collector.programs.meanest import jsonable
@@ -74,7 +75,37 @@ class SGDProgram:
 
     @cached_property
     def _groups(self) -> list[np.ndarray]:
+        """``placement = "permutation"`` (queries stored before the keyed permutation):
+        each step's slots, drawn with numpy."""
         return partition(self.spec.users, self.t0, self.config.seed)
+
+    @cached_property
+    def _step_sizes(self) -> list[int]:
+        n, t0 = self.spec.users, self.t0
+        return [n // t0 + (1 if t < n % t0 else 0) for t in range(t0)]
+
+    @cached_property
+    def _steps(self) -> KeyedPermutation:
+        """The public permutation splitting slots into steps: slot ``s`` of rank ``r``
+        is user ``r // t0`` of step ``r % t0`` (balanced, §3.7 [D1])."""
+        return KeyedPermutation(self.spec.users, f"sgd/{self.config.seed}")
+
+    @property
+    def _legacy(self) -> bool:
+        return self.spec.placement == "permutation"
+
+    def _step_slot(self, slot: int) -> tuple[int, int]:
+        """(step, the slot's index among the step's users)."""
+        if not 0 <= slot < self.spec.users:
+            raise ValueError(f"slot {slot} outside [0, {self.spec.users})")
+        if self._legacy:
+            for t, members in enumerate(self._groups):
+                i = int(np.searchsorted(members, slot))
+                if i < members.size and members[i] == slot:
+                    return t, i
+            raise AssertionError("a slot in no step")
+        r = self._steps.rank_of(slot)
+        return r % self.t0, r // self.t0
 
     # ---- plans --------------------------------------------------------------------------
     def theta_at(self, t: int, published: PublishedPhases) -> np.ndarray:
@@ -90,9 +121,10 @@ class SGDProgram:
 
     def _compiled(self, key: Any, theta: np.ndarray, t: int) -> Plan:
         if key not in self._plans:
-            spec = replace(step_spec(self.config, theta, int(self._groups[t].size),
+            spec = replace(step_spec(self.config, theta, self._step_sizes[t],
                                      self.spec.samples, self.spec.dim, t),
-                           query_id=self.spec.query_id)  # devices check the query id
+                           query_id=self.spec.query_id,  # devices check the query id
+                           placement=self.spec.placement)
             self._plans[key] = compile_query(spec)
         return self._plans[key]
 
@@ -106,10 +138,17 @@ class SGDProgram:
         return self._compiled(("layout", t), np.zeros(self.spec.dim), t)
 
     # ---- placement --------------------------------------------------------------------
-    @cached_property
-    def _placements(self) -> np.ndarray:
+    def placements(self) -> np.ndarray:
+        """Every slot's placement (for simulations; computed on each call, never kept)."""
         out = np.zeros((self.spec.users, 3), dtype=np.int64)
-        for t, members in enumerate(self._groups):
+        if self._legacy:
+            members_of = list(self._groups)
+        else:
+            r = self._steps.rank(np.arange(self.spec.users))
+            order = np.argsort(r % self.t0 * self.spec.users + r // self.t0, kind="stable")
+            bounds = np.cumsum([0, *self._step_sizes])
+            members_of = [order[bounds[t]:bounds[t + 1]] for t in range(self.t0)]
+        for t, members in enumerate(members_of):
             plan = self._layout(t)
             g, s = plan.assign_all()
             index = {stage: i for i, stage in enumerate(plan.phases)}
@@ -119,18 +158,35 @@ class SGDProgram:
                                                              dtype=np.int64)
         return out
 
-    def placements(self) -> np.ndarray:
-        return self._placements
-
     def place(self, slot: int) -> tuple[int, int, int]:
-        if not 0 <= slot < self.spec.users:
-            raise ValueError(f"slot {slot} outside [0, {self.spec.users})")
-        g, s, p = self._placements[slot]
-        return int(g), int(s), int(p)
+        t, local = self._step_slot(slot)
+        plan = self._layout(t)
+        g, s = plan.assign(local)
+        return g, s, self._first_phase[t] + plan.phases.index(s)
+
+    def slot_in(self, phase: int, group: int, stage: int) -> int | None:
+        if not 1 <= phase <= self.num_phases:
+            return None
+        t = self.step_of(phase)
+        plan = self._layout(t)
+        if plan.phases[phase - self._first_phase[t]] != stage:
+            return None
+        local = plan.representative(group, stage)
+        if local is None:
+            return None
+        if self._legacy:
+            return int(self._groups[t][local])
+        return self._steps.slot_of(local * self.t0 + t)
 
     def quotas(self) -> list[int]:
-        counts = np.bincount(self._placements[:, 2], minlength=self.num_phases + 1)
-        return [int(c) for c in counts[1:]]
+        return [sum(n for _, _, n in self.cells(p)) for p in range(1, self.num_phases + 1)]
+
+    def cells(self, phase: int) -> list[tuple[int, int, int]]:
+        t = self.step_of(phase)
+        plan = self._layout(t)
+        stage = plan.phases[phase - self._first_phase[t]]
+        return [(g, stage, plan.stage_size(g, stage)) for g in range(plan.n_groups)
+                if plan.stage_size(g, stage) > 0]
 
     # ---- phases -------------------------------------------------------------------------
     def _previous(self, phase: int, published: PublishedPhases) -> dict[str, Any] | None:
@@ -174,7 +230,7 @@ class SGDProgram:
         traj, iterates = [], []
         for t in range(self.t0):
             pub = published[self._first_phase[t + 1] - 1]
-            traj.append({"step": t, "users": int(self._groups[t].size),
+            traj.append({"step": t, "users": self._step_sizes[t],
                          "theta": self.theta_at(t, published).tolist(),
                          "gradient": pub["gradient"], "std_error": pub["std_error"],
                          "regime": pub["regime"]})

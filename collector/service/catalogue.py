@@ -87,16 +87,17 @@ def _shuffle(value: Any) -> dict[str, Any] | None:
 def _check_shuffle(program: Program, min_batch: int) -> None:
     """A shuffled query needs one task per (phase, group, stage) — a per-device task would
     name its device — and at least ``min_batch`` slots in each."""
-    place = program.placements()
-    if program.offsets(int(place[0, 2]), place[:1, 0]) is not None:
+    (g, s, _), *_ = program.cells(1)
+    slot = program.slot_in(1, g, s)
+    if slot is not None and program.offsets(1, np.array([slot])) is not None:
         raise ServiceError("INVALID_ARGUMENT", "shuffle mode needs one task per group: this "
                            "method gives every device its own task (baseline-a)")
-    cells, sizes = np.unique(place, axis=0, return_counts=True)
-    small = int(np.argmin(sizes))
-    if sizes[small] < min_batch:
-        g, s, p = (int(x) for x in cells[small])
+    cells = [(p, g, s, n) for p in range(1, program.num_phases + 1)
+             for g, s, n in program.cells(p)]
+    p, g, s, n = min(cells, key=lambda c: c[3])
+    if n < min_batch:
         raise ServiceError("INVALID_ARGUMENT", f"shuffle min_batch {min_batch} is above the "
-                           f"{int(sizes[small])} devices of phase {p} group {g} stage {s}: no "
+                           f"{n} devices of phase {p} group {g} stage {s}: no "
                            "batch of it could ever be forwarded")
 
 

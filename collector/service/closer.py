@@ -4,16 +4,25 @@ See ``docs/architecture.md`` ("Programs", "Service"). Sections of ``docs/algorit
 (round template), §2.4 / [D12] (a phase closes at its deadline with the reports received).
 A background ticker closes due phases (quota in, or deadline passed). Closing one is the
 same step for every kind and method: claim the phase (``Database.begin_close``, a
-conditional update — exactly one replica wins), stream its stored reports into the
-program's accumulators, and publish ``program.close`` (opening the next phase) or store
-``program.result`` after the last phase. The claim is a lease renewed while the closer
-works (``uldp.collector.service.lease``): a dead closer is taken over within one lease, a
+conditional update — exactly one replica wins), reduce its stored reports window by
+window into the program's accumulators (``uldp.collector.service.reduce``: in the
+database where it can, in bounded bytes always, in process or on a Dask cluster), and
+publish ``program.close`` (opening the next phase) or store ``program.result`` after the
+last phase. The claim is a lease renewed while the closer works
+(``uldp.collector.service.lease``): a dead closer is taken over within one lease, a
 restarted one frees its own leases at start. Everything a close needs is the stored spec
 and the published JSON of the earlier phases, so a restart resumes where it stopped.
+
+A close that cannot succeed fails its query with one clear reason instead of being
+retried forever: at once for a database error the same statements would hit again
+(``Database.is_permanent``: an engine limit, corrupt or malformed data), and after
+:data:`MAX_CLOSE_ATTEMPTS` begun closes for any other failure — counted in the phase row,
+so a replica killed by every attempt (out of memory) counts too.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -21,15 +30,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from sqlalchemy.exc import DBAPIError
 
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.lease import LeaseKeeper, LeaseLost, owned_by
 from uldp.collector.service.phases import PhaseView
+from uldp.collector.service.reduce import (
+    CloseEngine,
+    LocalEngine,
+    PhaseWork,
+    close_phase_accumulators,
+    remember_program,
+)
 from uldp.collector.storage.db import Database, now_ms
 
-__all__ = ["TEST_CLOSE_DELAY_ENV", "PhaseCloser"]
+__all__ = ["MAX_CLOSE_ATTEMPTS", "TEST_CLOSE_DELAY_ENV", "PhaseCloser"]
+
+#: closes of one phase begun (claims and take-overs) before its query fails
+MAX_CLOSE_ATTEMPTS = 5
 
 log = logging.getLogger("uldp.collector")
 
@@ -51,8 +69,12 @@ class PhaseCloser:
     on_closed: Callable[[str, int, float], None] | None = None
 
     def __init__(self, db: Database, catalogue: QueryCatalogue, phases: PhaseView, *,
-                 name: str, closer_id: str, lease_ms: int, tick_s: float) -> None:
+                 name: str, closer_id: str, lease_ms: int, tick_s: float,
+                 engine: CloseEngine | None = None) -> None:
         self.db, self.catalogue, self.phases = db, catalogue, phases
+        #: who reduces a closing phase's windows (in process by default; a Dask cluster
+        #: with ``uldp.collector.service.dask_close``)
+        self.engine: CloseEngine = engine or LocalEngine()
         self.name, self.closer_id = name, closer_id
         self.lease_ms, self.tick_s = lease_ms, tick_s
         self._stop = threading.Event()
@@ -99,6 +121,15 @@ class PhaseCloser:
         closer = self.closer_id
         if not self.db.begin_close(query_id, phase, closer, self.lease_ms, force=force):
             return False
+        attempts, last = self.db.close_attempts(query_id, phase)
+        if attempts > MAX_CLOSE_ATTEMPTS:
+            self.phases.forget(query_id)
+            log.error("query %s phase %d: %d closes failed; failing the query", query_id,
+                      phase, attempts - 1)
+            self.db.fail_close(query_id, phase, closer,
+                               f"closing phase {phase} failed {attempts - 1} times"
+                               + (f"; last error: {last}" if last else ""))
+            return False
         t0 = time.perf_counter()
         try:
             with LeaseKeeper(self.db, query_id, phase, closer, self.lease_ms) as keeper:
@@ -128,12 +159,25 @@ class PhaseCloser:
         return ok
 
     def _failed(self, query_id: str, phase: int, exc: Exception) -> bool:
-        if isinstance(exc, (DBAPIError, self.db.dbapi_error)):
+        db_error = isinstance(exc, (DBAPIError, self.db.dbapi_error))
+        reason = _reason(exc) if db_error else str(exc)
+        if db_error and not self.db.is_permanent(exc):
             log.warning("closing phase %d of query %s hit a database error (retried when the "
-                        "lease runs out): %s", phase, query_id, exc)
+                        "lease runs out): %s", phase, query_id, reason)
+            try:
+                self.db.record_close_error(query_id, phase, self.closer_id, reason)
+            except Exception:  # the database may be down: the attempt still counted
+                log.warning("could not record the close error of query %s", query_id)
             return False
-        log.exception("closing phase %d of query %s failed", phase, query_id)
-        self.db.fail_close(query_id, phase, self.closer_id, f"closing phase {phase} failed: {exc}")
+        if db_error:
+            log.error("closing phase %d of query %s cannot succeed: %s", phase, query_id,
+                      reason)
+            msg = (f"closing phase {phase} failed: the database cannot read its reports "
+                   f"({reason})")
+        else:
+            log.exception("closing phase %d of query %s failed", phase, query_id)
+            msg = f"closing phase {phase} failed: {reason}"
+        self.db.fail_close(query_id, phase, self.closer_id, msg)
         return False
 
     def _close(self, query_id: str, phase: int, keeper: LeaseKeeper) -> tuple[int, bool]:
@@ -161,35 +205,18 @@ class PhaseCloser:
 
     def _accumulate(self, rt: QueryRuntime, phase: int, published: dict[int, Any],
                     check: Callable[[], None]) -> tuple[dict[int, Any], int]:
-        """Stream the phase's stored reports into one accumulator per group."""
-        accs: dict[int, Any] = {}
-        n = 0
+        """The phase's accumulators (one per group with reports) and its report count,
+        reduced window by window by the close engine (``service.reduce``)."""
+        spec_json = json.dumps(rt.spec.to_dict(), sort_keys=True)
+        remember_program(spec_json, rt.program)
+        # the URL travels to Dask workers without its password (they take it from ULDP_DB)
+        work = PhaseWork(self.db.url.render_as_string(hide_password=True), rt.query_id,
+                         phase, spec_json, json.dumps({str(k): v for k, v in published.items()}))
+        return close_phase_accumulators(self.db, work, int(rt.spec.users), self.engine,
+                                        check)
 
-        def acc_for(grp: int, stage: int) -> Any:
-            if grp not in accs:
-                accs[grp] = rt.program.accumulator(phase, grp, stage, published)
-            return accs[grp]
-        if self._needs_slots(rt, phase, published):
-            for grp, stage, slots, payloads in self.db.stream_reports(rt.query_id, phase):
-                check()
-                arr = np.frombuffer(b"".join(payloads), "<i8").reshape(len(payloads), -1)
-                acc_for(grp, stage).add(arr, np.asarray(slots))
-                n += len(payloads)
-        else:
-            for grp, stage, count, blob in self.db.report_blocks(rt.query_id, phase,
-                                                                 rt.spec.users):
-                check()
-                acc_for(grp, stage).add(np.frombuffer(blob, "<i8").reshape(count, -1))
-                n += count
-        check()
-        return accs, n
 
-    @staticmethod
-    def _needs_slots(rt: QueryRuntime, phase: int, published: dict[int, Any]) -> bool:
-        """Do this phase's accumulators need each report's slot (device-specific layout)?"""
-        place = rt.program.placements()
-        in_phase = np.flatnonzero(place[:, 2] == phase)
-        if in_phase.size == 0:
-            return False
-        g, s = int(place[in_phase[0], 0]), int(place[in_phase[0], 1])
-        return bool(rt.program.accumulator(phase, g, s, published).needs_slots)
+def _reason(exc: BaseException) -> str:
+    """The database's own message of ``exc`` (no SQL text, no parameters)."""
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__

@@ -40,6 +40,7 @@ from uldp.collector.service.ingest import SIMULATED_REFUSED, ReportIngest
 from uldp.collector.service.lease import closer_id
 from uldp.collector.service.odometer import CentralBudget, PrivacyOdometer
 from uldp.collector.service.phases import PhaseView
+from uldp.collector.service.reduce import CloseEngine, LocalEngine
 from uldp.collector.service.shuffled import ShuffleIntake
 from uldp.collector.service.tasks import TaskAnswer, TaskInfo, TaskServer
 from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, now_ms
@@ -76,6 +77,20 @@ class CoreConfig:
     enrolment_verifier: EnrolmentVerifier | None = None
     #: shuffle mode: each dataset's central budget (--central-budget, --central-delta)
     central_budget: CentralBudget = field(default_factory=CentralBudget)
+    #: windows of a closing phase reduced at once in this process (--close-threads)
+    close_threads: int = 2
+    #: reduce closing phases on this Dask scheduler instead (--dask-scheduler; None: in
+    #: process): ``uldp.collector.service.dask_close``
+    dask_scheduler: str | None = None
+
+
+def _close_engine(cfg: CoreConfig) -> CloseEngine:
+    """The engine that reduces closing phases: a Dask cluster or this process."""
+    if cfg.dask_scheduler:
+        from uldp.collector.service.dask_close import DaskEngine, dask_client
+
+        return DaskEngine(dask_client(cfg.dask_scheduler))
+    return LocalEngine(max(1, cfg.close_threads))
 
 
 class CollectorCore:
@@ -108,7 +123,7 @@ class CollectorCore:
         self.enrolment = EnrolmentPolicy(cfg.enroll_peer_limit, cred, cfg.enrolment_verifier)
         self.closer = PhaseCloser(db, self.catalogue, self.phases, name=self.name,
                                   closer_id=self.closer_id, lease_ms=cfg.close_lease_ms,
-                                  tick_s=cfg.tick_s)
+                                  tick_s=cfg.tick_s, engine=_close_engine(cfg))
         self.closer.privacy = self.shuffled.privacy  # shuffle mode: the central guarantee
         self.odometer = PrivacyOdometer(db, cfg.central_budget)  # and its composition
         self.catalogue.odometer = self.shuffled.odometer = self.odometer
@@ -120,6 +135,9 @@ class CollectorCore:
     def stop(self) -> None:
         self.closer.stop()
         self.writer.close()
+        close = getattr(self.closer.engine, "close", None)
+        if close is not None:
+            close()
 
     # ---- authentication -------------------------------------------------------------
     def device_from_token(self, token: str | None) -> str:

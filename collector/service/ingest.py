@@ -20,12 +20,16 @@ from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
 from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, judge_stored
+from uldp.collector.storage.records import value_bytes
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
 __all__ = ["SIMULATED_REFUSED", "ReportIngest", "not_open"]
 
 #: a decline's optional reason: a refusal code of the device (protocol §14.1)
 _REASON = re.compile(r"[a-z0-9_-]{0,32}")
+
+#: struct format of a stored value of 1, 2, 4 or 8 bytes
+_FORMATS = {1: "b", 2: "h", 4: "i", 8: "q"}
 
 SIMULATED_REFUSED = ("report is from a simulation (seeded noise); this query does not "
                      "accept simulated reports")
@@ -66,8 +70,9 @@ class ReportIngest:
                                "report was computed for a different task (task_digest "
                                f"{digest[:16] or '<empty>'}… != {info.digest[:16]}…); "
                                "fetch the current task")
+        vb = value_bytes(info.limit)  # the narrowest width the task's public limit needs
         item = PendingReport(query_id, phase, device_id, a["grp"], a["stage"], a["slot"],
-                             struct.pack(f"<{len(vals)}q", *vals))
+                             struct.pack(f"<{len(vals)}{_FORMATS[vb]}", *vals), vb)
         return self._open_or_stored(item, ph["state"])
 
     def validate_decline(self, device_id: str, query_id: str, phase: int, digest: str,

@@ -330,7 +330,7 @@ def _sgd_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
         raise ValueError("sgd needs users >= 2 and samples >= 1")
     spec = sgd_query(config, int(req.users), int(req.samples), d, query_id=req.query_id)
     program = program_for(spec)
-    g, stage, _ = next(tuple(map(int, row)) for row in program.placements() if row[2] == 1)
+    (g, stage, _), *_ = program.cells(1)
     program.task(1, g, stage, {})  # step 0 compiles (θ_0, model, frame)
     return spec, drawn
 

@@ -101,13 +101,13 @@ class ShuffleIntake:
         if rt is None:
             raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         rows = self.phases.rows(query_id, fresh=True)
-        cells, sizes = np.unique(rt.program.placements(), axis=0, return_counts=True)
+        prog = rt.program
         return {"query_id": query_id, "shuffled": rt.shuffle is not None,
                 "min_batch": int(rt.shuffle["min_batch"]) if rt.shuffle else 0,
                 "phases": [(p, str(r["state"]), int(r["deadline_ms"]))
                            for p, r in sorted(rows.items())],
-                "cells": [(int(c[2]), int(c[0]), int(c[1]), int(n))
-                          for c, n in zip(cells, sizes, strict=True)]}
+                "cells": [(p, g, s, n) for p in range(1, prog.num_phases + 1)
+                          for g, s, n in prog.cells(p)]}
 
     def _checked(self, b: ForwardedBatch) -> tuple[QueryRuntime, Any]:
         """The runtime and the task of a batch that passes every check of the batch as a
@@ -123,9 +123,8 @@ class ShuffleIntake:
             raise ServiceError("FAILED_PRECONDITION", f"query {b.query_id} has no phase {b.phase}")
         if ph["state"] != "open":
             raise ServiceError("FAILED_PRECONDITION", not_open(b.query_id, b.phase, ph["state"]))
-        place = rt.program.placements()
-        cell = (place[:, 0] == b.group) & (place[:, 1] == b.stage) & (place[:, 2] == b.phase)
-        if not cell.any():
+        slot = rt.program.slot_in(b.phase, b.group, b.stage)
+        if slot is None:
             raise ServiceError("FAILED_PRECONDITION", f"phase {b.phase} of query {b.query_id} "
                                f"has no group {b.group} stage {b.stage}")
         if len(b.sealed) < int(rt.shuffle["min_batch"]):
@@ -133,7 +132,7 @@ class ShuffleIntake:
                                f"a batch of {len(b.sealed)} reports is below the query's "
                                f"minimum batch {rt.shuffle['min_batch']}")
         info = self.tasks.task_info(rt, {"grp": b.group, "stage": b.stage, "phase": b.phase,
-                                         "slot": int(np.flatnonzero(cell)[0])})
+                                         "slot": slot})
         if b.task_digest != info.digest:
             raise ServiceError("FAILED_PRECONDITION",
                                "the batch was sealed for a different task (task_digest "
@@ -181,9 +180,7 @@ class ShuffleIntake:
 
 def _task(rt: QueryRuntime, phase: int, group: int, stage: int,
           published: dict[int, Any]) -> TaskSpec:
-    place = rt.program.placements()
-    cell = (place[:, 0] == group) & (place[:, 1] == stage) & (place[:, 2] == phase)
-    slot = int(np.flatnonzero(cell)[0]) if cell.any() else None
+    slot = rt.program.slot_in(phase, group, stage)
     per_device = slot is not None and rt.program.offsets(phase, np.array([slot])) is not None
     return rt.program.task(phase, group, stage, {p: v for p, v in published.items()
                                                  if p < phase}, slot if per_device else None)

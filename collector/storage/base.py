@@ -20,6 +20,14 @@ class Tables:
     _insert: Any  # the dialect's INSERT construct (ON CONFLICT support)
     _sql: dict[str, str]  # report statements with the driver's parameter marker
     _held: Any  # the writer thread's held connection
+    writer_id: str  # this process's counter rows in ``phase_counts``
+
+    def phase_open(self, cur: Any, query_id: str, phase: int) -> str | None:
+        raise NotImplementedError
+
+    def count_in(self, cur: Any, query_id: str, phase: int, *, received: int = 0,
+                 declined: int = 0) -> None:
+        raise NotImplementedError
 
     def write(self) -> Any:
         raise NotImplementedError

@@ -17,7 +17,17 @@ from uldp.collector.storage.records import (
     now_ms,
 )
 
-__all__ = ["QueryTables"]
+__all__ = ["QueryTables", "quota_in"]
+
+
+def quota_in() -> Any:
+    """SQL: the phase row's reports and declines, merged with every writer's counters,
+    reach its quota."""
+    p, c = S.phases.c, S.phase_counts.c
+    counted = (select(func.coalesce(func.sum(c.received + c.declined), 0))
+               .where(and_(c.query_id == p.query_id, c.phase == p.phase))
+               .scalar_subquery())
+    return p.received + p.declined + counted >= p.quota
 
 
 class QueryTables(Tables):
@@ -35,6 +45,8 @@ class QueryTables(Tables):
             if existing is not None:
                 return dict(existing), False
             t = now_ms()
+            if not self.is_sqlite:
+                self._add_partition(conn, str(row["query_id"]))
             conn.execute(insert(S.queries).values(**row, created_at_ms=t, next_slot=0,
                                                   finished_at_ms=0, error="", version=0))
             conn.execute(insert(S.phases), [
@@ -48,6 +60,19 @@ class QueryTables(Tables):
             created = conn.execute(select(S.queries).where(
                 S.queries.c.query_id == row["query_id"])).mappings().one()
             return dict(created), True
+
+    def _add_partition(self, conn: Connection, query_id: str) -> None:
+        """PostgreSQL: the query's own partition of ``reports``, created empty and then
+        attached (ATTACH takes a lock that lets other queries' inserts go on, where
+        ``CREATE TABLE .. PARTITION OF`` would stop them for a moment)."""
+        from psycopg import sql
+
+        name, parent = sql.Identifier(S.partition_name(query_id)), sql.Identifier(S.reports.name)
+        raw = conn.connection.driver_connection  # the same transaction
+        assert raw is not None, "a checked-out connection has its driver connection"
+        raw.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS)").format(name, parent))
+        raw.execute(sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+            parent, name, sql.Literal(query_id)))
 
     def get_query(self, query_id: str) -> dict[str, Any] | None:
         with self.read() as conn:
@@ -66,10 +91,20 @@ class QueryTables(Tables):
         return self.list_queries("running")
 
     def get_phases(self, query_id: str) -> list[dict[str, Any]]:
+        """The phase rows of a query, ``received`` and ``declined`` merged with every
+        writer's counter rows."""
+        p, c = S.phases.c, S.phase_counts.c
         with self.read() as conn:
-            rows = conn.execute(select(S.phases).where(S.phases.c.query_id == query_id)
-                                .order_by(S.phases.c.phase)).mappings()
-            return [dict(m) for m in rows]
+            rows = [dict(m) for m in conn.execute(select(S.phases).where(
+                p.query_id == query_id).order_by(p.phase)).mappings()]
+            extra = {int(ph): (int(r or 0), int(d or 0)) for ph, r, d in conn.execute(
+                select(c.phase, func.sum(c.received), func.sum(c.declined))
+                .where(c.query_id == query_id).group_by(c.phase))}
+        for row in rows:
+            r, d = extra.get(int(row["phase"]), (0, 0))
+            row["received"] += r
+            row["declined"] += d
+        return rows
 
     def assigned_count(self, query_id: str) -> int:
         with self.read() as conn:
@@ -103,7 +138,6 @@ class QueryTables(Tables):
         p = S.phases.c
         with self.read() as conn:
             rows = conn.execute(select(p.query_id, p.phase).where(or_(
-                and_(p.state == "open",
-                     or_(p.received + p.declined >= p.quota, p.deadline_ms <= t)),
+                and_(p.state == "open", or_(quota_in(), p.deadline_ms <= t)),
                 and_(p.state == "closing", p.lease_until_ms <= t))))
             return [(r[0], int(r[1])) for r in rows]

@@ -8,21 +8,64 @@ still holding it.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sqlalchemy import and_, or_, select, text, update
 
+from uldp.collector.estimators.reductions import WindowCounts, WindowPieces, WindowSums
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
-from uldp.collector.storage.records import (
-    now_ms,
-)
+from uldp.collector.storage.catalog import quota_in
+from uldp.collector.storage.records import VALUE_DTYPES, now_ms, phase_lock_key
 
-__all__ = ["ClosingTables"]
+__all__ = ["ROWS_PER_BLOCK", "SQLITE_STREAM_BYTES", "STREAM_BYTES", "WINDOW_BLOCKS",
+           "WINDOW_SLOTS", "ClosingTables", "ReportBlock", "Window"]
+
+#: PostgreSQL: heap blocks of one close window at most (128 MiB of 8 KiB blocks)
+WINDOW_BLOCKS = 1 << 14
+#: PostgreSQL: rows a heap block holds at most (MaxHeapTuplesPerPage of 8 KiB blocks)
+ROWS_PER_BLOCK = 291
+#: SQLite: enrolment slots of one close window at most
+WINDOW_SLOTS = 1 << 18
+#: PostgreSQL: bytes of reports one streamed window concatenates, about
+STREAM_BYTES = 2 << 20
+#: SQLite: bytes of reports one streamed window returns (row by row), at most
+SQLITE_STREAM_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class Window:
+    """A slice of a closing phase's reports read by one statement: heap blocks
+    ``[lo, hi)`` of the query's partition (PostgreSQL) or enrolment slots ``[lo, hi)``
+    (SQLite)."""
+
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class ReportBlock:
+    """The reports of one (group, stage) in a window, stored at ``vbytes`` per value."""
+
+    grp: int
+    stage: int
+    vbytes: int
+    count: int
+    payload: bytes
+    slots: np.ndarray | None
+
+    def reports(self) -> np.ndarray:
+        """The reports as a ``(count, width)`` array of their stored integer type (an
+        accumulator widens them to int64 where its sums need it)."""
+        vals = np.frombuffer(self.payload, VALUE_DTYPES[self.vbytes])
+        return vals.reshape(self.count, -1) if self.count else vals.reshape(0, 0)
+
+
 
 
 class ClosingTables(Tables):
@@ -31,21 +74,43 @@ class ClosingTables(Tables):
     def begin_close(self, query_id: str, phase: int, closer: str, lease_ms: int,
                     force: bool = False) -> bool:
         """Atomically claim the aggregation of a due phase, or take over one whose
-        closing lease expired; True for exactly one caller. The claim is a lease until
+        closing lease expired; True for exactly one caller. On PostgreSQL the claim first
+        takes the phase's advisory lock exclusively: it waits for the report commits in
+        flight (which hold it shared) and new ones wait for the claim, then see the phase
+        closing. The claim is a lease until
         now + ``lease_ms`` that its holder renews (:meth:`renew_lease`) while it works;
         :meth:`finish_close` only succeeds for the current holder, so a phase is closed
         exactly once even when a slow holder loses it to another replica."""
         t = now_ms()
         p = S.phases.c
-        due = (or_(p.received + p.declined >= p.quota, p.deadline_ms <= t) if not force
-               else text("1=1"))
+        due = or_(quota_in(), p.deadline_ms <= t) if not force else text("1=1")
         with self.write() as conn:
+            if not self.is_sqlite:  # wait for the report commits of the phase in flight
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"),
+                             {"k": phase_lock_key(query_id, phase)})
             r = conn.execute(update(S.phases).where(and_(
                 p.query_id == query_id, p.phase == phase,
                 or_(and_(p.state == "open", due),
                     and_(p.state == "closing", p.lease_until_ms <= t))))
-                .values(state="closing", closer=closer, lease_until_ms=t + lease_ms))
+                .values(state="closing", closer=closer, lease_until_ms=t + lease_ms,
+                        close_attempts=p.close_attempts + 1))
             return r.rowcount == 1
+
+    def close_attempts(self, query_id: str, phase: int) -> tuple[int, str]:
+        """(closes of the phase begun so far, the last one's recorded failure)."""
+        p = S.phases.c
+        with self.read() as conn:
+            row = conn.execute(select(p.close_attempts, p.close_error).where(and_(
+                p.query_id == query_id, p.phase == phase))).first()
+        return (int(row[0]), str(row[1])) if row is not None else (0, "")
+
+    def record_close_error(self, query_id: str, phase: int, closer: str, error: str) -> None:
+        """Note why the close ``closer`` holds failed (it will be retried)."""
+        p = S.phases.c
+        with self.write() as conn:
+            conn.execute(update(S.phases).where(and_(
+                p.query_id == query_id, p.phase == phase, p.closer == closer))
+                .values(close_error=error[:2000]))
 
     def _lock_query(self, conn: Any, query_id: str) -> None:
         """PostgreSQL: lock the query's row first, as every transaction touching both a
@@ -85,76 +150,239 @@ class ClosingTables(Tables):
                     freed.append((str(qid), int(ph)))
         return freed
 
-    def report_blocks(self, query_id: str, phase: int, target_users: int,
-                      window: int = 1 << 17) -> Iterator[tuple[int, int, int, bytes]]:
-        """Yield (grp, stage, count, concatenated payloads) per group and slot window
-        (reports only: a decline, an empty payload, is left out).
+    # ---- reading a closing phase in windows (service.reduce) ---------------------------
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        """A DB-API cursor for reads (the close's statements run on the driver directly:
+        no per-row SQLAlchemy objects; on PostgreSQL in binary, so a window's bytea comes
+        as it is instead of hex-encoded by the server and decoded here)."""
+        raw = self.engine.raw_connection()
+        try:
+            driver = raw.driver_connection
+            assert driver is not None, "a checked-out connection has its driver connection"
+            cur = raw.cursor() if self.is_sqlite else driver.cursor(binary=True)
+            try:
+                yield cur
+            finally:
+                cur.close()
+            if not self.is_sqlite:
+                raw.rollback()
+        finally:
+            raw.close()
 
-        The database concatenates the payloads of ``window`` consecutive slots per group
-        (index range scan on (query, phase, slot)), so Python touches a few large byte
-        strings instead of one object per report; memory is bounded by the window.
-        """
+    def _close_source(self, cur: Any, query_id: str) -> tuple[str, bool]:
+        """(table holding the query's reports, whether rows must be filtered by query):
+        PostgreSQL reads the query's own partition (no filter), or the default partition
+        for a query created before schema 4; SQLite the one reports table."""
         if self.is_sqlite:
-            sql = ("SELECT grp, stage, count(*), group_concat(hex(payload), '') FROM "
-                   "uldp_reports WHERE query_id = ? AND phase = ? AND slot >= ? AND slot < ? "
-                   "AND length(payload) > 0 GROUP BY grp, stage")
-        else:
-            sql = ("SELECT grp, stage, count(*), string_agg(payload, ''::bytea) FROM "
-                   "uldp_reports WHERE query_id = %s AND phase = %s AND slot >= %s "
-                   "AND slot < %s AND length(payload) > 0 GROUP BY grp, stage")
-        raw = self.engine.raw_connection()
-        try:
-            cur = raw.cursor()
-            for lo in range(0, max(target_users, 1), window):
-                cur.execute(sql, (query_id, phase, lo, lo + window))
-                for g, st, n, blob in cur.fetchall():
-                    data = bytes.fromhex(blob) if self.is_sqlite else bytes(blob)
-                    yield int(g), int(st), int(n), data
-            cur.close()
-            if not self.is_sqlite:
-                raw.rollback()
-        finally:
-            raw.close()
+            return S.reports.name, True
+        part = S.partition_name(query_id)
+        cur.execute("SELECT to_regclass(%s)", (part,))
+        return (part, False) if cur.fetchone()[0] else (S.DEFAULT_PARTITION, True)
 
-    def stream_reports(self, query_id: str, phase: int, chunk: int = 65536,
-                       with_slots: bool = True
-                       ) -> Iterator[tuple[int, int, list[int], list[bytes]]]:
-        """Yield (grp, stage, slots, payloads) chunks of a phase's reports, one group per
-        chunk. Memory is bounded by ``chunk`` rows: a raw DBAPI cursor (server-side on
-        PostgreSQL) fetched ``chunk`` rows at a time, bucketed by group in numpy."""
-        cols = "grp, stage, slot, payload" if with_slots else "grp, stage, payload"
-        sql = (f"SELECT {cols} FROM uldp_reports WHERE query_id = %s AND phase = %s "
-               "AND length(payload) > 0")  # an empty payload is a decline
-        raw = self.engine.raw_connection()
-        try:
-            if self.is_sqlite:
-                cur = raw.cursor()
-                cur.execute(sql.replace("%s", "?"), (query_id, phase))
-            else:
-                driver: Any = raw.driver_connection
-                cur = driver.cursor(name=f"uldp_stream_{secrets.token_hex(6)}")
-                cur.itersize = chunk
-                cur.execute(sql, (query_id, phase))
-            while True:
-                rows = cur.fetchmany(chunk)
-                if not rows:
-                    break
-                cols_ = list(zip(*rows, strict=True))
-                grps = np.fromiter(cols_[0], dtype=np.int64, count=len(rows))
-                stages = cols_[1]
-                slots = cols_[2] if with_slots else ()
-                payloads = cols_[-1]
-                uniq = np.unique(grps)
-                for g in uniq:
-                    idx = np.flatnonzero(grps == g) if uniq.size > 1 else range(len(rows))
-                    yield (int(g), int(stages[idx[0]]),
-                           [int(slots[i]) for i in idx] if with_slots else [],
-                           [bytes(payloads[i]) for i in idx])
-            cur.close()
+    def close_windows(self, query_id: str, phase: int, users: int,
+                      report_bytes: int | None, max_rows: int | None = None) -> list[Window]:
+        """The windows a closing phase is read in, independent of who reads them (so an
+        in-process close and a distributed one reduce the same windows).
+
+        ``report_bytes``: the largest report the close streams (None: the database sums
+        every group). ``max_rows``: rows per window at most (SQLite's int64 sums).
+        PostgreSQL: ranges of heap blocks of the query's partition (``ctid`` range scans),
+        of :data:`WINDOW_BLOCKS` blocks when the database sums, and of about
+        :data:`STREAM_BYTES` of reports when it concatenates them (``string_agg`` slows
+        down sharply beyond a few MB). SQLite: ranges of enrolment slots (the index on
+        (query, phase, slot)) of at most :data:`WINDOW_SLOTS`, fewer when streamed
+        (:data:`SQLITE_STREAM_BYTES`)."""
+        if self.is_sqlite:
+            step = WINDOW_SLOTS
+            if report_bytes is not None:
+                step = min(step, SQLITE_STREAM_BYTES // (report_bytes + 64))
+            if max_rows is not None:
+                step = min(step, max_rows)
+            step = max(step, 1)
+            return [Window(lo, min(lo + step, users)) for lo in range(0, max(users, 1), step)]
+        with self._cursor() as cur:
+            table, _ = self._close_source(cur, query_id)
+            cur.execute("SELECT pg_relation_size(%s) / current_setting('block_size')::int",
+                        (table,))
+            blocks = int(cur.fetchone()[0] or 0)
+        step = WINDOW_BLOCKS
+        if report_bytes is not None:
+            # a report up to ~1.9 kB is stored in its row (≤ 8 KiB a block); beyond, out of
+            # line (TOAST), at most ROWS_PER_BLOCK rows a block
+            per_block = 8192 if report_bytes < 1900 else ROWS_PER_BLOCK * report_bytes
+            step = min(step, STREAM_BYTES // per_block)
+        if max_rows is not None:
+            step = min(step, max_rows // ROWS_PER_BLOCK)
+        step = max(step, 1)
+        return [Window(lo, lo + step) for lo in range(0, max(blocks, 1), step)]
+
+    def _window_where(self, cur: Any, query_id: str, phase: int, window: Window,
+                      grps: Sequence[int]) -> tuple[str, str, list[Any]]:
+        """(table, WHERE clause, parameters) of one window's reports of ``grps`` (a
+        decline, an empty payload, is never a report)."""
+        table, by_query = self._close_source(cur, query_id)
+        one = len(grps) == 1
+        if self.is_sqlite:
+            where = "query_id = ? AND phase = ? AND slot >= ? AND slot < ? AND grp "
+            where += "= ?" if one else f"IN ({','.join('?' * len(grps))})"
+            params: list[Any] = [query_id, phase, window.lo, window.hi, *grps]
+        else:
+            where = "ctid >= %s::tid AND ctid < %s::tid AND phase = %s AND grp "
+            where += "= %s" if one else "= ANY(%s)"
+            params = [f"({window.lo},0)", f"({window.hi},0)", phase,
+                      grps[0] if one else list(grps)]
+            if by_query:
+                where += " AND query_id = %s"
+                params.append(query_id)
+        return table, where + " AND length(payload) > 0", params
+
+    @staticmethod
+    def _by_group(grps: Sequence[int], keys: str) -> tuple[str, str]:
+        """(SELECT prefix, GROUP BY clause): one group is one plain aggregate (no hashing
+        per row), several are grouped."""
+        if len(grps) == 1:
+            return f"{int(grps[0])}, min(stage), ", "" if not keys else f" GROUP BY {keys}"
+        return "grp, stage, ", " GROUP BY grp, stage" + (f", {keys}" if keys else "")
+
+    def window_sums(self, query_id: str, phase: int, window: Window, grps: Sequence[int],
+                    width: int, gram: bool) -> dict[tuple[int, int], WindowSums]:
+        """Per (group, stage): the count, the sums of the typed columns ``v0 ..
+        v{width-1}``, how many reports fill each typed column, the smallest and largest
+        value and (``gram``) the sums of products ``v_i v_j``, ``i ≤ j`` — computed by the
+        database over one window. Exact: PostgreSQL sums ``bigint`` into ``numeric``
+        (products in ``numeric``); on SQLite the caller bounds the window so that no sum
+        leaves int64 (SQLite raises on an integer overflow of ``sum``)."""
+        cols = S.TYPED_COLUMNS
+        w = min(width, len(cols))
+        num = "" if self.is_sqlite else "::numeric"
+        exprs = ["count(*)", *(f"count({c})" for c in cols), *(f"sum({c})" for c in cols[:w]),
+                 *(f"min({c})" for c in cols[:w]), *(f"max({c})" for c in cols[:w])]
+        pairs = [(i, j) for i in range(w) for j in range(i, w)] if gram else []
+        exprs += [f"sum({cols[i]}{num} * {cols[j]})" for i, j in pairs]
+        head, group = self._by_group(grps, "")
+        out: dict[tuple[int, int], WindowSums] = {}
+        with self._cursor() as cur:
+            table, where, params = self._window_where(cur, query_id, phase, window, grps)
+            cur.execute(f"SELECT {head}{', '.join(exprs)} FROM {table} WHERE {where}{group}",
+                        params)
+            for row in cur.fetchall():
+                vals = [0 if v is None else int(v) for v in row[2:]]
+                n, filled = vals[0], vals[1:1 + len(cols)]
+                if n == 0:
+                    continue
+                k = 1 + len(cols)
+                sums, lo, hi = vals[k:k + w], vals[k + w:k + 2 * w], vals[k + 2 * w:k + 3 * w]
+                g: list[list[int]] | None = None
+                if gram:
+                    g = [[0] * w for _ in range(w)]
+                    for (i, j), v in zip(pairs, vals[k + 3 * w:], strict=True):
+                        g[i][j] = v
+                out[(int(row[0]), int(row[1]))] = WindowSums(
+                    n, sums, filled, min(lo) if lo else 0, max(hi) if hi else 0, g)
+        return out
+
+    def window_pieces(self, query_id: str, phase: int, window: Window, grps: Sequence[int],
+                      pieces: Sequence[tuple[int, int]]
+                      ) -> dict[tuple[int, int], WindowPieces]:
+        """Per (group, stage): for each integer range of ``pieces``, the count, sum and
+        sum of squares of the one-integer reports in it (``v0``), and how many reports
+        are in none or are not one integer — computed by the database over one window
+        (PostgreSQL sums into ``numeric``; SQLite's window keeps them in int64)."""
+        exprs = ["count(*)", "count(v1) + count(*) FILTER (WHERE v0 IS NULL)"]
+        inside = []
+        for lo, hi in pieces:
+            cond = f"v0 BETWEEN {int(lo)} AND {int(hi)}"
+            inside.append(cond)
+            exprs += [f"count(*) FILTER (WHERE {cond})", f"sum(v0) FILTER (WHERE {cond})",
+                      f"sum(v0 * v0) FILTER (WHERE {cond})"]
+        exprs.append(f"count(*) FILTER (WHERE v0 IS NOT NULL AND NOT ({' OR '.join(inside)}))")
+        head, group = self._by_group(grps, "")
+        out: dict[tuple[int, int], WindowPieces] = {}
+        with self._cursor() as cur:
+            table, where, params = self._window_where(cur, query_id, phase, window, grps)
+            cur.execute(f"SELECT {head}{', '.join(exprs)} FROM {table} WHERE {where}{group}",
+                        params)
+            for row in cur.fetchall():
+                vals = [0 if v is None else int(v) for v in row[2:]]
+                if vals[0] == 0:
+                    continue
+                moments = [vals[2 + 3 * i:5 + 3 * i] for i in range(len(pieces))]
+                out[(int(row[0]), int(row[1]))] = WindowPieces(vals[0], moments, vals[-1],
+                                                               vals[1])
+        return out
+
+    def window_counts(self, query_id: str, phase: int, window: Window, grps: Sequence[int]
+                      ) -> dict[tuple[int, int], WindowCounts]:
+        """Per (group, stage): how many of one window's reports carry each value of
+        ``v0`` (``malformed``: reports that are not exactly one integer). PostgreSQL packs
+        the (value, count) pairs into one bytea per group."""
+        out: dict[tuple[int, int], WindowCounts] = {}
+        with self._cursor() as cur:
+            table, where, params = self._window_where(cur, query_id, phase, window, grps)
+            inner = (f"SELECT grp, stage, v0, v1 IS NOT NULL AS extra, count(*) AS n FROM "
+                     f"{table} WHERE {where} GROUP BY grp, stage, v0, v1 IS NOT NULL")
             if not self.is_sqlite:
-                raw.rollback()
-        finally:
-            raw.close()
+                cur.execute(
+                    "SELECT grp, stage, sum(n), coalesce(sum(n) FILTER (WHERE v0 IS NULL OR "
+                    "extra), 0), string_agg(int8send(v0) || int8send(n), ''::bytea) FILTER "
+                    f"(WHERE v0 IS NOT NULL AND NOT extra) FROM ({inner}) s GROUP BY grp, "
+                    "stage", params)
+                for g, st, n, bad, blob in cur.fetchall():
+                    pairs = np.frombuffer(bytes(blob or b""), ">i8").reshape(-1, 2)
+                    out[(int(g), int(st))] = WindowCounts(
+                        int(n), pairs[:, 0].tolist(), pairs[:, 1].tolist(), int(bad))
+                return out
+            cur.execute(inner, params)
+            for g, st, v, extra, n in cur.fetchall():
+                w = out.setdefault((int(g), int(st)), WindowCounts(0, [], []))
+                w.count += int(n)
+                if v is None or extra:
+                    w.malformed += int(n)
+                else:
+                    w.values.append(int(v))
+                    w.counts.append(int(n))
+        return out
+
+    def window_reports(self, query_id: str, phase: int, window: Window, grps: Sequence[int],
+                       with_slots: bool = False) -> list[ReportBlock]:
+        """One window's reports of ``grps``, per (group, stage, bytes per value): their
+        payloads concatenated (and their slots, in the same order). PostgreSQL
+        concatenates them itself (``string_agg``); SQLite returns them row by row. The
+        window bounds the bytes (:meth:`close_windows`)."""
+        with self._cursor() as cur:
+            table, where, params = self._window_where(cur, query_id, phase, window, grps)
+            if self.is_sqlite:
+                return self._sqlite_blocks(cur, table, where, params, with_slots)
+            slots = ", string_agg(int4send(slot), ''::bytea)" if with_slots else ""
+            head, group = self._by_group(grps, "")
+            cur.execute(f"SELECT {head}count(*), min(vbytes), max(vbytes), string_agg("
+                        f"payload, ''::bytea){slots} FROM {table} WHERE {where}{group}",
+                        params)
+            rows = cur.fetchall()
+            if any(r[3] != r[4] for r in rows if r[2]):  # rows of schema < 4 among them
+                head, group = self._by_group(grps, "vbytes")
+                cur.execute(f"SELECT {head}count(*), vbytes, vbytes, string_agg(payload, "
+                            f"''::bytea){slots} FROM {table} WHERE {where}{group}", params)
+                rows = cur.fetchall()
+        return [ReportBlock(int(r[0]), int(r[1]), int(r[3]), int(r[2]), bytes(r[5]),
+                            np.frombuffer(bytes(r[6]), ">i4").astype(np.int64)
+                            if with_slots else None)
+                for r in rows if r[2]]
+
+    @staticmethod
+    def _sqlite_blocks(cur: Any, table: str, where: str, params: list[Any],
+                       with_slots: bool) -> list[ReportBlock]:
+        cur.execute(f"SELECT grp, stage, vbytes, slot, payload FROM {table} WHERE {where}",
+                    params)
+        parts: dict[tuple[int, int, int], tuple[list[int], list[bytes]]] = {}
+        for g, st, vb, slot, payload in cur.fetchall():
+            sl, pl = parts.setdefault((g, st, vb), ([], []))
+            sl.append(slot)
+            pl.append(payload)
+        return [ReportBlock(int(g), int(st), int(vb), len(pl), b"".join(pl),
+                            np.asarray(sl, dtype=np.int64) if with_slots else None)
+                for (g, st, vb), (sl, pl) in parts.items()]
 
     def finish_close(self, query_id: str, phase: int, closer: str, published: dict[str, Any],
                      *, next_deadline_ms: int | None, result: dict[str, Any] | None) -> bool:

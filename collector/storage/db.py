@@ -8,14 +8,16 @@ reports), ``closing``
 
 SQLite (embedded default): one file in WAL mode with ``synchronous=FULL`` (a commit is on
 disk before the collector acknowledges), write transactions ``BEGIN IMMEDIATE``.
-PostgreSQL (production, several collector replicas): psycopg 3; the phase row is the
-synchronisation point — every report batch updates it (``... WHERE state = 'open'``) in
-the same transaction as its inserts, and the replica that flips it to ``closing`` does
-so with a conditional update, so exactly one replica aggregates a phase and it sees every
-report acknowledged before the flip and none after. Lock order, in every transaction:
-query rows (in query-id order) before phase rows (in (query, phase) order), so replicas
-never deadlock each other; a transaction the database still aborts for a lock conflict is
-run again by the writer (``is_lock_conflict``).
+PostgreSQL (production, several collector replicas): psycopg 3; a phase's state is the
+synchronisation point — every report batch reads it under the phase's advisory lock held
+*shared* (``pg_advisory_xact_lock_shared``), and the replica that flips it to ``closing``
+takes that lock exclusively first, so exactly one replica aggregates a phase and it sees
+every report acknowledged before the flip and none after. Report batches count what
+they stored in their own process's row of ``phase_counts`` (merged on read), so no
+replica waits on another's commit. Lock order, in every transaction: query rows (in
+query-id order) before phase rows (in (query, phase) order), advisory locks before rows,
+so replicas never deadlock each other; a transaction the database still aborts for a lock
+conflict is run again by the writer (``is_lock_conflict``).
 
 Errors of the engine never carry their SQL parameters (``hide_parameters``): a logged
 database error names the statement, never a report's payload or a device id.
@@ -24,6 +26,7 @@ database error names the statement, never a report's payload or a device id.
 from __future__ import annotations
 
 import contextlib
+import secrets
 from typing import Any
 
 from sqlalchemy import (
@@ -48,6 +51,7 @@ from uldp.collector.storage.closing import ClosingTables
 from uldp.collector.storage.declines import DeclineTables
 from uldp.collector.storage.ingest import IngestTables
 from uldp.collector.storage.records import (
+    REPORT_COLUMNS,
     PendingReport,
     ReportOutcome,
     StoredReport,
@@ -94,6 +98,8 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         self._insert = sqlite_dialect.insert if self.is_sqlite else pg_dialect.insert
         self._sql = report_sql("?" if self.is_sqlite else "%s")
         self._held: Any = None  # the writer thread's connection (raw_write(hold=True))
+        #: this process's counter rows in ``phase_counts`` (unique per Database object)
+        self.writer_id = f"w-{secrets.token_hex(8)}"
 
     def write(self) -> Any:
         """A write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
@@ -122,6 +128,24 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
             seen = getattr(seen, "orig", None) or seen.__cause__
         return False
 
+    def is_permanent(self, exc: BaseException) -> bool:
+        """Is ``exc`` a database error that the same statement on the same data would
+        hit again (a limit, malformed or corrupt data, a missing object), as opposed to
+        one of the moment (a lost connection, a lock, memory, the disk)? A close that
+        hits one fails its query at once instead of being retried."""
+        seen: BaseException | None = exc
+        for _ in range(4):
+            if seen is None:
+                break
+            name = getattr(seen, "sqlite_errorname", None)
+            if name is not None:  # extended codes name their primary: SQLITE_CORRUPT_…
+                return "_".join(str(name).split("_")[:2]) in _SQLITE_PERMANENT
+            state = getattr(seen, "sqlstate", None)
+            if state:
+                return str(state)[:2] in _PG_PERMANENT_CLASSES
+            seen = getattr(seen, "orig", None) or seen.__cause__
+        return False
+
     def dispose(self) -> None:
         held, self._held = self._held, None
         if held is not None:
@@ -139,6 +163,8 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
             found = row.scalar()
             version = int(found) if found is not None else 0
             if version == 0:
+                if not self.is_sqlite:
+                    S.create_default_partition(conn)
                 conn.execute(insert(S.meta).values(key="schema_version",
                                                    value=str(S.SCHEMA_VERSION)))
                 return S.SCHEMA_VERSION
@@ -184,14 +210,24 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         """Every row of the mutable tables, for 'nothing changed' assertions."""
         out: dict[str, list[tuple[Any, ...]]] = {}
         with self.read() as conn:
-            for t in (S.queries, S.phases, S.assignments, S.reports):
-                rows = conn.execute(select(t)).all()
+            for t in (S.queries, S.phases, S.assignments, S.reports, S.phase_counts):
+                # reports: (query_id, device_id, phase, grp, stage, slot, payload,
+                # received_at_ms, vbytes, v0..v3), whatever the table's column order
+                cols = ([t.c[c] for c in REPORT_COLUMNS] if t is S.reports else list(t.c))
+                rows = conn.execute(select(*cols)).all()
                 out[t.name] = sorted(tuple(r) for r in rows)
         return out
 
 
 #: SQLSTATEs of a transaction aborted for a lock conflict (deadlock, serialization failure)
 _LOCK_CONFLICTS = frozenset({"40P01", "40001"})
+#: SQLite result codes of an error the same statement would hit again
+_SQLITE_PERMANENT = frozenset({"SQLITE_TOOBIG", "SQLITE_CORRUPT", "SQLITE_NOTADB",
+                               "SQLITE_MISMATCH", "SQLITE_RANGE", "SQLITE_ERROR",
+                               "SQLITE_CONSTRAINT", "SQLITE_FORMAT"})
+#: PostgreSQL SQLSTATE classes of such errors: feature not supported, data exception,
+#: integrity, syntax or access, program limit exceeded, internal (corruption)
+_PG_PERMANENT_CLASSES = frozenset({"0A", "22", "23", "42", "54", "XX"})
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -204,6 +240,14 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     # collector's background thread checkpoints instead (Database.checkpoint)
     cur.execute("PRAGMA wal_autocheckpoint=0")
     cur.close()
+    # the schema-4 migration decodes the stored int64 payloads into the typed columns
+    dbapi_conn.create_function("uldp_le_int64", 2, _le_int64, deterministic=True)
+
+
+def _le_int64(payload: bytes, i: int) -> int | None:
+    """SQLite function ``uldp_le_int64(payload, i)``: the ``i``-th little-endian int64."""
+    part = bytes(payload[8 * i:8 * i + 8])
+    return int.from_bytes(part, "little", signed=True) if len(part) == 8 else None
 
 
 def _sqlite_on_begin(conn: Connection) -> None:

@@ -5,9 +5,9 @@ See ``docs/architecture.md`` ("Storage") and ``proto/uldp/v1/device.proto`` ("Ch
 decline"). A mixin of :class:`uldp.collector.storage.db.Database`. Sharing the reports
 table's (query, device) key makes "one answer per device and query" one unique key: a
 report and a decline of the same device can never both be stored, whichever comes first,
-on any replica. Every decline takes its phase row's lock (a guard update that succeeds
-only while the phase is open), as every report commit does; the phase closes once
-``received + declined`` reaches its quota. Declines are rare, so this is plain SQLAlchemy
+on any replica. Every decline reads its phase's state under the phase's shared lock and
+is counted in this process's counter row, as every report commit is; the phase closes
+once ``received + declined`` reaches its quota. Declines are rare, so this is plain SQLAlchemy
 on the group-commit writer's transaction, not the fixed SQL of the report hot path.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, and_, select, update
+from sqlalchemy import Connection, and_, select
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
@@ -50,18 +50,17 @@ class DeclineTables(Tables):
         for i, it in enumerate(items):
             assert not it.payload, "a decline has an empty payload"
             by_phase.setdefault((it.query_id, it.phase), []).append(i)
-        p, r = S.phases.c, S.reports.c
+        r = S.reports.c
         t = now_ms()
+        cur = conn.connection.cursor()
         for (qid, ph) in sorted(by_phase):
-            guard = conn.execute(update(S.phases).where(and_(
-                p.query_id == qid, p.phase == ph, p.state == "open"))
-                .values(declined=p.declined))  # locks the row while the phase is open
-            state = None if guard.rowcount == 1 else conn.execute(
-                select(p.state).where(and_(p.query_id == qid, p.phase == ph))).scalar()
+            found = self.phase_open(cur, qid, ph)  # unchanged until this transaction ends
+            state = None if found == "open" else (found or "missing")
             new = 0
             for i in by_phase[(qid, ph)]:
                 it = items[i]
-                stored = stored_row(conn.execute(select(r.phase, r.payload, r.received_at_ms)
+                stored = stored_row(conn.execute(select(r.phase, r.payload, r.received_at_ms,
+                                                        r.vbytes)
                                                  .where(and_(r.query_id == qid,
                                                              r.device_id == it.device_id)))
                                     .first())
@@ -78,7 +77,6 @@ class DeclineTables(Tables):
                     out[i] = ReportOutcome("OK", "declined", False, t)
                     new += 1
             if new:
-                conn.execute(update(S.phases).where(and_(p.query_id == qid, p.phase == ph))
-                             .values(declined=p.declined + new))
+                self.count_in(cur, qid, ph, declined=new)
         return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
                 for o in out]

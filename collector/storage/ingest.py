@@ -24,7 +24,9 @@ from uldp.collector.storage.records import (
     first_reports,
     judge_stored,
     now_ms,
+    phase_lock_key,
     report_arrays,
+    report_params,
     stored_row,
 )
 
@@ -53,7 +55,7 @@ class IngestTables(Tables):
         """The report stored for (query, device), if any."""
         r = S.reports.c
         with self.read() as conn:
-            row = conn.execute(select(r.phase, r.payload, r.received_at_ms).where(and_(
+            row = conn.execute(select(r.phase, r.payload, r.received_at_ms, r.vbytes).where(and_(
                 r.query_id == query_id, r.device_id == device_id))).first()
         return stored_row(row)
 
@@ -127,6 +129,11 @@ class IngestTables(Tables):
         statement inserting and counting) under a savepoint; if a phase turns out not to
         be open or a row conflicts (a retry), it rolls back to the savepoint and takes the
         statement-by-statement path, which says which phase or report was refused.
+
+        No phase row is written: the phase's state is read under its shared advisory lock
+        (:meth:`phase_open`) and the reports are counted in this process's own row of
+        ``phase_counts`` (:meth:`count_in`), so replicas committing reports of one phase
+        never wait on each other (issue 28).
         """
         out: list[ReportOutcome | None] = [None] * len(items)
         t = now_ms()
@@ -147,9 +154,25 @@ class IngestTables(Tables):
         counts = self._judge_inserts(cur, items, first_of, later, inserted, out, t)
         if not counted:
             for (qid, ph), c in counts.items():
-                cur.execute(self._sql["count"], (c, qid, ph))
+                self.count_in(cur, qid, ph, received=c)
         return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
                 for o in out]
+
+    def phase_open(self, cur: Any, query_id: str, phase: int) -> str | None:
+        """The state of a phase (None: no such phase), read so that it stays what it is
+        until this transaction ends: PostgreSQL takes the phase's advisory lock shared
+        first (the closer takes it exclusively to flip the state), SQLite serializes
+        writers anyway. Report commits of every replica share it: no row lock, no wait."""
+        if not self.is_sqlite:
+            cur.execute(self._sql["lock"], (phase_lock_key(query_id, phase),))
+        cur.execute(self._sql["phase_state"], (query_id, phase))
+        found = cur.fetchone()
+        return None if found is None else str(found[0])
+
+    def count_in(self, cur: Any, query_id: str, phase: int, *, received: int = 0,
+                 declined: int = 0) -> None:
+        """Add to this process's own counter row of a phase (merged on read)."""
+        cur.execute(self._sql["count"], (query_id, phase, self.writer_id, received, declined))
 
     def _guard_phases(self, cur: Any, items: Sequence[PendingReport],
                       by_phase: dict[tuple[str, int], list[int]],
@@ -160,14 +183,12 @@ class IngestTables(Tables):
         sql = self._sql
         open_groups = []
         for (qid, ph) in sorted(by_phase):
-            cur.execute(sql["guard"], (qid, ph))
-            if cur.rowcount == 1:
+            state = self.phase_open(cur, qid, ph)
+            if state == "open":
                 open_groups.append(by_phase[(qid, ph)])
                 continue
-            cur.execute(sql["phase_state"], (qid, ph))
-            found = cur.fetchone()
-            msg = (f"phase {ph} of query {qid} is not open (state: {found[0]})"
-                   if found else f"query {qid} has no phase {ph}")
+            msg = (f"phase {ph} of query {qid} is not open (state: {state})"
+                   if state else f"query {qid} has no phase {ph}")
             for i in by_phase[(qid, ph)]:
                 it = items[i]
                 cur.execute(sql["stored"], (it.query_id, it.device_id))
@@ -195,7 +216,8 @@ class IngestTables(Tables):
             it = items[i]
             if (it.query_id, it.device_id) in inserted and i in later_set:
                 first = items[first_of[(it.query_id, it.device_id)]]
-                stored: StoredReport | None = StoredReport(first.phase, first.payload, t)
+                stored: StoredReport | None = StoredReport(first.phase, first.payload, t,
+                                                           first.vbytes)
             else:
                 cur.execute(self._sql["stored"], (it.query_id, it.device_id))
                 stored = stored_row(cur.fetchone())
@@ -218,8 +240,7 @@ class IngestTables(Tables):
             chunk = rows[s0:s0 + INSERT_CHUNK]
             params: list[Any] = []
             for it in chunk:
-                params += (it.query_id, it.device_id, it.phase, it.grp, it.stage,
-                           it.slot, it.payload, t)
+                params += report_params(it, t)
             cur.execute(sql["insert_head"] + ",".join([sql["insert_row"]] * len(chunk))
                         + sql["insert_tail"], params)
             inserted.update((r[0], r[1]) for r in cur.fetchall())
@@ -238,11 +259,14 @@ class IngestTables(Tables):
             with conn.pipeline():
                 cur.execute("SAVEPOINT uldp_ingest")
                 for g, (qid, ph) in zip(guards, phases, strict=True):
-                    g.execute(sql["guard"], (qid, ph))
+                    g.execute(sql["lock"], (phase_lock_key(qid, ph),))
+                    g.execute(sql["phase_state"], (qid, ph))
                 if rows:
-                    ins.execute(sql["insert_count"], report_arrays(rows, t))
+                    ins.execute(sql["insert_count"], (*report_arrays(rows, t),
+                                                      self.writer_id))
             n = ins.fetchone()[0] if rows else 0
-            if n != len(rows) or any(g.rowcount != 1 for g in guards):
+            states = [g.fetchone() for g in guards]
+            if n != len(rows) or any(st is None or st[0] != "open" for st in states):
                 # a phase is not open, or a device already has a stored report
                 cur.execute("ROLLBACK TO SAVEPOINT uldp_ingest")
                 return False

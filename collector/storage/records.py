@@ -4,6 +4,14 @@ See ``docs/architecture.md`` ("Storage"). A :class:`PendingReport` is a validate
 waiting for the group-commit writer; a :class:`StoredReport` is a committed one (never
 changed or deleted); :func:`judge_stored` decides how an incoming report relates to the
 stored one (identical re-send = OK duplicate; different = ALREADY_EXISTS).
+
+A report is stored in two forms (``docs/architecture.md``, "Storage"): ``payload``, its
+integers packed little-endian at ``vbytes`` bytes each — the narrowest of 1, 2, 4 or 8
+that holds the task's public limit (:func:`value_bytes`), so a subset-selection report of
+k = 256 takes 2 bytes a value instead of 8 — and, for a report of at most
+:data:`TYPED_VALUES` integers, the same integers in the typed columns ``v0 ..``, which the
+database sums itself when a phase closes. Rows stored before schema version 4 have
+``vbytes = 8``.
 """
 
 from __future__ import annotations
@@ -13,20 +21,74 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from uldp.collector.storage import schema as S  # noqa: N812
 
 __all__ = [
     "INSERT_CHUNK",
+    "REPORT_COLUMNS",
+    "TYPED_VALUES",
     "PendingReport",
     "ReportOutcome",
     "StoredReport",
     "first_reports",
     "judge_stored",
     "now_ms",
+    "pack_values",
+    "phase_lock_key",
     "report_arrays",
+    "report_params",
     "report_sql",
+    "same_report",
     "stored_row",
+    "typed_values",
+    "unpack_values",
+    "value_bytes",
 ]
+
+#: reports of at most this many integers also fill the typed columns ``v0 .. v{n-1}``
+TYPED_VALUES = 4
+#: numpy dtype of a stored value of ``vbytes`` bytes (little-endian, signed)
+VALUE_DTYPES = {1: "<i1", 2: "<i2", 4: "<i4", 8: "<i8"}
+
+
+def value_bytes(limit: int) -> int:
+    """Bytes per stored value of a task whose report integers lie in ``[-limit, limit]``
+    (public): the narrowest signed width that holds them."""
+    for b in (1, 2, 4):
+        if limit < 1 << (8 * b - 1):
+            return b
+    return 8
+
+
+def pack_values(values: Sequence[int] | np.ndarray, vbytes: int = 8) -> bytes:
+    """The ``payload`` of a report: its integers little-endian at ``vbytes`` bytes each
+    (the caller has checked they fit: ``value_bytes`` of the task's limit)."""
+    return np.asarray(values, dtype=np.int64).astype(VALUE_DTYPES[vbytes]).tobytes()
+
+
+def unpack_values(payload: bytes, vbytes: int = 8) -> np.ndarray:
+    """The integers of a stored ``payload`` (int64)."""
+    return np.frombuffer(payload, VALUE_DTYPES[vbytes]).astype(np.int64)
+
+
+def typed_values(payload: bytes, vbytes: int) -> tuple[int | None, ...]:
+    """The typed columns ``v0 ..`` of a stored report: its integers if it has at most
+    :data:`TYPED_VALUES` (None for the rest, and for a decline)."""
+    n = len(payload) // vbytes if payload else 0
+    if n == 0 or n > TYPED_VALUES:
+        return (None,) * TYPED_VALUES
+    vals = [int(v) for v in unpack_values(payload, vbytes)]
+    return (*vals, *(None,) * (TYPED_VALUES - n))
+
+
+def same_report(a: bytes, a_bytes: int, b: bytes, b_bytes: int) -> bool:
+    """Are two stored payloads the same report (the same integers, whatever widths they
+    were packed at: a row stored before schema 4 has 8 bytes a value)?"""
+    if a_bytes == b_bytes or not a or not b:
+        return a == b
+    return np.array_equal(unpack_values(a, a_bytes), unpack_values(b, b_bytes))
 
 
 def now_ms() -> int:
@@ -44,6 +106,7 @@ class PendingReport:
     stage: int
     slot: int
     payload: bytes
+    vbytes: int = 8  # bytes per value of ``payload`` (:func:`value_bytes`)
 
 
 @dataclass(frozen=True)
@@ -54,6 +117,7 @@ class StoredReport:
     phase: int
     payload: bytes
     received_at_ms: int
+    vbytes: int = 8
 
 
 @dataclass(frozen=True)
@@ -68,8 +132,12 @@ class ReportOutcome:
 
 
 def stored_row(row: Any) -> StoredReport | None:
-    """A ``stored`` statement's row (phase, payload, received_at_ms) as a StoredReport."""
-    return None if row is None else StoredReport(int(row[0]), bytes(row[1]), int(row[2]))
+    """A ``stored`` statement's row (phase, payload, received_at_ms[, vbytes]) as a
+    StoredReport."""
+    if row is None:
+        return None
+    return StoredReport(int(row[0]), bytes(row[1]), int(row[2]),
+                        int(row[3]) if len(row) > 3 else 8)
 
 
 def judge_stored(item: PendingReport, stored: StoredReport | None) -> ReportOutcome | None:
@@ -82,7 +150,8 @@ def judge_stored(item: PendingReport, stored: StoredReport | None) -> ReportOutc
     if stored is None:
         return None
     declined, declining = not stored.payload, not item.payload
-    if stored.phase == item.phase and stored.payload == item.payload:
+    if stored.phase == item.phase and same_report(stored.payload, stored.vbytes,
+                                                  item.payload, item.vbytes):
         what = "decline" if declining else "report"
         return ReportOutcome("OK", f"identical {what} already stored; nothing changed",
                              True, stored.received_at_ms)
@@ -124,12 +193,23 @@ def first_reports(items: Sequence[PendingReport], groups: list[list[int]]
 
 def report_arrays(rows: list[PendingReport], t: int) -> tuple[list[Any], ...]:
     """The column arrays of the PostgreSQL ``unnest`` inserts."""
+    typed = list(zip(*(typed_values(it.payload, it.vbytes) for it in rows), strict=True))
     return ([it.query_id for it in rows], [it.device_id for it in rows],
             [it.phase for it in rows], [it.grp for it in rows], [it.stage for it in rows],
-            [it.slot for it in rows], [it.payload for it in rows], [t] * len(rows))
+            [it.slot for it in rows], [it.payload for it in rows], [t] * len(rows),
+            [it.vbytes for it in rows], *(list(c) for c in typed))
 
 
-#: rows per multi-row INSERT (8 parameters each; SQLite allows 32766, PostgreSQL 65535)
+def report_params(it: PendingReport, t: int) -> tuple[Any, ...]:
+    """One row's parameters of the SQLite multi-row insert (:data:`REPORT_COLUMNS`)."""
+    return (it.query_id, it.device_id, it.phase, it.grp, it.stage, it.slot, it.payload, t,
+            it.vbytes, *typed_values(it.payload, it.vbytes))
+
+
+#: the columns a report insert fills, in order
+REPORT_COLUMNS = ("query_id", "device_id", "phase", "grp", "stage", "slot", "payload",
+                  "received_at_ms", "vbytes", *(f"v{i}" for i in range(TYPED_VALUES)))
+#: rows per multi-row INSERT (13 parameters each; SQLite allows 32766, PostgreSQL 65535)
 INSERT_CHUNK = 1000
 
 
@@ -137,19 +217,23 @@ def report_sql(mark: str) -> dict[str, str]:
     """The fixed statements of :meth:`Database.store_reports_cursor` in the driver's
     parameter style (``?`` for sqlite3, ``%s`` for psycopg; multi-row VALUES on SQLite,
     ``unnest`` of arrays on PostgreSQL)."""
-    ph, rep = S.phases.name, S.reports.name
-    cols = ("query_id", "device_id", "phase", "grp", "stage", "slot", "payload",
-            "received_at_ms")
+    ph, rep, cnt = S.phases.name, S.reports.name, S.phase_counts.name
+    cols = REPORT_COLUMNS
     assert all(c in S.reports.c for c in cols)
     insert = f"INSERT INTO {rep} ({', '.join(cols)}) "
-    # PostgreSQL: 8 array parameters instead of 8 per row (adapting thousands of scalar
-    # parameters costs ~40 µs per report in psycopg; arrays ~2 µs)
+    # PostgreSQL: one array parameter per column instead of one per value (adapting
+    # thousands of scalar parameters costs ~40 µs per report in psycopg; arrays ~2 µs)
+    typed = ", ?::bigint[]" * TYPED_VALUES
     unnest = (insert + "SELECT * FROM unnest(?::varchar[], ?::varchar[], ?::int[], "
-              "?::int[], ?::int[], ?::int[], ?::bytea[], ?::bigint[]) ON CONFLICT DO NOTHING "
-              "RETURNING query_id, device_id")
+              "?::int[], ?::int[], ?::int[], ?::bytea[], ?::bigint[], ?::smallint[]"
+              f"{typed}) ON CONFLICT DO NOTHING RETURNING query_id, device_id")
+    upsert = (f"INSERT INTO {cnt} AS c (query_id, phase, writer, received, declined) "
+              "{rows} ON CONFLICT (query_id, phase, writer) DO UPDATE SET received = "
+              "c.received + excluded.received, declined = c.declined + excluded.declined")
     q = {
-        "guard": f"UPDATE {ph} SET received = received WHERE query_id = ? AND phase = ? "
-                 "AND state = 'open'",
+        # PostgreSQL: a shared lock on the phase (the closer takes it exclusively to flip
+        # the phase's state: no report commit holds a row lock another replica waits for)
+        "lock": "SELECT pg_advisory_xact_lock_shared(?)",
         "phase_state": f"SELECT state FROM {ph} WHERE query_id = ? AND phase = ?",
         "insert_head": insert + "VALUES ",
         "insert_row": "(" + ", ".join("?" * len(cols)) + ")",
@@ -158,13 +242,21 @@ def report_sql(mark: str) -> dict[str, str]:
         # PostgreSQL pipelined path: insert and count the inserted rows per phase in one
         # statement (a data-modifying CTE runs even though nothing reads its output)
         "insert_count": f"WITH ins AS ({unnest}, phase), "
-                        "c AS (SELECT query_id, phase, count(*) AS n FROM ins "
+                        "n AS (SELECT query_id, phase, count(*) AS n FROM ins "
                         "GROUP BY query_id, phase), "
-                        f"u AS (UPDATE {ph} p SET received = p.received + c.n FROM c "
-                        "WHERE p.query_id = c.query_id AND p.phase = c.phase RETURNING 1) "
-                        "SELECT count(*) FROM ins",
-        "stored": f"SELECT phase, payload, received_at_ms FROM {rep} "
+                        "u AS (" + upsert.format(rows="SELECT query_id, phase, ?, n, 0 FROM n")
+                        + " RETURNING 1) SELECT count(*) FROM ins",
+        "stored": f"SELECT phase, payload, received_at_ms, vbytes FROM {rep} "
                   "WHERE query_id = ? AND device_id = ?",
-        "count": f"UPDATE {ph} SET received = received + ? WHERE query_id = ? AND phase = ?",
+        # this writer's own counter row of the phase (no other process writes it)
+        "count": upsert.format(rows="VALUES (?, ?, ?, ?, ?)"),
     }
     return {k: v.replace("?", mark) for k, v in q.items()}
+
+
+def phase_lock_key(query_id: str, phase: int) -> int:
+    """PostgreSQL: the advisory lock key of a phase (a signed 64-bit digest)."""
+    import hashlib
+
+    d = hashlib.sha256(f"uldp-phase/{query_id}/{phase}".encode()).digest()
+    return int.from_bytes(d[:8], "little", signed=True)

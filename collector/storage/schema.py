@@ -13,13 +13,24 @@ on the same PostgreSQL database) resumes each query exactly where it was:
                  published.
 ``assignments``  (query, device) -> slot, group, stage, phase. Primary key (query,
                  device): one assignment per device per query; unique (query, slot).
-``reports``      (query, device) -> phase, group, stage, slot, payload (little-endian
-                 int64).
+``reports``      (query, device) -> phase, group, stage, slot, payload (the report's
+                 integers little-endian at ``vbytes`` bytes each) and, for a report of at
+                 most four integers, the same integers typed in ``v0 .. v3`` (what the
+                 database sums when the phase closes; ``uldp.collector.storage.records``).
+                 On PostgreSQL the table is partitioned by query (LIST): every query
+                 gets a partition of its own when it is created (:func:`partition_name`),
+                 so closing a phase scans that query's rows only; rows of queries created
+                 before schema 4 stay in the default partition.
                  Primary key (query, device): one report per device per query. A row
                  with an empty payload is a decline (DeclineTask: the device refused its
                  task; no report has fewer than one value). A report
                  that came through the shuffler has a random ``r-…`` id and a random slot
                  instead: the collector never knows its device.
+``phase_counts`` (query, phase, writer) -> received, declined: each collector process
+                 counts what its writer stored in a row of its own (``writer`` is unique
+                 per process), so replicas never wait on each other's counter; a phase's
+                 counts are ``phases.received/declined`` plus the sum of these rows
+                 (merged on read, ``uldp.collector.storage.catalog``).
 ``shuffle_queries`` a query in shuffle mode: its minimum batch, δ and sealing key id.
 ``shuffle_batches`` every batch the shuffler forwarded: (query, batch id) -> phase,
                  group, stage, size, reports stored and refused (no device, no token).
@@ -27,11 +38,16 @@ on the same PostgreSQL database) resumes each query exactly where it was:
 Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
 to the DDL that brings the previous version to it. Version 1 is the initial schema;
 version 2 adds ``queries.allow_simulated`` (false for existing queries); version 3 adds
-``phases.declined`` (0).
+``phases.declined`` (0); version 4 adds ``reports.vbytes`` (8: stored rows keep their
+int64 payloads) and ``reports.v0 .. v3`` (filled from the payloads of the stored reports
+of at most four integers), ``phases.close_attempts`` and ``phases.close_error``, and on
+PostgreSQL makes ``reports`` a table partitioned by query whose default partition holds
+the rows already stored.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from sqlalchemy import (
@@ -45,6 +61,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -60,6 +77,8 @@ __all__ = [
     "devices",
     "meta",
     "metadata",
+    "partition_name",
+    "phase_counts",
     "phases",
     "queries",
     "reports",
@@ -67,7 +86,9 @@ __all__ = [
     "shuffle_queries",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+#: the typed value columns of a report (``records.TYPED_VALUES``)
+TYPED_COLUMNS = ("v0", "v1", "v2", "v3")
 
 metadata = MetaData()
 
@@ -123,7 +144,21 @@ phases = Table(
     Column("published_json", Text, nullable=False, default=""),
     # slots whose device declined its task (DeclineTask): received + declined vs quota
     Column("declined", Integer, nullable=False, default=0, server_default=text("0")),
+    # closes begun (a claim or a take-over) and the last one's failure: a close that keeps
+    # failing fails its query instead of being retried forever (service.closer)
+    Column("close_attempts", Integer, nullable=False, default=0, server_default=text("0")),
+    Column("close_error", Text, nullable=False, default="", server_default=text("''")),
     PrimaryKeyConstraint("query_id", "phase"),
+)
+
+phase_counts = Table(
+    "uldp_phase_counts", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("writer", String(64), nullable=False),
+    Column("received", BigInteger, nullable=False, default=0),
+    Column("declined", BigInteger, nullable=False, default=0),
+    PrimaryKeyConstraint("query_id", "phase", "writer"),
 )
 
 assignments = Table(
@@ -141,17 +176,31 @@ assignments = Table(
 
 reports = Table(
     "uldp_reports", metadata,
-    Column("query_id", String(64), nullable=False),
-    Column("device_id", String(64), nullable=False),
+    # fixed-width columns first, then the payload: closing a phase reads only these, and
+    # PostgreSQL finds them at fixed offsets in every row (uldp.collector.service.reduce)
     Column("phase", Integer, nullable=False),
     Column("grp", Integer, nullable=False),
     Column("stage", Integer, nullable=False),
     Column("slot", Integer, nullable=False),
-    Column("payload", LargeBinary, nullable=False),
+    Column("vbytes", SmallInteger, nullable=False, default=8, server_default=text("8")),
     Column("received_at_ms", BigInteger, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("query_id", String(64), nullable=False),
+    Column("device_id", String(64), nullable=False),
+    *(Column(c, BigInteger, nullable=True) for c in TYPED_COLUMNS),
     PrimaryKeyConstraint("query_id", "device_id"),
     Index("ix_reports_phase_slot", "query_id", "phase", "slot"),
+    postgresql_partition_by="LIST (query_id)",
 )
+
+#: PostgreSQL: the partition of ``reports`` holding the rows of queries without their own
+DEFAULT_PARTITION = "uldp_reports_default"
+
+
+def partition_name(query_id: str) -> str:
+    """PostgreSQL: the name of a query's partition of ``reports`` (a digest of its id: any
+    query id makes a valid, distinct table name)."""
+    return "uldp_reports_q" + hashlib.sha256(query_id.encode()).hexdigest()[:24]
 
 # shuffle mode (uldp.collector.storage.shuffle): new tables, so create_all adds them to an
 # existing database without a migration
@@ -190,6 +239,51 @@ def _v3_declined(conn: Connection) -> None:
                       "DEFAULT 0"))
 
 
+def _le_int64(col: str, i: int) -> str:
+    """SQL (PostgreSQL) of the ``i``-th little-endian int64 of the bytea ``col``."""
+    return " | ".join(f"(get_byte({col}, {8 * i + b})::bigint << {8 * b})" for b in range(8))
+
+
+def _v4_typed_partitioned(conn: Connection) -> None:
+    """Version 4: ``reports.vbytes`` (8: the stored payloads are int64), the typed columns
+    ``v0 .. v3`` of the stored reports of at most four integers, ``phases.close_attempts``
+    and ``close_error``; on PostgreSQL ``reports`` becomes partitioned by query, the
+    existing table its default partition."""
+    pg = conn.dialect.name == "postgresql"
+    rep = reports.name
+    conn.execute(text(f"ALTER TABLE {phases.name} ADD COLUMN close_attempts INTEGER NOT NULL "
+                      "DEFAULT 0"))
+    conn.execute(text(f"ALTER TABLE {phases.name} ADD COLUMN close_error TEXT NOT NULL "
+                      "DEFAULT ''"))
+    conn.execute(text(f"ALTER TABLE {rep} ADD COLUMN vbytes SMALLINT NOT NULL DEFAULT 8"))
+    for c in TYPED_COLUMNS:
+        conn.execute(text(f"ALTER TABLE {rep} ADD COLUMN {c} BIGINT"))
+    n = len(TYPED_COLUMNS)
+    for width in range(1, n + 1):  # the stored reports of 1..4 int64 values
+        if pg:
+            sets = ", ".join(f"{TYPED_COLUMNS[i]} = {_le_int64('payload', i)}"
+                             for i in range(width))
+        else:
+            sets = ", ".join(f"{TYPED_COLUMNS[i]} = uldp_le_int64(payload, {i})"
+                             for i in range(width))
+        conn.execute(text(f"UPDATE {rep} SET {sets} WHERE length(payload) = {8 * width}"))
+    if not pg:
+        return
+    conn.execute(text(f"ALTER TABLE {rep} RENAME TO {DEFAULT_PARTITION}"))
+    for ix in conn.execute(text("SELECT indexname FROM pg_indexes WHERE tablename = "
+                                f"'{DEFAULT_PARTITION}'")).scalars().all():
+        conn.execute(text(f'ALTER INDEX "{ix}" RENAME TO "{DEFAULT_PARTITION}_{ix}"'))
+    reports.create(conn)
+    conn.execute(text(f"ALTER TABLE {rep} ATTACH PARTITION {DEFAULT_PARTITION} DEFAULT"))
+
+
+def create_default_partition(conn: Connection) -> None:
+    """PostgreSQL: the default partition of ``reports`` (a new database)."""
+    conn.execute(text(f"CREATE TABLE IF NOT EXISTS {DEFAULT_PARTITION} PARTITION OF "
+                      f"{reports.name} DEFAULT"))
+
+
 #: version -> function(connection) applying the DDL from version-1 to version.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_allow_simulated,
-                                                       3: _v3_declined}
+                                                       3: _v3_declined,
+                                                       4: _v4_typed_partitioned}

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, and_, insert, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
-from uldp.collector.storage.records import now_ms
+from uldp.collector.storage.records import now_ms, typed_values
 
 __all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch"]
 
@@ -96,19 +96,17 @@ class ShuffleTables(Tables):
     def store_batch_in(self, conn: Connection, batch: ShuffledBatch) -> BatchOutcome:
         """Store an opened batch inside the transaction ``conn`` (the group-commit
         writer's): never raises for a refusal, so other work in the transaction stands."""
-        b, p = S.shuffle_batches.c, S.phases.c
+        b = S.shuffle_batches.c
         old = conn.execute(select(b.stored, b.refused).where(and_(
             b.query_id == batch.query_id, b.batch_id == batch.batch_id))).first()
         if old is not None:
             return BatchOutcome(True, int(old[0]), int(old[1]))
         n = len(batch.payloads)
-        guard = conn.execute(update(S.phases).where(and_(
-            p.query_id == batch.query_id, p.phase == batch.phase, p.state == "open"))
-            .values(received=p.received + n))  # locks the phase row; counts the reports
-        if guard.rowcount != 1:
-            state = conn.execute(select(p.state).where(and_(
-                p.query_id == batch.query_id, p.phase == batch.phase))).scalar()
+        cur = conn.connection.cursor()
+        state = self.phase_open(cur, batch.query_id, batch.phase)
+        if state != "open":
             return BatchOutcome(state=str(state or "missing"))
+        self.count_in(cur, batch.query_id, batch.phase, received=n)
         t = now_ms()
         conn.execute(insert(S.shuffle_batches).values(
             query_id=batch.query_id, batch_id=batch.batch_id, phase=batch.phase,
@@ -119,5 +117,7 @@ class ShuffleTables(Tables):
                 dict(query_id=batch.query_id, device_id="r-" + secrets.token_hex(12),
                      phase=batch.phase, grp=batch.grp, stage=batch.stage,
                      slot=secrets.randbelow(max(batch.slots, 1)), payload=payload,
-                     received_at_ms=t) for payload in batch.payloads])
+                     received_at_ms=t, vbytes=8,
+                     **dict(zip(S.TYPED_COLUMNS, typed_values(payload, 8), strict=True)))
+                for payload in batch.payloads])
         return BatchOutcome(False, n, batch.size - n)

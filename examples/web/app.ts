@@ -4,12 +4,21 @@
  * ε spent, reports sent, per query — read from the device's own ledger.
  *
  * Built by client-ts/scripts/build-example.mjs (esbuild, no CDN) into examples/web/dist/.
- * Open dist/index.html from a web server whose origin the collector allows (--cors-origin),
- * e.g. `?collector=https://127.0.0.1:8443&protocol=connect`.
+ * The first run: the collector serves it itself, same origin and one CA
+ * (`uldp collector serve ... --http-port 8443 --dev-example examples/web/dist`, then
+ * https://127.0.0.1:8443/example/?autostart=1). Or from any web server whose origin the collector
+ * allows (--cors-origin), with `?collector=https://127.0.0.1:8443&protocol=connect`.
+ * URL parameters: `collector` (default: the page's own origin when served over https),
+ * `protocol` (connect | grpc-web), `autostart=1` (join at once, no click).
+ *
+ * Before joining, the page probes the collector (`probeCollector`) and says which of the causes
+ * a browser lets it tell apart stands in the way: the address, the page's origin (CORS), an
+ * unreachable collector or an untrusted certificate (one case: browsers hide which), another
+ * server on that port.
  */
 import { Device, type PollResult } from "@uldp/device/device";
 import type { LedgerEntry } from "@uldp/device/ledger";
-import { FetchTransport, type HttpProtocol, IndexedDbStore } from "@uldp/device/web";
+import { FetchTransport, type HttpProtocol, IndexedDbStore, probeCollector } from "@uldp/device/web";
 
 const BUDGET = 4; // the most ε this device will ever spend, over every question
 const DATASET = "steps";
@@ -69,6 +78,17 @@ function render(): void {
   }
 }
 
+/** Show why the collector cannot be reached (or clear it); true when it can. */
+async function diagnose(baseUrl: string): Promise<boolean> {
+  const p = await probeCollector(baseUrl);
+  const el = $("problem");
+  el.textContent = p.ok ? "" : p.message;
+  el.dataset.problem = p.ok ? "" : p.problem;
+  el.hidden = p.ok;
+  if (!p.ok) $("status").textContent = `not connected (${p.problem})`;
+  return p.ok;
+}
+
 async function pollOnce(): Promise<void> {
   if (!device) return;
   let r: PollResult;
@@ -76,9 +96,11 @@ async function pollOnce(): Promise<void> {
     r = await device.poll();
   } catch (e) {
     log(`collector unreachable, will retry: ${e instanceof Error ? e.message : String(e)}`);
+    await diagnose(collectorUrl());
     schedule(10_000);
     return;
   }
+  $("problem").hidden = true;
   await device.ledger.refresh(); // another tab of this page may have answered too
   if (r.submitted.length) log(`sent a report for ${r.submitted.join(", ")}`);
   for (const x of r.refused) log(`declined ${x.queryId}: ${x.message}`);
@@ -93,16 +115,27 @@ function schedule(ms: number): void {
   timer = window.setTimeout(() => void pollOnce(), ms);
 }
 
+const collectorUrl = (): string => $<HTMLInputElement>("collector").value.trim().replace(/\/+$/, "");
+
 async function start(): Promise<void> {
-  const baseUrl = $<HTMLInputElement>("collector").value.trim();
-  if (!/^https:\/\//.test(baseUrl)) {
-    $("status").textContent = "give the collector's https:// address";
+  const baseUrl = collectorUrl();
+  window.clearTimeout(timer);
+  $("status").textContent = "checking the collector…";
+  if (!(await diagnose(baseUrl))) {
+    timer = window.setTimeout(() => void start(), 10_000); // try again: the collector may come up
     return;
   }
   const protocol = (document.querySelector("input[name=protocol]:checked") as HTMLInputElement).value as HttpProtocol;
-  store ??= await IndexedDbStore.open("uldp-example");
-  device = await Device.open({ transport: new FetchTransport({ baseUrl, protocol }), store, budget: BUDGET,
-    label: "web example" });
+  try {
+    store ??= await IndexedDbStore.open("uldp-example");
+    device = await Device.open({ transport: new FetchTransport({ baseUrl, protocol }), store, budget: BUDGET,
+      label: "web example" });
+  } catch (e) { // e.g. a PlatformError naming what this browser lacks, or no IndexedDB
+    $("problem").textContent = e instanceof Error ? e.message : String(e);
+    $("problem").hidden = false;
+    $("status").textContent = "cannot start here";
+    return;
+  }
   device.addDataset(DATASET, steps, null, { values: "real" });
   $<HTMLButtonElement>("start").disabled = true;
   $<HTMLButtonElement>("stop").disabled = false;
@@ -120,7 +153,8 @@ function stop(): void {
 
 function main(): void {
   const q = new URLSearchParams(location.search);
-  $<HTMLInputElement>("collector").value = q.get("collector") ?? "";
+  // served by the collector itself (--dev-example): the collector is this page's own origin
+  $<HTMLInputElement>("collector").value = q.get("collector") ?? (location.protocol === "https:" ? location.origin : "");
   if (q.get("protocol") === "grpc-web") (document.querySelector("input[value=grpc-web]") as HTMLInputElement).checked = true;
   steps = parseSteps();
   $("save").addEventListener("click", () => {

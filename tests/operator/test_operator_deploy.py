@@ -165,7 +165,7 @@ def test_container_entry_command_runs_outside_docker(tmp_path):
     ENV) + health (HEALTHCHECK) + stop (SIGTERM)."""
     d = _dockerfile()
     assert d["entrypoint"] == ["uldp"] and d["cmd"] == ["collector", "serve"]
-    assert d["pip"] == ".[collector,postgres]"
+    assert d["pip"] == ".[collector,postgres,scale]"
     src = tmp_path / "src"
     copied = _build_context(src)
     assert "pyproject.toml" in copied and not any(c.endswith(".key") for c in copied)

@@ -3,7 +3,9 @@
 * the set-up is exactly two commands, each making and using a venv (stock Debian/Ubuntu
   Python refuses ``pip install`` outside one, PEP 668);
 * ``@uldp/device`` is not on npm: the README builds a package from the repository, and
-  ``npm pack`` packs the built SDK;
+  ``npm pack`` packs the built SDK (ES modules and CommonJS); uldp is not on PyPI: every
+  ``pip install`` of it names the checkout or a built wheel;
+* the web first run: the collector serves the built example page (``--dev-example``);
 * the Python device snippet polls in a loop, so a two-stage device assigned to stage II
   reports once stage I has closed: run as written against a collector, every device of a
   two-stage query reports and the query finishes.
@@ -95,10 +97,52 @@ def test_npm_pack_holds_the_built_sdk(tmp_path):
     assert r.returncode == 0, r.stderr
     files = {f["path"] for f in json.loads(r.stdout[r.stdout.index("["):])[0]["files"]}
     for entry in ("build/src/device/index.js", "build/src/node/index.js",
-                  "build/src/core/index.js", "package.json"):
+                  "build/src/core/index.js", "build/cjs/device/index.js",
+                  "build/cjs/device/index.d.ts", "build/cjs/package.json", "package.json"):
         assert entry in files
     assert not any(f.startswith(("build/test", "node_modules")) for f in files)
     assert list(Path(tmp_path).glob("uldp-device-*.tgz"))
+
+
+def test_install_lines_install_from_the_repository_or_a_built_wheel():
+    """uldp is on no index: every ``pip install`` of it in the README and the docs names the
+    checkout (``.``/``-e .``) or a wheel ``python -m build`` writes (its exact file name),
+    with extras that exist; ``scripts/release_check.py`` (.ci/run) builds and installs both
+    artifacts."""
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = set(meta["optional-dependencies"])
+    wheel = f"dist/uldp-{meta['version']}-py3-none-any.whl"
+    docs = [REPO / "README.md", REPO / "deploy" / "README.md", *(REPO / "docs").glob("*.md")]
+    seen = 0
+    for path in docs:
+        for line in path.read_text().splitlines():
+            for m in re.finditer(r"pip install (?:-[-\w]+ )*['\"]?([^\s'\"`]+)", line):
+                spec = m.group(1)
+                if not re.match(r"(\.|dist/|uldp)", spec):
+                    continue  # another package (build, psycopg, ...)
+                seen += 1
+                assert not spec.startswith("uldp"), f"{path.name}: {line.strip()} (not on PyPI)"
+                base, _, rest = spec.partition("[")
+                assert base in (".", wheel), f"{path.name}: {line.strip()}"
+                for extra in filter(None, rest.rstrip("]").split(",")):
+                    assert extra in extras, f"{path.name}: unknown extra {extra!r}"
+    assert seen >= 4
+    assert f"uldp-{meta['version']}.tar.gz" in README and wheel in README
+
+
+def test_web_first_run_block_matches_the_cli_and_the_build(capsys):
+    from uldp.collector.cli.service import main
+
+    block = _block_after("**The first run.**", "bash")
+    assert "node scripts/build-example.mjs" in block and "--dev-example examples/web/dist" in block
+    assert "/example/?autostart=1" in block and "--cors-origin" not in block
+    build = (REPO / "client-ts/scripts/build-example.mjs").read_text()
+    assert '"../../examples/web/"' in build and 'APP + "dist/"' in build
+    with pytest.raises(SystemExit):
+        main(["collector", "serve", "--help"])
+    assert "--dev-example" in capsys.readouterr().out
 
 
 def _readme_commands(prefix: str) -> list[str]:

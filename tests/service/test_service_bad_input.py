@@ -16,6 +16,7 @@ from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import analyst_pb2, analyst_pb2_grpc, bearer, device_pb2, device_pb2_grpc
 from uldp.collector.security.tokens import TokenKey
 from uldp.collector.service.client import AnalystClient, QueryRequest
+from uldp.collector.storage.records import unpack_values
 
 USERS = 24
 
@@ -151,7 +152,7 @@ def test_report_failures(env):
     # the stored row is the first report
     rows = c.server.db.snapshot()["uldp_reports"]
     assert len(rows) == 1
-    assert np.frombuffer(rows[0][6], "<i8").tolist() == list(good.values)
+    assert unpack_values(rows[0][6], rows[0][8]).tolist() == list(good.values)
 
 
 def test_oversize_message(env):

@@ -24,6 +24,7 @@ from uldp.collector.service.client import QueryRequest
 from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
 from uldp.collector.storage import open_database
 from uldp.collector.storage import schema as S  # noqa: N812
+from uldp.collector.storage.records import pack_values, unpack_values
 
 USERS = 600
 #: generous limits for a heavily loaded machine (the test takes ~20 s when idle); each is a
@@ -50,13 +51,13 @@ def _check_store(db_url: str, ledgers: dict[str, tuple[str, bytes]]) -> None:
     db = open_database(db_url)
     with db.read() as conn:
         rows = conn.execute(select(S.reports.c.device_id, S.reports.c.phase,
-                                   S.reports.c.payload)
+                                   S.reports.c.payload, S.reports.c.vbytes)
                             .where(S.reports.c.query_id == "crash")).all()
-        phases = conn.execute(select(S.phases.c.phase, S.phases.c.received, S.phases.c.quota,
-                                     S.phases.c.state)
-                              .where(S.phases.c.query_id == "crash")).all()
+    # received: the phase row merged with every writer's counter rows
+    phases = [(p["phase"], p["received"], p["quota"], p["state"]) for p in db.get_phases("crash")]
     db.dispose()
-    stored = {r[0]: bytes(r[2]) for r in rows}
+    # the service stores the values at the task's width (vbytes); the device keeps int64
+    stored = {r[0]: pack_values(unpack_values(bytes(r[2]), r[3])) for r in rows}
     assert len(stored) == len(rows) == USERS  # one row per device (primary key)
     for p, received, quota, state in phases:
         assert state == "closed"

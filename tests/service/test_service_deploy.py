@@ -28,8 +28,12 @@ def test_kubernetes_manifests():
     assert dep["kind"] == "Deployment" and dep["spec"]["replicas"] >= 2
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["args"] == ["collector", "serve"]
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert c[probe]["exec"]["command"] == ["uldp", *HEALTH]
+    assert c["readinessProbe"]["exec"]["command"] == ["uldp", *HEALTH]
+    # liveness asks the HTTP port (a gRPC handshake flood must not get the pod killed)
+    live = c["livenessProbe"]["httpGet"]
+    assert (live["path"], live["port"], live["scheme"]) == ("/healthz", "https", "HTTPS")
+    assert {"name": "https", "containerPort": int(_docs("k8s/configmap.yaml")[0]["data"]
+                                                    ["ULDP_HTTP_PORT"])} in c["ports"]
     kinds = {d["kind"] for f in ("k8s/service.yaml", "k8s/configmap.yaml") for d in _docs(f)}
     assert kinds == {"Service", "ConfigMap"}  # secrets: created by command only (issue 12)
     (cm,) = _docs("k8s/configmap.yaml")
@@ -48,7 +52,7 @@ def test_compose_file():
 
 def test_image_and_unit_use_the_readme_commands():
     docker = (DEPLOY / "Dockerfile").read_text()
-    assert "pip install --no-cache-dir '.[collector,postgres]'" in docker
+    assert "pip install --no-cache-dir '.[collector,postgres,scale]'" in docker
     assert 'CMD ["collector", "serve"]' in docker
     unit = (DEPLOY / "systemd" / "uldp-collector.service").read_text()
     assert "ExecStart=/opt/uldp/bin/uldp collector serve" in unit

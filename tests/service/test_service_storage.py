@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import insert, text, update
 from sqlalchemy.exc import IntegrityError
@@ -37,11 +38,33 @@ def test_migrate_is_idempotent_and_versioned(db):
         db.migrate()
 
 
+def _as_version_3(db: Database) -> None:
+    """Turn a new database back into schema version 3: ``reports`` a plain table (on
+    PostgreSQL its default partition becomes the table again) without ``vbytes`` and the
+    typed columns, ``phases`` without the close counters, no per-writer counters."""
+    with db.write() as conn:
+        if not db.is_sqlite:
+            conn.execute(text("ALTER TABLE uldp_reports DETACH PARTITION uldp_reports_default"))
+            conn.execute(text("DROP TABLE uldp_reports"))
+            conn.execute(text("ALTER TABLE uldp_reports_default RENAME TO uldp_reports"))
+            for ix in conn.execute(text("SELECT indexname FROM pg_indexes WHERE tablename = "
+                                        "'uldp_reports'")).scalars().all():
+                new = "uldp_reports_pkey" if ix.endswith("pkey") else "ix_reports_phase_slot"
+                conn.execute(text(f'ALTER INDEX "{ix}" RENAME TO {new}'))
+        for col in ("vbytes", *S.TYPED_COLUMNS):
+            conn.execute(text(f"ALTER TABLE uldp_reports DROP COLUMN {col}"))
+        for col in ("close_attempts", "close_error"):
+            conn.execute(text(f"ALTER TABLE uldp_phases DROP COLUMN {col}"))
+        conn.execute(text("DROP TABLE uldp_phase_counts"))
+        conn.execute(update(S.meta).where(S.meta.c.key == "schema_version").values(value="3"))
+
+
 def test_migrations_from_version_1(db):
     """A version-1 database (before ``queries.allow_simulated`` and ``phases.declined``) is
     upgraded in place: existing queries keep their rows, refuse simulated reports, and
     their phases have no decline."""
     _query(db)
+    _as_version_3(db)
     with db.write() as conn:
         conn.execute(text("ALTER TABLE uldp_queries DROP COLUMN allow_simulated"))
         conn.execute(text("ALTER TABLE uldp_phases DROP COLUMN declined"))
@@ -53,7 +76,48 @@ def test_migrations_from_version_1(db):
         assert row is not None and row["allow_simulated"] is False
         assert row["target_users"] == 20_000
         assert {p["declined"] for p in d2.get_phases("q")} == {0}
-        assert d2.migrate() == SCHEMA_VERSION == 3
+        assert d2.migrate() == SCHEMA_VERSION == 4
+    finally:
+        d2.dispose()
+
+
+def test_migration_to_version_4_types_stored_reports(db):
+    """Reports stored by a version-3 collector (int64 payloads) are kept byte for byte, get
+    their typed columns (reports of at most four integers), stay one per (query, device),
+    and on PostgreSQL end up in the default partition; a query created afterwards gets a
+    partition of its own."""
+    _query(db)
+    _as_version_3(db)
+    rows = [("d1", [5, -7]), ("d2", [1 << 40]), ("d3", [1, 2, 3, 4, 5]), ("d4", [])]
+    with db.write() as conn:
+        for i, (dev, vals) in enumerate(rows):
+            conn.execute(text("INSERT INTO uldp_reports (query_id, device_id, phase, grp, "
+                              "stage, slot, payload, received_at_ms) VALUES ('q', :d, 1, 0, "
+                              "1, :s, :p, 1)"),
+                         dict(d=dev, s=i, p=np.asarray(vals, "<i8").tobytes()))
+    db.dispose()
+    d2 = open_database(str(db.url.render_as_string(hide_password=False)))
+    try:
+        with d2.read() as conn:
+            got = conn.execute(text("SELECT device_id, payload, vbytes, v0, v1, v2, v3 FROM "
+                                    "uldp_reports ORDER BY device_id")).all()
+        assert [(r[0], bytes(r[1]), r[2]) for r in got] == [
+            (d, np.asarray(v, "<i8").tobytes(), 8) for d, v in rows]
+        assert [tuple(r[3:]) for r in got] == [(5, -7, None, None), (1 << 40, None, None, None),
+                                               (None,) * 4, (None,) * 4]
+        assert d2.stored_report("q", "d1").payload == np.asarray([5, -7], "<i8").tobytes()
+        with pytest.raises(IntegrityError), d2.write() as conn:
+            conn.execute(insert(S.reports).values(query_id="q", device_id="d1", phase=1, grp=0,
+                                                  stage=1, slot=9, payload=b"", received_at_ms=1))
+        _query(d2, "q2")
+        assert d2.store_reports([PendingReport("q2", 1, "d1", 0, 1, 0, b"\x05", 1)])[0].code == "OK"
+        if not d2.is_sqlite:
+            with d2.read() as conn:
+                where = dict(conn.execute(text(
+                    "SELECT device_id || query_id, tableoid::regclass::text FROM uldp_reports"
+                )).all())
+            assert where["d1q"] == "uldp_reports_default"
+            assert where["d1q2"] == S.partition_name("q2")
     finally:
         d2.dispose()
 
@@ -96,18 +160,24 @@ def test_group_commit_under_concurrency(db):
     assert db.get_phases("q")[0]["received"] == 1000
 
 
-def test_stream_reports_is_chunked_and_grouped(db):
+def test_close_windows_are_bounded_and_cover_every_report(db):
+    """A closing phase is read in windows bounded in rows (so in bytes); together they
+    return every report of the phase exactly once, grouped, with their slots."""
     _query(db)
-    items = [PendingReport("q", 1, f"d{i}", i % 3, 1, i, i.to_bytes(8, "little"))
-             for i in range(1000)]
+    items = [PendingReport("q", 1, f"d{i}", i % 3, 1, i, (i * 7 % 200).to_bytes(2, "little"),
+                           2) for i in range(1000)]
     db.store_reports(items)
-    seen = 0
-    for grp, stage, slots, payloads in db.stream_reports("q", 1, chunk=64):
-        assert len(payloads) <= 64 and stage == 1
-        assert all(int.from_bytes(p, "little") % 3 == grp for p in payloads)
-        assert len(slots) == len(payloads)
-        seen += len(payloads)
-    assert seen == 1000
+    windows = db.close_windows("q", 1, 2000, None, max_rows=300 if db.is_sqlite else 291 * 2)
+    assert len(windows) >= 3
+    seen: dict[int, list[int]] = {}
+    for w in windows:
+        for b in db.window_reports("q", 1, w, [0, 1, 2], with_slots=True):
+            assert b.count <= (300 if db.is_sqlite else 2 * 291) and b.stage == 1
+            vals = b.reports()[:, 0]
+            assert [int(v) for v in vals] == [int(s) * 7 % 200 for s in b.slots]
+            assert all(int(s) % 3 == b.grp for s in b.slots)
+            seen.setdefault(b.grp, []).extend(int(s) for s in b.slots)
+    assert sorted(x for v in seen.values() for x in v) == list(range(1000))
 
 
 def test_phase_close_claim_is_exclusive(db):

@@ -87,7 +87,10 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
     assert len({b for b, _ in rows}) == len(rows) and first in {b for b, _ in rows}
     assert _collector(d, "SELECT count(*) FROM uldp_reports WHERE query_id = ?",
                       q.query_id) == [(USERS,)]
-    assert _collector(d, "SELECT received FROM uldp_phases WHERE query_id = ?",
+    # received: the phase row plus every writer's counter row (merged on read)
+    assert _collector(d, "SELECT p.received + coalesce((SELECT sum(c.received) FROM "
+                      "uldp_phase_counts c WHERE c.query_id = p.query_id AND c.phase = "
+                      "p.phase), 0) FROM uldp_phases p WHERE p.query_id = ?",
                       q.query_id) == [(USERS,)]
     _wait(lambda: _shuffler(d, "SELECT count(*) FROM pending") == [(0,)])
     states = dict(_shuffler(d, "SELECT batch_id, state FROM batches"))

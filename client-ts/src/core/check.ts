@@ -5,7 +5,7 @@
  * the datasets' declarations, the ledger — never at data, and nothing is charged before they
  * all pass.
  */
-import { sha256 } from "@noble/hashes/sha2.js";
+import { sha256 } from "./sha256.js";
 import type { DatasetSchema } from "./dataset.js";
 import { KINDS } from "./kinds.js";
 import { bytesToHex } from "./encoding.js";

@@ -4,7 +4,7 @@
  * Bit-exact: integer draws from a ChaCha20 keystream keyed with the frame digest, and basic
  * IEEE operations in the specified order.
  */
-import { sha256 } from "@noble/hashes/sha2.js";
+import { sha256 } from "./sha256.js";
 import { fwht, nextPow2 } from "./hadamard.js";
 import { clip, frexp, ldexp, ln, norm, scaledNorm, uniformPm1 } from "./numerics.js";
 import { RandomSource, utf8 } from "./random.js";

@@ -15,8 +15,8 @@
  *
  * No Node-only API is used here: the module runs in browsers and React Native.
  */
-import { chacha20 } from "@noble/ciphers/chacha.js";
-import { sha256 } from "@noble/hashes/sha2.js";
+import { chacha20 } from "./chacha20.js";
+import { sha256 } from "./sha256.js";
 
 const CHUNK_BYTES = 4096; // keystream generated 64 blocks at a time
 const BLOCKS_PER_CHUNK = CHUNK_BYTES / 64;

@@ -10,7 +10,7 @@
  *               || u32be(group) || u32be(stage) || task digest (32 bytes)
  *   sealed    = enc (32 bytes) || ciphertext (plaintext + 16-byte tag) = 49 + 8·L bytes
  *
- * HPKE is composed here from the audited @noble primitives the core already uses
+ * HPKE is composed here from audited @noble primitives
  * (x25519 from @noble/curves, HKDF/HMAC-SHA256 from @noble/hashes, ChaCha20-Poly1305 from
  * @noble/ciphers): pure, synchronous JavaScript that runs in browsers, React Native and
  * Node without WebCrypto, and that can take a fixed ephemeral key for the conformance
@@ -18,116 +18,21 @@
  * every case of conformance/v1/seal.json, whose ciphertexts the Python collector opens with
  * the `cryptography` package's HPKE. A device always seals with a fresh ephemeral key from
  * crypto.getRandomValues.
+ *
+ * This module is the only one that loads @noble/curves: the Device imports it dynamically, for a
+ * sealed task only (src/device/sealing.ts), so a page that never seals neither downloads nor
+ * runs the curve code. The checks made before the charge are in ./sealFormat.ts.
  */
 import { chacha20poly1305 } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { expand, extract } from "@noble/hashes/hkdf.js";
 import { sha256 } from "@noble/hashes/sha2.js";
-import { bytesToHex, hexToBytes } from "./encoding.js";
-import { isJInt, isJObject, type JValue } from "./json.js";
 import { utf8 } from "./random.js";
+import { AEAD_ID, concat, KDF_ID, KEM_ID, type SealKey, sealPlaintext, u16 } from "./sealFormat.js";
 
-export const KEM_ID = 0x0020;
-export const KDF_ID = 0x0001;
-export const AEAD_ID = 0x0003;
-export const ENC_BYTES = 32;
-export const TAG_BYTES = 16;
-export const SEAL_FIELDS = ["aead_id", "kdf_id", "kem_id", "key_id", "public_key"] as const;
-
-/** The collector's public sealing key, as a task carries it. */
-export interface SealKey {
-  readonly keyId: string;
-  readonly publicKey: Uint8Array;
-}
-
-class SealProblem extends Error {}
-const refuse = (message: string): never => {
-  throw new SealProblem(message);
-};
-const PROBE = new Uint8Array(32);
-PROBE[0] = 0x40;
-PROBE[31] = 0x40;
-
-/** The key id of a raw X25519 public key: the first 16 hex digits of its SHA-256. */
-export function keyIdOf(publicKey: Uint8Array): string {
-  return bytesToHex(sha256(publicKey)).slice(0, 16);
-}
-
-/**
- * A task's "seal" object, checked: the key, or the reason it is refused (code `seal`):
- * exactly {kem_id: 32, kdf_id: 1, aead_id: 3, key_id, public_key}, a 64-hex public key that
- * is not of low order, and its key id.
- */
-export function parseSeal(v: JValue): SealKey | string {
-  try {
-    return checkedSeal(v);
-  } catch (e) {
-    if (e instanceof SealProblem) return e.message;
-    throw e;
-  }
-}
-
-function checkedSeal(v: JValue): SealKey {
-  if (!isJObject(v)) return refuse("seal must be an object");
-  const keys = [...v.keys()].sort();
-  if (keys.join(",") !== [...SEAL_FIELDS].join(",")) refuse(`seal must have exactly the fields ${SEAL_FIELDS.join(", ")}`);
-  const ids = [v.get("kem_id"), v.get("kdf_id"), v.get("aead_id")];
-  const want = [KEM_ID, KDF_ID, AEAD_ID];
-  if (!ids.every((x, i) => isJInt(x) && x.value === BigInt(want[i]))) {
-    refuse("unsupported HPKE suite: this device seals with kem 0x0020, kdf 0x0001, aead 0x0003");
-  }
-  const pk = v.get("public_key");
-  const kid = v.get("key_id");
-  if (typeof pk !== "string" || !/^[0-9a-f]{64}$/.test(pk)) refuse("seal.public_key must be 64 lowercase hex digits");
-  const raw = hexToBytes(pk as string);
-  if (typeof kid !== "string" || !/^[0-9a-f]{16}$/.test(kid) || kid !== keyIdOf(raw)) {
-    refuse("seal.key_id is not the key id of seal.public_key");
-  }
-  let shared: Uint8Array;
-  try {
-    shared = x25519.getSharedSecret(PROBE, raw);
-  } catch {
-    shared = new Uint8Array(32);
-  }
-  if (shared.every((b) => b === 0)) refuse("seal.public_key is a low-order point");
-  return { keyId: kid as string, publicKey: raw };
-}
-
-/** The sealed plaintext: flags byte (bit 0 = simulated), then int64 little-endian values. */
-export function sealPlaintext(values: readonly bigint[], simulated: boolean): Uint8Array {
-  const out = new Uint8Array(1 + 8 * values.length);
-  out[0] = simulated ? 1 : 0;
-  const view = new DataView(out.buffer);
-  values.forEach((x, i) => view.setBigInt64(1 + 8 * i, x, true));
-  return out;
-}
-
-const concat = (...parts: Uint8Array[]): Uint8Array => {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
-};
-const u32 = (x: number): Uint8Array => {
-  if (!Number.isInteger(x) || x < 0 || x > 0xffffffff) throw new RangeError(`not a u32: ${x}`);
-  const b = new Uint8Array(4);
-  new DataView(b.buffer).setUint32(0, x);
-  return b;
-};
-const u16 = (x: number): Uint8Array => u32(x).slice(2);
-
-/** The HPKE info binding a sealed report to its (query, phase, group, stage, task). */
-export function sealInfo(queryId: string, phase: number, group: number, stage: number, taskDigest: string): Uint8Array {
-  const q = utf8(queryId);
-  return concat(utf8("uldp-seal/1"), new Uint8Array([0]), u32(q.length), q, u32(phase), u32(group), u32(stage),
-    hexToBytes(taskDigest));
-}
-
-/** Bytes of a sealed report of `reportLength` values. */
-export const sealedLength = (reportLength: number): number => ENC_BYTES + 1 + 8 * reportLength + TAG_BYTES;
+// the formats (seal object, key id, info, plaintext, length) live in ./sealFormat.ts, which has
+// no curve code; they are re-exported here so this module is the whole of sealing
+export * from "./sealFormat.js";
 
 // ---- RFC 9180, base mode, the one suite -------------------------------------------------
 const KEM_SUITE = concat(utf8("KEM"), u16(KEM_ID));

@@ -8,7 +8,7 @@ import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, 
 import { frameSize } from "./kashin.js";
 import { nextPow2 } from "./hadamard.js";
 import { floorTimesPow2, MAX_EPSILON } from "./noise.js";
-import { parseSeal, type SealKey } from "./seal.js";
+import { parseSeal, type SealKey } from "./sealFormat.js";
 import { supportBins } from "./params.js";
 import {
   DEFAULT_MECHANISM, type FrequencyOracle, MECHANISM_NAMES, ORACLES, SCALARS, type ScalarMechanism,

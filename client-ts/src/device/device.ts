@@ -17,7 +17,8 @@
 import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
 import { RandomSource } from "../core/random.js";
-import { sealInfo, sealReport } from "../core/seal.js";
+import { checkPlatform } from "./platform.js";
+import { loadSealing } from "./sealing.js";
 import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
 import { clampedValues, groupOf } from "../core/kinds.js";
@@ -144,6 +145,7 @@ export class Device {
   }
 
   static async open(o: DeviceOptions): Promise<Device> {
+    checkPlatform({ needRandomness: !o.simulation }); // names a missing TextEncoder, TextDecoder, crypto.getRandomValues
     if (o.simulation && !o.simulation.rng.simulation) throw new RangeError("a simulation needs a seeded RandomSource");
     const d = new Device(o, await Ledger.open(o.store, o.budget, o.now));
     d.#identity = await o.store.loadIdentity<Identity>();
@@ -258,6 +260,7 @@ export class Device {
     const { task, units } = this.checkTask(msg);
     const rng = this.#source(); // before the charge: a broken source charges nothing
     const fallback = this.#fallback(task); // the report owed if the data fail: before the charge
+    if (task.seal !== null) await loadSealing(); // shuffle mode's HPKE code: loaded before the charge
     let entry: LedgerEntry;
     try {
       entry = await this.ledger.reserve(msg.query_id, msg.task_digest, msg.phase, units,
@@ -322,6 +325,7 @@ export class Device {
       let stored: readonly bigint[] | Uint8Array = [...values];
       if (task.seal !== null) { // shuffle mode: the ciphertext is the report
         const msg = JSON.parse(entry.task) as TaskMessage;
+        const { sealInfo, sealReport } = await loadSealing();
         stored = sealReport(task.seal, sealInfo(msg.query_id, msg.phase, msg.group ?? 0, msg.stage ?? 0,
           msg.task_digest), values, this.simulation);
       }

@@ -5,3 +5,4 @@ export {
   type AnyReport, type SealedReportMessage, type ShufflerTransportLike,
 } from "./device.js";
 export { checkWindow, drawDelayMs, MAX_WINDOW_MS, type PollOptions, type SendDelay } from "./schedule.js";
+export { checkPlatform, missingPrimitives, PlatformError, PLATFORM_HINTS } from "./platform.js";

@@ -8,3 +8,4 @@ export { type IdbFactoryLike, IndexedDbStore } from "./indexedDbStore.js";
 export {
   Code, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, encodeSubmitReport, RETRYABLE, RpcError, type RetryPolicy,
 } from "../wire/index.js";
+export { probeCollector, type ProbeFetch, type ProbeOptions, type ProbeProblem, type ProbeResult } from "./probe.js";

@@ -7,8 +7,8 @@ import {
   discreteLaplace, f64FromHex, f64ToHex, fwht, hexToBytes, heavyTailedParams,
   heavyTailedParamsWithLibm, laplaceScale, RandomSource, rationalEpsilon, randomizedRound,
   stage1Report, stage2Report, type Alg1Params, type Interval, parseSeal, sealInfo, sealPlaintext,
-  sealReport,
 } from "../../src/core/index.js";
+import { sealReport } from "../../src/core/seal.js";
 import { parseJson } from "../../src/core/json.js";
 import { checkTaskCase, FILES_MECHANISMS, FILES_V2, ledgerCase, refusalCase, taskCase } from "./tasks.js";
 import { eq, Mismatch } from "./util.js";

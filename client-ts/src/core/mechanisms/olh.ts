@@ -15,7 +15,7 @@
  * (./grr.ts). Given the seed the report is GRR's, so it is ε-LDP; the seed does not depend on
  * the data. Draws: the seed (the top 32 bits of one word), then GRR over g of H_s(v).
  */
-import { sha256 } from "@noble/hashes/sha2.js";
+import { sha256 } from "../sha256.js";
 import { chachaBlock, utf8 } from "../random.js";
 import { type FrequencyOracle, oneByOne } from "./base.js";
 import { dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
