@@ -25,8 +25,12 @@ Timed:
   ``--batch-size`` reports (each with its own device token) from ``--batch-threads``
   threads; reports/s.
 
-Also printed (stderr): CPU µs per report of the collector, the load generator and the
-PostgreSQL server processes, from /proc.
+Also printed (stderr): CPU µs per report of the collector (with ``--processes N``: all N
+replicas), the load generator and this bench's PostgreSQL server, from /proc; on
+PostgreSQL, for enrolment, unary and batched, the share of active-backend samples
+(``pg_stat_activity`` every 10 ms) waiting on a lock and the transactions committed —
+two replicas on one phase vs one (``--processes 2``) without the box's load in the way —
+and the collector's idle CPU.
 """
 
 from __future__ import annotations
@@ -142,13 +146,89 @@ def _postgres_cpu(port: int | None = None) -> float:
 
 
 def _cpu(pid: int | None) -> float:
-    """CPU seconds (user + system) of process ``pid`` (None: this process)."""
+    """CPU seconds (user + system) of process ``pid`` and its descendants — with
+    ``--processes N`` the sibling replicas are its children — (None: this process)."""
     if pid is None:
         import resource
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime
-    st = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, int]] = {}  # pid -> (parent, clock ticks)
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit():
+                st = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                procs[int(d.name)] = (int(st[1]), int(st[11]) + int(st[12]))
+        except OSError:
+            continue
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, (parent, _) in procs.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(procs[p][1] for p in tree if p in procs) / os.sysconf("SC_CLK_TCK")
+
+
+class WaitSampler:
+    """Samples ``pg_stat_activity`` every ``every_s`` seconds while running: how many of
+    the database's active backends wait on a heavyweight lock (``Lock``: a row, the
+    phase's advisory lock, a transaction) vs anything else. Replicas that contend show
+    lock waits (issue 28 measured 31 % of samples on the shared phase row); the share
+    does not depend on how busy the box's cores are, which the reports/s do."""
+
+    def __init__(self, db_url: str, every_s: float = 0.01) -> None:
+        from urllib.parse import urlparse
+        u = urlparse(db_url)
+        self.dsn = f"host={u.hostname} port={u.port} user={u.username} dbname={u.path[1:]}"
+        self.every_s = every_s
+        self.active = self.lock = 0
+        self.events: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> WaitSampler:
+        self.commits = -self._commits()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        time.sleep(1.5)  # backends flush their statistics at most once a second
+        self.commits += self._commits()
+
+    def _commits(self) -> int:
+        """Transactions committed in the database so far (pg_stat_database)."""
+        import psycopg
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            row = c.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = "
+                            "current_database()").fetchone()
+        return int(row[0]) if row else 0
+
+    def _run(self) -> None:
+        import psycopg
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            q = ("SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE "
+                 "datname = current_database() AND state = 'active' AND pid <> "
+                 "pg_backend_pid()")
+            while not self._stop.wait(self.every_s):
+                for kind, event in c.execute(q).fetchall():
+                    self.active += 1
+                    if kind == "Lock":
+                        self.lock += 1
+                        self.events[str(event)] = self.events.get(str(event), 0) + 1
+
+    def share(self) -> float:
+        return self.lock / self.active if self.active else 0.0
+
+
+def _print_waits(name: str, what: str, processes: int, waits: WaitSampler | None) -> None:
+    if waits is not None:
+        print(f"{name}: {what}, {processes} collector process(es): {waits.share():.1%} of "
+              f"{waits.active} active-backend samples wait on a lock "
+              f"{dict(sorted(waits.events.items()))}; {waits.commits:,} transactions "
+              "committed", file=sys.stderr)
 
 
 # ---- the benchmark -----------------------------------------------------------------------
@@ -301,6 +381,11 @@ def _batched(ep: Endpoint, batches: list[device_pb2.SubmitReportBatchRequest],
 
 
 def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> dict[str, float]:
+    from urllib.parse import urlparse
+    pg_port = urlparse(db_url).port  # only this bench's PostgreSQL (the box may run others)
+
+    def db_cpu() -> float:
+        return _postgres_cpu(pg_port) if pg_port else 0.0
     proc, port = start_collector_process(work, db_url, work / "pki",
                                          ["--workers", str(a.workers),
                                           "--processes", str(a.processes)])
@@ -317,8 +402,15 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
                                        samples=16, method="ssl", query_id=q,
                                        phase_timeout_s=3600))
         t0 = time.perf_counter()
-        prep = _prepare(ep, n, a.threads)
+        with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
+            prep = _prepare(ep, n, a.threads)  # enrolment and slot assignment
         prep_s = time.perf_counter() - t0
+        _print_waits(name, "enrol + GetTasks (slot assignment)", a.processes, waits)
+        c0, d0 = _cpu(proc.pid), db_cpu()
+        time.sleep(3.0)  # nothing sent: what the collector processes spend idle
+        print(f"{name}: idle, {a.processes} collector process(es): "
+              f"{(_cpu(proc.pid) - c0) / 3.0:.1%} of a core (collector), "
+              f"{(db_cpu() - d0) / 3.0:.1%} (database)", file=sys.stderr)
         assert all(len(t) == len(qids) for t in prep.tasks)
         unary = [(i, r) for k, q in enumerate(qids[:a.unary_queries])
                  for i, r in enumerate(_reports(prep, q, k))]
@@ -327,12 +419,14 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             c0, s0 = _cpu(proc.pid), _cpu(None)
             floor = _floor(ep, a.floor_calls, a.concurrency)
             cpu_f = (_cpu(proc.pid) - c0 + _cpu(None) - s0) / a.floor_calls
-        c0, s0, d0 = _cpu(proc.pid), _cpu(None), _postgres_cpu()
-        if a.client == "aio":
-            u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency)
-        else:
-            u_rate, lat = _unary(ep, prep, unary, a.threads)
-        cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0, _postgres_cpu() - d0)
+        c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
+        with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
+            if a.client == "aio":
+                u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency)
+            else:
+                u_rate, lat = _unary(ep, prep, unary, a.threads)
+        cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
+        _print_waits(name, "unary", a.processes, waits)
         batch_items = []
         for k, q in enumerate(qids[a.unary_queries:]):
             for i, r in enumerate(_reports(prep, q, 100 + k)):
@@ -340,9 +434,11 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
                 batch_items.append(r)
         batches = [device_pb2.SubmitReportBatchRequest(reports=batch_items[s:s + a.batch_size])
                    for s in range(0, len(batch_items), a.batch_size)]
-        c0, s0, d0 = _cpu(proc.pid), _cpu(None), _postgres_cpu()
-        b_rate, bad = _batched(ep, batches, a.batch_threads)
-        cpu_b = (_cpu(proc.pid) - c0, _cpu(None) - s0, _postgres_cpu() - d0)
+        c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
+        with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
+            b_rate, bad = _batched(ep, batches, a.batch_threads)
+        cpu_b = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
+        _print_waits(name, "batched", a.processes, waits)
         assert bad == 0, f"{bad} batched reports refused"
         for q in qids:  # every report was committed: each query closes with all reports
             final = an.wait(q, 300)

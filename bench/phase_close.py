@@ -49,10 +49,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import _postgres_cpu, local_postgres
 
+from uldp.client.mechanisms.exact import units_of
+from uldp.client.mechanisms.olh import SEED_BITS, olh_design
 from uldp.client.tasks import report_length, report_limit
 from uldp.client.wire import MAX_ABS_REPORT_VALUE
 from uldp.collector.security.tokens import AdminAuth, TokenKey
-from uldp.collector.service.core import CollectorCore
+from uldp.collector.service.core import CollectorCore, CoreConfig
 from uldp.collector.storage import open_database
 from uldp.collector.storage.db import Database, PendingReport
 from uldp.collector.storage.records import VALUE_DTYPES, pack_values, typed_values, value_bytes
@@ -103,8 +105,9 @@ def _reports(task, n: int, rng: np.random.Generator) -> np.ndarray:
         k = task.dim
         keys = rng.random((n, k))
         return np.sort(np.argpartition(keys, width, axis=1)[:, :width], axis=1)
-    if mech == "olh":
-        return np.stack([rng.integers(0, 1 << 32, n), rng.integers(0, limit + 1, n)], axis=1)
+    if mech == "olh":  # a seed and a hash value in [0, g - 1] (g the design's buckets)
+        g = olh_design(units_of(task.epsilon)).k
+        return np.stack([rng.integers(0, 1 << SEED_BITS, n), rng.integers(0, g, n)], axis=1)
     if mech == "grr":
         return rng.integers(0, task.dim, size=(n, 1))
     if mech == "oue":
@@ -189,7 +192,8 @@ def _count(db: Database, n: int) -> None:
 
 def one(case: str, n: int, url: str, load: str, threads: int) -> dict[str, float]:
     db = open_database(url)
-    core = CollectorCore(db, TokenKey.generate(), AdminAuth("x" * 32))
+    core = CollectorCore(db, TokenKey.generate(), AdminAuth("x" * 32),
+                         CoreConfig(max_users=max(n, CoreConfig.max_users)))
     core.closer.engine.threads = threads  # type: ignore[attr-defined]
     task, vb = _create(core, case, n)
     rng = np.random.default_rng(1)

@@ -12,7 +12,13 @@ variance (``docs/mechanisms.md``). The device half is ``uldp.client.mechanisms``
   value ``g ∈ [0, 2^16]`` the device privatized, and gives ``Var(ĝ | g)`` exactly.
 
 Every decoder validates its reports first (``ReportError``): a report a device could not
-have sent never counts.
+have sent never counts. The rule is stated once per decoder, as :class:`Bounds` (each
+entry's range, and whether the entries strictly increase) from ``bounds``, applied to a
+batch by ``invalid`` and to one report by :meth:`Bounds.breaks`, with its words in
+``rule``; the decoder's own decoding applies it, and so do
+the collector's ingest (a report is refused before it is stored) and the close (a bad
+report stored before that check is skipped and counted), through
+``uldp.collector.mechanisms.validity``.
 
 Closing a phase only needs the *sum* of the supports (:func:`support_sum`). A decoder
 whose supports are a few categories per report (GRR: one; subset selection: ω) gives them
@@ -25,14 +31,17 @@ row) with ``k``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from typing import Protocol
 
 import numpy as np
 
-__all__ = ["SCRATCH_BYTES", "OracleDecoder", "Piece", "ReportError", "ScalarDecoder",
-           "independent_functional_variance", "independent_mean_variance", "moments",
-           "pure_variance", "support_sum"]
+__all__ = ["SCRATCH_BYTES", "Bounds", "OracleDecoder", "Piece", "ReportError", "ScalarDecoder",
+           "bounds", "independent_functional_variance", "independent_mean_variance",
+           "moments", "outside", "pure_variance", "require", "support_sum"]
 
 #: bytes of dense (rows × k) support a decoder materializes at once, at most
 SCRATCH_BYTES = 16 << 20
@@ -42,8 +51,65 @@ class ReportError(ValueError):
     """A report does not fit its task (shape, dtype, range or layout)."""
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """A decoder's report rule: entry ``j`` of a report lies in ``[lo[j], hi[j]]`` (one
+    pair: every entry in the same range) and, with ``increasing``, the entries strictly
+    increase (so are distinct)."""
+
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    increasing: bool = False
+
+    def invalid(self, r: np.ndarray) -> np.ndarray:
+        """Per report (row) of a 2-d ``r``: whether it breaks the rule."""
+        r = np.asarray(r)
+        if len(self.lo) == 1:
+            bad = outside(r, self.lo[0], self.hi[0])
+        else:
+            bad = np.zeros(r.shape[0], dtype=bool)
+            for j, (lo, hi) in enumerate(zip(self.lo, self.hi, strict=True)):
+                bad |= outside(r[:, j], lo, hi)
+        if self.increasing and r.shape[1] > 1:
+            bad |= (r[:, 1:] <= r[:, :-1]).any(axis=1)
+        return bad
+
+    def invalid_entries(self, z: np.ndarray) -> np.ndarray:
+        """Per entry of ``z`` (any shape; one range): whether it is outside the range."""
+        z = np.asarray(z)
+        return outside(z.reshape(-1), self.lo[0], self.hi[0]).reshape(z.shape)
+
+    def breaks(self, values: Sequence[int]) -> bool:
+        """Whether one report (a list of Python integers) breaks the rule: the same rule
+        as :meth:`invalid`, without numpy (the ingest of one report)."""
+        if not values:
+            return False
+        if len(self.lo) == 1:
+            if min(values) < self.lo[0] or max(values) > self.hi[0]:
+                return True
+        elif any(not lo <= v <= hi for v, lo, hi in zip(values, self.lo, self.hi,
+                                                        strict=True)):
+            return True
+        return self.increasing and any(b <= a for a, b in pairwise(values))
+
+
+def bounds(lo: int, hi: int, increasing: bool = False) -> Bounds:
+    """:class:`Bounds` of one range for every entry."""
+    return Bounds((int(lo),), (int(hi),), increasing)
+
+
 class OracleDecoder(Protocol):
     name: str
+
+    def bounds(self, k: int, eps: float) -> Bounds:
+        """The oracle's report rule (its one statement, :class:`Bounds`)."""
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """Per report of ``(n, length)`` integers: whether it breaks the oracle's rule
+        (:meth:`rule`) — the one validity rule of the decoder."""
+
+    def rule(self, k: int, eps: float) -> str:
+        """The rule a report obeys, in words ("… in [0, k − 1]")."""
 
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         """``(n, k)`` integer supports of ``(n, length)`` reports (validated)."""
@@ -74,6 +140,16 @@ Piece = tuple[int, int, Fraction, Fraction, Fraction]
 
 class ScalarDecoder(Protocol):
     name: str
+
+    def bounds(self, eps: float) -> Bounds:
+        """The range of a report integer (its one statement, :class:`Bounds`)."""
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        """Per report integer of ``z`` (any shape): whether it breaks the randomizer's
+        rule (:meth:`rule`) — the one validity rule of the decoder."""
+
+    def rule(self, eps: float) -> str:
+        """The rule a report integer obeys, in words."""
 
     def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
         """Unbiased ``ĝ`` of every report integer (validated; Laplace: the integers)."""
@@ -162,7 +238,26 @@ def check_layout(reports: np.ndarray, width: int) -> np.ndarray:
     return r
 
 
-def check_range(r: np.ndarray, lo: int, hi: int, what: str) -> None:
-    if r.size and (r.min() < lo or r.max() > hi):
-        bad = int(r.max()) if r.max() > hi else int(r.min())
-        raise ReportError(f"{what} {bad} is out of range [{lo}, {hi}]")
+def outside(r: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Per row of a 2-d ``r`` (per entry of any other): whether an entry lies outside
+    ``[lo, hi]``. A signed array checked against ``[0, hi]`` is compared once, as its
+    unsigned view (a negative entry is a huge unsigned one)."""
+    r = np.asarray(r)
+    if lo == 0 and r.dtype.kind == "i" and hi < 1 << (8 * r.dtype.itemsize - 1):
+        bad = r.view(r.dtype.str.replace("i", "u")) > hi
+    else:
+        bad = (r < lo) | (r > hi)
+    return np.asarray(bad.any(axis=1) if bad.ndim == 2 else bad, dtype=bool)
+
+
+def require(bad: np.ndarray, reports: np.ndarray, rule: str) -> None:
+    """Refuse (``ReportError``) when any report is ``bad``, naming the first and ``rule``."""
+    if bad.size and bool(bad.any()):
+        i = int(np.argmax(bad.reshape(-1)))
+        raise ReportError(f"report {_show(np.asarray(reports).reshape(bad.size, -1)[i])} "
+                          f"breaks the rule: {rule}")
+
+
+def _show(row: np.ndarray) -> str:
+    vals = [int(v) for v in row[:8]]
+    return "[" + ", ".join(map(str, vals)) + (", …]" if row.size > 8 else "]")

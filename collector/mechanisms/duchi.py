@@ -10,7 +10,7 @@ import numpy as np
 
 from uldp.client.mechanisms.duchi import duchi_design
 from uldp.client.mechanisms.exact import ONE, units_of
-from uldp.collector.mechanisms.base import Piece, ReportError, check_range
+from uldp.collector.mechanisms.base import Bounds, Piece, ReportError, bounds, require
 
 __all__ = ["DuchiDecoder"]
 
@@ -18,11 +18,21 @@ __all__ = ["DuchiDecoder"]
 class DuchiDecoder:
     name = "duchi"
 
+    def bounds(self, eps: float) -> Bounds:
+        """A report integer is a bit."""
+        return bounds(0, 1)
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        return self.bounds(eps).invalid_entries(z)
+
+    def rule(self, eps: float) -> str:
+        return "a one-bit (Duchi) report is 0 or 1"
+
     def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
         z = np.asarray(z)
         if not np.issubdtype(z.dtype, np.integer):
             raise ReportError(f"report entries must be integers, got dtype {z.dtype}")
-        check_range(z, 0, 1, "bit")
+        require(self.invalid(z, eps), z, self.rule(eps))
         P_min, D = duchi_design(units_of(eps))
         return (z * float(ONE) - float(P_min)) / float(D)
 

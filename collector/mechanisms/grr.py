@@ -9,11 +9,13 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.grr import grr_design
 from uldp.collector.mechanisms.base import (
+    Bounds,
+    bounds,
     check_layout,
-    check_range,
     check_shape,
     moments,
     pure_variance,
+    require,
 )
 
 __all__ = ["GRRDecoder"]
@@ -23,17 +25,27 @@ class GRRDecoder:
     name = "grr"
     binary = True  # supports are 0/1
 
+    def bounds(self, k: int, eps: float) -> Bounds:
+        """A report is one value in ``[0, k − 1]``."""
+        return bounds(0, k - 1)
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
+
+    def rule(self, k: int, eps: float) -> str:
+        return f"a randomized-response report is one value in [0, {k - 1}]"
+
     def support_pairs(self, reports: np.ndarray, k: int, eps: float
                       ) -> tuple[np.ndarray, np.ndarray]:
         """(report index, category) of every support entry: the reported value."""
         r = check_shape(reports, 1)
-        check_range(r, 0, k - 1, "value")
+        require(self.invalid(r, k, eps), r, self.rule(k, eps))
         return np.arange(r.shape[0]), r[:, 0]
 
     def support_counts(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         """How many reports carry each value (a scatter-add, no ``(n, k)`` array)."""
         r = check_layout(reports, 1)
-        check_range(r, 0, k - 1, "value")
+        require(self.invalid(r, k, eps), r, self.rule(k, eps))
         return np.bincount(r.reshape(-1), minlength=k)
 
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:

@@ -8,9 +8,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from uldp.client.mechanisms.laplace import LaplaceBins, LaplaceValues
 from uldp.client.noise import discrete_laplace_variance, laplace_scale
 from uldp.client.params import GRID_STEPS
-from uldp.collector.mechanisms.base import Piece, check_range, check_shape
+from uldp.collector.mechanisms.base import Bounds, Piece, bounds, check_shape, require
 
 __all__ = ["LaplaceBinsDecoder", "LaplaceValuesDecoder"]
 
@@ -19,10 +20,21 @@ class LaplaceBinsDecoder:
     name = "laplace"
     binary = False  # the "support" is the noisy one-hot report itself
 
+    def bounds(self, k: int, eps: float) -> Bounds:
+        """A report is ``k`` integers of absolute value at most the noise tail's limit."""
+        lim = LaplaceBins().limit(k, eps)
+        return bounds(-lim, lim)
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
+
+    def rule(self, k: int, eps: float) -> str:
+        lim = LaplaceBins().limit(k, eps)
+        return f"a noisy one-hot report is {k} integers in [-{lim}, {lim}]"
+
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         r = check_shape(reports, k)
-        lim = int(1 + 60 * 2 / eps) + 1
-        check_range(r, -lim, lim, "report entry")
+        require(self.invalid(r, k, eps), r, self.rule(k, eps))
         return r
 
     def pq(self, k: int, eps: float) -> tuple[float, float]:
@@ -47,7 +59,22 @@ class LaplaceBinsDecoder:
 class LaplaceValuesDecoder:
     name = "laplace"
 
+    def bounds(self, eps: float) -> Bounds:
+        """A report integer is a noisy grid value of absolute value at most the noise
+        tail's limit."""
+        lim = LaplaceValues().limit(eps)
+        return bounds(-lim, lim)
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        return self.bounds(eps).invalid_entries(z)
+
+    def rule(self, eps: float) -> str:
+        lim = LaplaceValues().limit(eps)
+        return f"a noisy grid value is an integer in [-{lim}, {lim}]"
+
     def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
+        z = np.asarray(z)
+        require(self.invalid(z, eps), z, self.rule(eps))
         return np.asarray(z, dtype=np.int64)
 
     def pieces(self, eps: float) -> list[Piece]:

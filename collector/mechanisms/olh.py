@@ -15,11 +15,12 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, ceil_div, units_of
 from uldp.client.mechanisms.olh import SEED_BITS, hash_table, olh_design
 from uldp.collector.mechanisms.base import (
-    check_range,
+    Bounds,
     check_shape,
     independent_functional_variance,
     independent_mean_variance,
     pure_variance,
+    require,
 )
 
 __all__ = ["OLHDecoder", "collision"]
@@ -36,11 +37,24 @@ class OLHDecoder:
     name = "olh"
     binary = True  # supports are 0/1
 
+    def bounds(self, k: int, eps: float) -> Bounds:
+        """A report is a seed in ``[0, 2^SEED_BITS − 1]`` and a hash value in
+        ``[0, g − 1]`` (``g`` the design's buckets)."""
+        g = olh_design(units_of(eps)).k
+        return Bounds((0, 0), ((1 << SEED_BITS) - 1, g - 1))
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
+
+    def rule(self, k: int, eps: float) -> str:
+        g = olh_design(units_of(eps)).k
+        return (f"a local-hashing report is a seed in [0, {(1 << SEED_BITS) - 1}] and a hash "
+                f"value in [0, {g - 1}]")
+
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         g = olh_design(units_of(eps)).k
         r = check_shape(reports, 2)
-        check_range(r[:, :1], 0, (1 << SEED_BITS) - 1, "seed")
-        check_range(r[:, 1:], 0, g - 1, "hash value")
+        require(self.invalid(r, k, eps), r, self.rule(k, eps))
         out = np.empty((r.shape[0], k), dtype=np.int64)
         for i, (s, y) in enumerate(r.tolist()):
             out[i] = hash_table(s, k, g) == y

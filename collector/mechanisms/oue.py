@@ -9,11 +9,13 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.oue import oue_q
 from uldp.collector.mechanisms.base import (
-    check_range,
+    Bounds,
+    bounds,
     check_shape,
     independent_functional_variance,
     independent_mean_variance,
     pure_variance,
+    require,
 )
 
 __all__ = ["OUEDecoder"]
@@ -23,9 +25,19 @@ class OUEDecoder:
     name = "oue"
     binary = True  # supports are 0/1
 
+    def bounds(self, k: int, eps: float) -> Bounds:
+        """A report is ``k`` bits."""
+        return bounds(0, 1)
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
+
+    def rule(self, k: int, eps: float) -> str:
+        return f"a unary-encoding report is {k} bits (each 0 or 1)"
+
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
         r = check_shape(reports, k)
-        check_range(r, 0, 1, "bit")
+        require(self.invalid(r, k, eps), r, self.rule(k, eps))
         return r
 
     def pq(self, k: int, eps: float) -> tuple[float, float]:

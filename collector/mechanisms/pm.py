@@ -17,7 +17,7 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.pm import pm_design
 from uldp.client.params import GRID_STEPS
-from uldp.collector.mechanisms.base import Piece, ReportError, check_range
+from uldp.collector.mechanisms.base import Bounds, Piece, ReportError, bounds, require
 
 __all__ = ["PMDecoder", "pm_moments"]
 
@@ -38,12 +38,23 @@ def pm_moments(eps: float) -> tuple[float, float, int, int]:
 class PMDecoder:
     name = "pm"
 
+    def bounds(self, eps: float) -> Bounds:
+        """A report integer is a cell in ``[0, N − 1]``."""
+        return bounds(0, pm_design(units_of(eps)).cells - 1)
+
+    def invalid(self, z: np.ndarray, eps: float) -> np.ndarray:
+        return self.bounds(eps).invalid_entries(z)
+
+    def rule(self, eps: float) -> str:
+        N = pm_design(units_of(eps)).cells
+        return f"a piecewise-mechanism report is a cell in [0, {N - 1}]"
+
     def decode(self, z: np.ndarray, eps: float) -> np.ndarray:
         z = np.asarray(z)
         if not np.issubdtype(z.dtype, np.integer):
             raise ReportError(f"report entries must be integers, got dtype {z.dtype}")
         pin, pout, W, N = pm_moments(eps)
-        check_range(z, 0, N - 1, "report")
+        require(self.invalid(z, eps), z, self.rule(eps))
         slope = (pin - pout) * W
         return (z - pout * _s1(float(N)) - (pin - pout) * _s1(float(W))) / slope
 

@@ -9,12 +9,13 @@ import numpy as np
 from uldp.client.mechanisms.exact import ONE, units_of
 from uldp.client.mechanisms.ss import ss_design
 from uldp.collector.mechanisms.base import (
-    ReportError,
+    Bounds,
+    bounds,
     check_layout,
-    check_range,
     check_shape,
     moments,
     pure_variance,
+    require,
 )
 
 __all__ = ["SSDecoder"]
@@ -24,14 +25,24 @@ class SSDecoder:
     name = "ss"
     binary = True  # supports are 0/1
 
+    def bounds(self, k: int, eps: float) -> Bounds:
+        """A report is ω values in ``[0, k − 1]``, strictly increasing (so distinct)."""
+        return bounds(0, k - 1, increasing=True)
+
+    def invalid(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
+        return self.bounds(k, eps).invalid(reports)
+
+    def rule(self, k: int, eps: float) -> str:
+        omega = ss_design(k, units_of(eps)).omega
+        return (f"a subset-selection report lists {omega} distinct values in increasing "
+                f"order, each in [0, {k - 1}]")
+
     def support_pairs(self, reports: np.ndarray, k: int, eps: float
                       ) -> tuple[np.ndarray, np.ndarray]:
         """(report index, category) of every support entry: the reported subset."""
         d = ss_design(k, units_of(eps))
         r = check_shape(reports, d.omega)
-        check_range(r, 0, k - 1, "value")
-        if d.omega > 1 and np.any(np.diff(r, axis=1) <= 0):
-            raise ReportError("a subset report lists distinct values in increasing order")
+        require(self.invalid(r, k, eps), r, self.rule(k, eps))
         return np.repeat(np.arange(r.shape[0]), d.omega), r.ravel()
 
     def support_counts(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:
@@ -39,9 +50,7 @@ class SSDecoder:
         the reports' own integer type: no ``(n, k)`` array, no widening copy)."""
         d = ss_design(k, units_of(eps))
         r = check_layout(reports, d.omega)
-        check_range(r, 0, k - 1, "value")
-        if d.omega > 1 and bool((r[:, 1:] <= r[:, :-1]).any()):
-            raise ReportError("a subset report lists distinct values in increasing order")
+        require(self.invalid(r, k, eps), r, self.rule(k, eps))
         return np.bincount(r.reshape(-1), minlength=k)
 
     def support(self, reports: np.ndarray, k: int, eps: float) -> np.ndarray:

@@ -3,7 +3,9 @@
 See ``docs/operations.md`` ("Metrics"). Counters (``uldp.collector.observe.metrics``)
 say what one replica did; the state of the service — devices, queries, phases, the ε
 asked of each dataset — lives in the database that every replica shares, so these
-gauges are read from it (at most once per ``cache_s`` per replica, whoever scrapes):
+gauges are read from it (at most once per ``cache_s`` per replica, whoever scrapes),
+from its small tables: the phases' counters and the queries' slots taken, never a scan
+of the reports or assignments (issue 28: 10⁸ rows each):
 
 * ``uldp_devices{state}``: ``enrolled`` (the device registry), ``assigned`` (an
   assignment in a running query whose report is not in yet) and ``reported`` (a report
@@ -68,19 +70,35 @@ def _count(conn: Any, stmt: Any) -> int:
     return int(conn.execute(stmt).scalar_one() or 0)
 
 
+def _received(conn: Any, running: bool) -> int:
+    """Reports stored (every query's, or the running queries'): the phases' counters —
+    each phase row's ``received`` plus every writer's counter rows — never a scan of the
+    reports."""
+    q, p, c = S.queries, S.phases, S.phase_counts
+    rows = select(func.coalesce(func.sum(p.c.received), 0))
+    more = select(func.coalesce(func.sum(c.c.received), 0))
+    if running:
+        rows = rows.select_from(p.join(q, p.c.query_id == q.c.query_id)).where(
+            q.c.state == "running")
+        more = more.select_from(c.join(q, c.c.query_id == q.c.query_id)).where(
+            q.c.state == "running")
+    return _count(conn, rows) + _count(conn, more)
+
+
 def read_snapshot(db: Database) -> Snapshot:
-    """Every gauge's value, read in a few aggregate statements."""
-    q, a, r = S.queries, S.assignments, S.reports
+    """Every gauge's value, read in a few aggregate statements over the small tables
+    (queries, phases and their counters; the devices' primary key): nothing reads the
+    reports or the assignments, whose rows grow with the users."""
+    q = S.queries
     running = q.c.state == "running"
     out = Snapshot()
     with db.read() as conn:
         out.enrolled = _count(conn, select(func.count()).select_from(S.devices))
-        out.stored = _count(conn, select(func.count()).select_from(r))
-        out.assigned = _count(conn, select(func.count()).select_from(
-            a.join(q, a.c.query_id == q.c.query_id)).where(running))
-        out.reported = _count(conn, select(func.count()).select_from(
-            r.join(q, r.c.query_id == q.c.query_id)).where(running))
-        out.assigned -= out.reported
+        out.stored = _received(conn, running=False)
+        out.reported = _received(conn, running=True)
+        # a running query's assignments are its slots taken (next_slot)
+        out.assigned = _count(conn, select(func.coalesce(func.sum(q.c.next_slot), 0))
+                              .where(running)) - out.reported
         out.queries = {s: int(n) for s, n in conn.execute(
             select(q.c.state, func.count()).group_by(q.c.state))}
         out.phases = {s: int(n) for s, n in conn.execute(

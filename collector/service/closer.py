@@ -13,11 +13,14 @@ last phase. The claim is a lease renewed while the closer works
 restarted one frees its own leases at start. Everything a close needs is the stored spec
 and the published JSON of the earlier phases, so a restart resumes where it stopped.
 
-A close that cannot succeed fails its query with one clear reason instead of being
-retried forever: at once for a database error the same statements would hit again
-(``Database.is_permanent``: an engine limit, corrupt or malformed data), and after
-:data:`MAX_CLOSE_ATTEMPTS` begun closes for any other failure — counted in the phase row,
-so a replica killed by every attempt (out of memory) counts too.
+A stored report that breaks its task's rule (stored before ingest checked it) never fails
+a close: it is left out and counted, in the phase's published JSON and the result
+(:data:`INVALID_REPORTS`). A close that cannot succeed fails its query with one clear
+reason instead of being retried forever: at once for a database error the same
+statements would hit again (``Database.is_permanent``: an engine limit, corrupt or
+malformed data), and after :data:`MAX_CLOSE_ATTEMPTS` begun closes for any other
+failure — counted in the phase row, so a replica killed by every attempt (out of memory)
+counts too.
 """
 
 from __future__ import annotations
@@ -38,16 +41,21 @@ from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.reduce import (
     CloseEngine,
     LocalEngine,
+    PhaseSums,
     PhaseWork,
     close_phase_accumulators,
     remember_program,
 )
 from uldp.collector.storage.db import Database, now_ms
 
-__all__ = ["MAX_CLOSE_ATTEMPTS", "TEST_CLOSE_DELAY_ENV", "PhaseCloser"]
+__all__ = ["INVALID_REPORTS", "MAX_CLOSE_ATTEMPTS", "TEST_CLOSE_DELAY_ENV", "PhaseCloser"]
 
 #: closes of one phase begun (claims and take-overs) before its query fails
 MAX_CLOSE_ATTEMPTS = 5
+
+#: the key of a phase's published JSON and of a result that counts the stored reports
+#: the close left out because they break their task's rule (present only when some were)
+INVALID_REPORTS = "invalid_reports"
 
 log = logging.getLogger("uldp.collector")
 
@@ -185,8 +193,13 @@ class PhaseCloser:
         rt = self.catalogue.runtime(query_id)
         assert rt is not None
         published = {p: self.db.published(query_id, p) for p in range(1, phase)}
-        accs, n = self._accumulate(rt, phase, published, keeper.check)
-        pub = rt.program.close(phase, accs, published)
+        sums = self._accumulate(rt, phase, published, keeper.check)
+        pub = rt.program.close(phase, sums.accs, published)
+        if sums.skipped:
+            log.warning("query %s phase %d: %d stored reports break their task's rule "
+                        "(stored before ingest checked it); left out", query_id, phase,
+                        sums.skipped)
+            pub = {**pub, INVALID_REPORTS: sums.skipped}
         keeper.check()
         if phase < rt.num_phases:
             row = self.db.get_query(query_id)
@@ -199,14 +212,19 @@ class PhaseCloser:
             extra = self.privacy(rt, {**published, phase: pub}) if self.privacy else None
             if extra is not None:
                 result = {**result, "privacy": extra}
+            invalid = sum(int((p or {}).get(INVALID_REPORTS, 0))
+                          for p in (*published.values(), pub))
+            if invalid:
+                result = {**result, INVALID_REPORTS: invalid}
             ok = self.db.finish_close(query_id, phase, keeper.closer, pub,
                                       next_deadline_ms=None, result=result)
-        return n, ok
+        return sums.reports, ok
 
     def _accumulate(self, rt: QueryRuntime, phase: int, published: dict[int, Any],
-                    check: Callable[[], None]) -> tuple[dict[int, Any], int]:
-        """The phase's accumulators (one per group with reports) and its report count,
-        reduced window by window by the close engine (``service.reduce``)."""
+                    check: Callable[[], None]) -> PhaseSums:
+        """The phase's accumulators (one per group with reports), its report count and
+        the stored reports left out, reduced window by window by the close engine
+        (``service.reduce``)."""
         spec_json = json.dumps(rt.spec.to_dict(), sort_keys=True)
         remember_program(spec_json, rt.program)
         # the URL travels to Dask workers without its password (they take it from ULDP_DB)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from uldp.collector.errors import OperatorError
-from uldp.collector.service.reduce import WindowTask, reduce_task
+from uldp.collector.service.reduce import Partial, WindowTask, reduce_task
 from uldp.collector.storage.db import Database
 
 __all__ = ["DaskEngine", "dask_client"]
@@ -49,7 +49,7 @@ class DaskEngine:
         self.ahead = ahead or 4 * workers
 
     def run(self, db: Database, tasks: Sequence[WindowTask],
-            check: Callable[[], None]) -> Iterator[dict[int, Any]]:
+            check: Callable[[], None]) -> Iterator[Partial]:
         pending: deque[Any] = deque()
         todo = iter(tasks)
         for t in todo:

@@ -15,15 +15,18 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from uldp.collector.mechanisms import ReportError
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.phases import PhaseView
-from uldp.collector.service.tasks import TaskServer
+from uldp.collector.service.tasks import TaskInfo, TaskServer
 from uldp.collector.storage.db import Database, PendingReport, ReportOutcome, judge_stored
 from uldp.collector.storage.records import value_bytes
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
-__all__ = ["SIMULATED_REFUSED", "ReportIngest", "not_open"]
+__all__ = ["SIMULATED_REFUSED", "ReportIngest", "check_rule", "keep_valid", "not_open"]
 
 #: a decline's optional reason: a refusal code of the device (protocol §14.1)
 _REASON = re.compile(r"[a-z0-9_-]{0,32}")
@@ -65,6 +68,7 @@ class ReportIngest:
         info = self.tasks.task_info(rt, a)
         vals = list(values)
         _check_values(vals, info.length, info.limit, a)
+        check_rule(info, vals, a["slot"])  # step 8: the mechanism's rule (device.proto)
         if digest != info.digest:
             raise ServiceError("FAILED_PRECONDITION",
                                "report was computed for a different task (task_digest "
@@ -148,6 +152,31 @@ class ReportIngest:
             return self.writer.store_declines(items)
         except WriterUnavailable as exc:
             raise ServiceError("UNAVAILABLE", str(exc)) from None
+
+
+def check_rule(info: TaskInfo, vals: Sequence[int], slot: int = 0) -> None:
+    """Refuse (INVALID_ARGUMENT) a report its task's mechanism could not have produced:
+    the rule the phase's close applies (``uldp.collector.mechanisms.validity``)."""
+    if info.rule is None:
+        return
+    try:
+        info.rule.check(vals, slot)
+    except ReportError as exc:
+        raise ServiceError("INVALID_ARGUMENT", f"not a report of this task: {exc}") from None
+
+
+def keep_valid(info: TaskInfo, opened: Sequence[bytes | None]) -> list[bytes | None]:
+    """The opened reports of a shuffled batch (int64 little-endian payloads; None: did
+    not open) with the ones that break the task's rule turned into None too: dropped and
+    counted with the others, never failing the batch."""
+    out = list(opened)
+    rows = [i for i, p in enumerate(out) if p is not None]
+    if info.rule is None or not rows:
+        return out
+    r = np.frombuffer(b"".join(out[i] or b"" for i in rows), "<i8").reshape(len(rows), -1)
+    for j in np.flatnonzero(info.rule.invalid(r)):
+        out[rows[int(j)]] = None
+    return out
 
 
 def _check_values(vals: list[int], length: int, limit: int, a: dict[str, object]) -> None:

@@ -17,6 +17,11 @@ group, taking for each group the cheapest route its accumulator allows:
 The partials are merged **in window order**, so the result is the same whoever reduced
 the windows: the in-process :class:`LocalEngine` (a few threads, each on its own database
 connection) or a Dask cluster (``uldp.collector.service.dask_close``), bit for bit.
+
+A stored report that breaks its task's rule (``uldp.collector.mechanisms.validity``:
+stored before ingest checked it) never fails the close: where the database's sums or the
+accumulator refuse a window, the window's reports of that group are streamed, the bad
+ones left out and counted (:attr:`Partial.skipped`), and the rest added.
 """
 
 from __future__ import annotations
@@ -33,13 +38,15 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from uldp.collector.estimators.reductions import ColumnSums, PieceSums, Reduction, ValueCounts
+from uldp.collector.mechanisms import ReportError
+from uldp.collector.mechanisms.validity import ProbeRule, Rule, report_rule
 from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import Program, program_for
 from uldp.collector.storage.closing import Window
 from uldp.collector.storage.db import Database
 from uldp.collector.storage.records import TYPED_VALUES
 
-__all__ = ["CloseEngine", "LocalEngine", "PhaseWork", "WindowTask",
+__all__ = ["CloseEngine", "LocalEngine", "Partial", "PhaseSums", "PhaseWork", "WindowTask",
            "close_phase_accumulators", "merge_partials", "reduce_task", "reduce_window",
            "remember_program"]
 
@@ -68,18 +75,31 @@ class PhaseWork:
     def accumulators(self) -> dict[int, Any]:
         """An empty accumulator per group of the phase (built once per process and
         phase, then copied: building one compiles its task)."""
+        return copy.deepcopy(self._templates()[0])
+
+    def rules(self) -> dict[int, Rule]:
+        """The report rule of every group's task (``mechanisms.validity``; a method
+        without a layout there: its accumulator's own, :class:`ProbeRule`)."""
+        return self._templates()[1]
+
+    def _templates(self) -> tuple[dict[int, Any], dict[int, Rule]]:
         key = (self.spec_json, self.phase, self.published_json)
         with _PROGRAMS_LOCK:
             got = _TEMPLATES.get(key)
         if got is None:
             program, published = self.program(), self.published()
-            got = {g: program.accumulator(self.phase, g, s, published)
-                   for g, s, _ in program.cells(self.phase)}
+            accs = {g: program.accumulator(self.phase, g, s, published)
+                    for g, s, _ in program.cells(self.phase)}
+            rules: dict[int, Rule] = {}
+            for g, s, _ in program.cells(self.phase):
+                rule = report_rule(program.task(self.phase, g, s, published))
+                rules[g] = rule if rule is not None else ProbeRule(copy.deepcopy(accs[g]))
+            got = (accs, rules)
             with _PROGRAMS_LOCK:
                 _TEMPLATES[key] = got
                 while len(_TEMPLATES) > 16:
                     _TEMPLATES.popitem(last=False)
-        return copy.deepcopy(got)
+        return got
 
 
 @dataclass(frozen=True)
@@ -92,8 +112,9 @@ class WindowTask:
 
 #: programs by spec JSON (a worker builds each once; the in-process closer hands its own)
 _PROGRAMS: OrderedDict[str, Program] = OrderedDict()
-#: empty accumulators by (spec JSON, phase, published JSON)
-_TEMPLATES: OrderedDict[tuple[str, int, str], dict[int, Any]] = OrderedDict()
+#: empty accumulators and report rules by (spec JSON, phase, published JSON)
+_TEMPLATES: OrderedDict[tuple[str, int, str], tuple[dict[int, Any], dict[int, Rule]]] = \
+    OrderedDict()
 _PROGRAMS_LOCK = threading.Lock()
 
 
@@ -167,10 +188,32 @@ def _width(acc: Any) -> int:
     return 4096
 
 
+@dataclass
+class Partial:
+    """One window's partial accumulators (one per group) and the stored reports it left
+    out because they break their task's rule."""
+
+    accs: dict[int, Any]
+    skipped: int = 0
+
+
+@dataclass
+class PhaseSums:
+    """A closing phase's accumulators (groups with reports), its reports counted, and
+    the stored reports left out because they break their task's rule."""
+
+    accs: dict[int, Any]
+    reports: int
+    skipped: int = 0
+
+
 def reduce_window(db: Database, query_id: str, phase: int, window: Window,
-                  accs: dict[int, Any]) -> dict[int, Any]:
-    """Add one window of a closing phase to ``accs`` (one empty accumulator per group;
-    returned): the database's sums where the accumulator allows, else its reports."""
+                  accs: dict[int, Any], rules: dict[int, Rule] | None = None) -> Partial:
+    """Add one window of a closing phase to ``accs`` (one empty accumulator per group):
+    the database's sums where the accumulator allows, else its reports; a group whose
+    sums or reports the accumulator refuses gets its valid reports only (``rules``:
+    each group's report rule; None: a refusal fails the close)."""
+    empty = {g: copy.deepcopy(a) for g, a in accs.items()}
     sums: dict[int, ColumnSums] = {}
     counts: list[int] = []
     pieces: dict[tuple[tuple[int, int], ...], list[int]] = {}
@@ -185,42 +228,79 @@ def reduce_window(db: Database, query_id: str, phase: int, window: Window,
             pieces.setdefault(route.pieces, []).append(g)
         else:
             stream.append(g)
+    refused: list[int] = []  # groups whose sums break a rule: streamed instead
+
+    def absorb(g: int, w: Any) -> None:
+        try:
+            accs[g].absorb(w)  # checks before it adds: a refusal changes nothing
+        except ReportError:
+            if rules is None:
+                raise
+            refused.append(g)
     if sums:
         width = max(r.width for r in sums.values())
         gram = any(r.gram for r in sums.values())
         for (g, _), w in db.window_sums(query_id, phase, window, sorted(sums), width,
                                         gram).items():
-            accs[g].absorb(w)
+            absorb(g, w)
     if counts:
         for (g, _), c in db.window_counts(query_id, phase, window, counts).items():
-            accs[g].absorb(c)
+            absorb(g, c)
     for ranges, grps in pieces.items():
         for (g, _), m in db.window_pieces(query_id, phase, window, grps, ranges).items():
-            accs[g].absorb(m)
-    if stream:
-        slots = any(getattr(accs[g], "needs_slots", False) for g in stream)
-        for block in db.window_reports(query_id, phase, window, stream, slots):
-            accs[block.grp].add(block.reports(), block.slots)
-    return accs
+            absorb(g, m)
+    skipped = 0
+    if stream or refused:
+        grps = stream + refused
+        slots = any(getattr(accs[g], "needs_slots", False) for g in grps)
+        for block in db.window_reports(query_id, phase, window, grps, slots):
+            g = block.grp
+            skipped += _add_block(accs[g], empty[g], None if rules is None else rules[g],
+                                  block.reports(), block.slots)
+    return Partial(accs, skipped)
 
 
-def merge_partials(partials: Iterator[dict[int, Any]], empty: dict[int, Any]
-                   ) -> tuple[dict[int, Any], int]:
-    """Merge the windows' partial accumulators in window order into ``empty`` (one
-    empty accumulator per group); the groups that received at least one report, and how
-    many reports there were."""
+def _add_block(acc: Any, empty: Any, rule: Rule | None, reports: Any, slots: Any) -> int:
+    """Add a block of one group's reports to ``acc`` through a fresh copy of ``empty``
+    (a refusal changes nothing; the merge adds exactly what adding would); with a
+    ``rule``, the reports that break it are left out: how many."""
+    part = copy.deepcopy(empty)
+    try:
+        part.add(reports, slots)
+    except ReportError:
+        if rule is None:
+            raise
+        bad = rule.invalid(reports, slots)
+        if not bad.any():  # the accumulator refuses more than the rule: ask it row by row
+            bad = ProbeRule(empty).invalid(reports, slots)
+        keep = ~bad
+        part = copy.deepcopy(empty)
+        if keep.any():
+            part.add(reports[keep], None if slots is None else slots[keep])
+        acc.merge(part)
+        return int(bad.sum())
+    acc.merge(part)
+    return 0
+
+
+def merge_partials(partials: Iterator[Partial], empty: dict[int, Any]) -> PhaseSums:
+    """Merge the windows' partials in window order into ``empty`` (one empty accumulator
+    per group): the groups that received at least one report, how many reports there
+    were, and how many stored reports were left out."""
+    skipped = 0
     for part in partials:
-        for g, acc in part.items():
+        skipped += part.skipped
+        for g, acc in part.accs.items():
             empty[g].merge(acc)
     out = {g: acc for g, acc in empty.items() if acc.count > 0}
-    return out, sum(int(acc.count) for acc in out.values())
+    return PhaseSums(out, sum(int(acc.count) for acc in out.values()), skipped)
 
 
 class CloseEngine(Protocol):
     """Runs the windows of a closing phase; yields their partials in window order."""
 
     def run(self, db: Database, tasks: Sequence[WindowTask],
-            check: Callable[[], None]) -> Iterator[dict[int, Any]]: ...
+            check: Callable[[], None]) -> Iterator[Partial]: ...
 
 
 @dataclass
@@ -231,15 +311,15 @@ class LocalEngine:
     threads: int = 2
 
     def run(self, db: Database, tasks: Sequence[WindowTask],
-            check: Callable[[], None]) -> Iterator[dict[int, Any]]:
+            check: Callable[[], None]) -> Iterator[Partial]:
         if not tasks:
             return
         work = tasks[0].work
-        template = work.accumulators()
+        template, rules = work.accumulators(), work.rules()
 
-        def one(task: WindowTask) -> dict[int, Any]:
+        def one(task: WindowTask) -> Partial:
             return reduce_window(db, work.query_id, work.phase, task.window,
-                                 copy.deepcopy(template))
+                                 copy.deepcopy(template), rules)
         if self.threads <= 1 or len(tasks) == 1:
             for t in tasks:
                 check()
@@ -257,12 +337,12 @@ class LocalEngine:
                 yield pending.popleft().result()
 
 
-def reduce_task(task: WindowTask) -> dict[int, Any]:
+def reduce_task(task: WindowTask) -> Partial:
     """A worker's side of one :class:`WindowTask` (another process): its own database
     handle per URL and its own program per spec, then :func:`reduce_window`."""
     w = task.work
     return reduce_window(_database(w.db_url), w.query_id, w.phase, task.window,
-                         w.accumulators())
+                         w.accumulators(), w.rules())
 
 
 @lru_cache(maxsize=8)
@@ -279,10 +359,10 @@ def _database(url: str) -> Database:
 
 
 def close_phase_accumulators(db: Database, work: PhaseWork, users: int,
-                             engine: CloseEngine, check: Callable[[], None]
-                             ) -> tuple[dict[int, Any], int]:
-    """The accumulators of a closing phase (groups with reports) and the number of
-    reports, reduced window by window by ``engine`` and merged in window order."""
+                             engine: CloseEngine, check: Callable[[], None]) -> PhaseSums:
+    """The accumulators of a closing phase (groups with reports), the number of reports
+    and of stored reports left out, reduced window by window by ``engine`` and merged in
+    window order."""
     empty = work.accumulators()
     shape = window_shape(db, empty)
     windows = db.close_windows(work.query_id, work.phase, users, shape.report_bytes,

@@ -38,7 +38,7 @@ from uldp.collector.accounting.parameters import task_parameters
 from uldp.collector.security.sealkeys import SealKeyring
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.errors import ServiceError, echo
-from uldp.collector.service.ingest import not_open
+from uldp.collector.service.ingest import keep_valid, not_open
 from uldp.collector.service.odometer import PrivacyOdometer
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
@@ -156,6 +156,7 @@ class ShuffleIntake:
         hinfo = seal_info(b.query_id, b.phase, b.group, b.stage, b.task_digest)
         allow = self.allow_simulated or rt.allow_simulated
         opened = [open_report(s, key, hinfo, info.length, info.limit, allow) for s in b.sealed]
+        opened = keep_valid(info, opened)  # the task's report rule (issue 28): dropped, counted
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,
                               len(b.sealed), [p for p in opened if p is not None],
                               int(rt.spec.users))

@@ -16,13 +16,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from uldp.client.tasks import report_length, report_limit
 from uldp.client.wire import MAX_ABS_REPORT_VALUE
+from uldp.collector.mechanisms.validity import ProbeRule, Rule, report_rule
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.phases import PhaseView
@@ -46,6 +47,8 @@ class TaskInfo:
     length: int
     limit: int
     deadline_ms: int
+    #: which reports of the task are valid (``uldp.collector.mechanisms.validity``)
+    rule: Rule | None = field(default=None, compare=False, repr=False)
 
 
 #: a GetTasks answer: (tasks to run now, (query, phase) assignments waiting, retry-after ms)
@@ -107,9 +110,11 @@ class TaskServer:
         if rt.seal_json is not None:  # shuffle mode: the report is sealed to this key
             task = replace(task, seal=rt.seal_json)
         text = task.to_json()
+        rule = report_rule(task) or ProbeRule(rt.program.accumulator(phase, grp, stage,
+                                                                     published))
         info = TaskInfo(rt.query_id, phase, grp, stage, rt.dataset, text,
                         hashlib.sha256(text.encode()).hexdigest(), report_length(task),
-                        min(report_limit(task), MAX_ABS_REPORT_VALUE), 0)
+                        min(report_limit(task), MAX_ABS_REPORT_VALUE), 0, rule)
         with self._lock:
             self._tasks[key] = info
             if len(self._tasks) > 100_000:

@@ -277,4 +277,4 @@ class _Broken:
         finally:
             holder.execute("ROLLBACK")
             holder.close()
-        yield {}
+        yield R.Partial({})

@@ -35,7 +35,9 @@ def cluster():
         yield client
 
 
-def _store_phase1(db, spec):
+def _store_phase1(db, spec, bad_every=0):
+    """Store phase 1's reports (``bad_every``: every such report's first integer set to
+    −1, which no device of these specs sends) through the storage API."""
     core = _core(db, spec)
     rt = core.runtime(spec.query_id)
     rng = RandomSource.seeded(11)
@@ -46,6 +48,8 @@ def _store_phase1(db, spec):
         shape = (len(slots), spec.samples) if spec.dim == 1 else (len(slots), spec.samples,
                                                                    spec.dim)
         reps = compute_reports(task, data.uniform(-1, 1, shape), rng)
+        if bad_every:
+            reps[::bad_every, 0] = -1
         vb = value_bytes(min(report_limit(task), MAX_ABS_REPORT_VALUE))
         db.store_reports([PendingReport(spec.query_id, 1, f"d{k}", g, s, k,
                                         pack_values(reps[i], vb), vb)
@@ -71,13 +75,38 @@ def test_dask_close_equals_in_process_close(cluster, db_url, monkeypatch, spec):
         core, rt = _store_phase1(db, q)
         work = PhaseWork(db_url, q.query_id, 1, json.dumps(q.to_dict(), sort_keys=True),
                          "{}")
-        local, n_local = close_phase_accumulators(db, work, q.users, LocalEngine(2),
-                                                  lambda: None)
-        dist, n_dist = close_phase_accumulators(db, work, q.users, DaskEngine(cluster),
-                                                lambda: None)
-        assert n_local == n_dist == sum(n for *_, n in rt.program.cells(1))
-        a = rt.program.close(1, local, {})
-        b = rt.program.close(1, dist, {})
+        local = close_phase_accumulators(db, work, q.users, LocalEngine(2), lambda: None)
+        dist = close_phase_accumulators(db, work, q.users, DaskEngine(cluster), lambda: None)
+        assert local.reports == dist.reports == sum(n for *_, n in rt.program.cells(1))
+        assert local.skipped == dist.skipped == 0
+        a = rt.program.close(1, local.accs, {})
+        b = rt.program.close(1, dist.accs, {})
+        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+        core.stop()
+    finally:
+        db.dispose()
+
+
+def test_dask_close_leaves_out_the_same_bad_reports(cluster, tmp_path, monkeypatch):
+    """Reports stored without ingest's check (a PM cell of −1): the Dask close leaves out
+    and counts exactly what the in-process close does, and the rest gives the same bits."""
+    monkeypatch.setattr(C, "WINDOW_SLOTS", 50)
+    monkeypatch.setattr(C, "WINDOW_BLOCKS", 1)
+    from uldp.collector.service.dask_close import DaskEngine
+
+    url = f"sqlite:///{tmp_path / 'bad.db'}"
+    db = open_database(url)
+    try:
+        q = QuerySpec(kind="mean-l2", epsilon=4.0, users=300, samples=20, dim=3,
+                      method="ssl", randomizer="pm", query_id="q-bad")
+        core, rt = _store_phase1(db, q, bad_every=9)
+        work = PhaseWork(url, q.query_id, 1, json.dumps(q.to_dict(), sort_keys=True), "{}")
+        local = close_phase_accumulators(db, work, q.users, LocalEngine(2), lambda: None)
+        dist = close_phase_accumulators(db, work, q.users, DaskEngine(cluster), lambda: None)
+        assert local.skipped == dist.skipped > 0
+        assert local.reports == dist.reports == q.users - local.skipped
+        a = rt.program.close(1, local.accs, {})
+        b = rt.program.close(1, dist.accs, {})
         assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
         core.stop()
     finally:

@@ -146,6 +146,15 @@ def test_metrics_equal_the_database_during_a_fleet(start_collector, tmp_path):
     assert total(m, "uldp_storage_commit_seconds_count") >= 1
     assert total(m, "uldp_phase_close_seconds_count") == 1
     assert total(m, "uldp_query_epsilon", query_id="mean") == 1.0  # admin scope
+    # the device gauges come from the phases' counters and the slots taken, not from
+    # scans of the reports and assignments: the same numbers those scans give
+    with c.server.db.read() as conn:
+        running = "FROM {} t JOIN uldp_queries q USING (query_id) WHERE q.state = 'running'"
+        n_assigned, n_reported = (conn.exec_driver_sql(f"SELECT count(*) {running.format(t)}")
+                                  .scalar_one() for t in ("uldp_assignments", "uldp_reports"))
+    assert n_assigned >= n_reported > 0
+    assert total(m, "uldp_devices", state="reported") == n_reported
+    assert total(m, "uldp_devices", state="assigned") == n_assigned - n_reported
     check_dashboard(m)
 
 
