@@ -34,9 +34,11 @@ from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
 from uldp.collector.methods.auto import resolve_auto
+from uldp.collector.methods.sizing import OBJECTIVES
 from uldp.collector.placement import KeyedPermutation
 
-__all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "compile_query", "predicted_mse"]
+__all__ = ["MEAN_KINDS", "MECHANISM_FIELDS", "Plan", "QuerySpec", "compile_query",
+           "predicted_mse", "with_best_mechanisms"]
 
 MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
 #: ways of placing enrolment slots (``QuerySpec.placement``)
@@ -83,6 +85,9 @@ class QuerySpec:
     #: worst-case best for ε) or ``adaptive`` (two-stage-sized: chosen from stage I)
     randomizer: str = "laplace"
     records: int = 1  # method ``oracle``: records each device samples
+    #: what ``auto`` and a sized stage-II window minimize: ``width`` — the expected width
+    #: of the interval at ``confidence`` (what a result prints) — or ``mse``
+    objective: str = "width"
     #: the public range ``[lo, hi]`` of one value (kinds with ``Kind.ranged``); None: the
     #: range is ``[-bound, bound]``. With a range, ``bound`` is ``hi/2 − lo/2`` (set here)
     lo: float | None = None
@@ -134,6 +139,9 @@ class QuerySpec:
         if self.randomizer not in (*SCALARS, "best", "adaptive"):
             raise ValueError(f"randomizer must be one of {[*SCALARS, 'best', 'adaptive']}, "
                              f"got {self.randomizer!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got "
+                             f"{self.objective!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if not isinstance(self.records, int) or isinstance(self.records, bool) \
@@ -411,6 +419,65 @@ class Plan:
         return np.asarray(v if T is None else np.square(T) @ v, dtype=np.float64)
 
 
+    def reference_prediction(self, population: str, draws: int | None = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """``(mse, half_width)`` of every output on a reference population of users
+        (``uldp.collector.methods.sizing.reference_population``: ``alike`` — every user's
+        statistic the mean of ``m`` samples of the support's largest variance ``D²``;
+        ``spread`` — statistics uniform on the support; ``ends`` — half at each end):
+        what ``auto`` compares and the preview shows before any data exist. A method that
+        sizes its stage II from stage I predicts itself (``predict``); for the others the
+        interval is the normal one of their predicted variance."""
+        C = self.n_components
+        z = NormalDist().inv_cdf(0.5 + self.spec.confidence / 2)
+        D2 = np.array([self.group_params(g)[c].bound ** 2
+                       for g, grp in enumerate(self.grouping.groups)
+                       for c in grp.components])
+        order = [c for grp in self.grouping.groups for c in grp.components]
+        bound2 = np.zeros(C)
+        bound2[order] = D2
+        predict = getattr(self.method, "predict", None)
+        if predict is not None:
+            kw = {} if draws is None else {"draws": draws}
+            mse, half = predict(self, np.zeros(C), population=population, **kw)
+            sd = half / z
+        else:
+            share = {"alike": 1.0 / self.spec.samples, "spread": 1.0 / 3.0, "ends": 1.0}
+            if population not in share:
+                raise ValueError(f"unknown reference population {population!r}")
+            sample = bound2 if population != "spread" else bound2 / 3.0
+            mse = self.method.component_variance(self, sample, bound2 * share[population],
+                                                 np.zeros(C))
+            sd = np.sqrt(np.maximum(mse, 0.0))
+        T = self.kind.transform(self.template, C)
+        if T is None:
+            return mse, z * sd
+        T2 = np.square(np.asarray(T, dtype=np.float64))
+        return T2 @ mse, z * np.sqrt(T2 @ (sd * sd))
+
+
+#: the fields an analyst's query may set to choose the report mechanisms and the objective
+MECHANISM_FIELDS = ("oracle", "randomizer", "objective", "stage1_share", "records")
+
+
+def with_best_mechanisms(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an analyst's query with the mechanisms filled in: a query that names
+    its method (``--method X``) but not its mechanisms runs that method with the best ones
+    for its public parameters — the oracle of least variance for its categories
+    (``oracle="best"``) and the worst-case best scalar randomizer (``randomizer="best"``;
+    ``two-stage-sized``: the one stage I points to, ``"adaptive"``). ``auto`` picks its
+    own, and baseline A reports with discrete Laplace only. A mechanism the query names is
+    kept (issue 24 item 4: what ``auto`` would run with the same method, not Laplace)."""
+    out = dict(fields)
+    plan = METHOD_PLANS.get(out.get("method", "auto"))
+    if plan is None or getattr(plan, "fixed_randomizer", None):  # auto; baseline A
+        return out
+    out.setdefault("oracle", "best")
+    out.setdefault("randomizer",
+                   "adaptive" if getattr(plan, "adaptive_randomizer", False) else "best")
+    return out
+
+
 def predicted_mse(plan: Plan, sample_var: np.ndarray,
                   stat_var: np.ndarray | None = None,
                   stat_mean: np.ndarray | None = None) -> float:
@@ -493,6 +560,9 @@ def _too_few_users(plan: Plan) -> str | None:
     width, span = 2 * z * float(sd.max(initial=0.0)), float(rng[1] - rng[0])
     if not span > 0 or width < WIDE_SHARE * span:
         return None
+    if not math.isfinite(width / span):  # a range near the largest double
+        return (f"with {spec.users} users at epsilon {spec.epsilon:g} the likely interval "
+                f"spans the whole range [{rng[0]:g}, {rng[1]:g}]")
     need = math.ceil(spec.users * (width / (0.1 * span)) ** 2)
     return (f"with {spec.users} users at epsilon {spec.epsilon:g} the likely interval is "
             f"{width:.3g} wide, {100 * min(width / span, 1):.0f}% of the range "

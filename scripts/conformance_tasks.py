@@ -236,6 +236,29 @@ def _task_shapes(cfg: Config) -> Iterator[tuple[str, TaskSpec, list[str]]]:
     yield "baseline-a-mref1", cfg.baseline_a(2.0, m_ref=1, offset=0), ["typical", "one"]
 
 
+def _sized_shapes(cfg: Config) -> Iterator[tuple[str, TaskSpec, list[str]]]:
+    """``two-stage-sized`` stage I (grid points, §9.6) over the ε regimes, and on the
+    ``mean`` configuration the extreme grids every rule accepts."""
+    from dataclasses import replace
+
+    C = cfg.C
+    regimes = [("high", 0.5, (C - 1,)), ("low", 60.0, tuple(range(C)))]
+    if C >= 3:
+        regimes.insert(1, ("medium", 2.5, (1, 2)))
+    every = list(datasets(cfg))
+    for reg, eps, comps in regimes:
+        yield f"two-stage-sized-1-{reg}", cfg.task("two-stage-sized", 1, eps, comps), \
+            every if reg == "low" else ["typical"]
+    if cfg.name == "mean":
+        s1 = cfg.task("two-stage-sized", 1, 1.0, (0,))
+        wide = 2.0 / 65535 * (1 + 1e-12)  # ceil(2D/h − 1e-9) = 65535
+        for name, bins in (("one-bin", ((1.0, 3.0, 1),)), ("65535", ((1.0, wide, 65535),)),
+                           ("subnormal", ((5e-324, 5e-324, 2),)),
+                           ("huge", ((1e300, 1e300 * wide, 65535),))):
+            yield f"two-stage-sized-1-grid-{name}", replace(s1, bins=bins), \
+                ["typical", "special"]
+
+
 def _extreme_tasks() -> Iterator[tuple[str, TaskSpec, str, list[str]]]:
     cfg = CONFIGS[0]
     for eps in (2.0**-24, 2.0**20):
@@ -377,6 +400,14 @@ def tasks() -> dict[str, Any]:
             task = cfg.task("ssl", 0, eps, comps)
             for dn in (list(data) if reg != "high" else ["typical"]):
                 cases.append(_report_case(f"{cfg.name}/ssl-{reg}/{dn}", task, *data[dn],
+                                          len(cases)))
+    # two-stage-sized stage I (§9.6): every configuration, the ε regimes, every dataset at
+    # the low regime; hostile grids (appended: earlier cases keep their keys)
+    for cfg in CONFIGS + RANGED:
+        data = datasets(cfg)
+        for label, task, names in _sized_shapes(cfg):
+            for dn in names:
+                cases.append(_report_case(f"{cfg.name}/{label}/{dn}", task, *data[dn],
                                           len(cases)))
     return {"description": "the report of one device: (task JSON, sanitized dataset, labels, "
                            "32-byte key) -> report integers (compute_report on a fresh "

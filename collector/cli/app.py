@@ -21,7 +21,9 @@ import numpy as np
 from uldp.collector.cli.util import (
     Parser,
     add_debug_flag,
+    add_mechanism_flags,
     add_method_flag,
+    mechanism_options,
     positive_float,
     positive_int,
     quiet_grpc_logs,
@@ -69,6 +71,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                         "(d-dimensional mean, error in that norm), distribution (histogram "
                         "over --dim symbols), sgd / classify / regress (learning)")
     add_method_flag(p, "auto")
+    add_mechanism_flags(p)
     _add_population_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     own = p.add_argument_group(
@@ -208,7 +211,8 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
     if args.kind == "distribution" and args.dim is not None:
         dim = args.dim
     common = dict(epsilon=args.epsilon, lo=lo, hi=hi, dim=dim, seed=args.seed, extra=extra,
-                  samples=args.samples if args.samples != 100 else None, reps=args.reps)
+                  samples=args.samples if args.samples != 100 else None, reps=args.reps,
+                  options=mechanism_options(args) or None)
     if args.compare:
         return _print_comparison(args, data, common, note)
     res = run_users(args.kind, data, method=args.method, **common)
@@ -224,8 +228,8 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
 def _print_own_data(args: argparse.Namespace, data: Any, res: Any, note: str) -> None:
     e = res.estimate
     print(f"{res.kind} over {res.users} users of {args.data} (m_ref={res.m_ref}, "
-          f"epsilon={res.epsilon:g}), method {res.method}"
-          + (f" (auto: {res.auto['chosen']})" if res.auto else "") + note)
+          f"epsilon={res.epsilon:g}), method {ran_as(res.method, e.extra)}"
+          + (" (chosen by auto)" if res.auto else "") + note)
     print(f"estimand: {res.estimand}")
     labels = data.categories or [str(j) for j in range(len(res.truth))]
     print(f"{'coord':>12} {'estimate':>11} {'truth':>11} {'95% interval':>27}")
@@ -278,7 +282,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return mod.simulate_learning(args)
     from uldp.client.randomness import RandomSource
     from uldp.collector.datasets import make_fleet_data
-    from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
+    from uldp.collector.planner import (
+        QuerySpec,
+        compile_query,
+        predicted_mse,
+        with_best_mechanisms,
+    )
     from uldp.collector.simulation.simulate import simulate_reps
 
     dim = args.dim or (1 if args.kind == "mean" else 8)
@@ -299,10 +308,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if data.moment is None:
             raise ValueError(f"give --moment {moment_p:g}:M explicitly for --dist {dist}")
         moment_m = data.moment[1]
-    spec = QuerySpec(kind=args.kind, epsilon=args.epsilon, users=args.users,
-                     samples=args.samples, dim=dim, bound=bound, method=args.method,
-                     moment_p=moment_p, moment_m=moment_m, frame_kind=args.frame,
-                     mode=args.mode, seed=args.seed, query_id=f"sim-{args.seed}")
+    spec = QuerySpec(**with_best_mechanisms(dict(
+        kind=args.kind, epsilon=args.epsilon, users=args.users, samples=args.samples,
+        dim=dim, bound=bound, method=args.method, moment_p=moment_p, moment_m=moment_m,
+        frame_kind=args.frame, mode=args.mode, seed=args.seed, query_id=f"sim-{args.seed}",
+        **mechanism_options(args))))
     plan = compile_query(spec)
     for note in plan.advisories:
         print(f"note: {note}", file=sys.stderr)
@@ -322,9 +332,27 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def ran_as(method: str, est_extra: dict[str, Any]) -> str:
+    """``method (oracle X, randomizer Y)``: what ran, as a result names it, and ``auto``'s
+    runner-up with what it would likely have given."""
+    mech = est_extra.get("mechanisms") or {}
+    parts = [f"{k} {v}" for k, v in (("oracle", mech.get("oracle")),
+                                      ("randomizer", mech.get("randomizer"))) if v]
+    out = method + (f" ({', '.join(parts)})" if parts else "")
+    auto = est_extra.get("auto") or {}
+    r = auto.get("runner_up")
+    if r and r.get("likely_half_width"):
+        what = ("likely interval ±" + f"{max(r['likely_half_width']):.4g}"
+                if auto.get("objective", "width") == "width"
+                else f"predicted MSE {r['likely_mse']:.4g}")
+        out += f"; auto's runner-up: {r['method']} ({what})"
+    return out
+
+
 def _print_simulation(args: argparse.Namespace, spec: Any, result: Any, out: dict[str, Any],
                       predicted: float | None) -> None:
-    print(f"{spec.kind} via {spec.method}: n={spec.users} users x m={spec.samples} samples, "
+    print(f"{spec.kind} via {ran_as(out['method'], result.last.extra)}: n={spec.users} "
+          f"users x m={spec.samples} samples, "
           f"d={spec.dim}, epsilon={spec.epsilon:g} ({out['regime']} regime), "
           f"{args.reps} rep(s) in {result.seconds:.2f}s")
     width = min(len(result.truth), 16)

@@ -40,13 +40,14 @@ const refuse = (code: RefusalCode, message: string): never => {
   throw new TaskRefused(message, code);
 };
 
-export type Method = "two-stage" | "ssl" | "baseline-a" | "baseline-b" | "oracle";
+export type Method = "two-stage" | "two-stage-sized" | "ssl" | "baseline-a" | "baseline-b" | "oracle";
 export const KIND_NAMES = ["classify", "distribution", "mean", "mean-by", "mean-l1", "mean-l2", "mean-linf", "regress", "sgd"] as const;
 /** Groups a grouped mean (kind mean-by) may have: 2·G components (Python: MAX_GROUPS). */
 export const MAX_GROUPS = 1 << 10;
 export type KindName = (typeof KIND_NAMES)[number];
 const METHOD_STAGES: Record<Method, readonly number[]> = {
-  "two-stage": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0], oracle: [0],
+  "two-stage": [1, 2], "two-stage-sized": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0],
+  oracle: [0],
 };
 export const GRADIENT_MODELS = ["least_squares", "logistic", "quadratic", "ridge"] as const;
 
@@ -381,10 +382,13 @@ function checkOracle(f: Map<string, JValue>, kind: KindName, dim: number, C: num
 /** Step 10 of §14.1: the method's own rules, in the Python SDK's order. */
 function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: KindName, dim: number, C: number,
   comps: bigint[]): void {
-  if (m === "two-stage" && stage === 1) {
+  if ((m === "two-stage" || m === "two-stage-sized") && stage === 1) {
     singleRecord(f);
     oracleOf(f.get("mechanism") as string);
     checkBins(f, comps.length);
+    if (m === "two-stage-sized" && (f.get("bins") as JInt[][]).some((r) => r[2].value > BigInt(MAX_BINS - 1))) {
+      refuse("limit", `two-stage-sized has at most ${MAX_BINS - 1} bins (its ${MAX_BINS} grid points are the categories)`);
+    }
   } else if (m === "baseline-a") {
     checkBaselineA(f, comps);
   } else if (m === "oracle") {
@@ -411,9 +415,11 @@ function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, d
   }
   if (method !== "baseline-a") {
     const units = BigInt(comps) * epsilonUnits(epsC, "eps_c");
-    if (method === "two-stage" && stage === 1) {
+    if ((method === "two-stage" || method === "two-stage-sized") && stage === 1) {
+      // two-stage-sized: B_c + 1 grid points per component (§9.3)
+      const extra = method === "two-stage-sized" ? 1 : 0;
       const oracle = oracleOf(f.get("mechanism") as string);
-      const n = (f.get("bins") as JInt[][]).reduce((s, r) => s + oracle.length(Number(r[2].value), toDouble(epsC)), 0);
+      const n = (f.get("bins") as JInt[][]).reduce((s, r) => s + oracle.length(Number(r[2].value) + extra, toDouble(epsC)), 0);
       return [units, n];
     }
     return [units, comps];
