@@ -24,10 +24,8 @@ from typing import Any
 import numpy as np
 
 from uldp.client.randomness import RandomSource
-from uldp.collector.learning.classify import GridModel, choose_grid
 from uldp.collector.learning.estimators import LDPLogisticRegression
 from uldp.collector.learning.fit import run_classify, run_regress, run_sgd
-from uldp.collector.learning.sgd import SGDConfig, theorem8_bound
 from uldp.collector.learning.synthetic import (
     excess_risk,
     l2_risk,
@@ -35,6 +33,8 @@ from uldp.collector.learning.synthetic import (
     quadratic_population,
     sine_population,
 )
+from uldp.collector.models.grid import GridModel, choose_grid
+from uldp.collector.models.sgd import SGDConfig, theorem8_bound
 
 EPS = (0.5, 1.0, 2.0, 4.0, 8.0)
 METHODS = ("two-stage", "baseline-a", "baseline-b")

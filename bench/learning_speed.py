@@ -30,7 +30,7 @@ import numpy as np
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import compute_report, report_length, report_limit
 from uldp.collector.learning.runner import SyntheticUsers, source_privatizer
-from uldp.collector.learning.sgd import SGDConfig, step_spec
+from uldp.collector.models.sgd import SGDConfig, step_spec
 from uldp.collector.planner import compile_query
 from uldp.collector.programs import MeanEstProgram
 from uldp.collector.programs.driver import run_program

@@ -1,7 +1,7 @@
 """Benchmark: report throughput through the shuffler (shuffle mode) next to the direct path.
 
     python bench/shuffle_throughput.py [--devices 20000] [--batch-size 500] [--threads 4]
-                                       [--out bench/results/shuffle.md]
+                                       [--max-batch 50000] [--out bench/results/shuffle.md]
 
 Real processes on loopback, TLS everywhere, SQLite (WAL, synchronous=FULL) on both sides:
 a ``uldp collector serve`` with its shuffler port (mutual TLS) and a ``uldp shuffler
@@ -11,11 +11,13 @@ dataset — one in the clear, one in shuffle mode — and their reports are comp
 production device function (and sealed, for the shuffled query).
 
 Timed, each from ``--threads`` threads in batch calls of ``--batch-size`` reports, every
-report with its own device token:
+report with its own credential:
 
-* direct: ``SubmitReportBatch`` to the collector; an OK = committed at the collector;
-* shuffled, ingest: ``SubmitSealedBatch`` to the shuffler; an OK = committed at the
-  shuffler (one report per device checked, identity dropped);
+* direct: ``SubmitReportBatch`` to the collector, each report with its device token; an OK
+  = committed at the collector;
+* shuffled, ingest: ``SubmitSealedBatch`` to the shuffler, each report with its device's
+  shuffler ticket and an app attestation for the shuffler's own enrolment check; an OK =
+  committed at the shuffler (one report per slot, cell and ciphertext checked);
 * shuffled, end to end: from the first sealed report sent until the collector has stored
   every report (the shuffler's batches drawn, forwarded over mutual TLS, opened with HPKE,
   checked and stored);
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import tempfile
 import time
@@ -41,16 +44,18 @@ from uldp.client.sealing import SealKey, parse_seal, plaintext, seal, seal_info,
 from uldp.client.tasks import TaskSpec, compute_reports
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
+from uldp.collector.security.attestation import HmacAttestation
 from uldp.collector.service.client import AnalystClient, QueryRequest
 from uldp.collector.shuffler.launch import make_shuffle_pki, start_shuffler_process
 from uldp.collector.simulation.demo import _stop, start_shuffled_collector
 
 
-def _deploy(work: Path) -> dict[str, Any]:
+def _deploy(work: Path, max_batch: int) -> dict[str, Any]:
     sp = make_shuffle_pki(work)
     col, port, intake = start_shuffled_collector(work, sp)
     sh, sport = start_shuffler_process(work, sp, f"127.0.0.1:{intake}",
-                                       extra=["--min-batch", "100", "--linger", "2"])
+                                       extra=["--min-batch", "100", "--linger", "2",
+                                              "--max-batch", str(max_batch)])
     return {"sp": sp, "procs": [sh, col], "collector": Endpoint(f"127.0.0.1:{port}", sp.ca),
             "shuffler": Endpoint(f"127.0.0.1:{sport}", sp.ca)}
 
@@ -65,7 +70,7 @@ def _prepare(d: dict[str, Any], n: int, batch: int) -> dict[str, Any]:
     an.close()
     ch = secure_channel(d["collector"])
     stub = device_pb2_grpc.DeviceServiceStub(ch)
-    tokens, tasks = [], {}
+    tokens, tasks, tickets = [], {}, []
     for k in range(0, n, batch):
         m = min(batch, n - k)
         er = stub.EnrollBatch(device_pb2.EnrollBatchRequest(
@@ -78,9 +83,14 @@ def _prepare(d: dict[str, Any], n: int, batch: int) -> dict[str, Any]:
         for r in gr.results:
             for t in r.response.tasks:
                 tasks.setdefault(t.query_id, t)
+                if t.shuffle_ticket:
+                    tickets.append(t.shuffle_ticket)
     ch.close()
     x = np.random.default_rng(1).uniform(-1, 1, (n, 10))
-    out: dict[str, Any] = {"tokens": tokens}
+    assert len(tickets) == n
+    att = HmacAttestation.from_file(d["sp"].attestation_key)
+    out: dict[str, Any] = {"tokens": tokens, "tickets": tickets,
+                           "attestations": [att.issue(f"bench-{i}", 3600) for i in range(n)]}
     for qid, t in tasks.items():
         spec = TaskSpec.from_json(t.task_json)
         vals = compute_reports(spec, x, RandomSource.seeded(f"bench:{qid}"))
@@ -116,6 +126,12 @@ def _send(ep: Endpoint, calls: list[Any], threads: int) -> float:
     return dt
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _stored(work: Path, qid: str) -> int:
     db = sqlite3.connect(f"file:{work / 'collector.db'}?mode=ro", uri=True)
     try:
@@ -123,6 +139,30 @@ def _stored(work: Path, qid: str) -> int:
                               (qid,)).fetchone()[0])
     finally:
         db.close()
+
+
+def _wait_done(work: Path, qid: str) -> None:
+    """Wait until the query's last phase is closed (its estimate computed)."""
+    end = time.monotonic() + 300
+    while time.monotonic() < end:
+        db = sqlite3.connect(f"file:{work / 'collector.db'}?mode=ro", uri=True)
+        try:
+            state = db.execute("SELECT state FROM uldp_queries WHERE query_id = ?",
+                               (qid,)).fetchone()[0]
+        finally:
+            db.close()
+        if state != "running":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"query {qid} never finished")
+
+
+def _children(pid: int) -> list[str]:
+    """Process ids of ``pid``'s children (the collector's opening processes)."""
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
 
 
 def _open_us(prep: dict[str, Any], work: Path) -> float:
@@ -142,9 +182,9 @@ def _open_us(prep: dict[str, Any], work: Path) -> float:
     return (time.perf_counter() - t0) / len(sample) * 1e6
 
 
-def run(n: int, batch: int, threads: int) -> dict[str, Any]:
+def run(n: int, batch: int, threads: int, max_batch: int = 50_000) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="uldp-bench-shuffle-"))
-    d = _deploy(work)
+    d = _deploy(work, max_batch)
     try:
         prep = _prepare(d, n, batch)
         toks = prep["tokens"]
@@ -157,19 +197,32 @@ def run(n: int, batch: int, threads: int) -> dict[str, Any]:
         sealed = [("SubmitSealedBatch", shuffler_pb2.SubmitSealedBatchRequest(reports=[
             shuffler_pb2.SealedReport(query_id="shuffled", phase=ts.phase, group=ts.group,
                                       stage=ts.stage, task_digest=ts.task_digest,
-                                      sealed=prep["sealed"][i], device_token=toks[i])
+                                      sealed=prep["sealed"][i], ticket=prep["tickets"][i],
+                                      attestation=prep["attestations"][i])
             for i in range(k, min(k + batch, n))])) for k in range(0, n, batch)]
+        sh, col = d["procs"]
+        c0, b0 = _cpu_s(col.pid), time.process_time()
         t_direct = _send(d["collector"], direct, threads)
+        _wait_done(work, "direct")  # its phase close counts as its CPU, not the next's
+        cpu_direct = (_cpu_s(col.pid) - c0, time.process_time() - b0)
+        c0, s0, b0 = _cpu_s(col.pid), _cpu_s(sh.pid), time.process_time()
+        o0 = {p: _cpu_s(int(p)) for p in _children(col.pid)}  # warm: started at boot
         t0 = time.perf_counter()
         t_ingest = _send(d["shuffler"], sealed, threads)
         while _stored(work, "shuffled") < n:
             time.sleep(0.05)
             assert time.perf_counter() - t0 < 600, "the collector never got every report"
         t_e2e = time.perf_counter() - t0
-        return {"devices": n, "batch": batch, "threads": threads,
+        _wait_done(work, "shuffled")
+        opener = sum(_cpu_s(int(p)) - o0.get(p, 0.0) for p in _children(col.pid))
+        cpu_shuffled = (_cpu_s(col.pid) - c0, _cpu_s(sh.pid) - s0, time.process_time() - b0,
+                        opener)
+        return {"devices": n, "batch": batch, "threads": threads, "max_batch": max_batch,
                 "direct_rps": n / t_direct, "shuffler_ingest_rps": n / t_ingest,
                 "shuffled_e2e_rps": n / t_e2e, "e2e_seconds": t_e2e,
-                "seal_us": prep["seal_us"], "open_us": _open_us(prep, work)}
+                "seal_us": prep["seal_us"], "open_us": _open_us(prep, work),
+                "cpu_us": {"direct": [x / n * 1e6 for x in cpu_direct],
+                           "shuffled": [x / n * 1e6 for x in cpu_shuffled]}}
     finally:
         for p in d["procs"]:
             _stop(p)
@@ -180,23 +233,38 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=20_000)
     ap.add_argument("--batch-size", type=int, default=500)
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--max-batch", type=int, default=50_000,
+                    help="the shuffler's --max-batch: smaller batches are forwarded (and "
+                         "opened) while reports still arrive")
     ap.add_argument("--out", default=None, help="write the markdown table here too")
     a = ap.parse_args()
-    r = run(a.devices, a.batch_size, a.threads)
+    r = run(a.devices, a.batch_size, a.threads, a.max_batch)
     table = "\n".join([
         f"Shuffle mode throughput, {r['devices']} devices, batch calls of {r['batch']} "
-        f"reports from {r['threads']} threads, loopback TLS, SQLite (WAL, synchronous=FULL) "
-        "on both sides (`python bench/shuffle_throughput.py`).", "",
+        f"reports from {r['threads']} threads, shuffler --max-batch {r['max_batch']}, "
+        "loopback TLS, SQLite (WAL, synchronous=FULL) on both sides "
+        f"(`python bench/shuffle_throughput.py --max-batch {r['max_batch']}`).", "",
         "| path | reports/s | what an OK means |", "|---|---|---|",
         f"| direct: SubmitReportBatch → collector | {r['direct_rps']:,.0f} | committed at "
         "the collector |",
         f"| shuffled: SubmitSealedBatch → shuffler | {r['shuffler_ingest_rps']:,.0f} | "
-        "committed at the shuffler (one per device checked, identity dropped) |",
+        "committed at the shuffler (ticket, attestation, slot, cell and replay checked) |",
         f"| shuffled, end to end (→ shuffler → batches → collector opens and stores) | "
         f"{r['shuffled_e2e_rps']:,.0f} | every report stored at the collector "
-        f"({r['e2e_seconds']:.1f} s for all) |", "",
+        f"({r['e2e_seconds']:.1f} s for all; {r['shuffled_e2e_rps'] / r['direct_rps']:.2f}× "
+        "direct) |", "",
         f"Per report, in process: sealing (device, HPKE X25519/HKDF-SHA256/ChaCha20-Poly1305)"
-        f" {r['seal_us']:.0f} µs, opening (collector) {r['open_us']:.0f} µs.", ""])
+        f" {r['seal_us']:.0f} µs, opening (collector) {r['open_us']:.0f} µs.", "",
+        "CPU per report (µs, user + system, from /proc, each path until its query is closed "
+        "and estimated): the machine's cores are what both paths share.", "",
+        "| path | collector | its opening processes | shuffler | bench client | total |",
+        "|---|---|---|---|---|---|",
+        "| direct | {:.0f} | – | – | {:.0f} | {:.0f} |".format(
+            *r["cpu_us"]["direct"], sum(r["cpu_us"]["direct"])),
+        "| shuffled, end to end | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |".format(
+            r["cpu_us"]["shuffled"][0], r["cpu_us"]["shuffled"][3],
+            r["cpu_us"]["shuffled"][1], r["cpu_us"]["shuffled"][2],
+            sum(r["cpu_us"]["shuffled"])), ""])
     print(table)
     print(json.dumps(r))
     if a.out:

@@ -10,8 +10,7 @@ Usage (an app)::
     dev = Device("collector.example:443", "/var/lib/myapp/uldp",
                  ca_cert="ca.pem", budget=4.0)
     dev.add_dataset("steps", samples=np.array([...]))   # any values: NaN, empty, huge
-    result = dev.poll()          # enroll if needed, run every task available now
-    dev.poll(send_delay=SendDelay(2.0, 10.0))  # send at a time that hides the computation
+    result = dev.poll()  # enroll, run every task now; each report sent 2-8 s after its task
 
 **Totality (invariant 6, docs/architecture.md).** Whether the device reports, and how many
 messages it sends, depend only on public facts: the task, the device's ledger and what the app
@@ -46,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 import numpy as np
@@ -63,7 +62,8 @@ from uldp.client.ledger import (
 )
 from uldp.client.outcomes import DeviceError, EnrollmentError, PollResult, ReportRejected
 from uldp.client.polling import PollLoop
-from uldp.client.randomness import RandomSource
+from uldp.client.randomness import RandomSource, check_device_rng
+from uldp.client.schedule import SendDelay, default_send_delay
 from uldp.client.shuffled import AnyReport, ShuffleMode
 from uldp.client.task_checks import (
     check_declaration,
@@ -85,7 +85,7 @@ from uldp.client.transport import (
     call_with_retry,
     secure_channel,
 )
-from uldp.client.wire import bearer, device_pb2, device_pb2_grpc
+from uldp.client.wire import bearer, device_pb2, device_pb2_grpc, shuffler_pb2
 
 __all__ = [
     "AlreadyParticipated",
@@ -122,22 +122,22 @@ class Device(PollLoop, ShuffleMode):
                  rng: RandomSource | None = None, durable: bool = True,
                  simulation: bool = False, shuffler: str | Endpoint | None = None,
                  shuffler_channel: grpc.Channel | None = None,
-                 attestation: str | Callable[[], str] = "") -> None:
+                 attestation: str | Callable[[], str] = "",
+                 shuffler_attestation: str | Callable[[], str] = "",
+                 send_delay: SendDelay | Literal["default"] | None = "default") -> None:
         """``attestation``: what the app's back end vouches for this install with, for a
         collector that enrols new identities only with one (a string, or a callable
         asked once per new identity; protocol §10). ``rng``: leave None in production (a
-        fresh OS-keyed source per report). A
-        seeded source is accepted only together with ``simulation=True`` (fleet
-        simulations and tests); such a device marks every report ``simulated``.
-        ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode).
+        fresh OS-keyed source per report); a seeded source only with ``simulation=True``
+        (fleets, tests), and every report is then marked ``simulated``.
+        ``shuffler`` / ``shuffler_channel``: where sealed reports go (shuffle mode);
+        ``shuffler_attestation``: the app's attestation for a shuffler's own enrolment
+        check (a string, or a callable asked at every send; §16). ``send_delay``: the
+        public window reports are sent in after their task arrived (default 2–8 s,
+        ``schedule.DEFAULT_SEND_DELAY``; None: at once; ``docs/privacy.md`` §2).
         ``state_dir`` as a :class:`StateSlot`: the device's state lives in its rows of a
         shared :class:`StateFile`, whose own ``durable`` setting applies."""
-        if rng is not None and not simulation:
-            raise ValueError("a seeded random source is for simulations only: pass "
-                             "simulation=True (reports are then marked simulated), or "
-                             "rng=None for a production device")
-        if rng is not None and not (isinstance(rng, RandomSource) and rng.simulation):
-            raise ValueError("rng must be a simulation RandomSource (RandomSource.seeded)")
+        check_device_rng(rng, simulation)
         self.endpoint = target if isinstance(target, Endpoint) else Endpoint(
             target, Path(ca_cert) if ca_cert else None,
             Path(client_cert) if client_cert else None,
@@ -160,7 +160,8 @@ class Device(PollLoop, ShuffleMode):
         self._own_channel = channel is None
         self._channel = channel
         self._stub: device_pb2_grpc.DeviceServiceStub | None = None
-        self._init_shuffler(shuffler, shuffler_channel, ca_cert)
+        self._init_shuffler(shuffler, shuffler_channel, ca_cert, shuffler_attestation)
+        self.send_delay = default_send_delay() if send_delay == "default" else send_delay
         self._datasets: dict[str, LocalDataset] = {}
         #: per query: how many values its report clamped into the task's public range
         #: (local only, never sent: a hint that the app's values are on another scale)
@@ -386,7 +387,7 @@ class Device(PollLoop, ShuffleMode):
         if n != task.report_length:
             raise TaskRefused(f"task announces {task.report_length} report values but its "
                               f"public parameters give {n}", code="length")
-        self._check_sealable(spec)
+        self._check_sealable(spec, task)
         try:
             self.ledger.check(task.query_id, task.task_digest, units)
         except LedgerError as exc:
@@ -458,26 +459,30 @@ class Device(PollLoop, ShuffleMode):
         return self._message(entry)
 
     def send(self, report: AnyReport) -> Any:
-        """Send a persisted report (retrying the same bytes; a sealed one to the
-        shuffler); update the ledger.
-
-        On UNAUTHENTICATED the device re-enrolls once and tries again; a second
-        UNAUTHENTICATED is a rejection like any other definitive answer."""
+        """Send a persisted report (the same bytes on every retry; a sealed one to the
+        shuffler); update the ledger. On UNAUTHENTICATED the device re-enrolls once and
+        tries again (a second one is a rejection); from a shuffler (its ticket or
+        attestation refused: enrolling fixes nothing) it tries once more with a fresh
+        attestation and then keeps the report pending."""
         if self.before_send is not None:
             self.before_send(report.query_id)
-        call = self._submit_call(report)
+        sealed = isinstance(report, shuffler_pb2.SealedReport)
         for attempt in (0, 1):
+            call = self._submit_call(report)
             try:
                 resp = call_with_retry(call, self.retry, self._jitter)
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code == grpc.StatusCode.UNAUTHENTICATED and attempt == 0:
-                    self.enroll(force=True)
+                    if not sealed:
+                        self.enroll(force=True)
                     continue
-                if code not in RETRYABLE:
+                pending = sealed and code == grpc.StatusCode.UNAUTHENTICATED
+                if code not in RETRYABLE and not pending:
                     self.ledger.mark(report.query_id, "rejected",
                                      f"{code.name}: {exc.details()}")
-                raise ReportRejected(report.query_id, code, exc.details() or "") from None
+                raise ReportRejected(report.query_id, code, exc.details() or "",
+                                     pending) from None
             self.ledger.mark(report.query_id, "acknowledged",
                              "duplicate" if resp.duplicate else "")
             return resp

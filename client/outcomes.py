@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from uldp.client.transport import RETRYABLE
+
 __all__ = ["DeviceError", "EnrollmentError", "PollResult", "ReportRejected"]
 
 
@@ -22,11 +24,14 @@ class EnrollmentError(DeviceError):
 class ReportRejected(DeviceError):
     """The collector refused a report (the budget stays spent: the bytes were sent)."""
 
-    def __init__(self, query_id: str, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, query_id: str, code: grpc.StatusCode, message: str,
+                 pending: bool = False) -> None:
         super().__init__(f"report for query {query_id} rejected: {code.name}: {message}")
         self.query_id = query_id
         self.code = code
         self.message = message
+        #: the report is still pending in the ledger (sent again later)
+        self.pending = pending or code in RETRYABLE
 
 
 @dataclass

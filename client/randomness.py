@@ -35,7 +35,7 @@ import struct
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-__all__ = ["RandomSource", "as_source"]
+__all__ = ["RandomSource", "as_source", "check_device_rng"]
 
 _READ_AHEAD = 512  # keystream bytes computed per refill of the read-ahead buffer
 
@@ -221,3 +221,13 @@ def as_source(rng: RandomSource | None) -> RandomSource:
             "use RandomSource.seeded(seed) in tests"
         )
     return rng
+
+
+def check_device_rng(rng: RandomSource | None, simulation: bool) -> None:
+    """A device takes a seeded source only in simulation mode (ValueError otherwise)."""
+    if rng is not None and not simulation:
+        raise ValueError("a seeded random source is for simulations only: pass "
+                         "simulation=True (reports are then marked simulated), or "
+                         "rng=None for a production device")
+    if rng is not None and not (isinstance(rng, RandomSource) and rng.simulation):
+        raise ValueError("rng must be a simulation RandomSource (RandomSource.seeded)")

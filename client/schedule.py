@@ -11,6 +11,13 @@ charge and the computation), and ``U`` is uniform over the public window ``[low,
 the device's seeded source). Provided ``low`` exceeds the worst-case computation time, the
 send time is a function of public facts and fresh randomness only. A computation that
 overruns its deadline is sent at once and counted (``PollResult.late``): widen the window.
+
+**On by default.** A device without a ``send_delay`` of its own uses
+:data:`DEFAULT_SEND_DELAY` (2 to 8 s): every report of ``poll``/``run`` leaves at a drawn
+deadline. ``Device(send_delay=None)`` (or ``poll(send_delay=None)`` for one call) opts out —
+for simulations and tests, or an app that hides the computation time otherwise (a fixed
+polling schedule). The deadline is never later than 1 s before the task's own deadline
+(``Task.deadline_ms``, public): a report is never held past its phase.
 """
 
 from __future__ import annotations
@@ -19,10 +26,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from uldp.client.randomness import RandomSource
 
-__all__ = ["SendDelay"]
+__all__ = ["DEFAULT_SEND_DELAY", "DEVICE_DEFAULT", "SendDelay", "default_send_delay",
+           "set_default_send_delay"]
 
 #: The grid of the drawn delays (seconds).
 RESOLUTION_S = 1e-6
@@ -61,3 +70,30 @@ class SendDelay:
             return False
         self.sleep(left)
         return True
+
+
+#: The window a device uses unless told otherwise (``Device(send_delay=...)``): 2 s is well
+#: above the worst computation time of every kind at m = 10^6 on this machine (Python
+#: ``prepare`` ≈ 0.14 s); the upper end spreads the send times over 6 s.
+DEFAULT_SEND_DELAY = SendDelay(2.0, 8.0)
+_default: SendDelay | None = DEFAULT_SEND_DELAY
+
+#: ``poll``/``run``'s ``send_delay`` default: the device's own setting
+DEVICE_DEFAULT: Literal["device"] = "device"
+#: the margin kept before a task's deadline (seconds)
+DEADLINE_MARGIN_S = 1.0
+
+
+def default_send_delay() -> SendDelay | None:
+    """The window a new ``Device`` takes by default: :data:`DEFAULT_SEND_DELAY` unless a
+    test suite or a simulation changed it (:func:`set_default_send_delay`)."""
+    return _default
+
+
+def set_default_send_delay(window: SendDelay | None) -> SendDelay | None:
+    """Change the default of the devices made from now on in this process (None: send at
+    once); returns the previous one. For test suites and simulations that run many
+    devices in one process — an app sets ``Device(send_delay=...)`` instead."""
+    global _default
+    old, _default = _default, window
+    return old

@@ -43,6 +43,7 @@ __all__ = [
     "SealKey",
     "key_id_of",
     "open_plaintext",
+    "open_reports",
     "parse_seal",
     "plaintext",
     "seal",
@@ -151,3 +152,37 @@ def sealed_length(report_length: int) -> int:
 def seal(key: SealKey, info: bytes, data: bytes) -> bytes:
     """``enc || ciphertext`` of ``data`` sealed to ``key`` (fresh ephemeral key)."""
     return suite().encrypt(data, X25519PublicKey.from_public_bytes(key.public_key), info=info)
+
+
+def open_reports(private_key: bytes, info: bytes, length: int, limit: int,
+                 allow_simulated: bool, sealed: Sequence[bytes]) -> list[bytes | None]:
+    """The collector's half: the int64 little-endian payload of each sealed report of one
+    task (``info``) under the raw X25519 private key, or None where it does not open or
+    fails a report check (its size, the plaintext's form, ``length`` values each within
+    ``[-limit, limit]``, a simulated report where ``allow_simulated`` is false). A plain
+    function of bytes, so that a pool of processes can open a large batch in parallel;
+    the checks run on the whole batch at once."""
+    key = X25519PrivateKey.from_private_bytes(private_key)
+    hpke_suite, want, size = suite(), sealed_length(length), 1 + 8 * length
+    flags = (0, 1) if allow_simulated else (0,)
+    opened: list[int] = []
+    body: list[bytes] = []
+    for i, s in enumerate(sealed):
+        if len(s) != want:
+            continue
+        try:
+            pt = hpke_suite.decrypt(s, key, info=info)
+        except Exception:  # authentication failure, malformed enc: dropped
+            continue
+        if len(pt) == size and pt[0] in flags:
+            opened.append(i)
+            body.append(pt[1:])
+    out: list[bytes | None] = [None] * len(sealed)
+    if not opened:
+        return out
+    values = np.frombuffer(b"".join(body), dtype="<i8").reshape(len(opened), length)
+    inside = np.asarray(((values >= -limit) & (values <= limit)).all(axis=1))  # no abs: -2⁶³
+    for k, i in enumerate(opened):
+        if inside[k]:
+            out[i] = values[k].tobytes()
+    return out

@@ -6,8 +6,12 @@ carries ``"seal"`` asks for its report sealed to the collector's HPKE key
 (``uldp.client.sealing``) and sent with ``SubmitSealed`` to a shuffler. The shuffler's
 address comes from the device's own configuration (``Device(shuffler=...)``), never from
 the collector — a collector that could name the shuffler could name itself. A device
-without one refuses such tasks before anything is charged (code ``seal``). The sealed
-bytes are what the ledger stores, so every resend sends the identical ciphertext.
+without one refuses such tasks before anything is charged (code ``seal``), and so does a
+device given a sealed task without a shuffler ticket (``Task.shuffle_ticket``). The device
+shows the shuffler that ticket — never its collector token — and, when the app gives one
+(``Device(shuffler_attestation=...)``), an attestation for the shuffler's own enrolment
+check. The sealed bytes are what the ledger stores, so every resend sends the identical
+ciphertext.
 """
 
 from __future__ import annotations
@@ -53,10 +57,12 @@ class ShuffleMode:
     _stub_: Callable[[], Any]
 
     def _init_shuffler(self, shuffler: str | Endpoint | None, channel: grpc.Channel | None,
-                       ca_cert: str | Path | None) -> None:
+                       ca_cert: str | Path | None,
+                       attestation: str | Callable[[], str] = "") -> None:
         if isinstance(shuffler, str):
             shuffler = Endpoint(shuffler, Path(ca_cert) if ca_cert else None)
         self.shuffler = shuffler
+        self.shuffler_attestation = attestation
         self._shuffler_channel = channel
         self._own_shuffler_channel = channel is None
         self._shuffler_stub: shuffler_pb2_grpc.ShufflerServiceStub | None = None
@@ -79,11 +85,18 @@ class ShuffleMode:
             self._shuffler_channel.close()
         self._shuffler_channel = self._shuffler_stub = None
 
-    def _check_sealable(self, spec: TaskSpec) -> None:
-        """Refuse (code ``seal``) a shuffle-mode task on a device without a shuffler."""
-        if spec.seal is not None and not self.has_shuffler:
+    def _check_sealable(self, spec: TaskSpec, task: device_pb2.Task) -> None:
+        """Refuse (code ``seal``) a shuffle-mode task on a device without a shuffler, or
+        one that carries no shuffler ticket (the device could not show the shuffler
+        anything but its collector token, which it never does)."""
+        if spec.seal is None:
+            return
+        if not self.has_shuffler:
             raise TaskRefused("the task asks for a sealed report for a shuffler, and this "
                               "device has no shuffler configured", code="seal")
+        if not task.shuffle_ticket:
+            raise TaskRefused("the task asks for a sealed report but carries no shuffler "
+                              "ticket (Task.shuffle_ticket)", code="seal")
 
     def _report_bytes(self, entry: LedgerEntry, spec: TaskSpec,
                       values: Sequence[int] | np.ndarray) -> bytes:
@@ -100,17 +113,30 @@ class ShuffleMode:
         if _is_sealed(task.task_json, task.task_digest):
             return shuffler_pb2.SealedReport(
                 query_id=entry.query_id, phase=task.phase, group=task.group,
-                stage=task.stage, task_digest=entry.task_digest, sealed=entry.report)
+                stage=task.stage, task_digest=entry.task_digest, sealed=entry.report,
+                ticket=task.shuffle_ticket)
         vals = np.frombuffer(entry.report, dtype="<i8").tolist()
         return device_pb2.Report(query_id=entry.query_id, phase=entry.phase, values=vals,
                                  task_digest=entry.task_digest, simulated=self.simulation)
 
+    def attested(self, report: shuffler_pb2.SealedReport) -> shuffler_pb2.SealedReport:
+        """``report`` as sent: with the app's attestation for the shuffler's enrolment
+        check, when the app gives one (asked at each send: attestations expire)."""
+        att = self.shuffler_attestation
+        text = att() if callable(att) else att
+        if not text:
+            return report
+        out = shuffler_pb2.SealedReport()
+        out.CopyFrom(report)
+        out.attestation = text
+        return out
+
     def _submit_call(self, report: AnyReport) -> Callable[[float], Any]:
-        """The call submitting ``report`` (``fn(timeout)``, the same request bytes on every
-        retry): SubmitSealed to the shuffler for a sealed report, else SubmitReport."""
+        """The call submitting ``report`` (``fn(timeout)``, the same report bytes on every
+        retry): SubmitSealed to the shuffler for a sealed report — with its ticket and no
+        token —, else SubmitReport."""
         if isinstance(report, shuffler_pb2.SealedReport):
-            sreq = shuffler_pb2.SubmitSealedRequest(report=report)
-            return lambda t: self._shuffler_stub_().SubmitSealed(sreq, timeout=t,
-                                                                 metadata=self._meta())
+            sreq = shuffler_pb2.SubmitSealedRequest(report=self.attested(report))
+            return lambda t: self._shuffler_stub_().SubmitSealed(sreq, timeout=t)
         req = device_pb2.SubmitReportRequest(report=report)
         return lambda t: self._stub_().SubmitReport(req, timeout=t, metadata=self._meta())

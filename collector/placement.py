@@ -19,12 +19,12 @@ the placement is a fixed, balanced, data-independent function of it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ROUNDS", "KeyedPermutation"]
+__all__ = ["ROUNDS", "KeyedPermutation", "stage_sizes"]
 
 #: Feistel rounds
 ROUNDS = 8
@@ -134,3 +134,16 @@ class KeyedPermutation:
             x = (left << h) | right
             if x < self.n:
                 return x
+
+
+def stage_sizes(size: int, shares: Sequence[float], phases: int) -> list[int]:
+    """Users of a group of ``size`` in each of ``phases`` stages, in phase order: every
+    stage but the last ``⌊share·size⌋`` users, at least 1 and leaving 1 to the rest ([D2])."""
+    if phases == 1:
+        return [size]
+    out, left = [], size
+    for s in shares:
+        k = min(max(int(s * size), 1), max(left - 1, 1))
+        out.append(k)
+        left -= k
+    return out + [left]

@@ -34,9 +34,12 @@ from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
 from uldp.collector.methods.auto import resolve_auto
-from uldp.collector.placement import KeyedPermutation
+from uldp.collector.methods.sizing import OBJECTIVES
+from uldp.collector.placement import KeyedPermutation, stage_sizes
+from uldp.collector.plan_advice import too_few_users as _too_few_users
 
-__all__ = ["MEAN_KINDS", "Plan", "QuerySpec", "compile_query", "predicted_mse"]
+__all__ = ["MEAN_KINDS", "MECHANISM_FIELDS", "Plan", "QuerySpec", "compile_query",
+           "predicted_mse", "with_best_mechanisms"]
 
 MEAN_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1", "distribution")
 #: ways of placing enrolment slots (``QuerySpec.placement``)
@@ -83,6 +86,9 @@ class QuerySpec:
     #: worst-case best for ε) or ``adaptive`` (two-stage-sized: chosen from stage I)
     randomizer: str = "laplace"
     records: int = 1  # method ``oracle``: records each device samples
+    #: what ``auto`` and a sized stage-II window minimize: ``width`` — the expected width
+    #: of the interval at ``confidence`` (what a result prints) — or ``mse``
+    objective: str = "width"
     #: the public range ``[lo, hi]`` of one value (kinds with ``Kind.ranged``); None: the
     #: range is ``[-bound, bound]``. With a range, ``bound`` is ``hi/2 − lo/2`` (set here)
     lo: float | None = None
@@ -134,6 +140,9 @@ class QuerySpec:
         if self.randomizer not in (*SCALARS, "best", "adaptive"):
             raise ValueError(f"randomizer must be one of {[*SCALARS, 'best', 'adaptive']}, "
                              f"got {self.randomizer!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got "
+                             f"{self.objective!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if not isinstance(self.records, int) or isinstance(self.records, bool) \
@@ -247,16 +256,8 @@ class Plan:
         but the last ``⌊share·size⌋`` users, at least 1 and leaving 1 to the rest ([D2])."""
         key = ("sizes", g)
         if key not in self._cache:
-            size = self.group_size(g)
-            if len(self.phases) == 1:
-                self._cache[key] = [size]
-            else:
-                out, left = [], size
-                for s in self.stage_shares():
-                    k = min(max(int(s * size), 1), max(left - 1, 1))
-                    out.append(k)
-                    left -= k
-                self._cache[key] = out + [left]
+            self._cache[key] = stage_sizes(self.group_size(g), self.stage_shares(),
+                                           len(self.phases))
         return self._cache[key]
 
     def stage_size(self, g: int, stage: int) -> int:
@@ -442,6 +443,65 @@ class Plan:
         return np.asarray(v if T is None else np.square(T) @ v, dtype=np.float64)
 
 
+    def reference_prediction(self, population: str, draws: int | None = None
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """``(mse, half_width)`` of every output on a reference population of users
+        (``uldp.collector.methods.sizing.reference_population``: ``alike`` — every user's
+        statistic the mean of ``m`` samples of the support's largest variance ``D²``;
+        ``spread`` — statistics uniform on the support; ``ends`` — half at each end):
+        what ``auto`` compares and the preview shows before any data exist. A method that
+        sizes its stage II from stage I predicts itself (``predict``); for the others the
+        interval is the normal one of their predicted variance."""
+        C = self.n_components
+        z = NormalDist().inv_cdf(0.5 + self.spec.confidence / 2)
+        D2 = np.array([self.group_params(g)[c].bound ** 2
+                       for g, grp in enumerate(self.grouping.groups)
+                       for c in grp.components])
+        order = [c for grp in self.grouping.groups for c in grp.components]
+        bound2 = np.zeros(C)
+        bound2[order] = D2
+        predict = getattr(self.method, "predict", None)
+        if predict is not None:
+            kw = {} if draws is None else {"draws": draws}
+            mse, half = predict(self, np.zeros(C), population=population, **kw)
+            sd = half / z
+        else:
+            share = {"alike": 1.0 / self.spec.samples, "spread": 1.0 / 3.0, "ends": 1.0}
+            if population not in share:
+                raise ValueError(f"unknown reference population {population!r}")
+            sample = bound2 if population != "spread" else bound2 / 3.0
+            mse = self.method.component_variance(self, sample, bound2 * share[population],
+                                                 np.zeros(C))
+            sd = np.sqrt(np.maximum(mse, 0.0))
+        T = self.kind.transform(self.template, C)
+        if T is None:
+            return mse, z * sd
+        T2 = np.square(np.asarray(T, dtype=np.float64))
+        return T2 @ mse, z * np.sqrt(T2 @ (sd * sd))
+
+
+#: the fields an analyst's query may set to choose the report mechanisms and the objective
+MECHANISM_FIELDS = ("oracle", "randomizer", "objective", "stage1_share", "records")
+
+
+def with_best_mechanisms(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an analyst's query with the mechanisms filled in: a query that names
+    its method (``--method X``) but not its mechanisms runs that method with the best ones
+    for its public parameters — the oracle of least variance for its categories
+    (``oracle="best"``) and the worst-case best scalar randomizer (``randomizer="best"``;
+    ``two-stage-sized``: the one stage I points to, ``"adaptive"``). ``auto`` picks its
+    own, and baseline A reports with discrete Laplace only. A mechanism the query names is
+    kept (issue 24 item 4: what ``auto`` would run with the same method, not Laplace)."""
+    out = dict(fields)
+    plan = METHOD_PLANS.get(out.get("method", "auto"))
+    if plan is None or getattr(plan, "fixed_randomizer", None):  # auto; baseline A
+        return out
+    out.setdefault("oracle", "best")
+    out.setdefault("randomizer",
+                   "adaptive" if getattr(plan, "adaptive_randomizer", False) else "best")
+    return out
+
+
 def predicted_mse(plan: Plan, sample_var: np.ndarray,
                   stat_var: np.ndarray | None = None,
                   stat_mean: np.ndarray | None = None) -> float:
@@ -478,11 +538,15 @@ def _task_range(spec: QuerySpec) -> tuple[float, float] | None:
     return (spec.lo, spec.hi)
 
 
-def compile_query(spec: QuerySpec) -> Plan:
+def compile_query(spec: QuerySpec, grouping: Grouping | None = None) -> Plan:
     """Compile a query into its plan (raises ValueError for an impossible configuration).
 
     ``method="auto"`` resolves to a concrete method and grouping first
-    (``uldp.collector.methods.auto``: public values only, the same on every replica)."""
+    (``uldp.collector.methods.auto``: public values only, the same on every replica).
+    ``grouping`` replaces the ε-regime grouping of the components by one a program chose
+    itself (the windowed SGD rounds, ``uldp.collector.models.windows``)."""
+    if grouping is not None:
+        return _compile(spec, grouping)
     kind = KINDS.get(spec.kind)
     if kind is not None and kind.grouped:  # one report over every group: grouped-ssl
         if spec.method not in (AUTO, GROUPED):
@@ -502,38 +566,11 @@ def compile_query(spec: QuerySpec) -> Plan:
     return plan
 
 
-#: a plan whose likely interval (noise alone, users alike) spans more than this share of the
-#: public range gets the "too few users" advisory
-WIDE_SHARE = 0.5
-
-
-def _too_few_users(plan: Plan) -> str | None:
-    """The advisory of a plan whose interval will likely cover most of its public range
-    (e.g. 3 users: ``+20.0 [-20, 20]``), with the number of users that would give an
-    interval of a tenth of the range; None otherwise."""
-    spec = plan.spec
-    rng = plan.kind.output_range(plan.template)
-    if not plan.kind.ranged or rng is None:  # the value kinds (no output transform)
-        return None
-    try:
-        sd = np.sqrt(np.maximum(plan.predicted_variance(np.zeros(plan.n_components)), 0.0))
-    except OverflowError:  # a range near the largest double (width² overflows): no advice
-        return None
-    z = NormalDist().inv_cdf(0.5 + spec.confidence / 2)
-    width, span = 2 * z * float(sd.max(initial=0.0)), float(rng[1] - rng[0])
-    if not span > 0 or width < WIDE_SHARE * span:
-        return None
-    need = math.ceil(spec.users * (width / (0.1 * span)) ** 2)
-    return (f"with {spec.users} users at epsilon {spec.epsilon:g} the likely interval is "
-            f"{width:.3g} wide, {100 * min(width / span, 1):.0f}% of the range "
-            f"[{rng[0]:g}, {rng[1]:g}]: too few users for an informative estimate (about "
-            f"{need} users would give a tenth of the range)")
-
-
-def _compile(spec: QuerySpec) -> Plan:
+def _compile(spec: QuerySpec, grouping: Grouping | None = None) -> Plan:
     kind = KINDS[spec.kind]
     template = _template(spec)
-    grouping = _grouping_for(spec, kind, template)
+    if grouping is None:
+        grouping = _grouping_for(spec, kind, template)
     plan = Plan(spec, kind, grouping, template)
     plan.task_for(0, plan.phases[0])  # the first task must pass the device's checks
     try:  # a note, never a reason to refuse: extreme ranges may overflow the prediction

@@ -159,7 +159,8 @@ def mechanisms() -> dict[str, Any]:
 def _mech_task_list() -> list[tuple[str, TaskSpec, list[str], str]]:
     out = []
     for cfg in CONFIGS:
-        if cfg.kind in ("sgd", "regress") or cfg.name in ("l2-gauss", "linf-heavy"):
+        if (cfg.kind in ("sgd", "regress") and cfg.name != "sgd-identity") \
+                or cfg.name in ("l2-gauss", "linf-heavy"):
             continue
         C = cfg.C
         comps = tuple(range(min(C, 3)))
@@ -180,6 +181,19 @@ def _mech_task_list() -> list[tuple[str, TaskSpec, list[str], str]]:
         out.append((f"mean/{method}-{stage}-{m}-eps-max", t, every, "mean"))
         t = replace(mean.task(method, stage, 2.0**-24, (0,)), mechanism=m)
         out.append((f"mean/{method}-{stage}-{m}-eps-min", t, ["typical"], "mean"))
+    sized = []
+    for cfg in CONFIGS:  # two-stage-sized stage I (§9.6) with every oracle
+        if cfg.kind in ("sgd", "regress") or cfg.name in ("l2-gauss", "linf-heavy"):
+            continue
+        comps = tuple(range(min(cfg.C, 3)))
+        for eps in (0.5, 4.0):
+            for m in ("grr", "oue", "ss", "olh"):
+                t = replace(cfg.task("two-stage-sized", 1, eps, comps), mechanism=m)
+                sized.append((f"{cfg.name}/two-stage-sized-1-{m}-e{eps:g}", t, ["typical"],
+                              cfg.name))
+    for m in ("ss", "grr"):
+        t = replace(mean.task("two-stage-sized", 1, 2.0**20, (0,)), mechanism=m)
+        sized.append((f"mean/two-stage-sized-1-{m}-eps-max", t, every, "mean"))
     for m in ("laplace", "grr", "oue", "ss", "olh"):
         for eps, r in ((0.5, 1), (4.0, 1), (6.0, 3)):
             t = TaskSpec(query_id="q-dist", kind="distribution", method="oracle", stage=0,
@@ -187,8 +201,7 @@ def _mech_task_list() -> list[tuple[str, TaskSpec, list[str], str]]:
                          mechanism=m, records=r)
             out.append((f"dist/oracle-{m}-e{eps:g}-r{r}", t, list(datasets(CONFIGS[8])),
                         "dist"))
-    out += _hadamard_tasks()
-    return out
+    return out + sized + _hadamard_tasks()  # appended: earlier cases keep their keys
 
 
 def _hadamard_tasks() -> list[tuple[str, Any, list[str], str]]:
@@ -225,6 +238,7 @@ def _hadamard_tasks() -> list[tuple[str, Any, list[str], str]]:
 def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
     ssl = CONFIGS[0].task("ssl", 0, 1.0, (0,)).to_dict()
     st1 = CONFIGS[0].task("two-stage", 1, 1.0, (0,)).to_dict()
+    sized = {**st1, "method": "two-stage-sized", "mechanism": "grr"}
     dist = TaskSpec(query_id="q-mean", kind="distribution", method="oracle", stage=0,
                     epsilon=1.0, eps_c=1.0, components=tuple(range(8)), dim=5,
                     mechanism="oue").to_dict()
@@ -249,6 +263,10 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("oracle-intervals", {**dist, "intervals": [[0.0, 1.0]]}, cat),
         ("oracle-accepted", {**dist, "records": 2, "eps_c": 0.5}, cat),
         ("mechanism-explicit-laplace", {**ssl, "mechanism": "laplace"}, {}),
+        ("sized-scalar-on-grid", {**sized, "mechanism": "pm"}, {}),
+        ("sized-bins-limit", {**sized, "bins": [[1.0, 2.0**-15, 65536]]}, {}),
+        ("sized-bins-65535", {**sized, "bins": [[1.0, 2.0 / 65535 * (1 + 1e-12), 65535]]}, {}),
+        ("sized-stage-0", {**sized, "stage": 0}, {}),
     ]
     window = {**dist, "method": "hadamard", "stage": 3, "components": [3],
               "intervals": [[-0.1, 0.1]], "mechanism": "pm"}

@@ -74,7 +74,8 @@ def seal_object(label: str = "refusals") -> dict[str, Any]:
 
 def seal_refusals(base: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """Refusal cases of shuffle-mode tasks (protocol §14.1): ``base`` with a seal object,
-    on a device with (``shuffler``) or without a shuffler."""
+    on a device with (``shuffler``) or without a shuffler, the task carrying a shuffler
+    ticket unless ``ticket`` is ""."""
     ok = seal_object()
     zero = {**ok, "public_key": "00" * 32,
             "key_id": hashlib.sha256(bytes(32)).hexdigest()[:16]}
@@ -85,6 +86,7 @@ def seal_refusals(base: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[
     return [
         ("seal-accepted", {**base, "seal": ok}, yes),
         ("seal-no-shuffler", {**base, "seal": ok}, {}),
+        ("seal-no-ticket", {**base, "seal": ok}, {"shuffler": True, "ticket": ""}),
         ("seal-not-object", {**base, "seal": 5}, yes),
         ("seal-null", {**base, "seal": None}, yes),
         ("seal-field-missing", {**base, "seal": {k: v for k, v in ok.items()

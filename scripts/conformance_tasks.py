@@ -61,6 +61,7 @@ LEARNING_EXTRA: dict[str, dict[str, Any]] = {
     "sgd": {"model": "logistic", "theta": [2.5, -2.5], "l2": 0.125},
     "sgd-quadratic": {"model": "quadratic", "theta": [0.25, 0.75]},
     "sgd-ls": {"model": "least_squares", "theta": [1.5, -0.5]},
+    "sgd-identity": {"model": "logistic", "theta": [1.5, -2.5, 0.5], "l2": 0.125},
     "classify": {"grid": 2, "lo": [0.0, 0.0], "hi": [1.0, 1.0]},
     "regress": {"grid": 2, "label_bound": 1.0},
 }
@@ -137,6 +138,9 @@ CONFIGS = [
            kashin_level=3.0),
     Config("classify", "classify", dim=2, bound=None, extra=LEARNING_EXTRA["classify"]),
     Config("regress", "regress", dim=2, bound=None, extra=LEARNING_EXTRA["regress"]),
+    # the per-coordinate gradient reports of the windowed SGD rounds (protocol §12.6)
+    Config("sgd-identity", "sgd", dim=3, extra=LEARNING_EXTRA["sgd-identity"],
+           frame_kind="identity", bound=0.75),
 ]
 #: a grouped mean (kind mean-by, protocol §12.3): rows (value, group code), method ssl only
 GROUPED = [Config("mean-by", "mean-by", dim=3, bound=60.0, range=(0.0, 120.0), by="country"),
@@ -232,6 +236,29 @@ def _task_shapes(cfg: Config) -> Iterator[tuple[str, TaskSpec, list[str]]]:
     yield "baseline-a-mref1", cfg.baseline_a(2.0, m_ref=1, offset=0), ["typical", "one"]
 
 
+def _sized_shapes(cfg: Config) -> Iterator[tuple[str, TaskSpec, list[str]]]:
+    """``two-stage-sized`` stage I (grid points, §9.6) over the ε regimes, and on the
+    ``mean`` configuration the extreme grids every rule accepts."""
+    from dataclasses import replace
+
+    C = cfg.C
+    regimes = [("high", 0.5, (C - 1,)), ("low", 60.0, tuple(range(C)))]
+    if C >= 3:
+        regimes.insert(1, ("medium", 2.5, (1, 2)))
+    every = list(datasets(cfg))
+    for reg, eps, comps in regimes:
+        yield f"two-stage-sized-1-{reg}", cfg.task("two-stage-sized", 1, eps, comps), \
+            every if reg == "low" else ["typical"]
+    if cfg.name == "mean":
+        s1 = cfg.task("two-stage-sized", 1, 1.0, (0,))
+        wide = 2.0 / 65535 * (1 + 1e-12)  # ceil(2D/h − 1e-9) = 65535
+        for name, bins in (("one-bin", ((1.0, 3.0, 1),)), ("65535", ((1.0, wide, 65535),)),
+                           ("subnormal", ((5e-324, 5e-324, 2),)),
+                           ("huge", ((1e300, 1e300 * wide, 65535),))):
+            yield f"two-stage-sized-1-grid-{name}", replace(s1, bins=bins), \
+                ["typical", "special"]
+
+
 def _extreme_tasks() -> Iterator[tuple[str, TaskSpec, str, list[str]]]:
     cfg = CONFIGS[0]
     for eps in (2.0**-24, 2.0**20):
@@ -272,6 +299,10 @@ def _hostile_tasks() -> Iterator[tuple[str, TaskSpec, str, list[str]]]:
         ("sgd-theta-huge", replace(by["sgd-logistic"].task("ssl", 0, 60.0, (0, 1, 2, 3)),
                                    extra={"model": "logistic", "theta": [1e308, -1e308],
                                           "l2": 1e300}), "sgd-logistic"),
+        ("sgd-identity-theta-huge", replace(by["sgd-identity"].task("ssl", 0, 60.0, (0, 1, 2)),
+                                            extra={"model": "least_squares",
+                                                   "theta": [1e308, -1e308, 5e-324]},
+                                            bound=1e300), "sgd-identity"),
         ("classify-box-huge", replace(by["classify"].task("ssl", 0, 60.0, (0, 1, 2, 3)),
                                       extra={"grid": 2, "lo": [-1e300, 0.0],
                                              "hi": [1e300, 5e-324]}), "classify"),
@@ -369,6 +400,14 @@ def tasks() -> dict[str, Any]:
             task = cfg.task("ssl", 0, eps, comps)
             for dn in (list(data) if reg != "high" else ["typical"]):
                 cases.append(_report_case(f"{cfg.name}/ssl-{reg}/{dn}", task, *data[dn],
+                                          len(cases)))
+    # two-stage-sized stage I (§9.6): every configuration, the ε regimes, every dataset at
+    # the low regime; hostile grids (appended: earlier cases keep their keys)
+    for cfg in CONFIGS + RANGED:
+        data = datasets(cfg)
+        for label, task, names in _sized_shapes(cfg):
+            for dn in names:
+                cases.append(_report_case(f"{cfg.name}/{label}/{dn}", task, *data[dn],
                                           len(cases)))
     return {"description": "the report of one device: (task JSON, sanitized dataset, labels, "
                            "32-byte key) -> report integers (compute_report on a fresh "
@@ -521,6 +560,9 @@ def _refusal_tasks() -> list[tuple[str, Any, dict[str, Any]]]:
         ("param-sgd-theta-string", _with(sgd, extra={"model": "logistic",
                                                      "theta": ["1.5", 0.0]}), two),
         ("param-sgd-model", _with(sgd, extra={"model": "svm", "theta": [0.0, 0.0]}), two),
+        ("param-sgd-frame-unknown", _with(sgd, frame_kind="coordinates"), two),
+        ("param-l2-frame-identity", _with(_base("l2-gauss", "ssl", 0, 1.0, (0,)),
+                                          frame_kind="identity"), vec),
         ("param-sgd-model-list", _with(sgd, extra={"model": [], "theta": [0.0, 0.0]}), two),
         ("param-sgd-l2-negative", _with(sgd, extra={"model": "ridge", "theta": [0.0, 0.0],
                                                     "l2": -1.0}), two),
@@ -614,6 +656,8 @@ def _refusal_case(name: str, task: Any, o: dict[str, Any], tmp: Path) -> dict[st
            or str(_base_query(task)), "phase": 1, "dataset": o.get("dataset", "data"),
            "task_json": text, "task_digest": o.get("task_digest", digest),
            "report_length": o.get("report_length", length)}
+    if isinstance(task, dict) and "seal" in task and o.get("ticket", "t1.conformance"):
+        msg["shuffle_ticket"] = o.get("ticket", "t1.conformance")  # §16: the slot's ticket
     decls = o.get("datasets", [SCALAR])
     ledger = [{"query_id": q, "task_digest": digest if d == "same" else d,
                "units": str(epsilon_units(e))} for q, d, e in o.get("ledger", [])]

@@ -106,6 +106,9 @@ try {
   const curve = await page.$$eval("#preview-curves svg:first-child circle.point", (cs) => cs.map((c) => [Number(c.dataset.x), Number(c.dataset.width)]));
   ok(half > 0 && curve.length >= 6, `preview: likely ±${half.toFixed(4)} with ${method}; ${curve.length} points on the ε curve`);
   ok(curve.every((p, i) => i === 0 || p[1] <= curve[i - 1][1] + 1e-12), "preview: the width falls as ε grows");
+  // the curves plot what the figure says (issue 24: within 10 %; they are the same prediction)
+  const here = curve.find((p) => p[0] === Number(FORM.epsilon));
+  ok(here && Math.abs(here[1] / (2 * half) - 1) <= 0.1, `preview: the ε curve at ε = ${FORM.epsilon} (${here && here[1].toFixed(4)}) is the likely width ${(2 * half).toFixed(4)}`);
   console.log(`PREVIEW ${JSON.stringify({ half_width: half, method, curve })}`);
   // issue 29 item 7: the KPI states the full width the curves plot; no axis label is cut;
   // a distribution's form has no support bound

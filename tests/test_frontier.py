@@ -5,8 +5,8 @@ device and collector code (``uldp.collector.simulation.own_data.run_users``):
   formula and its intervals cover;
 * SSL with every scalar randomizer: MSE / predicted near 1 and exact intervals (the noise
   variance estimated from the reports themselves);
-* ``two-stage-sized`` on users alike with many samples: the m-fold gain over the best
-  single-stage randomizer; on users spread out: no narrowing;
+* ``two-stage-sized`` at ε = 8 on users with many samples: a gain over the best
+  worst-case single-stage randomizer, alike or spread; at ε = 1: no loss;
 * ``auto``'s choices from public parameters.
 
 Seeds are fixed; each tolerance is stated beside its assertion.
@@ -55,26 +55,35 @@ def test_ssl_with_each_randomizer_matches_its_formula(randomizer):
 
 
 def test_sized_two_stage_gains_with_many_samples_and_not_on_spread_users():
-    """Users alike, m = 400, ε = 1, n = 12000 with a quarter in stage I: the sized window
-    beats SSL with the best worst-case randomizer by far (expected ~8x; asserted ≥ 3x over
-    12 reps); users spread out (Beta(2, 5) rates): stage I sees it, the window is the
-    whole support and the MSE stays within 2x of SSL's (the stage I costs 1/(1 − s) =
-    1.33, the rest is the noise of 12 reps)."""
+    """Users with m = 400 samples, n = 6000 with a quarter in stage I, 10 reps. At ε = 8
+    the window and the randomizer sized from stage I beat SSL with the worst-case best
+    randomizer on users alike (expected ~3x, asserted ≥ 1.5x) and lose nothing on users
+    spread out (their values sit inside the support: PM beats HM; asserted ≤ 2x SSL's); the
+    intervals cover (≥ 8/10: a 95 % interval misses 3 of 10 with probability 0.001). At
+    ε = 1 stage I cannot bound a narrow window's clamping for all users, so the interval
+    stays within 1.2x SSL's (the stage-I users' grid reports are noisier than values)."""
     g = np.random.default_rng(5)
-    opts = {"oracle": "best", "randomizer": "adaptive", "stage1_share": 0.25}
-    alike = [(g.random(400) < 0.3).astype(float) for _ in range(12000)]
-    spread = [(g.random(400) < p).astype(float) for p in g.beta(2, 5, 12000)]
+    alike = [(g.random(400) < 0.3).astype(float) for _ in range(6000)]
+    spread = [(g.random(400) < p).astype(float) for p in g.beta(2, 5, 6000)]
+
+    def pair(users, eps):
+        common = dict(epsilon=eps, lo=0.0, hi=1.0, reps=10)
+        return (run_users("mean", UserData(users), method="ssl", **common),
+                run_users("mean", UserData(users), method="two-stage-sized",
+                          options={"stage1_share": 0.25}, **common))
+
     for users, alike_users in ((alike, True), (spread, False)):
-        sized = run_users("mean", UserData(users), epsilon=1.0, lo=0.0, hi=1.0,
-                          method="two-stage-sized", reps=12, options=opts)
-        ssl = run_users("mean", UserData(users), epsilon=1.0, lo=0.0, hi=1.0, method="ssl",
-                        reps=12, options={"randomizer": "best"})
+        ssl, sized = pair(users, 8.0)
+        assert sized.estimate.extra["mechanisms"]["oracle"] in ("grr", "ss")
         if alike_users:
-            assert ssl.rmse**2 >= 3 * sized.rmse**2
+            assert ssl.rmse**2 >= 1.5 * sized.rmse**2
         else:
             assert sized.rmse**2 <= 2 * ssl.rmse**2
-            assert all(iv == [[-0.5, 0.5]] for iv in sized.estimate.extra["intervals"].values())
-        assert sized.coverage >= 10 / 12
+        assert sized.coverage >= 8 / 10
+    ssl, sized = pair(alike, 1.0)
+    width = float(sized.estimate.ci_high[0] - sized.estimate.ci_low[0])
+    assert width <= 1.2 * float(ssl.estimate.ci_high[0] - ssl.estimate.ci_low[0])
+    assert sized.coverage >= 8 / 10
 
 
 def test_auto_chooses_methods_and_mechanisms_from_public_parameters():
@@ -91,9 +100,12 @@ def test_auto_chooses_methods_and_mechanisms_from_public_parameters():
     assert dist.method.oracle_name(dist) == one_record.method.mechanism(one_record)
     assert plan(kind="distribution", epsilon=8.0, samples=1, dim=8).method.mechanism(
         plan(kind="distribution", epsilon=8.0, samples=1, dim=8)) == "grr"
-    many = plan(kind="mean", epsilon=1.0, samples=1000)
-    assert many.spec.method == "two-stage-sized" and many.spec.stage1_share <= 0.08
-    assert many.spec.randomizer == "adaptive" and many.auto["sized_gain"] >= 5
+    many = plan(kind="mean", epsilon=8.0, samples=1000, objective="mse")
+    assert many.spec.method == "two-stage-sized" and many.spec.stage1_share <= 0.3
+    assert many.spec.randomizer == "adaptive"
+    assert many.auto["runner_up"]["predicted"]["alike"] >= 3 * many.auto["predicted"]["alike"]
+    # at ε = 1 stage I cannot bound a narrow window's clamping for all users: ssl
+    assert plan(kind="mean", epsilon=1.0, samples=1000, objective="mse").spec.method == "ssl"
     one = plan(kind="mean", epsilon=0.5, samples=1)
     assert one.spec.method == "ssl" and one.spec.randomizer == "best"
     # at large ε the randomizer's choice alone is worth a small stage I

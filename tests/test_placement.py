@@ -11,7 +11,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from uldp.collector.learning.sgd import SGDConfig, sgd_query
+from uldp.collector.models.rounds import sgd_query
+from uldp.collector.models.sgd import SGDConfig
 from uldp.collector.placement import KeyedPermutation
 from uldp.collector.planner import QuerySpec
 from uldp.collector.programs import program_for

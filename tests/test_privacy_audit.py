@@ -12,12 +12,18 @@ attained for extreme pairs, so a mechanism with too little noise fails.
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from uldp.client.mechanisms.two_stage import stage1_log_likelihood, stage2_log_likelihood
+from uldp.client.mechanisms import ORACLES
+from uldp.client.mechanisms.two_stage import (
+    grid_log_likelihood,
+    stage1_log_likelihood,
+    stage2_log_likelihood,
+)
 from uldp.client.methods.base import bin_params
 from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskSpec, compute_report, task_epsilon, validate_task
@@ -67,6 +73,9 @@ def log_likelihood(task: TaskSpec, samples: np.ndarray, report: np.ndarray) -> f
                                      task.eps_c) for j in range(len(X))]
         return float(logsumexp(lls) - np.log(len(X)))
     y = _stats(task, samples)[comps]
+    if task.stage == 1 and task.method == "two-stage-sized":
+        return grid_log_likelihood(y, report, bin_params(task), ORACLES[task.mechanism],
+                                   task.eps_c)
     if task.stage == 1:
         return stage1_log_likelihood(y, report, bin_params(task), task.eps_c)
     return stage2_log_likelihood(y, report, [ivs[c] for c in comps], task.eps_c)
@@ -109,6 +118,8 @@ def _tasks():
             if method == "two-stage":
                 t1 = plan.task_for(0, 1)
                 cases.append((f"{kind}-{method}-1", t1))
+                # two-stage-sized stage I: the same bins, rounded to their edges (§9.6)
+                cases.append((f"{kind}-two-stage-sized-1", replace(t1, method="two-stage-sized")))
                 bins = [B for _, _, B in t1.bins]
                 khat = tuple(int(b) // 2 + 1 for b in bins[: len(t1.components)])
                 cases.append((f"{kind}-{method}-2", plan.task_for(0, 2, khat)))

@@ -67,6 +67,26 @@ def _bin_probability(task: TaskSpec, y: np.ndarray, report: np.ndarray) -> Fract
     return out
 
 
+def _grid_probability(task: TaskSpec, y: np.ndarray, report: np.ndarray) -> Fraction:
+    """``two-stage-sized`` stage I (protocol §9.6): per component the rounding of the
+    statistic to the ``B + 1`` grid points (the two-point mixture with the device's dyadic
+    weight) through the oracle over ``B + 1`` categories."""
+    oracle = ORACLES[task.mechanism]
+    out, pos = Fraction(1), 0
+    for c, p in enumerate(bin_params(task)):
+        K = p.bins + 1
+        L = oracle.length(K, task.eps_c)
+        part = report[pos:pos + L].tolist()
+        x = (min(max(float(y[c]), -p.bound), p.bound) + p.bound) / (2.0 * p.bound) * p.bins
+        fl = math.floor(x)
+        up = Fraction(math.floor((x - fl) * float(1 << 53)), 1 << 53)
+        mix = [(fl, 1 - up), (fl + 1, up)] if up else [(fl, Fraction(1))]
+        out *= sum((w * oracle.probability(part, k, K, task.eps_c) for k, w in mix),
+                   Fraction(0))
+        pos += L
+    return out
+
+
 def _oracle_probability(task: TaskSpec, samples: np.ndarray, report: np.ndarray) -> Fraction:
     """Mixture over the device's sample of records (partial Fisher–Yates, then reuse)."""
     oracle = ORACLES[task.mechanism]
@@ -101,6 +121,8 @@ def probability(task: TaskSpec, samples: np.ndarray, report: np.ndarray) -> Frac
         return sum((_value_probability(task, _stats(task, X[j:j + 1])[comps], report)
                     for j in range(len(X))), Fraction(0)) / len(X)
     y = _stats(task, samples)[list(task.components)]
+    if task.stage == 1 and task.method == "two-stage-sized":
+        return _grid_probability(task, y, report)
     if task.stage == 1:
         return _bin_probability(task, y, report)
     return _value_probability(task, y, report)
@@ -118,6 +140,9 @@ def _cases() -> list[tuple[str, TaskSpec]]:
                     cases.append((f"{kind}-bins-{m}", replace(t1, mechanism=m)))
                 mid = tuple(int(B) // 2 + 1 for _, _, B in t1.bins)
                 base = plan.task_for(0, 2, mid)
+                sized = replace(t1, method="two-stage-sized")
+                for m in ("grr", "oue", "ss", "olh"):
+                    cases.append((f"{kind}-grid-{m}", replace(sized, mechanism=m)))
             else:
                 base = plan.task_for(0, 0, slot=3)
             for m in ("duchi", "pm", "hm"):

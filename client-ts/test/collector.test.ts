@@ -130,7 +130,7 @@ test("a TS device that refuses a task declines it, and the phase does not wait f
       const t = via === "gRPC" ? transport() : webTransport(via === "Connect" ? "connect" : "grpc-web");
       try {
         for (const budget of [1, 4]) {
-          const d = await Device.open({ transport: t, store: new MemoryStore(), budget });
+          const d = await Device.open({ sendDelay: null, transport: t, store: new MemoryStore(), budget });
           d.addDataset(id, [0.5, 0.25]);
           const r = await d.poll();
           assert.deepEqual([r.declined, r.submitted], budget === 1 ? [[id], []] : [[], [id]]);
@@ -239,7 +239,7 @@ test(`a fleet of ${FLEET} TS devices completes a mean and a distribution query; 
     const truthFreq = new Array<number>(A).fill(0);
     const devices: Device[] = [];
     for (let i = 0; i < FLEET; i++) {
-      const d = await Device.open({ transport: transports[i % transports.length], store: new MemoryStore(), budget: 20,
+      const d = await Device.open({ sendDelay: null, transport: transports[i % transports.length], store: new MemoryStore(), budget: 20,
         label: `ts-fleet-${i}`, simulation: { rng: RandomSource.seeded(`ts-fleet-noise-${i}`) } });
       const { steps, cats } = population(i);
       d.addDataset("steps", steps, null, { values: "real" });

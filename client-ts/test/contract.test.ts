@@ -47,7 +47,7 @@ class Collector implements DeviceTransportLike {
 
 
 async function device(c: Collector): Promise<Device> {
-  const d = await Device.open({ transport: c, store: new MemoryStore(), budget: 10, simulation: { rng: RandomSource.seeded(3) } });
+  const d = await Device.open({ sendDelay: null, transport: c, store: new MemoryStore(), budget: 10, simulation: { rng: RandomSource.seeded(3) } });
   d.addDataset("data", [0.5]);
   return d;
 }

@@ -71,7 +71,7 @@ class RecordingStore extends MemoryStore {
 }
 
 async function device(fake: Fake, store = new MemoryStore(), budget = 10, sim = true): Promise<Device> {
-  return Device.open({ transport: fake, store, budget, simulation: sim ? { rng: RandomSource.seeded("dev-test") } : undefined });
+  return Device.open({ sendDelay: null, transport: fake, store, budget, simulation: sim ? { rng: RandomSource.seeded("dev-test") } : undefined });
 }
 
 test("charge before the data, persist before the send, acknowledge after", async () => {
@@ -157,7 +157,7 @@ test("production mode: secure noise, reports not marked simulated", async () => 
   fake.tasks = [taskMsg("q1")];
   await d.poll();
   assert.equal(fake.reports[0].simulated, false);
-  await assert.rejects(Device.open({ transport: fake, store: new MemoryStore(), budget: 1,
+  await assert.rejects(Device.open({ sendDelay: null, transport: fake, store: new MemoryStore(), budget: 1,
     simulation: { rng: RandomSource.secure() } }), RangeError);
 });
 
@@ -227,13 +227,13 @@ test("two Devices over one store (two tabs): the budget holds, one report per qu
 test("the app's attestation goes with a new identity only, asked once per enrolment", async () => {
   const fake = new Fake();
   let asked = 0;
-  const d = await Device.open({ transport: fake, store: new MemoryStore(), budget: 10,
+  const d = await Device.open({ sendDelay: null, transport: fake, store: new MemoryStore(), budget: 10,
     attestation: async () => `att-${++asked}` });
   await d.enroll();
   await d.enroll(true); // a renewal: the previous token, no attestation
   assert.equal(asked, 1);
   assert.deepEqual(fake.enrollReqs.map((r) => [r.previousToken, r.attestation]), [["", "att-1"], ["tok-1", ""]]);
-  const plain = await Device.open({ transport: new Fake(), store: new MemoryStore(), budget: 10, attestation: "fixed" });
+  const plain = await Device.open({ sendDelay: null, transport: new Fake(), store: new MemoryStore(), budget: 10, attestation: "fixed" });
   await plain.enroll();
 });
 
@@ -270,6 +270,6 @@ test("nothing is declined for a participated refusal; a failed decline changes n
   // a transport without declineTask: the refusal stands, nothing is sent
   const bare = { enroll: fake.enroll.bind(fake), getTasks: fake.getTasks.bind(fake),
     submitReport: fake.submitReport.bind(fake) };
-  const b = await Device.open({ transport: bare, store: new MemoryStore(), budget: 1 });
+  const b = await Device.open({ sendDelay: null, transport: bare, store: new MemoryStore(), budget: 1 });
   assert.deepEqual((await b.poll()).declined, []);
 });

@@ -29,6 +29,7 @@ const DEPLOY = `
 import json, sys
 from pathlib import Path
 from uldp.collector.simulation.demo import start_shuffled_collector
+from uldp.collector.security.attestation import HmacAttestation
 from uldp.collector.shuffler.launch import free_port, make_shuffle_pki, start_shuffler_process
 work = Path(sys.argv[1])
 sp = make_shuffle_pki(work)
@@ -36,8 +37,11 @@ col, port, intake = start_shuffled_collector(work, sp)
 http = free_port()
 sh, _ = start_shuffler_process(work, sp, f"127.0.0.1:{intake}", extra=[
     "--min-batch", "2", "--linger", "0.2", "--http-port", str(http)])
+# the app's back end: attestations for the shuffler's own enrolment check
+att = HmacAttestation.from_file(sp.attestation_key)
 print(json.dumps({"port": port, "http": http, "ca": str(sp.ca),
-                  "admin": str(sp.pki.directory / "admin.token")}), flush=True)
+                  "admin": str(sp.pki.directory / "admin.token"),
+                  "attest": [att.issue(f"ts-{i}", ttl_s=3600) for i in range(10)]}), flush=True)
 sys.stdin.read()
 for p in (sh, col):
     p.terminate()
@@ -57,7 +61,7 @@ const skip = ready ? false : `${PY} cannot import uldp.collector`;
 
 const dir = mkdtempSync(join(tmpdir(), "uldp-shuffler-"));
 let deploy: ChildProcessByStdio<Writable, Readable, null> | undefined;
-let at = { port: 0, http: 0, ca: "", admin: "" };
+let at = { port: 0, http: 0, ca: "", admin: "", attest: [] as string[] };
 
 before(async () => {
   if (!ready) return;
@@ -96,8 +100,9 @@ test("TS devices send sealed reports to the shuffler over Connect and gRPC-Web; 
     const collector = new DeviceTransport({ target: `127.0.0.1:${at.port}`, caFile: at.ca, serverName: "localhost" });
     try {
       for (let i = 0; i < users; i++) {
-        const d = await Device.open({ transport: collector, store: new MemoryStore(), budget: 2,
-          shuffler: shuffler(i % 2 ? "grpc-web" : "connect"), simulation: { rng: RandomSource.seeded(`ts-sh-${i}`) } });
+        const d = await Device.open({ sendDelay: null, transport: collector, store: new MemoryStore(), budget: 2,
+          shuffler: shuffler(i % 2 ? "grpc-web" : "connect"), shufflerAttestation: at.attest[i],
+          simulation: { rng: RandomSource.seeded(`ts-sh-${i}`) } });
         d.addDataset("web", [0.25, 0.5]);
         const r = await d.poll();
         assert.deepEqual([r.submitted, r.refused, r.rejected], [["ts-shuffled"], [], []], `device ${i}`);
@@ -116,8 +121,10 @@ test("TS devices send sealed reports to the shuffler over Connect and gRPC-Web; 
       await new Promise((ok) => setTimeout(ok, 250));
     }
     const res = JSON.parse(cli("query", "result", ...conn(), "--json", "ts-shuffled")) as
-      { reports_per_phase: number[]; privacy: { mode: string; cells: { reports: number }[] } };
+      { reports_per_phase: number[]; privacy: { mode: string; verifier: string; cells: { reports: number; counted: number }[] } };
     assert.equal(res.privacy.mode, "shuffle");
+    assert.equal(res.privacy.verifier, "hmac-attestation");
+    assert.ok(res.privacy.cells.every((c) => c.counted === c.reports)); // every TS device attested
     assert.deepEqual(res.reports_per_phase, [users]);
     assert.equal(res.privacy.cells.reduce((a, c) => a + c.reports, 0), users);
   });
@@ -131,8 +138,10 @@ test("the shuffler's HTTP port: its refusals with their gRPC codes, an identical
     const { token } = await collector.enroll({});
     const [task] = (await collector.getTasks(token, ["web2"], "ts-sh-checks")).tasks;
     collector.close();
+    assert.ok(task.shuffle_ticket?.startsWith("t1."));
     const sealed = { queryId: "ts-sh-checks", phase: task.phase, group: task.group ?? 0, stage: task.stage ?? 0,
-      taskDigest: task.task_digest, sealed: new Uint8Array(57) };
+      taskDigest: task.task_digest, sealed: new Uint8Array(57), ticket: task.shuffle_ticket ?? "",
+      attestation: at.attest[9] };
     const code = async (p: Promise<unknown>): Promise<[number, string]> => {
       try {
         await p;
@@ -144,14 +153,17 @@ test("the shuffler's HTTP port: its refusals with their gRPC codes, an identical
     };
     for (const protocol of ["connect", "grpc-web"] as const) {
       const s = shuffler(protocol);
-      assert.equal((await code(s.submitSealed("forged.token", sealed)))[0], grpc.status.UNAUTHENTICATED, protocol);
-      assert.deepEqual(await code(s.submitSealed(token, { ...sealed, queryId: "nope" })),
-        [grpc.status.NOT_FOUND, "unknown query 'nope'"], protocol);
-      assert.equal((await code(s.submitSealed(token, { ...sealed, sealed: new Uint8Array(10) })))[0],
+      assert.equal((await code(s.submitSealed({ ...sealed, ticket: "forged.ticket" })))[0], grpc.status.UNAUTHENTICATED, protocol);
+      assert.equal((await code(s.submitSealed({ ...sealed, ticket: token })))[0], grpc.status.UNAUTHENTICATED, protocol);
+      assert.equal((await code(s.submitSealed({ ...sealed, attestation: "" })))[0], grpc.status.UNAUTHENTICATED, protocol);
+      assert.deepEqual(await code(s.submitSealed({ ...sealed, queryId: "nope" })),
+        [grpc.status.PERMISSION_DENIED, "the ticket was issued for another task (query, phase, group, stage or task digest)"],
+        protocol);
+      assert.equal((await code(s.submitSealed({ ...sealed, sealed: new Uint8Array(10) })))[0],
         grpc.status.INVALID_ARGUMENT, protocol);
     }
-    assert.deepEqual(await shuffler("connect").submitSealed(token, sealed), { duplicate: false });
-    assert.deepEqual(await shuffler("grpc-web").submitSealed(token, sealed), { duplicate: true });
-    assert.equal((await code(shuffler("grpc-web").submitSealed(token, { ...sealed, sealed: new Uint8Array(58) })))[0],
+    assert.deepEqual(await shuffler("connect").submitSealed(sealed), { duplicate: false });
+    assert.deepEqual(await shuffler("grpc-web").submitSealed(sealed), { duplicate: true });
+    assert.equal((await code(shuffler("grpc-web").submitSealed({ ...sealed, sealed: new Uint8Array(58) })))[0],
       grpc.status.ALREADY_EXISTS);
   });

@@ -52,7 +52,7 @@ function msg(queryId: string, o: Record<string, unknown> = {}, length = 4): Task
 }
 
 const open = (fake: Recorder, store = new MemoryStore()): Promise<Device> =>
-  Device.open({ transport: fake, store, budget: 100, simulation: { rng: RandomSource.seeded("hostile") } });
+  Device.open({ sendDelay: null, transport: fake, store, budget: 100, simulation: { rng: RandomSource.seeded("hostile") } });
 
 const saved = { userStats: KINDS.mean.userStats };
 afterEach(() => Object.assign(KINDS.mean, saved));

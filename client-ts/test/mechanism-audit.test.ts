@@ -65,6 +65,24 @@ function valueProbability(t: Task, y: number[], z: bigint[]): Ratio {
     acc.mul(mix.reduce((s, [g, w]) => s.add(w.mul(asRatio(mech.probability(z[c], g, t.epsC)))), Ratio.ZERO)), Ratio.ONE);
 }
 
+/** two-stage-sized stage I (§9.6): the rounding of each y_c to the B + 1 grid points (the
+ * device's dyadic weight) through the oracle over B + 1 categories. */
+function gridProbability(t: Task, y: number[], z: bigint[]): Ratio {
+  const oracle = ORACLES.get(t.mechanism)!;
+  let pos = 0;
+  return t.bins.reduce((acc, [D, , B], c) => {
+    const K = B + 1;
+    const L = oracle.length(K, t.epsC);
+    const part = z.slice(pos, pos + L);
+    pos += L;
+    const x = ((Math.min(Math.max(y[c], -D), D) + D) / (2 * D)) * B;
+    const fl = Math.floor(x);
+    const up = new Ratio(BigInt(Math.floor((x - fl) * 2 ** 53)), 1n << 53n);
+    const at = (k: number): Ratio => asRatio(oracle.probability(part, k, K, t.epsC));
+    return acc.mul(up.isZero ? at(fl) : Ratio.ONE.sub(up).mul(at(fl)).add(up.mul(at(fl + 1))));
+  }, Ratio.ONE);
+}
+
 function binProbability(t: Task, y: number[], z: bigint[]): Ratio {
   const oracle = ORACLES.get(t.mechanism)!;
   let pos = 0;
@@ -112,6 +130,7 @@ function probability(t: Task, samples: Samples, z: bigint[]): Ratio {
     return one.reduce((s, d) => s.add(valueProbability(t, stats(t, d), z)), Ratio.ZERO).div(new Ratio(BigInt(one.length)));
   }
   const y = stats(t, samples);
+  if (t.stage === 1 && t.method === "two-stage-sized") return gridProbability(t, y, z);
   return t.stage === 1 ? binProbability(t, y, z) : valueProbability(t, y, z);
 }
 
@@ -130,6 +149,8 @@ function cases(): [string, string][] {
       eps_c: s.eps / s.C, components: comps };
     for (const m of ["grr", "oue", "ss", "olh"]) {
       out.push([`${s.kind}-bins-${m}`, taskJson({ ...base, method: "two-stage", stage: 1, mechanism: m, bins: comps.map(() => s.bins) })]);
+      out.push([`${s.kind}-grid-${m}`, taskJson({ ...base, method: "two-stage-sized", stage: 1, mechanism: m,
+        bins: comps.map(() => s.bins) })]);
     }
     for (const [method, stage] of [["two-stage", 2], ["ssl", 0], ["baseline-b", 0]] as const) {
       for (const m of ["duchi", "pm", "hm"]) {

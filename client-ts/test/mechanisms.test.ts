@@ -297,7 +297,7 @@ test("ε accounting: every mechanism spends |components|·N(eps_c) (oracle: reco
     const t = parseTask(text);
     assert.deepEqual([t.units, t.reportLength], [units, length], name);
     const fake = new Collector();
-    const d = await Device.open({ transport: fake, store: new MemoryStore(), budget: 1.0,
+    const d = await Device.open({ sendDelay: null, transport: fake, store: new MemoryStore(), budget: 1.0,
       simulation: { rng: RandomSource.seeded(name) } });
     d.addDataset("data", t.kind === "distribution" ? [0, 3, 3] : [[0.5, 9, -0.25]], undefined,
       t.kind === "distribution" ? { values: "categorical", alphabet: 5 } : { dim: 3 });

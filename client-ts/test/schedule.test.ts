@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import { KINDS, RandomSource } from "../src/core/index.js";
 import { sslMeanTask as task } from "./fixtures.js";
-import { Device, type DeviceTransportLike, drawDelayMs, type ReportMessage } from "../src/device/index.js";
+import { DEFAULT_SEND_DELAY, Device, type DeviceTransportLike, drawDelayMs, type ReportMessage } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
 
 const LOW = 2000;
@@ -32,7 +32,7 @@ async function offsets(m: number, usPerSample: number, seed: number, n: number, 
     getTasks: async () => ({ tasks: Array.from({ length: n }, (_, i) => task(`q${i}`)), waiting: [], retry_after_ms: 0 }),
     submitReport: async (_t: string, r: ReportMessage) => { sent.push(clock()); void r; return { duplicate: false, received_at_ms: "1" }; },
   };
-  const d = await Device.open({ transport, store: new MemoryStore(), budget: 1e6, simulation: { rng: RandomSource.seeded(seed) } });
+  const d = await Device.open({ sendDelay: null, transport, store: new MemoryStore(), budget: 1e6, simulation: { rng: RandomSource.seeded(seed) } });
   d.addDataset("data", new Array<number>(m).fill(0.25));
   const r = await d.poll("", delay ? { sendDelay: { lowMs: LOW, highMs: HIGH }, clock, sleep } : { clock, sleep });
   assert.equal(r.submitted.length, n);
@@ -75,7 +75,7 @@ test("an overrun is sent at once and counted", async () => {
 });
 
 test("a window must be public and sane; a delay is exact on its grid", async () => {
-  const d = await Device.open({ transport: { enroll: async () => ({ device_id: "d", token: "t", expires_at_ms: "0" }),
+  const d = await Device.open({ sendDelay: null, transport: { enroll: async () => ({ device_id: "d", token: "t", expires_at_ms: "0" }),
     getTasks: async () => ({ tasks: [], waiting: [], retry_after_ms: 0 }),
     submitReport: async () => ({ duplicate: false, received_at_ms: "1" }) }, store: new MemoryStore(), budget: 1 });
   for (const [lowMs, highMs] of [[-1, 1], [2, 1], [0, Infinity], [NaN, 1], [0, 1e12]]) {
@@ -83,3 +83,42 @@ test("a window must be public and sane; a delay is exact on its grid", async () 
   }
   assert.equal(drawDelayMs({ lowMs: 7, highMs: 7 }, RandomSource.seeded(1)), 7);
 });
+
+test("a device sends at a drawn deadline by default; sendDelay: null opts out; never past the task's deadline",
+  async () => {
+    assert.deepEqual({ ...DEFAULT_SEND_DELAY }, { lowMs: 2000, highMs: 8000 }); // as in Python
+    let now = 1_000_000;
+    const clock = () => now;
+    const sleep = async (ms: number) => { now += ms; };
+    const sent: number[] = [];
+    let tasks = [task("qa"), task("qb")];
+    const transport: DeviceTransportLike = {
+      enroll: async () => ({ device_id: "d", token: "t", expires_at_ms: String(Date.now() + 86_400_000) }),
+      getTasks: async () => ({ tasks, waiting: [], retry_after_ms: 0 }),
+      submitReport: async () => { sent.push(clock()); return { duplicate: false, received_at_ms: "1" }; },
+    };
+    const open = (o: { sendDelay?: null | { lowMs: number; highMs: number } }) =>
+      Device.open({ transport, store: new MemoryStore(), budget: 100, simulation: { rng: RandomSource.seeded("def") }, ...o });
+    const d = await open({}); // no sendDelay: the default window
+    d.addDataset("data", [0.25]);
+    const t0 = now;
+    assert.deepEqual((await d.poll("", { clock, sleep })).submitted, ["qa", "qb"]);
+    const offs = sent.map((t, i) => t - (i ? sent[i - 1] : t0));
+    assert.ok(offs.every((x) => x >= 2000 && x <= 8000), `offsets ${offs}`);
+    tasks = [task("qc")];
+    sent.length = 0;
+    const off = await open({ sendDelay: null });
+    off.addDataset("data", [0.25]);
+    const t1 = now;
+    assert.deepEqual((await off.poll("", { clock, sleep })).submitted, ["qc"]);
+    assert.deepEqual(sent, [t1]); // at once
+    const near = { ...task("qd"), deadline_ms: String(Date.now() + 3000) }; // 3 s left
+    tasks = [near];
+    sent.length = 0;
+    const capped = await open({ sendDelay: { lowMs: 30_000, highMs: 40_000 } });
+    capped.addDataset("data", [0.25]);
+    const t2 = now;
+    assert.deepEqual((await capped.poll("", { clock, sleep })).submitted, ["qd"]);
+    assert.ok(sent[0] - t2 <= 2000 + 5, `held ${sent[0] - t2} ms: past the deadline's margin`);
+    await assert.rejects(open({ sendDelay: { lowMs: 5, highMs: 1 } }), /send window/);
+  });

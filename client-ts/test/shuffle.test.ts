@@ -2,7 +2,9 @@
  * Shuffle mode in the TS Device (docs/device-protocol.md §16): a task carrying `seal` is refused
  * without a shuffler (code `seal`, nothing charged); with one, the report is sealed, the ledger
  * stores the ciphertext (49 + 8·L bytes) and it goes to the shuffler — never to the collector —
- * with the identical bytes on a resend after a lost acknowledgement. The ciphertext a TS device
+ * with the identical bytes on a resend after a lost acknowledgement, carrying the task's shuffler
+ * ticket and the app's attestation, never a token; a sealed task without a ticket is refused
+ * (code `seal`, nothing charged). The ciphertext a TS device
  * made with a fresh ephemeral key opens in Python with the collector's key and `cryptography`'s
  * HPKE, to the report values (needs ULDP_PYTHON, like collector.test.ts).
  */
@@ -21,7 +23,7 @@ const sk = x25519.utils.randomSecretKey();
 const pk = x25519.getPublicKey(sk);
 const seal = { aead_id: 3, kdf_id: 1, kem_id: 32, key_id: keyIdOf(pk), public_key: bytesToHex(pk) };
 
-function sealedTask(queryId: string): TaskMessage {
+function sealedTask(queryId: string, ticket = "t1.ticket"): TaskMessage {
   const t: Record<string, unknown> = {
     bins: [], bound: 1.0, components: [0], dim: 1, eps_c: 1.0, epsilon: 1.0, extra: {}, frame_kind: "gaussian",
     frame_seed: 0, intervals: [[-1.0, 1.0]], kashin_delta: 0.5, kashin_level: 4.0, kind: "mean", m_ref: 1,
@@ -30,7 +32,7 @@ function sealedTask(queryId: string): TaskMessage {
   };
   const text = JSON.stringify(Object.fromEntries(Object.entries(t).sort(([a], [b]) => (a < b ? -1 : 1))));
   return { query_id: queryId, phase: 1, group: 2, stage: 0, dataset: "data", task_json: text,
-    task_digest: taskDigest(text), report_length: 1 };
+    task_digest: taskDigest(text), report_length: 1, shuffle_ticket: ticket };
 }
 
 class Collector implements DeviceTransportLike {
@@ -51,7 +53,8 @@ class Collector implements DeviceTransportLike {
 class Shuffler implements ShufflerTransportLike {
   got: SealedReportMessage[] = [];
   errors: number[] = [];
-  async submitSealed(_t: string, r: SealedReportMessage) {
+  async submitSealed(r: SealedReportMessage, ...extra: unknown[]) {
+    assert.equal(extra.length, 0); // nothing but the report: no token
     this.got.push({ ...r, sealed: r.sealed.slice() });
     const code = this.errors.shift();
     if (code !== undefined) throw Object.assign(new Error(`status ${code}`), { code });
@@ -62,11 +65,39 @@ class Shuffler implements ShufflerTransportLike {
 test("a sealed task is refused without a shuffler, before any charge", async () => {
   const col = new Collector();
   col.tasks = [sealedTask("q-s")];
-  const dev = await Device.open({ transport: col, store: new MemoryStore(), budget: 2 });
+  const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2 });
   dev.addDataset("data", [0.5, 0.25]);
   const r = await dev.poll();
   assert.deepEqual(r.refused.map((x) => x.code), ["seal"]);
   assert.equal(dev.ledger.get("q-s"), undefined);
+});
+
+test("a sealed task without a shuffler ticket is refused, before any charge", async () => {
+  const col = new Collector();
+  col.tasks = [sealedTask("q-s", "")];
+  const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: new Shuffler() });
+  dev.addDataset("data", [0.5, 0.25]);
+  const r = await dev.poll();
+  assert.deepEqual(r.refused.map((x) => x.code), ["seal"]);
+  assert.match(r.refused[0].message, /ticket/);
+  assert.equal(dev.ledger.get("q-s"), undefined);
+});
+
+test("a shuffler's UNAUTHENTICATED keeps the report pending (no re-enrolment fixes a ticket)", async () => {
+  const col = new Collector();
+  col.tasks = [sealedTask("q-s")];
+  const sh = new Shuffler();
+  sh.errors = [Status.UNAUTHENTICATED, Status.UNAUTHENTICATED];
+  let asked = 0;
+  const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: sh,
+    shufflerAttestation: () => `v1.att-${++asked}` });
+  dev.addDataset("data", [0.5, 0.25]);
+  const r = await dev.poll();
+  assert.deepEqual([r.submitted, r.rejected, r.pending], [[], [], 1]);
+  assert.deepEqual(sh.got.map((g) => g.attestation), ["v1.att-1", "v1.att-2"]); // fresh each try
+  assert.equal(dev.ledger.entries("pending").length, 1);
+  col.tasks = [];
+  assert.deepEqual((await dev.poll()).submitted, ["q-s"]);
 });
 
 test("the sealed report goes to the shuffler, stored and resent as identical bytes", async () => {
@@ -74,8 +105,8 @@ test("the sealed report goes to the shuffler, stored and resent as identical byt
   col.tasks = [sealedTask("q-s")];
   const sh = new Shuffler();
   sh.errors = [Status.UNAVAILABLE]; // the first acknowledgement is lost
-  const dev = await Device.open({ transport: col, store: new MemoryStore(), budget: 2, shuffler: sh,
-    simulation: { rng: RandomSource.seeded("shuffle-ts") } });
+  const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: sh,
+    shufflerAttestation: "v1.attested", simulation: { rng: RandomSource.seeded("shuffle-ts") } });
   dev.addDataset("data", [0.5, 0.25]);
   const first = await dev.poll();
   assert.equal(first.pending, 1);
@@ -87,6 +118,7 @@ test("the sealed report goes to the shuffler, stored and resent as identical byt
   assert.equal(sh.got[0].sealed.length, 49 + 8);
   assert.equal(bytesToHex(sh.got[1].sealed), bytesToHex(sh.got[0].sealed));
   assert.deepEqual([sh.got[0].group, sh.got[0].stage, sh.got[0].phase], [2, 0, 1]);
+  assert.deepEqual([sh.got[0].ticket, sh.got[0].attestation], ["t1.ticket", "v1.attested"]);
   assert.equal(bytesToHex(dev.ledger.get("q-s")!.report), bytesToHex(sh.got[0].sealed));
 });
 
@@ -107,7 +139,7 @@ test("a TS device's ciphertext opens in Python with the collector's key only", {
     const task = sealedTask("q-py");
     col.tasks = [task];
     const sh = new Shuffler();
-    const dev = await Device.open({ transport: col, store: new MemoryStore(), budget: 2, shuffler: sh });
+    const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: sh });
     dev.addDataset("data", [0.5, 0.25]);
     await dev.poll();
     const info = sealInfo("q-py", 1, 2, 0, task.task_digest);

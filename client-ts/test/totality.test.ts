@@ -28,7 +28,7 @@ const SHAPES: [string, number, Record<string, unknown>][] = [
   ["classify", 2, { grid: 3, lo: [-1e300, 0.0], hi: [1e300, 5e-324] }],
   ["regress", 1, { grid: 1024, label_bound: 1e-300 }],
 ];
-const METHODS = ["two-stage", "ssl", "baseline-a", "baseline-b", "oracle"];
+const METHODS = ["two-stage", "two-stage-sized", "ssl", "baseline-a", "baseline-b", "oracle"];
 const ORACLE_NAMES = [...ORACLES.keys()];
 const SCALAR_NAMES = [...SCALARS.keys()];
 /** Mechanism names a hostile collector may send: both families, unknown ones, prototype keys. */
@@ -60,16 +60,17 @@ const supportBins = (D: number, h: number): number | null => {
   return Number.isFinite(r) ? Math.max(1, Math.ceil(r - 1e-9)) : null;
 };
 
-function binsRow(g: Gen, accepted: boolean): [number, number, number] {
+function binsRow(g: Gen, accepted: boolean, most = 1 << 16): [number, number, number] {
   let D = g.positive();
   let h = g.positive();
   if (D >= 2 ** 1023) D /= 4; // 2D must be finite: a larger D is refused
   if (!accepted && g.bool()) return [D, h, g.pick([1, 2, 4, 1 << 16])];
   let want = supportBins(D, h);
-  if (want === null || want > 1 << 16) {
+  if (want === null || want > most) {
     h = D * 2 ** -(g.int(76) - 60); // 2D/h in [2^-59, 2^16]
     if (!(h > 0 && h < Infinity)) h = D;
     want = supportBins(D, h);
+    if (want === null || want > most) [h, want] = [D, 2]; // two-stage-sized: at most 2^16 − 1 bins
   }
   return [D, h, want!];
 }
@@ -101,8 +102,9 @@ function hostileTask(g: Gen, accepted: boolean): string {
   const method = g.pick(METHODS);
   if (method === "oracle") return oracleTask(g, accepted);
   const [kind, dim, extra] = g.pick(SHAPES);
-  const stage = method === "two-stage" ? 1 + g.int(2) : 0;
-  const frame = g.pick(["gaussian", "hadamard"]);
+  const stage = method === "two-stage" || method === "two-stage-sized" ? 1 + g.int(2) : 0;
+  // sgd also reports the gradient's own coordinates (the windowed rounds)
+  const frame = g.pick(kind === "sgd" ? ["gaussian", "hadamard", "identity"] : ["gaussian", "hadamard"]);
   const heavy = ["mean", "mean-linf", "mean-l2"].includes(kind) && g.bool();
   const bound = heavy || kind === "distribution" ? null : g.positive();
   const probe = parseTask(text({ kind, dim, extra, bound, stat_bound: heavy ? 1 : null, frame_kind: frame, method: "ssl", stage: 0,
@@ -114,7 +116,7 @@ function hostileTask(g: Gen, accepted: boolean): string {
     epsilon: 2 ** 20, stat_bound: heavy ? g.positive() : null, frame_seed: g.pick([0, -1, BIG]),
     kashin_level: g.positive(), kashin_delta: g.pick([5e-324, 1.0, 0.5]),
   };
-  if (stage === 1) t.bins = comps.map(() => binsRow(g, accepted));
+  if (stage === 1) t.bins = comps.map(() => binsRow(g, accepted, method === "two-stage-sized" ? (1 << 16) - 1 : 1 << 16));
   else t.intervals = comps.map(() => interval(g));
   if (method === "baseline-a") {
     const groups = comps.length === 1 ? [comps] : [comps.slice(0, 1), comps.slice(1)];
@@ -167,6 +169,9 @@ const maxAbs = (t: Task): number => {
   if (t.method === "baseline-a") return scalarOf("laplace").limit(Math.min(...t.virtualEps));
   if (t.method === "oracle") return oracleOf(t.mechanism).limit(t.dim, t.epsC);
   if (t.method === "two-stage" && t.stage === 1) return Math.max(...t.bins.map(([, , B]) => oracleOf(t.mechanism).limit(B, t.epsC)));
+  if (t.method === "two-stage-sized" && t.stage === 1) {
+    return Math.max(...t.bins.map(([, , B]) => oracleOf(t.mechanism).limit(B + 1, t.epsC)));
+  }
   return scalarOf(t.mechanism).limit(t.epsC);
 };
 

@@ -16,9 +16,11 @@ loss ignore it; pass zeros).
   (θ_t, ``task.dim`` floats), optional ``l2`` (ridge/logistic penalty λ >= 0); the clip
   norm is ``task.bound``. Each per-sample gradient is sanitised (a row with NaN/inf is
   replaced by the zero vector), clipped to ``‖g‖₂ <= D`` without overflow, mapped to its
-  Kashin coefficients and clamped to ``[-D', D']``, ``D' = K_LV·D/√N``. Whatever a custom
+  Kashin coefficients and clamped to ``[-D', D']``, ``D' = K_LV·D/√N`` — or, with
+  ``frame_kind = "identity"``, kept as its ``d`` coordinates and clamped to ``[-D, D]``
+  (the per-coordinate reports of the windowed SGD rounds, §8.3). Whatever a custom
   gradient returns, the user statistic therefore lies in ``[-D', D']^N`` and the
-  Algorithm-1 mechanism clamps it again: huge or NaN outputs never reach a report.
+  mechanism clamps it again: huge or NaN outputs never reach a report.
 * ``classify`` — public ``task.extra``: ``grid`` (M cells per axis), optional ``lo``/``hi``
   (declared feature box, default ``[0, 1]^d``). Features are affinely rescaled to
   ``[0, 1]^d`` and clamped; labels are mapped to ±1 (``y > 0 → +1``, else −1, so both
@@ -60,6 +62,7 @@ __all__ = [
     "DENSE_LIMIT",
     "GRADIENTS",
     "MAX_GRID_CELLS",
+    "SGD_FRAMES",
     "GradientFn",
     "classify_transform",
     "clip_rows",
@@ -184,10 +187,19 @@ def _check_sgd(task: TaskSpec) -> None:
     _theta(task)
 
 
+#: the frames of an ``sgd`` task: the Kashin frames of §3.6 and ``identity`` (the
+#: gradient's own coordinates, ``N = d``, each in ``[-D, D]``)
+SGD_FRAMES = ("gaussian", "hadamard", "identity")
+
+
+def _identity(task: TaskSpec) -> bool:
+    return task.frame_kind == "identity"
+
+
 def _sgd_components(task: TaskSpec) -> int:
     _check_sgd(task)
-    check_frame(task)
-    return kashin_size(task)
+    check_frame(task, SGD_FRAMES)
+    return int(task.dim) if _identity(task) else kashin_size(task)
 
 
 def per_sample_gradients(task: TaskSpec, x: np.ndarray) -> np.ndarray:
@@ -207,14 +219,25 @@ def per_sample_gradients(task: TaskSpec, x: np.ndarray) -> np.ndarray:
 
 
 def _sgd_map(task: TaskSpec, x: np.ndarray) -> np.ndarray:
-    frame = kashin_frame(task)
-    a = kashin_coefficients(frame, per_sample_gradients(task, x), delta=task.kashin_delta)
+    g = per_sample_gradients(task, x)
+    if _identity(task):  # the coordinates themselves
+        a = g
+    else:
+        a = kashin_coefficients(kashin_frame(task), g, delta=task.kashin_delta)
     Dp = _sgd_bound(task)
     return np.clip(a, -Dp, Dp)  # mandatory (INV-6), whatever the Kashin level turned out
 
 
 def _sgd_bound(task: TaskSpec) -> float:
+    """``D' = K_LV·D/√N`` per Kashin coefficient; ``D`` per coordinate (``identity``)."""
+    if _identity(task):
+        return float(task.bound or 0.0)
     return task.kashin_level * float(task.bound or 0.0) / math.sqrt(kashin_size(task))
+
+
+def _sgd_transform(task: TaskSpec, n_components: int) -> np.ndarray | None:
+    """``g_t = Uᵀ θ̂`` (§8.3 step 2d); the coordinates themselves for ``identity``."""
+    return None if _identity(task) else kashin_transform(task, n_components)
 
 
 register_kind(Kind(
@@ -223,7 +246,7 @@ register_kind(Kind(
     sample_map=_sgd_map,
     bounds=lambda t: np.full(_sgd_components(t), _sgd_bound(t)),
     uses_labels=True,
-    transform=kashin_transform,  # g_t = Uᵀ θ̂ (§8.3 step 2d)
+    transform=_sgd_transform,
 ))
 
 

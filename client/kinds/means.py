@@ -87,12 +87,14 @@ register_kind(Kind(
 
 
 # ---- ℓ2 mean via Kashin coefficients (per sample, [D8]) ---------------------------------
-def check_frame(task: TaskSpec) -> None:
+def check_frame(task: TaskSpec, kinds: tuple[str, ...] = ("gaussian", "hadamard")) -> None:
+    """The frame rules of a Kashin task (``sgd`` also accepts ``identity``)."""
     finite_number("kashin_level", task.kashin_level, positive=True)
     if not 0 < task.kashin_delta <= 1:
         raise TaskRefused(f"kashin_delta must be in (0, 1], got {task.kashin_delta!r}")
-    if task.frame_kind not in ("gaussian", "hadamard"):
-        raise TaskRefused(f"frame_kind must be gaussian or hadamard, got {task.frame_kind!r}")
+    if task.frame_kind not in kinds:
+        raise TaskRefused(f"frame_kind must be {' or '.join(kinds)}, got "
+                          f"{task.frame_kind!r}")
 
 
 def _kashin_components(task: TaskSpec) -> int:

@@ -31,6 +31,7 @@ draw.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,7 +44,10 @@ from uldp.client.trace import record_rounding, record_statistic
 
 __all__ = [
     "bin_reports",
+    "grid_categories",
     "grid_encode",
+    "grid_log_likelihood",
+    "grid_reports",
     "one_hot_bins",
     "stage1_log_likelihood",
     "stage1_reports",
@@ -122,6 +126,67 @@ def bin_reports(Y: np.ndarray, params: Sequence[Alg1Params], oracle: FrequencyOr
     items = np.stack([bin_index(Y[:, c], p) - 1 for c, p in enumerate(params)], axis=1) \
         if params else np.zeros((Y.shape[0], 0), dtype=np.int64)
     return oracle.privatize_many(items, [p.bins for p in params], eps_c, rng)
+
+
+def grid_categories(Y: np.ndarray, params: Sequence[Alg1Params], rng: RandomSource
+                    ) -> np.ndarray:
+    """Each component's statistic clamped to ``[−D_c, D_c]`` and rounded unbiasedly to one
+    of the ``B_c + 1`` grid points ``−D_c + k·2D_c/B_c`` (``two-stage-sized`` stage I):
+    position ``((clamp(y) + D)/(2D))·B`` (in that order of double operations), then
+    ``floor + Bernoulli(fraction)`` with one keystream word per component, so that
+    ``E[−D + k·2D/B] = clamp(y)``. Returns the 0-based categories ``k ∈ [0, B_c]``."""
+    Y = _check_stats(Y, len(params))
+    if not params:
+        return np.zeros((Y.shape[0], 0), dtype=np.int64)
+    D = np.array([p.bound for p in params])
+    B = np.array([float(p.bins) for p in params])
+    pos = (np.clip(Y, -D, D) + D) / (2.0 * D) * B
+    rounded = randomized_round(pos, rng)
+    record_rounding(pos, rounded)
+    return np.clip(rounded, 0, B.astype(np.int64))
+
+
+def grid_reports(Y: np.ndarray, params: Sequence[Alg1Params], oracle: FrequencyOracle,
+                 eps_c: float, rng: RandomSource) -> np.ndarray:
+    """Stage I of ``two-stage-sized``: each component's grid category
+    (:func:`grid_categories`: the rounding words of every component first) privatized over
+    its ``B_c + 1`` categories at ``ε_c``, the components' reports concatenated. Privacy:
+    the oracle is ε_c-LDP for *any* input category, and the rounding is a randomized map
+    of the statistic chosen before the oracle's draws, so the report's law is a mixture of
+    two of the oracle's laws with data-independent form — every ratio stays within
+    ``e^{ε_c}`` (device-protocol §9.3)."""
+    Y = _check_stats(Y, len(params))
+    record_statistic(Y)
+    items = grid_categories(Y, params, rng)
+    return oracle.privatize_many(items, [p.bins + 1 for p in params], eps_c, rng)
+
+
+def grid_log_likelihood(y: np.ndarray, report: np.ndarray, params: Sequence[Alg1Params],
+                        oracle: FrequencyOracle, eps_c: float) -> float:
+    """Exact ``log P(report | statistics y)`` of a ``two-stage-sized`` stage-I report (one
+    user): per component the two-point mixture ``(1 − f)·P(r | k) + f·P(r | k + 1)`` of the
+    oracle's exact probabilities over the rounding."""
+    y = np.asarray(y, dtype=np.float64)
+    out, pos_r = 0.0, 0
+    for c, p in enumerate(params):
+        K = p.bins + 1
+        L = oracle.length(K, eps_c)
+        r = [int(v) for v in np.asarray(report)[pos_r:pos_r + L]]
+        pos_r += L
+        x = (min(max(float(y[c]), -p.bound), p.bound) + p.bound) / (2.0 * p.bound) * p.bins
+        k = min(math.floor(x), p.bins)
+        f = x - k
+        if oracle.name == "laplace":  # in logs: far outputs underflow the pmf
+            z = np.asarray(r, dtype=np.float64)
+            a = float(_dlap_logpmf(z - np.eye(K)[k], eps_c, 2).sum())
+            b = float(_dlap_logpmf(z - np.eye(K)[min(k + 1, p.bins)], eps_c, 2).sum())
+            out += float(np.logaddexp(math.log1p(-f) + a, math.log(f) + b)) if f > 0 else a
+            continue
+        prob = (1 - f) * float(oracle.probability(r, k, K, eps_c))
+        if f > 0:
+            prob += f * float(oracle.probability(r, k + 1, K, eps_c))
+        out += math.log(prob) if prob > 0 else -math.inf
+    return out
 
 
 def value_reports(Y: np.ndarray, intervals: Sequence[tuple[float, float]],

@@ -18,8 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from uldp.client.kinds.base import Kind
-from uldp.client.mechanisms.two_stage import bin_reports, value_reports
+from uldp.client.mechanisms.two_stage import bin_reports, grid_reports, value_reports
 from uldp.client.methods.base import (
+    MAX_BINS,
     bin_params,
     check_bins,
     check_intervals,
@@ -30,9 +31,9 @@ from uldp.client.methods.base import (
     single_record,
 )
 from uldp.client.randomness import RandomSource
-from uldp.client.taskspec import TaskSpec
+from uldp.client.taskspec import TaskRefused, TaskSpec
 
-__all__ = ["TwoStage", "UserValues"]
+__all__ = ["TwoStage", "TwoStageSized", "UserValues"]
 
 
 class UserValues:
@@ -98,3 +99,38 @@ class TwoStage(UserValues):
         if task.stage == 1:
             return bin_reports(Y, bin_params(task), oracle_of(task), task.eps_c, rng)
         return value_reports(Y, intervals(task), scalar_of(task), task.eps_c, rng)
+
+
+class TwoStageSized(TwoStage):
+    """``two-stage-sized``: stage I reports each component's statistic rounded unbiasedly
+    to the ``B_c + 1`` edges of its bins (``uldp.client.mechanisms.two_stage.grid_reports``),
+    so the collector can both size the stage-II window from it and count the stage-I
+    users' reports in the estimate (``E`` of a grid point is the statistic); stage II as
+    ``two-stage``. Collector half: ``uldp.collector.methods.sized``."""
+
+    name = "two-stage-sized"
+
+    def check(self, task: TaskSpec, n_components: int) -> None:
+        super().check(task, n_components)
+        if task.stage == 1 and any(int(B) > MAX_BINS - 1 for _, _, B in task.bins):
+            raise TaskRefused(f"two-stage-sized has at most {MAX_BINS - 1} bins (its "
+                              f"{MAX_BINS} grid points are the categories)", code="limit")
+
+    def report_length(self, task: TaskSpec) -> int:
+        if task.stage == 1:
+            oracle = oracle_of(task)
+            return sum(oracle.length(int(B) + 1, task.eps_c) for _, _, B in task.bins)
+        return len(task.components)
+
+    def report_limit(self, task: TaskSpec) -> int:
+        if task.stage == 1:
+            oracle = oracle_of(task)
+            return max(oracle.limit(int(B) + 1, task.eps_c) for _, _, B in task.bins)
+        return super().report_limit(task)
+
+    def compute(self, task: TaskSpec, kind: Kind, X: np.ndarray, valid: np.ndarray,
+                rng: RandomSource, offsets: np.ndarray | None) -> np.ndarray:
+        if task.stage != 1:
+            return super().compute(task, kind, X, valid, rng, offsets)
+        Y = self.statistics(task, kind, X, valid, rng)
+        return grid_reports(Y, bin_params(task), oracle_of(task), task.eps_c, rng)

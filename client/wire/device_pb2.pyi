@@ -38,7 +38,7 @@ class GetTasksRequest(_message.Message):
     def __init__(self, datasets: _Optional[_Iterable[str]] = ..., query_id: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("query_id", "phase", "group", "stage", "dataset", "task_json", "report_length", "task_digest", "deadline_ms", "max_abs_value")
+    __slots__ = ("query_id", "phase", "group", "stage", "dataset", "task_json", "report_length", "task_digest", "deadline_ms", "max_abs_value", "shuffle_ticket")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class Task(_message.Message):
     TASK_DIGEST_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_VALUE_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_TICKET_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     phase: int
     group: int
@@ -59,7 +60,8 @@ class Task(_message.Message):
     task_digest: str
     deadline_ms: int
     max_abs_value: int
-    def __init__(self, query_id: _Optional[str] = ..., phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., dataset: _Optional[str] = ..., task_json: _Optional[str] = ..., report_length: _Optional[int] = ..., task_digest: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., max_abs_value: _Optional[int] = ...) -> None: ...
+    shuffle_ticket: str
+    def __init__(self, query_id: _Optional[str] = ..., phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., dataset: _Optional[str] = ..., task_json: _Optional[str] = ..., report_length: _Optional[int] = ..., task_digest: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., max_abs_value: _Optional[int] = ..., shuffle_ticket: _Optional[str] = ...) -> None: ...
 
 class WaitingAssignment(_message.Message):
     __slots__ = ("query_id", "phase")

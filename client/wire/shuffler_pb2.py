@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16uldp/v1/shuffler.proto\x12\x07uldp.v1\"\x88\x01\n\x0cSealedReport\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\r\n\x05group\x18\x03 \x01(\r\x12\r\n\x05stage\x18\x04 \x01(\r\x12\x13\n\x0btask_digest\x18\x05 \x01(\t\x12\x0e\n\x06sealed\x18\x06 \x01(\x0c\x12\x14\n\x0c\x64\x65vice_token\x18\x07 \x01(\t\"<\n\x13SubmitSealedRequest\x12%\n\x06report\x18\x01 \x01(\x0b\x32\x15.uldp.v1.SealedReport\")\n\x14SubmitSealedResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"B\n\x18SubmitSealedBatchRequest\x12&\n\x07reports\x18\x01 \x03(\x0b\x32\x15.uldp.v1.SealedReport\"@\n\x0cSealedResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"C\n\x19SubmitSealedBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.uldp.v1.SealedResult\"*\n\x16GetShuffleQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"A\n\x0cShufflePhase\x12\r\n\x05phase\x18\x01 \x01(\r\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\x03\"K\n\x0bShuffleCell\x12\r\n\x05phase\x18\x01 \x01(\r\x12\r\n\x05group\x18\x02 \x01(\r\x12\r\n\x05stage\x18\x03 \x01(\r\x12\x0f\n\x07\x64\x65vices\x18\x04 \x01(\r\"\x91\x01\n\x0cShuffleQuery\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x10\n\x08shuffled\x18\x02 \x01(\x08\x12\x11\n\tmin_batch\x18\x03 \x01(\r\x12%\n\x06phases\x18\x04 \x03(\x0b\x32\x15.uldp.v1.ShufflePhase\x12#\n\x05\x63\x65lls\x18\x05 \x03(\x0b\x32\x14.uldp.v1.ShuffleCell\"\x8b\x01\n\x13\x46orwardBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\r\n\x05phase\x18\x03 \x01(\r\x12\r\n\x05group\x18\x04 \x01(\r\x12\r\n\x05stage\x18\x05 \x01(\r\x12\x13\n\x0btask_digest\x18\x06 \x01(\t\x12\x0e\n\x06sealed\x18\x07 \x03(\x0c\"J\n\x14\x46orwardBatchResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0e\n\x06stored\x18\x02 \x01(\r\x12\x0f\n\x07refused\x18\x03 \x01(\r2\xba\x01\n\x0fShufflerService\x12K\n\x0cSubmitSealed\x12\x1c.uldp.v1.SubmitSealedRequest\x1a\x1d.uldp.v1.SubmitSealedResponse\x12Z\n\x11SubmitSealedBatch\x12!.uldp.v1.SubmitSealedBatchRequest\x1a\".uldp.v1.SubmitSealedBatchResponse2\xae\x01\n\x14ShuffleIntakeService\x12I\n\x0fGetShuffleQuery\x12\x1f.uldp.v1.GetShuffleQueryRequest\x1a\x15.uldp.v1.ShuffleQuery\x12K\n\x0c\x46orwardBatch\x12\x1c.uldp.v1.ForwardBatchRequest\x1a\x1d.uldp.v1.ForwardBatchResponseB;\n\x0borg.uldp.v1P\x01Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16uldp/v1/shuffler.proto\x12\x07uldp.v1\"\xab\x01\n\x0cSealedReport\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\r\x12\r\n\x05group\x18\x03 \x01(\r\x12\r\n\x05stage\x18\x04 \x01(\r\x12\x13\n\x0btask_digest\x18\x05 \x01(\t\x12\x0e\n\x06sealed\x18\x06 \x01(\x0c\x12\x0e\n\x06ticket\x18\x08 \x01(\t\x12\x13\n\x0b\x61ttestation\x18\t \x01(\tJ\x04\x08\x07\x10\x08R\x0c\x64\x65vice_token\"<\n\x13SubmitSealedRequest\x12%\n\x06report\x18\x01 \x01(\x0b\x32\x15.uldp.v1.SealedReport\")\n\x14SubmitSealedResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"B\n\x18SubmitSealedBatchRequest\x12&\n\x07reports\x18\x01 \x03(\x0b\x32\x15.uldp.v1.SealedReport\"@\n\x0cSealedResult\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"C\n\x19SubmitSealedBatchResponse\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.uldp.v1.SealedResult\"*\n\x16GetShuffleQueryRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\"b\n\x0cShufflePhase\x12\r\n\x05phase\x18\x01 \x01(\r\x12\r\n\x05state\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x03 \x01(\x03\x12\r\n\x05quota\x18\x04 \x01(\r\x12\x10\n\x08\x64\x65\x63lined\x18\x05 \x01(\r\"]\n\x0bShuffleCell\x12\r\n\x05phase\x18\x01 \x01(\r\x12\r\n\x05group\x18\x02 \x01(\r\x12\r\n\x05stage\x18\x03 \x01(\r\x12\x0f\n\x07\x64\x65vices\x18\x04 \x01(\r\x12\x10\n\x08\x64\x65\x63lined\x18\x05 \x01(\r\"\xa0\x01\n\x0cShuffleQuery\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x10\n\x08shuffled\x18\x02 \x01(\x08\x12\x11\n\tmin_batch\x18\x03 \x01(\r\x12%\n\x06phases\x18\x04 \x03(\x0b\x32\x15.uldp.v1.ShufflePhase\x12#\n\x05\x63\x65lls\x18\x05 \x03(\x0b\x32\x14.uldp.v1.ShuffleCell\x12\r\n\x05users\x18\x06 \x01(\r\"\xaf\x01\n\x13\x46orwardBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\r\n\x05phase\x18\x03 \x01(\r\x12\r\n\x05group\x18\x04 \x01(\r\x12\r\n\x05stage\x18\x05 \x01(\r\x12\x13\n\x0btask_digest\x18\x06 \x01(\t\x12\x0e\n\x06sealed\x18\x07 \x03(\x0c\x12\x10\n\x08\x61ttested\x18\x08 \x01(\r\x12\x10\n\x08verifier\x18\t \x01(\t\"J\n\x14\x46orwardBatchResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\x12\x0e\n\x06stored\x18\x02 \x01(\r\x12\x0f\n\x07refused\x18\x03 \x01(\r2\xba\x01\n\x0fShufflerService\x12K\n\x0cSubmitSealed\x12\x1c.uldp.v1.SubmitSealedRequest\x1a\x1d.uldp.v1.SubmitSealedResponse\x12Z\n\x11SubmitSealedBatch\x12!.uldp.v1.SubmitSealedBatchRequest\x1a\".uldp.v1.SubmitSealedBatchResponse2\xae\x01\n\x14ShuffleIntakeService\x12I\n\x0fGetShuffleQuery\x12\x1f.uldp.v1.GetShuffleQueryRequest\x1a\x15.uldp.v1.ShuffleQuery\x12K\n\x0c\x46orwardBatch\x12\x1c.uldp.v1.ForwardBatchRequest\x1a\x1d.uldp.v1.ForwardBatchResponseB;\n\x0borg.uldp.v1P\x01Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,31 +34,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\013org.uldp.v1P\001Z*github.com/uldp/uldp/gen/go/uldp/v1;uldpv1'
   _globals['_SEALEDREPORT']._serialized_start=36
-  _globals['_SEALEDREPORT']._serialized_end=172
-  _globals['_SUBMITSEALEDREQUEST']._serialized_start=174
-  _globals['_SUBMITSEALEDREQUEST']._serialized_end=234
-  _globals['_SUBMITSEALEDRESPONSE']._serialized_start=236
-  _globals['_SUBMITSEALEDRESPONSE']._serialized_end=277
-  _globals['_SUBMITSEALEDBATCHREQUEST']._serialized_start=279
-  _globals['_SUBMITSEALEDBATCHREQUEST']._serialized_end=345
-  _globals['_SEALEDRESULT']._serialized_start=347
-  _globals['_SEALEDRESULT']._serialized_end=411
-  _globals['_SUBMITSEALEDBATCHRESPONSE']._serialized_start=413
-  _globals['_SUBMITSEALEDBATCHRESPONSE']._serialized_end=480
-  _globals['_GETSHUFFLEQUERYREQUEST']._serialized_start=482
-  _globals['_GETSHUFFLEQUERYREQUEST']._serialized_end=524
-  _globals['_SHUFFLEPHASE']._serialized_start=526
-  _globals['_SHUFFLEPHASE']._serialized_end=591
-  _globals['_SHUFFLECELL']._serialized_start=593
-  _globals['_SHUFFLECELL']._serialized_end=668
-  _globals['_SHUFFLEQUERY']._serialized_start=671
-  _globals['_SHUFFLEQUERY']._serialized_end=816
-  _globals['_FORWARDBATCHREQUEST']._serialized_start=819
-  _globals['_FORWARDBATCHREQUEST']._serialized_end=958
-  _globals['_FORWARDBATCHRESPONSE']._serialized_start=960
-  _globals['_FORWARDBATCHRESPONSE']._serialized_end=1034
-  _globals['_SHUFFLERSERVICE']._serialized_start=1037
-  _globals['_SHUFFLERSERVICE']._serialized_end=1223
-  _globals['_SHUFFLEINTAKESERVICE']._serialized_start=1226
-  _globals['_SHUFFLEINTAKESERVICE']._serialized_end=1400
+  _globals['_SEALEDREPORT']._serialized_end=207
+  _globals['_SUBMITSEALEDREQUEST']._serialized_start=209
+  _globals['_SUBMITSEALEDREQUEST']._serialized_end=269
+  _globals['_SUBMITSEALEDRESPONSE']._serialized_start=271
+  _globals['_SUBMITSEALEDRESPONSE']._serialized_end=312
+  _globals['_SUBMITSEALEDBATCHREQUEST']._serialized_start=314
+  _globals['_SUBMITSEALEDBATCHREQUEST']._serialized_end=380
+  _globals['_SEALEDRESULT']._serialized_start=382
+  _globals['_SEALEDRESULT']._serialized_end=446
+  _globals['_SUBMITSEALEDBATCHRESPONSE']._serialized_start=448
+  _globals['_SUBMITSEALEDBATCHRESPONSE']._serialized_end=515
+  _globals['_GETSHUFFLEQUERYREQUEST']._serialized_start=517
+  _globals['_GETSHUFFLEQUERYREQUEST']._serialized_end=559
+  _globals['_SHUFFLEPHASE']._serialized_start=561
+  _globals['_SHUFFLEPHASE']._serialized_end=659
+  _globals['_SHUFFLECELL']._serialized_start=661
+  _globals['_SHUFFLECELL']._serialized_end=754
+  _globals['_SHUFFLEQUERY']._serialized_start=757
+  _globals['_SHUFFLEQUERY']._serialized_end=917
+  _globals['_FORWARDBATCHREQUEST']._serialized_start=920
+  _globals['_FORWARDBATCHREQUEST']._serialized_end=1095
+  _globals['_FORWARDBATCHRESPONSE']._serialized_start=1097
+  _globals['_FORWARDBATCHRESPONSE']._serialized_end=1171
+  _globals['_SHUFFLERSERVICE']._serialized_start=1174
+  _globals['_SHUFFLERSERVICE']._serialized_end=1360
+  _globals['_SHUFFLEINTAKESERVICE']._serialized_start=1363
+  _globals['_SHUFFLEINTAKESERVICE']._serialized_end=1537
 # @@protoc_insertion_point(module_scope)

@@ -8,22 +8,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SealedReport(_message.Message):
-    __slots__ = ("query_id", "phase", "group", "stage", "task_digest", "sealed", "device_token")
+    __slots__ = ("query_id", "phase", "group", "stage", "task_digest", "sealed", "ticket", "attestation")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TASK_DIGEST_FIELD_NUMBER: _ClassVar[int]
     SEALED_FIELD_NUMBER: _ClassVar[int]
-    DEVICE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    ATTESTATION_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     phase: int
     group: int
     stage: int
     task_digest: str
     sealed: bytes
-    device_token: str
-    def __init__(self, query_id: _Optional[str] = ..., phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., task_digest: _Optional[str] = ..., sealed: _Optional[bytes] = ..., device_token: _Optional[str] = ...) -> None: ...
+    ticket: str
+    attestation: str
+    def __init__(self, query_id: _Optional[str] = ..., phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., task_digest: _Optional[str] = ..., sealed: _Optional[bytes] = ..., ticket: _Optional[str] = ..., attestation: _Optional[str] = ...) -> None: ...
 
 class SubmitSealedRequest(_message.Message):
     __slots__ = ("report",)
@@ -66,43 +68,51 @@ class GetShuffleQueryRequest(_message.Message):
     def __init__(self, query_id: _Optional[str] = ...) -> None: ...
 
 class ShufflePhase(_message.Message):
-    __slots__ = ("phase", "state", "deadline_ms")
+    __slots__ = ("phase", "state", "deadline_ms", "quota", "declined")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    DECLINED_FIELD_NUMBER: _ClassVar[int]
     phase: int
     state: str
     deadline_ms: int
-    def __init__(self, phase: _Optional[int] = ..., state: _Optional[str] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+    quota: int
+    declined: int
+    def __init__(self, phase: _Optional[int] = ..., state: _Optional[str] = ..., deadline_ms: _Optional[int] = ..., quota: _Optional[int] = ..., declined: _Optional[int] = ...) -> None: ...
 
 class ShuffleCell(_message.Message):
-    __slots__ = ("phase", "group", "stage", "devices")
+    __slots__ = ("phase", "group", "stage", "devices", "declined")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    DECLINED_FIELD_NUMBER: _ClassVar[int]
     phase: int
     group: int
     stage: int
     devices: int
-    def __init__(self, phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., devices: _Optional[int] = ...) -> None: ...
+    declined: int
+    def __init__(self, phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., devices: _Optional[int] = ..., declined: _Optional[int] = ...) -> None: ...
 
 class ShuffleQuery(_message.Message):
-    __slots__ = ("query_id", "shuffled", "min_batch", "phases", "cells")
+    __slots__ = ("query_id", "shuffled", "min_batch", "phases", "cells", "users")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     SHUFFLED_FIELD_NUMBER: _ClassVar[int]
     MIN_BATCH_FIELD_NUMBER: _ClassVar[int]
     PHASES_FIELD_NUMBER: _ClassVar[int]
     CELLS_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     shuffled: bool
     min_batch: int
     phases: _containers.RepeatedCompositeFieldContainer[ShufflePhase]
     cells: _containers.RepeatedCompositeFieldContainer[ShuffleCell]
-    def __init__(self, query_id: _Optional[str] = ..., shuffled: _Optional[bool] = ..., min_batch: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[ShufflePhase, _Mapping]]] = ..., cells: _Optional[_Iterable[_Union[ShuffleCell, _Mapping]]] = ...) -> None: ...
+    users: int
+    def __init__(self, query_id: _Optional[str] = ..., shuffled: _Optional[bool] = ..., min_batch: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[ShufflePhase, _Mapping]]] = ..., cells: _Optional[_Iterable[_Union[ShuffleCell, _Mapping]]] = ..., users: _Optional[int] = ...) -> None: ...
 
 class ForwardBatchRequest(_message.Message):
-    __slots__ = ("batch_id", "query_id", "phase", "group", "stage", "task_digest", "sealed")
+    __slots__ = ("batch_id", "query_id", "phase", "group", "stage", "task_digest", "sealed", "attested", "verifier")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +120,8 @@ class ForwardBatchRequest(_message.Message):
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TASK_DIGEST_FIELD_NUMBER: _ClassVar[int]
     SEALED_FIELD_NUMBER: _ClassVar[int]
+    ATTESTED_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     query_id: str
     phase: int
@@ -117,7 +129,9 @@ class ForwardBatchRequest(_message.Message):
     stage: int
     task_digest: str
     sealed: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, batch_id: _Optional[str] = ..., query_id: _Optional[str] = ..., phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., task_digest: _Optional[str] = ..., sealed: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    attested: int
+    verifier: str
+    def __init__(self, batch_id: _Optional[str] = ..., query_id: _Optional[str] = ..., phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., task_digest: _Optional[str] = ..., sealed: _Optional[_Iterable[bytes]] = ..., attested: _Optional[int] = ..., verifier: _Optional[str] = ...) -> None: ...
 
 class ForwardBatchResponse(_message.Message):
     __slots__ = ("duplicate", "stored", "refused")

@@ -58,9 +58,10 @@ class ShufflerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SubmitSealedBatch(self, request, context):
-        """Stores many devices' sealed reports (for gateways); each item carries its device's
-        token and gets its own result with the code SubmitSealed would have answered. An OK
-        call status means every item with code 0 is durably committed.
+        """Stores many devices' sealed reports (for gateways; at most 10 000): each item carries
+        its own ticket (and attestation) and gets its own result with the code SubmitSealed
+        would have answered. An OK call status means every item with code 0 is durably
+        committed; a refused call stored nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,8 +187,9 @@ class ShuffleIntakeServiceServicer:
         batch (nothing stored): NOT_FOUND unknown query; FAILED_PRECONDITION the query is
         not in shuffle mode, the phase is not open, the group/stage is not one of the
         phase's, task_digest is not the digest of that group's task, or the batch is
-        smaller than the query's minimum batch; INVALID_ARGUMENT a malformed batch id or
-        more items than the message allows. Reports that fail to open (wrong length,
+        smaller than the query's minimum batch, or it would take the phase's received
+        reports past its quota; INVALID_ARGUMENT a malformed batch id, attested larger than
+        the batch, a malformed verifier, or more items than the message allows. Reports that fail to open (wrong length,
         authentication failure, malformed plaintext, values out of range, a simulated report
         the query refuses) are dropped one by one and counted in refused.
         """

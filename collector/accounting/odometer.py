@@ -64,14 +64,19 @@ def planned_cells(epsilon: float, min_batch: int) -> tuple[Cell, ...]:
 
 
 def cells_of_privacy(section: Mapping[str, Any]) -> tuple[Cell, ...]:
-    """The cells a finished query's ``privacy`` section states (``n`` its smallest batch;
+    """The cells a finished query's ``privacy`` section states (``n`` the reports its
+    guarantee counts in the smallest batch, ``counted`` — only what the shuffler attested,
+    docs/privacy.md §7 —, or its smallest batch in a result from before that was stated;
+    a cell with reports of which fewer than 2 count hides nobody: n = 1, its local ε0;
     cells without a report cost nothing). A cell without its variation-ratio parameters
     (a result from before they were stated) counts as a generic ε0-randomizer."""
     out = []
     for c in section.get("cells", []):
-        n, eps0 = int(c.get("smallest_batch", 0)), float(c["epsilon0"])
-        if n <= 0:
+        eps0 = float(c["epsilon0"])
+        n = int(c.get("counted", c.get("smallest_batch", 0)))
+        if int(c.get("smallest_batch", 0)) <= 0:
             continue
+        n = max(n, 1)
         vr = c.get("variation_ratio")
         params = (VariationRatio(str(c.get("mechanism", "any")), eps0, float(vr["p"]),
                                  float(vr["beta"]), float(vr["q"]), str(c.get("detail", "")))

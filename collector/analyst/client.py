@@ -83,7 +83,8 @@ class AnalystError(Exception):
 
 
 #: create/preview keywords that travel in params_json
-_PARAMS = ("moment_p", "moment_m", "frame_kind", "mode", "confidence", "extra", "shuffle")
+_PARAMS = ("moment_p", "moment_m", "frame_kind", "mode", "confidence", "extra", "shuffle",
+           "objective", "oracle", "randomizer", "stage1_share", "records")
 
 
 def _request(kind: str, epsilon: float, dataset: str, users: int, samples: int,
@@ -153,7 +154,11 @@ class Analyst:
         """Create a query (``CreateQuery``). Keywords: ``dim``, ``lo`` and ``hi`` (the
         public range of a value) or ``bound`` (``D``: the range ``[-D, D]``; default 1),
         ``by`` and ``groups`` (group-by: a categorical dataset and its groups' names),
-        ``method`` (default ``auto``), ``moment_p``/``moment_m``, ``frame_kind``,
+        ``method`` (default ``auto``; a method named without its mechanisms runs with
+        the best ones for the public parameters), ``objective`` (``width``, the default:
+        the interval's expected width; or ``mse``), ``oracle`` / ``randomizer`` (a report
+        mechanism, ``docs/mechanisms.md``), ``stage1_share``, ``records``,
+        ``moment_p``/``moment_m``, ``frame_kind``,
         ``mode``, ``confidence``, ``extra``, ``phase_timeout_s``, ``query_id``
         (idempotent create), ``allow_simulated``, ``shuffle``. Refused (``AnalystError``
         INVALID_ARGUMENT) exactly when ``uldp query create`` and the console refuse."""

@@ -12,13 +12,19 @@ fact of the plan: the planner predicts every output's variance from the paramete
   (every per-sample value and user statistic of component ``c`` with variance ``D_c²``)
   — an upper bound before any data exist for a single-stage plan; None for heavy-tailed
   queries (no support bound) and for two-stage plans (below);
-* ``simulated_half_width`` (two-stage plans): a two-stage interval also carries the bias
-  bounds of the clamp stage I chooses, which depend on what stage I sees, so the planner's
-  noise prediction leaves part of it out. The preview runs the plan itself — the
+* ``predicted_half_width`` and ``predicted_mse``: the planner's prediction on users alike
+  (:meth:`uldp.collector.planner.Plan.reference_prediction`: the noise, the users' spread
+  and, for a two-stage plan, what its stage I cannot rule out for all users — bias
+  bounds, the clamping of users it missed), the same numbers ``auto`` compared. This is
+  ``likely_half_width``: what the console shows *and* plots against ε and the number of
+  users, so its curves and its figure agree;
+* ``runner_up`` (``auto``): the best candidate of the other family (single-stage against
+  two-stage) and what it would likely give;
+* ``simulated_half_width`` (two-stage plans, a check): the plan itself run — the
   production program, devices' computation included — on a reference population of
   users alike (every sample at the centre of the support) with seeded noise, the median
   of :data:`SIM_RUNS` runs, on at most :data:`SIM_MAX_USERS` users (widths scaled by
-  ``√(n_sim/n)`` beyond). ``likely_half_width`` is this when present, else ``half_width``.
+  ``√(n_sim/n)`` beyond).
 
 A preview runs the collector's own checks of a CreateQuery request
 (:func:`uldp.collector.service.catalogue.check_create`: the same function CreateQuery
@@ -41,6 +47,7 @@ from uldp.client.randomness import RandomSource
 from uldp.client.wire import analyst_pb2
 from uldp.collector.analyst.types import Preview
 from uldp.collector.datasets import FleetData
+from uldp.collector.methods.auto import AUTO_DRAWS
 from uldp.collector.planner import Plan, compile_query
 from uldp.collector.programs import program_for
 from uldp.collector.programs.synthetic import run_query
@@ -98,9 +105,10 @@ def _note(plan: Plan, shuffled: bool) -> str:
         parts.append("shuffle mode: the central (ε, δ) is computed when the query ends, "
                      "from the reports that went through the shuffler")
     if plan.two_stage:
-        parts.append("two-stage: the interval also carries the bias bounds of the clamp "
-                     "stage I chooses from the data; the likely width is the plan run on "
-                     "users alike (the noise prediction alone leaves them out)")
+        parts.append("two-stage: the interval also carries what stage I cannot rule out "
+                     "for all users (bias bounds, the clamping of the users it missed); "
+                     "the likely width is the planner's prediction on users alike, which "
+                     "counts them (the noise prediction alone leaves them out)")
     return " ".join(parts)
 
 
@@ -142,7 +150,13 @@ def _preview(plan: Plan, simulate: bool, shuffled: bool) -> Preview:
         worst = tuple(float(z * math.sqrt(max(v, 0.0)))
                       for v in plan.predicted_variance(b2, b2))
     auto: dict[str, Any] | None = dict(plan.auto) or None
+    likely, mse = None, None
+    if spec.moment_p is None:
+        mse_c, half = plan.reference_prediction("alike", draws=AUTO_DRAWS)
+        likely, mse = tuple(float(x) for x in half), float(np.sum(mse_c))
+    runner = (auto or {}).get("runner_up")
     return Preview(spec.kind, float(spec.epsilon), spec.users, spec.samples, spec.method,
                    spec.mode, plan.grouping.regime, quotas, spec.confidence,
                    tuple(float(x) for x in sd), tuple(float(z * x) for x in sd), worst,
-                   tuple(plan.advisories), auto, _note(plan, shuffled), sim)
+                   tuple(plan.advisories), auto, _note(plan, shuffled), sim, likely, mse,
+                   dict(runner) if runner else None)

@@ -287,14 +287,24 @@ class Preview:
     advisories: tuple[str, ...] = ()
     auto: dict[str, Any] | None = None
     note: str = ""
-    #: two-stage plans: the plan run on users alike (stage I's bias bounds included)
+    #: two-stage plans: the plan run on users alike (stage I's bias bounds included), a
+    #: check of ``predicted_half_width``
     simulated_half_width: tuple[float, ...] | None = None
+    #: the half-width of each output's interval on users alike as the planner predicts it
+    #: (``Plan.reference_prediction``: the noise, the users' spread, and for a two-stage
+    #: plan what its stage I cannot rule out) — what ``auto`` compared and the console
+    #: shows and plots
+    predicted_half_width: tuple[float, ...] | None = None
+    #: the predicted MSE (summed over outputs) on users alike
+    predicted_mse: float | None = None
+    #: ``auto``: the best candidate of the other family, and what it would likely give
+    runner_up: dict[str, Any] | None = None
 
     @property
     def likely_half_width(self) -> tuple[float, ...]:
-        """What the console shows as likely: the simulated half-widths of a two-stage
-        plan, else the planner's noise prediction."""
-        return self.simulated_half_width or self.half_width
+        """What the console shows as likely (and plots): the planner's prediction on
+        users alike, else the noise prediction."""
+        return self.predicted_half_width or self.half_width
 
     @property
     def width(self) -> float:
@@ -313,4 +323,7 @@ class Preview:
                 "advisories": list(self.advisories), "auto": self.auto, "note": self.note,
                 "simulated_half_width": (None if self.simulated_half_width is None
                                          else list(self.simulated_half_width)),
+                "predicted_half_width": (None if self.predicted_half_width is None
+                                         else list(self.predicted_half_width)),
+                "predicted_mse": self.predicted_mse, "runner_up": self.runner_up,
                 "likely_half_width": list(self.likely_half_width)}

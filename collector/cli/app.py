@@ -21,7 +21,9 @@ import numpy as np
 from uldp.collector.cli.util import (
     Parser,
     add_debug_flag,
+    add_mechanism_flags,
     add_method_flag,
+    mechanism_options,
     positive_float,
     positive_int,
     quiet_grpc_logs,
@@ -69,6 +71,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
                         "(d-dimensional mean, error in that norm), distribution (histogram "
                         "over --dim symbols), sgd / classify / regress (learning)")
     add_method_flag(p, "auto")
+    add_mechanism_flags(p)
     _add_population_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     own = p.add_argument_group(
@@ -164,21 +167,27 @@ def _learning_extra(args: argparse.Namespace, data: Any, lo: float, hi: float
     """classify/regress over one's own data: the feature box ``[--lo, --hi]^d``, the grid
     (``--grid``, else sized by the rule of ``run_classify``) and the label bound of regress
     (``--label-bound``, else the data's largest |label|, said on stderr)."""
-    from uldp.collector.learning.classify import choose_grid, grid_extra
+    from uldp.collector.models.grid import choose_grid, grid_extra
 
     d = len(args.value_col)
-    M = args.grid
-    if M is None:
-        m = max(int(np.median([np.size(v) // d for v in data.values])), 1)
-        M = choose_grid(len(data.values), m, d, args.epsilon, task=args.kind,
-                        method=args.method).M
-    extra: dict[str, Any] = grid_extra(M, np.full(d, lo), np.full(d, hi))
+    T = 1.0
     if args.kind == "regress":
         T = args.label_bound
         if T is None:
             T = float(max(np.max(np.abs(y)) for y in data.labels if np.size(y))) or 1.0
             print(f"uldp: note: --label-bound {T:g} from the data (fine for a check; give it "
                   "from domain knowledge in a deployment)", file=sys.stderr)
+    M = args.grid
+    if M is None:
+        m = max(int(np.median([np.size(v) // d for v in data.values])), 1)
+        choice = choose_grid(len(data.values), m, d, args.epsilon, task=args.kind,
+                             method=args.method, label_bound=T)
+        M = choice.M
+        print(f"uldp: note: grid {M} cells per axis, the least predicted risk: squared bias "
+              f"{choice.bias2:.3g} + variance {choice.variance:.3g} (--grid to fix it)",
+              file=sys.stderr)
+    extra: dict[str, Any] = grid_extra(M, np.full(d, lo), np.full(d, hi))
+    if args.kind == "regress":
         extra["label_bound"] = T
     return extra
 
@@ -202,7 +211,8 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
     if args.kind == "distribution" and args.dim is not None:
         dim = args.dim
     common = dict(epsilon=args.epsilon, lo=lo, hi=hi, dim=dim, seed=args.seed, extra=extra,
-                  samples=args.samples if args.samples != 100 else None, reps=args.reps)
+                  samples=args.samples if args.samples != 100 else None, reps=args.reps,
+                  options=mechanism_options(args) or None)
     if args.compare:
         return _print_comparison(args, data, common, note)
     res = run_users(args.kind, data, method=args.method, **common)
@@ -218,8 +228,8 @@ def _cmd_own_data(args: argparse.Namespace) -> int:
 def _print_own_data(args: argparse.Namespace, data: Any, res: Any, note: str) -> None:
     e = res.estimate
     print(f"{res.kind} over {res.users} users of {args.data} (m_ref={res.m_ref}, "
-          f"epsilon={res.epsilon:g}), method {res.method}"
-          + (f" (auto: {res.auto['chosen']})" if res.auto else "") + note)
+          f"epsilon={res.epsilon:g}), method {ran_as(res.method, e.extra)}"
+          + (" (chosen by auto)" if res.auto else "") + note)
     print(f"estimand: {res.estimand}")
     labels = data.categories or [str(j) for j in range(len(res.truth))]
     print(f"{'coord':>12} {'estimate':>11} {'truth':>11} {'95% interval':>27}")
@@ -272,7 +282,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return mod.simulate_learning(args)
     from uldp.client.randomness import RandomSource
     from uldp.collector.datasets import make_fleet_data
-    from uldp.collector.planner import QuerySpec, compile_query, predicted_mse
+    from uldp.collector.planner import (
+        QuerySpec,
+        compile_query,
+        predicted_mse,
+        with_best_mechanisms,
+    )
     from uldp.collector.simulation.simulate import simulate_reps
 
     dim = args.dim or (1 if args.kind == "mean" else 8)
@@ -293,10 +308,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if data.moment is None:
             raise ValueError(f"give --moment {moment_p:g}:M explicitly for --dist {dist}")
         moment_m = data.moment[1]
-    spec = QuerySpec(kind=args.kind, epsilon=args.epsilon, users=args.users,
-                     samples=args.samples, dim=dim, bound=bound, method=args.method,
-                     moment_p=moment_p, moment_m=moment_m, frame_kind=args.frame,
-                     mode=args.mode, seed=args.seed, query_id=f"sim-{args.seed}")
+    spec = QuerySpec(**with_best_mechanisms(dict(
+        kind=args.kind, epsilon=args.epsilon, users=args.users, samples=args.samples,
+        dim=dim, bound=bound, method=args.method, moment_p=moment_p, moment_m=moment_m,
+        frame_kind=args.frame, mode=args.mode, seed=args.seed, query_id=f"sim-{args.seed}",
+        **mechanism_options(args))))
     plan = compile_query(spec)
     for note in plan.advisories:
         print(f"note: {note}", file=sys.stderr)
@@ -316,9 +332,27 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def ran_as(method: str, est_extra: dict[str, Any]) -> str:
+    """``method (oracle X, randomizer Y)``: what ran, as a result names it, and ``auto``'s
+    runner-up with what it would likely have given."""
+    mech = est_extra.get("mechanisms") or {}
+    parts = [f"{k} {v}" for k, v in (("oracle", mech.get("oracle")),
+                                      ("randomizer", mech.get("randomizer"))) if v]
+    out = method + (f" ({', '.join(parts)})" if parts else "")
+    auto = est_extra.get("auto") or {}
+    r = auto.get("runner_up")
+    if r and r.get("likely_half_width"):
+        what = ("likely interval ±" + f"{max(r['likely_half_width']):.4g}"
+                if auto.get("objective", "width") == "width"
+                else f"predicted MSE {r['likely_mse']:.4g}")
+        out += f"; auto's runner-up: {r['method']} ({what})"
+    return out
+
+
 def _print_simulation(args: argparse.Namespace, spec: Any, result: Any, out: dict[str, Any],
                       predicted: float | None) -> None:
-    print(f"{spec.kind} via {spec.method}: n={spec.users} users x m={spec.samples} samples, "
+    print(f"{spec.kind} via {ran_as(out['method'], result.last.extra)}: n={spec.users} "
+          f"users x m={spec.samples} samples, "
           f"d={spec.dim}, epsilon={spec.epsilon:g} ({out['regime']} regime), "
           f"{args.reps} rep(s) in {result.seconds:.2f}s")
     width = min(len(result.truth), 16)

@@ -161,7 +161,7 @@ def _cmd_wait(a: argparse.Namespace) -> int:
 
 
 def _cmd_token_public_key(a: argparse.Namespace) -> int:
-    """Print the device-token verification key (PEM) a shuffler needs."""
+    """Print the device-token verification key (PEM), for a party that checks tokens."""
     from uldp.collector.security.tokens import TokenKey
 
     if a.token_key_file:
@@ -178,6 +178,43 @@ def _cmd_token_public_key(a: argparse.Namespace) -> int:
             db.dispose()
     sys.stdout.write(key.public_pem().decode())
     return 0
+
+
+def _cmd_shuffle_ticket_key(a: argparse.Namespace) -> int:
+    """Write the shuffler-ticket key (shared with the shuffler) to ``--out``, 0600."""
+    from uldp.collector.security.files import write_private
+    from uldp.collector.security.tickets import TicketKey
+    from uldp.collector.service.tasks import TICKET_KEY_META
+    from uldp.collector.storage.db import open_database
+
+    out = Path(a.out)
+    if out.is_dir() or not out.resolve().parent.is_dir():
+        raise OperatorError(f"--out {out}: give a file in an existing directory")
+    if out.exists() and not a.force:
+        raise OperatorError(f"--out {out} exists; pass --force to replace it")
+    db = open_database(a.db)
+    try:
+        text = db.get_or_create_meta(TICKET_KEY_META, lambda: TicketKey.generate().to_text())
+    finally:
+        db.dispose()
+    write_private(out, (text + "\n").encode())
+    print(f"{out} (key id {TicketKey.from_text(text).key_id})")
+    return 0
+
+
+def _ticket_key_parser(sc: Any) -> None:
+    s = sc.add_parser("shuffle-ticket-key", help="write the shuffler-ticket key for a "
+                      "shuffler (shuffle mode)", description="Write the secret key with "
+                      "which this collector issues shuffler tickets (Task.shuffle_ticket) to "
+                      "--out (0600), for `uldp shuffler serve --ticket-key-file`: the "
+                      "shuffler admits a sealed report only with a ticket of that key. The "
+                      "key lives in the collector's database (made on first use); replicas "
+                      "sharing the database share it.")
+    s.add_argument("--db", default=env("ULDP_DB", "uldp-collector.db"),
+                   help="the collector's database")
+    s.add_argument("--out", required=True, help="file to write (created 0600)")
+    s.add_argument("--force", action="store_true", help="replace an existing file")
+    s.set_defaults(func=_cmd_shuffle_ticket_key)
 
 
 def register(subparsers: Any) -> None:
@@ -226,11 +263,13 @@ def register(subparsers: Any) -> None:
     unused_admin_flag(s)
     s.set_defaults(func=_cmd_wait)
     s = sc.add_parser("token-public-key", help="print the device-token verification key "
-                      "(PEM) for a shuffler", description="Print the Ed25519 public key that "
-                      "verifies device tokens: a shuffler (`uldp shuffler serve "
-                      "--token-public-key`) checks tokens with it and cannot issue any.")
+                      "(PEM)", description="Print the Ed25519 public key that verifies "
+                      "device tokens: a party holding it can check a token (an audit, a "
+                      "gateway), never issue one. A shuffler needs no token key: devices show "
+                      "it shuffler tickets (`uldp collector shuffle-ticket-key`).")
     s.add_argument("--token-key-file", help="the collector's token signing key (PEM)")
     s.add_argument("--db", default=env("ULDP_DB", "uldp-collector.db"),
                    help="the collector's database (its key, when there is no key file)")
     s.set_defaults(func=_cmd_token_public_key)
+    _ticket_key_parser(sc)
     _attestation_parsers(sc)

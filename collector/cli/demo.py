@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from uldp.collector.cli.util import positive_float, positive_int
+from uldp.collector.cli.util import port_number, positive_float, positive_int
 
 __all__ = ["register"]
 
@@ -14,7 +14,8 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     from uldp.collector.simulation.demo import run_demo
     return run_demo(devices=a.devices, epsilon=a.epsilon, samples=a.samples,
                     concurrency=a.concurrency, workdir=a.workdir, as_json=a.json,
-                    seed=a.seed, gateways=a.gateways, shuffle=a.shuffle)
+                    seed=a.seed, gateways=a.gateways, shuffle=a.shuffle,
+                    http_port=a.http_port)
 
 
 def register(subparsers: Any) -> None:
@@ -44,5 +45,10 @@ def register(subparsers: Any) -> None:
                    help="shuffle mode: a shuffler process between the gateways and the "
                         "collector; reports sealed to the collector's key, forwarded in "
                         "shuffled batches; prints each query's local and central epsilon")
+    s.add_argument("--http-port", type=port_number, default=None,
+                   help="also serve the collector's HTTP port here (Connect, gRPC-Web, the "
+                        "console at /console/, /metrics with the admin token) and, with "
+                        "--shuffle, the shuffler's on the next port (Connect, gRPC-Web: "
+                        "browser devices); 0 = free ports (printed at start)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=_cmd_demo)

@@ -91,6 +91,16 @@ def _cmd_fleet_run(a: argparse.Namespace) -> int:
         from uldp.client.transport import Endpoint
 
         common["shuffler"] = Endpoint(a.shuffler, ep.ca_cert)
+    if a.shuffler_attestation_key:
+        from uldp.collector.security.attestation import HmacAttestation
+
+        path = Path(a.shuffler_attestation_key)
+        readable_file(path, "--shuffler-attestation-key")
+        try:
+            HmacAttestation.from_file(path)
+        except ValueError as exc:
+            raise OperatorError(f"--shuffler-attestation-key {exc}") from None
+        common["shuffler_attestation_key"] = path.read_text().strip()
     if a.gateways:
         res = run_gateway_fleet(ep, root, a.devices, [FleetDataset(dataset, data)],
                                 gateways=a.gateways, **common)
@@ -156,6 +166,11 @@ def register(subparsers: Any) -> None:
     s.add_argument("--state-dir", help="keep device state here (default: a temp dir, removed)")
     s.add_argument("--shuffler", help="shuffle mode: host:port of the shuffler the devices "
                    "send their sealed reports to (TLS, verified with --ca)")
+    s.add_argument("--shuffler-attestation-key",
+                   help="shuffle mode: the shuffler's attestation key file (its "
+                        "--attestation-key-file): the fleet stands in for the app's back end "
+                        "and vouches for each simulated device towards the shuffler's "
+                        "enrolment check (a subject per device)")
     s.add_argument("--timeout", type=positive_float, default=1800.0,
                    help="stop after this many seconds; unfinished devices make the exit "
                         "code 1 (default 1800)")

@@ -16,7 +16,9 @@ from uldp.collector.analyst import AnalystError
 from uldp.collector.cli.common import analyst, conn_flags, fail, progress_line, table
 from uldp.collector.cli.util import (
     OperatorError,
+    add_mechanism_flags,
     add_method_flag,
+    mechanism_options,
     nonneg_int,
     positive_float,
     positive_int,
@@ -34,6 +36,7 @@ def _create_kwargs(a: argparse.Namespace) -> dict[str, Any]:
                                                       "mode", "confidence", "lo", "hi",
                                                       "dim", "bound")
                           if getattr(a, k) is not None}
+    kw.update(mechanism_options(a))
     if a.shuffle_min_batch is not None or a.shuffle_delta is not None:
         kw["shuffle"] = {k: v for k, v in (("min_batch", a.shuffle_min_batch),
                                            ("delta", a.shuffle_delta)) if v is not None}
@@ -248,6 +251,7 @@ def _add_create(sq: Any) -> None:
                    help="with --by: the groups' public names in code order, comma-separated "
                         "(e.g. de,fr,it)")
     add_method_flag(s, "")
+    add_mechanism_flags(s)
     s.add_argument("--moment-p", dest="moment_p", type=_number,
                    help="heavy tails: the moment order p of E|X|^p <= M (instead of --bound)")
     s.add_argument("--moment-m", dest="moment_m", type=_number,

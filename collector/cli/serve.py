@@ -561,14 +561,15 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--allow-simulated", action="store_true",
                    help="accept reports marked simulated (seeded noise: fleets, demos, "
                         "tests) for every query; never on a production collector")
-    s.add_argument("--shuffler-port", type=port_number, default=None,
+    s.add_argument("--shuffler-port", type=port_number, default=env("ULDP_SHUFFLER_PORT"),
                    help="shuffle mode: serve ShuffleIntakeService on this port (mutual TLS; "
-                        "0 = any free port, see the log line)")
-    s.add_argument("--shuffler-ca", help="shuffle mode: the CA of the shuffler's client "
-                   "certificate")
-    s.add_argument("--shuffler-name", default="uldp-shuffler",
+                        "0 = any free port, see the log line; env ULDP_SHUFFLER_PORT)")
+    s.add_argument("--shuffler-ca", default=env("ULDP_SHUFFLER_CA"),
+                   help="shuffle mode: the CA of the shuffler's client certificate (env "
+                        "ULDP_SHUFFLER_CA)")
+    s.add_argument("--shuffler-name", default=env("ULDP_SHUFFLER_NAME", "uldp-shuffler"),
                    help="shuffle mode: the common name the shuffler's client certificate "
-                        "must carry (default uldp-shuffler)")
+                        "must carry (default uldp-shuffler; env ULDP_SHUFFLER_NAME)")
     s.add_argument("--log-level", default="info",
                    help="debug, info (default), warning or error")
     s.add_argument("--log-format", choices=("plain", "json"),

@@ -17,11 +17,12 @@ from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 from uldp.collector.cli.common import cors_origins, env, readable_file, ready_file, wait_for_signal
 from uldp.collector.cli.connections import add_connection_flags, connection_limits, trusted_proxies
 from uldp.collector.cli.util import OperatorError, port_number, positive_float, positive_int
+from uldp.collector.security.tokens import AdminAuth
 
 __all__ = ["register"]
 
 _FILES = (("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"),
-          ("token_public_key", "--token-public-key"), ("collector_ca", "--collector-ca"),
+          ("ticket_key_file", "--ticket-key-file"), ("collector_ca", "--collector-ca"),
           ("client_cert", "--client-cert"), ("client_key", "--client-key"))
 
 
@@ -31,13 +32,23 @@ def _config(a: argparse.Namespace) -> Any:
 
     for attr, flag in _FILES:
         readable_file(Path(getattr(a, attr)), flag)
+    attest = Path(a.attestation_key_file) if a.attestation_key_file else None
+    readable_file(attest, "--attestation-key-file")
+    _check_keys(Path(a.ticket_key_file), attest)
     db = Path(a.db)
     if db.is_dir() or not db.resolve().parent.is_dir():
         raise OperatorError(f"--db {db}: give a file in an existing directory")
-    if a.min_batch < 2:
-        raise OperatorError(f"--min-batch must be at least 2, got {a.min_batch}")
     if a.max_batch < a.min_batch:
         raise OperatorError(f"--max-batch {a.max_batch} is below --min-batch {a.min_batch}")
+    if a.metrics_token_file:
+        readable_file(Path(a.metrics_token_file), "--metrics-token-file")
+        if a.http_port is None:
+            raise OperatorError("--metrics-token-file needs --http-port (/metrics is served "
+                                "on the HTTP port)")
+        try:
+            AdminAuth.from_file(a.metrics_token_file)
+        except ValueError as exc:
+            raise OperatorError(f"--metrics-token-file {a.metrics_token_file}: {exc}") from None
     if a.http_port is not None and a.http_port == a.port and a.port != 0:
         raise OperatorError(f"--http-port {a.http_port}: the same port as --port; give the "
                             "HTTP port its own number")
@@ -48,13 +59,32 @@ def _config(a: argparse.Namespace) -> Any:
                             "shuffler port")
     return ShufflerServerConfig(
         db_path=db, tls_cert=Path(a.tls_cert), tls_key=Path(a.tls_key),
-        token_public_key=Path(a.token_public_key), collector=a.collector,
+        ticket_key=Path(a.ticket_key_file), attestation_key=attest, collector=a.collector,
         collector_ca=Path(a.collector_ca), client_cert=Path(a.client_cert),
         client_key=Path(a.client_key), host=a.host, port=a.port,
         max_message_bytes=a.max_message_bytes, collector_server_name=a.collector_server_name,
         shuffle=ShufflerConfig(min_batch=a.min_batch, max_batch=a.max_batch,
                                linger_s=a.linger, deadline_margin_s=a.deadline_margin,
-                               max_message_bytes=a.max_message_bytes))
+                               max_message_bytes=a.max_message_bytes),
+        connections=connection_limits(a, http=a.http_port is not None)[0])
+
+
+def _check_keys(ticket: Path, attest: Path | None) -> None:
+    """The key files: well-formed and not readable by others (one line naming the flag)."""
+    from uldp.collector.security.attestation import HmacAttestation
+    from uldp.collector.security.files import check_not_world_readable
+    from uldp.collector.security.tickets import TicketKey
+
+    for path, flag, load in ((ticket, "--ticket-key-file", TicketKey.from_file),
+                             (attest, "--attestation-key-file", HmacAttestation.from_file)):
+        if path is None:
+            continue
+        if why := check_not_world_readable(path, flag):
+            raise OperatorError(why)
+        try:
+            load(path)
+        except ValueError as exc:
+            raise OperatorError(f"{flag} {exc}") from None
 
 
 def _http_front(a: argparse.Namespace) -> Any:
@@ -92,10 +122,13 @@ def _cmd_serve(a: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as exc:
         if front is not None:
             front.stop(0)
+        if "shuffler database" in str(exc):
+            raise OperatorError(f"--db {a.db}: {exc}") from None
         raise OperatorError(f"--port {a.port}: cannot serve: {exc}") from None
     if front is not None:
         from uldp.collector.http.shuffler import serve_shuffler
-        serve_shuffler(front, srv)
+        serve_shuffler(front, srv, AdminAuth.from_file(a.metrics_token_file)
+                       if a.metrics_token_file else None)
     try:
         srv.start()
         http = ""
@@ -148,6 +181,22 @@ def _certs_parser(sc: Any) -> None:
     c.set_defaults(func=_cmd_certs)
 
 
+def _key_flags(s: Any) -> None:
+    s.add_argument("--metrics-token-file", default=env("ULDP_SHUFFLER_METRICS_TOKEN_FILE"),
+                   help="serve GET /metrics (Prometheus, aggregate counts only) on the HTTP "
+                        "port to a scraper presenting this token as a bearer token (one line "
+                        "of >= 16 characters; env ULDP_SHUFFLER_METRICS_TOKEN_FILE)")
+    s.add_argument("--ticket-key-file", required=True,
+                   help="the key that checks shuffler tickets, shared with the collector "
+                        "(`uldp collector shuffle-ticket-key --out FILE` writes it; 0600)")
+    s.add_argument("--attestation-key-file", default=None,
+                   help="the shuffler's own enrolment check: admit a report only with an app "
+                        "attestation under this key (one line of >= 64 hex digits, shared "
+                        "with the app's back end, NOT with the collector). Results count "
+                        "towards an amplified central ε only reports from distinct subjects "
+                        "it attested; without it they state the local ε0 only")
+
+
 def register(subparsers: Any) -> None:
     """Add ``shuffler serve`` and ``shuffler certs`` to the ``uldp`` parser."""
     pc = subparsers.add_parser("shuffler", help="run the shuffler of shuffle mode")
@@ -155,12 +204,14 @@ def register(subparsers: Any) -> None:
     _certs_parser(sc)
     s = sc.add_parser(
         "serve", help="serve ShufflerService to devices and forward shuffled batches",
-        description="The independent shuffler: authenticates devices with the collector's "
-                    "token verification key, keeps one sealed report per device and query "
-                    "(durable before the acknowledgement), drops identities and forwards "
-                    "each (query, phase, group, stage) in batches of at least the minimum "
-                    "size, in uniformly random order, to the collector's shuffler port over "
-                    "mutual TLS. It cannot open a report.")
+        description="The independent shuffler: admits one sealed report per assigned slot "
+                    "(the device's shuffler ticket; never a collector token), optionally "
+                    "only from devices that pass its own enrolment check "
+                    "(--attestation-key-file), durable before the acknowledgement; drops "
+                    "every credential and forwards each (query, phase, group, stage) in "
+                    "batches of at least the minimum size, in uniformly random order, to "
+                    "the collector's shuffler port over mutual TLS, forgetting which slot "
+                    "sent which report once forwarded. It cannot open a report.")
     s.add_argument("--db", default=env("ULDP_SHUFFLER_DB", "uldp-shuffler.db"),
                    help="SQLite file of the shuffler (default uldp-shuffler.db)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on for devices")
@@ -177,9 +228,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("--ready-file", help="write HOST:PORT here once serving (removed on stop)")
     s.add_argument("--tls-cert", required=True, help="the shuffler's server certificate")
     s.add_argument("--tls-key", required=True, help="the shuffler's server key")
-    s.add_argument("--token-public-key", required=True,
-                   help="the collector's device-token verification key (Ed25519 public key, "
-                        "PEM; `uldp collector token-public-key` prints it)")
+    _key_flags(s)
     s.add_argument("--collector", required=True,
                    help="host:port of the collector's shuffler port (--shuffler-port)")
     s.add_argument("--collector-ca", required=True,
@@ -191,8 +240,10 @@ def register(subparsers: Any) -> None:
                         "name is the collector's --shuffler-name)")
     s.add_argument("--client-key", required=True, help="key of --client-cert")
     s.add_argument("--min-batch", type=positive_int, default=100,
-                   help="never forward a batch smaller than this (default 100); the "
-                        "query's own minimum applies when larger")
+                   help="never forward a batch smaller than this (default 100; 1 is allowed "
+                        "but every query sets its own minimum of at least 2, which applies "
+                        "when larger); a cell is forwarded before it is complete only once "
+                        "it holds twice the minimum (the last batch keeps at least it)")
     s.add_argument("--max-batch", type=positive_int, default=50_000,
                    help="at most this many reports per batch (default 50000)")
     s.add_argument("--linger", type=positive_float, default=2.0,

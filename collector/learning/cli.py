@@ -30,7 +30,6 @@ from uldp.client.randomness import RandomSource
 from uldp.collector.learning.estimators import LDPLogisticRegression, LDPSGDRegressor
 from uldp.collector.learning.fit import run_classify, run_regress, run_sgd
 from uldp.collector.learning.runner import SyntheticUsers
-from uldp.collector.learning.sgd import SGDConfig, theorem8_bound
 from uldp.collector.learning.synthetic import (
     bayes_risk_sine,
     excess_risk,
@@ -38,6 +37,7 @@ from uldp.collector.learning.synthetic import (
     logistic_population,
     quadratic_population,
 )
+from uldp.collector.models.sgd import SGDConfig, theorem8_bound
 
 __all__ = ["simulate_learning"]
 
@@ -178,4 +178,30 @@ def simulate_learning(args: argparse.Namespace) -> int:
         if k in out:
             print(f"  {k}: [{', '.join(f'{v:.4f}' for v in out[k][:8])}"
                   f"{', ...' if len(out[k]) > 8 else ''}]")
+    for line in describe(out["result"]):
+        print(f"  {line}")
     return 0
+
+
+def describe(result: dict[str, Any]) -> list[str]:
+    """Lines stating a learning result's choices: the rounds and their ε accounting (SGD),
+    the grid's bias–variance choice (classify / regress)."""
+    out = []
+    rounds = result.get("rounds") or {}
+    if rounds.get("chosen"):
+        risks = ", ".join(f"{k} {v:.3g}" for k, v in
+                          sorted(rounds["predicted_risk"].items(), key=lambda kv: kv[1]))
+        out.append(f"rounds: {rounds['rounds']} {rounds['chosen']} (least predicted risk: "
+                   f"{risks})")
+    acct = result.get("accounting")
+    if acct:
+        eps = sorted({r["epsilon"] for r in acct["per_round"]})
+        out.append(f"epsilon: {acct['rounds']} round(s) at {', '.join(f'{e:g}' for e in eps)} "
+                   f"per device; user-level total {acct['epsilon_per_user']:g} (each user "
+                   f"reports in one round; the sum over rounds, "
+                   f"{acct['sum_over_rounds']:g}, is not spent by anyone)")
+    grid = result.get("grid_choice")
+    if grid:
+        out.append(f"grid: M = {grid['M']} per axis ({grid['rule']}): predicted "
+                   f"bias² {grid['bias2']:.3g} + variance {grid['variance']:.3g}")
+    return out

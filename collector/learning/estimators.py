@@ -36,10 +36,10 @@ from typing import Any, Self
 import numpy as np
 
 from uldp.client.randomness import RandomSource
-from uldp.collector.learning.classify import GridModel
 from uldp.collector.learning.fit import run_classify, run_regress, run_sgd
 from uldp.collector.learning.runner import Batch, UserSource, as_source
-from uldp.collector.learning.sgd import SGDConfig
+from uldp.collector.models.grid import GridModel
+from uldp.collector.models.sgd import SGDConfig
 
 __all__ = ["LDPHistogramClassifier", "LDPHistogramRegressor", "LDPLogisticRegression",
            "LDPSGDRegressor"]
@@ -186,12 +186,16 @@ class _SGDBase(_Base):
     def _label_map(self) -> Callable[[np.ndarray], np.ndarray]:
         raise NotImplementedError
 
-    def _config(self, model: str) -> SGDConfig:
+    def _config(self, model: str, d: int) -> SGDConfig:
+        # the public scaling maps every feature into [-1, 1] / √p (the intercept is 1/√p)
+        # and the labels into [-1, 1]: the per-coordinate rounds' supports and windows
+        p = d + (1 if self.fit_intercept else 0)
         return SGDConfig(model=model, epsilon=float(self.epsilon),
                          clip=float(self.clip or self._default_clip), t0=self.t0,
                          eta=self.eta, radius=self.radius, l2=float(self.alpha),
                          method=self.method, seed=_seed(self.random_state),
-                         strong_convexity=self.strong_convexity, average=bool(self.average))
+                         strong_convexity=self.strong_convexity, average=bool(self.average),
+                         feature_bound=1.0 / math.sqrt(p), label_bound=1.0)
 
     def fit(self, users: Any, y: Any = None) -> Self:
         source = as_source(users, y)
@@ -199,7 +203,7 @@ class _SGDBase(_Base):
         fx = self._scaler(d)
         p = d + (1 if self.fit_intercept else 0)
         mapped = _MappedSource(source, fx, self._label_map(), p)
-        res = run_sgd(self._config(self._model), mapped, rng=_rng(self.random_state),
+        res = run_sgd(self._config(self._model, d), mapped, rng=_rng(self.random_state),
                       m_ref=self.m_ref, progress=self.progress)
         out = res.to_dict()
         out["n_features"] = d
@@ -255,7 +259,7 @@ class LDPSGDRegressor(_SGDBase):
                  label_bound: float = 1.0, clip: float | None = None, t0: int | None = None,
                  eta: float | None = None, strong_convexity: float | None = None,
                  radius: float | None = None, average: bool = False,
-                 method: str = "two-stage", m_ref: int | None = None,
+                 method: str = "auto", m_ref: int | None = None,
                  random_state: Any = None, progress: bool | None = None) -> None:
         self.epsilon, self.loss, self.alpha = epsilon, loss, alpha
         self.average = average
@@ -303,7 +307,7 @@ class LDPLogisticRegression(_SGDBase):
                  classes: tuple[Any, Any] = (0, 1), clip: float | None = None,
                  t0: int | None = None, eta: float | None = None,
                  strong_convexity: float | None = None, radius: float | None = None,
-                 average: bool = False, method: str = "two-stage", m_ref: int | None = None,
+                 average: bool = False, method: str = "auto", m_ref: int | None = None,
                  random_state: Any = None, progress: bool | None = None) -> None:
         self.epsilon, self.alpha, self.fit_intercept = epsilon, alpha, fit_intercept
         self.average = average
@@ -371,7 +375,7 @@ class LDPHistogramClassifier(_GridBase):
 
     def __init__(self, epsilon: float = 1.0, *, feature_bounds: Any = None,
                  M: int | None = None, beta: float = 1.0, classes: tuple[Any, Any] = (-1, 1),
-                 method: str = "two-stage", m_ref: int | None = None,
+                 method: str = "auto", m_ref: int | None = None,
                  random_state: Any = None, progress: bool | None = None) -> None:
         self.epsilon, self.feature_bounds, self.M, self.beta = epsilon, feature_bounds, M, beta
         self.classes, self.method, self.m_ref = classes, method, m_ref
@@ -409,7 +413,7 @@ class LDPHistogramRegressor(_GridBase):
 
     def __init__(self, epsilon: float = 1.0, *, label_bound: float = 1.0,
                  feature_bounds: Any = None, M: int | None = None, beta: float = 1.0,
-                 density_floor: float = 0.5, fix_p1: bool = False, method: str = "two-stage",
+                 density_floor: float = 0.5, fix_p1: bool = False, method: str = "auto",
                  m_ref: int | None = None, random_state: Any = None,
                  progress: bool | None = None) -> None:
         self.epsilon, self.label_bound, self.feature_bounds = epsilon, label_bound, feature_bounds

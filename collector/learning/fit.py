@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,22 +19,25 @@ import numpy as np
 from uldp.client.hadamard import next_pow2
 from uldp.client.randomness import RandomSource
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.learning.classify import (
-    GridChoice,
-    GridModel,
-    choose_grid,
-    components_of,
-    feature_box,
-    grid_extra,
-    hadamard_inverse,
-)
 from uldp.collector.learning.runner import (
     UserSource,
     as_source,
     run_source,
     source_privatizer,
 )
-from uldp.collector.learning.sgd import SGDConfig, SGDResult, sgd_query, steps_advisory
+from uldp.collector.models.grid import (
+    GridChoice,
+    GridModel,
+    choose_grid,
+    components_of,
+    feature_box,
+    grid_extra,
+    grid_risk,
+    hadamard_inverse,
+)
+from uldp.collector.models.rounds import sgd_query
+from uldp.collector.models.sgd import SGDConfig, SGDResult, steps_advisory
+from uldp.collector.models.shrinkage import classify_shrinkage, regress_shrinkage
 from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import MeanEstProgram
 from uldp.collector.programs.driver import run_program
@@ -56,14 +60,18 @@ def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
     if config.theta0 is not None and np.shape(config.theta0) != (d,):
         raise ValueError(f"theta0 must have {d} entries, got shape {np.shape(config.theta0)}")
     spec = sgd_query(config, n, _m_ref(source, m_ref), d, query_id=config.query_id)
-    note = steps_advisory(n, d, config, int(spec.extra["sgd"]["t0"]))
+    resolved = SGDConfig(**spec.extra["sgd"])
+    note = None if resolved.per_coordinate else \
+        steps_advisory(n, d, resolved, int(resolved.t0 or 1))
     if note:  # the scikit-style estimators' way to tell the user
         warnings.warn(note, UserWarning, stacklevel=2)
     bar = Progress(n, f"sgd {config.model}", progress)
     res = run_source(spec, source, None, rng, bar)
     cfg = SGDConfig(**res["config"])
+    extra: dict[str, Any] = {k: res[k] for k in ("method", "rounds", "accounting")
+                             if k in res}
     return SGDResult(np.asarray(res["theta"]), res["trajectory"], int(res["t0"]),
-                     float(res["eta"]), cfg, n, spec.samples, d)
+                     float(res["eta"]), cfg, n, spec.samples, d, extra)
 
 
 def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndarray,
@@ -74,11 +82,17 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
     """Shared driver of Algorithms 4 and 5: choose the grid, run one MeanEst query."""
     n, d = source.n_users, source.dim
     m = _m_ref(source, m_ref)
-    choice = choose_grid(n, m, d, epsilon, beta=beta, task=kind, method=method)
-    if M is not None:
+    T = float(extra.get("label_bound", 1.0))
+    if M is None:
+        choice = choose_grid(n, m, d, epsilon, beta=beta, task=kind, method=method,
+                             label_bound=T)
+    else:
         if not isinstance(M, (int, np.integer)) or M < 1:
             raise ValueError(f"M (cells per axis) must be a positive integer, got {M!r}")
-        choice = GridChoice(1.0 / M, int(M), next_pow2(int(M) ** d), "given")
+        b2, var, _ = grid_risk(n, m, d, epsilon, int(M), task=kind, beta=beta,
+                               method=method, label_bound=T)
+        choice = GridChoice(1.0 / M, int(M), next_pow2(int(M) ** d), "given", "given",
+                            b2, var)
     ex = grid_extra(choice.M, lo, hi)
     ex.update(extra)
     spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m, dim=d, bound=1.0,
@@ -90,14 +104,16 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
     bar = Progress(n, f"{kind}", progress)
     program = MeanEstProgram(spec)  # the estimate itself (θ̂), not the kind's model
     result = run_program(program, source_privatizer(source, np.arange(n), rng, bar))
-    return GridChoice(choice.side, choice.M, choice.K, regime), Estimate.from_dict(result), n, m
+    return replace(choice, regime=regime), Estimate.from_dict(result), n, m
 
 
 def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomSource,
                  lo: Any = None, hi: Any = None, M: int | None = None, beta: float = 1.0,
-                 method: str = "two-stage", seed: int = 0, m_ref: int | None = None,
-                 progress: bool | None = None, query_id: str = "classify") -> GridModel:
-    """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1)."""
+                 method: str = "auto", seed: int = 0, m_ref: int | None = None,
+                 progress: bool | None = None, query_id: str = "classify",
+                 shrink: bool = True) -> GridModel:
+    """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1);
+    ``shrink``: the cells pulled toward their common value (``models.shrinkage``)."""
     source = as_source(users, labels)
     lo_a, hi_a = feature_box(source.dim, lo, hi)
     choice, est, n, m = run_grid_query(
@@ -106,22 +122,28 @@ def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomS
         query_id=query_id)
     Q = components_of(est)
     info = {"Q": Q.tolist(), "regime": choice.regime, "side": choice.side, "users": n,
-            "samples": m, "epsilon": epsilon, "method": method}
-    return GridModel("classify", choice.M, source.dim, lo_a, hi_a, hadamard_inverse(Q),
-                     info=info)
+            "samples": m, "epsilon": epsilon, "method": method,
+            "grid_choice": choice.to_json()}
+    q = hadamard_inverse(Q)
+    se = np.asarray(est.std_error, dtype=np.float64)
+    return GridModel("classify", choice.M, source.dim, lo_a, hi_a, q, info=info,
+                     shrinkage=classify_shrinkage(q, se, choice.M ** source.dim)
+                     if shrink else None)
 
 
 def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: float,
                 rng: RandomSource, lo: Any = None, hi: Any = None, M: int | None = None,
                 beta: float = 1.0, density_floor: float = 0.5, fix_p1: bool = False,
-                method: str = "two-stage", seed: int = 0, m_ref: int | None = None,
-                progress: bool | None = None, query_id: str = "regress") -> GridModel:
+                method: str = "auto", seed: int = 0, m_ref: int | None = None,
+                progress: bool | None = None, query_id: str = "regress",
+                shrink: bool = True) -> GridModel:
     """Algorithm 5 over ``users``; ``label_bound`` is ``T_y`` (labels clamped on device).
 
     Components ``Q_k`` (bound ``T_y``) and ``P_k`` (bound 1); ``q̂ = H Q̂/K_H``,
     ``p̂ = H P̂/K_H`` (erratum 8); predictor ``η̂(x) = clamp(q̂_k / max(p̂_k, τ), ±T_y)``
     with ``τ = f_L/(2B)`` ([D19]). ``fix_p1`` sets ``P̂_1 = 1`` (known: Σ p_l = 1;
-    optional, privacy-neutral, §10.3).
+    optional, privacy-neutral, §10.3). ``shrink``: the cells pulled toward the overall
+    mean (``models.shrinkage``, §9.6).
     """
     if not isinstance(label_bound, (int, float)) or not math.isfinite(label_bound) \
             or label_bound <= 0:
@@ -142,6 +164,10 @@ def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: 
     tau = density_floor / (2 * choice.M ** source.dim)
     info = {"Q": Q.tolist(), "P": P.tolist(), "regime": choice.regime, "side": choice.side,
             "users": n, "samples": m, "epsilon": epsilon, "method": method,
-            "density_floor": density_floor}
-    return GridModel("regress", choice.M, source.dim, lo_a, hi_a, hadamard_inverse(Q),
-                     hadamard_inverse(P), float(label_bound), tau, info)
+            "density_floor": density_floor, "grid_choice": choice.to_json()}
+    q, p = hadamard_inverse(Q), hadamard_inverse(P)
+    se = np.asarray(est.std_error, dtype=np.float64)
+    shrinkage = regress_shrinkage(q, p, se[:K], se[K:], choice.M ** source.dim, tau,
+                                  float(label_bound)) if shrink else None
+    return GridModel("regress", choice.M, source.dim, lo_a, hi_a, q, p, float(label_bound),
+                     tau, info, shrinkage)

@@ -26,10 +26,10 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.learning.classify import GridModel
 from uldp.collector.learning.estimators import LDPLogisticRegression
 from uldp.collector.learning.fit import run_classify, run_regress
 from uldp.collector.learning.runner import ListUsers, run_spec
+from uldp.collector.models.grid import GridModel
 from uldp.collector.planner import QuerySpec
 
 __all__ = ["FEATURE_BOX", "FlightsData", "available", "delay_mean", "flights_classifier",
@@ -123,7 +123,7 @@ def delay_mean(data: FlightsData, epsilon: float, rng: RandomSource, *, seed: in
 
 
 def flights_classifier(data: FlightsData, epsilon: float, rng: RandomSource, *,
-                       seed: int = 0, M: int | None = None, method: str = "two-stage",
+                       seed: int = 0, M: int | None = None, method: str = "auto",
                        m_ref: int = M_REF) -> tuple[GridModel, dict[str, float]]:
     """Algorithm 4 on (hour, distance) → delayed > 15 min; accuracy on all flights."""
     model = run_classify(data.users("delayed"), epsilon=epsilon, rng=rng, lo=FEATURE_BOX[0],
@@ -140,7 +140,7 @@ def flights_classifier(data: FlightsData, epsilon: float, rng: RandomSource, *,
 
 
 def flights_regressor(data: FlightsData, epsilon: float, rng: RandomSource, *,
-                      seed: int = 0, M: int | None = None, method: str = "two-stage",
+                      seed: int = 0, M: int | None = None, method: str = "auto",
                       m_ref: int = M_REF) -> tuple[GridModel, dict[str, float]]:
     """Algorithm 5: arrival delay (clamped to ±60 min) from (hour, distance); RMSE of the
     clamped delay on all flights vs the non-private cell means on the same grid."""

@@ -40,7 +40,8 @@ from typing import Protocol
 import numpy as np
 
 __all__ = ["SCRATCH_BYTES", "Bounds", "OracleDecoder", "Piece", "ReportError", "ScalarDecoder",
-           "bounds", "outside", "pure_variance", "require", "support_sum"]
+           "bounds", "independent_functional_variance", "independent_mean_variance",
+           "moments", "outside", "pure_variance", "require", "support_sum"]
 
 #: bytes of dense (rows × k) support a decoder materializes at once, at most
 SCRATCH_BYTES = 16 << 20
@@ -119,6 +120,17 @@ class OracleDecoder(Protocol):
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         """Variance per report of ``f̂_v`` given the share ``f_v`` of values ``v``."""
 
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """``Var(Σ_j F_rj f̂_j | the report's value is v)`` of one report, ``(R, k)`` for the
+        ``R`` rows of ``F`` (linear functionals of the decoded indicator vector) and every
+        value ``v`` — the noise of an estimate ``Σ_j F_j p̂_j`` (e.g. a mean over grid
+        points) per report, covariances between categories included."""
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        """``Σ_v π_v functional_variance(F)[:, v]`` in closed form (``(R,)``): the noise of
+        one report of a population whose values have shares ``π``."""
+
 
 #: ``(lo, hi, scale, offset, divisor)``: for a report integer ``z`` in ``[lo, hi]`` the
 #: decoded value is ``(scale·z − offset)/divisor`` — exactly the float constants the
@@ -179,6 +191,28 @@ def pure_variance(f: np.ndarray, p: float, q: float) -> np.ndarray:
     """Per-report variance of a pure protocol's estimate (module docstring)."""
     f = np.asarray(f, dtype=np.float64)
     return (q * (1 - q) + f * (p * (1 - p) - q * (1 - q))) / (p - q) ** 2
+
+
+def independent_functional_variance(F: np.ndarray, p: float, q: float) -> np.ndarray:
+    """``functional_variance`` of a support whose entries are independent given the value
+    (OUE exactly): ``[q(1−q) Σ_{j≠v} F_j² + p(1−p) F_v²] / (p − q)²``."""
+    F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+    S2 = (F * F).sum(axis=1, keepdims=True)
+    return (q * (1 - q) * (S2 - F * F) + p * (1 - p) * F * F) / (p - q) ** 2
+
+
+def moments(F: np.ndarray, pi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(Σ_v π_v F_v, Σ_v π_v F_v², Σ_j F_j, Σ_j F_j²)`` per row of ``F``."""
+    F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+    F2 = F * F
+    return F @ pi, F2 @ pi, F.sum(axis=1), F2.sum(axis=1)
+
+
+def independent_mean_variance(F: np.ndarray, pi: np.ndarray, p: float, q: float
+                              ) -> np.ndarray:
+    """:func:`independent_functional_variance` averaged over ``π``."""
+    _, m2, _, S2 = moments(F, pi)
+    return (q * (1 - q) * S2 + (p * (1 - p) - q * (1 - q)) * m2) / (p - q) ** 2
 
 
 def check_shape(reports: np.ndarray, width: int) -> np.ndarray:

@@ -13,6 +13,7 @@ from uldp.collector.mechanisms.base import (
     bounds,
     check_layout,
     check_shape,
+    moments,
     pure_variance,
     require,
 )
@@ -61,3 +62,22 @@ class GRRDecoder:
 
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         return pure_variance(f, *self.pq(k, eps))
+
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """The support is the one reported value ``y``: ``Var F_y / (p − q)²`` with ``y = v``
+        w.p. ``p`` and each other value w.p. ``q``."""
+        p, q = self.pq(k, eps)
+        F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+        S1, S2 = F.sum(axis=1, keepdims=True), (F * F).sum(axis=1, keepdims=True)
+        mean = p * F + q * (S1 - F)
+        second = p * F * F + q * (S2 - F * F)
+        return np.maximum(second - mean * mean, 0.0) / (p - q) ** 2
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        """``(p−q)(1 − (p−q)) E F_v² + q S₂ − 2(p−q) q S₁ E F_v − q² S₁²`` over ``(p − q)²``."""
+        p, q = self.pq(k, eps)
+        m1, m2, S1, S2 = moments(F, pi)
+        d = p - q
+        return np.maximum(d * (1 - d) * m2 + q * S2 - 2 * d * q * S1 * m1 - q * q * S1 * S1,
+                          0.0) / d**2

@@ -44,6 +44,17 @@ class LaplaceBinsDecoder:
         v = discrete_laplace_variance(laplace_scale(2, eps).value)
         return np.full(np.shape(f), v)
 
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """Independent noise on every entry: ``Var DLap(2/ε) Σ_j F_j²`` whatever the value."""
+        F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+        v = discrete_laplace_variance(laplace_scale(2, eps).value)
+        return np.repeat(v * (F * F).sum(axis=1, keepdims=True), F.shape[1], axis=1)
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+        return discrete_laplace_variance(laplace_scale(2, eps).value) * (F * F).sum(axis=1)
+
 
 class LaplaceValuesDecoder:
     name = "laplace"

@@ -14,7 +14,14 @@ import numpy as np
 
 from uldp.client.mechanisms.exact import ONE, ceil_div, units_of
 from uldp.client.mechanisms.olh import SEED_BITS, hash_table, olh_design
-from uldp.collector.mechanisms.base import Bounds, check_shape, pure_variance, require
+from uldp.collector.mechanisms.base import (
+    Bounds,
+    check_shape,
+    independent_functional_variance,
+    independent_mean_variance,
+    pure_variance,
+    require,
+)
 
 __all__ = ["OLHDecoder", "collision"]
 
@@ -60,3 +67,13 @@ class OLHDecoder:
 
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         return pure_variance(f, *self.pq(k, eps))
+
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """As if the support's entries were independent given the value: two values'
+        entries correlate only through the hash's collisions, a second-order term (OLH is
+        chosen only for more than 1024 categories; ``two-stage-sized`` refuses it)."""
+        return independent_functional_variance(F, *self.pq(k, eps))
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        return independent_mean_variance(F, pi, *self.pq(k, eps))

@@ -12,6 +12,8 @@ from uldp.collector.mechanisms.base import (
     Bounds,
     bounds,
     check_shape,
+    independent_functional_variance,
+    independent_mean_variance,
     pure_variance,
     require,
 )
@@ -43,3 +45,11 @@ class OUEDecoder:
 
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         return pure_variance(f, *self.pq(k, eps))
+
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """The bits are independent given the value."""
+        return independent_functional_variance(F, *self.pq(k, eps))
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        return independent_mean_variance(F, pi, *self.pq(k, eps))

@@ -13,6 +13,7 @@ from uldp.collector.mechanisms.base import (
     bounds,
     check_layout,
     check_shape,
+    moments,
     pure_variance,
     require,
 )
@@ -68,3 +69,42 @@ class SSDecoder:
 
     def variance(self, f: np.ndarray, k: int, eps: float) -> np.ndarray:
         return pure_variance(f, *self.pq(k, eps))
+
+    def functional_variance(self, F: np.ndarray, k: int, eps: float) -> np.ndarray:
+        """The support is a subset of ``ω`` values: ``v`` is in it w.p. ``p*``, then the
+        other ``ω − 1`` (else ``ω``) uniformly among the ``k − 1`` others, which gives every
+        pairwise inclusion probability and so the exact variance."""
+        F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+        p, q = self.pq(k, eps)
+        if k == 1:
+            return np.zeros_like(F)
+        w = ss_design(k, units_of(eps)).omega
+        S1, S2 = F.sum(axis=1, keepdims=True), (F * F).sum(axis=1, keepdims=True)
+        Fo, G = S1 - F, S2 - F * F  # over the values other than v
+        r1 = p * (w - 1) / (k - 1)  # P(v and one given other)
+        r2 = ((p * (w - 1) * (w - 2) + (1 - p) * w * (w - 1)) / ((k - 1) * (k - 2))
+              if k > 2 else 0.0)  # P(two given others)
+        var = (F * F * p * (1 - p) + G * q * (1 - q) + 2 * F * Fo * (r1 - p * q)
+               + (Fo * Fo - G) * (r2 - q * q))
+        return np.maximum(var, 0.0) / (p - q) ** 2
+
+    def _pairs(self, k: int, eps: float) -> tuple[float, float, float, float]:
+        """``(p*, q*, P(v and one given other), P(two given others))``."""
+        p, q = self.pq(k, eps)
+        w = ss_design(k, units_of(eps)).omega
+        r1 = p * (w - 1) / (k - 1)
+        r2 = ((p * (w - 1) * (w - 2) + (1 - p) * w * (w - 1)) / ((k - 1) * (k - 2))
+              if k > 2 else 0.0)
+        return p, q, r1, r2
+
+    def mean_functional_variance(self, F: np.ndarray, pi: np.ndarray, k: int, eps: float
+                                 ) -> np.ndarray:
+        """:meth:`functional_variance` expanded in ``F_v`` and averaged over ``π``."""
+        if k == 1:
+            return np.zeros(np.atleast_2d(F).shape[0])
+        p, q, r1, r2 = self._pairs(k, eps)
+        m1, m2, S1, S2 = moments(F, pi)
+        a, b = r1 - p * q, r2 - q * q
+        var = (m2 * (p * (1 - p) - q * (1 - q) - 2 * a + 2 * b)
+               + m1 * 2 * S1 * (a - b) + S2 * q * (1 - q) + (S1 * S1 - S2) * b)
+        return np.maximum(var, 0.0) / (p - q) ** 2

@@ -37,6 +37,7 @@ when the first is much larger (``KAPPA``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -49,11 +50,12 @@ from uldp.collector.mechanisms.choice import (
     best_scalar,
     scalar_variance,
 )
+from uldp.collector.methods.common import plan_mechanisms
 
 __all__ = ["KAPPA", "MAX_BIN_VARIANCE", "MAX_SIZED_SHARE", "MAX_STAGE1_SHARE",
-           "MIN_SIZED_SHARE", "SIZED_GAIN", "SMALL_STAGE1_SHARE", "STAGE1_TARGET",
-           "required_gain",
-           "resolve_auto"]
+           "MIN_SIZED_SHARE", "POPULATIONS", "SIZED_GAIN", "SIZED_SHARES",
+           "SMALL_STAGE1_SHARE", "STAGE1_TARGET", "objective_value", "plan_mechanisms",
+           "required_gain", "resolve_auto"]
 
 KAPPA = 2.4  # two-stage must promise this factor less noise than SSL (small stage I)
 STAGE1_TARGET = 400.0  # n_I ε_c² of the smallest group's stage I (spec §4.5: ≥ 99 %)
@@ -117,15 +119,26 @@ def _sized_share(plan: Any, bins: int) -> float:
     return max(need, MIN_SIZED_SHARE) if need <= MAX_SIZED_SHARE else float("inf")
 
 
-def _mechanism_gain(eps: float, share: float, m: int) -> float:
+def _mechanism_gain(eps: float, share: float, m: int, n: int) -> float:
     """What the randomizer chosen from stage I gains over the worst-case best on the
     whole support when the values sit at its centre or at its ends — its noise on the
     stage-II users plus the spread of the users it leaves out (``Var Y = D²/m``, users
-    alike), in units of ``D²/n``."""
+    alike), in units of ``D²/n``. The rule counts on the worse end of what a stage I of
+    ``share·n`` users can bound of ``E t²`` over all users
+    (``uldp.collector.methods.intervals.moment_bounds``: even a clean histogram leaves a
+    share ``1 − e^{−c}`` unseen), so a small stage I gains little."""
+    from uldp.collector.methods.intervals import ALPHA_BIAS
+
     worst = scalar_variance(best_scalar(eps), eps)
     spread = share / m
-    return max(worst / ((scalar_variance(best_scalar(eps, t2), eps, t2) + spread)
-                        / (1 - share)) for t2 in (0.0, 1.0))
+    c = math.log(2 / ALPHA_BIAS) / max(share * n, 1.0)
+    unseen = -math.expm1(-c)
+    out = 0.0
+    for lo, hi in ((0.0, unseen), (1.0 - unseen, 1.0)):
+        noise = min(max(scalar_variance(name, eps, lo), scalar_variance(name, eps, hi))
+                    for name in SCALAR_CHOICES)
+        out = max(out, worst / ((noise + spread) / (1 - share)))
+    return out
 
 
 def _single_stage(spec: Any, compile_fn: Any) -> tuple[float, Any, dict[str, Any]]:
@@ -167,7 +180,7 @@ def _sized(spec: Any, compile_fn: Any, single: float
     best_case = sized_plan.predicted_mse(D2, D2 / spec.samples)  # users alike (i.i.d.)
     eps_c = plan.grouping.groups[0].eps_c
     gain = max(single / max(best_case, 1e-300),
-               _mechanism_gain(eps_c, share, spec.samples))
+               _mechanism_gain(eps_c, share, spec.samples, spec.users))
     info = {"sized_share": share, "sized_gain": gain, "sized_mse": best_case}
     return (probe, info) if gain >= SIZED_GAIN else (None, info)
 
@@ -191,8 +204,104 @@ def _legacy_two_stage(spec: Any, compile_fn: Any) -> tuple[float, str, float] | 
     return best
 
 
+#: kinds whose ``auto`` compares ``ssl`` with ``two-stage-sized`` on reference populations
+#: (:func:`_resolve_sized`)
+SIZED_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1")
+#: the stage-I shares ``two-stage-sized`` is tried with
+SIZED_SHARES = (0.01, 0.03, 0.1, 0.3)
+#: the reference populations (``uldp.collector.methods.sizing.reference_population``)
+POPULATIONS = ("alike", "spread", "ends")
+#: a two-stage candidate must be this much better (smaller regret) than single-stage
+SIZED_MARGIN = 1.02
+
+
+#: noisy stage-I histograms ``auto``'s predictions average over (``sized.predict``): the
+#: rule's outcome on the expected histogram alone is optimistic where stage I is small
+AUTO_DRAWS = 6
+
+
+def objective_value(plan: Any, population: str, draws: int | None = AUTO_DRAWS) -> float:
+    """What ``plan`` would give on a reference population, in the query's ``objective``:
+    the root-mean-square half-width of the outputs' intervals (``width``) or the summed
+    MSE (``mse``)."""
+    mse, half = plan.reference_prediction(population, draws=draws)
+    if plan.spec.objective == "width":
+        return float(np.sqrt(np.mean(np.square(half))))
+    return float(np.sum(mse))
+
+
+def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
+    """``ssl`` (each grouping mode, worst-case best randomizer) against ``two-stage-sized``
+    (each stage-I share of :data:`SIZED_SHARES`, best oracle, randomizer chosen from stage
+    I) by minimax regret over :data:`POPULATIONS`: every candidate's objective on each
+    reference population against the best candidate's there; the least largest ratio wins
+    (two-stage only by :data:`SIZED_MARGIN`). The reference populations are the cases a
+    rule from public values cannot tell apart — users alike (a narrow window pays), spread
+    over the support (stage I costs), at the ends (the randomizer chosen from stage I
+    pays) — and each prediction counts what stage I cannot rule out for all users
+    (``uldp.collector.methods.sized``)."""
+    cands: list[tuple[str, Any]] = []
+    for m in MODES:
+        if m == "paper":
+            continue
+        c = replace(spec, method="ssl", mode=m, randomizer="best")
+        try:
+            cands.append((f"ssl/{m}", compile_fn(c)))
+        except ValueError:
+            continue
+    modes = ["default"] if spec.kind == "mean" else [m for m in MODES if m != "paper"]
+    for mode in modes:  # (a 1-d mean has one grouping)
+        for share in SIZED_SHARES:
+            c = replace(spec, method="two-stage-sized", mode=mode, oracle="best",
+                        randomizer="adaptive", stage1_share=share)
+            try:
+                plan = compile_fn(c)
+            except ValueError:
+                continue
+            if min(min(plan.stage_size(g, 1), plan.stage_size(g, 2))
+                   for g in range(plan.n_groups)) < 2:
+                continue
+            cands.append((f"two-stage-sized/{mode}/{share:g}", plan))
+    scores = {name: {p: objective_value(plan, p) for p in POPULATIONS} for name, plan in cands}
+    best = {p: min(sc[p] for sc in scores.values()) for p in POPULATIONS}
+    regret = {name: max(sc[p] / max(best[p], 1e-300) for p in POPULATIONS)
+              for name, sc in scores.items()}
+    single = min((n for n, _ in cands if n.startswith("ssl")), key=lambda n: regret[n])
+    order = sorted(regret, key=lambda n: regret[n])
+    chosen = order[0]
+    if not chosen.startswith("ssl") and regret[chosen] * SIZED_MARGIN > regret[single]:
+        chosen = single
+    runner = next(n for n in order if n != chosen and
+                  (n.startswith("ssl") != chosen.startswith("ssl") or True))
+    # the runner-up worth naming is the best candidate of the other family
+    other = [n for n in order if n.startswith("ssl") != chosen.startswith("ssl")]
+    if other:
+        runner = other[0]
+    by = dict(cands)
+    plan = by[chosen]
+    record = {"objective": spec.objective, **_summary(plan, regret[chosen], scores[chosen]),
+              "chosen": plan.spec.method,
+              "runner_up": _summary(by[runner], regret[runner], scores[runner]),
+              "populations": list(POPULATIONS), "single_stage": "ssl",
+              "randomizers": list(SCALAR_CHOICES)}
+    return plan.spec, record
+
+
+def _summary(plan: Any, regret: float, scores: dict[str, float]) -> dict[str, Any]:
+    """A candidate as the record names it: method, mode, stage-I share, mechanisms, its
+    regret and objective on each reference population, and what it would likely give on
+    users alike (the interval's half-widths and the MSE, as the preview shows them)."""
+    mse, half = plan.reference_prediction("alike", draws=AUTO_DRAWS)
+    return {"method": plan.spec.method, "mode": plan.spec.mode,
+            "stage1_share": plan.spec.stage1_share if plan.two_stage else None,
+            "mechanism": plan_mechanisms(plan), "regret": regret, "predicted": scores,
+            "likely_half_width": [float(x) for x in half], "likely_mse": float(np.sum(mse))}
+
+
 def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
     """The concrete spec ``auto`` runs, and a record of the choice (for the estimate)."""
+    if spec.kind in SIZED_KINDS and spec.moment_p is None:
+        return _resolve_sized(spec, compile_fn)
     single, chosen, info = _single_stage(spec, compile_fn)
     record: dict[str, Any] = {"single_stage_mse": single, "single_stage": info["method"],
                               "randomizers": list(SCALAR_CHOICES)}

@@ -68,6 +68,8 @@ class BaselineA:
     name = "baseline-a"
     device_method = "baseline-a"
     stages: tuple[int, ...] = (0,)
+    #: the one randomizer its device half accepts (``with_best_mechanisms``)
+    fixed_randomizer = "laplace"
 
     def n_groups(self, plan: Any) -> int:
         return 1

@@ -7,7 +7,6 @@ formula), §5.5 / §6.1 (per-component variances through the output transform), 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,9 +22,21 @@ from uldp.collector.estimators.transforms import project_simplex
 from uldp.collector.mechanisms import ORACLE_DECODERS, SCALAR_DECODERS
 from uldp.collector.mechanisms.choice import best_oracle, best_scalar, scalar_variance
 
-__all__ = ["Block", "bin_accumulator", "bin_mechanism", "estimate_from_blocks",
-           "finite_population", "noise_variance", "report_noise_variance", "second_moment",
-           "value_accumulator", "value_blocks", "value_mechanism", "value_noise_variance"]
+__all__ = [
+    "Block",
+    "bin_accumulator",
+    "bin_mechanism",
+    "estimate_from_blocks",
+    "finite_population",
+    "noise_variance",
+    "plan_mechanisms",
+    "report_noise_variance",
+    "second_moment",
+    "value_accumulator",
+    "value_blocks",
+    "value_mechanism",
+    "value_noise_variance",
+]
 
 Block = tuple[Sequence[int], np.ndarray, np.ndarray]
 
@@ -34,8 +45,9 @@ def noise_variance(width: float, eps_c: float) -> float:
     """Variance of one grid-encoded report of an interval of ``width`` at budget ε_c: the
     exact discrete Laplace variance plus the randomized-rounding bound ``1/4`` step²."""
     t = laplace_scale(GRID_STEPS, eps_c).value
-    step = width / GRID_STEPS
-    return (discrete_laplace_variance(t) + 0.25) * step**2
+    step = np.float64(width) / GRID_STEPS
+    with np.errstate(over="ignore"):  # a range of 1e300: the variance is +inf, not an error
+        return float((discrete_laplace_variance(t) + 0.25) * step * step)
 
 
 def value_mechanism(spec: Any, eps_c: float) -> str:
@@ -64,25 +76,28 @@ def value_noise_variance(mech: str, width: float, eps_c: float, t2: float | None
     (None: the worst case over t). Discrete Laplace does not depend on it."""
     if mech == "laplace":
         return noise_variance(width, eps_c)
-    return scalar_variance(mech, eps_c, t2) * (width / 2) ** 2 + 0.25 * (width / GRID_STEPS) ** 2
+    w = np.float64(width)
+    with np.errstate(over="ignore"):
+        return float(scalar_variance(mech, eps_c, t2) * (w / 2) ** 2
+                     + 0.25 * (w / GRID_STEPS) ** 2)
 
 
 def report_noise_variance(mech: str, width: float, eps_c: float, mean_t2: float,
-                          mean_t: float = 0.0, t2_hint: float | None = None) -> float:
+                          mean_t: float = 0.0, t2_lower: float = 0.0) -> float:
     """The noise variance of a group's value reports, from the reports themselves: for
     every randomizer ``Var(t̂ | t) = a + b t²`` exactly, so ``E t̂² = E t² + a + b E t²``
     gives ``E t²`` (``mean_t2``: the mean of the decoded ``t̂²``) — except where
-    ``1 + b = 0`` (Duchi's outputs are ``±C`` whatever t): there ``t2_hint`` (stage I's
-    measure) or the lower bound ``E t² ≥ (E t̂)²``, which bounds the noise from above."""
+    ``1 + b = 0`` (Duchi's outputs are ``±C`` whatever t): there the largest of the lower
+    bounds ``E t² ≥ (E t̂)²`` and ``t2_lower`` (a bound for *all* users from stage I,
+    ``sizing.t2_bounds``), which bounds the noise from above. (Stage I's *estimate* of
+    ``E t²`` is not used: it is about the stage-I users only, a sample that may miss part
+    of the others — a skewed minority made Duchi's noise look 0.19 where it was 0.25.)"""
     if mech == "laplace":
         return noise_variance(width, eps_c)
     a, one = scalar_variance(mech, eps_c, 0.0), scalar_variance(mech, eps_c, 1.0)
     slope = 1 + one - a
-    floor = min(mean_t * mean_t, 1.0)
-    if slope > 1e-6:
-        t2 = (mean_t2 - a) / slope
-    else:
-        t2 = floor if t2_hint is None or math.isnan(t2_hint) else t2_hint
+    floor = min(max(mean_t * mean_t, t2_lower if slope <= 1e-6 else 0.0), 1.0)
+    t2 = (mean_t2 - a) / slope if slope > 1e-6 else floor
     return value_noise_variance(mech, width, eps_c, min(max(t2, floor), 1.0))
 
 
@@ -143,6 +158,28 @@ def value_blocks(plan: Any, accs: dict[int, Any]) -> tuple[list[Block], int]:
     return blocks, n
 
 
+def plan_mechanisms(plan: Any) -> dict[str, Any]:
+    """The report mechanisms a compiled plan's devices use, as far as public values fix
+    them: the frequency oracle of categorical reports and the scalar randomizer of value
+    reports (``"from stage I"`` where stage I picks it; the estimate then names the one
+    it picked)."""
+    eps_c = plan.grouping.groups[0].eps_c
+    out: dict[str, Any] = {"oracle": None, "randomizer": None}
+    sampled = getattr(plan.method, "mechanism", None)  # method oracle: its records' oracle
+    fixed = getattr(plan.method, "fixed_randomizer", None)
+    if sampled is not None:
+        out["oracle"] = sampled(plan)
+    elif plan.two_stage:
+        out["oracle"] = plan.task_for(0, 1).mechanism
+        out["randomizer"] = ("from stage I" if plan.spec.randomizer == "adaptive"
+                             else value_mechanism(plan.spec, eps_c))
+    elif fixed is not None:
+        out["randomizer"] = fixed
+    else:
+        out["randomizer"] = value_mechanism(plan.spec, eps_c)
+    return out
+
+
 def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
                          bias: tuple[np.ndarray, np.ndarray] | None = None) -> Estimate:
     """Combine the blocks, map them through the kind's output transform (widening the
@@ -156,6 +193,7 @@ def estimate_from_blocks(plan: Any, blocks: list[Block], reports: int,
         est.extra["projected"] = project_simplex(est.values)
     est.extra["regime"] = plan.grouping.regime
     est.extra["method"] = plan.spec.method
+    est.extra["mechanisms"] = plan_mechanisms(plan)
     if plan.advisories:  # the plan's notes travel with its result (e.g. too few users)
         est.extra["advisories"] = list(plan.advisories)
     if plan.auto:

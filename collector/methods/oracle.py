@@ -192,6 +192,7 @@ class SampledRecords:
             "components": hadamard_rows(f[None], K)[0], "projected": project_simplex(f),
             "reports": 0 if acc is None else acc.count, "regime": plan.grouping.regime,
             "method": plan.spec.method, "mechanism": self.mechanism(plan),
+            "mechanisms": {"oracle": self.mechanism(plan), "randomizer": None},
             "records": plan.spec.records}
         if plan.auto:
             extra["auto"] = dict(plan.auto)

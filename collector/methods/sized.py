@@ -1,70 +1,154 @@
-"""``two-stage-sized``: Algorithm 1 with a stage-II interval *and* randomizer sized from what
-stage I saw, collector half (the device runs ``two-stage``).
+"""``two-stage-sized``: Algorithm 1 with the stage-II window, estimate and randomizer sized
+from what stage I measured, collector half (device half:
+``uldp.client.methods.two_stage.TwoStageSized``).
 
-See ``docs/algorithms.md`` ("Two-stage, sized"). Stage I reports the bin of the user
-statistic among fine bins (``2⌈√m⌉``, between 8 and 64 per component, rather than the
-paper's ``⌈√m/2⌉``) through the query's frequency oracle; closing it estimates the users'
-histogram (unbiased masses with known noise), and the rule of
-:func:`uldp.collector.methods.intervals.sized_interval` picks, per component, the run of
-bins (or the whole support, or the paper's interval) and, per group, the scalar randomizer
-(``randomizer="adaptive"``: among every randomizer, at the second moment the histogram
-shows) with the smallest estimated error — noise at the measured spread plus the clamping
-bias the histogram shows beyond its noise. The interval is not tied to the paper's
-worst-case ``3h + 2Δ``: with users alike it is a few standard deviations of their
-statistics wide, which is where the ``m``-fold gain of the whole dataset appears at tens to
-hundreds of samples per user; with users spread out it is the whole support, and the
-randomizer still follows the data (Duchi for values at the ends).
+See ``docs/algorithms.md`` ("Two-stage, sized"); the math is
+:mod:`uldp.collector.methods.sizing`. Stage I reports every served component's statistic
+rounded unbiasedly to one of the ``B + 1`` grid points of its support (``B = 2⌈√m⌉``,
+between 8 and 64) through the query's frequency oracle. Closing it gives unbiased shares
+of the stage-I users at every point; per component the rule picks the window (any two grid
+points, the support included) and the estimate — *debiased* (the stage-I reports measure
+the clamping of the stage-II users) or *clamped* (bias bounds in the interval) — and per
+group the scalar randomizer (``randomizer="adaptive"``: among every randomizer), by the
+query's ``objective``: the expected width of the interval (default) or the MSE. The final
+estimate counts the stage-I users' own reports (their grid points are unbiased for their
+statistics), so a stage I costs only the difference between its reports' noise and a
+stage-II report's.
 
-Every interval carries the histogram's upper confidence bounds of its clamping bias (as in
-``two-stage``); the estimate is the mean over all users who reported, so the stage-II
-users' spread enters with the finite-population factor ``1 − n_II/n``.
+Its interval holds for all users, not just the stage-I sample: the users' clamping
+variance and the randomizer's noise are bounded where stage I could have missed part of
+the users (the Chernoff bounds of :mod:`uldp.collector.methods.intervals`).
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from uldp.client.params import Alg1Params
+from uldp.client.params import GRID_STEPS, Alg1Params
 from uldp.client.taskspec import TaskSpec
+from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.mechanisms.choice import SCALAR_CHOICES, best_scalar
+from uldp.collector.mechanisms import ORACLE_DECODERS
+from uldp.collector.mechanisms.choice import SCALAR_CHOICES, scalar_variance
 from uldp.collector.methods.base import Published
 from uldp.collector.methods.common import (
     bin_mechanism,
     estimate_from_blocks,
-    finite_population,
+    noise_variance,
     report_noise_variance,
-    second_moment,
-    value_blocks,
     value_mechanism,
-    value_noise_variance,
 )
 from uldp.collector.methods.edges import edge_shares, note_edges
-from uldp.collector.methods.intervals import NARROW_MAX, Histogram, sized_interval
+from uldp.collector.methods.intervals import missed_tail_risk
+from uldp.collector.methods.sizing import (
+    ESTIMATORS,
+    Choice,
+    GridStage,
+    choose,
+    combine_error,
+    estimator_weights,
+    expected_masses,
+    functionals,
+    grid_points,
+    honest_terms,
+    reference_population,
+    t2_bounds,
+)
 from uldp.collector.methods.two_stage import TwoStage, acc_mech
 
-__all__ = ["TwoStageSized", "fine_bins"]
+__all__ = ["GRID_ORACLES", "TwoStageSized", "fine_bins", "reference_population"]
 
 MIN_BINS, MAX_BINS = 8, 64
+#: the oracles whose functional variances are exact (``two-stage-sized`` refuses OLH,
+#: which ``best`` never picks for 65 categories or fewer)
+GRID_ORACLES = ("laplace", "grr", "oue", "ss")
+#: noisy stage-I histograms a prediction averages the rule's outcome over
+PREDICTION_DRAWS = 12
 
 
 def fine_bins(p: Alg1Params, m: int) -> Alg1Params:
-    """Stage-I bins of ``two-stage-sized``: ``2⌈√m⌉`` (8 … 64) equal bins of ``[−D, D]``."""
+    """Stage-I grid of ``two-stage-sized``: ``2⌈√m⌉`` (8 … 64) equal bins of ``[−D, D]``
+    (``B + 1`` grid points, their edges)."""
     B = min(max(2 * math.ceil(math.sqrt(m)), MIN_BINS), MAX_BINS)
     return Alg1Params(p.bound, 2 * p.bound / B, p.margin, B)
 
 
+def _noise_fn(eps: float) -> Any:
+    """``noise(mech, widths, t2)``: the variance of one stage-II report on windows of these
+    widths at ``E t² = t2`` (arrays; None: the worst case over t), the rounding included
+    (``common.value_noise_variance``, vectorized)."""
+    unit = noise_variance(1.0, eps)
+    ends = {m: (scalar_variance(m, eps, 0.0), scalar_variance(m, eps, 1.0))
+            for m in SCALAR_CHOICES if m != "laplace"}
+
+    def noise(mech: str, width: Any, t2: Any) -> np.ndarray:
+        w = np.asarray(width, dtype=np.float64)
+        if mech == "laplace":
+            return unit * w * w
+        v0, v1 = ends[mech]
+        v = max(v0, v1) if t2 is None else v0 + (v1 - v0) * np.asarray(t2, dtype=np.float64)
+        return v * (w / 2) ** 2 + 0.25 * (w / GRID_STEPS) ** 2
+    return noise
+
+
+def _stage_two_noise(acc: ValueAccumulator, i: int, eps_c: float, st: GridStage | None
+                     ) -> float:
+    """The noise of one stage-II report of component ``i``, measured from the reports
+    (Duchi's from ``E t² ≥`` the largest lower bound, stage I's for all users included)."""
+    lo, hi = acc.intervals[i]
+    floor = 0.0 if st is None else float(t2_bounds(st, np.array([lo]), np.array([hi]))[0][0])
+    return report_noise_variance(acc_mech(acc), hi - lo, eps_c, float(acc.mean_square_t()[i]),
+                                 float(acc.mean_t()[i]), floor)
+
+
+def _component(st: GridStage, window: tuple[float, float], estimator: str, n1: int, n2: int,
+               c2: float, noise2: float) -> tuple[float, float, float, float, float]:
+    """One component's ``(mean, noise variance, shared sd, bias_lo, bias_hi)``: the
+    estimator's stage-I functional over the stage-I shares plus ``(1 − λ)`` times the
+    stage-II mean; the noise of both stages; the sd of what the two random halves of the
+    users disagree on (``sizing.combine_error``), shared by a user's components; the bias
+    bounds of a clamped estimate."""
+    n = n1 + n2
+    a, b = np.array([window[0]]), np.array([window[1]])
+    lam, kappa = estimator_weights(estimator, n1, n2)
+    f, _ = functionals(st.points, a, b, lam, kappa)
+    terms = honest_terms(st, a, b, n1, n2)
+    mean = float(f[0] @ st.mass) + (1 - lam) * c2
+    var = float(st.report_variance(f)[0]) / n1 + (1 - lam) ** 2 * noise2 / n2
+    shared = math.sqrt(n / (n1 * n2)) * (
+        abs(lam - n1 / n) * math.sqrt(max(terms["SY"], 0.0))
+        + kappa * (1 - lam) * math.sqrt(max(float(terms["S"][0]), 0.0)))
+    if kappa:
+        return mean, var, shared, 0.0, 0.0
+    return (mean, var, shared, (1 - lam) * float(terms["b_lo"][0]),
+            (1 - lam) * float(terms["b_hi"][0]))
+
+
 class TwoStageSized(TwoStage):
-    """Two-stage with a sized stage-II interval and randomizer (module docstring)."""
+    """Two-stage with a sized stage-II window, estimate and randomizer (module docstring)."""
 
     name = "two-stage-sized"
+    device_method = "two-stage-sized"
     interval_rule = "sized"
+    #: its randomizer is best chosen from stage I (``with_best_mechanisms``), and it
+    #: predicts itself from the users' statistics (own-data runs)
+    adaptive_randomizer = True
 
     def fine(self, plan: Any, group: int) -> list[Alg1Params]:
         return [fine_bins(p, plan.spec.samples) for p in plan.group_params(group)]
+
+    def oracle(self, plan: Any, group: int) -> str:
+        fine = self.fine(plan, group)
+        eps_c = plan.grouping.groups[group].eps_c
+        name = bin_mechanism(plan.spec, max(p.bins for p in fine) + 1, eps_c)
+        if name not in GRID_ORACLES:
+            raise ValueError(f"two-stage-sized reports stage I through one of {GRID_ORACLES} "
+                             f"(oracle {name!r} has no exact variance of a mean over the grid)")
+        return name
 
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:
@@ -79,131 +163,349 @@ class TwoStageSized(TwoStage):
         fine = self.fine(plan, group)
         comps = plan.grouping.groups[group].components
         bins = tuple((fine[c].bound, fine[c].bin_width, fine[c].bins) for c in comps)
-        eps_c = plan.grouping.groups[group].eps_c
-        return plan.group_task(group, 1, bins=bins,
-                               mechanism=bin_mechanism(plan.spec, bins[0][2], eps_c))
+        return plan.group_task(group, 1, bins=bins, mechanism=self.oracle(plan, group))
+
+    def accumulator(self, plan: Any, task: TaskSpec) -> Any:
+        if task.stage != 1:
+            return super().accumulator(plan, task)
+        from uldp.client.mechanisms import ORACLES
+
+        params = [Alg1Params(float(D), float(h), 0.0, int(B) + 1) for D, h, B in task.bins]
+        mech = task.mechanism
+        oracle = ORACLES[mech]
+        limit = max(oracle.limit(p.bins, task.eps_c) for p in params)
+        if mech == "laplace":
+            return BinAccumulator(params, limit, None, task.eps_c)
+        return BinAccumulator(params, limit, ORACLE_DECODERS[mech], task.eps_c,
+                              [oracle.length(p.bins, task.eps_c) for p in params])
 
     def mechanisms(self, plan: Any, eps_c: float) -> tuple[str, ...]:
         if plan.spec.randomizer == "adaptive":
             return SCALAR_CHOICES
         return (value_mechanism(plan.spec, eps_c),)
 
-    def _group(self, plan: Any, g: int, acc: Any) -> tuple[list[Any], str, list[float]]:
-        """The intervals of group ``g``'s components and its randomizer: the randomizer
-        whose components' best intervals add up to the least estimated error."""
-        grp = plan.grouping.groups[g]
+    def stages_of(self, plan: Any, g: int, acc: Any) -> list[GridStage]:
+        """What stage I measured of each component of group ``g``."""
         fine = self.fine(plan, g)
-        n_I, n_II = (acc.count if acc is not None else 0), plan.stage_size(g, 2)
-        best: tuple[float, list[Any], str, list[float]] | None = None
-        for mech in self.mechanisms(plan, grp.eps_c):
-            rows, moments, total = [], [], 0.0
-            for i, c in enumerate(grp.components):
-                hist = Histogram(acc.masses(i), acc.mass_variance(i), n_I) \
-                    if acc is not None else Histogram(np.zeros(fine[c].bins),
-                                                      np.zeros(fine[c].bins), 0)
-                iv, _, t2, mse = sized_interval(fine[c], hist, grp.eps_c, n_II, (mech,),
-                                                value_noise_variance,
-                                                self.margin(plan, fine[c]))
-                total += mse
-                rows.append(iv)
-                moments.append(t2)
-            if best is None or total < best[0]:
-                best = (total, rows, mech, moments)
-        assert best is not None
-        return best[1], best[2], best[3]
+        eps_c = plan.grouping.groups[g].eps_c
+        oracle = self.oracle(plan, g)
+        out = []
+        for i, c in enumerate(plan.grouping.groups[g].components):
+            pts = grid_points(fine[c].bound, fine[c].bins)
+            if acc is None or acc.count == 0:
+                out.append(GridStage(pts, np.zeros(pts.size), 0, oracle, eps_c))
+            else:
+                out.append(GridStage(pts, acc.masses(i), acc.count, oracle, eps_c))
+        return out
 
-    @staticmethod
-    def margin(plan: Any, p: Alg1Params) -> float:
-        """``D·√(2 ln(2n)/m)``: by Hoeffding's inequality a mean of ``m`` samples in
-        ``[−D, D]`` is farther than this from its expectation with probability at most
-        ``1/n``, so with users alike no statistic leaves the model window (a union bound
-        over the ``n`` users)."""
-        n, m = plan.spec.users, plan.spec.samples
-        return p.bound * math.sqrt(2 * math.log(2 * max(n, 1)) / m)
+    def _group(self, plan: Any, g: int, stages: list[GridStage], n1: int, n2: int
+               ) -> tuple[str, list[Choice]]:
+        """The randomizer of group ``g`` and each component's choice: the randomizer whose
+        components' choices add up to the least objective (widths as variances)."""
+        eps_c = plan.grouping.groups[g].eps_c
+        noise = _noise_fn(eps_c)
+        per = [choose(st, n1, n2, self.mechanisms(plan, eps_c), noise, plan.spec.objective,
+                      plan.spec.confidence, self.estimators(plan)) for st in stages]
+        best: tuple[float, str] | None = None
+        for mech in self.mechanisms(plan, eps_c):
+            total = sum((c[mech].objective ** 2 if plan.spec.objective == "width"
+                         else c[mech].objective) for c in per)
+            if best is None or total < best[0] * (1 - 1e-12):
+                best = (total, mech)
+        assert best is not None
+        return best[1], [c[best[1]] for c in per]
+
+    def estimators(self, plan: Any) -> tuple[str, ...]:
+        return tuple(ESTIMATORS)
 
     def publish(self, plan: Any, stage: int, accs: dict[int, Any]) -> Published:
         khat: dict[str, list[int]] = {}
         ivs: dict[str, list[list[float]]] = {}
         bias: dict[str, list[list[float]]] = {}
         mechs: dict[str, str] = {}
-        moments: dict[str, list[float | None]] = {}
+        ests: dict[str, list[str]] = {}
+        stage1: dict[str, dict[str, Any]] = {}
         n = 0
         for g in range(self.n_groups(plan)):
             acc = accs.get(g)
-            n += acc.count if acc is not None else 0
-            rows, mech, t2 = self._group(plan, g, acc)
-            moments[str(g)] = [None if math.isnan(x) else x for x in t2]
-            comps = plan.grouping.groups[g].components
-            khat[str(g)] = [int(x) for x in (acc.khat() if acc is not None else (0,) * len(comps))]
-            ivs[str(g)] = [[r.lo, r.hi] for r in rows]
-            bias[str(g)] = [[r.bias_lo, r.bias_hi] for r in rows]
+            n1 = acc.count if acc is not None else 0
+            n2 = plan.stage_size(g, 2)
+            n += n1
+            stages = self.stages_of(plan, g, acc)
+            mech, choices = self._group(plan, g, stages, n1, n2)
+            rows, brow = [], []
+            for st, ch in zip(stages, choices, strict=True):
+                a, b = float(st.points[ch.i]), float(st.points[ch.j])
+                rows.append([a, b])
+                if n1 > 0 and n2 > 0:
+                    t = honest_terms(st, np.array([a]), np.array([b]), n1, n2)
+                    brow.append([float(t["b_lo"][0]), float(t["b_hi"][0])])
+                else:
+                    brow.append([0.0, 0.0])
+            khat[str(g)] = [int(np.argmax(st.mass)) + 1 if n1 else 0 for st in stages]
+            ivs[str(g)] = rows
+            bias[str(g)] = brow
             mechs[str(g)] = mech
+            ests[str(g)] = [ch.estimator for ch in choices]
+            stage1[str(g)] = {"reports": n1,
+                              "masses": [[float(x) for x in st.mass] for st in stages]}
         return {"khat": khat, "intervals": ivs, "bias": bias, "mechanism": mechs,
-                "moments": moments, "rule": self.interval_rule, "reports": n,
+                "estimator": ests, "stage1": stage1, "objective": plan.spec.objective,
+                "rule": self.interval_rule, "reports": n,
                 "edges": edge_shares(plan, accs)}
 
+    # ---- the estimate ---------------------------------------------------------------
     def finalize(self, plan: Any, accs: dict[int, Any], previous: Published | None
                  ) -> Estimate:
-        blocks, n2 = value_blocks(plan, accs)
-        n = n2 + int((previous or {}).get("reports", 0))
-        fixed = []
-        for g, (comps, means, cov) in enumerate(blocks):
-            acc = accs.get(g)
-            if acc is None:
-                fixed.append((comps, means, cov))
-                continue
-            eps_c, t2 = plan.grouping.groups[g].eps_c, acc.mean_square_t()
-            t1 = acc.mean_t()
-            hint = ((previous or {}).get("moments") or {}).get(str(g)) or [None] * len(comps)
-            nv = [report_noise_variance(acc_mech(acc), hi - lo, eps_c, float(t2[i]),
-                                        float(t1[i]), hint[i])
-                  for i, (lo, hi) in enumerate(acc.intervals)]
-            fixed.append((comps, means, finite_population(cov, np.array(nv), acc.count, n)))
-        bias = None
-        if previous is not None and "bias" in previous:
-            b = np.zeros((2, plan.n_components))
-            for g, rows in previous["bias"].items():
-                comps = plan.grouping.groups[int(g)].components
-                b[:, list(comps)] = np.asarray(rows, dtype=np.float64).T
-            bias = (b[0], b[1])
-        est = estimate_from_blocks(plan, fixed, n2, bias)
-        if previous is not None:
-            est.extra["khat"] = previous.get("khat", {})
-            est.extra["interval_rule"] = self.interval_rule
-            est.extra["mechanism"] = previous.get("mechanism", {})
-            est.extra["intervals"] = previous.get("intervals", {})
+        prev = previous or {}
+        groups = self.n_groups(plan)
+        n1s = {g: int(((prev.get("stage1") or {}).get(str(g)) or {}).get("reports", 0))
+               for g in range(groups)}
+        n2s = {g: (accs[g].count if accs.get(g) is not None else 0) for g in range(groups)}
+        n_all = sum(n1s.values()) + sum(n2s.values())
+        blocks, bias_lo, bias_hi = [], np.zeros(plan.n_components), np.zeros(plan.n_components)
+        for g in range(groups):
+            comps, means, cov, blo, bhi = self._estimate_group(plan, g, accs.get(g), prev,
+                                                               n1s[g], n2s[g], n_all)
+            blocks.append((comps, means, cov))
+            bias_lo[list(comps)] = blo
+            bias_hi[list(comps)] = bhi
+        clamped = np.any(bias_lo + bias_hi > 0)
+        est = estimate_from_blocks(plan, blocks, n_all, (bias_lo, bias_hi) if clamped else None)
+        est.extra["khat"] = prev.get("khat", {})
+        est.extra["interval_rule"] = self.interval_rule
+        est.extra["mechanism"] = prev.get("mechanism", {})
+        est.extra["intervals"] = prev.get("intervals", {})
+        est.extra["estimator"] = prev.get("estimator", {})
+        picked = sorted(set((prev.get("mechanism") or {}).values()))
+        if picked:  # the randomizer stage I picked (one per group; usually one for all)
+            est.extra["mechanisms"]["randomizer"] = picked[0] if len(picked) == 1 else \
+                dict(prev["mechanism"])
+        est.extra["stage1_reports"] = sum(n1s.values())
         note_edges(plan, est, previous)
         return est
 
+    def _estimate_group(self, plan: Any, g: int, acc: ValueAccumulator | None,
+                        prev: Published, n1: int, n2: int, n_all: int
+                        ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(components, means, covariance, bias_lo, bias_hi)`` of group ``g`` as an
+        estimate of the mean over all ``n_all`` users (:mod:`~uldp.collector.methods.
+        sizing`: the chosen estimator's stage-I functional and stage-II mean, its
+        variance :func:`~uldp.collector.methods.sizing.combine_error`)."""
+        grp = plan.grouping.groups[g]
+        comps = grp.components
+        C = len(comps)
+        eps_c = grp.eps_c
+        fine = self.fine(plan, g)
+        masses = ((prev.get("stage1") or {}).get(str(g)) or {}).get("masses")
+        ests = (prev.get("estimator") or {}).get(str(g)) or ["debiased"] * C
+        oracle = self.oracle(plan, g)
+        n = n1 + n2
+        D = np.array([fine[c].bound for c in comps])
+        if n == 0:
+            return comps, np.zeros(C), np.diag(D**2), np.zeros(C), np.zeros(C)
+        means, var = np.zeros(C), np.zeros(C)
+        blo, bhi, shared = np.zeros(C), np.zeros(C), np.zeros(C)
+        noise2 = np.zeros(C)
+        c2 = acc.means() if acc is not None and n2 > 0 else np.zeros(C)
+        for i, c in enumerate(comps):
+            pts = grid_points(fine[c].bound, fine[c].bins)
+            st = None if n1 == 0 or masses is None else \
+                GridStage(pts, np.asarray(masses[i], dtype=np.float64), n1, oracle, eps_c)
+            if n2 > 0 and acc is not None:
+                noise2[i] = _stage_two_noise(acc, i, eps_c, st)
+            if st is None:  # no stage I: the stage-II mean
+                means[i], var[i] = c2[i], noise2[i] / max(n2, 1)
+            elif n2 == 0 or acc is None:  # no stage II: the stage-I users' mean
+                means[i] = float(pts @ st.mass)
+                var[i] = float(st.report_variance(pts[None, :])[0]) / n1
+            else:
+                means[i], var[i], shared[i], blo[i], bhi[i] = _component(
+                    st, acc.intervals[i], ests[i], n1, n2, float(c2[i]), float(noise2[i]))
+        # what the two random halves of the users disagree on is shared by the components
+        # of a user: bounded jointly (Cauchy–Schwarz); the noise is independent
+        cov = np.diag(var) + np.outer(shared, shared)
+        if n < n_all and acc is not None and n2 > 1:
+            # the group's users are a random part of all users: their own spread, from the
+            # stage-II reports' covariance beyond their noise (as ``finite_population``)
+            excess = acc.covariance() * n2 - np.diag(noise2)
+            w, V = np.linalg.eigh((excess + excess.T) / 2)
+            excess = (V * np.maximum(w, 0.0)) @ V.T
+            cov = cov + (1 - n / n_all) * excess / n
+        return comps, means, cov, blo, bhi
+
+    # ---- predictions ----------------------------------------------------------------
     def component_variance(self, plan: Any, sample_var: np.ndarray,
                            stat_var: np.ndarray | None = None,
                            stat_mean: np.ndarray | None = None) -> np.ndarray:
-        """What the rule reaches when stage I sees the users as they are: the model window
-        (the mode's bin and the Hoeffding margin on both sides; the support when that is
-        wider than the rule narrows to), or, when the statistics
-        spread wider (eight standard deviations), that spread, at most the support; the
-        best randomizer at their second moment on it; on the stage-II users, with their
-        spread at the finite-population factor."""
-        v = np.zeros(plan.n_components)
-        data = sample_var / plan.spec.samples if stat_var is None else stat_var
-        finite = stat_var is not None
+        """The expected squared error of every component (:meth:`predict`), for users
+        whose statistics have this mean and variance (normal, cut to the support; without
+        them, users alike with ``Var Y = σ²/m`` around the centre)."""
+        return self.predict(plan, sample_var, stat_var, stat_mean)[0]
+
+    def predict(self, plan: Any, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
+                stat_mean: np.ndarray | None = None, population: str | None = None,
+                draws: int = PREDICTION_DRAWS, values: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """``(mse, half_width)`` of every component: the rule run on
+        :data:`PREDICTION_DRAWS` stage-I histograms of the population (the stage-I users
+        drawn, the oracle's noise added; seeded, so the same public facts give the same
+        prediction), each outcome's error computed exactly for the population, averaged.
+        ``population``: one of :func:`reference_population` instead of the moments;
+        ``values``: the users' statistics themselves (``(n, C)``: own data);
+        ``draws = 0``: the rule on the expected histogram only (fast: ``auto``'s ranking)."""
+        C = plan.n_components
+        mse, half = np.zeros(C), np.zeros(C)
+        m = plan.spec.samples
         for g, grp in enumerate(plan.grouping.groups):
-            k = plan.stage_size(g, 2)
-            fpc = max(1.0 - k / plan.spec.users, 0.0) if finite else 1.0
             fine = self.fine(plan, g)
-            mechs = self.mechanisms(plan, grp.eps_c)
+            n1, n2 = plan.stage_size(g, 1), plan.stage_size(g, 2)
             for c in grp.components:
                 p = fine[c]
-                sd = math.sqrt(max(float(data[c]), 0.0))
-                window = 2 * self.margin(plan, p) + p.bin_width
-                width = 2 * p.bound if window > NARROW_MAX * 2 * p.bound else \
-                    min(2 * p.bound, max(window, 8 * sd))
-                t2 = None
-                if stat_mean is not None:
-                    centre = float(stat_mean[c])
-                    lo = min(max(centre - width / 2, -p.bound), p.bound - width)
-                    t2 = second_moment(centre, float(data[c]), lo, lo + width)
-                mech = best_scalar(grp.eps_c, t2) if len(mechs) > 1 else mechs[0]
-                noise = value_noise_variance(mech, width, grp.eps_c, t2)
-                v[c] = (fpc * data[c] + noise) / max(k, 1)
-        return v
+                if values is not None:
+                    vals = np.clip(np.asarray(values[:, c], dtype=np.float64), -p.bound,
+                                   p.bound)
+                    wts = np.full(vals.size, 1.0 / max(vals.size, 1))
+                elif population is not None:
+                    vals, wts = reference_population(population, p.bound, m)
+                else:
+                    var = float(sample_var[c]) / m if stat_var is None else float(stat_var[c])
+                    mu = 0.0 if stat_mean is None else float(stat_mean[c])
+                    vals, wts = _normal(mu, var, p.bound)
+                mse[c], half[c] = _predict_component(
+                    self, plan, g, p, vals, wts, n1, n2, plan.spec.users,
+                    population is not None, draws)
+        return mse, half
+
+
+def _normal(mu: float, var: float, bound: float) -> tuple[np.ndarray, np.ndarray]:
+    sd = math.sqrt(max(var, 0.0))
+    if sd <= 0:
+        return np.array([min(max(mu, -bound), bound)]), np.array([1.0])
+    x = np.linspace(max(-bound, mu - 5 * sd), min(bound, mu + 5 * sd), 257)
+    if x[-1] <= x[0]:
+        return np.array([min(max(mu, -bound), bound)]), np.array([1.0])
+    w = np.exp(-0.5 * ((x - mu) / sd) ** 2)
+    # the mass beyond the support piles at its ends (the device clamps)
+    lo_mass = 0.5 * math.erfc((mu + bound) / (sd * math.sqrt(2)))
+    hi_mass = 0.5 * math.erfc((bound - mu) / (sd * math.sqrt(2)))
+    w = w / w.sum() * max(1 - lo_mass - hi_mass, 0.0)
+    x = np.concatenate([[-bound], x, [bound]])
+    w = np.concatenate([[lo_mass], w, [hi_mass]])
+    return x, w / w.sum()
+
+
+def _predict_component(method: TwoStageSized, plan: Any, g: int, p: Alg1Params,
+                       vals: np.ndarray, wts: np.ndarray, n1: int, n2: int, n_all: int,
+                       unknown: bool, draws: int) -> tuple[float, float]:
+    """``(mse, half_width)`` of one component (cached on the public facts and the
+    population: a plan's prediction is asked for often, e.g. by ``auto``)."""
+    key = (method.name, plan.spec.objective, plan.spec.confidence, plan.spec.randomizer,
+           plan.spec.oracle, float(plan.grouping.groups[g].eps_c), p.bound, p.bins, n1, n2,
+           n_all, unknown, draws, vals.tobytes(), wts.tobytes())
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _predict_uncached(method, plan, g, p, vals, wts, n1, n2, n_all, unknown, draws)
+        if len(_CACHE) > 4096:
+            _CACHE.clear()
+        _CACHE[key] = hit
+    return hit
+
+
+_CACHE: dict[tuple, tuple[float, float]] = {}
+
+
+def _predict_uncached(method: TwoStageSized, plan: Any, g: int, p: Alg1Params,
+                      vals: np.ndarray, wts: np.ndarray, n1: int, n2: int, n_all: int,
+                      unknown: bool, draws: int) -> tuple[float, float]:
+    eps_c = plan.grouping.groups[g].eps_c
+    oracle = method.oracle(plan, g)
+    pts = grid_points(p.bound, p.bins)
+    pi = expected_masses(vals, wts, pts)
+    n = n1 + n2
+    z = NormalDist().inv_cdf(0.5 + plan.spec.confidence / 2)
+    truth = GridStage(pts, pi, max(n1, 1), oracle, eps_c)
+    dec = ORACLE_DECODERS[oracle]
+    noise_sd = np.sqrt(dec.variance(pi, pts.size, eps_c) / max(n1, 1))
+    rng = np.random.default_rng(20240601)
+    mechs = method.mechanisms(plan, eps_c)
+    noise = _noise_fn(eps_c)
+    mu = float(np.dot(vals, wts))
+    spread = float(np.dot((vals - mu) ** 2, wts)) * max(1 - n / n_all, 0.0) / max(n, 1)
+    errs, halves = [], []
+    for _ in range(draws if n1 > 0 and draws > 0 else 1):
+        if n1 > 0 and draws > 0:
+            sample = rng.multinomial(n1, pi) / n1 + rng.normal(0.0, 1.0, pts.size) * noise_sd
+        else:
+            sample = pi
+        seen = GridStage(pts, sample, n1, oracle, eps_c)
+        per = choose(seen, n1, n2, mechs, noise, plan.spec.objective, plan.spec.confidence,
+                     method.estimators(plan))
+        mech = min(per, key=lambda k: per[k].objective)
+        ch = per[mech]
+        a, b = float(pts[ch.i]), float(pts[ch.j])
+        err, hw = _outcome(truth, seen, vals, wts, a, b, ch.estimator, mech, noise, n1, n2,
+                           z)
+        if unknown and n1 > 0 and (ch.i > 0 or ch.j < pts.size - 1):
+            # a tail of the users every stage-I user missed: for a population known only
+            # by its public facts, the largest expected squared clamping it leaves
+            W = max(a - pts[0], pts[-1] - b)
+            err += missed_tail_risk(n1, W) * (n2 / n) ** 2
+        errs.append(err + spread)
+        halves.append(math.sqrt(hw * hw + z * z * spread))
+    return float(np.mean(errs)), float(np.mean(halves))
+
+
+def _true_report_variance(stage: GridStage, F: np.ndarray, vals: np.ndarray,
+                          wts: np.ndarray) -> float:
+    """The noise of one stage-I report of the functional ``F`` for a population of
+    statistics ``vals``: the oracle's at the population's shares, plus the rounding of
+    each value between its two grid points, exactly."""
+    F = np.asarray(F, dtype=np.float64)
+    pi = expected_masses(vals, wts, stage.points)
+    oracle = float(ORACLE_DECODERS[stage.oracle].functional_variance(
+        F[None, :], stage.K, stage.eps)[0] @ pi)
+    pts = stage.points
+    h = pts[1] - pts[0]
+    x = (np.clip(vals, pts[0], pts[-1]) - pts[0]) / h
+    k = np.minimum(np.floor(x).astype(np.int64), pts.size - 2)
+    r = x - k
+    return oracle + float(np.dot(wts, r * (1 - r) * (F[k + 1] - F[k]) ** 2))
+
+
+def _outcome(truth: GridStage, seen: GridStage, vals: np.ndarray, wts: np.ndarray, a: float,
+             b: float, estimator: str, mech: str, noise: Any, n1: int, n2: int, z: float
+             ) -> tuple[float, float]:
+    """The exact expected squared error of one outcome of the rule for the population, and
+    the half-width its interval would state (the stage-II noise as the reports measure it,
+    the rest as estimated from what stage I saw)."""
+    w = b - a
+    y = np.clip(vals, a, b)
+    t = 2 * (y - a) / w - 1
+    N2 = float(noise(mech, np.array([w]), np.array([float(np.dot(t * t, wts))]))[0])
+    if mech == "duchi":  # its reports do not measure E t² (module ``common``)
+        floor = float(np.dot(t, wts)) ** 2
+        if n1 > 0:
+            floor = max(floor, float(t2_bounds(seen, np.array([a]), np.array([b]))[0][0]))
+        N2_stated = float(noise(mech, np.array([w]), np.array([min(floor, 1.0)]))[0])
+    else:
+        N2_stated = N2
+    if n1 <= 0:
+        return N2 / max(n2, 1), z * math.sqrt(N2_stated / max(n2, 1))
+    n = n1 + n2
+    lam, kappa = estimator_weights(estimator, n1, n2)
+    A, B = np.array([a]), np.array([b])
+    f, _ = functionals(truth.points, A, B, lam, kappa)
+    tau = np.maximum(vals - b, 0.0) - np.maximum(a - vals, 0.0)
+    mu = float(np.dot(vals, wts))
+    u = (lam - n1 / n) * (vals - mu) + kappa * (1 - lam) * (tau - float(np.dot(tau, wts)))
+    V = _true_report_variance(truth, f[0], vals, wts) / n1 + (1 - lam) ** 2 * N2 / n2 + \
+        n / (n1 * n2) * float(np.dot(u * u, wts))
+    bias = (1 - kappa) * (1 - lam) * float(np.dot(tau, wts))
+    est = honest_terms(seen, A, B, n1, n2)
+    Vs = combine_error(seen.report_variance(f), np.array([N2_stated]), est["S"], est["SY"],
+                       lam, kappa, n1, n2)
+    hw = z * math.sqrt(float(Vs[0]))
+    if kappa == 0:
+        hw += (1 - lam) * (float(est["b_lo"][0]) + float(est["b_hi"][0])) / 2
+    return V + bias * bias, hw

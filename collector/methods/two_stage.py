@@ -15,15 +15,18 @@ users report values on that interval; the estimate is their decoded mean.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 from uldp.client.methods.base import bin_params
-from uldp.client.params import Alg1Params
+from uldp.client.params import Alg1Params, bin_index
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate, output_std_error
+from uldp.collector.mechanisms import ORACLE_DECODERS
+from uldp.collector.mechanisms.laplace import LaplaceBinsDecoder
 from uldp.collector.methods.base import Published
 from uldp.collector.methods.common import (
     bin_accumulator,
@@ -43,6 +46,7 @@ from uldp.collector.methods.intervals import (
     Histogram,
     StageTwoInterval,
     adaptive_interval,
+    missed_tail_risk,
     paper_interval,
 )
 
@@ -149,8 +153,14 @@ class SSL:
                 t2 = None if stat_mean is None else second_moment(
                     float(stat_mean[c]), float(data[c]), -params[c].bound, params[c].bound)
                 noise = value_noise_variance(mech, width, grp.eps_c, t2)
-                v[c] = (fpc * data[c] + noise) / max(k, 1)
+                v[c] = (fpc * data[c] + noise) / max(k, 1) + self._risk(plan, g, params[c])
         return v
+
+    def _risk(self, plan: Any, g: int, p: Any) -> float:
+        """Two-stage methods: the squared clamping bias of a tail every stage-I user missed
+        (:func:`~uldp.collector.methods.intervals.missed_tail_risk`); none without a
+        stage-II window."""
+        return 0.0
 
     def _width(self, p: Any) -> float:
         return 2 * p.bound
@@ -244,6 +254,52 @@ class TwoStage(SSL):
             est.extra["interval_rule"] = previous.get("rule", self.interval_rule)
         note_edges(plan, est, previous)
         return est
+
+    def predict(self, plan: Any, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
+                stat_mean: np.ndarray | None = None, population: str | None = None,
+                draws: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """``(mse, half_width)`` of every component on a reference population
+        (``sizing.reference_population``; without one, :meth:`component_variance` and its
+        normal interval): the rule run on stage I's expected histogram, the stage-II noise
+        and spread on the window it picks, and the interval widened by the bias bounds
+        that histogram gives (what the noise prediction alone leaves out)."""
+        from uldp.collector.methods.sizing import reference_population
+
+        C = plan.n_components
+        z = NormalDist().inv_cdf(0.5 + plan.spec.confidence / 2)
+        if population is None:
+            v = self.component_variance(plan, sample_var, stat_var, stat_mean)
+            return v, z * np.sqrt(np.maximum(v, 0.0))
+        mse, half = np.zeros(C), np.zeros(C)
+        for g, grp in enumerate(plan.grouping.groups):
+            params = plan.group_params(g)
+            n1, n2 = plan.stage_size(g, 1), plan.stage_size(g, 2)
+            oracle = bin_mechanism(plan.spec, max(params[c].bins for c in grp.components),
+                                   grp.eps_c)
+            dec = ORACLE_DECODERS[oracle] if oracle != "laplace" else LaplaceBinsDecoder()
+            mech = value_mechanism(plan.spec, grp.eps_c)
+            for c in grp.components:
+                p = params[c]
+                vals, wts = reference_population(population, p.bound, plan.spec.samples)
+                k = bin_index(vals, p) - 1
+                pi = np.bincount(k, wts, minlength=p.bins)
+                hist = Histogram(pi, dec.variance(pi, p.bins, grp.eps_c) / max(n1, 1), n1)
+                iv = self.interval(p, int(np.argmax(pi)) + 1, hist, grp.eps_c, n2)
+                lo, hi = max(iv.lo, -p.bound), min(iv.hi, p.bound)
+                y = np.clip(vals, iv.lo, iv.hi)
+                t = 2 * (y - iv.lo) / (iv.hi - iv.lo) - 1
+                noise = value_noise_variance(mech, iv.hi - iv.lo, grp.eps_c,
+                                             float(np.dot(t * t, wts)))
+                spread = float(np.dot(wts, (y - np.dot(wts, y)) ** 2))
+                var = (noise + spread) / max(n2, 1)
+                bias = float(np.dot(wts, np.clip(vals, lo, hi) - vals))
+                mse[c] = var + bias * bias
+                half[c] = z * math.sqrt(var) + (iv.bias_lo + iv.bias_hi) / 2
+        return mse, half
+
+    def _risk(self, plan: Any, g: int, p: Any) -> float:
+        return missed_tail_risk(plan.stage_size(g, 1), 2 * p.bound - min(self._width(p),
+                                                                           2 * p.bound))
 
     def _width(self, p: Any) -> float:
         """The width of the narrowest stage-II interval the adaptive rule can choose: the

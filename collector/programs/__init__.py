@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from uldp.collector.learning.classify import grid_result
+from uldp.collector.models.grid import grid_result
 from uldp.collector.planner import QuerySpec
 from uldp.collector.programs.base import Program, PublishedPhases
 from uldp.collector.programs.meanest import MeanEstProgram, jsonable

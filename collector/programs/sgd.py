@@ -1,9 +1,18 @@
-"""Algorithm 3 (private SGD) as a program: ``t0`` MeanEst steps of one phase each, or two
-for a two-stage step (``2·t0`` phases then).
+"""Algorithm 3 (private SGD) as a program: ``t0`` rounds of one phase each, or two for a
+two-stage Kashin step.
 
 See ``docs/algorithms.md`` ("SGD"). Sections of ``docs/algorithms.md``: §8.3 (protocol), §8.4
 (privacy), [D13] (``t0`` fixed at creation), [D14]. The SGD configuration and its math are
-in ``uldp.collector.learning.sgd``.
+in ``uldp.collector.models`` (``sgd``: configuration; ``rounds``: which rounds, how many;
+``windows``: each round's clipping window).
+
+Per-coordinate rounds (``method`` ``windowed`` or ``baseline-b``, what ``auto`` resolves to
+unless Kashin steps promise less risk): round ``t`` is one phase in which every user of its
+group reports the coordinates of its mean clipped gradient at ``θ_t`` (one record's, for
+``baseline-b``) through the scalar randomizer of least predicted variance, each clamped to
+the round's window. Closing round ``t`` publishes ``θ_{t+1}`` and the windows of round
+``t+1``, sized from what round ``t`` saw (``uldp.collector.models.windows``) — public
+post-processing, so a restart resumes from the published JSON alone.
 
 Slots are split into ``t0`` balanced groups from the public seed (one group per step,
 INV-3); step ``t`` runs the phases of its MeanEst plan ``compile_query(step_spec(config,
@@ -22,11 +31,16 @@ from typing import Any
 
 import numpy as np
 
+from uldp.client.regimes import Grouping
+from uldp.client.tasks import validate_task
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
-from uldp.collector.learning.sgd import SGDConfig, partition, project, step_spec
+from uldp.collector.models.rounds import round_design, round_spec, supports_at
+from uldp.collector.models.sgd import SGDConfig, partition, project, step_spec
+from uldp.collector.models.windows import next_window, pinned, window_mechanism
 from uldp.collector.placement import KeyedPermutation
 from uldp.collector.planner import Plan, QuerySpec, compile_query
+from uldp.collector.programs.accounting import accounting
 from uldp.collector.programs.base import PublishedPhases
 from uldp.collector.programs.meanest import jsonable
 
@@ -38,7 +52,7 @@ class SGDProgram:
     """Phase layout, tasks and closing rules of an SGD query (module docstring)."""
 
     spec: QuerySpec
-    _plans: dict[Any, Plan] = field(default_factory=dict, repr=False)
+    _plans: dict[Any, Any] = field(default_factory=dict, repr=False)  # plans and tasks
 
     def __post_init__(self) -> None:
         if self.spec.kind != "sgd" or "sgd" not in self.spec.extra:
@@ -119,14 +133,44 @@ class SGDProgram:
             raise ValueError(f"theta_{t} is not published yet (phase {last} is not closed)")
         return np.asarray(pub["theta"], dtype=np.float64)
 
+    @property
+    def per_coordinate(self) -> bool:
+        """Per-coordinate rounds (windowed or one record) rather than Kashin steps."""
+        return self.config.per_coordinate
+
+    @property
+    def record(self) -> bool:
+        return self.config.rounds_kind == "record"
+
+    @cached_property
+    def _round_grouping(self) -> Grouping:
+        """The coordinates' grouping of every per-coordinate round (public values only,
+        the same for every θ: sized for the smallest round)."""
+        n_t = min(self._step_sizes)
+        return round_design(self.config, n_t, self.spec.samples, self.spec.dim,
+                            self.record).grouping
+
     def _compiled(self, key: Any, theta: np.ndarray, t: int) -> Plan:
         if key not in self._plans:
-            spec = replace(step_spec(self.config, theta, self._step_sizes[t],
-                                     self.spec.samples, self.spec.dim, t),
-                           query_id=self.spec.query_id,  # devices check the query id
-                           placement=self.spec.placement)
-            self._plans[key] = compile_query(spec)
+            n_t, m, d = self._step_sizes[t], self.spec.samples, self.spec.dim
+            if self.per_coordinate:
+                spec = replace(round_spec(self.config, theta, n_t, m, d, t),
+                               query_id=self.spec.query_id,  # devices check the query id
+                               placement=self.spec.placement)
+                self._plans[key] = compile_query(spec, self._round_grouping)
+            else:
+                spec = replace(step_spec(self.config, theta, n_t, m, d, t),
+                               query_id=self.spec.query_id, placement=self.spec.placement)
+                self._plans[key] = compile_query(spec)
         return self._plans[key]
+
+    def windows_at(self, t: int, published: PublishedPhases) -> np.ndarray:
+        """The windows of round ``t`` (``(d, 2)``): the support at ``θ_0`` for round 0 and
+        for one-record rounds, else what closing round ``t − 1`` published."""
+        if t == 0 or self.record:
+            return supports_at(self.config, self.theta_at(t, published))
+        pub = published[self._first_phase[t] - 1]
+        return np.asarray(pub["windows"], dtype=np.float64)
 
     def plan_for(self, phase: int, published: PublishedPhases) -> Plan:
         t = self.step_of(phase)
@@ -197,7 +241,31 @@ class SGDProgram:
     def task(self, phase: int, group: int, stage: int, published: PublishedPhases,
              slot: int | None = None) -> TaskSpec:
         plan = self.plan_for(phase, published)
-        return plan.method.task(plan, group, stage, self._previous(phase, published), slot)
+        task = plan.method.task(plan, group, stage, self._previous(phase, published), slot)
+        if not self.per_coordinate:
+            return task
+        t = self.step_of(phase)
+        windows = self.windows_at(t, published)
+        key = ("task", phase, group, stage, slot, task.extra.get("theta") and
+               tuple(task.extra["theta"]), windows.tobytes())
+        if key not in self._plans:  # the plans' cache also keeps the rounds' tasks
+            self._plans[key] = self._windowed_task(task, t, windows, published)
+        return self._plans[key]
+
+    def _windowed_task(self, task: TaskSpec, t: int, windows: np.ndarray,
+                       published: PublishedPhases) -> TaskSpec:
+        """A round's task: its coordinates' windows and the randomizer of least predicted
+        variance for them."""
+        comps = list(task.components)
+        win = windows[comps]
+        h = (supports_at(self.config, self.theta_at(t, published))[comps]
+             @ np.array([-0.5, 0.5]))
+        sd = h if self.record else h / np.sqrt(max(self.spec.samples, 1))
+        mech = window_mechanism(task.eps_c, win[:, 1] - win[:, 0], sd)
+        task = replace(task, intervals=tuple((float(a), float(b)) for a, b in win),
+                       mechanism=mech)
+        validate_task(task)
+        return task
 
     def accumulator(self, phase: int, group: int, stage: int,
                     published: PublishedPhases) -> Accumulator:
@@ -220,20 +288,49 @@ class SGDProgram:
         theta = self.theta_at(t, published)
         g = np.asarray(est.values, dtype=np.float64)
         new = project(theta - self.config.step_size * g, self.config.radius)
-        return jsonable({"reports": int(est.counts.get("reports", 0)), "step": t,
-                         "theta": new.tolist(), "gradient": g.tolist(),
-                         "std_error": est.std_error.tolist(),
-                         "regime": plan.grouping.regime})
+        out = {"reports": int(est.counts.get("reports", 0)), "step": t,
+               "theta": new.tolist(), "gradient": g.tolist(),
+               "std_error": est.std_error.tolist(), "regime": plan.grouping.regime}
+        if self.per_coordinate:
+            out.update(self._next_windows(t, published, g, est, new))
+        return jsonable(out)
+
+    def _next_windows(self, t: int, published: PublishedPhases, g: np.ndarray, est: Any,
+                      theta: np.ndarray) -> dict[str, Any]:
+        """Round ``t + 1``'s windows from round ``t``'s estimate, with the evidence of
+        clamping (``uldp.collector.models.windows``); one-record rounds keep the support."""
+        se = np.asarray(est.extra.get("std_error_superpopulation", est.std_error), float)
+        windows = self.windows_at(t, published)
+        mechanisms = {str(gr): task.mechanism for gr, task in self._tasks_of(t, published)}
+        if self.record:
+            return {"windows_used": windows.tolist(), "mechanisms": mechanisms}
+        factor = 1.0 if t == 0 else float(published[self._first_phase[t] - 1]
+                                          .get("spread_factor", 1.0))
+        clamped = pinned(windows, g, se) if t > 0 else []
+        step = self.config.step_bounds(self.spec.dim)
+        nxt = next_window(supports_at(self.config, theta), g, se, step, self.spec.samples,
+                          factor, clamped)
+        return {**nxt.to_json(), "windows_used": windows.tolist(), "mechanisms": mechanisms}
+
+    def _tasks_of(self, t: int, published: PublishedPhases) -> list[tuple[int, TaskSpec]]:
+        phase = self._first_phase[t]
+        plan = self.plan_for(phase, published)
+        return [(g, self.task(phase, g, plan.phases[0], published))
+                for g in range(plan.n_groups)]
 
     def result(self, published: PublishedPhases) -> dict[str, Any]:
         """The result dict after the last phase (the estimators' ``from_result`` format)."""
         traj, iterates = [], []
         for t in range(self.t0):
             pub = published[self._first_phase[t + 1] - 1]
-            traj.append({"step": t, "users": self._step_sizes[t],
-                         "theta": self.theta_at(t, published).tolist(),
-                         "gradient": pub["gradient"], "std_error": pub["std_error"],
-                         "regime": pub["regime"]})
+            row = {"step": t, "users": self._step_sizes[t],
+                   "theta": self.theta_at(t, published).tolist(),
+                   "gradient": pub["gradient"], "std_error": pub["std_error"],
+                   "regime": pub["regime"]}
+            for key in ("windows_used", "mechanisms", "pinned"):
+                if key in pub:
+                    row[key] = pub[key]
+            traj.append(row)
             iterates.append(np.asarray(pub["theta"]))
         theta = (np.mean(iterates[len(iterates) // 2:], axis=0) if self.config.average
                  else iterates[-1])
@@ -249,4 +346,6 @@ class SGDProgram:
                 "kind": "sgd", "model": self.config.model, "theta": theta.tolist(),
                 "trajectory": traj, "t0": self.t0, "eta": self.config.step_size,
                 "users": self.spec.users, "samples": self.spec.samples,
-                "dim": self.spec.dim, "epsilon": self.spec.epsilon, "config": cfg}
+                "dim": self.spec.dim, "epsilon": self.spec.epsilon, "config": cfg,
+                "method": self.config.method, "rounds": self.spec.extra.get("rounds", {}),
+                "accounting": accounting(self, published)}

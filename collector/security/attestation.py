@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import json
 import secrets
@@ -96,7 +95,7 @@ class HmacAttestation:
         return cls(key)
 
     def _mac(self, payload: bytes) -> bytes:
-        return hmac.new(self._key, payload, hashlib.sha256).digest()
+        return hmac.digest(self._key, payload, "sha256")
 
     def issue(self, subject: str, ttl_s: float = 600.0) -> str:
         """An attestation for ``subject``, valid for ``ttl_s`` seconds from now."""

@@ -84,6 +84,13 @@ def _shuffle(value: Any) -> dict[str, Any] | None:
     return {"min_batch": t, "delta": float(d)}
 
 
+def cell_sizes(program: Program) -> dict[tuple[int, int, int], int]:
+    """Devices placed in each (phase, group, stage) of ``program``, from the plan's sizes
+    (``Program.cells``: O(cells), no per-slot array)."""
+    return {(p, g, s): n for p in range(1, program.num_phases + 1)
+            for g, s, n in program.cells(p)}
+
+
 def _check_shuffle(program: Program, min_batch: int) -> None:
     """A shuffled query needs one task per (phase, group, stage) — a per-device task would
     name its device — and at least ``min_batch`` slots in each."""
@@ -92,9 +99,8 @@ def _check_shuffle(program: Program, min_batch: int) -> None:
     if slot is not None and program.offsets(1, np.array([slot])) is not None:
         raise ServiceError("INVALID_ARGUMENT", "shuffle mode needs one task per group: this "
                            "method gives every device its own task (baseline-a)")
-    cells = [(p, g, s, n) for p in range(1, program.num_phases + 1)
-             for g, s, n in program.cells(p)]
-    p, g, s, n = min(cells, key=lambda c: c[3])
+    p, g, s, n = min(((p, g, s, n) for (p, g, s), n in cell_sizes(program).items()),
+                     key=lambda c: c[3])
     if n < min_batch:
         raise ServiceError("INVALID_ARGUMENT", f"shuffle min_batch {min_batch} is above the "
                            f"{n} devices of phase {p} group {g} stage {s}: no "

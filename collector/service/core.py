@@ -134,6 +134,7 @@ class CollectorCore:
 
     def stop(self) -> None:
         self.closer.stop()
+        self.shuffled.close()
         self.writer.close()
         close = getattr(self.closer.engine, "close", None)
         if close is not None:

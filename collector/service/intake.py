@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from concurrent import futures
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import grpc
 
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES, shuffler_pb2, shuffler_pb2_grpc
 from uldp.collector.observe import instrument, metrics_of
+from uldp.collector.service.connections import ConnectionLimits, defer_accept, grpc_options
 from uldp.collector.service.core import CollectorCore
 from uldp.collector.service.errors import ServiceError
 from uldp.collector.service.handlers import add_service
@@ -29,6 +31,9 @@ __all__ = ["IntakeServer", "ShuffleIntakeServicer"]
 
 log = logging.getLogger("uldp.collector")
 _SERVICE = shuffler_pb2.DESCRIPTOR.services_by_name["ShuffleIntakeService"]
+#: connections the shuffler port holds at once (shufflers only; counted in the reserve of
+#: ``connections.BASE_RESERVE``)
+INTAKE_CONNECTIONS = 32
 
 
 def peer_names(context: grpc.ServicerContext) -> list[str]:
@@ -59,10 +64,13 @@ class ShuffleIntakeServicer(shuffler_pb2_grpc.ShuffleIntakeServiceServicer):
             q = self.core.shuffled.query(request.query_id)
             return shuffler_pb2.ShuffleQuery(
                 query_id=q["query_id"], shuffled=q["shuffled"], min_batch=q["min_batch"],
-                phases=[shuffler_pb2.ShufflePhase(phase=p, state=s, deadline_ms=d)
-                        for p, s, d in q["phases"]],
-                cells=[shuffler_pb2.ShuffleCell(phase=p, group=g, stage=st, devices=n)
-                       for p, g, st, n in q["cells"]])
+                users=q["users"],
+                phases=[shuffler_pb2.ShufflePhase(phase=p, state=s, deadline_ms=d,
+                                                  quota=quota, declined=declined)
+                        for p, s, d, quota, declined in q["phases"]],
+                cells=[shuffler_pb2.ShuffleCell(phase=p, group=g, stage=st, devices=n,
+                                                declined=declined)
+                       for p, g, st, n, declined in q["cells"]])
         return self._run(context, run)
 
     def ForwardBatch(self, request: shuffler_pb2.ForwardBatchRequest,
@@ -70,7 +78,8 @@ class ShuffleIntakeServicer(shuffler_pb2_grpc.ShuffleIntakeServiceServicer):
         def run() -> shuffler_pb2.ForwardBatchResponse:
             out = self.core.shuffled.forward(ForwardedBatch(
                 request.batch_id, request.query_id, request.phase, request.group,
-                request.stage, request.task_digest, list(request.sealed)))
+                request.stage, request.task_digest, list(request.sealed),
+                request.attested, request.verifier))
             if not out.duplicate:
                 log.info("query %s phase %d group %d stage %d: shuffled batch of %d stored "
                          "(%d dropped)", request.query_id, request.phase, request.group,
@@ -85,14 +94,21 @@ class IntakeServer:
 
     def __init__(self, core: CollectorCore, *, host: str, port: int, tls_cert: Path,
                  tls_key: Path, shuffler_ca: Path, identity: str,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 limits: ConnectionLimits | None = None) -> None:
         creds = grpc.ssl_server_credentials(
             [(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())],
             root_certificates=Path(shuffler_ca).read_bytes(), require_client_auth=True)
+        # the main port's connection options (its times, metadata size, keepalive
+        # enforcement), with a cap of its own: only shufflers connect here
+        self.limits = replace(limits or ConnectionLimits(), grpc_connections=min(
+            (limits or ConnectionLimits()).grpc_connections, INTAKE_CONNECTIONS))
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="uldp-intake"),
             options=[("grpc.max_receive_message_length", max_message_bytes),
-                     ("grpc.max_send_message_length", max_message_bytes)])
+                     ("grpc.max_send_message_length", max_message_bytes),
+                     *grpc_options(self.limits)])
+        self.core = core
         add_service(self.server, instrument(ShuffleIntakeServicer(core, identity), _SERVICE,
                                             metrics_of(core), "shuffler"), _SERVICE)
         self.port = self.server.add_secure_port(f"{host}:{port}", creds)
@@ -101,6 +117,9 @@ class IntakeServer:
 
     def start(self) -> None:
         self.server.start()
+        if not defer_accept(self.port):
+            log.debug("TCP_DEFER_ACCEPT not set on the shuffler port %d", self.port)
+        self.core.shuffled.warm()
 
     def stop(self, grace: float = 5.0) -> None:
         self.server.stop(grace).wait()

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from uldp.collector.learning.sgd import SGDConfig, sgd_query
-from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.models.rounds import sgd_query
+from uldp.collector.models.sgd import SGDConfig
+from uldp.collector.planner import QuerySpec, compile_query, with_best_mechanisms
 from uldp.collector.programs import program_for
 from uldp.collector.service.errors import ServiceError, echo
 
@@ -26,7 +27,7 @@ __all__ = ["BUILDERS", "DEFAULT_BOUND", "LIMITS", "RANGE_KINDS", "REQUEST_PARAMS
 
 #: CreateQuery params_json keys that become QuerySpec fields (public values)
 SPEC_PARAMS = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
-               "extra")
+               "extra", "objective", "oracle", "randomizer", "stage1_share", "records")
 #: CreateQuery params_json keys of the request itself (a value's range, group-by), which
 #: :func:`check_shape` turns into the spec's fields
 REQUEST_PARAMS = ("lo", "hi", "by", "groups")
@@ -154,6 +155,28 @@ def _check_params(params: dict[str, Any], lim: CreateLimits) -> None:
     if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)
                                  and 0 <= seed <= lim.max_frame_seed):
         raise _bad("params_json frame_seed", "an integer between 0 and 2^53 - 1", seed)
+    _check_mechanisms(params)
+
+
+def _check_mechanisms(params: dict[str, Any]) -> None:
+    """The report mechanisms and the objective a query may name (issue 24 item 4)."""
+    from uldp.client.mechanisms import ORACLES, SCALARS
+    from uldp.client.tasks import MAX_RECORDS
+    from uldp.collector.methods.sizing import OBJECTIVES
+
+    choices = {"objective": OBJECTIVES, "oracle": (*ORACLES, "best"),
+               "randomizer": (*SCALARS, "best", "adaptive")}
+    for key, allowed in choices.items():
+        v = params.get(key)
+        if v is not None and v not in allowed:
+            raise _bad(f"params_json {key}", "one of " + ", ".join(allowed), v)
+    share = params.get("stage1_share")
+    if share is not None and not (_number(share) and 0 < share < 1):
+        raise _bad("params_json stage1_share", "a number between 0 and 1 (exclusive)", share)
+    r = params.get("records")
+    if r is not None and not (isinstance(r, int) and not isinstance(r, bool)
+                              and 1 <= r <= MAX_RECORDS):
+        raise _bad("params_json records", f"an integer between 1 and {MAX_RECORDS}", r)
 
 
 #: kinds whose values have a public range ``[lo, hi]`` (the others: see :func:`_range_rule`)
@@ -264,6 +287,7 @@ def _mean_spec(req: CreateRequest) -> tuple[QuerySpec, bool]:
     if req.kind == "mean-by":
         fields.update(by=req.by, groups=tuple(req.groups),
                       method="auto" if fields["method"] in ("auto", "ssl") else fields["method"])
+    fields = with_best_mechanisms(fields)  # --method X: X with the best mechanisms
     probe = QuerySpec(**{**fields, "seed": 0})
     compile_query(probe)  # every configuration error surfaces now
     # the slot permutation's seed: public, drawn now, before any data exist (INV-3)

@@ -194,7 +194,7 @@ class CollectorServer:
         return IntakeServer(self.core, host=config.host, port=config.shuffler_port,
                             tls_cert=config.tls_cert, tls_key=config.tls_key,
                             shuffler_ca=config.shuffler_ca, identity=config.shuffler_name,
-                            max_message_bytes=config.max_message_bytes)
+                            max_message_bytes=config.max_message_bytes, limits=self.limits)
 
     def _on_loop(self, coro: Any) -> Any:
         assert self._loop is not None

@@ -118,7 +118,8 @@ def _tasks_response(answer: TaskAnswer) -> dpb.GetTasksResponse:
         tasks=[dpb.Task(query_id=t.query_id, phase=t.phase, group=t.group,
                         stage=t.stage, dataset=t.dataset, task_json=t.task_json,
                         report_length=t.length, task_digest=t.digest,
-                        deadline_ms=t.deadline_ms, max_abs_value=t.limit)
+                        deadline_ms=t.deadline_ms, max_abs_value=t.limit,
+                        shuffle_ticket=t.ticket)
                for t in tasks],
         waiting=[dpb.WaitingAssignment(query_id=q, phase=p) for q, p in waiting],
         retry_after_ms=retry)

@@ -1,54 +1,81 @@
 """Shuffle mode in the collector: shuffled queries, opening the shuffler's batches, and the
 central guarantee stated on their results.
 
-See ``docs/privacy.md`` ("Shuffle mode") and ``proto/uldp/v1/shuffler.proto``. A query
-created with ``"shuffle": {"min_batch": T, "delta": δ}`` in its params gives tasks that
-carry the collector's current sealing key (``uldp.collector.security.sealkeys``); its
-devices send sealed reports to an independent shuffler, never here. The collector takes
-them only as batches from the shuffler (``ShuffleIntakeService``, mutual TLS, checked in
+See ``docs/privacy.md`` §7 and ``proto/uldp/v1/shuffler.proto``. A query created with
+``"shuffle": {"min_batch": T, "delta": δ}`` in its params gives tasks that carry the
+collector's current sealing key (``uldp.collector.security.sealkeys``) and, per device, a
+shuffler ticket for its slot (``uldp.collector.service.tasks``); its devices send sealed
+reports to an independent shuffler, never here. The collector takes them only as batches
+from the shuffler (``ShuffleIntakeService``, mutual TLS, checked in
 ``uldp.collector.service.intake``): it checks the batch (query, phase, group, stage, task
-digest, size ≥ T), opens every report with the query's private key and the task's HPKE
-info, drops the ones that do not open or fail the report checks, and stores the rest with
-no device identity (``uldp.collector.storage.shuffle``). One report per device per query
-is the shuffler's duty here; the batch id makes a re-sent batch a no-op.
+digest, size ≥ T, the phase's quota), opens every report with the query's private key and
+the task's HPKE info, drops the ones that do not open or fail the report checks, and
+stores the rest with no device identity (``uldp.collector.storage.shuffle``). One report
+per slot is the shuffler's duty (a ciphertext repeated inside a batch is opened once and
+its copies dropped); the batch id makes a re-sent batch a no-op.
+
+What the shuffler polls (:meth:`ShuffleIntake.query`) costs O(cells) per call: the number
+of devices of each (phase, group, stage) is fixed at creation and read from the plan's
+sizes (:func:`cell_sizes`), once per query, then kept (a few integers per cell).
 
 The result of a shuffled query carries ``privacy``: per (phase, group, stage) the local
-ε0 of its task and the central (ε, δ) of amplification by shuffling over the reports that
-actually came through the shuffler — computed with the smallest batch of that cell, since
-each batch is shuffled on its own, with the variation-ratio bound of the cell's report
-mechanism (``uldp.collector.accounting``, docs/privacy.md §7.1).
+ε0 of its task and the central (ε, δ) of amplification by shuffling, with the
+variation-ratio bound of the cell's report mechanism (``uldp.collector.accounting``,
+docs/privacy.md §7.1), computed with the smallest number of reports any batch of that cell
+hides a report among — each batch is shuffled on its own — counting only reports the
+shuffler admitted from distinct subjects its own enrolment check attested, less the ones
+that did not open. A shuffler that runs no enrolment check of its own gives no amplified
+guarantee: the collector mints the tickets, so it could have filled the batches itself.
+``privacy.assumption`` says what the stated guarantee rests on.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from uldp.client.sealing import open_plaintext, seal_info, sealed_length, suite
+from uldp.client.sealing import open_reports, seal_info
 from uldp.client.tasks import task_epsilon
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.accounting.guarantee import BOUND, shuffle_guarantee
 from uldp.collector.accounting.odometer import cells_of_privacy
 from uldp.collector.accounting.parameters import task_parameters
 from uldp.collector.security.sealkeys import SealKeyring
-from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
+from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime, cell_sizes
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.ingest import keep_valid, not_open
 from uldp.collector.service.odometer import PrivacyOdometer
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
 from uldp.collector.storage.db import Database
-from uldp.collector.storage.shuffle import BatchOutcome, ShuffledBatch
+from uldp.collector.storage.shuffle import BatchOutcome, ShuffledBatch, StoredBatch
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
-__all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "privacy_section"]
+__all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "cell_sizes", "privacy_section"]
+
+#: batches of at least this many reports are opened by a pool of processes
+PARALLEL_OPEN = 2048
+#: processes of that pool, at most (and at most the machine's cores)
+MAX_OPENERS = 8
+
+
+def _workers() -> int:
+    return min(os.cpu_count() or 1, MAX_OPENERS)
 
 BATCH_ID = re.compile(r"[0-9a-f]{32}")
+VERIFIER = re.compile(r"[a-z0-9-]{0,64}")
+
+#: a cell: (phase, group, stage)
+Cell = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -62,26 +89,8 @@ class ForwardedBatch:
     stage: int
     task_digest: str
     sealed: Sequence[bytes]
-
-
-def open_report(sealed: bytes, key: X25519PrivateKey, info: bytes, length: int, limit: int,
-                allow_simulated: bool) -> bytes | None:
-    """The int64 little-endian payload of one sealed report, or None if it does not open
-    or fails a report check (length, range, a simulated report the query refuses)."""
-    if len(sealed) != sealed_length(length):
-        return None
-    try:
-        got = open_plaintext(suite().decrypt(sealed, key, info=info))
-    except Exception:  # authentication failure, malformed enc: the report is dropped
-        return None
-    if got is None:
-        return None
-    values, simulated = got
-    if len(values) != length or (simulated and not allow_simulated):
-        return None
-    if values.size and int(np.abs(values).max()) > limit:
-        return None
-    return values.astype("<i8").tobytes()
+    attested: int = 0  # reports from distinct subjects the shuffler's check attested
+    verifier: str = ""  # the name of that check ("": none)
 
 
 class ShuffleIntake:
@@ -94,20 +103,77 @@ class ShuffleIntake:
         self.phases, self.tasks, self.keyring = phases, tasks, keyring
         self.allow_simulated = allow_simulated
         self.odometer: PrivacyOdometer | None = None
+        self._cells: dict[str, dict[Cell, int]] = {}
+        self._pool: ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _openers(self) -> ProcessPoolExecutor | None:
+        """The pool of opening processes (None on a machine with one core)."""
+        if _workers() < 2:
+            return None
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    _workers(), mp_context=multiprocessing.get_context("spawn"))
+            return self._pool
+
+    def warm(self) -> None:
+        """Start the opening processes now, in the background (the shuffler port calls
+        this when it starts: a process's start-up is seconds of imports, which the first
+        large batch should not wait for)."""
+        pool = self._openers()
+        if pool is not None:
+            threading.Thread(target=lambda: list(pool.map(abs, range(_workers()))),
+                             name="uldp-openers-warm", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the opening processes (if a large batch started them)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _open(self, key: X25519PrivateKey, info: bytes, length: int, limit: int,
+              allow: bool, sealed: list[bytes]) -> list[bytes | None]:
+        """:func:`~uldp.client.sealing.open_reports` of a batch: in this thread, or — a
+        batch of at least :data:`PARALLEL_OPEN` on a machine with several cores — in
+        chunks over a pool of processes (one X25519 per report is the collector's main
+        cost in shuffle mode, and it holds the GIL). Order is kept."""
+        pool = self._openers() if len(sealed) >= PARALLEL_OPEN else None
+        if pool is None:
+            return open_reports(key.private_bytes_raw(), info, length, limit, allow, sealed)
+        step = -(-len(sealed) // _workers())
+        parts = pool.map(open_reports, *zip(*[
+            (key.private_bytes_raw(), info, length, limit, allow, sealed[i:i + step])
+            for i in range(0, len(sealed), step)], strict=True))
+        return [p for part in parts for p in part]
+
+    def cells(self, rt: QueryRuntime) -> dict[Cell, int]:
+        """:func:`cell_sizes` of a query, counted once (fixed at creation)."""
+        got = self._cells.get(rt.query_id)
+        if got is None:
+            got = cell_sizes(rt.program)
+            if len(self._cells) >= 1000:
+                self._cells.clear()
+            self._cells[rt.query_id] = got
+        return got
 
     def query(self, query_id: str) -> dict[str, Any]:
-        """The public shuffle parameters of a query and the state of its phases."""
+        """The public shuffle parameters of a query and the state of its phases: O(cells)
+        work (no pass over the query's users); per cell its size and its declines so far."""
         rt = self.catalogue.runtime(query_id)
         if rt is None:
             raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         rows = self.phases.rows(query_id, fresh=True)
-        prog = rt.program
+        declined = self.db.cell_declines(query_id) if rt.shuffle is not None else {}
         return {"query_id": query_id, "shuffled": rt.shuffle is not None,
                 "min_batch": int(rt.shuffle["min_batch"]) if rt.shuffle else 0,
-                "phases": [(p, str(r["state"]), int(r["deadline_ms"]))
-                           for p, r in sorted(rows.items())],
-                "cells": [(p, g, s, n) for p in range(1, prog.num_phases + 1)
-                          for g, s, n in prog.cells(p)]}
+                "users": int(rt.spec.users),
+                "phases": [(p, str(r["state"]), int(r["deadline_ms"]), int(r["quota"]),
+                            int(r.get("declined") or 0)) for p, r in sorted(rows.items())],
+                "cells": [(p, g, st, n, declined.get((p, g, st), 0))
+                          for (p, g, st), n in sorted(self.cells(rt).items())]
+                if rt.shuffle is not None else []}
 
     def _checked(self, b: ForwardedBatch) -> tuple[QueryRuntime, Any]:
         """The runtime and the task of a batch that passes every check of the batch as a
@@ -131,6 +197,12 @@ class ShuffleIntake:
             raise ServiceError("FAILED_PRECONDITION",
                                f"a batch of {len(b.sealed)} reports is below the query's "
                                f"minimum batch {rt.shuffle['min_batch']}")
+        got, quota = int(ph["received"]), int(ph["quota"])
+        if got + len(b.sealed) > quota:  # before any report is opened (the store checks
+            # again, under the phase's lock, what actually opened)
+            raise ServiceError("FAILED_PRECONDITION", f"a batch of {len(b.sealed)} reports "
+                               f"would take phase {b.phase} of query {b.query_id} past its "
+                               f"quota ({got} of {quota} received)")
         info = self.tasks.task_info(rt, {"grp": b.group, "stage": b.stage, "phase": b.phase,
                                          "slot": slot})
         if b.task_digest != info.digest:
@@ -143,6 +215,12 @@ class ShuffleIntake:
         """Check, open and store one batch; a stored batch id is an OK duplicate."""
         if not BATCH_ID.fullmatch(b.batch_id):
             raise ServiceError("INVALID_ARGUMENT", "batch_id must be 32 lowercase hex digits")
+        if not 0 <= b.attested <= len(b.sealed):
+            raise ServiceError("INVALID_ARGUMENT", f"attested {b.attested} is more than the "
+                               f"batch's {len(b.sealed)} reports")
+        if not VERIFIER.fullmatch(b.verifier):
+            raise ServiceError("INVALID_ARGUMENT", "verifier must be at most 64 characters "
+                               "of [a-z0-9-]")
         if self.catalogue.runtime(b.query_id) is not None:
             old = self.db.stored_batch(b.query_id, b.batch_id)
             if old is not None:
@@ -155,15 +233,21 @@ class ShuffleIntake:
                                f"sealing key {rt.shuffle['key_id']} of query {b.query_id}")
         hinfo = seal_info(b.query_id, b.phase, b.group, b.stage, b.task_digest)
         allow = self.allow_simulated or rt.allow_simulated
-        opened = [open_report(s, key, hinfo, info.length, info.limit, allow) for s in b.sealed]
+        firsts = list(dict.fromkeys(b.sealed))  # a ciphertext twice is one report at most
+        opened = self._open(key, hinfo, info.length, info.limit, allow, firsts)
         opened = keep_valid(info, opened)  # the task's report rule (issue 28): dropped, counted
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,
                               len(b.sealed), [p for p in opened if p is not None],
-                              int(rt.spec.users))
+                              int(rt.spec.users), b.attested if b.verifier else 0, b.verifier)
         try:
             out: BatchOutcome = self.writer.run(lambda conn: self.db.store_batch_in(conn, batch))
         except WriterUnavailable as exc:
             raise ServiceError("UNAVAILABLE", str(exc)) from None
+        if out.over_quota is not None:
+            got, quota = out.over_quota
+            raise ServiceError("FAILED_PRECONDITION", f"a batch of {len(batch.payloads)} "
+                               f"reports would take phase {b.phase} of query {b.query_id} "
+                               f"past its quota ({got} of {quota} received)")
         if out.state is not None:
             raise ServiceError("FAILED_PRECONDITION", not_open(b.query_id, b.phase, out.state))
         return out
@@ -187,25 +271,41 @@ def _task(rt: QueryRuntime, phase: int, group: int, stage: int,
                                                  if p < phase}, slot if per_device else None)
 
 
-def privacy_section(rt: QueryRuntime, counts: Sequence[tuple[int, int, int, int]],
+def counted(b: StoredBatch) -> int:
+    """The reports of a batch a report of it hides among, as far as the guarantee
+    counts: the ones from distinct subjects the shuffler's own enrolment check attested,
+    less every report that did not open (a garbage report may be an attested one), never
+    more than the reports stored. 0 when the shuffler ran no check."""
+    if not b.verifier:
+        return 0
+    return max(0, min(b.stored, b.attested - b.refused))
+
+
+def privacy_section(rt: QueryRuntime, batches: Sequence[StoredBatch],
                     published: dict[int, Any]) -> dict[str, Any]:
     """Per (phase, group, stage): the reports that came through the shuffler, its batches
-    and the smallest, the task's local ε0 and the central (ε, δ) of shuffling them
-    (the smallest batch's: each batch is its own shuffle); the whole query's guarantee
-    is the largest of the cells' (each user reports in exactly one cell)."""
+    and the smallest, the smallest number of reports the guarantee counts in a batch
+    (:func:`counted`), the task's local ε0 and the central (ε, δ) of shuffling that many
+    (each batch is its own shuffle); the whole query's guarantee is the largest of the
+    cells' (each user reports in exactly one cell)."""
     assert rt.shuffle is not None
     delta = float(rt.shuffle["delta"])
-    cells: dict[tuple[int, int, int], list[int]] = {}
-    for phase, grp, stage, stored in counts:
-        cells.setdefault((phase, grp, stage), []).append(stored)
+    cells: dict[Cell, list[StoredBatch]] = {}
+    for b in batches:
+        cells.setdefault((b.phase, b.grp, b.stage), []).append(b)
     out: list[dict[str, Any]] = []
-    for (phase, grp, stage), sizes in sorted(cells.items()):
+    verifiers: set[str] = set()
+    for (phase, grp, stage), bs in sorted(cells.items()):
         task = replace(_task(rt, phase, grp, stage, published), seal=None)
         eps0, vr = task_epsilon(task), task_parameters(task)
-        real = [n for n in sizes if n > 0]
-        amp = shuffle_guarantee(min(real), vr, delta) if real else None
-        out.append({"phase": phase, "group": grp, "stage": stage, "reports": sum(sizes),
-                    "batches": len(sizes), "smallest_batch": min(real) if real else 0,
+        real = [b for b in bs if b.stored > 0]
+        hide = min((counted(b) for b in real), default=0)
+        verifiers.update(b.verifier for b in real)
+        amp = shuffle_guarantee(hide, vr, delta) if hide >= 2 else None
+        out.append({"phase": phase, "group": grp, "stage": stage,
+                    "reports": sum(b.stored for b in bs), "batches": len(bs),
+                    "smallest_batch": min((b.stored for b in real), default=0),
+                    "counted": hide, "dropped": sum(b.refused for b in bs),
                     "epsilon0": eps0, "epsilon": amp.epsilon if amp else eps0,
                     "delta": delta if amp and amp.amplified else 0.0,
                     "mechanism": vr.mechanism, "detail": vr.detail,
@@ -214,11 +314,27 @@ def privacy_section(rt: QueryRuntime, counts: Sequence[tuple[int, int, int, int]
     eps0_all = max((float(c["epsilon0"]) for c in out), default=float(rt.spec.epsilon))
     eps_all = max((float(c["epsilon"]) for c in out), default=eps0_all)
     amplified = bool(out) and all(c["amplified"] for c in out)
+    checks = sorted(v for v in verifiers if v)
     return {"mode": "shuffle", "local_epsilon": eps0_all, "central_epsilon": eps_all,
             "delta": delta if any(c["amplified"] for c in out) else 0.0,
             "amplified": amplified, "min_batch": int(rt.shuffle["min_batch"]),
             "bound": BOUND,
+            "verifier": ", ".join(checks), "assumption": _assumption(checks, verifiers),
             "note": _note(out, amplified), "cells": out}
+
+
+def _assumption(checks: list[str], seen: set[str]) -> str:
+    if not seen:
+        return "no report came through the shuffler"
+    if not checks or "" in seen:
+        return ("the shuffler ran no enrolment check of its own for some batch: the "
+                "collector issues the shuffler tickets, so those batches could hold reports "
+                "it made itself; only the local ε0 is stated there")
+    return (f"the shuffler does not collude with the collector, shuffles each batch "
+            f"uniformly, and its own enrolment check ({', '.join(checks)}) admits only "
+            "distinct real devices: a batch's central ε counts only the reports the "
+            "shuffler admitted once per assignment ticket from distinct attested subjects, "
+            "less every report that did not open")
 
 
 def _note(cells: list[dict[str, Any]], amplified: bool) -> str:
@@ -227,6 +343,8 @@ def _note(cells: list[dict[str, Any]], amplified: bool) -> str:
     if amplified:
         return ("each user's report is ε0-LDP against everyone (the shuffler included) and, "
                 "shuffled with the others of its batch, (ε, δ)-DP at user level against "
-                "the collector and anyone who sees only the shuffled batches")
-    return ("amplification by shuffling gives nothing in at least one cell (too few "
-            "reports for its ε0): there the guarantee is the local ε0")
+                "the collector and anyone who sees only the shuffled batches, under the "
+                "assumption stated")
+    return ("amplification by shuffling is not stated for at least one cell (too few "
+            "counted reports for its ε0, or reports not attested by the shuffler's own "
+            "enrolment check): there the guarantee is the local ε0")

@@ -6,7 +6,9 @@ use). Devices take *slots* 0, 1, 2, ... in check-in order; the query's program p
 slot in (group, stage, phase) through the permutation drawn from the query's public seed.
 The slot counter, the assignment and its unique keys live in the database, so the same
 device always gets the same answer, from any replica, across restarts. A task is the
-program's task for the slot given what the closed phases published.
+program's task for the slot given what the closed phases published. In shuffle mode each
+answer also carries the device's shuffler ticket for its slot
+(``uldp.collector.security.tickets``, ``docs/privacy.md`` §7).
 """
 
 from __future__ import annotations
@@ -24,13 +26,17 @@ import numpy as np
 from uldp.client.tasks import report_length, report_limit
 from uldp.client.wire import MAX_ABS_REPORT_VALUE
 from uldp.collector.mechanisms.validity import ProbeRule, Rule, report_rule
+from uldp.collector.security.tickets import Ticket, TicketKey
 from uldp.collector.service.catalogue import QueryCatalogue, QueryRuntime
 from uldp.collector.service.errors import ServiceError, echo
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.storage.db import Database
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
-__all__ = ["TaskAnswer", "TaskInfo", "TaskServer"]
+__all__ = ["TICKET_KEY_META", "TaskAnswer", "TaskInfo", "TaskServer"]
+
+#: the ``uldp_meta`` key of the shuffler-ticket key (hex)
+TICKET_KEY_META = "shuffle_ticket_key"
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class TaskInfo:
     length: int
     limit: int
     deadline_ms: int
+    ticket: str = ""  # shuffle mode: the device's shuffler ticket (Task.shuffle_ticket)
     #: which reports of the task are valid (``uldp.collector.mechanisms.validity``)
     rule: Rule | None = field(default=None, compare=False, repr=False)
 
@@ -65,6 +72,15 @@ class TaskServer:
         self._assignments: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._running: tuple[float, list[dict[str, Any]]] = (0.0, [])
         self._lock = threading.Lock()
+        self._ticket_key: TicketKey | None = None
+
+    def ticket_key(self) -> TicketKey:
+        """The shuffler-ticket key in the database (created on first use; replicas sharing
+        the database share it, like the sealing keys)."""
+        if self._ticket_key is None:
+            self._ticket_key = TicketKey.from_text(self.db.get_or_create_meta(
+                TICKET_KEY_META, lambda: TicketKey.generate().to_text()))
+        return self._ticket_key
 
     # ---- assignments --------------------------------------------------------------------
     def remember(self, a: dict[str, Any]) -> None:
@@ -114,7 +130,7 @@ class TaskServer:
                                                                      published))
         info = TaskInfo(rt.query_id, phase, grp, stage, rt.dataset, text,
                         hashlib.sha256(text.encode()).hexdigest(), report_length(task),
-                        min(report_limit(task), MAX_ABS_REPORT_VALUE), 0, rule)
+                        min(report_limit(task), MAX_ABS_REPORT_VALUE), 0, rule=rule)
         with self._lock:
             self._tasks[key] = info
             if len(self._tasks) > 100_000:
@@ -219,7 +235,11 @@ class TaskServer:
             if ph is None:
                 continue
             if ph["state"] == "open":
-                tasks.append(replace(self.task_info(rt, a), deadline_ms=int(ph["deadline_ms"])))
+                info = self.task_info(rt, a)
+                ticket = "" if rt.seal_json is None else self.ticket_key().issue(Ticket(
+                    rt.query_id, info.phase, info.group, info.stage, info.digest,
+                    int(a["slot"])))
+                tasks.append(replace(info, deadline_ms=int(ph["deadline_ms"]), ticket=ticket))
             elif ph["state"] in ("pending", "closing"):
                 waiting.append((rt.query_id, a["phase"]))
         retry = 300 if waiting else (0 if tasks else 2000)

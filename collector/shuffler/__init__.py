@@ -2,15 +2,18 @@
 
 See ``docs/privacy.md`` ("Shuffle mode") and ``docs/device-protocol.md`` §16. Devices seal
 their reports to the collector's HPKE key (``uldp.client.sealing``) and hand them to a
-shuffler run by an independent party; the shuffler authenticates each device, keeps one
-report per device and query, drops identities and forwards reports of one (query, group,
-stage) in batches of at least a public threshold, in uniformly random order, to the
-collector, which opens them without ever learning which device sent which.
+shuffler run by an independent party with the shuffler ticket of their slot
+(``uldp.collector.security.tickets``; never their collector token); the shuffler admits one
+report per slot — with its own enrolment check, only from attested devices — drops every
+credential and forwards reports of one (query, phase, group, stage) in batches of at least
+a public threshold, in uniformly random order, to the collector, which opens them without
+ever learning which device sent which.
 
 * :mod:`.store` — the shuffler's durable state (SQLite);
 * :mod:`.service` — the gRPC service devices call, and the forwarder to the collector;
 * :mod:`.server` — one shuffler process (``uldp shuffler serve``,
   ``uldp.collector.cli.shuffler``);
+* :mod:`.metrics` — its aggregate Prometheus metrics (``GET /metrics``);
 * :mod:`.launch` — a dev PKI for a collector and its shuffler, and starting a shuffler
   process (the demo, the tests, the bench).
 

@@ -1,11 +1,18 @@
 """The shuffler: ``uldp.v1.ShufflerService`` for devices, and the forwarder to the collector.
 
 See ``proto/uldp/v1/shuffler.proto`` (the checks, in order, and their codes) and
-``docs/privacy.md`` ("Shuffle mode"). The shuffler is run by a party independent of the
-collector. It holds the collector's token *verification* key only
-(:class:`uldp.collector.security.tokens.TokenVerifier`: it can check a device token, never
-issue one), its own TLS identity for devices, and a client certificate the collector
-accepts on its shuffler port. It never holds a key that opens a report.
+``docs/privacy.md`` §7. The shuffler is run by a party independent of the collector. It
+holds the key that checks shuffler tickets (``uldp.collector.security.tickets``; it never
+sees a collector token), optionally an enrolment check of its own (an
+:class:`~uldp.collector.security.attestation.EnrolmentVerifier`, e.g. app attestations
+under a key the app's back end shares with it and not with the collector), its own TLS
+identity for devices, and a client certificate the collector accepts on its shuffler port.
+It never holds a key that opens a report.
+
+Admission (:class:`ShufflerServicer`): one report per ticket (= per assigned slot), at most
+as many per (phase, group, stage) as the query placed there, never the same ciphertext
+twice; every limit is checked before anything is stored, and a batch call over its item
+cap is refused before it is decoded.
 
 The forwarder (:class:`Forwarder`) ticks every ``tick_s``: for each bucket of unbatched
 reports of one (query, phase, group, stage, task digest) it draws a batch (uniform subset,
@@ -18,13 +25,18 @@ uniform order, OS CSPRNG; ``ShufflerStore.draw``) when
 * it holds at least ``2T`` and has been quiet for ``linger_s``: it draws all but ``T``;
 
 with ``T`` = max(``--min-batch``, the query's minimum batch). Holding ``T`` back means the
-last reports of a cell always make a batch of at least ``T``; they leave when the cell is
-complete (its reports here and already batched reach the number of devices the query
-placed in it, which the collector publishes) or near the deadline. A bucket below ``T``
-waits; when its phase is no longer open it is dropped (counted, logged): those reports could only
-have been released in a batch smaller than promised. Drawn batches are sent with
-``ForwardBatch`` under their id until the collector answers; a definitive refusal is
-recorded and the batch dropped.
+last reports of a cell always make a batch of at least ``T`` — which is why a cell is
+forwarded before it is complete only once it holds ``2T``. A cell is *complete* when no
+more reports can come: the shuffler has admitted as many as the query placed devices in
+it, less the devices of the cell that declined their task at the collector
+(``ShuffleCell.declined``), or every slot of its phase has either a report here or a
+decline (``ShufflePhase.declined``), so a device that declines never stalls its cell
+until the deadline. A bucket below ``T`` waits; when its phase is no longer open it is
+dropped (counted, logged): those reports could only have been released in a batch smaller than
+promised. Drawn batches are sent with ``ForwardBatch`` under their id, with the number of
+distinct attested subjects in them, until the collector answers; a definitive refusal is
+recorded and the batch dropped. Once a batch is answered the shuffler forgets which slot
+sent which of its reports.
 """
 
 from __future__ import annotations
@@ -35,25 +47,38 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import grpc
 
 from uldp.client.sealing import ENC_BYTES, TAG_BYTES
 from uldp.client.transport import RETRYABLE
-from uldp.client.wire import AUTH_METADATA_KEY, shuffler_pb2, shuffler_pb2_grpc
-from uldp.collector.security.tokens import TokenVerifier
-from uldp.collector.service.errors import ServiceError, authenticate, echo
-from uldp.collector.shuffler.store import Bucket, ShufflerStore, Submission
+from uldp.client.wire import AUTH_METADATA_KEY, MAX_BATCH_ITEMS, shuffler_pb2, shuffler_pb2_grpc
+from uldp.collector.security.attestation import AttestationRefused, EnrolmentVerifier
+from uldp.collector.security.tickets import TicketError, TicketKey
+from uldp.collector.service.errors import ServiceError, batch_too_large, echo
+from uldp.collector.shuffler.store import (
+    Admission,
+    Bucket,
+    DrawnBatch,
+    ShufflerStore,
+    Submission,
+    judge,
+    subject_hash,
+)
 
-__all__ = ["TEST_PAUSE_ENV", "Forwarder", "QueryInfo", "ShufflerConfig", "ShufflerServicer"]
+__all__ = ["MAX_SEALED_BATCH", "TEST_PAUSE_ENV", "Forwarder", "PhaseInfo", "QueryInfo",
+           "ShufflerConfig", "ShufflerServicer"]
 
 log = logging.getLogger("uldp.shuffler")
 
 #: test-only environment variable: seconds the forwarder stalls between the collector's
 #: acknowledgement of a batch and recording it (to kill the shuffler there); unset: 0
 TEST_PAUSE_ENV = "ULDP_TEST_FORWARD_PAUSE_S"
+
+#: items of a SubmitSealedBatch, at most (counted in the bytes before decoding)
+MAX_SEALED_BATCH = MAX_BATCH_ITEMS
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 MIN_SEALED = ENC_BYTES + 1 + 8 + TAG_BYTES  # one value
@@ -64,11 +89,20 @@ MAX_SEALED = ENC_BYTES + 1 + 8 * (1 << 18) + TAG_BYTES  # the device limit of 2^
 class ShufflerConfig:
     min_batch: int = 100  # the shuffler's own floor on every batch
     max_batch: int = 50_000  # at most this many reports per batch (and per message)
-    linger_s: float = 2.0  # a bucket quiet this long is flushed (if it holds >= T)
+    linger_s: float = 2.0  # a bucket quiet this long is flushed (if it holds >= 2T)
     deadline_margin_s: float = 5.0  # flush this long before the phase's deadline
     tick_s: float = 0.2
     query_ttl_s: float = 1.0  # how long the collector's answer about a query is reused
+    senders: int = 2  # batches sent to the collector at once (it opens one while storing one)
     max_message_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PhaseInfo:
+    state: str
+    deadline_ms: int
+    quota: int = 0  # slots placed in the phase
+    declined: int = 0  # of which declined their task
 
 
 @dataclass(frozen=True)
@@ -77,8 +111,14 @@ class QueryInfo:
 
     shuffled: bool
     min_batch: int
-    phases: dict[int, tuple[str, int]]  # phase -> (state, deadline ms)
+    phases: dict[int, PhaseInfo]
     cells: dict[tuple[int, int, int], int]  # (phase, group, stage) -> devices placed there
+    users: int = 0  # slots 0 .. users - 1
+    #: (phase, group, stage) -> devices placed there that declined their task
+    declined: dict[tuple[int, int, int], int] = field(default_factory=dict)
+
+
+_MISSING = PhaseInfo("missing", 0)
 
 
 class CollectorLink:
@@ -90,6 +130,7 @@ class CollectorLink:
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, QueryInfo | None]] = {}
         self._lock = threading.Lock()
+        self.polls = 0  # GetShuffleQuery calls made (metrics)
 
     def query(self, query_id: str, fresh: bool = False) -> QueryInfo | None:
         """The query's info; None if the collector knows no such query. Raises
@@ -99,11 +140,15 @@ class CollectorLink:
         if hit is not None and not fresh and time.monotonic() - hit[0] < self.ttl_s:
             return hit[1]
         try:
+            self.polls += 1
             q = self.stub.GetShuffleQuery(
                 shuffler_pb2.GetShuffleQueryRequest(query_id=query_id), timeout=10)
             info: QueryInfo | None = QueryInfo(
-                q.shuffled, q.min_batch, {p.phase: (p.state, p.deadline_ms) for p in q.phases},
-                {(c.phase, c.group, c.stage): c.devices for c in q.cells})
+                q.shuffled, q.min_batch,
+                {p.phase: PhaseInfo(p.state, p.deadline_ms, p.quota, p.declined)
+                 for p in q.phases},
+                {(c.phase, c.group, c.stage): c.devices for c in q.cells}, q.users,
+                {(c.phase, c.group, c.stage): c.declined for c in q.cells if c.declined})
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise
@@ -119,17 +164,35 @@ def _status(code: str) -> int:
     return int(getattr(grpc.StatusCode, code).value[0])
 
 
+#: one item's answer: (code name, duplicate, message)
+Answer = tuple[str, bool, str]
+
+
 class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
     """SubmitSealed / SubmitSealedBatch: the checks of shuffler.proto, then the store."""
 
-    def __init__(self, store: ShufflerStore, verifier: TokenVerifier,
-                 link: CollectorLink) -> None:
-        self.store, self.verifier, self.link = store, verifier, link
+    def __init__(self, store: ShufflerStore, tickets: TicketKey, link: CollectorLink,
+                 verifier: EnrolmentVerifier | None = None, verifier_name: str = "",
+                 cap: int = MAX_SEALED_BATCH) -> None:
+        self.store, self.tickets, self.link = store, tickets, link
+        self.verifier, self.cap = verifier, cap
+        self.verifier_name = verifier_name if verifier is not None else ""
+        self.refused: dict[str, int] = {}  # refusals by code (metrics)
 
-    def _device(self, token: str | None) -> str:
-        return authenticate(self.verifier, token)
-
-    def _checked(self, device_id: str, r: shuffler_pb2.SealedReport) -> Submission:
+    def _admission(self, r: shuffler_pb2.SealedReport) -> Admission | Answer:
+        """Checks 1 to 6 of one report: its admission, or the answer it gets now."""
+        try:
+            t = self.tickets.verify(r.ticket)
+        except TicketError as exc:
+            raise ServiceError("UNAUTHENTICATED", str(exc)) from None
+        subject = None
+        if self.verifier is not None:
+            try:
+                subject = subject_hash(t.query_id, self.verifier.verify(r.attestation))
+            except AttestationRefused as exc:
+                raise ServiceError("UNAUTHENTICATED", f"this shuffler admits reports only "
+                                   f"from attested devices (SealedReport.attestation): {exc}"
+                                   ) from None
         if not r.query_id or len(r.query_id) > 64:
             raise ServiceError("INVALID_ARGUMENT", "query_id must have 1 to 64 characters")
         if not _HEX64.fullmatch(r.task_digest):
@@ -138,24 +201,49 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
         if not MIN_SEALED <= len(r.sealed) <= MAX_SEALED:
             raise ServiceError("INVALID_ARGUMENT", f"a sealed report has {MIN_SEALED} to "
                                f"{MAX_SEALED} bytes, got {len(r.sealed)}")
+        if (r.query_id, r.phase, r.group, r.stage, r.task_digest) != (
+                t.query_id, t.phase, t.group, t.stage, t.task_digest):
+            raise ServiceError("PERMISSION_DENIED", "the ticket was issued for another task "
+                               "(query, phase, group, stage or task digest)")
+        item = Submission(r.query_id, r.phase, r.group, r.stage, r.task_digest,
+                          bytes(r.sealed), t.slot, subject)
         try:
-            q = self.link.query(r.query_id)
+            placed = self._placed(t.query_id, t.phase, t.group, t.stage, t.slot)
+        except ServiceError:
+            # step 5 before 6: a slot that stored its report answers for itself, also
+            # once its phase closed (the store judges it again in the normal path)
+            judged = judge(self.store.prior(t.query_id, t.slot), item)
+            if judged is None:
+                raise
+            return (*judged, "" if judged[0] == "OK" else f"slot {t.slot} of query "
+                    f"{t.query_id} already sent a different report")
+        return Admission(item, placed)
+
+    def _placed(self, query_id: str, phase: int, group: int, stage: int, slot: int) -> int:
+        """Check 6 against the collector's public view of the query: the devices it
+        placed in the report's cell."""
+        try:
+            q = self.link.query(query_id)
         except grpc.RpcError:
             raise ServiceError("UNAVAILABLE", "the collector cannot be reached to check the "
                                "query; retry later") from None
         if q is None:
-            raise ServiceError("NOT_FOUND", f"unknown query {echo(r.query_id)}")
+            raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         if not q.shuffled:
-            raise ServiceError("FAILED_PRECONDITION", f"query {r.query_id} is not in shuffle "
+            raise ServiceError("FAILED_PRECONDITION", f"query {query_id} is not in shuffle "
                                "mode")
-        state = q.phases.get(r.phase, ("missing", 0))[0]
+        state = q.phases.get(phase, _MISSING).state
         if state != "open":
-            raise ServiceError("FAILED_PRECONDITION", f"phase {r.phase} of query "
-                               f"{r.query_id} is not open (state: {state})")
-        return Submission(device_id, r.query_id, r.phase, r.group, r.stage, r.task_digest,
-                          bytes(r.sealed))
+            raise ServiceError("FAILED_PRECONDITION", f"phase {phase} of query "
+                               f"{query_id} is not open (state: {state})")
+        placed = q.cells.get((phase, group, stage), 0)
+        if slot >= q.users or placed == 0:
+            raise ServiceError("PERMISSION_DENIED", f"the ticket names slot {slot} of phase "
+                               f"{phase} group {group} stage {stage}, which query {query_id} "
+                               f"does not have ({q.users} slots)")
+        return placed
 
-    def _store(self, items: list[Submission]) -> list[tuple[str, bool]]:
+    def _store(self, items: list[Admission]) -> list[Answer]:
         try:
             return self.store.submit(items)
         except Exception as exc:
@@ -163,61 +251,87 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
             raise ServiceError("UNAVAILABLE", "shuffler storage failed; not acknowledged, "
                                "retry later") from None
 
+    def _count(self, code: str) -> None:
+        if code != "OK":
+            self.refused[code] = self.refused.get(code, 0) + 1
+
     def SubmitSealed(self, request: shuffler_pb2.SubmitSealedRequest,
                      context: grpc.ServicerContext) -> shuffler_pb2.SubmitSealedResponse:
         try:
-            device = self._device(_bearer(context))
-            if request.report.device_token:
-                raise ServiceError("INVALID_ARGUMENT", "SealedReport.device_token must be "
-                                   "empty in SubmitSealed (the token is call metadata)")
-            code, dup = self._store([self._checked(device, request.report)])[0]
+            _no_token(context)
+            adm = self._admission(request.report)
+            code, dup, msg = self._store([adm])[0] if isinstance(adm, Admission) else adm
             if code != "OK":
-                raise ServiceError(code, f"device already sent a different report for "
-                                   f"query {request.report.query_id}")
+                raise ServiceError(code, msg)
             return shuffler_pb2.SubmitSealedResponse(duplicate=dup)
         except ServiceError as exc:
+            self._count(exc.code)
             context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def SubmitSealedBatch(self, request: shuffler_pb2.SubmitSealedBatchRequest,
                           context: grpc.ServicerContext
                           ) -> shuffler_pb2.SubmitSealedBatchResponse:
-        results: list[Any] = []
-        todo: list[tuple[int, Submission]] = []
+        try:
+            _no_token(context)
+            if len(request.reports) > self.cap:
+                raise ServiceError("INVALID_ARGUMENT", batch_too_large(
+                    self.cap, len(request.reports)))
+        except ServiceError as exc:
+            self._count(exc.code)
+            context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        answers: list[Answer | None] = []
+        todo: list[tuple[int, Admission]] = []
         for r in request.reports:
             try:
-                todo.append((len(results), self._checked(self._device(r.device_token), r)))
-                results.append(None)
+                adm = self._admission(r)
             except ServiceError as exc:
-                results.append(shuffler_pb2.SealedResult(code=_status(exc.code),
-                                                         message=exc.message))
+                adm = (exc.code, False, exc.message)
+            if isinstance(adm, Admission):
+                todo.append((len(answers), adm))
+                answers.append(None)
+            else:
+                answers.append(adm)
         try:
-            outs = self._store([s for _, s in todo]) if todo else []
+            outs = self._store([a for _, a in todo]) if todo else []
         except ServiceError as exc:
             context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
-        for (i, s), (code, dup) in zip(todo, outs, strict=True):
-            results[i] = shuffler_pb2.SealedResult(
-                code=_status(code), duplicate=dup, message="" if code == "OK" else
-                f"device already sent a different report for query {s.query_id}")
+        for (i, _), out in zip(todo, outs, strict=True):
+            answers[i] = out
+        results = []
+        for a in answers:
+            assert a is not None
+            self._count(a[0])
+            results.append(shuffler_pb2.SealedResult(code=_status(a[0]), duplicate=a[1],
+                                                     message=a[2]))
         return shuffler_pb2.SubmitSealedBatchResponse(results=results)
 
 
-def _bearer(context: grpc.ServicerContext) -> str | None:
-    for key, value in context.invocation_metadata() or ():
-        if key == AUTH_METADATA_KEY and isinstance(value, str) and value.startswith("Bearer "):
-            return value[7:].strip()
-    return None
+def _no_token(context: grpc.ServicerContext) -> None:
+    """Refuse a call that carries a token: the shuffler takes tickets only, and a
+    device must never hand it the token it uses with the collector."""
+    for key, _ in context.invocation_metadata() or ():
+        if key == AUTH_METADATA_KEY:
+            raise ServiceError("INVALID_ARGUMENT", "the shuffler takes no token (metadata "
+                               "'authorization'): send the task's shuffle_ticket in "
+                               "SealedReport.ticket, never the collector token")
 
 
 class Forwarder:
     """Draws batches from quiet or full buckets and sends them (module docstring)."""
 
     def __init__(self, store: ShufflerStore, link: CollectorLink, config: ShufflerConfig,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, verifier_name: str = "") -> None:
         self.store, self.link, self.config, self.clock = store, link, config, clock
+        self.verifier_name = verifier_name  # the enrolment check of the admitted reports
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="uldp-forwarder", daemon=True)
+        self._senders = ThreadPoolExecutor(max(1, config.senders),
+                                           thread_name_prefix="uldp-forward")
+        self._sending: set[str] = set()
+        self._lock = threading.Lock()
         self.dropped = 0
+        self.forwarded = 0  # reports in batches the collector stored (metrics)
 
     def start(self) -> None:
         self._thread.start()
@@ -226,6 +340,7 @@ class Forwarder:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        self._senders.shutdown(wait=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.config.tick_s):
@@ -234,14 +349,32 @@ class Forwarder:
             except Exception:  # keep ticking: the collector may be briefly unreachable
                 log.exception("forwarder tick")
 
-    def tick(self) -> None:
-        """One round: draw what is due, then send every batch not yet answered."""
+    def tick(self, wait: bool = False) -> None:
+        """One round: draw what is due, then start sending the batches not yet answered
+        (at most ``senders`` at once; ``wait``: until those are answered)."""
         for b in self.store.buckets():
             self._consider(b)
-        for batch in self.store.unsent():
+        with self._lock:
+            busy, free = frozenset(self._sending), self.config.senders - len(self._sending)
+        started = []
+        for batch in self.store.unsent(busy, max(0, free)):
             if self._stop.is_set():
-                return
+                break
+            with self._lock:
+                self._sending.add(batch.batch_id)
+            started.append(self._senders.submit(self._send_then_free, batch))
+        if wait:
+            for f in started:
+                f.result()
+
+    def _send_then_free(self, batch: DrawnBatch) -> None:
+        try:
             self._send(batch)
+        except Exception:
+            log.exception("forwarding batch %s", batch.batch_id)
+        finally:
+            with self._lock:
+                self._sending.discard(batch.batch_id)
 
     def _per_message(self, b: Bucket) -> int:
         fit = (self.config.max_message_bytes - 4096) // (b.max_bytes + 8)
@@ -252,35 +385,52 @@ class Forwarder:
             q = self.link.query(b.query_id)
         except grpc.RpcError:
             return  # ask again next tick
-        state, deadline = q.phases.get(b.phase, ("missing", 0)) if q else ("missing", 0)
-        if q is None or not q.shuffled or state not in ("open", "pending"):
+        ph = q.phases.get(b.phase, _MISSING) if q else _MISSING
+        if q is None or not q.shuffled or ph.state not in ("open", "pending"):
             n = self.store.drop_bucket(b)
             self.dropped += n
             log.warning("query %s phase %d group %d stage %d is %s: dropped %d reports that "
                         "never made a batch", b.query_id, b.phase, b.group, b.stage,
-                        state, n)
+                        ph.state, n)
             return
         t = max(self.config.min_batch, q.min_batch)
         big = self._per_message(b)
         if t > big:
             return  # cannot form a batch this large in one message: wait for the phase end
         now_ms = self.clock() * 1000
-        placed = q.cells.get((b.phase, b.group, b.stage), 0)
-        complete = b.count + self.store.batched(b) >= placed > 0  # nothing more can come
-        near = bool(deadline) and deadline - now_ms <= self.config.deadline_margin_s * 1000
+        near = bool(ph.deadline_ms) and (
+            ph.deadline_ms - now_ms <= self.config.deadline_margin_s * 1000)
         quiet = now_ms - b.last_ms >= self.config.linger_s * 1000
-        if b.count >= t + big:
-            self.store.draw(b, big)
-        elif b.count >= t and (complete or near):
-            self.store.draw(b, b.count)
-        elif b.count >= 2 * t and quiet:
-            self.store.draw(b, b.count - t)  # keep T back: the cell's tail goes with them
+        count = b.count
+        while count >= t + big:  # full batches, keeping at least T for the next
+            self._draw(b, big, count)
+            count -= big
+        if count >= t and (near or self._complete(q, ph, b)):
+            self._draw(b, count, count)
+        elif count >= 2 * t and quiet:
+            self._draw(b, count - t, count)  # keep T back: the cell's tail goes with them
 
-    def _send(self, batch: Any) -> None:
+    def _complete(self, q: QueryInfo, ph: PhaseInfo, b: Bucket) -> bool:
+        """Whether no more reports can come to ``b``'s cell: every device the query
+        placed there reported here or declined its task, or so did every slot of its
+        phase."""
+        admitted = self.store.admitted(b.query_id, b.phase)
+        cell = (b.phase, b.group, b.stage)
+        placed = q.cells.get(cell, 0)
+        if admitted.get((b.group, b.stage), 0) + q.declined.get(cell, 0) >= placed > 0:
+            return True
+        return ph.quota > 0 and sum(admitted.values()) + ph.declined >= ph.quota
+
+    def _draw(self, b: Bucket, size: int, count: int) -> None:
+        batch = self.store.draw(b, size, self.verifier_name)
+        log.info("query %s phase %d group %d stage %d: drew batch %s of %d reports (%d left)",
+                 b.query_id, b.phase, b.group, b.stage, batch, size, count - size)
+
+    def _send(self, batch: DrawnBatch) -> None:
         req = shuffler_pb2.ForwardBatchRequest(
             batch_id=batch.batch_id, query_id=batch.query_id, phase=batch.phase,
             group=batch.group, stage=batch.stage, task_digest=batch.task_digest,
-            sealed=batch.sealed)
+            sealed=batch.sealed, attested=batch.attested, verifier=batch.verifier)
         try:
             resp = self.link.stub.ForwardBatch(req, timeout=60)
         except grpc.RpcError as exc:
@@ -297,6 +447,7 @@ class Forwarder:
         if pause > 0:  # test hook: acknowledged by the collector, not yet recorded here
             time.sleep(pause)
         self.store.finish(batch.batch_id, "forwarded", resp.stored, resp.refused)
+        self.forwarded += resp.stored
         log.info("batch %s forwarded: %d reports (%d stored, %d dropped%s)", batch.batch_id,
                  len(batch.sealed), resp.stored, resp.refused,
                  ", duplicate" if resp.duplicate else "")

@@ -1,24 +1,38 @@
 """The shuffler's durable state: one SQLite file (WAL, ``synchronous=FULL``).
 
-See ``docs/privacy.md`` ("Shuffle mode"). Three tables:
+See ``docs/privacy.md`` §7 ("Shuffle mode"). Tables:
 
-``submissions``  (query, device) -> SHA-256 of the routing fields and sealed bytes: the
-                 one-report-per-device-per-query rule, and how a resend is judged
-                 (identical: OK duplicate, also after forwarding; different:
-                 ALREADY_EXISTS). No report content.
-``pending``      the sealed reports not yet forwarded, *without* their device: query,
-                 phase, group, stage, task digest, the sealed bytes, the arrival time (to
-                 flush a quiet bucket), and — once drawn into a batch — the batch id and
-                 the report's position in the batch's random order. Deleted once the
-                 collector has the batch.
-``batches``      every batch drawn: its id (the collector's idempotency key), bucket,
-                 size, state (``forwarding`` until the collector answered, then
-                 ``forwarded`` or ``refused``) and the collector's counts.
+``submissions``  (query, slot) -> SHA-256 of the routing fields and sealed bytes: one
+                 report per ticket (= per assigned slot), and how a resend is judged
+                 (identical: OK duplicate; different: ALREADY_EXISTS). Once the report's
+                 batch is forwarded (or dropped) the hash is set to NULL: the shuffler then
+                 only knows *that* the slot reported, never which report was its (a resend
+                 then gets OK duplicate and stores nothing).
+``sealed_seen``  (query, SHA-256 of the sealed bytes): a ciphertext is admitted once per
+                 query, so a captured report replayed under another ticket is refused.
+                 No slot, no time (a WITHOUT ROWID table, ordered by the hash).
+``cells``        (query, phase, group, stage) -> reports admitted: the per-cell count the
+                 shuffler checks against the devices the query placed there (received ≤
+                 quota) and that tells the forwarder when a cell is complete.
+``buckets``      (query, phase, group, stage, task digest) -> unbatched reports, newest
+                 arrival, largest ciphertext: what the forwarder looks at every tick
+                 without scanning ``pending``.
+``pending``      the sealed reports not yet forwarded: routing fields, the sealed bytes,
+                 the arrival time, the slot and a hash of the attested subject (only to
+                 forget the link and count distinct subjects when drawn) and — once drawn —
+                 the batch id and the position in the batch's random order. Deleted
+                 (``secure_delete``: overwritten) once the collector has the batch.
+``counters``     operator counters kept across restarts (``dropped``: reports whose phase
+                 closed before they made a batch).
+``batches``      every batch drawn: id (the collector's idempotency key), bucket, size,
+                 distinct attested subjects in it, state (``forwarding`` until the collector
+                 answered, then ``forwarded`` or ``refused``) and the collector's counts.
 
-A report is acknowledged only after the transaction that inserts its ``submissions`` and
-``pending`` rows has committed (fsynced). A batch is drawn in one transaction (rows and
-their order fixed) *before* it is sent, so after a crash the same batch, in the same
-order, is re-sent under the same id and the collector stores it at most once.
+A report is acknowledged only after the transaction that inserts its rows has committed
+(fsynced); a call whose transaction fails has committed nothing. A batch is drawn in one
+transaction (rows and their order fixed) *before* it is sent, so after a crash the same
+batch, in the same order, is re-sent under the same id and the collector stores it at most
+once.
 """
 
 from __future__ import annotations
@@ -34,44 +48,74 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Bucket", "DrawnBatch", "ShufflerStore", "Submission"]
+__all__ = ["FORGOTTEN", "Bucket", "DrawnBatch", "ShufflerStore", "Submission",
+           "subject_hash"]
+
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS submissions (
-  query_id TEXT NOT NULL, device_id TEXT NOT NULL, digest BLOB NOT NULL,
-  PRIMARY KEY (query_id, device_id));
+  query_id TEXT NOT NULL, slot INTEGER NOT NULL, digest BLOB,
+  PRIMARY KEY (query_id, slot)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sealed_seen (
+  query_id TEXT NOT NULL, hash BLOB NOT NULL, PRIMARY KEY (query_id, hash)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cells (
+  query_id TEXT NOT NULL, phase INTEGER NOT NULL, grp INTEGER NOT NULL,
+  stage INTEGER NOT NULL, admitted INTEGER NOT NULL,
+  PRIMARY KEY (query_id, phase, grp, stage)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS buckets (
+  query_id TEXT NOT NULL, phase INTEGER NOT NULL, grp INTEGER NOT NULL,
+  stage INTEGER NOT NULL, task_digest TEXT NOT NULL, count INTEGER NOT NULL,
+  last_ms INTEGER NOT NULL, max_bytes INTEGER NOT NULL,
+  PRIMARY KEY (query_id, phase, grp, stage, task_digest)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending (
   id INTEGER PRIMARY KEY, query_id TEXT NOT NULL, phase INTEGER NOT NULL,
   grp INTEGER NOT NULL, stage INTEGER NOT NULL, task_digest TEXT NOT NULL,
-  sealed BLOB NOT NULL, received_at_ms INTEGER NOT NULL, batch_id TEXT, pos INTEGER);
+  sealed BLOB NOT NULL, received_at_ms INTEGER NOT NULL, slot INTEGER NOT NULL,
+  subject BLOB, batch_id TEXT, pos INTEGER);
 CREATE INDEX IF NOT EXISTS pending_bucket
   ON pending (batch_id, query_id, phase, grp, stage, task_digest);
+CREATE TABLE IF NOT EXISTS counters (
+  name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
   batch_id TEXT PRIMARY KEY, query_id TEXT NOT NULL, phase INTEGER NOT NULL,
   grp INTEGER NOT NULL, stage INTEGER NOT NULL, task_digest TEXT NOT NULL,
-  size INTEGER NOT NULL, state TEXT NOT NULL, created_at_ms INTEGER NOT NULL,
-  done_at_ms INTEGER NOT NULL DEFAULT 0, stored INTEGER NOT NULL DEFAULT 0,
-  refused INTEGER NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '');
+  size INTEGER NOT NULL, attested INTEGER NOT NULL, verifier TEXT NOT NULL,
+  state TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL, done_at_ms INTEGER NOT NULL DEFAULT 0,
+  stored INTEGER NOT NULL DEFAULT 0, refused INTEGER NOT NULL DEFAULT 0,
+  message TEXT NOT NULL DEFAULT '');
 """
 
 _RNG = secrets.SystemRandom()
+
+#: :meth:`ShufflerStore.prior` of a slot whose report was forwarded (its bytes forgotten)
+FORGOTTEN = b""
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def subject_hash(query_id: str, subject: str) -> bytes:
+    """What the store keeps of an attested subject while the report waits: a hash bound
+    to the query (to count distinct subjects in a batch; deleted with the report)."""
+    return hashlib.sha256(b"uldp-shuffle-subject\x00" + query_id.encode() + b"\x00"
+                          + subject.encode()).digest()
+
+
 @dataclass(frozen=True)
 class Submission:
-    """One authenticated device's sealed report (the device id only judges resends)."""
+    """One admitted ticket's sealed report (the slot only judges resends and counts)."""
 
-    device_id: str
     query_id: str
     phase: int
     group: int
     stage: int
     task_digest: str
     sealed: bytes
+    slot: int
+    subject: bytes | None = None  # subject_hash of the attested subject, if any
 
     @property
     def digest(self) -> bytes:
@@ -79,6 +123,18 @@ class Submission:
         return hashlib.sha256(struct.pack(">I", len(q)) + q + struct.pack(
             ">III", self.phase, self.group, self.stage) + self.task_digest.encode()
             + self.sealed).digest()
+
+    @property
+    def sealed_hash(self) -> bytes:
+        return hashlib.sha256(self.sealed).digest()
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A submission with the limits of its query: the devices placed in its cell."""
+
+    item: Submission
+    placed: int
 
 
 @dataclass(frozen=True)
@@ -104,6 +160,55 @@ class DrawnBatch:
     stage: int
     task_digest: str
     sealed: list[bytes]  # in the batch's random order
+    attested: int = 0  # distinct attested subjects among them
+    verifier: str = ""  # the enrolment check that attested them ("": none)
+
+
+_NONE = object()  # no row
+_CHUNK = 500  # values per IN (...) lookup
+
+
+def _lookup(db: sqlite3.Connection, sql: str, keys: list[tuple[str, object]]
+            ) -> dict[tuple[str, object], object]:
+    """(query, key) -> third column of the rows ``sql`` finds for ``keys``, in chunks of
+    at most :data:`_CHUNK` per query (``sql`` has one ``{}`` for the placeholders)."""
+    by_query: dict[str, list[object]] = {}
+    for q, k in keys:
+        by_query.setdefault(q, []).append(k)
+    out: dict[tuple[str, object], object] = {}
+    for q, ks in by_query.items():
+        uniq = list(dict.fromkeys(ks))
+        for i in range(0, len(uniq), _CHUNK):
+            part = uniq[i:i + _CHUNK]
+            for a, b, c in db.execute(sql.format(",".join("?" * len(part))), (q, *part)):
+                out[(a, bytes(b) if isinstance(b, bytes) else b)] = c
+    return out
+
+
+def _insert(db: sqlite3.Connection, subs: list[tuple[object, ...]],
+            seals: list[tuple[object, ...]], pend: list[tuple[object, ...]],
+            cells: dict[tuple[str, int, int, int], int],
+            buckets: dict[tuple[str, int, int, int, str], list[int]], t: int) -> None:
+    """The rows of a call's admitted reports, a few statements in all."""
+    db.executemany("INSERT INTO submissions VALUES (?, ?, ?)", subs)
+    db.executemany("INSERT INTO sealed_seen VALUES (?, ?)", seals)
+    db.executemany("INSERT INTO pending (query_id, phase, grp, stage, task_digest, sealed, "
+                   "received_at_ms, slot, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", pend)
+    db.executemany("INSERT INTO cells VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                   "SET admitted = excluded.admitted", [(*c, n) for c, n in cells.items()])
+    db.executemany("INSERT INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                   "SET count = count + excluded.count, last_ms = max(last_ms, "
+                   "excluded.last_ms), max_bytes = max(max_bytes, excluded.max_bytes)",
+                   [(*k, n, t, m) for k, (n, m) in buckets.items()])
+
+
+def judge(prior: bytes | None, item: Submission) -> tuple[str, bool] | None:
+    """The answer to ``item`` given what its slot has stored (None: nothing yet)."""
+    if prior is None:
+        return None
+    if prior == FORGOTTEN or prior == item.digest:
+        return ("OK", True)
+    return ("ALREADY_EXISTS", False)
 
 
 class ShufflerStore:
@@ -112,9 +217,20 @@ class ShufflerStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        tables = self._db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                                  ).fetchone()[0]
+        if tables and version != SCHEMA_VERSION:
+            self._db.close()
+            raise RuntimeError(f"{self.path} is a shuffler database of another version "
+                               f"({version}, this shuffler writes {SCHEMA_VERSION}): let the "
+                               "shuffler that wrote it forward what it holds, then start on "
+                               "a new file")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA secure_delete=ON")
         self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -133,106 +249,185 @@ class ShufflerStore:
             self._db.execute("COMMIT")
 
     # ---- devices' reports ---------------------------------------------------------------
-    def submit(self, items: Sequence[Submission]) -> list[tuple[str, bool]]:
-        """Store each report unless its device already has one for the query; per item
-        ("OK", duplicate) or ("ALREADY_EXISTS", False). Committed before returning."""
-        out: list[tuple[str, bool]] = []
+    def prior(self, query_id: str, slot: int) -> bytes | None:
+        """What slot ``slot`` of ``query_id`` stored: its report's hash, FORGOTTEN once
+        forwarded, None if nothing."""
+        with self._lock:
+            row = self._db.execute("SELECT digest FROM submissions WHERE query_id = ? AND "
+                                   "slot = ?", (query_id, slot)).fetchone()
+        return None if row is None else (FORGOTTEN if row[0] is None else bytes(row[0]))
+
+    def submit(self, items: Sequence[Admission]) -> list[tuple[str, bool, str]]:
+        """Admit each report unless its slot has one (judged by :func:`judge`), its cell
+        holds ``placed`` reports already, or its ciphertext was admitted before; per item
+        (code, duplicate, message), in order, as if admitted one by one. All committed
+        together before returning, or none (an exception). A few statements per call, not
+        per report: the lookups in chunks, the inserts with ``executemany``."""
+        out: list[tuple[str, bool, str]] = []
         t = _now_ms()
         with self._tx() as db:
-            for it in items:
-                row = db.execute("SELECT digest FROM submissions WHERE query_id = ? AND "
-                                 "device_id = ?", (it.query_id, it.device_id)).fetchone()
-                if row is not None:
-                    out.append(("OK", True) if bytes(row[0]) == it.digest
-                               else ("ALREADY_EXISTS", False))
+            priors = _lookup(db, "SELECT query_id, slot, digest FROM submissions WHERE "
+                             "query_id = ? AND slot IN ({})",
+                             [(a.item.query_id, a.item.slot) for a in items])
+            seen = _lookup(db, "SELECT query_id, hash, 1 FROM sealed_seen WHERE "
+                           "query_id = ? AND hash IN ({})",
+                           [(a.item.query_id, a.item.sealed_hash) for a in items])
+            cells: dict[tuple[str, int, int, int], int] = {}
+            buckets: dict[tuple[str, int, int, int, str], list[int]] = {}
+            subs: list[tuple[object, ...]] = []
+            seals: list[tuple[object, ...]] = []
+            pend: list[tuple[object, ...]] = []
+            for adm in items:
+                it = adm.item
+                key = (it.query_id, it.slot)
+                got = priors.get(key, _NONE)
+                judged = judge(None if got is _NONE else
+                               (got if isinstance(got, bytes) else FORGOTTEN), it)
+                if judged is not None:
+                    out.append((*judged, "" if judged[0] == "OK" else
+                                f"slot {it.slot} of query {it.query_id} already sent a "
+                                "different report"))
                     continue
-                db.execute("INSERT INTO submissions VALUES (?, ?, ?)",
-                           (it.query_id, it.device_id, it.digest))
-                db.execute("INSERT INTO pending (query_id, phase, grp, stage, task_digest, "
-                           "sealed, received_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           (it.query_id, it.phase, it.group, it.stage, it.task_digest,
-                            it.sealed, t))
-                out.append(("OK", False))
+                cell = (it.query_id, it.phase, it.group, it.stage)
+                if cell not in cells:
+                    row = db.execute("SELECT admitted FROM cells WHERE query_id = ? AND "
+                                     "phase = ? AND grp = ? AND stage = ?", cell).fetchone()
+                    cells[cell] = int(row[0]) if row is not None else 0
+                if cells[cell] >= adm.placed:
+                    out.append(("FAILED_PRECONDITION", False,
+                                f"phase {it.phase} group {it.group} stage {it.stage} of "
+                                f"query {it.query_id} holds all its {adm.placed} reports"))
+                    continue
+                h = it.sealed_hash
+                if (it.query_id, h) in seen:
+                    out.append(("ALREADY_EXISTS", False, "this sealed report was submitted "
+                                "before (a replayed ciphertext)"))
+                    continue
+                priors[key] = it.digest
+                seen[(it.query_id, h)] = 1
+                cells[cell] += 1
+                b = buckets.setdefault((*cell, it.task_digest), [0, 0])
+                b[0] += 1
+                b[1] = max(b[1], len(it.sealed))
+                subs.append((it.query_id, it.slot, it.digest))
+                seals.append((it.query_id, h))
+                pend.append((*cell, it.task_digest, it.sealed, t, it.slot, it.subject))
+                out.append(("OK", False, ""))
+            if pend:
+                _insert(db, subs, seals, pend, cells, buckets, t)
         return out
+
+    def admitted(self, query_id: str, phase: int) -> dict[tuple[int, int], int]:
+        """(group, stage) -> reports admitted in ``phase`` of ``query_id`` (incl. forwarded)."""
+        with self._lock:
+            rows = self._db.execute("SELECT grp, stage, admitted FROM cells WHERE query_id = ? "
+                                    "AND phase = ?", (query_id, phase)).fetchall()
+        return {(int(g), int(s)): int(n) for g, s, n in rows}
 
     # ---- batches ----------------------------------------------------------------------
     def buckets(self) -> list[Bucket]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT query_id, phase, grp, stage, task_digest, count(*), "
-                "max(received_at_ms), max(length(sealed)) FROM pending WHERE batch_id IS NULL "
-                "GROUP BY query_id, phase, grp, stage, task_digest").fetchall()
+                "SELECT query_id, phase, grp, stage, task_digest, count, last_ms, max_bytes "
+                "FROM buckets WHERE count > 0").fetchall()
         return [Bucket(*r) for r in rows]
 
-    def draw(self, b: Bucket, size: int) -> str | None:
+    def _bucket_where(self, b: Bucket) -> tuple[str, tuple[object, ...]]:
+        return ("batch_id IS NULL AND query_id = ? AND phase = ? AND grp = ? AND stage = ? "
+                "AND task_digest = ?", (b.query_id, b.phase, b.group, b.stage, b.task_digest))
+
+    def _recount(self, db: sqlite3.Connection, b: Bucket, removed: int) -> None:
+        db.execute("UPDATE buckets SET count = count - ? WHERE query_id = ? AND phase = ? AND "
+                   "grp = ? AND stage = ? AND task_digest = ?",
+                   (removed, b.query_id, b.phase, b.group, b.stage, b.task_digest))
+        db.execute("DELETE FROM buckets WHERE count <= 0")
+
+    def draw(self, b: Bucket, size: int, verifier: str = "") -> str | None:
         """Draw a batch of ``size`` reports of bucket ``b``, chosen uniformly at random
         among its unbatched ones and put in uniformly random order (OS CSPRNG); the batch
-        id, or None if the bucket has fewer reports now."""
+        id, or None if the bucket has fewer reports now. The batch records how many
+        distinct attested subjects it holds and the name of the enrolment check
+        (``verifier``) that attested them."""
+        where, args = self._bucket_where(b)
         with self._tx() as db:
-            ids = [r[0] for r in db.execute(
-                "SELECT id FROM pending WHERE batch_id IS NULL AND query_id = ? AND phase = ? "
-                "AND grp = ? AND stage = ? AND task_digest = ?",
-                (b.query_id, b.phase, b.group, b.stage, b.task_digest))]
-            if len(ids) < size:
+            rows = db.execute(f"SELECT id, subject FROM pending WHERE {where}", args).fetchall()
+            if len(rows) < size:
                 return None
-            chosen = _RNG.sample(ids, size)  # a uniform subset, in uniform random order
+            chosen = _RNG.sample(rows, size)  # a uniform subset, in uniform random order
+            attested = len({bytes(s) for _, s in chosen if s is not None})
             batch_id = secrets.token_hex(16)
-            db.executemany("UPDATE pending SET batch_id = ?, pos = ? WHERE id = ?",
-                           [(batch_id, k, i) for k, i in enumerate(chosen)])
+            db.executemany("UPDATE pending SET batch_id = ?, pos = ?, subject = NULL, "
+                           "received_at_ms = 0 WHERE id = ?",
+                           [(batch_id, k, i) for k, (i, _) in enumerate(chosen)])
             db.execute("INSERT INTO batches (batch_id, query_id, phase, grp, stage, "
-                       "task_digest, size, state, created_at_ms) VALUES "
-                       "(?, ?, ?, ?, ?, ?, ?, 'forwarding', ?)",
+                       "task_digest, size, attested, verifier, state, created_at_ms) VALUES "
+                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, 'forwarding', ?)",
                        (batch_id, b.query_id, b.phase, b.group, b.stage, b.task_digest,
-                        size, _now_ms()))
+                        size, attested if verifier else 0, verifier, _now_ms()))
+            self._recount(db, b, size)
         return batch_id
 
-    def batched(self, b: Bucket) -> int:
-        """Reports of ``b``'s (query, phase, group, stage) already drawn into batches."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT coalesce(sum(size), 0) FROM batches WHERE query_id = ? AND phase = ? "
-                "AND grp = ? AND stage = ?", (b.query_id, b.phase, b.group, b.stage)).fetchone()
-        return int(row[0])
-
-    def unsent(self) -> list[DrawnBatch]:
-        """The batches drawn and not yet answered by the collector, oldest first."""
+    def unsent(self, skip: frozenset[str] = frozenset(), limit: int = 1 << 30
+               ) -> list[DrawnBatch]:
+        """The batches drawn and not yet answered by the collector, oldest first, except
+        ``skip`` (being sent), at most ``limit`` of them, with their reports."""
         with self._lock:
             heads = self._db.execute(
-                "SELECT batch_id, query_id, phase, grp, stage, task_digest FROM batches "
-                "WHERE state = 'forwarding' ORDER BY created_at_ms, batch_id").fetchall()
-            out = []
+                "SELECT batch_id, query_id, phase, grp, stage, task_digest, attested, verifier "
+                "FROM batches WHERE state = 'forwarding' ORDER BY created_at_ms, batch_id"
+            ).fetchall()
+            out: list[DrawnBatch] = []
             for h in heads:
+                if len(out) >= limit:
+                    break
+                if h[0] in skip:
+                    continue
                 sealed = [bytes(r[0]) for r in self._db.execute(
                     "SELECT sealed FROM pending WHERE batch_id = ? ORDER BY pos", (h[0],))]
                 out.append(DrawnBatch(str(h[0]), str(h[1]), int(h[2]), int(h[3]), int(h[4]),
-                                      str(h[5]), sealed))
+                                      str(h[5]), sealed, int(h[6]), str(h[7])))
         return out
+
+    @staticmethod
+    def _forget(db: sqlite3.Connection, where: str, args: tuple[object, ...]) -> int:
+        """Forget which slot sent the pending reports ``where`` (their submissions keep
+        only that the slot reported), then delete them; returns how many."""
+        db.execute("UPDATE submissions SET digest = NULL WHERE (query_id, slot) IN "
+                   f"(SELECT query_id, slot FROM pending WHERE {where})", args)
+        return int(db.execute(f"DELETE FROM pending WHERE {where}", args).rowcount)
 
     def finish(self, batch_id: str, state: str, stored: int = 0, refused: int = 0,
                message: str = "") -> None:
-        """Record the collector's answer and drop the batch's sealed reports."""
+        """Record the collector's answer, forget the batch's slots and drop its reports."""
         with self._tx() as db:
             db.execute("UPDATE batches SET state = ?, done_at_ms = ?, stored = ?, refused = ?, "
                        "message = ? WHERE batch_id = ?",
                        (state, _now_ms(), stored, refused, message[:500], batch_id))
-            db.execute("DELETE FROM pending WHERE batch_id = ?", (batch_id,))
+            self._forget(db, "batch_id = ?", (batch_id,))
 
     def drop_bucket(self, b: Bucket) -> int:
         """Delete a bucket's unbatched reports (their phase closed before they could
-        make a batch); returns how many."""
+        make a batch), forgetting their slots; returns how many."""
+        where, args = self._bucket_where(b)
         with self._tx() as db:
-            return db.execute(
-                "DELETE FROM pending WHERE batch_id IS NULL AND query_id = ? AND phase = ? "
-                "AND grp = ? AND stage = ? AND task_digest = ?",
-                (b.query_id, b.phase, b.group, b.stage, b.task_digest)).rowcount
+            n = self._forget(db, where, args)
+            self._recount(db, b, n)
+            db.execute("INSERT INTO counters VALUES ('dropped', ?) ON CONFLICT DO UPDATE "
+                       "SET value = value + excluded.value", (n,))
+        return n
 
     def counts(self) -> dict[str, int]:
-        """Operator counters: reports accepted, waiting, batches by state."""
+        """Operator counters: slots admitted, reports waiting, batches by state."""
         with self._lock:
-            out = {"submissions": self._db.execute(
-                "SELECT count(*) FROM submissions").fetchone()[0],
-                "pending": self._db.execute("SELECT count(*) FROM pending").fetchone()[0]}
-            for state, n in self._db.execute("SELECT state, count(*) FROM batches "
-                                             "GROUP BY state"):
-                out[f"batches_{state}"] = n
+            out = {"admitted": int(self._db.execute(
+                "SELECT coalesce(sum(admitted), 0) FROM cells").fetchone()[0]),
+                "pending": int(self._db.execute(
+                    "SELECT coalesce(sum(count), 0) FROM buckets").fetchone()[0])}
+            for state, n, size in self._db.execute(
+                    "SELECT state, count(*), coalesce(sum(size), 0) FROM batches "
+                    "GROUP BY state"):
+                out[f"batches_{state}"] = int(n)
+                out[f"reports_{state}"] = int(size)
+            for name, value in self._db.execute("SELECT name, value FROM counters"):
+                out[str(name)] = int(value)
         return out

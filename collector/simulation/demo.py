@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 
 from uldp.client.transport import Endpoint
@@ -52,6 +53,7 @@ from uldp.collector.shuffler.launch import (
     ShufflePki,
     free_port,
     make_shuffle_pki,
+    seed_ticket_key,
     start_shuffler_process,
     wait_serving,
 )
@@ -98,20 +100,25 @@ def start_collector_process(workdir: Path, db_url: str, tls_dir: Path,
 
 def start_shuffled_collector(work: Path, sp: ShufflePki, extra: list[str] | None = None
                              ) -> tuple[subprocess.Popen[bytes], int, int]:
-    """Shuffle mode: a collector on ``sp``'s PKI (its token key file, so the shuffler can
-    be given the public half) with its shuffler port on a free port; (process, device
-    port, shuffler port)."""
+    """Shuffle mode: a collector on ``sp``'s PKI (and the shuffler-ticket key it shares
+    with the shuffler) with its shuffler port on a free port; (process, device port,
+    shuffler port)."""
     intake = free_port()
+    url = f"sqlite:///{work / 'collector.db'}"
+    seed_ticket_key(url, sp)
     proc, port = start_collector_process(
-        work, f"sqlite:///{work / 'collector.db'}", sp.pki.directory,
+        work, url, sp.pki.directory,
         extra=["--token-key-file", str(sp.token_key), "--shuffler-port", str(intake),
                "--shuffler-ca", str(sp.ca), *(extra or [])])
     return proc, port, intake
 
 
-def check_demo_args(devices: int, epsilon: float, samples: int) -> None:
-    """OperatorError (naming the flag) unless every demo query compiles."""
+def check_demo_args(devices: int, epsilon: float, samples: int, shuffle: bool = False) -> None:
+    """OperatorError (naming the flag) unless every demo query compiles — and, in shuffle
+    mode, places at least the minimum batch in every (phase, group, stage)."""
     from uldp.collector.planner import QuerySpec, compile_query
+    from uldp.collector.programs import program_for
+    from uldp.collector.service.catalogue import cell_sizes
 
     k = len(DEMO_QUERIES)
     if devices < 2 * k:
@@ -119,13 +126,19 @@ def check_demo_args(devices: int, epsilon: float, samples: int) -> None:
                             f"(2 for each of its {k} queries)")
     for i, (kind, dim, _) in enumerate(DEMO_QUERIES):
         users = len(range(i, devices, k))
+        spec = QuerySpec(kind=kind, epsilon=epsilon, users=users, samples=samples, dim=dim,
+                         bound=1.0)
         try:  # a weak stage I is a note on the plan (Plan.advisories), never a warning
-            compile_query(QuerySpec(kind=kind, epsilon=epsilon, users=users,
-                                    samples=samples, dim=dim, bound=1.0))
+            compile_query(spec)
         except ValueError as exc:
             raise OperatorError(f"--devices {devices} --epsilon {epsilon:g} --samples "
                                 f"{samples}: the {kind} query cannot run over {users} "
                                 f"devices: {exc}") from None
+        small = min(cell_sizes(program_for(spec)).values()) if shuffle else DEMO_MIN_BATCH
+        if small < DEMO_MIN_BATCH:
+            raise OperatorError(f"--devices {devices} --shuffle: the {kind} query would put "
+                                f"{small} devices in one of its groups, below the smallest "
+                                f"shuffled batch ({DEMO_MIN_BATCH}); give more devices")
 
 
 class ProgressPrinter:
@@ -213,8 +226,9 @@ def _device_root(work: Path, keep: bool) -> Path:
 
 def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
              concurrency: int = 500, workdir: str | None = None, as_json: bool = False,
-             seed: int | None = None, gateways: int = 2, shuffle: bool = False) -> int:
-    check_demo_args(devices, epsilon, samples)
+             seed: int | None = None, gateways: int = 2, shuffle: bool = False,
+             http_port: int | None = None) -> int:
+    check_demo_args(devices, epsilon, samples, shuffle)
     if workdir is not None and Path(workdir).exists() and not Path(workdir).is_dir():
         raise OperatorError(f"--workdir {workdir} is a file, not a directory")
     t0 = time.perf_counter()
@@ -228,34 +242,53 @@ def run_demo(devices: int = 20_000, epsilon: float = 2.0, samples: int = 100,
             work = Path(workdir)
             work.mkdir(parents=True, exist_ok=True)
         return _run(work, tmp is None, devices, epsilon, samples, concurrency, as_json, seed,
-                    gateways, t0, shuffle)
+                    gateways, t0, shuffle, http_port)
     finally:
         os.umask(old_umask)
         if tmp is not None:
             tmp.cleanup()
 
 
-def _start_shuffled(work: Path, say: Callable[..., None]
-                    ) -> tuple[list[subprocess.Popen[bytes]], Endpoint, Path, Endpoint]:
+def _http_ports(http_port: int | None, shuffle: bool) -> tuple[list[str], list[str], str]:
+    """``--http-port P``: the collector's HTTP port on P (Connect, gRPC-Web, the console,
+    /metrics) and, in shuffle mode, the shuffler's on P + 1 (0: free ports); the flags of
+    each process and a line saying where they are."""
+    if http_port is None:
+        return [], [], ""
+    cport = http_port or free_port()
+    sport = http_port + 1 if http_port else free_port()
+    where = (f"; HTTP: collector https://127.0.0.1:{cport} (Connect, gRPC-Web, /console/, "
+             "/metrics)")
+    if shuffle:
+        where += f", shuffler https://127.0.0.1:{sport} (Connect, gRPC-Web)"
+    return ["--http-port", str(cport)], ["--http-port", str(sport), "--cors-origin", "*"], where
+
+
+def _start_shuffled(work: Path, say: Callable[..., None], http_port: int | None = None
+                    ) -> tuple[list[subprocess.Popen[bytes]], Endpoint, Path, Endpoint, str]:
     """Shuffle mode: the PKI of both parties, a collector with its shuffler port and a
-    shuffler process forwarding to it."""
+    shuffler process forwarding to it (with its own enrolment check: the devices show it
+    attestations under its key, the last element)."""
     sp = make_shuffle_pki(work)
-    proc, port, intake = start_shuffled_collector(work, sp)
+    col_http, sh_http, where = _http_ports(http_port, True)
+    proc, port, intake = start_shuffled_collector(work, sp, col_http)
     try:
         shuffler, sport = start_shuffler_process(
             work, sp, f"127.0.0.1:{intake}",
-            extra=["--min-batch", str(DEMO_MIN_BATCH), "--linger", "30"])
+            extra=["--min-batch", str(DEMO_MIN_BATCH), "--linger", "30", *sh_http])
     except BaseException:
         _stop(proc)
         raise
     say(f"collector on 127.0.0.1:{port} (TLS), its shuffler port 127.0.0.1:{intake} (mutual "
-        f"TLS); shuffler on 127.0.0.1:{sport} (TLS), batches of at least {DEMO_MIN_BATCH}")
+        f"TLS); shuffler on 127.0.0.1:{sport} (TLS), batches of at least {DEMO_MIN_BATCH}"
+        + where)
     return ([shuffler, proc], Endpoint(f"127.0.0.1:{port}", sp.ca),
-            sp.pki.directory / "admin.token", Endpoint(f"127.0.0.1:{sport}", sp.ca))
+            sp.pki.directory / "admin.token", Endpoint(f"127.0.0.1:{sport}", sp.ca),
+            sp.attestation_hex())
 
 
-def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes], Endpoint,
-                                                        Path]:
+def _start(work: Path, say: Callable[..., None], http_port: int | None = None
+           ) -> tuple[subprocess.Popen[bytes], Endpoint, Path]:
     """The work directory's PKI and admin token, and a collector process on it."""
     tls = work / "pki"
     if not (tls / "server.pem").exists():
@@ -266,9 +299,11 @@ def _start(work: Path, say: Callable[..., None]) -> tuple[subprocess.Popen[bytes
     db_url = f"sqlite:///{work / 'collector.db'}"
     # every simulated device enrols from this one address: no per-address limit
     # (docs/privacy.md §8; the default takes a 20 000-device demo at once, not more)
+    col_http, _, where = _http_ports(http_port, False)
     proc, port = start_collector_process(work, db_url, tls,
-                                         extra=["--enroll-peer-limit", "off"])
-    say(f"collector on 127.0.0.1:{port} (TLS), database {work / 'collector.db'}")
+                                         extra=["--enroll-peer-limit", "off", *col_http])
+    say(f"collector on 127.0.0.1:{port} (TLS), database {work / 'collector.db'}"
+        + where)
     return proc, Endpoint(f"127.0.0.1:{port}", tls / "ca.pem"), admin_file
 
 
@@ -282,11 +317,17 @@ def _create_queries(analyst: Analyst, devices: int, epsilon: float, samples: int
     for i, (kind, dim, dist) in enumerate(DEMO_QUERIES):
         users = len(range(i, devices, k))
         name = f"demo-{kind}"
-        q = analyst.create(kind, epsilon=epsilon, dataset=name, users=users,
-                           samples=samples, dim=dim, bound=1.0, phase_timeout_s=600.0,
-                           query_id=f"demo-{kind}-{rng_seed % 100000}",
-                           shuffle={"min_batch": DEMO_MIN_BATCH, "delta": 1e-8}
-                           if shuffle else None)
+        try:
+            q = analyst.create(kind, epsilon=epsilon, dataset=name, users=users,
+                               samples=samples, dim=dim, bound=1.0, phase_timeout_s=600.0,
+                               query_id=f"demo-{kind}-{rng_seed % 100000}",
+                               shuffle={"min_batch": DEMO_MIN_BATCH, "delta": 1e-8}
+                               if shuffle else None)
+        except grpc.RpcError as exc:
+            if shuffle and "could ever be forwarded" in (exc.details() or ""):
+                raise OperatorError(f"--devices {devices} --shuffle: {exc.details()}; give "
+                                    "more devices") from None
+            raise
         qids.append(q.query_id)
         per_query[q.query_id] = users
         data = dataset_for_query(kind, dist, samples, dim, 1.0, rng_seed + i)
@@ -299,17 +340,19 @@ def _create_queries(analyst: Analyst, devices: int, epsilon: float, samples: int
 def _privacy_table(privacy: dict[str, Any]) -> str:
     """Shuffle mode: each query's local ε0 and the central guarantee its result states."""
     head = (f"{'query':<24} {'local eps0':>10} {'central eps':>11} {'delta':>7} "
-            f"{'reports':>8} {'smallest batch':>14}")
+            f"{'reports':>8} {'smallest batch':>14} {'counted':>8}")
     out = [head, "-" * len(head)]
     for qid, p in privacy.items():
         cells = p["cells"]
         out.append(f"{qid:<24} {p['local_epsilon']:>10.4g} {p['central_epsilon']:>11.4g} "
                    f"{p['delta']:>7.0e} {sum(c['reports'] for c in cells):>8} "
-                   f"{min((c['smallest_batch'] for c in cells), default=0):>14}")
+                   f"{min((c['smallest_batch'] for c in cells), default=0):>14} "
+                   f"{min((c.get('counted', 0) for c in cells), default=0):>8}")
     out.append("central eps: user-level (eps, delta)-DP of each user against the collector, "
                "from amplification by shuffling (variation-ratio bound of each report's "
-               "mechanism) over the smallest batch of each (phase, group, stage); "
-               "docs/privacy.md §7.1")
+               "mechanism) over the reports of the smallest batch of each (phase, group, "
+               "stage) that the shuffler admitted from distinct devices its own enrolment "
+               "check attested ('counted'); docs/privacy.md §7")
     return "\n".join(out)
 
 
@@ -364,17 +407,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
          concurrency: int, as_json: bool, seed: int | None, gateways: int, t0: float,
-         shuffle: bool = False) -> int:
+         shuffle: bool = False, http_port: int | None = None) -> int:
     out = sys.stderr if as_json else sys.stdout
 
     def say(*a: Any) -> None:
         print(*a, file=out, flush=True)
 
     shuffler: Endpoint | None = None
+    attest: str | None = None
     if shuffle:
-        procs, ep, admin_file, shuffler = _start_shuffled(work, say)
+        procs, ep, admin_file, shuffler, attest = _start_shuffled(work, say, http_port)
     else:
-        proc, ep, admin_file = _start(work, say)
+        proc, ep, admin_file = _start(work, say, http_port)
         procs = [proc]
     analyst = Analyst.from_endpoint(ep, admin_file.read_text())
     rc = 0
@@ -389,7 +433,8 @@ def _run(work: Path, keep: bool, devices: int, epsilon: float, samples: int,
         res = run_gateway_fleet(ep, _device_root(work, keep), devices, datasets,
                                 gateways=gateways, batch=concurrency,
                                 budget=max(epsilon, 1.0) * 2, seed=seed, keep_state=keep,
-                                timeout_s=1800, progress=printer, shuffler=shuffler)
+                                timeout_s=1800, progress=printer, shuffler=shuffler,
+                                shuffler_attestation_key=attest)
         printer.close()
         fleet_s = time.perf_counter() - t_fleet
         rows, finished, privacy = _estimates(analyst, qids, datasets, say)

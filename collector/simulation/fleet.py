@@ -35,7 +35,7 @@ from uldp.client.transport import Endpoint, RetryPolicy, secure_channel
 from uldp.collector.datasets import FleetData, make_fleet_data
 
 __all__ = ["FleetDataset", "FleetProgress", "FleetResult", "dataset_for_query",
-           "draw_datasets", "run_fleet", "summarize"]
+           "draw_datasets", "fleet_attestation", "run_fleet", "summarize"]
 
 log = logging.getLogger("uldp.fleet")
 
@@ -134,13 +134,26 @@ class _Bar:
                 sys.stderr.flush()
 
 
+def fleet_attestation(key_hex: str | None, subject: str) -> Callable[[], str] | str:
+    """What a simulated device shows a shuffler that runs an enrolment check: a fresh
+    attestation for ``subject`` under the shuffler's key (hex), as the app's back end
+    would issue it; "" without a key."""
+    if not key_hex:
+        return ""
+    from uldp.collector.security.attestation import HmacAttestation
+
+    att = HmacAttestation(bytes.fromhex(key_hex))
+    return lambda: att.issue(subject)
+
+
 def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_devices: int,
               datasets: list[FleetDataset], *, concurrency: int = 32, budget: float = 10.0,
               enrollment_secret: str = "", seed: int | None = None, channels: int = 4,
               timeout_s: float = 900.0, progress: bool | None = None, durable: bool = False,
               keep_state: bool = True, max_failures: int = 8,
               on_device: Callable[[int, Device], None] | None = None,
-              shuffler: Endpoint | None = None) -> FleetResult:
+              shuffler: Endpoint | None = None,
+              shuffler_attestation_key: str | None = None) -> FleetResult:
     """Run ``n_devices`` devices until none has anything left to do (or ``timeout_s``).
 
     With several endpoints (collector replicas), device ``i`` uses ``endpoint[i % k]``.
@@ -148,7 +161,8 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
     ``seed`` makes the devices' noise reproducible (simulation mode); None uses the
     production OS-keyed source. ``durable=False`` skips fsync in the device ledgers
     (they still survive a crash of the fleet process, not of the machine). ``shuffler``:
-    shuffle mode, where the devices send their sealed reports.
+    shuffle mode, where the devices send their sealed reports; ``shuffler_attestation_key``:
+    the shuffler's attestation key (hex), with which each device is vouched for.
     """
     root = Path(state_root)
     root.mkdir(parents=True, exist_ok=True)
@@ -159,6 +173,7 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
                          timeout_s=timeout_s, durable=durable, max_failures=max_failures,
                          on_device=on_device)
     fleet.shuffler = secure_channel(shuffler) if shuffler is not None else None
+    fleet.attestation_key = shuffler_attestation_key
     fleet.bar = _Bar(n_devices, sys.stderr.isatty() if progress is None else progress)
     res = fleet.run(concurrency)
     if not keep_state:
@@ -181,6 +196,7 @@ class _ThreadFleet:
         # device i talks to eps[i % len(eps)] through one of `channels` channels per endpoint
         self.chans = [[secure_channel(e) for _ in range(max(1, channels))] for e in eps]
         self.shuffler: Any = None  # shuffle mode: the channel to the shuffler
+        self.attestation_key: str | None = None  # and the shuffler's attestation key
         self.retry = RetryPolicy(attempts=10, base_s=0.2, cap_s=5.0,
                                  timeout_s=min(30.0, timeout_s))
         self.res = FleetResult(devices=n_devices)
@@ -206,7 +222,10 @@ class _ThreadFleet:
                          enrollment_secret=self.secret, label="uldp-fleet",
                          channel=pool[(i // len(self.eps)) % len(pool)], retry=self.retry,
                          rng=rng, durable=self.durable, simulation=True,
-                         shuffler_channel=self.shuffler)
+                         shuffler_channel=self.shuffler,
+                         shuffler_attestation=fleet_attestation(self.attestation_key,
+                                                                f"fleet-device-{i}"),
+                         send_delay=None)  # a simulation: send at once (privacy.md §2)
             for ds in self.datasets:
                 if i % ds.modulo == ds.residue:
                     assert ds.values is not None

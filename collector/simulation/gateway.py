@@ -40,7 +40,13 @@ from uldp.client.device import Device, StateFile, TaskRefused
 from uldp.client.randomness import RandomSource
 from uldp.client.transport import Endpoint, RetryPolicy, call_with_retry, secure_channel
 from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
-from uldp.collector.simulation.fleet import FleetDataset, FleetProgress, FleetResult, draw_datasets
+from uldp.collector.simulation.fleet import (
+    FleetDataset,
+    FleetProgress,
+    FleetResult,
+    draw_datasets,
+    fleet_attestation,
+)
 
 __all__ = ["run_gateway_fleet"]
 
@@ -70,6 +76,9 @@ class _Share:
     max_failures: int = 8
     report_batch: int = 500  # reports per SubmitReportBatch call
     shuffler: Endpoint | None = None  # shuffle mode: where sealed reports go
+    #: shuffle mode: the shuffler's attestation key (hex), standing in for the app's back
+    #: end that vouches for each simulated device towards the shuffler's enrolment check
+    shuffler_attestation_key: str | None = None
 
 
 @dataclass
@@ -124,7 +133,9 @@ class _Gateway:
                          enrollment_secret=s.enrollment_secret, label="uldp-gateway",
                          channel=self.chan, retry=self.retry, rng=rng,
                          simulation=True,  # a simulated fleet says so
-                         shuffler_channel=self.shuffler_chan)
+                         shuffler_channel=self.shuffler_chan,
+                         shuffler_attestation=fleet_attestation(
+                             s.shuffler_attestation_key, f"gateway-device-{i}"))
             for name, values, labels in self.data.get(i, ()):
                 dev.add_dataset(name, values, labels=labels,
                                 dim=int(values.shape[1]) if np.ndim(values) == 2 else None)
@@ -256,7 +267,8 @@ class _Gateway:
                     continue
                 for (i, rep), r in zip(part, resp.results, strict=True):
                     if r.code == _UNAUTHENTICATED and rounds == 1:
-                        renew.append(i)
+                        if not isinstance(rep, shuffler_pb2.SealedReport):
+                            renew.append(i)  # a shuffler takes no token: nothing to renew
                         again.append((i, rep))
                     elif not self.live[i].device.answered(rep.query_id, r.code, r.message,
                                                           r.duplicate):
@@ -274,14 +286,19 @@ class _Gateway:
             self._finish(i, f"report for query {rep.query_id} not acknowledged")
 
     def _parts(self, items: list[tuple[int, Any]]) -> Iterator[list[tuple[int, Any]]]:
-        """``items`` (device, message with a ``device_token`` field) of the devices still
-        live, in calls of at most ``report_batch``, each message carrying its device's
-        current token."""
+        """``items`` (device, message) of the devices still live, in calls of at most
+        ``report_batch``, each message carrying its device's current credential: its
+        token for the collector, its attestation (beside the ticket it holds) for the
+        shuffler."""
         B = self.share.report_batch
         for k in range(0, len(items), B):
             part = [(i, m) for i, m in items[k:k + B] if i in self.live]
             for i, m in part:
-                m.device_token = self.live[i].device.token or ""
+                dev = self.live[i].device
+                if isinstance(m, shuffler_pb2.SealedReport):
+                    m.CopyFrom(dev.attested(m))
+                else:
+                    m.device_token = dev.token or ""
             yield part
 
     def _decline(self, declines: list[tuple[int, device_pb2.Decline]]) -> None:
@@ -427,13 +444,15 @@ def run_gateway_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int
                       seed: int | None = None, timeout_s: float = 900.0,
                       durable: bool = False, keep_state: bool = True,
                       progress: Callable[[FleetProgress], None] | None = None,
-                      shuffler: Endpoint | None = None) -> FleetResult:
+                      shuffler: Endpoint | None = None,
+                      shuffler_attestation_key: str | None = None) -> FleetResult:
     """Run ``n_devices`` devices behind ``gateways`` gateway processes (0 or 1: in this
     process), each checking in ``batch`` devices per batch call. ``progress`` is called
     about twice a second. Devices still busy at ``timeout_s`` count as unfinished. The
     devices' state is in ``state_root/gateway-<g>.sqlite`` (a reused ``state_root`` resumes
     them: run it with the same number of gateways). ``shuffler``: shuffle mode, where the
-    devices' sealed reports go."""
+    devices' sealed reports go; ``shuffler_attestation_key``: the shuffler's attestation
+    key (hex), with which each device is vouched for (a subject of its own)."""
     root = Path(state_root)
     root.mkdir(parents=True, exist_ok=True)
     draw_datasets(datasets, n_devices)
@@ -441,7 +460,8 @@ def run_gateway_fleet(endpoint: Endpoint, state_root: str | Path, n_devices: int
     deadline = time.time() + timeout_s
     shares = _shares(endpoint, root, n_devices, datasets, G, deadline, budget=budget,
                      enrollment_secret=enrollment_secret, seed=seed, batch=max(1, batch),
-                     durable=durable, shuffler=shuffler)
+                     durable=durable, shuffler=shuffler,
+                     shuffler_attestation_key=shuffler_attestation_key)
     t0 = time.monotonic()
     done, reports, checked = [0] * G, [0] * G, [0] * G
 

@@ -36,7 +36,7 @@ from uldp.client.tasks import _attach_labels
 from uldp.collector.csvdata import read_csv_columns
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.learning.runner import PaddedUsers, run_spec
-from uldp.collector.planner import QuerySpec, compile_query
+from uldp.collector.planner import QuerySpec, compile_query, with_best_mechanisms
 from uldp.collector.simulation.simulate import simulate_json
 
 __all__ = ["UserData", "UserDataRun", "read_user_csv", "run_users"]
@@ -99,7 +99,8 @@ class UserDataRun:
         m_ref)."""
         e = self.estimate
         return simulate_json(
-            kind=self.kind, method=self.method, estimand=self.estimand, epsilon=self.epsilon,
+            kind=self.kind, method=self.method, mechanisms=e.extra.get("mechanisms"),
+            estimand=self.estimand, epsilon=self.epsilon,
             users=self.users, samples=self.m_ref, dim=int(self.truth.size), reps=self.reps,
             estimate=e.values.tolist(), truth=self.truth.tolist(), ci_low=e.ci_low.tolist(),
             ci_high=e.ci_high.tolist(), std_error=e.std_error.tolist(), mse=self.rmse**2,
@@ -118,10 +119,11 @@ def _estimand(kind: str) -> str:
 
 
 def _exact(plan: Any, source: PaddedUsers, n: int
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Over users, without privacy: the mean and the variance of the user statistics, and
     the variance of one uniformly chosen sample of a uniformly chosen user (the one-sample
-    baselines' statistic: mean within-user variance plus the variance of the user means)."""
+    baselines' statistic: mean within-user variance plus the variance of the user means);
+    and the statistics themselves (``(n, C)``)."""
     kind, task = plan.kind, plan.template
     C = plan.n_components
     stats, within, means = np.zeros((n, C)), np.zeros((n, C)), np.zeros((n, C))
@@ -138,7 +140,8 @@ def _exact(plan: Any, source: PaddedUsers, n: int
         w = valid[..., None] / np.maximum(valid.sum(axis=1), 1)[:, None, None]
         mu = (phi * w).sum(axis=1)
         means[sub], within[sub] = mu, ((phi - mu[:, None]) ** 2 * w).sum(axis=1)
-    return stats.mean(axis=0), stats.var(axis=0), within.mean(axis=0) + means.var(axis=0)
+    return (stats.mean(axis=0), stats.var(axis=0), within.mean(axis=0) + means.var(axis=0),
+            stats)
 
 
 def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = None,
@@ -169,23 +172,39 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
             raise ValueError("mean kinds need the public range of a value: lo < hi")
         ranged, rng_ = {"lo": float(lo), "hi": float(hi)}, (float(lo), float(hi))
     users = PaddedUsers([a.reshape(len(a), width) for a in arrays], data.labels)
-    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d,
-                     method=method, seed=seed, query_id="own-data", extra=dict(extra or {}),
-                     **ranged, **dict(options or {}))
+    # a named method runs with the best mechanisms unless ``options`` names them
+    spec = QuerySpec(**with_best_mechanisms(dict(
+        kind=kind, epsilon=epsilon, users=n, samples=m_ref, dim=d, method=method, seed=seed,
+        query_id="own-data", extra=dict(extra or {}), **ranged, **dict(options or {}))))
     plan = compile_query(spec)
     t0 = time.perf_counter()
     # rep r: a fresh public assignment of users to groups and stages *and* fresh noise
     runs = [run_spec(replace(spec, seed=seed + r), users, None,
                      RandomSource.seeded(f"own-data:{seed + r}")) for r in range(reps)]
-    theta, stat_var, sample_var = _exact(plan, users, n)
+    theta, stat_var, sample_var, stats = _exact(plan, users, n)
     T = plan.kind.transform(plan.template, plan.n_components)
     truth = np.asarray(theta if T is None else T @ theta) + plan.kind.offset(plan.template)
     sq = [float(np.sum((e.values - truth) ** 2)) for e in runs]
     cover = float(np.mean([e.covers(truth) for e in runs]))
     return UserDataRun(kind, plan.spec.method, epsilon, n, m_ref, runs[-1], truth,
-                       plan.predicted_mse(sample_var, stat_var, theta), _estimand(kind), rng_,
+                       _predicted(plan, sample_var, stat_var, theta, stats),
+                       _estimand(kind), rng_,
                        dict(plan.auto) or None, reps, sq, cover,
                        list(plan.advisories), time.perf_counter() - t0)
+
+
+def _predicted(plan: Any, sample_var: np.ndarray, stat_var: np.ndarray, theta: np.ndarray,
+               stats: np.ndarray) -> float:
+    """The predicted MSE with these users: for a method that sizes its stage II from stage I
+    (``two-stage-sized``), its rule run on their actual statistics (a skewed minority
+    is not a normal law of their mean and variance); otherwise the formula with their
+    statistics' mean and variance."""
+    predict = getattr(plan.method, "predict", None)
+    T = plan.kind.transform(plan.template, plan.n_components)
+    if predict is None or not getattr(plan.method, "adaptive_randomizer", False):
+        return plan.predicted_mse(sample_var, stat_var, theta)
+    mse, _ = predict(plan, sample_var, stat_var, theta, values=stats)
+    return float(np.sum(mse if T is None else np.square(np.asarray(T)) @ mse))
 
 
 def read_user_csv(path: str | Path, user_col: str, value_cols: Sequence[str], *,

@@ -31,7 +31,8 @@ __all__ = ["SIMULATE_JSON_KEYS", "Progress", "SimulationResult", "run_query",
 #: (README, "Output"): sizes, the estimate of the last rep with its 95 % intervals, and
 #: over the reps the mean squared ℓ2 error ``mse``, its root ``rmse``, the formula's
 #: ``predicted_mse`` and ``coverage`` (share of rep × coordinate intervals holding the truth)
-SIMULATE_JSON_KEYS = ("kind", "method", "estimand", "epsilon", "users", "samples", "dim",
+SIMULATE_JSON_KEYS = ("kind", "method", "mechanisms", "estimand", "epsilon", "users",
+                      "samples", "dim",
                       "reps", "estimate", "truth", "ci_low", "ci_high", "std_error", "mse",
                       "rmse", "predicted_mse", "coverage", "regime", "auto", "advisories",
                       "range", "seconds")
@@ -60,7 +61,8 @@ class SimulationResult:
         """The ``uldp simulate --json`` object (:data:`SIMULATE_JSON_KEYS`)."""
         last = self.last
         return simulate_json(
-            kind=spec.kind, method=spec.method,
+            kind=spec.kind, method=plan.spec.method if plan is not None else spec.method,
+            mechanisms=last.extra.get("mechanisms"),
             estimand="the mean of the simulated population's law (--dist)",
             epsilon=spec.epsilon, users=spec.users, samples=spec.samples, dim=spec.dim,
             reps=self.reps, estimate=self.estimate.tolist(), truth=self.truth.tolist(),

@@ -42,7 +42,9 @@ version 2 adds ``queries.allow_simulated`` (false for existing queries); version
 int64 payloads) and ``reports.v0 .. v3`` (filled from the payloads of the stored reports
 of at most four integers), ``phases.close_attempts`` and ``phases.close_error``, and on
 PostgreSQL makes ``reports`` a table partitioned by query whose default partition holds
-the rows already stored.
+the rows already stored; version 5 adds ``shuffle_batches.attested`` (0) and
+``verifier`` ('': batches stored before count as attested by no enrolment check) and the
+table ``cell_declines`` (empty: declines stored before count per phase only).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "assignments",
+    "cell_declines",
     "devices",
     "meta",
     "metadata",
@@ -86,7 +89,7 @@ __all__ = [
     "shuffle_queries",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: the typed value columns of a report (``records.TYPED_VALUES``)
 TYPED_COLUMNS = ("v0", "v1", "v2", "v3")
 
@@ -223,8 +226,27 @@ shuffle_batches = Table(
     Column("stored", Integer, nullable=False),
     Column("refused", Integer, nullable=False),
     Column("received_at_ms", BigInteger, nullable=False),
+    # reports from distinct subjects the shuffler's own enrolment check attested, and the
+    # name of that check ('' none): what the central guarantee counts (privacy.md §7)
+    Column("attested", Integer, nullable=False, default=0, server_default=text("0")),
+    Column("verifier", String(64), nullable=False, default="", server_default=text("''")),
     PrimaryKeyConstraint("query_id", "batch_id"),
 )
+
+# declines per (query, phase, group, stage), each collector process in its own row (as
+# phase_counts): a shuffler knows a cell is complete once its reports and declines reach
+# the cell's placement (privacy.md §7), without waiting for the rest of the phase
+cell_declines = Table(
+    "uldp_cell_declines", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("grp", Integer, nullable=False),
+    Column("stage", Integer, nullable=False),
+    Column("writer", String(64), nullable=False),
+    Column("declined", BigInteger, nullable=False, default=0),
+    PrimaryKeyConstraint("query_id", "phase", "grp", "stage", "writer"),
+)
+
 
 def _v2_allow_simulated(conn: Connection) -> None:
     """Version 2: ``queries.allow_simulated`` (existing queries refuse simulated reports)."""
@@ -283,7 +305,21 @@ def create_default_partition(conn: Connection) -> None:
                       f"{reports.name} DEFAULT"))
 
 
+def _v5_shuffle_attested(conn: Connection) -> None:
+    """Version 5: ``shuffle_batches.attested`` and ``verifier`` (batches stored before
+    were attested by no enrolment check: they never count towards amplification). The
+    table may be new (``create_all`` made it with the columns): only missing ones."""
+    from sqlalchemy import inspect
+
+    have = {c["name"] for c in inspect(conn).get_columns(shuffle_batches.name)}
+    for name, ddl in (("attested", "INTEGER NOT NULL DEFAULT 0"),
+                      ("verifier", "VARCHAR(64) NOT NULL DEFAULT ''")):
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE {shuffle_batches.name} ADD COLUMN {name} {ddl}"))
+
+
 #: version -> function(connection) applying the DDL from version-1 to version.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_allow_simulated,
                                                        3: _v3_declined,
-                                                       4: _v4_typed_partitioned}
+                                                       4: _v4_typed_partitioned,
+                                                       5: _v5_shuffle_attested}

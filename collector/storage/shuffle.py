@@ -6,8 +6,13 @@ of :class:`uldp.collector.storage.db.Database`. A shuffled batch is stored in on
 transaction: its ``uldp_shuffle_batches`` row (the batch id is the idempotency key: a
 re-sent batch changes nothing), its opened reports in ``uldp_reports`` under a fresh random
 id ``r-<24 hex>`` and a uniformly random slot (the accumulators' windows need one; it says
-nothing about any device), and the phase's received count — only while the phase is open,
-under the same guard update on the phase row as the direct ingest path.
+nothing about any device), and the phase's received count — only while the phase is open
+and the batch keeps it within the phase's quota (the phase row's count merged with every
+writer's ``phase_counts`` row, read under the phase's advisory lock held exclusively on
+PostgreSQL, so that two replicas cannot both pass the check; the count goes into this
+process's own counter row, as the direct ingest path's does). The batch row keeps what
+the shuffler said of it: how many of its reports came from distinct subjects its own
+enrolment check attested, and which check that was.
 """
 
 from __future__ import annotations
@@ -17,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection, and_, func, insert, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
-from uldp.collector.storage.records import now_ms, typed_values
+from uldp.collector.storage.records import now_ms, phase_lock_key, typed_values
 
-__all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch"]
+__all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch", "StoredBatch"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,21 @@ class ShuffledBatch:
     size: int  # reports the shuffler sent
     payloads: Sequence[bytes]  # the opened reports (int64 little-endian)
     slots: int  # the query's target users: slots are drawn in [0, slots)
+    attested: int = 0  # reports from distinct subjects the shuffler's check attested
+    verifier: str = ""  # the name of that check ("": none)
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    """A stored batch as the privacy section reads it."""
+
+    phase: int
+    grp: int
+    stage: int
+    stored: int  # reports that opened and passed the checks
+    refused: int  # reports dropped (did not open, failed a check)
+    attested: int = 0
+    verifier: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,6 +69,15 @@ class BatchOutcome:
     stored: int = 0
     refused: int = 0
     state: str | None = None  # set when the phase was not open: nothing stored
+    #: (received, quota) of an open phase the batch would take past its quota
+    over_quota: tuple[int, int] | None = None
+
+
+def _counted() -> Any:
+    """SQL: the reports every writer counted into a phase (``phase_counts``, merged)."""
+    c, p = S.phase_counts.c, S.phases.c
+    return (select(func.coalesce(func.sum(c.received), 0))
+            .where(and_(c.query_id == p.query_id, c.phase == p.phase)).scalar_subquery())
 
 
 class ShuffleTables(Tables):
@@ -85,33 +114,44 @@ class ShuffleTables(Tables):
                 b.query_id == query_id, b.batch_id == batch_id))).first()
         return None if row is None else BatchOutcome(True, int(row[0]), int(row[1]))
 
-    def batch_counts(self, query_id: str) -> list[tuple[int, int, int, int]]:
-        """(phase, group, stage, reports stored) of every batch of a query."""
+    def batch_counts(self, query_id: str) -> list[StoredBatch]:
+        """Every stored batch of a query (its cell and counts), by cell."""
         b = S.shuffle_batches.c
         with self.read() as conn:
-            rows = conn.execute(select(b.phase, b.grp, b.stage, b.stored).where(
+            rows = conn.execute(select(b.phase, b.grp, b.stage, b.stored, b.refused,
+                                       b.attested, b.verifier).where(
                 b.query_id == query_id).order_by(b.phase, b.grp, b.stage)).all()
-        return [(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rows]
+        return [StoredBatch(int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]),
+                            int(r[5]), str(r[6])) for r in rows]
 
     def store_batch_in(self, conn: Connection, batch: ShuffledBatch) -> BatchOutcome:
         """Store an opened batch inside the transaction ``conn`` (the group-commit
         writer's): never raises for a refusal, so other work in the transaction stands."""
-        b = S.shuffle_batches.c
+        b, p = S.shuffle_batches.c, S.phases.c
         old = conn.execute(select(b.stored, b.refused).where(and_(
             b.query_id == batch.query_id, b.batch_id == batch.batch_id))).first()
         if old is not None:
             return BatchOutcome(True, int(old[0]), int(old[1]))
         n = len(batch.payloads)
         cur = conn.connection.cursor()
-        state = self.phase_open(cur, batch.query_id, batch.phase)
-        if state != "open":
-            return BatchOutcome(state=str(state or "missing"))
+        if not self.is_sqlite:  # exclusive: no other replica's batch (nor the closer) in
+            # between this count and this insert; direct reports never reach a shuffled
+            # query, so no report commit waits for it (SQLite serializes writers anyway)
+            cur.execute("SELECT pg_advisory_xact_lock(%s)",
+                        (phase_lock_key(batch.query_id, batch.phase),))
+        row = conn.execute(select(p.state, p.received + _counted(), p.quota).where(and_(
+            p.query_id == batch.query_id, p.phase == batch.phase))).first()
+        if row is None or row[0] != "open":
+            return BatchOutcome(state=str(row[0] if row is not None else "missing"))
+        if int(row[1]) + n > int(row[2]):
+            return BatchOutcome(state="open", over_quota=(int(row[1]), int(row[2])))
         self.count_in(cur, batch.query_id, batch.phase, received=n)
         t = now_ms()
         conn.execute(insert(S.shuffle_batches).values(
             query_id=batch.query_id, batch_id=batch.batch_id, phase=batch.phase,
             grp=batch.grp, stage=batch.stage, size=batch.size, stored=n,
-            refused=batch.size - n, received_at_ms=t))
+            refused=batch.size - n, received_at_ms=t, attested=batch.attested,
+            verifier=batch.verifier))
         if n:
             conn.execute(insert(S.reports), [
                 dict(query_id=batch.query_id, device_id="r-" + secrets.token_hex(12),

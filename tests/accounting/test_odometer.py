@@ -31,6 +31,7 @@ from uldp.collector.service.errors import ServiceError
 from uldp.collector.service.odometer import CentralBudget
 from uldp.collector.service.shuffled import privacy_section
 from uldp.collector.storage import open_database
+from uldp.collector.storage.shuffle import StoredBatch
 
 
 def test_hundred_queries_compose_far_below_their_sum():
@@ -69,6 +70,10 @@ def test_cells_of_privacy():
     assert [c.n for c in cells] == [50, 300]
     assert cells[0].params == mechanism_parameters("any", 2.0)
     assert cells[1].params.beta == 0.3
+    # issue 25: the guarantee counts only attested reports; none counted = its local ε0
+    sec = {"cells": [{"smallest_batch": 300, "counted": 120, "epsilon0": 1.0},
+                     {"smallest_batch": 500, "counted": 0, "epsilon0": 1.0}]}
+    assert [c.n for c in cells_of_privacy(sec)] == [1, 120]
 
 
 # ---- the collector -----------------------------------------------------------------------
@@ -114,7 +119,8 @@ def test_the_budget_can_be_off_and_results_state_the_odometer(tmp_path):
         _create(core, f"q{i}", shuffle=sh)
     rt = core.catalogue.runtime("q0")
     cells = sorted({(int(g), int(s), int(p)) for g, s, p in rt.program.placements()})
-    section = privacy_section(rt, [(p, g, s, 500) for g, s, p in cells], {})
+    section = privacy_section(rt, [StoredBatch(p, g, s, 500, 0, 500, "hmac-attestation")
+                                   for g, s, p in cells], {})
     assert section["amplified"] and section["central_epsilon"] < section["local_epsilon"]
     for c in section["cells"]:
         assert c["mechanism"] != "any" and set(c["variation_ratio"]) == {"p", "beta", "q"}

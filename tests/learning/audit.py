@@ -6,7 +6,10 @@ iid DLap(G/ε_c). Its pmf is therefore known exactly given the user statistic ``
 
 * stage 1: ``Π_k pmf_t(z_k − onehot_k)``;
 * stage 2: ``Π_c [(1−f_c) pmf_t(z_c − ⌊p_c⌋) + f_c pmf_t(z_c − ⌊p_c⌋ − 1)]`` with
-  ``p_c`` the grid position and ``f_c`` its fractional part.
+  ``p_c`` the grid position and ``f_c`` its fractional part;
+* a value task with a scalar randomizer (Duchi, PM, HM: the windowed SGD rounds): the same
+  two-point mixture of the mechanism's exact ``P(z | g)`` (``probability``, a dyadic
+  ``Fraction``) at the two grid values the rounding may give.
 
 ``Y`` is computed by the production code (``kind.statistics`` after the device's own
 input checks), so a statistic that escaped its clamp would show up as a ratio above e^ε.
@@ -17,10 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from uldp.client.kinds import check_samples
+from uldp.client.mechanisms import SCALARS
 from uldp.client.mechanisms.two_stage import one_hot_bins
 from uldp.client.methods.base import bin_params
 from uldp.client.noise import discrete_laplace_pmf, laplace_scale
 from uldp.client.params import GRID_STEPS
+from uldp.client.randomness import RandomSource
 from uldp.client.tasks import TaskSpec, _attach_labels, task_epsilon, validate_task
 
 
@@ -48,9 +53,18 @@ def log_pmf(task: TaskSpec, Y: np.ndarray, Z: np.ndarray) -> np.ndarray:
     pos = (np.clip(Y, lo, hi) - lo) / (hi - lo) * GRID_STEPS
     fl = np.floor(pos)
     f = pos - fl
-    t = laplace_scale(GRID_STEPS, task.eps_c).value
     a = np.clip(fl, 0, GRID_STEPS)
     b = np.clip(fl + 1, 0, GRID_STEPS)
+    if task.mechanism != "laplace":
+        mech = SCALARS[task.mechanism]
+        out = np.zeros(len(Z))
+        for r, z in enumerate(Z):
+            for c in range(len(a)):
+                pr = (1 - f[c]) * float(mech.probability(int(z[c]), int(a[c]), task.eps_c)) \
+                    + f[c] * float(mech.probability(int(z[c]), int(b[c]), task.eps_c))
+                out[r] += np.log(pr)
+        return out
+    t = laplace_scale(GRID_STEPS, task.eps_c).value
     p = (1 - f) * discrete_laplace_pmf(Z - a[None], t) + f * discrete_laplace_pmf(Z - b[None], t)
     return np.log(p).sum(axis=1)
 
@@ -63,6 +77,12 @@ def probe_outputs(task: TaskSpec, rng: np.random.Generator, k: int = 400) -> np.
         spread = int(4 * 2 / task.eps_c) + 2
         return rng.integers(-spread, spread + 2, size=(k, width))
     width = len(task.components)
+    if task.mechanism != "laplace":  # the mechanism's own outputs of grid ends and middles
+        g = rng.choice([0, GRID_STEPS, GRID_STEPS // 2], size=(k, width))
+        g = np.where(rng.uniform(size=g.shape) < 0.3, rng.integers(0, GRID_STEPS + 1,
+                                                                    size=g.shape), g)
+        src = RandomSource.seeded(int(rng.integers(1 << 62)))
+        return SCALARS[task.mechanism].privatize(g, task.eps_c, src)
     spread = int(3 * GRID_STEPS / task.eps_c)
     return rng.integers(-spread, GRID_STEPS + spread, size=(k, width))
 
@@ -84,7 +104,11 @@ def pairwise_max_log_ratio(task: TaskSpec,
     """Matrix ``R[i, j] = max_z |log P(z | d_i) − log P(z | d_j)|`` over shared probes."""
     Z = probe_outputs(task, rng, k)
     L = np.stack([log_pmf(task, user_statistic(task, *d), Z) for d in datasets])
-    return np.abs(L[:, None, :] - L[None, :, :]).max(axis=2)
+    with np.errstate(invalid="ignore"):
+        D = np.abs(L[:, None, :] - L[None, :, :])
+    # an output impossible under both datasets says nothing (−∞ − −∞); one possible under
+    # only one of them is an infinite ratio and stays so
+    return np.nan_to_num(D, nan=0.0).max(axis=2)
 
 
 def budget(task: TaskSpec) -> float:

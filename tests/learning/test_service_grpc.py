@@ -14,11 +14,11 @@ import json
 import numpy as np
 import pytest
 
-from uldp.collector.learning.classify import grid_result
 from uldp.collector.learning.estimators import (
     LDPHistogramClassifier,
     LDPHistogramRegressor,
 )
+from uldp.collector.models.grid import grid_result
 from uldp.collector.planner import QuerySpec
 from uldp.collector.service.client import QueryRequest
 from uldp.collector.simulation.fleet import run_fleet
@@ -81,9 +81,14 @@ def test_learning_query_over_grpc(kind, start_collector, tmp_path) -> None:
     x = np.array([[12.5], [17.5]])
     if kind == "classify":
         model = LDPHistogramClassifier.from_result(result)
-        assert np.array_equal(model.predict(x), np.where(values >= 0, 1, -1))
+        sh = result["shrinkage"]  # pulled toward the cells' mean (models/shrinkage.py)
+        q = sh["centre"] + np.asarray(sh["weights"]) * (values - sh["centre"])
+        assert np.array_equal(model.predict(x), np.where(q >= 0, 1, -1))
     else:
         model = LDPHistogramRegressor.from_result(result)
         pred = model.predict(x)  # η̂ = clip(q̂ / max(p̂, τ), ±T), τ = 0.5 / (2·2 cells)
-        want = np.clip(values[:2] / np.maximum(values[2:], 0.125), -1.0, 1.0)
-        np.testing.assert_allclose(pred, want, rtol=1e-12)
+        raw = np.clip(values[:2] / np.maximum(values[2:], 0.125), -1.0, 1.0)
+        sh = result["shrinkage"]  # pulled toward the overall mean (models/shrinkage.py)
+        w = np.asarray(sh["weights"])
+        assert np.all((w >= 0) & (w <= 1))
+        np.testing.assert_allclose(pred, sh["centre"] + w * (raw - sh["centre"]), rtol=1e-12)

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from uldp.collector.learning.estimators import LDPSGDRegressor
-from uldp.collector.learning.sgd import SGDConfig, sgd_query
+from uldp.collector.models.rounds import sgd_query
+from uldp.collector.models.sgd import SGDConfig
 from uldp.collector.service.client import QueryRequest
 from uldp.collector.simulation.fleet import run_fleet
 

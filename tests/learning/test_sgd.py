@@ -11,7 +11,8 @@ import pytest
 from uldp.client.randomness import RandomSource
 from uldp.collector.learning.fit import run_sgd
 from uldp.collector.learning.runner import ArrayUsers
-from uldp.collector.learning.sgd import (
+from uldp.collector.learning.synthetic import quadratic_population
+from uldp.collector.models.sgd import (
     SGDConfig,
     choose_steps,
     partition,
@@ -20,7 +21,6 @@ from uldp.collector.learning.sgd import (
     steps_advisory,
     theorem8_bound,
 )
-from uldp.collector.learning.synthetic import quadratic_population
 
 
 def test_partition_is_balanced_disjoint_and_seeded() -> None:
@@ -84,7 +84,8 @@ def test_trajectory_and_update_rule() -> None:
     """θ_{t+1} = Π(θ_t − η g_t) with the recorded g_t; each user reports in one step."""
     rng = np.random.default_rng(1)
     X = rng.uniform(-0.3, 0.5, size=(600, 40, 2))
-    cfg = SGDConfig(model="quadratic", epsilon=16.0, t0=3, eta=0.5, radius=0.45, seed=2)
+    cfg = SGDConfig(model="quadratic", epsilon=16.0, t0=3, eta=0.5, radius=0.45, seed=2,
+                    method="two-stage")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = run_sgd(cfg, ArrayUsers(X), rng=RandomSource.seeded(5))
@@ -119,7 +120,8 @@ def test_step_gradients_are_unbiased() -> None:
     errs = []
     for r in range(60):
         X = mu + np.random.default_rng([r, 31]).uniform(-0.3, 0.3, size=(N, M, D))
-        cfg = SGDConfig(model="quadratic", epsilon=320.0, clip=1.0, t0=3, seed=r)
+        cfg = SGDConfig(model="quadratic", epsilon=320.0, clip=1.0, t0=3, seed=r,
+                        method="two-stage")
         res = run_sgd(cfg, ArrayUsers(X), rng=RandomSource.seeded(f"sgd-bias-{r}"))
         assert res.trajectory[0]["regime"] == "low"
         for step, members in zip(res.trajectory, partition(N, 3, r), strict=True):
@@ -146,7 +148,7 @@ def test_s9_quadratic_rate_and_theorem8() -> None:
         for r in range(reps):
             src, mu = quadratic_population(n, m, d, np.random.default_rng([n, r]))
             cfg = SGDConfig(model="quadratic", epsilon=eps, clip=1.0,
-                            t0=math.ceil(math.log(n)), seed=r)
+                            t0=math.ceil(math.log(n)), seed=r, method="two-stage")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 out = run_sgd(cfg, src, rng=RandomSource.seeded(n * 100 + r))

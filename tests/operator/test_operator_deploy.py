@@ -93,6 +93,64 @@ def test_compose_file_matches_the_compose_spec():
     assert doc["services"]["collector"]["environment"]["ULDP_NAME"]
 
 
+# ---- the shuffler (shuffle mode, issue 25) -------------------------------------------------
+def _shuffler_args(args: list[str]) -> object:
+    """``uldp shuffler serve ARGS`` parsed by the real parser (every flag must exist)."""
+    from uldp.collector.cli.app import build_parser
+    return build_parser().parse_args(args)
+
+
+def test_shuffler_manifests_run_the_real_command_with_its_own_secrets_only():
+    """k8s: a one-replica StatefulSet with a claim for its SQLite file, its own secrets
+    (documented create commands), none of the collector's; the collector's port for it is
+    in the collector's Service and ConfigMap. Its args parse with `uldp shuffler serve`."""
+    docs = _docs(DEPLOY / "k8s" / "shuffler.yaml")
+    (sts,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    (svc,) = [d for d in docs if d["kind"] == "Service"]
+    assert sts["spec"]["replicas"] == 1 and sts["spec"]["volumeClaimTemplates"]
+    pod = sts["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    a = _shuffler_args(c["args"])
+    assert a.attestation_key_file and a.ticket_key_file and a.metrics_token_file
+    assert a.collector == "uldp-collector:50052" and a.db.startswith("/var/lib/uldp-shuffler")
+    secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"uldp-shuffler-tls", "uldp-shuffler-keys"}
+    header = (DEPLOY / "k8s" / "shuffler.yaml").read_text()
+    for name in secrets:
+        assert f"kubectl create secret generic {name}" in header, name
+    assert {p["name"] for p in svc["spec"]["ports"]} == {"grpc", "https"}
+    (cs,) = _docs(DEPLOY / "k8s" / "service.yaml")
+    assert 50052 in {p["port"] for p in cs["spec"]["ports"]}
+    (cm,) = _docs(DEPLOY / "k8s" / "configmap.yaml")
+    assert cm["data"]["ULDP_SHUFFLER_PORT"] == "50052"
+    os.environ.update(ULDP_SHUFFLER_PORT="50052", ULDP_SHUFFLER_CA="/x/ca.pem")
+    try:  # the collector reads them as --shuffler-port / --shuffler-ca
+        from uldp.collector.cli.app import build_parser
+        col = build_parser().parse_args(["collector", "serve"])
+    finally:
+        del os.environ["ULDP_SHUFFLER_PORT"], os.environ["ULDP_SHUFFLER_CA"]
+    assert (col.shuffler_port, col.shuffler_ca) == (50052, "/x/ca.pem")
+
+
+def test_shuffler_compose_service_and_systemd_unit():
+    (doc,) = _docs(DEPLOY / "compose.yaml")
+    sh = doc["services"]["shuffler"]
+    assert sh["profiles"] == ["shuffle"]
+    assert not any(v.split(":")[0] in ("tls", "admin") for v in sh["volumes"])
+    a = _shuffler_args(sh["command"])
+    assert a.collector == "collector:50052" and a.attestation_key_file
+    col = doc["services"]["collector"]["command"]
+    assert "--shuffler-port" in col and "--shuffler-ca" in col
+    unit = (DEPLOY / "systemd" / "uldp-shuffler.service").read_text()
+    assert "UMask=0077" in unit and "User=uldp-shuffler" in unit
+    exec_line = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit, re.M | re.S).group(1)
+    argv = shlex.split(exec_line.replace("\\\n", " ").replace("${ULDP_COLLECTOR}",
+                                                                 "collector.example:50052"))
+    assert argv[:3] == ["/opt/uldp/bin/uldp", "shuffler", "serve"]
+    a = _shuffler_args(argv[1:])
+    assert a.ticket_key_file == "/etc/uldp/shuffler/ticket.key" and a.attestation_key_file
+
+
 # ---- the image, outside Docker ------------------------------------------------------------
 def _dockerignore() -> list[str]:
     lines = (REPO / ".dockerignore").read_text().splitlines()

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from uldp.collector.learning.classify import grid_result
 from uldp.collector.learning.estimators import LDPHistogramClassifier
+from uldp.collector.models.grid import grid_result
 from uldp.collector.planner import QuerySpec
 from uldp.collector.service.client import QueryRequest
 from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet

@@ -3,6 +3,7 @@ group commit under concurrency, bounded streaming; and the generated wire code."
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 import threading
@@ -68,6 +69,8 @@ def test_migrations_from_version_1(db):
     with db.write() as conn:
         conn.execute(text("ALTER TABLE uldp_queries DROP COLUMN allow_simulated"))
         conn.execute(text("ALTER TABLE uldp_phases DROP COLUMN declined"))
+        conn.execute(text("ALTER TABLE uldp_shuffle_batches DROP COLUMN attested"))
+        conn.execute(text("ALTER TABLE uldp_shuffle_batches DROP COLUMN verifier"))
         conn.execute(update(S.meta).where(S.meta.c.key == "schema_version").values(value="1"))
     db.dispose()
     d2 = open_database(str(db.url.render_as_string(hide_password=False)))
@@ -76,7 +79,8 @@ def test_migrations_from_version_1(db):
         assert row is not None and row["allow_simulated"] is False
         assert row["target_users"] == 20_000
         assert {p["declined"] for p in d2.get_phases("q")} == {0}
-        assert d2.migrate() == SCHEMA_VERSION == 4
+        assert d2.batch_counts("q") == []  # shuffle_batches has its version-5 columns
+        assert d2.migrate() == SCHEMA_VERSION == 5
     finally:
         d2.dispose()
 
@@ -180,6 +184,23 @@ def test_close_windows_are_bounded_and_cover_every_report(db):
     assert sorted(x for v in seen.values() for x in v) == list(range(1000))
 
 
+def test_stream_windows_are_planned_on_stored_bytes(db):
+    """Wide reports stored narrow (275 values at 2 bytes: 550 B, 2 200 B as int64) are read
+    in windows sized on what is stored: on PostgreSQL a window spans the blocks of about
+    2 MiB of reports, not the ~3 blocks an int64 (out-of-line) estimate gave."""
+    _query(db)
+    width = 275
+    payload = np.arange(width, dtype=np.int16).tobytes()
+    db.store_reports([PendingReport("q", 1, f"d{i}", 0, 1, i, payload, 2) for i in range(400)])
+    windows = db.close_windows("q", 1, 400, 8 * width)
+    if db.is_sqlite:
+        assert len(windows) == 1
+    else:  # 2 MiB of in-row reports: 256 blocks a window (the 400 reports fill ~30)
+        assert len(windows) == 1 and windows[0].hi - windows[0].lo == 256
+    (block,) = list(db.window_reports("q", 1, windows[0], [0], with_slots=False))
+    assert block.count == 400 and block.reports().shape == (400, width)
+
+
 def test_phase_close_claim_is_exclusive(db):
     _query(db, quota=1)
     db.store_reports([PendingReport("q", 1, "d", 0, 1, 0, b"\x00" * 8)])
@@ -207,3 +228,69 @@ def test_generated_wire_code_is_current():
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_shuffled_batches_never_take_a_phase_past_its_quota(db):
+    """Issue 25: received ≤ quota in shuffle mode. Two replicas (two ``Database`` objects,
+    each with its own counter rows) store the shuffler's batches of one phase: the quota
+    counts what every replica stored; a batch that would pass it stores nothing; two
+    batches racing for the last places cannot both get in (the phase's advisory lock held
+    exclusively on PostgreSQL, one writer at a time on SQLite); a re-sent batch id is a
+    duplicate; a closed phase takes nothing."""
+    from uldp.collector.storage.shuffle import ShuffledBatch
+
+    _query(db, quota=10)
+    other = open_database(str(db.url.render_as_string(hide_password=False)))
+
+    def batch(n: int) -> ShuffledBatch:
+        return ShuffledBatch("q", secrets.token_hex(16), 1, 0, 0, n,
+                             [np.int64(i).tobytes() for i in range(n)], 20, n, "v")
+
+    def store(d: Database, b: ShuffledBatch):
+        with d.write() as conn:
+            return d.store_batch_in(conn, b)
+
+    try:
+        first = batch(4)
+        assert store(db, first).stored == 4
+        assert store(other, first).duplicate
+        over = store(other, batch(7))
+        assert (over.over_quota, over.stored) == ((4, 10), 0)
+        outs: list = []
+        racers = [threading.Thread(target=lambda d=d: outs.append(store(d, batch(4))))
+                  for d in (db, other)]
+        for t in racers:
+            t.start()
+        for t in racers:
+            t.join()
+        assert sorted(o.stored for o in outs) == [0, 4]
+        assert [o.over_quota for o in outs if not o.stored] == [(8, 10)]
+        assert store(other, batch(2)).stored == 2
+        assert store(db, batch(1)).over_quota == (10, 10)
+        assert db.get_phases("q")[0]["received"] == 10
+        with db.read() as conn:
+            assert conn.execute(text("SELECT count(*) FROM uldp_reports")).scalar() == 10
+        b2 = ShuffledBatch("q", secrets.token_hex(16), 1, 0, 0, 1, [b"\0" * 8], 20)
+        with db.write() as conn:
+            conn.execute(update(S.phases).where(S.phases.c.phase == 1).values(state="closing"))
+        assert store(db, b2).state == "closing"
+    finally:
+        other.dispose()
+
+
+def test_declines_are_counted_per_cell_over_every_writer(db):
+    """What a shuffler completes a cell on (issue 25: declines never stall a cell): the
+    declines of each (phase, group, stage), merged over the replicas' counter rows; a
+    duplicate decline counts once."""
+    _query(db)
+    other = open_database(str(db.url.render_as_string(hide_password=False)))
+    try:
+        def decline(d: Database, dev: str, grp: int) -> str:
+            return d.store_declines([PendingReport("q", 1, dev, grp, 0, 0, b"")])[0].code
+
+        assert [decline(db, "a", 0), decline(other, "b", 0), decline(other, "c", 2),
+                decline(db, "a", 0)] == ["OK"] * 4
+        assert db.cell_declines("q") == {(1, 0, 0): 2, (1, 2, 0): 1}
+        assert db.get_phases("q")[0]["declined"] == 3
+    finally:
+        other.dispose()

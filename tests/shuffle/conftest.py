@@ -25,6 +25,8 @@ from uldp.collector.simulation.demo import start_shuffled_collector
 
 #: the web origin the shuffler's HTTP port allows (--cors-origin)
 APP_ORIGIN = "https://app.example"
+#: the token a scraper presents at the shuffler's GET /metrics (--metrics-token-file)
+METRICS_TOKEN = "shuffler-metrics-token-0123456789"
 
 
 @dataclass
@@ -84,10 +86,14 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     http = free_port()
     proc, port, intake = start_shuffled_collector(work, sp, ["--http-port", str(http)])
     shuffler_http = free_port()
+    metrics = work / "shuffler-metrics.token"
+    metrics.write_text(METRICS_TOKEN + "\n")
+    metrics.chmod(0o600)
     d = Deployment(work, sp, proc, port, intake, http,
                    shuffler_args=["--min-batch", "20", "--linger", "0.5", "--max-batch", "400",
                                   "--http-port", str(shuffler_http),
-                                  "--cors-origin", APP_ORIGIN],
+                                  "--cors-origin", APP_ORIGIN,
+                                  "--metrics-token-file", str(metrics)],
                    shuffler_http=shuffler_http)
     try:
         d.start_shuffler()

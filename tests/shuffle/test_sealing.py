@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +93,7 @@ def test_malformed_plaintexts_are_recognised():
     assert open_plaintext(b"\x00" + bytes(7)) is None  # not 1 + 8·L bytes
 
 
-def _seal_task(key: SealKey | None) -> device_pb2.Task:
+def _seal_task(key: SealKey | None, ticket: str = "t1.ticket") -> device_pb2.Task:
     spec = TaskSpec(query_id="q-s", kind="mean", method="ssl", stage=0, epsilon=1.0,
                     eps_c=1.0, components=(0,), bound=1.0, intervals=((-1.0, 1.0),),
                     seal=key.to_json() if key else None)
@@ -99,7 +101,7 @@ def _seal_task(key: SealKey | None) -> device_pb2.Task:
     import hashlib
     return device_pb2.Task(query_id="q-s", phase=1, group=3, stage=0, dataset="x",
                            task_json=text, task_digest=hashlib.sha256(text.encode()).hexdigest(),
-                           report_length=1)
+                           report_length=1, shuffle_ticket=ticket if key else "")
 
 
 def test_a_task_without_seal_keeps_its_bytes():
@@ -119,10 +121,17 @@ def test_device_refuses_without_shuffler_and_stores_the_ciphertext(tmp_path):
         dev.prepare(task)
     assert e.value.code == "seal" and dev.ledger.get("q-s") is None  # nothing charged
     dev.close()
-    dev = Device("unused:1", tmp_path / "b", budget=2.0, durable=False, shuffler="unused:2")
+    dev = Device("unused:1", tmp_path / "b", budget=2.0, durable=False, shuffler="unused:2",
+                 shuffler_attestation=lambda: "v1.fresh")
     dev.add_dataset("x", np.array([0.5, 0.25]))
+    with pytest.raises(TaskRefused) as e:  # a sealed task without a ticket: nothing to show
+        dev.prepare(_seal_task(key, ticket=""))  # the shuffler but a collector token
+    assert e.value.code == "seal" and "ticket" in str(e.value)
+    assert dev.ledger.get("q-s") is None
     rep = dev.prepare(task)
     assert isinstance(rep, shuffler_pb2.SealedReport)
+    assert rep.ticket == "t1.ticket" and not rep.attestation  # the ledger holds no attestation
+    assert dev.attested(rep).attestation == "v1.fresh" and dev.attested(rep).sealed == rep.sealed
     assert (rep.group, rep.stage, rep.phase) == (3, 0, 1)
     assert len(rep.sealed) == sealed_length(1)
     assert dev.prepare(task).sealed == rep.sealed  # the stored bytes, not a new seal
@@ -131,3 +140,34 @@ def test_device_refuses_without_shuffler_and_stores_the_ciphertext(tmp_path):
     vals, simulated = open_plaintext(suite().decrypt(rep.sealed, sk, info=info))
     assert len(vals) == 1 and simulated is False
     dev.close()
+
+
+def test_the_collector_opens_a_batch_in_order_and_drops_what_fails(monkeypatch):
+    """``open_reports`` keeps the order and drops, one by one, a forgery, a report of
+    another length, a simulated one where not allowed, one over the limit (−2⁶³ too) and
+    one with an unknown flag bit; a large
+    batch opened by the pool of processes gives the same list."""
+    import uldp.collector.service.shuffled as sh
+    from uldp.client.sealing import open_reports
+
+    sk = X25519PrivateKey.generate()
+    key = SealKey.of(sk.public_key().public_bytes_raw())
+    info = seal_info("q", 1, 0, 0, "ab" * 32)
+    good = [seal(key, info, plaintext([i, -i], False)) for i in range(6)]
+    bad = [os.urandom(len(good[0])), seal(key, info, plaintext([1, 2, 3], False)),
+           seal(key, info, plaintext([1, 1], True)), seal(key, info, plaintext([99, 0], False)),
+           seal(key, info, plaintext([-2**63, 0], False)),  # |−2⁶³| overflows int64
+           seal(key, info, b"\x02" + bytes(16))]  # an unknown flag bit
+    raw = sk.private_bytes_raw()
+    got = open_reports(raw, info, 2, 50, False, good[:3] + bad + good[3:])
+    want = [np.array([i, -i], dtype="<i8").tobytes() for i in range(6)]
+    assert got == want[:3] + [None] * 6 + want[3:]
+    assert open_reports(raw, info, 2, 50, True, bad[2:3]) == [np.array([1, 1], "<i8").tobytes()]
+    monkeypatch.setattr(sh, "PARALLEL_OPEN", 4)
+    intake = sh.ShuffleIntake.__new__(sh.ShuffleIntake)
+    intake._pool, intake._pool_lock = None, threading.Lock()
+    try:
+        assert intake._open(sk, info, 2, 50, False, good + bad) == want + [None] * 6
+        assert intake._pool is not None or (os.cpu_count() or 1) < 2
+    finally:
+        intake.close()

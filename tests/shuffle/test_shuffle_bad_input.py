@@ -4,7 +4,10 @@ message, or a CLI line naming the flag, exit 2), and nothing changes.
 * ``uldp shuffler serve`` / ``uldp collector serve`` flag mistakes;
 * CreateQuery with unusable shuffle parameters (a minimum batch above a cell, a method with
   per-device tasks, δ out of range);
-* the shuffler's checks (malformed fields, unknown query, a query in the clear);
+* the shuffler's checks, in order (a token instead of a ticket, missing, forged or foreign
+  tickets, a missing attestation, malformed fields, a ticket for another task, unknown
+  query, a query in the clear, a closed phase, a slot the query does not have), and a
+  batch call over its item cap refused whole before decoding, committing nothing;
 * the collector's batch checks (batch id, size below the minimum, another task's digest)
   and reports that do not open, dropped one by one and counted.
 """
@@ -21,7 +24,10 @@ import pytest
 
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
+from uldp.collector.security.attestation import HmacAttestation
+from uldp.collector.security.tickets import Ticket, TicketKey
 from uldp.collector.service.client import QueryRequest
+from uldp.collector.shuffler.service import MAX_SEALED_BATCH
 
 from .conftest import Deployment
 
@@ -32,26 +38,53 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
-def test_shuffler_serve_names_the_flag(deployment: Deployment, tmp_path):
+def _inproc(capsys, *args: str) -> tuple[int, str]:
+    """``uldp ARGS`` in this process (exit code, stderr): for mistakes caught before a
+    server starts (a subprocess costs seconds of imports each)."""
+    import warnings
+
+    from uldp.collector.cli.service import main
+
+    saved = warnings.showwarning
+    try:
+        rc = main(list(args))
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    finally:
+        warnings.showwarning = saved
+    return rc, capsys.readouterr().err
+
+
+def test_shuffler_serve_names_the_flag(deployment: Deployment, tmp_path, capsys):
     sp = deployment.sp
     base = ["shuffler", "serve", "--db", str(tmp_path / "s.db"), "--tls-cert",
             str(sp.shuffler_cert), "--tls-key", str(sp.shuffler_key), "--collector",
             "127.0.0.1:1", "--collector-ca", str(sp.ca), "--client-cert", str(sp.client_cert),
             "--client-key", str(sp.client_key)]
-    r = _cli(*base, "--token-public-key", str(tmp_path / "missing.pem"))
-    assert r.returncode == 2 and "--token-public-key" in r.stderr
-    r = _cli(*base, "--token-public-key", str(sp.token_public), "--min-batch", "1")
-    assert r.returncode == 2 and "--min-batch" in r.stderr
-    r = _cli(*base, "--token-public-key", str(sp.token_public), "--min-batch", "50",
-             "--max-batch", "10")
-    assert r.returncode == 2 and "--max-batch" in r.stderr
-    tpk = ["--token-public-key", str(sp.token_public)]
-    r = _cli(*base, *tpk, "--cors-origin", "https://app.example")
-    assert r.returncode == 2 and "--cors-origin needs --http-port" in r.stderr
-    r = _cli(*base, *tpk, "--http-port", "0", "--cors-origin", "app.example")
-    assert r.returncode == 2 and "--cors-origin 'app.example'" in r.stderr
-    r = _cli(*base, *tpk, "--port", "50999", "--http-port", "50999")
-    assert r.returncode == 2 and "--http-port 50999: the same port" in r.stderr
+    bad = tmp_path / "bad.key"
+    bad.write_text("not hex\n")
+    bad.chmod(0o600)
+    tpk = ["--ticket-key-file", str(sp.ticket_key)]
+    for args, why in (
+            (["--ticket-key-file", str(tmp_path / "missing.key")], "--ticket-key-file"),
+            (["--ticket-key-file", str(bad)], "--ticket-key-file"),
+            ([*tpk, "--attestation-key-file", str(bad)], "--attestation-key-file"),
+            ([*tpk, "--min-batch", "50", "--max-batch", "10"], "--max-batch"),
+            # --min-batch 1 is allowed (each query's own minimum of at least 2 applies):
+            # the next mistake is the one reported
+            ([*tpk, "--min-batch", "1", "--cors-origin", "https://app.example"],
+             "--cors-origin needs --http-port"),
+            ([*tpk, "--http-port", "0", "--cors-origin", "app.example"],
+             "--cors-origin 'app.example'"),
+            ([*tpk, "--port", "50999", "--http-port", "50999"],
+             "--http-port 50999: the same port"),
+            ([*tpk, "--metrics-token-file", str(sp.ticket_key)],
+             "--metrics-token-file needs --http-port"),
+            ([*tpk, "--http-port", "0", "--metrics-token-file", str(tmp_path / "none")],
+             "--metrics-token-file")):
+        rc, err = _inproc(capsys, *base, *args)
+        assert rc == 2 and why in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert "hex" in _inproc(capsys, *base, "--ticket-key-file", str(bad))[1]
     r = _cli(*base, *tpk, "--port", "0", "--http-port", str(deployment.shuffler_http))
     assert r.returncode == 2 and f"--http-port {deployment.shuffler_http}: cannot listen" \
         in r.stderr  # the running shuffler's HTTP port
@@ -111,26 +144,57 @@ def queries(deployment):
 
 def test_the_shuffler_checks_in_order(deployment, queries):
     tok, task = _token_and_task(deployment)
+    key = TicketKey.from_file(deployment.sp.ticket_key)  # minted as the collector would
+    att = HmacAttestation.from_file(deployment.sp.attestation_key).issue("checks")
+
+    def minted(q: str = "sh", phase: int = task.phase, slot: int = 1) -> str:
+        return key.issue(Ticket(q, phase, task.group, task.stage, task.task_digest, slot))
+
     good = dict(query_id="sh", phase=task.phase, group=task.group, stage=task.stage,
-                task_digest=task.task_digest, sealed=bytes(57))
-    cases = [(dict(good, task_digest="XY"), "INVALID_ARGUMENT", "task_digest"),
+                task_digest=task.task_digest, sealed=os.urandom(57),
+                ticket=task.shuffle_ticket, attestation=att)
+    foreign = TicketKey.generate().issue(Ticket("sh", task.phase, task.group, task.stage,
+                                                task.task_digest, 1))
+    cases = [(dict(good, ticket=""), "UNAUTHENTICATED", "missing shuffler ticket"),
+             (dict(good, ticket=tok), "UNAUTHENTICATED", "malformed shuffler ticket"),
+             (dict(good, ticket=foreign), "UNAUTHENTICATED", "invalid shuffler ticket"),
+             (dict(good, attestation=""), "UNAUTHENTICATED", "attested devices"),
+             (dict(good, attestation="v1.x.y"), "UNAUTHENTICATED", "attestation rejected"),
+             (dict(good, task_digest="XY"), "INVALID_ARGUMENT", "task_digest"),
              (dict(good, sealed=bytes(10)), "INVALID_ARGUMENT", "bytes"),
              (dict(good, query_id=""), "INVALID_ARGUMENT", "query_id"),
-             (dict(good, query_id="nope"), "NOT_FOUND", "unknown query"),
-             (dict(good, query_id="plain"), "FAILED_PRECONDITION", "not in shuffle mode"),
-             (dict(good, phase=7), "FAILED_PRECONDITION", "not open")]
+             (dict(good, group=task.group + 1), "PERMISSION_DENIED", "another task"),
+             (dict(good, query_id="nope", ticket=minted("nope")), "NOT_FOUND",
+              "unknown query"),
+             (dict(good, query_id="plain", ticket=minted("plain")), "FAILED_PRECONDITION",
+              "not in shuffle mode"),
+             (dict(good, phase=7, ticket=minted(phase=7)), "FAILED_PRECONDITION", "not open"),
+             (dict(good, ticket=minted(slot=60)), "PERMISSION_DENIED", "60 slots")]
     with secure_channel(deployment.shuffler_endpoint) as ch:
         stub = shuffler_pb2_grpc.ShufflerServiceStub(ch)
+        with pytest.raises(grpc.RpcError) as e:  # a token, even with a good report
+            stub.SubmitSealed(shuffler_pb2.SubmitSealedRequest(
+                report=shuffler_pb2.SealedReport(**good)),
+                metadata=(("authorization", f"Bearer {tok}"),), timeout=10)
+        assert e.value.code().name == "INVALID_ARGUMENT" and "no token" in e.value.details()
         for fields, code, why in cases:
             with pytest.raises(grpc.RpcError) as e:
                 stub.SubmitSealed(shuffler_pb2.SubmitSealedRequest(
-                    report=shuffler_pb2.SealedReport(**fields)),
-                    metadata=(("authorization", f"Bearer {tok}"),), timeout=10)
+                    report=shuffler_pb2.SealedReport(**fields)), timeout=10)
             assert e.value.code().name == code and why in e.value.details(), fields
+        # over the item cap: refused whole before decoding; its valid item is not stored
+        first = shuffler_pb2.SealedReport(**good)
+        big = shuffler_pb2.SubmitSealedBatchRequest(
+            reports=[first] + [shuffler_pb2.SealedReport()] * MAX_SEALED_BATCH)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.SubmitSealedBatch(big, timeout=30)
+        assert e.value.code().name == "INVALID_ARGUMENT" and "at most" in e.value.details()
         batch = stub.SubmitSealedBatch(shuffler_pb2.SubmitSealedBatchRequest(reports=[
-            shuffler_pb2.SealedReport(**cases[0][0], device_token=tok),
-            shuffler_pb2.SealedReport(**good, device_token="forged.token")]), timeout=10)
-    assert [r.code for r in batch.results] == [3, 16]  # INVALID_ARGUMENT, UNAUTHENTICATED
+            shuffler_pb2.SealedReport(**cases[5][0]), shuffler_pb2.SealedReport(**cases[0][0]),
+            first]), timeout=10)
+    # INVALID_ARGUMENT, UNAUTHENTICATED, and OK *not* a duplicate: nothing had been stored
+    assert [(r.code, r.duplicate) for r in batch.results] == [(3, False), (16, False),
+                                                                (0, False)]
 
 
 def test_the_collector_checks_batches_and_drops_what_does_not_open(deployment, queries):
@@ -164,3 +228,19 @@ def test_the_collector_checks_batches_and_drops_what_does_not_open(deployment, q
     assert again.duplicate and (again.stored, again.refused) == (0, 20)
     q = deployment.analyst().get("sh")
     assert q.phases[0].received == 0  # nothing counted
+
+
+def test_shuffle_ticket_key_export(deployment: Deployment, tmp_path, capsys):
+    """``uldp collector shuffle-ticket-key`` writes the key the collector issues tickets
+    with (0600) — the one the running shuffler checks them with; an existing file is
+    replaced only with --force."""
+    out = tmp_path / "ticket.key"
+    db = f"sqlite:///{deployment.db_path}"
+    rc, err = _inproc(capsys, "collector", "shuffle-ticket-key", "--db", db, "--out", str(out))
+    assert rc == 0, err
+    assert out.read_text().strip() == deployment.sp.ticket_key.read_text().strip()
+    assert out.stat().st_mode & 0o777 == 0o600
+    rc, err = _inproc(capsys, "collector", "shuffle-ticket-key", "--db", db, "--out", str(out))
+    assert rc == 2 and "--force" in err
+    assert _inproc(capsys, "collector", "shuffle-ticket-key", "--db", db, "--out", str(out),
+                   "--force")[0] == 0

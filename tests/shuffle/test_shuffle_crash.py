@@ -3,11 +3,11 @@
 Real processes on loopback. The shuffler is started with the test hook that stalls its
 forwarder between the collector's acknowledgement of a batch and recording it; 300
 devices report through a gateway (every report acknowledged means durably stored); once
-the collector holds the first batch the shuffler is killed with SIGKILL — the batch is
-stored at the collector and still ``forwarding`` at the shuffler, the other reports wait
-unbatched. A new shuffler on the same database re-sends that batch (the collector
-answers duplicate: the batch id) and forwards the rest. The collector ends with exactly
-the acknowledged reports, each once, and the query completes.
+the collector holds the first batch the shuffler is killed with SIGKILL — the batches the
+collector acknowledged (the forwarder sends two at once) are still ``forwarding`` at the
+shuffler, the other reports wait. A new shuffler on the same database re-sends those
+batches (the collector answers duplicate: the batch id) and forwards the rest. The
+collector ends with exactly the acknowledged reports, each once, and the query completes.
 """
 
 from __future__ import annotations
@@ -66,17 +66,19 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
     res = run_gateway_fleet(d.endpoint, d.work / "devices-crash", USERS,
                             [FleetDataset("crash", data, modulo=1, residue=0)], gateways=1,
                             batch=100, budget=2.0, seed=5, timeout_s=120,
-                            shuffler=d.shuffler_endpoint)
+                            shuffler=d.shuffler_endpoint,
+                            shuffler_attestation_key=d.sp.attestation_hex())
     assert res.submitted == USERS and not res.errors, res  # all acknowledged: durable
 
     batches = "SELECT batch_id, stored FROM uldp_shuffle_batches WHERE query_id = ?"
     _wait(lambda: len(_collector(d, batches, q.query_id)) >= 1)
-    d.kill_shuffler()  # SIGKILL while the first batch is stored but not recorded
-    (first, stored), = _collector(d, batches, q.query_id)
-    assert stored == 60
+    d.kill_shuffler()  # SIGKILL while the first batches are stored but not recorded
+    acked = dict(_collector(d, batches, q.query_id))  # (the forwarder sends two at once)
+    assert 1 <= len(acked) <= 2 and all(20 <= n <= 60 for n in acked.values())
     assert _shuffler(d, "SELECT count(*) FROM submissions") == [(USERS,)]
     assert _shuffler(d, "SELECT count(*) FROM pending") == [(USERS,)]
-    assert _shuffler(d, "SELECT batch_id, state FROM batches") == [(first, "forwarding")]
+    shuffler_side = dict(_shuffler(d, "SELECT batch_id, state FROM batches"))
+    assert set(shuffler_side.values()) == {"forwarding"} and set(acked) <= set(shuffler_side)
 
     d.start_shuffler()  # the same database, no stall
     final = an.wait(q.query_id, timeout_s=120)
@@ -84,7 +86,7 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
     assert final.state == 2, final.error
     rows = _collector(d, batches, q.query_id)
     assert sum(s for _, s in rows) == USERS  # every acknowledged report, once
-    assert len({b for b, _ in rows}) == len(rows) and first in {b for b, _ in rows}
+    assert len({b for b, _ in rows}) == len(rows) and set(acked) <= {b for b, _ in rows}
     assert _collector(d, "SELECT count(*) FROM uldp_reports WHERE query_id = ?",
                       q.query_id) == [(USERS,)]
     # received: the phase row plus every writer's counter row (merged on read)
@@ -94,4 +96,4 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
                       q.query_id) == [(USERS,)]
     _wait(lambda: _shuffler(d, "SELECT count(*) FROM pending") == [(0,)])
     states = dict(_shuffler(d, "SELECT batch_id, state FROM batches"))
-    assert states[first] == "forwarded" and set(states.values()) == {"forwarded"}
+    assert set(states.values()) == {"forwarded"} and set(acked) <= set(states)

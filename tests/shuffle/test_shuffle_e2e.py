@@ -30,7 +30,7 @@ from uldp.client.sealing import seal_info, suite
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import device_pb2, device_pb2_grpc, shuffler_pb2, shuffler_pb2_grpc
 from uldp.collector.service.client import QueryRequest
-from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query
+from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, fleet_attestation
 from uldp.collector.simulation.gateway import run_gateway_fleet
 
 from .conftest import Deployment
@@ -49,7 +49,8 @@ def _run(d: Deployment, kind: str, dist: str, users: int, dim: int, seed: int,
     res = run_gateway_fleet(d.endpoint, d.work / f"devices-{kind}", users,
                             [FleetDataset(f"ds-{kind}", data, modulo=1, residue=0)],
                             gateways=1, batch=250, budget=2 * epsilon, seed=seed,
-                            timeout_s=300, shuffler=d.shuffler_endpoint)
+                            timeout_s=300, shuffler=d.shuffler_endpoint,
+                            shuffler_attestation_key=d.sp.attestation_hex())
     assert not res.errors and not res.rejected and not res.refused, res
     assert res.submitted == users
     final = an.wait(q.query_id, timeout_s=180)
@@ -77,8 +78,10 @@ def test_shuffled_queries_complete_with_the_truth_in_the_interval(shuffled):
     for kind, (_, est) in shuffled.items():
         p = est["privacy"]
         assert p["mode"] == "shuffle" and p["cells"], kind
+        assert p["verifier"] == "hmac-attestation" and "distinct" in p["assumption"]
         for c in p["cells"]:
             assert c["smallest_batch"] >= 20 and c["reports"] >= c["smallest_batch"]
+            assert c["counted"] == c["smallest_batch"]  # every device attested, distinct
             assert c["epsilon"] <= c["epsilon0"]
         assert p["central_epsilon"] == max(c["epsilon"] for c in p["cells"])
         assert p["local_epsilon"] == max(c["epsilon0"] for c in p["cells"])
@@ -121,7 +124,8 @@ def test_the_collector_stores_no_device_identity_with_shuffled_reports(deploymen
 def _device(d: Deployment, tmp, name: str, seed: int) -> Device:
     dev = Device(d.endpoint, tmp / name, budget=4.0, durable=False,
                  rng=RandomSource.seeded(seed), simulation=True,
-                 shuffler=d.shuffler_endpoint)
+                 shuffler=d.shuffler_endpoint,
+                 shuffler_attestation=fleet_attestation(d.sp.attestation_hex(), name))
     dev.add_dataset("solo", np.array([0.25, 0.5]))
     return dev
 
@@ -152,6 +156,8 @@ def test_a_captured_report_opens_with_the_collector_key_only(deployment, tmp_pat
     _poll(dev, "solo-capture")
     (rep,) = captured
     assert isinstance(rep, shuffler_pb2.SealedReport)
+    wire = rep.SerializeToString()  # all the shuffler gets (a token in metadata is refused)
+    assert dev.token and dev.token.encode() not in wire and rep.ticket != dev.token
     info = seal_info(rep.query_id, rep.phase, rep.group, rep.stage, rep.task_digest)
     db = _collector_db(deployment)
     (raw,) = db.execute("SELECT value FROM uldp_meta WHERE key LIKE 'seal_key:%'").fetchone()
@@ -171,34 +177,36 @@ def test_a_captured_report_opens_with_the_collector_key_only(deployment, tmp_pat
     shuffler_db = sqlite3.connect(deployment.work / "shuffler.db")
     rows = shuffler_db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
     shuffler_db.close()
-    assert {r[0] for r in rows} == {"submissions", "pending", "batches"}  # no key table
+    assert {r[0] for r in rows} == {"submissions", "sealed_seen", "cells", "buckets",
+                                    "pending", "counters", "batches"}  # no key table
     dev.close()
 
 
-def test_the_shuffler_refuses_a_second_report_of_one_device(deployment, tmp_path):
+def test_the_shuffler_refuses_a_second_report_of_one_slot(deployment, tmp_path):
     _solo_query(deployment, "solo-twice")
     dev = _device(deployment, tmp_path, "b", 2)
     _poll(dev, "solo-twice")
     (first,) = [e for e in dev.ledger.entries("acknowledged")]
     task = device_pb2.Task.FromString(first.task)
+    assert task.shuffle_ticket.startswith("t1.")
     with secure_channel(deployment.shuffler_endpoint) as ch:
         stub = shuffler_pb2_grpc.ShufflerServiceStub(ch)
-        meta = (("authorization", f"Bearer {dev.token}"),)
-        same = shuffler_pb2.SealedReport(query_id="solo-twice", phase=task.phase,
-                                         group=task.group, stage=task.stage,
-                                         task_digest=task.task_digest, sealed=first.report)
+        same = dev.attested(shuffler_pb2.SealedReport(
+            query_id="solo-twice", phase=task.phase, group=task.group, stage=task.stage,
+            task_digest=task.task_digest, sealed=first.report, ticket=task.shuffle_ticket))
         assert stub.SubmitSealed(shuffler_pb2.SubmitSealedRequest(report=same),
-                                 metadata=meta, timeout=10).duplicate
+                                 timeout=10).duplicate
         other = shuffler_pb2.SealedReport()
         other.CopyFrom(same)
         other.sealed = bytes([first.report[0] ^ 1]) + first.report[1:]
         with pytest.raises(grpc.RpcError) as e:
-            stub.SubmitSealed(shuffler_pb2.SubmitSealedRequest(report=other), metadata=meta,
-                              timeout=10)
+            stub.SubmitSealed(shuffler_pb2.SubmitSealedRequest(report=other), timeout=10)
         assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
-        with pytest.raises(grpc.RpcError) as e:  # no token: refused before anything
+        other.ticket = ""
+        with pytest.raises(grpc.RpcError) as e:  # no ticket: refused before anything
             stub.SubmitSealed(shuffler_pb2.SubmitSealedRequest(report=other), timeout=10)
         assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    meta = (("authorization", f"Bearer {dev.token}"),)
     with secure_channel(deployment.endpoint) as ch:  # the collector takes no direct report
         direct = device_pb2.Report(query_id="solo-twice", phase=task.phase, values=[0],
                                    task_digest=task.task_digest, simulated=True)

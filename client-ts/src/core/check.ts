@@ -19,6 +19,7 @@ export interface TaskMessageLike {
   readonly task_json: string;
   readonly task_digest: string;
   readonly report_length: number;
+  readonly shuffle_ticket?: string;
 }
 
 /** What the ledger says about a task: throws a TaskRefused with code budget/participated. */
@@ -79,6 +80,9 @@ export function checkTask(msg: TaskMessageLike, datasets: ReadonlyMap<string, Da
     }
     if (task.seal !== null && !opts.shuffler) {
       throw new TaskRefused("the task asks for a sealed report for a shuffler, and this device has no shuffler configured", "seal");
+    }
+    if (task.seal !== null && !msg.shuffle_ticket) {
+      throw new TaskRefused("the task asks for a sealed report but carries no shuffler ticket (Task.shuffle_ticket)", "seal");
     }
     ledger(msg.query_id, msg.task_digest, task.units);
     return { task, units: task.units };

@@ -10,7 +10,7 @@ export {
 } from "./params.js";
 export { fwht, isPow2, nextPow2 } from "./hadamard.js";
 export {
-  binReports, gridEncode, gridPositions, oneHotBins, valueReports, stage1LogLikelihood, stage1Report,
+  binReports, gridCategories, gridEncode, gridLogLikelihood, gridPositions, gridReports, oneHotBins, valueReports, stage1LogLikelihood, stage1Report,
   stage2LogLikelihood, stage2Report, type Interval,
 } from "./twoStage.js";
 export { bytesToHex, f64FromHex, f64ToHex, hexToBytes } from "./encoding.js";

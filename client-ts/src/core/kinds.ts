@@ -121,7 +121,9 @@ export function gradient(t: Task, row: Row): number[] {
 function sgdMap(t: Task, row: Row): number[] {
   let g = gradient(t, row);
   if (!g.every(Number.isFinite)) g = g.map(() => 0.0);
-  return kashinMap(t, radial(g, t.bound as number, 2), t.bound);
+  const D = t.bound as number;
+  if (t.frameKind === "identity") return radial(g, D, 2).map((v) => clip(v, -D, D));
+  return kashinMap(t, radial(g, D, 2), t.bound);
 }
 
 // ---- grid + Hadamard features (classify, regress) -----------------------------------------

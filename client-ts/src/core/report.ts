@@ -13,7 +13,7 @@ import type { RandomSource } from "./random.js";
 import { hadamardReport } from "./methods/hadamard.js";
 import { oracleReport } from "./methods/oracle.js";
 import { centreByRecords, oracleOf, scalarOf, slotGroup, type Task } from "./task.js";
-import { binReports, type Interval, stage2Report, valueReports } from "./twoStage.js";
+import { binReports, gridReports, type Interval, stage2Report, valueReports } from "./twoStage.js";
 
 /** A dataset whose structure contradicts the task (an app bug, never a value problem). */
 export class DataError extends Error {
@@ -124,6 +124,9 @@ function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
   const y = task.components.map((c) => Y[c]);
   if (task.method === "two-stage" && task.stage === 1) {
     return binReports(y, task.bins.map(([D, h, B]) => alg1Params(D, h, 0, B)), oracleOf(task.mechanism), task.epsC, rng);
+  }
+  if (task.method === "two-stage-sized" && task.stage === 1) {
+    return gridReports(y, task.bins.map(([D, h, B]) => alg1Params(D, h, 0, B)), oracleOf(task.mechanism), task.epsC, rng);
   }
   return valueReports(y, task.intervals as Interval[], scalarOf(task.mechanism), task.epsC, rng);
 }

@@ -40,13 +40,14 @@ const refuse = (code: RefusalCode, message: string): never => {
   throw new TaskRefused(message, code);
 };
 
-export type Method = "two-stage" | "ssl" | "baseline-a" | "baseline-b" | "oracle" | "hadamard";
+export type Method = "two-stage" | "two-stage-sized" | "ssl" | "baseline-a" | "baseline-b" | "oracle" | "hadamard";
 export const KIND_NAMES = ["classify", "distribution", "mean", "mean-by", "mean-l1", "mean-l2", "mean-linf", "regress", "sgd"] as const;
 /** Groups a grouped mean (kind mean-by) may have: 2·G components (Python: MAX_GROUPS). */
 export const MAX_GROUPS = 1 << 10;
 export type KindName = (typeof KIND_NAMES)[number];
 const METHOD_STAGES: Record<Method, readonly number[]> = {
-  "two-stage": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0], oracle: [0], hadamard: [1, 2, 3],
+  "two-stage": [1, 2], "two-stage-sized": [1, 2], ssl: [0], "baseline-a": [0], "baseline-b": [0],
+  oracle: [0], hadamard: [1, 2, 3],
 };
 /** The kinds whose components are Hadamard coefficients (method hadamard, §17.13). */
 export const HADAMARD_KINDS: readonly KindName[] = ["distribution", "mean-l1"];
@@ -224,12 +225,15 @@ export function gridSpec(extra: JObject, dim: number): { M: number; lo: number[]
   return { M: Number((M as JInt).value), lo, hi, K: nextPow2(Number(cells)) };
 }
 
-function checkFrame(f: Map<string, JValue>): void {
+function checkFrame(f: Map<string, JValue>, identity = false): void {
   finitePositive("kashin_level", f.get("kashin_level")!);
   const delta = dbl(f.get("kashin_delta"));
   if (!(delta > 0 && delta <= 1)) refuse("param", "kashin_delta must be in (0, 1]");
   const fk = f.get("frame_kind");
-  if (fk !== "gaussian" && fk !== "hadamard") refuse("param", "frame_kind must be gaussian or hadamard");
+  if (identity && fk === "identity") return;
+  if (fk !== "gaussian" && fk !== "hadamard") {
+    refuse("param", identity ? "frame_kind must be gaussian or hadamard or identity" : "frame_kind must be gaussian or hadamard");
+  }
 }
 
 const HEAVY_FORM = new Set(["mean", "mean-linf", "mean-l2"]);
@@ -286,8 +290,8 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
       finitePositive("bound", f.get("bound")!);
       if (extra.has("l2")) finiteNonNeg("extra['l2']", extra.get("l2")!);
       extraNumbers(extra, "theta", dim);
-      checkFrame(f);
-      return frameSize(dim, f.get("frame_kind") as string);
+      checkFrame(f, true);
+      return f.get("frame_kind") === "identity" ? dim : frameSize(dim, f.get("frame_kind") as string);
     }
     case "classify": return gridSpec(extra, dim).K;
     case "regress":
@@ -385,10 +389,13 @@ function checkOracle(f: Map<string, JValue>, kind: KindName, dim: number, C: num
 /** Step 10 of §14.1: the method's own rules, in the Python SDK's order. */
 function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: KindName, dim: number, C: number,
   comps: bigint[]): void {
-  if (m === "two-stage" && stage === 1) {
+  if ((m === "two-stage" || m === "two-stage-sized") && stage === 1) {
     singleRecord(f);
     oracleOf(f.get("mechanism") as string);
     checkBins(f, comps.length);
+    if (m === "two-stage-sized" && (f.get("bins") as JInt[][]).some((r) => r[2].value > BigInt(MAX_BINS - 1))) {
+      refuse("limit", `two-stage-sized has at most ${MAX_BINS - 1} bins (its ${MAX_BINS} grid points are the categories)`);
+    }
   } else if (m === "baseline-a") {
     checkBaselineA(f, comps);
   } else if (m === "oracle") {
@@ -425,9 +432,11 @@ function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, d
   }
   if (method !== "baseline-a") {
     const units = BigInt(comps) * epsilonUnits(epsC, "eps_c");
-    if (method === "two-stage" && stage === 1) {
+    if ((method === "two-stage" || method === "two-stage-sized") && stage === 1) {
+      // two-stage-sized: B_c + 1 grid points per component (§9.3)
+      const extra = method === "two-stage-sized" ? 1 : 0;
       const oracle = oracleOf(f.get("mechanism") as string);
-      const n = (f.get("bins") as JInt[][]).reduce((s, r) => s + oracle.length(Number(r[2].value), toDouble(epsC)), 0);
+      const n = (f.get("bins") as JInt[][]).reduce((s, r) => s + oracle.length(Number(r[2].value) + extra, toDouble(epsC)), 0);
       return [units, n];
     }
     if (method === "hadamard" && stage === 2) {

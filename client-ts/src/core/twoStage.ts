@@ -91,6 +91,31 @@ export function binReports(y: readonly number[], params: readonly Alg1Params[], 
   return oracle.privatizeMany(items, params.map((p) => p.bins), epsC, rng);
 }
 
+/** two-stage-sized stage I (§9.3): each component's statistic clamped to [−D, D] and rounded
+ * unbiasedly to one of the B + 1 grid points −D + k·2D/B — position ((clamp(y) + D)/(2D))·B in
+ * that order of double operations, one keystream word per component (randomizedRound) — the
+ * 0-based categories k ∈ [0, B]. */
+export function gridCategories(y: readonly number[], params: readonly Alg1Params[], rng: RandomSource): number[] {
+  checkStats(y, params.length);
+  const pos = params.map((p, c) => ((clip(y[c], -p.bound, p.bound) + p.bound) / (2 * p.bound)) * p.bins);
+  const r = randomizedRound(pos, rng);
+  recordRounding(pos, r);
+  return r.map((v, c) => {
+    const B = BigInt(params[c].bins);
+    return Number(v < 0n ? 0n : v > B ? B : v);
+  });
+}
+
+/** Stage I of two-stage-sized: the grid categories (all rounding words first), then the
+ * oracle over B_c + 1 categories per component, the reports concatenated (§9.3). */
+export function gridReports(y: readonly number[], params: readonly Alg1Params[], oracle: FrequencyOracle, epsC: number,
+  rng: RandomSource): bigint[] {
+  checkStats(y, params.length);
+  recordStatistic(y);
+  const items = gridCategories(y, params, rng);
+  return oracle.privatizeMany(items, params.map((p) => p.bins + 1), epsC, rng);
+}
+
 /** Values with a scalar randomizer: clamp, grid-encode (the rounding words of every entry
  * first), then the mechanism's draws over the list of grid values (§17.11). */
 export function valueReports(y: readonly number[], intervals: readonly Interval[], mechanism: ScalarMechanism,
@@ -117,6 +142,31 @@ function logAddExp(a: number, b: number): number {
   if (b === -Infinity) return a;
   const m = Math.max(a, b);
   return m + Math.log(Math.exp(a - m) + Math.exp(b - m));
+}
+
+/** log P(report | y) of a two-stage-sized stage-I report with discrete Laplace (§9.6): per
+ * component the mixture (1−f)·P(z | e_k) + f·P(z | e_{k+1}) over the rounding to the B + 1 grid
+ * points, each P the one-hot vector plus DLap(2/ε_c) per entry. */
+export function gridLogLikelihood(y: readonly number[], report: readonly bigint[], params: readonly Alg1Params[],
+  epsC: number): number {
+  const t = laplaceScaleValue(laplaceScale(2, epsC));
+  let pos = 0;
+  let s = 0;
+  params.forEach((p, c) => {
+    const K = p.bins + 1;
+    const x = ((clip(y[c], -p.bound, p.bound) + p.bound) / (2 * p.bound)) * p.bins;
+    const k = Math.min(Math.floor(x), p.bins);
+    const f = x - k;
+    const at = (j: number): number => {
+      let l = 0;
+      for (let i = 0; i < K; i++) l += discreteLaplaceLogPmf(Number(report[pos + i]) - (i === j ? 1 : 0), t);
+      return l;
+    };
+    const a = at(k);
+    s += f > 0 ? logAddExp(Math.log1p(-f) + a, Math.log(f) + at(Math.min(k + 1, p.bins))) : a;
+    pos += K;
+  });
+  return s;
 }
 
 /** log P(report | y) of a stage-II/SSL report: each coordinate is the two-point mixture

@@ -12,7 +12,10 @@
  * Shuffle mode (a task carrying `seal`, §16): the report is sealed to the collector's HPKE key
  * (`../core/seal.ts`, a fresh ephemeral key), the ledger stores the ciphertext, and it goes —
  * the same bytes on every resend — to the shuffler the app configured (`shuffler`, never an
- * address from the collector); without one such a task is refused (code `seal`).
+ * address from the collector); without one such a task is refused (code `seal`), and so is a
+ * sealed task without a shuffler ticket. The device shows the shuffler that ticket
+ * (`Task.shuffle_ticket`), never its collector token, and — when the app gives one
+ * (`shufflerAttestation`) — an attestation for the shuffler's own enrolment check.
  */
 import { checkTask, type TaskMessageLike } from "../core/check.js";
 import { type DatasetSchema, datasetSchema, localDataset, type LocalDataset, type ValueKind } from "../core/dataset.js";
@@ -29,7 +32,9 @@ import {
 
 import { RETRYABLE, Status } from "../core/status.js";
 import type { ReportMessage } from "../wire/index.js";
-import { checkWindow, drawDelayMs, monotonicMs, type PollOptions } from "./schedule.js";
+import {
+  checkWindow, DEADLINE_MARGIN_MS, DEFAULT_SEND_DELAY, drawDelayMs, monotonicMs, type PollOptions, type SendDelay,
+} from "./schedule.js";
 
 export type { DeviceStore } from "../ledger/ledger.js";
 export { RETRYABLE, Status };
@@ -52,7 +57,8 @@ export type AnyReport = ReportMessage | SealedReportMessage;
 
 /** What the device needs from a shuffler's transport (`ShufflerTransport` in node). */
 export interface ShufflerTransportLike {
-  submitSealed(token: string, report: SealedReportMessage): Promise<{ duplicate: boolean }>;
+  /** SubmitSealed without any token: the report carries its ticket (and attestation). */
+  submitSealed(report: SealedReportMessage): Promise<{ duplicate: boolean }>;
 }
 
 /** What the device needs from a transport; errors carry the gRPC status in `code`. */
@@ -85,8 +91,11 @@ export interface Identity {
 export class DeviceError extends Error {}
 export class EnrollmentError extends DeviceError {}
 export class ReportRejected extends DeviceError {
-  constructor(readonly queryId: string, readonly code: number, readonly details: string) {
+  /** The report is still pending in the ledger (sent again at a later poll). */
+  readonly pending: boolean;
+  constructor(readonly queryId: string, readonly code: number, readonly details: string, pending = false) {
     super(`report for query ${queryId} rejected: ${code}: ${details}`);
+    this.pending = pending || RETRYABLE.has(code);
   }
 }
 
@@ -121,6 +130,13 @@ export interface DeviceOptions {
   simulation?: { rng: RandomSource };
   /** Shuffle mode: where sealed reports go (the app's setting, never the collector's). */
   shuffler?: ShufflerTransportLike;
+  /** Shuffle mode: the app's attestation for a shuffler that runs its own enrolment check (a
+   * string, or a function asked at every send: attestations expire; §16). */
+  shufflerAttestation?: string | (() => string | Promise<string>);
+  /** The public window every report of `poll`/`run` is sent in, measured from the moment its
+   * task arrived (undefined: DEFAULT_SEND_DELAY, 2–8 s; null: as soon as computed — for
+   * simulations and tests; docs/privacy.md §2, "Timing"). */
+  sendDelay?: SendDelay | null;
   now?: () => number;
   /** Local log lines (e.g. how many values a report clamped into the task's range); never
    * sent anywhere. Default: none. */
@@ -147,6 +163,7 @@ export class Device {
   static async open(o: DeviceOptions): Promise<Device> {
     checkPlatform({ needRandomness: !o.simulation }); // names a missing TextEncoder, TextDecoder, crypto.getRandomValues
     if (o.simulation && !o.simulation.rng.simulation) throw new RangeError("a simulation needs a seeded RandomSource");
+    if (o.sendDelay) checkWindow(o.sendDelay);
     const d = new Device(o, await Ledger.open(o.store, o.budget, o.now));
     d.#identity = await o.store.loadIdentity<Identity>();
     return d;
@@ -246,7 +263,7 @@ export class Device {
     const msg = e.task ? (JSON.parse(e.task) as TaskMessage) : null;
     if (msg && sealedTask(msg.task_json)) {
       return { queryId: e.queryId, phase: e.phase, group: msg.group ?? 0, stage: msg.stage ?? 0,
-        taskDigest: e.taskDigest, sealed: e.report };
+        taskDigest: e.taskDigest, sealed: e.report, ticket: msg.shuffle_ticket ?? "" };
     }
     return { queryId: e.queryId, phase: e.phase, values: decodeValues(e.report), taskDigest: e.taskDigest,
       simulated: this.simulation };
@@ -335,23 +352,34 @@ export class Device {
     return run;
   }
 
-  /** Send a persisted report (the transport retries the same bytes); update the ledger. */
+  /** A sealed report as sent: with the app's attestation for the shuffler, when it gives one. */
+  async attested(report: SealedReportMessage): Promise<SealedReportMessage> {
+    const a = this.#o.shufflerAttestation;
+    const text = typeof a === "function" ? await a() : a;
+    return text ? { ...report, attestation: text } : report;
+  }
+
+  /** Send a persisted report (the transport retries the same bytes); update the ledger. A
+   * sealed report goes to the shuffler with its ticket and no token; its UNAUTHENTICATED (the
+   * ticket or attestation was not accepted: no enrolment at the collector fixes that) leaves
+   * it pending after one more try with a fresh attestation. */
   async send(report: AnyReport): Promise<{ duplicate: boolean }> {
+    const sealed = "sealed" in report;
     for (let attempt = 0; ; attempt++) {
       try {
-        const token = await this.#token();
         const r = "sealed" in report
-          ? await this.#shuffler().submitSealed(token, report)
-          : await this.#o.transport.submitReport(token, report);
+          ? await this.#shuffler().submitSealed(await this.attested(report))
+          : await this.#o.transport.submitReport(await this.#token(), report);
         await this.ledger.mark(report.queryId, "acknowledged", r.duplicate ? "duplicate" : "");
         return { duplicate: r.duplicate };
       } catch (e) {
         const code = codeOf(e);
         if (code === Status.UNAUTHENTICATED && attempt === 0) {
-          await this.enroll(true);
+          if (!sealed) await this.enroll(true);
           continue;
         }
         const details = e instanceof Error ? e.message : String(e);
+        if (sealed && code === Status.UNAUTHENTICATED) throw new ReportRejected(report.queryId, code, details, true);
         if (code === undefined || !RETRYABLE.has(code)) await this.ledger.mark(report.queryId, "rejected", `${code}: ${details}`);
         throw new ReportRejected(report.queryId, code ?? -1, details);
       }
@@ -418,7 +446,8 @@ export class Device {
     }
     const done: string[] = [];
     const pending = this.ledger.entries("pending");
-    if (opts.sendDelay && recomputed && pending.length) await this.#wait(opts, start, out);
+    const d = this.#window(opts);
+    if (d && recomputed && pending.length) await this.#wait(d, opts, start, out);
     for (const e of pending) {
       try {
         await this.send(this.#message(e));
@@ -431,20 +460,31 @@ export class Device {
     return done;
   }
 
-  /** Wait until `start` plus a delay drawn from the window; count an overrun in `out`. */
-  async #wait(opts: PollOptions, start: number, out?: PollResult): Promise<void> {
-    const d = opts.sendDelay!;
+  /** The window of a poll: its own, else the device's, else the default (null: none). */
+  #window(opts: PollOptions): SendDelay | null {
+    if (opts.sendDelay !== undefined) return opts.sendDelay;
+    return this.#o.sendDelay === undefined ? DEFAULT_SEND_DELAY : this.#o.sendDelay;
+  }
+
+  /** Wait until `start` plus a delay drawn from the window, but not past 1 s before the
+   * task's deadline (wall-clock ms, public; 0: none); count an overrun in `out`. */
+  async #wait(d: SendDelay, opts: PollOptions, start: number, out?: PollResult, deadlineMs = 0): Promise<void> {
     const src = this.#o.simulation ? this.#o.simulation.rng.spawn("delay") : RandomSource.secure();
-    const left = start + drawDelayMs(d, src) - (opts.clock ?? monotonicMs)();
+    const now = (opts.clock ?? monotonicMs)();
+    let target = start + drawDelayMs(d, src);
+    if (deadlineMs > 0) target = Math.min(target, now + Math.max(0, deadlineMs - Date.now() - DEADLINE_MARGIN_MS));
+    const left = target - now;
     if (left >= 0) await (opts.sleep ?? defaultSleep)(left);
     else if (out) out.late += 1;
   }
 
-  /** Enrol if needed, re-send pending reports, then run every task offered now. With
-   * `sendDelay`, each report is sent at a deadline drawn from the public window, measured from
-   * the moment its task was received, so send times do not depend on the data (schedule.ts). */
+  /** Enrol if needed, re-send pending reports, then run every task offered now. Each report
+   * is sent at a deadline drawn from the public window (`opts.sendDelay`, else the device's,
+   * else DEFAULT_SEND_DELAY; null: at once), measured from the moment its task was received,
+   * so send times do not depend on the data (schedule.ts). */
   async poll(queryId = "", opts: PollOptions = {}): Promise<PollResult> {
-    if (opts.sendDelay) checkWindow(opts.sendDelay);
+    const window = this.#window(opts);
+    if (window) checkWindow(window);
     const out: PollResult = { submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
     out.submitted.push(...(await this.resendPending(out, opts)));
     const resp = await this.#getTasks(queryId);
@@ -460,7 +500,7 @@ export class Device {
         } else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
         continue;
       }
-      if (opts.sendDelay) await this.#wait(opts, start, out);
+      if (window) await this.#wait(window, opts, start, out, Number(t.deadline_ms ?? 0));
       try {
         await this.send(report);
         out.submitted.push(t.query_id);
@@ -513,6 +553,6 @@ const defaultSleep = (ms: number): Promise<unknown> =>
   new Promise((ok) => (globalThis as unknown as { setTimeout(f: () => void, ms: number): unknown }).setTimeout(() => ok(undefined), ms));
 
 function noteFailure(out: PollResult, e: ReportRejected): void {
-  if (RETRYABLE.has(e.code)) out.pending += 1;
+  if (e.pending) out.pending += 1;
   else out.rejected.push({ queryId: e.queryId, code: e.code, message: e.details });
 }

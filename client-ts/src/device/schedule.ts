@@ -5,6 +5,11 @@
  * the public window on a 1 ms grid, drawn exactly from the ChaCha20 stream. If `lowMs` exceeds
  * the computation's worst case, send times depend on public facts and fresh randomness only;
  * an overrun is sent at once and counted (`PollResult.late`).
+ *
+ * On by default: a device without `sendDelay` in its options uses `DEFAULT_SEND_DELAY` (2 to
+ * 8 s); `Device.open({ ..., sendDelay: null })` or `poll(q, { sendDelay: null })` opts out
+ * (simulations, tests, an app that hides the computation otherwise). A report is never held
+ * past 1 s before its task's own deadline (`Task.deadline_ms`, public).
  */
 import type { RandomSource } from "../core/random.js";
 
@@ -14,9 +19,18 @@ export interface SendDelay {
   readonly highMs: number;
 }
 
-/** Options of one poll; `clock` (monotonic ms) and `sleep` are injectable for tests. */
+/** The window a device uses unless told otherwise (DeviceOptions.sendDelay): 2 s is well
+ * above the worst computation time of every kind at m = 10^6; the upper end spreads the send
+ * times over 6 s. The same in both SDKs. */
+export const DEFAULT_SEND_DELAY: SendDelay = Object.freeze({ lowMs: 2000, highMs: 8000 });
+
+/** The margin kept before a task's deadline (ms). */
+export const DEADLINE_MARGIN_MS = 1000;
+
+/** Options of one poll; `clock` (monotonic ms) and `sleep` are injectable for tests.
+ * `sendDelay`: this poll's window (undefined: the device's; null: send at once). */
 export interface PollOptions {
-  readonly sendDelay?: SendDelay;
+  readonly sendDelay?: SendDelay | null;
   readonly clock?: () => number;
   readonly sleep?: (ms: number) => Promise<unknown>;
 }

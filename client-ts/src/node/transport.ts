@@ -139,8 +139,9 @@ export class ShufflerTransport extends DeviceTransport {
     super(opts, SHUFFLER_SERVICE);
   }
 
-  async submitSealed(token: string, r: SealedReportMessage): Promise<{ duplicate: boolean }> {
-    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", toBuf(encodeSubmitSealed(r)), token));
+  async submitSealed(r: SealedReportMessage): Promise<{ duplicate: boolean }> {
+    // no token: the shuffler takes the report's ticket, never the collector's credential
+    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", toBuf(encodeSubmitSealed(r)), null));
   }
 }
 

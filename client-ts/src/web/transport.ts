@@ -228,8 +228,9 @@ export class FetchShufflerTransport extends FetchTransport {
     super(o, SHUFFLER_SERVICE);
   }
 
-  async submitSealed(token: string, r: SealedReportMessage): Promise<{ duplicate: boolean }> {
-    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", encodeSubmitSealed(r), token));
+  async submitSealed(r: SealedReportMessage): Promise<{ duplicate: boolean }> {
+    // no token: the shuffler takes the report's ticket, never the collector's credential
+    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", encodeSubmitSealed(r), null));
   }
 }
 

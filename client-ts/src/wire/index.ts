@@ -62,6 +62,8 @@ export interface TaskMessage {
   task_digest: string;
   deadline_ms: string; // int64 as a decimal string
   max_abs_value: string;
+  /** Shuffle mode: the ticket for this device's slot, shown to the shuffler (§16). */
+  shuffle_ticket?: string;
 }
 
 export interface GetTasksResult {
@@ -101,13 +103,17 @@ export interface SealedReportMessage {
   stage: number;
   taskDigest: string;
   sealed: Uint8Array;
+  /** Task.shuffle_ticket of the task: the device's credential towards the shuffler. */
+  ticket: string;
+  /** The app's attestation for a shuffler that runs its own enrolment check (at send time). */
+  attestation?: string;
 }
 
 /** The exact bytes of a SubmitSealedRequest (deterministic). */
 export function encodeSubmitSealed(r: SealedReportMessage): Uint8Array {
   return wire.SubmitSealedRequest.encode({ report: {
     query_id: r.queryId, phase: r.phase, group: r.group, stage: r.stage, task_digest: r.taskDigest,
-    sealed: r.sealed,
+    sealed: r.sealed, ticket: r.ticket, attestation: r.attestation ?? "",
   } });
 }
 

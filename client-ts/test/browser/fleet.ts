@@ -65,7 +65,7 @@ async function fleet(a: FleetArgs): Promise<FleetOutcome> {
     while (next < ids.length) {
       const i = ids[next++];
       const store = await IndexedDbStore.open(`uldp-fleet-${i}`);
-      const d = await Device.open({ transport, store, budget: 20, label: `browser-${i}` });
+      const d = await Device.open({ sendDelay: null, transport, store, budget: 20, label: `browser-${i}` });
       const { steps, cats } = population(i);
       d.addDataset("steps", steps, null, { values: "real" });
       d.addDataset("cats", cats, null, { values: "categorical", alphabet: A });
@@ -125,7 +125,7 @@ async function contract(): Promise<{ passed: string[]; failed: string[] }> {
 async function tab(a: { baseUrl: string; protocol: HttpProtocol; db: string; budget: number; dataset: string })
   : Promise<{ submitted: string[]; refused: string[]; spentUnits: string; deviceId: string | null }> {
   const store = await IndexedDbStore.open(a.db);
-  const d = await Device.open({ transport: new FetchTransport({ baseUrl: a.baseUrl, protocol: a.protocol }), store,
+  const d = await Device.open({ sendDelay: null, transport: new FetchTransport({ baseUrl: a.baseUrl, protocol: a.protocol }), store,
     budget: a.budget });
   d.addDataset(a.dataset, [0.25, 0.5], null, { values: "real" });
   const r = await d.poll();

@@ -524,7 +524,7 @@ async function newPage() {
   const out = el("div", { id: "preview-out" }), curves = el("div", { class: "grid2", id: "preview-curves" }), err = el("div");
   const create = el("button", { type: "button", id: "create", disabled: true }, "Create query");
   show(el("h1", { text: "Before you run" }),
-    el("p", { class: "muted" }, "Change the public parameters and see the interval the query will likely get, before any device spends anything. The likely width is the planner's prediction of the privacy noise; for a two-stage plan it is the plan run on users alike, which adds the bias bounds of stage I. The curves show the noise prediction (dashed: with the widest spread of users the support allows)."),
+    el("p", { class: "muted" }, "Change the public parameters and see the interval the query will likely get, before any device spends anything. The likely width is the planner's prediction on users alike: the privacy noise, the users' spread, and for a two-stage plan what its stage I cannot rule out for all users — the same number auto compared and the curves plot (dashed: with the widest spread of users the support allows)."),
     f, el("div", { class: "card" }, out, curves, el("p", {}, create), err));
   let seq = 0, current = null;
   const refresh = async () => {
@@ -566,23 +566,33 @@ function previewView(p) {
       p.simulated_half_width ? kpi("width from the noise alone", wide(Math.max(...p.half_width)), { id: "noise" }) :
         kpi("width at most", worst ? wide(Math.max(...worst)) : "–", { id: "at-most" }),
       kpi("method", p.method || "–", { id: "preview-method" }), kpi("phases", (p.phases || []).join(" + ") + " users")),
+    runnerUp(p),
     el("p", { class: "muted" }, `${Math.round(p.confidence * 100)}% intervals, ${hw.length} component(s); grouping ${p.mode}${p.regime ? `, ${p.regime} regime` : ""}.`),
     ...(p.advisories || []).map((a) => el("p", { class: "note", text: a })),
     p.note ? el("p", { class: "note", text: p.note }) : "");
+}
+// auto's runner-up: the best candidate of the other family and what it would likely give
+function runnerUp(p) {
+  const r = p.runner_up;
+  if (!r || !(r.likely_half_width || []).length) return "";
+  const share = r.stage1_share ? ` (stage I ${Math.round(r.stage1_share * 100)}%)` : "";
+  return el("p", { class: "muted", id: "runner-up", "data-half-width": Math.max(...r.likely_half_width) },
+    `runner-up: ${r.method}${share}, likely width ${wide(Math.max(...r.likely_half_width))} (auto minimises the ${p.auto && p.auto.objective === "mse" ? "mean squared error" : "interval's width"}).`);
 }
 async function previewCurves(req, mine) {
   const eps = [0.25, 0.5, 1, 2, 4, 8].concat([req.epsilon]).filter((v, i, a) => v > 0 && a.indexOf(v) === i).sort((a, b) => a - b);
   const users = [0.25, 0.5, 1, 2, 4].map((k) => Math.max(2, Math.round(req.users * k)));
   const width = async (over) => {
-    try { const p = await preview({ ...req, ...over }, false); return { y: 2 * Math.max(...p.half_width), y2: p.worst_half_width ? 2 * Math.max(...p.worst_half_width) : 0 }; } catch { return null; }
+    // the likely width, as the KPI shows it (the planner's prediction on users alike)
+    try { const p = await preview({ ...req, ...over }, false); return { y: 2 * Math.max(...(p.likely_half_width || p.half_width)), y2: p.worst_half_width ? 2 * Math.max(...p.worst_half_width) : 0 }; } catch { return null; }
   };
   const a = await Promise.all(eps.map((e) => width({ epsilon: e })));
   const b = await Promise.all(users.map((n) => width({ users: n })));
   if (mine !== undefined && a.some((x) => x === null)) return [];
   const pts = (xs, ys) => xs.map((x, i) => ys[i] && { x, ...ys[i] }).filter(Boolean);
   return [
-    lineChart(pts(eps, a), { title: "interval width from the noise, against ε", xlabel: "ε per device", mark: req.epsilon }),
-    lineChart(pts(users, b), { title: "interval width from the noise, against the number of users", xlabel: "users", mark: req.users }),
+    lineChart(pts(eps, a), { title: "likely interval width, against ε", xlabel: "ε per device", mark: req.epsilon }),
+    lineChart(pts(users, b), { title: "likely interval width, against the number of users", xlabel: "users", mark: req.users }),
   ];
 }
 

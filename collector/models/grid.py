@@ -1,0 +1,366 @@
+"""Algorithm 4: nonparametric classification on a grid with Hadamard features.
+
+Sections of ``docs/algorithms.md``: §9.2 (grid, ``K_H``, targets ``Q = H q``), §9.3 (protocol: a
+``K_H``-dimensional MeanEst with bound 1, ``N_Δ = K_H n``; ``q̂ = H Q̂ / K_H`` by fast WHT;
+``Ŷ(x) = sign(q̂_{bin(x)})``, ``sign(0) = +1``), §9.4 (bin side and the regime
+circularity, resolved by :func:`choose_grid`), [D15], [D16], [D17], §12 (baselines: the
+same kind run with ``method="baseline-a"|"baseline-b"``).
+
+A query is one MeanEst invocation of kind ``classify`` (device side in
+``uldp.client.kinds.learning``); everything here is post-processing (INV-5).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from uldp.client.hadamard import fwht, next_pow2
+from uldp.client.kinds.learning import MAX_GRID_CELLS, grid_bins
+from uldp.client.regimes import group_components
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.methods import METHOD_PLANS
+from uldp.collector.models.shrinkage import Shrinkage, classify_shrinkage, regress_shrinkage
+from uldp.collector.planner import RESOLVERS, QuerySpec, compile_query
+
+__all__ = ["DESIGN_RANGE", "GridChoice", "GridModel", "choose_grid", "components_of",
+           "effective_sizes", "feature_box", "grid_result", "grid_risk", "hadamard_inverse",
+           "max_cells_per_axis", "noise_constant"]
+
+STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
+
+
+@dataclass(frozen=True)
+class GridChoice:
+    """Bin side ``l``, cells per axis ``M = ⌈1/l⌉``, ``K_H`` and the regime it implies;
+    with the risk rule also the predicted squared bias and variance of the choice and of
+    the other grids it was weighed against (``candidates``: ``[M, bias², variance]``)."""
+
+    side: float
+    M: int
+    K: int
+    regime: str
+    rule: str = "given"
+    bias2: float = math.nan
+    variance: float = math.nan
+    candidates: tuple[tuple[int, float, float], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"M": self.M, "K_H": self.K, "rule": self.rule, "bias2": self.bias2,
+                "variance": self.variance, "risk": self.bias2 + self.variance,
+                "candidates": [list(c) for c in self.candidates]}
+
+
+def _grid_for(side: float, d: int) -> tuple[int, int]:
+    M = max(1, math.ceil(1.0 / side - 1e-9))
+    M = min(M, max_cells_per_axis(d))
+    return M, next_pow2(M**d)
+
+
+def max_cells_per_axis(d: int) -> int:
+    """The largest ``M`` a device accepts (``M^d ≤ 2^20``)."""
+    return max(1, math.floor(MAX_GRID_CELLS ** (1.0 / d) + 1e-9))
+
+
+def _method(name: str) -> Any:
+    """The method whose rates size the grid; ``auto`` sizes it as two-stage (the spec's
+    rule) and then resolves the query's method for that grid."""
+    return METHOD_PLANS["two-stage" if name in RESOLVERS else name]
+
+
+def effective_sizes(n: int, m: int, epsilon: float, method: str) -> tuple[int, int, float]:
+    """``(n, m, ε)`` seen by the rate formulas (the method's ``effective_sizes``)."""
+    return _method(method).effective_sizes(n, m, epsilon)
+
+
+def noise_constant(method: str, n: int, K: int) -> float:
+    """``c²`` with ``Var q̂_l ≈ c² / (n m (ε²∧ε))`` per cell (the method's constant)."""
+    return _method(method).noise_constant(n, K)
+
+
+def _stage1_ok(n: int, C: int, epsilon: float, mode: str) -> bool:
+    grouping = group_components(C, epsilon, n, mode)
+    G = len(grouping.groups)
+    smallest = n // G
+    eps_min = min(g.eps_c for g in grouping.groups)
+    return smallest >= 2 and (smallest // 2) * eps_min**2 >= STAGE1_MIN
+
+
+#: the design smoothness of the risk rule: ``η`` changes by at most its whole range
+#: (2 for a classifier's ``E[Y|x] ∈ [−1, 1]``, ``2 T_y`` for a regressor) across the
+#: normalized feature box, per axis — ``|η(x) − η(x')| ≤ L ‖x − x'‖^β`` with ``L`` that range
+DESIGN_RANGE = 1.0
+
+
+def grid_risk(n: int, m: int, d: int, epsilon: float, M: int, *, task: str = "classify",
+              beta: float = 1.0, method: str = "auto", mode: str = "default",
+              label_bound: float = 1.0) -> tuple[float, float, str]:
+    """Predicted ``(bias², variance, regime)`` of the plug-in estimate ``η̂`` on the grid
+    of ``M`` cells per axis (docs/algorithms.md §9.4): the bias of averaging a
+    β-Hölder ``η`` of constant ``L = DESIGN_RANGE × range(η)`` over a cell of side
+    ``1/M``, ``d L² M^{−2β}/12`` (exact for a linear ``η`` along every axis), and the
+    variance ``Σ_l p_l Var(q̂_l / p_l)`` with ``p_l = 1/B`` (features spread over the box):
+    the planner's per-component variance of the query's method at its worst-case sample
+    variance, through ``q̂ = H Q̂ / K_H`` (``Var q̂_l = Σ_c Var Q̂_c / K_H²``); a regressor adds
+    ``(T_y²/3) Var p̂_l`` for its denominator."""
+    T = 1.0 if task == "classify" else float(label_bound)
+    extra: dict[str, Any] = {"grid": int(M)}
+    if task == "regress":
+        extra["label_bound"] = T
+    spec = QuerySpec(kind=task, epsilon=epsilon, users=n, samples=m, dim=d, bound=1.0,
+                     method=method, mode=mode, extra=extra)
+    plan = compile_query(spec)
+    D2 = np.square(plan.kind.component_bounds(plan.template))
+    v = plan.method.component_variance(plan, D2)
+    K = next_pow2(M**d)
+    B = M**d
+    var_q = float(np.sum(v[:K])) / K**2
+    var = B * B * var_q  # Σ over B cells of Var(q̂_l)/p_l, p_l = 1/B
+    if task == "regress":
+        var += B * B * (T * T / 3) * float(np.sum(v[K:])) / K**2
+    L = DESIGN_RANGE * 2 * T
+    bias2 = d * L * L * M ** (-2 * beta) / 12
+    return bias2, var, plan.grouping.regime
+
+
+def _risk_rule(n: int, m: int, d: int, epsilon: float, task: str, beta: float,
+               method: str, mode: str, label_bound: float) -> GridChoice:
+    """The grid of least predicted risk (:func:`grid_risk`): ``M = 1, 2, …`` until the
+    variance alone exceeds the best risk (it grows with ``M``) or the device limit."""
+    cands: list[tuple[int, float, float]] = []
+    best: tuple[float, int, str] | None = None
+    for M in range(1, max_cells_per_axis(d) + 1):
+        try:
+            b2, var, regime = grid_risk(n, m, d, epsilon, M, task=task, beta=beta,
+                                        method=method, mode=mode, label_bound=label_bound)
+        except ValueError:  # too few users for this grid's groups
+            break
+        cands.append((M, b2, var))
+        if best is None or b2 + var < best[0]:
+            best = (b2 + var, M, regime)
+        if var > best[0]:
+            break
+    if best is None:
+        return GridChoice(1.0, 1, 1, "single", "least predicted risk")
+    _, M, regime = best
+    row = next(c for c in cands if c[0] == M)
+    return GridChoice(1.0 / M, M, next_pow2(M**d), regime, "least predicted risk",
+                      row[1], row[2], tuple(cands))
+
+
+def choose_grid(n: int, m: int, d: int, epsilon: float, *, beta: float = 1.0,
+                c_l: float | None = None, task: str = "classify", mode: str = "default",
+                method: str = "auto", label_bound: float = 1.0,
+                rule: str = "risk") -> GridChoice:
+    """The grid of a classify/regress query.
+
+    ``rule="risk"`` (default): the number of cells per axis of least predicted risk,
+    squared bias against variance (:func:`grid_risk`), from ``n, m, ε``, the dimension of
+    the feature box and the method's own noise; the choice states both terms.
+
+    ``rule="rate"``: §9.4 / §10.4 with the circularity resolved as in [D17]. Compute the
+    non-private side ``l_np = (nm/ln n)^{-1/(2β+d)}`` and its ``K_H^np``; if
+    ``ε >= C^np ln n`` (``C = K_H`` for classify, ``2K_H`` for regress) use the low regime
+    with ``l_np``. Otherwise ``l = c_l (mn(ε²∧ε))^{-1/(2(d+β))}`` (regression: ``mn(ε²∧ε)``
+    divided by ``ln² n``), recompute ``K_H`` and take the regime from the grouping rule.
+    ``c_l=None`` calibrates the constant the paper leaves open: ``c_l = c^{1/(d+β)}`` with
+    ``c²`` from :func:`noise_constant`; ``c_l = 1`` is the spec's literal default. Two-stage
+    only: ``M`` is then reduced until the smallest group's stage I has
+    ``n_I ε_c² >= 200`` (as the SGD ``t0`` cap of [D13]). A given ``c_l`` implies this rule.
+    """
+    if task not in ("classify", "regress"):
+        raise ValueError(f"task must be 'classify' or 'regress', got {task!r}")
+    if beta <= 0 or (c_l is not None and c_l <= 0):
+        raise ValueError("beta and c_l must be positive")
+    if rule not in ("risk", "rate"):
+        raise ValueError(f"rule must be 'risk' or 'rate', got {rule!r}")
+    if rule == "risk" and c_l is None:
+        return _risk_rule(n, m, d, epsilon, task, beta, method, mode, label_bound)
+    return _rate_rule(n, m, d, epsilon, beta, c_l, task, mode, method)
+
+
+def _rate_rule(n: int, m: int, d: int, epsilon: float, beta: float, c_l: float | None,
+               task: str, mode: str, method: str) -> GridChoice:
+    n_e, m_e, eps_e = effective_sizes(n, m, epsilon, method)
+    ln_n = math.log(max(n_e, 2))
+    per_bin = 1 if task == "classify" else 2
+    l_np = (n_e * m_e / ln_n) ** (-1.0 / (2 * beta + d))
+    M, K = _grid_for(l_np, d)
+    if eps_e >= per_bin * K * ln_n:
+        return GridChoice(l_np, M, K, "low", "rate")
+    e2 = min(eps_e**2, eps_e)
+    base = n_e * m_e * e2 / (ln_n**2 if task == "regress" else 1.0)
+    side = max(base, 1e-300) ** (-1.0 / (2 * (d + beta)))
+    if c_l is None:
+        c2 = noise_constant(method, n_e, K)
+        side *= c2 ** (1.0 / (2 * (d + beta)))
+    else:
+        side *= c_l
+    M, K = _grid_for(side, d)
+    if len(_method(method).stages) == 2 and c_l is None:
+        while M > 1 and not _stage1_ok(n, per_bin * K, epsilon, mode):
+            M -= 1
+            K = next_pow2(M**d)
+    regime = group_components(per_bin * K, eps_e, n_e, mode).regime
+    return GridChoice(side, M, K, regime, "rate")
+
+
+def hadamard_inverse(Q: np.ndarray) -> np.ndarray:
+    """``H Q / K_H`` by the fast WHT (``H⁻¹ = H/K_H``, §3.5)."""
+    Q = np.asarray(Q, dtype=np.float64)
+    return fwht(Q, axis=-1) / Q.shape[-1]
+
+
+@dataclass
+class GridModel:
+    """A fitted grid predictor (classifier or regressor): the result dict of a query."""
+
+    kind: str  # "classify" | "regress"
+    M: int
+    dim: int
+    lo: np.ndarray
+    hi: np.ndarray
+    q: np.ndarray  # K_H entries (first M^d are the cells)
+    p: np.ndarray | None = None  # regression: cell probabilities
+    label_bound: float | None = None
+    tau: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    #: empirical-Bayes pull of the cells toward their common value (``models.shrinkage``)
+    shrinkage: Shrinkage | None = None
+
+    @property
+    def K(self) -> int:
+        return int(self.q.size)
+
+    def cells(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim == 1:
+            X = X[:, None] if self.dim == 1 else X[None, :]
+        if X.shape[-1] != self.dim:
+            raise ValueError(f"X must have {self.dim} features, got shape {X.shape}")
+        if not np.isfinite(X).all():
+            raise ValueError("X contains NaN or infinity")
+        return grid_bins(X, self.M, self.lo, self.hi)
+
+    def decision(self, X: np.ndarray) -> np.ndarray:
+        """Classifier: ``q̂_{bin(x)}``; regressor: ``η̂(x)`` (§10.3, [D19])."""
+        b = self.cells(X)
+        if self.kind == "classify":
+            v = self.q[b]
+        else:
+            assert self.p is not None and self.label_bound is not None \
+                and self.tau is not None
+            T = self.label_bound
+            v = np.clip(self.q[b] / np.maximum(self.p[b], self.tau), -T, T)
+        return v if self.shrinkage is None else self.shrinkage.apply(v, b)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        v = self.decision(X)
+        return np.where(v >= 0, 1.0, -1.0) if self.kind == "classify" else v
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"kind": self.kind, "q": self.q.tolist(),
+               "grid": {"M": self.M, "dim": self.dim, "lo": self.lo.tolist(),
+                        "hi": self.hi.tolist(), "K_H": self.K}, **self.info}
+        if self.shrinkage is not None:
+            out["shrinkage"] = self.shrinkage.to_json()
+        if self.kind == "regress":
+            out.update({"p": None if self.p is None else self.p.tolist(),
+                        "label_bound": self.label_bound, "tau": self.tau})
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GridModel:
+        try:
+            g = d["grid"]
+            kind = d["kind"]
+            q = np.asarray(d["q"], dtype=np.float64)
+            M, dim = int(g["M"]), int(g["dim"])
+            lo = np.asarray(g.get("lo", [0.0] * dim), dtype=np.float64)
+            hi = np.asarray(g.get("hi", [1.0] * dim), dtype=np.float64)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"result dict is missing {exc}") from None
+        if kind not in ("classify", "regress"):
+            raise ValueError(f"result kind must be classify or regress, got {kind!r}")
+        if q.size != next_pow2(M**dim):
+            raise ValueError(f"q has {q.size} entries, the grid needs {next_pow2(M**dim)}")
+        p = None if d.get("p") is None else np.asarray(d["p"], dtype=np.float64)
+        if kind == "regress" and (p is None or p.size != q.size):
+            raise ValueError("a regress result needs p with as many entries as q")
+        info = {k: v for k, v in d.items()
+                if k not in ("kind", "q", "grid", "p", "label_bound", "tau", "shrinkage")}
+        try:
+            shrink = None if d.get("shrinkage") is None else \
+                Shrinkage.from_json(d["shrinkage"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"result shrinkage is malformed: {exc}") from None
+        if shrink is not None and shrink.weights.size != M**dim:
+            raise ValueError(f"shrinkage has {shrink.weights.size} weights, the grid "
+                             f"{M**dim} cells")
+        return cls(kind, M, dim, lo, hi, q, p,
+                   None if d.get("label_bound") is None else float(d["label_bound"]),
+                   None if d.get("tau") is None else float(d["tau"]), info, shrink)
+
+
+def grid_extra(M: int, lo: np.ndarray, hi: np.ndarray) -> dict[str, Any]:
+    return {"grid": int(M), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
+
+
+def components_of(est: Estimate) -> np.ndarray:
+    """``θ̂`` (the component estimates Q̂ or (Q̂, P̂)) of a finished query."""
+    return np.asarray(est.extra["components"], dtype=np.float64)
+
+
+def feature_box(d: int, lo: Any, hi: Any) -> tuple[np.ndarray, np.ndarray]:
+    lo_a = np.zeros(d) if lo is None else np.asarray(lo, dtype=np.float64).reshape(-1)
+    hi_a = np.ones(d) if hi is None else np.asarray(hi, dtype=np.float64).reshape(-1)
+    if lo_a.shape != (d,) or hi_a.shape != (d,) or np.any(hi_a <= lo_a) \
+            or not (np.isfinite(lo_a).all() and np.isfinite(hi_a).all()):
+        raise ValueError(f"feature bounds lo/hi must be {d} finite values with lo < hi")
+    return lo_a, hi_a
+
+
+def grid_result(spec: QuerySpec, estimate: dict[str, Any] | Estimate) -> dict[str, Any]:
+    """A finished classify/regress estimate → the GridModel result dict (§9.3, §10.3)."""
+    est = estimate.to_dict() if isinstance(estimate, Estimate) else estimate
+    theta = np.asarray(est["components"], dtype=np.float64)
+    ex = spec.extra
+    M, d = int(ex["grid"]), spec.dim
+    lo = np.asarray(ex.get("lo", [0.0] * d), float)
+    hi = np.asarray(ex.get("hi", [1.0] * d), float)
+    info = {"regime": est.get("regime"), "users": spec.users, "samples": spec.samples,
+            "epsilon": spec.epsilon, "method": spec.method,
+            "grid_choice": _stated_choice(spec, M)}
+    se = np.asarray(est.get("std_error", np.full(theta.size, np.nan)), dtype=np.float64)
+    if spec.kind == "classify":
+        q = hadamard_inverse(theta)
+        mdl = GridModel("classify", M, d, lo, hi, q, info={"Q": theta.tolist(), **info},
+                        shrinkage=classify_shrinkage(q, se, M**d))
+        return mdl.to_dict()
+    K = theta.size // 2
+    T = float(ex["label_bound"])
+    tau = float(ex.get("density_floor", 0.5)) / (2 * M**d)
+    q, p = hadamard_inverse(theta[:K]), hadamard_inverse(theta[K:])
+    mdl = GridModel("regress", M, d, lo, hi, q, p, T, tau,
+                    info={"Q": theta[:K].tolist(), "P": theta[K:].tolist(), **info},
+                    shrinkage=regress_shrinkage(q, p, se[:K], se[K:], M**d, tau, T))
+    return mdl.to_dict()
+
+
+def _stated_choice(spec: QuerySpec, M: int) -> dict[str, Any]:
+    """The predicted bias–variance split of a query's grid, and whether it is the grid of
+    least predicted risk (a service query names its grid; the in-process fits choose it)."""
+    T = float(spec.extra.get("label_bound", 1.0))
+    try:
+        b2, var, _ = grid_risk(spec.users, spec.samples, spec.dim, spec.epsilon, M,
+                               task=spec.kind, method=spec.method, mode=spec.mode,
+                               label_bound=T)
+        best = choose_grid(spec.users, spec.samples, spec.dim, spec.epsilon, task=spec.kind,
+                           method=spec.method, mode=spec.mode, label_bound=T)
+    except ValueError:
+        return {"M": M, "rule": "given"}
+    return {**GridChoice(1.0 / M, M, next_pow2(M**spec.dim), "", "given", b2, var).to_json(),
+            "least_risk_M": best.M}

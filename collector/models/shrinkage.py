@@ -1,0 +1,91 @@
+"""Empirical-Bayes shrinkage of a grid's cells toward their common value (§9.6 of
+``docs/algorithms.md``).
+
+The grid is chosen before any report arrives, from a public design guess of how much ``η``
+varies over the box (``uldp.collector.models.grid``). On real data the signal is often far
+weaker than that guess, and every cell then carries mostly privacy noise. Once the query
+has closed, the cells' estimates and their noise variance (from the components' standard
+errors, ``Var q̂_l = Σ_c Var Q̂_c / K_H²``) are known, so the between-cell spread of the
+signal is estimated by moments, ``s² = max(0, spread of the estimates − mean noise)``, and
+each cell is pulled toward the common value by ``w_l = s² / (s² + v_l)`` (James–Stein /
+Efron–Morris). A grid whose cells are mostly noise predicts (nearly) the common value; a
+grid whose cells carry signal keeps it. Post-processing of the privatized estimate only:
+no privacy cost, the same on every replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Shrinkage", "classify_shrinkage", "regress_shrinkage"]
+
+
+@dataclass(frozen=True)
+class Shrinkage:
+    """``value_l → centre + weights_l (value_l − centre)`` over the grid's ``B`` cells;
+    ``signal`` is the estimated between-cell variance ``s²`` and ``noise`` the cells' mean
+    noise variance (stated in the result)."""
+
+    centre: float
+    weights: np.ndarray
+    signal: float
+    noise: float
+
+    def apply(self, values: np.ndarray, cells: np.ndarray) -> np.ndarray:
+        return self.centre + self.weights[cells] * (values - self.centre)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"centre": self.centre, "weights": self.weights.tolist(),
+                "signal": self.signal, "noise": self.noise}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Shrinkage:
+        return cls(float(d["centre"]), np.asarray(d["weights"], dtype=np.float64),
+                   float(d["signal"]), float(d["noise"]))
+
+
+def _moments(values: np.ndarray, noise: np.ndarray, mass: np.ndarray,
+             centre: float) -> tuple[float, float]:
+    mass = mass / mass.sum()
+    spread = float(np.sum(mass * (values - centre) ** 2))
+    mean_noise = float(np.sum(mass * noise))
+    return max(0.0, spread - mean_noise), mean_noise
+
+
+def cell_noise(se: np.ndarray, K: int) -> float:
+    """``Var q̂_l = Σ_c se_c² / K_H²`` (the same for every cell, ``q̂ = H Q̂ / K_H``)."""
+    se = np.asarray(se, dtype=np.float64)
+    return float(np.sum(np.square(se[np.isfinite(se)]))) / K**2
+
+
+def classify_shrinkage(q: np.ndarray, se_q: np.ndarray, B: int) -> Shrinkage:
+    """Cells ``q̂_l`` of a classifier (``B`` real cells first), toward their mean."""
+    vals = np.asarray(q, dtype=np.float64)[:B]
+    v = cell_noise(se_q, int(np.asarray(q).size))
+    centre = float(vals.mean())
+    s2, noise = _moments(vals, np.full(B, v), np.ones(B), centre)
+    w = np.full(B, s2 / (s2 + v) if s2 + v > 0 else 1.0)
+    return Shrinkage(centre, w, s2, noise)
+
+
+def regress_shrinkage(q: np.ndarray, p: np.ndarray, se_q: np.ndarray, se_p: np.ndarray,
+                      B: int, tau: float, label_bound: float) -> Shrinkage:
+    """Cells ``η̂_l = clamp(q̂_l / max(p̂_l, τ))`` of a regressor toward the overall mean
+    ``clamp(Σ q̂ / Σ p̂)``, weighted by the cells' estimated mass; a cell's noise is the
+    delta-method ``(Var q̂ + η̂_l² Var p̂) / max(p̂_l, τ)²``."""
+    K = int(np.asarray(q).size)
+    qb, pb = np.asarray(q, float)[:B], np.asarray(p, float)[:B]
+    den = np.maximum(pb, tau)
+    eta = np.clip(qb / den, -label_bound, label_bound)
+    vq, vp = cell_noise(se_q, K), cell_noise(se_p, K)
+    noise = (vq + eta**2 * vp) / den**2
+    centre = float(np.clip(qb.sum() / max(pb.sum(), tau), -label_bound, label_bound))
+    mass = np.clip(pb, 0.0, None)
+    if mass.sum() <= 0:
+        mass = np.ones(B)
+    s2, mean_noise = _moments(eta, noise, mass, centre)
+    w = np.where(s2 + noise > 0, s2 / np.maximum(s2 + noise, 1e-300), 1.0)
+    return Shrinkage(centre, w, s2, mean_noise)
