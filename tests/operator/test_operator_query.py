@@ -52,4 +52,4 @@ def test_sgd_phases_are_t0_steps_of_one_or_two_phases(collector):
         phases[method] = len(json.loads(r.stdout)["phases"])
     assert phases == {"ssl": 3, "two-stage": 6}
     readme = (REPO / "README.md").read_text()
-    assert "one phase per step, two for a two-stage step" in readme
+    assert "one phase per round, two for a two-stage Kashin step" in readme
