@@ -40,7 +40,8 @@ def test_a_shuffled_sgd_query_states_its_rounds_and_its_central_epsilon(
     res = run_gateway_fleet(d.endpoint, d.work / "devices-sgd", USERS,
                             [FleetDataset("ds-sgd", data, modulo=1, residue=0)],
                             gateways=1, batch=240, budget=2 * EPS, seed=5, timeout_s=300,
-                            shuffler=d.shuffler_endpoint)
+                            shuffler=d.shuffler_endpoint,
+                            shuffler_attestation_key=d.sp.attestation_hex())
     assert not res.errors and not res.rejected and not res.refused, res
     assert res.submitted == USERS
     final = an.wait(q.query_id, timeout_s=180)
