@@ -76,7 +76,9 @@ def test_classify_default_grid_and_clamping_note(features_csv):
     assert r.returncode == 0, r.stderr
     assert "lie outside [0, 6]" in r.stderr  # features in (6, 8]: clamped, counted
     truth, _ = _cells(json.loads(r.stdout))
-    assert truth.min() < -0.1 and truth.max() > 0.1  # the signal is in the box
+    # the signal is in the box, whatever grid the predicted risk chose (finer cells each
+    # hold less of it): summed over the cells of each sign
+    assert truth[truth < 0].sum() < -0.1 and truth[truth > 0].sum() > 0.1, truth
 
 
 def test_regress_honours_the_label_bound(features_csv):
