@@ -14,15 +14,17 @@ from opcli import free_port, one_line_error, uldp
 
 @pytest.mark.parametrize("gateways", ["0", "1"])
 def test_fleet_run_stops_at_its_timeout_and_exits_1(collector, gateways):
-    """3 devices for a 20-user query: phase 1 never fills, so the devices waiting for
-    phase 2 are still waiting at --timeout."""
+    """9 devices for a 20-user two-stage query (10 stage-I slots): phase 1 never fills, so
+    the devices placed in phase 2 are still waiting at --timeout. (Placements are a keyed
+    permutation: with 6 devices all of them landed in stage I once in CI, p = 0.5 %; with 9
+    that takes p = C(10,9)/C(20,9) = 6e-5.)"""
     qid = f"starve{gateways}"
     r = uldp("query", "create", *collector.conn(), "--kind", "mean", "--epsilon", "1",
              "--dataset", qid, "--users", "20", "--samples", "5", "--id", qid,
              "--method", "two-stage")
     assert r.returncode == 0, r.stderr
     t0 = time.monotonic()
-    r = uldp("fleet", "run", *collector.conn(), "--query", qid, "--devices", "6",
+    r = uldp("fleet", "run", *collector.conn(), "--query", qid, "--devices", "9",
              "--timeout", "4", "--gateways", gateways, "--seed", "1", "--json")
     took = time.monotonic() - t0
     assert r.returncode == 1, (r.stdout, r.stderr)
