@@ -25,19 +25,8 @@ def _bench():
     return mod
 
 
-# Known defect (closing note of 2026-11-27): the preview of method hadamard leaves out the
-# widening its windows' intervals get from the spread test's charged excess share, so the
-# distribution demo query realises 1.18x the previewed width (seeded, so deterministic).
-# strict: this fails as soon as the preview is fixed, and the mark must go.
-_HADAMARD_PREVIEW = pytest.mark.xfail(strict=True, reason="hadamard preview omits the "
-                                      "spread test's widening (1.18x)")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("i", [pytest.param(i, marks=_HADAMARD_PREVIEW)
-                               if q[0] == "distribution" else i
-                               for i, q in enumerate(DEMO_QUERIES)],
-                         ids=[q[0] for q in DEMO_QUERIES])
+@pytest.mark.parametrize("i", range(len(DEMO_QUERIES)), ids=[q[0] for q in DEMO_QUERIES])
 def test_preview_is_within_15_percent_of_the_demo_queries(i):
     kind, dim, dist = DEMO_QUERIES[i]
     row = _bench().one_query(i, kind, dim, dist, runs=5)

@@ -72,16 +72,16 @@ from uldp.collector.methods.hadamard_model import (
     Z_OUTSIDE,
     clamps_ok,
     combine_centre,
-    excess_limit,
     model_bias2,
     model_t2,
     normal_cdf,
     priced_excess,
     share_se,
-    share_variance,
     spread_share,
     test_windows,
+    window_variance,
 )
+from uldp.collector.methods.hadamard_predict import outcomes
 from uldp.collector.methods.oracle import OracleAccumulator, SampledRecords
 
 __all__ = ["HadamardWindows"]
@@ -434,8 +434,9 @@ class HadamardWindows:
                                        hint)
             cov = finite_population(acc.covariance(), np.array([nv]), acc.count, n)
             bias2 = float(extra.get(str(g), 0.0)) + float(priced[g])
-            mean, var = combine_centre(float(acc.means()[0]), float(cov[0, 0]) + bias2,
-                                       float(theta1[c]), float(var1[c]), bias2)
+            mean, _ = combine_centre(float(acc.means()[0]), float(cov[0, 0]) + bias2,
+                                     float(theta1[c]), float(var1[c]), bias2)
+            var = window_variance(float(cov[0, 0]), bias2, float(var1[c]))
             blocks.append(((c,), np.array([mean]), np.array([[var]])))
         est = estimate_from_blocks(plan, blocks, n3)
         est.counts["reports"] = n
@@ -484,63 +485,48 @@ class HadamardWindows:
     def component_variance(self, plan: Any, sample_var: np.ndarray,
                            stat_var: np.ndarray | None = None,
                            stat_mean: np.ndarray | None = None) -> np.ndarray:
-        """The rule run on the normal model: users' statistics ``N(θ_c, S_c²)`` (``S_c²``
-        = ``stat_var``, or ``σ_c²/m`` of i.i.d. records), the centre's error at its
-        predicted variance, the window the centre phase picks (on its own model), the
-        outside share ``M`` the spread phase would measure and its standard error; then
-        the mixture of the window's error — noise at the second moment there, the
-        reporters' spread with the finite-population factor, the expected squared
-        clamping bias — and the fallback's, weighted by the probability that the spread
-        test passes (``M̂`` normal around ``M``)."""
-        spec, eps = plan.spec, float(plan.spec.epsilon)
+        """The predicted MSE of every component: the mixture of the windows' error and the
+        fallback's, weighted by the probability that the spread test passes
+        (:meth:`outcomes`)."""
+        window, fallback, p_window = self.outcomes(plan, sample_var, stat_var, stat_mean)
+        if window is None:
+            return fallback
+        return p_window * window + (1 - p_window) * fallback
+
+    def predict(self, plan: Any, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
+                stat_mean: np.ndarray | None = None, population: str | None = None,
+                draws: int | None = None, values: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """``(mse, half_width)`` of every component. ``mse``: :meth:`component_variance`.
+        ``half_width``: the interval the query will likely publish — ``z`` times the
+        square root of the variance its estimate carries in the likelier outcome
+        (:meth:`outcomes`): the windows' (the same per-coefficient computation as
+        :meth:`_window_estimate`, with the charged excess share at its expectation when
+        the test passes) or the fallback's. ``population``: a reference population
+        (``alike``: every statistic the mean of ``m`` records of variance ``D²``;
+        ``spread``; ``ends``) instead of the moments. ``draws``, ``values``: unused (the
+        rule is run on the normal model)."""
         K = plan.n_components
-        G = self.n_groups(plan)
-        comps = [self._comp(plan, g) for g in range(G)]
-        m = spec.samples
-        sv = np.asarray(sample_var, dtype=np.float64)
-        S2 = sv / m if stat_var is None else np.maximum(np.asarray(stat_var, np.float64), 0)
-        mean = np.zeros(K) if stat_mean is None else np.asarray(stat_mean, dtype=np.float64)
-        sizes = np.array([plan.stage_sizes(g) for g in range(G)], dtype=np.float64)
-        n2 = int(sizes[:, 1].sum())
-        n3 = np.maximum(sizes[:, 2], 1.0)
-        D = np.array([self._bound(plan, c) for c in range(K)])
-        fallback_v, fallback_total = self._fallback_variance(plan, sv, stat_var, n2)
-        var = self._centre_variance(plan, sv, S2, sizes[:, 0])
-        # the centre phase's window (its own model: users alike), then the spread's view
-        alike = self.alike_var(plan, mean, var)
-        q, mech, lo, hi, mb2_model, mse_model = self.window(plan, mean, var, alike)
-        Dc, v, S2c, th = D[comps], var[comps], S2[comps], mean[comps]
-        tau = np.sqrt(alike[comps] + v)
-        _, _, qt = test_windows(np.clip(th, -Dc, Dc), tau, q, Dc)
-        outside = float(np.mean(2 * normal_cdf(-qt * tau / np.sqrt(S2c + v + 1e-300))))
-        alike_out = float(np.mean(2 * normal_cdf(-qt)))
-        sd = share_se(outside, 0.0, n2, eps)
-        prev = {"centre": {"var": var.tolist()}, "window_mse": mse_model, "q_window": q,
-                "outside_alike": alike_out,
-                "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
-                "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
-        window, _ = self.decide(plan, prev, outside, 0.0, n2, fallback_total)
-        if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
-            return fallback_v
-        # P(windows) = P(M̂ ≤ limit): the test's and the price's limits at the rule's
-        # (floored) se, M̂ around M by its own noise — the mixture of the outcomes' errors
-        unit = float(np.sum(self._excess_bias2(plan, 1.0)))
-        limit = alike_out + excess_limit(sd, mse_model, fallback_total, unit)
-        noise = math.sqrt(share_variance(outside, eps) / n2) if n2 > 0 else 0.0
-        p_window = _NORMAL.cdf((limit - outside) / noise) if noise > 0 else float(window)
-        if p_window < 1e-6:
-            return fallback_v
-        half = q * tau
-        mb2 = model_bias2(np.sqrt(S2c), np.sqrt(v), half, th, Dc)
-        t2 = float(np.mean(model_t2(np.sqrt(S2c), np.sqrt(v), half)))
-        fin = stat_var is not None
-        out = np.zeros(K)
-        for g, c in enumerate(comps):
-            fpc = max(1.0 - n3[g] / spec.users, 0.0) if fin else 1.0
-            noise = value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)
-            v3 = (fpc * S2c[g] + noise) / n3[g] + mb2[g]
-            out[c] = combine_centre(0.0, v3, 0.0, float(v[g]), float(mb2_model[g]))[1]
-        return p_window * out + (1 - p_window) * fallback_v
+        if population is not None:
+            share = {"alike": 1.0 / plan.spec.samples, "spread": 1.0 / 3.0, "ends": 1.0}
+            if population not in share:
+                raise ValueError(f"unknown reference population {population!r}")
+            D2 = np.square(plan.kind.component_bounds(plan.template))
+            sample_var = D2 if population != "spread" else D2 / 3.0
+            stat_var, stat_mean = D2 * share[population], np.zeros(K)
+        window, fallback, p_window = self.outcomes(plan, sample_var, stat_var, stat_mean,
+                                                   interval=True)
+        mse = fallback if window is None else p_window * window + (1 - p_window) * fallback
+        likely = fallback if window is None or p_window < 0.5 else window
+        z = _NORMAL.inv_cdf(0.5 + plan.spec.confidence / 2)
+        return mse, z * np.sqrt(np.maximum(likely, 0.0))
+
+    def outcomes(self, plan: Any, sample_var: np.ndarray,
+                 stat_var: np.ndarray | None = None, stat_mean: np.ndarray | None = None,
+                 interval: bool = False) -> tuple[np.ndarray | None, np.ndarray, float]:
+        """``(window, fallback, P(window))`` on the normal model
+        (:func:`uldp.collector.methods.hadamard_predict.outcomes`)."""
+        return outcomes(self, plan, sample_var, stat_var, stat_mean, interval)
 
     def _centre_variance(self, plan: Any, sv: np.ndarray, S2: np.ndarray, n1: np.ndarray
                          ) -> np.ndarray:

@@ -15,9 +15,27 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["COMBINE_BIAS_SHARE", "MAX_UNSEEN", "QS", "TEST_MARGIN", "Z_OUTSIDE", "clamp_bias",
-           "clamps_ok", "combine_centre", "excess_limit", "model_bias2", "model_t2", "normal_cdf",
-           "priced_excess", "share_se", "share_variance", "spread_share", "test_windows"]
+__all__ = [
+    "COMBINE_BIAS_SHARE",
+    "MAX_UNSEEN",
+    "QS",
+    "TEST_MARGIN",
+    "Z_OUTSIDE",
+    "clamp_bias",
+    "clamps_ok",
+    "combine_centre",
+    "excess_limit",
+    "model_bias2",
+    "model_t2",
+    "normal_cdf",
+    "priced2",
+    "priced_excess",
+    "share_se",
+    "share_variance",
+    "spread_share",
+    "test_windows",
+    "window_variance",
+]
 
 #: candidate half-widths of the window, in units of τ (those :func:`clamps_ok` allows)
 QS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0)
@@ -178,3 +196,26 @@ def combine_centre(window: float, window_var: float, centre: float, centre_var: 
 
 def normal_cdf(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1 + np.vectorize(math.erf)(np.asarray(x, dtype=np.float64) / math.sqrt(2)))
+
+
+def window_variance(report_var: float, bias2: float, centre_var: float) -> float:
+    """The variance a window coefficient's interval carries: its reports' variance (noise
+    and the reporters' spread, finite population) plus its squared clamping bias,
+    combined with the centre's as :func:`combine_centre` does. One function for the
+    estimate (``HadamardWindows._window_estimate``) and the preview
+    (``HadamardWindows.predict``)."""
+    return combine_centre(0.0, report_var + bias2, 0.0, centre_var, bias2)[1]
+
+
+def priced2(excess: float, noise: float, sd: float, limit: float) -> float:
+    """``E[priced_excess(X, sd)² | X ≤ limit]`` for the measured excess share ``X ~
+    N(excess, noise²)``: the charge the windows' intervals expect when the test passes."""
+    if not (noise > 0) or not math.isfinite(limit):
+        x = excess
+        return priced_excess(x, sd) ** 2 if x <= limit else 0.0
+    z = np.linspace(-8.0, min((limit - excess) / noise, 8.0), 801)
+    w = np.exp(-0.5 * z * z)
+    if w.sum() <= 0:
+        return 0.0
+    p = np.maximum(excess + noise * z - sd, 0.0)
+    return float(np.sum(w * p * p) / np.sum(w))

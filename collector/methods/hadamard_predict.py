@@ -1,0 +1,115 @@
+"""Method ``hadamard``'s predicted error: its rule run on the normal model of the users'
+statistics.
+
+See ``docs/algorithms.md`` ("Hadamard windows"); used by
+``uldp.collector.methods.hadamard`` (``component_variance``, the predicted MSE, and
+``predict``, the preview's likely interval: the same per-coefficient computation as the
+estimate, :func:`uldp.collector.methods.hadamard_model.window_variance`).
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from uldp.collector.methods.common import value_noise_variance
+from uldp.collector.methods.hadamard_model import (
+    MAX_UNSEEN,
+    Z_OUTSIDE,
+    combine_centre,
+    excess_limit,
+    model_bias2,
+    model_t2,
+    normal_cdf,
+    priced2,
+    share_se,
+    share_variance,
+    test_windows,
+    window_variance,
+)
+
+__all__ = ["outcomes"]
+
+_NORMAL = NormalDist()
+
+
+def outcomes(method: Any, plan: Any, sample_var: np.ndarray,
+             stat_var: np.ndarray | None = None, stat_mean: np.ndarray | None = None,
+             interval: bool = False) -> tuple[np.ndarray | None, np.ndarray, float]:
+    """``(window, fallback, P(window))``: the rule run on the normal model — users'
+    statistics ``N(θ_c, S_c²)`` (``stat_var``, or ``σ_c²/m``), the centre's error at its
+    predicted variance, the window the centre phase picks, the outside share the spread
+    phase would measure and its standard error. ``window``: per component the windows'
+    error as ``HadamardWindows._window_estimate`` combines it (None where they never
+    run; ``interval``: the variance their interval carries — model bias and the charged
+    excess share expected when the test passes); ``fallback``: the oracle's error."""
+    spec, eps = plan.spec, float(plan.spec.epsilon)
+    K = plan.n_components
+    G = method.n_groups(plan)
+    comps = [method._comp(plan, g) for g in range(G)]
+    m = spec.samples
+    sv = np.asarray(sample_var, dtype=np.float64)
+    S2 = sv / m if stat_var is None else np.maximum(np.asarray(stat_var, np.float64), 0)
+    mean = np.zeros(K) if stat_mean is None else np.asarray(stat_mean, dtype=np.float64)
+    sizes = np.array([plan.stage_sizes(g) for g in range(G)], dtype=np.float64)
+    n2 = int(sizes[:, 1].sum())
+    n3 = np.maximum(sizes[:, 2], 1.0)
+    D = np.array([method._bound(plan, c) for c in range(K)])
+    fallback_v, fallback_total = method._fallback_variance(plan, sv, stat_var, n2)
+    var = method._centre_variance(plan, sv, S2, sizes[:, 0])
+    # the centre phase's window (its own model: users alike), then the spread's view
+    alike = method.alike_var(plan, mean, var)
+    q, mech, lo, hi, mb2_model, mse_model = method.window(plan, mean, var, alike)
+    Dc, v, S2c, th = D[comps], var[comps], S2[comps], mean[comps]
+    tau = np.sqrt(alike[comps] + v)
+    _, _, qt = test_windows(np.clip(th, -Dc, Dc), tau, q, Dc)
+    outside = float(np.mean(2 * normal_cdf(-qt * tau / np.sqrt(S2c + v + 1e-300))))
+    alike_out = float(np.mean(2 * normal_cdf(-qt)))
+    sd = share_se(outside, 0.0, n2, eps)
+    prev = {"centre": {"var": var.tolist()}, "window_mse": mse_model, "q_window": q,
+            "outside_alike": alike_out,
+            "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
+            "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
+    window, _ = method.decide(plan, prev, outside, 0.0, n2, fallback_total)
+    if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
+        return None, fallback_v, 0.0
+    # P(windows) = P(M̂ ≤ limit): the test's and the price's limits at the rule's
+    # (floored) se, M̂ around M by its own noise — the mixture of the outcomes' errors
+    unit = float(np.sum(method._excess_bias2(plan, 1.0)))
+    limit = alike_out + excess_limit(sd, mse_model, fallback_total, unit)
+    noise = math.sqrt(share_variance(outside, eps) / n2) if n2 > 0 else 0.0
+    p_window = _NORMAL.cdf((limit - outside) / noise) if noise > 0 else float(window)
+    if p_window < 1e-6:
+        return None, fallback_v, 0.0
+    half = q * tau
+    # the charged excess share's expected square given that the test passes
+    charge2 = priced2(outside - alike_out, noise, sd, limit - alike_out) if interval else 0.0
+    model = {"mech": mech, "width": hi - lo, "S2": S2c, "centre_var": v, "n3": n3,
+             "bias2": model_bias2(np.sqrt(S2c), np.sqrt(v), half, th, Dc),
+             "model_bias2": mb2_model, "D": Dc, "charge2": charge2,
+             "t2": float(np.mean(model_t2(np.sqrt(S2c), np.sqrt(v), half)))}
+    out = np.zeros(K)
+    out[comps] = _window_errors(plan, model, stat_var is not None, interval)
+    return out, fallback_v, p_window
+
+
+def _window_errors(plan: Any, w: dict[str, Any], finite: bool, interval: bool
+                   ) -> np.ndarray:
+    """Per served coefficient, the windows' error (``interval``: the variance their
+    interval carries) on the model ``w`` (:func:`outcomes`)."""
+    eps, users = float(plan.spec.epsilon), plan.spec.users
+    out = np.zeros(len(w["n3"]))
+    for g, n3 in enumerate(w["n3"]):
+        fpc = max(1.0 - n3 / users, 0.0) if finite else 1.0
+        nv = value_noise_variance(w["mech"], float(w["width"][g]), eps, w["t2"])
+        report = (fpc * float(w["S2"][g]) + nv) / n3
+        v, mb2_model = float(w["centre_var"][g]), float(w["model_bias2"][g])
+        if interval:  # what the interval carries: the model's bias and the charge
+            out[g] = window_variance(report, mb2_model + w["charge2"] * float(w["D"][g]) ** 2,
+                                     v)
+        else:  # the error: the population's bias (combined as the estimate is)
+            out[g] = combine_centre(0.0, report + float(w["bias2"][g]), 0.0, v, mb2_model)[1]
+    return out
