@@ -11,8 +11,8 @@ the best frequency oracle for ``(A, ε)``); for a ``distribution`` it then weigh
 * chosen when it promises at least :data:`HADAMARD_GAIN` times less error than the oracle.
 
 Its risk where users differ is bounded by construction: the spread phase sees them and the
-method falls back to the same oracle on every user but the spread phase's (at most 9 %,
-``spread_share``), i.e. at most ``1/(1 − s₂) ≤ 1.099`` times the oracle's error; the centre
+method falls back to the same oracle on every user but the spread phase's (at most 7 %,
+``spread_share``), i.e. at most ``1/(1 − s₂) ≤ 1.076`` times the oracle's error; the centre
 phase's reports are the oracle's own. So the rule needs no minimax regret: it takes the
 windows wherever users alike would gain.
 """

@@ -67,14 +67,13 @@ from uldp.collector.methods.common import (
     value_noise_variance,
 )
 from uldp.collector.methods.hadamard_model import (
-    MAX_UNSEEN,
     QS,
-    Z_OUTSIDE,
     clamps_ok,
     combine_centre,
     model_bias2,
     model_t2,
     normal_cdf,
+    pass_limit,
     priced_excess,
     share_se,
     spread_share,
@@ -330,12 +329,12 @@ class HadamardWindows:
         """Window or fallback (module docstring): the window runs when the share of users
         outside the test's windows beyond what users alike put there (``outside_alike``,
         ``2Φ(−q_test)``) is not significant (at most :data:`Z_OUTSIDE` standard errors)
-        and, at its upper confidence bound, at most :data:`MAX_UNSEEN`; and when its error
+        and, at its upper bound, at most :data:`MAX_UNSEEN` (:func:`pass_limit`); and when its error
         on the model, plus that excess share's possible clamping (``Σ_c (excess·D_c)²``),
         is below the fallback's."""
         expected = float(previous["outside_alike"])
         excess = M - expected
-        alike = n2 > 0 and excess <= min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
+        alike = n2 > 0 and excess <= pass_limit(sd)
         # the users the test sees outside beyond the model are clamped: each coefficient's
         # estimate may move by up to that share times D (a far user), priced in the error
         # (the share beyond one standard error: priced_excess) and in the intervals

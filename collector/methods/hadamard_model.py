@@ -21,6 +21,7 @@ __all__ = [
     "QS",
     "TEST_MARGIN",
     "Z_OUTSIDE",
+    "Z_UNSEEN",
     "clamp_bias",
     "clamps_ok",
     "combine_centre",
@@ -50,6 +51,10 @@ TEST_MARGIN = 1.0
 #: large (``Z_OUTSIDE`` standard errors of the pooled share): a share it cannot see is
 #: clamped unnoticed, so a test without that power falls back to the oracle
 MAX_UNSEEN = 0.1
+#: ... at the share's one-sided upper bound of this many standard errors (97.7 %): at three,
+#: the bound left users alike at ε = 0.5 under two standard errors of room (a false
+#: fallback in 1 run of 25, at 5× the windows' error, k = 8, m = 100)
+Z_UNSEEN = 2.0
 
 _NORMAL = NormalDist()
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(24)  # E f(Z), Z ~ N(0, 1)
@@ -69,8 +74,8 @@ def clamps_ok(q: float, groups: int) -> bool:
 def spread_share(users: int, eps: float) -> float:
     """``s₂``: the share of users the spread phase takes — enough that the test sees half of
     :data:`MAX_UNSEEN` (``Z_OUTSIDE`` standard errors of the pooled outside share ≤ 0.05;
-    the one-bit oracle's variance at ε, at a share of 5 %), between 2 % and 9 % (its users
-    are lost to the estimate after a fallback: at most ``1/(1 − s₂) ≤ 1.099`` of the
+    the one-bit oracle's variance at ε, at a share of 5 %), between 2 % and 7 % (its users
+    are lost to the estimate after a fallback: at most ``1/(1 − s₂) ≤ 1.076`` of the
     oracle's error)."""
     need = share_variance(0.05, eps) * (Z_OUTSIDE / (MAX_UNSEEN / 2)) ** 2
     return float(min(max(need / max(users, 1), MIN_SPREAD), MAX_SPREAD))
@@ -100,11 +105,18 @@ def priced_excess(excess: float, sd: float) -> float:
     return max(excess - sd, 0.0)
 
 
+def pass_limit(sd: float) -> float:
+    """The largest excess outside share the spread test lets pass at standard error
+    ``sd``: not significant (:data:`Z_OUTSIDE` standard errors) and, at its upper bound
+    (:data:`Z_UNSEEN`), at most :data:`MAX_UNSEEN`; negative: the test cannot pass."""
+    return min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_UNSEEN * sd)
+
+
 def excess_limit(sd: float, window_mse: float, fallback: float, unit: float) -> float:
     """The largest excess outside share with which the windows still run: the test's
     (:data:`Z_OUTSIDE` standard errors, :data:`MAX_UNSEEN`) and the price's — the window's
     error plus ``unit·priced_excess²`` (``unit = Σ_c D_c²``) below the fallback's."""
-    limit = min(Z_OUTSIDE * sd, MAX_UNSEEN - Z_OUTSIDE * sd)
+    limit = pass_limit(sd)
     room = fallback - window_mse
     if room <= 0:
         return -math.inf
@@ -135,7 +147,7 @@ def share_se(share: float, empirical: float, n2: int, eps: float) -> float:
 
 
 #: the spread phase's least and largest share of the users
-MIN_SPREAD, MAX_SPREAD = 0.02, 0.09
+MIN_SPREAD, MAX_SPREAD = 0.02, 0.07
 
 
 def _phi_tail(x: np.ndarray) -> np.ndarray:

@@ -17,13 +17,12 @@ import numpy as np
 
 from uldp.collector.methods.common import value_noise_variance
 from uldp.collector.methods.hadamard_model import (
-    MAX_UNSEEN,
-    Z_OUTSIDE,
     combine_centre,
     excess_limit,
     model_bias2,
     model_t2,
     normal_cdf,
+    pass_limit,
     priced2,
     share_se,
     share_variance,
@@ -74,7 +73,7 @@ def outcomes(method: Any, plan: Any, sample_var: np.ndarray,
             "intervals": {str(g): [float(lo[g]), float(hi[g])] for g in range(G)},
             "model_bias2": {str(g): float(mb2_model[g]) for g in range(G)}}
     window, _ = method.decide(plan, prev, outside, 0.0, n2, fallback_total)
-    if not mse_model < fallback_total or Z_OUTSIDE * sd >= MAX_UNSEEN:
+    if not mse_model < fallback_total or pass_limit(sd) <= 0:
         return None, fallback_v, 0.0
     # P(windows) = P(M̂ ≤ limit): the test's and the price's limits at the rule's
     # (floored) se, M̂ around M by its own noise — the mixture of the outcomes' errors
