@@ -244,7 +244,7 @@ def struct_value(h: str) -> float:
 
 
 @pytest.mark.parametrize("method", ["two-stage", "two-stage-paper", "two-stage-sized", "ssl",
-                                    "baseline-a", "baseline-b", "auto"])
+                                    "baseline-a", "baseline-b", "oracle", "hadamard", "auto"])
 def test_published_json_of_every_method_matches_the_schema(method):
     """Issue 17 item 13: what every method's phases really publish (two-stage's stage I
     with its bias bounds and rule) validates against published.schema.json, and stage-I
@@ -256,24 +256,30 @@ def test_published_json_of_every_method_matches_the_schema(method):
     from uldp.collector.simulation.simulate import synthetic_privatizer
 
     published, result = _schema("published"), _schema("result")
-    for kind, dim, dist, m in (("mean", 1, "uniform", 5), ("mean-linf", 2, "uniform", 400),
-                               ("distribution", 4, "zipf:1.1", 5)):
+    cases = {"hadamard": (("distribution", 4, "zipf:1.1", 400), ("mean-l1", 2, "bernoulli", 5)),
+             "oracle": (("distribution", 4, "zipf:1.1", 5),)}.get(method, (
+        ("mean", 1, "uniform", 5), ("mean-linf", 2, "uniform", 400),
+        ("distribution", 4, "zipf:1.1", 5)))
+    modes: set[str] = set()  # hadamard: the windows and the fallback both published
+    for kind, dim, dist, m in cases:
         if method == "two-stage-sized" and kind == "distribution":
             continue  # not offered for distributions (issue 26)
-        spec = QuerySpec(kind=kind, epsilon=2.0, users=400, samples=m, dim=dim, seed=1,
-                         method=method)
+        spec = QuerySpec(kind=kind, epsilon=2.0, users=400 if method != "hadamard" else 3000,
+                         samples=m, dim=dim, seed=1, method=method)
         plan = compile_query(spec)
         data = make_fleet_data(kind, dist, m, dim, spec.bound, np.random.default_rng(0))
         pubs: dict = {}
         out = run_program(MeanEstProgram(spec), synthetic_privatizer(
             spec, data, RandomSource.seeded(1), None), on_close=pubs.__setitem__)
         assert pubs, (method, kind)
+        modes.update(str(p["mode"]) for p in pubs.values() if "mode" in p)
         for pub in pubs.values():
             doc = json.loads(json.dumps(pub))
             assert _errors(doc, published, published) == [], (method, kind, doc)
             if "khat" in doc:
                 _check_stage_one_intervals(plan, doc)
         assert _errors(json.loads(json.dumps(out)), result, result) == [], (method, kind)
+    assert modes == ({"window", "fallback"} if method == "hadamard" else set())
 
 
 def _check_stage_one_intervals(plan, doc):
