@@ -10,12 +10,21 @@ import { test } from "node:test";
 import protobuf from "protobufjs";
 import descriptor from "../src/wire/wire.gen.json" with { type: "json" };
 import { RandomSource } from "../src/core/index.js";
-import { CodecError, typeOf } from "../src/wire/codec.js";
+import { CodecError, parseDescriptor, typeOf } from "../src/wire/codec.js";
+import { DESCRIPTOR } from "../src/wire/wire.gen.js";
 
 const root = protobuf.Root.fromJSON(descriptor as protobuf.INamespace);
 const v1 = (descriptor as { nested: { uldp: { nested: { v1: { nested: Record<string, { fields?: object }> } } } } })
   .nested.uldp.nested.v1.nested;
 const MESSAGES = Object.keys(v1).filter((k) => v1[k].fields);
+
+test("the codec's compact descriptor (wire.gen.ts) is wire.gen.json's uldp.v1 namespace", () => {
+  // what the codec reads of a type: its fields or its values (reserved ids and names are the
+  // generator's business)
+  const plain = (x: Record<string, object>) => JSON.parse(JSON.stringify(Object.fromEntries(Object.entries(x)
+    .map(([k, t]) => [k, { fields: (t as { fields?: object }).fields, values: (t as { values?: object }).values }]))));
+  assert.deepEqual(plain(parseDescriptor(DESCRIPTOR) as Record<string, object>), plain(v1));
+});
 
 const rng = RandomSource.seeded("codec-cross-check");
 const u = (n: number): number => Number(rng.words(1)[0] % BigInt(n));

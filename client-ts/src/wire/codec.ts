@@ -1,6 +1,6 @@
 /**
- * A small protobuf (proto3) codec driven by the JSON descriptor of proto/uldp/v1
- * (`wire.gen.json`), for the messages the SDK's transports carry. It replaces a general
+ * A small protobuf (proto3) codec driven by the descriptor of proto/uldp/v1 (`wire.gen.ts`,
+ * the compact form of `wire.gen.json`), for the messages the SDK's transports carry. It replaces a general
  * protobuf runtime in the bundle (protobufjs with its reflection was more than half of a web
  * app's SDK bytes) and covers exactly what uldp.v1 uses: scalars (string, bytes, bool, double,
  * int32, uint32, int64, uint64, sint64), enums, nested messages, repeated fields (numeric ones
@@ -13,7 +13,7 @@
  * false, empty bytes and lists, `null` for an absent message; 64-bit integers come back as
  * decimal strings (exact, JSON-safe). No Node-only dependency.
  */
-import descriptor from "./wire.gen.json" with { type: "json" };
+import { DESCRIPTOR } from "./wire.gen.js";
 
 interface FieldDesc {
   type: string;
@@ -23,6 +23,19 @@ interface FieldDesc {
 interface TypeDesc {
   fields?: Record<string, FieldDesc>;
   values?: Record<string, number>;
+}
+
+/** The descriptor string, read back into the shape of wire.gen.json's `uldp.v1` namespace. */
+export function parseDescriptor(text: string): Record<string, TypeDesc> {
+  const out: Record<string, TypeDesc> = {};
+  for (const entry of text.split(";")) {
+    const [name, body] = entry.split("=");
+    const items = body.replace(/^!/, "").split(",").map((x) => x.split(":"));
+    out[name] = body[0] === "!" ? { values: Object.fromEntries(items.map(([k, v]) => [k, Number(v)])) }
+      : { fields: Object.fromEntries(items.map(([f, t, id]) => [f, t[0] === "*"
+        ? { type: t.slice(1), id: Number(id), rule: "repeated" } : { type: t, id: Number(id) }])) };
+  }
+  return out;
 }
 interface Field {
   name: string;
@@ -39,8 +52,7 @@ export interface MessageType {
   decode(bytes: Uint8Array): Record<string, unknown>;
 }
 
-const NESTED = (descriptor as { nested: { uldp: { nested: { v1: { nested: Record<string, TypeDesc> } } } } })
-  .nested.uldp.nested.v1.nested;
+const NESTED = parseDescriptor(DESCRIPTOR);
 const SCALARS = new Set(["string", "bytes", "bool", "double", "int32", "uint32", "int64", "uint64", "sint64"]);
 const PACKABLE = new Set(["bool", "double", "int32", "uint32", "int64", "uint64", "sint64", "enum"]);
 const LONG = new Set(["int64", "uint64", "sint64"]);
