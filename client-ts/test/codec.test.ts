@@ -99,3 +99,13 @@ test("bigint report values, unpacked repeated fields and unknown fields are read
   assert.throws(() => t.encode({ phase: -1 }), CodecError); // uint32 out of range
   assert.throws(() => t.encode({ values: [1.5] }), CodecError);
 });
+
+test("wrong wire types and unknown message types are refused", () => {
+  const t = typeOf("Report");
+  assert.throws(() => t.decode(Uint8Array.from([0x09, 1, 2, 3, 4, 5, 6, 7, 8])), /query_id: wrong wire type/); // fixed64 string
+  assert.throws(() => t.decode(Uint8Array.from([0x10, 0x01, 0x12, 0x01, 0x01])), /phase: wrong wire type/); // bytes uint32
+  assert.throws(() => t.decode(Uint8Array.from([0x1d, 1, 2, 3, 4])), /values: wrong wire type/); // fixed32 sint64
+  assert.throws(() => t.decode(Uint8Array.from([0x0b])), /unsupported wire type 3/);
+  assert.throws(() => typeOf("NoSuchType"), /unknown message type/);
+  assert.deepEqual(parseDescriptor("A=x:double:1"), { A: { fields: { x: { type: "double", id: 1 } } } });
+});
