@@ -174,6 +174,10 @@ await step(`the README's web snippet bundles within ${BUDGET.minified} KiB minif
   };
   visit(entry);
   if (!Object.keys(outputs).some(isSealing)) throw new Error("no chunk holds core/seal.js: is the sealing bundled at start?");
+  // tree-shaking keeps the Node entry, gRPC and the curve code out of what such a device loads
+  const stray = [...start].flatMap((o) => Object.keys(outputs[o].inputs))
+    .filter((i) => /@noble|@grpc|protobufjs|\/build\/src\/node\/|core\/seal\.js$/.test(i));
+  if (stray.length) throw new Error(`loaded without a shuffler: ${stray.join(", ")}`);
   const size = (files) => {
     const bytes = files.map((f) => readFileSync(join(app, f)));
     return { min: bytes.reduce((n, b) => n + b.length, 0), gz: bytes.reduce((n, b) => n + gzipSync(b, { level: 9 }).length, 0) };
