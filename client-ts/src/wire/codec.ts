@@ -67,16 +67,31 @@ class CodecError extends Error {
 
 // ---- writing -------------------------------------------------------------------------------------
 class Writer {
-  buf: number[] = [];
+  buf = new Uint8Array(64);
+  len = 0;
+
+  room(n: number): void {
+    if (this.len + n <= this.buf.length) return;
+    const next = new Uint8Array(2 * (this.len + n));
+    next.set(this.buf);
+    this.buf = next;
+  }
 
   varint(v: bigint): void { // v in [0, 2^64)
-    for (; v > 0x7fn; v >>= 7n) this.buf.push(Number(v & 0x7fn) | 0x80);
-    this.buf.push(Number(v));
+    this.room(10);
+    for (; v > 0x7fn; v >>= 7n) this.buf[this.len++] = Number(v & 0x7fn) | 0x80;
+    this.buf[this.len++] = Number(v);
   }
 
   bytes(b: Uint8Array): void {
     this.varint(BigInt(b.length));
-    for (const x of b) this.buf.push(x);
+    this.room(b.length);
+    this.buf.set(b, this.len);
+    this.len += b.length;
+  }
+
+  finish(): Uint8Array {
+    return this.buf.slice(0, this.len);
   }
 }
 
@@ -132,10 +147,10 @@ function encodeMessage(fields: readonly Field[], value: Record<string, unknown>)
       const inner = new Writer();
       for (const x of v as unknown[]) inner.varint(varintOf(x, f.kind));
       w.varint(BigInt((f.id << 3) | 2));
-      w.bytes(Uint8Array.from(inner.buf));
+      w.bytes(inner.finish());
     } else for (const x of v as unknown[]) writeOne(w, f, x);
   }
-  return Uint8Array.from(w.buf);
+  return w.finish();
 }
 
 // ---- reading -------------------------------------------------------------------------------------
