@@ -33,6 +33,7 @@ from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
+from uldp.collector.methods.alike import ASSUMPTIONS, assumption_note
 from uldp.collector.methods.auto import resolve_auto
 from uldp.collector.methods.sizing import OBJECTIVES
 from uldp.collector.placement import KeyedPermutation, stage_sizes
@@ -89,6 +90,11 @@ class QuerySpec:
     #: what ``auto`` and a sized stage-II window minimize: ``width`` — the expected width
     #: of the interval at ``confidence`` (what a result prints) — or ``mse``
     objective: str = "width"
+    #: what the analyst assumes about the users, stated as publicly as the range:
+    #: ``none`` (intervals valid for every population) or ``users-alike`` (every user's
+    #: records i.i.d. from one distribution: two-stage windows' bias bounds count on it,
+    #: ``uldp.collector.methods.alike``)
+    assume: str = "none"
     #: the public range ``[lo, hi]`` of one value (kinds with ``Kind.ranged``); None: the
     #: range is ``[-bound, bound]``. With a range, ``bound`` is ``hi/2 − lo/2`` (set here)
     lo: float | None = None
@@ -143,6 +149,8 @@ class QuerySpec:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got "
                              f"{self.objective!r}")
+        if self.assume not in ASSUMPTIONS:
+            raise ValueError(f"assume must be one of {list(ASSUMPTIONS)}, got {self.assume!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if not isinstance(self.records, int) or isinstance(self.records, bool) \
@@ -414,8 +422,20 @@ class Plan:
         return {int(g): tuple(k) for g, k in pub["khat"].items()}
 
     def finalize(self, final: dict[int, Any], previous: Published | None = None) -> Estimate:
-        """The estimate from the last phase's accumulators (per group)."""
-        return self.method.finalize(self, final, previous)
+        """The estimate from the last phase's accumulators (per group), with the
+        assumption its interval rests on (``extra["assume"]``, ``extra["valid_if"]``)."""
+        est = self.method.finalize(self, final, previous)
+        used = self.relies_on_assumption
+        est.extra["assume"] = self.spec.assume if used else "none"
+        est.extra["valid_if"] = assumption_note(self.spec.assume if used else "none")
+        return est
+
+    @property
+    def relies_on_assumption(self) -> bool:
+        """Whether the plan's intervals count on the query's stated assumption (a
+        two-stage-sized window under ``assume="users-alike"``; single-stage intervals hold
+        for every population)."""
+        return self.spec.assume != "none" and self.spec.method == "two-stage-sized"
 
     def predicted_mse(self, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
                       stat_mean: np.ndarray | None = None) -> float:
@@ -481,7 +501,7 @@ class Plan:
 
 
 #: the fields an analyst's query may set to choose the report mechanisms and the objective
-MECHANISM_FIELDS = ("oracle", "randomizer", "objective", "stage1_share", "records")
+MECHANISM_FIELDS = ("oracle", "randomizer", "objective", "stage1_share", "records", "assume")
 
 
 def with_best_mechanisms(fields: dict[str, Any]) -> dict[str, Any]:
