@@ -92,7 +92,7 @@ def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
 
 def add_mechanism_flags(p: argparse.ArgumentParser | Any) -> None:
     """``--objective``, ``--assume``, ``--oracle``, ``--randomizer``, ``--stage1-share``: what
-    and a sized stage II minimize, and the report mechanisms of a named method (default:
+    ``auto`` and a sized stage II minimize, and the report mechanisms of a named method (default:
     the best ones for the public parameters, docs/mechanisms.md)."""
     from uldp.client.mechanisms import ORACLES, SCALARS
 
