@@ -33,7 +33,7 @@ from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
-from uldp.collector.methods.alike import ASSUMPTIONS, assumption_note
+from uldp.collector.methods.alike import ASSUMPTIONS, note_assumption
 from uldp.collector.methods.auto import resolve_auto
 from uldp.collector.methods.sizing import OBJECTIVES
 from uldp.collector.placement import KeyedPermutation, stage_sizes
@@ -90,10 +90,8 @@ class QuerySpec:
     #: what ``auto`` and a sized stage-II window minimize: ``width`` — the expected width
     #: of the interval at ``confidence`` (what a result prints) — or ``mse``
     objective: str = "width"
-    #: what the analyst assumes about the users, stated as publicly as the range:
-    #: ``none`` (intervals valid for every population) or ``users-alike`` (every user's
-    #: records i.i.d. from one distribution: two-stage windows' bias bounds count on it,
-    #: ``uldp.collector.methods.alike``)
+    #: what the analyst states about the users (``none``, ``users-alike``), as publicly as
+    #: the range: ``uldp.collector.methods.alike``
     assume: str = "none"
     #: the public range ``[lo, hi]`` of one value (kinds with ``Kind.ranged``); None: the
     #: range is ``[-bound, bound]``. With a range, ``bound`` is ``hi/2 − lo/2`` (set here)
@@ -141,16 +139,11 @@ class QuerySpec:
             raise ValueError(f"stage1_share must be in (0, 1), got {self.stage1_share!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.oracle not in (*ORACLES, "best"):
-            raise ValueError(f"oracle must be one of {[*ORACLES, 'best']}, got {self.oracle!r}")
-        if self.randomizer not in (*SCALARS, "best", "adaptive"):
-            raise ValueError(f"randomizer must be one of {[*SCALARS, 'best', 'adaptive']}, "
-                             f"got {self.randomizer!r}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got "
-                             f"{self.objective!r}")
-        if self.assume not in ASSUMPTIONS:
-            raise ValueError(f"assume must be one of {list(ASSUMPTIONS)}, got {self.assume!r}")
+        for name, allowed in (("oracle", [*ORACLES, "best"]), ("objective", list(OBJECTIVES)),
+                              ("randomizer", [*SCALARS, "best", "adaptive"]),
+                              ("assume", list(ASSUMPTIONS))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if not isinstance(self.records, int) or isinstance(self.records, bool) \
@@ -423,19 +416,8 @@ class Plan:
 
     def finalize(self, final: dict[int, Any], previous: Published | None = None) -> Estimate:
         """The estimate from the last phase's accumulators (per group), with the
-        assumption its interval rests on (``extra["assume"]``, ``extra["valid_if"]``)."""
-        est = self.method.finalize(self, final, previous)
-        used = self.relies_on_assumption
-        est.extra["assume"] = self.spec.assume if used else "none"
-        est.extra["valid_if"] = assumption_note(self.spec.assume if used else "none")
-        return est
-
-    @property
-    def relies_on_assumption(self) -> bool:
-        """Whether the plan's intervals count on the query's stated assumption (a
-        two-stage-sized window under ``assume="users-alike"``; single-stage intervals hold
-        for every population)."""
-        return self.spec.assume != "none" and self.spec.method == "two-stage-sized"
+        assumption its interval rests on (``uldp.collector.methods.alike.note_assumption``)."""
+        return note_assumption(self, self.method.finalize(self, final, previous))
 
     def predicted_mse(self, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
                       stat_mean: np.ndarray | None = None) -> float:

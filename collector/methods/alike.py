@@ -34,7 +34,7 @@ import numpy as np
 from uldp.collector.methods.intervals import ALPHA_BIAS, kl_upper
 
 __all__ = ["ASSUMPTIONS", "USERS_ALIKE", "alike_bias", "assumed_samples", "assumption_note",
-           "location", "tail_integral"]
+           "location", "note_assumption", "relies_on", "tail_integral"]
 
 USERS_ALIKE = "users-alike"
 #: what a query may assume about its users (``QuerySpec.assume``): nothing (the default:
@@ -57,6 +57,23 @@ def assumption_note(assume: str) -> str:
         return ("valid if users are alike: every user's records i.i.d. from one "
                 "distribution (assume=users-alike)")
     return "valid for every population (no assumption)"
+
+
+def relies_on(plan: Any) -> bool:
+    """Whether a plan's intervals count on its query's stated assumption (a method that
+    sizes its window from it, ``counts_on_assumption``; single-stage intervals hold for
+    every population)."""
+    return plan.spec.assume != "none" and bool(getattr(plan.method, "counts_on_assumption",
+                                                       False))
+
+
+def note_assumption(plan: Any, est: Any) -> Any:
+    """``est`` with what its interval rests on: ``extra["assume"]`` (the assumption it
+    counts on, or ``none``) and ``extra["valid_if"]`` (the sentence results print)."""
+    used = plan.spec.assume if relies_on(plan) else "none"
+    est.extra["assume"] = used
+    est.extra["valid_if"] = assumption_note(used)
+    return est
 
 
 def location(points: np.ndarray, mass: np.ndarray, var: np.ndarray, mean_sd: float,

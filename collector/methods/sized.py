@@ -139,6 +139,8 @@ class TwoStageSized(TwoStage):
     #: its randomizer is best chosen from stage I (``with_best_mechanisms``), and it
     #: predicts itself from the users' statistics (own-data runs)
     adaptive_randomizer = True
+    #: its window's bias bounds count on ``assume="users-alike"`` when the query states it
+    counts_on_assumption = True
 
     def fine(self, plan: Any, group: int) -> list[Alg1Params]:
         return [fine_bins(p, plan.spec.samples) for p in plan.group_params(group)]

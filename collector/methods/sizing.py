@@ -295,20 +295,16 @@ def choose(stage: GridStage, n1: int, n2: int, mechanisms: Sequence[str],
            ) -> dict[str, Choice]:
     """Per randomizer, the window and estimate of least ``objective`` for one component
     (module docstring); ``noise_var(mech, widths, t2)`` is the variance of one stage-II
-    report (vectorized over the windows). Without stage-I reports: the support.
-    ``alike``: records per user when the query assumes users alike (:func:`honest_terms`)."""
+    report (vectorized); without stage-I reports: the support. ``alike``: :func:`honest_terms`."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    K = stage.K
-    if n1 <= 0 or stage.reports <= 0 or n2 <= 0:
-        i, j = np.array([0]), np.array([K - 1])
-    else:
-        i, j = _windows(stage)
+    K, empty = stage.K, n1 <= 0 or stage.reports <= 0 or n2 <= 0
+    i, j = (np.array([0]), np.array([K - 1])) if empty else _windows(stage)
     a, b = stage.points[i], stage.points[j]
     full = (i == 0) & (j == K - 1)
     out: dict[str, Choice] = {}
-    if n1 <= 0 or stage.reports <= 0 or n2 <= 0:
+    if empty:
         for mech in mechanisms:
             v0 = float(noise_var(mech, b - a, None)[0]) / max(n2, 1)
             w0 = 2 * z * math.sqrt(v0)
