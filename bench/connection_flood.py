@@ -72,7 +72,7 @@ class Collector:
     log: Path
 
 
-def start_collector(work: Path, nofile: int) -> Collector:
+def start_collector(work: Path, nofile: int, extra: tuple[str, ...] = ()) -> Collector:
     pki = make_dev_pki(work / "pki", overwrite=True)
     (work / "pki" / "admin.token").write_text(ADMIN + "\n")
     port, http_port = _free_port(), _free_port()
@@ -83,7 +83,7 @@ def start_collector(work: Path, nofile: int) -> Collector:
     proc = subprocess.Popen(
         [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve", "--db",
          f"sqlite:///{work}/c{port}.db", "--port", str(port), "--http-port", str(http_port),
-         "--tls-dir", str(work / "pki"), "--allow-simulated", "--name", "flood"],
+         "--tls-dir", str(work / "pki"), "--allow-simulated", "--name", "flood", *extra],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT, preexec_fn=limit)  # noqa: SIM115
     c = Collector(proc, port, http_port, pki.ca_cert, log)
     end = time.monotonic() + 120
@@ -222,9 +222,10 @@ def _submit(channel: object, dev: tuple[str, object], seed: int) -> tuple[bool, 
     return ok, time.monotonic() - t0
 
 
-def run(scenario: str, flood: int, nofile: int, seconds: float) -> list[str]:
+def run(scenario: str, flood: int, nofile: int, seconds: float,
+        extra: tuple[str, ...] = ()) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="uldp-flood-") as tmp:
-        c = start_collector(Path(tmp), nofile)
+        c = start_collector(Path(tmp), nofile, extra)
         try:
             return _measure(c, scenario, flood, seconds)
         finally:
@@ -305,7 +306,10 @@ def main() -> None:
     p.add_argument("--nofile", type=int, default=1024)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
+    p.add_argument("--grpc-front", choices=("on", "off"), default="on",
+                   help="the collector's --grpc-front")
     a = p.parse_args()
+    extra = ("--grpc-front", a.grpc_front)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 2 * a.flood + 256:  # the attacker's own descriptors
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * a.flood + 1024), hard))
@@ -314,7 +318,8 @@ def main() -> None:
     print("| " + " | ".join(HEADER) + " |")
     print("|" + "---|" * len(HEADER))
     for sc in a.scenarios.split(","):
-        print("| " + " | ".join(run(sc, a.flood, a.nofile, a.seconds)) + " |", flush=True)
+        print("| " + " | ".join(run(sc, a.flood, a.nofile, a.seconds, extra)) + " |",
+              flush=True)
 
 
 if __name__ == "__main__":
