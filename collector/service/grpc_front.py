@@ -13,7 +13,8 @@ is a :class:`GrpcFront`, and grpc-core listens on a loopback port behind it:
   TLS record, the ClientHello — has arrived. Anything but a TLS handshake record is closed
   at once; an opening not complete within the handshake time is closed by the sweeper.
 * Only then it connects to grpc-core (two more descriptors) and copies bytes both ways,
-  unchanged: TLS stays end to end between the device and grpc-core. The connection is
+  unchanged: TLS stays end to end between the device and grpc-core, which listens on an
+  abstract unix socket (cheaper than a second trip through loopback TCP). The connection is
   *handshaking* until the client sends its first TLS application-data record (the TLS
   1.3 Finished, or the first HTTP/2 bytes of TLS 1.2), then *proven*. grpc-core's own
   handshake timeout, idle time and maximum age apply to it as before.
@@ -25,8 +26,9 @@ is a :class:`GrpcFront`, and grpc-core listens on a loopback port behind it:
   ``per_peer`` connections that are not proven: its newcomers evict its own oldest. A slow
   flood therefore cannot keep a device out: the device's ClientHello arrives with its
   first bytes, and a forwarded connection outlives every connection still in its opening.
-* grpc-core sees the front's loopback address; :func:`peer_of` gives a servicer the
-  client's own address (the per-address enrolment limit, logs).
+* grpc-core sees the front's end of each unix connection, bound to a name of its own;
+  :func:`peer_of` gives a servicer the client's address instead (the per-address
+  enrolment limit, logs).
 
 The bytes of a forwarded connection pass through the event loop it runs on (the aio
 server's loop, else a thread of its own): one ``recv`` and one ``send`` per chunk and
@@ -40,7 +42,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import logging
+import os
+import secrets
 import socket
 import threading
 import time
@@ -52,7 +57,7 @@ from typing import Any
 from uldp.collector.service.connections import defer_accept
 from uldp.collector.service.enrolment import peer_key
 
-__all__ = ["FrontLimits", "GrpcFront", "peer_of"]
+__all__ = ["FrontLimits", "GrpcFront", "inner_address", "peer_of"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -71,8 +76,15 @@ LOG_EVERY_S = 10.0
 _TLS_HANDSHAKE, _TLS_APPLICATION_DATA = 22, 23
 CHUNK = 65536
 
-#: grpc-core's name of a front connection (``ipv4:127.0.0.1:<port>``) -> the client's
+#: grpc-core's name of a front connection (``unix-abstract:uldp-front-...``) -> the
+#: client's address (``ipv4:203.0.113.5:40112``)
 _PEERS: dict[str, str] = {}
+
+
+def inner_address() -> str:
+    """A fresh name for grpc-core's listening socket behind a front: an abstract unix
+    socket (no file, gone with the process; ``unix-abstract:<name>`` to grpc-core)."""
+    return f"uldp-grpc-{os.getpid()}-{secrets.token_hex(6)}"
 
 
 def peer_of(context: Any) -> str:
@@ -130,11 +142,14 @@ class GrpcFront:
     ``start`` and ``stop`` are called from any thread; everything else runs on ``loop``
     (None: the front runs a loop in a thread of its own)."""
 
-    def __init__(self, host: str, port: int, inner_port: int, limits: FrontLimits, *,
+    def __init__(self, host: str, port: int, inner: str, limits: FrontLimits, *,
                  loop: asyncio.AbstractEventLoop | None = None,
-                 reuse_port: bool = False, inner_host: str = "127.0.0.1") -> None:
+                 reuse_port: bool = False) -> None:
         self.limits = limits
-        self.inner = (inner_host, inner_port)
+        #: grpc-core's listening socket: an abstract unix socket (:func:`inner_address`)
+        self.inner = "\0" + inner
+        self._names = itertools.count()
+        self._prefix = f"uldp-front-{os.getpid()}-{secrets.token_hex(4)}-"
         self._own_loop = loop is None
         self.loop = loop or asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
@@ -309,13 +324,19 @@ class GrpcFront:
         if rest:
             self._scan(c, rest)
             c.to_up += rest
-        up = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        up.setblocking(False)
-        with contextlib.suppress(OSError):
-            up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.up = up
+        up.setblocking(False)
+        # bound to a name of its own: grpc-core names the peer by it (``peer_of``)
+        name = f"{self._prefix}{next(self._names)}"
+        try:
+            up.bind("\0" + name)
+        except OSError:
+            self._close(c)
+            return
+        c.up_name = f"unix-abstract:{name}"
         err = up.connect_ex(self.inner)
-        if err not in (0, errno.EINPROGRESS, errno.EAGAIN):
+        if err not in (0, errno.EINPROGRESS):  # EAGAIN: grpc-core's backlog is full
             self._close(c)
             return
         self.loop.remove_reader(c.sock)  # read on once grpc-core's end is connected
@@ -381,11 +402,6 @@ class GrpcFront:
             self._close(c)
             return
         c.connected = True
-        try:
-            c.up_name = _grpc_peer(up.getsockname())
-        except OSError:
-            self._close(c)
-            return
         _PEERS[c.up_name] = c.peer
         self.loop.add_reader(c.sock, self._on_client, c)
         self.loop.add_reader(up, self._on_upstream, c)

@@ -46,7 +46,12 @@ from uldp.collector.service.connections import (
     raise_descriptor_limit,
 )
 from uldp.collector.service.core import CollectorCore, CoreConfig
-from uldp.collector.service.grpc_front import FORWARDED_FDS, FrontLimits, GrpcFront
+from uldp.collector.service.grpc_front import (
+    FORWARDED_FDS,
+    FrontLimits,
+    GrpcFront,
+    inner_address,
+)
 from uldp.collector.service.handlers import add_service
 from uldp.collector.service.reflection import add_reflection
 from uldp.collector.service.servicers import (
@@ -154,7 +159,8 @@ class CollectorServer:
                     else 0),
                    *grpc_options(core_limits)]
         #: where grpc-core listens: the port itself, or a loopback port behind the front
-        self._core_address = ("127.0.0.1:0" if config.grpc_front
+        self._inner = inner_address() if config.grpc_front else ""
+        self._core_address = (f"unix-abstract:{self._inner}" if config.grpc_front
                               else f"{config.host}:{config.port}")
         client_ca = (Path(config.tls_client_ca).read_bytes()
                      if config.tls_client_ca is not None else None)
@@ -191,11 +197,11 @@ class CollectorServer:
         self.front: GrpcFront | None = None
         if config.grpc_front:
             self.front = GrpcFront(
-                config.host, config.port, self.port,
+                config.host, config.port, self._inner,
                 FrontLimits(max_fds=self.limits.grpc_connections,
                             handshake_s=self.limits.header_timeout_s),
                 loop=self._loop, reuse_port=config.reuse_port)
-            self.core_port, self.port = self.port, self.front.port
+            self.port = self.front.port
         self._stopped = threading.Event()
         self.intake = self._intake(config)
 

@@ -1,5 +1,5 @@
 """The native gRPC port's front (``uldp.collector.service.grpc_front``) on real loopback
-sockets, with a TCP echo server standing in for grpc-core (the front never reads inside
+sockets, with an echo server standing in for grpc-core (the front never reads inside
 TLS: it only walks record headers). A client is a socket that sends a TLS record header
 and body; ``127.0.0.2`` is a second address on Linux's loopback."""
 
@@ -22,11 +22,14 @@ OTHER = "127.0.0.2"
 
 
 class Echo:
-    """grpc-core's stand-in: echoes, and remembers the peer name of each connection."""
+    """grpc-core's stand-in on an abstract unix socket: echoes, and remembers the peer
+    name of each connection as grpc-core would give it."""
 
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
+        self.name = grpc_front.inner_address()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind("\0" + self.name)
+        self.sock.listen(64)
         self.peers: list[str] = []
         self._stop = False
         threading.Thread(target=self._serve, daemon=True).start()
@@ -37,7 +40,9 @@ class Echo:
                 conn, addr = self.sock.accept()
             except OSError:
                 return
-            self.peers.append(f"ipv4:{addr[0]}:{addr[1]}")
+            self.peers.append("unix-abstract:" + addr.lstrip(b"\0").decode()
+                              if isinstance(addr, bytes) else
+                              "unix-abstract:" + addr.lstrip("\0"))
             threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
 
     @staticmethod
@@ -54,7 +59,7 @@ class Echo:
 @pytest.fixture
 def front() -> Iterator[tuple[GrpcFront, Echo]]:
     echo = Echo()
-    f = GrpcFront("127.0.0.1", 0, echo.port, FrontLimits(max_fds=12, handshake_s=1.0,
+    f = GrpcFront("127.0.0.1", 0, echo.name, FrontLimits(max_fds=12, handshake_s=1.0,
                                                          per_peer=3))
     f.start()
     yield f, echo
@@ -186,7 +191,7 @@ def test_a_servicer_sees_the_clients_address_behind_the_front(start_collector, m
     import grpc
 
     c = start_collector(server_mode=mode)
-    assert c.server.front is not None and c.server.core_port != c.port
+    assert c.server.front is not None and c.server.front.port == c.port
     with c.channel() as ch, caplog.at_level(logging.INFO):
         with pytest.raises(grpc.RpcError) as ei:
             ch.unary_unary("/uldp.v1.DeviceService/Enroll")(b"\xff\xff\xff", timeout=30)
