@@ -146,22 +146,9 @@ class CollectorServer:
         self.core = CollectorCore(self.db, load_token_key(self.db, config.token_key_file),
                                   load_admin_token(Path(admin_path)), core_cfg,
                                   name=config.name or f"collector-{secrets.token_hex(4)}")
-        limit = config.max_message_bytes
         self.limits = config.connections or plan_connections(raise_descriptor_limit(),
                                                              http=True)
-        # behind the front grpc-core holds one descriptor of the three of each forwarded
-        # connection, and only forwarded ones reach it
-        core_limits = (replace(self.limits, grpc_connections=self.limits.grpc_connections
-                               // FORWARDED_FDS + 8) if config.grpc_front else self.limits)
-        options = [("grpc.max_receive_message_length", limit),
-                   ("grpc.max_send_message_length", limit),
-                   ("grpc.so_reuseport", 1 if config.reuse_port and not config.grpc_front
-                    else 0),
-                   *grpc_options(core_limits)]
-        #: where grpc-core listens: the port itself, or a loopback port behind the front
-        self._inner = inner_address() if config.grpc_front else ""
-        self._core_address = (f"unix-abstract:{self._inner}" if config.grpc_front
-                              else f"{config.host}:{config.port}")
+        options = self._core_options(config)
         client_ca = (Path(config.tls_client_ca).read_bytes()
                      if config.tls_client_ca is not None else None)
         creds = grpc.ssl_server_credentials(
@@ -194,16 +181,36 @@ class CollectorServer:
             self.port = self._on_loop(self._build_aio(options, creds))
         if self.port == 0:
             raise OSError(f"cannot listen on {self._core_address}")
-        self.front: GrpcFront | None = None
-        if config.grpc_front:
-            self.front = GrpcFront(
-                config.host, config.port, self._inner,
-                FrontLimits(max_fds=self.limits.grpc_connections,
-                            handshake_s=self.limits.header_timeout_s),
-                loop=self._loop, reuse_port=config.reuse_port)
+        self.front = self._front(config)
+        if self.front is not None:
             self.port = self.front.port
         self._stopped = threading.Event()
         self.intake = self._intake(config)
+
+    def _front(self, config: ServerConfig) -> GrpcFront | None:
+        """The gRPC port's front (``uldp.collector.service.grpc_front``), or None."""
+        if not config.grpc_front:
+            return None
+        return GrpcFront(config.host, config.port, self._inner,
+                         FrontLimits(max_fds=self.limits.grpc_connections,
+                                     handshake_s=self.limits.header_timeout_s),
+                         loop=self._loop, reuse_port=config.reuse_port)
+
+    def _core_options(self, config: ServerConfig) -> list[tuple[str, Any]]:
+        """grpc-core's channel arguments, and where it listens (``_core_address``): the
+        port itself, or an abstract unix socket behind the front — where it holds one
+        descriptor of the three of each forwarded connection, and only forwarded ones
+        reach it."""
+        front = config.grpc_front
+        core_limits = (replace(self.limits, grpc_connections=self.limits.grpc_connections
+                               // FORWARDED_FDS + 8) if front else self.limits)
+        self._inner = inner_address() if front else ""
+        self._core_address = (f"unix-abstract:{self._inner}" if front
+                              else f"{config.host}:{config.port}")
+        return [("grpc.max_receive_message_length", config.max_message_bytes),
+                ("grpc.max_send_message_length", config.max_message_bytes),
+                ("grpc.so_reuseport", 1 if config.reuse_port and not front else 0),
+                *grpc_options(core_limits)]
 
     @property
     def executor(self) -> futures.ThreadPoolExecutor:
