@@ -239,8 +239,8 @@ def _thread_cpu(pid: int, name: str) -> float:
 def overhead(n_kept: int, n_new: int, nofile: int, front: str, mode: str) -> list[str]:
     """CPU of the collector process per report: ``n_kept`` SubmitReport calls one after
     another on one channel, then ``n_new`` each on a new connection (TLS handshake
-    included), with the gRPC front on or off; with ``--server-mode threads`` the front
-    runs in a thread of its own, whose CPU is also given alone."""
+    included), with the gRPC front on or off; the CPU of the front's own thread is also
+    given alone."""
     with tempfile.TemporaryDirectory(prefix="uldp-front-") as tmp:
         c = start_collector(Path(tmp), nofile, ("--grpc-front", front,
                                                 "--server-mode", mode))
@@ -263,8 +263,7 @@ def overhead(n_kept: int, n_new: int, nofile: int, front: str, mode: str) -> lis
                 cpu = proc_stats(c.proc.pid).cpu_s - cpu0
                 fcpu = _thread_cpu(c.proc.pid, "uldp-grpc-front") - fcpu0
                 row += [str(count), f"{1e6 * cpu / count:.0f}",
-                        f"{1e6 * fcpu / count:.0f}" if mode == "threads" and front == "on"
-                        else "–",
+                        f"{1e6 * fcpu / count:.0f}" if front == "on" else "–",
                         f"{np.percentile(ms, 50):.2f} / {np.percentile(ms, 90):.2f}"]
             kept.close()  # type: ignore[attr-defined]
             return row

@@ -30,10 +30,10 @@ is a :class:`GrpcFront`, and grpc-core listens on a loopback port behind it:
   :func:`peer_of` gives a servicer the client's address instead (the per-address
   enrolment limit, logs).
 
-The bytes of a forwarded connection pass through the event loop it runs on (the aio
-server's loop, else a thread of its own): one ``recv`` and one ``send`` per chunk and
-direction, with back-pressure (a side whose peer has more than :data:`HIGH_WATER` bytes
-unsent is not read). ``bench/connection_flood.py --overhead`` measures the CPU it adds per
+The bytes of a forwarded connection pass through the front's event loop (the collector
+runs it in a thread of its own): one ``recv`` and one ``send`` per chunk and direction,
+with back-pressure (a side whose peer has more than :data:`HIGH_WATER` bytes unsent is
+not read). ``bench/connection_flood.py --overhead`` measures the CPU it adds per
 report.
 """
 
