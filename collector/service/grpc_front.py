@@ -76,6 +76,9 @@ LOG_EVERY_S = 10.0
 _TLS_HANDSHAKE, _TLS_APPLICATION_DATA = 22, 23
 CHUNK = 65536
 
+#: the front's thread, also as the operating system names it (``top -H``, /proc)
+THREAD = "uldp-grpc-front"
+
 #: grpc-core's name of a front connection (``unix-abstract:uldp-front-...``) -> the
 #: client's address (``ipv4:203.0.113.5:40112``)
 _PEERS: dict[str, str] = {}
@@ -127,6 +130,15 @@ class _Conn:
     skip: int = 0
     closing: bool = False  # one side ended: close once the other's bytes are written
     gone: bool = False
+
+
+def _name_os_thread(name: str) -> None:
+    """Name the calling thread for the OS (Linux ``prctl(PR_SET_NAME)``; Python 3.11 names
+    threads for itself only); nothing elsewhere."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
 
 
 def _grpc_peer(addr: Any) -> str:
@@ -181,10 +193,13 @@ class GrpcFront:
     # ---- life cycle (any thread) ------------------------------------------------------
     def start(self) -> None:
         if self._own_loop:
-            self._thread = threading.Thread(target=self.loop.run_forever,
-                                            name="uldp-grpc-front", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=THREAD, daemon=True)
             self._thread.start()
         self._call(self._start)
+
+    def _run(self) -> None:
+        _name_os_thread(THREAD)
+        self.loop.run_forever()
 
     def stop(self) -> None:
         self._call(self._stop)
