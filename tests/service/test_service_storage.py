@@ -334,3 +334,26 @@ def test_enrolled_devices_are_counted_per_writer_and_migrated(db):
         assert d2.enrolled_devices() == 6 == d2.table_counts()["uldp_devices"]
     finally:
         d2.dispose()
+
+
+def test_window_sums_leave_out_declines_and_count_wide_reports(db):
+    """The database's per-window sums count reports only: declines (empty payloads, no
+    typed value) interleaved with them change nothing, and a report too wide for the typed
+    columns still counts (so the width check refuses it)."""
+    _query(db)
+    vals = [3, -5, 7, 11, 0, 2]
+    items = [PendingReport("q", 1, f"d{i}", 0, 1, i, np.asarray([v], "<i2").tobytes(), 2)
+             for i, v in enumerate(vals)]
+    assert {o.code for o in db.store_reports(items)} == {"OK"}
+    assert {o.code for o in db.store_declines(
+        [PendingReport("q", 1, f"x{i}", 0, 1, 100 + i, b"") for i in range(4)])} == {"OK"}
+    (w,) = db.close_windows("q", 1, 10_000, None)
+    got = db.window_sums("q", 1, w, [0], 1, True)
+    s = got[(0, 1)]
+    assert (s.count, s.sums, s.lo, s.hi) == (6, [sum(vals)], -5, 11)
+    assert s.filled == [6, 0, 0, 0] and s.gram == [[sum(v * v for v in vals)]]
+    wide = PendingReport("q", 1, "wide", 0, 1, 200, np.arange(5, dtype="<i2").tobytes(), 2)
+    assert db.store_reports([wide])[0].code == "OK"
+    (w,) = db.close_windows("q", 1, 10_000, None)
+    s = db.window_sums("q", 1, w, [0], 1, False)[(0, 1)]
+    assert s.count == 7 and s.filled[0] == 6  # the width check's evidence
