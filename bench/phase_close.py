@@ -240,14 +240,14 @@ def one(case: str, n: int, url: str, load: str, threads: int) -> dict[str, float
 
 
 @contextlib.contextmanager
-def _database(backend: str, tmp: Path) -> Iterator[object]:
+def _database(backend: str, tmp: Path, shared_buffers: str = "2GB") -> Iterator[object]:
     if backend == "sqlite":
         yield lambda: f"sqlite:///{tmp}/close-{time.monotonic_ns()}.db"
         return
     # parallel workers and autovacuum are short-lived processes whose CPU /proc loses
     with local_postgres(durable=True, settings={"max_parallel_workers_per_gather": "0",
                                                 "autovacuum": "off",
-                                                "shared_buffers": "2GB"}) as pg:
+                                                "shared_buffers": shared_buffers}) as pg:
         yield pg.new_database
 
 
@@ -260,6 +260,9 @@ def main() -> None:
                     help="auto: storage up to 2·10^5, sql for a PostgreSQL mean beyond, "
                          "else bulk")
     ap.add_argument("--threads", type=int, default=2, help="close threads (LocalEngine)")
+    ap.add_argument("--shared-buffers", default="2GB",
+                    help="PostgreSQL shared_buffers (smaller than the partition: the "
+                         "regime of 10^8 reports, whose heap is ~12 GB, at 10^7)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # case,n,url,load (child process)
     a = ap.parse_args()
     if a.one:
@@ -270,7 +273,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="uldp-bench-close-", dir="/tmp") as tmp:
         for backend in backends:
-            with _database(backend, Path(tmp)) as new_url:
+            with _database(backend, Path(tmp), a.shared_buffers) as new_url:
                 for case in a.case:
                     for n in a.reports:
                         load = a.load
