@@ -526,8 +526,7 @@ def main() -> None:
                          "ceiling (0: skip)")
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     a = ap.parse_args()
-    global CHANNELS
-    CHANNELS = a.channels
+    globals()["CHANNELS"] = a.channels
     rows = []
     with tempfile.TemporaryDirectory(prefix="uldp-bench-ingest-") as tmp:
         work = Path(tmp)
