@@ -427,7 +427,8 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
         return _postgres_cpu(pg_port) if pg_port else 0.0
     proc, port = start_collector_process(work, db_url, work / "pki",
                                          ["--workers", str(a.workers),
-                                          "--processes", str(a.processes)])
+                                          "--processes", str(a.processes),
+                                          "--commit-linger-ms", str(a.linger_ms)])
     ep = Endpoint(f"127.0.0.1:{port}", work / "pki" / "ca.pem")
     try:
         an = AnalystClient(ep, (work / "pki" / "admin.token").read_text())
@@ -518,6 +519,8 @@ def main() -> None:
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
+    ap.add_argument("--linger-ms", type=float, default=2.0,
+                    help="the collector's --commit-linger-ms (group commit)")
     ap.add_argument("--channels", type=int, default=CHANNELS,
                     help="TLS connections of the asyncio load generator (each reaches one "
                          "collector process)")
