@@ -10,13 +10,17 @@ nothing about any device), and the phase's received count — only while the pha
 and the batch keeps it within the phase's quota (the phase row's count merged with every
 writer's ``phase_counts`` row, read under the phase's advisory lock held exclusively on
 PostgreSQL, so that two replicas cannot both pass the check; the count goes into this
-process's own counter row, as the direct ingest path's does). The batch row keeps what
+process's own counter row, as the direct ingest path's does). A report whose sealed
+ciphertext's digest the (query, phase) already holds (``uldp_shuffle_digests``, read and
+written in the same transaction) is a replay from another batch: dropped, counted as
+refused. The batch row keeps what
 the shuffler said of it: how many of its reports came from distinct subjects its own
 enrolment check attested, and which check that was.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +32,7 @@ from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
 from uldp.collector.storage.records import now_ms, phase_lock_key, typed_values
 
-__all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch", "StoredBatch"]
+__all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch", "StoredBatch", "sealed_digest"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,18 @@ class ShuffledBatch:
     slots: int  # the query's target users: slots are drawn in [0, slots)
     attested: int = 0  # reports from distinct subjects the shuffler's check attested
     verifier: str = ""  # the name of that check ("": none)
+    #: per payload, the digest of the sealed report it came from (:func:`sealed_digest`):
+    #: a payload whose digest the (query, phase) already holds is a replay, dropped
+    digests: Sequence[bytes] = ()
+
+
+def sealed_digest(sealed: bytes) -> bytes:
+    """The digest a stored sealed report is remembered by (SHA-256, 16 bytes)."""
+    return hashlib.sha256(sealed).digest()[:16]
+
+
+#: digests looked up per statement (SQLite allows 32 766 parameters a statement)
+_LOOKUP = 4000
 
 
 @dataclass(frozen=True)
@@ -132,7 +148,6 @@ class ShuffleTables(Tables):
             b.query_id == batch.query_id, b.batch_id == batch.batch_id))).first()
         if old is not None:
             return BatchOutcome(True, int(old[0]), int(old[1]))
-        n = len(batch.payloads)
         cur = conn.connection.cursor()
         if not self.is_sqlite:  # exclusive: no other replica's batch (nor the closer) in
             # between this count and this insert; direct reports never reach a shuffled
@@ -143,6 +158,8 @@ class ShuffleTables(Tables):
             p.query_id == batch.query_id, p.phase == batch.phase))).first()
         if row is None or row[0] != "open":
             return BatchOutcome(state=str(row[0] if row is not None else "missing"))
+        payloads, digests = self._fresh(conn, batch)
+        n = len(payloads)
         if int(row[1]) + n > int(row[2]):
             return BatchOutcome(state="open", over_quota=(int(row[1]), int(row[2])))
         self.count_in(cur, batch.query_id, batch.phase, received=n)
@@ -152,6 +169,9 @@ class ShuffleTables(Tables):
             grp=batch.grp, stage=batch.stage, size=batch.size, stored=n,
             refused=batch.size - n, received_at_ms=t, attested=batch.attested,
             verifier=batch.verifier))
+        if digests:
+            conn.execute(insert(S.shuffle_digests), [
+                dict(query_id=batch.query_id, phase=batch.phase, digest=d) for d in digests])
         if n:
             conn.execute(insert(S.reports), [
                 dict(query_id=batch.query_id, device_id="r-" + secrets.token_hex(12),
@@ -159,5 +179,30 @@ class ShuffleTables(Tables):
                      slot=secrets.randbelow(max(batch.slots, 1)), payload=payload,
                      received_at_ms=t, vbytes=8,
                      **dict(zip(S.TYPED_COLUMNS, typed_values(payload, 8), strict=True)))
-                for payload in batch.payloads])
+                for payload in payloads])
         return BatchOutcome(False, n, batch.size - n)
+
+    def _fresh(self, conn: Connection, batch: ShuffledBatch
+               ) -> tuple[list[bytes], list[bytes]]:
+        """The payloads of a batch (and their digests) whose sealed report the (query,
+        phase) does not hold yet — read in the batch's transaction, under the phase's lock
+        (PostgreSQL) or the database's one writer (SQLite): a replay racing its original
+        in another batch is found here or refused by the table's key, never stored twice.
+        A batch without digests (none given) keeps every payload."""
+        if not batch.digests:
+            return list(batch.payloads), []
+        assert len(batch.digests) == len(batch.payloads)
+        d = S.shuffle_digests.c
+        seen: set[bytes] = set()
+        wanted = list(dict.fromkeys(batch.digests))
+        for i in range(0, len(wanted), _LOOKUP):
+            seen.update(bytes(x) for x in conn.execute(select(d.digest).where(and_(
+                d.query_id == batch.query_id, d.phase == batch.phase,
+                d.digest.in_(wanted[i:i + _LOOKUP])))).scalars())
+        payloads, digests = [], []
+        for payload, dg in zip(batch.payloads, batch.digests, strict=True):
+            if dg not in seen:
+                seen.add(dg)
+                payloads.append(payload)
+                digests.append(dg)
+        return payloads, digests
