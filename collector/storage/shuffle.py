@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy import Connection, and_, exists, func, insert, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
@@ -121,6 +121,31 @@ class ShuffleTables(Tables):
             m = conn.execute(select(S.shuffle_queries).where(
                 S.shuffle_queries.c.query_id == query_id)).mappings().first()
         return dict(m) if m is not None else None
+
+    def shuffled_queries(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """The shuffled queries (of ``dataset``, or all): what the privacy odometer
+        composes — id, dataset, state, ε, result, finish time, min batch and whether any
+        batch came in — in one statement, oldest first."""
+        q, sq, b = S.queries.c, S.shuffle_queries.c, S.shuffle_batches.c
+        batched = exists().where(b.query_id == q.query_id)
+        stmt = (select(q.query_id, q.dataset, q.state, q.epsilon, q.result_json,
+                       q.finished_at_ms, sq.min_batch, batched.label("batched"))
+                .join_from(S.queries, S.shuffle_queries, sq.query_id == q.query_id)
+                .order_by(q.created_at_ms, q.query_id))
+        if dataset is not None:
+            stmt = stmt.where(q.dataset == dataset)
+        with self.read() as conn:
+            return [dict(m) for m in conn.execute(stmt).mappings()]
+
+    def lock_dataset_in(self, conn: Connection, dataset: str) -> None:
+        """Serialize, until the transaction ``conn`` ends, every transaction that takes
+        this lock for ``dataset`` (the odometer's budget check and the query's insert):
+        an advisory lock on PostgreSQL; on SQLite the write transaction (``BEGIN
+        IMMEDIATE``) already excludes every other writer."""
+        if not self.is_sqlite:
+            d = hashlib.sha256(f"uldp-odometer/{dataset}".encode()).digest()
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)",
+                                 (int.from_bytes(d[:8], "little", signed=True),))
 
     def stored_batch(self, query_id: str, batch_id: str) -> BatchOutcome | None:
         """The outcome of a batch stored earlier (None if there is none)."""
