@@ -21,16 +21,23 @@ enrolment check attested, and which check that was.
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, and_, exists, func, insert, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
-from uldp.collector.storage.records import now_ms, phase_lock_key, typed_values
+from uldp.collector.storage.records import (
+    INSERT_CHUNK,
+    PendingReport,
+    now_ms,
+    phase_lock_key,
+)
 
 __all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch", "StoredBatch", "sealed_digest"]
 
@@ -195,16 +202,9 @@ class ShuffleTables(Tables):
             refused=batch.size - n, received_at_ms=t, attested=batch.attested,
             verifier=batch.verifier))
         if digests:
-            conn.execute(insert(S.shuffle_digests), [
-                dict(query_id=batch.query_id, phase=batch.phase, digest=d) for d in digests])
+            self._insert_digests(cur, batch.query_id, batch.phase, digests)
         if n:
-            conn.execute(insert(S.reports), [
-                dict(query_id=batch.query_id, device_id="r-" + secrets.token_hex(12),
-                     phase=batch.phase, grp=batch.grp, stage=batch.stage,
-                     slot=secrets.randbelow(max(batch.slots, 1)), payload=payload,
-                     received_at_ms=t, vbytes=8,
-                     **dict(zip(S.TYPED_COLUMNS, typed_values(payload, 8), strict=True)))
-                for payload in payloads])
+            self._insert_reports(cur, _pending(batch, payloads), t)
         return BatchOutcome(False, n, batch.size - n)
 
     def _fresh(self, conn: Connection, batch: ShuffledBatch
@@ -217,13 +217,21 @@ class ShuffleTables(Tables):
         if not batch.digests:
             return list(batch.payloads), []
         assert len(batch.digests) == len(batch.payloads)
-        d = S.shuffle_digests.c
         seen: set[bytes] = set()
         wanted = list(dict.fromkeys(batch.digests))
-        for i in range(0, len(wanted), _LOOKUP):
-            seen.update(bytes(x) for x in conn.execute(select(d.digest).where(and_(
-                d.query_id == batch.query_id, d.phase == batch.phase,
-                d.digest.in_(wanted[i:i + _LOOKUP])))).scalars())
+        cur = conn.connection.cursor()
+        head = (f"SELECT digest FROM {S.shuffle_digests.name} WHERE query_id = {{m}} AND "
+                f"phase = {{m}} AND digest ")
+        if self.is_sqlite:
+            for i in range(0, len(wanted), _LOOKUP):
+                part = wanted[i:i + _LOOKUP]
+                cur.execute(head.format(m="?") + f"IN ({','.join('?' * len(part))})",
+                            (batch.query_id, batch.phase, *part))
+                seen.update(bytes(r[0]) for r in cur.fetchall())
+        else:
+            cur.execute(head.format(m="%s") + "= ANY(%s::bytea[])",
+                        (batch.query_id, batch.phase, wanted))
+            seen.update(bytes(r[0]) for r in cur.fetchall())
         payloads, digests = [], []
         for payload, dg in zip(batch.payloads, batch.digests, strict=True):
             if dg not in seen:
@@ -231,3 +239,33 @@ class ShuffleTables(Tables):
                 payloads.append(payload)
                 digests.append(dg)
         return payloads, digests
+
+    def _insert_digests(self, cur: Any, query_id: str, phase: int,
+                        digests: Sequence[bytes]) -> None:
+        """Insert the digests of a batch's stored reports (the table's key refuses a
+        digest twice: a replay the check above missed fails the whole batch)."""
+        name = S.shuffle_digests.name
+        if not self.is_sqlite:
+            cur.execute(f"INSERT INTO {name} (query_id, phase, digest) SELECT %s, %s, "
+                        "unnest(%s::bytea[])", (query_id, phase, list(digests)))
+            return
+        for i in range(0, len(digests), INSERT_CHUNK):
+            part = digests[i:i + INSERT_CHUNK]
+            params: list[Any] = []
+            for d in part:
+                params += (query_id, phase, d)
+            cur.execute(f"INSERT INTO {name} (query_id, phase, digest) VALUES "
+                        + ",".join(["(?, ?, ?)"] * len(part)), params)
+
+
+def _pending(batch: ShuffledBatch, payloads: Sequence[bytes]) -> list[PendingReport]:
+    """The rows of a batch's stored reports: each under a fresh random id ``r-<24 hex>``
+    and a uniformly random slot in ``[0, batch.slots)`` (OS randomness; neither says
+    anything about a device)."""
+    n = len(payloads)
+    ids = os.urandom(12 * n).hex()
+    slots = np.random.default_rng(secrets.randbits(128)).integers(
+        0, max(batch.slots, 1), n)
+    return [PendingReport(batch.query_id, batch.phase, "r-" + ids[24 * k:24 * k + 24],
+                          batch.grp, batch.stage, int(slots[k]), payload, 8)
+            for k, payload in enumerate(payloads)]
