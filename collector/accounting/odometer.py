@@ -57,6 +57,12 @@ __all__ = [
 DISCRETIZATION = 1e-4
 #: points of the connect-the-dots grid on each side of 0
 _POINTS = 60
+#: ... for a cell with a common part (γ > 0: each δ(ε) sums a three-count expectation,
+#: ~0.1–0.3 s at n = 10⁴–10⁵): fewer points, still pessimistic — connect-the-dots
+#: dominates the profile on any grid (δ as a function of e^ε is convex, so the chords
+#: between exact points lie above it); the composed ε grows ~1 % (OUE, n = 5000: 0.0573
+#: against 0.0567 at 60 points), the PLD is ~6x faster to build
+_POINTS_COMMON = 24
 #: the profile is followed until δ falls below this (the rest is mass at +∞)
 _FLOOR = 1e-14
 
@@ -113,7 +119,8 @@ def query_pld(cells: tuple[Cell, ...]) -> PrivacyLossDistribution:
     if not cells:
         raise ValueError("a query without cells costs nothing: leave it out")
     top = max(_reach(c) for c in cells)
-    steps = np.unique(np.round(np.linspace(0.0, top, _POINTS + 1) / DISCRETIZATION)
+    points = _POINTS_COMMON if any(c.params.gamma > 1e-9 for c in cells) else _POINTS
+    steps = np.unique(np.round(np.linspace(0.0, top, points + 1) / DISCRETIZATION)
                       .astype(np.int64))
     eps = steps * DISCRETIZATION
     pos = np.array([max(delta_bound(c.n, c.params, float(e)) for c in cells) for e in eps])
