@@ -30,6 +30,7 @@ from uldp.collector.models.grid import (
     GridModel,
     choose_grid,
     components_of,
+    dense_cells,
     feature_box,
     grid_extra,
     grid_risk,
@@ -127,7 +128,8 @@ def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomS
     q = hadamard_inverse(Q)
     se = np.asarray(est.std_error, dtype=np.float64)
     return GridModel("classify", choice.M, source.dim, lo_a, hi_a, q, info=info,
-                     shrinkage=classify_shrinkage(q, se, choice.M ** source.dim)
+                     shrinkage=classify_shrinkage(q, se, choice.M ** source.dim,
+                                                  dense_cells(q.size))
                      if shrink else None)
 
 
@@ -168,6 +170,6 @@ def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: 
     q, p = hadamard_inverse(Q), hadamard_inverse(P)
     se = np.asarray(est.std_error, dtype=np.float64)
     shrinkage = regress_shrinkage(q, p, se[:K], se[K:], choice.M ** source.dim, tau,
-                                  float(label_bound)) if shrink else None
+                                  float(label_bound), dense_cells(2 * K)) if shrink else None
     return GridModel("regress", choice.M, source.dim, lo_a, hi_a, q, p, float(label_bound),
                      tau, info, shrinkage)
