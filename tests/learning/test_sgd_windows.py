@@ -65,14 +65,15 @@ def test_next_window_contains_the_moved_gradient() -> None:
 
 def test_known_curvature_centres_the_window_and_the_noise_norm_stays_out() -> None:
     """Quadratic loss (γ = G = 1, η = 1): the next gradient is −e_t, so the window is centred
-    at 0 whatever ĝ_t, its half-width the error and the spread only; with an unknown
+    at 0 whatever ĝ_t, its half-width the error and the spread only (independent: in
+    quadrature); with an unknown
     curvature the gradient's norm enters through an upper confidence bound that, at a zero
     gradient, grows like d^{1/4}·se — not like ‖ĝ‖ ≈ √d·se."""
     support = np.tile([-1.0, 1.0], (3, 1))
     g, se = np.array([0.3, -0.2, 0.1]), np.full(3, 0.01)
     w = next_window(support, g, se, (1.0, 1.0), 100, 1.0).bounds
     assert np.allclose(w.mean(axis=1), 0.0)
-    assert np.allclose((w[:, 1] - w[:, 0]) / 2, 2 * 0.01 + 2 * 1 / 10)
+    assert np.allclose((w[:, 1] - w[:, 0]) / 2, np.hypot(2 * 0.01, 2 * 1 / 10))
     rng = np.random.default_rng(2)
     for d in (4, 64, 1024):
         noise = rng.normal(scale=0.01, size=d)  # ĝ of a zero gradient
