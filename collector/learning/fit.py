@@ -69,8 +69,8 @@ def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
     bar = Progress(n, f"sgd {config.model}", progress)
     res = run_source(spec, source, None, rng, bar)
     cfg = SGDConfig(**res["config"])
-    extra: dict[str, Any] = {k: res[k] for k in ("method", "rounds", "accounting")
-                             if k in res}
+    extra: dict[str, Any] = {k: res[k] for k in ("method", "rounds", "accounting",
+                                                  "std_error") if k in res}
     return SGDResult(np.asarray(res["theta"]), res["trajectory"], int(res["t0"]),
                      float(res["eta"]), cfg, n, spec.samples, d, extra)
 

@@ -230,3 +230,21 @@ def test_published_json_of_the_rounds_matches_the_schema(method: str) -> None:
     assert len(pubs) == 3
     for pub in pubs.values():
         assert _errors(json.loads(json.dumps(pub)), schema, schema) == [], pub
+
+
+def test_theta_standard_error_carries_every_rounds_noise() -> None:
+    """θ̂'s standard error (models.sgd.theta_std_error): every round's noise carried
+    through the public curvature bounds — the last round alone when they contract fully
+    (quadratic, η = 1: a = 0), all rounds summed when nothing contracts (a = 1: it was
+    η·se of the last round alone, √T too small), geometric in between."""
+    from uldp.collector.models.sgd import theta_std_error
+
+    se = np.array([[0.4, 0.2], [0.3, 0.1], [0.2, 0.1]])
+    np.testing.assert_allclose(theta_std_error(se, 1.0, (1.0, 1.0)), se[-1])
+    np.testing.assert_allclose(theta_std_error(se, 2.0, (0.0, 0.5)),
+                               2.0 * np.sqrt((se**2).sum(axis=0)))
+    a2 = 0.25  # a = 0.5
+    np.testing.assert_allclose(theta_std_error(se, 1.0, (0.5, 0.5)),
+                               np.sqrt(a2**2 * se[0]**2 + a2 * se[1]**2 + se[2]**2))
+    with pytest.raises(ValueError, match="round_se"):
+        theta_std_error(np.zeros((0, 2)), 1.0, (0.0, 1.0))
