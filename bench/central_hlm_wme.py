@@ -188,12 +188,7 @@ def timing(n: int, m: int, reps: int) -> dict:
                                  rng=RandomSource.seeded(1))),
     ):
         fn()  # warm-up (caches the calibrated constants)
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        res[name] = float(np.median(ts))
+        res[name] = _median_seconds(fn, reps)
     # estimator core only: one row per user (the user means)
     y = x.reshape(n, m).mean(axis=1)
     uid = np.arange(n)
@@ -204,13 +199,18 @@ def timing(n: int, m: int, reps: int) -> dict:
         ("wme_core", lambda: wme_mean(uid, y, epsilon=EPS, delta=DELTA, tau=2 / math.sqrt(m),
                                       rng=RandomSource.seeded(1))),
     ):
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        res[name] = float(np.median(ts))
+        res[name] = _median_seconds(fn, reps)
     return res
+
+
+def _median_seconds(fn, reps: int) -> float:
+    """The median wall time of ``reps`` calls of ``fn``."""
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
 
 
 # ---- output ------------------------------------------------------------------------------

@@ -141,34 +141,29 @@ def port_number(text: str) -> int:
     return _int_in(text, 0, 65535, "a port number 0-65535 (0 = any free port)")
 
 
-def finite_float(text: str) -> float:
+def _float_where(text: str, what: str, ok: Callable[[float], bool]) -> float:
+    """``text`` as a float that is finite and passes ``ok``; else an argparse error naming
+    ``what`` was expected (the same message for a non-number and an out-of-range one)."""
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(v) or not ok(v):
+        raise argparse.ArgumentTypeError(f"expected a finite {what.removeprefix('a ')}, "
+                                         f"got {text!r}")
     return v
+
+
+def finite_float(text: str) -> float:
+    return _float_where(text, "a number", lambda v: True)
 
 
 def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite positive number, got {text!r}")
-    return v
+    return _float_where(text, "a positive number", lambda v: v > 0)
 
 
 def nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return v
+    return _float_where(text, "a number >= 0", lambda v: v >= 0)
 
 
 def open_unit_float(text: str) -> float:

@@ -36,7 +36,7 @@ from uldp.collector.estimators.reductions import (
     shifted_gram,
 )
 from uldp.collector.mechanisms import OracleDecoder, ReportError, ScalarDecoder
-from uldp.collector.mechanisms.base import support_sum
+from uldp.collector.mechanisms.base import check_layout, support_sum
 from uldp.collector.mechanisms.laplace import LaplaceBinsDecoder
 
 __all__ = ["Accumulator", "BinAccumulator", "ReportError", "ValueAccumulator", "absorb_counts"]
@@ -64,13 +64,7 @@ class Accumulator(Protocol):
 
 
 def _check_reports(reports: np.ndarray, width: int, limit: int) -> np.ndarray:
-    r = np.asarray(reports)
-    if r.ndim == 1:
-        r = r[None, :]
-    if r.ndim != 2 or r.shape[1] != width:
-        raise ReportError(f"report must have {width} integers, got shape {tuple(r.shape)}")
-    if not np.issubdtype(r.dtype, np.integer):
-        raise ReportError(f"report entries must be integers, got dtype {r.dtype}")
+    r = check_layout(reports, width)
     if r.size and (int(r.max()) > limit or int(r.min()) < -limit):
         bad = int(r.max()) if int(r.max()) > limit else -int(r.min())
         raise ReportError(f"report entry {bad} is out of range (limit {limit})")

@@ -216,18 +216,13 @@ def independent_mean_variance(F: np.ndarray, pi: np.ndarray, p: float, q: float
 
 
 def check_shape(reports: np.ndarray, width: int) -> np.ndarray:
-    r = np.asarray(reports)
-    if r.ndim == 1:
-        r = r[None, :]
-    if r.ndim != 2 or r.shape[1] != width:
-        raise ReportError(f"report must have {width} integers, got shape {tuple(r.shape)}")
-    if not np.issubdtype(r.dtype, np.integer):
-        raise ReportError(f"report entries must be integers, got dtype {r.dtype}")
-    return r.astype(np.int64, copy=False)
+    """:func:`check_layout`, widened to ``int64``."""
+    return check_layout(reports, width).astype(np.int64, copy=False)
 
 
 def check_layout(reports: np.ndarray, width: int) -> np.ndarray:
-    """:func:`check_shape` without widening: the reports in their own integer type."""
+    """The reports as a 2-d integer array of ``width`` columns, in their own integer type;
+    a :class:`ReportError` naming what is wrong otherwise."""
     r = np.asarray(reports)
     if r.ndim == 1:
         r = r[None, :]
