@@ -11,7 +11,10 @@
 //     a page of another origin -> "origin" (CORS); a collector port with nothing behind it ->
 //     "unreachable"; a browser that does not trust the CA -> "unreachable", its message naming
 //     the certificate (a page cannot tell the two apart; the browser's own navigation to the
-//     collector names it: net::ERR_CERT_AUTHORITY_INVALID).
+//     collector names it: net::ERR_CERT_AUTHORITY_INVALID);
+//  3. the fetch transport's own error in those three pages (FetchTransport.enroll, one
+//     attempt): a NetworkError "network" naming the three causes and probeCollector — never a
+//     bare "network error", never an exception that escapes as something else.
 // Needs examples/web/dist (node scripts/build-example.mjs). ULDP_PYTHON: a Python with uldp.
 import { execFileSync, spawn } from "node:child_process";
 import { createHash, X509Certificate } from "node:crypto";
@@ -22,6 +25,7 @@ import { createServer as netServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import * as esbuild from "esbuild";
 import { chromium } from "playwright-core";
 
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
@@ -168,6 +172,21 @@ try {
   const cert = await visit(untrusted, `${OTHER}?collector=${encodeURIComponent(BASE)}&autostart=1`, problemShown);
   ok(cert.problem === "unreachable" && cert.message.includes("certificate") && cert.message.includes(`${BASE}/healthz`) && cert.ms < 5000,
     `a browser without the CA: "unreachable", the message naming the certificate and ${BASE}/healthz, in ${cert.ms} ms`);
+  // 3. what FetchTransport itself says in those pages (a one-attempt enroll)
+  const probe = (await esbuild.build({ stdin: { contents: `import { FetchTransport } from "./src/web/index.ts";
+    globalThis.tryEnroll = async (baseUrl) => { try { await new FetchTransport({ baseUrl, retry: { attempts: 1 } }).enroll(); return "answered"; }
+      catch (e) { return { name: e.name, problem: e.problem, code: e.code, message: e.message }; } };`, resolveDir: here(".."), loader: "ts" },
+  bundle: true, write: false, format: "iife", platform: "browser", logLevel: "error" })).outputFiles[0].text;
+  for (const [what, browser, target] of [["another origin", trusted, BASE], ["nothing listening", trusted, `https://127.0.0.1:${closedPort}`],
+    ["no CA", untrusted, BASE]]) {
+    const page = await (await browser.newContext()).newPage();
+    await page.goto(OTHER);
+    await page.addScriptTag({ content: probe });
+    const e = await page.evaluate((u) => globalThis.tryEnroll(u), target);
+    ok(e.name === "NetworkError" && e.problem === "network" && e.code === 14 && e.message.includes("probeCollector")
+      && e.message.includes("certificate") && e.message.includes("origin"),
+      `FetchTransport, ${what}: ${e.name} ${e.problem} (${String(e.message).slice(0, 70)}…)`);
+  }
   let navigation = "";
   const p = await untrusted.newPage();
   await p.goto(`${BASE}/healthz`).catch((e) => (navigation = String(e.message)));

@@ -12,9 +12,10 @@
 //      (typesVersions), `node16` (a .cts and a .mts importer) and `bundler`, without DOM or Node
 //      types;
 //   4. the README's web snippet (README.md, "Devices in web and mobile apps") bundled by esbuild
-//      against the installed package, minified, with code splitting: what a page loads at start
-//      (the entry and its static chunks) must stay within the budget below; the lazily loaded
-//      sealing chunk is printed beside it;
+//      against the installed package (esbuild's default minify, code splitting): every chunk a
+//      device without a shuffler loads — the entry, its static chunks AND any chunk loaded by a
+//      dynamic import — must stay within the budget below; only shuffle mode's sealing chunk
+//      (the one holding core/seal.js, loaded only for a sealed task) is left out, printed beside;
 //   5. React Native: Metro's conditions resolve the CommonJS build, with no Node import;
 //   6. what `npm install` of the tarball brings: packages and bytes.
 //
@@ -29,12 +30,15 @@ import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
 
-/** What a page with the README snippet may load at start (minified / gzip, KiB): a guard
- * against regressions such as the curve code back in the page's static imports (+40 KiB).
- * Measured 79.6 / 29.0 (121.4 / 43.1 before the sealing became lazy and the core dropped
- * @noble); the issue's aim, 60 / 20, needs the core's computation split per task kind.
- * Raise it only with a reason in the commit. */
-const BUDGET = { minified: 84, gzip: 31 };
+/** What a device without a shuffler may load for the README snippet (minified / gzip, KiB, the
+ * sum over its chunks, each gzipped as it is served): a guard against regressions such as the
+ * curve code back in the page's static imports (+40 KiB). Measured 80.6 / 29.5 (121.4 / 43.1
+ * before the sealing became lazy and the core dropped @noble; 82.2 / 29.8 before the computed
+ * SHA-256 constants and the compact wire descriptor). The issue's aim, 60 / 20, is not reached:
+ * what remains is the task rules, the device, every mechanism and kind, the codec and the
+ * ledger, each needed by a device that may be sent any task (see the README). Lower it as bytes
+ * go; raise it only with a reason in the commit. */
+const BUDGET = { minified: 82, gzip: 30 };
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const repo = join(here, "..");
@@ -149,7 +153,7 @@ await tsCheck("node16", { "a.cts": importer, "b.mts": importer }, { module: "Nod
 await tsCheck("bundler", { "a.ts": importer }, { module: "ESNext", moduleResolution: "Bundler" });
 
 // ---- the README's web snippet, bundled ------------------------------------------------------------------
-await step(`the README's web snippet bundles within ${BUDGET.minified} KiB minified / ${BUDGET.gzip} KiB gzip at start`, async () => {
+await step(`the README's web snippet bundles within ${BUDGET.minified} KiB minified / ${BUDGET.gzip} KiB gzip without a shuffler`, async () => {
   const readme = readFileSync(join(repo, "README.md"), "utf8");
   const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
   const snippet = blocks.find((b) => b.includes("@uldp/device/web") && b.includes("IndexedDbStore"));
@@ -160,20 +164,27 @@ await step(`the README's web snippet bundles within ${BUDGET.minified} KiB minif
     legalComments: "none", metafile: true, logLevel: "error" });
   const outputs = r.metafile.outputs;
   const entry = Object.keys(outputs).find((o) => outputs[o].entryPoint);
+  // shuffle mode's sealing: the chunk holding core/seal.js (and the @noble code beside it)
+  const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => /core\/seal\.js$/.test(i));
   const start = new Set();
   const visit = (o) => {
-    if (start.has(o)) return;
+    if (start.has(o) || isSealing(o)) return;
     start.add(o);
-    for (const i of outputs[o].imports) if (i.kind === "import-statement") visit(i.path);
+    for (const i of outputs[o].imports) if (i.kind === "import-statement" || i.kind === "dynamic-import") visit(i.path);
   };
   visit(entry);
+  if (!Object.keys(outputs).some(isSealing)) throw new Error("no chunk holds core/seal.js: is the sealing bundled at start?");
+  // tree-shaking keeps the Node entry, gRPC and the curve code out of what such a device loads
+  const stray = [...start].flatMap((o) => Object.keys(outputs[o].inputs))
+    .filter((i) => /@noble|@grpc|protobufjs|\/build\/src\/node\/|core\/seal\.js$/.test(i));
+  if (stray.length) throw new Error(`loaded without a shuffler: ${stray.join(", ")}`);
   const size = (files) => {
     const bytes = files.map((f) => readFileSync(join(app, f)));
     return { min: bytes.reduce((n, b) => n + b.length, 0), gz: bytes.reduce((n, b) => n + gzipSync(b, { level: 9 }).length, 0) };
   };
   const at = size([...start]);
   const lazy = size(Object.keys(outputs).filter((o) => !start.has(o) && o.endsWith(".js")));
-  const line = `at start ${kib(at.min)} minified, ${kib(at.gz)} gzip (${start.size} files); `
+  const line = `without a shuffler ${kib(at.min)} minified, ${kib(at.gz)} gzip (${start.size} files); `
     + `shuffle mode's sealing, loaded on demand: ${kib(lazy.min)} / ${kib(lazy.gz)}`;
   if (at.min > BUDGET.minified * 1024 || at.gz > BUDGET.gzip * 1024) throw new Error(`over budget: ${line}`);
   return line;

@@ -10,12 +10,21 @@ import { test } from "node:test";
 import protobuf from "protobufjs";
 import descriptor from "../src/wire/wire.gen.json" with { type: "json" };
 import { RandomSource } from "../src/core/index.js";
-import { CodecError, typeOf } from "../src/wire/codec.js";
+import { CodecError, parseDescriptor, typeOf } from "../src/wire/codec.js";
+import { DESCRIPTOR } from "../src/wire/wire.gen.js";
 
 const root = protobuf.Root.fromJSON(descriptor as protobuf.INamespace);
 const v1 = (descriptor as { nested: { uldp: { nested: { v1: { nested: Record<string, { fields?: object }> } } } } })
   .nested.uldp.nested.v1.nested;
 const MESSAGES = Object.keys(v1).filter((k) => v1[k].fields);
+
+test("the codec's compact descriptor (wire.gen.ts) is wire.gen.json's uldp.v1 namespace", () => {
+  // what the codec reads of a type: its fields or its values (reserved ids and names are the
+  // generator's business)
+  const plain = (x: Record<string, object>) => JSON.parse(JSON.stringify(Object.fromEntries(Object.entries(x)
+    .map(([k, t]) => [k, { fields: (t as { fields?: object }).fields, values: (t as { values?: object }).values }]))));
+  assert.deepEqual(plain(parseDescriptor(DESCRIPTOR) as Record<string, object>), plain(v1));
+});
 
 const rng = RandomSource.seeded("codec-cross-check");
 const u = (n: number): number => Number(rng.words(1)[0] % BigInt(n));
@@ -89,4 +98,14 @@ test("bigint report values, unpacked repeated fields and unknown fields are read
   assert.throws(() => t.decode(Uint8Array.from([0x0a, 0x01, 0xff])), CodecError); // not UTF-8
   assert.throws(() => t.encode({ phase: -1 }), CodecError); // uint32 out of range
   assert.throws(() => t.encode({ values: [1.5] }), CodecError);
+});
+
+test("wrong wire types and unknown message types are refused", () => {
+  const t = typeOf("Report");
+  assert.throws(() => t.decode(Uint8Array.from([0x09, 1, 2, 3, 4, 5, 6, 7, 8])), /query_id: wrong wire type/); // fixed64 string
+  assert.throws(() => t.decode(Uint8Array.from([0x10, 0x01, 0x12, 0x01, 0x01])), /phase: wrong wire type/); // bytes uint32
+  assert.throws(() => t.decode(Uint8Array.from([0x1d, 1, 2, 3, 4])), /values: wrong wire type/); // fixed32 sint64
+  assert.throws(() => t.decode(Uint8Array.from([0x0b])), /unsupported wire type 3/);
+  assert.throws(() => typeOf("NoSuchType"), /unknown message type/);
+  assert.deepEqual(parseDescriptor("A=x:double:1"), { A: { fields: { x: { type: "double", id: 1 } } } });
 });

@@ -12,7 +12,7 @@ import { x25519 } from "@noble/curves/ed25519.js";
 import { sha256 as nobleSha } from "@noble/hashes/sha2.js";
 import { chacha20 } from "../src/core/chacha20.js";
 import { bytesToHex, hexToBytes, isLowOrder, RandomSource } from "../src/core/index.js";
-import { sha256 } from "../src/core/sha256.js";
+import { H0, K, sha256 } from "../src/core/sha256.js";
 
 const rng = RandomSource.seeded("primitives-cross-check");
 const u = (n: number): number => Number(rng.words(1)[0] % BigInt(n));
@@ -55,6 +55,34 @@ test("SHA-256: FIPS 180-4 examples, and equal to @noble/hashes on every length 0
   }
   const big = rng.bytes(1_000_003);
   assert.equal(bytesToHex(sha256(big)), bytesToHex(nobleSha(big)));
+});
+
+test("SHA-256's computed constants: exact, and far from a rounding boundary (any engine's cbrt/sqrt)", () => {
+  // floor(r·2^(32+20)) of r = cbrt(p) or sqrt(p) by an exact integer root: the top 32 bits of its
+  // fraction are the word, the next 20 bits its distance to the nearest word boundary
+  const iroot = (n: bigint, k: bigint): bigint => { // floor(n^(1/k)), Newton from above
+    let x = 1n << BigInt(Math.ceil(n.toString(2).length / Number(k)) + 1);
+    for (;;) {
+      const y = ((k - 1n) * x + n / x ** (k - 1n)) / k;
+      if (y >= x) return x;
+      x = y;
+    }
+  };
+  const primes: number[] = [];
+  for (let n = 2; primes.length < 64; n++) if (primes.every((p) => n % p)) primes.push(n);
+  let margin = 1;
+  const check = (word: number, p: number, k: bigint) => {
+    const r = iroot(BigInt(p) << (52n * k), k);
+    assert.equal(word, Number((r >> 20n) & 0xffffffffn), `prime ${p}, root ${k}`);
+    const low = Number(r & 0xfffffn) / 2 ** 20;
+    margin = Math.min(margin, low, 1 - low);
+  };
+  primes.forEach((p, i) => check(K[i], p, 3n));
+  H0.forEach((h, i) => check(h, primes[i], 2n));
+  assert.equal(K[0], 0x428a2f98);
+  assert.equal(K[63], 0xc67178f2);
+  assert.equal(H0[7], 0x5be0cd19);
+  assert.ok(margin > 0.005, `a constant lies ${margin} · 2^-32 from a boundary`);
 });
 
 test("the low-order list equals x25519's all-zero shared secret (every entry, both top bits, and random keys)", () => {

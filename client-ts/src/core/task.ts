@@ -143,31 +143,30 @@ export function parseTaskFields(text: string): Map<string, JValue> {
 }
 
 // ---- validation (validate_task) ------------------------------------------------------------
-const INT_FIELDS = ["dim", "stage", "frame_seed", "virtual_offset", "m_ref", "records"];
-const NUM_FIELDS = ["epsilon", "eps_c", "kashin_level", "kashin_delta"];
+/** Each field's JSON type (§11), one table: s string, i integer, n number, n? number or null,
+ * [i] / [n] list of integers / numbers, [[i]] / [[n]] list of lists, o object. */
+const FIELD_TYPES: [string, string][] = [
+  ["query_id", "s"], ["kind", "s"], ["method", "s"], ["frame_kind", "s"], ["mechanism", "s"],
+  ["dim", "i"], ["stage", "i"], ["frame_seed", "i"], ["virtual_offset", "i"], ["m_ref", "i"], ["records", "i"],
+  ["epsilon", "n"], ["eps_c", "n"], ["kashin_level", "n"], ["kashin_delta", "n"],
+  ["bound", "n?"], ["stat_bound", "n?"], ["components", "[i]"], ["bins", "[[n]]"], ["intervals", "[[n]]"],
+  ["virtual_eps", "[n]"], ["virtual_groups", "[[i]]"], ["extra", "o"],
+];
+const TYPE_NAMES: Record<string, string> = {
+  s: "a string", i: "an integer", n: "a number", "n?": "a number or null", "[i]": "a list of integers",
+  "[n]": "a list of numbers", "[[n]]": "a list of lists of numbers", "[[i]]": "a list of lists of integers", o: "an object",
+};
+const isType = (v: JValue | undefined, t: string): boolean => {
+  if (t[0] === "[") return (v as JValue[]).every((x) => isType(x, t.slice(1, -1)));
+  return t === "s" ? typeof v === "string" : t === "i" ? isJInt(v) : t === "o" ? isJObject(v) : v === null ? t === "n?" : isJNum(v);
+};
 
 function checkTypes(f: Map<string, JValue>): void {
-  for (const k of ["query_id", "kind", "method", "frame_kind", "mechanism"]) {
-    if (typeof f.get(k) !== "string") refuse("field", `${k} must be a string`);
-  }
-  for (const k of INT_FIELDS) if (!isJInt(f.get(k))) refuse("field", `${k} must be an integer`);
-  for (const k of NUM_FIELDS) if (!isJNum(f.get(k))) refuse("field", `${k} must be a number`);
-  for (const k of ["bound", "stat_bound"]) {
-    const v = f.get(k);
-    if (v !== null && !isJNum(v)) refuse("field", `${k} must be a number or null`);
-  }
-  if (!(f.get("components") as JValue[]).every(isJInt)) refuse("field", "components must be a list of integers");
-  const rows = [...(f.get("bins") as JValue[][]), ...(f.get("intervals") as JValue[][])];
-  if (!rows.every((r) => r.every(isJNum))) refuse("field", "bins and intervals must hold numbers");
+  for (const [k, t] of FIELD_TYPES) if (!isType(f.get(k), t)) refuse("field", `${k} must be ${TYPE_NAMES[t]}`);
   const range = f.get("range") as JValue[] | undefined;
   if (range !== undefined && (range.length !== 2 || !range.every(isJNum))) {
     refuse("field", "range must be a list of two numbers [lo, hi]");
   }
-  if (!(f.get("virtual_eps") as JValue[]).every(isJNum)) refuse("field", "virtual_eps must be a list of numbers");
-  if (!(f.get("virtual_groups") as JValue[][]).every((g) => g.every(isJInt))) {
-    refuse("field", "virtual_groups must be a list of lists of integers");
-  }
-  if (!isJObject(f.get("extra"))) refuse("field", "extra must be an object");
 }
 
 const big = (v: JValue | undefined): bigint => (v as JInt).value;

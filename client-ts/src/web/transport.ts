@@ -13,9 +13,14 @@
  * retries (the contract's one rule, §10) for UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED
  * and INTERNAL, up to `attempts` calls, waiting
  * U(0, min(cap, base·2^k)) before retry k+1; a per-call timeout (AbortController); every other
- * status is a definitive answer thrown as an RpcError carrying the gRPC status number. A network
- * failure (no HTTP answer: offline, TLS, DNS, or a CORS refusal the browser hides) and an HTTP
- * answer without a Connect or gRPC-Web status (a proxy's 502/503/504) are UNAVAILABLE.
+ * status is a definitive answer thrown as an RpcError carrying the gRPC status number. An HTTP
+ * answer without a Connect or gRPC-Web status (a proxy's 502/503/504) is UNAVAILABLE. A failed
+ * fetch is told apart as far as the platform says (`networkFailure`): a NetworkError
+ * (UNAVAILABLE) whose `problem` is "certificate" (not retried: the next attempt meets the same
+ * certificate), "unreachable" (refused, unknown host, reset, timed out) or, where a browser hides
+ * the reason, "network" (unreachable, an untrusted certificate or a refused origin: the message
+ * names `probeCollector`, which tells them apart); any other exception of the fetch (an invalid
+ * URL or header, a bug) is no network failure and surfaces unchanged, never retried.
  * No Node-only dependency.
  */
 import {
@@ -86,6 +91,52 @@ export function codeOfConnect(name: unknown): number {
 }
 
 const utf8 = (b: Uint8Array): string => new g.TextDecoder().decode(b);
+
+export type NetworkProblem = "certificate" | "unreachable" | "network";
+
+/** A fetch that got no HTTP answer (UNAVAILABLE), with what the platform reveals of why. */
+export class NetworkError extends RpcError {
+  constructor(readonly problem: NetworkProblem, details: string) {
+    super(Code.UNAVAILABLE, `${problem}: ${details}`, problem === "certificate");
+    this.name = "NetworkError";
+  }
+}
+
+/** The system error codes a failed fetch carries (Node's undici: `cause.code`, also inside an
+ * AggregateError of several addresses; other fetches: the error's own `code`). */
+function errorCodes(e: unknown, depth = 0): string[] {
+  if (typeof e !== "object" || e === null || depth > 3) return [];
+  const x = e as { code?: unknown; cause?: unknown; errors?: unknown };
+  return [...(typeof x.code === "string" ? [x.code] : []), ...errorCodes(x.cause, depth + 1),
+    ...(Array.isArray(x.errors) ? x.errors.flatMap((y) => errorCodes(y, depth + 1)) : [])];
+}
+
+/**
+ * A failed fetch as a NetworkError, or null when the exception is no network failure (an
+ * invalid URL or header, a bug: the caller rethrows it). Node names the cause (a certificate
+ * code such as DEPTH_ZERO_SELF_SIGNED_CERT, ECONNREFUSED, ENOTFOUND); a browser says only
+ * "Failed to fetch" (Chrome), "NetworkError when attempting to fetch resource." (Firefox) or
+ * "Load failed" (Safari), React Native "Network request failed".
+ */
+export function networkFailure(e: unknown, baseUrl: string): NetworkError | null {
+  const codes = errorCodes(e);
+  const msg = e instanceof Error ? e.message : String(e);
+  const said = `${msg}${codes.length ? ` (${codes.join(", ")})` : ""}`;
+  if (codes.some((c) => /CERT|UNABLE_TO_(VERIFY|GET)|ERR_TLS|ERR_SSL|SSL_/.test(c))) {
+    return new NetworkError("certificate", `the collector's TLS certificate is not trusted here: ${said}; `
+      + "trust the CA that issued it (the README's CA recipe) or fix the address");
+  }
+  if (codes.some((c) => /^(E[A-Z]+|UND_ERR_\w+)$/.test(c))) {
+    return new NetworkError("unreachable", `no connection to the collector at ${baseUrl}: ${said}`);
+  }
+  if (/failed to fetch|networkerror|load failed|fetch failed|network request failed|network error|terminated/i.test(msg)
+    || (e as { name?: unknown })?.name === "NetworkError") {
+    return new NetworkError("network", `no answer from the collector at ${baseUrl} (${said}): it is unreachable, `
+      + "its certificate is not trusted, or it refuses this page's origin (CORS) — a browser does not say which; "
+      + "probeCollector() of @uldp/device/web tells them apart");
+  }
+  return null;
+}
 
 function frame(message: Uint8Array): Uint8Array {
   const out = new Uint8Array(5 + message.length);
@@ -179,7 +230,7 @@ export class FetchTransport {
         bytes = new Uint8Array(await res.arrayBuffer());
       } catch (e) {
         if (timedOut) throw new RpcError(Code.DEADLINE_EXCEEDED, `no answer within ${timeoutMs} ms`);
-        throw new RpcError(Code.UNAVAILABLE, `network error: ${e instanceof Error ? e.message : String(e)}`);
+        throw networkFailure(e, this.baseUrl) ?? e;
       }
       if (bytes.length > this.#max + 5 + 1024) {
         throw new RpcError(Code.RESOURCE_EXHAUSTED, `answer of ${bytes.length} bytes is over the limit of ${this.#max}`);

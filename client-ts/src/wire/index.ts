@@ -45,7 +45,9 @@ export const DEFAULT_RETRY: RetryPolicy = { attempts: 8, baseMs: 100, capMs: 10_
 
 /** A definitive or retryable answer of a call: `code` is the gRPC status number. */
 export class RpcError extends Error {
-  constructor(readonly code: number, readonly details: string) {
+  /** `final`: not worth retrying within this call although the code is retryable (an
+   * untrusted certificate: the next attempt meets the same certificate). */
+  constructor(readonly code: number, readonly details: string, readonly final = false) {
     super(`${CODE_NAMES[code] ?? code}: ${details}`);
     this.name = "RpcError";
   }
@@ -172,7 +174,7 @@ export async function withRetries<T>(p: RetryPolicy, once: () => Promise<T>,
     try {
       return await once();
     } catch (e) {
-      if (!(e instanceof RpcError) || !RETRYABLE.has(e.code) || attempt >= p.attempts - 1) throw e;
+      if (!(e instanceof RpcError) || !RETRYABLE.has(e.code) || e.final || attempt >= p.attempts - 1) throw e;
       await sleep(backoffMs(p, attempt, random));
     }
   }
