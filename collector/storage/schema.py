@@ -38,6 +38,9 @@ on the same PostgreSQL database) resumes each query exactly where it was:
 ``shuffle_queries`` a query in shuffle mode: its minimum batch, δ and sealing key id.
 ``shuffle_batches`` every batch the shuffler forwarded: (query, batch id) -> phase,
                  group, stage, size, reports stored and refused (no device, no token).
+``shuffle_digests`` (query, phase, digest): the SHA-256 (first 16 bytes) of every sealed
+                 report stored from a batch, so a ciphertext replayed in another batch is
+                 stored once.
 
 Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
 to the DDL that brings the previous version to it. Version 1 is the initial schema;
@@ -92,6 +95,7 @@ __all__ = [
     "queries",
     "reports",
     "shuffle_batches",
+    "shuffle_digests",
     "shuffle_queries",
 ]
 
@@ -247,6 +251,16 @@ shuffle_batches = Table(
     Column("attested", Integer, nullable=False, default=0, server_default=text("0")),
     Column("verifier", String(64), nullable=False, default="", server_default=text("''")),
     PrimaryKeyConstraint("query_id", "batch_id"),
+)
+
+# the digest of every sealed report stored from a shuffled batch, unique per (query,
+# phase): a ciphertext replayed in another batch is stored once (privacy.md §7)
+shuffle_digests = Table(
+    "uldp_shuffle_digests", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("digest", LargeBinary(16), nullable=False),
+    PrimaryKeyConstraint("query_id", "phase", "digest"),
 )
 
 # declines per (query, phase, group, stage), each collector process in its own row (as

@@ -279,6 +279,52 @@ def test_shuffled_batches_never_take_a_phase_past_its_quota(db):
         other.dispose()
 
 
+def test_a_replayed_ciphertext_is_stored_once_across_batches_and_replicas(db):
+    """Issue 25: the same sealed report forwarded in two batches — even by two replicas
+    at once — is stored once per (query, phase): its digest is checked in the batch's
+    transaction; the copies count as refused. Another phase may hold the same digest."""
+    from uldp.collector.storage.shuffle import ShuffledBatch, sealed_digest
+
+    _query(db, quota=100)
+    other = open_database(str(db.url.render_as_string(hide_password=False)))
+    sealed = [secrets.token_bytes(40) for _ in range(6)]
+
+    def batch(items: list[bytes], phase: int = 1) -> ShuffledBatch:
+        return ShuffledBatch("q", secrets.token_hex(16), phase, 0, 0, len(items),
+                             [np.int64(i).tobytes() for i in range(len(items))], 20,
+                             len(items), "v", [sealed_digest(x) for x in items])
+
+    def store(d: Database, b: ShuffledBatch):
+        with d.write() as conn:
+            return d.store_batch_in(conn, b)
+
+    try:
+        out = store(db, batch(sealed[:4]))
+        assert (out.stored, out.refused) == (4, 0)
+        out = store(other, batch(sealed[2:]))  # 2 replays, 2 new
+        assert (out.stored, out.refused) == (2, 2)
+        fresh = [secrets.token_bytes(40) for _ in range(5)]
+        outs: list = []
+        racers = [threading.Thread(target=lambda d=d: outs.append(store(d, batch(fresh))))
+                  for d in (db, other)]
+        for t in racers:
+            t.start()
+        for t in racers:
+            t.join()
+        assert sorted((o.stored, o.refused) for o in outs) == [(0, 5), (5, 0)]
+        assert db.get_phases("q")[0]["received"] == 11
+        with db.read() as conn:
+            assert conn.execute(text("SELECT count(*) FROM uldp_reports")).scalar() == 11
+            assert conn.execute(text("SELECT count(*) FROM uldp_shuffle_digests")
+                                ).scalar() == 11
+        # the table's key holds even if the check were skipped
+        with db.write() as conn, pytest.raises(IntegrityError):
+            conn.execute(insert(S.shuffle_digests).values(
+                query_id="q", phase=1, digest=sealed_digest(sealed[0])))
+    finally:
+        other.dispose()
+
+
 def test_declines_are_counted_per_cell_over_every_writer(db):
     """What a shuffler completes a cell on (issue 25: declines never stall a cell): the
     declines of each (phase, group, stage), merged over the replicas' counter rows; a
