@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing
 import os
 import resource
-import selectors
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -45,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.service.flood import HOST, grpc_health, healthz, proc_stats
+from tests.service.flood import HOST, Attacker, grpc_health, healthz, proc_stats
 from tests.service.wire import enroll_with_task, report_for, send
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import device_pb2_grpc
@@ -54,7 +51,9 @@ from uldp.collector.service.client import AnalystClient, QueryRequest
 
 ADMIN = "bench-admin-token-0123456789abcdef"
 SCENARIOS = ("none", "http-idle", "grpc-idle", "both-idle", "http-byte", "grpc-byte",
-             "http-slowloris")
+             "grpc-byte-other", "both-byte", "http-slowloris")
+#: the attacker's address in ``grpc-byte-other`` (the probes connect from 127.0.0.1)
+OTHER = "127.0.0.2"
 
 
 def _free_port() -> int:
@@ -72,7 +71,7 @@ class Collector:
     log: Path
 
 
-def start_collector(work: Path, nofile: int) -> Collector:
+def start_collector(work: Path, nofile: int, extra: tuple[str, ...] = ()) -> Collector:
     pki = make_dev_pki(work / "pki", overwrite=True)
     (work / "pki" / "admin.token").write_text(ADMIN + "\n")
     port, http_port = _free_port(), _free_port()
@@ -83,7 +82,7 @@ def start_collector(work: Path, nofile: int) -> Collector:
     proc = subprocess.Popen(
         [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve", "--db",
          f"sqlite:///{work}/c{port}.db", "--port", str(port), "--http-port", str(http_port),
-         "--tls-dir", str(work / "pki"), "--allow-simulated", "--name", "flood"],
+         "--tls-dir", str(work / "pki"), "--allow-simulated", "--name", "flood", *extra],
         stdout=open(log, "wb"), stderr=subprocess.STDOUT, preexec_fn=limit)  # noqa: SIM115
     c = Collector(proc, port, http_port, pki.ca_cert, log)
     end = time.monotonic() + 120
@@ -92,83 +91,6 @@ def start_collector(work: Path, nofile: int) -> Collector:
             raise RuntimeError(f"the collector did not start: {log.read_text()[-2000:]}")
         time.sleep(0.2)
     return c
-
-
-# ---- the attacker ---------------------------------------------------------------------
-class Attacker:
-    """``n`` connections to ``port`` held open; each one the server ends is reopened (in
-    a process of its own, so the probes do not share its interpreter)."""
-
-    def __init__(self, port: int, n: int, slowloris_ca: Path | None = None,
-                 first: bytes = b"") -> None:
-        self.port, self.n, self.ca, self.first = port, n, slowloris_ca, first
-        self.stop = multiprocessing.Event()
-        self._reopened = multiprocessing.Value("q", 0)
-        self.proc = multiprocessing.Process(target=self._run, daemon=True)
-
-    @property
-    def reopened(self) -> int:
-        return int(self._reopened.value)
-
-    def _open(self) -> None:
-        if self.ca is not None:
-            try:
-                ctx = ssl.create_default_context(cafile=str(self.ca))
-                raw = socket.create_connection((HOST, self.port), timeout=5)
-                s: socket.socket = ctx.wrap_socket(raw, server_hostname="localhost")
-                s.sendall(b"POST /uldp.v1.DeviceService/Enroll HTTP/1.1\r\nhost: x\r\n")
-            except OSError:
-                return
-        elif self.first:
-            try:
-                s = socket.create_connection((HOST, self.port), timeout=5)
-                s.sendall(self.first)
-            except OSError:
-                return
-        else:
-            s = socket.socket()
-            with contextlib.suppress(BlockingIOError):
-                s.setblocking(False)
-                s.connect((HOST, self.port))
-        s.setblocking(False)
-        self.sel.register(s, selectors.EVENT_READ)
-
-    def _run(self) -> None:
-        self.sel = selectors.DefaultSelector()
-        for _ in range(self.n):
-            self._open()
-        last_drip = time.monotonic()
-        while not self.stop.is_set():
-            for key, _ in self.sel.select(0.1):
-                s = key.fileobj
-                try:
-                    gone = not s.recv(4096)  # type: ignore[union-attr]
-                except (BlockingIOError, ssl.SSLWantReadError):
-                    gone = False
-                except OSError:
-                    gone = True
-                if gone:
-                    self.sel.unregister(s)
-                    s.close()  # type: ignore[union-attr]
-                    self._reopened.value += 1
-                    self._open()
-            if self.ca is not None and time.monotonic() - last_drip >= 1.0:
-                last_drip = time.monotonic()
-                for key in list(self.sel.get_map().values()):
-                    with contextlib.suppress(OSError):
-                        key.fileobj.send(b"x")  # type: ignore[union-attr]
-        for key in list(self.sel.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
-
-    def __enter__(self) -> Attacker:
-        self.proc.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.proc.join(30)
-        if self.proc.is_alive():
-            self.proc.kill()
 
 
 # ---- the probes -----------------------------------------------------------------------
@@ -222,9 +144,10 @@ def _submit(channel: object, dev: tuple[str, object], seed: int) -> tuple[bool, 
     return ok, time.monotonic() - t0
 
 
-def run(scenario: str, flood: int, nofile: int, seconds: float) -> list[str]:
+def run(scenario: str, flood: int, nofile: int, seconds: float,
+        extra: tuple[str, ...] = ()) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="uldp-flood-") as tmp:
-        c = start_collector(Path(tmp), nofile)
+        c = start_collector(Path(tmp), nofile, extra)
         try:
             return _measure(c, scenario, flood, seconds)
         finally:
@@ -239,6 +162,9 @@ def _attackers(c: Collector, scenario: str, flood: int) -> list[Attacker]:
             "grpc-idle": [Attacker(c.port, flood)],
             "http-byte": [Attacker(c.http_port, flood, first=b"\x16")],
             "grpc-byte": [Attacker(c.port, flood, first=b"\x16")],
+            "grpc-byte-other": [Attacker(c.port, flood, first=b"\x16", source=OTHER)],
+            "both-byte": [Attacker(c.http_port, flood, first=b"\x16"),
+                          Attacker(c.port, flood, first=b"\x16")],
             "both-idle": [Attacker(c.http_port, flood // 2),
                           Attacker(c.port, flood - flood // 2)]}[scenario]
 
@@ -288,7 +214,7 @@ def _measure(c: Collector, scenario: str, flood: int, seconds: float) -> list[st
         reopened = sum(a.reopened for a in attackers)
     kept.close()  # type: ignore[attr-defined]
     alive = "yes" if c.proc.poll() is None else "NO"
-    return [scenario, str(flood if attackers else 0), f"{reopened / took:.0f}",
+    return [scenario, str(sum(a.n for a in attackers)), f"{reopened / took:.0f}",
             s["healthz"].cell(), s["grpc"].cell(), s["kept"].cell(), s["new"].cell(),
             f"{log_rate:.0f}", str(peak_fds), f"{peak_rss:.0f}", f"{cpu / took:.2f}", alive]
 
@@ -299,13 +225,78 @@ HEADER = ["scenario", "flood", "reopened/s", "/healthz ok · p50/max ms",
           "CPU s/s", "alive"]
 
 
+def _thread_cpu(pid: int, name: str) -> float:
+    """CPU seconds of ``pid``'s threads called ``name`` (0 if none)."""
+    total = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == name:
+                f = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def overhead(n_kept: int, n_new: int, nofile: int, front: str, mode: str) -> list[str]:
+    """CPU of the collector process per report: ``n_kept`` SubmitReport calls one after
+    another on one channel, then ``n_new`` each on a new connection (TLS handshake
+    included), with the gRPC front on or off; the CPU of the front's own thread is also
+    given alone."""
+    with tempfile.TemporaryDirectory(prefix="uldp-front-") as tmp:
+        c = start_collector(Path(tmp), nofile, ("--grpc-front", front,
+                                                "--server-mode", mode))
+        try:
+            kept, devs = _devices(c, n_kept + n_new + 20)
+            for i in range(20):  # warm-up
+                _submit(kept, devs[i], i)
+            row = [mode, front]
+            for count, new in ((n_kept, False), (n_new, True)):
+                base = 20 if not new else 20 + n_kept
+                ms, cpu0 = [], proc_stats(c.proc.pid).cpu_s
+                fcpu0 = _thread_cpu(c.proc.pid, "uldp-grpc-front")
+                for i in range(base, base + count):
+                    ch = secure_channel(Endpoint(f"{HOST}:{c.port}", c.ca)) if new else kept
+                    ok, took = _submit(ch, devs[i], i)
+                    if new:
+                        ch.close()  # type: ignore[attr-defined]
+                    assert ok
+                    ms.append(1000 * took)
+                cpu = proc_stats(c.proc.pid).cpu_s - cpu0
+                fcpu = _thread_cpu(c.proc.pid, "uldp-grpc-front") - fcpu0
+                row += [str(count), f"{1e6 * cpu / count:.0f}",
+                        f"{1e6 * fcpu / count:.0f}" if front == "on" else "–",
+                        f"{np.percentile(ms, 50):.2f} / {np.percentile(ms, 90):.2f}"]
+            kept.close()  # type: ignore[attr-defined]
+            return row
+        finally:
+            c.proc.terminate()
+            c.proc.wait(30)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--flood", type=int, default=1100)
     p.add_argument("--nofile", type=int, default=1024)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
+    p.add_argument("--grpc-front", choices=("on", "off"), default="on",
+                   help="the collector's --grpc-front")
+    p.add_argument("--overhead", type=int, metavar="N", default=0,
+                   help="instead of floods: the collector's CPU per SubmitReport with the "
+                        "gRPC front off and on (N reports on one channel, N/10 on new "
+                        "connections; each setting twice, alternating)")
     a = p.parse_args()
+    if a.overhead:
+        cols = ["--server-mode", "--grpc-front", "reports (kept channel)",
+                "CPU µs/report", "front thread µs/report", "p50 / p90 ms",
+                "reports (new conn)", "CPU µs/report", "front thread µs/report",
+                "p50 / p90 ms"]
+        print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+        for mode in ("aio", "threads"):
+            for front in ("off", "on", "off", "on"):
+                print("| " + " | ".join(overhead(a.overhead, max(10, a.overhead // 10),
+                                                 a.nofile, front, mode)) + " |", flush=True)
+        return
+    extra = ("--grpc-front", a.grpc_front)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 2 * a.flood + 256:  # the attacker's own descriptors
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * a.flood + 1024), hard))
@@ -314,7 +305,8 @@ def main() -> None:
     print("| " + " | ".join(HEADER) + " |")
     print("|" + "---|" * len(HEADER))
     for sc in a.scenarios.split(","):
-        print("| " + " | ".join(run(sc, a.flood, a.nofile, a.seconds)) + " |", flush=True)
+        print("| " + " | ".join(run(sc, a.flood, a.nofile, a.seconds, extra)) + " |",
+              flush=True)
 
 
 if __name__ == "__main__":

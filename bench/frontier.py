@@ -68,6 +68,8 @@ N = 100_000
 CHUNK = 20_000
 #: what ``auto`` minimizes (``QuerySpec.objective``; ``--objective``)
 OBJECTIVE = {"value": "width"}
+#: what the mean queries assume about the users (``QuerySpec.assume``; ``--assume``)
+ASSUME = {"value": "none"}
 
 
 # ---- populations ---------------------------------------------------------------------
@@ -130,7 +132,7 @@ def _records_of(counts: np.ndarray) -> np.ndarray:
 def uldp_spec(kind: str, eps: float, m: int, k: int, n: int, seed: int) -> QuerySpec:
     if kind == "mean":
         return QuerySpec(kind="mean", epsilon=eps, users=n, samples=m, bound=0.5, seed=seed,
-                         objective=OBJECTIVE["value"])
+                         objective=OBJECTIVE["value"], assume=ASSUME["value"])
     return QuerySpec(kind="distribution", epsilon=eps, users=n, samples=m, dim=k, seed=seed)
 
 
@@ -488,12 +490,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "frontier.json"))
     ap.add_argument("--objective", choices=("width", "mse"), default="width",
                     help="what auto minimizes for the mean (the interval's width by default)")
+    ap.add_argument("--assume", choices=("none", "users-alike"), default="none",
+                    help="what the mean queries assume about the users (issue 24: "
+                         "users-alike lets auto run a two-stage window; write the cells to "
+                         "their own --out, e.g. bench/results/frontier_alike.json)")
     ap.add_argument("--table", action="store_true",
                     help="only write bench/results/frontier.md (+ .png) from --out")
     ap.add_argument("--retime-from", metavar="OLD_JSON",
                     help="take OLD_JSON's distribution seconds out of the pooled cells")
     a = ap.parse_args(argv)
     OBJECTIVE["value"] = a.objective
+    ASSUME["value"] = a.assume
     if a.retime_from:
         retime(Path(a.out), Path(a.retime_from))
     if a.table:

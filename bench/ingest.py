@@ -145,6 +145,22 @@ def _postgres_cpu(port: int | None = None) -> float:
     return sum(t for _, t, _ in procs.values()) / os.sysconf("SC_CLK_TCK")
 
 
+def _replica_cpu(pid: int) -> list[float]:
+    """CPU seconds of each collector process: ``pid`` (replica 0) and each of its
+    children (the sibling replicas of ``--processes N``), in pid order."""
+    out: dict[int, float] = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit():
+                st = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(d.name) == pid or int(st[1]) == pid:
+                    out[int(d.name)] = (int(st[11]) + int(st[12])) / tck
+        except OSError:
+            continue
+    return [out[k] for k in sorted(out)]
+
+
 def _cpu(pid: int | None) -> float:
     """CPU seconds (user + system) of process ``pid`` and its descendants — with
     ``--processes N`` the sibling replicas are its children — (None: this process)."""
@@ -221,6 +237,17 @@ class WaitSampler:
 
     def share(self) -> float:
         return self.lock / self.active if self.active else 0.0
+
+
+def _print_replicas(name: str, what: str, before: list[float], after: list[float],
+                    n: int) -> None:
+    """Each collector process's CPU µs per report of the whole run (how evenly the
+    connections spread over the replicas: one connection is served by one process)."""
+    if len(before) == len(after):
+        per = ", ".join(f"{1e6 * (b - a) / max(n, 1):.0f}" for a, b in zip(before, after,
+                                                                            strict=True))
+        print(f"{name}: {what}, CPU µs per report of each collector process: {per}",
+              file=sys.stderr)
 
 
 def _print_waits(name: str, what: str, processes: int, waits: WaitSampler | None) -> None:
@@ -308,14 +335,23 @@ def _unary(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Rep
     return len(reports) / _run_threads(worker, threads, chans), lat
 
 
+#: TLS connections of the asyncio load generator (--channels)
+CHANNELS = 8
+
+
 def _aio_calls(ep: Endpoint, method: str, wire: list[bytes], meta: list[tuple],
                concurrency: int, channels: int = 8) -> tuple[float, np.ndarray]:
     """Pre-serialized unary calls from one asyncio client: (calls/s, per-call latency)."""
     creds = grpc.ssl_channel_credentials(Path(ep.ca_cert).read_bytes())
     lat = np.zeros(len(wire))
+    # each channel its own TCP connection: channels with equal arguments share one
+    # connection from gRPC's global subchannel pool, and one connection reaches one
+    # replica of a SO_REUSEPORT group (--processes N)
+    opts = [("grpc.use_local_subchannel_pool", 1)]
 
     async def run() -> float:
-        chans = [grpc.aio.secure_channel(ep.target, creds) for _ in range(channels)]
+        chans = [grpc.aio.secure_channel(ep.target, creds, options=opts)
+                 for _ in range(channels)]
         calls = [c.unary_unary(method) for c in chans]  # bytes in, bytes out
         nxt = iter(range(len(wire)))
 
@@ -344,7 +380,7 @@ def _unary_aio(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2
     meta = [bearer(prep.tokens[dev]) for dev, _ in reports]
     method = "/" + device_pb2.DESCRIPTOR.services_by_name["DeviceService"].full_name + \
         "/SubmitReport"
-    return _aio_calls(ep, method, wire, meta, concurrency)
+    return _aio_calls(ep, method, wire, meta, concurrency, CHANNELS)
 
 
 def _floor(ep: Endpoint, calls: int, concurrency: int) -> float:
@@ -353,13 +389,16 @@ def _floor(ep: Endpoint, calls: int, concurrency: int) -> float:
     from the same client as the unary run (nothing validated, nothing stored)."""
     wire = [health_pb2.HealthCheckRequest().SerializeToString()] * calls
     return _aio_calls(ep, "/grpc.health.v1.Health/Check", wire, [()] * calls,
-                      concurrency)[0]
+                      concurrency, CHANNELS)[0]
 
 
 def _batched(ep: Endpoint, batches: list[device_pb2.SubmitReportBatchRequest],
              threads: int) -> tuple[float, int]:
-    chans = [secure_channel(Endpoint(ep.target, ep.ca_cert, max_message_bytes=64 << 20))
-             for _ in range(threads)]
+    creds = grpc.ssl_channel_credentials(Path(ep.ca_cert).read_bytes())
+    opts = [("grpc.max_send_message_length", 64 << 20),
+            ("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.use_local_subchannel_pool", 1)]  # a connection per thread (see above)
+    chans = [grpc.secure_channel(ep.target, creds, options=opts) for _ in range(threads)]
     stubs = [device_pb2_grpc.DeviceServiceStub(c) for c in chans]
     nxt = iter(range(len(batches)))
     lock = threading.Lock()
@@ -388,7 +427,8 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
         return _postgres_cpu(pg_port) if pg_port else 0.0
     proc, port = start_collector_process(work, db_url, work / "pki",
                                          ["--workers", str(a.workers),
-                                          "--processes", str(a.processes)])
+                                          "--processes", str(a.processes),
+                                          "--commit-linger-ms", str(a.linger_ms)])
     ep = Endpoint(f"127.0.0.1:{port}", work / "pki" / "ca.pem")
     try:
         an = AnalystClient(ep, (work / "pki" / "admin.token").read_text())
@@ -420,12 +460,14 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             floor = _floor(ep, a.floor_calls, a.concurrency)
             cpu_f = (_cpu(proc.pid) - c0 + _cpu(None) - s0) / a.floor_calls
         c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
+        r0 = _replica_cpu(proc.pid)
         with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
             if a.client == "aio":
                 u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency)
             else:
                 u_rate, lat = _unary(ep, prep, unary, a.threads)
         cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
+        _print_replicas(name, "unary", r0, _replica_cpu(proc.pid), len(unary))
         _print_waits(name, "unary", a.processes, waits)
         batch_items = []
         for k, q in enumerate(qids[a.unary_queries:]):
@@ -435,9 +477,11 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
         batches = [device_pb2.SubmitReportBatchRequest(reports=batch_items[s:s + a.batch_size])
                    for s in range(0, len(batch_items), a.batch_size)]
         c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
+        r0 = _replica_cpu(proc.pid)
         with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
             b_rate, bad = _batched(ep, batches, a.batch_threads)
         cpu_b = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
+        _print_replicas(name, "batched", r0, _replica_cpu(proc.pid), len(batch_items))
         _print_waits(name, "batched", a.processes, waits)
         assert bad == 0, f"{bad} batched reports refused"
         for q in qids:  # every report was committed: each query closes with all reports
@@ -475,11 +519,17 @@ def main() -> None:
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
+    ap.add_argument("--linger-ms", type=float, default=2.0,
+                    help="the collector's --commit-linger-ms (group commit)")
+    ap.add_argument("--channels", type=int, default=CHANNELS,
+                    help="TLS connections of the asyncio load generator (each reaches one "
+                         "collector process)")
     ap.add_argument("--floor-calls", type=int, default=20_000,
                     help="empty Health/Check calls timed first, for the machine's gRPC "
                          "ceiling (0: skip)")
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     a = ap.parse_args()
+    globals()["CHANNELS"] = a.channels
     rows = []
     with tempfile.TemporaryDirectory(prefix="uldp-bench-ingest-") as tmp:
         work = Path(tmp)

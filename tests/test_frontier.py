@@ -100,16 +100,20 @@ def test_auto_chooses_methods_and_mechanisms_from_public_parameters():
     assert dist.method.oracle_name(dist) == one_record.method.mechanism(one_record)
     assert plan(kind="distribution", epsilon=8.0, samples=1, dim=8).method.mechanism(
         plan(kind="distribution", epsilon=8.0, samples=1, dim=8)) == "grr"
-    many = plan(kind="mean", epsilon=8.0, samples=1000, objective="mse")
+    many = plan(kind="mean", epsilon=8.0, samples=1000, objective="mse",
+                assume="users-alike")
     assert many.spec.method == "two-stage-sized" and many.spec.stage1_share <= 0.3
     assert many.spec.randomizer == "adaptive"
     assert many.auto["runner_up"]["predicted"]["alike"] >= 3 * many.auto["predicted"]["alike"]
-    # at ε = 1 stage I cannot bound a narrow window's clamping for all users: ssl
+    # without an assumption no window's clamping is bounded for all users: ssl
     assert plan(kind="mean", epsilon=1.0, samples=1000, objective="mse").spec.method == "ssl"
     one = plan(kind="mean", epsilon=0.5, samples=1)
     assert one.spec.method == "ssl" and one.spec.randomizer == "best"
-    # at large ε the randomizer's choice alone is worth a small stage I
-    assert plan(kind="mean", epsilon=8.0, samples=1).spec.method == "two-stage-sized"
+    # at large ε the randomizer's choice alone is worth a small stage I — when the
+    # analyst states that users are alike (without it: no two-stage risk)
+    assert plan(kind="mean", epsilon=8.0, samples=1).spec.method == "ssl"
+    assert plan(kind="mean", epsilon=8.0, samples=1,
+                assume="users-alike").spec.method == "two-stage-sized"
     # a few thousand users: stage I too weak at small ε
     assert compile_query(QuerySpec(kind="mean", epsilon=0.5, users=3000,
                                    samples=50)).spec.method == "ssl"

@@ -57,7 +57,8 @@ def test_preview_names_the_runner_up_and_what_it_would_give():
     the record says so and the chosen plan's predicted MSE is the smaller."""
     for eps, users, samples in ((1.0, 20_000, 1000), (8.0, 20_000, 100)):
         msg = analyst_pb2.CreateQueryRequest(kind="mean", epsilon=eps, dataset="d",
-                                             users=users, samples=samples, dim=1, bound=1.0)
+                                             users=users, samples=samples, dim=1, bound=1.0,
+                                             params_json='{"assume": "users-alike"}')
         p = preview_message(msg, simulate=False)
         r = p.runner_up
         assert r is not None and r["method"] != p.method and r["likely_half_width"]
@@ -65,7 +66,7 @@ def test_preview_names_the_runner_up_and_what_it_would_give():
         assert p.auto is not None and p.auto["objective"] == "width"
     mse = preview_message(analyst_pb2.CreateQueryRequest(
         kind="mean", epsilon=1.0, dataset="d", users=20_000, samples=1000, dim=1, bound=1.0,
-        params_json='{"objective": "mse"}'), simulate=False)
+        params_json='{"objective": "mse", "assume": "users-alike"}'), simulate=False)
     assert mse.auto is not None and mse.auto["objective"] == "mse"
     assert mse.predicted_mse is not None
     assert mse.predicted_mse <= mse.runner_up["likely_mse"]

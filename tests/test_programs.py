@@ -193,20 +193,23 @@ def test_auto_takes_the_risk_of_a_larger_stage_one_only_for_a_larger_gain():
     assert required_gain(0.4) == pytest.approx(KAPPA * (5 / 6) / 0.6)
     assert required_gain(MAX_STAGE1_SHARE) == pytest.approx(4.0)
 
-    def auto(users: int, samples: int, eps: float, objective: str = "width"):
+    def auto(users: int, samples: int, eps: float, objective: str = "width",
+             assume: str = "users-alike"):
         return compile_query(QuerySpec(kind="mean", epsilon=eps, users=users,
                                        samples=samples, dim=1, bound=1.0,
-                                       objective=objective))
+                                       objective=objective, assume=assume))
 
-    # alike users with 1000 samples, ε = 0.5: stage I cannot bound, for all users, the
-    # clamping of a narrow window as finely as the window would narrow the interval, so
-    # the interval is narrowest single-stage; the point estimate is best two-stage
+    # no assumption: no interval valid for every population beats single-stage by more
+    # than stage I costs (docs/mechanisms.md, "What an assumption buys"): ssl, always
+    for eps in (0.5, 8.0):
+        for objective in ("width", "mse"):
+            plain = auto(4000, 1000, eps, objective, assume="none")
+            assert plain.spec.method == "ssl" and set(plain.auto["predicted"]) == \
+                set(POPULATIONS)
+    # users alike, stated: the reference population is users alike, the objective decides
     plan = auto(4000, 1000, 0.5)
-    assert plan.spec.method == "ssl" and plan.auto["objective"] == "width"
-    assert plan.auto["runner_up"]["method"] == "two-stage-sized"
-    assert set(plan.auto["predicted"]) == set(POPULATIONS)
-    # with the MSE objective too: the error it can count on for all users is no smaller
-    assert auto(4000, 1000, 0.5, "mse").spec.method == "ssl"
+    assert plan.auto["objective"] == "width" and plan.auto["assume"] == "users-alike"
+    assert set(plan.auto["predicted"]) == {"alike"}
     mse = auto(4000, 1000, 8.0, "mse")
     assert mse.spec.method == "two-stage-sized" and mse.spec.stage1_share in SIZED_SHARES
     assert mse.auto["predicted"]["alike"] < mse.auto["runner_up"]["predicted"]["alike"]

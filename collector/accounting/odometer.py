@@ -39,13 +39,30 @@ from uldp.collector.accounting.variation_ratio import (
 if TYPE_CHECKING:  # dp-accounting takes seconds to import: loaded when first needed
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
-__all__ = ["DISCRETIZATION", "Cell", "cells_of_privacy", "compose", "naive_sum",
-           "planned_cells", "query_pld", "self_composed"]
+__all__ = [
+    "DISCRETIZATION",
+    "Cell",
+    "cells_of_privacy",
+    "compose",
+    "compose_plds",
+    "naive_sum",
+    "planned_cells",
+    "pld_from_bytes",
+    "pld_to_bytes",
+    "query_pld",
+    "self_composed",
+]
 
 #: the PLDs' loss grid (every query's must be the same to compose)
-DISCRETIZATION = 1e-5
+DISCRETIZATION = 1e-4
 #: points of the connect-the-dots grid on each side of 0
 _POINTS = 60
+#: ... for a cell with a common part (γ > 0: each δ(ε) sums a three-count expectation,
+#: ~0.1–0.3 s at n = 10⁴–10⁵): fewer points, still pessimistic — connect-the-dots
+#: dominates the profile on any grid (δ as a function of e^ε is convex, so the chords
+#: between exact points lie above it); the composed ε grows ~1 % (OUE, n = 5000: 0.0573
+#: against 0.0567 at 60 points), the PLD is ~6x faster to build
+_POINTS_COMMON = 24
 #: the profile is followed until δ falls below this (the rest is mass at +∞)
 _FLOOR = 1e-14
 
@@ -102,7 +119,8 @@ def query_pld(cells: tuple[Cell, ...]) -> PrivacyLossDistribution:
     if not cells:
         raise ValueError("a query without cells costs nothing: leave it out")
     top = max(_reach(c) for c in cells)
-    steps = np.unique(np.round(np.linspace(0.0, top, _POINTS + 1) / DISCRETIZATION)
+    points = _POINTS_COMMON if any(c.params.gamma > 1e-9 for c in cells) else _POINTS
+    steps = np.unique(np.round(np.linspace(0.0, top, points + 1) / DISCRETIZATION)
                       .astype(np.int64))
     eps = steps * DISCRETIZATION
     pos = np.array([max(delta_bound(c.n, c.params, float(e)) for c in cells) for e in eps])
@@ -115,15 +133,57 @@ def query_pld(cells: tuple[Cell, ...]) -> PrivacyLossDistribution:
     return PrivacyLossDistribution(pmf)
 
 
+def compose_plds(queries: Iterable[tuple[Cell, ...]],
+                 start: PrivacyLossDistribution | None = None
+                 ) -> PrivacyLossDistribution | None:
+    """The PLD of all ``queries`` (and ``start``, a PLD already composed) together: the
+    queries alike are composed in one self-composition (the odometer's running queries
+    all count at the same worst case), the rest one by one; None for nothing."""
+    counts: dict[tuple[Cell, ...], int] = {}
+    for q in queries:
+        if q:
+            counts[q] = counts.get(q, 0) + 1
+    total = start
+    for q, k in counts.items():
+        part = query_pld(q) if k == 1 else _self_pld(q, k)
+        total = part if total is None else total.compose(part)
+    return total
+
+
+@lru_cache(maxsize=64)
+def _self_pld(cells: tuple[Cell, ...], times: int) -> PrivacyLossDistribution:
+    return query_pld(cells).self_compose(int(times))
+
+
 def compose(queries: Iterable[tuple[Cell, ...]], delta: float) -> float:
     """The central ε at ``delta`` of all ``queries`` together (0 for none)."""
-    plds = [query_pld(q) for q in queries if q]
-    if not plds:
-        return 0.0
-    total = plds[0]
-    for p in plds[1:]:
-        total = total.compose(p)
-    return float(total.get_epsilon_for_delta(delta))
+    total = compose_plds(queries)
+    return 0.0 if total is None else float(total.get_epsilon_for_delta(delta))
+
+
+def pld_to_bytes(pld: PrivacyLossDistribution) -> bytes:
+    """A composed PLD as bytes (what the odometer persists: a restarted collector reads
+    it back instead of composing every finished query again): its loss grid, the lowest
+    loss, the mass at +∞ and the probabilities (float64, zlib)."""
+    import struct
+    import zlib
+    pmf = pld._pmf_remove.to_dense_pmf()  # a symmetric PLD: one pmf
+    head = struct.pack("<dqd", pmf._discretization, pmf._lower_loss, pmf._infinity_mass)
+    return head + zlib.compress(np.asarray(pmf._probs, "<f8").tobytes(), 6)
+
+
+def pld_from_bytes(data: bytes) -> PrivacyLossDistribution:
+    """The PLD :func:`pld_to_bytes` wrote (ValueError if it is not one of this grid)."""
+    import struct
+    import zlib
+
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+    disc, lower, inf = struct.unpack("<dqd", data[:24])
+    if disc != DISCRETIZATION or not 0.0 <= inf <= 1.0:
+        raise ValueError("not a PLD of this accountant's grid")
+    probs = np.frombuffer(zlib.decompress(data[24:]), "<f8").copy()
+    return PrivacyLossDistribution(pld_pmf.DensePLDPmf(disc, int(lower), probs, inf, True))
 
 
 def self_composed(cells: tuple[Cell, ...], times: int, delta: float) -> float:

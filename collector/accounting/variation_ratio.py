@@ -175,12 +175,15 @@ def _three_counts(T: np.ndarray, n: int, ps: float, a0: float, a1: float, a2: fl
     slope, b = a0 - a1, -a2
     mu2 = m2 * ps
     lo2, hi2 = _window(mu2, mu2 * (1 - ps), (n - T)[:, None])
-    # exact band: N0 with lo2 <= K <= hi2
+    # exact band: N0 with lo2 <= K <= hi2, and within SPAN sd of N0's own mean T/2 (the
+    # band's N0 outside that window are charged at the most they can add, below)
     kb = np.ceil((b * lo2 - a1 * tf) / slope)
     kc = np.ceil((b * (hi2 + 1) - a1 * tf) / slope)  # first N0 above the band
-    width = int(max(1, float((kc - kb).max())))
-    k0 = kb + np.arange(width)[None, :]
-    inside = (k0 < kc) & (k0 <= tf) & (k0 >= 0)
+    lo0, hi0 = _window(tf / 2, tf / 4, T[:, None])
+    ks, ke = np.maximum(kb, lo0), np.minimum(kc, hi0 + 1)  # the band inside the window
+    width = int(max(1, float((ke - ks).max())))
+    k0 = ks + np.arange(width)[None, :]
+    inside = (k0 < ke) & (k0 <= tf) & (k0 >= 0)
     y = slope * k0 + a1 * tf
     K = np.floor(y / b + 1e-9)
     mi = (n - T)[:, None].astype(np.int64)
@@ -190,6 +193,12 @@ def _three_counts(T: np.ndarray, n: int, ps: float, a0: float, a1: float, a2: fl
     val = np.where((K >= 0) & inside, np.maximum(y * F + a2 * G, 0.0), 0.0)
     p0 = np.where(inside, np.exp(_log_pmf(k0, tf, 0.5)), 0.0)
     band = np.sum(p0 * val, axis=1)
+    # the band's N0 outside N0's window: each adds p0·(Y·F + a2·G)₊ <= p0·Y₊ <= p0·a0·T,
+    # and their p0 sum to at most P(N0 < lo0) + P(N0 > hi0)
+    cut = (ks > kb) | (ke < kc)
+    if cut.any():
+        out0 = (1.0 - _tail(lo0, tf, 0.5)) + _tail(hi0 + 1, tf, 0.5)
+        band = band + np.where(cut, a0 * tf * out0, 0.0)[:, 0]
     # above the band: Σ p0 (Y + a2 μ2 + |a2| E[N2; N2 > hi2])
     spill = b * mu2 * _tail(hi2, m2 - 1, ps)
     above = (slope * 0.5 * tf * _tail(kc - 1, tf - 1, 0.5)

@@ -84,7 +84,7 @@ class AnalystError(Exception):
 
 #: create/preview keywords that travel in params_json
 _PARAMS = ("moment_p", "moment_m", "frame_kind", "mode", "confidence", "extra", "shuffle",
-           "objective", "oracle", "randomizer", "stage1_share", "records")
+           "objective", "oracle", "randomizer", "stage1_share", "records", "assume")
 
 
 def _request(kind: str, epsilon: float, dataset: str, users: int, samples: int,
@@ -156,7 +156,10 @@ class Analyst:
         ``by`` and ``groups`` (group-by: a categorical dataset and its groups' names),
         ``method`` (default ``auto``; a method named without its mechanisms runs with
         the best ones for the public parameters), ``objective`` (``width``, the default:
-        the interval's expected width; or ``mse``), ``oracle`` / ``randomizer`` (a report
+        the interval's expected width; or ``mse``), ``assume`` (``"users-alike"``: every
+        user's records i.i.d. from one distribution — the intervals of two-stage windows
+        count on it and say so; default ``"none"``: valid for every population),
+        ``oracle`` / ``randomizer`` (a report
         mechanism, ``docs/mechanisms.md``), ``stage1_share``, ``records``,
         ``moment_p``/``moment_m``, ``frame_kind``,
         ``mode``, ``confidence``, ``extra``, ``phase_timeout_s``, ``query_id``

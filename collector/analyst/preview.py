@@ -47,6 +47,7 @@ from uldp.client.randomness import RandomSource
 from uldp.client.wire import analyst_pb2
 from uldp.collector.analyst.types import Preview
 from uldp.collector.datasets import FleetData
+from uldp.collector.methods.alike import assumption_note, relies_on
 from uldp.collector.methods.auto import AUTO_DRAWS
 from uldp.collector.planner import Plan, compile_query
 from uldp.collector.programs import program_for
@@ -109,6 +110,12 @@ def _note(plan: Plan, shuffled: bool) -> str:
                      "for all users (bias bounds, the clamping of the users it missed); "
                      "the likely width is the planner's prediction on users alike, which "
                      "counts them (the noise prediction alone leaves them out)")
+    if relies_on(plan):
+        parts.append(assumption_note(plan.spec.assume) + ": the two-stage window's bias "
+                     "bounds count on it (docs/mechanisms.md)")
+    elif plan.spec.assume != "none":
+        parts.append(f"assume={plan.spec.assume} stated, not needed: "
+                     + assumption_note("none"))
     return " ".join(parts)
 
 

@@ -346,6 +346,8 @@ def ran_as(method: str, est_extra: dict[str, Any]) -> str:
                 if auto.get("objective", "width") == "width"
                 else f"predicted MSE {r['likely_mse']:.4g}")
         out += f"; auto's runner-up: {r['method']} ({what})"
+    if est_extra.get("assume", "none") != "none":
+        out += f"; interval {est_extra.get('valid_if')}"
     return out
 
 

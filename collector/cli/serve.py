@@ -222,6 +222,7 @@ def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None
         mode=a.server_mode, shuffler_port=a.shuffler_port,
         shuffler_ca=Path(a.shuffler_ca) if a.shuffler_ca else None,
         shuffler_name=a.shuffler_name, connections=connections,
+        grpc_front=getattr(a, "grpc_front", "on") == "on",
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
                         commit_linger_ms=a.commit_linger_ms,
                         allow_simulated=a.allow_simulated,
@@ -471,6 +472,12 @@ def add_serve_parser(sc: Any) -> None:
                         "is loopback and the certificate is from `uldp collector certs` "
                         "(default: off)")
     add_connection_flags(s)
+    s.add_argument("--grpc-front", choices=("on", "off"),
+                   default=env("ULDP_GRPC_FRONT", "on") or "on",
+                   help="admission in front of the native gRPC port: slow TLS handshakes "
+                        "evicted for new ones, per-address caps (docs/operations.md, "
+                        "'Connections and descriptors'); off: grpc-core listens on the port "
+                        "itself (env ULDP_GRPC_FRONT; default on)")
     _tuning_flags(s)
     _close_flags(s)
     _odometer_flags(s)

@@ -91,14 +91,20 @@ def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
 
 
 def add_mechanism_flags(p: argparse.ArgumentParser | Any) -> None:
-    """``--objective``, ``--oracle``, ``--randomizer``, ``--stage1-share``: what ``auto``
-    and a sized stage II minimize, and the report mechanisms of a named method (default:
+    """``--objective``, ``--assume``, ``--oracle``, ``--randomizer``, ``--stage1-share``: what
+    ``auto`` and a sized stage II minimize, and the report mechanisms of a named method (default:
     the best ones for the public parameters, docs/mechanisms.md)."""
     from uldp.client.mechanisms import ORACLES, SCALARS
 
     p.add_argument("--objective", choices=("width", "mse"), default=None,
                    help="what auto (and two-stage-sized's stage II) minimize: width, the "
                         "expected width of the interval (default), or mse")
+    p.add_argument("--assume", choices=("none", "users-alike"), default=None,
+                   help="what you assume about the users, stated publicly like the range: "
+                        "users-alike (every user's records i.i.d. from one distribution; "
+                        "auto may then narrow a two-stage window and its interval is valid "
+                        "if users are alike) or none (default: intervals valid for every "
+                        "population; docs/mechanisms.md)")
     p.add_argument("--oracle", choices=(*sorted(ORACLES), "best"), default=None,
                    help="frequency oracle of categorical reports (stage-I bins, sampled "
                         "records); default: the best for the public parameters")
@@ -113,7 +119,7 @@ def add_mechanism_flags(p: argparse.ArgumentParser | Any) -> None:
 def mechanism_options(a: argparse.Namespace) -> dict[str, Any]:
     """The QuerySpec fields of :func:`add_mechanism_flags` that were given."""
     out = {k: getattr(a, k, None) for k in ("objective", "oracle", "randomizer",
-                                            "stage1_share")}
+                                            "stage1_share", "assume")}
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -30,6 +30,7 @@ from uldp.collector.models.grid import (
     GridModel,
     choose_grid,
     components_of,
+    dense_cells,
     feature_box,
     grid_extra,
     grid_risk,
@@ -68,8 +69,8 @@ def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
     bar = Progress(n, f"sgd {config.model}", progress)
     res = run_source(spec, source, None, rng, bar)
     cfg = SGDConfig(**res["config"])
-    extra: dict[str, Any] = {k: res[k] for k in ("method", "rounds", "accounting")
-                             if k in res}
+    extra: dict[str, Any] = {k: res[k] for k in ("method", "rounds", "accounting",
+                                                  "std_error") if k in res}
     return SGDResult(np.asarray(res["theta"]), res["trajectory"], int(res["t0"]),
                      float(res["eta"]), cfg, n, spec.samples, d, extra)
 
@@ -127,7 +128,8 @@ def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomS
     q = hadamard_inverse(Q)
     se = np.asarray(est.std_error, dtype=np.float64)
     return GridModel("classify", choice.M, source.dim, lo_a, hi_a, q, info=info,
-                     shrinkage=classify_shrinkage(q, se, choice.M ** source.dim)
+                     shrinkage=classify_shrinkage(q, se, choice.M ** source.dim,
+                                                  dense_cells(q.size))
                      if shrink else None)
 
 
@@ -168,6 +170,6 @@ def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: 
     q, p = hadamard_inverse(Q), hadamard_inverse(P)
     se = np.asarray(est.std_error, dtype=np.float64)
     shrinkage = regress_shrinkage(q, p, se[:K], se[K:], choice.M ** source.dim, tau,
-                                  float(label_bound)) if shrink else None
+                                  float(label_bound), dense_cells(2 * K)) if shrink else None
     return GridModel("regress", choice.M, source.dim, lo_a, hi_a, q, p, float(label_bound),
                      tau, info, shrinkage)

@@ -50,6 +50,7 @@ from uldp.collector.mechanisms.choice import (
     best_scalar,
     scalar_variance,
 )
+from uldp.collector.methods.alike import USERS_ALIKE
 from uldp.collector.methods.common import plan_mechanisms
 
 __all__ = ["KAPPA", "MAX_BIN_VARIANCE", "MAX_SIZED_SHARE", "MAX_STAGE1_SHARE",
@@ -211,6 +212,9 @@ SIZED_KINDS = ("mean", "mean-linf", "mean-l2", "mean-l1")
 SIZED_SHARES = (0.01, 0.03, 0.1, 0.3)
 #: the reference populations (``uldp.collector.methods.sizing.reference_population``)
 POPULATIONS = ("alike", "spread", "ends")
+#: the reference population under ``assume="users-alike"``: users alike, each record's
+#: variance at its largest ``D²`` (the least concentrated users the assumption allows)
+ALIKE_POPULATIONS = ("alike",)
 #: a two-stage candidate must be this much better (smaller regret) than single-stage
 SIZED_MARGIN = 1.02
 
@@ -250,6 +254,9 @@ def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
         except ValueError:
             continue
     modes = ["default"] if spec.kind == "mean" else [m for m in MODES if m != "paper"]
+    alike = spec.assume == USERS_ALIKE
+    if not alike:  # no assumption: no two-stage risk (module docstring)
+        modes = []
     for mode in modes:  # (a 1-d mean has one grouping)
         for share in SIZED_SHARES:
             c = replace(spec, method="two-stage-sized", mode=mode, oracle="best",
@@ -262,17 +269,17 @@ def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
                    for g in range(plan.n_groups)) < 2:
                 continue
             cands.append((f"two-stage-sized/{mode}/{share:g}", plan))
-    scores = {name: {p: objective_value(plan, p) for p in POPULATIONS} for name, plan in cands}
-    best = {p: min(sc[p] for sc in scores.values()) for p in POPULATIONS}
-    regret = {name: max(sc[p] / max(best[p], 1e-300) for p in POPULATIONS)
+    pops = ALIKE_POPULATIONS if alike else POPULATIONS
+    scores = {name: {p: objective_value(plan, p) for p in pops} for name, plan in cands}
+    best = {p: min(sc[p] for sc in scores.values()) for p in pops}
+    regret = {name: max(sc[p] / max(best[p], 1e-300) for p in pops)
               for name, sc in scores.items()}
     single = min((n for n, _ in cands if n.startswith("ssl")), key=lambda n: regret[n])
     order = sorted(regret, key=lambda n: regret[n])
     chosen = order[0]
     if not chosen.startswith("ssl") and regret[chosen] * SIZED_MARGIN > regret[single]:
         chosen = single
-    runner = next(n for n in order if n != chosen and
-                  (n.startswith("ssl") != chosen.startswith("ssl") or True))
+    runner = next((n for n in order if n != chosen), None)
     # the runner-up worth naming is the best candidate of the other family
     other = [n for n in order if n.startswith("ssl") != chosen.startswith("ssl")]
     if other:
@@ -281,8 +288,9 @@ def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
     plan = by[chosen]
     record = {"objective": spec.objective, **_summary(plan, regret[chosen], scores[chosen]),
               "chosen": plan.spec.method,
-              "runner_up": _summary(by[runner], regret[runner], scores[runner]),
-              "populations": list(POPULATIONS), "single_stage": "ssl",
+              "runner_up": None if runner is None else
+              _summary(by[runner], regret[runner], scores[runner]),
+              "populations": list(pops), "assume": spec.assume, "single_stage": "ssl",
               "randomizers": list(SCALAR_CHOICES)}
     return plan.spec, record
 

@@ -34,6 +34,7 @@ from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumula
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.mechanisms import ORACLE_DECODERS
 from uldp.collector.mechanisms.choice import SCALAR_CHOICES, scalar_variance
+from uldp.collector.methods.alike import assumed_samples
 from uldp.collector.methods.base import Published
 from uldp.collector.methods.common import (
     bin_mechanism,
@@ -106,7 +107,8 @@ def _stage_two_noise(acc: ValueAccumulator, i: int, eps_c: float, st: GridStage 
 
 
 def _component(st: GridStage, window: tuple[float, float], estimator: str, n1: int, n2: int,
-               c2: float, noise2: float) -> tuple[float, float, float, float, float]:
+               c2: float, noise2: float, alike: int | None = None
+               ) -> tuple[float, float, float, float, float]:
     """One component's ``(mean, noise variance, shared sd, bias_lo, bias_hi)``: the
     estimator's stage-I functional over the stage-I shares plus ``(1 − λ)`` times the
     stage-II mean; the noise of both stages; the sd of what the two random halves of the
@@ -116,7 +118,7 @@ def _component(st: GridStage, window: tuple[float, float], estimator: str, n1: i
     a, b = np.array([window[0]]), np.array([window[1]])
     lam, kappa = estimator_weights(estimator, n1, n2)
     f, _ = functionals(st.points, a, b, lam, kappa)
-    terms = honest_terms(st, a, b, n1, n2)
+    terms = honest_terms(st, a, b, n1, n2, alike=alike)
     mean = float(f[0] @ st.mass) + (1 - lam) * c2
     var = float(st.report_variance(f)[0]) / n1 + (1 - lam) ** 2 * noise2 / n2
     shared = math.sqrt(n / (n1 * n2)) * (
@@ -137,6 +139,8 @@ class TwoStageSized(TwoStage):
     #: its randomizer is best chosen from stage I (``with_best_mechanisms``), and it
     #: predicts itself from the users' statistics (own-data runs)
     adaptive_randomizer = True
+    #: its window's bias bounds count on ``assume="users-alike"`` when the query states it
+    counts_on_assumption = True
 
     def fine(self, plan: Any, group: int) -> list[Alg1Params]:
         return [fine_bins(p, plan.spec.samples) for p in plan.group_params(group)]
@@ -205,7 +209,8 @@ class TwoStageSized(TwoStage):
         eps_c = plan.grouping.groups[g].eps_c
         noise = _noise_fn(eps_c)
         per = [choose(st, n1, n2, self.mechanisms(plan, eps_c), noise, plan.spec.objective,
-                      plan.spec.confidence, self.estimators(plan)) for st in stages]
+                      plan.spec.confidence, self.estimators(plan), assumed_samples(plan.spec))
+               for st in stages]
         best: tuple[float, str] | None = None
         for mech in self.mechanisms(plan, eps_c):
             total = sum((c[mech].objective ** 2 if plan.spec.objective == "width"
@@ -238,7 +243,8 @@ class TwoStageSized(TwoStage):
                 a, b = float(st.points[ch.i]), float(st.points[ch.j])
                 rows.append([a, b])
                 if n1 > 0 and n2 > 0:
-                    t = honest_terms(st, np.array([a]), np.array([b]), n1, n2)
+                    t = honest_terms(st, np.array([a]), np.array([b]), n1, n2,
+                                     alike=assumed_samples(plan.spec))
                     brow.append([float(t["b_lo"][0]), float(t["b_hi"][0])])
                 else:
                     brow.append([0.0, 0.0])
@@ -321,7 +327,8 @@ class TwoStageSized(TwoStage):
                 var[i] = float(st.report_variance(pts[None, :])[0]) / n1
             else:
                 means[i], var[i], shared[i], blo[i], bhi[i] = _component(
-                    st, acc.intervals[i], ests[i], n1, n2, float(c2[i]), float(noise2[i]))
+                    st, acc.intervals[i], ests[i], n1, n2, float(c2[i]), float(noise2[i]),
+                    assumed_samples(plan.spec))
         # what the two random halves of the users disagree on is shared by the components
         # of a user: bounded jointly (Cauchy–Schwarz); the noise is independent
         cov = np.diag(var) + np.outer(shared, shared)
@@ -401,6 +408,7 @@ def _predict_component(method: TwoStageSized, plan: Any, g: int, p: Alg1Params,
     """``(mse, half_width)`` of one component (cached on the public facts and the
     population: a plan's prediction is asked for often, e.g. by ``auto``)."""
     key = (method.name, plan.spec.objective, plan.spec.confidence, plan.spec.randomizer,
+           assumed_samples(plan.spec),
            plan.spec.oracle, float(plan.grouping.groups[g].eps_c), p.bound, p.bins, n1, n2,
            n_all, unknown, draws, vals.tobytes(), wts.tobytes())
     hit = _CACHE.get(key)
@@ -430,6 +438,7 @@ def _predict_uncached(method: TwoStageSized, plan: Any, g: int, p: Alg1Params,
     rng = np.random.default_rng(20240601)
     mechs = method.mechanisms(plan, eps_c)
     noise = _noise_fn(eps_c)
+    alike = assumed_samples(plan.spec)
     mu = float(np.dot(vals, wts))
     spread = float(np.dot((vals - mu) ** 2, wts)) * max(1 - n / n_all, 0.0) / max(n, 1)
     errs, halves = [], []
@@ -440,13 +449,13 @@ def _predict_uncached(method: TwoStageSized, plan: Any, g: int, p: Alg1Params,
             sample = pi
         seen = GridStage(pts, sample, n1, oracle, eps_c)
         per = choose(seen, n1, n2, mechs, noise, plan.spec.objective, plan.spec.confidence,
-                     method.estimators(plan))
+                     method.estimators(plan), alike)
         mech = min(per, key=lambda k: per[k].objective)
         ch = per[mech]
         a, b = float(pts[ch.i]), float(pts[ch.j])
         err, hw = _outcome(truth, seen, vals, wts, a, b, ch.estimator, mech, noise, n1, n2,
-                           z)
-        if unknown and n1 > 0 and (ch.i > 0 or ch.j < pts.size - 1):
+                           z, alike)
+        if unknown and alike is None and n1 > 0 and (ch.i > 0 or ch.j < pts.size - 1):
             # a tail of the users every stage-I user missed: for a population known only
             # by its public facts, the largest expected squared clamping it leaves
             W = max(a - pts[0], pts[-1] - b)
@@ -474,8 +483,8 @@ def _true_report_variance(stage: GridStage, F: np.ndarray, vals: np.ndarray,
 
 
 def _outcome(truth: GridStage, seen: GridStage, vals: np.ndarray, wts: np.ndarray, a: float,
-             b: float, estimator: str, mech: str, noise: Any, n1: int, n2: int, z: float
-             ) -> tuple[float, float]:
+             b: float, estimator: str, mech: str, noise: Any, n1: int, n2: int, z: float,
+             alike: int | None = None) -> tuple[float, float]:
     """The exact expected squared error of one outcome of the rule for the population, and
     the half-width its interval would state (the stage-II noise as the reports measure it,
     the rest as estimated from what stage I saw)."""
@@ -502,7 +511,7 @@ def _outcome(truth: GridStage, seen: GridStage, vals: np.ndarray, wts: np.ndarra
     V = _true_report_variance(truth, f[0], vals, wts) / n1 + (1 - lam) ** 2 * N2 / n2 + \
         n / (n1 * n2) * float(np.dot(u * u, wts))
     bias = (1 - kappa) * (1 - lam) * float(np.dot(tau, wts))
-    est = honest_terms(seen, A, B, n1, n2)
+    est = honest_terms(seen, A, B, n1, n2, alike=alike)
     Vs = combine_error(seen.report_variance(f), np.array([N2_stated]), est["S"], est["SY"],
                        lam, kappa, n1, n2)
     hw = z * math.sqrt(float(Vs[0]))

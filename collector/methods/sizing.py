@@ -197,11 +197,13 @@ def functionals(points: np.ndarray, a: np.ndarray, b: np.ndarray, lam: float, ka
 
 
 def honest_terms(stage: GridStage, a: np.ndarray, b: np.ndarray, n1: int, n2: int,
-                 point: bool = False) -> dict[str, Any]:
+                 point: bool = False, alike: int | None = None) -> dict[str, Any]:
     """Per window ``[a, b]`` (arrays): the clamping ``τ``, the bound (or, ``point``, the
     estimate) of the users' variance of their clamping ``S_τ²`` and of their statistics
     ``S_Y²``, the clamped estimate's bias bounds for all users ``(β_lo⁺, β_hi⁺)`` and the
-    clamping as measured, with that measure's sd (module docstring)."""
+    clamping as measured, with that measure's sd (module docstring). ``alike``: the
+    records per user when the query assumes users alike — the bias bounds are then
+    :func:`uldp.collector.methods.alike.alike_bias`'s."""
     g = stage.points[None, :]
     _, tau = functionals(stage.points, a, b, 0.0, 1)
     tau2 = tau * tau
@@ -220,10 +222,26 @@ def honest_terms(stage: GridStage, a: np.ndarray, b: np.ndarray, n1: int, n2: in
         SY = float(_chernoff(np.array([float(dev2 @ stage.mass)]), np.array([sdY]),
                              np.array([float(dev2.max())]), n1)[0])
     hist = stage.histogram()
-    b_lo = tail_upper_rows(np.maximum(a[:, None] - g, 0.0), hist)
-    b_hi = tail_upper_rows(np.maximum(g - b[:, None], 0.0), hist)
+    if alike is not None and n1 > 0 and stage.reports > 0:
+        b_lo, b_hi = _alike_terms(stage, a, b, n1, alike, SY)
+    else:
+        b_lo = tail_upper_rows(np.maximum(a[:, None] - g, 0.0), hist)
+        b_hi = tail_upper_rows(np.maximum(g - b[:, None], 0.0), hist)
     return {"tau": tau, "S": S, "SY": SY, "b_lo": b_lo, "b_hi": b_hi, "net": net,
             "sd_net": sd_net}
+
+
+def _alike_terms(stage: GridStage, a: np.ndarray, b: np.ndarray, n1: int, m: int,
+                 SY: float) -> tuple[np.ndarray, np.ndarray]:
+    """The bias bounds of users alike (:mod:`uldp.collector.methods.alike`): the mean
+    located from stage I, the records' variance ``σ² = m·Var Y`` bounded by ``m·S_Y²``."""
+    from uldp.collector.methods.alike import alike_bias, location
+
+    D = float(stage.points[-1])
+    hist = stage.histogram()
+    mean_var = float(stage.report_variance(stage.points[None, :])[0]) / n1 + D * D / (m * n1)
+    where = location(stage.points, stage.mass, hist.var, math.sqrt(mean_var), n1, m)
+    return alike_bias(stage.points, a, b, where, m, m * max(SY, 0.0))
 
 
 def combine_error(N1: np.ndarray, N2: np.ndarray, S_tau: np.ndarray, S_Y: float,
@@ -273,28 +291,26 @@ def t2_bounds(stage: GridStage, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarra
 
 def choose(stage: GridStage, n1: int, n2: int, mechanisms: Sequence[str],
            noise_var: Any, objective: str, level: float,
-           estimators: Sequence[str] = tuple(ESTIMATORS)) -> dict[str, Choice]:
+           estimators: Sequence[str] = tuple(ESTIMATORS), alike: int | None = None
+           ) -> dict[str, Choice]:
     """Per randomizer, the window and estimate of least ``objective`` for one component
     (module docstring); ``noise_var(mech, widths, t2)`` is the variance of one stage-II
-    report (vectorized over the windows). Without stage-I reports: the support."""
+    report (vectorized); without stage-I reports: the support. ``alike``: :func:`honest_terms`."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    K = stage.K
-    if n1 <= 0 or stage.reports <= 0 or n2 <= 0:
-        i, j = np.array([0]), np.array([K - 1])
-    else:
-        i, j = _windows(stage)
+    K, empty = stage.K, n1 <= 0 or stage.reports <= 0 or n2 <= 0
+    i, j = (np.array([0]), np.array([K - 1])) if empty else _windows(stage)
     a, b = stage.points[i], stage.points[j]
     full = (i == 0) & (j == K - 1)
     out: dict[str, Choice] = {}
-    if n1 <= 0 or stage.reports <= 0 or n2 <= 0:
+    if empty:
         for mech in mechanisms:
             v0 = float(noise_var(mech, b - a, None)[0]) / max(n2, 1)
             w0 = 2 * z * math.sqrt(v0)
             out[mech] = Choice(0, K - 1, "debiased", w0 if objective == "width" else v0, w0, v0)
         return out
-    terms = honest_terms(stage, a, b, n1, n2)
+    terms = honest_terms(stage, a, b, n1, n2, alike=alike)
     lo2, hi2 = t2_bounds(stage, a, b)
     N1 = {}
     for est in estimators:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from uldp.client.hadamard import fwht, next_pow2
-from uldp.client.kinds.learning import MAX_GRID_CELLS, grid_bins
+from uldp.client.kinds.learning import DENSE_LIMIT, MAX_GRID_CELLS, grid_bins
 from uldp.client.regimes import group_components
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods import METHOD_PLANS
@@ -27,6 +27,7 @@ from uldp.collector.models.shrinkage import Shrinkage, classify_shrinkage, regre
 from uldp.collector.planner import RESOLVERS, QuerySpec, compile_query
 
 __all__ = ["DESIGN_RANGE", "GridChoice", "GridModel", "choose_grid", "components_of",
+           "dense_cells",
            "effective_sizes", "feature_box", "grid_result", "grid_risk", "hadamard_inverse",
            "max_cells_per_axis", "noise_constant"]
 
@@ -309,6 +310,13 @@ def grid_extra(M: int, lo: np.ndarray, hi: np.ndarray) -> dict[str, Any]:
     return {"grid": int(M), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
 
 
+def dense_cells(n_components: int) -> bool:
+    """Whether a grid query of ``n_components`` outputs (and states the standard errors
+    of) the cells ``q̂ = H Q̂ / K_H`` through the dense transform, rather than ``Q̂``
+    itself (:data:`uldp.client.kinds.learning.DENSE_LIMIT`)."""
+    return n_components <= DENSE_LIMIT
+
+
 def components_of(est: Estimate) -> np.ndarray:
     """``θ̂`` (the component estimates Q̂ or (Q̂, P̂)) of a finished query."""
     return np.asarray(est.extra["components"], dtype=np.float64)
@@ -338,7 +346,7 @@ def grid_result(spec: QuerySpec, estimate: dict[str, Any] | Estimate) -> dict[st
     if spec.kind == "classify":
         q = hadamard_inverse(theta)
         mdl = GridModel("classify", M, d, lo, hi, q, info={"Q": theta.tolist(), **info},
-                        shrinkage=classify_shrinkage(q, se, M**d))
+                        shrinkage=classify_shrinkage(q, se, M**d, dense_cells(theta.size)))
         return mdl.to_dict()
     K = theta.size // 2
     T = float(ex["label_bound"])
@@ -346,7 +354,8 @@ def grid_result(spec: QuerySpec, estimate: dict[str, Any] | Estimate) -> dict[st
     q, p = hadamard_inverse(theta[:K]), hadamard_inverse(theta[K:])
     mdl = GridModel("regress", M, d, lo, hi, q, p, T, tau,
                     info={"Q": theta[:K].tolist(), "P": theta[K:].tolist(), **info},
-                    shrinkage=regress_shrinkage(q, p, se[:K], se[K:], M**d, tau, T))
+                    shrinkage=regress_shrinkage(q, p, se[:K], se[K:], M**d, tau, T,
+                                                      dense_cells(theta.size)))
     return mdl.to_dict()
 
 

@@ -13,7 +13,8 @@ rounds, each round a fresh group of users reporting once at ``θ_t``:
 The predicted risk of ``T`` rounds is Theorem 8's decomposition with its constants made
 explicit, ``E‖θ_T − θ*‖² ≈ R₀² a^{2T} + η² Σ_t a^{2(T−1−t)} V_t(n/T)``, ``a = 1 − ηγ̂``:
 the contraction of the starting distance ``R₀`` against the noise ``V_t`` of each round over
-``n/T`` users (round 0 on the support, the later ones on their windows)
+``n/T`` users (round 0 on the support, each later one on windows sized from the round
+before's predicted error, until they settle: :meth:`RoundDesign.transient`)
 (:func:`uldp.collector.models.windows.round_variance`, the planner's ``predicted_mse`` for
 Kashin steps, times :data:`NOISE_CALIBRATION`), summed through the contraction. ``γ̂`` and
 ``R₀`` are public *design* values (like the smoothness guess β of the grids, §9.4): the curvature
@@ -96,17 +97,22 @@ def design_distance(config: SGDConfig, d: int) -> float:
 
 
 def predicted_risk(config: SGDConfig, d: int, T: int, V: float,
-                   V0: float | None = None) -> float:
-    """``R₀² a^{2T} + η² (a^{2(T−1)} V₀ + V (1 − a^{2(T−1)})/(1 − a²))`` (module docstring):
-    ``V`` the noise of one round, ``V₀`` that of round 0 (its windows are the support;
-    default ``V``), each round's noise contracted by the rounds after it."""
+                   V0: float | None = None, transient: list[float] | None = None) -> float:
+    """``R₀² a^{2T} + η² Σ_t a^{2(T−1−t)} V_t`` (module docstring): ``V_t`` the noise of
+    round ``t`` — ``transient`` for the first rounds (round 0 on the support, each later
+    window sized from the round before, :meth:`RoundDesign.transient`), else ``V₀`` for
+    round 0 (default ``V``) — and ``V`` (the steady state) for the rest, each round's noise
+    contracted by the rounds after it."""
     eta = config.step_size
     a = min(max(1.0 - eta * design_curvature(config, d), 0.0), 1.0 - 1e-12)
     R0 = design_distance(config, d)
-    V = NOISE_CALIBRATION * V
-    V0 = V if V0 is None else NOISE_CALIBRATION * V0
-    later = (1 - a ** (2 * (T - 1))) / (1 - a * a)
-    return R0 * R0 * a ** (2 * T) + eta * eta * (a ** (2 * (T - 1)) * V0 + V * later)
+    first = list(transient) if transient is not None else [V if V0 is None else V0]
+    first = first[:T]
+    k = len(first)
+    total = sum(NOISE_CALIBRATION * v * a ** (2 * (T - 1 - t)) for t, v in enumerate(first))
+    if k < T:  # the steady rounds k..T−1
+        total += NOISE_CALIBRATION * V * (1 - a ** (2 * (T - k))) / (1 - a * a)
+    return R0 * R0 * a ** (2 * T) + eta * eta * total
 
 
 class RoundDesign:
@@ -128,6 +134,27 @@ class RoundDesign:
         #: round 0 reports on the support (nothing seen yet)
         self.variance0 = round_variance(self.grouping, n_t, support[:, 1] - support[:, 0],
                                         self.stat_var)
+        self._support, self._m, self._record, self._step = support, m, record, step
+        self._n_t = n_t
+
+    def transient(self, T: int) -> list[float]:
+        """The predicted noise ``V_t`` of rounds ``0, 1, …`` until the windows settle (at
+        most ``T``): round 0 on the support, round ``t + 1``'s windows from round ``t``'s
+        predicted errors (:func:`steady_widths` at them). When a round's users are few
+        against ``d`` (``n_t ε² ≲ d·m``), round 0's error dominates round 1's windows and
+        the steady prediction alone was far too optimistic about few rounds."""
+        full = self._support[:, 1] - self._support[:, 0]
+        if self._record:
+            return [self.variance0]
+        widths, out = full, []
+        for _ in range(max(int(T), 1)):
+            v = coordinate_variances(self.grouping, self._n_t, widths, self.stat_var)
+            out.append(float(v.sum()))
+            nxt = steady_widths(self._support, self._m, False, v, self._step)
+            if np.allclose(nxt, widths, rtol=1e-3, atol=0.0):
+                break
+            widths = nxt
+        return out
 
 
 def round_design(config: SGDConfig, n_t: int, m: int, d: int, record: bool) -> RoundDesign:
@@ -146,7 +173,7 @@ def best_rounds(config: SGDConfig, n: int, m: int, d: int, record: bool
         rd = round_design(config, n // T, m, d, record)
         if n // T // len(rd.grouping.groups) < MIN_GROUP_USERS and T > 1:
             return math.inf
-        return predicted_risk(config, d, T, rd.variance, rd.variance0)
+        return predicted_risk(config, d, T, rd.variance, rd.variance0, rd.transient(T))
 
     if config.t0 is not None:
         return int(config.t0), risk(int(config.t0))

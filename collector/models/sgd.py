@@ -42,6 +42,7 @@ __all__ = [
     "step_spec",
     "steps_advisory",
     "theorem8_bound",
+    "theta_std_error",
 ]
 
 STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
@@ -287,6 +288,27 @@ class SGDResult:
                 "trajectory": self.trajectory, "t0": self.t0, "eta": self.eta,
                 "users": self.users, "samples": self.samples, "dim": self.dim,
                 "epsilon": self.config.epsilon, "config": cfg, **self.extra}
+
+
+def theta_std_error(round_se: np.ndarray, eta: float, step: tuple[float, float]
+                    ) -> np.ndarray:
+    """Standard errors of ``θ̂`` from every round's gradient standard errors
+    (``(T, p)``): the noise of round ``t`` enters ``θ_{t+1}`` as ``−η e_t`` and is carried
+    through the later rounds by ``I − ηH`` — whose eigenvalues lie within ``±a``,
+    ``a = max|1 − ηγ|, |1 − ηG|`` over the public curvature bounds ``step = (ηγ, ηG)``
+    (``a = 1`` when they do not contract: logistic without ``l2``) — so
+    ``se_j(θ̂)² ≤ η² Σ_t a^{2(T−1−t)} se_{t,j}²`` (linearized; the tail average of the
+    iterates carries at most the same). The noise part only: the optimization error
+    ``R₀ a^T`` is not in it. (Before: ``η·se`` of the last round alone, which understated
+    the noise of θ̂ by ``√T`` when nothing contracts.)"""
+    se = np.asarray(round_se, dtype=np.float64)
+    if se.ndim != 2 or se.shape[0] == 0:
+        raise ValueError("round_se must be (rounds, p) with at least one round")
+    lo, hi = step
+    a = min(max(abs(1.0 - lo), abs(1.0 - hi)), 1.0)
+    T = se.shape[0]
+    w = a ** (2.0 * np.arange(T - 1, -1, -1))
+    return float(eta) * np.sqrt(w @ np.square(np.nan_to_num(se, nan=np.inf)))
 
 
 def theorem8_bound(n: int, m: int, d: int, epsilon: float, D: float, gamma: float,

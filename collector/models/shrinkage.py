@@ -4,13 +4,15 @@
 The grid is chosen before any report arrives, from a public design guess of how much ``η``
 varies over the box (``uldp.collector.models.grid``). On real data the signal is often far
 weaker than that guess, and every cell then carries mostly privacy noise. Once the query
-has closed, the cells' estimates and their noise variance (from the components' standard
-errors, ``Var q̂_l = Σ_c Var Q̂_c / K_H²``) are known, so the between-cell spread of the
-signal is estimated by moments, ``s² = max(0, spread of the estimates − mean noise)``, and
-each cell is pulled toward the common value by ``w_l = s² / (s² + v_l)`` (James–Stein /
-Efron–Morris). A grid whose cells are mostly noise predicts (nearly) the common value; a
-grid whose cells carry signal keeps it. Post-processing of the privatized estimate only:
-no privacy cost, the same on every replica.
+has closed, the cells' estimates and their noise variance are known (:func:`cell_noise`:
+the cells' own standard errors when the query's output is the cells ``q̂ = H Q̂ / K_H``
+through the dense transform; else from the components', ``Var q̂_l = Σ_c Var Q̂_c / K_H²``),
+so the between-cell spread of the signal is estimated by moments,
+``s² = max(0, spread of the estimates − mean noise)``, and each cell is pulled toward the
+common value by ``w_l = s² / (s² + v_l)`` (James–Stein / Efron–Morris). A grid whose cells
+are mostly noise predicts (nearly) the common value; a grid whose cells carry signal keeps
+it. Post-processing of the privatized estimate only: no privacy cost, the same on every
+replica.
 """
 
 from __future__ import annotations
@@ -55,24 +57,34 @@ def _moments(values: np.ndarray, noise: np.ndarray, mass: np.ndarray,
     return max(0.0, spread - mean_noise), mean_noise
 
 
-def cell_noise(se: np.ndarray, K: int) -> float:
-    """``Var q̂_l = Σ_c se_c² / K_H²`` (the same for every cell, ``q̂ = H Q̂ / K_H``)."""
+def cell_noise(se: np.ndarray, K: int, cells: bool) -> np.ndarray:
+    """The noise variance of every cell ``q̂_l`` (``(K,)``). ``cells``: ``se`` are the
+    standard errors of the cells themselves (the query's output is ``q̂ = H Q̂ / K_H``,
+    :data:`uldp.client.kinds.learning.DENSE_LIMIT`), so ``Var q̂_l = se_l²``; else they are
+    the components', and ``Var q̂_l = Σ_c se_c² / K_H²`` (the same for every cell).
+
+    (Reading the cells' standard errors as the components' — what this did before —
+    divided the noise by ``K_H``: on InstEval at ``M = 2`` the cells looked 2× less noisy
+    than they were, and the shrinkage kept noise.)"""
     se = np.asarray(se, dtype=np.float64)
-    return float(np.sum(np.square(se[np.isfinite(se)]))) / K**2
+    if cells:
+        return np.where(np.isfinite(se), se * se, np.inf)
+    return np.full(K, float(np.sum(np.square(se[np.isfinite(se)]))) / K**2)
 
 
-def classify_shrinkage(q: np.ndarray, se_q: np.ndarray, B: int) -> Shrinkage:
-    """Cells ``q̂_l`` of a classifier (``B`` real cells first), toward their mean."""
+def classify_shrinkage(q: np.ndarray, se_q: np.ndarray, B: int, cells: bool) -> Shrinkage:
+    """Cells ``q̂_l`` of a classifier (``B`` real cells first), toward their mean;
+    ``cells``: ``se_q`` are the cells' standard errors (:func:`cell_noise`)."""
     vals = np.asarray(q, dtype=np.float64)[:B]
-    v = cell_noise(se_q, int(np.asarray(q).size))
+    v = cell_noise(se_q, int(np.asarray(q).size), cells)[:B]
     centre = float(vals.mean())
-    s2, noise = _moments(vals, np.full(B, v), np.ones(B), centre)
-    w = np.full(B, s2 / (s2 + v) if s2 + v > 0 else 1.0)
+    s2, noise = _moments(vals, v, np.ones(B), centre)
+    w = np.where(s2 + v > 0, s2 / np.maximum(s2 + v, 1e-300), 1.0)
     return Shrinkage(centre, w, s2, noise)
 
 
 def regress_shrinkage(q: np.ndarray, p: np.ndarray, se_q: np.ndarray, se_p: np.ndarray,
-                      B: int, tau: float, label_bound: float) -> Shrinkage:
+                      B: int, tau: float, label_bound: float, cells: bool) -> Shrinkage:
     """Cells ``η̂_l = clamp(q̂_l / max(p̂_l, τ))`` of a regressor toward the overall mean
     ``clamp(Σ q̂ / Σ p̂)``, weighted by the cells' estimated mass; a cell's noise is the
     delta-method ``(Var q̂ + η̂_l² Var p̂) / max(p̂_l, τ)²``."""
@@ -80,7 +92,7 @@ def regress_shrinkage(q: np.ndarray, p: np.ndarray, se_q: np.ndarray, se_p: np.n
     qb, pb = np.asarray(q, float)[:B], np.asarray(p, float)[:B]
     den = np.maximum(pb, tau)
     eta = np.clip(qb / den, -label_bound, label_bound)
-    vq, vp = cell_noise(se_q, K), cell_noise(se_p, K)
+    vq, vp = cell_noise(se_q, K, cells)[:B], cell_noise(se_p, K, cells)[:B]
     noise = (vq + eta**2 * vp) / den**2
     centre = float(np.clip(qb.sum() / max(pb.sum(), tau), -label_bound, label_bound))
     mass = np.clip(pb, 0.0, None)

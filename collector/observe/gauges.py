@@ -87,13 +87,13 @@ def _received(conn: Any, running: bool) -> int:
 
 def read_snapshot(db: Database) -> Snapshot:
     """Every gauge's value, read in a few aggregate statements over the small tables
-    (queries, phases and their counters; the devices' primary key): nothing reads the
+    (queries, phases and their counters, the per-writer device counters): nothing reads the
     reports or the assignments, whose rows grow with the users."""
     q = S.queries
     running = q.c.state == "running"
     out = Snapshot()
     with db.read() as conn:
-        out.enrolled = _count(conn, select(func.count()).select_from(S.devices))
+        out.enrolled = db.enrolled_devices(conn)  # per-writer counters, summed
         out.stored = _received(conn, running=False)
         out.reported = _received(conn, running=True)
         # a running query's assignments are its slots taken (next_slot)

@@ -36,7 +36,13 @@ from uldp.client.tasks import validate_task
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
 from uldp.collector.models.rounds import round_design, round_spec, supports_at
-from uldp.collector.models.sgd import SGDConfig, partition, project, step_spec
+from uldp.collector.models.sgd import (
+    SGDConfig,
+    partition,
+    project,
+    step_spec,
+    theta_std_error,
+)
 from uldp.collector.models.windows import next_window, pinned, window_mechanism
 from uldp.collector.placement import KeyedPermutation
 from uldp.collector.planner import Plan, QuerySpec, compile_query
@@ -335,10 +341,10 @@ class SGDProgram:
         theta = (np.mean(iterates[len(iterates) // 2:], axis=0) if self.config.average
                  else iterates[-1])
         cfg = dict(self.spec.extra["sgd"])
-        # Estimate-shaped fields for GetResult: values = θ̂; the standard error is η × that
-        # of the last step's gradient (the noise of the final update only — a lower bound
-        # on the uncertainty of θ̂, which also carries earlier steps)
-        se = self.config.step_size * np.asarray(traj[-1]["std_error"], dtype=np.float64)
+        # Estimate-shaped fields for GetResult: values = θ̂; the standard error carries
+        # every round's noise through the public curvature bounds (models.sgd)
+        se = theta_std_error(np.array([r["std_error"] for r in traj], dtype=np.float64),
+                             self.config.step_size, self.config.step_bounds(self.spec.dim))
         z = 1.959963984540054
         return {"values": theta.tolist(), "std_error": se.tolist(),
                 "ci_low": (theta - z * se).tolist(), "ci_high": (theta + z * se).tolist(),

@@ -78,6 +78,9 @@ class TicketKey:
         if len(key) < 32:
             raise ValueError("a shuffle ticket key needs at least 32 bytes")
         self._key = bytes(key)
+        # a keyed HMAC state copied per ticket: ~3x cheaper than hmac.digest, which
+        # looks the digest up by name in OpenSSL 3 on every call (two MACs per report)
+        self._template = hmac.new(self._key, _DOMAIN, hashlib.sha256)
 
     @classmethod
     def generate(cls) -> TicketKey:
@@ -108,7 +111,9 @@ class TicketKey:
         return hashlib.sha256(b"uldp-ticket-key-id\x00" + self._key).hexdigest()[:16]
 
     def _mac(self, payload: bytes) -> bytes:
-        return hmac.digest(self._key, _DOMAIN + payload, "sha256")
+        h = self._template.copy()
+        h.update(payload)
+        return h.digest()
 
     def issue(self, t: Ticket) -> str:
         payload = t.payload()

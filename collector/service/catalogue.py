@@ -256,9 +256,13 @@ class QueryCatalogue:
                 spec.epsilon), min_batch=int(shuffle["min_batch"]))
         if shuffle is not None:
             shuffle["key_id"] = self.seal_keys.current().key_id
-            sh = shuffle
+            sh, odometer = shuffle, self.odometer
 
             def also(conn: Any) -> None:
+                if odometer is not None:  # again, under the dataset's lock: check + insert
+                    # are one step (two racing creates cannot both pass the budget)
+                    odometer.check_create(dataset=dataset, query_id=qid, epsilon=float(
+                        spec.epsilon), min_batch=int(sh["min_batch"]), conn=conn)
                 self.db.add_shuffle_query_in(conn, qid, sh["min_batch"], sh["delta"],
                                              sh["key_id"])
         timeout = phase_timeout_s or self.default_phase_timeout_s

@@ -43,7 +43,8 @@ __all__ = ["CEILING", "DEFER_S", "ConnectionLimits", "defer_accept", "descriptor
 #: TCP_DEFER_ACCEPT: a connection that has sent nothing waits this long in the kernel
 #: (the kernel rounds up to its SYN-ACK retransmissions: 1+2+4+8+16 = 31 s) before it is
 #: handed over anyway; longer against the header time = a smaller share of the time an
-#: idle flood can hold the gRPC port's slots (grpc-core cannot evict them)
+#: idle flood can hold the gRPC port's slots (with ``--grpc-front off``: grpc-core cannot
+#: evict them; the front can)
 DEFER_S = 30.0
 #: at most this many connections per port unless ``--max-connections`` says more
 CEILING = 4096

@@ -33,6 +33,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, MethodDescriptor, ServiceDescriptor
 
 from uldp.collector.service.errors import ServiceError, batch_too_large, refusal
+from uldp.collector.service.grpc_front import peer_of
 from uldp.collector.service.wirescan import count_items
 
 __all__ = ["Oversized", "Undecodable", "add_service", "answering", "batch_field", "checked_method",
@@ -90,7 +91,7 @@ def undecodable_message(method: str, type_name: str) -> str:
 
 def _warn(method: str, context: Any, bad: Undecodable) -> None:
     log.warning("undecodable request to %s from %s (%d bytes): %s", method,
-                context.peer(), bad.size, bad.reason)
+                peer_of(context), bad.size, bad.reason)
 
 
 _INVALID = "INVALID_ARGUMENT"

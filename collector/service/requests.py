@@ -27,7 +27,8 @@ __all__ = ["BUILDERS", "DEFAULT_BOUND", "LIMITS", "RANGE_KINDS", "REQUEST_PARAMS
 
 #: CreateQuery params_json keys that become QuerySpec fields (public values)
 SPEC_PARAMS = ("moment_p", "moment_m", "frame_kind", "frame_seed", "mode", "confidence",
-               "extra", "objective", "oracle", "randomizer", "stage1_share", "records")
+               "extra", "objective", "oracle", "randomizer", "stage1_share", "records",
+               "assume")
 #: CreateQuery params_json keys of the request itself (a value's range, group-by), which
 #: :func:`check_shape` turns into the spec's fields
 REQUEST_PARAMS = ("lo", "hi", "by", "groups")
@@ -159,12 +160,14 @@ def _check_params(params: dict[str, Any], lim: CreateLimits) -> None:
 
 
 def _check_mechanisms(params: dict[str, Any]) -> None:
-    """The report mechanisms and the objective a query may name (issue 24 item 4)."""
+    """The report mechanisms, the objective and the assumption a query may name (issue 24
+    item 4; ``assume``: ``uldp.collector.methods.alike``)."""
     from uldp.client.mechanisms import ORACLES, SCALARS
     from uldp.client.tasks import MAX_RECORDS
+    from uldp.collector.methods.alike import ASSUMPTIONS
     from uldp.collector.methods.sizing import OBJECTIVES
 
-    choices = {"objective": OBJECTIVES, "oracle": (*ORACLES, "best"),
+    choices = {"objective": OBJECTIVES, "assume": ASSUMPTIONS, "oracle": (*ORACLES, "best"),
                "randomizer": (*SCALARS, "best", "adaptive")}
     for key, allowed in choices.items():
         v = params.get(key)

@@ -34,6 +34,7 @@ from uldp.collector.service.errors import (  # noqa: F401 - re-exported
     clip,
     refusal,
 )
+from uldp.collector.service.grpc_front import peer_of
 from uldp.collector.service.tasks import TaskAnswer
 from uldp.collector.storage.db import PendingReport, ReportOutcome
 from uldp.collector.storage.writer import WRITE_FAILED
@@ -140,7 +141,8 @@ class DeviceLogic:
             raise ServiceError("INVALID_ARGUMENT", batch_too_large(self.cap, n))
 
     def enroll(self, request: dpb.EnrollRequest, peer: str) -> dpb.EnrollResponse:
-        """Enroll, for a caller at network address ``peer`` (``context.peer()``)."""
+        """Enroll, for a caller at network address ``peer`` (``peer_of(context)``: the
+        client's own address, also behind the gRPC front)."""
         device_id, token, exp = self.core.enroll(request.enrollment_secret, request.label,
                                                  request.previous_token,
                                                  request.attestation, peer)
@@ -287,7 +289,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     def Enroll(self, request: dpb.EnrollRequest, context: grpc.ServicerContext
                ) -> dpb.EnrollResponse:
-        return _guard(context, lambda: self.logic.enroll(request, context.peer()))
+        return _guard(context, lambda: self.logic.enroll(request, peer_of(context)))
 
     def GetTasks(self, request: dpb.GetTasksRequest, context: grpc.ServicerContext
                  ) -> dpb.GetTasksResponse:
@@ -295,7 +297,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     def EnrollBatch(self, request: dpb.EnrollBatchRequest, context: grpc.ServicerContext
                     ) -> dpb.EnrollBatchResponse:
-        return _guard(context, lambda: self.logic.enroll_batch(request, context.peer()))
+        return _guard(context, lambda: self.logic.enroll_batch(request, peer_of(context)))
 
     def GetTasksBatch(self, request: dpb.GetTasksBatchRequest,
                       context: grpc.ServicerContext) -> dpb.GetTasksBatchResponse:
@@ -363,7 +365,7 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     async def Enroll(self, request: dpb.EnrollRequest, context: Any) -> dpb.EnrollResponse:
-        peer = context.peer()
+        peer = peer_of(context)
 
         async def run() -> dpb.EnrollResponse:
             return self.logic.enroll(request, peer)
@@ -379,7 +381,7 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     async def EnrollBatch(self, request: dpb.EnrollBatchRequest, context: Any
                           ) -> dpb.EnrollBatchResponse:
-        peer = context.peer()
+        peer = peer_of(context)
 
         async def run() -> dpb.EnrollBatchResponse:
             return await self._in_pool(self.logic.enroll_batch, request, peer)

@@ -11,8 +11,11 @@ from the shuffler (``ShuffleIntakeService``, mutual TLS, checked in
 digest, size ≥ T, the phase's quota), opens every report with the query's private key and
 the task's HPKE info, drops the ones that do not open or fail the report checks, and
 stores the rest with no device identity (``uldp.collector.storage.shuffle``). One report
-per slot is the shuffler's duty (a ciphertext repeated inside a batch is opened once and
-its copies dropped); the batch id makes a re-sent batch a no-op.
+per slot is the shuffler's duty; the collector still stores a ciphertext once: repeated
+inside a batch it is opened once and its copies dropped, and a digest of every stored
+ciphertext, unique per (query, phase) and checked in the transaction that stores the
+batch, drops a replay forwarded in another batch (counted as refused, so the stated
+guarantee counts it out). The batch id makes a re-sent batch a no-op.
 
 What the shuffler polls (:meth:`ShuffleIntake.query`) costs O(cells) per call: the number
 of devices of each (phase, group, stage) is fixed at creation and read from the plan's
@@ -57,7 +60,12 @@ from uldp.collector.service.odometer import PrivacyOdometer
 from uldp.collector.service.phases import PhaseView
 from uldp.collector.service.tasks import TaskServer
 from uldp.collector.storage.db import Database
-from uldp.collector.storage.shuffle import BatchOutcome, ShuffledBatch, StoredBatch
+from uldp.collector.storage.shuffle import (
+    BatchOutcome,
+    ShuffledBatch,
+    StoredBatch,
+    sealed_digest,
+)
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
 __all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "cell_sizes", "privacy_section"]
@@ -236,9 +244,11 @@ class ShuffleIntake:
         firsts = list(dict.fromkeys(b.sealed))  # a ciphertext twice is one report at most
         opened = self._open(key, hinfo, info.length, info.limit, allow, firsts)
         opened = keep_valid(info, opened)  # the task's report rule (issue 28): dropped, counted
+        kept = [i for i, p in enumerate(opened) if p is not None]
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,
-                              len(b.sealed), [p for p in opened if p is not None],
-                              int(rt.spec.users), b.attested if b.verifier else 0, b.verifier)
+                              len(b.sealed), [opened[i] or b"" for i in kept],
+                              int(rt.spec.users), b.attested if b.verifier else 0, b.verifier,
+                              [sealed_digest(firsts[i]) for i in kept])
         try:
             out: BatchOutcome = self.writer.run(lambda conn: self.db.store_batch_in(conn, batch))
         except WriterUnavailable as exc:

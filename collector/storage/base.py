@@ -32,6 +32,9 @@ class Tables:
     def write(self) -> Any:
         raise NotImplementedError
 
+    def _insert_reports(self, cur: Any, rows: list[Any], t: int) -> set[tuple[str, str]]:
+        raise NotImplementedError
+
     def read(self) -> Any:
         raise NotImplementedError
 

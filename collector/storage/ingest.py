@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, select
+from sqlalchemy import Connection, and_, func, select
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
@@ -42,14 +42,37 @@ class IngestTables(Tables):
             self.add_device_in(conn, device_id, label)
 
     def add_devices_in(self, conn: Connection, devices: Sequence[tuple[str, str]]) -> None:
+        """Add registry rows (an id already there is kept as it is) and count the new ones
+        in this process's row of ``device_counts``, in the same transaction."""
+        if not devices:
+            return
         t = now_ms()
-        conn.execute(self._insert(S.devices).on_conflict_do_nothing(),
-                     [dict(device_id=d, label=lab[:256], enrolled_at_ms=t) for d, lab in devices])
+        added = conn.execute(
+            self._insert(S.devices).on_conflict_do_nothing().returning(S.devices.c.device_id),
+            [dict(device_id=d, label=lab[:256], enrolled_at_ms=t) for d, lab in devices]
+        ).all()
+        self.count_devices_in(conn, len(added))
 
     def add_device_in(self, conn: Connection, device_id: str, label: str) -> None:
-        conn.execute(self._insert(S.devices).values(device_id=device_id, label=label[:256],
-                                                    enrolled_at_ms=now_ms())
-                     .on_conflict_do_nothing())
+        self.add_devices_in(conn, [(device_id, label)])
+
+    def count_devices_in(self, conn: Connection, n: int) -> None:
+        """Add ``n`` to this process's enrolled-devices counter (merged on read: no two
+        replicas write the same counter row)."""
+        if n:
+            ins = self._insert(S.device_counts).values(writer=self.writer_id, enrolled=n)
+            conn.execute(ins.on_conflict_do_update(
+                index_elements=[S.device_counts.c.writer],
+                set_=dict(enrolled=S.device_counts.c.enrolled + ins.excluded.enrolled)))
+
+    def enrolled_devices(self, conn: Connection | None = None) -> int:
+        """Devices in the registry: the sum of every writer's counter (no count of the
+        registry itself, whose rows grow with the users)."""
+        stmt = select(func.coalesce(func.sum(S.device_counts.c.enrolled), 0))
+        if conn is not None:
+            return int(conn.execute(stmt).scalar_one())
+        with self.read() as c:
+            return int(c.execute(stmt).scalar_one())
 
     def stored_report(self, query_id: str, device_id: str) -> StoredReport | None:
         """The report stored for (query, device), if any."""

@@ -31,9 +31,16 @@ on the same PostgreSQL database) resumes each query exactly where it was:
                  per process), so replicas never wait on each other's counter; a phase's
                  counts are ``phases.received/declined`` plus the sum of these rows
                  (merged on read, ``uldp.collector.storage.catalog``).
+``device_counts`` writer -> enrolled: the devices each collector process added to
+                 ``devices`` (``writer`` as in ``phase_counts``); their sum is the
+                 registry's size (the ``uldp_devices{enrolled}`` gauge) without a count of
+                 the registry, and no replica waits on another's counter row.
 ``shuffle_queries`` a query in shuffle mode: its minimum batch, δ and sealing key id.
 ``shuffle_batches`` every batch the shuffler forwarded: (query, batch id) -> phase,
                  group, stage, size, reports stored and refused (no device, no token).
+``shuffle_digests`` (query, phase, digest): the SHA-256 (first 16 bytes) of every sealed
+                 report stored from a batch, so a ciphertext replayed in another batch is
+                 stored once.
 
 Migrations: ``SCHEMA_VERSION`` is stored in ``meta``; :data:`MIGRATIONS` maps a version
 to the DDL that brings the previous version to it. Version 1 is the initial schema;
@@ -44,7 +51,8 @@ of at most four integers), ``phases.close_attempts`` and ``phases.close_error``,
 PostgreSQL makes ``reports`` a table partitioned by query whose default partition holds
 the rows already stored; version 5 adds ``shuffle_batches.attested`` (0) and
 ``verifier`` ('': batches stored before count as attested by no enrolment check) and the
-table ``cell_declines`` (empty: declines stored before count per phase only).
+table ``cell_declines`` (empty: declines stored before count per phase only); version 6
+adds ``device_counts`` with one row counting the devices already enrolled.
 """
 
 from __future__ import annotations
@@ -77,6 +85,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "assignments",
     "cell_declines",
+    "device_counts",
     "devices",
     "meta",
     "metadata",
@@ -86,10 +95,11 @@ __all__ = [
     "queries",
     "reports",
     "shuffle_batches",
+    "shuffle_digests",
     "shuffle_queries",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: the typed value columns of a report (``records.TYPED_VALUES``)
 TYPED_COLUMNS = ("v0", "v1", "v2", "v3")
 
@@ -107,6 +117,16 @@ devices = Table(
     Column("label", String(256), nullable=False, default=""),
     Column("enrolled_at_ms", BigInteger, nullable=False),
 )
+
+#: devices added to ``devices`` per collector process (``writer``), summed on read
+device_counts = Table(
+    "uldp_device_counts", metadata,
+    Column("writer", String(64), primary_key=True),
+    Column("enrolled", BigInteger, nullable=False, default=0),
+)
+
+#: the ``device_counts`` row holding the devices enrolled before schema version 6
+DEVICES_BEFORE_V6 = "schema-v6"
 
 queries = Table(
     "uldp_queries", metadata,
@@ -233,6 +253,16 @@ shuffle_batches = Table(
     PrimaryKeyConstraint("query_id", "batch_id"),
 )
 
+# the digest of every sealed report stored from a shuffled batch, unique per (query,
+# phase): a ciphertext replayed in another batch is stored once (privacy.md §7)
+shuffle_digests = Table(
+    "uldp_shuffle_digests", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("phase", Integer, nullable=False),
+    Column("digest", LargeBinary(16), nullable=False),
+    PrimaryKeyConstraint("query_id", "phase", "digest"),
+)
+
 # declines per (query, phase, group, stage), each collector process in its own row (as
 # phase_counts): a shuffler knows a cell is complete once its reports and declines reach
 # the cell's placement (privacy.md §7), without waiting for the rest of the phase
@@ -318,8 +348,16 @@ def _v5_shuffle_attested(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE {shuffle_batches.name} ADD COLUMN {name} {ddl}"))
 
 
+def _v6_device_counts(conn: Connection) -> None:
+    """Version 6: ``device_counts`` (``create_all`` made the table) starts with one row
+    holding the devices enrolled so far (the last count of the registry ever taken)."""
+    conn.execute(text(f"INSERT INTO {device_counts.name} (writer, enrolled) SELECT "
+                      f"'{DEVICES_BEFORE_V6}', count(*) FROM {devices.name}"))
+
+
 #: version -> function(connection) applying the DDL from version-1 to version.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {2: _v2_allow_simulated,
                                                        3: _v3_declined,
                                                        4: _v4_typed_partitioned,
-                                                       5: _v5_shuffle_attested}
+                                                       5: _v5_shuffle_attested,
+                                                       6: _v6_device_counts}

@@ -10,25 +10,36 @@ nothing about any device), and the phase's received count — only while the pha
 and the batch keeps it within the phase's quota (the phase row's count merged with every
 writer's ``phase_counts`` row, read under the phase's advisory lock held exclusively on
 PostgreSQL, so that two replicas cannot both pass the check; the count goes into this
-process's own counter row, as the direct ingest path's does). The batch row keeps what
+process's own counter row, as the direct ingest path's does). A report whose sealed
+ciphertext's digest the (query, phase) already holds (``uldp_shuffle_digests``, read and
+written in the same transaction) is a replay from another batch: dropped, counted as
+refused. The batch row keeps what
 the shuffler said of it: how many of its reports came from distinct subjects its own
 enrolment check attested, and which check that was.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, select, update
+import numpy as np
+from sqlalchemy import Connection, and_, exists, func, insert, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
-from uldp.collector.storage.records import now_ms, phase_lock_key, typed_values
+from uldp.collector.storage.records import (
+    INSERT_CHUNK,
+    PendingReport,
+    now_ms,
+    phase_lock_key,
+)
 
-__all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch", "StoredBatch"]
+__all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch", "StoredBatch", "sealed_digest"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,18 @@ class ShuffledBatch:
     slots: int  # the query's target users: slots are drawn in [0, slots)
     attested: int = 0  # reports from distinct subjects the shuffler's check attested
     verifier: str = ""  # the name of that check ("": none)
+    #: per payload, the digest of the sealed report it came from (:func:`sealed_digest`):
+    #: a payload whose digest the (query, phase) already holds is a replay, dropped
+    digests: Sequence[bytes] = ()
+
+
+def sealed_digest(sealed: bytes) -> bytes:
+    """The digest a stored sealed report is remembered by (SHA-256, 16 bytes)."""
+    return hashlib.sha256(sealed).digest()[:16]
+
+
+#: digests looked up per statement (SQLite allows 32 766 parameters a statement)
+_LOOKUP = 4000
 
 
 @dataclass(frozen=True)
@@ -106,6 +129,31 @@ class ShuffleTables(Tables):
                 S.shuffle_queries.c.query_id == query_id)).mappings().first()
         return dict(m) if m is not None else None
 
+    def shuffled_queries(self, dataset: str | None = None) -> list[dict[str, Any]]:
+        """The shuffled queries (of ``dataset``, or all): what the privacy odometer
+        composes — id, dataset, state, ε, result, finish time, min batch and whether any
+        batch came in — in one statement, oldest first."""
+        q, sq, b = S.queries.c, S.shuffle_queries.c, S.shuffle_batches.c
+        batched = exists().where(b.query_id == q.query_id)
+        stmt = (select(q.query_id, q.dataset, q.state, q.epsilon, q.result_json,
+                       q.finished_at_ms, sq.min_batch, batched.label("batched"))
+                .join_from(S.queries, S.shuffle_queries, sq.query_id == q.query_id)
+                .order_by(q.created_at_ms, q.query_id))
+        if dataset is not None:
+            stmt = stmt.where(q.dataset == dataset)
+        with self.read() as conn:
+            return [dict(m) for m in conn.execute(stmt).mappings()]
+
+    def lock_dataset_in(self, conn: Connection, dataset: str) -> None:
+        """Serialize, until the transaction ``conn`` ends, every transaction that takes
+        this lock for ``dataset`` (the odometer's budget check and the query's insert):
+        an advisory lock on PostgreSQL; on SQLite the write transaction (``BEGIN
+        IMMEDIATE``) already excludes every other writer."""
+        if not self.is_sqlite:
+            d = hashlib.sha256(f"uldp-odometer/{dataset}".encode()).digest()
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)",
+                                 (int.from_bytes(d[:8], "little", signed=True),))
+
     def stored_batch(self, query_id: str, batch_id: str) -> BatchOutcome | None:
         """The outcome of a batch stored earlier (None if there is none)."""
         b = S.shuffle_batches.c
@@ -132,7 +180,6 @@ class ShuffleTables(Tables):
             b.query_id == batch.query_id, b.batch_id == batch.batch_id))).first()
         if old is not None:
             return BatchOutcome(True, int(old[0]), int(old[1]))
-        n = len(batch.payloads)
         cur = conn.connection.cursor()
         if not self.is_sqlite:  # exclusive: no other replica's batch (nor the closer) in
             # between this count and this insert; direct reports never reach a shuffled
@@ -143,6 +190,8 @@ class ShuffleTables(Tables):
             p.query_id == batch.query_id, p.phase == batch.phase))).first()
         if row is None or row[0] != "open":
             return BatchOutcome(state=str(row[0] if row is not None else "missing"))
+        payloads, digests = self._fresh(conn, batch)
+        n = len(payloads)
         if int(row[1]) + n > int(row[2]):
             return BatchOutcome(state="open", over_quota=(int(row[1]), int(row[2])))
         self.count_in(cur, batch.query_id, batch.phase, received=n)
@@ -152,12 +201,71 @@ class ShuffleTables(Tables):
             grp=batch.grp, stage=batch.stage, size=batch.size, stored=n,
             refused=batch.size - n, received_at_ms=t, attested=batch.attested,
             verifier=batch.verifier))
+        if digests:
+            self._insert_digests(cur, batch.query_id, batch.phase, digests)
         if n:
-            conn.execute(insert(S.reports), [
-                dict(query_id=batch.query_id, device_id="r-" + secrets.token_hex(12),
-                     phase=batch.phase, grp=batch.grp, stage=batch.stage,
-                     slot=secrets.randbelow(max(batch.slots, 1)), payload=payload,
-                     received_at_ms=t, vbytes=8,
-                     **dict(zip(S.TYPED_COLUMNS, typed_values(payload, 8), strict=True)))
-                for payload in batch.payloads])
+            self._insert_reports(cur, _pending(batch, payloads), t)
         return BatchOutcome(False, n, batch.size - n)
+
+    def _fresh(self, conn: Connection, batch: ShuffledBatch
+               ) -> tuple[list[bytes], list[bytes]]:
+        """The payloads of a batch (and their digests) whose sealed report the (query,
+        phase) does not hold yet — read in the batch's transaction, under the phase's lock
+        (PostgreSQL) or the database's one writer (SQLite): a replay racing its original
+        in another batch is found here or refused by the table's key, never stored twice.
+        A batch without digests (none given) keeps every payload."""
+        if not batch.digests:
+            return list(batch.payloads), []
+        assert len(batch.digests) == len(batch.payloads)
+        seen: set[bytes] = set()
+        wanted = list(dict.fromkeys(batch.digests))
+        cur = conn.connection.cursor()
+        head = (f"SELECT digest FROM {S.shuffle_digests.name} WHERE query_id = {{m}} AND "
+                f"phase = {{m}} AND digest ")
+        if self.is_sqlite:
+            for i in range(0, len(wanted), _LOOKUP):
+                part = wanted[i:i + _LOOKUP]
+                cur.execute(head.format(m="?") + f"IN ({','.join('?' * len(part))})",
+                            (batch.query_id, batch.phase, *part))
+                seen.update(bytes(r[0]) for r in cur.fetchall())
+        else:
+            cur.execute(head.format(m="%s") + "= ANY(%s::bytea[])",
+                        (batch.query_id, batch.phase, wanted))
+            seen.update(bytes(r[0]) for r in cur.fetchall())
+        payloads, digests = [], []
+        for payload, dg in zip(batch.payloads, batch.digests, strict=True):
+            if dg not in seen:
+                seen.add(dg)
+                payloads.append(payload)
+                digests.append(dg)
+        return payloads, digests
+
+    def _insert_digests(self, cur: Any, query_id: str, phase: int,
+                        digests: Sequence[bytes]) -> None:
+        """Insert the digests of a batch's stored reports (the table's key refuses a
+        digest twice: a replay the check above missed fails the whole batch)."""
+        name = S.shuffle_digests.name
+        if not self.is_sqlite:
+            cur.execute(f"INSERT INTO {name} (query_id, phase, digest) SELECT %s, %s, "
+                        "unnest(%s::bytea[])", (query_id, phase, list(digests)))
+            return
+        for i in range(0, len(digests), INSERT_CHUNK):
+            part = digests[i:i + INSERT_CHUNK]
+            params: list[Any] = []
+            for d in part:
+                params += (query_id, phase, d)
+            cur.execute(f"INSERT INTO {name} (query_id, phase, digest) VALUES "
+                        + ",".join(["(?, ?, ?)"] * len(part)), params)
+
+
+def _pending(batch: ShuffledBatch, payloads: Sequence[bytes]) -> list[PendingReport]:
+    """The rows of a batch's stored reports: each under a fresh random id ``r-<24 hex>``
+    and a uniformly random slot in ``[0, batch.slots)`` (OS randomness; neither says
+    anything about a device)."""
+    n = len(payloads)
+    ids = os.urandom(12 * n).hex()
+    slots = np.random.default_rng(secrets.randbits(128)).integers(
+        0, max(batch.slots, 1), n)
+    return [PendingReport(batch.query_id, batch.phase, "r-" + ids[24 * k:24 * k + 24],
+                          batch.grp, batch.stage, int(slots[k]), payload, 8)
+            for k, payload in enumerate(payloads)]

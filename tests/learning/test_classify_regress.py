@@ -292,3 +292,24 @@ def test_shrinkage_pulls_noise_cells_to_the_mean_and_keeps_signal() -> None:
     with pytest.raises(ValueError, match="shrinkage"):
         GridModel.from_dict({**shr.to_dict(), "shrinkage": {"centre": 0.0, "weights": [1.0],
                                                             "signal": 0.0, "noise": 0.0}})
+
+
+def test_shrinkage_reads_the_cells_standard_errors_as_the_cells() -> None:
+    """The grid query's output is the cells ``q̂ = H Q̂ / K_H`` (dense transform): their
+    standard errors are the cells', so a cell's noise is ``se_l²`` — reading them as the
+    components' divided it by ``K_H`` (InstEval, M = 2: the cells looked 2× less noisy than
+    they were). The stated noise matches the cells' spread over seeds within 40 %."""
+    from uldp.collector.models.shrinkage import cell_noise
+
+    se = np.array([0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_allclose(cell_noise(se, 4, True), se**2)
+    np.testing.assert_allclose(cell_noise(se, 4, False), np.full(4, 0.3 / 16))
+    g = np.random.default_rng(3)
+    X, y = g.uniform(size=(400, 5, 1)), np.where(g.uniform(size=(400, 5)) < 0.5, -1.0, 1.0)
+    w = _quiet()
+    runs = [run_classify(X, y, epsilon=1.0, rng=RandomSource.seeded(r), M=4, seed=r)
+            for r in range(12)]
+    w.__exit__(None, None, None)
+    q = np.array([m.q[:4] for m in runs])
+    stated = float(np.mean([m.shrinkage.noise for m in runs if m.shrinkage is not None]))
+    assert 0.6 < stated / float(q.var(axis=0, ddof=1).mean()) < 1.6

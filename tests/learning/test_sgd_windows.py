@@ -3,6 +3,7 @@ the evidence of clamping, rounds by predicted risk, unbiased rounds, the ε acco
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import warnings
@@ -65,14 +66,15 @@ def test_next_window_contains_the_moved_gradient() -> None:
 
 def test_known_curvature_centres_the_window_and_the_noise_norm_stays_out() -> None:
     """Quadratic loss (γ = G = 1, η = 1): the next gradient is −e_t, so the window is centred
-    at 0 whatever ĝ_t, its half-width the error and the spread only; with an unknown
+    at 0 whatever ĝ_t, its half-width the error and the spread only (independent: in
+    quadrature); with an unknown
     curvature the gradient's norm enters through an upper confidence bound that, at a zero
     gradient, grows like d^{1/4}·se — not like ‖ĝ‖ ≈ √d·se."""
     support = np.tile([-1.0, 1.0], (3, 1))
     g, se = np.array([0.3, -0.2, 0.1]), np.full(3, 0.01)
     w = next_window(support, g, se, (1.0, 1.0), 100, 1.0).bounds
     assert np.allclose(w.mean(axis=1), 0.0)
-    assert np.allclose((w[:, 1] - w[:, 0]) / 2, 2 * 0.01 + 2 * 1 / 10)
+    assert np.allclose((w[:, 1] - w[:, 0]) / 2, np.hypot(2 * 0.01, 2 * 1 / 10))
     rng = np.random.default_rng(2)
     for d in (4, 64, 1024):
         noise = rng.normal(scale=0.01, size=d)  # ĝ of a zero gradient
@@ -229,3 +231,38 @@ def test_published_json_of_the_rounds_matches_the_schema(method: str) -> None:
     assert len(pubs) == 3
     for pub in pubs.values():
         assert _errors(json.loads(json.dumps(pub)), schema, schema) == [], pub
+
+
+def test_theta_standard_error_carries_every_rounds_noise() -> None:
+    """θ̂'s standard error (models.sgd.theta_std_error): every round's noise carried
+    through the public curvature bounds — the last round alone when they contract fully
+    (quadratic, η = 1: a = 0), all rounds summed when nothing contracts (a = 1: it was
+    η·se of the last round alone, √T too small), geometric in between."""
+    from uldp.collector.models.sgd import theta_std_error
+
+    se = np.array([[0.4, 0.2], [0.3, 0.1], [0.2, 0.1]])
+    np.testing.assert_allclose(theta_std_error(se, 1.0, (1.0, 1.0)), se[-1])
+    np.testing.assert_allclose(theta_std_error(se, 2.0, (0.0, 0.5)),
+                               2.0 * np.sqrt((se**2).sum(axis=0)))
+    a2 = 0.25  # a = 0.5
+    np.testing.assert_allclose(theta_std_error(se, 1.0, (0.5, 0.5)),
+                               np.sqrt(a2**2 * se[0]**2 + a2 * se[1]**2 + se[2]**2))
+    with pytest.raises(ValueError, match="round_se"):
+        theta_std_error(np.zeros((0, 2)), 1.0, (0.0, 1.0))
+
+
+def test_predicted_noise_follows_the_windows_from_round_zero() -> None:
+    """RoundDesign.transient: round 0 on the support, each later round on windows sized from
+    the round before's predicted error, settling near the steady prediction; with few users
+    against d (n_t ε² ≲ d m) round 1 is far noisier than the steady state — what the θ error
+    at d = 50, n = 5000 showed (0.13 measured against 0.07 predicted before)."""
+    d = 50
+    cfg = SGDConfig(model="quadratic", epsilon=1.0, seed=0, feature_bound=0.8 / math.sqrt(d))
+    rd = round_design(cfg, 2500, 100, d, False)
+    v = rd.transient(50)
+    assert v[0] == pytest.approx(rd.variance0)
+    assert all(a >= b * (1 - 1e-9) for a, b in itertools.pairwise(v))
+    assert v[1] > 2 * rd.variance  # round 1 carries round 0's error
+    assert v[-1] == pytest.approx(rd.variance, rel=0.35)
+    big = round_design(cfg, 10**7, 100, d, False).transient(50)
+    assert big[1] < 1.5 * round_design(cfg, 10**7, 100, d, False).variance

@@ -6,12 +6,15 @@ process holds (descriptors, memory, CPU) read from ``/proc``."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
+import selectors
 import socket
 import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -138,3 +141,100 @@ def grpc_health(port: int, ca: Path, timeout: float = 10.0,
         if channel is None:
             ch.close()
     return ok, time.monotonic() - t0
+
+
+# ---- a persistent attacker ---------------------------------------------------------------
+def _attack(port: int, n: int, first: bytes, ca: str | None, source: str, stop: Any,
+            reopened: Any) -> None:
+    """``n`` connections to ``port`` held open; each one the server ends is opened again
+    at once (see :class:`Attacker`)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 2 * n + 256), hard))
+    sel = selectors.DefaultSelector()
+
+    def open_one() -> None:
+        s: socket.socket
+        try:
+            if ca is not None:  # slowloris: a TLS connection dripping a request head
+                ctx = ssl.create_default_context(cafile=ca)
+                raw = socket.create_connection((HOST, port), timeout=5,
+                                               source_address=(source, 0))
+                s = ctx.wrap_socket(raw, server_hostname="localhost")
+                s.sendall(b"POST /uldp.v1.DeviceService/Enroll HTTP/1.1\r\nhost: x\r\n")
+            elif first:
+                s = socket.create_connection((HOST, port), timeout=5,
+                                             source_address=(source, 0))
+                s.sendall(first)
+            else:
+                s = socket.socket()
+                s.bind((source, 0))
+                s.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    s.connect((HOST, port))
+        except OSError:
+            return
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+
+    for _ in range(n):
+        open_one()
+    last_drip = time.monotonic()
+    while not stop.is_set():
+        for key, _ in sel.select(0.1):
+            s = key.fileobj
+            try:
+                gone = not s.recv(4096)  # type: ignore[union-attr]
+            except (BlockingIOError, ssl.SSLWantReadError):
+                gone = False
+            except OSError:
+                gone = True
+            if gone:
+                sel.unregister(s)
+                s.close()  # type: ignore[union-attr]
+                with reopened.get_lock():
+                    reopened.value += 1
+                open_one()
+        if len(sel.get_map()) < n:  # refused at connect: try again
+            open_one()
+        if ca is not None and time.monotonic() - last_drip >= 1.0:
+            last_drip = time.monotonic()
+            for key in list(sel.get_map().values()):
+                with contextlib.suppress(OSError):
+                    key.fileobj.send(b"x")  # type: ignore[union-attr]
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()  # type: ignore[union-attr]
+
+
+class Attacker:
+    """``n`` connections to ``port`` from ``source`` held open by a process of its own;
+    each one the server ends is opened again at once. ``first``: the bytes each sends
+    (``\\x16``: the start of a TLS record) — none: a connection that never speaks;
+    ``slowloris_ca``: TLS connections sending a request head one byte a second."""
+
+    def __init__(self, port: int, n: int, *, first: bytes = b"",
+                 slowloris_ca: Path | None = None, source: str = HOST) -> None:
+        self.n = n
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process running gRPC
+        self.stop = ctx.Event()
+        self._reopened = ctx.Value("q", 0)
+        self.proc = ctx.Process(target=_attack, daemon=True, args=(
+            port, n, first, None if slowloris_ca is None else str(slowloris_ca), source,
+            self.stop, self._reopened))
+
+    @property
+    def reopened(self) -> int:
+        return int(self._reopened.value)
+
+    def __enter__(self) -> Attacker:
+        self.proc.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.proc.join(30)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)

@@ -57,6 +57,7 @@ def _as_version_3(db: Database) -> None:
         for col in ("close_attempts", "close_error"):
             conn.execute(text(f"ALTER TABLE uldp_phases DROP COLUMN {col}"))
         conn.execute(text("DROP TABLE uldp_phase_counts"))
+        conn.execute(text("DROP TABLE uldp_device_counts"))
         conn.execute(update(S.meta).where(S.meta.c.key == "schema_version").values(value="3"))
 
 
@@ -80,7 +81,7 @@ def test_migrations_from_version_1(db):
         assert row["target_users"] == 20_000
         assert {p["declined"] for p in d2.get_phases("q")} == {0}
         assert d2.batch_counts("q") == []  # shuffle_batches has its version-5 columns
-        assert d2.migrate() == SCHEMA_VERSION == 5
+        assert d2.migrate() == SCHEMA_VERSION == 6
     finally:
         d2.dispose()
 
@@ -278,6 +279,52 @@ def test_shuffled_batches_never_take_a_phase_past_its_quota(db):
         other.dispose()
 
 
+def test_a_replayed_ciphertext_is_stored_once_across_batches_and_replicas(db):
+    """Issue 25: the same sealed report forwarded in two batches — even by two replicas
+    at once — is stored once per (query, phase): its digest is checked in the batch's
+    transaction; the copies count as refused. Another phase may hold the same digest."""
+    from uldp.collector.storage.shuffle import ShuffledBatch, sealed_digest
+
+    _query(db, quota=100)
+    other = open_database(str(db.url.render_as_string(hide_password=False)))
+    sealed = [secrets.token_bytes(40) for _ in range(6)]
+
+    def batch(items: list[bytes], phase: int = 1) -> ShuffledBatch:
+        return ShuffledBatch("q", secrets.token_hex(16), phase, 0, 0, len(items),
+                             [np.int64(i).tobytes() for i in range(len(items))], 20,
+                             len(items), "v", [sealed_digest(x) for x in items])
+
+    def store(d: Database, b: ShuffledBatch):
+        with d.write() as conn:
+            return d.store_batch_in(conn, b)
+
+    try:
+        out = store(db, batch(sealed[:4]))
+        assert (out.stored, out.refused) == (4, 0)
+        out = store(other, batch(sealed[2:]))  # 2 replays, 2 new
+        assert (out.stored, out.refused) == (2, 2)
+        fresh = [secrets.token_bytes(40) for _ in range(5)]
+        outs: list = []
+        racers = [threading.Thread(target=lambda d=d: outs.append(store(d, batch(fresh))))
+                  for d in (db, other)]
+        for t in racers:
+            t.start()
+        for t in racers:
+            t.join()
+        assert sorted((o.stored, o.refused) for o in outs) == [(0, 5), (5, 0)]
+        assert db.get_phases("q")[0]["received"] == 11
+        with db.read() as conn:
+            assert conn.execute(text("SELECT count(*) FROM uldp_reports")).scalar() == 11
+            assert conn.execute(text("SELECT count(*) FROM uldp_shuffle_digests")
+                                ).scalar() == 11
+        # the table's key holds even if the check were skipped
+        with db.write() as conn, pytest.raises(IntegrityError):
+            conn.execute(insert(S.shuffle_digests).values(
+                query_id="q", phase=1, digest=sealed_digest(sealed[0])))
+    finally:
+        other.dispose()
+
+
 def test_declines_are_counted_per_cell_over_every_writer(db):
     """What a shuffler completes a cell on (issue 25: declines never stall a cell): the
     declines of each (phase, group, stage), merged over the replicas' counter rows; a
@@ -294,3 +341,65 @@ def test_declines_are_counted_per_cell_over_every_writer(db):
         assert db.get_phases("q")[0]["declined"] == 3
     finally:
         other.dispose()
+
+
+def test_enrolled_devices_are_counted_per_writer_and_migrated(db):
+    """``uldp_devices{enrolled}`` reads per-writer counter rows, not the registry: two
+    processes (Database objects) adding devices, with repeats within and across them,
+    each count only the rows they added, in rows of their own whose sum is the registry's
+    size; a version-5 database gets one row counting the devices already enrolled."""
+    from uldp.collector.observe.gauges import read_snapshot
+
+    url = str(db.url.render_as_string(hide_password=False))
+    other = open_database(url)
+    try:
+        with db.write() as conn:
+            db.add_devices_in(conn, [("a", ""), ("b", ""), ("a", "again")])
+        other.add_device("b", "")  # enrolled by the first writer: not counted again
+        with other.write() as conn:
+            other.add_devices_in(conn, [("c", ""), ("d", ""), ("c", "")])
+        db.add_device("e", "")
+        assert db.table_counts()["uldp_devices"] == 5
+        assert db.enrolled_devices() == other.enrolled_devices() == 5
+        assert read_snapshot(other).enrolled == 5
+        with db.read() as conn:
+            rows = dict(conn.execute(text("SELECT writer, enrolled FROM uldp_device_counts"))
+                        .all())
+        assert rows == {db.writer_id: 3, other.writer_id: 2}
+        with db.write() as conn:  # back to version 5: no counter table
+            conn.execute(text("DROP TABLE uldp_device_counts"))
+            conn.execute(update(S.meta).where(S.meta.c.key == "schema_version")
+                         .values(value="5"))
+    finally:
+        other.dispose()
+    db.dispose()
+    d2 = open_database(url)
+    try:
+        assert d2.enrolled_devices() == 5
+        d2.add_device("f", "")
+        assert d2.enrolled_devices() == 6 == d2.table_counts()["uldp_devices"]
+    finally:
+        d2.dispose()
+
+
+def test_window_sums_leave_out_declines_and_count_wide_reports(db):
+    """The database's per-window sums count reports only: declines (empty payloads, no
+    typed value) interleaved with them change nothing, and a report too wide for the typed
+    columns still counts (so the width check refuses it)."""
+    _query(db)
+    vals = [3, -5, 7, 11, 0, 2]
+    items = [PendingReport("q", 1, f"d{i}", 0, 1, i, np.asarray([v], "<i2").tobytes(), 2)
+             for i, v in enumerate(vals)]
+    assert {o.code for o in db.store_reports(items)} == {"OK"}
+    assert {o.code for o in db.store_declines(
+        [PendingReport("q", 1, f"x{i}", 0, 1, 100 + i, b"") for i in range(4)])} == {"OK"}
+    (w,) = db.close_windows("q", 1, 10_000, None)
+    got = db.window_sums("q", 1, w, [0], 1, True)
+    s = got[(0, 1)]
+    assert (s.count, s.sums, s.lo, s.hi) == (6, [sum(vals)], -5, 11)
+    assert s.filled == [6, 0, 0, 0] and s.gram == [[sum(v * v for v in vals)]]
+    wide = PendingReport("q", 1, "wide", 0, 1, 200, np.arange(5, dtype="<i2").tobytes(), 2)
+    assert db.store_reports([wide])[0].code == "OK"
+    (w,) = db.close_windows("q", 1, 10_000, None)
+    s = db.window_sums("q", 1, w, [0], 1, False)[(0, 1)]
+    assert s.count == 7 and s.filled[0] == 6  # the width check's evidence

@@ -16,7 +16,8 @@ production code.
 * the collector minting identities (it holds the ticket key): without the shuffler's
   attestations its reports are refused; with one subject's attestation on all of them
   they count once; received never exceeds a cell's placement or the phase's quota; one
-  ciphertext repeated in a forwarded batch is stored once;
+  ciphertext repeated in a forwarded batch, or forwarded again in another batch, is
+  stored once;
 * a device that declines releases its slot: the cell is forwarded at once, not at the
   phase deadline, nor when the phase's other cells have answered.
 """
@@ -307,6 +308,43 @@ def test_the_collector_refuses_a_batch_past_the_quota_and_stores_a_ciphertext_on
         out = shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch).ForwardBatch(copies, timeout=30)
     assert (out.stored, out.refused) == (2, 19)
     assert _received(d, "quota") == [(2, 40)]
+
+
+def test_a_ciphertext_replayed_in_another_batch_is_stored_once(deployment):
+    """A shuffler (or anyone holding its identity) forwarding the same sealed reports in
+    a second batch: the collector stores them once — a digest per (query, phase), checked
+    in the transaction that stores the batch — and counts the copies as refused, so the
+    result's guarantee counts only distinct reports."""
+    d = deployment
+    _query(d, "rebatch", 40, 10, timeout_s=4)
+    (m,) = _members(d, "rebatch", 1)
+    t = m.task
+    assert t is not None
+    sp = d.sp
+    ep = Endpoint(f"127.0.0.1:{d.intake}", sp.ca, sp.client_cert, sp.client_key)
+    first = [_sealed(t) for _ in range(12)]
+
+    def batch(sealed: list[bytes]) -> shuffler_pb2.ForwardBatchRequest:
+        return shuffler_pb2.ForwardBatchRequest(
+            batch_id=secrets.token_hex(16), query_id="rebatch", phase=t.phase, group=t.group,
+            stage=t.stage, task_digest=t.task_digest, sealed=sealed, attested=len(sealed),
+            verifier="hmac-attestation")
+
+    with secure_channel(ep) as ch:
+        stub = shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch)
+        out = stub.ForwardBatch(batch(first), timeout=30)
+        assert (out.stored, out.refused, out.duplicate) == (12, 0, False)
+        # 10 of the same ciphertexts again, with 2 fresh ones, under a new batch id
+        out = stub.ForwardBatch(batch(first[:10] + [_sealed(t), _sealed(t)]), timeout=30)
+        assert (out.stored, out.refused, out.duplicate) == (2, 10, False)
+        out = stub.ForwardBatch(batch(first[2:]), timeout=30)  # only replays: nothing new
+        assert (out.stored, out.refused) == (0, 10)
+    assert _received(d, "rebatch")[t.phase - 1][0] == 14
+    est = _wait_done(d, "rebatch", timeout_s=60)
+    cell = next(c for c in est["privacy"]["cells"]
+                if (c["phase"], c["group"], c["stage"]) == (t.phase, t.group, t.stage))
+    assert cell["reports"] == 14 and cell["dropped"] == 20
+    assert cell["counted"] == 2 and cell["smallest_batch"] == 2  # the replays count out
 
 
 def test_declines_release_the_slot_and_the_cell_completes_at_once(deployment):

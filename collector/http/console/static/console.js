@@ -489,6 +489,7 @@ function requestOf(form) {
   const shown = (n) => !form.elements[n].closest("label").hidden && v(n) !== "";
   const params = {};
   if (v("confidence")) params.confidence = Number(v("confidence"));
+  if (v("assume")) params.assume = v("assume");
   if (v("extra")) params.extra = JSON.parse(v("extra"));
   if (form.elements.allow_simulated.checked) params.allow_simulated = true;
   const ranged = shown("lo") || shown("hi");
@@ -517,6 +518,7 @@ async function newPage() {
     field("groups", "groups (their names in code order, comma-separated)", el("input", { placeholder: "de,fr,it" })),
     field("method", "method", el("select", {}, METHODS.map((m) => el("option", { value: m }, m || "auto (default)")))),
     field("confidence", "confidence", el("input", { type: "number", step: "any", min: "0", max: "1", value: "0.95" })),
+    field("assume", "assume (stated publicly, like the range)", el("select", {}, el("option", { value: "" }, "nothing: intervals valid for every population"), el("option", { value: "users-alike" }, "users alike: records i.i.d. from one distribution"))),
     field("query_id", "query id (optional)", el("input", { placeholder: "generated" })),
     field("phase_timeout", "phase timeout (s, 0 = default)", el("input", { type: "number", min: "0", value: "0" })),
     el("label", { class: "check" }, el("input", { type: "checkbox", name: "allow_simulated", id: "f-allow_simulated" }), " accept simulated reports (fleets, demos)"),
