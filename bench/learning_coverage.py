@@ -29,6 +29,7 @@ import numpy as np
 from scipy.linalg import hadamard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learning_frontier import append_section
 from real_learning import _insteval
 
 from uldp.client.hadamard import next_pow2
@@ -122,13 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         print(lines[-1], file=sys.stderr, flush=True)
     cmd = "python bench/learning_coverage.py " + " ".join(sys.argv[1:] if argv is None
                                                          else argv)
-    text = "\n".join([f"\n## InstEval coverage — `{cmd}` ({time.time() - t0:.0f} s)\n",
-                      f"{len(ds['X'])} students, {args.reps} seeds per grid row, "
-                      f"{args.sgd_reps} SGD runs; z = (estimate − truth)/se.\n", *lines]) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("a") as f:
-        f.write(text)
-    print(text)
+    append_section(args.out, f"InstEval coverage — `{cmd}` ({time.time() - t0:.0f} s)\n",
+                   [f"{len(ds['X'])} students, {args.reps} seeds per grid row, "
+                    f"{args.sgd_reps} SGD runs; z = (estimate − truth)/se.\n", *lines])
     return 0
 
 

@@ -456,12 +456,18 @@ def main(argv: list[str] | None = None) -> int:
              "real": part_real, "table": part_table}[args.part](args)
     cmd = "python bench/learning_frontier.py " + " ".join(sys.argv[1:] if argv is None
                                                          else argv)
-    text = "\n".join([f"\n## {args.part} — `{cmd}` ({time.time() - t:.0f} s)"] + lines) + "\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("a") as f:
+    append_section(args.out, f"{args.part} — `{cmd}` ({time.time() - t:.0f} s)", lines)
+    return 0
+
+
+def append_section(out: Path, title: str, lines: list[str]) -> str:
+    """Append ``## title`` and ``lines`` to the results file ``out`` and print them."""
+    text = "\n".join([f"\n## {title}", *lines]) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a") as f:
         f.write(text)
     print(text)
-    return 0
+    return text
 
 
 if __name__ == "__main__":
