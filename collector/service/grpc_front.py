@@ -289,14 +289,8 @@ class GrpcFront:
 
     # ---- the client's side --------------------------------------------------------------
     def _on_client(self, c: _Conn) -> None:
-        try:
-            data = c.sock.recv(CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
+        data = self._recv(c, c.sock, client=True)
         if not data:
-            self._end(c, client=True)
             return
         if c.stage == OPENING:
             self._opening(c, data)
@@ -426,16 +420,23 @@ class GrpcFront:
 
     def _on_upstream(self, c: _Conn) -> None:
         assert c.up is not None
+        data = self._recv(c, c.up, client=False)
+        if data:
+            self._send(c, c.sock, c.to_client, data, reading=c.up)
+
+    def _recv(self, c: _Conn, sock: socket.socket, *, client: bool) -> bytes | None:
+        """What ``sock`` has to read: ``None`` when nothing is there yet (a spurious
+        wake-up); at its end or on an error, ``b""`` after ending ``c`` (``client``: the
+        client's side ended)."""
         try:
-            data = c.up.recv(CHUNK)
+            data = sock.recv(CHUNK)
         except (BlockingIOError, InterruptedError):
-            return
+            return None
         except OSError:
             data = b""
         if not data:
-            self._end(c, client=False)
-            return
-        self._send(c, c.sock, c.to_client, data, reading=c.up)
+            self._end(c, client=client)
+        return data
 
     # ---- copying --------------------------------------------------------------------------
     def _send(self, c: _Conn, dst: socket.socket, buf: bytearray, data: bytes,
