@@ -161,12 +161,17 @@ def main(argv: list[str] | None = None) -> int:
             cells[key] = merge(cells.get(key), res)
             out.write_text(json.dumps(cells, indent=1))
             print(line(key, cells[key]), flush=True)
-    md = out.with_suffix(".md")
-    old = md.read_text() if md.exists() else ""
-    notes = old[old.index(NOTES):] if NOTES in old else ""  # written by hand, kept
-    md.write_text(table(cells) + ("\n" + notes if notes else ""))
-    print(table(cells))
+    write_table(out.with_suffix(".md"), table(cells))
     return 0
+
+
+def write_table(md: Path, text: str) -> None:
+    """Write ``text`` to ``md``, keeping the hand-written notes (from ``NOTES`` on) that the
+    file already holds, and print it."""
+    old = md.read_text() if md.exists() else ""
+    notes = old[old.index(NOTES):] if NOTES in old else ""
+    md.write_text(text + ("\n" + notes if notes else ""))
+    print(text)
 
 
 if __name__ == "__main__":

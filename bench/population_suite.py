@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from frontier_real import HEAD, line, merge
+from frontier_real import HEAD, line, merge, write_table
 from populations import POPULATIONS, make
 
 from uldp.collector.simulation.own_data import UserData, run_users
@@ -36,7 +36,6 @@ from uldp.collector.simulation.own_data import UserData, run_users
 RESULTS = Path(__file__).resolve().parent / "results"
 EPS = (0.5, 1.0, 2.0, 4.0, 8.0)
 USERS = (1600,)
-NOTES = "## Outside the bands, and why"
 
 
 def run_cell(name: str, n: int, eps: float, reps: int, seed: int, assume: str = "none"
@@ -99,11 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write_text(json.dumps(cells, indent=1))
             p, n_, kind, e = key.split("|")[:4]
             print(line(f"{p} (n={n_})|{kind}|{e}", cells[key]), flush=True)
-    md = out.with_suffix(".md")
-    old = md.read_text() if md.exists() else ""
-    notes = old[old.index(NOTES):] if NOTES in old else ""  # written by hand, kept
-    md.write_text(table(cells) + ("\n" + notes if notes else ""))
-    print(table(cells))
+    write_table(out.with_suffix(".md"), table(cells))
     return 0
 
 

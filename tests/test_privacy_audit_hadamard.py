@@ -22,7 +22,11 @@ import numpy as np
 import pytest
 
 from tests.test_privacy_audit import _datasets, degenerate_datasets
-from tests.test_privacy_audit_mechanisms import _oracle_probability, _value_probability
+from tests.test_privacy_audit_mechanisms import (
+    _oracle_probability,
+    _value_probability,
+    worst_ratio,
+)
 from uldp.client.mechanisms import ORACLES
 from uldp.client.mechanisms.exact import ONE, exp_lower
 from uldp.client.methods.hadamard import HadamardWindows
@@ -108,15 +112,7 @@ def test_exact_likelihood_ratio_never_exceeds_the_charged_epsilon(name, task):
               for _ in range(4)]
     pairs += [(degenerate[i], degenerate[(i + 3) % len(degenerate)])
               for i in range(len(degenerate))]
-    worst: Fraction | float = Fraction(1)
-    for D, D2 in pairs:
-        for src in (D, D2):
-            z = compute_report(task, src, rng=rng)
-            p, p2 = probability(task, D, z), probability(task, D2, z)
-            assert p > 0 and p2 > 0, name
-            ratio = max(p / p2, p2 / p)
-            worst = max(worst, ratio)
-            assert ratio <= bound, f"{name}: ratio {float(ratio)} > {float(bound)}"
+    worst = worst_ratio(name, task, pairs, probability, rng, bound)
     # the extreme pair (inside against outside the window) comes close to the bound
     if task.stage == 2 and task.mechanism not in ("laplace", "olh"):
         assert math.log(worst) >= 0.3 * math.log(bound) / n, name
