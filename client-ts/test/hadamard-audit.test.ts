@@ -16,20 +16,9 @@ import {
   type Samples, statistics, type Task, taskRows, uniformStatistic, usable,
 } from "../src/core/index.js";
 import { mulberry32, pow } from "./exact-stats.js";
+import { asRatio, taskJson } from "./task-json.js";
 
-function taskJson(o: Record<string, unknown>): string {
-  const t: Record<string, unknown> = {
-    schema: "uldp.task/2", query_id: "q", stage: 0, dim: 1, bound: 1.0, stat_bound: null, bins: [], intervals: [],
-    frame_kind: "gaussian", frame_seed: 0, kashin_level: 4.0, kashin_delta: 0.5, m_ref: 1, virtual_groups: [],
-    virtual_eps: [], virtual_offset: 0, extra: {}, method: "hadamard", ...o,
-  };
-  return JSON.stringify(Object.fromEntries(Object.entries(t).sort(([a], [b]) => (a < b ? -1 : 1))));
-}
-
-const asRatio = (p: Ratio | number): Ratio => {
-  if (!(p instanceof Ratio)) throw new Error("an exact mechanism returned a double");
-  return p;
-};
+const hadamardTask = (o: Record<string, unknown>): string => taskJson({ method: "hadamard", ...o });
 
 function stats(t: Task, samples: Samples): number[] {
   const kind = KINDS[t.kind];
@@ -74,12 +63,12 @@ const L1 = { kind: "mean-l1", dim: 3, bound: 2.0, epsilon: 2.0, eps_c: 1.0, comp
 function cases(): [string, string][] {
   const out: [string, string][] = [];
   for (const [name, base] of [["dist", DIST], ["l1", L1]] as const) {
-    for (const m of ["duchi", "pm", "hm"]) out.push([`${name}-window-${m}`, taskJson({ ...base, stage: 3, mechanism: m })]);
-    for (const m of ["grr", "oue", "ss", "olh"]) out.push([`${name}-spread-${m}`, taskJson({ ...base, stage: 2, mechanism: m })]);
+    for (const m of ["duchi", "pm", "hm"]) out.push([`${name}-window-${m}`, hadamardTask({ ...base, stage: 3, mechanism: m })]);
+    for (const m of ["grr", "oue", "ss", "olh"]) out.push([`${name}-spread-${m}`, hadamardTask({ ...base, stage: 2, mechanism: m })]);
   }
-  out.push(["l1-centre-hm", taskJson({ ...L1, stage: 1, mechanism: "hm", intervals: [[-1.2, 1.2], [-1.2, 1.2]] })]);
+  out.push(["l1-centre-hm", hadamardTask({ ...L1, stage: 1, mechanism: "hm", intervals: [[-1.2, 1.2], [-1.2, 1.2]] })]);
   for (const m of ["grr", "oue", "ss", "olh"]) {
-    out.push([`dist-centre-${m}`, taskJson({ ...DIST, stage: 1, mechanism: m, components: [0, 1, 2, 3, 4, 5, 6, 7], intervals: [] })]);
+    out.push([`dist-centre-${m}`, hadamardTask({ ...DIST, stage: 1, mechanism: m, components: [0, 1, 2, 3, 4, 5, 6, 7], intervals: [] })]);
   }
   return out;
 }
@@ -128,7 +117,7 @@ for (const [name, text] of cases()) {
 }
 
 test("hadamard: an empty distribution dataset reports the uniform distribution's coefficients", () => {
-  const t = parseTask(taskJson({ ...DIST, epsilon: 2.0, eps_c: 1.0, components: [1, 2], intervals: [[-0.3, 0.3], [-0.3, 0.3]], stage: 3, mechanism: "pm" }));
+  const t = parseTask(hadamardTask({ ...DIST, epsilon: 2.0, eps_c: 1.0, components: [1, 2], intervals: [[-0.3, 0.3], [-0.3, 0.3]], stage: 3, mechanism: "pm" }));
   const a = computeReport(t, [], null, RandomSource.seeded(3));
   const b = computeReport(t, [9, Infinity], null, RandomSource.seeded(3));
   assert.deepEqual(a, b);

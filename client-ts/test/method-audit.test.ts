@@ -17,19 +17,10 @@ import {
   alg1Params, computeReport, gridLogLikelihood, KINDS, parseTask, RandomSource, stage1LogLikelihood,
   stage2LogLikelihood, statistics, taskRows, type Interval, type Samples, type Task, usable,
 } from "../src/core/index.js";
+import { taskJson } from "./task-json.js";
 
 const FAR = 3n * (1n << 18n);
 const TOL = 1e-9;
-
-function taskJson(o: Record<string, unknown>): string {
-  const base: Record<string, unknown> = {
-    schema: "uldp.task/2", query_id: "q", stage: 0, dim: 1, bound: 1.0, stat_bound: null, bins: [],
-    intervals: [], frame_kind: "gaussian", frame_seed: 0, kashin_level: 4.0, kashin_delta: 0.5, m_ref: 1,
-    virtual_groups: [], virtual_eps: [], virtual_offset: 0, extra: {},
-  };
-  const t = { ...base, ...o };
-  return JSON.stringify(Object.fromEntries(Object.entries(t).sort(([a], [b]) => (a < b ? -1 : 1))));
-}
 
 const logSumExp = (xs: number[]): number => {
   const m = Math.max(...xs);
