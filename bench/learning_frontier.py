@@ -212,10 +212,11 @@ def part_sgd(args: argparse.Namespace) -> list[str]:
     for model in args.models:
         for d in args.dims:
             reps = args.reps if d <= 10 else max(1, args.reps_d50)
+            first = min(args.first_rep, reps - 1)
             t0 = time.time()
             table: dict[tuple[float, str], dict[str, list[float]]] = {}
             nonpriv: list[tuple[float, float]] = []
-            for rep in range(reps):
+            for rep in range(first, reps):
                 src = BlockUsers(model, args.users, args.samples, d, 1000 + rep)
                 Xr, yr = src.records(args.sk_records)
                 ref = sklearn_fit(model, Xr, yr)
@@ -237,7 +238,8 @@ def part_sgd(args: argparse.Namespace) -> list[str]:
             metric = "accuracy" if model == "logistic" else "R²"
             np_q = stats([q for q, _ in nonpriv])
             lines += [f"\n### {model} regression, d = {d} (n = {args.users}, m = "
-                      f"{args.samples}, {reps} repetition(s), {time.time() - t0:.0f} s)\n",
+                      f"{args.samples}, repetition(s) {first}..{reps - 1}, "
+                      f"{time.time() - t0:.0f} s; all rows: the `table` part)\n",
                       f"non-private (scikit-learn on "
                       f"{min(args.sk_records, args.users * args.samples)} records) {metric}: "
                       f"{fmt(*np_q)}\n",
@@ -327,14 +329,16 @@ def part_slope(args: argparse.Namespace) -> list[str]:
 PHASE = {"classify": 0.137, "regress": 0.0}
 
 
-def _grid_fit(task: str, src: Any, eps: float, M: int | None, method: str, rep: int) -> Any:
-    rng = RandomSource.seeded(f"g-{task}-{eps}-{M}-{method}-{rep}")
+def _grid_fit(task: str, src: Any, eps: float, M: int | None, method: str, rep: int,
+              pilot: bool = True) -> Any:
+    rng = RandomSource.seeded(f"g-{task}-{eps}-{M}-{method}-{rep}" + ("" if pilot else "-d"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if task == "classify":
-            return run_classify(src, epsilon=eps, rng=rng, M=M, method=method, seed=rep)
+            return run_classify(src, epsilon=eps, rng=rng, M=M, method=method, seed=rep,
+                                pilot=pilot)
         return run_regress(src, epsilon=eps, label_bound=1.0, rng=rng, M=M, method=method,
-                           seed=rep)
+                           seed=rep, pilot=pilot)
 
 
 def part_grids(args: argparse.Namespace) -> list[str]:
@@ -342,16 +346,22 @@ def part_grids(args: argparse.Namespace) -> list[str]:
     for task in ("classify", "regress"):
         risk = excess_risk if task == "classify" else l2_risk
         for d in args.grid_dims:
-            Ms = list(range(1, args.max_grid + 1)) if d == 1 else list(range(1, 9))
+            Ms = [] if args.no_fixed else \
+                list(range(1, args.max_grid + 1)) if d == 1 else list(range(1, 9))
             lines += [f"\n### {task}: η(x) = sin(2π(x₁ + {PHASE[task]}))/2, d = {d} "
                       f"(n = {args.users}, m = {args.samples}, {args.reps} repetition(s); "
-                      f"{'excess risk' if task == 'classify' else 'L2 risk'})\n",
-                      "| ε | default grid (M) | its risk | best fixed grid (M) | its risk | "
-                      "B, its own grid | predicted bias² / variance |",
-                      "|---|---|---|---|---|---|---|"]
+                      f"{'excess risk' if task == 'classify' else 'L2 risk'}, mean ± 2 SE; "
+                      "default: the grid of least predicted risk, its bias measured by a "
+                      "pilot phase; design rule: the same without the pilot, the default "
+                      "before)\n",
+                      "| ε | default grid (M) | its risk | design rule (M) | its risk | "
+                      "best fixed grid (M) | its risk | B, its own grid | "
+                      "pilot users / bias scale (design) | predicted bias² / variance |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
             for eps in args.eps:
                 rows: dict[Any, list[float]] = {}
-                chosen = []
+                chosen: list[dict[str, Any]] = []
+                chosen_d: list[int] = []
                 for rep in range(args.reps):
                     src = sine_population(args.users, args.samples, d,
                                           np.random.default_rng([rep, d, 11]), task=task,
@@ -360,20 +370,30 @@ def part_grids(args: argparse.Namespace) -> list[str]:
                     rows.setdefault("default", []).append(risk(mdl.predict, d,
                                                                phase=PHASE[task]))
                     chosen.append(mdl.info["grid_choice"])
+                    dz = _grid_fit(task, src, eps, None, "auto", rep, pilot=False)
+                    rows.setdefault("design", []).append(risk(dz.predict, d,
+                                                              phase=PHASE[task]))
+                    chosen_d.append(dz.M)
                     b = _grid_fit(task, src, eps, None, "baseline-b", rep)
                     rows.setdefault("B", []).append(risk(b.predict, d, phase=PHASE[task]))
                     for M in Ms:
                         f = _grid_fit(task, src, eps, M, "auto", rep)
                         rows.setdefault(M, []).append(risk(f.predict, d, phase=PHASE[task]))
-                best = min(Ms, key=lambda M: float(np.mean(rows[M])))
+                best = min(Ms, key=lambda M: float(np.mean(rows[M]))) if Ms else "default"
                 log_rows(args.out, [{"part": "grids", "task": task, "d": d, "eps": eps,
                                      "risks": {str(k): v for k, v in rows.items()},
-                                     "chosen": chosen}])
+                                     "chosen": chosen, "design_chosen": chosen_d}])
                 gc = chosen[-1]
-                lines.append(f"| {eps:g} | {gc['M']} | {fmt(*stats(rows['default']))} | "
-                             f"{best} | {fmt(*stats(rows[best]))} | "
-                             f"{fmt(*stats(rows['B']))} | {gc['bias2']:.3g} / "
-                             f"{gc['variance']:.3g} |")
+                pl = gc.get("pilot") or {}
+                lines.append(f"| {eps:g} | {[c['M'] for c in chosen]} | "
+                             f"{fmt(*stats(rows['default']))} | {chosen_d} | "
+                             f"{fmt(*stats(rows['design']))} | "
+                             f"{best if Ms else '–'} | "
+                             f"{fmt(*stats(rows[best])) if Ms else '–'} | "
+                             f"{fmt(*stats(rows['B']))} | {pl.get('users', '–')} / "
+                             f"{pl.get('bias_scale', math.nan):.3g} "
+                             f"({pl.get('design_bias_scale', math.nan):.3g}) | "
+                             f"{gc['bias2']:.3g} / {gc['variance']:.3g} |")
     return lines
 
 
@@ -437,6 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--reps-d50", type=int, default=1)
+    ap.add_argument("--first-rep", type=int, default=0,
+                    help="sgd: start at this repetition (earlier ones are in the jsonl rows)")
+    ap.add_argument("--no-fixed", action="store_true",
+                    help="grids: the default and the design rule only (no fixed-grid sweep)")
     ap.add_argument("--dims", type=int, nargs="+", default=[2, 10, 50])
     ap.add_argument("--slope-reps", type=int, nargs="+", default=None,
                     help="slope: repetitions per d (as many as --dims; default --reps)")

@@ -31,14 +31,22 @@ from uldp.collector.models.grid import (
     choose_grid,
     components_of,
     dense_cells,
+    design_bias_scale,
     feature_box,
     grid_extra,
     grid_risk,
     hadamard_inverse,
+    measured_bias_scale,
+    pilot_grid,
+    pilot_users,
 )
 from uldp.collector.models.rounds import sgd_query
 from uldp.collector.models.sgd import SGDConfig, SGDResult, steps_advisory
-from uldp.collector.models.shrinkage import classify_shrinkage, regress_shrinkage
+from uldp.collector.models.shrinkage import (
+    classify_shrinkage,
+    grid_signal,
+    regress_shrinkage,
+)
 from uldp.collector.planner import QuerySpec, compile_query
 from uldp.collector.programs import MeanEstProgram
 from uldp.collector.programs.driver import run_program
@@ -78,15 +86,42 @@ def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
 def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndarray,
                    hi: np.ndarray, M: int | None, beta: float, method: str, seed: int,
                    rng: RandomSource, m_ref: int | None, extra: dict[str, Any],
-                   progress: bool | None, query_id: str
-                   ) -> tuple[GridChoice, Estimate, int, int]:
-    """Shared driver of Algorithms 4 and 5: choose the grid, run one MeanEst query."""
+                   progress: bool | None, query_id: str, pilot: bool = True,
+                   density_floor: float = 0.5) -> tuple[GridChoice, Estimate, int, int]:
+    """Shared driver of Algorithms 4 and 5: choose the grid, run one MeanEst query.
+
+    ``M=None`` with ``pilot``: a pilot phase first — a share of the users (a public
+    random split, :func:`~uldp.collector.models.grid.pilot_users`) runs the query on a
+    coarse grid; the signal its cells show beyond their noise sizes the bias term of the
+    main phase's grid choice, which the other users run. Each user reports once, at
+    ``ε``, in one of the two phases (disjoint users: the query's ε is ``ε``). The returned
+    user count is the main phase's."""
     n, d = source.n_users, source.dim
     m = _m_ref(source, m_ref)
     T = float(extra.get("label_bound", 1.0))
+    members = np.arange(n)
+    pilot_info: dict[str, Any] | None = None
+    bias_scale: float | None = None
+    if M is None and pilot:
+        n_p = pilot_users(n, m, d, epsilon, task=kind, method=method, label_bound=T,
+                          beta=beta)
+        if n_p >= 2 and n - n_p >= 2:
+            perm = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0x511075]).permutation(n)
+            M0 = pilot_grid(d)
+            est0, _ = _grid_query(kind, source, np.sort(perm[:n_p]), epsilon, lo, hi, M0,
+                                  method, seed, rng, m, extra, progress, query_id + "/pilot")
+            s2, s2_se = _signal(kind, est0, M0 ** d, T, density_floor)
+            bias_scale = measured_bias_scale(s2, s2_se, M0, d, task=kind, label_bound=T,
+                                             beta=beta)
+            members = np.sort(perm[n_p:])
+            pilot_info = {"users": int(n_p), "M": M0, "signal": s2, "signal_se": s2_se,
+                          "bias_scale": bias_scale,
+                          "design_bias_scale": design_bias_scale(d, kind, T)}
+    n_main = int(members.size)
     if M is None:
-        choice = choose_grid(n, m, d, epsilon, beta=beta, task=kind, method=method,
-                             label_bound=T)
+        choice = choose_grid(n_main, m, d, epsilon, beta=beta, task=kind, method=method,
+                             label_bound=T, bias_scale=bias_scale)
+        choice = replace(choice, pilot=pilot_info)
     else:
         if not isinstance(M, (int, np.integer)) or M < 1:
             raise ValueError(f"M (cells per axis) must be a positive integer, got {M!r}")
@@ -94,33 +129,58 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
                                method=method, label_bound=T)
         choice = GridChoice(1.0 / M, int(M), next_pow2(int(M) ** d), "given", "given",
                             b2, var)
-    ex = grid_extra(choice.M, lo, hi)
+    est, regime = _grid_query(kind, source, members, epsilon, lo, hi, choice.M, method,
+                              seed, rng, m, extra, progress, query_id)
+    return replace(choice, regime=regime), est, n_main, m
+
+
+def _grid_query(kind: str, source: UserSource, members: np.ndarray, epsilon: float,
+                lo: np.ndarray, hi: np.ndarray, M: int, method: str, seed: int,
+                rng: RandomSource, m: int, extra: dict[str, Any], progress: bool | None,
+                query_id: str) -> tuple[Estimate, str]:
+    """One classify/regress MeanEst query on ``M`` cells per axis over ``members``."""
+    ex = grid_extra(M, lo, hi)
     ex.update(extra)
-    spec = QuerySpec(kind=kind, epsilon=epsilon, users=n, samples=m, dim=d, bound=1.0,
-                     method=method, seed=seed, query_id=query_id, extra=ex)
+    spec = QuerySpec(kind=kind, epsilon=epsilon, users=int(members.size), samples=m,
+                     dim=source.dim, bound=1.0, method=method, seed=seed,
+                     query_id=query_id, extra=ex)
     plan = compile_query(spec)
     for note in plan.advisories:  # the scikit-style estimators' way to tell the user
-        warnings.warn(note, UserWarning, stacklevel=3)
-    regime = plan.grouping.regime
-    bar = Progress(n, f"{kind}", progress)
+        warnings.warn(note, UserWarning, stacklevel=4)
+    bar = Progress(int(members.size), f"{kind}", progress)
     program = MeanEstProgram(spec)  # the estimate itself (θ̂), not the kind's model
-    result = run_program(program, source_privatizer(source, np.arange(n), rng, bar))
-    return replace(choice, regime=regime), Estimate.from_dict(result), n, m
+    result = run_program(program, source_privatizer(source, members, rng, bar))
+    return Estimate.from_dict(result), plan.grouping.regime
+
+
+def _signal(kind: str, est: Estimate, B: int, T: float, density_floor: float
+            ) -> tuple[float, float]:
+    """The pilot's measured between-cell signal ``(s², se)`` (``models.shrinkage``)."""
+    theta = components_of(est)
+    se = np.asarray(est.std_error, dtype=np.float64)
+    if kind == "classify":
+        return grid_signal(kind, hadamard_inverse(theta), se, B, dense_cells(theta.size))
+    K = theta.size // 2
+    return grid_signal(kind, hadamard_inverse(theta[:K]), se[:K], B,
+                       dense_cells(theta.size), p=hadamard_inverse(theta[K:]), se_p=se[K:],
+                       tau=density_floor / (2 * B), label_bound=T)
 
 
 def run_classify(users: Any, labels: Any = None, *, epsilon: float, rng: RandomSource,
                  lo: Any = None, hi: Any = None, M: int | None = None, beta: float = 1.0,
                  method: str = "auto", seed: int = 0, m_ref: int | None = None,
                  progress: bool | None = None, query_id: str = "classify",
-                 shrink: bool = True) -> GridModel:
+                 shrink: bool = True, pilot: bool = True) -> GridModel:
     """Algorithm 4 over ``users`` (arrays or list of ``(X_i, y_i)``, labels ±1 or 0/1);
-    ``shrink``: the cells pulled toward their common value (``models.shrinkage``)."""
+    ``shrink``: the cells pulled toward their common value (``models.shrinkage``);
+    ``pilot`` (``M=None``): a pilot phase of some users measures the signal that sizes
+    the grid (:func:`run_grid_query`; ``False``: the design guess alone)."""
     source = as_source(users, labels)
     lo_a, hi_a = feature_box(source.dim, lo, hi)
     choice, est, n, m = run_grid_query(
         "classify", source, epsilon=epsilon, lo=lo_a, hi=hi_a, M=M, beta=beta,
         method=method, seed=seed, rng=rng, m_ref=m_ref, extra={}, progress=progress,
-        query_id=query_id)
+        query_id=query_id, pilot=pilot)
     Q = components_of(est)
     info = {"Q": Q.tolist(), "regime": choice.regime, "side": choice.side, "users": n,
             "samples": m, "epsilon": epsilon, "method": method,
@@ -138,14 +198,14 @@ def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: 
                 beta: float = 1.0, density_floor: float = 0.5, fix_p1: bool = False,
                 method: str = "auto", seed: int = 0, m_ref: int | None = None,
                 progress: bool | None = None, query_id: str = "regress",
-                shrink: bool = True) -> GridModel:
+                shrink: bool = True, pilot: bool = True) -> GridModel:
     """Algorithm 5 over ``users``; ``label_bound`` is ``T_y`` (labels clamped on device).
 
     Components ``Q_k`` (bound ``T_y``) and ``P_k`` (bound 1); ``q̂ = H Q̂/K_H``,
     ``p̂ = H P̂/K_H`` (erratum 8); predictor ``η̂(x) = clamp(q̂_k / max(p̂_k, τ), ±T_y)``
     with ``τ = f_L/(2B)`` ([D19]). ``fix_p1`` sets ``P̂_1 = 1`` (known: Σ p_l = 1;
     optional, privacy-neutral, §10.3). ``shrink``: the cells pulled toward the overall
-    mean (``models.shrinkage``, §9.6).
+    mean (``models.shrinkage``, §9.6). ``pilot``: as :func:`run_classify`.
     """
     if not isinstance(label_bound, (int, float)) or not math.isfinite(label_bound) \
             or label_bound <= 0:
@@ -157,7 +217,8 @@ def run_regress(users: Any, labels: Any = None, *, epsilon: float, label_bound: 
     choice, est, n, m = run_grid_query(
         "regress", source, epsilon=epsilon, lo=lo_a, hi=hi_a, M=M, beta=beta,
         method=method, seed=seed, rng=rng, m_ref=m_ref,
-        extra={"label_bound": float(label_bound)}, progress=progress, query_id=query_id)
+        extra={"label_bound": float(label_bound)}, progress=progress, query_id=query_id,
+        pilot=pilot, density_floor=density_floor)
     theta = components_of(est)
     K = theta.size // 2
     Q, P = theta[:K].copy(), theta[K:].copy()

@@ -26,10 +26,11 @@ from uldp.collector.methods import METHOD_PLANS
 from uldp.collector.models.shrinkage import Shrinkage, classify_shrinkage, regress_shrinkage
 from uldp.collector.planner import RESOLVERS, QuerySpec, compile_query
 
-__all__ = ["DESIGN_RANGE", "GridChoice", "GridModel", "choose_grid", "components_of",
-           "dense_cells",
+__all__ = ["DESIGN_RANGE", "PILOT_SHARE", "PILOT_WIGGLE", "PILOT_Z", "GridChoice",
+           "GridModel", "choose_grid", "components_of", "dense_cells", "design_bias_scale",
            "effective_sizes", "feature_box", "grid_result", "grid_risk", "hadamard_inverse",
-           "max_cells_per_axis", "noise_constant"]
+           "max_cells_per_axis", "measured_bias_scale", "noise_constant", "pilot_grid",
+           "pilot_users"]
 
 STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
 
@@ -38,7 +39,8 @@ STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner war
 class GridChoice:
     """Bin side ``l``, cells per axis ``M = ⌈1/l⌉``, ``K_H`` and the regime it implies;
     with the risk rule also the predicted squared bias and variance of the choice and of
-    the other grids it was weighed against (``candidates``: ``[M, bias², variance]``)."""
+    the other grids it was weighed against (``candidates``: ``[M, bias², variance]``);
+    ``pilot``: what a pilot phase measured (users, grid, signal, bias scale), if one ran."""
 
     side: float
     M: int
@@ -48,11 +50,15 @@ class GridChoice:
     bias2: float = math.nan
     variance: float = math.nan
     candidates: tuple[tuple[int, float, float], ...] = ()
+    pilot: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"M": self.M, "K_H": self.K, "rule": self.rule, "bias2": self.bias2,
-                "variance": self.variance, "risk": self.bias2 + self.variance,
-                "candidates": [list(c) for c in self.candidates]}
+        out = {"M": self.M, "K_H": self.K, "rule": self.rule, "bias2": self.bias2,
+               "variance": self.variance, "risk": self.bias2 + self.variance,
+               "candidates": [list(c) for c in self.candidates]}
+        if self.pilot is not None:
+            out["pilot"] = self.pilot
+        return out
 
 
 def _grid_for(side: float, d: int) -> tuple[int, int]:
@@ -96,9 +102,18 @@ def _stage1_ok(n: int, C: int, epsilon: float, mode: str) -> bool:
 DESIGN_RANGE = 1.0
 
 
+def design_bias_scale(d: int, task: str = "classify", label_bound: float = 1.0) -> float:
+    """``C`` of the design guess ``bias²(M) = C·M^{−2β}``: ``d L²/12`` with ``L`` the whole
+    range of ``η`` (:data:`DESIGN_RANGE`)."""
+    T = 1.0 if task == "classify" else float(label_bound)
+    L = DESIGN_RANGE * 2 * T
+    return d * L * L / 12
+
+
 def grid_risk(n: int, m: int, d: int, epsilon: float, M: int, *, task: str = "classify",
               beta: float = 1.0, method: str = "auto", mode: str = "default",
-              label_bound: float = 1.0) -> tuple[float, float, str]:
+              label_bound: float = 1.0, bias_scale: float | None = None
+              ) -> tuple[float, float, str]:
     """Predicted ``(bias², variance, regime)`` of the plug-in estimate ``η̂`` on the grid
     of ``M`` cells per axis (docs/algorithms.md §9.4): the bias of averaging a
     β-Hölder ``η`` of constant ``L = DESIGN_RANGE × range(η)`` over a cell of side
@@ -106,7 +121,9 @@ def grid_risk(n: int, m: int, d: int, epsilon: float, M: int, *, task: str = "cl
     variance ``Σ_l p_l Var(q̂_l / p_l)`` with ``p_l = 1/B`` (features spread over the box):
     the planner's per-component variance of the query's method at its worst-case sample
     variance, through ``q̂ = H Q̂ / K_H`` (``Var q̂_l = Σ_c Var Q̂_c / K_H²``); a regressor adds
-    ``(T_y²/3) Var p̂_l`` for its denominator."""
+    ``(T_y²/3) Var p̂_l`` for its denominator. ``bias_scale``: ``C`` in
+    ``bias² = C·M^{−2β}`` measured by a pilot phase (:func:`measured_bias_scale`) instead
+    of the design guess (:func:`design_bias_scale`)."""
     T = 1.0 if task == "classify" else float(label_bound)
     extra: dict[str, Any] = {"grid": int(M)}
     if task == "regress":
@@ -122,13 +139,75 @@ def grid_risk(n: int, m: int, d: int, epsilon: float, M: int, *, task: str = "cl
     var = B * B * var_q  # Σ over B cells of Var(q̂_l)/p_l, p_l = 1/B
     if task == "regress":
         var += B * B * (T * T / 3) * float(np.sum(v[K:])) / K**2
-    L = DESIGN_RANGE * 2 * T
-    bias2 = d * L * L * M ** (-2 * beta) / 12
+    C = design_bias_scale(d, task, T) if bias_scale is None else float(bias_scale)
+    bias2 = C * M ** (-2 * beta)
     return bias2, var, plan.grouping.regime
 
 
+#: how much finer structure ``η`` may hide than a pilot's coarse cells show: the pilot's
+#: bias scale is multiplied by this before it caps the design's. A linear ``η`` has
+#: within-cell variance ``Var(η)/M²`` (factor 1); ``sin(2πx)/2`` has ``π²/24 / (1/8) ≈ 3.3``
+#: times that, which the design guess covers; 8 keeps such a wave on the design's grid
+#: even when the pilot's noisy ``s²`` (its standard error carries the signal too) reads it
+#: at half its size (sin(2πx)/2, d = 1, n = 10⁵, ε = 1: a pilot of 10⁴ users read 0.03
+#: for 0.10 with 4 and chose 5 cells where the design's 7 had two thirds of the risk).
+PILOT_WIGGLE = 8.0
+#: standard errors subtracted from the pilot's measured signal (a lower confidence bound:
+#: under no signal, a finer grid is chosen from noise about 16 % of the time, not half)
+PILOT_Z = 1.0
+#: the share of users a pilot may take, at least and at most
+PILOT_SHARE = (0.05, 0.25)
+
+
+def pilot_grid(d: int) -> int:
+    """Cells per axis of the pilot phase: about 4 cells, at least 2 per axis."""
+    return max(2, round(4 ** (1.0 / d)))
+
+
+def measured_bias_scale(signal: float, signal_se: float, M0: int, d: int, *,
+                        task: str = "classify", label_bound: float = 1.0,
+                        beta: float = 1.0) -> float:
+    """``C`` of ``bias²(M) = C·M^{−2β}`` from a pilot's between-cell signal variance
+    ``s²`` (in ``η`` units) on ``M0`` cells per axis (docs/algorithms.md, Grids): for an
+    ``η`` linear along every axis the cells of side ``1/M0`` keep ``1 − M0^{−2}`` of its
+    variance and a cell of side ``1/M`` hides ``M^{−2}`` of it, so
+    ``C = s²/(1 − M0^{−2β})``; from the lower bound ``s² − z·se``, times
+    :data:`PILOT_WIGGLE`, never above the design's ``C``."""
+    lcb = max(0.0, float(signal) - PILOT_Z * float(signal_se))
+    C = PILOT_WIGGLE * lcb / (1.0 - float(M0) ** (-2 * beta))
+    return min(design_bias_scale(d, task, label_bound), C)
+
+
+def pilot_users(n: int, m: int, d: int, epsilon: float, *, task: str = "classify",
+                method: str = "auto", mode: str = "default",
+                label_bound: float = 1.0, beta: float = 1.0) -> int:
+    """Users of the pilot phase: the fewest (between :data:`PILOT_SHARE` of ``n``) whose
+    predicted standard error of the signal ``s²`` on the pilot grid is a quarter of the
+    signal the design guess implies there over :data:`PILOT_WIGGLE` — the smallest signal
+    that keeps the design's grid. 0 when even the largest share cannot run the pilot grid."""
+    M0 = pilot_grid(d)
+    B0 = M0**d
+    target = design_bias_scale(d, task, label_bound) * (1 - M0 ** (-2 * beta)) \
+        / PILOT_WIGGLE / 4
+    lo, hi = (max(2, math.ceil(s * n)) for s in PILOT_SHARE)
+    best = 0
+    for k in sorted({lo, *(math.ceil(f * n) for f in (0.1, 0.15, 0.2)), hi}):
+        if not lo <= k <= hi:
+            continue
+        try:
+            _, var, _ = grid_risk(k, m, d, epsilon, M0, task=task, beta=beta,
+                                  method=method, mode=mode, label_bound=label_bound)
+        except ValueError:
+            continue
+        best = k
+        if math.sqrt(2.0 / B0) * var <= target:
+            break
+    return best
+
+
 def _risk_rule(n: int, m: int, d: int, epsilon: float, task: str, beta: float,
-               method: str, mode: str, label_bound: float) -> GridChoice:
+               method: str, mode: str, label_bound: float,
+               bias_scale: float | None = None) -> GridChoice:
     """The grid of least predicted risk (:func:`grid_risk`): ``M = 1, 2, …`` until the
     variance alone exceeds the best risk (it grows with ``M``) or the device limit."""
     cands: list[tuple[int, float, float]] = []
@@ -136,7 +215,8 @@ def _risk_rule(n: int, m: int, d: int, epsilon: float, task: str, beta: float,
     for M in range(1, max_cells_per_axis(d) + 1):
         try:
             b2, var, regime = grid_risk(n, m, d, epsilon, M, task=task, beta=beta,
-                                        method=method, mode=mode, label_bound=label_bound)
+                                        method=method, mode=mode, label_bound=label_bound,
+                                        bias_scale=bias_scale)
         except ValueError:  # too few users for this grid's groups
             break
         cands.append((M, b2, var))
@@ -144,18 +224,20 @@ def _risk_rule(n: int, m: int, d: int, epsilon: float, task: str, beta: float,
             best = (b2 + var, M, regime)
         if var > best[0]:
             break
+    name = "least predicted risk" + ("" if bias_scale is None else
+                                     ", bias measured by a pilot")
     if best is None:
-        return GridChoice(1.0, 1, 1, "single", "least predicted risk")
+        return GridChoice(1.0, 1, 1, "single", name)
     _, M, regime = best
     row = next(c for c in cands if c[0] == M)
-    return GridChoice(1.0 / M, M, next_pow2(M**d), regime, "least predicted risk",
-                      row[1], row[2], tuple(cands))
+    return GridChoice(1.0 / M, M, next_pow2(M**d), regime, name, row[1], row[2],
+                      tuple(cands))
 
 
 def choose_grid(n: int, m: int, d: int, epsilon: float, *, beta: float = 1.0,
                 c_l: float | None = None, task: str = "classify", mode: str = "default",
                 method: str = "auto", label_bound: float = 1.0,
-                rule: str = "risk") -> GridChoice:
+                rule: str = "risk", bias_scale: float | None = None) -> GridChoice:
     """The grid of a classify/regress query.
 
     ``rule="risk"`` (default): the number of cells per axis of least predicted risk,
@@ -179,7 +261,8 @@ def choose_grid(n: int, m: int, d: int, epsilon: float, *, beta: float = 1.0,
     if rule not in ("risk", "rate"):
         raise ValueError(f"rule must be 'risk' or 'rate', got {rule!r}")
     if rule == "risk" and c_l is None:
-        return _risk_rule(n, m, d, epsilon, task, beta, method, mode, label_bound)
+        return _risk_rule(n, m, d, epsilon, task, beta, method, mode, label_bound,
+                          bias_scale)
     return _rate_rule(n, m, d, epsilon, beta, c_l, task, mode, method)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Shrinkage", "classify_shrinkage", "regress_shrinkage"]
+__all__ = ["Shrinkage", "classify_shrinkage", "grid_signal", "regress_shrinkage"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,13 @@ def _moments(values: np.ndarray, noise: np.ndarray, mass: np.ndarray,
     spread = float(np.sum(mass * (values - centre) ** 2))
     mean_noise = float(np.sum(mass * noise))
     return max(0.0, spread - mean_noise), mean_noise
+
+
+def _signal_se(noise: np.ndarray, mass: np.ndarray) -> float:
+    """Standard error of ``s²`` when the cells are noise alone: the spread is
+    ``Σ w_l (η̂_l − c)²`` with ``Var = 2 Σ w_l² v_l²`` (Gaussian cells)."""
+    w = mass / mass.sum()
+    return float(np.sqrt(2.0 * np.sum(w * w * np.square(noise))))
 
 
 def cell_noise(se: np.ndarray, K: int, cells: bool) -> np.ndarray:
@@ -101,3 +108,31 @@ def regress_shrinkage(q: np.ndarray, p: np.ndarray, se_q: np.ndarray, se_p: np.n
     s2, mean_noise = _moments(eta, noise, mass, centre)
     w = np.where(s2 + noise > 0, s2 / np.maximum(s2 + noise, 1e-300), 1.0)
     return Shrinkage(centre, w, s2, mean_noise)
+
+
+def grid_signal(kind: str, q: np.ndarray, se_q: np.ndarray, B: int, cells: bool, *,
+                p: np.ndarray | None = None, se_p: np.ndarray | None = None,
+                tau: float = 0.0, label_bound: float = 1.0) -> tuple[float, float]:
+    """``(s², se(s²))``: the between-cell variance of ``η`` a grid's cells show beyond their
+    noise, and its standard error, in ``η`` units (a classifier's ``η_l = B q_l`` with
+    ``p_l = 1/B``; a regressor's ``η̂_l`` as :func:`regress_shrinkage` weighs them). What a
+    pilot phase measures to size the main phase's grid (``models.grid``)."""
+    if kind == "classify":
+        vals = np.asarray(q, dtype=np.float64)[:B] * B
+        v = cell_noise(se_q, int(np.asarray(q).size), cells)[:B] * B * B
+        mass = np.ones(B)
+        s2, _ = _moments(vals, v, mass, float(vals.mean()))
+        return s2, _signal_se(v, mass)
+    assert p is not None and se_p is not None
+    K = int(np.asarray(q).size)
+    qb, pb = np.asarray(q, float)[:B], np.asarray(p, float)[:B]
+    den = np.maximum(pb, tau)
+    eta = np.clip(qb / den, -label_bound, label_bound)
+    noise = (cell_noise(se_q, K, cells)[:B] + eta**2 * cell_noise(se_p, K, cells)[:B]) \
+        / den**2
+    centre = float(np.clip(qb.sum() / max(pb.sum(), tau), -label_bound, label_bound))
+    mass = np.clip(pb, 0.0, None)
+    if mass.sum() <= 0:
+        mass = np.ones(B)
+    s2, _ = _moments(eta, noise, mass, centre)
+    return s2, _signal_se(noise, mass)
