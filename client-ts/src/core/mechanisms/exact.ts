@@ -100,8 +100,9 @@ export class Ratio {
     this.den = g > 1n ? den / g : den;
   }
 
-  static readonly ZERO = new Ratio(0n);
-  static readonly ONE = new Ratio(1n);
+  // getters, not static fields: a class whose static fields construct is kept by every bundle
+  static get ZERO(): Ratio { return new Ratio(0n); }
+  static get ONE(): Ratio { return new Ratio(1n); }
 
   mul(o: Ratio): Ratio { return new Ratio(this.num * o.num, this.den * o.den); }
   div(o: Ratio): Ratio { return new Ratio(this.num * o.den, this.den * o.num); }

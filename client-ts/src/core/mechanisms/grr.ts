@@ -11,7 +11,7 @@
  * report is 0 and nothing is drawn.
  */
 import type { RandomSource } from "../random.js";
-import { type FrequencyOracle, oneByOne } from "./base.js";
+import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
 import { ceilDiv, coins, dyadic, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
 
 /** P(report = v | v) = P/2^64; P(report = u | v) = Q/2^64 for each u ≠ v. */
@@ -62,11 +62,13 @@ export const GRR: FrequencyOracle = {
   privatizeMany(items, ks, eps, rng) {
     return oneByOne(this, items, ks, eps, rng);
   },
-  probability(report, item, k, eps) {
-    const d = grrDesign(k, unitsOf(eps));
-    if (report.length !== 1) return Ratio.ZERO;
-    const y = report[0];
-    if (!(y >= 0n && y < BigInt(k))) return Ratio.ZERO;
-    return dyadic(y === BigInt(item) ? d.P : d.Q);
-  },
+};
+
+/** Exact P(report | input) of GRR, for the likelihood-ratio audits (never on a device's path). */
+export const grrProbability: OracleProbability = (report, item, k, eps) => {
+  const d = grrDesign(k, unitsOf(eps));
+  if (report.length !== 1) return Ratio.ZERO;
+  const y = report[0];
+  if (!(y >= 0n && y < BigInt(k))) return Ratio.ZERO;
+  return dyadic(y === BigInt(item) ? d.P : d.Q);
 };

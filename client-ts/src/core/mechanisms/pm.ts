@@ -19,7 +19,7 @@
  */
 import { GRID_STEPS } from "../params.js";
 import type { RandomSource } from "../random.js";
-import type { ScalarMechanism } from "./base.js";
+import type { ScalarMechanism, ScalarProbability } from "./base.js";
 import { coins, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
 
 const STEPS = BigInt(GRID_STEPS);
@@ -69,10 +69,12 @@ export const PM: ScalarMechanism = {
   privatize(g, eps, rng) {
     return pmValues(g, pmDesign(unitsOf(eps)), rng);
   },
-  probability(z, g, eps) {
-    const d = pmDesign(unitsOf(eps));
-    if (!(z >= 0n && z < d.cells)) return Ratio.ZERO;
-    if (g <= z && z < g + d.W) return new Ratio(d.Pw, ONE * d.W);
-    return new Ratio(ONE - d.Pw, ONE * STEPS);
-  },
+};
+
+/** Exact P(report | input) of PM, for the likelihood-ratio audits (never on a device's path). */
+export const pmProbability: ScalarProbability = (z, g, eps) => {
+  const d = pmDesign(unitsOf(eps));
+  if (!(z >= 0n && z < d.cells)) return Ratio.ZERO;
+  if (g <= z && z < g + d.W) return new Ratio(d.Pw, ONE * d.W);
+  return new Ratio(ONE - d.Pw, ONE * STEPS);
 };

@@ -16,7 +16,7 @@
  * r = below(j + 1); add j if r is already chosen, else r. Position p is the value p if p < v,
  * else p + 1. The report is the ω values in increasing order. k = 1: [0], no draw.
  */
-import { type FrequencyOracle, oneByOne } from "./base.js";
+import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
 import { coins, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
 
 export interface SSDesign {
@@ -75,13 +75,15 @@ export const SS: FrequencyOracle = {
   privatizeMany(items, ks, eps, rng) {
     return oneByOne(this, items, ks, eps, rng);
   },
-  probability(report, item, k, eps) {
-    const d = ssDesign(k, unitsOf(eps));
-    const ys = report.map(Number);
-    const increasing = ys.every((y, i) => i === 0 || y > ys[i - 1]);
-    if (ys.length !== d.omega || !increasing || ys[0] < 0 || ys[ys.length - 1] >= k) return Ratio.ZERO;
-    if (k === 1) return Ratio.ONE;
-    if (ys.includes(item)) return dyadic(d.Pin).div(new Ratio(binomial(k - 1, d.omega - 1)));
-    return dyadic(ONE - d.Pin).div(new Ratio(binomial(k - 1, d.omega)));
-  },
+};
+
+/** Exact P(report | input) of SS, for the likelihood-ratio audits (never on a device's path). */
+export const ssProbability: OracleProbability = (report, item, k, eps) => {
+  const d = ssDesign(k, unitsOf(eps));
+  const ys = report.map(Number);
+  const increasing = ys.every((y, i) => i === 0 || y > ys[i - 1]);
+  if (ys.length !== d.omega || !increasing || ys[0] < 0 || ys[ys.length - 1] >= k) return Ratio.ZERO;
+  if (k === 1) return Ratio.ONE;
+  if (ys.includes(item)) return dyadic(d.Pin).div(new Ratio(binomial(k - 1, d.omega - 1)));
+  return dyadic(ONE - d.Pin).div(new Ratio(binomial(k - 1, d.omega)));
 };
