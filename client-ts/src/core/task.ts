@@ -7,7 +7,7 @@
 import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, parseJson, toDouble } from "./json.js";
 import { frameSize } from "./kashin.js";
 import { nextPow2 } from "./hadamard.js";
-import { floorTimesPow2, MAX_EPSILON } from "./noise.js";
+import { rationalEpsilon } from "./noise.js";
 import { parseSeal, type SealKey } from "./sealFormat.js";
 import { supportBins } from "./params.js";
 import {
@@ -169,10 +169,11 @@ const dbl = (v: JValue | undefined): number => toDouble(v as JInt | number);
 
 /** ε units: floor(ε·2^24) for 2^-24 <= ε <= 2^20 (Python: budget.epsilon_units). */
 export function epsilonUnits(v: JInt | number, name: string): bigint {
-  const e = toDouble(v);
-  const u = Number.isFinite(e) && e > 0 && e <= MAX_EPSILON ? floorTimesPow2(e, 24) : 0n;
-  if (u < 1n) refuse("epsilon", `${name} must be in [2^-24, 2^20], got ${e}`);
-  return u;
+  try {
+    return rationalEpsilon(toDouble(v), name);
+  } catch (e) {
+    return refuse("epsilon", (e as Error).message);
+  }
 }
 
 /** A finite number > 0 (>= 0 with `zero`), else a refusal naming the field. */

@@ -310,7 +310,7 @@ export class Device {
       this.clamped.set(task.queryId, n);
       if (n > 0 && this.#o.log) {
         const [lo, hi] = task.range ?? [-(task.bound as number), task.bound as number];
-        this.#o.log(`query ${task.queryId}: ${n} of ${rows.length * (task.kind === "mean" ? 1 : task.dim)} values lay outside the range [${lo}, ${hi}] and were clamped into it (local only, never sent)`);
+        this.#o.log(`query ${task.queryId}: ${n} of ${rows.length * (task.kind === "mean" ? 1 : task.dim)} values clamped into [${lo}, ${hi}] (local only, never sent)`);
       }
     } catch {
       // a log line is never worth a failure
@@ -323,7 +323,7 @@ export class Device {
       return emptyReport(task, src);
     } catch (e) {
       if (e instanceof TaskRefused) throw e;
-      throw new TaskRefused(`the task's backstop report cannot be computed: ${e instanceof Error ? e.message : String(e)}`, "param");
+      throw new TaskRefused(`no backstop report: ${e instanceof Error ? e.message : String(e)}`, "param");
     }
   }
 
