@@ -12,7 +12,7 @@
  */
 import { GRID_STEPS } from "../params.js";
 import type { ScalarMechanism, ScalarProbability } from "./base.js";
-import { ceilDiv, coins, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
+import { ceilDiv, coins, designCheck, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
 
 const STEPS = BigInt(GRID_STEPS);
 
@@ -21,9 +21,8 @@ export const duchiDesign = memo((units: bigint): readonly [bigint, bigint] => {
   const S = expLower(units);
   const Pmin = (1n << 15n) * ceilDiv(1n << 113n, S + ONE);
   const D = (ONE - 2n * Pmin) / STEPS;
-  if (!(Pmin > 0n && Pmin <= ONE / 2n && (ONE - Pmin) * ONE <= S * Pmin && Pmin + D * STEPS === ONE - Pmin)) {
-    throw new Error(`Duchi design failed its exact check (units=${units})`);
-  }
+  designCheck(Pmin > 0n && Pmin <= ONE / 2n && (ONE - Pmin) * ONE <= S * Pmin && Pmin + D * STEPS === ONE - Pmin,
+    "Duchi", units);
   return [Pmin, D] as const;
 });
 

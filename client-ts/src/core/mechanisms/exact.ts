@@ -26,6 +26,11 @@ export const EXP_CAP_UNITS = 40n * EPS_DENOMINATOR;
 export const ceilDiv = (a: bigint, b: bigint): bigint => (a + b - 1n) / b;
 
 /** A bounded memo of a pure function of a string key (the designs, like Python's lru_cache). */
+/** A design's exact check (an invariant: never false for a valid ε): a bug if it fails. */
+export function designCheck(ok: boolean, design: string, ...args: unknown[]): void {
+  if (!ok) throw new Error(`${design} design failed its exact check (${args.join(", ")})`);
+}
+
 export function memo<A extends unknown[], V>(fn: (...args: A) => V, size = 4096): (...args: A) => V {
   const cache = new Map<string, V>();
   return (...args: A): V => {

@@ -12,7 +12,7 @@
  */
 import type { RandomSource } from "../random.js";
 import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
-import { ceilDiv, coins, dyadic, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
+import { ceilDiv, coins, designCheck, dyadic, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
 
 /** P(report = v | v) = P/2^64; P(report = u | v) = Q/2^64 for each u ≠ v. */
 export interface GRRDesign {
@@ -32,9 +32,7 @@ export const grrDesign = memo((k: number, units: bigint): GRRDesign => {
     Q = ONE / BigInt(k);
     P = ONE - k1 * Q;
   }
-  if (!(P * ONE <= S * Q && Q * ONE <= S * P && Q > 0n && Q <= P && P < ONE)) {
-    throw new Error(`GRR design failed its exact check (k=${k}, units=${units})`);
-  }
+  designCheck(P * ONE <= S * Q && Q * ONE <= S * P && Q > 0n && Q <= P && P < ONE, "GRR", k, units);
   return { k, P, Q };
 });
 

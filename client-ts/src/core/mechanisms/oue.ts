@@ -10,7 +10,7 @@
  * the report is k words, bit j = [w_j < (2^63 if j = v else Q)].
  */
 import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
-import { ceilDiv, coins, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
+import { ceilDiv, coins, designCheck, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
 
 export const HALF = 1n << 63n;
 
@@ -18,9 +18,7 @@ export const HALF = 1n << 63n;
 export const oueQ = memo((units: bigint): bigint => {
   const S = expLower(units);
   const Q = ceilDiv(ONE * ONE, S + ONE);
-  if (!((ONE - Q) * ONE <= S * Q && Q > 0n && Q <= HALF)) {
-    throw new Error(`OUE design failed its exact check (units=${units})`);
-  }
+  designCheck((ONE - Q) * ONE <= S * Q && Q > 0n && Q <= HALF, "OUE", units);
   return Q;
 });
 

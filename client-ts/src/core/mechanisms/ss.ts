@@ -17,7 +17,7 @@
  * else p + 1. The report is the ω values in increasing order. k = 1: [0], no draw.
  */
 import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
-import { coins, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
+import { coins, designCheck, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
 
 export interface SSDesign {
   readonly k: number;
@@ -37,9 +37,7 @@ export const ssDesign = memo((k: number, units: bigint): SSDesign => {
   const Pin = (ONE * w * S) / (w * S + (K - w) * ONE);
   const num = Pin * (K - w);
   const den = (ONE - Pin) * w;
-  if (!(Pin > 0n && Pin < ONE && num * ONE <= S * den && den * ONE <= S * num)) {
-    throw new Error(`SS design failed its exact check (k=${k}, units=${units})`);
-  }
+  designCheck(Pin > 0n && Pin < ONE && num * ONE <= S * den && den * ONE <= S * num, "SS", k, units);
   return { k, omega: Number(w), Pin };
 });
 
