@@ -337,7 +337,7 @@ class HadamardWindows:
         alike = n2 > 0 and excess <= pass_limit(sd)
         # the users the test sees outside beyond the model are clamped: each coefficient's
         # estimate may move by up to that share times D (a far user), priced in the error
-        # (the share beyond one standard error: priced_excess) and in the intervals
+        # (the share beyond Z_PRICE standard errors: priced_excess) and in the intervals
         priced = priced_excess(excess, sd) if math.isfinite(sd) else 0.0
         model = float(previous["window_mse"]) + float(np.sum(self._excess_bias2(plan, priced)))
         info = {"outside": M, "outside_se": sd, "outside_alike": expected,
