@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from frontier import CHUNK, draw_users, sample_records
-from frontier_peers import check, dist_peers
+from frontier_peers import adp_choice, check, dist_peers
 
 from uldp.client.hadamard import next_pow2
 from uldp.client.kinds.means import hadamard_rows
@@ -186,10 +186,15 @@ def row(key: str, cell: dict[str, Any]) -> str:
     b, b_se = peers[best]
     gain = b / auto
     gain_sd = gain * math.hypot(auto_se / auto, b_se / b)
+    pub = adp_choice(int(k), float(eps))
+    p, p_se = peers[pub]
+    pgain = p / auto
+    pgain_sd = pgain * math.hypot(auto_se / auto, p_se / p)
     ratio, ratio_2se, cov, cov_2sd = honesty(cell, int(k))
     ran = ", ".join(f"{r} {n}" if len(cell["ran"]) > 1 else r
                     for r, n in sorted(cell["ran"].items()))
     return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {ran} | {auto:.3g} ± {auto_se:.2g} | "
+            f"{pub} {p:.3g} | {pgain:.2f} ± {2 * pgain_sd:.2f} | "
             f"{best} {b:.3g} | **{gain:.2f}** ± {2 * gain_sd:.2f} | {ratio:.2f} ± "
             f"{ratio_2se:.2f}{_flag(ratio, ratio_2se, 0.8, 1.25)} | {cov:.3f} ± {cov_2sd:.3f}"
             f"{_flag(cov, cov_2sd, 0.93, 0.97)} | {cell['secs'] / c:.1f} |")
@@ -217,10 +222,11 @@ def _flag(x: float, two_se: float, lo: float, hi: float) -> str:
     return "" if lo <= x <= hi else " ⚑"
 
 
-HEAD = ("| users | k | m | ε | reps | auto ran | auto MSE ± SE | best peer (after the fact) | "
+HEAD = ("| users | k | m | ε | reps | auto ran | auto MSE ± SE | public-parameter peer (ADP) | "
+        "public peer / auto ± 2 SE | best peer (after the fact) | "
         "best peer / auto ± 2 SE | auto raw MSE / predicted ± 2 SE | coverage ± 2 sd | "
         "s per run |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def report(cells: dict[str, dict[str, Any]]) -> str:
@@ -234,11 +240,17 @@ def report(cells: dict[str, dict[str, Any]]) -> str:
     keys = sorted(cells, key=pos)
     lines = [HEAD] + [row(key, cells[key]) for key in keys]
     worse = [key for key in keys if _worse(cells[key])]
+    worse_pub = [key for key in keys if _worse(cells[key], key, public=True)]
+    worse_best = [key for key in keys if _worse(cells[key], bar=1.25)]
     flags = sum(1 for line in lines[1:] if "⚑" in line or "‼" in line)
     sure = [key for key, line in zip(keys, lines[1:], strict=True) if "‼" in line]
     gains = _done_when(cells)
     text = (f"{len(keys)} cells; auto worse than 1.1× the best one-record peer by more than "
-            f"2 SE in {len(worse)} ({', '.join(worse) or 'none'}); coverage or MSE / "
+            f"2 SE in {len(worse)} ({', '.join(worse) or 'none'}); worse than 1.1× the "
+            f"public-parameter peer (multi-freq-ldpy's ADP: GRR or OUE by (k, ε)) by more "
+            f"than 2 SE in {len(worse_pub)} ({', '.join(worse_pub) or 'none'}); worse than "
+            f"1.25× the best peer by more than 2 SE in {len(worse_best)} "
+            f"({', '.join(worse_best) or 'none'}); coverage or MSE / "
             f"predicted outside [0.93, 0.97] / [0.8, 1.25] at the point estimate in {flags}, "
             f"by more than two standard errors (‼) in {len(sure)} "
             f"({', '.join(sure) or 'none'}).\n\n{gains}\n\n")
@@ -268,11 +280,19 @@ def _done_when(cells: dict[str, dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _worse(cell: dict[str, Any]) -> bool:
+def _worse(cell: dict[str, Any], key: str = "", public: bool = False, bar: float = 1.1
+           ) -> bool:
+    """auto's MSE above ``bar`` times the best peer's (``public``: the public-parameter
+    peer's, ADP's choice at the cell's (k, ε) from ``key``) by more than two standard
+    errors."""
     auto, auto_se = _mse(cell, "auto")
-    b, b_se = min((_mse(cell, p) for p in ("GRR", "OUE", "SS")), key=lambda x: x[0])
+    if public:
+        _, k, _, eps = key.split("|")
+        b, b_se = _mse(cell, adp_choice(int(k), float(eps)))
+    else:
+        b, b_se = min((_mse(cell, p) for p in ("GRR", "OUE", "SS")), key=lambda x: x[0])
     ratio = auto / b
-    return ratio - 2 * ratio * math.hypot(auto_se / auto, b_se / b) > 1.1
+    return ratio - 2 * ratio * math.hypot(auto_se / auto, b_se / b) > bar
 
 
 TITLE = """# The distribution frontier (issue 26)
@@ -285,7 +305,9 @@ the users of each. Each repetition draws new users (shared by the ε of one (use
 and new noise. *auto ran*: the method `auto` chose (`hadamard/window`: the Hadamard windows;
 `hadamard/fallback`: the windows' spread phase saw users who differ and the rest of the users
 sent the oracle's report; `oracle`: the one-record oracle from the start), with the number of
-repetitions each when they differ. *best peer*: the smallest MSE among multi-freq-ldpy's GRR,
+repetitions each when they differ. *public-parameter peer*: the oracle multi-freq-ldpy's
+ADP rule runs at the public (k, ε) (GRR or OUE; its number is that oracle's run in the
+cell). *best peer*: the smallest MSE among multi-freq-ldpy's GRR,
 OUE and SS (one uniformly sampled record per user, estimated as the library does: matrix
 inversion, clipped, renormalized), chosen after the fact; auto's MSE is that of its published
 simplex projection. *best peer / auto*: the gain (above 1: auto better), ± two standard
