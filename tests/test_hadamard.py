@@ -276,18 +276,23 @@ def test_users_who_differ_fall_back_to_the_oracle():
 
 def test_the_spread_rule_charges_only_the_excess_beyond_its_noise():
     """Users alike show an excess outside share of N(0, sd²): up to 2 sd (Z_PRICE) it is
-    noise, neither charged nor a reason to fall back (charging beyond one sd sent 1 run
-    in 25 at k = 8, m = 1000, ε = 2 to the fallback, at 70× the error); an excess the
-    test resolves is charged and falls back; the prediction's limit is the rule's own; a
-    priced excess widens the intervals."""
+    noise and no reason to fall back (pricing it beyond one sd sent 1 run in 25 at k = 8,
+    m = 1000, ε = 2 to the fallback, at 70× the error); the intervals are charged the
+    excess beyond one sd (Z_CHARGE: users who differ a little are clamped more than the
+    model says); an excess the test resolves falls back; the prediction's limit is the
+    rule's own."""
     plan = compile_query(QuerySpec(kind="distribution", epsilon=1.0, users=100_000,
                                    samples=1000, dim=8, method="hadamard", stage1_share=0.3))
     m = plan.method
     prev = {"outside_alike": 0.0, "window_mse": 5e-6}
     sd, fallback = 0.016, 5e-5
     ok, info = m.decide(plan, prev, 2.2 * sd, sd, 3500, fallback)
-    assert ok and info["priced_excess"] == pytest.approx(0.2 * sd)
-    assert m.decide(plan, prev, 1.9 * sd, sd, 3500, fallback)[1]["priced_excess"] == 0.0
+    assert ok and info["priced_excess"] == pytest.approx(1.2 * sd)  # the intervals' charge
+    assert info["window_mse"] == pytest.approx(5e-6 + float(np.sum(m._excess_bias2(
+        plan, 0.2 * sd))))  # the choice's price: beyond two sd
+    ok, info = m.decide(plan, prev, 1.9 * sd, sd, 3500, fallback)
+    assert ok and info["window_mse"] == 5e-6 and info["priced_excess"] == pytest.approx(0.9 * sd)
+    assert m.decide(plan, prev, 0.5 * sd, sd, 3500, fallback)[1]["priced_excess"] == 0.0
     assert not m.decide(plan, prev, 2.9 * sd, sd, 3500, fallback)[0]
     limit = excess_limit(sd, 5e-6, fallback, float(np.sum(m._excess_bias2(plan, 1.0))))
     assert 2.2 * sd < limit < 2.9 * sd
