@@ -6,6 +6,7 @@ oracle — against the real one-record peers, on users alike, users who differ a
     python bench/frontier.py --distribution --quick            # a few cells, 2 reps
     nice -n 10 python bench/frontier.py --distribution --reps 10   # the whole grid
     python bench/frontier.py --distribution --table            # rewrite the .md from the .json
+    python bench/frontier_distribution.py --model   # the spread rule's P(fallback), no runs
 
 Grid: k ∈ {8, 32, 256} categories, m ∈ {10, 100, 1000} records per user, ε ∈ {0.5, 1, 2, 8},
 n = 10^5 users; populations (``bench/frontier.py``'s laws): *alike* — every record of every
@@ -325,6 +326,35 @@ devices, collector).
 """
 
 
+def model_table(n: int = N) -> str:
+    """The spread rule on the normal model of users alike (Zipf 1.1, no simulation): per
+    cell where auto runs method hadamard, the chance of a (false) fallback, the windows'
+    and the fallback's predicted errors, and the prediction over the windows' error — what
+    a cell's MSE / predicted reads while no repetition draws a fallback."""
+    from frontier import zipf
+
+    lines = ["| k | m | ε | auto | P(fallback) | windows' MSE | fallback's MSE | "
+             "prediction / windows' MSE |", "|---|---|---|---|---|---|---|---|"]
+    for k, m, eps in itertools.product(KS, MS, EPS):
+        plan = compile_query(QuerySpec(kind="distribution", epsilon=eps, users=n, samples=m,
+                                       dim=k))
+        K = next_pow2(k)
+        mean = hadamard_rows(zipf(k)[None], K)[0]
+        sv = np.maximum(1.0 / K - mean**2, 0.0)
+        if plan.spec.method != "hadamard":
+            lines.append(f"| {k} | {m} | {eps:g} | {plan.spec.method} | – | – | – | – |")
+            continue
+        w, fb, p = plan.method.outcomes(plan, sv, sv / m, mean)
+        if w is None:
+            lines.append(f"| {k} | {m} | {eps:g} | hadamard (never windows) | 1 | – | "
+                         f"{fb.sum():.3g} | – |")
+            continue
+        pred = p * w.sum() + (1 - p) * fb.sum()
+        lines.append(f"| {k} | {m} | {eps:g} | hadamard | {1 - p:.4f} | {w.sum():.3g} | "
+                     f"{fb.sum():.3g} | {pred / w.sum():.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
@@ -336,7 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", nargs="+", type=float, default=list(EPS))
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--table", action="store_true", help="only rewrite the .md from --out")
+    ap.add_argument("--model", action="store_true",
+                    help="only print the spread rule's P(fallback) on users alike (no runs)")
     a = ap.parse_args(argv)
+    if a.model:
+        print(model_table(a.users))
+        return 0
     out = Path(a.out)
     if a.quick:
         a.reps, a.users, a.ks, a.ms, a.eps = 2, 20_000, [8], [100], [1.0]
