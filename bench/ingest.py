@@ -84,22 +84,28 @@ def _pg_bin(name: str) -> str:
 class LocalPostgres:
     port: int
 
-    def new_database(self) -> str:
+    def new_database(self, name: str | None = None) -> str:
+        """A new database (``name``: this one, kept if it exists already)."""
         import psycopg
 
-        name = "b_" + uuid.uuid4().hex[:10]
         with psycopg.connect(f"host=127.0.0.1 port={self.port} user=uldp dbname=postgres",
                              autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
+            if name is None or not c.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                             (name,)).fetchone():
+                name = name or "b_" + uuid.uuid4().hex[:10]
+                c.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql+psycopg://uldp@127.0.0.1:{self.port}/{name}"
 
 
 @contextlib.contextmanager
-def local_postgres(durable: bool = True, settings: dict[str, str] | None = None
-                   ) -> Iterator[LocalPostgres]:
+def local_postgres(durable: bool = True, settings: dict[str, str] | None = None,
+                   keep: Path | None = None) -> Iterator[LocalPostgres]:
     """initdb + pg_ctl start on a free loopback port (as user postgres when root);
-    ``settings``: more server settings (name -> value)."""
-    root = Path(tempfile.mkdtemp(prefix="uldp-bench-pg-"))
+    ``settings``: more server settings (name -> value). ``keep``: the cluster's directory,
+    created if missing and kept (stopped) afterwards, so a big database is loaded once and
+    closed many times (delete the directory to free the disk)."""
+    root = Path(tempfile.mkdtemp(prefix="uldp-bench-pg-")) if keep is None else keep
+    root.mkdir(parents=True, exist_ok=True)
     prefix: list[str] = []
     if os.geteuid() == 0:
         pwd.getpwnam("postgres")
@@ -109,8 +115,9 @@ def local_postgres(durable: bool = True, settings: dict[str, str] | None = None
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     data = root / "data"
-    subprocess.run([*prefix, _pg_bin("initdb"), "-D", str(data), "-U", "uldp",
-                    "--auth=trust", "-E", "UTF8"], check=True, capture_output=True)
+    if not (data / "PG_VERSION").exists():
+        subprocess.run([*prefix, _pg_bin("initdb"), "-D", str(data), "-U", "uldp",
+                        "--auth=trust", "-E", "UTF8"], check=True, capture_output=True)
     opts = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200 "
             f"-c shared_buffers=256MB -c fsync={'on' if durable else 'off'} "
             "-c synchronous_commit=on"
@@ -122,7 +129,8 @@ def local_postgres(durable: bool = True, settings: dict[str, str] | None = None
     finally:
         subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w",
                         "stop"], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _postgres_cpu(port: int | None = None) -> float:

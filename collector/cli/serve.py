@@ -223,6 +223,7 @@ def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None
         shuffler_ca=Path(a.shuffler_ca) if a.shuffler_ca else None,
         shuffler_name=a.shuffler_name, connections=connections,
         grpc_front=getattr(a, "grpc_front", "on") == "on",
+        grpc_front_relay=getattr(a, "grpc_front_relay", "threads"),
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
                         commit_linger_ms=a.commit_linger_ms,
                         allow_simulated=a.allow_simulated,
@@ -478,6 +479,12 @@ def add_serve_parser(sc: Any) -> None:
                         "evicted for new ones, per-address caps (docs/operations.md, "
                         "'Connections and descriptors'); off: grpc-core listens on the port "
                         "itself (env ULDP_GRPC_FRONT; default on)")
+    s.add_argument("--grpc-front-relay", choices=("threads", "loop"),
+                   default=env("ULDP_GRPC_FRONT_RELAY", "threads") or "threads",
+                   help="how the front copies an admitted (proven) connection's bytes: "
+                        "threads — two blocking threads per connection, no event-loop turn "
+                        "per chunk (least CPU per report); loop — on the front's event loop "
+                        "(env ULDP_GRPC_FRONT_RELAY; default threads)")
     _tuning_flags(s)
     _close_flags(s)
     _odometer_flags(s)

@@ -75,9 +75,18 @@ SWEEP_S = 0.5
 LOG_EVERY_S = 10.0
 _TLS_HANDSHAKE, _TLS_APPLICATION_DATA = 22, 23
 CHUNK = 65536
+#: how a proven connection's bytes are copied: ``threads`` — two threads of its own, each
+#: a blocking ``recv_into`` / ``sendall`` loop (no event-loop turn, no Python callback per
+#: chunk); ``loop`` — on the front's event loop like a connection still handshaking
+RELAYS = ("threads", "loop")
+#: a relay thread's stack (it holds a few frames): a proven connection costs 2 × this of
+#: address space, not 2 × 8 MiB
+RELAY_STACK = 256 * 1024
 
 #: the front's thread, also as the operating system names it (``top -H``, /proc)
 THREAD = "uldp-grpc-front"
+#: a proven connection's relay threads (``RELAYS``)
+RELAY_THREAD = "uldp-grpc-relay"
 
 #: grpc-core's name of a front connection (``unix-abstract:uldp-front-...``) -> the
 #: client's address (``ipv4:203.0.113.5:40112``)
@@ -130,6 +139,9 @@ class _Conn:
     skip: int = 0
     closing: bool = False  # one side ended: close once the other's bytes are written
     gone: bool = False
+    #: handed to relay threads (:meth:`GrpcFront._relay`): the loop no longer watches it
+    relayed: bool = False
+    pumps: int = 0
 
 
 def _name_os_thread(name: str) -> None:
@@ -156,8 +168,13 @@ class GrpcFront:
 
     def __init__(self, host: str, port: int, inner: str, limits: FrontLimits, *,
                  loop: asyncio.AbstractEventLoop | None = None,
-                 reuse_port: bool = False) -> None:
+                 reuse_port: bool = False, relay: str = "threads") -> None:
+        if relay not in RELAYS:
+            raise ValueError(f"relay must be one of {', '.join(RELAYS)}, got {relay!r}")
         self.limits = limits
+        #: how a proven connection's bytes are copied (:data:`RELAYS`)
+        self.relay = relay
+        self._relay_lock = threading.Lock()
         #: grpc-core's listening socket: an abstract unix socket (:func:`inner_address`)
         self.inner = "\0" + inner
         self._names = itertools.count()
@@ -189,6 +206,7 @@ class GrpcFront:
         self._last_log = time.monotonic()
         self._sweep: asyncio.TimerHandle | None = None
         self._paused = False
+        self._stopped = False
 
     # ---- life cycle (any thread) ------------------------------------------------------
     def start(self) -> None:
@@ -202,6 +220,10 @@ class GrpcFront:
         self.loop.run_forever()
 
     def stop(self) -> None:
+        """Close the port and every connection (again: nothing)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._call(self._stop)
         if self._own_loop:
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -298,6 +320,7 @@ class GrpcFront:
         if c.stage == HANDSHAKE:
             self._scan(c, data)
         self._send(c, c.up, c.to_up, data, reading=c.sock)  # type: ignore[arg-type]
+        self._maybe_relay(c)
 
     def _opening(self, c: _Conn, data: bytes) -> None:
         c.head += data
@@ -399,6 +422,63 @@ class GrpcFront:
                 del self.by_key[c.key]
         self.proven.add(c)
 
+    # ---- relaying a proven connection in threads of its own -------------------------------
+    def _maybe_relay(self, c: _Conn) -> None:
+        if (c.stage == PROVEN and c.connected and self.relay == "threads" and not c.gone
+                and not c.closing and not c.relayed):
+            self._relay(c)
+
+    def _relay(self, c: _Conn) -> None:
+        """Hand a proven connection to two threads (one per direction), each with the bytes
+        the loop still owed its side: the loop never touches it again, except to end it
+        (:meth:`_close` shuts its sockets down, which wakes the threads)."""
+        up = c.up
+        assert up is not None
+        for sk in (c.sock, up):
+            self.loop.remove_reader(sk)
+            self.loop.remove_writer(sk)
+            sk.setblocking(True)
+        c.relayed = True
+        c.pumps = 2
+        owed_up, owed_client = bytes(c.to_up), bytes(c.to_client)
+        c.to_up.clear()
+        c.to_client.clear()
+        with self._relay_lock:
+            old = threading.stack_size(RELAY_STACK)
+            try:
+                for src, dst, owed in ((c.sock, up, owed_up), (up, c.sock, owed_client)):
+                    threading.Thread(target=self._pump, args=(c, src, dst, owed),
+                                     name=RELAY_THREAD, daemon=True).start()
+            finally:
+                threading.stack_size(old)
+
+    def _pump(self, c: _Conn, src: socket.socket, dst: socket.socket, owed: bytes) -> None:
+        """Copy ``src`` to ``dst`` until either ends (a relay thread); the last of the two
+        closes the sockets and tells the loop."""
+        _name_os_thread(RELAY_THREAD)
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        try:
+            if owed:
+                dst.sendall(owed)
+            recv, send = src.recv_into, dst.sendall
+            while n := recv(buf):
+                send(view[:n])
+        except OSError:
+            pass
+        finally:
+            for sk in (src, dst):  # wakes the other direction's thread
+                with contextlib.suppress(OSError):
+                    sk.shutdown(socket.SHUT_RDWR)
+            with self._relay_lock:
+                c.pumps -= 1
+                last = c.pumps == 0
+            if last:
+                src.close()
+                dst.close()
+                with contextlib.suppress(RuntimeError):  # the loop is gone (stopped)
+                    self.loop.call_soon_threadsafe(self._close, c)
+
     # ---- grpc-core's side ---------------------------------------------------------------
     def _on_connected(self, c: _Conn) -> None:
         up = c.up
@@ -417,6 +497,7 @@ class GrpcFront:
         pending = bytes(c.to_up)
         c.to_up.clear()
         self._send(c, up, c.to_up, pending, reading=c.sock)
+        self._maybe_relay(c)
 
     def _on_upstream(self, c: _Conn) -> None:
         assert c.up is not None
@@ -499,6 +580,10 @@ class GrpcFront:
         c.gone = True
         for s in (c.sock, c.up):
             if s is None:
+                continue
+            if c.relayed:  # its threads close it once they are out of their calls
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
                 continue
             try:
                 self.loop.remove_reader(s)
