@@ -30,11 +30,14 @@ is a :class:`GrpcFront`, and grpc-core listens on a loopback port behind it:
   :func:`peer_of` gives a servicer the client's address instead (the per-address
   enrolment limit, logs).
 
-The bytes of a forwarded connection pass through the front's event loop (the collector
-runs it in a thread of its own): one ``recv`` and one ``send`` per chunk and direction,
-with back-pressure (a side whose peer has more than :data:`HIGH_WATER` bytes unsent is
-not read). ``bench/connection_flood.py --overhead`` measures the CPU it adds per
-report.
+The bytes of a connection in its handshake pass through the front's event loop (the
+collector runs it in a thread of its own): one ``recv`` and one ``send`` per chunk and
+direction, with back-pressure (a side whose peer has more than :data:`HIGH_WATER` bytes
+unsent is not read). A proven connection is never evicted, so the loop hands it to two
+threads of its own (``relay="threads"``, the default): each a blocking ``recv_into`` /
+``sendall`` loop for one direction — no selector wake-up, callback or buffer object per
+chunk, and the kernel's own back-pressure. ``relay="loop"`` keeps it on the loop.
+``bench/connection_flood.py --overhead`` measures the CPU each adds per report.
 """
 
 from __future__ import annotations
@@ -79,9 +82,6 @@ CHUNK = 65536
 #: a blocking ``recv_into`` / ``sendall`` loop (no event-loop turn, no Python callback per
 #: chunk); ``loop`` — on the front's event loop like a connection still handshaking
 RELAYS = ("threads", "loop")
-#: a relay thread's stack (it holds a few frames): a proven connection costs 2 × this of
-#: address space, not 2 × 8 MiB
-RELAY_STACK = 256 * 1024
 
 #: the front's thread, also as the operating system names it (``top -H``, /proc)
 THREAD = "uldp-grpc-front"
@@ -443,14 +443,9 @@ class GrpcFront:
         owed_up, owed_client = bytes(c.to_up), bytes(c.to_client)
         c.to_up.clear()
         c.to_client.clear()
-        with self._relay_lock:
-            old = threading.stack_size(RELAY_STACK)
-            try:
-                for src, dst, owed in ((c.sock, up, owed_up), (up, c.sock, owed_client)):
-                    threading.Thread(target=self._pump, args=(c, src, dst, owed),
-                                     name=RELAY_THREAD, daemon=True).start()
-            finally:
-                threading.stack_size(old)
+        for src, dst, owed in ((c.sock, up, owed_up), (up, c.sock, owed_client)):
+            threading.Thread(target=self._pump, args=(c, src, dst, owed),
+                             name=RELAY_THREAD, daemon=True).start()
 
     def _pump(self, c: _Conn, src: socket.socket, dst: socket.socket, owed: bytes) -> None:
         """Copy ``src`` to ``dst`` until either ends (a relay thread); the last of the two
