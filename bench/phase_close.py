@@ -25,7 +25,7 @@ process's resident memory during the close (sampled from /proc). Each (case, siz
 in a process of its own.
 
 Run the big cases under ``nice -n 10``; a 10^8-report PostgreSQL database takes ~25 GB
-of disk (the bench deletes it).
+of disk (the bench deletes it; with ``--keep DIR`` it stays in DIR, ~21 GB, until DIR is deleted).
 """
 
 from __future__ import annotations
