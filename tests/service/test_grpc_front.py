@@ -238,3 +238,8 @@ def test_a_servicer_sees_the_clients_address_behind_the_front(start_collector, m
         (front_end, client), = grpc_front._PEERS.items()
     line, = [r.getMessage() for r in caplog.records if "undecodable" in r.getMessage()]
     assert f"from {client} " in line and front_end not in line, (line, front_end)
+
+
+def test_an_unknown_relay_is_refused_before_the_port_is_bound():
+    with pytest.raises(ValueError, match="relay must be one of threads, loop"):
+        GrpcFront("127.0.0.1", 0, "x", FrontLimits(), relay="splice")
