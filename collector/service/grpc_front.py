@@ -59,8 +59,9 @@ from typing import Any
 
 from uldp.collector.service.connections import defer_accept
 from uldp.collector.service.enrolment import peer_key
+from uldp.collector.service.grpc_relay import RELAY_THREAD, name_os_thread, relay
 
-__all__ = ["FrontLimits", "GrpcFront", "inner_address", "peer_of"]
+__all__ = ["RELAYS", "RELAY_THREAD", "FrontLimits", "GrpcFront", "inner_address", "peer_of"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -85,8 +86,6 @@ RELAYS = ("threads", "loop")
 
 #: the front's thread, also as the operating system names it (``top -H``, /proc)
 THREAD = "uldp-grpc-front"
-#: a proven connection's relay threads (``RELAYS``)
-RELAY_THREAD = "uldp-grpc-relay"
 
 #: grpc-core's name of a front connection (``unix-abstract:uldp-front-...``) -> the
 #: client's address (``ipv4:203.0.113.5:40112``)
@@ -141,16 +140,6 @@ class _Conn:
     gone: bool = False
     #: handed to relay threads (:meth:`GrpcFront._relay`): the loop no longer watches it
     relayed: bool = False
-    pumps: int = 0
-
-
-def _name_os_thread(name: str) -> None:
-    """Name the calling thread for the OS (Linux ``prctl(PR_SET_NAME)``; Python 3.11 names
-    threads for itself only); nothing elsewhere."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
 
 
 def _grpc_peer(addr: Any) -> str:
@@ -174,7 +163,6 @@ class GrpcFront:
         self.limits = limits
         #: how a proven connection's bytes are copied (:data:`RELAYS`)
         self.relay = relay
-        self._relay_lock = threading.Lock()
         #: grpc-core's listening socket: an abstract unix socket (:func:`inner_address`)
         self.inner = "\0" + inner
         self._names = itertools.count()
@@ -216,7 +204,7 @@ class GrpcFront:
         self._call(self._start)
 
     def _run(self) -> None:
-        _name_os_thread(THREAD)
+        name_os_thread(THREAD)
         self.loop.run_forever()
 
     def stop(self) -> None:
@@ -429,9 +417,9 @@ class GrpcFront:
             self._relay(c)
 
     def _relay(self, c: _Conn) -> None:
-        """Hand a proven connection to two threads (one per direction), each with the bytes
-        the loop still owed its side: the loop never touches it again, except to end it
-        (:meth:`_close` shuts its sockets down, which wakes the threads)."""
+        """Hand a proven connection, with the bytes the loop still owed each side, to
+        :func:`~uldp.collector.service.grpc_relay.relay`: the loop never touches it again,
+        except to end it (:meth:`_close` shuts its sockets down)."""
         up = c.up
         assert up is not None
         for sk in (c.sock, up):
@@ -439,40 +427,14 @@ class GrpcFront:
             self.loop.remove_writer(sk)
             sk.setblocking(True)
         c.relayed = True
-        c.pumps = 2
         owed_up, owed_client = bytes(c.to_up), bytes(c.to_client)
         c.to_up.clear()
         c.to_client.clear()
-        for src, dst, owed in ((c.sock, up, owed_up), (up, c.sock, owed_client)):
-            threading.Thread(target=self._pump, args=(c, src, dst, owed),
-                             name=RELAY_THREAD, daemon=True).start()
 
-    def _pump(self, c: _Conn, src: socket.socket, dst: socket.socket, owed: bytes) -> None:
-        """Copy ``src`` to ``dst`` until either ends (a relay thread); the last of the two
-        closes the sockets and tells the loop."""
-        _name_os_thread(RELAY_THREAD)
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        try:
-            if owed:
-                dst.sendall(owed)
-            recv, send = src.recv_into, dst.sendall
-            while n := recv(buf):
-                send(view[:n])
-        except OSError:
-            pass
-        finally:
-            for sk in (src, dst):  # wakes the other direction's thread
-                with contextlib.suppress(OSError):
-                    sk.shutdown(socket.SHUT_RDWR)
-            with self._relay_lock:
-                c.pumps -= 1
-                last = c.pumps == 0
-            if last:
-                src.close()
-                dst.close()
-                with contextlib.suppress(RuntimeError):  # the loop is gone (stopped)
-                    self.loop.call_soon_threadsafe(self._close, c)
+        def done() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone (stopped)
+                self.loop.call_soon_threadsafe(self._close, c)
+        relay(c.sock, up, owed_up, owed_client, done)
 
     # ---- grpc-core's side ---------------------------------------------------------------
     def _on_connected(self, c: _Conn) -> None:
