@@ -50,12 +50,13 @@ from uldp.collector.shuffler.launch import make_shuffle_pki, start_shuffler_proc
 from uldp.collector.simulation.demo import _stop, start_shuffled_collector
 
 
-def _deploy(work: Path, max_batch: int) -> dict[str, Any]:
+def _deploy(work: Path, max_batch: int, parts: int) -> dict[str, Any]:
     sp = make_shuffle_pki(work)
     col, port, intake = start_shuffled_collector(work, sp)
     sh, sport = start_shuffler_process(work, sp, f"127.0.0.1:{intake}",
                                        extra=["--min-batch", "100", "--linger", "2",
-                                              "--max-batch", str(max_batch)])
+                                              "--max-batch", str(max_batch),
+                                              "--batch-parts", str(parts)])
     return {"sp": sp, "procs": [sh, col], "collector": Endpoint(f"127.0.0.1:{port}", sp.ca),
             "shuffler": Endpoint(f"127.0.0.1:{sport}", sp.ca)}
 
@@ -182,9 +183,10 @@ def _open_us(prep: dict[str, Any], work: Path) -> float:
     return (time.perf_counter() - t0) / len(sample) * 1e6
 
 
-def run(n: int, batch: int, threads: int, max_batch: int = 50_000) -> dict[str, Any]:
+def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 4
+        ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="uldp-bench-shuffle-"))
-    d = _deploy(work, max_batch)
+    d = _deploy(work, max_batch, parts)
     try:
         prep = _prepare(d, n, batch)
         toks = prep["tokens"]
@@ -218,6 +220,7 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000) -> dict[str, 
         cpu_shuffled = (_cpu_s(col.pid) - c0, _cpu_s(sh.pid) - s0, time.process_time() - b0,
                         opener)
         return {"devices": n, "batch": batch, "threads": threads, "max_batch": max_batch,
+                "batch_parts": parts,
                 "direct_rps": n / t_direct, "shuffler_ingest_rps": n / t_ingest,
                 "shuffled_e2e_rps": n / t_e2e, "e2e_seconds": t_e2e,
                 "seal_us": prep["seal_us"], "open_us": _open_us(prep, work),
@@ -236,14 +239,19 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=50_000,
                     help="the shuffler's --max-batch: smaller batches are forwarded (and "
                          "opened) while reports still arrive")
+    ap.add_argument("--batch-parts", type=int, default=4,
+                    help="the shuffler's --batch-parts: a cell goes out in about this many "
+                         "batches (1: one batch once the cell is complete)")
     ap.add_argument("--out", default=None, help="write the markdown table here too")
     a = ap.parse_args()
-    r = run(a.devices, a.batch_size, a.threads, a.max_batch)
+    r = run(a.devices, a.batch_size, a.threads, a.max_batch, a.batch_parts)
     table = "\n".join([
         f"Shuffle mode throughput, {r['devices']} devices, batch calls of {r['batch']} "
-        f"reports from {r['threads']} threads, shuffler --max-batch {r['max_batch']}, "
+        f"reports from {r['threads']} threads, shuffler --max-batch {r['max_batch']} "
+        f"--batch-parts {r['batch_parts']}, "
         "loopback TLS, SQLite (WAL, synchronous=FULL) on both sides "
-        f"(`python bench/shuffle_throughput.py --max-batch {r['max_batch']}`).", "",
+        f"(`python bench/shuffle_throughput.py --devices {r['devices']} --max-batch "
+        f"{r['max_batch']} --batch-parts {r['batch_parts']}`).", "",
         "| path | reports/s | what an OK means |", "|---|---|---|",
         f"| direct: SubmitReportBatch → collector | {r['direct_rps']:,.0f} | committed at "
         "the collector |",

@@ -332,6 +332,15 @@ class ShufflerStore:
                 "FROM buckets WHERE count > 0").fetchall()
         return [Bucket(*r) for r in rows]
 
+    def pending(self, b: Bucket) -> int:
+        """The unbatched reports of ``b``'s bucket now (``b`` may be an older snapshot)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count FROM buckets WHERE query_id = ? AND phase = ? AND grp = ? AND "
+                "stage = ? AND task_digest = ?",
+                (b.query_id, b.phase, b.group, b.stage, b.task_digest)).fetchone()
+        return int(row[0]) if row is not None else 0
+
     def _bucket_where(self, b: Bucket) -> tuple[str, tuple[object, ...]]:
         return ("batch_id IS NULL AND query_id = ? AND phase = ? AND grp = ? AND stage = ? "
                 "AND task_digest = ?", (b.query_id, b.phase, b.group, b.stage, b.task_digest))
