@@ -46,6 +46,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 __all__ = ["FORGOTTEN", "Bucket", "DrawnBatch", "ShufflerStore", "Submission",
@@ -117,14 +118,14 @@ class Submission:
     slot: int
     subject: bytes | None = None  # subject_hash of the attested subject, if any
 
-    @property
+    @cached_property
     def digest(self) -> bytes:
         q = self.query_id.encode()
         return hashlib.sha256(struct.pack(">I", len(q)) + q + struct.pack(
             ">III", self.phase, self.group, self.stage) + self.task_digest.encode()
             + self.sealed).digest()
 
-    @property
+    @cached_property
     def sealed_hash(self) -> bytes:
         return hashlib.sha256(self.sealed).digest()
 
