@@ -247,12 +247,8 @@ def register(subparsers: Any) -> None:
                         "it holds twice the minimum (the last batch keeps at least it)")
     s.add_argument("--max-batch", type=positive_int, default=50_000,
                    help="at most this many reports per batch (default 50000)")
-    s.add_argument("--batch-parts", type=positive_int, default=4,
-                   help="forward a cell in about this many batches, each of at least "
-                        "1/parts of the devices the query placed in it (default 4: the "
-                        "collector opens the first while the rest arrive; the stated ε "
-                        "counts the smallest batch, about 2x one whole-cell shuffle's; 1: "
-                        "one batch per cell, once complete)")
+    s.add_argument("--batch-parts", type=positive_int, default=4, help="forward a cell in "
+                   "~this many batches (default 4; 1: one per cell; docs/privacy.md §7)")
     s.add_argument("--linger", type=positive_float, default=2.0,
                    help="forward a bucket once quiet this many seconds (default 2)")
     s.add_argument("--deadline-margin", type=positive_float, default=5.0,
