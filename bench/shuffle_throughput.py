@@ -217,6 +217,9 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 
         t_e2e = time.perf_counter() - t0
         _wait_done(work, "shuffled")
         opener = sum(_cpu_s(int(p)) - o0.get(p, 0.0) for p in _children(col.pid))
+        an = AnalystClient(d["collector"], (d["sp"].pki.directory / "admin.token").read_text())
+        privacy = json.loads(an.result("shuffled").estimate_json)["privacy"]
+        an.close()
         cpu_shuffled = (_cpu_s(col.pid) - c0, _cpu_s(sh.pid) - s0, time.process_time() - b0,
                         opener)
         return {"devices": n, "batch": batch, "threads": threads, "max_batch": max_batch,
@@ -224,6 +227,11 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 
                 "direct_rps": n / t_direct, "shuffler_ingest_rps": n / t_ingest,
                 "shuffled_e2e_rps": n / t_e2e, "e2e_seconds": t_e2e,
                 "seal_us": prep["seal_us"], "open_us": _open_us(prep, work),
+                "central_epsilon": privacy["central_epsilon"], "delta": privacy["delta"],
+                "local_epsilon": privacy["local_epsilon"],
+                "mechanism": privacy["cells"][0]["mechanism"],
+                "batches": [c["batches"] for c in privacy["cells"]],
+                "smallest_batch": min(c["smallest_batch"] for c in privacy["cells"]),
                 "cpu_us": {"direct": [x / n * 1e6 for x in cpu_direct],
                            "shuffled": [x / n * 1e6 for x in cpu_shuffled]}}
     finally:
@@ -261,6 +269,10 @@ def main() -> None:
         f"{r['shuffled_e2e_rps']:,.0f} | every report stored at the collector "
         f"({r['e2e_seconds']:.1f} s for all; {r['shuffled_e2e_rps'] / r['direct_rps']:.2f}× "
         "direct) |", "",
+        f"Stated guarantee of the shuffled query ({r['mechanism']}, local ε0 = "
+        f"{r['local_epsilon']:g}, δ = {r['delta']:g}): central ε = "
+        f"{r['central_epsilon']:.4f} from its smallest batch of {r['smallest_batch']} "
+        f"({sum(r['batches'])} batches).", "",
         f"Per report, in process: sealing (device, HPKE X25519/HKDF-SHA256/ChaCha20-Poly1305)"
         f" {r['seal_us']:.0f} µs, opening (collector) {r['open_us']:.0f} µs.", "",
         "CPU per report (µs, user + system, from /proc, each path until its query is closed "
