@@ -108,7 +108,7 @@ class ShufflerServer:
         self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
         self.forwarder = Forwarder(self.store, self.link, cfg.shuffle, verifier_name=name)
         self.servicer = ShufflerServicer(self.store, tickets, self.link, verifier, name,
-                                         on_admit=self.forwarder.wake)
+                                         on_admit=self.forwarder.admitted)
         add_service(self.server, self.servicer, _SERVICE, batch_cap=MAX_SEALED_BATCH,
                     who="shuffler")
         self.metrics = ShufflerMetrics(self.store, self.servicer, self.forwarder, self.link)

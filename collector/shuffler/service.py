@@ -27,8 +27,9 @@ uniform order, OS CSPRNG; ``ShufflerStore.draw``) when
 * it holds at least ``2T`` and has been quiet for ``linger_s``: it draws all but ``T``;
 
 with ``T`` = max(``--min-batch``, the query's minimum batch). The forwarder is woken by
-every call that admits a report (and by every answered batch), so a batch that is due is
-drawn and sent at once; ``tick_s`` bounds the wait otherwise. Holding ``T`` back means the
+every call that admits a report — the round runs in that call's thread when no other is
+running — and by every answered batch, so a batch that is due is drawn and sent at once;
+``tick_s`` bounds the wait otherwise. Holding ``T`` back means the
 last reports of a cell always make a batch of at least ``T`` — which is why a cell is
 forwarded before it is complete only once it holds ``2T``. A cell is *complete* when no
 more reports can come: the shuffler has admitted as many as the query placed devices in
@@ -349,6 +350,7 @@ class Forwarder:
         self.verifier_name = verifier_name  # the enrolment check of the admitted reports
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by wake(): tick now, not at the next tick_s
+        self._tick_lock = threading.Lock()  # one round (draws and sends) at a time
         self._thread = threading.Thread(target=self._loop, name="uldp-forwarder", daemon=True)
         self._senders = ThreadPoolExecutor(max(1, config.senders),
                                            thread_name_prefix="uldp-forward")
@@ -384,9 +386,29 @@ class Forwarder:
                 log.exception("forwarder tick")
             self._stop.wait(min(self.config.tick_s, MIN_TICK_GAP_S))  # bounded rate
 
+    def admitted(self) -> None:
+        """Reports were just admitted (called in the admitting call's thread): draw and
+        start sending what became due now, in this thread — the forwarder's own thread
+        would wait for the store behind the next admissions — unless a round is running
+        already (then the forwarder runs another right after it)."""
+        if self._stop.is_set() or not self._tick_lock.acquire(blocking=False):
+            self._wake.set()
+            return
+        try:
+            self._round(False)
+        except Exception:  # the device's call is answered regardless
+            log.exception("forwarder round after an admission")
+        finally:
+            self._tick_lock.release()
+
     def tick(self, wait: bool = False) -> None:
         """One round: draw what is due, then start sending the batches not yet answered
-        (at most ``senders`` at once; ``wait``: until those are answered)."""
+        (at most ``senders`` at once; ``wait``: until those are answered). One round at
+        a time (the draws read the counts they keep T back from)."""
+        with self._tick_lock:
+            self._round(wait)
+
+    def _round(self, wait: bool) -> None:
         for b in self.store.buckets():
             self._consider(b)
         with self._lock:

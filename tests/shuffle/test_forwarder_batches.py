@@ -88,19 +88,19 @@ def test_a_cell_goes_out_in_parts_while_it_arrives(tmp_path, parts, arrivals, wa
         store.close()
 
 
-def test_an_admission_wakes_the_forwarder(tmp_path):
+def test_an_admission_draws_and_sends_at_once(tmp_path):
     """With a tick of an hour, a cell completed by a call is forwarded at once."""
     store = ShufflerStore(tmp_path / "s.db")
     link = _Link(T)
     fwd = Forwarder(store, link, ShufflerConfig(min_batch=2, tick_s=3600.0))  # type: ignore[arg-type]
     servicer = ShufflerServicer(store, TicketKey.generate(), link,  # type: ignore[arg-type]
-                                on_admit=fwd.wake)
+                                on_admit=fwd.admitted)
     fwd.start()
     try:
         items = [Admission(Submission("q", 1, 0, 0, DIGEST, os.urandom(57), s), T)
                  for s in range(T)]
         servicer._store(items)
-        assert link.stub.sent.wait(20), "the admission did not wake the forwarder"
+        assert link.stub.sent.wait(20), "the admission did not draw and send the complete cell"
         assert link.stub.sizes == [T]
     finally:
         fwd.stop()
