@@ -1,7 +1,8 @@
 """Benchmark: report throughput through the shuffler (shuffle mode) next to the direct path.
 
     python bench/shuffle_throughput.py [--devices 20000] [--batch-size 500] [--threads 4]
-                                       [--max-batch 50000] [--out bench/results/shuffle.md]
+                                       [--max-batch 50000] [--batch-parts 4]
+                                       [--out bench/results/shuffle.md]
 
 Real processes on loopback, TLS everywhere, SQLite (WAL, synchronous=FULL) on both sides:
 a ``uldp collector serve`` with its shuffler port (mutual TLS) and a ``uldp shuffler
