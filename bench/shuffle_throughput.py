@@ -248,7 +248,7 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=50_000,
                     help="the shuffler's --max-batch: smaller batches are forwarded (and "
                          "opened) while reports still arrive")
-    ap.add_argument("--batch-parts", type=int, default=4,
+    ap.add_argument("--batch-parts", type=int, default=1,
                     help="the shuffler's --batch-parts: a cell goes out in about this many "
                          "batches (1: one batch once the cell is complete)")
     ap.add_argument("--out", default=None, help="write the markdown table here too")

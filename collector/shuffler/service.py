@@ -85,11 +85,11 @@ TEST_PAUSE_ENV = "ULDP_TEST_FORWARD_PAUSE_S"
 #: items of a SubmitSealedBatch, at most (counted in the bytes before decoding)
 MAX_SEALED_BATCH = MAX_BATCH_ITEMS
 
-#: the default ``--batch-parts``: a cell's batches hold at least a quarter of the devices
-#: placed in it, so its first batches are opened while the rest still arrive, and the
-#: stated ε (counted on the smallest batch) stays within about 2× of one whole-cell
-#: shuffle's (the bounds scale as 1/√n)
-DEFAULT_BATCH_PARTS = 4
+#: the default ``--batch-parts``: one batch per cell, the smallest stated ε (the
+#: collector opens nothing until the cell is complete). ``--batch-parts 4`` lets the first
+#: batches be opened while the rest still arrive, at about 2× the stated ε (the bounds scale
+#: as 1/√n); docs/privacy.md §7 "Batch sizes"
+DEFAULT_BATCH_PARTS = 1
 
 #: the forwarder ticks at most this often when woken by admissions (seconds)
 MIN_TICK_GAP_S = 0.02
