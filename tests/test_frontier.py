@@ -105,13 +105,17 @@ def test_auto_chooses_methods_and_mechanisms_from_public_parameters():
     assert many.spec.method == "two-stage-sized" and many.spec.stage1_share <= 0.3
     assert many.spec.randomizer == "adaptive"
     assert many.auto["runner_up"]["predicted"]["alike"] >= 3 * many.auto["predicted"]["alike"]
-    # without an assumption no window's clamping is bounded for all users: ssl
+    # without an assumption no window's clamping is bounded for all users: no window
     assert plan(kind="mean", epsilon=1.0, samples=1000, objective="mse").spec.method == "ssl"
     one = plan(kind="mean", epsilon=0.5, samples=1)
     assert one.spec.method == "ssl" and one.spec.randomizer == "best"
-    # at large ε the randomizer's choice alone is worth a small stage I — when the
-    # analyst states that users are alike (without it: no two-stage risk)
-    assert plan(kind="mean", epsilon=8.0, samples=1).spec.method == "ssl"
+    # at large ε the randomizer's choice alone is worth a small stage I: without an
+    # assumption on the whole support (two-stage-adaptive: nothing clamped), with it a
+    # window too
+    free = plan(kind="mean", epsilon=8.0, samples=1)
+    assert free.spec.method == "two-stage-adaptive" and free.spec.randomizer == "adaptive"
+    assert free.auto["runner_up"]["method"] == "ssl"
+    assert free.auto["regret"] < free.auto["runner_up"]["regret"]
     assert plan(kind="mean", epsilon=8.0, samples=1,
                 assume="users-alike").spec.method == "two-stage-sized"
     # a few thousand users: stage I too weak at small ε

@@ -234,16 +234,11 @@ def objective_value(plan: Any, population: str, draws: int | None = AUTO_DRAWS) 
     return float(np.sum(mse))
 
 
-def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
-    """``ssl`` (each grouping mode, worst-case best randomizer) against ``two-stage-sized``
-    (each stage-I share of :data:`SIZED_SHARES`, best oracle, randomizer chosen from stage
-    I) by minimax regret over :data:`POPULATIONS`: every candidate's objective on each
-    reference population against the best candidate's there; the least largest ratio wins
-    (two-stage only by :data:`SIZED_MARGIN`). The reference populations are the cases a
-    rule from public values cannot tell apart — users alike (a narrow window pays), spread
-    over the support (stage I costs), at the ends (the randomizer chosen from stage I
-    pays) — and each prediction counts what stage I cannot rule out for all users
-    (``uldp.collector.methods.sized``)."""
+def _candidates(spec: Any, compile_fn: Any, alike: bool) -> list[tuple[str, Any]]:
+    """``_resolve_sized``'s candidates, named: ``ssl`` in each grouping mode, then the
+    two-stage method of the assumption (``two-stage-sized`` under ``users-alike``;
+    without one ``two-stage-adaptive`` for the 1-d mean, none for the vector kinds) with
+    each stage-I share of :data:`SIZED_SHARES`."""
     cands: list[tuple[str, Any]] = []
     for m in MODES:
         if m == "paper":
@@ -254,12 +249,14 @@ def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
         except ValueError:
             continue
     modes = ["default"] if spec.kind == "mean" else [m for m in MODES if m != "paper"]
-    alike = spec.assume == USERS_ALIKE
-    if not alike:  # no assumption: no two-stage risk (module docstring)
+    # no assumption: no window risk (module docstring), only the randomizer chosen from
+    # stage I on the whole support (``two-stage-adaptive``: nothing clamped)
+    sized = "two-stage-sized" if alike else "two-stage-adaptive"
+    if not alike and spec.kind != "mean":
         modes = []
     for mode in modes:  # (a 1-d mean has one grouping)
         for share in SIZED_SHARES:
-            c = replace(spec, method="two-stage-sized", mode=mode, oracle="best",
+            c = replace(spec, method=sized, mode=mode, oracle="best",
                         randomizer="adaptive", stage1_share=share)
             try:
                 plan = compile_fn(c)
@@ -268,7 +265,25 @@ def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
             if min(min(plan.stage_size(g, 1), plan.stage_size(g, 2))
                    for g in range(plan.n_groups)) < 2:
                 continue
-            cands.append((f"two-stage-sized/{mode}/{share:g}", plan))
+            cands.append((f"{sized}/{mode}/{share:g}", plan))
+    return cands
+
+
+def _resolve_sized(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
+    """``ssl`` (each grouping mode, worst-case best randomizer) against ``two-stage-sized``
+    (each stage-I share of :data:`SIZED_SHARES`, best oracle, randomizer chosen from stage
+    I) by minimax regret over :data:`POPULATIONS`: every candidate's objective on each
+    reference population against the best candidate's there; the least largest ratio wins
+    (two-stage only by :data:`SIZED_MARGIN`). The reference populations are the cases a
+    rule from public values cannot tell apart — users alike (a narrow window pays), spread
+    over the support (stage I costs), at the ends (the randomizer chosen from stage I
+    pays) — and each prediction counts what stage I cannot rule out for all users
+    (``uldp.collector.methods.sized``). Without an assumption the 1-d mean's two-stage
+    candidates are ``two-stage-adaptive`` (stage I chooses the randomizer only, stage II on
+    the whole support: no clamping, an interval valid for every population); other kinds
+    run ``ssl``."""
+    alike = spec.assume == USERS_ALIKE
+    cands = _candidates(spec, compile_fn, alike)
     pops = ALIKE_POPULATIONS if alike else POPULATIONS
     scores = {name: {p: objective_value(plan, p) for p in pops} for name, plan in cands}
     best = {p: min(sc[p] for sc in scores.values()) for p in pops}
