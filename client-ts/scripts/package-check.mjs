@@ -32,13 +32,15 @@ import * as esbuild from "esbuild";
 
 /** What a device without a shuffler may load for the README snippet (minified / gzip, KiB, the
  * sum over its chunks, each gzipped as it is served): a guard against regressions such as the
- * curve code back in the page's static imports (+40 KiB). Measured 80.6 / 29.5 (121.4 / 43.1
+ * curve code back in the page's static imports (+40 KiB). Measured 72.6 / 27.3 (121.4 / 43.1
  * before the sealing became lazy and the core dropped @noble; 82.2 / 29.8 before the computed
- * SHA-256 constants and the compact wire descriptor). The issue's aim, 60 / 20, is not reached:
- * what remains is the task rules, the device, every mechanism and kind, the codec and the
- * ledger, each needed by a device that may be sent any task (see the README). Lower it as bytes
- * go; raise it only with a reason in the commit. */
-const BUDGET = { minified: 82, gzip: 30 };
+ * SHA-256 constants and the compact wire descriptor; 80.6 / 29.5 before the pmfs left the
+ * device's path and the shorter task rules). The issue's aim, 60 / 20, is not reached: what
+ * remains is the task rules, the device, every mechanism and kind, the codec and the ledger,
+ * each needed by a device that may be sent any task (see client-ts/README.md;
+ * scripts/snippet-modules.mjs shows it by module). Lower it as bytes go; raise it only with a
+ * reason in the commit. */
+const BUDGET = { minified: 73, gzip: 28 };
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const repo = join(here, "..");

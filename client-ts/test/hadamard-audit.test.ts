@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  computeReport, expLower, gridPositions, type Interval, KINDS, ONE, ORACLES, parseTask, RandomSource, Ratio, SCALARS,
+  computeReport, expLower, gridPositions, type Interval, KINDS, ONE, AUDITED_ORACLES, parseTask, RandomSource, Ratio, AUDITED_SCALARS,
   type Samples, statistics, type Task, taskRows, uniformStatistic, usable,
 } from "../src/core/index.js";
 import { mulberry32, pow } from "./exact-stats.js";
@@ -30,7 +30,7 @@ function stats(t: Task, samples: Samples): number[] {
 }
 
 function valueProbability(t: Task, y: number[], z: bigint[]): Ratio {
-  const mech = SCALARS.get(t.mechanism)!;
+  const mech = AUDITED_SCALARS.get(t.mechanism)!;
   return gridPositions(y, t.intervals as Interval[]).reduce((acc, pos, c) => {
     const fl = Math.floor(pos);
     const up = new Ratio(BigInt(Math.floor((pos - fl) * 2 ** 53)), 1n << 53n);
@@ -41,7 +41,7 @@ function valueProbability(t: Task, y: number[], z: bigint[]): Ratio {
 
 function probability(t: Task, samples: Samples, z: bigint[]): Ratio {
   if (t.stage === 1 && t.kind === "distribution") {  // one sampled record (records = 1)
-    const o = ORACLES.get(t.mechanism)!;
+    const o = AUDITED_ORACLES.get(t.mechanism)!;
     const kind = KINDS[t.kind];
     const rows = taskRows(t, samples, null);
     const valid = usable(t, kind, rows);
@@ -51,7 +51,7 @@ function probability(t: Task, samples: Samples, z: bigint[]): Ratio {
   }
   const y = stats(t, samples);
   if (t.stage !== 2) return valueProbability(t, y, z);
-  const o = ORACLES.get(t.mechanism)!;
+  const o = AUDITED_ORACLES.get(t.mechanism)!;
   const L = o.length(2, t.epsC);
   return (t.intervals as Interval[]).reduce((acc, [lo, hi], c) =>
     acc.mul(asRatio(o.probability(z.slice(c * L, (c + 1) * L), y[c] < lo || y[c] > hi ? 1 : 0, 2, t.epsC))), Ratio.ONE);

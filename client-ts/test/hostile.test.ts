@@ -8,8 +8,8 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import {
-  alg1Params, binIndex, fallbacks, KINDS, parseTask, RandomSource, stage1Report, statistics, taskDigest, TaskRefused,
-  usable,
+  alg1Params, binIndex, fallbacks, JInt, JsonError, KINDS, parseJson, parseTask, RandomSource, stage1Report, statistics,
+  taskDigest, TaskRefused, usable,
 } from "../src/core/index.js";
 import { Device, type DeviceTransportLike, type ReportMessage, type TaskMessage } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
@@ -257,4 +257,17 @@ test("a grouped task: the group comes from the by dataset; without it the task i
   const t = parseTask(text(GROUPED));
   const rows = [[150, 2], [30, 2], [60, 2]].map((r) => Float64Array.from(r));
   assert.deepEqual(statistics(t, KINDS["mean-by"], rows, usable(t, KINDS["mean-by"], rows)), [-0.5, 0, -0.5, 0, 0.5, 10]);
+});
+
+test("the task JSON parser: huge strings and arrays parse (no regex recursion), depth and digits are limited", () => {
+  const long = "a\\n".repeat(5_000_000); // 15 MB of text, 5 M escapes
+  assert.equal((parseJson(`{"k": "${long}"}`) as Map<string, unknown>).get("k"), "a\n".repeat(5_000_000));
+  assert.equal((parseJson(`[${"1.5,".repeat(100_000)}7]`) as unknown[]).length, 100_001);
+  assert.ok((parseJson(`[${"9".repeat(4300)}]`) as JInt[])[0] instanceof JInt);
+  const bads = [`[${"9".repeat(4301)}]`, "[".repeat(65) + "]".repeat(65), '"\\x"', '"\u0001"', '"abc', "[1,]", "{\"a\" 1}", "01", "1 2"];
+  for (const bad of bads) {
+    assert.throws(() => parseJson(bad), JsonError, bad.slice(0, 20));
+  }
+  assert.deepEqual(parseJson(" [-Infinity, NaN, -0, 1e400, {\"a\": 1, \"a\": 2}] ") as unknown[],
+    [-Infinity, NaN, new JInt(0n), Infinity, new Map([["a", new JInt(2n)]])]);
 });

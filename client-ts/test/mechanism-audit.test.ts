@@ -15,7 +15,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   alg1Params, binIndex, computeReport, discreteLaplaceLogPmf, expLower, gridPositions, type Interval, KINDS,
-  laplaceScale, laplaceScaleValue, ONE, ORACLES, parseTask, RandomSource, Ratio, SCALARS, type Samples, statistics,
+  laplaceScale, laplaceScaleValue, ONE, AUDITED_ORACLES, parseTask, RandomSource, Ratio, AUDITED_SCALARS, type Samples, statistics,
   type Task, taskRows, usable,
 } from "../src/core/index.js";
 import { mulberry32, pow } from "./exact-stats.js";
@@ -47,7 +47,7 @@ function gridMixture(y: number[], ivs: Interval[]): [bigint, Ratio][][] {
 }
 
 function valueProbability(t: Task, y: number[], z: bigint[]): Ratio {
-  const mech = SCALARS.get(t.mechanism)!;
+  const mech = AUDITED_SCALARS.get(t.mechanism)!;
   return gridMixture(y, t.intervals as Interval[]).reduce((acc, mix, c) =>
     acc.mul(mix.reduce((s, [g, w]) => s.add(w.mul(asRatio(mech.probability(z[c], g, t.epsC)))), Ratio.ZERO)), Ratio.ONE);
 }
@@ -55,7 +55,7 @@ function valueProbability(t: Task, y: number[], z: bigint[]): Ratio {
 /** two-stage-sized stage I (§9.6): the rounding of each y_c to the B + 1 grid points (the
  * device's dyadic weight) through the oracle over B + 1 categories. */
 function gridProbability(t: Task, y: number[], z: bigint[]): Ratio {
-  const oracle = ORACLES.get(t.mechanism)!;
+  const oracle = AUDITED_ORACLES.get(t.mechanism)!;
   let pos = 0;
   return t.bins.reduce((acc, [D, , B], c) => {
     const K = B + 1;
@@ -71,7 +71,7 @@ function gridProbability(t: Task, y: number[], z: bigint[]): Ratio {
 }
 
 function binProbability(t: Task, y: number[], z: bigint[]): Ratio {
-  const oracle = ORACLES.get(t.mechanism)!;
+  const oracle = AUDITED_ORACLES.get(t.mechanism)!;
   let pos = 0;
   return t.bins.reduce((acc, [D, h, B], c) => {
     const L = oracle.length(B, t.epsC);
@@ -107,7 +107,7 @@ function recordsMixture<P>(t: Task, samples: Samples, z: bigint[], p: (part: big
 
 function probability(t: Task, samples: Samples, z: bigint[]): Ratio {
   if (t.method === "oracle") {
-    const o = ORACLES.get(t.mechanism)!;
+    const o = AUDITED_ORACLES.get(t.mechanism)!;
     return recordsMixture(t, samples, z, (part, v) => asRatio(o.probability(part, v, t.dim, t.epsC)),
       (a, b) => a.mul(b), (a, b) => a.add(b), (a, n) => a.div(new Ratio(BigInt(n))));
   }

@@ -17,7 +17,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   duchiDesign, EPS_DENOMINATOR, EXP_CAP_UNITS, expLower, GRID_STEPS, grrDesign, hashOf, HM_THRESHOLD_UNITS, hmAlpha,
-  olhDesign, ONE, ORACLES, oueQ, parseTask, pmDesign, RandomSource, Ratio, rationalEpsilon, SCALARS, ssDesign, taskDigest,
+  olhDesign, ONE, AUDITED_ORACLES, ORACLES, oueQ, parseTask, pmDesign, RandomSource, Ratio, rationalEpsilon, AUDITED_SCALARS, SCALARS, ssDesign, taskDigest,
   TaskRefused,
 } from "../src/core/index.js";
 import { Device, type DeviceTransportLike, type ReportMessage, type TaskMessage } from "../src/device/index.js";
@@ -105,7 +105,7 @@ function oracleOutputs(name: string, k: number, eps: number): bigint[][] {
 
 for (const name of ["grr", "oue", "ss", "olh"]) {
   test(`exact likelihood ratios of ${name} never exceed S/2^64, and reach it`, () => {
-    const o = ORACLES.get(name)!;
+    const o = AUDITED_ORACLES.get(name)!;
     const k = 5;
     for (const eps of [2 ** -24, 0.3, 1.0, 2.5, 8.0, 45.0]) {
       const b = bound(eps);
@@ -132,7 +132,7 @@ const cellsOf = (g: bigint, W: bigint): bigint[] => [0n, 1n, 2n, 3n, 4000n, 4001
 
 for (const name of ["duchi", "pm", "hm"]) {
   test(`exact likelihood ratios of ${name} never exceed S/2^64; its pmf sums to one`, () => {
-    const s = SCALARS.get(name)!;
+    const s = AUDITED_SCALARS.get(name)!;
     const gs = [0n, 1n, 2n, 4000n, 32768n, G - 1n, G];
     for (const eps of [2 ** -24, 0.3, 0.7, 2.5, 8.0, 45.0]) {
       const d = pmDesign(rationalEpsilon(eps));
@@ -170,7 +170,7 @@ for (const name of ["duchi", "pm", "hm"]) {
 
 /** Counts of the reports of `draws` privatizations of item 3 over k = 5. */
 function oracleCounts(name: string, eps: number, n: number, seed: string): Map<string, number> {
-  const o = ORACLES.get(name)!;
+  const o = AUDITED_ORACLES.get(name)!;
   const rng = RandomSource.seeded(seed);
   const counts = new Map<string, number>();
   for (let i = 0; i < n; i++) {
@@ -181,7 +181,7 @@ function oracleCounts(name: string, eps: number, n: number, seed: string): Map<s
 }
 
 function oraclePmf(name: string, eps: number): Map<string, Ratio> {
-  const o = ORACLES.get(name)!;
+  const o = AUDITED_ORACLES.get(name)!;
   return new Map(oracleOutputs(name, 5, eps).map((r) => [r.join(","), asRatio(o.probability(r, 3, 5, eps))]));
 }
 
@@ -211,7 +211,7 @@ test("the olh sampler: uniform seeds, GRR of the seed's hash", () => {
     const top = new Map<string, number>();
     let hits = 0;
     for (let i = 0; i < n; i++) {
-      const [s, y] = ORACLES.get("olh")!.privatize(4, 7, eps, rng);
+      const [s, y] = AUDITED_ORACLES.get("olh")!.privatize(4, 7, eps, rng);
       assert.ok(s >= 0n && s < 1n << 32n && y >= 0n && y < BigInt(d.k));
       const cell = String(s >> 28n);
       top.set(cell, (top.get(cell) ?? 0) + 1);
@@ -226,7 +226,7 @@ test("the olh sampler: uniform seeds, GRR of the seed's hash", () => {
 
 for (const name of ["duchi", "pm", "hm"]) {
   test(`the ${name} sampler matches its exact pmf on the cells it is constant on`, () => {
-    const s = SCALARS.get(name)!;
+    const s = AUDITED_SCALARS.get(name)!;
     const n = 12000;
     for (const eps of [0.4, 1.5, 6.0]) {
       const d = pmDesign(rationalEpsilon(eps));

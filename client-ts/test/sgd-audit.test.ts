@@ -13,7 +13,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  computeReport, expLower, gridPositions, type Interval, KINDS, ONE, parseTask, RandomSource, Ratio, SCALARS,
+  computeReport, expLower, gridPositions, type Interval, KINDS, ONE, parseTask, RandomSource, Ratio, AUDITED_SCALARS,
   statistics, type Task, taskRows, usable,
 } from "../src/core/index.js";
 import { mulberry32, pow } from "./exact-stats.js";
@@ -38,7 +38,7 @@ function stats(t: Task, d: Data): number[] {
 }
 
 function valueProbability(t: Task, y: number[], z: bigint[]): Ratio {
-  const mech = SCALARS.get(t.mechanism)!;
+  const mech = AUDITED_SCALARS.get(t.mechanism)!;
   return gridPositions(y, t.intervals as Interval[]).reduce((acc, pos, c) => {
     const fl = Math.floor(pos);
     const up = new Ratio(BigInt(Math.floor((pos - fl) * 2 ** 53)), 1n << 53n);

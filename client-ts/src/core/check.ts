@@ -36,14 +36,14 @@ export function checkDeclaration(task: Task, schema: DatasetSchema): void {
   const bad = (why: string): never => {
     throw new TaskRefused(`dataset ${schema.name}: ${why}`, "declaration");
   };
-  if (kind.vector && schema.dim !== task.dim) bad(`holds samples of dimension ${schema.dim ?? "scalar"}; the task needs ${task.dim}`);
-  if (!kind.vector && schema.dim !== null && schema.dim !== 1) bad(`holds ${schema.dim}-dimensional samples; kind ${task.kind} needs scalars`);
-  if (kind.usesLabels && !schema.labelled && task.by === null) bad(`kind ${task.kind} needs labelled samples`);
+  if (kind.vector && schema.dim !== task.dim) bad(`dim ${schema.dim ?? "scalar"}, the task's ${task.dim}`);
+  if (!kind.vector && schema.dim !== null && schema.dim !== 1) bad(`dim ${schema.dim}; kind ${task.kind} needs scalars`);
+  if (kind.usesLabels && !schema.labelled && task.by === null) bad(`no labels; kind ${task.kind} needs them`);
   if (task.kind === "distribution") {
-    if (schema.values === "real") bad("was declared real-valued; a distribution task needs categorical values");
-    if (schema.alphabet !== null && schema.alphabet !== task.dim) bad(`has ${schema.alphabet} categories; the task asks about ${task.dim}`);
+    if (schema.values === "real") bad("real values; a distribution needs categories");
+    if (schema.alphabet !== null && schema.alphabet !== task.dim) bad(`${schema.alphabet} categories, the task's ${task.dim}`);
   } else if (schema.values === "categorical") {
-    bad(`was declared categorical; kind ${task.kind} needs real values`);
+    bad(`categorical; kind ${task.kind} needs real values`);
   }
 }
 
@@ -53,41 +53,36 @@ export function checkByDeclaration(task: Task, schema: DatasetSchema): void {
   const bad = (why: string): never => {
     throw new TaskRefused(`dataset ${schema.name}: ${why}`, "declaration");
   };
-  if (schema.dim !== null && schema.dim !== 1) bad(`holds ${schema.dim}-dimensional samples; a group is one code`);
-  if (schema.values === "real") bad("was declared real-valued; groups are categorical codes");
-  if (schema.labelled) bad("is labelled; groups are one code per sample");
-  if (schema.alphabet !== null && schema.alphabet !== task.dim) bad(`has ${schema.alphabet} categories; the task has ${task.dim} groups`);
+  if (schema.dim !== null && schema.dim !== 1 || schema.values === "real" || schema.labelled) bad("groups are one categorical code per sample");
+  if (schema.alphabet !== null && schema.alphabet !== task.dim) bad(`${schema.alphabet} categories, the task's ${task.dim} groups`);
 }
 
 /** Every check, in order; returns the validated task, its dataset's name and ε units. */
 export function checkTask(msg: TaskMessageLike, datasets: ReadonlyMap<string, DatasetSchema>,
   ledger: LedgerCheck, opts: { shuffler?: boolean } = {}): { task: Task; units: bigint } {
   try {
-    if (taskDigest(msg.task_json) !== msg.task_digest) throw new TaskRefused("task digest does not match the task text", "digest");
+    if (taskDigest(msg.task_json) !== msg.task_digest) throw new TaskRefused("task digest mismatch", "digest");
     const fields = parseTaskFields(msg.task_json);
-    if (fields.get("query_id") !== msg.query_id) throw new TaskRefused(`task text is for another query than ${msg.query_id}`, "query");
+    if (fields.get("query_id") !== msg.query_id) throw new TaskRefused(`task text is not of query ${msg.query_id}`, "query");
     const task = validateFields(msg.task_json, fields);
     const schema = datasets.get(msg.dataset);
-    if (schema === undefined) throw new TaskRefused(`dataset ${msg.dataset} is not registered on this device`, "dataset");
+    if (schema === undefined) throw new TaskRefused(`no dataset ${msg.dataset} on this device`, "dataset");
     checkDeclaration(task, schema);
     if (task.by !== null) { // a grouped mean: its groups' dataset too (public facts)
       const by = datasets.get(task.by);
-      if (by === undefined) throw new TaskRefused(`dataset ${task.by} (the task's groups) is not registered on this device`, "dataset");
+      if (by === undefined) throw new TaskRefused(`no dataset ${task.by} (the groups) on this device`, "dataset");
       checkByDeclaration(task, by);
     }
     if (task.reportLength !== msg.report_length) {
-      throw new TaskRefused(`task announces ${msg.report_length} report values but its public parameters give ${task.reportLength}`, "length");
+      throw new TaskRefused(`report_length ${msg.report_length}, the task's parameters give ${task.reportLength}`, "length");
     }
-    if (task.seal !== null && !opts.shuffler) {
-      throw new TaskRefused("the task asks for a sealed report for a shuffler, and this device has no shuffler configured", "seal");
-    }
-    if (task.seal !== null && !msg.shuffle_ticket) {
-      throw new TaskRefused("the task asks for a sealed report but carries no shuffler ticket (Task.shuffle_ticket)", "seal");
+    if (task.seal !== null && (!opts.shuffler || !msg.shuffle_ticket)) {
+      throw new TaskRefused(`a sealed task needs ${opts.shuffler ? "a shuffle_ticket" : "a shuffler on this device"}`, "seal");
     }
     ledger(msg.query_id, msg.task_digest, task.units);
     return { task, units: task.units };
   } catch (e) {
     if (e instanceof TaskRefused) throw e;
-    throw new TaskRefused(`task could not be checked: ${e instanceof Error ? e.message : String(e)}`, "param");
+    throw new TaskRefused(`task not checkable: ${e instanceof Error ? e.message : String(e)}`, "param");
   }
 }

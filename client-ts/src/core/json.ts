@@ -22,133 +22,68 @@ export const MAX_JSON_DEPTH = 64;
 /** The most digits of an integer literal (CPython's default int() limit, §11.1). */
 export const MAX_INT_DIGITS = 4300;
 
-class Parser {
-  pos = 0;
-  constructor(readonly s: string) {}
-
-  fail(what: string): never {
-    throw new JsonError(`${what} at offset ${this.pos}`);
-  }
-
-  ws(): void {
-    const s = this.s;
-    while (this.pos < s.length) {
-      const c = s.charCodeAt(this.pos);
-      if (c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d) this.pos++;
-      else break;
-    }
-  }
-
-  value(depth: number): JValue {
-    this.ws();
-    const c = this.s[this.pos];
-    if (c === "{") return this.object(depth);
-    if (c === "[") return this.array(depth);
-    if (c === '"') return this.string();
-    if (c === "-" || (c >= "0" && c <= "9")) return this.number();
-    for (const [lit, v] of [["true", true], ["false", false], ["null", null], ["NaN", NaN],
-      ["Infinity", Infinity]] as const) {
-      if (this.s.startsWith(lit, this.pos)) {
-        this.pos += lit.length;
-        return v;
-      }
-    }
-    this.fail("expected a value");
-  }
-
-  object(depth: number): JObject {
-    if (depth + 1 > MAX_JSON_DEPTH) this.fail("containers nested too deep");
-    const out: JObject = new Map();
-    this.pos++;
-    this.ws();
-    if (this.s[this.pos] === "}") {
-      this.pos++;
-      return out;
-    }
-    for (;;) {
-      this.ws();
-      if (this.s[this.pos] !== '"') this.fail("expected a key");
-      const k = this.string();
-      this.ws();
-      if (this.s[this.pos] !== ":") this.fail("expected ':'");
-      this.pos++;
-      const v = this.value(depth + 1);
-      out.delete(k); // Python keeps the last value of a duplicated key
-      out.set(k, v);
-      this.ws();
-      const c = this.s[this.pos++];
-      if (c === "}") return out;
-      if (c !== ",") this.fail("expected ',' or '}'");
-    }
-  }
-
-  array(depth: number): JValue[] {
-    if (depth + 1 > MAX_JSON_DEPTH) this.fail("containers nested too deep");
-    const out: JValue[] = [];
-    this.pos++;
-    this.ws();
-    if (this.s[this.pos] === "]") {
-      this.pos++;
-      return out;
-    }
-    for (;;) {
-      out.push(this.value(depth + 1));
-      this.ws();
-      const c = this.s[this.pos++];
-      if (c === "]") return out;
-      if (c !== ",") this.fail("expected ',' or ']'");
-    }
-  }
-
-  string(): string {
-    const s = this.s;
-    let out = "";
-    this.pos++;
-    for (;;) {
-      if (this.pos >= s.length) this.fail("unterminated string");
-      const c = s.charCodeAt(this.pos++);
-      if (c === 0x22) return out;
-      if (c < 0x20) this.fail("control character in string");
-      if (c !== 0x5c) {
-        out += String.fromCharCode(c);
-        continue;
-      }
-      const e = s[this.pos++];
-      const simple: Record<string, string> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
-      if (e in simple) out += simple[e];
-      else if (e === "u") {
-        const hex = s.slice(this.pos, this.pos + 4);
-        if (!/^[0-9a-fA-F]{4}$/.test(hex)) this.fail("bad \\u escape");
-        out += String.fromCharCode(parseInt(hex, 16));
-        this.pos += 4;
-      } else this.fail("bad escape");
-    }
-  }
-
-  number(): number | JInt {
-    const m = /^-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?/.exec(this.s.slice(this.pos));
-    if (!m) {
-      if (this.s.startsWith("-Infinity", this.pos)) {
-        this.pos += 9;
-        return -Infinity;
-      }
-      this.fail("bad number");
-    }
-    this.pos += m[0].length;
-    if (m[1] === undefined && m[2] === undefined) {
-      if (m[0].replace("-", "").length > MAX_INT_DIGITS) this.fail("integer literal too long");
-      return new JInt(BigInt(m[0]));
-    }
-    return Number(m[0]);
-  }
-}
+/** One token after optional whitespace (space, tab, LF, CR only): 1 punctuation or the quote
+ * opening a string, 2 a number (3 its fraction, 4 its exponent: a float literal), 5 a literal.
+ * A text no token matches here is malformed. */
+const TOKEN = /[ \t\n\r]*(?:([{}[\],:"])|(-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)|(true|false|null|NaN|Infinity|-Infinity))/y;
+const LITERALS: Record<string, JValue> = { true: true, false: false, null: null, NaN, Infinity, "-Infinity": -Infinity };
 
 /** Parse JSON text with Python's `json.loads` value model (throws JsonError). */
 export function parseJson(text: string): JValue {
-  const p = new Parser(text);
-  const v = p.value(0);
-  p.ws();
-  if (p.pos !== text.length) p.fail("extra data");
+  let pos = 0;
+  const fail = (what: string): never => {
+    throw new JsonError(`${what} at offset ${pos}`);
+  };
+  const next = (): RegExpExecArray => {
+    TOKEN.lastIndex = pos;
+    const m = TOKEN.exec(text) ?? fail("expected a JSON token");
+    pos = TOKEN.lastIndex;
+    return m;
+  };
+  /** The string whose opening quote was the last token: its end found by a scan (no regex
+   * backtracking over a long string), its escapes and control characters judged by JSON.parse,
+   * whose string grammar is JSON's (and Python's). */
+  const string = (): string => {
+    let end = pos;
+    for (; end < text.length && text[end] !== '"'; end++) if (text[end] === "\\") end++;
+    if (end >= text.length) fail("unterminated string");
+    try {
+      return JSON.parse(text.slice(pos - 1, (pos = end + 1))) as string;
+    } catch {
+      return fail("bad string");
+    }
+  };
+  const value = (depth: number, m = next()): JValue => {
+    if (m[1] === '"') return string();
+    if (m[2]) {
+      if (m[3] || m[4]) return Number(m[2]);
+      if (m[2].replace("-", "").length > MAX_INT_DIGITS) fail("integer literal too long");
+      return new JInt(BigInt(m[2]));
+    }
+    if (m[5]) return LITERALS[m[5]];
+    const close = m[1] === "{" ? "}" : m[1] === "[" ? "]" : fail("expected a value");
+    if (depth + 1 > MAX_JSON_DEPTH) fail("containers nested too deep");
+    const obj: JObject = new Map();
+    const arr: JValue[] = [];
+    let t = next();
+    if (t[1] === close) return close === "}" ? obj : arr;
+    for (;;) {
+      if (close === "]") arr.push(value(depth + 1, t));
+      else {
+        const k = t[1] === '"' ? string() : fail("expected a key");
+        if (next()[1] !== ":") fail("expected ':'");
+        const v = value(depth + 1);
+        obj.delete(k); // Python keeps the last value of a duplicated key
+        obj.set(k, v);
+      }
+      t = next();
+      if (t[1] === close) return close === "}" ? obj : arr;
+      if (t[1] !== ",") fail(`expected ',' or '${close}'`);
+      t = next();
+    }
+  };
+  const v = value(0);
+  if (!/^[ \t\n\r]*$/.test(text.slice(pos))) fail("extra data");
   return v;
 }
 

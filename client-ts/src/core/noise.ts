@@ -39,16 +39,12 @@ export function floorTimesPow2(x: number, k: number): bigint {
   return s >= 0 ? mant << BigInt(s) : mant >> BigInt(-s);
 }
 
-/** N with ε_r = N / 2^24 = the largest multiple of 2^-24 not above ε. */
-export function rationalEpsilon(epsilon: number): bigint {
-  if (typeof epsilon !== "number" || !Number.isFinite(epsilon) || epsilon <= 0) {
-    throw new RangeError(`epsilon must be a finite positive number, got ${epsilon}`);
-  }
-  if (epsilon > MAX_EPSILON) {
-    throw new RangeError(`epsilon=${epsilon} is above the largest supported epsilon 2^20`);
-  }
-  const n = floorTimesPow2(epsilon, 24);
-  if (n < 1n) throw new RangeError(`epsilon=${epsilon} is below the smallest supported 2^-24`);
+/** N with ε_r = N / 2^24 = the largest multiple of 2^-24 not above ε, for 2^-24 <= ε <= 2^20
+ * (a RangeError naming `what` otherwise: the one rule of every ε, a task's or a budget's). */
+export function rationalEpsilon(epsilon: number, what = "epsilon"): bigint {
+  const ok = typeof epsilon === "number" && epsilon > 0 && epsilon <= MAX_EPSILON; // false for NaN
+  const n = ok ? floorTimesPow2(epsilon, 24) : 0n;
+  if (n < 1n) throw new RangeError(`${what} must be in [2^-24, 2^20], got ${epsilon}`);
   return n;
 }
 
@@ -62,9 +58,9 @@ export interface LaplaceScale {
 export function laplaceScale(sensitivity: bigint | number, epsilon: number): LaplaceScale {
   const d = BigInt(sensitivity);
   if (typeof sensitivity === "number" && !Number.isSafeInteger(sensitivity)) {
-    throw new RangeError(`sensitivity must be an integer, got ${sensitivity}`);
+    throw new RangeError(`sensitivity must be an integer >= 1, got ${sensitivity}`);
   }
-  if (d < 1n) throw new RangeError(`sensitivity must be a positive integer, got ${sensitivity}`);
+  if (d < 1n) throw new RangeError(`sensitivity must be an integer >= 1, got ${sensitivity}`);
   const n = rationalEpsilon(epsilon);
   let num = d * EPS_DENOMINATOR;
   let den = n;
@@ -72,7 +68,7 @@ export function laplaceScale(sensitivity: bigint | number, epsilon: number): Lap
   num /= g;
   den /= g;
   if (num >= SCALE_NUM_LIMIT) {
-    throw new RangeError("noise scale too large for exact sampling; use a coarser grid");
+    throw new RangeError("noise scale too large for exact sampling");
   }
   return { num, den };
 }

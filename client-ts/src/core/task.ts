@@ -7,7 +7,7 @@
 import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, parseJson, toDouble } from "./json.js";
 import { frameSize } from "./kashin.js";
 import { nextPow2 } from "./hadamard.js";
-import { floorTimesPow2, MAX_EPSILON } from "./noise.js";
+import { rationalEpsilon } from "./noise.js";
 import { parseSeal, type SealKey } from "./sealFormat.js";
 import { supportBins } from "./params.js";
 import {
@@ -116,28 +116,18 @@ export function parseTaskFields(text: string): Map<string, JValue> {
   try {
     v = parseJson(text);
   } catch (e) {
-    if (e instanceof JsonError) refuse("json", `task is not valid JSON: ${e.message}`);
+    if (e instanceof JsonError) refuse("json", `task is not JSON: ${e.message}`);
     throw e;
   }
   if (!isJObject(v)) refuse("json", "a task is a JSON object");
   const d = new Map(v as JObject);
   const schema = d.get("schema");
   d.delete("schema");
-  if (schema !== SCHEMA) refuse("schema", `task schema ${String(schema)} is not supported (this device speaks ${SCHEMA})`);
+  if (schema !== SCHEMA) refuse("schema", `task schema ${String(schema)} is not ${SCHEMA}`);
   const unknown = [...d.keys()].filter((k) => !KNOWN.has(k)).sort();
-  if (unknown.length) refuse("field", `task has unknown fields: ${unknown.join(", ")}`);
-  if (d.has("seal") && !isJObject(d.get("seal"))) refuse("field", "seal must be an object");
-  if (d.has("by") && typeof d.get("by") !== "string") refuse("field", "by must be a string");
-  for (const k of ["components", "virtual_eps"]) {
-    if (d.has(k) && !Array.isArray(d.get(k))) refuse("field", `${k} must be a list`);
-  }
-  if (d.has("range") && !Array.isArray(d.get("range"))) refuse("field", "range must be a list");
-  for (const k of ["bins", "intervals", "virtual_groups"]) {
-    if (!d.has(k)) continue;
-    const rows = d.get(k);
-    if (!Array.isArray(rows) || !rows.every((r) => Array.isArray(r))) refuse("field", `${k} must be a list of lists`);
-  }
-  for (const k of REQUIRED) if (!d.has(k)) refuse("field", `malformed task: missing ${k}`);
+  if (unknown.length) refuse("field", `unknown task fields: ${unknown.join(", ")}`);
+  for (const [k, t] of SHAPES) if (d.has(k) && !isType(d.get(k), t)) refuse("field", `${k} must be ${typeName(t)}`);
+  for (const k of REQUIRED) if (!d.has(k)) refuse("field", `task lacks ${k}`);
   for (const [k, def] of Object.entries(DEFAULTS)) if (!d.has(k)) d.set(k, def);
   return d;
 }
@@ -152,21 +142,26 @@ const FIELD_TYPES: [string, string][] = [
   ["bound", "n?"], ["stat_bound", "n?"], ["components", "[i]"], ["bins", "[[n]]"], ["intervals", "[[n]]"],
   ["virtual_eps", "[n]"], ["virtual_groups", "[[i]]"], ["extra", "o"],
 ];
-const TYPE_NAMES: Record<string, string> = {
-  s: "a string", i: "an integer", n: "a number", "n?": "a number or null", "[i]": "a list of integers",
-  "[n]": "a list of numbers", "[[n]]": "a list of lists of numbers", "[[i]]": "a list of lists of integers", o: "an object",
-};
+/** The shapes checked while parsing, before the query's id is compared (* = any value). */
+const SHAPES: [string, string][] = [
+  ["seal", "o"], ["by", "s"], ["components", "[*]"], ["virtual_eps", "[*]"], ["range", "[*]"], ["bins", "[[*]]"],
+  ["intervals", "[[*]]"], ["virtual_groups", "[[*]]"],
+];
+const NAMES: Record<string, string> = { s: "string", i: "integer", n: "number", o: "object", "*": "" };
+/** "a list of lists of numbers" for "[[n]]", "a number or null" for "n?". */
+const typeName = (t: string): string => t[0] === "["
+  ? `a list${t[1] === "*" ? "" : ` of ${typeName(t.slice(1, -1)).replace(/^an? (\w+)/, "$1s")}`}`
+  : `${t[0] === "i" || t[0] === "o" ? "an" : "a"} ${NAMES[t[0]]}${t[1] ? " or null" : ""}`;
 const isType = (v: JValue | undefined, t: string): boolean => {
-  if (t[0] === "[") return (v as JValue[]).every((x) => isType(x, t.slice(1, -1)));
-  return t === "s" ? typeof v === "string" : t === "i" ? isJInt(v) : t === "o" ? isJObject(v) : v === null ? t === "n?" : isJNum(v);
+  if (t[0] === "[") return Array.isArray(v) && v.every((x) => isType(x, t.slice(1, -1)));
+  return t === "*" || (t === "s" ? typeof v === "string" : t === "i" ? isJInt(v) : t === "o" ? isJObject(v)
+    : v === null ? t === "n?" : isJNum(v));
 };
 
 function checkTypes(f: Map<string, JValue>): void {
-  for (const [k, t] of FIELD_TYPES) if (!isType(f.get(k), t)) refuse("field", `${k} must be ${TYPE_NAMES[t]}`);
+  for (const [k, t] of FIELD_TYPES) if (!isType(f.get(k), t)) refuse("field", `${k} must be ${typeName(t)}`);
   const range = f.get("range") as JValue[] | undefined;
-  if (range !== undefined && (range.length !== 2 || !range.every(isJNum))) {
-    refuse("field", "range must be a list of two numbers [lo, hi]");
-  }
+  if (range !== undefined && (range.length !== 2 || !range.every(isJNum))) refuse("field", "range must be [lo, hi]");
 }
 
 const big = (v: JValue | undefined): bigint => (v as JInt).value;
@@ -174,52 +169,41 @@ const dbl = (v: JValue | undefined): number => toDouble(v as JInt | number);
 
 /** ε units: floor(ε·2^24) for 2^-24 <= ε <= 2^20 (Python: budget.epsilon_units). */
 export function epsilonUnits(v: JInt | number, name: string): bigint {
-  const e = toDouble(v);
-  if (!Number.isFinite(e)) refuse("epsilon", `${name} must be finite`);
-  if (e <= 0) refuse("epsilon", `${name} must be positive`);
-  if (e > MAX_EPSILON) refuse("epsilon", `${name} is above the largest supported epsilon 2^20`);
-  const u = floorTimesPow2(e, 24);
-  if (u < 1n) refuse("epsilon", `${name} is below the smallest supported epsilon 2^-24`);
-  return u;
+  try {
+    return rationalEpsilon(toDouble(v), name);
+  } catch (e) {
+    return refuse("epsilon", (e as Error).message);
+  }
 }
 
-function finitePositive(name: string, v: JValue): number {
+/** A finite number > 0 (>= 0 with `zero`), else a refusal naming the field. */
+function finitePositive(name: string, v: JValue, zero = false): number {
   const x = isJNum(v) ? toDouble(v) : NaN;
-  if (!Number.isFinite(x) || x <= 0) refuse("param", `${name} must be a finite positive number`);
-  return x;
-}
-
-function finiteNonNeg(name: string, v: JValue): number {
-  const x = isJNum(v) ? toDouble(v) : NaN;
-  if (!Number.isFinite(x) || x < 0) refuse("param", `${name} must be a finite non-negative number`);
+  if (!Number.isFinite(x) || x < 0 || (x === 0 && !zero)) refuse("param", `${name} must be a finite number ${zero ? ">=" : ">"} 0`);
   return x;
 }
 
 /** extra[key]: a list of exactly dim finite numbers. */
 export function extraNumbers(extra: JObject, key: string, dim: number, dflt?: number): number[] {
   const raw = extra.has(key) ? extra.get(key) : dflt === undefined ? undefined : new Array(dim).fill(dflt);
-  if (raw === undefined || raw === null) refuse("param", `the task needs extra['${key}']`);
-  if (!Array.isArray(raw) || !raw.every(isJNum)) refuse("param", `extra['${key}'] must be a list of numbers`);
-  const arr = raw as (JInt | number)[];
-  if (arr.length !== dim) refuse("param", `extra['${key}'] must have ${dim} entries`);
-  const out = arr.map(toDouble);
-  if (!out.every(Number.isFinite)) refuse("param", `extra['${key}'] contains NaN, infinity or a huge number`);
+  const out = Array.isArray(raw) && raw.every(isJNum) ? raw.map(toDouble) : [];
+  if (out.length !== dim || !out.every(Number.isFinite)) refuse("param", `extra['${key}'] must be ${dim} finite numbers`);
   return out;
 }
 
 /** (M, lo, hi, K_H) of a classify/regress task. */
 export function gridSpec(extra: JObject, dim: number): { M: number; lo: number[]; hi: number[]; K: number } {
   const M = extra.get("grid");
-  if (!isJInt(M) || M.value < 1n) refuse("param", "extra['grid'] (cells per axis M) must be a positive integer");
+  if (!isJInt(M) || M.value < 1n) refuse("param", "extra['grid'] (cells per axis) must be an integer >= 1");
   let cells = 1n;
   for (let s = 0; s < dim; s++) {
     cells *= (M as JInt).value;
-    if (cells > BigInt(MAX_GRID_CELLS)) refuse("limit", `grid M^d exceeds the device limit ${MAX_GRID_CELLS}`);
+    if (cells > BigInt(MAX_GRID_CELLS)) refuse("limit", `grid M^d is over ${MAX_GRID_CELLS}`);
   }
   const lo = extraNumbers(extra, "lo", dim, 0.0);
   const hi = extraNumbers(extra, "hi", dim, 1.0);
   for (let s = 0; s < dim; s++) {
-    if (!(hi[s] > lo[s]) || !Number.isFinite(hi[s] - lo[s])) refuse("param", "feature box needs finite lo < hi on every axis");
+    if (!(hi[s] > lo[s]) || !Number.isFinite(hi[s] - lo[s])) refuse("param", "the feature box needs lo < hi on every axis");
   }
   return { M: Number((M as JInt).value), lo, hi, K: nextPow2(Number(cells)) };
 }
@@ -230,9 +214,7 @@ function checkFrame(f: Map<string, JValue>, identity = false): void {
   if (!(delta > 0 && delta <= 1)) refuse("param", "kashin_delta must be in (0, 1]");
   const fk = f.get("frame_kind");
   if (identity && fk === "identity") return;
-  if (fk !== "gaussian" && fk !== "hadamard") {
-    refuse("param", identity ? "frame_kind must be gaussian or hadamard or identity" : "frame_kind must be gaussian or hadamard");
-  }
+  if (fk !== "gaussian" && fk !== "hadamard") refuse("param", `frame_kind must be gaussian, hadamard${identity ? " or identity" : ""}`);
 }
 
 const HEAVY_FORM = new Set(["mean", "mean-linf", "mean-l2"]);
@@ -242,28 +224,20 @@ const RANGED = new Set(["mean", "mean-linf", "mean-by"]);
 /** check_range (§11.2): a ranged kind, a bound, finite lo < hi, bound = hi/2 - lo/2 exactly. */
 function checkRange(kind: KindName, f: Map<string, JValue>): void {
   const range = f.get("range") as JValue[];
-  if (!RANGED.has(kind)) refuse("param", `kind ${kind} has no range [lo, hi]`);
-  if (f.get("bound") === null) refuse("param", "a task with a range needs bound (hi/2 - lo/2)");
-  const lo = isJNum(range[0]) ? toDouble(range[0]) : NaN;
-  const hi = isJNum(range[1]) ? toDouble(range[1]) : NaN;
-  if (!Number.isFinite(lo)) refuse("param", "range lo must be a finite number");
-  if (!Number.isFinite(hi)) refuse("param", "range hi must be a finite number");
-  if (!(lo < hi)) refuse("param", "range needs lo < hi");
-  if (!Number.isFinite(hi - lo)) refuse("param", "range is wider than the largest double");
-  if (dbl(f.get("bound")) !== hi / 2 - lo / 2) refuse("param", `bound must be hi/2 - lo/2 = ${hi / 2 - lo / 2} for the range`);
+  if (!RANGED.has(kind)) refuse("param", `kind ${kind} has no range`);
+  const [lo, hi] = range.map(dbl);
+  if (!(lo < hi) || !Number.isFinite(hi - lo)) refuse("param", "range needs finite lo < hi");
+  if (f.get("bound") === null || dbl(f.get("bound")) !== hi / 2 - lo / 2) refuse("param", `bound must be hi/2 - lo/2 = ${hi / 2 - lo / 2}`);
 }
 const NEEDS_BOUND = new Set(["mean", "mean-linf", "mean-l2", "mean-l1"]);
 
 /** Kind.check: the kind's public values; returns C. */
 function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): number {
-  if (kind === "mean-by" && f.get("method") !== "ssl") refuse("param", `kind mean-by runs with method ssl, not ${String(f.get("method"))}`);
-  if (f.has("by") !== (kind === "mean-by")) {
-    refuse("param", kind === "mean-by" ? "kind mean-by needs by (its groups' dataset)" : `kind ${kind} takes no by`);
-  }
-  if (f.get("stat_bound") !== null && !HEAVY_FORM.has(kind)) refuse("param", `kind ${kind} has no heavy-tailed form (stat_bound)`);
-  if (f.get("bound") === null && f.get("stat_bound") === null && NEEDS_BOUND.has(kind)) {
-    refuse("param", `kind ${kind} needs a support bound`);
-  }
+  const no = (what: string): never => refuse("param", `kind ${kind} ${what}`);
+  if (kind === "mean-by" && f.get("method") !== "ssl") no("runs with method ssl only");
+  if (f.has("by") !== (kind === "mean-by")) no(kind === "mean-by" ? "needs by (its groups' dataset)" : "takes no by");
+  if (f.get("stat_bound") !== null && !HEAVY_FORM.has(kind)) no("takes no stat_bound");
+  if (f.get("bound") === null && f.get("stat_bound") === null && NEEDS_BOUND.has(kind)) no("needs a bound");
   for (const k of ["bound", "stat_bound"]) if (f.get(k) !== null) finitePositive(k, f.get(k)!);
   if (f.has("range")) checkRange(kind, f);
   const extra = f.get("extra") as JObject;
@@ -271,9 +245,9 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
     case "mean": return 1;
     case "mean-linf": return dim;
     case "mean-by":
-      if (dim < 2 || dim > MAX_GROUPS) refuse(dim > MAX_GROUPS ? "limit" : "param", `a grouped mean needs 2 to ${MAX_GROUPS} groups (dim)`);
-      if (f.get("by") === "") refuse("param", "a grouped mean names its categorical dataset in by");
-      if (f.get("bound") === null) refuse("param", "a grouped mean needs bound");
+      if (dim < 2 || dim > MAX_GROUPS) refuse(dim > MAX_GROUPS ? "limit" : "param", `kind mean-by needs 2 to ${MAX_GROUPS} groups (dim)`);
+      if (f.get("by") === "") no("needs by (its groups' dataset)");
+      if (f.get("bound") === null) no("needs a bound");
       return 2 * dim;
     case "mean-l2":
       checkFrame(f);
@@ -285,16 +259,16 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
       if (typeof model !== "string" || !(GRADIENT_MODELS as readonly string[]).includes(model)) {
         refuse("param", `extra['model'] must be one of ${GRADIENT_MODELS.join(", ")}`);
       }
-      if (f.get("bound") === null) refuse("param", "an sgd task needs bound (the gradient clip norm D)");
+      if (f.get("bound") === null) no("needs a bound (the gradient's clip norm)");
       finitePositive("bound", f.get("bound")!);
-      if (extra.has("l2")) finiteNonNeg("extra['l2']", extra.get("l2")!);
+      if (extra.has("l2")) finitePositive("extra['l2']", extra.get("l2")!, true);
       extraNumbers(extra, "theta", dim);
       checkFrame(f, true);
       return f.get("frame_kind") === "identity" ? dim : frameSize(dim, f.get("frame_kind") as string);
     }
     case "classify": return gridSpec(extra, dim).K;
     case "regress":
-      if (!extra.has("label_bound")) refuse("param", "a regress task needs extra['label_bound'] (T_y)");
+      if (!extra.has("label_bound")) no("needs extra['label_bound']");
       finitePositive("extra['label_bound']", extra.get("label_bound")!);
       return 2 * gridSpec(extra, dim).K;
   }
@@ -303,31 +277,26 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
 const finite = (v: JValue): boolean => isJNum(v) && Number.isFinite(toDouble(v));
 
 function checkBins(f: Map<string, JValue>, nComps: number): void {
-  if ((f.get("intervals") as JValue[]).length) refuse("param", "a stage-I task carries bins, not intervals");
   const bins = f.get("bins") as JValue[][];
-  if (bins.length !== nComps) refuse("param", "a stage-I task needs bins for each of its components");
+  if ((f.get("intervals") as JValue[]).length || bins.length !== nComps) refuse("param", `a stage-I task needs ${nComps} bins, no intervals`);
   for (const row of bins) {
-    if (row.length !== 3) refuse("param", "bins are [D, h, B] triples");
     const [D, h, B] = row;
-    if (!(finite(D) && finite(h) && dbl(D) > 0 && dbl(h) > 0)) refuse("param", "bins need finite positive D and h");
-    if (!isJInt(B) || B.value < 1n) refuse("param", "a component has at least one bin");
+    if (row.length !== 3 || !(finite(D) && finite(h) && dbl(D) > 0 && dbl(h) > 0) || !isJInt(B) || B.value < 1n) {
+      refuse("param", "bins are [D, h, B]: D, h > 0, B >= 1");
+    }
     if ((B as JInt).value > BigInt(MAX_BINS)) refuse("limit", `a component has at most ${MAX_BINS} bins`);
     const want = supportBins(dbl(D), dbl(h));
-    if (want === null || BigInt(want) !== (B as JInt).value) {
-      refuse("param", `B must be the number of bins of width h covering [-D, D], max(1, ceil(2D/h - 1e-9)) = ${want}`);
-    }
+    if (want === null || BigInt(want) !== (B as JInt).value) refuse("param", `B must be max(1, ceil(2D/h - 1e-9)) = ${want}`);
   }
 }
 
 function checkIntervals(f: Map<string, JValue>, nComps: number): void {
-  if ((f.get("bins") as JValue[]).length) refuse("param", "a value task carries intervals, not bins");
   const ivs = f.get("intervals") as JValue[][];
-  if (ivs.length !== nComps) refuse("param", `the task needs ${nComps} intervals`);
+  if ((f.get("bins") as JValue[]).length || ivs.length !== nComps) refuse("param", `the task needs ${nComps} intervals, no bins`);
   for (const row of ivs) {
-    if (row.length !== 2) refuse("param", "intervals are [lo, hi] pairs");
     const [lo, hi] = row;
-    if (!(finite(lo) && finite(hi) && dbl(lo) < dbl(hi) && Number.isFinite(dbl(hi) - dbl(lo)))) {
-      refuse("param", "an interval needs finite lo < hi");
+    if (row.length !== 2 || !(finite(lo) && finite(hi) && dbl(lo) < dbl(hi) && Number.isFinite(dbl(hi) - dbl(lo)))) {
+      refuse("param", "intervals are [lo, hi] with finite lo < hi");
     }
   }
 }
@@ -335,17 +304,17 @@ function checkIntervals(f: Map<string, JValue>, nComps: number): void {
 function checkBaselineA(f: Map<string, JValue>, comps: bigint[]): void {
   const groups = f.get("virtual_groups") as JInt[][];
   const veps = f.get("virtual_eps") as JValue[];
-  if (!groups.length || veps.length !== groups.length) refuse("param", "baseline-a needs virtual_groups with one virtual_eps each");
+  if (!groups.length || veps.length !== groups.length) refuse("param", "baseline-a needs virtual_groups, one virtual_eps each");
   const served = new Set(comps);
   for (const g of groups) {
     const ids = g.map((c) => c.value);
     if (!ids.length || new Set(ids).size !== ids.length || !ids.every((c) => served.has(c))) {
-      refuse("param", "each virtual group is a non-empty set of served components");
+      refuse("param", "a virtual group is a non-empty set of served components");
     }
   }
   if (big(f.get("m_ref")) > BigInt(MAX_M_REF)) refuse("limit", "m_ref must be at most 2^20");
   singleRecord(f);
-  if (f.get("mechanism") !== DEFAULT_MECHANISM) refuse("param", `method baseline-a reports with discrete Laplace only`);
+  if (f.get("mechanism") !== DEFAULT_MECHANISM) refuse("param", "baseline-a reports with laplace only");
   checkIntervals(f, comps.length);
 }
 
@@ -357,32 +326,27 @@ export function kindCategories(kind: KindName, dim: number): number | null {
 
 /** Only method oracle samples several records. */
 function singleRecord(f: Map<string, JValue>): void {
-  if (big(f.get("records")) !== 1n) refuse("param", `method ${String(f.get("method"))} has no records parameter (it must be 1)`);
+  if (big(f.get("records")) !== 1n) refuse("param", `method ${String(f.get("method"))} takes records = 1 only`);
 }
 
+/** The task's mechanism from a registry (a refusal naming the registry's when it is not there). */
+function mechanismOf<M>(registry: ReadonlyMap<string, M>, name: string, what: string): M {
+  return registry.get(name) ?? refuse("param", `this task reports ${what}: mechanism ${[...registry.keys()].sort().join(", ")}, not ${name}`);
+}
 /** The task's frequency oracle (a refusal when its mechanism is not one). */
-export function oracleOf(name: string): FrequencyOracle {
-  const o = ORACLES.get(name);
-  if (o === undefined) return refuse("param", `mechanism ${name} is not a frequency oracle (this task reports categories: ${[...ORACLES.keys()].sort().join(", ")})`);
-  return o;
-}
-
+export const oracleOf = (name: string): FrequencyOracle => mechanismOf(ORACLES, name, "categories");
 /** The task's scalar randomizer (a refusal when its mechanism is not one). */
-export function scalarOf(name: string): ScalarMechanism {
-  const o = SCALARS.get(name);
-  if (o === undefined) return refuse("param", `mechanism ${name} is not a scalar randomizer (this task reports values: ${[...SCALARS.keys()].sort().join(", ")})`);
-  return o;
-}
+export const scalarOf = (name: string): ScalarMechanism => mechanismOf(SCALARS, name, "values");
 
 /** Method oracle (§17.10): a categorical kind, a frequency oracle, no bins or intervals, every
  * component in order. */
 function checkOracle(f: Map<string, JValue>, kind: KindName, dim: number, C: number, comps: bigint[]): void {
   if (kindCategories(kind, dim) === null) refuse("param", `method oracle needs a categorical kind, not ${kind}`);
   oracleOf(f.get("mechanism") as string);
-  if ((f.get("bins") as JValue[]).length || (f.get("intervals") as JValue[]).length) {
-    refuse("param", "an oracle task carries neither bins nor intervals");
+  if ((f.get("bins") as JValue[]).length || (f.get("intervals") as JValue[]).length
+    || comps.length !== C || comps.some((c, i) => c !== BigInt(i))) {
+    refuse("param", "an oracle task serves every component in order, without bins or intervals");
   }
-  if (comps.length !== C || comps.some((c, i) => c !== BigInt(i))) refuse("param", "an oracle task serves every component, in order");
 }
 
 /** Step 10 of §14.1: the method's own rules, in the Python SDK's order. */
@@ -393,14 +357,14 @@ function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: Kin
     oracleOf(f.get("mechanism") as string);
     checkBins(f, comps.length);
     if (m === "two-stage-sized" && (f.get("bins") as JInt[][]).some((r) => r[2].value > BigInt(MAX_BINS - 1))) {
-      refuse("limit", `two-stage-sized has at most ${MAX_BINS - 1} bins (its ${MAX_BINS} grid points are the categories)`);
+      refuse("limit", `two-stage-sized has at most ${MAX_BINS - 1} bins`);
     }
   } else if (m === "baseline-a") {
     checkBaselineA(f, comps);
   } else if (m === "oracle") {
     checkOracle(f, kind, dim, C, comps);
   } else if (m === "hadamard") {
-    if (!HADAMARD_KINDS.includes(kind)) refuse("param", `method hadamard reports Hadamard coefficients (${HADAMARD_KINDS.join(", ")}), not kind ${kind}`);
+    if (!HADAMARD_KINDS.includes(kind)) refuse("param", `method hadamard takes kind ${HADAMARD_KINDS.join(", ")}, not ${kind}`);
     if (centreByRecords(m, stage, kind, dim)) {
       checkOracle(f, kind, dim, C, comps);
       return;
@@ -461,39 +425,39 @@ function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, d
 export function validateFields(text: string, f: Map<string, JValue>): Task {
   checkTypes(f);
   const kind = f.get("kind") as string;
-  if (!(KIND_NAMES as readonly string[]).includes(kind)) refuse("kind", `unknown task kind ${kind}`);
+  if (!(KIND_NAMES as readonly string[]).includes(kind)) refuse("kind", `unknown kind ${kind}`);
   const method = f.get("method") as string;
   if (!(method in METHOD_STAGES)) refuse("method", `unknown method ${method}`);
   const m = method as Method;
   const stageBig = big(f.get("stage"));
-  if (!METHOD_STAGES[m].some((s) => BigInt(s) === stageBig)) refuse("stage", `stage ${stageBig} is not valid for method ${m}`);
+  if (!METHOD_STAGES[m].some((s) => BigInt(s) === stageBig)) refuse("stage", `method ${m} has no stage ${stageBig}`);
   const stage = Number(stageBig);
   const mech = f.get("mechanism") as string;
   if (!ORACLES.has(mech) && !SCALARS.has(mech)) {
-    refuse("method", `unknown mechanism ${mech}; known: ${MECHANISM_NAMES.join(", ")}`);
+    refuse("method", `unknown mechanism ${mech} (not ${MECHANISM_NAMES.join(", ")})`);
   }
   const budget = epsilonUnits(f.get("epsilon") as JInt | number, "epsilon");
   epsilonUnits(f.get("eps_c") as JInt | number, "eps_c");
   const dimBig = big(f.get("dim"));
   if (dimBig < 1n) refuse("param", "dim must be >= 1");
-  if (dimBig > BigInt(MAX_DIM)) refuse("limit", `dim must be at most ${MAX_DIM}`);
+  if (dimBig > BigInt(MAX_DIM)) refuse("limit", `dim must be <= ${MAX_DIM}`);
   const dim = Number(dimBig);
   if (big(f.get("virtual_offset")) < 0n || big(f.get("m_ref")) < 1n || big(f.get("records")) < 1n) {
     refuse("param", "virtual_offset must be >= 0, m_ref and records >= 1");
   }
-  if (big(f.get("records")) > BigInt(MAX_RECORDS)) refuse("limit", `records must be at most ${MAX_RECORDS}`);
+  if (big(f.get("records")) > BigInt(MAX_RECORDS)) refuse("limit", `records must be <= ${MAX_RECORDS}`);
   if (f.get("frame_kind") === "gaussian" && (kind === "mean-l2" || kind === "sgd") && dim > MAX_GAUSSIAN_FRAME_DIM) {
-    refuse("limit", `a gaussian Kashin frame is limited to dim <= ${MAX_GAUSSIAN_FRAME_DIM}`);
+    refuse("limit", `a gaussian frame needs dim <= ${MAX_GAUSSIAN_FRAME_DIM}`);
   }
   const C = kindComponents(kind as KindName, f, dim);
   const comps = (f.get("components") as JInt[]).map((c) => c.value);
-  if (!comps.length) refuse("param", "a task must serve at least one component");
-  if (new Set(comps).size !== comps.length) refuse("param", "components must be distinct");
-  if (comps.some((c) => c < 0n || c >= BigInt(C))) refuse("param", `components must lie in [0, ${C})`);
+  if (!comps.length || new Set(comps).size !== comps.length || comps.some((c) => c < 0n || c >= BigInt(C))) {
+    refuse("param", `components must be distinct, at least one, in [0, ${C})`);
+  }
   checkMethod(f, m, stage, kind as KindName, dim, C, comps);
   const [units, length] = spendAndLength(f, m, stage, dim);
-  if (units > budget) refuse("over-budget", `task would spend ${units} units of 2^-24, above the query budget (${budget} units)`);
-  if (length > MAX_REPORT_VALUES) refuse("limit", `the report would have ${length} values, above the device limit ${MAX_REPORT_VALUES}`);
+  if (units > budget) refuse("over-budget", `the task spends ${units} units of 2^-24, over its query's ${budget}`);
+  if (length > MAX_REPORT_VALUES) refuse("limit", `a report of ${length} values is over the limit ${MAX_REPORT_VALUES}`);
   const seal = f.has("seal") ? parseSeal(f.get("seal")!) : null;
   if (typeof seal === "string") return refuse("seal", seal);
   const range = f.has("range") ? (f.get("range") as JValue[]).map((v) => dbl(v)) as [number, number] : null;

@@ -242,6 +242,17 @@ export class Device {
     return this.#identity!.token;
   }
 
+  /** `call` with the device token; after an UNAUTHENTICATED, once more after a re-enrolment. */
+  async #withToken<T>(call: (token: string) => Promise<T>): Promise<T> {
+    try {
+      return await call(await this.#token());
+    } catch (e) {
+      if (codeOf(e) !== Status.UNAUTHENTICATED) throw e;
+      await this.enroll(true);
+      return call(await this.#token());
+    }
+  }
+
   /** The device's checks (public facts only); throws TaskRefused with a stable code. */
   checkTask(msg: TaskMessage): { task: Task; units: bigint } {
     const schemas = new Map([...this.#datasets].map(([k, v]) => [k, v.schema]));
@@ -310,7 +321,7 @@ export class Device {
       this.clamped.set(task.queryId, n);
       if (n > 0 && this.#o.log) {
         const [lo, hi] = task.range ?? [-(task.bound as number), task.bound as number];
-        this.#o.log(`query ${task.queryId}: ${n} of ${rows.length * (task.kind === "mean" ? 1 : task.dim)} values lay outside the range [${lo}, ${hi}] and were clamped into it (local only, never sent)`);
+        this.#o.log(`query ${task.queryId}: ${n} of ${rows.length * (task.kind === "mean" ? 1 : task.dim)} values clamped into [${lo}, ${hi}] (local only, never sent)`);
       }
     } catch {
       // a log line is never worth a failure
@@ -323,7 +334,7 @@ export class Device {
       return emptyReport(task, src);
     } catch (e) {
       if (e instanceof TaskRefused) throw e;
-      throw new TaskRefused(`the task's backstop report cannot be computed: ${e instanceof Error ? e.message : String(e)}`, "param");
+      throw new TaskRefused(`no backstop report: ${e instanceof Error ? e.message : String(e)}`, "param");
     }
   }
 
@@ -395,37 +406,17 @@ export class Device {
     const send = this.#o.transport.declineTask?.bind(this.#o.transport);
     if (!send || refusal.code === "participated") return false;
     const d: DeclineMessage = { queryId: t.query_id, phase: t.phase, taskDigest: t.task_digest, reason: refusal.code };
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await send(await this.#token(), d);
-        return true;
-      } catch (e) {
-        if (codeOf(e) === Status.UNAUTHENTICATED && attempt === 0) {
-          await this.enroll(true);
-          continue;
-        }
-        return false;
-      }
+    try {
+      await this.#withToken((token) => send(token, d));
+      return true;
+    } catch {
+      return false;
     }
   }
 
   #shuffler(): ShufflerTransportLike {
     if (!this.#o.shuffler) throw new DeviceError("a sealed report needs a shuffler (DeviceOptions.shuffler)");
     return this.#o.shuffler;
-  }
-
-  async #getTasks(queryId: string) {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.#o.transport.getTasks(await this.#token(), this.datasets, queryId);
-      } catch (e) {
-        if (codeOf(e) === Status.UNAUTHENTICATED && attempt === 0) {
-          await this.enroll(true);
-          continue;
-        }
-        throw e;
-      }
-    }
   }
 
   /** Re-send every persisted, unacknowledged report; recompute reserved ones (a crash
@@ -485,9 +476,9 @@ export class Device {
   async poll(queryId = "", opts: PollOptions = {}): Promise<PollResult> {
     const window = this.#window(opts);
     if (window) checkWindow(window);
-    const out: PollResult = { submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
+    const out = emptyResult();
     out.submitted.push(...(await this.resendPending(out, opts)));
-    const resp = await this.#getTasks(queryId);
+    const resp = await this.#withToken((token) => this.#o.transport.getTasks(token, this.datasets, queryId));
     for (const t of resp.tasks) {
       const start = (opts.clock ?? monotonicMs)();
       let report: AnyReport;
@@ -517,15 +508,11 @@ export class Device {
   /** Poll until nothing is waiting (or the timeout); returns the merged result. */
   async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep,
     opts: PollOptions = {}): Promise<PollResult> {
-    const total: PollResult = { submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 };
+    const total = emptyResult();
     const end = Date.now() + timeoutMs;
     for (;;) {
       const r = await this.poll(queryId, opts);
-      total.submitted.push(...r.submitted);
-      total.refused.push(...r.refused);
-      total.declined.push(...r.declined);
-      total.rejected.push(...r.rejected);
-      total.failed.push(...r.failed);
+      for (const k of ["submitted", "refused", "declined", "rejected", "failed"] as const) (total[k] as unknown[]).push(...r[k]);
       total.late += r.late;
       total.waiting = r.waiting;
       total.retryAfterMs = r.retryAfterMs;
@@ -551,6 +538,9 @@ function sealedTask(text: string): boolean {
 /** setTimeout exists in browsers, React Native and Node, but not in the ES library types. */
 const defaultSleep = (ms: number): Promise<unknown> =>
   new Promise((ok) => (globalThis as unknown as { setTimeout(f: () => void, ms: number): unknown }).setTimeout(() => ok(undefined), ms));
+
+const emptyResult = (): PollResult =>
+  ({ submitted: [], refused: [], declined: [], rejected: [], failed: [], late: 0, waiting: 0, pending: 0, retryAfterMs: 0 });
 
 function noteFailure(out: PollResult, e: ReportRejected): void {
   if (e.pending) out.pending += 1;

@@ -18,7 +18,7 @@
  * every transaction and by `refresh()`), used only for reads and advisory checks.
  * No Node-only dependency.
  */
-import { floorTimesPow2, MAX_EPSILON } from "../core/noise.js";
+import { rationalEpsilon } from "../core/noise.js";
 
 export type EntryState = "reserved" | "pending" | "acknowledged" | "rejected";
 
@@ -86,14 +86,7 @@ export class AlreadyParticipated extends LedgerError {
 export const EPS_UNITS_PER_ONE = 1n << 24n;
 
 /** Units of a device budget: floor(budget · 2^24), for 2^-24 <= budget <= 2^20. */
-export function budgetUnits(budget: number): bigint {
-  if (typeof budget !== "number" || !Number.isFinite(budget) || budget <= 0 || budget > MAX_EPSILON) {
-    throw new RangeError(`the device budget must be a finite number in (0, 2^20], got ${budget}`);
-  }
-  const u = floorTimesPow2(budget, 24);
-  if (u < 1n) throw new RangeError("the device budget is below the smallest supported epsilon 2^-24");
-  return u;
-}
+export const budgetUnits = (budget: number): bigint => rationalEpsilon(budget, "the device budget");
 
 export function encodeValues(values: readonly bigint[]): Uint8Array {
   const out = new Uint8Array(8 * values.length);
@@ -285,13 +278,11 @@ function admit(entries: ReadonlyMap<string, LedgerEntry>, totalUnits: bigint, qu
   const e = entries.get(queryId);
   if (e !== undefined) {
     if (e.taskDigest === taskDigest) return e;
-    throw new AlreadyParticipated(
-      `already accepted a task for query ${queryId}; a device reports at most once per query`);
+    throw new AlreadyParticipated(`a task of query ${queryId} was already accepted (one report per query)`);
   }
   const used = spent(entries);
   if (used + epsilonUnits > totalUnits) {
-    throw new BudgetExceeded(`task needs ${epsilonUnits} units of 2^-24 but only ` +
-      `${totalUnits - used} of the device budget ${totalUnits} remain`);
+    throw new BudgetExceeded(`the task needs ${epsilonUnits} units of 2^-24; ${totalUnits - used} of ${totalUnits} remain`);
   }
   return null;
 }

@@ -124,16 +124,15 @@ export function networkFailure(e: unknown, baseUrl: string): NetworkError | null
   const said = `${msg}${codes.length ? ` (${codes.join(", ")})` : ""}`;
   if (codes.some((c) => /CERT|UNABLE_TO_(VERIFY|GET)|ERR_TLS|ERR_SSL|SSL_/.test(c))) {
     return new NetworkError("certificate", `the collector's TLS certificate is not trusted here: ${said}; `
-      + "trust the CA that issued it (the README's CA recipe) or fix the address");
+      + "trust its CA (the README's CA recipe)");
   }
   if (codes.some((c) => /^(E[A-Z]+|UND_ERR_\w+)$/.test(c))) {
     return new NetworkError("unreachable", `no connection to the collector at ${baseUrl}: ${said}`);
   }
   if (/failed to fetch|networkerror|load failed|fetch failed|network request failed|network error|terminated/i.test(msg)
     || (e as { name?: unknown })?.name === "NetworkError") {
-    return new NetworkError("network", `no answer from the collector at ${baseUrl} (${said}): it is unreachable, `
-      + "its certificate is not trusted, or it refuses this page's origin (CORS) — a browser does not say which; "
-      + "probeCollector() of @uldp/device/web tells them apart");
+    return new NetworkError("network", `no answer from the collector at ${baseUrl} (${said}): unreachable, an untrusted `
+      + "certificate or a refused origin (CORS); probeCollector() tells which");
   }
   return null;
 }
@@ -196,7 +195,7 @@ export class FetchTransport {
     this.protocol = o.protocol ?? "connect";
     if (this.protocol !== "connect" && this.protocol !== "grpc-web") throw new RangeError(`unknown protocol ${String(o.protocol)}`);
     const f = o.fetch ?? g.fetch;
-    if (!f) throw new TypeError("no fetch: pass `fetch` (this platform has no global fetch)");
+    if (!f) throw new TypeError("no global fetch here: pass `fetch`");
     this.#fetch = o.fetch ?? ((url, init) => g.fetch!(url, init));
     this.#retry = { ...DEFAULT_RETRY, ...o.retry };
     this.#max = o.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
@@ -233,7 +232,7 @@ export class FetchTransport {
         throw networkFailure(e, this.baseUrl) ?? e;
       }
       if (bytes.length > this.#max + 5 + 1024) {
-        throw new RpcError(Code.RESOURCE_EXHAUSTED, `answer of ${bytes.length} bytes is over the limit of ${this.#max}`);
+        throw new RpcError(Code.RESOURCE_EXHAUSTED, `answer of ${bytes.length} bytes over the limit ${this.#max}`);
       }
       return this.protocol === "connect" ? connectAnswer(res.status, res.headers, bytes) : grpcWebAnswer(res.status, res.headers, bytes);
     } finally {

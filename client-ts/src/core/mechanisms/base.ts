@@ -10,9 +10,11 @@
  *    g ∈ {0, …, 2^16} by unbiased randomized rounding (§6), into one integer.
  *
  * Every mechanism derives its probabilities itself from the public (k, ε) (invariant 1) as
- * dyadic numerators checked against the certified lower bound of e^ε (./exact.ts), and offers
- * the exact probability of a report (`probability`: a Ratio; discrete Laplace: a double) for
- * the likelihood-ratio audit. One device at a time: the draws are the canonical ones of §17.
+ * dyadic numerators checked against the certified lower bound of e^ε (./exact.ts). Beside its
+ * sampler each module exports the exact probability of a report (`…Probability`: a Ratio;
+ * discrete Laplace: a double) for the likelihood-ratio audits — a function of its own, so a
+ * device's bundle, which never calls it, leaves it out (`AUDITED_ORACLES` / `AUDITED_SCALARS`
+ * in ./index.ts pair them). One device at a time: the draws are the canonical ones of §17.
  */
 import type { RandomSource } from "../random.js";
 import type { Ratio } from "./exact.js";
@@ -28,9 +30,10 @@ export interface FrequencyOracle {
   privatize(item: number, k: number, eps: number, rng: RandomSource): bigint[];
   /** The reports of several values (value c over ks[c] categories), concatenated (§17.11). */
   privatizeMany(items: readonly number[], ks: readonly number[], eps: number, rng: RandomSource): bigint[];
-  /** Exact P(report | item) (a Ratio; discrete Laplace: a double). */
-  probability(report: readonly bigint[], item: number, k: number, eps: number): Ratio | number;
 }
+
+/** Exact P(report | item) of a frequency oracle (a Ratio; discrete Laplace: a double). */
+export type OracleProbability = (report: readonly bigint[], item: number, k: number, eps: number) => Ratio | number;
 
 export interface ScalarMechanism {
   readonly name: string;
@@ -39,9 +42,10 @@ export interface ScalarMechanism {
   limit(eps: number): number;
   /** One report integer per grid value g ∈ {0, …, 2^16}, drawn as a list (§17.7–§17.9). */
   privatize(g: readonly bigint[], eps: number, rng: RandomSource): bigint[];
-  /** Exact P(z | g) (a Ratio; discrete Laplace: a double). */
-  probability(z: bigint, g: bigint, eps: number): Ratio | number;
 }
+
+/** Exact P(z | g) of a scalar randomizer (a Ratio; discrete Laplace: a double). */
+export type ScalarProbability = (z: bigint, g: bigint, eps: number) => Ratio | number;
 
 /** The component-by-component report of several values (every oracle but discrete Laplace,
  * which draws its noise for all entries in one call, §9.1). */

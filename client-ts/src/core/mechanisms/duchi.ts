@@ -11,8 +11,8 @@
  * (2^64 − P_min)/P_min <= S/2^64 <= e^ε) and D = (2^64 − 2·P_min) / 2^16 (an integer).
  */
 import { GRID_STEPS } from "../params.js";
-import type { ScalarMechanism } from "./base.js";
-import { ceilDiv, coins, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
+import type { ScalarMechanism, ScalarProbability } from "./base.js";
+import { ceilDiv, coins, designCheck, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
 
 const STEPS = BigInt(GRID_STEPS);
 
@@ -21,9 +21,8 @@ export const duchiDesign = memo((units: bigint): readonly [bigint, bigint] => {
   const S = expLower(units);
   const Pmin = (1n << 15n) * ceilDiv(1n << 113n, S + ONE);
   const D = (ONE - 2n * Pmin) / STEPS;
-  if (!(Pmin > 0n && Pmin <= ONE / 2n && (ONE - Pmin) * ONE <= S * Pmin && Pmin + D * STEPS === ONE - Pmin)) {
-    throw new Error(`Duchi design failed its exact check (units=${units})`);
-  }
+  designCheck(Pmin > 0n && Pmin <= ONE / 2n && (ONE - Pmin) * ONE <= S * Pmin && Pmin + D * STEPS === ONE - Pmin,
+    "Duchi", units);
   return [Pmin, D] as const;
 });
 
@@ -35,9 +34,11 @@ export const Duchi: ScalarMechanism = {
     const [Pmin, D] = duchiDesign(unitsOf(eps));
     return coins(rng, g.map((x) => Pmin + D * x)).map((b) => (b ? 1n : 0n));
   },
-  probability(z, g, eps) {
-    const [Pmin, D] = duchiDesign(unitsOf(eps));
-    const p1 = dyadic(Pmin + D * g);
-    return z === 1n ? p1 : z === 0n ? Ratio.ONE.sub(p1) : Ratio.ZERO;
-  },
+};
+
+/** Exact P(report | input) of Duchi, for the likelihood-ratio audits (never on a device's path). */
+export const duchiProbability: ScalarProbability = (z, g, eps) => {
+  const [Pmin, D] = duchiDesign(unitsOf(eps));
+  const p1 = dyadic(Pmin + D * g);
+  return z === 1n ? p1 : z === 0n ? Ratio.ONE.sub(p1) : Ratio.ZERO;
 };

@@ -26,6 +26,11 @@ export const EXP_CAP_UNITS = 40n * EPS_DENOMINATOR;
 export const ceilDiv = (a: bigint, b: bigint): bigint => (a + b - 1n) / b;
 
 /** A bounded memo of a pure function of a string key (the designs, like Python's lru_cache). */
+/** A design's exact check (an invariant: never false for a valid ε): a bug if it fails. */
+export function designCheck(ok: boolean, design: string, ...args: unknown[]): void {
+  if (!ok) throw new Error(`${design} design failed its exact check (${args.join(", ")})`);
+}
+
 export function memo<A extends unknown[], V>(fn: (...args: A) => V, size = 4096): (...args: A) => V {
   const cache = new Map<string, V>();
   return (...args: A): V => {
@@ -100,8 +105,9 @@ export class Ratio {
     this.den = g > 1n ? den / g : den;
   }
 
-  static readonly ZERO = new Ratio(0n);
-  static readonly ONE = new Ratio(1n);
+  // getters, not static fields: a class whose static fields construct is kept by every bundle
+  static get ZERO(): Ratio { return new Ratio(0n); }
+  static get ONE(): Ratio { return new Ratio(1n); }
 
   mul(o: Ratio): Ratio { return new Ratio(this.num * o.num, this.den * o.den); }
   div(o: Ratio): Ratio { return new Ratio(this.num * o.den, this.den * o.num); }

@@ -11,8 +11,8 @@
  * report is 0 and nothing is drawn.
  */
 import type { RandomSource } from "../random.js";
-import { type FrequencyOracle, oneByOne } from "./base.js";
-import { ceilDiv, coins, dyadic, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
+import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
+import { ceilDiv, coins, designCheck, dyadic, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
 
 /** P(report = v | v) = P/2^64; P(report = u | v) = Q/2^64 for each u ≠ v. */
 export interface GRRDesign {
@@ -32,9 +32,7 @@ export const grrDesign = memo((k: number, units: bigint): GRRDesign => {
     Q = ONE / BigInt(k);
     P = ONE - k1 * Q;
   }
-  if (!(P * ONE <= S * Q && Q * ONE <= S * P && Q > 0n && Q <= P && P < ONE)) {
-    throw new Error(`GRR design failed its exact check (k=${k}, units=${units})`);
-  }
+  designCheck(P * ONE <= S * Q && Q * ONE <= S * P && Q > 0n && Q <= P && P < ONE, "GRR", k, units);
   return { k, P, Q };
 });
 
@@ -62,11 +60,13 @@ export const GRR: FrequencyOracle = {
   privatizeMany(items, ks, eps, rng) {
     return oneByOne(this, items, ks, eps, rng);
   },
-  probability(report, item, k, eps) {
-    const d = grrDesign(k, unitsOf(eps));
-    if (report.length !== 1) return Ratio.ZERO;
-    const y = report[0];
-    if (!(y >= 0n && y < BigInt(k))) return Ratio.ZERO;
-    return dyadic(y === BigInt(item) ? d.P : d.Q);
-  },
+};
+
+/** Exact P(report | input) of GRR, for the likelihood-ratio audits (never on a device's path). */
+export const grrProbability: OracleProbability = (report, item, k, eps) => {
+  const d = grrDesign(k, unitsOf(eps));
+  if (report.length !== 1) return Ratio.ZERO;
+  const y = report[0];
+  if (!(y >= 0n && y < BigInt(k))) return Ratio.ZERO;
+  return dyadic(y === BigInt(item) ? d.P : d.Q);
 };

@@ -12,10 +12,10 @@
  * Draws: one branch word per entry (w < A: PM); then the Duchi entries' words (in order); then
  * PM's draws over the PM entries (in order, §17.8).
  */
-import type { ScalarMechanism } from "./base.js";
-import { Duchi } from "./duchi.js";
+import type { ScalarMechanism, ScalarProbability } from "./base.js";
+import { Duchi, duchiProbability } from "./duchi.js";
 import { ceilDiv, coins, dyadic, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
-import { PM, pmDesign, pmValues } from "./pm.js";
+import { pmDesign, pmProbability, pmValues } from "./pm.js";
 
 /** ε* = 0.61 in units of 2^-24 (⌈0.61 · 2^24⌉): below it HM is Duchi's mechanism. */
 export const HM_THRESHOLD_UNITS = 10234102n;
@@ -41,11 +41,13 @@ export const HM: ScalarMechanism = {
     pm.forEach((i, j) => { out[i] = js[j]; });
     return out;
   },
-  probability(z, g, eps) {
-    const units = unitsOf(eps);
-    const alpha = dyadic(hmAlpha(units));
-    const N = pmDesign(units).cells;
-    if (z >= N) return Ratio.ONE.sub(alpha).mul(Duchi.probability(z - N, g, eps) as Ratio);
-    return alpha.mul(PM.probability(z, g, eps) as Ratio);
-  },
+};
+
+/** Exact P(report | input) of HM, for the likelihood-ratio audits (never on a device's path). */
+export const hmProbability: ScalarProbability = (z, g, eps) => {
+  const units = unitsOf(eps);
+  const alpha = dyadic(hmAlpha(units));
+  const N = pmDesign(units).cells;
+  if (z >= N) return Ratio.ONE.sub(alpha).mul(duchiProbability(z - N, g, eps) as Ratio);
+  return alpha.mul(pmProbability(z, g, eps) as Ratio);
 };

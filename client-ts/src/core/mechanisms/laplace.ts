@@ -11,7 +11,7 @@
 import { discreteLaplace, discreteLaplaceLogPmf, laplaceScale, laplaceScaleValue } from "../noise.js";
 import { GRID_STEPS } from "../params.js";
 import type { RandomSource } from "../random.js";
-import type { FrequencyOracle, ScalarMechanism } from "./base.js";
+import type { FrequencyOracle, OracleProbability, ScalarMechanism, ScalarProbability } from "./base.js";
 
 const oneHot = (items: readonly number[], ks: readonly number[]): bigint[] =>
   items.flatMap((v, c) => Array.from({ length: ks[c] }, (_, j) => (j === v ? 1n : 0n)));
@@ -34,12 +34,14 @@ export const LaplaceBins: FrequencyOracle = {
   privatizeMany(items, ks, eps, rng) {
     return plusNoise(oneHot(items, ks), 2, eps, rng);
   },
-  probability(report, item, k, eps) {
-    const t = laplaceScaleValue(laplaceScale(2, eps));
-    let s = 0;
-    for (let j = 0; j < k; j++) s += discreteLaplaceLogPmf(Number(report[j]) - (j === item ? 1 : 0), t);
-    return Math.exp(s);
-  },
+};
+
+/** Exact P(report | input) of LaplaceBins, for the likelihood-ratio audits (never on a device's path). */
+export const laplaceBinsProbability: OracleProbability = (report, item, k, eps) => {
+  const t = laplaceScaleValue(laplaceScale(2, eps));
+  let s = 0;
+  for (let j = 0; j < k; j++) s += discreteLaplaceLogPmf(Number(report[j]) - (j === item ? 1 : 0), t);
+  return Math.exp(s);
 };
 
 /** Values: the grid integer plus DLap(2^16/ε_c) (§9.2). */
@@ -50,8 +52,10 @@ export const LaplaceValues: ScalarMechanism = {
   privatize(g, eps, rng) {
     return plusNoise(g, GRID_STEPS, eps, rng);
   },
-  probability(z, g, eps) {
-    const t = laplaceScaleValue(laplaceScale(GRID_STEPS, eps));
-    return Math.exp(discreteLaplaceLogPmf(Number(z - g), t));
-  },
+};
+
+/** Exact P(report | input) of LaplaceValues, for the likelihood-ratio audits (never on a device's path). */
+export const laplaceValuesProbability: ScalarProbability = (z, g, eps) => {
+  const t = laplaceScaleValue(laplaceScale(GRID_STEPS, eps));
+  return Math.exp(discreteLaplaceLogPmf(Number(z - g), t));
 };

@@ -17,7 +17,7 @@
  */
 import { sha256 } from "../sha256.js";
 import { chachaBlock, utf8 } from "../random.js";
-import { type FrequencyOracle, oneByOne } from "./base.js";
+import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
 import { dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
 import { type GRRDesign, grrDesign, grrValues } from "./grr.js";
 
@@ -63,12 +63,14 @@ export const OLH: FrequencyOracle = {
   privatizeMany(items, ks, eps, rng) {
     return oneByOne(this, items, ks, eps, rng);
   },
-  probability(report, item, k, eps) {
-    const d = olhDesign(unitsOf(eps));
-    if (report.length !== 2) return Ratio.ZERO;
-    const [s, y] = report;
-    if (!(s >= 0n && s < SEEDS && y >= 0n && y < BigInt(d.k))) return Ratio.ZERO;
-    const hit = Number(y) === hashOf(s, item, d.k);
-    return dyadic(hit ? d.P : d.Q).div(new Ratio(SEEDS));
-  },
+};
+
+/** Exact P(report | input) of OLH, for the likelihood-ratio audits (never on a device's path). */
+export const olhProbability: OracleProbability = (report, item, k, eps) => {
+  const d = olhDesign(unitsOf(eps));
+  if (report.length !== 2) return Ratio.ZERO;
+  const [s, y] = report;
+  if (!(s >= 0n && s < SEEDS && y >= 0n && y < BigInt(d.k))) return Ratio.ZERO;
+  const hit = Number(y) === hashOf(s, item, d.k);
+  return dyadic(hit ? d.P : d.Q).div(new Ratio(SEEDS));
 };

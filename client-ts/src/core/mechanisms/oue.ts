@@ -9,8 +9,8 @@
  * Exact design: q = Q/2^64 with Q = ⌈2^128 / (S + 2^64)⌉, so (2^64 − Q)/Q <= S/2^64 <= e^ε;
  * the report is k words, bit j = [w_j < (2^63 if j = v else Q)].
  */
-import { type FrequencyOracle, oneByOne } from "./base.js";
-import { ceilDiv, coins, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
+import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
+import { ceilDiv, coins, designCheck, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
 
 export const HALF = 1n << 63n;
 
@@ -18,9 +18,7 @@ export const HALF = 1n << 63n;
 export const oueQ = memo((units: bigint): bigint => {
   const S = expLower(units);
   const Q = ceilDiv(ONE * ONE, S + ONE);
-  if (!((ONE - Q) * ONE <= S * Q && Q > 0n && Q <= HALF)) {
-    throw new Error(`OUE design failed its exact check (units=${units})`);
-  }
+  designCheck((ONE - Q) * ONE <= S * Q && Q > 0n && Q <= HALF, "OUE", units);
   return Q;
 });
 
@@ -37,15 +35,17 @@ export const OUE: FrequencyOracle = {
   privatizeMany(items, ks, eps, rng) {
     return oneByOne(this, items, ks, eps, rng);
   },
-  probability(report, item, k, eps) {
-    const Q = oueQ(unitsOf(eps));
-    if (report.length !== k) return Ratio.ZERO;
-    let out = Ratio.ONE;
-    for (const [j, bit] of report.entries()) {
-      if (bit !== 0n && bit !== 1n) return Ratio.ZERO;
-      const on = j === item ? HALF : Q;
-      out = out.mul(dyadic(bit === 1n ? on : ONE - on));
-    }
-    return out;
-  },
+};
+
+/** Exact P(report | input) of OUE, for the likelihood-ratio audits (never on a device's path). */
+export const oueProbability: OracleProbability = (report, item, k, eps) => {
+  const Q = oueQ(unitsOf(eps));
+  if (report.length !== k) return Ratio.ZERO;
+  let out = Ratio.ONE;
+  for (const [j, bit] of report.entries()) {
+    if (bit !== 0n && bit !== 1n) return Ratio.ZERO;
+    const on = j === item ? HALF : Q;
+    out = out.mul(dyadic(bit === 1n ? on : ONE - on));
+  }
+  return out;
 };

@@ -19,8 +19,8 @@
  */
 import { GRID_STEPS } from "../params.js";
 import type { RandomSource } from "../random.js";
-import type { ScalarMechanism } from "./base.js";
-import { coins, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
+import type { ScalarMechanism, ScalarProbability } from "./base.js";
+import { coins, designCheck, expLower, memo, ONE, Ratio, unitsOf, where } from "./exact.js";
 
 const STEPS = BigInt(GRID_STEPS);
 const TWO80 = 1n << 80n;
@@ -42,9 +42,8 @@ export const pmDesign = memo((units: bigint): PMDesign => {
   const Pw = (ONE * S * W) / (S * W + TWO80);
   const inside = Pw * STEPS;
   const outside = W * (ONE - Pw);
-  if (!(Pw > 0n && Pw < ONE && W >= 1n && W <= STEPS && inside * ONE <= S * outside && outside * ONE <= S * inside)) {
-    throw new Error(`PM design failed its exact check (units=${units})`);
-  }
+  designCheck(Pw > 0n && Pw < ONE && W >= 1n && W <= STEPS && inside * ONE <= S * outside && outside * ONE <= S * inside,
+    "PM", units);
   return { W, Pw, cells: STEPS + W };
 });
 
@@ -69,10 +68,12 @@ export const PM: ScalarMechanism = {
   privatize(g, eps, rng) {
     return pmValues(g, pmDesign(unitsOf(eps)), rng);
   },
-  probability(z, g, eps) {
-    const d = pmDesign(unitsOf(eps));
-    if (!(z >= 0n && z < d.cells)) return Ratio.ZERO;
-    if (g <= z && z < g + d.W) return new Ratio(d.Pw, ONE * d.W);
-    return new Ratio(ONE - d.Pw, ONE * STEPS);
-  },
+};
+
+/** Exact P(report | input) of PM, for the likelihood-ratio audits (never on a device's path). */
+export const pmProbability: ScalarProbability = (z, g, eps) => {
+  const d = pmDesign(unitsOf(eps));
+  if (!(z >= 0n && z < d.cells)) return Ratio.ZERO;
+  if (g <= z && z < g + d.W) return new Ratio(d.Pw, ONE * d.W);
+  return new Ratio(ONE - d.Pw, ONE * STEPS);
 };

@@ -16,8 +16,8 @@
  * r = below(j + 1); add j if r is already chosen, else r. Position p is the value p if p < v,
  * else p + 1. The report is the ω values in increasing order. k = 1: [0], no draw.
  */
-import { type FrequencyOracle, oneByOne } from "./base.js";
-import { coins, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
+import { type FrequencyOracle, oneByOne, type OracleProbability } from "./base.js";
+import { coins, designCheck, dyadic, expLower, memo, ONE, Ratio, unitsOf } from "./exact.js";
 
 export interface SSDesign {
   readonly k: number;
@@ -37,9 +37,7 @@ export const ssDesign = memo((k: number, units: bigint): SSDesign => {
   const Pin = (ONE * w * S) / (w * S + (K - w) * ONE);
   const num = Pin * (K - w);
   const den = (ONE - Pin) * w;
-  if (!(Pin > 0n && Pin < ONE && num * ONE <= S * den && den * ONE <= S * num)) {
-    throw new Error(`SS design failed its exact check (k=${k}, units=${units})`);
-  }
+  designCheck(Pin > 0n && Pin < ONE && num * ONE <= S * den && den * ONE <= S * num, "SS", k, units);
   return { k, omega: Number(w), Pin };
 });
 
@@ -75,13 +73,15 @@ export const SS: FrequencyOracle = {
   privatizeMany(items, ks, eps, rng) {
     return oneByOne(this, items, ks, eps, rng);
   },
-  probability(report, item, k, eps) {
-    const d = ssDesign(k, unitsOf(eps));
-    const ys = report.map(Number);
-    const increasing = ys.every((y, i) => i === 0 || y > ys[i - 1]);
-    if (ys.length !== d.omega || !increasing || ys[0] < 0 || ys[ys.length - 1] >= k) return Ratio.ZERO;
-    if (k === 1) return Ratio.ONE;
-    if (ys.includes(item)) return dyadic(d.Pin).div(new Ratio(binomial(k - 1, d.omega - 1)));
-    return dyadic(ONE - d.Pin).div(new Ratio(binomial(k - 1, d.omega)));
-  },
+};
+
+/** Exact P(report | input) of SS, for the likelihood-ratio audits (never on a device's path). */
+export const ssProbability: OracleProbability = (report, item, k, eps) => {
+  const d = ssDesign(k, unitsOf(eps));
+  const ys = report.map(Number);
+  const increasing = ys.every((y, i) => i === 0 || y > ys[i - 1]);
+  if (ys.length !== d.omega || !increasing || ys[0] < 0 || ys[ys.length - 1] >= k) return Ratio.ZERO;
+  if (k === 1) return Ratio.ONE;
+  if (ys.includes(item)) return dyadic(d.Pin).div(new Ratio(binomial(k - 1, d.omega - 1)));
+  return dyadic(ONE - d.Pin).div(new Ratio(binomial(k - 1, d.omega)));
 };
