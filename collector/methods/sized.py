@@ -531,7 +531,9 @@ class TwoStageAdaptive(TwoStageSized):
     buys is the randomizer: Duchi's one bit where the users' values sit at the range's
     ends (at m = 1, ε = 8 its noise is ~20× below HM's), PM where they sit inside, where
     ``ssl`` must take the worst-case best (``docs/mechanisms.md``, "Scalar randomizers").
-    The stage-I users' reports count in the final estimate, as in ``two-stage-sized``."""
+    The stage-I users' reports count in the final estimate, as in ``two-stage-sized``.
+    Measured: in band at n = 1600, but its interval under-covered at n = 10⁵ (0.90–0.93,
+    ``bench/results/population_suite_adaptive.md``), so ``auto`` does not pick it."""
 
     name = "two-stage-adaptive"
     support_only = True
