@@ -225,15 +225,20 @@ HEADER = ["scenario", "flood", "reopened/s", "/healthz ok · p50/max ms",
           "CPU s/s", "alive"]
 
 
-def _thread_cpu(pid: int, name: str) -> float:
-    """CPU seconds of ``pid``'s threads called ``name`` (0 if none)."""
+def _thread_cpu(pid: int, *names: str) -> float:
+    """CPU seconds of ``pid``'s threads called one of ``names`` (0 if none). A relay
+    thread's CPU is lost when it exits (a connection closed): the new-connection column
+    counts the front's loop thread only."""
     total = 0.0
     for tid in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == name:
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() in names:
                 f = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
                 total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+FRONT_THREADS = ("uldp-grpc-front", "uldp-grpc-relay")
 
 
 def overhead(n_kept: int, n_new: int, nofile: int, front: str, mode: str) -> list[str]:
@@ -242,7 +247,9 @@ def overhead(n_kept: int, n_new: int, nofile: int, front: str, mode: str) -> lis
     included), with the gRPC front on or off; the CPU of the front's own thread is also
     given alone."""
     with tempfile.TemporaryDirectory(prefix="uldp-front-") as tmp:
-        c = start_collector(Path(tmp), nofile, ("--grpc-front", front,
+        relay = front if front != "off" else "threads"
+        c = start_collector(Path(tmp), nofile, ("--grpc-front", "off" if front == "off"
+                                                else "on", "--grpc-front-relay", relay,
                                                 "--server-mode", mode))
         try:
             kept, devs = _devices(c, n_kept + n_new + 20)
@@ -252,7 +259,7 @@ def overhead(n_kept: int, n_new: int, nofile: int, front: str, mode: str) -> lis
             for count, new in ((n_kept, False), (n_new, True)):
                 base = 20 if not new else 20 + n_kept
                 ms, cpu0 = [], proc_stats(c.proc.pid).cpu_s
-                fcpu0 = _thread_cpu(c.proc.pid, "uldp-grpc-front")
+                fcpu0 = _thread_cpu(c.proc.pid, *FRONT_THREADS)
                 for i in range(base, base + count):
                     ch = secure_channel(Endpoint(f"{HOST}:{c.port}", c.ca)) if new else kept
                     ok, took = _submit(ch, devs[i], i)
@@ -261,9 +268,9 @@ def overhead(n_kept: int, n_new: int, nofile: int, front: str, mode: str) -> lis
                     assert ok
                     ms.append(1000 * took)
                 cpu = proc_stats(c.proc.pid).cpu_s - cpu0
-                fcpu = _thread_cpu(c.proc.pid, "uldp-grpc-front") - fcpu0
+                fcpu = _thread_cpu(c.proc.pid, *FRONT_THREADS) - fcpu0
                 row += [str(count), f"{1e6 * cpu / count:.0f}",
-                        f"{1e6 * fcpu / count:.0f}" if front == "on" else "–",
+                        f"{1e6 * fcpu / count:.0f}" if front != "off" else "–",
                         f"{np.percentile(ms, 50):.2f} / {np.percentile(ms, 90):.2f}"]
             kept.close()  # type: ignore[attr-defined]
             return row
@@ -282,17 +289,18 @@ def main() -> None:
                    help="the collector's --grpc-front")
     p.add_argument("--overhead", type=int, metavar="N", default=0,
                    help="instead of floods: the collector's CPU per SubmitReport with the "
-                        "gRPC front off and on (N reports on one channel, N/10 on new "
-                        "connections; each setting twice, alternating)")
+                        "gRPC front off, on relaying on its loop, on relaying in threads (N "
+                        "reports on one channel, N/10 on new connections; each setting "
+                        "twice, alternating)")
     a = p.parse_args()
     if a.overhead:
-        cols = ["--server-mode", "--grpc-front", "reports (kept channel)",
+        cols = ["--server-mode", "--grpc-front (relay)", "reports (kept channel)",
                 "CPU µs/report", "front thread µs/report", "p50 / p90 ms",
                 "reports (new conn)", "CPU µs/report", "front thread µs/report",
                 "p50 / p90 ms"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for mode in ("aio", "threads"):
-            for front in ("off", "on", "off", "on"):
+            for front in ("off", "loop", "threads", "off", "loop", "threads"):
                 print("| " + " | ".join(overhead(a.overhead, max(10, a.overhead // 10),
                                                  a.nofile, front, mode)) + " |", flush=True)
         return

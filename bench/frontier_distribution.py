@@ -6,6 +6,7 @@ oracle — against the real one-record peers, on users alike, users who differ a
     python bench/frontier.py --distribution --quick            # a few cells, 2 reps
     nice -n 10 python bench/frontier.py --distribution --reps 10   # the whole grid
     python bench/frontier.py --distribution --table            # rewrite the .md from the .json
+    python bench/frontier_distribution.py --model   # the spread rule's P(fallback), no runs
 
 Grid: k ∈ {8, 32, 256} categories, m ∈ {10, 100, 1000} records per user, ε ∈ {0.5, 1, 2, 8},
 n = 10^5 users; populations (``bench/frontier.py``'s laws): *alike* — every record of every
@@ -41,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from frontier import CHUNK, draw_users, sample_records
-from frontier_peers import check, dist_peers
+from frontier_peers import adp_choice, check, dist_peers
 
 from uldp.client.hadamard import next_pow2
 from uldp.client.kinds.means import hadamard_rows
@@ -186,10 +187,15 @@ def row(key: str, cell: dict[str, Any]) -> str:
     b, b_se = peers[best]
     gain = b / auto
     gain_sd = gain * math.hypot(auto_se / auto, b_se / b)
+    pub = adp_choice(int(k), float(eps))
+    p, p_se = peers[pub]
+    pgain = p / auto
+    pgain_sd = pgain * math.hypot(auto_se / auto, p_se / p)
     ratio, ratio_2se, cov, cov_2sd = honesty(cell, int(k))
     ran = ", ".join(f"{r} {n}" if len(cell["ran"]) > 1 else r
                     for r, n in sorted(cell["ran"].items()))
     return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {ran} | {auto:.3g} ± {auto_se:.2g} | "
+            f"{pub} {p:.3g} | {pgain:.2f} ± {2 * pgain_sd:.2f} | "
             f"{best} {b:.3g} | **{gain:.2f}** ± {2 * gain_sd:.2f} | {ratio:.2f} ± "
             f"{ratio_2se:.2f}{_flag(ratio, ratio_2se, 0.8, 1.25)} | {cov:.3f} ± {cov_2sd:.3f}"
             f"{_flag(cov, cov_2sd, 0.93, 0.97)} | {cell['secs'] / c:.1f} |")
@@ -217,10 +223,11 @@ def _flag(x: float, two_se: float, lo: float, hi: float) -> str:
     return "" if lo <= x <= hi else " ⚑"
 
 
-HEAD = ("| users | k | m | ε | reps | auto ran | auto MSE ± SE | best peer (after the fact) | "
+HEAD = ("| users | k | m | ε | reps | auto ran | auto MSE ± SE | public-parameter peer (ADP) | "
+        "public peer / auto ± 2 SE | best peer (after the fact) | "
         "best peer / auto ± 2 SE | auto raw MSE / predicted ± 2 SE | coverage ± 2 sd | "
         "s per run |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def report(cells: dict[str, dict[str, Any]]) -> str:
@@ -234,11 +241,17 @@ def report(cells: dict[str, dict[str, Any]]) -> str:
     keys = sorted(cells, key=pos)
     lines = [HEAD] + [row(key, cells[key]) for key in keys]
     worse = [key for key in keys if _worse(cells[key])]
+    worse_pub = [key for key in keys if _worse(cells[key], key, public=True)]
+    worse_best = [key for key in keys if _worse(cells[key], bar=1.25)]
     flags = sum(1 for line in lines[1:] if "⚑" in line or "‼" in line)
     sure = [key for key, line in zip(keys, lines[1:], strict=True) if "‼" in line]
     gains = _done_when(cells)
     text = (f"{len(keys)} cells; auto worse than 1.1× the best one-record peer by more than "
-            f"2 SE in {len(worse)} ({', '.join(worse) or 'none'}); coverage or MSE / "
+            f"2 SE in {len(worse)} ({', '.join(worse) or 'none'}); worse than 1.1× the "
+            f"public-parameter peer (multi-freq-ldpy's ADP: GRR or OUE by (k, ε)) by more "
+            f"than 2 SE in {len(worse_pub)} ({', '.join(worse_pub) or 'none'}); worse than "
+            f"1.25× the best peer by more than 2 SE in {len(worse_best)} "
+            f"({', '.join(worse_best) or 'none'}); coverage or MSE / "
             f"predicted outside [0.93, 0.97] / [0.8, 1.25] at the point estimate in {flags}, "
             f"by more than two standard errors (‼) in {len(sure)} "
             f"({', '.join(sure) or 'none'}).\n\n{gains}\n\n")
@@ -268,11 +281,19 @@ def _done_when(cells: dict[str, dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _worse(cell: dict[str, Any]) -> bool:
+def _worse(cell: dict[str, Any], key: str = "", public: bool = False, bar: float = 1.1
+           ) -> bool:
+    """auto's MSE above ``bar`` times the best peer's (``public``: the public-parameter
+    peer's, ADP's choice at the cell's (k, ε) from ``key``) by more than two standard
+    errors."""
     auto, auto_se = _mse(cell, "auto")
-    b, b_se = min((_mse(cell, p) for p in ("GRR", "OUE", "SS")), key=lambda x: x[0])
+    if public:
+        _, k, _, eps = key.split("|")
+        b, b_se = _mse(cell, adp_choice(int(k), float(eps)))
+    else:
+        b, b_se = min((_mse(cell, p) for p in ("GRR", "OUE", "SS")), key=lambda x: x[0])
     ratio = auto / b
-    return ratio - 2 * ratio * math.hypot(auto_se / auto, b_se / b) > 1.1
+    return ratio - 2 * ratio * math.hypot(auto_se / auto, b_se / b) > bar
 
 
 TITLE = """# The distribution frontier (issue 26)
@@ -285,7 +306,9 @@ the users of each. Each repetition draws new users (shared by the ε of one (use
 and new noise. *auto ran*: the method `auto` chose (`hadamard/window`: the Hadamard windows;
 `hadamard/fallback`: the windows' spread phase saw users who differ and the rest of the users
 sent the oracle's report; `oracle`: the one-record oracle from the start), with the number of
-repetitions each when they differ. *best peer*: the smallest MSE among multi-freq-ldpy's GRR,
+repetitions each when they differ. *public-parameter peer*: the oracle multi-freq-ldpy's
+ADP rule runs at the public (k, ε) (GRR or OUE; its number is that oracle's run in the
+cell). *best peer*: the smallest MSE among multi-freq-ldpy's GRR,
 OUE and SS (one uniformly sampled record per user, estimated as the library does: matrix
 inversion, clipped, renormalized), chosen after the fact; auto's MSE is that of its published
 simplex projection. *best peer / auto*: the gain (above 1: auto better), ± two standard
@@ -303,6 +326,35 @@ devices, collector).
 """
 
 
+def model_table(n: int = N) -> str:
+    """The spread rule on the normal model of users alike (Zipf 1.1, no simulation): per
+    cell where auto runs method hadamard, the chance of a (false) fallback, the windows'
+    and the fallback's predicted errors, and the prediction over the windows' error — what
+    a cell's MSE / predicted reads while no repetition draws a fallback."""
+    from frontier import zipf
+
+    lines = ["| k | m | ε | auto | P(fallback) | windows' MSE | fallback's MSE | "
+             "prediction / windows' MSE |", "|---|---|---|---|---|---|---|---|"]
+    for k, m, eps in itertools.product(KS, MS, EPS):
+        plan = compile_query(QuerySpec(kind="distribution", epsilon=eps, users=n, samples=m,
+                                       dim=k))
+        K = next_pow2(k)
+        mean = hadamard_rows(zipf(k)[None], K)[0]
+        sv = np.maximum(1.0 / K - mean**2, 0.0)
+        if plan.spec.method != "hadamard":
+            lines.append(f"| {k} | {m} | {eps:g} | {plan.spec.method} | – | – | – | – |")
+            continue
+        w, fb, p = plan.method.outcomes(plan, sv, sv / m, mean)
+        if w is None:
+            lines.append(f"| {k} | {m} | {eps:g} | hadamard (never windows) | 1 | – | "
+                         f"{fb.sum():.3g} | – |")
+            continue
+        pred = p * w.sum() + (1 - p) * fb.sum()
+        lines.append(f"| {k} | {m} | {eps:g} | hadamard | {1 - p:.4f} | {w.sum():.3g} | "
+                     f"{fb.sum():.3g} | {pred / w.sum():.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
@@ -314,7 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", nargs="+", type=float, default=list(EPS))
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--table", action="store_true", help="only rewrite the .md from --out")
+    ap.add_argument("--model", action="store_true",
+                    help="only print the spread rule's P(fallback) on users alike (no runs)")
     a = ap.parse_args(argv)
+    if a.model:
+        print(model_table(a.users))
+        return 0
     out = Path(a.out)
     if a.quick:
         a.reps, a.users, a.ks, a.ms, a.eps = 2, 20_000, [8], [100], [1.0]

@@ -78,6 +78,7 @@ def _distribution(pop: dict[str, Any], eps: float, reps: int, seed: int
     spec = QuerySpec(kind="distribution", epsilon=eps, users=len(arrays), samples=res.m_ref,
                      dim=A, bound=1.0, method="auto", seed=seed, query_id="own-data")
     clipped, raw, covered = [], [], 0.0
+    modes: dict[str, int] = {}  # method hadamard: windows or fallback, per repetition
     for s in range(seed, seed + reps):
         est = run_spec(replace(spec, seed=s), users, None, RandomSource.seeded(f"own-data:{s}"))
         comp = np.asarray(est.extra["components"], dtype=np.float64)
@@ -85,9 +86,13 @@ def _distribution(pop: dict[str, Any], eps: float, reps: int, seed: int
         clipped.append(float(np.sum((est.values - res.truth) ** 2)))
         raw.append(float(np.sum((f - res.truth) ** 2)))
         covered += float(np.mean(est.covers(res.truth)))  # the share of its intervals
+        mode = est.extra.get("hadamard", {}).get("mode")
+        if mode:
+            modes[mode] = modes.get(mode, 0) + 1
     if clipped[0] != res.sq_errors[0]:
         raise AssertionError("the repetitions differ from run_users'")
-    return res, np.array(raw), covered, {"clipped_sum": float(np.sum(clipped))}
+    return res, np.array(raw), covered, {"clipped_sum": float(np.sum(clipped))} | (
+        {"modes": modes} if modes else {})
 
 
 def merge(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +102,11 @@ def merge(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     for key in ("reps", "sum", "sumsq", "covered", "clipped_sum"):
         if key in new:
             out[key] = old[key] + new[key]
+    if "modes" in new or "modes" in old:
+        modes = dict(old.get("modes", {}))
+        for mode, n in new.get("modes", {}).items():
+            modes[mode] = modes.get(mode, 0) + n
+        out["modes"] = modes
     return out
 
 
@@ -110,7 +120,10 @@ def line(key: str, r: dict[str, Any]) -> str:
     ratio = mse / r["predicted"]
     flag = "" if 0.93 <= cov <= 0.97 and 0.8 <= ratio <= 1.25 else " ⚑"
     clip = f"{r['clipped_sum'] / c / r['predicted']:.2f}" if "clipped_sum" in r else "–"
-    return (f"| {name} | {kind} | {float(eps):g} | {c} | {r['ran']} | {mse:.3g} ± {se:.2g} | "
+    modes = r.get("modes", {})
+    ran = r["ran"] + (" (" + ", ".join(f"{m} {n}" for m, n in sorted(modes.items())) + ")"
+                      if modes else "")
+    return (f"| {name} | {kind} | {float(eps):g} | {c} | {ran} | {mse:.3g} ± {se:.2g} | "
             f"{ratio:.2f} ± {2 * se / r['predicted']:.2f} | {clip} | "
             f"{cov:.3f} ± {2 * sd:.3f}{flag} |")
 

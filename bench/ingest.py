@@ -84,22 +84,28 @@ def _pg_bin(name: str) -> str:
 class LocalPostgres:
     port: int
 
-    def new_database(self) -> str:
+    def new_database(self, name: str | None = None) -> str:
+        """A new database (``name``: this one, kept if it exists already)."""
         import psycopg
 
-        name = "b_" + uuid.uuid4().hex[:10]
         with psycopg.connect(f"host=127.0.0.1 port={self.port} user=uldp dbname=postgres",
                              autocommit=True) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
+            if name is None or not c.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                             (name,)).fetchone():
+                name = name or "b_" + uuid.uuid4().hex[:10]
+                c.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql+psycopg://uldp@127.0.0.1:{self.port}/{name}"
 
 
 @contextlib.contextmanager
-def local_postgres(durable: bool = True, settings: dict[str, str] | None = None
-                   ) -> Iterator[LocalPostgres]:
+def local_postgres(durable: bool = True, settings: dict[str, str] | None = None,
+                   keep: Path | None = None) -> Iterator[LocalPostgres]:
     """initdb + pg_ctl start on a free loopback port (as user postgres when root);
-    ``settings``: more server settings (name -> value)."""
-    root = Path(tempfile.mkdtemp(prefix="uldp-bench-pg-"))
+    ``settings``: more server settings (name -> value). ``keep``: the cluster's directory,
+    created if missing and kept (stopped) afterwards, so a big database is loaded once and
+    closed many times (delete the directory to free the disk)."""
+    root = Path(tempfile.mkdtemp(prefix="uldp-bench-pg-")) if keep is None else keep
+    root.mkdir(parents=True, exist_ok=True)
     prefix: list[str] = []
     if os.geteuid() == 0:
         pwd.getpwnam("postgres")
@@ -109,8 +115,9 @@ def local_postgres(durable: bool = True, settings: dict[str, str] | None = None
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     data = root / "data"
-    subprocess.run([*prefix, _pg_bin("initdb"), "-D", str(data), "-U", "uldp",
-                    "--auth=trust", "-E", "UTF8"], check=True, capture_output=True)
+    if not (data / "PG_VERSION").exists():
+        subprocess.run([*prefix, _pg_bin("initdb"), "-D", str(data), "-U", "uldp",
+                        "--auth=trust", "-E", "UTF8"], check=True, capture_output=True)
     opts = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200 "
             f"-c shared_buffers=256MB -c fsync={'on' if durable else 'off'} "
             "-c synchronous_commit=on"
@@ -122,7 +129,8 @@ def local_postgres(durable: bool = True, settings: dict[str, str] | None = None
     finally:
         subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w",
                         "stop"], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _postgres_cpu(port: int | None = None) -> float:
@@ -394,15 +402,21 @@ def _floor(ep: Endpoint, calls: int, concurrency: int) -> float:
 
 def _batched(ep: Endpoint, batches: list[device_pb2.SubmitReportBatchRequest],
              threads: int) -> tuple[float, int]:
+    """``SubmitReportBatch`` calls from ``threads`` threads, each on a connection of its
+    own; the requests are serialized before the clock starts and the answers parsed after
+    it stops (the generator's CPU per report is gRPC's per call over the batch size)."""
     creds = grpc.ssl_channel_credentials(Path(ep.ca_cert).read_bytes())
     opts = [("grpc.max_send_message_length", 64 << 20),
             ("grpc.max_receive_message_length", 64 << 20),
             ("grpc.use_local_subchannel_pool", 1)]  # a connection per thread (see above)
     chans = [grpc.secure_channel(ep.target, creds, options=opts) for _ in range(threads)]
-    stubs = [device_pb2_grpc.DeviceServiceStub(c) for c in chans]
-    nxt = iter(range(len(batches)))
+    method = "/" + device_pb2.DESCRIPTOR.services_by_name["DeviceService"].full_name + \
+        "/SubmitReportBatch"
+    calls = [c.unary_unary(method) for c in chans]  # bytes in, bytes out
+    wire = [b.SerializeToString() for b in batches]
+    answers: list[bytes] = [b""] * len(wire)
+    nxt = iter(range(len(wire)))
     lock = threading.Lock()
-    bad = [0]
 
     def worker(k: int) -> None:
         while True:
@@ -410,13 +424,20 @@ def _batched(ep: Endpoint, batches: list[device_pb2.SubmitReportBatchRequest],
                 j = next(nxt, None)
             if j is None:
                 return
-            r = stubs[k].SubmitReportBatch(batches[j], timeout=120)
-            nb = sum(1 for x in r.results if x.code != 0)
-            if nb:
-                with lock:
-                    bad[0] += nb
+            answers[j] = calls[k](wire[j], timeout=120)
     n = sum(len(b.reports) for b in batches)
-    return n / _run_threads(worker, threads, chans), bad[0]
+    rate = n / _run_threads(worker, threads, chans)
+    bad = sum(1 for a in answers
+              for x in device_pb2.SubmitReportBatchResponse.FromString(a).results if x.code)
+    return rate, bad
+
+
+def ceiling(x: float, y: float, z: float, cores: int, replicas: int) -> float:
+    """Reports/s that ``replicas`` collector processes can reach on ``cores`` cores when a
+    report costs the collector ``x`` µs of CPU in all (each process bound to one core: its
+    Python work holds the GIL), the database ``y`` and the load generator ``z`` on the
+    same cores: min(replicas, cores · x / (x + y + z)) / x per µs."""
+    return 1e6 * min(replicas, cores * x / (x + y + z)) / x
 
 
 def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> dict[str, float]:
@@ -488,16 +509,17 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             final = an.wait(q, 300)
             assert final.state == 2 and final.phases[0].received == n, (q, final)
         an.close()
+        lat = lat if len(lat) else np.full(1, np.nan)  # --unary-queries 0
         return {"prep_s": prep_s, "unary_rps": u_rate, "p50_ms": float(np.median(lat) * 1e3),
                 "p99_ms": float(np.percentile(lat, 99) * 1e3), "unary_n": len(unary),
                 "floor_cps": floor, "floor_cpu_us": 1e6 * cpu_f,
                 "batched_rps": b_rate, "batched_n": len(batch_items),
-                "server_cpu_us_per_unary": 1e6 * cpu_u[0] / len(unary),
-                "client_cpu_us_per_unary": 1e6 * cpu_u[1] / len(unary),
-                "server_cpu_us_per_batched": 1e6 * cpu_b[0] / len(batch_items),
-                "client_cpu_us_per_batched": 1e6 * cpu_b[1] / len(batch_items),
-                "db_cpu_us_per_unary": 1e6 * cpu_u[2] / len(unary),
-                "db_cpu_us_per_batched": 1e6 * cpu_b[2] / len(batch_items)}
+                "server_cpu_us_per_unary": 1e6 * cpu_u[0] / max(len(unary), 1),
+                "client_cpu_us_per_unary": 1e6 * cpu_u[1] / max(len(unary), 1),
+                "server_cpu_us_per_batched": 1e6 * cpu_b[0] / max(len(batch_items), 1),
+                "client_cpu_us_per_batched": 1e6 * cpu_b[1] / max(len(batch_items), 1),
+                "db_cpu_us_per_unary": 1e6 * cpu_u[2] / max(len(unary), 1),
+                "db_cpu_us_per_batched": 1e6 * cpu_b[2] / max(len(batch_items), 1)}
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -553,6 +575,16 @@ def main() -> None:
               f"{r['client_cpu_us_per_batched']:.0f} "
               f"postgres {r['db_cpu_us_per_batched']:.0f}; empty call (collector + client) "
               f"{r['floor_cpu_us']:.0f}", file=sys.stderr)
+    cores = os.cpu_count() or 1
+    for name, r in rows:
+        for path in ("unary", "batched"):
+            x, y, z = (r[f"{k}_cpu_us_per_{path}"] for k in ("server", "db", "client"))
+            if x > 0:
+                one, two = ceiling(x, y, z, cores, 1), ceiling(x, y, z, cores, 2)
+                print(f"{name}: {path}, the ceiling from CPU per report (collector {x:.1f} "
+                      f"µs in all, database {y:.1f}, load generator {z:.1f}) on {cores} "
+                      f"cores: {one:,.0f}/s with one collector process, {two:,.0f}/s with "
+                      f"two ({two / one:.2f}x)", file=sys.stderr)
     for name, r in rows:
         print(f"| {name} | {r['unary_rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
               f"{r['batched_rps']:,.0f} | {r['unary_n']:,} | {r['batched_n']:,} | "

@@ -1,7 +1,8 @@
 """Benchmark: report throughput through the shuffler (shuffle mode) next to the direct path.
 
     python bench/shuffle_throughput.py [--devices 20000] [--batch-size 500] [--threads 4]
-                                       [--max-batch 50000] [--out bench/results/shuffle.md]
+                                       [--max-batch 50000] [--batch-parts 4]
+                                       [--out bench/results/shuffle.md]
 
 Real processes on loopback, TLS everywhere, SQLite (WAL, synchronous=FULL) on both sides:
 a ``uldp collector serve`` with its shuffler port (mutual TLS) and a ``uldp shuffler
@@ -50,12 +51,13 @@ from uldp.collector.shuffler.launch import make_shuffle_pki, start_shuffler_proc
 from uldp.collector.simulation.demo import _stop, start_shuffled_collector
 
 
-def _deploy(work: Path, max_batch: int) -> dict[str, Any]:
+def _deploy(work: Path, max_batch: int, parts: int) -> dict[str, Any]:
     sp = make_shuffle_pki(work)
     col, port, intake = start_shuffled_collector(work, sp)
     sh, sport = start_shuffler_process(work, sp, f"127.0.0.1:{intake}",
                                        extra=["--min-batch", "100", "--linger", "2",
-                                              "--max-batch", str(max_batch)])
+                                              "--max-batch", str(max_batch),
+                                              "--batch-parts", str(parts)])
     return {"sp": sp, "procs": [sh, col], "collector": Endpoint(f"127.0.0.1:{port}", sp.ca),
             "shuffler": Endpoint(f"127.0.0.1:{sport}", sp.ca)}
 
@@ -182,9 +184,10 @@ def _open_us(prep: dict[str, Any], work: Path) -> float:
     return (time.perf_counter() - t0) / len(sample) * 1e6
 
 
-def run(n: int, batch: int, threads: int, max_batch: int = 50_000) -> dict[str, Any]:
+def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 4
+        ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="uldp-bench-shuffle-"))
-    d = _deploy(work, max_batch)
+    d = _deploy(work, max_batch, parts)
     try:
         prep = _prepare(d, n, batch)
         toks = prep["tokens"]
@@ -215,12 +218,21 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000) -> dict[str, 
         t_e2e = time.perf_counter() - t0
         _wait_done(work, "shuffled")
         opener = sum(_cpu_s(int(p)) - o0.get(p, 0.0) for p in _children(col.pid))
+        an = AnalystClient(d["collector"], (d["sp"].pki.directory / "admin.token").read_text())
+        privacy = json.loads(an.result("shuffled").estimate_json)["privacy"]
+        an.close()
         cpu_shuffled = (_cpu_s(col.pid) - c0, _cpu_s(sh.pid) - s0, time.process_time() - b0,
                         opener)
         return {"devices": n, "batch": batch, "threads": threads, "max_batch": max_batch,
+                "batch_parts": parts,
                 "direct_rps": n / t_direct, "shuffler_ingest_rps": n / t_ingest,
                 "shuffled_e2e_rps": n / t_e2e, "e2e_seconds": t_e2e,
                 "seal_us": prep["seal_us"], "open_us": _open_us(prep, work),
+                "central_epsilon": privacy["central_epsilon"], "delta": privacy["delta"],
+                "local_epsilon": privacy["local_epsilon"],
+                "mechanism": privacy["cells"][0]["mechanism"],
+                "batches": [c["batches"] for c in privacy["cells"]],
+                "smallest_batch": min(c["smallest_batch"] for c in privacy["cells"]),
                 "cpu_us": {"direct": [x / n * 1e6 for x in cpu_direct],
                            "shuffled": [x / n * 1e6 for x in cpu_shuffled]}}
     finally:
@@ -236,14 +248,19 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=50_000,
                     help="the shuffler's --max-batch: smaller batches are forwarded (and "
                          "opened) while reports still arrive")
+    ap.add_argument("--batch-parts", type=int, default=1,
+                    help="the shuffler's --batch-parts: a cell goes out in about this many "
+                         "batches (1: one batch once the cell is complete)")
     ap.add_argument("--out", default=None, help="write the markdown table here too")
     a = ap.parse_args()
-    r = run(a.devices, a.batch_size, a.threads, a.max_batch)
+    r = run(a.devices, a.batch_size, a.threads, a.max_batch, a.batch_parts)
     table = "\n".join([
         f"Shuffle mode throughput, {r['devices']} devices, batch calls of {r['batch']} "
-        f"reports from {r['threads']} threads, shuffler --max-batch {r['max_batch']}, "
+        f"reports from {r['threads']} threads, shuffler --max-batch {r['max_batch']} "
+        f"--batch-parts {r['batch_parts']}, "
         "loopback TLS, SQLite (WAL, synchronous=FULL) on both sides "
-        f"(`python bench/shuffle_throughput.py --max-batch {r['max_batch']}`).", "",
+        f"(`python bench/shuffle_throughput.py --devices {r['devices']} --max-batch "
+        f"{r['max_batch']} --batch-parts {r['batch_parts']}`).", "",
         "| path | reports/s | what an OK means |", "|---|---|---|",
         f"| direct: SubmitReportBatch → collector | {r['direct_rps']:,.0f} | committed at "
         "the collector |",
@@ -253,6 +270,10 @@ def main() -> None:
         f"{r['shuffled_e2e_rps']:,.0f} | every report stored at the collector "
         f"({r['e2e_seconds']:.1f} s for all; {r['shuffled_e2e_rps'] / r['direct_rps']:.2f}× "
         "direct) |", "",
+        f"Stated guarantee of the shuffled query ({r['mechanism']}, local ε0 = "
+        f"{r['local_epsilon']:g}, δ = {r['delta']:g}): central ε = "
+        f"{r['central_epsilon']:.4f} from its smallest batch of {r['smallest_batch']} "
+        f"({sum(r['batches'])} batches).", "",
         f"Per report, in process: sealing (device, HPKE X25519/HKDF-SHA256/ChaCha20-Poly1305)"
         f" {r['seal_us']:.0f} µs, opening (collector) {r['open_us']:.0f} µs.", "",
         "CPU per report (µs, user + system, from /proc, each path until its query is closed "

@@ -14,12 +14,10 @@ See ``docs/architecture.md``. The in-process API::
   ``uldp.collector.learning``; the service: ``uldp.collector.service``.
 """
 
-from uldp.collector.datasets import FleetData, make_fleet_data
-from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.planner import Plan, QuerySpec, compile_query, predicted_mse
-from uldp.collector.programs import MeanEstProgram, Program, SGDProgram, program_for
-from uldp.collector.programs.driver import run_program
-from uldp.collector.simulation.simulate import SimulationResult, run_query, simulate_reps
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Estimate",
@@ -38,3 +36,44 @@ __all__ = [
     "run_query",
     "simulate_reps",
 ]
+
+#: name -> the module that defines it (imported on first use: importing one submodule,
+#: e.g. the shuffler's, does not load the planner, the simulations and SciPy)
+_EXPORTS = {
+    "Estimate": "estimators.estimate",
+    "FleetData": "datasets",
+    "MeanEstProgram": "programs",
+    "Plan": "planner",
+    "Program": "programs",
+    "QuerySpec": "planner",
+    "SGDProgram": "programs",
+    "SimulationResult": "simulation.simulate",
+    "compile_query": "planner",
+    "make_fleet_data": "datasets",
+    "predicted_mse": "planner",
+    "program_for": "programs",
+    "run_program": "programs.driver",
+    "run_query": "simulation.simulate",
+    "simulate_reps": "simulation.simulate",
+}
+
+if TYPE_CHECKING:  # what a type checker and an IDE see; at run time, __getattr__ below
+    from uldp.collector.datasets import FleetData, make_fleet_data
+    from uldp.collector.estimators.estimate import Estimate
+    from uldp.collector.planner import Plan, QuerySpec, compile_query, predicted_mse
+    from uldp.collector.programs import MeanEstProgram, Program, SGDProgram, program_for
+    from uldp.collector.programs.driver import run_program
+    from uldp.collector.simulation.simulate import SimulationResult, run_query, simulate_reps
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups do not come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -205,3 +205,28 @@ def test_finite_population_covariance():
     low = finite_population(np.eye(2) * 0.1, noise, 10, 40)
     assert np.all(np.linalg.eigvalsh(low - np.diag(noise) / 10) >= -1e-12)
     assert finite_population(cov, noise, 1, 10) is cov  # fewer than 2 reports: unchanged
+
+
+def test_reference_count_is_the_median_and_the_least_under_users_alike():
+    """m_ref: the median count without an assumption (it only sizes the plan); the least
+    count under ``assume="users-alike"`` (its bounds count on every user holding m
+    records), and a run with a larger explicit m_ref says how many users hold fewer."""
+    from uldp.collector.simulation.own_data import reference_count
+
+    counts = np.array([3, 50, 60, 70, 400])
+    assert reference_count(counts, None) == (60, None)
+    assert reference_count(counts, None, "users-alike") == (3, None)
+    m, note = reference_count(np.array([0, 5, 9]), None, "users-alike")  # an empty user
+    assert m == 1 and note is not None and "1 of 3 users hold fewer" in note
+    m, note = reference_count(counts, 60, "users-alike")
+    assert m == 60 and note is not None and "2 of 5 users hold fewer" in note
+    assert reference_count(counts, 60) == (60, None)
+    g = np.random.default_rng(5)
+    users = [(g.random(k) < 0.3).astype(float) for k in g.integers(20, 200, 300)]
+    res = run_users("mean", UserData(users), epsilon=2.0, lo=0.0, hi=1.0,
+                    options={"assume": "users-alike"})
+    assert res.m_ref == min(len(u) for u in users)
+    assert not any("hold fewer" in a for a in res.advisories)
+    res = run_users("mean", UserData(users), epsilon=2.0, lo=0.0, hi=1.0, samples=100,
+                    options={"assume": "users-alike"})
+    assert res.m_ref == 100 and any("hold fewer" in a for a in res.advisories)

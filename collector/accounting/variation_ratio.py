@@ -187,9 +187,13 @@ def _three_counts(T: np.ndarray, n: int, ps: float, a0: float, a1: float, a2: fl
     y = slope * k0 + a1 * tf
     K = np.floor(y / b + 1e-9)
     mi = (n - T)[:, None].astype(np.int64)
-    F = special.bdtr(np.clip(K, 0, m2), mi, ps)
-    G = mu2 * special.bdtr(np.clip(K - 1, 0, np.maximum(m2 - 1, 0)), np.maximum(mi - 1, 0), ps)
-    G = np.where(K >= 1, G, 0.0)
+    Kc = np.clip(K, 0, m2)
+    F = special.bdtr(Kc, mi, ps)
+    # G = μ2·P(Bin(m2 − 1, ps) <= K − 1), from F without a second incomplete beta (the
+    # costliest part of every δ(ε)): Bin(m2) = Bin(m2 − 1) + Bernoulli(ps) gives
+    # P(Bin(m2 − 1) <= K − 1) = F(K) − (1 − ps)·P(Bin(m2 − 1) = K), also at K >= m2
+    G = mu2 * (F - (1.0 - ps) * np.exp(_log_pmf(Kc, m2 - 1, ps)))
+    G = np.where(K >= 1, np.maximum(G, 0.0), 0.0)
     val = np.where((K >= 0) & inside, np.maximum(y * F + a2 * G, 0.0), 0.0)
     p0 = np.where(inside, np.exp(_log_pmf(k0, tf, 0.5)), 0.0)
     band = np.sum(p0 * val, axis=1)

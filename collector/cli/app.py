@@ -78,7 +78,7 @@ def _add_simulate(sub: argparse._SubParsersAction) -> None:
         "own data", "run the query over the users of a CSV file instead of a simulated "
         "fleet: prints the estimate, the same estimand without privacy, the interval and "
         "the error (--users/--dist are then unused; --samples is m_ref, default the "
-        "median count)")
+        "median count, the least count with --assume users-alike)")
     own.add_argument("--data", metavar="FILE.csv", help="CSV file, one row per sample")
     own.add_argument("--user-col", help="column naming each row's user")
     own.add_argument("--value-col", action="extend", type=_column_list, default=[],

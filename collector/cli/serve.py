@@ -223,6 +223,7 @@ def _server_config(a: argparse.Namespace, files: _Files, connections: Any = None
         shuffler_ca=Path(a.shuffler_ca) if a.shuffler_ca else None,
         shuffler_name=a.shuffler_name, connections=connections,
         grpc_front=getattr(a, "grpc_front", "on") == "on",
+        grpc_front_relay=getattr(a, "grpc_front_relay", "threads"),
         core=CoreConfig(default_phase_timeout_s=a.phase_timeout, token_ttl_s=a.token_ttl,
                         commit_linger_ms=a.commit_linger_ms,
                         allow_simulated=a.allow_simulated,
@@ -472,12 +473,7 @@ def add_serve_parser(sc: Any) -> None:
                         "is loopback and the certificate is from `uldp collector certs` "
                         "(default: off)")
     add_connection_flags(s)
-    s.add_argument("--grpc-front", choices=("on", "off"),
-                   default=env("ULDP_GRPC_FRONT", "on") or "on",
-                   help="admission in front of the native gRPC port: slow TLS handshakes "
-                        "evicted for new ones, per-address caps (docs/operations.md, "
-                        "'Connections and descriptors'); off: grpc-core listens on the port "
-                        "itself (env ULDP_GRPC_FRONT; default on)")
+    _front_flags(s)
     _tuning_flags(s)
     _close_flags(s)
     _odometer_flags(s)
@@ -526,6 +522,20 @@ def _odometer_flags(s: argparse.ArgumentParser) -> None:
                         "count only, refuse nothing)")
     s.add_argument("--central-delta", type=open_unit_float, default=DEFAULT_DELTA,
                    help=f"shuffle mode: the δ of the central budget (default {DEFAULT_DELTA:g})")
+
+
+def _front_flags(s: argparse.ArgumentParser) -> None:  # uldp.collector.service.grpc_front
+    s.add_argument("--grpc-front", choices=("on", "off"),
+                   default=env("ULDP_GRPC_FRONT", "on") or "on",
+                   help="admission in front of the native gRPC port: slow TLS handshakes "
+                        "evicted for new ones, per-address caps (docs/operations.md, "
+                        "'Connections and descriptors'); off: grpc-core listens on the port "
+                        "itself (env ULDP_GRPC_FRONT; default on)")
+    s.add_argument("--grpc-front-relay", choices=("threads", "loop"),
+                   default=env("ULDP_GRPC_FRONT_RELAY", "threads") or "threads",
+                   help="how the front copies a connection past its handshake: two "
+                        "threads of its own, or the front's event loop (env "
+                        "ULDP_GRPC_FRONT_RELAY; default threads: least CPU per report)")
 
 
 def _tuning_flags(s: argparse.ArgumentParser) -> None:

@@ -64,6 +64,7 @@ def _config(a: argparse.Namespace) -> Any:
         client_key=Path(a.client_key), host=a.host, port=a.port,
         max_message_bytes=a.max_message_bytes, collector_server_name=a.collector_server_name,
         shuffle=ShufflerConfig(min_batch=a.min_batch, max_batch=a.max_batch,
+                               batch_parts=a.batch_parts,
                                linger_s=a.linger, deadline_margin_s=a.deadline_margin,
                                max_message_bytes=a.max_message_bytes),
         connections=connection_limits(a, http=a.http_port is not None)[0])
@@ -246,6 +247,9 @@ def register(subparsers: Any) -> None:
                         "it holds twice the minimum (the last batch keeps at least it)")
     s.add_argument("--max-batch", type=positive_int, default=50_000,
                    help="at most this many reports per batch (default 50000)")
+    s.add_argument("--batch-parts", type=positive_int, default=1,
+                   help="forward a cell in ~this many batches (default 1: one per cell, the "
+                   "smallest stated ε; 4: opened while it arrives, ~2× the ε; docs/privacy.md §7)")
     s.add_argument("--linger", type=positive_float, default=2.0,
                    help="forward a bucket once quiet this many seconds (default 2)")
     s.add_argument("--deadline-margin", type=positive_float, default=5.0,

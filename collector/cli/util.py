@@ -72,8 +72,8 @@ def _int_in(text: str, lo: int, hi: int | None, expected: str) -> int:
 #: the methods a query may name (``uldp.collector.planner``: its RESOLVERS and METHOD_PLANS;
 #: tests/test_cli_simulate.py checks the two agree); kept here so that building the parser
 #: does not import the planner
-METHODS = ("auto", "two-stage", "two-stage-paper", "two-stage-sized", "ssl", "baseline-a",
-           "baseline-b", "oracle", "hadamard", "grouped-ssl")
+METHODS = ("auto", "two-stage", "two-stage-paper", "two-stage-sized", "two-stage-adaptive",
+           "ssl", "baseline-a", "baseline-b", "oracle", "hadamard", "grouped-ssl")
 
 
 def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
@@ -82,7 +82,9 @@ def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:
                    help="auto (default: chosen from the public parameters by the explicit "
                         "error bound), two-stage (Algorithm 1, adaptive stage-II interval), "
                         "two-stage-paper (the paper's interval), two-stage-sized (interval and "
-                        "randomizer sized from stage I), ssl (user mean, single stage), "
+                        "randomizer sized from stage I), two-stage-adaptive (the randomizer "
+                        "chosen from stage I, stage II on the whole range), ssl (user mean, "
+                        "single stage), "
                         "baseline-a / baseline-b (docs/algorithms.md §12), oracle (sampled "
                         "records through a frequency oracle, distribution), hadamard (one "
                         "Hadamard coefficient per user in a window sized from the users' "

@@ -5,7 +5,8 @@ The device half of each is in ``uldp.client.methods`` under the same name:
 * ``two-stage`` (:class:`~uldp.collector.methods.two_stage.TwoStage`) — Algorithm 1 with
   the adaptive stage-II interval; ``two-stage-paper`` — with the paper's interval;
   ``two-stage-sized`` (:mod:`~uldp.collector.methods.sized`) — interval and randomizer
-  sized from stage I;
+  sized from stage I; ``two-stage-adaptive`` — the randomizer chosen from stage I, the
+  window the support (nothing clamped);
 * ``ssl`` / ``baseline-b`` (:mod:`~uldp.collector.methods.two_stage`) — single stage;
 * ``baseline-a`` (:mod:`~uldp.collector.methods.baselines`) — item-level reports;
 * ``oracle`` (:mod:`~uldp.collector.methods.oracle`) — sampled records through a frequency
@@ -21,12 +22,13 @@ from uldp.collector.methods.baselines import BaselineA
 from uldp.collector.methods.grouped import GroupedSSL
 from uldp.collector.methods.hadamard import HadamardWindows
 from uldp.collector.methods.oracle import SampledRecords
-from uldp.collector.methods.sized import TwoStageSized
+from uldp.collector.methods.sized import TwoStageAdaptive, TwoStageSized
 from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage, TwoStagePaper
 
 __all__ = ["METHOD_PLANS", "MethodPlan", "Published"]
 
-_PLANS: tuple[MethodPlan, ...] = (TwoStage(), TwoStagePaper(), TwoStageSized(), SSL(),
+_PLANS: tuple[MethodPlan, ...] = (TwoStage(), TwoStagePaper(), TwoStageSized(),
+                                  TwoStageAdaptive(), SSL(),
                                   BaselineA(), BaselineB(), SampledRecords(), GroupedSSL(),
                                   HadamardWindows())
 METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in _PLANS}

@@ -68,6 +68,7 @@ from uldp.collector.methods.common import (
 )
 from uldp.collector.methods.hadamard_model import (
     QS,
+    Z_CHARGE,
     clamps_ok,
     combine_centre,
     model_bias2,
@@ -337,12 +338,15 @@ class HadamardWindows:
         alike = n2 > 0 and excess <= pass_limit(sd)
         # the users the test sees outside beyond the model are clamped: each coefficient's
         # estimate may move by up to that share times D (a far user), priced in the error
-        # (the share beyond one standard error: priced_excess) and in the intervals
-        priced = priced_excess(excess, sd) if math.isfinite(sd) else 0.0
+        # (the share beyond Z_PRICE standard errors: priced_excess) and, beyond Z_CHARGE,
+        # in the intervals
+        finite = math.isfinite(sd)
+        priced = priced_excess(excess, sd) if finite else 0.0
+        charged = priced_excess(excess, sd, Z_CHARGE) if finite else 0.0
         model = float(previous["window_mse"]) + float(np.sum(self._excess_bias2(plan, priced)))
         info = {"outside": M, "outside_se": sd, "outside_alike": expected,
                 "spread_reports": n2, "window_mse": model, "fallback_mse": fallback,
-                "priced_excess": priced}
+                "priced_excess": charged}
         return alike and model < fallback, info
 
     def _excess_bias2(self, plan: Any, priced: float) -> np.ndarray:

@@ -20,7 +20,9 @@ __all__ = [
     "MAX_UNSEEN",
     "QS",
     "TEST_MARGIN",
+    "Z_CHARGE",
     "Z_OUTSIDE",
+    "Z_PRICE",
     "Z_UNSEEN",
     "clamp_bias",
     "clamps_ok",
@@ -55,6 +57,14 @@ MAX_UNSEEN = 0.1
 #: the bound left users alike at ε = 0.5 under two standard errors of room (a false
 #: fallback in 1 run of 25, at 5× the windows' error, k = 8, m = 100)
 Z_UNSEEN = 2.0
+#: the excess outside share is priced into the windows' error, for the choice between
+#: them and the fallback, only beyond this many standard errors of its estimate
+#: (:func:`priced_excess`): a false fallback of users alike is rare
+Z_PRICE = 2.0
+#: ... and charged to the windows' intervals beyond this many: users who differ a little
+#: (flights at ε = 2, an excess around one standard error) are clamped more than the
+#: model of users alike says, and their intervals need the charge
+Z_CHARGE = 1.0
 
 _NORMAL = NormalDist()
 _GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(24)  # E f(Z), Z ~ N(0, 1)
@@ -95,14 +105,17 @@ def test_windows(centre: np.ndarray, tau: np.ndarray, q: float, bound: np.ndarra
     return lo, hi, qt
 
 
-def priced_excess(excess: float, sd: float) -> float:
+def priced_excess(excess: float, sd: float, z: float = Z_PRICE) -> float:
     """The excess outside share the window's error is charged for: the part of the
-    estimate ``M̂ − 2Φ(−q)`` beyond one standard error. Users alike show an excess of
-    ``N(0, sd²)``; charging the estimate itself sent one run in six of them to the fallback
-    (at k = 8, m = 1000, ε = 1 a false alarm costs 20× the window's error), while users
-    who differ by a few percent show several standard errors and still pay for most of
-    it."""
-    return max(excess - sd, 0.0)
+    estimate ``M̂ − 2Φ(−q)`` beyond :data:`Z_PRICE` standard errors (a lower confidence
+    bound of the excess). Users alike show an excess of ``N(0, sd²)``; charging the
+    estimate itself sent one run in six of them to the fallback (at k = 8, m = 1000, ε = 1
+    a false alarm costs 20× the window's error), charging it beyond one standard error
+    still one run in 25 at k = 8, m = 1000, ε = 2, where a fallback costs 70× the
+    windows' error and the prediction, which prices that chance in, read 0.28 of the
+    measured MSE; beyond two, 0.3 %. Users who differ by a few percent show several
+    standard errors and still pay for most of it."""
+    return max(excess - z * sd, 0.0)
 
 
 def pass_limit(sd: float) -> float:
@@ -120,7 +133,7 @@ def excess_limit(sd: float, window_mse: float, fallback: float, unit: float) -> 
     room = fallback - window_mse
     if room <= 0:
         return -math.inf
-    return min(limit, sd + math.sqrt(room / unit)) if unit > 0 else limit
+    return min(limit, Z_PRICE * sd + math.sqrt(room / unit)) if unit > 0 else limit
 
 
 def share_variance(share: float, eps: float) -> float:
@@ -220,14 +233,15 @@ def window_variance(report_var: float, bias2: float, centre_var: float) -> float
 
 
 def priced2(excess: float, noise: float, sd: float, limit: float) -> float:
-    """``E[priced_excess(X, sd)² | X ≤ limit]`` for the measured excess share ``X ~
-    N(excess, noise²)``: the charge the windows' intervals expect when the test passes."""
+    """``E[priced_excess(X, sd, Z_CHARGE)² | X ≤ limit]`` for the measured excess share
+    ``X ~ N(excess, noise²)``: the charge the windows' intervals expect when the test
+    passes."""
     if not (noise > 0) or not math.isfinite(limit):
         x = excess
-        return priced_excess(x, sd) ** 2 if x <= limit else 0.0
+        return priced_excess(x, sd, Z_CHARGE) ** 2 if x <= limit else 0.0
     z = np.linspace(-8.0, min((limit - excess) / noise, 8.0), 801)
     w = np.exp(-0.5 * z * z)
     if w.sum() <= 0:
         return 0.0
-    p = np.maximum(excess + noise * z - sd, 0.0)
+    p = np.maximum(excess + noise * z - Z_CHARGE * sd, 0.0)
     return float(np.sum(w * p * p) / np.sum(w))

@@ -291,16 +291,18 @@ def t2_bounds(stage: GridStage, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarra
 
 def choose(stage: GridStage, n1: int, n2: int, mechanisms: Sequence[str],
            noise_var: Any, objective: str, level: float,
-           estimators: Sequence[str] = tuple(ESTIMATORS), alike: int | None = None
-           ) -> dict[str, Choice]:
+           estimators: Sequence[str] = tuple(ESTIMATORS), alike: int | None = None,
+           support_only: bool = False) -> dict[str, Choice]:
     """Per randomizer, the window and estimate of least ``objective`` for one component
     (module docstring); ``noise_var(mech, widths, t2)`` is the variance of one stage-II
-    report (vectorized); without stage-I reports: the support. ``alike``: :func:`honest_terms`."""
+    report (vectorized); without stage-I reports: the support. ``alike``: :func:`honest_terms`.
+    ``support_only``: the window is the support (nothing clamped; only the randomizer and
+    the estimate are chosen: ``two-stage-adaptive``)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     z = NormalDist().inv_cdf(0.5 + level / 2)
     K, empty = stage.K, n1 <= 0 or stage.reports <= 0 or n2 <= 0
-    i, j = (np.array([0]), np.array([K - 1])) if empty else _windows(stage)
+    i, j = (np.array([0]), np.array([K - 1])) if empty or support_only else _windows(stage)
     a, b = stage.points[i], stage.points[j]
     full = (i == 0) & (j == K - 1)
     out: dict[str, Choice] = {}

@@ -38,6 +38,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from uldp.collector.security.attestation import b64url_decode
+
 __all__ = ["MAX_TICKET_CHARS", "Ticket", "TicketError", "TicketKey"]
 
 #: characters of a ticket, at most (longer ones are refused unread)
@@ -81,6 +83,9 @@ class TicketKey:
         # a keyed HMAC state copied per ticket: ~3x cheaper than hmac.digest, which
         # looks the digest up by name in OpenSSL 3 on every call (two MACs per report)
         self._template = hmac.new(self._key, _DOMAIN, hashlib.sha256)
+        # the OpenSSL HMAC state inside it when there is one (its copy() skips the
+        # Python wrapper's: two of these per shuffled report)
+        self._state = getattr(self._template, "_hmac", None) or self._template
 
     @classmethod
     def generate(cls) -> TicketKey:
@@ -111,7 +116,7 @@ class TicketKey:
         return hashlib.sha256(b"uldp-ticket-key-id\x00" + self._key).hexdigest()[:16]
 
     def _mac(self, payload: bytes) -> bytes:
-        h = self._template.copy()
+        h = self._state.copy()
         h.update(payload)
         return h.digest()
 
@@ -129,7 +134,7 @@ class TicketKey:
             raise TicketError("malformed shuffler ticket")
         body = text[len(_PREFIX):]
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            raw = b64url_decode(body)
         except (binascii.Error, ValueError):
             raise TicketError("malformed shuffler ticket (bad base64)") from None
         if not _HEAD.size < len(raw) - _MAC <= _HEAD.size + 256:

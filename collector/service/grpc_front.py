@@ -30,11 +30,14 @@ is a :class:`GrpcFront`, and grpc-core listens on a loopback port behind it:
   :func:`peer_of` gives a servicer the client's address instead (the per-address
   enrolment limit, logs).
 
-The bytes of a forwarded connection pass through the front's event loop (the collector
-runs it in a thread of its own): one ``recv`` and one ``send`` per chunk and direction,
-with back-pressure (a side whose peer has more than :data:`HIGH_WATER` bytes unsent is
-not read). ``bench/connection_flood.py --overhead`` measures the CPU it adds per
-report.
+The bytes of a connection in its handshake pass through the front's event loop (the
+collector runs it in a thread of its own): one ``recv`` and one ``send`` per chunk and
+direction, with back-pressure (a side whose peer has more than :data:`HIGH_WATER` bytes
+unsent is not read). A proven connection is never evicted, so the loop hands it to two
+threads of its own (``relay="threads"``, the default): each a blocking ``recv_into`` /
+``sendall`` loop for one direction — no selector wake-up, callback or buffer object per
+chunk, and the kernel's own back-pressure. ``relay="loop"`` keeps it on the loop.
+``bench/connection_flood.py --overhead`` measures the CPU each adds per report.
 """
 
 from __future__ import annotations
@@ -56,8 +59,9 @@ from typing import Any
 
 from uldp.collector.service.connections import defer_accept
 from uldp.collector.service.enrolment import peer_key
+from uldp.collector.service.grpc_relay import RELAY_THREAD, name_os_thread, relay
 
-__all__ = ["FrontLimits", "GrpcFront", "inner_address", "peer_of"]
+__all__ = ["RELAYS", "RELAY_THREAD", "FrontLimits", "GrpcFront", "inner_address", "peer_of"]
 
 log = logging.getLogger("uldp.collector")
 
@@ -75,6 +79,10 @@ SWEEP_S = 0.5
 LOG_EVERY_S = 10.0
 _TLS_HANDSHAKE, _TLS_APPLICATION_DATA = 22, 23
 CHUNK = 65536
+#: how a proven connection's bytes are copied: ``threads`` — two threads of its own, each
+#: a blocking ``recv_into`` / ``sendall`` loop (no event-loop turn, no Python callback per
+#: chunk); ``loop`` — on the front's event loop like a connection still handshaking
+RELAYS = ("threads", "loop")
 
 #: the front's thread, also as the operating system names it (``top -H``, /proc)
 THREAD = "uldp-grpc-front"
@@ -130,15 +138,8 @@ class _Conn:
     skip: int = 0
     closing: bool = False  # one side ended: close once the other's bytes are written
     gone: bool = False
-
-
-def _name_os_thread(name: str) -> None:
-    """Name the calling thread for the OS (Linux ``prctl(PR_SET_NAME)``; Python 3.11 names
-    threads for itself only); nothing elsewhere."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)
+    #: handed to relay threads (:meth:`GrpcFront._relay`): the loop no longer watches it
+    relayed: bool = False
 
 
 def _grpc_peer(addr: Any) -> str:
@@ -156,8 +157,12 @@ class GrpcFront:
 
     def __init__(self, host: str, port: int, inner: str, limits: FrontLimits, *,
                  loop: asyncio.AbstractEventLoop | None = None,
-                 reuse_port: bool = False) -> None:
+                 reuse_port: bool = False, relay: str = "threads") -> None:
+        if relay not in RELAYS:
+            raise ValueError(f"relay must be one of {', '.join(RELAYS)}, got {relay!r}")
         self.limits = limits
+        #: how a proven connection's bytes are copied (:data:`RELAYS`)
+        self.relay = relay
         #: grpc-core's listening socket: an abstract unix socket (:func:`inner_address`)
         self.inner = "\0" + inner
         self._names = itertools.count()
@@ -189,6 +194,7 @@ class GrpcFront:
         self._last_log = time.monotonic()
         self._sweep: asyncio.TimerHandle | None = None
         self._paused = False
+        self._stopped = False
 
     # ---- life cycle (any thread) ------------------------------------------------------
     def start(self) -> None:
@@ -198,10 +204,14 @@ class GrpcFront:
         self._call(self._start)
 
     def _run(self) -> None:
-        _name_os_thread(THREAD)
+        name_os_thread(THREAD)
         self.loop.run_forever()
 
     def stop(self) -> None:
+        """Close the port and every connection (again: nothing)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._call(self._stop)
         if self._own_loop:
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -298,6 +308,7 @@ class GrpcFront:
         if c.stage == HANDSHAKE:
             self._scan(c, data)
         self._send(c, c.up, c.to_up, data, reading=c.sock)  # type: ignore[arg-type]
+        self._maybe_relay(c)
 
     def _opening(self, c: _Conn, data: bytes) -> None:
         c.head += data
@@ -399,6 +410,32 @@ class GrpcFront:
                 del self.by_key[c.key]
         self.proven.add(c)
 
+    # ---- relaying a proven connection in threads of its own -------------------------------
+    def _maybe_relay(self, c: _Conn) -> None:
+        if (c.stage == PROVEN and c.connected and self.relay == "threads" and not c.gone
+                and not c.closing and not c.relayed):
+            self._relay(c)
+
+    def _relay(self, c: _Conn) -> None:
+        """Hand a proven connection, with the bytes the loop still owed each side, to
+        :func:`~uldp.collector.service.grpc_relay.relay`: the loop never touches it again,
+        except to end it (:meth:`_close` shuts its sockets down)."""
+        up = c.up
+        assert up is not None
+        for sk in (c.sock, up):
+            self.loop.remove_reader(sk)
+            self.loop.remove_writer(sk)
+            sk.setblocking(True)
+        c.relayed = True
+        owed_up, owed_client = bytes(c.to_up), bytes(c.to_client)
+        c.to_up.clear()
+        c.to_client.clear()
+
+        def done() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone (stopped)
+                self.loop.call_soon_threadsafe(self._close, c)
+        relay(c.sock, up, owed_up, owed_client, done)
+
     # ---- grpc-core's side ---------------------------------------------------------------
     def _on_connected(self, c: _Conn) -> None:
         up = c.up
@@ -417,6 +454,7 @@ class GrpcFront:
         pending = bytes(c.to_up)
         c.to_up.clear()
         self._send(c, up, c.to_up, pending, reading=c.sock)
+        self._maybe_relay(c)
 
     def _on_upstream(self, c: _Conn) -> None:
         assert c.up is not None
@@ -499,6 +537,10 @@ class GrpcFront:
         c.gone = True
         for s in (c.sock, c.up):
             if s is None:
+                continue
+            if c.relayed:  # its threads close it once they are out of their calls
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
                 continue
             try:
                 self.loop.remove_reader(s)

@@ -104,6 +104,9 @@ class ServerConfig:
     #: of slow handshakes, per-address caps; grpc-core behind it on loopback); False:
     #: grpc-core listens on the port itself (e.g. behind a load balancer that does this)
     grpc_front: bool = True
+    #: how the front copies a proven connection's bytes (``grpc_front.RELAYS``): in two
+    #: threads of its own (default, least CPU per report) or on the front's event loop
+    grpc_front_relay: str = "threads"
 
 
 def load_token_key(db: Database, path: Path | None) -> TokenKey:
@@ -197,7 +200,7 @@ class CollectorServer:
         return GrpcFront(config.host, config.port, self._inner,
                          FrontLimits(max_fds=self.limits.grpc_connections,
                                      handshake_s=self.limits.header_timeout_s),
-                         reuse_port=config.reuse_port)
+                         reuse_port=config.reuse_port, relay=config.grpc_front_relay)
 
     def _core_options(self, config: ServerConfig) -> list[tuple[str, Any]]:
         """grpc-core's channel arguments, and where it listens (``_core_address``): the

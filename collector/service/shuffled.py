@@ -70,8 +70,9 @@ from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
 __all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "cell_sizes", "privacy_section"]
 
-#: batches of at least this many reports are opened by a pool of processes
-PARALLEL_OPEN = 2048
+#: batches of at least this many reports are opened by a pool of processes (outside the
+#: GIL: the collector stores one batch while the pool opens the next)
+PARALLEL_OPEN = 256
 #: processes of that pool, at most (and at most the machine's cores)
 MAX_OPENERS = 8
 

@@ -107,7 +107,8 @@ class ShufflerServer:
             server_name=cfg.collector_server_name, max_message_bytes=limit))
         self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
         self.forwarder = Forwarder(self.store, self.link, cfg.shuffle, verifier_name=name)
-        self.servicer = ShufflerServicer(self.store, tickets, self.link, verifier, name)
+        self.servicer = ShufflerServicer(self.store, tickets, self.link, verifier, name,
+                                         on_admit=self.forwarder.admitted)
         add_service(self.server, self.servicer, _SERVICE, batch_cap=MAX_SEALED_BATCH,
                     who="shuffler")
         self.metrics = ShufflerMetrics(self.store, self.servicer, self.forwarder, self.link)

@@ -18,13 +18,18 @@ The forwarder (:class:`Forwarder`) ticks every ``tick_s``: for each bucket of un
 reports of one (query, phase, group, stage, task digest) it draws a batch (uniform subset,
 uniform order, OS CSPRNG; ``ShufflerStore.draw``) when
 
-* the bucket holds at least ``T + B`` reports (``B`` = the largest batch a message
-  carries): it draws ``B``, so that at least ``T`` remain for the next batch; or
+* the bucket holds at least ``T + B`` reports: it draws ``B``, so that at least ``T``
+  remain for the next batch (``B`` = max(T, ⌈placed / ``batch_parts``⌉), at most
+  ``max_batch`` and what one message carries: a cell goes out in about ``batch_parts``
+  batches, the first opened at the collector while the rest still arrive); or
 * it holds at least ``T`` and its cell is complete, or its phase's deadline is less than
   ``deadline_margin_s`` away: it draws them all; or
 * it holds at least ``2T`` and has been quiet for ``linger_s``: it draws all but ``T``;
 
-with ``T`` = max(``--min-batch``, the query's minimum batch). Holding ``T`` back means the
+with ``T`` = max(``--min-batch``, the query's minimum batch). The forwarder is woken by
+every call that admits a report — the round runs in that call's thread when no other is
+running — and by every answered batch, so a batch that is due is drawn and sent at once;
+``tick_s`` bounds the wait otherwise. Holding ``T`` back means the
 last reports of a cell always make a batch of at least ``T`` — which is why a cell is
 forwarded before it is complete only once it holds ``2T``. A cell is *complete* when no
 more reports can come: the shuffler has admitted as many as the query placed devices in
@@ -68,8 +73,8 @@ from uldp.collector.shuffler.store import (
     subject_hash,
 )
 
-__all__ = ["MAX_SEALED_BATCH", "TEST_PAUSE_ENV", "Forwarder", "PhaseInfo", "QueryInfo",
-           "ShufflerConfig", "ShufflerServicer"]
+__all__ = ["DEFAULT_BATCH_PARTS", "MAX_SEALED_BATCH", "TEST_PAUSE_ENV", "Forwarder",
+           "PhaseInfo", "QueryInfo", "ShufflerConfig", "ShufflerServicer"]
 
 log = logging.getLogger("uldp.shuffler")
 
@@ -80,6 +85,15 @@ TEST_PAUSE_ENV = "ULDP_TEST_FORWARD_PAUSE_S"
 #: items of a SubmitSealedBatch, at most (counted in the bytes before decoding)
 MAX_SEALED_BATCH = MAX_BATCH_ITEMS
 
+#: the default ``--batch-parts``: one batch per cell, the smallest stated ε (the
+#: collector opens nothing until the cell is complete). ``--batch-parts 4`` lets the first
+#: batches be opened while the rest still arrive, at about 2× the stated ε (the bounds scale
+#: as 1/√n); docs/privacy.md §7 "Batch sizes"
+DEFAULT_BATCH_PARTS = 1
+
+#: the forwarder ticks at most this often when woken by admissions (seconds)
+MIN_TICK_GAP_S = 0.02
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 MIN_SEALED = ENC_BYTES + 1 + 8 + TAG_BYTES  # one value
 MAX_SEALED = ENC_BYTES + 1 + 8 * (1 << 18) + TAG_BYTES  # the device limit of 2^18 values
@@ -89,6 +103,9 @@ MAX_SEALED = ENC_BYTES + 1 + 8 * (1 << 18) + TAG_BYTES  # the device limit of 2^
 class ShufflerConfig:
     min_batch: int = 100  # the shuffler's own floor on every batch
     max_batch: int = 50_000  # at most this many reports per batch (and per message)
+    #: a cell is forwarded in about this many batches of at least ceil(placed / parts)
+    #: (1: each cell in one batch once complete; docs/privacy.md §7 "Batch sizes")
+    batch_parts: int = DEFAULT_BATCH_PARTS
     linger_s: float = 2.0  # a bucket quiet this long is flushed (if it holds >= 2T)
     deadline_margin_s: float = 5.0  # flush this long before the phase's deadline
     tick_s: float = 0.2
@@ -173,9 +190,13 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
 
     def __init__(self, store: ShufflerStore, tickets: TicketKey, link: CollectorLink,
                  verifier: EnrolmentVerifier | None = None, verifier_name: str = "",
-                 cap: int = MAX_SEALED_BATCH) -> None:
+                 cap: int = MAX_SEALED_BATCH,
+                 on_admit: Callable[[], None] | None = None) -> None:
         self.store, self.tickets, self.link = store, tickets, link
         self.verifier, self.cap = verifier, cap
+        #: called after a call admitted reports (the forwarder's wake-up: a bucket that
+        #: is now due is drawn at once, not at the next tick)
+        self.on_admit = on_admit
         self.verifier_name = verifier_name if verifier is not None else ""
         self.refused: dict[str, int] = {}  # refusals by code (metrics)
 
@@ -245,11 +266,14 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
 
     def _store(self, items: list[Admission]) -> list[Answer]:
         try:
-            return self.store.submit(items)
+            out = self.store.submit(items)
         except Exception as exc:
             log.warning("store failed: %s", exc)
             raise ServiceError("UNAVAILABLE", "shuffler storage failed; not acknowledged, "
                                "retry later") from None
+        if self.on_admit is not None and any(a[0] == "OK" and not a[1] for a in out):
+            self.on_admit()
+        return out
 
     def _count(self, code: str) -> None:
         if code != "OK":
@@ -325,6 +349,8 @@ class Forwarder:
         self.store, self.link, self.config, self.clock = store, link, config, clock
         self.verifier_name = verifier_name  # the enrolment check of the admitted reports
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by wake(): tick now, not at the next tick_s
+        self._tick_lock = threading.Lock()  # one round (draws and sends) at a time
         self._thread = threading.Thread(target=self._loop, name="uldp-forwarder", daemon=True)
         self._senders = ThreadPoolExecutor(max(1, config.senders),
                                            thread_name_prefix="uldp-forward")
@@ -336,22 +362,53 @@ class Forwarder:
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Tick as soon as possible (reports were admitted, or a send finished): a
+        bucket that became due is drawn and sent without waiting for ``tick_s``."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         self._senders.shutdown(wait=True)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.config.tick_s):
+        while not self._stop.is_set():
+            self._wake.wait(self.config.tick_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
                 self.tick()
             except Exception:  # keep ticking: the collector may be briefly unreachable
                 log.exception("forwarder tick")
+            self._stop.wait(min(self.config.tick_s, MIN_TICK_GAP_S))  # bounded rate
+
+    def admitted(self) -> None:
+        """Reports were just admitted (called in the admitting call's thread): draw and
+        start sending what became due now, in this thread — the forwarder's own thread
+        would wait for the store behind the next admissions — unless a round is running
+        already (then the forwarder runs another right after it)."""
+        if self._stop.is_set() or not self._tick_lock.acquire(blocking=False):
+            self._wake.set()
+            return
+        try:
+            self._round(False)
+        except Exception:  # the device's call is answered regardless
+            log.exception("forwarder round after an admission")
+        finally:
+            self._tick_lock.release()
 
     def tick(self, wait: bool = False) -> None:
         """One round: draw what is due, then start sending the batches not yet answered
-        (at most ``senders`` at once; ``wait``: until those are answered)."""
+        (at most ``senders`` at once; ``wait``: until those are answered). One round at
+        a time (the draws read the counts they keep T back from)."""
+        with self._tick_lock:
+            self._round(wait)
+
+    def _round(self, wait: bool) -> None:
         for b in self.store.buckets():
             self._consider(b)
         with self._lock:
@@ -368,17 +425,28 @@ class Forwarder:
                 f.result()
 
     def _send_then_free(self, batch: DrawnBatch) -> None:
+        answered = False
         try:
-            self._send(batch)
+            answered = self._send(batch)
         except Exception:
             log.exception("forwarding batch %s", batch.batch_id)
         finally:
             with self._lock:
                 self._sending.discard(batch.batch_id)
+        if answered:
+            self.wake()  # a sender is free: the next drawn batch goes now
 
     def _per_message(self, b: Bucket) -> int:
         fit = (self.config.max_message_bytes - 4096) // (b.max_bytes + 8)
         return max(1, min(self.config.max_batch, fit))
+
+    def _batch_size(self, b: Bucket, q: QueryInfo, t: int) -> int:
+        """The size of the batches drawn from ``b`` before its cell completes: at least
+        ``ceil(placed / batch_parts)`` and at least ``t``, at most ``--max-batch`` and
+        what one message carries."""
+        placed = q.cells.get((b.phase, b.group, b.stage), 0)
+        want = max(t, -(-placed // max(1, self.config.batch_parts)))
+        return min(self._per_message(b), want)
 
     def _consider(self, b: Bucket) -> None:
         try:
@@ -394,18 +462,25 @@ class Forwarder:
                         ph.state, n)
             return
         t = max(self.config.min_batch, q.min_batch)
-        big = self._per_message(b)
-        if t > big:
+        if t > self._per_message(b):
             return  # cannot form a batch this large in one message: wait for the phase end
         now_ms = self.clock() * 1000
         near = bool(ph.deadline_ms) and (
             ph.deadline_ms - now_ms <= self.config.deadline_margin_s * 1000)
         quiet = now_ms - b.last_ms >= self.config.linger_s * 1000
-        count = b.count
+        # completeness first, then the count: once complete, no report can come after
+        # the count is read, so "draw them all" leaves nothing behind (``b`` is a
+        # snapshot from the start of the tick; admissions go on meanwhile)
+        done = near or self._complete(q, ph, b)
+        count = self.store.pending(b)
+        big = self._batch_size(b, q, t)
         while count >= t + big:  # full batches, keeping at least T for the next
             self._draw(b, big, count)
             count -= big
-        if count >= t and (near or self._complete(q, ph, b)):
+        if count >= t and done:
+            if count > self._per_message(b) and count >= 2 * t:  # two, each >= T
+                self._draw(b, count // 2, count)
+                count -= count // 2
             self._draw(b, count, count)
         elif count >= 2 * t and quiet:
             self._draw(b, count - t, count)  # keep T back: the cell's tail goes with them
@@ -426,7 +501,8 @@ class Forwarder:
         log.info("query %s phase %d group %d stage %d: drew batch %s of %d reports (%d left)",
                  b.query_id, b.phase, b.group, b.stage, batch, size, count - size)
 
-    def _send(self, batch: DrawnBatch) -> None:
+    def _send(self, batch: DrawnBatch) -> bool:
+        """Send one batch; whether the collector answered it (False: retry later)."""
         req = shuffler_pb2.ForwardBatchRequest(
             batch_id=batch.batch_id, query_id=batch.query_id, phase=batch.phase,
             group=batch.group, stage=batch.stage, task_digest=batch.task_digest,
@@ -437,12 +513,12 @@ class Forwarder:
             if exc.code() in RETRYABLE:
                 log.info("batch %s: collector unavailable (%s); retrying", batch.batch_id,
                          exc.code().name)
-                return
+                return False
             log.warning("batch %s of %d reports refused by the collector: %s: %s",
                         batch.batch_id, len(batch.sealed), exc.code().name, exc.details())
             self.store.finish(batch.batch_id, "refused",
                               message=f"{exc.code().name}: {exc.details()}")
-            return
+            return True
         pause = float(os.environ.get(TEST_PAUSE_ENV) or 0)
         if pause > 0:  # test hook: acknowledged by the collector, not yet recorded here
             time.sleep(pause)
@@ -451,3 +527,4 @@ class Forwarder:
         log.info("batch %s forwarded: %d reports (%d stored, %d dropped%s)", batch.batch_id,
                  len(batch.sealed), resp.stored, resp.refused,
                  ", duplicate" if resp.duplicate else "")
+        return True

@@ -46,6 +46,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 __all__ = ["FORGOTTEN", "Bucket", "DrawnBatch", "ShufflerStore", "Submission",
@@ -117,14 +118,14 @@ class Submission:
     slot: int
     subject: bytes | None = None  # subject_hash of the attested subject, if any
 
-    @property
+    @cached_property
     def digest(self) -> bytes:
         q = self.query_id.encode()
         return hashlib.sha256(struct.pack(">I", len(q)) + q + struct.pack(
             ">III", self.phase, self.group, self.stage) + self.task_digest.encode()
             + self.sealed).digest()
 
-    @property
+    @cached_property
     def sealed_hash(self) -> bytes:
         return hashlib.sha256(self.sealed).digest()
 
@@ -331,6 +332,15 @@ class ShufflerStore:
                 "SELECT query_id, phase, grp, stage, task_digest, count, last_ms, max_bytes "
                 "FROM buckets WHERE count > 0").fetchall()
         return [Bucket(*r) for r in rows]
+
+    def pending(self, b: Bucket) -> int:
+        """The unbatched reports of ``b``'s bucket now (``b`` may be an older snapshot)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT count FROM buckets WHERE query_id = ? AND phase = ? AND grp = ? AND "
+                "stage = ? AND task_digest = ?",
+                (b.query_id, b.phase, b.group, b.stage, b.task_digest)).fetchone()
+        return int(row[0]) if row is not None else 0
 
     def _bucket_where(self, b: Bucket) -> tuple[str, tuple[object, ...]]:
         return ("batch_id IS NULL AND query_id = ? AND phase = ? AND grp = ? AND stage = ? "

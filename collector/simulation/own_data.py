@@ -39,7 +39,7 @@ from uldp.collector.learning.runner import PaddedUsers, run_spec
 from uldp.collector.planner import QuerySpec, compile_query, with_best_mechanisms
 from uldp.collector.simulation.simulate import simulate_json
 
-__all__ = ["UserData", "UserDataRun", "read_user_csv", "run_users"]
+__all__ = ["UserData", "UserDataRun", "read_user_csv", "reference_count", "run_users"]
 
 #: kinds whose values are real numbers on a public range ``[lo, hi]``
 CENTRED = ("mean", "mean-linf")
@@ -144,12 +144,41 @@ def _exact(plan: Any, source: PaddedUsers, n: int
             stats)
 
 
+def reference_count(counts: np.ndarray, samples: int | None, assume: str = "none"
+                    ) -> tuple[int, str | None]:
+    """The public reference count ``m_ref`` of an own-data run and a note when it is more
+    than some users hold under an assumption that counts on it.
+
+    Without an assumption ``m_ref`` only sizes the plan (grids, windows); the intervals hold
+    for every population, so the default is the median count (the typical user). Under
+    ``assume="users-alike"`` the bias bounds count on every user holding at least ``m``
+    records (``docs/mechanisms.md``, "What an assumption buys": a user with fewer
+    concentrates less), so the default is the *least* count (at least 1), and an explicit
+    ``samples`` above it is run as given with a note naming how many users hold fewer."""
+    counts = np.asarray(counts, dtype=np.int64)
+    alike = assume == "users-alike"
+    if samples:
+        m_ref = int(samples)
+    elif alike:
+        m_ref = max(int(counts.min()) if counts.size else 1, 1)
+    else:
+        m_ref = max(int(np.median(counts)), 1)
+    fewer = int(np.sum(counts < m_ref))
+    note = None
+    if alike and fewer:
+        note = (f"assume=users-alike counts on m_ref={m_ref} records per user, but "
+                f"{fewer} of {counts.size} users hold fewer: their statistics concentrate "
+                "less and the interval may not hold (default: the least count)")
+    return m_ref, note
+
+
 def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = None,
               hi: float | None = None, method: str = "auto", samples: int | None = None,
               dim: int | None = None, seed: int = 0, extra: dict[str, Any] | None = None,
               reps: int = 1, options: dict[str, Any] | None = None) -> UserDataRun:
     """Run ``kind`` over the users of ``data`` (module docstring); ``samples`` is the
-    public reference count m_ref (default: the median count). With ``reps`` > 1 the
+    public reference count m_ref (default: :func:`reference_count` — the median count, the
+    least under ``assume="users-alike"``). With ``reps`` > 1 the
     query runs that many times with fresh noise (seeds ``seed``, ``seed + 1``, ...) and
     the result carries the RMSE and the interval coverage over the reps. Each rep draws
     its own assignment of users to groups and stages, as separate queries would.
@@ -159,8 +188,8 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
     n = len(data.values)
     if n < 2:
         raise ValueError("need at least 2 users")
-    counts = data.counts
-    m_ref = int(samples or max(int(np.median(counts)), 1))
+    m_ref, m_note = reference_count(data.counts, samples,
+                                    str(dict(options or {}).get("assume", "none")))
     arrays = [np.asarray(v, dtype=np.float64) for v in data.values]
     shaped = next((a for a in arrays if a.size), arrays[0])
     d = dim or (shaped.shape[1] if shaped.ndim == 2 else 1)
@@ -190,7 +219,8 @@ def run_users(kind: str, data: UserData, *, epsilon: float, lo: float | None = N
                        _predicted(plan, sample_var, stat_var, theta, stats),
                        _estimand(kind), rng_,
                        dict(plan.auto) or None, reps, sq, cover,
-                       list(plan.advisories), time.perf_counter() - t0)
+                       list(plan.advisories) + ([m_note] if m_note else []),
+                       time.perf_counter() - t0)
 
 
 def _predicted(plan: Any, sample_var: np.ndarray, stat_var: np.ndarray, theta: np.ndarray,

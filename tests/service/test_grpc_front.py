@@ -31,6 +31,7 @@ class Echo:
         self.sock.bind("\0" + self.name)
         self.sock.listen(64)
         self.peers: list[str] = []
+        self.conns: list[socket.socket] = []
         self._stop = False
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -43,6 +44,7 @@ class Echo:
             self.peers.append("unix-abstract:" + addr.lstrip(b"\0").decode()
                               if isinstance(addr, bytes) else
                               "unix-abstract:" + addr.lstrip("\0"))
+            self.conns.append(conn)
             threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
 
     @staticmethod
@@ -51,16 +53,23 @@ class Echo:
             while data := conn.recv(65536):
                 conn.sendall(data)
 
+    def close_connections(self) -> None:
+        """End every accepted connection (grpc-core closing its side)."""
+        for c in self.conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+
     def close(self) -> None:
         self._stop = True
         self.sock.close()
 
 
 @pytest.fixture
-def front() -> Iterator[tuple[GrpcFront, Echo]]:
+def front(request) -> Iterator[tuple[GrpcFront, Echo]]:  # type: ignore[no-untyped-def]
     echo = Echo()
     f = GrpcFront("127.0.0.1", 0, echo.name, FrontLimits(max_fds=12, handshake_s=2.0,
-                                                         per_peer=3))
+                                                         per_peer=3),
+                  relay=getattr(request, "param", "threads"))
     f.start()
     yield f, echo
     f.stop()
@@ -105,6 +114,7 @@ def wait_for(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def
     return False
 
 
+@pytest.mark.parametrize("front", grpc_front.RELAYS, indirect=True)
 def test_bytes_pass_unchanged_and_the_core_learns_the_clients_address(front):
     f, echo = front
     with connect(f.port, HELLO + APP, source=OTHER) as s:
@@ -122,6 +132,35 @@ def test_bytes_pass_unchanged_and_the_core_learns_the_clients_address(front):
                 return name
         assert grpc_front.peer_of(Ctx()) == f"ipv4:{OTHER}:{client[1]}"
     assert wait_for(lambda: name not in grpc_front._PEERS and f.fds == 0)
+
+
+def _relays() -> int:
+    return sum(t.name == grpc_front.RELAY_THREAD for t in threading.enumerate())
+
+
+def test_a_relayed_connection_ends_with_either_side_and_with_the_front(front):
+    """A proven connection is copied by two threads of its own: they end, and its
+    descriptors are given back, when the client leaves, when grpc-core's side ends, and
+    when the front stops."""
+    f, echo = front
+    before = _relays()
+    s = connect(f.port, HELLO + APP)
+    assert read_exactly(s, len(HELLO + APP)) == HELLO + APP
+    assert wait_for(lambda: f.stats["proven"] == 1 and _relays() == before + 2)
+    s.close()  # the client leaves
+    assert wait_for(lambda: f.fds == 0 and _relays() == before and not f.proven)
+    with connect(f.port, HELLO + APP) as s:  # grpc-core's side ends: the client sees it
+        assert read_exactly(s, len(HELLO + APP)) == HELLO + APP
+        assert wait_for(lambda: f.stats["proven"] == 2)
+        echo.close_connections()
+        assert is_closed(s)
+        assert wait_for(lambda: f.fds == 0 and _relays() == before)
+    s = connect(f.port, HELLO + APP)  # the front stops under a proven connection
+    assert read_exactly(s, len(HELLO + APP)) == HELLO + APP
+    assert wait_for(lambda: _relays() == before + 2)
+    f.stop()
+    assert is_closed(s) and wait_for(lambda: _relays() == before)
+    s.close()
 
 
 def test_anything_but_a_tls_handshake_record_is_closed_at_once(front):
@@ -199,3 +238,8 @@ def test_a_servicer_sees_the_clients_address_behind_the_front(start_collector, m
         (front_end, client), = grpc_front._PEERS.items()
     line, = [r.getMessage() for r in caplog.records if "undecodable" in r.getMessage()]
     assert f"from {client} " in line and front_end not in line, (line, front_end)
+
+
+def test_an_unknown_relay_is_refused_before_the_port_is_bound():
+    with pytest.raises(ValueError, match="relay must be one of threads, loop"):
+        GrpcFront("127.0.0.1", 0, "x", FrontLimits(), relay="splice")

@@ -403,3 +403,8 @@ def test_window_sums_leave_out_declines_and_count_wide_reports(db):
     (w,) = db.close_windows("q", 1, 10_000, None)
     s = db.window_sums("q", 1, w, [0], 1, False)[(0, 1)]
     assert s.count == 7 and s.filled[0] == 6  # the width check's evidence
+    two = PendingReport("q", 1, "two", 0, 1, 201, np.arange(2, dtype="<i2").tobytes(), 2)
+    assert db.store_reports([two])[0].code == "OK"
+    (w,) = db.close_windows("q", 1, 10_000, None)
+    s = db.window_sums("q", 1, w, [0], 1, False)[(0, 1)]
+    assert s.count == 8 and s.filled[:2] == [7, 1]  # one report fills v1: not width 1
