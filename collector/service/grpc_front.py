@@ -299,6 +299,8 @@ class GrpcFront:
 
     # ---- the client's side --------------------------------------------------------------
     def _on_client(self, c: _Conn) -> None:
+        if c.relayed:  # a wake-up queued before the relay took it (its threads own it)
+            return
         data = self._recv(c, c.sock, client=True)
         if not data:
             return
@@ -440,7 +442,7 @@ class GrpcFront:
     def _on_connected(self, c: _Conn) -> None:
         up = c.up
         assert up is not None
-        if c.gone:
+        if c.gone or c.relayed:
             return
         self.loop.remove_writer(up)
         err = up.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -457,6 +459,8 @@ class GrpcFront:
         self._maybe_relay(c)
 
     def _on_upstream(self, c: _Conn) -> None:
+        if c.relayed:  # a wake-up queued before the relay took it (its threads own it)
+            return
         assert c.up is not None
         data = self._recv(c, c.up, client=False)
         if data:
@@ -503,6 +507,8 @@ class GrpcFront:
 
     def _on_writable(self, c: _Conn, dst: socket.socket, buf: bytearray,
                      reading: socket.socket) -> None:
+        if c.relayed:  # queued before the relay took its bytes over (``_relay``)
+            return
         try:
             sent = dst.send(buf)
         except (BlockingIOError, InterruptedError):

@@ -163,6 +163,31 @@ def test_a_relayed_connection_ends_with_either_side_and_with_the_front(front):
     s.close()
 
 
+def test_wake_ups_queued_before_the_relay_leave_its_sockets_alone(front):
+    """One selector pass can queue a read of both sides; if the first hands the connection
+    to the relay threads, the later callbacks must not read (its sockets are blocking now:
+    the loop would hang, or steal the relay's bytes) nor register it again."""
+    f, _ = front
+    with connect(f.port, HELLO + APP) as s:
+        assert read_exactly(s, len(HELLO + APP)) == HELLO + APP
+        assert wait_for(lambda: len(f.proven) == 1)
+        (c,) = list(f.proven)
+        assert c.relayed
+
+        def stale() -> None:
+            f._on_client(c)
+            f._on_upstream(c)
+            f._on_writable(c, c.up, bytearray(b"x"), c.sock)
+            f._on_connected(c)
+        t0 = time.monotonic()
+        f._call(stale)
+        assert time.monotonic() - t0 < 5.0  # did not block the front's loop
+        selector = f.loop._selector  # type: ignore[attr-defined]
+        assert all(selector.get_map().get(sk.fileno()) is None for sk in (c.sock, c.up))
+        s.sendall(APP)  # the relay still owns the stream: nothing stolen or reordered
+        assert read_exactly(s, len(APP)) == APP
+
+
 def test_anything_but_a_tls_handshake_record_is_closed_at_once(front):
     f, _ = front
     for first in (b"GET / HTTP/1.1\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
