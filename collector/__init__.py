@@ -16,8 +16,9 @@ See ``docs/architecture.md``. The in-process API::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from uldp.collector.lazy import lazy_exports
 
 __all__ = [
     "Estimate",
@@ -66,14 +67,4 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time, __getattr_
     from uldp.collector.simulation.simulate import SimulationResult, run_query, simulate_reps
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later lookups do not come back here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -33,8 +33,9 @@ imported by every ``uldp`` command, and HLM's smooth sensitivity needs scipy.sta
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from uldp.collector.lazy import lazy_exports
 
 #: public name -> the module of this package that defines it
 _EXPORTS: dict[str, str] = {
@@ -141,14 +142,4 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time, __getattr_
     from uldp.collector.central.wme import WMEParams, wme_from_groups, wme_mean
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later lookups do not come back here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
