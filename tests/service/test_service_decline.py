@@ -118,7 +118,11 @@ def test_a_refused_stage_two_task_closes_the_last_phase(start_collector, tmp_pat
     outs = [d.run(timeout_s=PROMPT_S) for d in stage2]
     assert outs[0].declined == ["two"] and all(o.submitted == ["two"] for o in outs[1:])
     q = _closed_promptly(a, "two", 2)
-    assert (q.phases[1].received, q.phases[1].declined) == (len(stage2) - 1, 1)
+    # phase 1 can close (and phase 2 open) before the loop above polled its last devices:
+    # those of phase 2 then reported at their first poll and are not in ``stage2``
+    ph = q.phases[1]
+    assert (ph.received, ph.declined) == (ph.quota - 1, 1)
+    assert ph.quota >= len(stage2)
     for d in devs:
         d.close()
     a.close()
