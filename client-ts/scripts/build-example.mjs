@@ -14,6 +14,7 @@ import { copyFileSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
+import { withoutSealing } from "./bundle-reach.mjs";
 
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
 const APP = here("../../examples/web/");
@@ -29,14 +30,7 @@ copyFileSync(APP + "index.html", out + "index.html");
 const outputs = r.metafile.outputs;
 // what a device without a shuffler loads: every chunk reachable from the entry, static or
 // dynamic, but shuffle mode's sealing (the chunk holding core/seal.ts)
-const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => /core\/seal\.ts$/.test(i));
-const start = new Set();
-const visit = (o) => {
-  if (start.has(o) || isSealing(o)) return;
-  start.add(o);
-  for (const i of outputs[o].imports) if (i.kind === "import-statement" || i.kind === "dynamic-import") visit(i.path);
-};
-visit(Object.keys(outputs).find((o) => outputs[o].entryPoint));
+const start = withoutSealing(outputs);
 const size = (files) => files.map((f) => readFileSync(f)).reduce(([m, g], b) => [m + b.length, g + gzipSync(b, { level: 9 }).length], [0, 0]);
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
 const [m, g] = size([...start]);

@@ -29,6 +29,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
+import { readmeSnippet, withoutSealing } from "./bundle-reach.mjs";
 
 /** What a device without a shuffler may load for the README snippet (minified / gzip, KiB, the
  * sum over its chunks, each gzipped as it is served): a guard against regressions such as the
@@ -157,24 +158,15 @@ await tsCheck("bundler", { "a.ts": importer }, { module: "ESNext", moduleResolut
 // ---- the README's web snippet, bundled ------------------------------------------------------------------
 await step(`the README's web snippet bundles within ${BUDGET.minified} KiB minified / ${BUDGET.gzip} KiB gzip without a shuffler`, async () => {
   const readme = readFileSync(join(repo, "README.md"), "utf8");
-  const blocks = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
-  const snippet = blocks.find((b) => b.includes("@uldp/device/web") && b.includes("IndexedDbStore"));
-  if (!snippet) throw new Error("README.md has no ts block importing @uldp/device/web with IndexedDbStore");
+  const snippet = readmeSnippet(readme);
   writeFileSync(join(app, "snippet.ts"), "declare const mySamples: number[];\n" + snippet);
   const r = await esbuild.build({ entryPoints: [join(app, "snippet.ts")], absWorkingDir: app, bundle: true, minify: true,
     format: "esm", splitting: true, outdir: join(app, "dist"), platform: "browser", target: "es2022",
     legalComments: "none", metafile: true, logLevel: "error" });
   const outputs = r.metafile.outputs;
-  const entry = Object.keys(outputs).find((o) => outputs[o].entryPoint);
   // shuffle mode's sealing: the chunk holding core/seal.js (and the @noble code beside it)
+  const start = withoutSealing(outputs);
   const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => /core\/seal\.js$/.test(i));
-  const start = new Set();
-  const visit = (o) => {
-    if (start.has(o) || isSealing(o)) return;
-    start.add(o);
-    for (const i of outputs[o].imports) if (i.kind === "import-statement" || i.kind === "dynamic-import") visit(i.path);
-  };
-  visit(entry);
   if (!Object.keys(outputs).some(isSealing)) throw new Error("no chunk holds core/seal.js: is the sealing bundled at start?");
   // tree-shaking keeps the Node entry, gRPC and the curve code out of what such a device loads
   const stray = [...start].flatMap((o) => Object.keys(outputs[o].inputs))

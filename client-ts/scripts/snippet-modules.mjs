@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
+import { readmeSnippet, withoutSealing } from "./bundle-reach.mjs";
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const app = mkdtempSync(join(tmpdir(), "uldp-snippet-"));
@@ -20,22 +21,13 @@ try {
   mkdirSync(join(app, "node_modules/@uldp"), { recursive: true });
   symlinkSync(here, join(app, "node_modules/@uldp/device"));
   const readme = readFileSync(join(here, "../README.md"), "utf8");
-  const snippet = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1])
-    .find((b) => b.includes("@uldp/device/web") && b.includes("IndexedDbStore"));
-  if (!snippet) throw new Error("README.md has no ts block importing @uldp/device/web with IndexedDbStore");
+  const snippet = readmeSnippet(readme);
   writeFileSync(join(app, "snippet.ts"), "declare const mySamples: number[];\n" + snippet);
   const r = await esbuild.build({ entryPoints: [join(app, "snippet.ts")], absWorkingDir: app, bundle: true, minify: true,
     format: "esm", splitting: true, outdir: join(app, "dist"), platform: "browser", target: "es2022",
     legalComments: "none", metafile: true, logLevel: "error" });
   const outputs = r.metafile.outputs;
-  const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => /core\/seal\.js$/.test(i));
-  const start = new Set();
-  const visit = (o) => {
-    if (start.has(o) || isSealing(o)) return;
-    start.add(o);
-    for (const i of outputs[o].imports) if (i.kind === "import-statement" || i.kind === "dynamic-import") visit(i.path);
-  };
-  visit(Object.keys(outputs).find((o) => outputs[o].entryPoint));
+  const start = withoutSealing(outputs);
   const per = new Map();
   for (const o of start) {
     for (const [i, v] of Object.entries(outputs[o].inputs)) {

@@ -1,0 +1,24 @@
+// What the size checks share (package-check.mjs, build-example.mjs, snippet-modules.mjs): the
+// README's web snippet, and the chunks a device without a shuffler loads — every chunk reachable
+// from the entry, static or dynamic, but shuffle mode's sealing (the chunk holding core/seal).
+
+/** The README's ts block that imports @uldp/device/web with IndexedDbStore. */
+export function readmeSnippet(readme) {
+  const snippet = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1])
+    .find((b) => b.includes("@uldp/device/web") && b.includes("IndexedDbStore"));
+  if (!snippet) throw new Error("README.md has no ts block importing @uldp/device/web with IndexedDbStore");
+  return snippet;
+}
+
+/** The output files of an esbuild metafile reachable from its entry, shuffle mode's sealing left out. */
+export function withoutSealing(outputs, sealing = /core\/seal\.[jt]s$/) {
+  const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => sealing.test(i));
+  const start = new Set();
+  const visit = (o) => {
+    if (start.has(o) || isSealing(o)) return;
+    start.add(o);
+    for (const i of outputs[o].imports) if (i.kind === "import-statement" || i.kind === "dynamic-import") visit(i.path);
+  };
+  visit(Object.keys(outputs).find((o) => outputs[o].entryPoint));
+  return start;
+}
