@@ -25,7 +25,10 @@ export {
   MAX_M_REF, MAX_RECORDS, MAX_REPORT_VALUES, oracleOf, parseTask, scalarOf, parseTaskFields, SCHEMA, TaskRefused, validateFields,
   type KindName, type Method, type RefusalCode, type Task,
 } from "./task.js";
-export { gradient, groupOf, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
+export { gradient, groupOf, hadamardRows, type KindImpl, statistics, usable } from "./kinds.js";
+// the full entry answers every kind (an app that wants less imports @uldp/device/kinds/<family>)
+export { ALL_KINDS, KINDS } from "../kinds/all.js";
+export { type MethodReport, registerKinds } from "./registry.js";
 export * from "./mechanisms/index.js";
 export { hadamardReport, outsideReports, uniformStatistic } from "./methods/hadamard.js";
 export { oracleReport, sampleRecords } from "./methods/oracle.js";

@@ -3,15 +3,15 @@
  * uldp.client.tasks.compute_report and uldp.client.methods): the user statistic of the local
  * dataset, then the task's method — two-stage (stage-I bins, stage-II values), ssl,
  * baseline-a (m_ref item-level slots), baseline-b (one sample), oracle (sampled records,
- * ./methods/oracle.ts) or hadamard (./methods/hadamard.ts) — on the keystream `rng`,
+ * ./methods/oracle.ts) or hadamard (./methods/hadamard.ts; both registered by the kinds that
+ * take them, ./registry.ts) — on the keystream `rng`,
  * through the task's mechanism (§17).
  * Total: a well-formed report for every dataset of the declared structure.
  */
-import { type KindImpl, KINDS, type Row, statistics, usable } from "./kinds.js";
+import { type KindImpl, type Row, statistics, usable } from "./kinds.js";
 import { alg1Params } from "./params.js";
 import type { RandomSource } from "./random.js";
-import { hadamardReport } from "./methods/hadamard.js";
-import { oracleReport } from "./methods/oracle.js";
+import { kindOf, METHODS } from "./registry.js";
 import { centreByRecords, oracleOf, scalarOf, slotGroup, type Task } from "./task.js";
 import { binReports, gridReports, type Interval, stage2Report, valueReports } from "./twoStage.js";
 
@@ -24,7 +24,7 @@ export type Samples = readonly number[] | readonly (readonly number[])[];
 
 /** The task's rows: sample values (d of them, 1 for scalar kinds) plus the label column. */
 export function taskRows(task: Task, samples: Samples, labels: readonly number[] | null | undefined): Row[] {
-  const kind = KINDS[task.kind];
+  const kind = kindOf(task.kind);
   const width = kind.vector ? task.dim : 1;
   const rows = samples.map((s) => {
     const vals = typeof s === "number" ? [s] : s;
@@ -107,11 +107,11 @@ function baselineA(task: Task, kind: KindImpl, rows: Row[], valid: boolean[], rn
 }
 
 function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
-  const kind = KINDS[task.kind];
+  const kind = kindOf(task.kind);
   if (task.method === "oracle" || centreByRecords(task.method, task.stage, task.kind, task.dim)) {
-    return oracleReport(task, kind, rows, rng);
+    return METHODS.oracle!(task, kind, rows, rng);
   }
-  if (task.method === "hadamard") return hadamardReport(task, kind, rows, rng);
+  if (task.method === "hadamard") return METHODS.hadamard!(task, kind, rows, rng);
   const valid = usable(task, kind, rows);
   if (task.method === "baseline-a") return baselineA(task, kind, rows, valid, rng);
   let Y: number[];

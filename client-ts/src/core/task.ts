@@ -5,11 +5,11 @@
  * SDK (conformance/v1/refusals.json).
  */
 import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, parseJson, toDouble } from "./json.js";
-import { frameSize } from "./kashin.js";
 import { nextPow2 } from "./hadamard.js";
 import { rationalEpsilon } from "./noise.js";
 import { parseSeal, type SealKey } from "./sealFormat.js";
 import { supportBins } from "./params.js";
+import { KINDS, kindOf } from "./registry.js";
 import {
   DEFAULT_MECHANISM, type FrequencyOracle, MECHANISM_NAMES, ORACLES, SCALARS, type ScalarMechanism,
 } from "./mechanisms/index.js";
@@ -25,7 +25,7 @@ export const MAX_M_REF = 1 << 20;
 export const MAX_RECORDS = 1 << 10;
 
 export type RefusalCode =
-  | "digest" | "json" | "schema" | "field" | "query" | "kind" | "method" | "stage" | "epsilon"
+  | "digest" | "json" | "schema" | "field" | "query" | "kind" | "unregistered" | "method" | "stage" | "epsilon"
   | "limit" | "param" | "over-budget" | "seal" | "dataset" | "declaration" | "length" | "budget"
   | "participated";
 
@@ -36,7 +36,7 @@ export class TaskRefused extends Error {
   }
 }
 
-const refuse = (code: RefusalCode, message: string): never => {
+export const refuse = (code: RefusalCode, message: string): never => {
   throw new TaskRefused(message, code);
 };
 
@@ -177,7 +177,7 @@ export function epsilonUnits(v: JInt | number, name: string): bigint {
 }
 
 /** A finite number > 0 (>= 0 with `zero`), else a refusal naming the field. */
-function finitePositive(name: string, v: JValue, zero = false): number {
+export function finitePositive(name: string, v: JValue, zero = false): number {
   const x = isJNum(v) ? toDouble(v) : NaN;
   if (!Number.isFinite(x) || x < 0 || (x === 0 && !zero)) refuse("param", `${name} must be a finite number ${zero ? ">=" : ">"} 0`);
   return x;
@@ -208,7 +208,7 @@ export function gridSpec(extra: JObject, dim: number): { M: number; lo: number[]
   return { M: Number((M as JInt).value), lo, hi, K: nextPow2(Number(cells)) };
 }
 
-function checkFrame(f: Map<string, JValue>, identity = false): void {
+export function checkFrame(f: ReadonlyMap<string, JValue>, identity = false): void {
   finitePositive("kashin_level", f.get("kashin_level")!);
   const delta = dbl(f.get("kashin_delta"));
   if (!(delta > 0 && delta <= 1)) refuse("param", "kashin_delta must be in (0, 1]");
@@ -240,38 +240,7 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
   if (f.get("bound") === null && f.get("stat_bound") === null && NEEDS_BOUND.has(kind)) no("needs a bound");
   for (const k of ["bound", "stat_bound"]) if (f.get(k) !== null) finitePositive(k, f.get(k)!);
   if (f.has("range")) checkRange(kind, f);
-  const extra = f.get("extra") as JObject;
-  switch (kind) {
-    case "mean": return 1;
-    case "mean-linf": return dim;
-    case "mean-by":
-      if (dim < 2 || dim > MAX_GROUPS) refuse(dim > MAX_GROUPS ? "limit" : "param", `kind mean-by needs 2 to ${MAX_GROUPS} groups (dim)`);
-      if (f.get("by") === "") no("needs by (its groups' dataset)");
-      if (f.get("bound") === null) no("needs a bound");
-      return 2 * dim;
-    case "mean-l2":
-      checkFrame(f);
-      return frameSize(dim, f.get("frame_kind") as string);
-    case "mean-l1":
-    case "distribution": return nextPow2(dim);
-    case "sgd": {
-      const model = extra.get("model");
-      if (typeof model !== "string" || !(GRADIENT_MODELS as readonly string[]).includes(model)) {
-        refuse("param", `extra['model'] must be one of ${GRADIENT_MODELS.join(", ")}`);
-      }
-      if (f.get("bound") === null) no("needs a bound (the gradient's clip norm)");
-      finitePositive("bound", f.get("bound")!);
-      if (extra.has("l2")) finitePositive("extra['l2']", extra.get("l2")!, true);
-      extraNumbers(extra, "theta", dim);
-      checkFrame(f, true);
-      return f.get("frame_kind") === "identity" ? dim : frameSize(dim, f.get("frame_kind") as string);
-    }
-    case "classify": return gridSpec(extra, dim).K;
-    case "regress":
-      if (!extra.has("label_bound")) no("needs extra['label_bound']");
-      finitePositive("extra['label_bound']", extra.get("label_bound")!);
-      return 2 * gridSpec(extra, dim).K;
-  }
+  return kindOf(kind).components(f, dim, no);
 }
 
 const finite = (v: JValue): boolean => isJNum(v) && Number.isFinite(toDouble(v));
@@ -426,6 +395,7 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   checkTypes(f);
   const kind = f.get("kind") as string;
   if (!(KIND_NAMES as readonly string[]).includes(kind)) refuse("kind", `unknown kind ${kind}`);
+  if (!KINDS[kind as KindName]) refuse("unregistered", `kind ${kind} is not registered in this app build (import @uldp/device/kinds/…)`);
   const method = f.get("method") as string;
   if (!(method in METHOD_STAGES)) refuse("method", `unknown method ${method}`);
   const m = method as Method;

@@ -1,0 +1,28 @@
+/**
+ * The registry of what this app build answers: the query kinds (and the kind-specific methods)
+ * its device computes (docs/device-protocol.md §14.1, "Pay for what you use"). The app fills it
+ * by importing the kinds it needs — `@uldp/device/kinds/mean` (a numeric dataset's mean),
+ * `/kinds/vector`, `/kinds/grouped`, `/kinds/distribution`, `/kinds/learning`, or
+ * `/kinds/all` — so a bundler keeps only their code. The full entry `@uldp/device` and the Node
+ * entry `@uldp/device/node` register every kind. A task of a kind this build did not register
+ * is declined with the stable code `unregistered` (it reveals the app's build, never user data).
+ */
+import type { KindImpl, Row } from "./kinds.js";
+import type { RandomSource } from "./random.js";
+import type { KindName, Task } from "./task.js";
+
+/** The kinds this build answers, by name (filled by the /kinds/* modules). */
+export const KINDS: Partial<Record<KindName, KindImpl>> = {};
+
+/** A method with its own report (oracle, hadamard): registered by the kinds that take it. */
+export type MethodReport = (task: Task, kind: KindImpl, rows: Row[], rng: RandomSource) => bigint[];
+export const METHODS: { oracle?: MethodReport; hadamard?: MethodReport } = {};
+
+/** Register kinds (and the methods only they take); idempotent. */
+export function registerKinds(kinds: readonly KindImpl[], methods: typeof METHODS = {}): void {
+  for (const k of kinds) KINDS[k.name] = k;
+  Object.assign(METHODS, methods);
+}
+
+/** The registered kind of a validated task (its kind was checked registered). */
+export const kindOf = (name: KindName): KindImpl => KINDS[name]!;
