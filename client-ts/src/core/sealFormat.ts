@@ -30,29 +30,25 @@ const refuse = (message: string): never => {
 };
 
 /**
- * The X25519 public keys of low order, as 255-bit little-endian hex (RFC 7748 §5: the top bit
- * is ignored and the u-coordinate is read mod p = 2^255 − 19). X25519 with any clamped scalar
- * (a multiple of 8) maps exactly the points of order dividing 8 to the all-zero secret: on the
- * curve (cofactor 8) u ∈ {0, 1, and the two u-coordinates of order 8}, on the twist (cofactor
- * 4) u = p − 1; the only other encodings below 2^255 of these are p and p + 1 (of 0 and 1).
- * The Python SDK (uldp.client.sealing) probes with an exchange; test/sealformat.test.ts
- * checks this list against @noble's x25519 on every entry, with and without the top bit.
+ * The X25519 public keys of low order (RFC 7748 §5: the top bit is ignored and the
+ * u-coordinate is read mod p = 2^255 − 19). X25519 with any clamped scalar (a multiple of 8)
+ * maps exactly the points of order dividing 8 to the all-zero secret: on the curve (cofactor 8)
+ * u ∈ {0, 1, and the two u-coordinates of order 8}, on the twist (cofactor 4) u = p − 1; the
+ * only other encodings below 2^255 of these are p and p + 1 (of 0 and 1), which reduce mod p
+ * to 0 and 1. The Python SDK (uldp.client.sealing) probes with an exchange;
+ * test/primitives.test.ts checks this rule against @noble's x25519 on every such key, with and
+ * without the top bit, and on the keys next to them.
  */
-const LOW_ORDER = new Set([
-  "0000000000000000000000000000000000000000000000000000000000000000",
-  "0100000000000000000000000000000000000000000000000000000000000000",
-  "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
-  "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
-  "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-  "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-  "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-]);
+const P25519 = (1n << 255n) - 19n;
+const LOW_ORDER = [0n, 1n, P25519 - 1n,
+  0xb8495f16056286fdb1329ceb8d09da6ac49ff1fae35616aeb8413b7c7aebe0n,
+  0x57119fd0dd4e22d8868e1c58c45c44045bef839c55b1d0b1248c50a3bc959c5fn];
 
 /** Whether a raw X25519 public key is of low order (its shared secrets are all zero). */
 export function isLowOrder(publicKey: Uint8Array): boolean {
-  const u = publicKey.slice();
-  u[31] &= 0x7f;
-  return LOW_ORDER.has(bytesToHex(u));
+  let u = 0n;
+  for (let i = 31; i >= 0; i--) u = (u << 8n) | BigInt(i === 31 ? publicKey[i] & 0x7f : publicKey[i]);
+  return LOW_ORDER.includes(u % P25519);
 }
 
 /** The key id of a raw X25519 public key: the first 16 hex digits of its SHA-256. */
