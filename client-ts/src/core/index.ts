@@ -28,7 +28,7 @@ export {
 export { gradient, groupOf, hadamardRows, type KindImpl, statistics, usable } from "./kinds.js";
 // the full entry answers every kind (an app that wants less imports @uldp/device/kinds/<family>)
 export { ALL_KINDS, KINDS } from "../kinds/all.js";
-export { type MethodReport, registerKinds } from "./registry.js";
+export { type MethodReport, type MethodRules, registerKinds } from "./registry.js";
 export * from "./mechanisms/index.js";
 export { hadamardReport, outsideReports, uniformStatistic } from "./methods/hadamard.js";
 export { oracleReport, sampleRecords } from "./methods/oracle.js";

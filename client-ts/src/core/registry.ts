@@ -7,6 +7,7 @@
  * entry `@uldp/device/node` register every kind. A task of a kind this build did not register
  * is declined with the stable code `unregistered` (it reveals the app's build, never user data).
  */
+import type { JValue } from "./json.js";
 import type { KindImpl, Row } from "./kinds.js";
 import type { RandomSource } from "./random.js";
 import type { KindName, Task } from "./task.js";
@@ -16,7 +17,12 @@ export const KINDS: Partial<Record<KindName, KindImpl>> = {};
 
 /** A method with its own report (oracle, hadamard): registered by the kinds that take it. */
 export type MethodReport = (task: Task, kind: KindImpl, rows: Row[], rng: RandomSource) => bigint[];
-export const METHODS: { oracle?: MethodReport; hadamard?: MethodReport } = {};
+/** Such a method: its report, and its own rules (step 10 of §14.1; refuses with a TaskRefused). */
+export interface MethodRules {
+  report: MethodReport;
+  check(f: ReadonlyMap<string, JValue>, stage: number, kind: KindName, dim: number, C: number, comps: bigint[]): void;
+}
+export const METHODS: { oracle?: MethodRules; hadamard?: MethodRules } = {};
 
 /** Register kinds (and the methods only they take); idempotent. */
 export function registerKinds(kinds: readonly KindImpl[], methods: typeof METHODS = {}): void {

@@ -109,9 +109,9 @@ function baselineA(task: Task, kind: KindImpl, rows: Row[], valid: boolean[], rn
 function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
   const kind = kindOf(task.kind);
   if (task.method === "oracle" || centreByRecords(task.method, task.stage, task.kind, task.dim)) {
-    return METHODS.oracle!(task, kind, rows, rng);
+    return METHODS.oracle!.report(task, kind, rows, rng);
   }
-  if (task.method === "hadamard") return METHODS.hadamard!(task, kind, rows, rng);
+  if (task.method === "hadamard") return METHODS.hadamard!.report(task, kind, rows, rng);
   const valid = usable(task, kind, rows);
   if (task.method === "baseline-a") return baselineA(task, kind, rows, valid, rng);
   let Y: number[];

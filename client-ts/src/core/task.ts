@@ -9,7 +9,7 @@ import { nextPow2 } from "./hadamard.js";
 import { rationalEpsilon } from "./noise.js";
 import { parseSeal, type SealKey } from "./sealFormat.js";
 import { supportBins } from "./params.js";
-import { KINDS, kindOf } from "./registry.js";
+import { KINDS, kindOf, METHODS } from "./registry.js";
 import {
   DEFAULT_MECHANISM, type FrequencyOracle, MECHANISM_NAMES, ORACLES, SCALARS, type ScalarMechanism,
 } from "./mechanisms/index.js";
@@ -259,7 +259,7 @@ function checkBins(f: Map<string, JValue>, nComps: number): void {
   }
 }
 
-function checkIntervals(f: Map<string, JValue>, nComps: number): void {
+export function checkIntervals(f: ReadonlyMap<string, JValue>, nComps: number): void {
   const ivs = f.get("intervals") as JValue[][];
   if ((f.get("bins") as JValue[]).length || ivs.length !== nComps) refuse("param", `the task needs ${nComps} intervals, no bins`);
   for (const row of ivs) {
@@ -294,7 +294,7 @@ export function kindCategories(kind: KindName, dim: number): number | null {
 }
 
 /** Only method oracle samples several records. */
-function singleRecord(f: Map<string, JValue>): void {
+export function singleRecord(f: ReadonlyMap<string, JValue>): void {
   if (big(f.get("records")) !== 1n) refuse("param", `method ${String(f.get("method"))} takes records = 1 only`);
 }
 
@@ -306,17 +306,6 @@ function mechanismOf<M>(registry: ReadonlyMap<string, M>, name: string, what: st
 export const oracleOf = (name: string): FrequencyOracle => mechanismOf(ORACLES, name, "categories");
 /** The task's scalar randomizer (a refusal when its mechanism is not one). */
 export const scalarOf = (name: string): ScalarMechanism => mechanismOf(SCALARS, name, "values");
-
-/** Method oracle (§17.10): a categorical kind, a frequency oracle, no bins or intervals, every
- * component in order. */
-function checkOracle(f: Map<string, JValue>, kind: KindName, dim: number, C: number, comps: bigint[]): void {
-  if (kindCategories(kind, dim) === null) refuse("param", `method oracle needs a categorical kind, not ${kind}`);
-  oracleOf(f.get("mechanism") as string);
-  if ((f.get("bins") as JValue[]).length || (f.get("intervals") as JValue[]).length
-    || comps.length !== C || comps.some((c, i) => c !== BigInt(i))) {
-    refuse("param", "an oracle task serves every component in order, without bins or intervals");
-  }
-}
 
 /** Step 10 of §14.1: the method's own rules, in the Python SDK's order. */
 function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: KindName, dim: number, C: number,
@@ -330,18 +319,10 @@ function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: Kin
     }
   } else if (m === "baseline-a") {
     checkBaselineA(f, comps);
-  } else if (m === "oracle") {
-    checkOracle(f, kind, dim, C, comps);
-  } else if (m === "hadamard") {
-    if (!HADAMARD_KINDS.includes(kind)) refuse("param", `method hadamard takes kind ${HADAMARD_KINDS.join(", ")}, not ${kind}`);
-    if (centreByRecords(m, stage, kind, dim)) {
-      checkOracle(f, kind, dim, C, comps);
-      return;
-    }
-    singleRecord(f);
-    if (stage === 2) oracleOf(f.get("mechanism") as string);
-    else scalarOf(f.get("mechanism") as string);
-    checkIntervals(f, comps.length);
+  } else if (m === "oracle" || m === "hadamard") {
+    // their rules come with the kinds that take them (../kinds/distribution.ts, vector.ts): a
+    // build without such a kind refuses the method here (with every kind: the method's own rule)
+    (METHODS[m] ?? refuse("param", `method ${m} takes no kind of this build's, not ${kind}`)).check(f, stage, kind, dim, C, comps);
   } else {
     singleRecord(f);
     scalarOf(f.get("mechanism") as string);

@@ -5,8 +5,8 @@
  */
 import { nextPow2 } from "../core/hadamard.js";
 import { hadamardRows, inAlphabet, type KindImpl } from "../core/kinds.js";
-import { hadamardReport } from "../core/methods/hadamard.js";
-import { oracleReport } from "../core/methods/oracle.js";
+import { HADAMARD_METHOD } from "../core/methods/hadamard.js";
+import { ORACLE_METHOD } from "../core/methods/oracle.js";
 import { registerKinds } from "../core/registry.js";
 
 export const distribution: KindImpl = {
@@ -30,4 +30,4 @@ export const distribution: KindImpl = {
   },
   components: (_f, dim) => nextPow2(dim),
 };
-registerKinds([distribution], { oracle: oracleReport, hadamard: hadamardReport });
+registerKinds([distribution], { oracle: ORACLE_METHOD, hadamard: HADAMARD_METHOD });

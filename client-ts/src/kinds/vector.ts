@@ -6,7 +6,7 @@
 import { nextPow2 } from "../core/hadamard.js";
 import { frameSize } from "../core/kashin.js";
 import { clampSupport, hadamardRows, kashinMap, type KindImpl, maskedMean } from "../core/kinds.js";
-import { hadamardReport } from "../core/methods/hadamard.js";
+import { HADAMARD_METHOD } from "../core/methods/hadamard.js";
 import { radial } from "../core/numerics.js";
 import { registerKinds } from "../core/registry.js";
 import { checkFrame } from "../core/task.js";
@@ -32,4 +32,4 @@ export const meanL1: KindImpl = {
     maskedMean(rows, valid, (r) => radial(Array.from(r.subarray(0, t.dim)), t.bound as number, 1), t.dim), nextPow2(t.dim)),
   components: (_f, dim) => nextPow2(dim),
 };
-registerKinds([meanLinf, meanL2, meanL1], { hadamard: hadamardReport });
+registerKinds([meanLinf, meanL2, meanL1], { hadamard: HADAMARD_METHOD });
