@@ -34,16 +34,17 @@ import { readmeSnippet, withoutSealing } from "./bundle-reach.mjs";
 /** What a device without a shuffler may load for the README snippet (minified / gzip, KiB, the
  * sum over its chunks, each gzipped as it is served): a guard against regressions such as the
  * curve code back in the page's static imports (+40 KiB) or every kind back in a build that
- * imports one (+10 KiB). Measured 61.3 / 23.3 (121.4 / 43.1 before the sealing became lazy and
+ * imports one (+10 KiB). Measured 59.0 / 22.5 (121.4 / 43.1 before the sealing became lazy and
  * the core dropped @noble; 82.2 / 29.8 before the computed SHA-256 constants and the compact
  * wire descriptor; 80.6 / 29.5 before the pmfs left the device's path and the shorter task
- * rules; 72.6 / 27.3 before the kind registry — the snippet imports kinds/mean — and the sealed
- * payload's move into the sealing chunk). The issue's aim, 60 / 20, is not reached: what remains
- * is the task rules, the device, every mechanism, the codec, the fetch transport and the ledger,
+ * rules; 72.6 / 27.3 before the kind registry — the snippet imports kinds/mean —, the sealed
+ * payload's move into the sealing chunk and the baselines registered apart). The issue's aim,
+ * 60 / 20: 60 KiB minified is met, 20 KiB gzip is not: what remains is the task rules, the
+ * device, the deployed methods, every mechanism, the codec, the fetch transport and the ledger,
  * each needed by a device that may be sent any mean task (see client-ts/README.md;
  * scripts/snippet-modules.mjs shows it by module). Lower it as bytes go; raise it only with a
  * reason in the commit. */
-const BUDGET = { minified: 61.5, gzip: 23.5 };
+const BUDGET = { minified: 59.5, gzip: 23 };
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const repo = join(here, "..");
@@ -87,7 +88,9 @@ const { FetchTransport, IndexedDbStore } = ${load("@uldp/device/web")};
 const { AsyncStorageStore } = ${load("@uldp/device/react-native")};
 const seal = ${load("@uldp/device/seal")};
 const kinds = { ${["mean", "vector", "grouped", "distribution", "learning", "all"].map((k) => `${k}: ${load(`@uldp/device/kinds/${k}`)}`).join(", ")} };
-if (kinds.mean.mean.name !== "mean" || kinds.all.ALL_KINDS.length !== 9 || Object.keys(core.KINDS).length !== 9) {
+const baselines = ${load("@uldp/device/methods/baselines")};
+if (kinds.mean.mean.name !== "mean" || kinds.all.ALL_KINDS.length !== 9 || Object.keys(core.KINDS).length !== 9
+  || typeof baselines.BASELINE_A.report !== "function") {
   throw new Error("the kinds entries do not register every kind");
 }
 for (const [n, v] of Object.entries({ Device, MemoryStore, ledgerStoreContract, FetchTransport, IndexedDbStore,
@@ -133,6 +136,7 @@ import { FetchTransport, IndexedDbStore } from "@uldp/device/web";
 import { AsyncStorageStore, type AsyncStorageLike } from "@uldp/device/react-native";
 import { sealReport } from "@uldp/device/seal";
 import "@uldp/device/kinds/mean";
+import "@uldp/device/methods/baselines";
 import { ALL_KINDS } from "@uldp/device/kinds/all";
 export async function use(storage: AsyncStorageLike): Promise<number> {
   const device: Device = await Device.open({ transport: new FetchTransport({ baseUrl: "https://c.example:8443" }),

@@ -3,8 +3,8 @@
  * This file imports the lean modules and `kinds/mean` only — never src/core/index.ts, which
  * registers every kind — and `node --test` runs each test file in a process of its own, so here
  * the registry holds `mean` alone: the README web snippet's build. Its mean reports are the
- * conformance vectors byte for byte; a task of any other kind is declined with the stable code
- * `unregistered` and charges nothing; a Device with no kind at all refuses to open; and the
+ * conformance vectors byte for byte; a task of any other kind, or of the comparison methods
+ * baseline-a / baseline-b, is declined with the stable code `unregistered` and charges nothing; a Device with no kind at all refuses to open; and the
  * full entry registers every kind (what the vectors and audits run against).
  */
 import assert from "node:assert/strict";
@@ -33,8 +33,11 @@ test("this process registers only kind mean (the README snippet's build)", () =>
   assert.deepEqual(Object.keys(KINDS), ["mean"]);
 });
 
-test("with kinds/mean alone, every mean vector's report is byte-exact", () => {
-  const mean = cases.filter((c) => kindOfCase(c) === "mean");
+const methodOfCase = (c: Record<string, any>): string => JSON.parse(c.task).method;
+const isBaseline = (c: Record<string, any>): boolean => methodOfCase(c).startsWith("baseline-");
+
+test("with kinds/mean alone, every mean vector's report is byte-exact (but the baselines')", () => {
+  const mean = cases.filter((c) => kindOfCase(c) === "mean" && !isBaseline(c));
   assert.ok(mean.length > 100, `${mean.length} mean vectors`);
   for (const c of mean) {
     const task = parseTask(c.task);
@@ -46,12 +49,19 @@ test("with kinds/mean alone, every mean vector's report is byte-exact", () => {
   }
 });
 
-test("every other kind's task is refused with code unregistered", () => {
+test("every other kind's task, and a baseline method's, is refused with code unregistered", () => {
   const others = cases.filter((c) => kindOfCase(c) !== "mean");
   assert.deepEqual(new Set(others.map(kindOfCase)), new Set(KIND_NAMES.filter((k) => k !== "mean")));
   for (const c of others) {
     assert.throws(() => parseTask(c.task), (e: unknown) => e instanceof TaskRefused && e.code === "unregistered"
       && e.message.includes(`kind ${kindOfCase(c)} is not registered`), c.name);
+  }
+  // the comparison baselines need @uldp/device/methods/baselines
+  const baselines = cases.filter((c) => kindOfCase(c) === "mean" && isBaseline(c));
+  assert.deepEqual(new Set(baselines.map(methodOfCase)), new Set(["baseline-a", "baseline-b"]));
+  for (const c of baselines) {
+    assert.throws(() => parseTask(c.task), (e: unknown) => e instanceof TaskRefused && e.code === "unregistered"
+      && e.message.includes(`method ${methodOfCase(c)} is not registered`), c.name);
   }
   // an unknown kind keeps its own code (the check before)
   const unknown = JSON.parse(cases[0].task);
@@ -118,6 +128,6 @@ test("a Device with no kind registered refuses to open, naming the import; the f
   const full = run(`const core = await import("./core/index.js"); console.log(JSON.stringify(Object.keys(core.KINDS).sort()));`);
   assert.deepEqual(JSON.parse(full), [...KIND_NAMES].sort());
   const node = run(`await import("./node/index.js"); const r = await import("./core/registry.js");
-    console.log(JSON.stringify(Object.keys(r.KINDS).sort()));`);
-  assert.deepEqual(JSON.parse(node), [...KIND_NAMES].sort());
+    console.log(JSON.stringify([Object.keys(r.KINDS).sort(), Object.keys(r.METHODS).sort()]));`);
+  assert.deepEqual(JSON.parse(node), [[...KIND_NAMES].sort(), ["baseline-a", "baseline-b", "hadamard", "oracle"]]);
 });

@@ -32,7 +32,8 @@ export { type MethodReport, type MethodRules, registerKinds } from "./registry.j
 export * from "./mechanisms/index.js";
 export { hadamardReport, outsideReports, uniformStatistic } from "./methods/hadamard.js";
 export { oracleReport, sampleRecords } from "./methods/oracle.js";
-export { computeReport, DataError, emptyReport, fallbacks, slotSources, taskRows, type Samples } from "./report.js";
+export { computeReport, DataError, emptyReport, fallbacks, taskRows, type Samples } from "./report.js";
+export { slotSources } from "./methods/baselines.js";
 export {
   alignLabels, coerceValues, datasetSchema, type DatasetSchema, localDataset, type LocalDataset,
   parsePythonFloat, toFloat, type ValueKind,

@@ -5,7 +5,9 @@
  * `/kinds/vector`, `/kinds/grouped`, `/kinds/distribution`, `/kinds/learning`, or
  * `/kinds/all` — so a bundler keeps only their code. The full entry `@uldp/device` and the Node
  * entry `@uldp/device/node` register every kind. A task of a kind this build did not register
- * is declined with the stable code `unregistered` (it reveals the app's build, never user data).
+ * is declined with the stable code `unregistered` (it reveals the app's build, never user data);
+ * so is a task of the comparison methods baseline-a / baseline-b without
+ * `@uldp/device/methods/baselines` (which `kinds/all` imports).
  */
 import type { JValue } from "./json.js";
 import type { KindImpl, Row } from "./kinds.js";
@@ -21,8 +23,12 @@ export type MethodReport = (task: Task, kind: KindImpl, rows: Row[], rng: Random
 export interface MethodRules {
   report: MethodReport;
   check(f: ReadonlyMap<string, JValue>, stage: number, kind: KindName, dim: number, C: number, comps: bigint[]): void;
+  /** The units spent and the report length, for a method with a spend of its own (baseline-a). */
+  spend?(f: ReadonlyMap<string, JValue>): [bigint, number];
 }
-export const METHODS: { oracle?: MethodRules; hadamard?: MethodRules } = {};
+/** The methods registered by what takes them: oracle and hadamard by their kinds, the baselines
+ * by `@uldp/device/methods/baselines` (the other methods are every build's). */
+export const METHODS: Partial<Record<"oracle" | "hadamard" | "baseline-a" | "baseline-b", MethodRules>> = {};
 
 /** Register kinds (and the methods only they take); idempotent. */
 export function registerKinds(kinds: readonly KindImpl[], methods: typeof METHODS = {}): void {

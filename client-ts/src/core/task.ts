@@ -164,8 +164,8 @@ function checkTypes(f: Map<string, JValue>): void {
   if (range !== undefined && (range.length !== 2 || !range.every(isJNum))) refuse("field", "range must be [lo, hi]");
 }
 
-const big = (v: JValue | undefined): bigint => (v as JInt).value;
-const dbl = (v: JValue | undefined): number => toDouble(v as JInt | number);
+export const big = (v: JValue | undefined): bigint => (v as JInt).value;
+export const dbl = (v: JValue | undefined): number => toDouble(v as JInt | number);
 
 /** ε units: floor(ε·2^24) for 2^-24 <= ε <= 2^20 (Python: budget.epsilon_units). */
 export function epsilonUnits(v: JInt | number, name: string): bigint {
@@ -270,23 +270,6 @@ export function checkIntervals(f: ReadonlyMap<string, JValue>, nComps: number): 
   }
 }
 
-function checkBaselineA(f: Map<string, JValue>, comps: bigint[]): void {
-  const groups = f.get("virtual_groups") as JInt[][];
-  const veps = f.get("virtual_eps") as JValue[];
-  if (!groups.length || veps.length !== groups.length) refuse("param", "baseline-a needs virtual_groups, one virtual_eps each");
-  const served = new Set(comps);
-  for (const g of groups) {
-    const ids = g.map((c) => c.value);
-    if (!ids.length || new Set(ids).size !== ids.length || !ids.every((c) => served.has(c))) {
-      refuse("param", "a virtual group is a non-empty set of served components");
-    }
-  }
-  if (big(f.get("m_ref")) > BigInt(MAX_M_REF)) refuse("limit", "m_ref must be at most 2^20");
-  singleRecord(f);
-  if (f.get("mechanism") !== DEFAULT_MECHANISM) refuse("param", "baseline-a reports with laplace only");
-  checkIntervals(f, comps.length);
-}
-
 /** The number of categories A of a categorical kind's sample (only `distribution`: dim), or
  * null (Python: Kind.categories). Method oracle samples records of such a kind. */
 export function kindCategories(kind: KindName, dim: number): number | null {
@@ -318,7 +301,7 @@ function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: Kin
       refuse("limit", `two-stage-sized has at most ${MAX_BINS - 1} bins`);
     }
   } else if (m === "baseline-a") {
-    checkBaselineA(f, comps);
+    METHODS[m]!.check(f, stage, kind, dim, C, comps);
   } else if (m === "oracle" || m === "hadamard") {
     // their rules come with the kinds that take them (../kinds/distribution.ts, vector.ts): a
     // build without such a kind refuses the method here (with every kind: the method's own rule)
@@ -357,18 +340,7 @@ function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, d
     }
     return [units, comps];
   }
-  const groups = f.get("virtual_groups") as JValue[][];
-  const per = (f.get("virtual_eps") as (JInt | number)[]).map((e, g) => BigInt(groups[g].length) * epsilonUnits(e, "virtual_eps"));
-  const mRef = Number(big(f.get("m_ref")));
-  const offset = big(f.get("virtual_offset"));
-  let units = 0n;
-  let n = 0;
-  for (let j = 0; j < mRef; j++) {
-    const g = slotGroup(offset, j, groups.length);
-    units += per[g];
-    n += groups[g].length;
-  }
-  return [units, n];
+  return METHODS["baseline-a"]!.spend!(f);
 }
 
 /** validate_task: every public rule, in order; returns the typed task. */
@@ -383,6 +355,9 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   const stageBig = big(f.get("stage"));
   if (!METHOD_STAGES[m].some((s) => BigInt(s) === stageBig)) refuse("stage", `method ${m} has no stage ${stageBig}`);
   const stage = Number(stageBig);
+  if ((m === "baseline-a" || m === "baseline-b") && !METHODS[m]) {
+    refuse("unregistered", `method ${m} is not registered in this app build (import @uldp/device/methods/baselines)`);
+  }
   const mech = f.get("mechanism") as string;
   if (!ORACLES.has(mech) && !SCALARS.has(mech)) {
     refuse("method", `unknown mechanism ${mech} (not ${MECHANISM_NAMES.join(", ")})`);

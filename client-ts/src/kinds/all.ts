@@ -1,5 +1,5 @@
 /**
- * Every query kind (and method): what the full entry `@uldp/device` and the Node entry register,
+ * Every query kind and method (the comparison baselines too, ../methods/baselines.ts): what the full entry `@uldp/device` and the Node entry register,
  * and what the conformance vectors and the audits run against. Import it from an app that wants
  * to answer any task (see ../core/registry.ts for the lean alternative).
  */
@@ -11,6 +11,7 @@ import { meanBy } from "./grouped.js";
 import { classify, regress, sgd } from "./learning.js";
 import { mean } from "./mean.js";
 import { meanL1, meanL2, meanLinf } from "./vector.js";
+import "../methods/baselines.js";
 
 /** The registry, with every kind in it. */
 export const KINDS = REGISTRY as Record<KindName, KindImpl>;
