@@ -468,8 +468,16 @@ def _finish(frame: KashinFrame, A: np.ndarray, B: np.ndarray, XT: np.ndarray,
     A_out[idx[fin]] = A_fin.T
 
 
-def _chunk_size(N: int) -> int:
-    return max(64, min(4096, _CHUNK_ELEMS // N))
+# OpenBLAS runs a GEMM of M·N·K ≤ 65536 · 4 on one thread. The Gaussian frame's products are
+# tiny (N×d by d×s): threaded, they cost 20–60× the CPU of one thread (spin-waiting threads,
+# worst on a shared machine; bench/results/kashin_speed.md), so its blocks stay below that.
+_BLAS_ONE_THREAD = 1 << 18
+
+
+def _chunk_size(frame: KashinFrame) -> int:
+    if frame.kind == "gaussian":
+        return max(64, min(4096, _BLAS_ONE_THREAD // (frame.N * frame.d)))
+    return max(64, min(4096, _CHUNK_ELEMS // frame.N))
 
 
 def _default_workers(frame: KashinFrame) -> int:
@@ -503,7 +511,7 @@ def _fast_coefficients(frame: KashinFrame, X2: np.ndarray, delta: float, max_ite
     S = X2.shape[0]
     A = np.empty((S, frame.N))
     iters = np.empty(S, dtype=np.int64)
-    chunk = _chunk_size(frame.N)
+    chunk = _chunk_size(frame)
     starts = list(range(0, S, chunk))
 
     def run(start: int) -> None:

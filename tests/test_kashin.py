@@ -323,3 +323,30 @@ def test_extreme_magnitudes(kind: str) -> None:
     one = X[0].copy()
     kashin_coefficients(F, one)
     assert np.array_equal(one, X_before[0])  # single row: still untouched
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_device_batch_equals_per_record_bit_for_bit(kind: str) -> None:
+    """The canonical (device) iteration over a batch of records gives each record exactly the
+    bits it gets alone, so a fleet may batch every user's records into one call."""
+    F = _frame(8, kind)
+    X = _data(300, 8, 11)
+    X[3], X[4], X[5] = 0.0, 1e-300, 1e200
+    info = kashin_coefficients_info(F, X, exact=True)
+    A, it = info.coefficients, info.iterations
+    for i in range(0, 300, 7):
+        one = kashin_coefficients_info(F, X[i], exact=True)
+        assert np.array_equal(one.coefficients, A[i]) and one.iterations[0] == it[i]
+    if kind == "gaussian":  # the fast float64 path in its single-threaded blocks: same iterates
+        fast = kashin_coefficients(F, X, exact=False)
+        scale = np.abs(A).max(axis=1, keepdims=True)
+        assert (np.abs(fast - A) <= 1e-9 * scale).all()
+
+
+def test_gaussian_blocks_stay_single_threaded_in_blas() -> None:
+    """The Gaussian frame's GEMMs stay below OpenBLAS's one-thread size (threads cost 20–60×)."""
+    from uldp.client.kashin import _BLAS_ONE_THREAD, _chunk_size
+
+    for d in (2, 8, 16):
+        F = _frame(d, "gaussian")
+        assert F.N * F.d * _chunk_size(F) <= max(_BLAS_ONE_THREAD, 64 * F.N * F.d)
