@@ -68,6 +68,9 @@ from uldp.collector.security.tokens import new_admin_token
 from uldp.collector.service.client import AnalystClient, QueryRequest
 from uldp.collector.simulation.demo import start_collector_process
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replica_cpu import StageCpu
+
 __all__ = ["LocalPostgres", "local_postgres"]
 
 
@@ -482,12 +485,15 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             cpu_f = (_cpu(proc.pid) - c0 + _cpu(None) - s0) / a.floor_calls
         c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
         r0 = _replica_cpu(proc.pid)
+        roles = StageCpu(proc.pid, "unary", a.profile).start() if a.roles else None
         with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
             if a.client == "aio":
                 u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency)
             else:
                 u_rate, lat = _unary(ep, prep, unary, a.threads)
         cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
+        if roles is not None:
+            print(roles.stop().table(len(unary)), file=sys.stderr)
         _print_replicas(name, "unary", r0, _replica_cpu(proc.pid), len(unary))
         _print_waits(name, "unary", a.processes, waits)
         batch_items = []
@@ -499,9 +505,12 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
                    for s in range(0, len(batch_items), a.batch_size)]
         c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
         r0 = _replica_cpu(proc.pid)
+        roles = StageCpu(proc.pid, "batched", a.profile).start() if a.roles else None
         with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
             b_rate, bad = _batched(ep, batches, a.batch_threads)
         cpu_b = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
+        if roles is not None:
+            print(roles.stop().table(len(batch_items)), file=sys.stderr)
         _print_replicas(name, "batched", r0, _replica_cpu(proc.pid), len(batch_items))
         _print_waits(name, "batched", a.processes, waits)
         assert bad == 0, f"{bad} batched reports refused"
@@ -541,7 +550,7 @@ def main() -> None:
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
-    ap.add_argument("--linger-ms", type=float, default=2.0,
+    ap.add_argument("--linger-ms", type=float, default=5.0,
                     help="the collector's --commit-linger-ms (group commit)")
     ap.add_argument("--channels", type=int, default=CHANNELS,
                     help="TLS connections of the asyncio load generator (each reaches one "
@@ -549,6 +558,13 @@ def main() -> None:
     ap.add_argument("--floor-calls", type=int, default=20_000,
                     help="empty Health/Check calls timed first, for the machine's gRPC "
                          "ceiling (0: skip)")
+    ap.add_argument("--roles", action="store_true",
+                    help="print each replica's CPU per report by thread role "
+                         "(bench/replica_cpu.py; names Python threads with py-spy if "
+                         "installed)")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="with --roles: also sample each replica with py-spy record "
+                         "into DIR (collapsed stacks per stage and replica)")
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     a = ap.parse_args()
     globals()["CHANNELS"] = a.channels
