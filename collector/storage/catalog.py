@@ -157,7 +157,7 @@ class QueryTables(Tables):
         with self._due_lock:
             if self._due_raw is None:
                 fairy = self.engine.raw_connection()
-                raw = fairy.dbapi_connection
+                raw: Any = fairy.dbapi_connection
                 fairy.detach()  # never back to the pool: autocommit stays with this one
                 if not self.is_sqlite:
                     raw.autocommit = True
