@@ -146,3 +146,84 @@ class StageCpu:
                                                    for v in tot)
                      + f" | {1e6 * sum(tot) / max(reports, 1):.1f} |")
         return "\n".join(lines)
+
+
+# ---- one fixed-size box per replica: a CPU quota of its own -------------------------------
+#: where the cgroup v1 ``cpu`` controller or cgroup v2 lives on this kind of machine
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000
+
+
+def nice_weight(nice: int) -> int:
+    """CFS's weight of a task at ``nice`` (1024 at 0, ×1.25 per step down), as cgroup
+    ``cpu.shares`` (v1) — so a replica's group competes for the box no harder than its
+    process did at that nice value."""
+    return max(2, round(1024 / 1.25 ** nice))
+
+
+class CpuQuota:
+    """Each collector replica in a cgroup of its own with ``cores`` CPUs of quota per
+    period (cgroup v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) and the CFS weight of its
+    nice value: "one fixed-size box per replica" on a shared machine. PostgreSQL and
+    the load generator stay outside. Needs root and a writable cpu controller;
+    :meth:`check` says why not otherwise. ``use(pid, cpu_s, wall_s)``: the share of
+    its quota a replica used (≈ 1 when the quota, not the box, bounds it)."""
+
+    def __init__(self, cores: float, tag: str) -> None:
+        self.cores, self.tag = cores, tag
+        self.dirs: list[Path] = []
+        self.v1 = (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists()
+
+    @staticmethod
+    def check() -> str | None:
+        """None when quotas can be set here, else the reason."""
+        if (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
+            base = CGROUP_V1_CPU
+        elif "cpu" in (CGROUP_V2 / "cgroup.subtree_control").read_text(errors="ignore") \
+                if (CGROUP_V2 / "cgroup.subtree_control").exists() else False:
+            base = CGROUP_V2
+        else:
+            return "no cgroup cpu controller (v1 cpu.cfs_quota_us or v2 cpu.max) here"
+        return None if os.access(base, os.W_OK) else f"{base} is not writable (root?)"
+
+    def apply(self, pids: list[int]) -> None:
+        base = CGROUP_V1_CPU if self.v1 else CGROUP_V2
+        weight = nice_weight(os.getpriority(os.PRIO_PROCESS, 0))
+        for k, pid in enumerate(pids):
+            d = base / f"uldp-bench-{self.tag}-{k}"
+            d.mkdir(exist_ok=True)
+            if self.v1:
+                (d / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+                (d / "cpu.cfs_quota_us").write_text(str(round(self.cores * PERIOD_US)))
+                (d / "cpu.shares").write_text(str(weight))
+            else:
+                (d / "cpu.max").write_text(f"{round(self.cores * PERIOD_US)} {PERIOD_US}")
+                (d / "cpu.weight").write_text(str(max(1, round(weight * 100 / 1024))))
+            (d / "cgroup.procs").write_text(str(pid))  # every thread of the process
+            self.dirs.append(d)
+
+    def throttled(self) -> list[tuple[int, float]]:
+        """Per replica: (periods throttled, seconds throttled) so far."""
+        out = []
+        for d in self.dirs:
+            st = dict(line.split() for line in (d / "cpu.stat").read_text().splitlines()
+                      if len(line.split()) == 2)
+            if self.v1:
+                out.append((int(st.get("nr_throttled", 0)),
+                            int(st.get("throttled_time", 0)) / 1e9))
+            else:
+                out.append((int(st.get("nr_throttled", 0)),
+                            int(st.get("throttled_usec", 0)) / 1e6))
+        return out
+
+    def remove(self) -> None:
+        """Delete the groups (after the replicas exited; a live one is moved back)."""
+        base = CGROUP_V1_CPU if self.v1 else CGROUP_V2
+        for d in self.dirs:
+            try:
+                for pid in (d / "cgroup.procs").read_text().split():
+                    (base / "cgroup.procs").write_text(pid)
+                d.rmdir()
+            except OSError:
+                continue
