@@ -22,8 +22,11 @@ class Tables:
     _held: Any  # the writer thread's held connection
     writer_id: str  # this process's counter rows in ``phase_counts``
     _sql_due: str  # phases_due's statement with the driver's parameter marker
-    _due_raw: Any  # phases_due's own autocommit connection (None until first use)
-    _due_lock: Any  # guards it
+    _readers: list[Any]  # held autocommit read connections (raw_read)
+    _readers_lock: Any  # guards them
+
+    def raw_read(self) -> Any:
+        raise NotImplementedError
 
     def phase_open(self, cur: Any, query_id: str, phase: int) -> str | None:
         raise NotImplementedError

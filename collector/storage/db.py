@@ -100,8 +100,8 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         self._sql = report_sql("?" if self.is_sqlite else "%s")
         self._held: Any = None  # the writer thread's connection (raw_write(hold=True))
         self._sql_due = due_sql("?" if self.is_sqlite else "%s")
-        self._due_raw: Any = None
-        self._due_lock = threading.Lock()
+        self._readers: list[Any] = []
+        self._readers_lock = threading.Lock()
         #: this process's counter rows in ``phase_counts`` (unique per Database object)
         self.writer_id = f"w-{secrets.token_hex(8)}"
 
@@ -151,7 +151,7 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         return False
 
     def dispose(self) -> None:
-        self.close_due_connection()
+        self.close_readers()
         held, self._held = self._held, None
         if held is not None:
             with contextlib.suppress(Exception):
