@@ -219,20 +219,22 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
                 raise ServiceError("UNAUTHENTICATED", f"this shuffler admits reports only "
                                    f"from attested devices (SealedReport.attestation): {exc}"
                                    ) from None
-        if not r.query_id or len(r.query_id) > 64:
+        # each field read once (a protobuf field read decodes it again every time)
+        query_id, task_digest, sealed = r.query_id, r.task_digest, r.sealed
+        if not query_id or len(query_id) > 64:
             raise ServiceError("INVALID_ARGUMENT", "query_id must have 1 to 64 characters")
-        if not _HEX64.fullmatch(r.task_digest):
+        if not _HEX64.fullmatch(task_digest):
             raise ServiceError("INVALID_ARGUMENT", "task_digest must be 64 lowercase hex "
                                "digits")
-        if not MIN_SEALED <= len(r.sealed) <= MAX_SEALED:
+        if not MIN_SEALED <= len(sealed) <= MAX_SEALED:
             raise ServiceError("INVALID_ARGUMENT", f"a sealed report has {MIN_SEALED} to "
-                               f"{MAX_SEALED} bytes, got {len(r.sealed)}")
-        if (r.query_id, r.phase, r.group, r.stage, r.task_digest) != (
+                               f"{MAX_SEALED} bytes, got {len(sealed)}")
+        if (query_id, r.phase, r.group, r.stage, task_digest) != (
                 t.query_id, t.phase, t.group, t.stage, t.task_digest):
             raise ServiceError("PERMISSION_DENIED", "the ticket was issued for another task "
                                "(query, phase, group, stage or task digest)")
-        item = Submission(r.query_id, r.phase, r.group, r.stage, r.task_digest,
-                          bytes(r.sealed), t.slot, subject)
+        item = Submission(t.query_id, t.phase, t.group, t.stage, t.task_digest, bytes(sealed),
+                          t.slot, subject)
         try:
             placed = self._placed(t.query_id, t.phase, t.group, t.stage, t.slot, seen)
         except ServiceError:
