@@ -208,6 +208,12 @@ def fmt(mean: float, two_se: float, digits: int = 4) -> str:
     return f"{mean:.{digits}f} ± {two_se:.{digits}f}"
 
 
+#: the version of the item-level peer a row comes from: rows without it ran the first
+#: ``bench/wang_ldp_sgd.py`` (uldp's round count and a clipping range following θ_t, which
+#: blew up on least squares); ``table`` leaves them out
+ITEM_PEER = 2
+
+
 def log_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.with_suffix(".jsonl").open("a") as f:
         for r in rows:
@@ -239,7 +245,9 @@ def part_sgd(args: argparse.Namespace) -> list[str]:
                                              "eps": eps, "method": method, "rep": rep,
                                              "quality": cell["q"][-1],
                                              "theta_error": cell["err"][-1], "rounds": T,
-                                             "nonprivate": nonpriv[-1][0]}])
+                                             "nonprivate": nonpriv[-1][0],
+                                             **({"peer": ITEM_PEER} if method == "item"
+                                                else {})}])
                     print(f"  {model} d={d} rep={rep} eps={eps} done "
                           f"({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
             if set(args.methods) != {"uldp", "B", "item"}:
@@ -424,7 +432,8 @@ def part_table(args: argparse.Namespace) -> list[str]:
     rows = [json.loads(line) for line in args.out.with_suffix(".jsonl").open()]
     cells: dict[tuple[str, int, float, str], dict[int, dict[str, Any]]] = {}
     for r in rows:
-        if r.get("part") == "sgd":
+        if r.get("part") == "sgd" and (r["method"] != "item"
+                                       or r.get("peer", 1) >= ITEM_PEER):
             cells.setdefault((r["model"], r["d"], r["eps"], r["method"]), {})[r["rep"]] = r
     lines: list[str] = []
     for model, d in sorted({(k[0], k[1]) for k in cells}):
@@ -436,29 +445,61 @@ def part_table(args: argparse.Namespace) -> list[str]:
                   "from the jsonl rows)\n",
                   f"non-private (scikit-learn) {metric} per repetition: "
                   + ", ".join(f"rep {k}: {v:.4f}" for k, v in sorted(nonpriv.items())) + "\n",
-                  f"| ε | reps | uldp {metric} | B {metric} | item-level {metric} | "
+                  f"| ε | reps | uldp {metric} | B {metric} | item-level {metric} (reps) | "
                   "uldp − non-private | uldp − B (paired) | uldp − item (paired) | "
                   "uldp ‖θ̂−θ_sk‖ | B ‖θ̂−θ_sk‖ | rounds (uldp / B) |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for eps in epss:
             c = {m: cells.get((model, d, eps, m), {}) for m in ("uldp", "B", "item")}
-            reps = sorted(set(c["uldp"]) & set(c["B"]) & set(c["item"]))
+            reps = sorted(set(c["uldp"]) & set(c["B"]))
             if not reps:
                 continue
+            ireps = sorted(set(reps) & set(c["item"]))  # the item peer where it ran
 
             def col(m: str, key: str, reps: list[int] = reps, c: dict = c) -> list[float]:
                 return [float(c[m][r][key]) for r in reps]
 
+            def icol(m: str, ireps: list[int] = ireps, c: dict = c) -> list[float]:
+                return [float(c[m][r]["quality"]) for r in ireps]
+
             gap = [c["uldp"][r]["quality"] - nonpriv[r] for r in reps]
             dB = list(np.subtract(col("uldp", "quality"), col("B", "quality")))
-            dI = list(np.subtract(col("uldp", "quality"), col("item", "quality")))
+            item = (f"{fmt(*stats(icol('item')))} ({len(ireps)})" if ireps else "–")
+            dI = (fmt(*stats(list(np.subtract(icol("uldp"), icol("item"))))) if ireps
+                  else "–")
             lines.append(
                 f"| {eps:g} | {len(reps)} | " + " | ".join(fmt(*stats(col(m, "quality")))
-                                                        for m in ("uldp", "B", "item"))
-                + f" | {fmt(*stats(gap))} | {fmt(*stats(dB))} | {fmt(*stats(dI))} | "
+                                                        for m in ("uldp", "B"))
+                + f" | {item} | {fmt(*stats(gap))} | {fmt(*stats(dB))} | {dI} | "
                 + f"{fmt(*stats(col('uldp', 'theta_error')), digits=3)} | "
                 + f"{fmt(*stats(col('B', 'theta_error')), digits=3)} | "
                 + f"{np.mean(col('uldp', 'rounds')):.0f} / {np.mean(col('B', 'rounds')):.0f} |")
+    return lines + _sgd_slopes(cells)
+
+
+def _sgd_slopes(cells: dict[tuple[str, int, float, str], dict[int, dict[str, Any]]]
+                ) -> list[str]:
+    """uldp's ‖θ̂ − θ_sk‖ (original coordinates) against d, per model and ε with rows at
+    three or more d: the log–log least-squares slope over every repetition's row and its
+    standard error (ordinary least squares), the mean error per d beside it."""
+    lines = ["\n### uldp θ error against d (sgd rows; ‖θ̂ − θ_sk‖ in the original "
+             "coordinates)\n",
+             "| model | ε | mean ‖θ̂ − θ_sk‖ per d (reps) | slope ± SE |", "|---|---|---|---|"]
+    for model, eps in sorted({(k[0], k[2]) for k in cells if k[3] == "uldp"}):
+        per_d = {k[1]: [float(r["theta_error"]) for r in c.values()]
+                 for k, c in cells.items() if k[0] == model and k[2] == eps and k[3] == "uldp"}
+        if len(per_d) < 3:
+            continue
+        x = np.log([d for d, v in per_d.items() for _ in v])
+        y = np.log([e for v in per_d.values() for e in v])
+        A = np.stack([x, np.ones_like(x)], axis=1)
+        coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+        resid = y - A @ coef
+        dof = max(x.size - 2, 1)
+        se = math.sqrt(float(resid @ resid) / dof * float(np.linalg.inv(A.T @ A)[0, 0]))
+        lines.append(f"| {model} | {eps:g} | " + ", ".join(
+            f"d = {d}: {np.mean(v):.3f} ({len(v)})" for d, v in sorted(per_d.items()))
+            + f" | {coef[0]:.2f} ± {se:.2f} |")
     return lines
 
 
