@@ -15,7 +15,7 @@
 //      against the installed package (esbuild's default minify, code splitting): every chunk a
 //      device without a shuffler loads — the entry, its static chunks AND any chunk loaded by a
 //      dynamic import — must stay within the budget below; only shuffle mode's sealing chunk
-//      (the one holding core/seal.js, loaded only for a sealed task) is left out, printed beside;
+//      (the one holding core/hpke.js, loaded only for a sealed task) is left out, printed beside;
 //   5. React Native: Metro's conditions resolve the CommonJS build, with no Node import;
 //   6. what `npm install` of the tarball brings: packages and bytes.
 //
@@ -44,7 +44,7 @@ import { readmeSnippet, withoutSealing } from "./bundle-reach.mjs";
  * each needed by a device that may be sent any mean task (see client-ts/README.md;
  * scripts/snippet-modules.mjs shows it by module). Lower it as bytes go; raise it only with a
  * reason in the commit. */
-const BUDGET = { minified: 59.5, gzip: 23 };
+const BUDGET = { minified: 59, gzip: 22 };
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const repo = join(here, "..");
@@ -176,16 +176,19 @@ await step(`the README's web snippet bundles within ${BUDGET.minified} KiB minif
     format: "esm", splitting: true, outdir: join(app, "dist"), platform: "browser", target: "es2022",
     legalComments: "none", metafile: true, logLevel: "error" });
   const outputs = r.metafile.outputs;
-  // shuffle mode's sealing: the chunk holding core/seal.js (and the @noble code beside it)
+  // shuffle mode's sealing: the chunk holding core/hpke.js (and the @noble code beside it)
   const start = withoutSealing(outputs);
-  const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => /core\/seal\.js$/.test(i));
-  if (!Object.keys(outputs).some(isSealing)) throw new Error("no chunk holds core/seal.js: is the sealing bundled at start?");
+  const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => /core\/hpke\.js$/.test(i));
+  if (!Object.keys(outputs).some(isSealing)) throw new Error("no chunk holds core/hpke.js: is the sealing bundled at start?");
   // tree-shaking keeps the Node entry, gRPC and the curve code out of what such a device loads
   const stray = [...start].flatMap((o) => Object.keys(outputs[o].inputs))
-    .filter((i) => /@noble|@grpc|protobufjs|\/build\/src\/node\/|core\/seal\.js$/.test(i)
+    .filter((i) => /@noble|@grpc|protobufjs|\/build\/src\/node\/|core\/hpke\.js$/.test(i)
       // pay for what you use: the snippet imports kinds/mean only, so no other kind's code
       || /\/kinds\/(?!mean\.js$)|core\/(kashin|methods\/)/.test(i));
   if (stray.length) throw new Error(`loaded without a shuffler: ${stray.join(", ")}`);
+  // the sealing chunk shares no module with the device's start (core/hpke.ts imports none), so a
+  // device without a shuffler loads one file: a chunk shared with it costs gzip (~0.6 KiB)
+  if (start.size !== 1) throw new Error(`a device without a shuffler loads ${start.size} files (a chunk shared with the sealing?)`);
   const size = (files) => {
     const bytes = files.map((f) => readFileSync(join(app, f)));
     return { min: bytes.reduce((n, b) => n + b.length, 0), gz: bytes.reduce((n, b) => n + gzipSync(b, { level: 9 }).length, 0) };
