@@ -29,7 +29,7 @@ const r = await esbuild.build({
 copyFileSync(APP + "index.html", out + "index.html");
 const outputs = r.metafile.outputs;
 // what a device without a shuffler loads: every chunk reachable from the entry, static or
-// dynamic, but shuffle mode's sealing (the chunk holding core/seal.ts)
+// dynamic, but shuffle mode's sealing (the chunk holding core/hpke.ts)
 const start = withoutSealing(outputs);
 const size = (files) => files.map((f) => readFileSync(f)).reduce(([m, g], b) => [m + b.length, g + gzipSync(b, { level: 9 }).length], [0, 0]);
 const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;

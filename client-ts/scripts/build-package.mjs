@@ -7,7 +7,7 @@
 //                 source file, the same module graph)    conditions, "main", "types", typesVersions
 //
 // The CommonJS files need no ES module at all: `import()` becomes `require()` (Jest, Metro and
-// Node without require(esm) load them), and shuffle mode's sealing (core/seal.js, the only
+// Node without require(esm) load them), and shuffle mode's sealing (core/hpke.js, the only
 // module with dependencies: @noble/curves, @noble/ciphers, @noble/hashes, ES modules only) is
 // bundled with those dependencies into one CommonJS file (their MIT notices kept). The .d.ts
 // files are copied beside, under a package.json {"type": "commonjs"}, so TypeScript reads them as
@@ -32,7 +32,7 @@ const walk = (dir) => readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
   d.isDirectory() ? walk(join(dir, d.name)) : [join(dir, d.name)]);
 
 rmSync(cjs, { recursive: true, force: true });
-const SEAL = join(src, "core/seal.ts");
+const SEAL = join(src, "core/hpke.ts");
 const common = { format: "cjs", platform: "neutral", target: "es2022", logLevel: "warning",
   supported: { "dynamic-import": false } };
 
@@ -41,7 +41,7 @@ await esbuild.build({ ...common, entryPoints: walk(src).filter((f) => f.endsWith
   outbase: src, outdir: cjs, bundle: false });
 // 2. the sealing with its @noble dependencies inlined; its relative imports stay requires of the
 //    CommonJS siblings (one copy of the core)
-await esbuild.build({ ...common, entryPoints: [SEAL], outfile: join(cjs, "core/seal.js"), bundle: true,
+await esbuild.build({ ...common, entryPoints: [SEAL], outfile: join(cjs, "core/hpke.js"), bundle: true,
   legalComments: "inline", mainFields: ["module", "main"], conditions: ["import"],
   plugins: [{ name: "siblings-external", setup(b) {
     b.onResolve({ filter: /^\.\.?\// }, (a) => (a.importer === SEAL ? { path: a.path, external: true } : undefined));

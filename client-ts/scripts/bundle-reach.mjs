@@ -1,6 +1,6 @@
 // What the size checks share (package-check.mjs, build-example.mjs, snippet-modules.mjs): the
 // README's web snippet, and the chunks a device without a shuffler loads — every chunk reachable
-// from the entry, static or dynamic, but shuffle mode's sealing (the chunk holding core/seal).
+// from the entry, static or dynamic, but shuffle mode's sealing (the chunk holding core/hpke, the HPKE code).
 
 /** The README's ts block that imports @uldp/device/web with IndexedDbStore. */
 export function readmeSnippet(readme) {
@@ -11,7 +11,7 @@ export function readmeSnippet(readme) {
 }
 
 /** The output files of an esbuild metafile reachable from its entry, shuffle mode's sealing left out. */
-export function withoutSealing(outputs, sealing = /core\/seal\.[jt]s$/) {
+export function withoutSealing(outputs, sealing = /core\/hpke\.[jt]s$/) {
   const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => sealing.test(i));
   const start = new Set();
   const visit = (o) => {

@@ -5,6 +5,10 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { bytesToHex, hexToBytes, keyIdOf, parseJson, parseSeal, sealedLength, sealInfo } from "../src/core/index.js";
 import { hpkeSeal, sealReport } from "../src/core/seal.js";
+import * as hpke from "../src/core/hpke.js";
+import * as sealFormat from "../src/core/sealFormat.js";
+import * as sealPayload from "../src/core/sealPayload.js";
+import { utf8 } from "../src/core/random.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 
 test("RFC 9180 A.2.1 (base mode, X25519 / HKDF-SHA256 / ChaCha20-Poly1305)", () => {
@@ -49,4 +53,17 @@ test("the seal object's rules give their reasons", () => {
     assert.equal(typeof got, "string", why);
     assert.match(got as string, new RegExp(why), why);
   }
+});
+
+test("the sealing chunk's own copies (it imports nothing the device's start loads) equal the core's", () => {
+  assert.deepEqual([hpke.KEM_ID, hpke.KDF_ID, hpke.AEAD_ID], [sealFormat.KEM_ID, sealFormat.KDF_ID, sealFormat.AEAD_ID]);
+  for (const s of ["", "q", "steps@de", "é€😀 mixed", "\u{10ffff}"]) {
+    assert.deepEqual(sealPayload.utf8(s), utf8(s));
+  }
+  for (const bad of ["\ud800", "a\udfffb"]) {
+    assert.throws(() => sealPayload.utf8(bad), RangeError);
+    assert.throws(() => utf8(bad), RangeError);
+  }
+  assert.deepEqual(sealPayload.hexToBytes("00ff7Fa0"), hexToBytes("00ff7Fa0"));
+  for (const bad of ["0", "zz", "0g"]) assert.throws(() => sealPayload.hexToBytes(bad), RangeError);
 });

@@ -44,7 +44,7 @@ from uldp.collector.mechanisms.choice import best_scalar, scalar_variance
 
 __all__ = ["PIN_LEVEL", "Z_ERROR", "Z_SPREAD", "Window", "choose_grouping",
            "coordinate_variances", "next_window", "norm_bound", "pinned", "record_support",
-           "round_variance", "steady_widths", "window_mechanism"]
+           "round_variance", "settle_ratio", "steady_widths", "window_mechanism"]
 
 #: user-mean deviations (in worst-case standard deviations ``h_j/√m``) a window keeps on
 #: each side of the predicted mean
@@ -172,6 +172,26 @@ def steady_widths(support: np.ndarray, m: int, record: bool,
         radius = np.hypot(radius, Z_ERROR * (se + r * float(se.max(initial=0.0)))) \
             + r * zero_norm
     return np.minimum(full, 2 * radius)
+
+
+def settle_ratio(grouping: Grouping, n_t: int, support: np.ndarray, stat_var: np.ndarray,
+                 step: tuple[float, float]) -> float:
+    """How much of a window its own round's noise gives back to the next one: the noise
+    terms of :func:`next_window` at a zero gradient (``Z_ERROR (se_j + r·max se)`` and the
+    ball's ``r·‖∇L‖⁺`` at the noise's norm bound), with every window on the support, over
+    the support's half-width — the largest over the coordinates. The estimation error of a
+    round is proportional to its window, so this is the factor by which the windows can
+    shrink from one round to the next while noise dominates them (the spread prior sets
+    their floor). Near 1 the windows cannot leave the support; and once θ carries that
+    noise the support itself widens with it (least squares: ``(‖θ‖₁·b + L)·b``), so the
+    windows and the noise feed each other (docs/algorithms.md "SGD": the window loop)."""
+    full = support[:, 1] - support[:, 0]
+    v = coordinate_variances(grouping, n_t, full, stat_var)
+    se = np.sqrt(v)
+    r = max(step[1] - step[0], 0.0) / 2
+    zero_norm = math.sqrt(Z_ERROR * math.sqrt(2 * float(v @ v)))
+    half = Z_ERROR * (se + r * float(se.max(initial=0.0))) + r * zero_norm
+    return float(np.max(half / np.maximum(full / 2, 1e-300)))
 
 
 def window_mechanism(eps_c: float, widths: np.ndarray, stat_sd: np.ndarray) -> str:

@@ -43,5 +43,5 @@ export { type Trace, tracing } from "./trace.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
 // shuffle mode's formats and checks; the HPKE sealing itself (hpkeSeal, sealReport: the only
 // curve code) is the entry @uldp/device/seal (./seal.ts), loaded by a Device only when it seals
-export { isLowOrder, keyIdOf, parseSeal, type SealKey } from "./sealFormat.js";
-export { sealedLength, sealInfo, sealPlaintext } from "./sealPayload.js";
+export { isLowOrder, keyIdOf, parseSeal, sealedLength, type SealKey } from "./sealFormat.js";
+export { sealInfo, sealPlaintext } from "./sealPayload.js";

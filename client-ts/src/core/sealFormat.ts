@@ -3,7 +3,7 @@
  * the task's "seal" object and its checks (code `seal`) and the key id — what a device decides
  * BEFORE it is charged, with no elliptic-curve code, so the core and a page that never seals
  * carry none. The HPKE info, the sealed plaintext and a sealed report's length are
- * `./sealPayload.ts`; the HPKE sealing itself (X25519, HKDF, ChaCha20-Poly1305) is `./seal.ts`:
+ * `./sealPayload.ts`; the HPKE sealing itself (X25519, HKDF, ChaCha20-Poly1305) is `./hpke.ts`:
  * both are loaded by the Device (dynamic import) only for a task that asks for a sealed report.
  */
 import { sha256 } from "./sha256.js";
@@ -15,6 +15,8 @@ export const KDF_ID = 0x0001;
 export const AEAD_ID = 0x0003;
 export const ENC_BYTES = 32;
 export const TAG_BYTES = 16;
+/** Bytes of a sealed report of `reportLength` values. */
+export const sealedLength = (reportLength: number): number => ENC_BYTES + 1 + 8 * reportLength + TAG_BYTES;
 export const SEAL_FIELDS = ["aead_id", "kdf_id", "kem_id", "key_id", "public_key"] as const;
 
 /** The collector's public sealing key, as a task carries it. */
