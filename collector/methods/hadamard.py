@@ -442,7 +442,9 @@ class HadamardWindows:
                                        float(acc.mean_square_t()[0]), float(acc.mean_t()[0]),
                                        hint)
             cov = finite_population(acc.covariance(), np.array([nv]), acc.count, n)
-            bias2 = max(float(extra.get(str(g), 0.0)), float(measured[g])) + float(priced[g])
+            # three estimates of one clamping (the model's, the measured spread's, the
+            # spread test's excess share at its farthest): the largest, not their sum
+            bias2 = max(float(extra.get(str(g), 0.0)), float(measured[g]), float(priced[g]))
             mean, _ = combine_centre(float(acc.means()[0]), float(cov[0, 0]) + bias2,
                                      float(theta1[c]), float(var1[c]), bias2)
             var = window_variance(float(cov[0, 0]), bias2, float(var1[c]))
