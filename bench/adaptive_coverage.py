@@ -5,6 +5,7 @@ and coverage (issue 24: is its under-coverage at n = 10^5 a bias, a variance or 
     nice -n 19 python bench/adaptive_coverage.py --users 100000 --eps 8 --share 0.3 --reps 200
     nice -n 19 python bench/adaptive_coverage.py --users 100000 --eps 1 --share 0.03 --reps 200
     nice -n 19 python bench/adaptive_coverage.py --mechanism pm --eps 1 --reports 97000 --reps 2000
+    nice -n 19 python bench/adaptive_coverage.py --mechanism hm --eps 1 --production --reps 1500
 
 The first form runs the method through ``uldp.collector.simulation.own_data.run_users`` (the
 production device and collector code, in process, no service), one repetition per seed from
@@ -14,6 +15,10 @@ intervals holding the truth. The second form checks one stage II alone, without 
 the users' statistics rounded unbiasedly to the 2^16 grid, the device's scalar randomizer
 (``--mechanism``), the collector's decoder, and the stated variance as the collector computes it
 from the reports (``common.report_noise_variance`` plus the users' finite-population spread).
+With ``--production`` that stage II runs through the method's own parts instead: the stage-II
+task ``two-stage-adaptive`` publishes (window ``[−D, D]``, the named randomizer), the device's
+``compute_reports``, the collector's ``ValueAccumulator`` (HM's per-piece exact moments) and the
+method's stated noise (``sized._stage_two_noise``).
 """
 
 from __future__ import annotations
@@ -65,6 +70,41 @@ def method_cell(a: argparse.Namespace) -> str:
     return summary(label, np.array(err), np.array(se), np.array(cov))
 
 
+def production_stage_two(a: argparse.Namespace, Y: np.ndarray, lo: float, hi: float
+                         ) -> tuple[list[float], list[float]]:
+    """Stage II through the device and collector code (module docstring): errors against
+    the mean of all users and the stated sd, per repetition."""
+    from dataclasses import replace
+
+    from uldp.client.tasks import compute_reports
+    from uldp.collector.methods.common import value_accumulator
+    from uldp.collector.methods.sized import _stage_two_noise
+    from uldp.collector.planner import QuerySpec, compile_query
+
+    plan = compile_query(QuerySpec(kind="mean", epsilon=a.eps, users=a.users, samples=1,
+                                   lo=lo, hi=hi, method="two-stage-adaptive",
+                                   stage1_share=1 - a.reports / a.users, oracle="best",
+                                   randomizer="adaptive", query_id="adaptive-coverage"))
+    D = plan.group_params(0)[0].bound
+    task = plan.method.task(plan, 0, 2, {"intervals": {"0": [[-D, D]]},
+                                         "mechanism": {"0": a.mechanism}})
+    task = replace(task, mechanism=a.mechanism)
+    rng = np.random.default_rng(a.seed)
+    x = lo + Y * (hi - lo)  # the users' statistics, one record each (the device's mean of it)
+    err, se = [], []
+    for r in range(a.reps):
+        idx = rng.choice(Y.size, a.reports, replace=False)
+        acc = value_accumulator(task)
+        src = RandomSource.seeded(f"stage-two-production:{a.seed}:{r}")
+        for s in range(0, idx.size, 1 << 14):
+            acc.add(compute_reports(task, x[idx[s:s + (1 << 14)], None], src))
+        noise = _stage_two_noise(acc, 0, task.eps_c, None)
+        err.append((float(acc.means()[0]) + D) / (2 * D) - float(Y.mean()))
+        se.append(math.sqrt(noise / acc.count / (2 * D) ** 2
+                            + float(Y.var()) * (1 / acc.count - 1 / Y.size)))
+    return err, se
+
+
 def stage_two_cell(a: argparse.Namespace) -> str:
     from uldp.client.mechanisms import SCALARS
     from uldp.collector.mechanisms import SCALAR_DECODERS
@@ -76,6 +116,12 @@ def stage_two_cell(a: argparse.Namespace) -> str:
     dev, dec = SCALARS[a.mechanism], SCALAR_DECODERS[a.mechanism]
     rng = np.random.default_rng(a.seed)
     n2 = a.reports
+    if a.production:
+        perr, pse = production_stage_two(a, Y, lo, hi)
+        e, s = np.array(perr), np.array(pse)
+        label = (f"stage II alone through the method's task, device, accumulator and stated "
+                 f"noise: {a.mechanism} ε={a.eps:g} {n2} of {a.users} users")
+        return summary(label, e, s, np.abs(e) <= Z * s)
     err, se = [], []
     for r in range(a.reps):
         y = Y[rng.choice(Y.size, n2, replace=False)]
@@ -104,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mechanism", choices=("pm", "hm", "duchi"),
                     help="check one stage II alone with this randomizer")
     ap.add_argument("--reports", type=int, default=97000, help="stage-II reports (--mechanism)")
+    ap.add_argument("--production", action="store_true",
+                    help="with --mechanism: stage II through the method's task, the device's "
+                         "compute_reports, ValueAccumulator and the method's stated noise")
     a = ap.parse_args(argv)
     print(HEAD)
     print(stage_two_cell(a) if a.mechanism else method_cell(a), flush=True)

@@ -68,6 +68,10 @@ from uldp.collector.security.tokens import new_admin_token
 from uldp.collector.service.client import AnalystClient, QueryRequest
 from uldp.collector.simulation.demo import start_collector_process
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replica_cpu import CpuQuota, StageCpu
+from replica_cpu import replica_pids as _replica_pids
+
 __all__ = ["LocalPostgres", "local_postgres"]
 
 
@@ -248,14 +252,27 @@ class WaitSampler:
 
 
 def _print_replicas(name: str, what: str, before: list[float], after: list[float],
-                    n: int) -> None:
+                    n: int, quota: tuple[CpuQuota, float, list[tuple[int, float]]] | None
+                    = None) -> None:
     """Each collector process's CPU µs per report of the whole run (how evenly the
-    connections spread over the replicas: one connection is served by one process)."""
+    connections spread over the replicas: one connection is served by one process);
+    with ``--cpu-quota``, ``quota`` = (the groups, the stage's seconds, their throttle
+    counters before it): the share of its quota each replica used and how long it was
+    throttled — ≈ 100 % and throttled most periods when the quota bounds it."""
     if len(before) == len(after):
         per = ", ".join(f"{1e6 * (b - a) / max(n, 1):.0f}" for a, b in zip(before, after,
                                                                             strict=True))
         print(f"{name}: {what}, CPU µs per report of each collector process: {per}",
               file=sys.stderr)
+        if quota is not None:
+            q, wall, t0 = quota
+            use = ", ".join(f"{(b - a) / (q.cores * wall):.0%}"
+                            for a, b in zip(before, after, strict=True))
+            thr = ", ".join(f"{p1 - p0} periods / {s1 - s0:.1f} s"
+                            for (p0, s0), (p1, s1) in zip(t0, q.throttled(), strict=True))
+            load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"{name}: {what}, quota {q.cores:g} core per replica over {wall:.1f} s: "
+                  f"used {use}; throttled {thr}; load average {load}", file=sys.stderr)
 
 
 def _print_waits(name: str, what: str, processes: int, waits: WaitSampler | None) -> None:
@@ -362,12 +379,15 @@ def _aio_calls(ep: Endpoint, method: str, wire: list[bytes], meta: list[tuple],
                  for _ in range(channels)]
         calls = [c.unary_unary(method) for c in chans]  # bytes in, bytes out
         nxt = iter(range(len(wire)))
+        # connected (TLS handshakes done) before the clock starts; a busy box may make a
+        # handshake slow: wait_for_ready retries instead of failing the run
+        await asyncio.wait_for(asyncio.gather(*(c.channel_ready() for c in chans)), 300)
 
         async def worker(k: int) -> None:
             call = calls[k % len(calls)]
             for j in nxt:
                 t = time.perf_counter()
-                await call(wire[j], metadata=meta[j], timeout=60)
+                await call(wire[j], metadata=meta[j], timeout=60, wait_for_ready=True)
                 lat[j] = time.perf_counter() - t
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(k) for k in range(concurrency)))
@@ -424,7 +444,9 @@ def _batched(ep: Endpoint, batches: list[device_pb2.SubmitReportBatchRequest],
                 j = next(nxt, None)
             if j is None:
                 return
-            answers[j] = calls[k](wire[j], timeout=120)
+            answers[j] = calls[k](wire[j], timeout=120, wait_for_ready=True)
+    for c in chans:  # connected before the clock starts (as in _aio_calls)
+        grpc.channel_ready_future(c).result(timeout=300)
     n = sum(len(b.reports) for b in batches)
     rate = n / _run_threads(worker, threads, chans)
     bad = sum(1 for a in answers
@@ -440,18 +462,33 @@ def ceiling(x: float, y: float, z: float, cores: int, replicas: int) -> float:
     return 1e6 * min(replicas, cores * x / (x + y + z)) / x
 
 
+def _wait_replicas(log: Path, n: int, offset: int, timeout_s: float = 300.0) -> None:
+    """Wait until all ``n`` replicas of ``--processes n`` serve (each prints its
+    "listening" line; the first one's ready file only says it serves): connections made
+    before a sibling listens all reach the first one."""
+    t0 = time.monotonic()
+    while log.read_bytes()[offset:].count(b"uldp collector ") < n:
+        if time.monotonic() - t0 > timeout_s:
+            raise TimeoutError(f"{n} collector processes not serving after {timeout_s} s")
+        time.sleep(0.2)
+
+
 def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> dict[str, float]:
     from urllib.parse import urlparse
     pg_port = urlparse(db_url).port  # only this bench's PostgreSQL (the box may run others)
 
     def db_cpu() -> float:
         return _postgres_cpu(pg_port) if pg_port else 0.0
+    quota = CpuQuota(a.cpu_quota, f"{os.getpid()}-{name}") if a.cpu_quota else None
+    log_at = (work / "collector.log").stat().st_size if (work / "collector.log").exists() \
+        else 0
     proc, port = start_collector_process(work, db_url, work / "pki",
                                          ["--workers", str(a.workers),
                                           "--processes", str(a.processes),
                                           "--commit-linger-ms", str(a.linger_ms)])
     ep = Endpoint(f"127.0.0.1:{port}", work / "pki" / "ca.pem")
     try:
+        _wait_replicas(work / "collector.log", a.processes, log_at)
         an = AnalystClient(ep, (work / "pki" / "admin.token").read_text())
         n = a.devices
         qids = [f"{name}-u{i}" for i in range(a.unary_queries)] + \
@@ -467,6 +504,8 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             prep = _prepare(ep, n, a.threads)  # enrolment and slot assignment
         prep_s = time.perf_counter() - t0
         _print_waits(name, "enrol + GetTasks (slot assignment)", a.processes, waits)
+        if quota is not None:
+            quota.apply(_replica_pids(proc.pid))
         c0, d0 = _cpu(proc.pid), db_cpu()
         time.sleep(3.0)  # nothing sent: what the collector processes spend idle
         print(f"{name}: idle, {a.processes} collector process(es): "
@@ -482,13 +521,18 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             cpu_f = (_cpu(proc.pid) - c0 + _cpu(None) - s0) / a.floor_calls
         c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
         r0 = _replica_cpu(proc.pid)
+        thr0 = quota.throttled() if quota is not None else []
+        roles = StageCpu(proc.pid, "unary", a.profile).start() if a.roles else None
         with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
             if a.client == "aio":
                 u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency)
             else:
                 u_rate, lat = _unary(ep, prep, unary, a.threads)
         cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
-        _print_replicas(name, "unary", r0, _replica_cpu(proc.pid), len(unary))
+        if roles is not None:
+            print(roles.stop().table(len(unary)), file=sys.stderr)
+        _print_replicas(name, "unary", r0, _replica_cpu(proc.pid), len(unary),
+                        (quota, len(unary) / u_rate, thr0) if quota is not None else None)
         _print_waits(name, "unary", a.processes, waits)
         batch_items = []
         for k, q in enumerate(qids[a.unary_queries:]):
@@ -499,10 +543,16 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
                    for s in range(0, len(batch_items), a.batch_size)]
         c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
         r0 = _replica_cpu(proc.pid)
+        thr0 = quota.throttled() if quota is not None else []
+        roles = StageCpu(proc.pid, "batched", a.profile).start() if a.roles else None
         with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
             b_rate, bad = _batched(ep, batches, a.batch_threads)
         cpu_b = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
-        _print_replicas(name, "batched", r0, _replica_cpu(proc.pid), len(batch_items))
+        if roles is not None:
+            print(roles.stop().table(len(batch_items)), file=sys.stderr)
+        _print_replicas(name, "batched", r0, _replica_cpu(proc.pid), len(batch_items),
+                        (quota, len(batch_items) / b_rate, thr0) if quota is not None
+                        else None)
         _print_waits(name, "batched", a.processes, waits)
         assert bad == 0, f"{bad} batched reports refused"
         for q in qids:  # every report was committed: each query closes with all reports
@@ -523,6 +573,8 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+        if quota is not None:
+            quota.remove()
         if os.environ.get("ULDP_BENCH_LOG"):
             print((work / "collector.log").read_text()[-3000:], file=sys.stderr)
 
@@ -541,7 +593,7 @@ def main() -> None:
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
-    ap.add_argument("--linger-ms", type=float, default=2.0,
+    ap.add_argument("--linger-ms", type=float, default=5.0,
                     help="the collector's --commit-linger-ms (group commit)")
     ap.add_argument("--channels", type=int, default=CHANNELS,
                     help="TLS connections of the asyncio load generator (each reaches one "
@@ -549,9 +601,27 @@ def main() -> None:
     ap.add_argument("--floor-calls", type=int, default=20_000,
                     help="empty Health/Check calls timed first, for the machine's gRPC "
                          "ceiling (0: skip)")
+    ap.add_argument("--cpu-quota", type=float, default=None, metavar="CORES",
+                    help="put each collector replica in a cgroup of its own with this "
+                         "many cores of CPU quota (after enrolment; PostgreSQL and the "
+                         "load generator stay outside): one fixed-size box per replica, "
+                         "so --processes 1 vs 2 compares one box with two on a shared "
+                         "machine (needs root and the cgroup cpu controller)")
+    ap.add_argument("--roles", action="store_true",
+                    help="print each replica's CPU per report by thread role "
+                         "(bench/replica_cpu.py; names Python threads with py-spy if "
+                         "installed)")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="with --roles: also sample each replica with py-spy record "
+                         "into DIR (collapsed stacks per stage and replica)")
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     a = ap.parse_args()
     globals()["CHANNELS"] = a.channels
+    if a.cpu_quota is not None:
+        why = CpuQuota.check()
+        if why is not None or not 0 < a.cpu_quota <= (os.cpu_count() or 1):
+            ap.error(f"--cpu-quota {a.cpu_quota:g}: "
+                     + (why or f"give a number of cores in (0, {os.cpu_count()}]"))
     rows = []
     with tempfile.TemporaryDirectory(prefix="uldp-bench-ingest-") as tmp:
         work = Path(tmp)

@@ -253,12 +253,15 @@ def main() -> None:
                          "batches (1: one batch once the cell is complete)")
     ap.add_argument("--out", default=None, help="write the markdown table here too")
     a = ap.parse_args()
+    load0 = os.getloadavg()[0]
     r = run(a.devices, a.batch_size, a.threads, a.max_batch, a.batch_parts)
+    r["load_average"] = [load0, os.getloadavg()[0]]  # rates follow the machine's load
     table = "\n".join([
         f"Shuffle mode throughput, {r['devices']} devices, batch calls of {r['batch']} "
         f"reports from {r['threads']} threads, shuffler --max-batch {r['max_batch']} "
         f"--batch-parts {r['batch_parts']}, "
-        "loopback TLS, SQLite (WAL, synchronous=FULL) on both sides "
+        "loopback TLS, SQLite (WAL, synchronous=FULL) on both sides, 1-minute load average "
+        f"{r['load_average'][0]:.1f} at the start, {r['load_average'][1]:.1f} at the end "
         f"(`python bench/shuffle_throughput.py --devices {r['devices']} --max-batch "
         f"{r['max_batch']} --batch-parts {r['batch_parts']}`).", "",
         "| path | reports/s | what an OK means |", "|---|---|---|",

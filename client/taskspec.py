@@ -51,6 +51,7 @@ REFUSAL_CODES = (
     "field",  # unknown or missing field, or a field of the wrong JSON type
     "query",  # the task text names another query than the Task message
     "kind",  # unknown kind
+    "unregistered",  # a kind or method this app build does not answer (TS SDK; §14.1; never Python)
     "method",  # unknown method
     "stage",  # the stage is not one of the method's stages
     "epsilon",  # an ε that cannot be counted (non-finite, <= 0, < 2^-24, > 2^20)

@@ -66,7 +66,7 @@ def test_without_the_assumption_auto_never_picks_two_stage_on_a_minority_tail(ki
     1) a stage I that chooses only the randomizer on the whole support — since the tail its
     stage I could miss is what no honest window can exclude; on the minority-tail users
     themselves its interval is valid for every population."""
-    ran = ("ssl",)  # two-stage-adaptive only with ADAPTIVE_BY_DEFAULT (off)
+    ran = ("ssl", "two-stage-adaptive") if kind == "mean" else ("ssl",)
     for users in (1600, 100_000):
         for eps in (0.5, 2.0, 8.0):
             for objective in ("width", "mse")[:1 if eps != 8.0 else 2]:
@@ -74,6 +74,7 @@ def test_without_the_assumption_auto_never_picks_two_stage_on_a_minority_tail(ki
                                                samples=12, dim=dim, lo=0.0, hi=100.0,
                                                objective=objective))
                 assert plan.spec.method in ran, (users, eps, objective)
+                assert eps > 0.5 or plan.spec.method == "ssl"
     if kind != "mean":
         return
     g = np.random.default_rng(11)
@@ -82,8 +83,8 @@ def test_without_the_assumption_auto_never_picks_two_stage_on_a_minority_tail(ki
         mu = g.uniform(70, 88) if g.random() < 0.10 else min(100, g.normal(95, 3))
         k = int(min(60, max(1, g.geometric(1 / 12))))
         rows.append(np.clip(np.round(mu + g.normal(0, 4, k)), 60, 100))
-    res = run_users("mean", UserData(rows), epsilon=8.0, lo=0.0, hi=100.0,
-                    method="two-stage-adaptive")  # named: auto runs ssl (ADAPTIVE_BY_DEFAULT)
+    res = run_users("mean", UserData(rows), epsilon=8.0, lo=0.0, hi=100.0)
+    assert res.method == "two-stage-adaptive"
     assert res.estimate.extra["intervals"] == {"0": [[-50.0, 50.0]]}  # the support
     assert res.estimate.extra["valid_if"] == assumption_note("none")
     assert bool(res.estimate.covers(res.truth))

@@ -70,3 +70,20 @@ def test_the_method_flag_offers_exactly_the_planner_methods():
     from uldp.collector.planner import METHOD_PLANS, RESOLVERS
 
     assert sorted(METHODS) == sorted([*RESOLVERS, *METHOD_PLANS])
+
+
+def test_the_console_offers_the_mean_methods_the_planner_runs():
+    """The analyst console's method list (console.js ``METHODS``; "" is ``auto``) names only
+    planner methods and every two-stage mean method, ``two-stage-adaptive`` included."""
+    import re
+    from pathlib import Path
+
+    from uldp.collector.cli.util import METHODS
+
+    js = (Path(__file__).resolve().parents[1] / "collector" / "http" / "console" / "static"
+          / "console.js").read_text()
+    listed = re.search(r"const METHODS = \[(.*?)\];", js)
+    assert listed is not None
+    names = [n for n in re.findall(r'"([^"]*)"', listed.group(1)) if n]
+    assert set(names) <= set(METHODS)
+    assert {"ssl", "two-stage", "two-stage-sized", "two-stage-adaptive"} <= set(names)

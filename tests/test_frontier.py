@@ -109,10 +109,16 @@ def test_auto_chooses_methods_and_mechanisms_from_public_parameters():
     assert plan(kind="mean", epsilon=1.0, samples=1000, objective="mse").spec.method == "ssl"
     one = plan(kind="mean", epsilon=0.5, samples=1)
     assert one.spec.method == "ssl" and one.spec.randomizer == "best"
-    # at large ε the randomizer's choice alone is worth a small stage I: with the assumption
-    # a window too; without it auto stays with ssl (two-stage-adaptive under-covered at
-    # n = 10^5: ADAPTIVE_BY_DEFAULT) — the method runs when named
-    assert plan(kind="mean", epsilon=8.0, samples=1).spec.method == "ssl"
+    # at large ε the randomizer's choice alone is worth a small stage I: without an
+    # assumption on the whole support (two-stage-adaptive: nothing clamped), with it a
+    # window too
+    free = plan(kind="mean", epsilon=8.0, samples=1)
+    assert free.spec.method == "two-stage-adaptive" and free.spec.randomizer == "adaptive"
+    assert free.auto["runner_up"]["method"] == "ssl"
+    assert free.auto["regret"] < free.auto["runner_up"]["regret"]
+    # ... only where the randomizer buys ≥ 20 % (ADAPTIVE_MARGIN): not at ε = 1, m = 100
+    assert plan(kind="mean", epsilon=1.0, samples=100).spec.method == "ssl"
+    assert plan(kind="mean", epsilon=2.0, samples=100).spec.method == "two-stage-adaptive"
     assert plan(kind="mean", epsilon=8.0, samples=1,
                 assume="users-alike").spec.method == "two-stage-sized"
     # a few thousand users: stage I too weak at small ε

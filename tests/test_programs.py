@@ -202,7 +202,7 @@ def test_auto_takes_the_risk_of_a_larger_stage_one_only_for_a_larger_gain():
     # no assumption: no window's interval valid for every population beats single-stage
     # by more than stage I costs (docs/mechanisms.md, "What an assumption buys"): ssl, or
     # a stage I that only chooses the randomizer on the whole support
-    for eps, ran in ((0.5, "ssl"), (8.0, "ssl")):  # (ADAPTIVE_BY_DEFAULT off)
+    for eps, ran in ((0.5, "ssl"), (8.0, "two-stage-adaptive")):
         for objective in ("width", "mse"):
             plain = auto(4000, 1000, eps, objective, assume="none")
             assert plain.spec.method == ran and set(plain.auto["predicted"]) == \

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import protobuf from "protobufjs";
-import descriptor from "../src/wire/wire.gen.json" with { type: "json" };
+import descriptor from "./wire.gen.json" with { type: "json" };
 import { RandomSource } from "../src/core/index.js";
 import { CodecError, parseDescriptor, typeOf } from "../src/wire/codec.js";
 import { DESCRIPTOR } from "../src/wire/wire.gen.js";

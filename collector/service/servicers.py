@@ -35,7 +35,7 @@ from uldp.collector.service.errors import (  # noqa: F401 - re-exported
     refusal,
 )
 from uldp.collector.service.grpc_front import peer_of
-from uldp.collector.service.tasks import TaskAnswer
+from uldp.collector.service.tasks import AssignmentLoader, TaskAnswer
 from uldp.collector.storage.db import PendingReport, ReportOutcome
 from uldp.collector.storage.writer import WRITE_FAILED
 
@@ -348,6 +348,7 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         self.core = core
         self.logic = DeviceLogic(core)
         self.pool = pool
+        self.misses = AssignmentLoader(core.tasks, pool)
 
     async def _store(self, items: list[PendingReport]) -> list[ReportOutcome]:
         ticket = await self.core.writer.submit_reports_aio(items, asyncio.get_running_loop())
@@ -395,9 +396,15 @@ class AsyncDeviceServicer(device_pb2_grpc.DeviceServiceServicer):
 
     async def SubmitReport(self, request: dpb.SubmitReportRequest, context: Any
                            ) -> dpb.SubmitReportResponse:
-        # the hot path: inline (no per-call closure), validation on the loop (µs)
+        # the hot path: inline (no per-call closure), validation on the loop (µs); an
+        # assignment this replica has not cached is read off the loop, batched
         try:
-            item = self.logic.check_one(bearer_from(context), request)
+            token = bearer_from(context)
+            qid = request.report.query_id
+            device = self.core.device_from_token(token)
+            if not self.core.tasks.cached(qid, device):
+                await self.misses.load(qid, device)
+            item = self.logic.check_one(token, request)
             if isinstance(item, ReportOutcome):  # a re-send after the phase closed
                 return self.logic.answer_one(item)
             return self.logic.answer_one((await self._store([item]))[0])

@@ -13,6 +13,8 @@ answer also carries the device's shuffler ticket for its slot
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import threading
 import time
@@ -33,7 +35,7 @@ from uldp.collector.service.phases import PhaseView
 from uldp.collector.storage.db import Database
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
-__all__ = ["TICKET_KEY_META", "TaskAnswer", "TaskInfo", "TaskServer"]
+__all__ = ["TICKET_KEY_META", "AssignmentLoader", "TaskAnswer", "TaskInfo", "TaskServer"]
 
 #: the ``uldp_meta`` key of the shuffler-ticket key (hex)
 TICKET_KEY_META = "shuffle_ticket_key"
@@ -88,6 +90,11 @@ class TaskServer:
             self._assignments[(a["query_id"], a["device_id"])] = a
             if len(self._assignments) > 500_000:
                 self._assignments.popitem(last=False)
+
+    def cached(self, query_id: str, device_id: str) -> bool:
+        """Is the device's assignment to the query in this replica's cache?"""
+        with self._lock:
+            return (query_id, device_id) in self._assignments
 
     def assignment(self, query_id: str, device_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -244,3 +251,46 @@ class TaskServer:
                 waiting.append((rt.query_id, a["phase"]))
         retry = 300 if waiting else (0 if tasks else 2000)
         return tasks, waiting, retry
+
+
+class AssignmentLoader:
+    """Loads the assignments a replica has not cached yet for the asyncio servicer: off
+    the event loop (in ``pool``) and many at a time. Misses that arrive while one read is
+    under way wait for the next one, which fetches them all (``prefetch_assignments``:
+    one SELECT per query) — group commit for reads. Without it each miss was a database
+    round trip *on the loop*, stalling every other call of the replica; with N replicas
+    N − 1 in N devices miss on their first report (issue 28)."""
+
+    def __init__(self, tasks: TaskServer, pool: Any) -> None:
+        self.tasks, self.pool = tasks, pool
+        self._pending: dict[tuple[str, str], list[asyncio.Future[None]]] = {}
+        self._running = False
+        self._task: asyncio.Task[None] | None = None
+        self.reads = 0  # reads run (each for every miss pending at its start)
+
+    async def load(self, query_id: str, device_id: str) -> None:
+        """Return once the pair's assignment is cached or known to be missing (the read
+        failed: the caller's own look-up then fails the same way)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._pending.setdefault((query_id, device_id), []).append(fut)
+        if not self._running:
+            self._running = True
+            self._task = loop.create_task(self._drain(loop))
+        await fut
+
+    async def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, {}
+                self.reads += 1
+                # a failed read: each caller's own look-up then fails and reports it
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(self.pool, self.tasks.prefetch_assignments,
+                                               list(batch))
+                for futs in batch.values():
+                    for f in futs:
+                        if not f.done():
+                            f.set_result(None)
+        finally:
+            self._running = False

@@ -16,7 +16,7 @@ cap is refused before it is decoded.
 
 The forwarder (:class:`Forwarder`) ticks every ``tick_s``: for each bucket of unbatched
 reports of one (query, phase, group, stage, task digest) it draws a batch (uniform subset,
-uniform order, OS CSPRNG; ``ShufflerStore.draw``) when
+uniform order, an OS-keyed ChaCha20 stream; ``ShufflerStore.draw``) when
 
 * the bucket holds at least ``T + B`` reports: it draws ``B``, so that at least ``T``
   remain for the next batch (``B`` = max(T, ⌈placed / ``batch_parts``⌉), at most
@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -136,6 +137,7 @@ class QueryInfo:
 
 
 _MISSING = PhaseInfo("missing", 0)
+_UNASKED: Any = object()  # a query not asked for yet in this call
 
 
 class CollectorLink:
@@ -200,8 +202,11 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
         self.verifier_name = verifier_name if verifier is not None else ""
         self.refused: dict[str, int] = {}  # refusals by code (metrics)
 
-    def _admission(self, r: shuffler_pb2.SealedReport) -> Admission | Answer:
-        """Checks 1 to 6 of one report: its admission, or the answer it gets now."""
+    def _admission(self, r: shuffler_pb2.SealedReport,
+                   seen: dict[str, QueryInfo | ServiceError | None] | None = None
+                   ) -> Admission | Answer:
+        """Checks 1 to 6 of one report: its admission, or the answer it gets now
+        (``seen``: the queries' views asked for already in this call)."""
         try:
             t = self.tickets.verify(r.ticket)
         except TicketError as exc:
@@ -214,22 +219,24 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
                 raise ServiceError("UNAUTHENTICATED", f"this shuffler admits reports only "
                                    f"from attested devices (SealedReport.attestation): {exc}"
                                    ) from None
-        if not r.query_id or len(r.query_id) > 64:
+        # each field read once (a protobuf field read decodes it again every time)
+        query_id, task_digest, sealed = r.query_id, r.task_digest, r.sealed
+        if not query_id or len(query_id) > 64:
             raise ServiceError("INVALID_ARGUMENT", "query_id must have 1 to 64 characters")
-        if not _HEX64.fullmatch(r.task_digest):
+        if not _HEX64.fullmatch(task_digest):
             raise ServiceError("INVALID_ARGUMENT", "task_digest must be 64 lowercase hex "
                                "digits")
-        if not MIN_SEALED <= len(r.sealed) <= MAX_SEALED:
+        if not MIN_SEALED <= len(sealed) <= MAX_SEALED:
             raise ServiceError("INVALID_ARGUMENT", f"a sealed report has {MIN_SEALED} to "
-                               f"{MAX_SEALED} bytes, got {len(r.sealed)}")
-        if (r.query_id, r.phase, r.group, r.stage, r.task_digest) != (
+                               f"{MAX_SEALED} bytes, got {len(sealed)}")
+        if (query_id, r.phase, r.group, r.stage, task_digest) != (
                 t.query_id, t.phase, t.group, t.stage, t.task_digest):
             raise ServiceError("PERMISSION_DENIED", "the ticket was issued for another task "
                                "(query, phase, group, stage or task digest)")
-        item = Submission(r.query_id, r.phase, r.group, r.stage, r.task_digest,
-                          bytes(r.sealed), t.slot, subject)
+        item = Submission(t.query_id, t.phase, t.group, t.stage, t.task_digest, bytes(sealed),
+                          t.slot, subject)
         try:
-            placed = self._placed(t.query_id, t.phase, t.group, t.stage, t.slot)
+            placed = self._placed(t.query_id, t.phase, t.group, t.stage, t.slot, seen)
         except ServiceError:
             # step 5 before 6: a slot that stored its report answers for itself, also
             # once its phase closed (the store judges it again in the normal path)
@@ -240,14 +247,31 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
                     f"{t.query_id} already sent a different report")
         return Admission(item, placed)
 
-    def _placed(self, query_id: str, phase: int, group: int, stage: int, slot: int) -> int:
-        """Check 6 against the collector's public view of the query: the devices it
-        placed in the report's cell."""
+    def _query(self, query_id: str) -> QueryInfo | None:
         try:
-            q = self.link.query(query_id)
+            return self.link.query(query_id)
         except grpc.RpcError:
             raise ServiceError("UNAVAILABLE", "the collector cannot be reached to check the "
                                "query; retry later") from None
+
+    def _placed(self, query_id: str, phase: int, group: int, stage: int, slot: int,
+                seen: dict[str, QueryInfo | ServiceError | None] | None = None) -> int:
+        """Check 6 against the collector's public view of the query: the devices it
+        placed in the report's cell. ``seen`` keeps the view (or the failure to get it)
+        per query for the rest of a batch call: asked once per call, not per report."""
+        if seen is None:
+            q = self._query(query_id)
+        else:
+            got = seen.get(query_id, _UNASKED)
+            if got is _UNASKED:
+                try:
+                    got = self._query(query_id)
+                except ServiceError as exc:
+                    got = exc
+                seen[query_id] = got
+            if isinstance(got, ServiceError):
+                raise ServiceError(got.code, got.message)
+            q = got
         if q is None:
             raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
         if not q.shuffled:
@@ -306,9 +330,10 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
             context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
         answers: list[Answer | None] = []
         todo: list[tuple[int, Admission]] = []
+        seen: dict[str, QueryInfo | ServiceError | None] = {}
         for r in request.reports:
             try:
-                adm = self._admission(r)
+                adm = self._admission(r, seen)
             except ServiceError as exc:
                 adm = (exc.code, False, exc.message)
             if isinstance(adm, Admission):
@@ -322,13 +347,16 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
             context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
         for (i, _), out in zip(todo, outs, strict=True):
             answers[i] = out
-        results = []
+        resp = shuffler_pb2.SubmitSealedBatchResponse()
+        add = resp.results.add
         for a in answers:
             assert a is not None
+            if a[0] == "OK" and not a[2]:  # the common answer: no code, no message
+                add(duplicate=a[1])
+                continue
             self._count(a[0])
-            results.append(shuffler_pb2.SealedResult(code=_status(a[0]), duplicate=a[1],
-                                                     message=a[2]))
-        return shuffler_pb2.SubmitSealedBatchResponse(results=results)
+            add(code=_status(a[0]), duplicate=a[1], message=a[2])
+        return resp
 
 
 def _no_token(context: grpc.ServicerContext) -> None:

@@ -29,6 +29,8 @@ ASSIGNMENT_COLUMNS = ("query_id", "device_id", "slot", "grp", "stage", "phase",
                       "assigned_at_ms")
 #: ``place(slot) -> (group, stage, phase)``: a query's public placement of a slot
 Place = Callable[[int], tuple[int, int, int]]
+#: read connections a process keeps open between reads (:meth:`AssignmentTables.raw_read`)
+HELD_READERS = 8
 #: device ids per ``IN (...)`` list (SQLite allows 32766 parameters per statement)
 _IN_CHUNK = 900
 _A, _R, _Q = S.assignments.name, S.reports.name, S.queries.name
@@ -56,17 +58,45 @@ class AssignmentTables(Tables):
 
     @contextlib.contextmanager
     def raw_read(self) -> Iterator[Any]:
-        """A DB-API cursor on a pooled connection for reads (autocommit on SQLite; on
-        PostgreSQL the pool rolls the read transaction back on return)."""
-        raw = self.engine.raw_connection()
+        """A DB-API cursor for reads, on one of this process's held read connections in
+        autocommit mode (each statement its own snapshot), taken from a free list of at
+        most :data:`HELD_READERS`: no pool checkout, liveness ping or rollback per read —
+        one round trip where the pool took three. Reads on this path are hot: every
+        report of a device whose assignment this replica has not cached yet (with N
+        replicas, N − 1 in N first reports of a device), and every closer tick. A
+        connection that failed is closed, never reused: the next read opens a new one."""
+        with self._readers_lock:
+            raw: Any = self._readers.pop() if self._readers else None
+        if raw is None:
+            fairy = self.engine.raw_connection()
+            raw = fairy.dbapi_connection
+            fairy.detach()  # ours from here on: autocommit stays with it
+            if not self.is_sqlite:
+                raw.autocommit = True
+        ok = False
         try:
             cur = raw.cursor()
             try:
                 yield cur
             finally:
                 cur.close()
+            ok = True
         finally:
-            raw.close()
+            with self._readers_lock:
+                keep = ok and len(self._readers) < HELD_READERS
+                if keep:
+                    self._readers.append(raw)
+            if not keep:
+                with contextlib.suppress(Exception):
+                    raw.close()
+
+    def close_readers(self) -> None:
+        """Close the held read connections (again: nothing)."""
+        with self._readers_lock:
+            held, self._readers = self._readers, []
+        for raw in held:
+            with contextlib.suppress(Exception):
+                raw.close()
 
     # ---- reads --------------------------------------------------------------------------
     def get_assignment(self, query_id: str, device_id: str) -> dict[str, Any] | None:

@@ -21,6 +21,12 @@ class Tables:
     _sql: dict[str, str]  # report statements with the driver's parameter marker
     _held: Any  # the writer thread's held connection
     writer_id: str  # this process's counter rows in ``phase_counts``
+    _sql_due: str  # phases_due's statement with the driver's parameter marker
+    _readers: list[Any]  # held autocommit read connections (raw_read)
+    _readers_lock: Any  # guards them
+
+    def raw_read(self) -> Any:
+        raise NotImplementedError
 
     def phase_open(self, cur: Any, query_id: str, phase: int) -> str | None:
         raise NotImplementedError

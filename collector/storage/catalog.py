@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, func, insert, select, update
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
@@ -17,7 +17,18 @@ from uldp.collector.storage.records import (
     now_ms,
 )
 
-__all__ = ["QueryTables", "quota_in"]
+__all__ = ["QueryTables", "due_sql", "quota_in"]
+
+
+def due_sql(marker: str) -> str:
+    """SQL of :meth:`QueryTables.phases_due` with the driver's parameter ``marker``
+    (``?`` or ``%s``; two parameters, both the time in ms): the condition of
+    :func:`quota_in` and the deadline / lease checks, written out once."""
+    return (f"SELECT p.query_id, p.phase FROM {S.phases.name} p WHERE "
+            f"(p.state = 'open' AND (p.deadline_ms <= {marker} OR p.received + p.declined"
+            f" + COALESCE((SELECT SUM(c.received + c.declined) FROM {S.phase_counts.name} c"
+            " WHERE c.query_id = p.query_id AND c.phase = p.phase), 0) >= p.quota)) OR "
+            f"(p.state = 'closing' AND p.lease_until_ms <= {marker})")
 
 
 def quota_in() -> Any:
@@ -133,11 +144,15 @@ class QueryTables(Tables):
 
     def phases_due(self, t: int | None = None) -> list[tuple[str, int]]:
         """Open phases whose quota is in (reports plus declines) or deadline passed, and
-        closings whose lease expired (their closer died)."""
+        closings whose lease expired (their closer died).
+
+        Every replica's closer asks this several times a second, so it runs fixed SQL
+        (:func:`due_sql`, the same condition as :func:`quota_in`) on a held autocommit
+        read connection (``raw_read``): no statement building, pool checkout or liveness
+        ping per tick (2.2 ms of collector CPU and 0.7 ms of PostgreSQL's per tick
+        before: ~1 % of a core per idle replica, paid by every replica)."""
         t = now_ms() if t is None else t
-        p = S.phases.c
-        with self.read() as conn:
-            rows = conn.execute(select(p.query_id, p.phase).where(or_(
-                and_(p.state == "open", or_(quota_in(), p.deadline_ms <= t)),
-                and_(p.state == "closing", p.lease_until_ms <= t))))
-            return [(r[0], int(r[1])) for r in rows]
+        with self.raw_read() as cur:
+            cur.execute(self._sql_due, (t, t))
+            rows = cur.fetchall()
+        return [(r[0], int(r[1])) for r in rows]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import threading
 from typing import Any
 
 from sqlalchemy import (
@@ -46,7 +47,7 @@ from sqlalchemy.engine import make_url
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.assignments import AssignmentTables
-from uldp.collector.storage.catalog import QueryTables
+from uldp.collector.storage.catalog import QueryTables, due_sql
 from uldp.collector.storage.closing import ClosingTables
 from uldp.collector.storage.declines import DeclineTables
 from uldp.collector.storage.ingest import IngestTables
@@ -98,6 +99,9 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         self._insert = sqlite_dialect.insert if self.is_sqlite else pg_dialect.insert
         self._sql = report_sql("?" if self.is_sqlite else "%s")
         self._held: Any = None  # the writer thread's connection (raw_write(hold=True))
+        self._sql_due = due_sql("?" if self.is_sqlite else "%s")
+        self._readers: list[Any] = []
+        self._readers_lock = threading.Lock()
         #: this process's counter rows in ``phase_counts`` (unique per Database object)
         self.writer_id = f"w-{secrets.token_hex(8)}"
 
@@ -147,6 +151,7 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         return False
 
     def dispose(self) -> None:
+        self.close_readers()
         held, self._held = self._held, None
         if held is not None:
             with contextlib.suppress(Exception):

@@ -17,6 +17,7 @@
  * server on that port.
  */
 import { Device, type PollResult } from "@uldp/device/device";
+import "@uldp/device/kinds/mean"; // the page's dataset is numeric: it answers mean queries
 import type { LedgerEntry } from "@uldp/device/ledger";
 import { FetchTransport, type HttpProtocol, IndexedDbStore, probeCollector } from "@uldp/device/web";
 

@@ -55,8 +55,11 @@ def test_one_report_per_slot_and_cell_and_ciphertext(store):
 
 
 def test_a_failed_call_commits_nothing(store):
-    bad = Admission(Submission("q", 1, 0, 0, DIGEST, None, 3), 10)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):  # fails after two items were written in the transaction
+    bad = Admission(Submission("q", 1, 0, 0, DIGEST, os.urandom(57), 3,
+                               object()), 10)  # type: ignore[arg-type]
+    # an unbindable subject: the call fails in the insert of its waiting reports, after
+    # its slots and ciphertext hashes were written in the transaction
+    with pytest.raises(sqlite3.Error):
         store.submit([_item(1), _item(2), bad])
     assert store.prior("q", 1) is None and store.counts()["pending"] == 0
     assert store.admitted("q", 1) == {}

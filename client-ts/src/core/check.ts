@@ -7,7 +7,7 @@
  */
 import { sha256 } from "./sha256.js";
 import type { DatasetSchema } from "./dataset.js";
-import { KINDS } from "./kinds.js";
+import { kindOf } from "./registry.js";
 import { bytesToHex } from "./encoding.js";
 import { utf8 } from "./random.js";
 import { parseTaskFields, type Task, TaskRefused, validateFields } from "./task.js";
@@ -32,7 +32,7 @@ export function taskDigest(text: string): string {
 
 /** Refuse a task that contradicts the dataset's public declaration (code `declaration`). */
 export function checkDeclaration(task: Task, schema: DatasetSchema): void {
-  const kind = KINDS[task.kind];
+  const kind = kindOf(task.kind);
   const bad = (why: string): never => {
     throw new TaskRefused(`dataset ${schema.name}: ${why}`, "declaration");
   };

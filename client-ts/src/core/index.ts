@@ -25,11 +25,15 @@ export {
   MAX_M_REF, MAX_RECORDS, MAX_REPORT_VALUES, oracleOf, parseTask, scalarOf, parseTaskFields, SCHEMA, TaskRefused, validateFields,
   type KindName, type Method, type RefusalCode, type Task,
 } from "./task.js";
-export { gradient, groupOf, hadamardRows, type KindImpl, KINDS, statistics, usable } from "./kinds.js";
+export { gradient, groupOf, hadamardRows, type KindImpl, statistics, usable } from "./kinds.js";
+// the full entry answers every kind (an app that wants less imports @uldp/device/kinds/<family>)
+export { ALL_KINDS, KINDS } from "../kinds/all.js";
+export { type MethodReport, type MethodRules, registerKinds } from "./registry.js";
 export * from "./mechanisms/index.js";
 export { hadamardReport, outsideReports, uniformStatistic } from "./methods/hadamard.js";
 export { oracleReport, sampleRecords } from "./methods/oracle.js";
-export { computeReport, DataError, emptyReport, fallbacks, slotSources, taskRows, type Samples } from "./report.js";
+export { computeReport, DataError, emptyReport, fallbacks, taskRows, type Samples } from "./report.js";
+export { slotSources } from "./methods/baselines.js";
 export {
   alignLabels, coerceValues, datasetSchema, type DatasetSchema, localDataset, type LocalDataset,
   parsePythonFloat, toFloat, type ValueKind,
@@ -39,4 +43,5 @@ export { type Trace, tracing } from "./trace.js";
 export { checkDeclaration, checkTask, type LedgerCheck, taskDigest, type TaskMessageLike } from "./check.js";
 // shuffle mode's formats and checks; the HPKE sealing itself (hpkeSeal, sealReport: the only
 // curve code) is the entry @uldp/device/seal (./seal.ts), loaded by a Device only when it seals
-export { isLowOrder, keyIdOf, parseSeal, type SealKey, sealedLength, sealInfo, sealPlaintext } from "./sealFormat.js";
+export { isLowOrder, keyIdOf, parseSeal, type SealKey } from "./sealFormat.js";
+export { sealedLength, sealInfo, sealPlaintext } from "./sealPayload.js";

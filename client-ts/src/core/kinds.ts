@@ -9,7 +9,7 @@
  * sees them as rows of zeros that do not count.
  */
 import { fwht, nextPow2 } from "./hadamard.js";
-import { type JInt, toDouble } from "./json.js";
+import { type JInt, type JValue, toDouble } from "./json.js";
 import { type FrameKind, kashinCoefficients, kashinFrame } from "./kashin.js";
 import { clip, exp, guard, HEAVY_GUARD, radial, seqSum } from "./numerics.js";
 import { extraNumbers, gridSpec, type KindName, type Task } from "./task.js";
@@ -27,10 +27,13 @@ export interface KindImpl {
   sampleMap(task: Task, row: Row): number[];
   /** The user statistic from the rows (unusable rows zeroed) and the usability mask. */
   userStats?(task: Task, rows: Row[], valid: boolean[]): number[];
+  /** Kind.check, the kind's own rules on the task's fields (after the rules every kind shares,
+   * task.ts: kindComponents); returns C, the number of components. `no` refuses naming the kind. */
+  components(f: ReadonlyMap<string, JValue>, dim: number, no: (what: string) => never): number;
 }
 
 /** Sequential mean over the usable rows of the vectors f(row): Σ / m_i (0 if none). */
-function maskedMean(rows: Row[], valid: boolean[], f: (r: Row) => ArrayLike<number>, C: number): number[] {
+export function maskedMean(rows: Row[], valid: boolean[], f: (r: Row) => ArrayLike<number>, C: number): number[] {
   const acc = new Array<number>(C).fill(0);
   let m = 0;
   rows.forEach((r, i) => {
@@ -47,7 +50,7 @@ const supportBound = (t: Task): number => (t.bound === null ? HEAVY_GUARD : t.bo
 /** The centre lo/2 + hi/2 of the task's range (0 without one; §12.3). */
 export const rangeCentre = (t: Task): number => (t.range === null ? 0 : t.range[0] / 2 + t.range[1] / 2);
 /** clip(x - c, -B, B): the sample centred on the task's range, clamped to the support. */
-const clampSupport = (t: Task, r: ArrayLike<number>, d: number): number[] => {
+export const clampSupport = (t: Task, r: ArrayLike<number>, d: number): number[] => {
   const c = rangeCentre(t);
   return Array.from({ length: d }, (_, j) => clip(c === 0 ? r[j] : r[j] - c, -supportBound(t), supportBound(t)));
 };
@@ -76,7 +79,7 @@ function kashinBound(t: Task, bound: number): number {
   return t.kashinLevel * bound / Math.sqrt(frameOf(t).N);
 }
 
-function kashinMap(t: Task, x: readonly number[], bound: number | null): number[] {
+export function kashinMap(t: Task, x: readonly number[], bound: number | null): number[] {
   const f = frameOf(t);
   const { a } = kashinCoefficients(f, radial(x, bound === null ? HEAVY_GUARD : bound, 2), t.kashinDelta);
   if (bound === null) return Array.from(a);
@@ -118,7 +121,7 @@ export function gradient(t: Task, row: Row): number[] {
   return theta.map((th, j) => w * row[j] + l2 * th);
 }
 
-function sgdMap(t: Task, row: Row): number[] {
+export function sgdMap(t: Task, row: Row): number[] {
   let g = gradient(t, row);
   if (!g.every(Number.isFinite)) g = g.map(() => 0.0);
   const D = t.bound as number;
@@ -139,13 +142,13 @@ function gridBin(t: Task, g: { M: number; lo: number[]; hi: number[] }, row: Row
   return bin;
 }
 
-type Weight = (t: Task, row: Row) => number;
-const labelSign: Weight = (t, r) => (r[t.dim] > 0 ? 1.0 : -1.0);
-const clampedLabel: Weight = (t, r) => {
+export type Weight = (t: Task, row: Row) => number;
+export const labelSign: Weight = (t, r) => (r[t.dim] > 0 ? 1.0 : -1.0);
+export const clampedLabel: Weight = (t, r) => {
   const T = toDouble(t.extra.get("label_bound") as JInt | number);
   return clip(r[t.dim], -T, T);
 };
-const one: Weight = () => 1.0;
+export const one: Weight = () => 1.0;
 
 function hadamardFeatures(t: Task, rows: Row[], valid: boolean[], weights: Weight[]): number[] {
   const g = gridSpec(t.extra, t.dim);
@@ -166,7 +169,7 @@ function hadamardFeatures(t: Task, rows: Row[], valid: boolean[], weights: Weigh
   return out;
 }
 
-function features(weights: Weight[]): Pick<KindImpl, "sampleMap" | "userStats"> {
+export function features(weights: Weight[]): Pick<KindImpl, "sampleMap" | "userStats"> {
   return {
     sampleMap: (t, row) => hadamardFeatures(t, [row], [true], weights),
     userStats: (t, rows, valid) => (rows.length ? hadamardFeatures(t, rows, valid, weights)
@@ -189,7 +192,7 @@ export function groupOf(categories: readonly number[], G: number): number {
 /** The 2G components of rows (value, code): for each group g, 1{group = g} - 1/2 and
  * 1{group = g} · mean clip(x - c, -D, D) over the usable rows of the user's group (the most
  * frequent code of its usable rows, ties to the smallest). */
-function groupedStats(t: Task, rows: Row[], valid: boolean[]): number[] {
+export function groupedStats(t: Task, rows: Row[], valid: boolean[]): number[] {
   const G = t.dim;
   const Y: number[] = [];
   for (let g = 0; g < G; g++) Y.push(-0.5, 0);
@@ -210,60 +213,8 @@ function groupedStats(t: Task, rows: Row[], valid: boolean[]): number[] {
   return Y;
 }
 
-// ---- the registry --------------------------------------------------------------------------
-const inAlphabet = (t: Task, x: number): boolean => x === Math.floor(x) && x >= 0 && x < t.dim;
-
-export const KINDS: Record<KindName, KindImpl> = {
-  mean: {
-    name: "mean", vector: false, usesLabels: false,
-    sampleMap: (t, r) => clampSupport(t, r, 1),
-    userStats: (t, rows, valid) => maskedMean(rows, valid, (r) => clampSupport(t, r, 1), 1),
-  },
-  "mean-linf": {
-    name: "mean-linf", vector: true, usesLabels: false,
-    sampleMap: (t, r) => clampSupport(t, r, t.dim),
-    userStats: (t, rows, valid) => maskedMean(rows, valid, (r) => clampSupport(t, r, t.dim), t.dim),
-  },
-  "mean-by": {
-    name: "mean-by", vector: false, usesLabels: true,
-    validValue: (t, r) => inAlphabet(t, r[1]),
-    sampleMap: (t, r) => groupedStats(t, [r], [true]),
-    userStats: groupedStats,
-  },
-  "mean-l2": {
-    name: "mean-l2", vector: true, usesLabels: false,
-    sampleMap: (t, r) => kashinMap(t, Array.from(r.subarray(0, t.dim)), t.bound),
-  },
-  "mean-l1": {
-    name: "mean-l1", vector: true, usesLabels: false,
-    sampleMap: (t, r) => hadamardRows(radial(Array.from(r.subarray(0, t.dim)), t.bound as number, 1), nextPow2(t.dim)),
-    userStats: (t, rows, valid) => hadamardRows(
-      maskedMean(rows, valid, (r) => radial(Array.from(r.subarray(0, t.dim)), t.bound as number, 1), t.dim), nextPow2(t.dim)),
-  },
-  distribution: {
-    name: "distribution", vector: false, usesLabels: false,
-    validValue: (t, r) => inAlphabet(t, r[0]),
-    sampleMap: (t, r) => {
-      const onehot = new Array<number>(t.dim).fill(0);
-      if (Number.isFinite(r[0]) && inAlphabet(t, r[0])) onehot[r[0]] = 1.0;
-      return hadamardRows(onehot, nextPow2(t.dim));
-    },
-    userStats: (t, rows, valid) => {
-      const counts = new Array<number>(t.dim).fill(0);
-      let m = 0;
-      rows.forEach((r, i) => {
-        if (valid[i]) {
-          counts[r[0]] += 1;
-          m++;
-        }
-      });
-      return hadamardRows(counts.map((c) => c / Math.max(m, 1)), nextPow2(t.dim));
-    },
-  },
-  sgd: { name: "sgd", vector: true, usesLabels: true, sampleMap: sgdMap },
-  classify: { name: "classify", vector: true, usesLabels: true, ...features([labelSign]) },
-  regress: { name: "regress", vector: true, usesLabels: true, ...features([clampedLabel, one]) },
-};
+/** Whether x is a category of the task's alphabet [0, dim). */
+export const inAlphabet = (t: Task, x: number): boolean => x === Math.floor(x) && x >= 0 && x < t.dim;
 
 /** Usability of every row (every entry finite, plus the kind's own rule). */
 export function usable(t: Task, kind: KindImpl, rows: Row[]): boolean[] {

@@ -2,18 +2,18 @@
  * The report of one device (docs/device-protocol.md §9, §12–13; Python:
  * uldp.client.tasks.compute_report and uldp.client.methods): the user statistic of the local
  * dataset, then the task's method — two-stage (stage-I bins, stage-II values), ssl,
- * baseline-a (m_ref item-level slots), baseline-b (one sample), oracle (sampled records,
- * ./methods/oracle.ts) or hadamard (./methods/hadamard.ts) — on the keystream `rng`,
+ * baseline-a (m_ref item-level slots) or baseline-b (one sample: both ./methods/baselines.ts),
+ * oracle (sampled records, ./methods/oracle.ts) or hadamard (./methods/hadamard.ts; each
+ * registered by what takes it, ./registry.ts) — on the keystream `rng`,
  * through the task's mechanism (§17).
  * Total: a well-formed report for every dataset of the declared structure.
  */
-import { type KindImpl, KINDS, type Row, statistics, usable } from "./kinds.js";
+import { type Row, statistics, usable } from "./kinds.js";
 import { alg1Params } from "./params.js";
 import type { RandomSource } from "./random.js";
-import { hadamardReport } from "./methods/hadamard.js";
-import { oracleReport } from "./methods/oracle.js";
-import { centreByRecords, oracleOf, scalarOf, slotGroup, type Task } from "./task.js";
-import { binReports, gridReports, type Interval, stage2Report, valueReports } from "./twoStage.js";
+import { kindOf, METHODS } from "./registry.js";
+import { centreByRecords, oracleOf, scalarOf, type Task } from "./task.js";
+import { binReports, gridReports, type Interval, valueReports } from "./twoStage.js";
 
 /** A dataset whose structure contradicts the task (an app bug, never a value problem). */
 export class DataError extends Error {
@@ -24,7 +24,7 @@ export type Samples = readonly number[] | readonly (readonly number[])[];
 
 /** The task's rows: sample values (d of them, 1 for scalar kinds) plus the label column. */
 export function taskRows(task: Task, samples: Samples, labels: readonly number[] | null | undefined): Row[] {
-  const kind = KINDS[task.kind];
+  const kind = kindOf(task.kind);
   const width = kind.vector ? task.dim : 1;
   const rows = samples.map((s) => {
     const vals = typeof s === "number" ? [s] : s;
@@ -42,86 +42,14 @@ export function taskRows(task: Task, samples: Samples, labels: readonly number[]
   return rows;
 }
 
-function pickOne(rows: Row[], valid: boolean[], rng: RandomSource): [Row[], boolean[]] {
-  if (!rows.length) return [[], []];
-  const count = valid.filter(Boolean).length;
-  const r = Number(rng.belowEach([BigInt(Math.max(count, 1))])[0]);
-  let pick = 0;
-  for (let i = 0, seen = 0; i < rows.length; i++) {
-    if (valid[i] && seen++ === r) {
-      pick = i;
-      break;
-    }
-  }
-  return [[rows[pick]], [valid[pick] && count > 0]];
-}
-
-const TOP = (1n << 64n) - 1n;
-
-/** Which sample fills each of the m_ref slots, and whether any does (baseline A). */
-export function slotSources(valid: boolean[], mRef: number, rng: RandomSource): [number[], boolean] {
-  const m = valid.length;
-  const count = valid.filter(Boolean).length;
-  if (m === 0) return [new Array<number>(mRef).fill(0), false];
-  const inOrder = [...valid.keys()].filter((i) => valid[i]).concat([...valid.keys()].filter((i) => !valid[i]));
-  let src = Array.from({ length: mRef }, (_, j) => inOrder[j % Math.max(count, 1)]);
-  if (count > mRef) {
-    const keys = rng.words(m).map((w, i) => (valid[i] ? w : TOP));
-    const order = [...keys.keys()].sort((a, b) => (keys[a] < keys[b] ? -1 : keys[a] > keys[b] ? 1 : a - b));
-    src = order.slice(0, mRef).sort((a, b) => a - b);
-  }
-  return [src, count > 0];
-}
-
-const finiteOr = (v: number): number => (Number.isNaN(v) ? 0 : v === Infinity ? Number.MAX_VALUE
-  : v === -Infinity ? -Number.MAX_VALUE : v);
-
-function baselineA(task: Task, kind: KindImpl, rows: Row[], valid: boolean[], rng: RandomSource): bigint[] {
-  const [src, filled] = slotSources(valid, task.mRef, rng);
-  const width = rows.length ? rows[0].length : (kind.vector ? task.dim : 1) + (kind.usesLabels ? 1 : 0);
-  const phi = src.map((i) => {
-    if (!filled) return new Array<number>(task.nComponents).fill(0);
-    let v = kind.sampleMap(task, rows.length ? rows[i] : new Float64Array(width)).map(finiteOr);
-    if (task.statBound !== null) v = v.map((x) => Math.min(Math.max(x, -task.statBound!), task.statBound!));
-    return v;
-  });
-  const G = task.virtualGroups.length;
-  const groupOf = src.map((_, j) => slotGroup(task.virtualOffset, j, G));
-  const pos: number[] = [];
-  let total = 0;
-  for (const g of groupOf) {
-    pos.push(total);
-    total += task.virtualGroups[g].length;
-  }
-  const interval = new Map(task.components.map((c, i) => [c, task.intervals[i] as Interval]));
-  const out = new Array<bigint>(total).fill(0n);
-  task.virtualGroups.forEach((comps, g) => {
-    const slots = groupOf.flatMap((gg, j) => (gg === g ? [j] : []));
-    if (!slots.length) return;
-    const y = slots.flatMap((j) => comps.map((c) => phi[j][c]));
-    const ivs = slots.flatMap(() => comps.map((c) => interval.get(c)!));
-    const enc = stage2Report(y, ivs, task.virtualEps[g], rng);
-    slots.forEach((j, s) => comps.forEach((_, k) => { out[pos[j] + k] = enc[s * comps.length + k]; }));
-  });
-  return out;
-}
-
 function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
-  const kind = KINDS[task.kind];
+  const kind = kindOf(task.kind);
   if (task.method === "oracle" || centreByRecords(task.method, task.stage, task.kind, task.dim)) {
-    return oracleReport(task, kind, rows, rng);
+    return METHODS.oracle!.report(task, kind, rows, rng);
   }
-  if (task.method === "hadamard") return hadamardReport(task, kind, rows, rng);
-  const valid = usable(task, kind, rows);
-  if (task.method === "baseline-a") return baselineA(task, kind, rows, valid, rng);
-  let Y: number[];
-  if (task.method === "baseline-b") {
-    const [r1, v1] = pickOne(rows, valid, rng);
-    Y = statistics(task, kind, r1, v1);
-  } else {
-    Y = statistics(task, kind, rows, valid);
-  }
-  const y = task.components.map((c) => Y[c]);
+  if (task.method === "hadamard") return METHODS.hadamard!.report(task, kind, rows, rng);
+  if (task.method === "baseline-a" || task.method === "baseline-b") return METHODS[task.method]!.report(task, kind, rows, rng);
+  const y = componentsOf(task, statistics(task, kind, rows, usable(task, kind, rows)));
   if (task.method === "two-stage" && task.stage === 1) {
     return binReports(y, task.bins.map(([D, h, B]) => alg1Params(D, h, 0, B)), oracleOf(task.mechanism), task.epsC, rng);
   }
@@ -130,6 +58,9 @@ function compute(task: Task, rows: Row[], rng: RandomSource): bigint[] {
   }
   return valueReports(y, task.intervals as Interval[], scalarOf(task.mechanism), task.epsC, rng);
 }
+
+/** The served components of a user statistic. */
+export const componentsOf = (task: Task, Y: readonly number[]): number[] => task.components.map((c) => Y[c]);
 
 /** How often computeReport fell back to its backstop (a bug if ever > 0). */
 export const fallbacks = { count: 0 };

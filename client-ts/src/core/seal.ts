@@ -28,11 +28,13 @@ import { x25519 } from "@noble/curves/ed25519.js";
 import { expand, extract } from "@noble/hashes/hkdf.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8 } from "./random.js";
-import { AEAD_ID, concat, KDF_ID, KEM_ID, type SealKey, sealPlaintext, u16 } from "./sealFormat.js";
+import { AEAD_ID, KDF_ID, KEM_ID, type SealKey } from "./sealFormat.js";
+import { concat, sealPlaintext, u16 } from "./sealPayload.js";
 
 // the formats (seal object, key id, info, plaintext, length) live in ./sealFormat.ts, which has
 // no curve code; they are re-exported here so this module is the whole of sealing
 export * from "./sealFormat.js";
+export * from "./sealPayload.js";
 
 // ---- RFC 9180, base mode, the one suite -------------------------------------------------
 const KEM_SUITE = concat(utf8("KEM"), u16(KEM_ID));

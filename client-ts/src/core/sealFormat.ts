@@ -1,15 +1,14 @@
 /**
  * Shuffle mode's public formats (docs/device-protocol.md §16; Python: uldp.client.sealing):
- * the task's "seal" object and its checks (code `seal`), the key id, the HPKE info and the
- * sealed plaintext, and a sealed report's length — everything a device decides BEFORE it is
- * charged, with no elliptic-curve code, so the core and a page that never seals carry none.
- * The HPKE sealing itself (X25519, HKDF, ChaCha20-Poly1305) is `./seal.ts`, which the Device
- * loads (dynamic import) only for a task that asks for a sealed report.
+ * the task's "seal" object and its checks (code `seal`) and the key id — what a device decides
+ * BEFORE it is charged, with no elliptic-curve code, so the core and a page that never seals
+ * carry none. The HPKE info, the sealed plaintext and a sealed report's length are
+ * `./sealPayload.ts`; the HPKE sealing itself (X25519, HKDF, ChaCha20-Poly1305) is `./seal.ts`:
+ * both are loaded by the Device (dynamic import) only for a task that asks for a sealed report.
  */
 import { sha256 } from "./sha256.js";
 import { bytesToHex, hexToBytes } from "./encoding.js";
 import { isJInt, isJObject, type JValue } from "./json.js";
-import { utf8 } from "./random.js";
 
 export const KEM_ID = 0x0020;
 export const KDF_ID = 0x0001;
@@ -30,29 +29,25 @@ const refuse = (message: string): never => {
 };
 
 /**
- * The X25519 public keys of low order, as 255-bit little-endian hex (RFC 7748 §5: the top bit
- * is ignored and the u-coordinate is read mod p = 2^255 − 19). X25519 with any clamped scalar
- * (a multiple of 8) maps exactly the points of order dividing 8 to the all-zero secret: on the
- * curve (cofactor 8) u ∈ {0, 1, and the two u-coordinates of order 8}, on the twist (cofactor
- * 4) u = p − 1; the only other encodings below 2^255 of these are p and p + 1 (of 0 and 1).
- * The Python SDK (uldp.client.sealing) probes with an exchange; test/sealformat.test.ts
- * checks this list against @noble's x25519 on every entry, with and without the top bit.
+ * The X25519 public keys of low order (RFC 7748 §5: the top bit is ignored and the
+ * u-coordinate is read mod p = 2^255 − 19). X25519 with any clamped scalar (a multiple of 8)
+ * maps exactly the points of order dividing 8 to the all-zero secret: on the curve (cofactor 8)
+ * u ∈ {0, 1, and the two u-coordinates of order 8}, on the twist (cofactor 4) u = p − 1; the
+ * only other encodings below 2^255 of these are p and p + 1 (of 0 and 1), which reduce mod p
+ * to 0 and 1. The Python SDK (uldp.client.sealing) probes with an exchange;
+ * test/primitives.test.ts checks this rule against @noble's x25519 on every such key, with and
+ * without the top bit, and on the keys next to them.
  */
-const LOW_ORDER = new Set([
-  "0000000000000000000000000000000000000000000000000000000000000000",
-  "0100000000000000000000000000000000000000000000000000000000000000",
-  "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
-  "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
-  "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-  "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-  "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
-]);
+const P25519 = (1n << 255n) - 19n;
+const LOW_ORDER = [0n, 1n, P25519 - 1n,
+  0xb8495f16056286fdb1329ceb8d09da6ac49ff1fae35616aeb8413b7c7aebe0n,
+  0x57119fd0dd4e22d8868e1c58c45c44045bef839c55b1d0b1248c50a3bc959c5fn];
 
 /** Whether a raw X25519 public key is of low order (its shared secrets are all zero). */
 export function isLowOrder(publicKey: Uint8Array): boolean {
-  const u = publicKey.slice();
-  u[31] &= 0x7f;
-  return LOW_ORDER.has(bytesToHex(u));
+  let u = 0n;
+  for (let i = 31; i >= 0; i--) u = (u << 8n) | BigInt(i === 31 ? publicKey[i] & 0x7f : publicKey[i]);
+  return LOW_ORDER.includes(u % P25519);
 }
 
 /** The key id of a raw X25519 public key: the first 16 hex digits of its SHA-256. */
@@ -93,39 +88,3 @@ function checkedSeal(v: JValue): SealKey {
   if (isLowOrder(raw)) refuse("seal.public_key is a low-order point");
   return { keyId: kid as string, publicKey: raw };
 }
-
-/** The sealed plaintext: flags byte (bit 0 = simulated), then int64 little-endian values. */
-export function sealPlaintext(values: readonly bigint[], simulated: boolean): Uint8Array {
-  const out = new Uint8Array(1 + 8 * values.length);
-  out[0] = simulated ? 1 : 0;
-  const view = new DataView(out.buffer);
-  values.forEach((x, i) => view.setBigInt64(1 + 8 * i, x, true));
-  return out;
-}
-
-export const concat = (...parts: Uint8Array[]): Uint8Array => {
-  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
-};
-const u32 = (x: number): Uint8Array => {
-  if (!Number.isInteger(x) || x < 0 || x > 0xffffffff) throw new RangeError(`not a u32: ${x}`);
-  const b = new Uint8Array(4);
-  new DataView(b.buffer).setUint32(0, x);
-  return b;
-};
-export const u16 = (x: number): Uint8Array => u32(x).slice(2);
-
-/** The HPKE info binding a sealed report to its (query, phase, group, stage, task). */
-export function sealInfo(queryId: string, phase: number, group: number, stage: number, taskDigest: string): Uint8Array {
-  const q = utf8(queryId);
-  return concat(utf8("uldp-seal/1"), new Uint8Array([0]), u32(q.length), q, u32(phase), u32(group), u32(stage),
-    hexToBytes(taskDigest));
-}
-
-/** Bytes of a sealed report of `reportLength` values. */
-export const sealedLength = (reportLength: number): number => ENC_BYTES + 1 + 8 * reportLength + TAG_BYTES;

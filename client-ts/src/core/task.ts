@@ -5,11 +5,11 @@
  * SDK (conformance/v1/refusals.json).
  */
 import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, parseJson, toDouble } from "./json.js";
-import { frameSize } from "./kashin.js";
 import { nextPow2 } from "./hadamard.js";
 import { rationalEpsilon } from "./noise.js";
 import { parseSeal, type SealKey } from "./sealFormat.js";
 import { supportBins } from "./params.js";
+import { KINDS, kindOf, METHODS } from "./registry.js";
 import {
   DEFAULT_MECHANISM, type FrequencyOracle, MECHANISM_NAMES, ORACLES, SCALARS, type ScalarMechanism,
 } from "./mechanisms/index.js";
@@ -25,7 +25,7 @@ export const MAX_M_REF = 1 << 20;
 export const MAX_RECORDS = 1 << 10;
 
 export type RefusalCode =
-  | "digest" | "json" | "schema" | "field" | "query" | "kind" | "method" | "stage" | "epsilon"
+  | "digest" | "json" | "schema" | "field" | "query" | "kind" | "unregistered" | "method" | "stage" | "epsilon"
   | "limit" | "param" | "over-budget" | "seal" | "dataset" | "declaration" | "length" | "budget"
   | "participated";
 
@@ -36,7 +36,7 @@ export class TaskRefused extends Error {
   }
 }
 
-const refuse = (code: RefusalCode, message: string): never => {
+export const refuse = (code: RefusalCode, message: string): never => {
   throw new TaskRefused(message, code);
 };
 
@@ -164,8 +164,8 @@ function checkTypes(f: Map<string, JValue>): void {
   if (range !== undefined && (range.length !== 2 || !range.every(isJNum))) refuse("field", "range must be [lo, hi]");
 }
 
-const big = (v: JValue | undefined): bigint => (v as JInt).value;
-const dbl = (v: JValue | undefined): number => toDouble(v as JInt | number);
+export const big = (v: JValue | undefined): bigint => (v as JInt).value;
+export const dbl = (v: JValue | undefined): number => toDouble(v as JInt | number);
 
 /** ε units: floor(ε·2^24) for 2^-24 <= ε <= 2^20 (Python: budget.epsilon_units). */
 export function epsilonUnits(v: JInt | number, name: string): bigint {
@@ -177,7 +177,7 @@ export function epsilonUnits(v: JInt | number, name: string): bigint {
 }
 
 /** A finite number > 0 (>= 0 with `zero`), else a refusal naming the field. */
-function finitePositive(name: string, v: JValue, zero = false): number {
+export function finitePositive(name: string, v: JValue, zero = false): number {
   const x = isJNum(v) ? toDouble(v) : NaN;
   if (!Number.isFinite(x) || x < 0 || (x === 0 && !zero)) refuse("param", `${name} must be a finite number ${zero ? ">=" : ">"} 0`);
   return x;
@@ -208,7 +208,7 @@ export function gridSpec(extra: JObject, dim: number): { M: number; lo: number[]
   return { M: Number((M as JInt).value), lo, hi, K: nextPow2(Number(cells)) };
 }
 
-function checkFrame(f: Map<string, JValue>, identity = false): void {
+export function checkFrame(f: ReadonlyMap<string, JValue>, identity = false): void {
   finitePositive("kashin_level", f.get("kashin_level")!);
   const delta = dbl(f.get("kashin_delta"));
   if (!(delta > 0 && delta <= 1)) refuse("param", "kashin_delta must be in (0, 1]");
@@ -240,38 +240,7 @@ function kindComponents(kind: KindName, f: Map<string, JValue>, dim: number): nu
   if (f.get("bound") === null && f.get("stat_bound") === null && NEEDS_BOUND.has(kind)) no("needs a bound");
   for (const k of ["bound", "stat_bound"]) if (f.get(k) !== null) finitePositive(k, f.get(k)!);
   if (f.has("range")) checkRange(kind, f);
-  const extra = f.get("extra") as JObject;
-  switch (kind) {
-    case "mean": return 1;
-    case "mean-linf": return dim;
-    case "mean-by":
-      if (dim < 2 || dim > MAX_GROUPS) refuse(dim > MAX_GROUPS ? "limit" : "param", `kind mean-by needs 2 to ${MAX_GROUPS} groups (dim)`);
-      if (f.get("by") === "") no("needs by (its groups' dataset)");
-      if (f.get("bound") === null) no("needs a bound");
-      return 2 * dim;
-    case "mean-l2":
-      checkFrame(f);
-      return frameSize(dim, f.get("frame_kind") as string);
-    case "mean-l1":
-    case "distribution": return nextPow2(dim);
-    case "sgd": {
-      const model = extra.get("model");
-      if (typeof model !== "string" || !(GRADIENT_MODELS as readonly string[]).includes(model)) {
-        refuse("param", `extra['model'] must be one of ${GRADIENT_MODELS.join(", ")}`);
-      }
-      if (f.get("bound") === null) no("needs a bound (the gradient's clip norm)");
-      finitePositive("bound", f.get("bound")!);
-      if (extra.has("l2")) finitePositive("extra['l2']", extra.get("l2")!, true);
-      extraNumbers(extra, "theta", dim);
-      checkFrame(f, true);
-      return f.get("frame_kind") === "identity" ? dim : frameSize(dim, f.get("frame_kind") as string);
-    }
-    case "classify": return gridSpec(extra, dim).K;
-    case "regress":
-      if (!extra.has("label_bound")) no("needs extra['label_bound']");
-      finitePositive("extra['label_bound']", extra.get("label_bound")!);
-      return 2 * gridSpec(extra, dim).K;
-  }
+  return kindOf(kind).components(f, dim, no);
 }
 
 const finite = (v: JValue): boolean => isJNum(v) && Number.isFinite(toDouble(v));
@@ -290,7 +259,7 @@ function checkBins(f: Map<string, JValue>, nComps: number): void {
   }
 }
 
-function checkIntervals(f: Map<string, JValue>, nComps: number): void {
+export function checkIntervals(f: ReadonlyMap<string, JValue>, nComps: number): void {
   const ivs = f.get("intervals") as JValue[][];
   if ((f.get("bins") as JValue[]).length || ivs.length !== nComps) refuse("param", `the task needs ${nComps} intervals, no bins`);
   for (const row of ivs) {
@@ -301,23 +270,6 @@ function checkIntervals(f: Map<string, JValue>, nComps: number): void {
   }
 }
 
-function checkBaselineA(f: Map<string, JValue>, comps: bigint[]): void {
-  const groups = f.get("virtual_groups") as JInt[][];
-  const veps = f.get("virtual_eps") as JValue[];
-  if (!groups.length || veps.length !== groups.length) refuse("param", "baseline-a needs virtual_groups, one virtual_eps each");
-  const served = new Set(comps);
-  for (const g of groups) {
-    const ids = g.map((c) => c.value);
-    if (!ids.length || new Set(ids).size !== ids.length || !ids.every((c) => served.has(c))) {
-      refuse("param", "a virtual group is a non-empty set of served components");
-    }
-  }
-  if (big(f.get("m_ref")) > BigInt(MAX_M_REF)) refuse("limit", "m_ref must be at most 2^20");
-  singleRecord(f);
-  if (f.get("mechanism") !== DEFAULT_MECHANISM) refuse("param", "baseline-a reports with laplace only");
-  checkIntervals(f, comps.length);
-}
-
 /** The number of categories A of a categorical kind's sample (only `distribution`: dim), or
  * null (Python: Kind.categories). Method oracle samples records of such a kind. */
 export function kindCategories(kind: KindName, dim: number): number | null {
@@ -325,7 +277,7 @@ export function kindCategories(kind: KindName, dim: number): number | null {
 }
 
 /** Only method oracle samples several records. */
-function singleRecord(f: Map<string, JValue>): void {
+export function singleRecord(f: ReadonlyMap<string, JValue>): void {
   if (big(f.get("records")) !== 1n) refuse("param", `method ${String(f.get("method"))} takes records = 1 only`);
 }
 
@@ -338,17 +290,6 @@ export const oracleOf = (name: string): FrequencyOracle => mechanismOf(ORACLES, 
 /** The task's scalar randomizer (a refusal when its mechanism is not one). */
 export const scalarOf = (name: string): ScalarMechanism => mechanismOf(SCALARS, name, "values");
 
-/** Method oracle (§17.10): a categorical kind, a frequency oracle, no bins or intervals, every
- * component in order. */
-function checkOracle(f: Map<string, JValue>, kind: KindName, dim: number, C: number, comps: bigint[]): void {
-  if (kindCategories(kind, dim) === null) refuse("param", `method oracle needs a categorical kind, not ${kind}`);
-  oracleOf(f.get("mechanism") as string);
-  if ((f.get("bins") as JValue[]).length || (f.get("intervals") as JValue[]).length
-    || comps.length !== C || comps.some((c, i) => c !== BigInt(i))) {
-    refuse("param", "an oracle task serves every component in order, without bins or intervals");
-  }
-}
-
 /** Step 10 of §14.1: the method's own rules, in the Python SDK's order. */
 function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: KindName, dim: number, C: number,
   comps: bigint[]): void {
@@ -360,19 +301,11 @@ function checkMethod(f: Map<string, JValue>, m: Method, stage: number, kind: Kin
       refuse("limit", `two-stage-sized has at most ${MAX_BINS - 1} bins`);
     }
   } else if (m === "baseline-a") {
-    checkBaselineA(f, comps);
-  } else if (m === "oracle") {
-    checkOracle(f, kind, dim, C, comps);
-  } else if (m === "hadamard") {
-    if (!HADAMARD_KINDS.includes(kind)) refuse("param", `method hadamard takes kind ${HADAMARD_KINDS.join(", ")}, not ${kind}`);
-    if (centreByRecords(m, stage, kind, dim)) {
-      checkOracle(f, kind, dim, C, comps);
-      return;
-    }
-    singleRecord(f);
-    if (stage === 2) oracleOf(f.get("mechanism") as string);
-    else scalarOf(f.get("mechanism") as string);
-    checkIntervals(f, comps.length);
+    METHODS[m]!.check(f, stage, kind, dim, C, comps);
+  } else if (m === "oracle" || m === "hadamard") {
+    // their rules come with the kinds that take them (../kinds/distribution.ts, vector.ts): a
+    // build without such a kind refuses the method here (with every kind: the method's own rule)
+    (METHODS[m] ?? refuse("param", `method ${m} takes no kind of this build's, not ${kind}`)).check(f, stage, kind, dim, C, comps);
   } else {
     singleRecord(f);
     scalarOf(f.get("mechanism") as string);
@@ -407,18 +340,7 @@ function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, d
     }
     return [units, comps];
   }
-  const groups = f.get("virtual_groups") as JValue[][];
-  const per = (f.get("virtual_eps") as (JInt | number)[]).map((e, g) => BigInt(groups[g].length) * epsilonUnits(e, "virtual_eps"));
-  const mRef = Number(big(f.get("m_ref")));
-  const offset = big(f.get("virtual_offset"));
-  let units = 0n;
-  let n = 0;
-  for (let j = 0; j < mRef; j++) {
-    const g = slotGroup(offset, j, groups.length);
-    units += per[g];
-    n += groups[g].length;
-  }
-  return [units, n];
+  return METHODS["baseline-a"]!.spend!(f);
 }
 
 /** validate_task: every public rule, in order; returns the typed task. */
@@ -426,12 +348,16 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   checkTypes(f);
   const kind = f.get("kind") as string;
   if (!(KIND_NAMES as readonly string[]).includes(kind)) refuse("kind", `unknown kind ${kind}`);
+  if (!KINDS[kind as KindName]) refuse("unregistered", `kind ${kind} is not registered in this app build (import @uldp/device/kinds/…)`);
   const method = f.get("method") as string;
   if (!(method in METHOD_STAGES)) refuse("method", `unknown method ${method}`);
   const m = method as Method;
   const stageBig = big(f.get("stage"));
   if (!METHOD_STAGES[m].some((s) => BigInt(s) === stageBig)) refuse("stage", `method ${m} has no stage ${stageBig}`);
   const stage = Number(stageBig);
+  if ((m === "baseline-a" || m === "baseline-b") && !METHODS[m]) {
+    refuse("unregistered", `method ${m} is not registered in this app build (import @uldp/device/methods/baselines)`);
+  }
   const mech = f.get("mechanism") as string;
   if (!ORACLES.has(mech) && !SCALARS.has(mech)) {
     refuse("method", `unknown mechanism ${mech} (not ${MECHANISM_NAMES.join(", ")})`);

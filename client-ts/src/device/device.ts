@@ -25,6 +25,7 @@ import { loadSealing } from "./sealing.js";
 import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
 import { clampedValues, groupOf } from "../core/kinds.js";
+import { KINDS } from "../core/registry.js";
 import { parseTask, type Task, TaskRefused } from "../core/task.js";
 import {
   AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
@@ -162,6 +163,9 @@ export class Device {
 
   static async open(o: DeviceOptions): Promise<Device> {
     checkPlatform({ needRandomness: !o.simulation }); // names a missing TextEncoder, TextDecoder, crypto.getRandomValues
+    if (!Object.keys(KINDS).length) {
+      throw new DeviceError("no query kind is registered: import \"@uldp/device/kinds/all\" (every kind) or the kinds the app's datasets need (e.g. \"@uldp/device/kinds/mean\") before Device.open");
+    }
     if (o.simulation && !o.simulation.rng.simulation) throw new RangeError("a simulation needs a seeded RandomSource");
     if (o.sendDelay) checkWindow(o.sendDelay);
     const d = new Device(o, await Ledger.open(o.store, o.budget, o.now));

@@ -1,6 +1,6 @@
 /**
  * A small protobuf (proto3) codec driven by the descriptor of proto/uldp/v1 (`wire.gen.ts`,
- * the compact form of `wire.gen.json`), for the messages the SDK's transports carry. It replaces
+ * the compact form of test/wire.gen.json), for the messages the SDK's transports carry. It replaces
  * a general protobuf runtime in the bundle (protobufjs with its reflection was more than half of
  * a web app's SDK bytes) and covers exactly what a device's messages use: the scalars string,
  * bytes, bool, uint32, int64 and sint64, nested messages, repeated fields (numeric ones packed,

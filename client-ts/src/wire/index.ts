@@ -1,6 +1,6 @@
 /**
  * The uldp.v1 messages a device sends and receives, encoded by the small descriptor-driven codec
- * of `./codec.ts` from `wire.gen.json` (a JSON descriptor generated from proto/uldp/v1/*.proto by
+ * of `./codec.ts` from `wire.gen.ts` (the compact form of test/wire.gen.json, a JSON descriptor generated from proto/uldp/v1/*.proto by
  * scripts/gen-proto-json.mjs, checked in CI), shared by every transport: the grpc-js one for Node
  * (`@uldp/device/node`) and the fetch one for browsers, React Native and Node (`@uldp/device/web`).
  * A request is encoded ONCE, and the same bytes go out on every retry, whatever the transport.

@@ -5,6 +5,7 @@
  * The driver calls the functions published on `globalThis.uldp` with `page.evaluate`.
  */
 import { Device, type PollResult } from "../../src/device/index.js";
+import "../../src/kinds/all.js";
 import { type DeviceStore, ledgerStoreContract } from "../../src/ledger/index.js";
 import { FetchTransport, type HttpProtocol, IndexedDbStore } from "../../src/web/index.js";
 import { A, population } from "../fleet/population.js";

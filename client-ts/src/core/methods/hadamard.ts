@@ -17,7 +17,12 @@ import { nextPow2 } from "../hadamard.js";
 import { hadamardRows, type KindImpl, type Row, statistics, usable } from "../kinds.js";
 import type { FrequencyOracle } from "../mechanisms/base.js";
 import type { RandomSource } from "../random.js";
-import { kindCategories, oracleOf, scalarOf, type Task } from "../task.js";
+import type { JValue } from "../json.js";
+import type { MethodRules } from "../registry.js";
+import {
+  centreByRecords, checkIntervals, HADAMARD_KINDS, kindCategories, type KindName, oracleOf, refuse, scalarOf, singleRecord, type Task,
+} from "../task.js";
+import { checkOracle } from "./oracle.js";
 import { recordStatistic } from "../trace.js";
 import { type Interval, valueReports } from "../twoStage.js";
 
@@ -44,3 +49,22 @@ export function hadamardReport(task: Task, kind: KindImpl, rows: Row[], rng: Ran
   if (task.stage === 2) return outsideReports(y, ivs, oracleOf(task.mechanism), task.epsC, rng);
   return valueReports(y, ivs, scalarOf(task.mechanism), task.epsC, rng);
 }
+
+/** Method hadamard's rules (§17.13, step 10 of §14.1): a kind of Hadamard coefficients; stage 1
+ * of a categorical kind is method oracle's rules (a record-level oracle), else one record, the
+ * stage's mechanism (a frequency oracle at stage 2, a scalar one at stage 1), intervals. */
+export function checkHadamard(f: ReadonlyMap<string, JValue>, stage: number, kind: KindName, dim: number, C: number,
+  comps: bigint[]): void {
+  if (!HADAMARD_KINDS.includes(kind)) refuse("param", `method hadamard takes kind ${HADAMARD_KINDS.join(", ")}, not ${kind}`);
+  if (centreByRecords("hadamard", stage, kind, dim)) {
+    checkOracle(f, kind, dim, C, comps);
+    return;
+  }
+  singleRecord(f);
+  if (stage === 2) oracleOf(f.get("mechanism") as string);
+  else scalarOf(f.get("mechanism") as string);
+  checkIntervals(f, comps.length);
+}
+
+/** Method hadamard, as the kinds that take it register it (../registry.ts). */
+export const HADAMARD_METHOD: MethodRules = { report: hadamardReport, check: checkHadamard };

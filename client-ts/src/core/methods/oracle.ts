@@ -18,7 +18,9 @@
  */
 import { type KindImpl, type Row, usable } from "../kinds.js";
 import type { RandomSource } from "../random.js";
-import { kindCategories, oracleOf, type Task } from "../task.js";
+import type { JValue } from "../json.js";
+import type { MethodRules } from "../registry.js";
+import { kindCategories, type KindName, oracleOf, refuse, type Task } from "../task.js";
 import { recordItems } from "../trace.js";
 
 /** The `records` sampled categories of one device's usable categories `xs` (in index order). */
@@ -47,3 +49,20 @@ export function oracleReport(task: Task, kind: KindImpl, rows: Row[], rng: Rando
   recordItems(items);
   return items.flatMap((v) => oracle.privatize(v, A, task.epsC, rng));
 }
+
+/** Method oracle's rules (§17.10, step 10 of §14.1): a categorical kind, a frequency oracle, no
+ * bins or intervals, every component in order. */
+export function checkOracle(f: ReadonlyMap<string, JValue>, kind: KindName, dim: number, C: number, comps: bigint[]): void {
+  if (kindCategories(kind, dim) === null) refuse("param", `method oracle needs a categorical kind, not ${kind}`);
+  oracleOf(f.get("mechanism") as string);
+  if ((f.get("bins") as JValue[]).length || (f.get("intervals") as JValue[]).length
+    || comps.length !== C || comps.some((c, i) => c !== BigInt(i))) {
+    refuse("param", "an oracle task serves every component in order, without bins or intervals");
+  }
+}
+
+/** Method oracle, as the kinds that take it register it (../registry.ts). */
+export const ORACLE_METHOD: MethodRules = {
+  report: oracleReport,
+  check: (f, _stage, kind, dim, C, comps) => checkOracle(f, kind, dim, C, comps),
+};

@@ -8,7 +8,7 @@
 
 const SERVICE = "/uldp.v1.AnalystService/";
 const KINDS = ["mean", "mean-linf", "mean-l2", "mean-l1", "distribution", "classify", "regress", "sgd"];
-const METHODS = ["", "ssl", "two-stage", "two-stage-sized", "oracle", "baseline-a", "baseline-b"];
+const METHODS = ["", "ssl", "two-stage", "two-stage-sized", "two-stage-adaptive", "oracle", "baseline-a", "baseline-b"];
 const STATES = ["running", "done", "cancelled", "failed"];
 const SVGNS = "http://www.w3.org/2000/svg";
 const main = () => document.getElementById("main");
