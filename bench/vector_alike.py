@@ -2,7 +2,7 @@
 """Issue 24: the vector means' gain from a user's other records, users alike.
 
     python bench/vector_alike.py --users 20000 --reps 10 --kinds mean-linf
-    python bench/vector_alike.py --users 20000 --reps 3 --kinds mean-l2   # slow: Kashin per record
+    python bench/vector_alike.py --users 100000 --reps 2 --kinds mean-l2 --assume users-alike
 
 ``uldp simulate KIND --dim 8`` (the production device and collector code; mean-linf: every
 coordinate uniform on [−1, 1]; mean-l2: records uniform on the sphere) at m = 1 and

@@ -25,9 +25,12 @@ __all__ = [
     "Z_PRICE",
     "Z_UNSEEN",
     "clamp_bias",
+    "clamped_moments",
     "clamps_ok",
     "combine_centre",
     "excess_limit",
+    "measured_bias2",
+    "measured_inflation",
     "model_bias2",
     "model_t2",
     "normal_cdf",
@@ -245,3 +248,77 @@ def priced2(excess: float, noise: float, sd: float, limit: float) -> float:
         return 0.0
     p = np.maximum(excess + noise * z - Z_CHARGE * sd, 0.0)
     return float(np.sum(w * p * p) / np.sum(w))
+
+
+def clamped_moments(centre: np.ndarray, centre_sd: np.ndarray, users_sd: np.ndarray,
+                    lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The clamping of users' statistics ``N(θ, users_sd²)`` on the *given* windows
+    ``[lo, hi]``, the truth ``θ = centre − δ`` unknown, the centre off by
+    ``δ ~ N(0, centre_sd²)``: per coefficient (rows) and Gauss–Hermite node of ``δ``
+    (columns), the second moment ``E t²`` of the clamped statistic's position in its window
+    (``t = ±1`` at its ends: what the window reports measure), the signed clamping bias
+    ``E clamp(Y) − E Y`` and the one-sided ``E |clamp(Y) − Y|`` (the clamped mass whatever its
+    side). Returns ``(t2, bias, mass)``; average a column with :data:`_GH_W`."""
+    mu = (np.asarray(centre, dtype=np.float64)[:, None]
+          - np.asarray(centre_sd, dtype=np.float64)[:, None] * _GH_X[None, :])
+    S = np.maximum(np.asarray(users_sd, dtype=np.float64), 1e-15)[:, None]
+    lo_, hi_ = (np.asarray(x, dtype=np.float64)[:, None] for x in (lo, hi))
+    below, above = S * _phi_tail((lo_ - mu) / S), S * _phi_tail((mu - hi_) / S)
+    mid, h = (lo_ + hi_) / 2, np.maximum((hi_ - lo_) / 2, 1e-300)
+    a, b = (lo_ - mu) / S, (hi_ - mu) / S
+    Pa, Pb = normal_cdf(a), normal_cdf(b)
+    root = math.sqrt(2 * math.pi)
+    fa, fb = np.exp(-a * a / 2) / root, np.exp(-b * b / 2) / root
+    m = mu - mid
+    inside = (m * m * (Pb - Pa) + 2 * m * S * (fa - fb)
+              + S * S * (Pb - Pa + a * fa - b * fb))
+    t2 = np.clip((h * h * (Pa + 1 - Pb) + np.maximum(inside, 0.0)) / (h * h), 0.0, 1.0)
+    return t2, below - above, below + above
+
+
+def measured_inflation(t2_measured: np.ndarray, centre: np.ndarray, centre_sd: np.ndarray,
+                       users_sd: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                       z: float = Z_CHARGE) -> float:
+    """How much wider than the model's the users' spread is, from what the window reports
+    show: the factor ``r ≥ 1`` on the users' variance at which the model's ``E t²``
+    (:func:`clamped_moments`), pooled over the coefficients, equals the measured one less
+    ``z`` standard errors (their spread over the coefficients). 1 where the reports show no
+    more spread than the model (users alike), or too few coefficients measured one."""
+    t2m = np.asarray(t2_measured, dtype=np.float64)
+    ok = np.isfinite(t2m)
+    if ok.sum() < 2:
+        return 1.0
+    c, v, S, a, b = (np.asarray(x, dtype=np.float64)[ok]
+                     for x in (centre, centre_sd, users_sd, lo, hi))
+
+    def pooled(r: float) -> float:
+        return float(np.mean(clamped_moments(c, v, math.sqrt(r) * S, a, b)[0] @ _GH_W))
+
+    base = pooled(1.0)
+    diff = t2m[ok] - clamped_moments(c, v, S, a, b)[0] @ _GH_W
+    target = base + float(np.mean(diff)) - z * float(np.std(diff, ddof=1)) / math.sqrt(ok.sum())
+    if target <= base:
+        return 1.0
+    lo_r, hi_r = 1.0, 1e6
+    if pooled(hi_r) <= target:
+        return hi_r
+    for _ in range(60):
+        mid = math.sqrt(lo_r * hi_r)
+        lo_r, hi_r = (mid, hi_r) if pooled(mid) < target else (lo_r, mid)
+    return lo_r
+
+
+def measured_bias2(r: float, centre: np.ndarray, centre_sd: np.ndarray,
+                   users_sd: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The squared clamping bias to charge where the users spread ``r`` times the model's
+    variance (:func:`measured_inflation`): the model's signed bias plus, of unknown sign,
+    all the clamped mass beyond the model's — ``E_δ (|b₁| + (o_r − o₁)⁺)²``. Real users who
+    differ a little are skewed (the movielens coefficients: the signed bias of a normal of
+    the measured spread is about half the bias measured); only the model's part of the
+    clamped mass cancels between the window's two sides."""
+    _, b1, o1 = clamped_moments(centre, centre_sd, users_sd, lo, hi)
+    if r <= 1.0:
+        return np.asarray((b1 * b1) @ _GH_W)
+    _, _, o_r = clamped_moments(centre, centre_sd, math.sqrt(r) * np.asarray(users_sd), lo, hi)
+    e = np.abs(b1) + np.maximum(o_r - o1, 0.0)
+    return np.asarray((e * e) @ _GH_W)

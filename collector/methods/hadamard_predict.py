@@ -19,6 +19,7 @@ from uldp.collector.methods.common import value_noise_variance
 from uldp.collector.methods.hadamard_model import (
     combine_centre,
     excess_limit,
+    measured_bias2,
     model_bias2,
     model_t2,
     normal_cdf,
@@ -86,7 +87,12 @@ def outcomes(method: Any, plan: Any, sample_var: np.ndarray,
     half = q * tau
     # the charged excess share's expected square given that the test passes
     charge2 = priced2(outside - alike_out, noise, sd, limit - alike_out) if interval else 0.0
+    # the clamping the window reports would show (users spreading r× the model's)
+    r = float(np.sum(S2c) / max(float(np.sum(alike[comps])), 1e-300))
+    measured = measured_bias2(r, np.clip(th, -Dc, Dc), np.sqrt(v), np.sqrt(alike[comps]),
+                              lo, hi) if interval and r > 1 else np.zeros(G)
     model = {"mech": mech, "width": hi - lo, "S2": S2c, "centre_var": v, "n3": n3,
+             "measured": measured,
              "bias2": model_bias2(np.sqrt(S2c), np.sqrt(v), half, th, Dc),
              "model_bias2": mb2_model, "D": Dc, "charge2": charge2,
              "t2": float(np.mean(model_t2(np.sqrt(S2c), np.sqrt(v), half)))}
@@ -106,9 +112,10 @@ def _window_errors(plan: Any, w: dict[str, Any], finite: bool, interval: bool
         nv = value_noise_variance(w["mech"], float(w["width"][g]), eps, w["t2"])
         report = (fpc * float(w["S2"][g]) + nv) / n3
         v, mb2_model = float(w["centre_var"][g]), float(w["model_bias2"][g])
-        if interval:  # what the interval carries: the model's bias and the charge
-            out[g] = window_variance(report, mb2_model + w["charge2"] * float(w["D"][g]) ** 2,
-                                     v)
+        if interval:  # what the interval carries: the largest clamping estimate
+            bias2 = max(mb2_model, float(w["measured"][g]),
+                        w["charge2"] * float(w["D"][g]) ** 2)
+            out[g] = window_variance(report, bias2, v)
         else:  # the error: the population's bias (combined as the estimate is)
             out[g] = combine_centre(0.0, report + float(w["bias2"][g]), 0.0, v, mb2_model)[1]
     return out
