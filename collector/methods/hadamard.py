@@ -68,8 +68,10 @@ from uldp.collector.methods.common import (
     value_noise_variance,
 )
 from uldp.collector.methods.hadamard_model import (
+    EXACT_SAMPLES,
     QS,
     Z_CHARGE,
+    binomial_bias2,
     clamps_ok,
     combine_centre,
     measured_bias2,
@@ -239,6 +241,17 @@ class HadamardWindows:
         low = np.maximum(np.abs(theta) - 2 * np.sqrt(np.maximum(var, 0.0)), 0.0)
         return np.maximum(D * D - low * low, 0.0) / plan.spec.samples
 
+    def alike_bias2(self, plan: Any, S2: np.ndarray, v: np.ndarray, half: np.ndarray,
+                    th: np.ndarray, D: np.ndarray) -> np.ndarray:
+        """The windows' expected squared clamping bias for users alike: from the exact
+        (binomial) law of a distribution's coefficient average at ``m`` up to
+        :data:`EXACT_SAMPLES` (:func:`binomial_bias2`), the normal model's above
+        (:func:`model_bias2`) and for values."""
+        m = int(plan.spec.samples)
+        if self._categorical(plan) and m <= EXACT_SAMPLES:
+            return binomial_bias2(m, np.sqrt(v), half, th, D)
+        return model_bias2(np.sqrt(S2), np.sqrt(v), half, th, D)
+
     def window(self, plan: Any, theta: np.ndarray, var: np.ndarray, users_var: np.ndarray,
                mechs: tuple[str, ...] = SCALAR_CHOICES
                ) -> tuple[float, str, np.ndarray, np.ndarray, np.ndarray, float]:
@@ -261,7 +274,7 @@ class HadamardWindows:
             lo, hi = np.maximum(th - half, -D), np.minimum(th + half, D)
             empty = ~(hi > lo)  # a window a rounding could close: the whole range
             lo, hi = np.where(empty, -D, lo), np.where(empty, D, hi)
-            mb2 = model_bias2(np.sqrt(S2), np.sqrt(v), half, th, D)
+            mb2 = self.alike_bias2(plan, S2, v, half, th, D)
             t2 = float(np.mean(model_t2(np.sqrt(S2), np.sqrt(v), half)))
             for mech in mechs:
                 noise = np.array([value_noise_variance(mech, float(hi[g] - lo[g]), eps, t2)

@@ -17,6 +17,7 @@ import numpy as np
 
 __all__ = [
     "COMBINE_BIAS_SHARE",
+    "EXACT_SAMPLES",
     "MAX_UNSEEN",
     "QS",
     "TEST_MARGIN",
@@ -24,6 +25,7 @@ __all__ = [
     "Z_OUTSIDE",
     "Z_PRICE",
     "Z_UNSEEN",
+    "binomial_bias2",
     "clamp_bias",
     "clamped_moments",
     "clamps_ok",
@@ -192,6 +194,51 @@ def model_bias2(users_sd: np.ndarray, centre_sd: np.ndarray, half: np.ndarray,
     hi = np.minimum(th + delta + hw, D)
     b = clamp_bias(th, np.asarray(users_sd, dtype=np.float64)[:, None], lo, hi)
     return np.asarray((b * b) @ _GH_W)
+
+
+#: users alike's statistic of a distribution's coefficient is the average of ``m`` records'
+#: ``±D``: a scaled binomial, discrete and skewed at small ``m``, where the normal's
+#: cancelling of the clamping between the window's two sides does not hold. Up to this
+#: ``m`` its clamping bias is computed from the exact law (:func:`binomial_bias2`); above
+#: it the lattice's step (``2D/m``) is under a tenth of the users' spread (``≤ D/√m``)
+EXACT_SAMPLES = 400
+#: the centre's error ``δ`` on a fine grid (the binomial's bias is a step function of δ)
+_GRID_X = np.linspace(-6.0, 6.0, 241)
+_GRID_W = np.exp(-0.5 * _GRID_X**2) / np.exp(-0.5 * _GRID_X**2).sum()
+
+
+def _binomial_pmf(lchoose: np.ndarray, j: np.ndarray, m: int, p: float) -> np.ndarray:
+    if p <= 0.0 or p >= 1.0:
+        return (j == (m if p >= 1.0 else 0)).astype(np.float64)
+    pmf = np.exp(lchoose + j * math.log(p) + (m - j) * math.log1p(-p))
+    return np.asarray(pmf / pmf.sum())
+
+
+def binomial_bias2(samples: int, centre_sd: np.ndarray, half: np.ndarray,
+                   theta: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """:func:`model_bias2` for users alike of a distribution, exactly: a user's statistic is
+    ``Y = D(2B/m − 1)``, ``B ~ Bin(m, (1 + θ/D)/2)`` (``m`` records each ``±D``); the
+    window ``[θ + δ − half, θ + δ + half] ∩ [−D, D]``, ``δ ~ N(0, centre_sd²)`` on a fine
+    grid. Returns ``E_δ (E clamp(Y) − θ)²`` per coefficient."""
+    m = int(samples)
+    th, hw, D, sd = (np.asarray(x, dtype=np.float64) for x in (theta, half, bound, centre_sd))
+    j = np.arange(m + 1, dtype=np.float64)
+    lchoose = np.array([math.lgamma(m + 1) - math.lgamma(i + 1) - math.lgamma(m - i + 1)
+                        for i in range(m + 1)])
+    out = np.empty(th.shape[0], dtype=np.float64)
+    for g in range(th.shape[0]):
+        d = max(float(D[g]), 1e-300)
+        p = min(max((1.0 + th[g] / d) / 2.0, 0.0), 1.0)
+        pmf = _binomial_pmf(lchoose, j, m, p)
+        keep = pmf > 1e-15 * pmf.max()  # the support that carries the law
+        pmf = pmf[keep] / pmf[keep].sum()
+        y = d * (2.0 * j[keep] / m - 1.0)
+        delta = sd[g] * _GRID_X
+        lo = np.maximum(th[g] + delta - hw[g], -d)[:, None]
+        hi = np.minimum(th[g] + delta + hw[g], d)[:, None]
+        b = (np.clip(y[None, :], lo, np.maximum(lo, hi)) - y[None, :]) @ pmf
+        out[g] = float((b * b) @ _GRID_W)
+    return out
 
 
 def model_t2(users_sd: np.ndarray, centre_sd: np.ndarray, half: np.ndarray) -> np.ndarray:

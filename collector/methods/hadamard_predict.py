@@ -17,6 +17,8 @@ import numpy as np
 
 from uldp.collector.methods.common import value_noise_variance
 from uldp.collector.methods.hadamard_model import (
+    EXACT_SAMPLES,
+    binomial_bias2,
     combine_centre,
     excess_limit,
     measured_bias2,
@@ -93,12 +95,25 @@ def outcomes(method: Any, plan: Any, sample_var: np.ndarray,
                               lo, hi) if interval and r > 1 else np.zeros(G)
     model = {"mech": mech, "width": hi - lo, "S2": S2c, "centre_var": v, "n3": n3,
              "measured": measured,
-             "bias2": model_bias2(np.sqrt(S2c), np.sqrt(v), half, th, Dc),
+             "bias2": _truth_bias2(method, plan, S2c, v, half, th, Dc),
              "model_bias2": mb2_model, "D": Dc, "charge2": charge2,
              "t2": float(np.mean(model_t2(np.sqrt(S2c), np.sqrt(v), half)))}
     out = np.zeros(K)
     out[comps] = _window_errors(plan, model, stat_var is not None, interval)
     return out, fallback_v, p_window
+
+
+def _truth_bias2(method: Any, plan: Any, S2c: np.ndarray, v: np.ndarray, half: np.ndarray,
+                 th: np.ndarray, Dc: np.ndarray) -> np.ndarray:
+    """The clamping bias the users' actual spread ``S2c`` gives the windows: the normal
+    model's, and for a distribution at ``m`` ≤ ``EXACT_SAMPLES`` at least users alike's exact
+    (binomial) one (:func:`binomial_bias2`) — the users' statistics are averages of ``m``
+    records, as discrete as users alike's or more."""
+    b2 = model_bias2(np.sqrt(S2c), np.sqrt(v), half, th, Dc)
+    m = int(plan.spec.samples)
+    if method._categorical(plan) and m <= EXACT_SAMPLES:
+        b2 = np.maximum(b2, binomial_bias2(m, np.sqrt(v), half, th, Dc))
+    return np.asarray(b2)
 
 
 def _window_errors(plan: Any, w: dict[str, Any], finite: bool, interval: bool
