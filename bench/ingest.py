@@ -387,7 +387,16 @@ def _aio_calls(ep: Endpoint, method: str, wire: list[bytes], meta: list[tuple],
             call = calls[k % len(calls)]
             for j in nxt:
                 t = time.perf_counter()
-                await call(wire[j], metadata=meta[j], timeout=60, wait_for_ready=True)
+                try:
+                    await call(wire[j], metadata=meta[j], timeout=60, wait_for_ready=True)
+                except grpc.aio.AioRpcError as exc:
+                    done = int(np.count_nonzero(lat))
+                    med = float(np.median(lat[lat > 0])) if done else 0.0
+                    raise RuntimeError(
+                        f"{method}: call {j} failed {time.perf_counter() - t:.1f} s after it "
+                        f"was sent, {time.perf_counter() - t0:.1f} s into the stage, "
+                        f"{done} calls answered (median {med:.2f} s, "
+                        f"max {lat.max():.2f} s): {exc.code().name} {exc.details()}") from exc
                 lat[j] = time.perf_counter() - t
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(k) for k in range(concurrency)))

@@ -155,18 +155,27 @@ CGROUP_V2 = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000
 
 
+#: cgroup ``cpu.shares`` of a replica's group (v2 ``cpu.weight`` = this · 100 / 1024): eight
+#: nice-0 tasks' worth, so a replica reaches its quota on a busy box (the quota, not the
+#: weight, caps what it takes). A group weighs as ONE task against every other task: at
+#: the bench's nice 19 (weight 15) a replica of dozens of threads got 9 % of a 0.4-core
+#: quota at load 15 (0 periods throttled), its calls took 20-30 s and the unary stage
+#: failed — a starved replica, not a 0.4-core box
+BOX_SHARES = 8192
+
+
 def nice_weight(nice: int) -> int:
     """CFS's weight of a task at ``nice`` (1024 at 0, ×1.25 per step down), as cgroup
-    ``cpu.shares`` (v1) — so a replica's group competes for the box no harder than its
-    process did at that nice value."""
+    ``cpu.shares`` (v1)."""
     return max(2, round(1024 / 1.25 ** nice))
 
 
 class CpuQuota:
     """Each collector replica in a cgroup of its own with ``cores`` CPUs of quota per
-    period (cgroup v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) and the CFS weight of its
-    nice value: "one fixed-size box per replica" on a shared machine. PostgreSQL and
-    the load generator stay outside. Needs root and a writable cpu controller;
+    period (cgroup v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``) and a weight that lets it
+    reach that quota (:data:`BOX_SHARES`): "one fixed-size box per replica" on a shared
+    machine. PostgreSQL and the load generator stay outside.
+    Needs root and a writable cpu controller;
     :meth:`check` says why not otherwise. ``use(pid, cpu_s, wall_s)``: the share of
     its quota a replica used (≈ 1 when the quota, not the box, bounds it)."""
 
@@ -189,7 +198,7 @@ class CpuQuota:
 
     def apply(self, pids: list[int]) -> None:
         base = CGROUP_V1_CPU if self.v1 else CGROUP_V2
-        weight = nice_weight(os.getpriority(os.PRIO_PROCESS, 0))
+        weight = BOX_SHARES
         for k, pid in enumerate(pids):
             d = base / f"uldp-bench-{self.tag}-{k}"
             d.mkdir(exist_ok=True)

@@ -221,6 +221,13 @@ def honest_terms(stage: GridStage, a: np.ndarray, b: np.ndarray, n1: int, n2: in
         sdY = math.sqrt(max(float(stage.report_variance(dev2[None, :])[0]), 0.0) / max(n1, 1))
         SY = float(_chernoff(np.array([float(dev2 @ stage.mass)]), np.array([sdY]),
                              np.array([float(dev2.max())]), n1)[0])
+    if alike is not None and alike > 0:
+        # users alike: a statistic is the mean of ``m`` i.i.d. records on ``[−D, D]``, so
+        # ``Var Y ≤ D²/m``, and the clamping ``τ`` is 1-Lipschitz in ``Y``, so
+        # ``Var τ ≤ Var Y`` too — what the noisy histogram can only bound by the worst case
+        cap = float(stage.points[-1]) ** 2 / alike
+        S = np.minimum(S, cap)
+        SY = min(SY, cap)
     hist = stage.histogram()
     if alike is not None and n1 > 0 and stage.reports > 0:
         b_lo, b_hi = _alike_terms(stage, a, b, n1, alike, SY)

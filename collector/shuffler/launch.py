@@ -15,6 +15,7 @@ collector.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -100,7 +101,7 @@ def free_port() -> int:
 
 def start_shuffler_process(work: Path, sp: ShufflePki, collector_intake: str, *,
                            db: Path | None = None, extra: list[str] | None = None,
-                           env: dict[str, str] | None = None, timeout_s: float = 60.0,
+                           env: dict[str, str] | None = None, timeout_s: float = 120.0,
                            attest: bool = True) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``uldp shuffler serve`` on 127.0.0.1 (free port) forwarding to the
     collector's shuffler port ``collector_intake``; wait until it serves. ``attest``:
@@ -116,7 +117,8 @@ def start_shuffler_process(work: Path, sp: ShufflePki, collector_intake: str, *,
          "--collector-ca", str(sp.ca), "--client-cert", str(sp.client_cert),
          "--client-key", str(sp.client_key),
          "--log-level", os.environ.get("ULDP_LOG_LEVEL", "warning"), *(extra or [])],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        stdout=log, stderr=subprocess.STDOUT,
+        env={"PYTHONFAULTHANDLER": "1", **os.environ, **(env or {})})
     log.close()
     return proc, wait_serving(proc, ready, work / "shuffler.log", sp.ca, "shuffler", timeout_s)
 
@@ -144,6 +146,15 @@ def wait_serving(proc: subprocess.Popen[bytes], ready: Path, log: Path, ca: Path
             except grpc.RpcError:
                 pass
         time.sleep(0.05)
-    proc.kill()
+    # a start that hangs: ask for every thread's stack in its log first (the process runs
+    # with PYTHONFAULTHANDLER=1, so SIGABRT dumps them), then kill it
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     proc.wait()
-    raise TimeoutError(f"{what} did not start")
+    dump = log.read_text(errors="replace").strip().splitlines()[-12:] if log.exists() else []
+    raise TimeoutError(f"{what} did not start in {timeout_s:.0f} s (see {log}): "
+                       + " | ".join(dump))
