@@ -587,52 +587,6 @@ class HadamardWindows:
         (:func:`uldp.collector.methods.hadamard_predict.outcomes`)."""
         return outcomes(self, plan, sample_var, stat_var, stat_mean, interval)
 
-    def _centre_variance(self, plan: Any, sv: np.ndarray, S2: np.ndarray, n1: np.ndarray
-                         ) -> np.ndarray:
-        """The predicted ``Var θ̂¹_c``: one sampled record's variance of coefficient c
-        (``sample_var_c``) plus the oracle's noise spread over the ``K`` coefficients
-        (distribution), or full-range values (``mean-l1``)."""
-        eps, K = float(plan.spec.epsilon), plan.n_components
-        var = np.zeros(K)
-        if self._categorical(plan):
-            A = plan.kind.categories(plan.template)
-            noise = oracle_total_variance(self.oracle_name(plan), A, eps)
-            var[:] = (np.maximum(sv, 0.0) + noise / K) / max(float(n1.sum()), 1.0)
-            var[0] = 0.0
-            return var
-        mech1 = value_mechanism(plan.spec, eps)
-        for g in range(self.n_groups(plan)):
-            c = self._comp(plan, g)
-            D = self._bound(plan, c)
-            var[c] = (value_noise_variance(mech1, 2 * D, eps) + S2[c]) / max(n1[g], 1.0)
-        return var
-
-    def _fallback_variance(self, plan: Any, sv: np.ndarray, stat_var: np.ndarray | None,
-                           n2: int) -> tuple[np.ndarray, float]:
-        spec, eps = plan.spec, float(plan.spec.epsilon)
-        K = plan.n_components
-        n_left = max(spec.users - n2, 1)
-        if self._categorical(plan):
-            A = plan.kind.categories(plan.template)
-            noise = oracle_total_variance(self.oracle_name(plan), A, eps)
-            total_sample = float(np.sum(sv))
-            between = float(np.sum(stat_var)) if stat_var is not None \
-                else total_sample / spec.samples
-            within = max(total_sample - between, 0.0)
-            # the estimand counts the spread phase's users too (finite population)
-            fpc = 1.0 - n_left / spec.users
-            total = (noise + within + fpc * max(between, 0.0)) / n_left
-            return np.full(K, total / A), total
-        G = self.n_groups(plan)
-        mech = value_mechanism(spec, eps)
-        out = np.zeros(K)
-        for g in range(G):
-            c = self._comp(plan, g)
-            k = max(plan.stage_size(g, 1) + plan.stage_size(g, 3), 1)
-            S2 = sv[c] / spec.samples if stat_var is None else stat_var[c]
-            out[c] = (value_noise_variance(mech, 2 * self._bound(plan, c), eps) + S2) / k
-        return out, float(out.sum())
-
 
 def _merged(accs: dict[int, Any]) -> Any:
     """The groups' oracle accumulators merged into one (None without any)."""

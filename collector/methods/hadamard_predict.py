@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from uldp.collector.methods.common import value_noise_variance
+from uldp.collector.mechanisms.choice import oracle_total_variance
+from uldp.collector.methods.common import value_mechanism, value_noise_variance
 from uldp.collector.methods.hadamard_model import (
     EXACT_SAMPLES,
     binomial_bias2,
@@ -33,7 +34,7 @@ from uldp.collector.methods.hadamard_model import (
     window_variance,
 )
 
-__all__ = ["outcomes"]
+__all__ = ["centre_variance", "fallback_variance", "outcomes"]
 
 _NORMAL = NormalDist()
 
@@ -48,20 +49,18 @@ def outcomes(method: Any, plan: Any, sample_var: np.ndarray,
     error as ``HadamardWindows._window_estimate`` combines it (None where they never
     run; ``interval``: the variance their interval carries — model bias and the charged
     excess share expected when the test passes); ``fallback``: the oracle's error."""
-    spec, eps = plan.spec, float(plan.spec.epsilon)
-    K = plan.n_components
-    G = method.n_groups(plan)
+    eps, K, G = float(plan.spec.epsilon), plan.n_components, method.n_groups(plan)
     comps = [method._comp(plan, g) for g in range(G)]
-    m = spec.samples
     sv = np.asarray(sample_var, dtype=np.float64)
-    S2 = sv / m if stat_var is None else np.maximum(np.asarray(stat_var, np.float64), 0)
+    S2 = sv / plan.spec.samples if stat_var is None \
+        else np.maximum(np.asarray(stat_var, np.float64), 0)
     mean = np.zeros(K) if stat_mean is None else np.asarray(stat_mean, dtype=np.float64)
     sizes = np.array([plan.stage_sizes(g) for g in range(G)], dtype=np.float64)
     n2 = int(sizes[:, 1].sum())
     n3 = np.maximum(sizes[:, 2], 1.0)
     D = np.array([method._bound(plan, c) for c in range(K)])
-    fallback_v, fallback_total = method._fallback_variance(plan, sv, stat_var, n2)
-    var = method._centre_variance(plan, sv, S2, sizes[:, 0])
+    fallback_v, fallback_total = fallback_variance(method, plan, sv, stat_var, n2)
+    var = centre_variance(method, plan, sv, S2, sizes[:, 0])
     # the centre phase's window (its own model: users alike), then the spread's view
     alike = method.alike_var(plan, mean, var)
     q, mech, lo, hi, mb2_model, mse_model = method.window(plan, mean, var, alike)
@@ -94,8 +93,7 @@ def outcomes(method: Any, plan: Any, sample_var: np.ndarray,
     measured = measured_bias2(r, np.clip(th, -Dc, Dc), np.sqrt(v), np.sqrt(alike[comps]),
                               lo, hi) if interval and r > 1 else np.zeros(G)
     model = {"mech": mech, "width": hi - lo, "S2": S2c, "centre_var": v, "n3": n3,
-             "measured": measured,
-             "bias2": _truth_bias2(method, plan, S2c, v, half, th, Dc),
+             "measured": measured, "bias2": _truth_bias2(method, plan, S2c, v, half, th, Dc),
              "model_bias2": mb2_model, "D": Dc, "charge2": charge2,
              "t2": float(np.mean(model_t2(np.sqrt(S2c), np.sqrt(v), half)))}
     out = np.zeros(K)
@@ -134,3 +132,54 @@ def _window_errors(plan: Any, w: dict[str, Any], finite: bool, interval: bool
         else:  # the error: the population's bias (combined as the estimate is)
             out[g] = combine_centre(0.0, report + float(w["bias2"][g]), 0.0, v, mb2_model)[1]
     return out
+
+
+def centre_variance(method: Any, plan: Any, sv: np.ndarray, S2: np.ndarray, n1: np.ndarray
+                    ) -> np.ndarray:
+    """The predicted ``Var θ̂¹_c``: one sampled record's variance of coefficient c
+    (``sample_var_c``) plus the oracle's noise spread over the ``K`` coefficients
+    (distribution), or full-range values (``mean-l1``)."""
+    eps, K = float(plan.spec.epsilon), plan.n_components
+    var = np.zeros(K)
+    if method._categorical(plan):
+        A = plan.kind.categories(plan.template)
+        noise = oracle_total_variance(method.oracle_name(plan), A, eps)
+        var[:] = (np.maximum(sv, 0.0) + noise / K) / max(float(n1.sum()), 1.0)
+        var[0] = 0.0
+        return var
+    mech1 = value_mechanism(plan.spec, eps)
+    for g in range(method.n_groups(plan)):
+        c = method._comp(plan, g)
+        D = method._bound(plan, c)
+        var[c] = (value_noise_variance(mech1, 2 * D, eps) + S2[c]) / max(n1[g], 1.0)
+    return var
+
+
+def fallback_variance(method: Any, plan: Any, sv: np.ndarray, stat_var: np.ndarray | None,
+                      n2: int) -> tuple[np.ndarray, float]:
+    """The predicted variance of every component when the spread test fails: the
+    one-record oracle (distribution) or full-range values (``mean-l1``) over the users
+    the spread phase left, and its total."""
+    spec, eps = plan.spec, float(plan.spec.epsilon)
+    K = plan.n_components
+    n_left = max(spec.users - n2, 1)
+    if method._categorical(plan):
+        A = plan.kind.categories(plan.template)
+        noise = oracle_total_variance(method.oracle_name(plan), A, eps)
+        total_sample = float(np.sum(sv))
+        between = float(np.sum(stat_var)) if stat_var is not None \
+            else total_sample / spec.samples
+        within = max(total_sample - between, 0.0)
+        # the estimand counts the spread phase's users too (finite population)
+        fpc = 1.0 - n_left / spec.users
+        total = (noise + within + fpc * max(between, 0.0)) / n_left
+        return np.full(K, total / A), total
+    G = method.n_groups(plan)
+    mech = value_mechanism(spec, eps)
+    out = np.zeros(K)
+    for g in range(G):
+        c = method._comp(plan, g)
+        k = max(plan.stage_size(g, 1) + plan.stage_size(g, 3), 1)
+        S2 = sv[c] / spec.samples if stat_var is None else stat_var[c]
+        out[c] = (value_noise_variance(mech, 2 * method._bound(plan, c), eps) + S2) / k
+    return out, float(out.sum())
