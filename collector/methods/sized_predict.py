@@ -176,8 +176,10 @@ def stage_one_draws(pi: np.ndarray, n1: int, oracle: str, eps: float, draws: int
     rng = np.random.default_rng(20240601)
     sd = np.sqrt(ORACLE_DECODERS[oracle].variance(pi, pi.size, eps) / n1)
     for at in range(0, draws, CHUNK):
-        k = min(CHUNK, draws - at)
-        yield rng.multinomial(n1, pi, size=k) / n1 + rng.normal(0.0, 1.0, (k, pi.size)) * sd
+        # one histogram after the other from the one stream: the first draws are the same
+        # whatever ``draws`` (``auto`` ranks on a few of them)
+        yield np.array([rng.multinomial(n1, pi) / n1 + rng.normal(0.0, 1.0, pi.size) * sd
+                        for _ in range(min(CHUNK, draws - at))])
 
 
 def _true_report_variance(stage: GridStage, F: np.ndarray, vals: np.ndarray,
