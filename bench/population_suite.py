@@ -21,8 +21,10 @@ cell; a larger ``--reps`` adds repetitions whose seeds continue where the cell s
 every user's records replaced by one record, their statistic, the query's public ``m_ref``
 that of the full data. Exact for ``ssl``, whose device reports a function of the statistic
 alone (the mean of the records, here in range: no clamping), through the same program,
-device, accumulator and interval; the prediction then sees the users' statistics only
-(``ssl``'s depends on them alone). Other methods are refused. Use another ``--out``.
+device, accumulator and interval — the same law; the same bits where the device batches
+hold the users in the same order (``tests/test_own_data.py::
+test_ssl_reports_depend_on_a_users_statistic_alone``). The prediction then sees the users'
+statistics only. Other methods are refused. Use another ``--out``.
 ``--repredict``: after a change to the *prediction* alone (the estimates, and so the stored
 repetitions, unchanged), recompute the named cells' predicted MSE with the current code
 from one repetition each (the old value is kept as ``predicted_before``); a cell whose
