@@ -14,8 +14,10 @@
 //   4. the README's web snippet (README.md, "Devices in web and mobile apps") bundled by esbuild
 //      against the installed package (esbuild's default minify, code splitting): every chunk a
 //      device without a shuffler loads — the entry, its static chunks AND any chunk loaded by a
-//      dynamic import — must stay within the budget below; only shuffle mode's sealing chunk
-//      (the one holding core/hpke.js, loaded only for a sealed task) is left out, printed beside;
+//      dynamic import — must stay within the budget below; only the chunks loaded on demand are
+//      left out, printed beside: shuffle mode's sealing (the one holding core/hpke.js, loaded only
+//      for a sealed task) and the gRPC-Web framing (web/grpcWeb.js, loaded only by a
+//      FetchTransport with protocol "grpc-web"; the snippet speaks Connect, the default);
 //   5. React Native: Metro's conditions resolve the CommonJS build, with no Node import;
 //   6. what `npm install` of the tarball brings: packages and bytes.
 //
@@ -29,7 +31,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
-import { readmeSnippet, withoutSealing } from "./bundle-reach.mjs";
+import { readmeSnippet, withoutOnDemand } from "./bundle-reach.mjs";
 
 /** What a device without a shuffler may load for the README snippet (minified / gzip, KiB, the
  * sum over its chunks, each gzipped as it is served): a guard against regressions such as the
@@ -178,26 +180,30 @@ await step(`the README's web snippet bundles within ${BUDGET.minified} KiB minif
     legalComments: "none", metafile: true, logLevel: "error" });
   const outputs = r.metafile.outputs;
   // shuffle mode's sealing: the chunk holding core/hpke.js (and the @noble code beside it)
-  const start = withoutSealing(outputs);
-  const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => /core\/hpke\.js$/.test(i));
-  if (!Object.keys(outputs).some(isSealing)) throw new Error("no chunk holds core/hpke.js: is the sealing bundled at start?");
+  const start = withoutOnDemand(outputs);
+  const holding = (re) => Object.keys(outputs).filter((o) => Object.keys(outputs[o].inputs).some((i) => re.test(i)));
+  const sealing = holding(/core\/hpke\.js$/);
+  const grpcWeb = holding(/web\/grpcWeb\.js$/);
+  if (!sealing.length) throw new Error("no chunk holds core/hpke.js: is the sealing bundled at start?");
+  if (grpcWeb.length !== 1 || sealing.includes(grpcWeb[0])) throw new Error("web/grpcWeb.js is not a chunk of its own");
   // tree-shaking keeps the Node entry, gRPC and the curve code out of what such a device loads
   const stray = [...start].flatMap((o) => Object.keys(outputs[o].inputs))
-    .filter((i) => /@noble|@grpc|protobufjs|\/build\/src\/node\/|core\/hpke\.js$/.test(i)
+    .filter((i) => /@noble|@grpc|protobufjs|\/build\/src\/node\/|core\/hpke\.js$|web\/grpcWeb\.js$/.test(i)
       // pay for what you use: the snippet imports kinds/mean only, so no other kind's code
       || /\/kinds\/(?!mean\.js$)|core\/(kashin|methods\/)/.test(i));
   if (stray.length) throw new Error(`loaded without a shuffler: ${stray.join(", ")}`);
-  // the sealing chunk shares no module with the device's start (core/hpke.ts imports none), so a
-  // device without a shuffler loads one file: a chunk shared with it costs gzip (~0.6 KiB)
-  if (start.size !== 1) throw new Error(`a device without a shuffler loads ${start.size} files (a chunk shared with the sealing?)`);
+  // the on-demand chunks share no module with the device's start (core/hpke.ts and web/grpcWeb.ts
+  // import none), so a device without a shuffler loads one file: a shared chunk costs gzip (~0.6 KiB)
+  if (start.size !== 1) throw new Error(`a device without a shuffler loads ${start.size} files (a chunk shared with an on-demand one?)`);
   const size = (files) => {
     const bytes = files.map((f) => readFileSync(join(app, f)));
     return { min: bytes.reduce((n, b) => n + b.length, 0), gz: bytes.reduce((n, b) => n + gzipSync(b, { level: 9 }).length, 0) };
   };
   const at = size([...start]);
-  const lazy = size(Object.keys(outputs).filter((o) => !start.has(o) && o.endsWith(".js")));
-  const line = `without a shuffler ${kib(at.min)} minified, ${kib(at.gz)} gzip (${start.size} files); `
-    + `shuffle mode's sealing, loaded on demand: ${kib(lazy.min)} / ${kib(lazy.gz)}`;
+  const lazy = size(sealing);
+  const gw = size(grpcWeb);
+  const line = `without a shuffler ${kib(at.min)} minified, ${kib(at.gz)} gzip (${start.size} files); loaded on demand: `
+    + `shuffle mode's sealing ${kib(lazy.min)} / ${kib(lazy.gz)}, the gRPC-Web framing ${kib(gw.min)} / ${kib(gw.gz)}`;
   if (at.min > BUDGET.minified * 1024 || at.gz > BUDGET.gzip * 1024) throw new Error(`over budget: ${line}`);
   return line;
 });
