@@ -28,7 +28,7 @@
 import {
   Code, CODE_NAMES, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll,
   encodeGetTasks, encodeSubmitReport, encodeSubmitSealed, type DeclineMessage, encodeDecline, type EnrollArgs, type EnrollResult,
-  type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE, wire,
+  type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE,
   withRetries,
 } from "../wire/index.js";
 
@@ -222,16 +222,16 @@ export class FetchTransport {
   }
 
   async enroll(req: EnrollArgs = {}): Promise<EnrollResult> {
-    return decode(wire.EnrollResponse, await this.call("Enroll", encodeEnroll(req), null));
+    return decode("EnrollResponse", await this.call("Enroll", encodeEnroll(req), null));
   }
 
   async getTasks(token: string, datasets: readonly string[], queryId = ""): Promise<GetTasksResult> {
-    return decode(wire.GetTasksResponse, await this.call("GetTasks", encodeGetTasks(datasets, queryId), token));
+    return decode("GetTasksResponse", await this.call("GetTasks", encodeGetTasks(datasets, queryId), token));
   }
 
   /** Send the exact bytes of a SubmitReportRequest (`encodeSubmitReport`). */
   async submitReportBytes(token: string, body: Uint8Array): Promise<{ duplicate: boolean; received_at_ms: string }> {
-    return decode(wire.SubmitReportResponse, await this.call("SubmitReport", body, token));
+    return decode("SubmitReportResponse", await this.call("SubmitReport", body, token));
   }
 
   submitReport(token: string, r: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }> {
@@ -239,7 +239,7 @@ export class FetchTransport {
   }
   /** Decline a refused task (DeclineTask). */
   async declineTask(token: string, d: DeclineMessage): Promise<{ duplicate: boolean }> {
-    return decode(wire.DeclineTaskResponse, await this.call("DeclineTask", encodeDecline(d), token));
+    return decode("DeclineTaskResponse", await this.call("DeclineTask", encodeDecline(d), token));
   }
 }
 
@@ -256,7 +256,7 @@ export class FetchShufflerTransport extends FetchTransport {
 
   async submitSealed(r: SealedReportMessage): Promise<{ duplicate: boolean }> {
     // no token: the shuffler takes the report's ticket, never the collector's credential
-    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", encodeSubmitSealed(r), null));
+    return decode("SubmitSealedResponse", await this.call("SubmitSealed", encodeSubmitSealed(r), null));
   }
 }
 

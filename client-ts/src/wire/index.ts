@@ -10,17 +10,19 @@ import { RETRYABLE, Status as Code } from "../core/status.js";
 import { CodecError, type MessageType, typeOf } from "./codec.js";
 
 export { CodecError, type MessageType, typeOf };
+/** The message types by name (the Node entry's `wire`); the encoders and `decode` below look
+ * them up by name, so a bundle that never names this object leaves it out. */
 export const wire = {
-  EnrollRequest: typeOf("EnrollRequest"),
-  EnrollResponse: typeOf("EnrollResponse"),
-  GetTasksRequest: typeOf("GetTasksRequest"),
-  GetTasksResponse: typeOf("GetTasksResponse"),
-  SubmitReportRequest: typeOf("SubmitReportRequest"),
-  SubmitReportResponse: typeOf("SubmitReportResponse"),
-  DeclineTaskRequest: typeOf("DeclineTaskRequest"),
-  DeclineTaskResponse: typeOf("DeclineTaskResponse"),
-  SubmitSealedRequest: typeOf("SubmitSealedRequest"),
-  SubmitSealedResponse: typeOf("SubmitSealedResponse"),
+  EnrollRequest: /* @__PURE__ */ typeOf("EnrollRequest"),
+  EnrollResponse: /* @__PURE__ */ typeOf("EnrollResponse"),
+  GetTasksRequest: /* @__PURE__ */ typeOf("GetTasksRequest"),
+  GetTasksResponse: /* @__PURE__ */ typeOf("GetTasksResponse"),
+  SubmitReportRequest: /* @__PURE__ */ typeOf("SubmitReportRequest"),
+  SubmitReportResponse: /* @__PURE__ */ typeOf("SubmitReportResponse"),
+  DeclineTaskRequest: /* @__PURE__ */ typeOf("DeclineTaskRequest"),
+  DeclineTaskResponse: /* @__PURE__ */ typeOf("DeclineTaskResponse"),
+  SubmitSealedRequest: /* @__PURE__ */ typeOf("SubmitSealedRequest"),
+  SubmitSealedResponse: /* @__PURE__ */ typeOf("SubmitSealedResponse"),
 };
 
 /** The device service's path prefix (gRPC method names, Connect and gRPC-Web URLs). */
@@ -92,7 +94,7 @@ export interface DeclineMessage {
 }
 
 export function encodeDecline(d: DeclineMessage): Uint8Array {
-  return wire.DeclineTaskRequest.encode({
+  return typeOf("DeclineTaskRequest").encode({
     decline: { query_id: d.queryId, phase: d.phase, task_digest: d.taskDigest, reason: d.reason },
   });
 }
@@ -113,7 +115,7 @@ export interface SealedReportMessage {
 
 /** The exact bytes of a SubmitSealedRequest (deterministic). */
 export function encodeSubmitSealed(r: SealedReportMessage): Uint8Array {
-  return wire.SubmitSealedRequest.encode({ report: {
+  return typeOf("SubmitSealedRequest").encode({ report: {
     query_id: r.queryId, phase: r.phase, group: r.group, stage: r.stage, task_digest: r.taskDigest,
     sealed: r.sealed, ticket: r.ticket, attestation: r.attestation ?? "",
   } });
@@ -138,26 +140,26 @@ export function encodeSubmitReport(r: ReportMessage): Uint8Array {
   const report = {
     query_id: r.queryId, phase: r.phase, values: [...r.values], task_digest: r.taskDigest, simulated: r.simulated,
   };
-  return wire.SubmitReportRequest.encode({ report });
+  return typeOf("SubmitReportRequest").encode({ report });
 }
 
 export function encodeEnroll(req: EnrollArgs): Uint8Array {
-  return wire.EnrollRequest.encode({
+  return typeOf("EnrollRequest").encode({
     enrollment_secret: req.enrollmentSecret ?? "", label: req.label ?? "", previous_token: req.previousToken ?? "",
     attestation: req.attestation ?? "",
   });
 }
 
 export function encodeGetTasks(datasets: readonly string[], queryId = ""): Uint8Array {
-  return wire.GetTasksRequest.encode({ datasets: [...datasets], query_id: queryId });
+  return typeOf("GetTasksRequest").encode({ datasets: [...datasets], query_id: queryId });
 }
 
 /** An answer's message; bytes that are not one are an INTERNAL error of the call. */
-export function decode<T>(t: MessageType, b: Uint8Array): T {
+export function decode<T>(name: string, b: Uint8Array): T {
   try {
-    return t.decode(b) as T;
+    return typeOf(name).decode(b) as T;
   } catch (e) {
-    throw new RpcError(Code.INTERNAL, `the collector's answer is not a valid uldp.v1.${t.name}: ${(e as Error).message}`);
+    throw new RpcError(Code.INTERNAL, `the collector's answer is not a valid uldp.v1.${name}: ${(e as Error).message}`);
   }
 }
 
