@@ -74,15 +74,9 @@ const g = globalThis as unknown as Timers & {
 
 /** gRPC code of an HTTP status that carries no Connect / gRPC-Web status (gRPC HTTP mapping). */
 export function codeOfHttpStatus(status: number): number {
-  switch (status) {
-    case 400: return Code.INTERNAL;
-    case 401: return Code.UNAUTHENTICATED;
-    case 403: return Code.PERMISSION_DENIED;
-    case 404: return Code.UNIMPLEMENTED;
-    case 408: return Code.DEADLINE_EXCEEDED;
-    case 429: case 502: case 503: case 504: return Code.UNAVAILABLE;
-    default: return Code.UNKNOWN;
-  }
+  const { INTERNAL, UNAUTHENTICATED, PERMISSION_DENIED, UNIMPLEMENTED, DEADLINE_EXCEEDED, UNAVAILABLE } = Code;
+  return ({ 400: INTERNAL, 401: UNAUTHENTICATED, 403: PERMISSION_DENIED, 404: UNIMPLEMENTED, 408: DEADLINE_EXCEEDED,
+    429: UNAVAILABLE, 502: UNAVAILABLE, 503: UNAVAILABLE, 504: UNAVAILABLE } as Record<number, number>)[status] ?? Code.UNKNOWN;
 }
 
 /** gRPC code number of a Connect error code ("invalid_argument"; "canceled" is CANCELLED). */

@@ -15,6 +15,9 @@
  * decimal strings (exact, JSON-safe). No Node-only dependency.
  */
 import { DESCRIPTOR } from "./wire.gen.js";
+import { CodecError } from "./messages.js";
+
+export { CodecError };
 
 interface FieldDesc {
   type: string;
@@ -54,14 +57,11 @@ export interface MessageType {
   decode(bytes: Uint8Array): Record<string, unknown>;
 }
 
-export class CodecError extends Error {
-  override name = "CodecError";
-}
 const fail = (message: string): never => {
   throw new CodecError(message);
 };
 
-const NESTED = parseDescriptor(DESCRIPTOR);
+const NESTED = /* @__PURE__ */ parseDescriptor(DESCRIPTOR);
 const I64 = [-(1n << 63n), (1n << 63n) - 1n] as const;
 /** The varint scalars and their ranges. */
 const RANGE: Record<string, readonly [bigint, bigint]> = { bool: [0n, 1n], uint32: [0n, 0xffffffffn], int64: I64, sint64: I64 };
