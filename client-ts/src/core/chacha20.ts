@@ -40,7 +40,7 @@ export function chacha20(key: Uint8Array, nonce: Uint8Array, data: Uint8Array,
   const blocks = Math.ceil(data.length / 64);
   if (key.length !== 32 || nonce.length !== 12 || output.length < data.length || !Number.isSafeInteger(counter)
     || counter < 0 || counter + blocks > 0x1_0000_0000) {
-    throw new RangeError("ChaCha20 needs a 32-byte key, a 12-byte nonce, an output as long as the data, a block counter below 2^32");
+    throw new RangeError("ChaCha20: a 32-byte key, 12-byte nonce, output as long as the data, block counter < 2^32");
   }
   const s = new Uint32Array(16);
   s.set(SIGMA);

@@ -15,6 +15,10 @@ const defaultFail: Fail = (code, message) => {
   throw Object.assign(new Error(message), { code });
 };
 
+/** The headers of a gRPC-Web request with a deadline of `timeoutMs`. */
+export const headers = (timeoutMs: number): Record<string, string> =>
+  ({ "content-type": "application/grpc-web+proto", "x-grpc-web": "1", "grpc-timeout": `${timeoutMs}m` });
+
 /** The 5-byte gRPC-Web frame of a request message. */
 export function frame(message: Uint8Array): Uint8Array {
   const out = new Uint8Array(5 + message.length);

@@ -172,10 +172,9 @@ export class FetchTransport {
     this.#random = o.random ?? Math.random;
   }
 
-  #headers(token: string | null, timeoutMs: number): Record<string, string> {
-    const h: Record<string, string> = this.protocol === "connect"
-      ? { "content-type": "application/proto", "connect-protocol-version": "1", "connect-timeout-ms": String(timeoutMs) }
-      : { "content-type": "application/grpc-web+proto", "x-grpc-web": "1", "grpc-timeout": `${timeoutMs}m` };
+  #headers(gw: GrpcWeb | null, token: string | null, timeoutMs: number): Record<string, string> {
+    const h: Record<string, string> = gw ? gw.headers(timeoutMs)
+      : { "content-type": "application/proto", "connect-protocol-version": "1", "connect-timeout-ms": String(timeoutMs) };
     if (token !== null) h.authorization = `Bearer ${token}`;
     return h;
   }
@@ -193,7 +192,7 @@ export class FetchTransport {
       let bytes: Uint8Array;
       try {
         res = await this.#fetch(`${this.baseUrl}/${this.#service}/${method}`, {
-          method: "POST", headers: this.#headers(token, timeoutMs),
+          method: "POST", headers: this.#headers(gw, token, timeoutMs),
           body: gw ? gw.frame(body) : body, signal: ctl?.signal,
         });
         bytes = new Uint8Array(await res.arrayBuffer());
