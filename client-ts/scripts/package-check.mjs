@@ -33,21 +33,20 @@ import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
 import { readmeSnippet, withoutOnDemand } from "./bundle-reach.mjs";
 
-/** What a device without a shuffler may load for the README snippet (minified / gzip, KiB, the
- * sum over its chunks, each gzipped as it is served): a guard against regressions such as the
- * curve code back in the page's static imports (+40 KiB) or every kind back in a build that
- * imports one (+10 KiB). Measured 58.8 / 21.9, one file (59.0 / 22.5 before the sealing chunk
- * stopped sharing a chunk with the start; 121.4 / 43.1 before the sealing became lazy and
- * the core dropped @noble; 82.2 / 29.8 before the computed SHA-256 constants and the compact
- * wire descriptor; 80.6 / 29.5 before the pmfs left the device's path and the shorter task
- * rules; 72.6 / 27.3 before the kind registry — the snippet imports kinds/mean —, the sealed
- * payload's move into the sealing chunk and the baselines registered apart). The issue's aim,
- * 60 / 20: 60 KiB minified is met, 20 KiB gzip is not (21.9): what remains is the task rules, the
- * device, the deployed methods, every mechanism, the codec, the fetch transport and the ledger,
- * each needed by a device that may be sent any mean task (see client-ts/README.md;
+/** What a device without a shuffler may load over Connect for the README snippet (minified /
+ * gzip, KiB, the sum over its chunks, each gzipped as it is served): a guard against regressions
+ * such as the curve code back in the page's static imports (+40 KiB), every kind back in a build
+ * that imports one (+10 KiB) or the codec back in the device's path (+0.8 KiB gzip). Measured
+ * 53.3 / 20.45, one file (58.8 / 21.9 before the device's messages were written by hand, the
+ * gRPC-Web framing became a chunk loaded on demand and smaller cuts; 59.0 / 22.5 before the
+ * sealing chunk stopped sharing a chunk with the start; 121.4 / 43.1 before the sealing became
+ * lazy and the core dropped @noble; 72.6 / 27.3 before the kind registry). The issue's aim,
+ * 60 / 20: 60 KiB minified is met, 20 KiB gzip is not (20.45): what remains is the task rules,
+ * the device, the deployed methods, every mechanism, the messages, the fetch transport and the
+ * ledger, each needed by a device that may be sent any mean task (see client-ts/README.md;
  * scripts/snippet-modules.mjs shows it by module). Lower it as bytes go; raise it only with a
  * reason in the commit. */
-const BUDGET = { minified: 59, gzip: 22 };
+const BUDGET = { minified: 54, gzip: 21 };
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const repo = join(here, "..");

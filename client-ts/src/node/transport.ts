@@ -1,9 +1,10 @@
 /**
  * Node transport to a uldp collector's DeviceService over gRPC + TLS (@grpc/grpc-js).
  *
- * Messages are encoded and decoded by the SDK's small codec (`../wire`) from `wire.gen.ts` (the compact form of test/wire.gen.json), a
- * JSON descriptor generated from proto/uldp/v1/*.proto by scripts/gen-proto-json.mjs (checked in
- * CI), so no .proto file is read at run time. grpc-js sees only bytes: a request is encoded ONCE and
+ * Messages are written and read by the SDK's hand-written writers and readers of the device's
+ * messages (`../wire/messages.ts`, checked against protobufjs over test/wire.gen.json, which
+ * scripts/gen-proto-json.mjs generates from proto/uldp/v1/*.proto), so no .proto file is read at
+ * run time. grpc-js sees only bytes: a request is encoded ONCE and
  * every retry re-sends exactly those bytes (a resend after a lost acknowledgement is then a
  * byte-identical duplicate, which the collector answers with `duplicate = true`).
  *

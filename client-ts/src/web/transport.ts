@@ -5,9 +5,10 @@
  * `FetchShufflerTransport`, the same to a shuffler's HTTP port (`uldp shuffler serve --http-port`, §16).
  *
  * A small hand-written unary client rather than @connectrpc/connect-web: the device makes four
- * unary calls (Enroll, GetTasks, SubmitReport, DeclineTask), the messages are encoded once by the same small codec as the Node gRPC transport
- * (`../wire`), so every retry re-sends the identical bytes, and the bundle stays small (no
- * protobuf runtime, no generated code: client-ts/README.md, "Wire code"). The gRPC-Web framing
+ * unary calls (Enroll, GetTasks, SubmitReport, DeclineTask), the messages are encoded once by the
+ * same hand-written writers as the Node gRPC transport (`../wire/messages.ts`), so every retry
+ * re-sends the identical bytes, and the bundle stays small (no protobuf runtime, no generated
+ * code: client-ts/README.md, "Wire code"). The gRPC-Web framing
  * (`./grpcWeb.ts`) is loaded on the first call of a transport with `protocol: "grpc-web"`, so a
  * page over Connect never downloads it.
  *
