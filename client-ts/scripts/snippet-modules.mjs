@@ -6,7 +6,8 @@
 // a shuffler loads, static or dynamic; per module its minified bytes in those chunks (esbuild's
 // metafile) and, as a rough guide to its gzip share, its own minified text gzipped alone.
 //
-//   node scripts/snippet-modules.mjs            (from client-ts/; ~2 s)
+//   node scripts/snippet-modules.mjs            (from client-ts/; ~2 s; BYTES=1 also prints the
+//                                                exact totals: minified bytes, gzip bytes)
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -50,6 +51,7 @@ try {
   const bytes = [...start].map((f) => readFileSync(join(app, f)));
   const min = bytes.reduce((n, b) => n + b.length, 0);
   const gz = bytes.reduce((n, b) => n + gzipSync(b, { level: 9 }).length, 0);
+  if (process.env.BYTES) console.log(min, gz);
   console.log(`| **total** (${start.size} files, each gzipped as served) | ${(min / 1024).toFixed(1)} KiB | ${(gz / 1024).toFixed(1)} KiB gzip |`);
 } finally {
   rmSync(app, { recursive: true, force: true });

@@ -11,10 +11,10 @@ import { chacha20 as nobleChacha } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { sha256 as nobleSha } from "@noble/hashes/sha2.js";
 import { chacha20 } from "../src/core/chacha20.js";
-import { bytesToHex, hexToBytes, isLowOrder, RandomSource } from "../src/core/index.js";
+import { bytesToHex, hexToBytes, isLowOrder, RandomSource, seededSource } from "../src/core/index.js";
 import { H0, K, sha256 } from "../src/core/sha256.js";
 
-const rng = RandomSource.seeded("primitives-cross-check");
+const rng = seededSource("primitives-cross-check");
 const u = (n: number): number => Number(rng.words(1)[0] % BigInt(n));
 
 test("ChaCha20: RFC 8439 §2.4.2 and A.2 #1", () => {

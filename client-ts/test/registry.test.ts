@@ -14,7 +14,7 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { taskDigest } from "../src/core/check.js";
 import { hexToBytes } from "../src/core/encoding.js";
-import { RandomSource } from "../src/core/random.js";
+import { RandomSource, seededSource } from "../src/core/random.js";
 import { KINDS } from "../src/core/registry.js";
 import { computeReport } from "../src/core/report.js";
 import { KIND_NAMES, parseTask, TaskRefused } from "../src/core/task.js";
@@ -92,7 +92,7 @@ class Fake implements DeviceTransportLike {
 test("a Device of this build answers a mean task and declines a distribution task (unregistered), charging nothing for it", async () => {
   const fake = new Fake();
   const d = await Device.open({ sendDelay: null, transport: fake, store: new MemoryStore(), budget: 10,
-    simulation: { rng: RandomSource.seeded("registry-test") } });
+    simulation: { rng: seededSource("registry-test") } });
   d.addDataset("steps", [0.5, 0.25]);
   d.addDataset("colour", [1, 2, 2], null, { values: "categorical", alphabet: 4 });
   const msg = (queryId: string, dataset: string, o: Record<string, unknown>) => {

@@ -9,7 +9,7 @@
  * Modes:
  *  - `RandomSource.secure()`: key from the platform CSPRNG (`crypto.getRandomValues`), the
  *    only mode of a production device (`simulation === false`);
- *  - `RandomSource.keyed(key)` / `RandomSource.seeded(seed)`: a reproducible stream for
+ *  - `RandomSource.keyed(key)` / `seededSource(seed)`: a reproducible stream for
  *    conformance vectors, tests and simulations only (`simulation === true`; reports made
  *    with it are marked `simulated` on the wire).
  *
@@ -130,24 +130,6 @@ export class RandomSource {
     return new RandomSource(key, true);
   }
 
-  /** A reproducible stream from a public seed: key = SHA-256("uldp-simulation-seed:" || material). */
-  static seeded(seed: bigint | number | string | Uint8Array): RandomSource {
-    let material: Uint8Array;
-    if (typeof seed === "number" || typeof seed === "bigint") {
-      if (typeof seed === "number" && !Number.isSafeInteger(seed)) {
-        throw new RangeError(`seed must be an integer, got ${seed}`);
-      }
-      const s = BigInt(seed);
-      if (s < 0n) throw new RangeError(`seed must be non-negative, got ${seed}`);
-      material = seedIntBytes(s);
-    } else if (typeof seed === "string") {
-      material = utf8(seed);
-    } else {
-      material = seed.slice();
-    }
-    return new RandomSource(sha256(concat(utf8("uldp-simulation-seed:"), material)), true);
-  }
-
   /** An independent child (same mode): key = SHA-256(utf8(label) || next 32 stream bytes). */
   spawn(label: string): RandomSource {
     return new RandomSource(sha256(concat(utf8(label), this.bytes(32))), this.simulation);
@@ -211,13 +193,6 @@ export class RandomSource {
     return out;
   }
 
-  /** Exact Bernoulli(num[i]/den[i]) draws, 0 <= num <= den: `belowEach(den)[i] < num[i]`. */
-  bernoulliRational(num: readonly bigint[], den: readonly bigint[]): boolean[] {
-    if (num.length !== den.length) throw new RangeError("num and den lengths differ");
-    const u = this.belowEach(den);
-    return u.map((x, i) => x < num[i]);
-  }
-
   /**
    * Bernoulli(p) for data rounding (not noise): one word per entry (all drawn at once);
    * true iff (w >> 11) < floor(p * 2^53).
@@ -229,4 +204,31 @@ export class RandomSource {
     const w = this.words(p.length);
     return p.map((x, i) => w[i] >> 11n < floatThreshold(x));
   }
+}
+
+/** A reproducible stream from a public seed: key = SHA-256("uldp-simulation-seed:" || material).
+ * A free function, not a static method, so a device bundle (which never seeds) leaves it out. */
+export function seededSource(seed: bigint | number | string | Uint8Array): RandomSource {
+  let material: Uint8Array;
+  if (typeof seed === "number" || typeof seed === "bigint") {
+    if (typeof seed === "number" && !Number.isSafeInteger(seed)) {
+      throw new RangeError(`seed must be an integer, got ${seed}`);
+    }
+    const s = BigInt(seed);
+    if (s < 0n) throw new RangeError(`seed must be non-negative, got ${seed}`);
+    material = seedIntBytes(s);
+  } else if (typeof seed === "string") {
+    material = utf8(seed);
+  } else {
+    material = seed.slice();
+  }
+  return RandomSource.keyed(sha256(concat(utf8("uldp-simulation-seed:"), material)));
+}
+
+/** Exact Bernoulli(num[i]/den[i]) draws, 0 <= num <= den: `rng.belowEach(den)[i] < num[i]`. A free
+ * function, not a method, so a bundle that never draws one leaves it out. */
+export function bernoulliRational(rng: RandomSource, num: readonly bigint[], den: readonly bigint[]): boolean[] {
+  if (num.length !== den.length) throw new RangeError("num and den lengths differ");
+  const u = rng.belowEach(den);
+  return u.map((x, i) => x < num[i]);
 }

@@ -512,21 +512,23 @@ export class Device {
     out.retryAfterMs = Math.max(resp.retry_after_ms, out.pending ? 1000 : 0);
     return out;
   }
+}
 
-  /** Poll until nothing is waiting (or the timeout); returns the merged result. */
-  async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep,
-    opts: PollOptions = {}): Promise<PollResult> {
-    const total = emptyResult();
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const r = await this.poll(queryId, opts);
-      for (const k of ["submitted", "refused", "declined", "rejected", "failed"] as const) (total[k] as unknown[]).push(...r[k]);
-      total.late += r.late;
-      total.waiting = r.waiting;
-      total.retryAfterMs = r.retryAfterMs;
-      if (!r.waiting || Date.now() > end) return total;
-      await sleep(Math.max(r.retryAfterMs, 50) * (0.5 + Math.random()));
-    }
+
+/** Poll until nothing is waiting (or the timeout); returns the merged result. A free function,
+ * not a method, so a bundle that never calls it (the README's web snippet) leaves it out. */
+export async function runDevice(device: Device, timeoutMs = 600_000, queryId = "",
+  sleep: (ms: number) => Promise<unknown> = defaultSleep, opts: PollOptions = {}): Promise<PollResult> {
+  const total = emptyResult();
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const r = await device.poll(queryId, opts);
+    for (const k of ["submitted", "refused", "declined", "rejected", "failed"] as const) (total[k] as unknown[]).push(...r[k]);
+    total.late += r.late;
+    total.waiting = r.waiting;
+    total.retryAfterMs = r.retryAfterMs;
+    if (!r.waiting || Date.now() > end) return total;
+    await sleep(Math.max(r.retryAfterMs, 50) * (0.5 + Math.random()));
   }
 }
 
