@@ -132,31 +132,28 @@ def main() -> None:
     a = ap.parse_args()
     loaders = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
                for _ in range(a.load)]
-    rows = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="uldp-starts-") as tmp, BusyGrpc(a.busy) as b:
-            for spawn in a.spawn:
-                t0, calls0 = time.monotonic(), b.calls
-                r = run(spawn, a.starts, Path(tmp) / spawn)
-                r["wall_s"] = time.monotonic() - t0
-                r["busy_calls"] = b.calls - calls0
-                rows.append(r)
-                print(f"# {spawn}: {r}", file=sys.stderr, flush=True)
-    finally:
-        for p in loaders:
-            p.kill()
-            p.wait()
     print(f"load: {a.load} busy loops (nice 19), {a.busy} threads calling gRPC in the "
           f"launching process; {os.cpu_count()} CPUs; grpcio {grpc.__version__}\n")
     print("| spawn | starts | aborted before exec (SIGABRT, Epoll1Poller EBADF) | other "
           "failures | SERVING p50 s | max s | wall s | gRPC calls meanwhile |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['spawn']} | {r['starts']} | {r['aborted']} | {r['other']} | "
-              f"{r['p50_s']:.2f} | {r['max_s']:.2f} | {r['wall_s']:.0f} | {r['busy_calls']} |")
-    for r in rows:
-        if r["first_other"]:
-            print(f"\n{r['spawn']}: first other failure: {r['first_other']}")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    notes = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="uldp-starts-") as tmp, BusyGrpc(a.busy) as b:
+            for spawn in a.spawn:  # each row as soon as it is measured
+                t0, calls0 = time.monotonic(), b.calls
+                r = run(spawn, a.starts, Path(tmp) / spawn)
+                print(f"| {spawn} | {r['starts']} | {r['aborted']} | {r['other']} | "
+                      f"{r['p50_s']:.2f} | {r['max_s']:.2f} | {time.monotonic() - t0:.0f} | "
+                      f"{b.calls - calls0} |", flush=True)
+                if r["first_other"]:
+                    notes.append(f"{spawn}: first other failure: {r['first_other']}")
+    finally:
+        for p in loaders:
+            p.kill()
+            p.wait()
+    for n in notes:
+        print(f"\n{n}")
 
 
 if __name__ == "__main__":
