@@ -17,11 +17,14 @@ execs the collector; ``Popen`` without ``preexec_fn``, so Python uses ``vfork``)
 grpc-core's fork handlers in the child). Printed: one row per spawn — starts, aborted
 (the child killed by SIGABRT with grpc's ``Epoll1Poller ... epoll_wait error: Bad file
 descriptor`` in its log), other failures, median and max seconds to SERVING.
+``--to exec``: each start only until the collector's own interpreter runs (then killed):
+the defect strikes between fork and exec, and a start costs a fraction of a second.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -87,7 +90,36 @@ class BusyGrpc:
         self.server.stop(0)
 
 
-def run(spawn: str, starts: int, root: Path) -> dict[str, object]:
+def _start_to_exec(pki: object, work: Path) -> str:
+    """One start, only until the child runs the collector's own interpreter (the defect
+    strikes between fork and exec): "ok", "aborted" or what else happened."""
+    port = conftest._free_port()
+    argv = conftest.collector_argv(pki, f"sqlite:///{work}/c.db", port,  # type: ignore[arg-type]
+                                   name=f"proc-{port}",
+                                   extra_args=["--header-timeout", "3.0", "--http-port",
+                                               str(conftest._free_port())])
+    with open(work / "collector.log", "wb") as log:
+        proc = conftest.start_process(argv, log, dict(os.environ), NOFILE)
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                text = (work / "collector.log").read_text(errors="replace")
+                if proc.returncode == -6 and ABORT_LINE in text:
+                    return "aborted"
+                return f"exited with {proc.returncode}: {text[-300:]}"
+            with contextlib.suppress(OSError):  # the collector itself, not the interim one
+                if Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[1:2] == [b"-m"]:
+                    return "ok"
+            time.sleep(0.005)
+        return "not exec'd in 60 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def run(spawn: str, starts: int, root: Path, to: str = "serving") -> dict[str, object]:
     pki = make_dev_pki(root / "pki")
     (root / "pki" / "admin.token").write_text(conftest.ADMIN_TOKEN + "\n")
     conftest_start = conftest.start_process
@@ -101,6 +133,15 @@ def run(spawn: str, starts: int, root: Path) -> dict[str, object]:
             work = root / f"{spawn}-{k}"
             work.mkdir()
             t0 = time.monotonic()
+            if to == "exec":
+                got = _start_to_exec(pki, work)
+                aborted += got == "aborted"
+                if got not in ("ok", "aborted"):
+                    other += 1
+                    first_other = first_other or got
+                else:
+                    seconds.append(time.monotonic() - t0)
+                continue
             try:
                 c = conftest.launch_collector(pki, work, subprocess_=True, http=True,
                                               nofile=NOFILE,
@@ -129,20 +170,24 @@ def main() -> None:
                     default=["exec", "preexec"])
     ap.add_argument("--busy", type=int, default=2, help="threads calling gRPC meanwhile")
     ap.add_argument("--load", type=int, default=2, help="busy-loop processes (nice 19)")
+    ap.add_argument("--to", choices=("serving", "exec"), default="serving",
+                    help="wait for each start until both ports serve (then SIGTERM), or "
+                         "only until the collector's interpreter runs (then SIGKILL)")
     a = ap.parse_args()
     loaders = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
                for _ in range(a.load)]
-    print(f"load: {a.load} busy loops (nice 19), {a.busy} threads calling gRPC in the "
-          f"launching process; {os.cpu_count()} CPUs; grpcio {grpc.__version__}\n")
+    print(f"starts to {a.to}; load: {a.load} busy loops (nice 19), {a.busy} threads calling "
+          f"gRPC in the launching process; {os.cpu_count()} CPUs; grpcio {grpc.__version__}; "
+          f"load average {os.getloadavg()[0]:.1f} at the start\n")
     print("| spawn | starts | aborted before exec (SIGABRT, Epoll1Poller EBADF) | other "
-          "failures | SERVING p50 s | max s | wall s | gRPC calls meanwhile |")
+          f"failures | to {a.to}: p50 s | max s | wall s | gRPC calls meanwhile |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
     notes = []
     try:
         with tempfile.TemporaryDirectory(prefix="uldp-starts-") as tmp, BusyGrpc(a.busy) as b:
             for spawn in a.spawn:  # each row as soon as it is measured
                 t0, calls0 = time.monotonic(), b.calls
-                r = run(spawn, a.starts, Path(tmp) / spawn)
+                r = run(spawn, a.starts, Path(tmp) / spawn, a.to)
                 print(f"| {spawn} | {r['starts']} | {r['aborted']} | {r['other']} | "
                       f"{r['p50_s']:.2f} | {r['max_s']:.2f} | {time.monotonic() - t0:.0f} | "
                       f"{b.calls - calls0} |", flush=True)
