@@ -108,7 +108,8 @@ class ShufflerServer:
         self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
         self.forwarder = Forwarder(self.store, self.link, cfg.shuffle, verifier_name=name)
         self.servicer = ShufflerServicer(self.store, tickets, self.link, verifier, name,
-                                         on_admit=self.forwarder.admitted)
+                                         on_admit=self.forwarder.admitted,
+                                         checkers=cfg.shuffle.checkers)
         add_service(self.server, self.servicer, _SERVICE, batch_cap=MAX_SEALED_BATCH,
                     who="shuffler")
         self.metrics = ShufflerMetrics(self.store, self.servicer, self.forwarder, self.link)
@@ -130,6 +131,7 @@ class ShufflerServer:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         self.forwarder.stop()
+        self.servicer.checkers.close()
         self.channel.close()
         log.info("shuffler stopped: %s", self.store.counts())
         self.store.close()
