@@ -16,10 +16,11 @@ Submission` it admits or the refusal it gets — the same answers, in the same o
 checking in the thread (``tests/shuffle/test_shuffler_checkers.py``). Checks 6 and on (the
 query's view, the store) stay in the shuffler's main process, which alone holds its state.
 
-The pool starts on the first batch call large enough to use it (:data:`POOL_MIN_REPORTS`),
-in the background: until its processes are up — seconds of imports — calls are checked in
-their own thread, so no call waits for it, and a shuffler that never sees a large batch
-never starts it. A pool that breaks is replaced the same way.
+The pool starts in the background when the shuffler starts (:meth:`Checkers.warm`), or on
+the first batch call large enough to use it (:data:`POOL_MIN_REPORTS`): until its processes
+are up — a second or two of imports — calls are checked in their own thread, so no call
+waits for it. A pool that breaks is replaced the same way. Its processes end when the
+shuffler's process is gone, also after a kill -9.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import pickle
 import re
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
@@ -65,7 +67,10 @@ Refusal = tuple[str, str]
 def default_checkers() -> int:
     """``--checkers`` when not given: one process per core up to :data:`MAX_CHECKERS`, none
     on a machine with one core (the thread would only wait for the process)."""
-    cores = os.cpu_count() or 1
+    try:
+        cores = len(os.sched_getaffinity(0))  # the cores this process may run on
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
     return 0 if cores < 2 else min(cores, MAX_CHECKERS)
 
 
@@ -122,6 +127,17 @@ _KEYS: tuple[TicketKey, EnrolmentVerifier | None] | None = None
 def _init(keys: bytes) -> None:
     global _KEYS
     _KEYS = pickle.loads(keys)
+    parent = os.getppid()
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True,
+                     name="uldp-checker-parent").start()
+
+
+def _exit_with(parent: int) -> None:
+    """End this process once the shuffler that started it is gone (a kill -9 of the
+    shuffler leaves no checking process behind)."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _check_piece(raw: bytes, start: int, stop: int) -> list[Submission | Refusal]:
@@ -156,6 +172,12 @@ class Checkers:
         self._lock = threading.Lock()
         self._closed = False
         self.pooled = 0  # reports checked in the pool (metrics, tests)
+
+    def warm(self) -> None:
+        """Start the processes now, in the background (``uldp shuffler serve`` does at
+        start: the first large calls are then checked in the pool, not in their thread)."""
+        if self.processes:
+            self._ready_pool()
 
     @property
     def available(self) -> bool:

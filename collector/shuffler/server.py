@@ -121,6 +121,7 @@ class ShufflerServer:
         for name in ("", _SERVICE.full_name):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.forwarder.start()
+        self.servicer.checkers.warm()
         if not defer_accept(self.port):
             log.debug("TCP_DEFER_ACCEPT not set on the shuffler's gRPC port %d", self.port)
         log.info("shuffler listening on %s:%d (TLS), forwarding to %s (mutual TLS); "

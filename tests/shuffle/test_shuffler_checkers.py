@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 import grpc
-import pytest
 
 from uldp.client.wire import shuffler_pb2
 from uldp.collector.security.attestation import HmacAttestation
