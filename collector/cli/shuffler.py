@@ -209,6 +209,27 @@ def _key_flags(s: Any) -> None:
                         "it attested; without it they state the local ε0 only")
 
 
+def _batch_flags(s: Any) -> None:
+    """The flags of batching and of the checking processes."""
+    s.add_argument("--min-batch", type=positive_int, default=100,
+                   help="never forward a batch smaller than this (default 100; 1 is allowed "
+                        "but every query sets its own minimum of at least 2, which applies "
+                        "when larger); a cell is forwarded before it is complete only once "
+                        "it holds twice the minimum (the last batch keeps at least it)")
+    s.add_argument("--max-batch", type=positive_int, default=50_000,
+                   help="at most this many reports per batch (default 50000)")
+    s.add_argument("--batch-parts", type=positive_int, default=1,
+                   help="forward a cell in ~this many batches (default 1: one per cell, the "
+                   "smallest stated ε; 4: opened while it arrives, ~2× the ε; docs/privacy.md §7)")
+    s.add_argument("--checkers", type=nonneg_int, default=None,
+                   help="processes that check the tickets and attestations of batch calls "
+                        "(default: one per core, at most 4; 0: in the gRPC threads)")
+    s.add_argument("--linger", type=positive_float, default=2.0,
+                   help="forward a bucket once quiet this many seconds (default 2)")
+    s.add_argument("--deadline-margin", type=positive_float, default=5.0,
+                   help="forward a bucket this many seconds before its phase's deadline")
+
+
 def register(subparsers: Any) -> None:
     """Add ``shuffler serve`` and ``shuffler certs`` to the ``uldp`` parser."""
     pc = subparsers.add_parser("shuffler", help="run the shuffler of shuffle mode")
@@ -251,23 +272,7 @@ def register(subparsers: Any) -> None:
                    help="the shuffler's client certificate for the collector (its common "
                         "name is the collector's --shuffler-name)")
     s.add_argument("--client-key", required=True, help="key of --client-cert")
-    s.add_argument("--min-batch", type=positive_int, default=100,
-                   help="never forward a batch smaller than this (default 100; 1 is allowed "
-                        "but every query sets its own minimum of at least 2, which applies "
-                        "when larger); a cell is forwarded before it is complete only once "
-                        "it holds twice the minimum (the last batch keeps at least it)")
-    s.add_argument("--max-batch", type=positive_int, default=50_000,
-                   help="at most this many reports per batch (default 50000)")
-    s.add_argument("--batch-parts", type=positive_int, default=1,
-                   help="forward a cell in ~this many batches (default 1: one per cell, the "
-                   "smallest stated ε; 4: opened while it arrives, ~2× the ε; docs/privacy.md §7)")
-    s.add_argument("--checkers", type=nonneg_int, default=None,
-                   help="processes that check the tickets and attestations of batch calls "
-                        "(default: one per core, at most 4; 0: in the gRPC threads)")
-    s.add_argument("--linger", type=positive_float, default=2.0,
-                   help="forward a bucket once quiet this many seconds (default 2)")
-    s.add_argument("--deadline-margin", type=positive_float, default=5.0,
-                   help="forward a bucket this many seconds before its phase's deadline")
+    _batch_flags(s)
     s.add_argument("--max-message-bytes", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
                    help=f"largest gRPC message (default {DEFAULT_MAX_MESSAGE_BYTES})")
     s.add_argument("--log-level", default="info", help="debug, info, warning or error")
