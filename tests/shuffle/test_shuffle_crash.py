@@ -8,11 +8,13 @@ collector acknowledged (the forwarder sends two at once) are still ``forwarding`
 shuffler, the other reports wait. A new shuffler on the same database re-sends those
 batches (the collector answers duplicate: the batch id) and forwards the rest. The
 collector ends with exactly the acknowledged reports, each once, and the query completes.
-The killed shuffler's checking processes (``--checkers``) end with it.
+The killed shuffler's checking processes (``--checkers``) end with it, and so do the
+collector's opening processes when it is killed in turn.
 """
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import time
 from pathlib import Path
@@ -118,3 +120,11 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
     _wait(lambda: _shuffler(d, "SELECT count(*) FROM pending") == [(0,)])
     states = dict(_shuffler(d, "SELECT batch_id, state FROM batches"))
     assert set(states.values()) == {"forwarded"} and set(acked) <= set(states)
+
+    # the collector killed too (last: nothing runs after it in this module): its opening
+    # processes end with it
+    openers = _children(d.collector.pid)
+    assert openers, "the collector's shuffler port starts its opening processes"
+    d.collector.send_signal(signal.SIGKILL)
+    d.collector.wait()
+    _wait(lambda: not any(_alive(p) for p in openers), 15.0)
