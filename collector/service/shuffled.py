@@ -82,10 +82,11 @@ def _workers() -> int:
     return min(os.cpu_count() or 1, MAX_OPENERS)
 
 
-def _opener_start() -> None:
-    """In each opening process, at its start: end it once the collector that started it is
-    gone (a collector killed with SIGKILL would otherwise leave its pool running)."""
-    parent = os.getppid()
+def _opener_start(parent: int) -> None:
+    """In each opening process, at its start: end it once the collector that started it
+    (``parent``, its pid as the collector gave it: a collector killed before this process
+    got here leaves it with another parent already) is gone — a collector killed with
+    SIGKILL would otherwise leave its pool running."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -137,7 +138,7 @@ class ShuffleIntake:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
                     _workers(), mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_opener_start)
+                    initializer=_opener_start, initargs=(os.getpid(),))
             return self._pool
 
     def warm(self) -> None:

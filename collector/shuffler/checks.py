@@ -124,10 +124,11 @@ def precheck_all(tickets: TicketKey, verifier: EnrolmentVerifier | None,
 _KEYS: tuple[TicketKey, EnrolmentVerifier | None] | None = None
 
 
-def _init(keys: bytes) -> None:
+def _init(keys: bytes, parent: int) -> None:
     global _KEYS
     _KEYS = pickle.loads(keys)
-    parent = os.getppid()
+    # ``parent`` comes from the shuffler itself: a shuffler killed before this process got
+    # here leaves it with another parent already, and it ends at once
     threading.Thread(target=_exit_with, args=(parent,), daemon=True,
                      name="uldp-checker-parent").start()
 
@@ -192,7 +193,7 @@ class Checkers:
             if self._starting is None:
                 pool = ProcessPoolExecutor(
                     self.processes, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init, initargs=(self._keys,))
+                    initializer=_init, initargs=(self._keys, os.getpid()))
                 self._starting = pool
                 warm = [pool.submit(_ready) for _ in range(self.processes)]
                 threading.Thread(target=self._up, args=(pool, warm), daemon=True,
