@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
-import { readmeSnippet, withoutSealing } from "./bundle-reach.mjs";
+import { readmeSnippet, withoutOnDemand } from "./bundle-reach.mjs";
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const app = mkdtempSync(join(tmpdir(), "uldp-snippet-"));
@@ -27,7 +27,7 @@ try {
     format: "esm", splitting: true, outdir: join(app, "dist"), platform: "browser", target: "es2022",
     legalComments: "none", metafile: true, logLevel: "error" });
   const outputs = r.metafile.outputs;
-  const start = withoutSealing(outputs);
+  const start = withoutOnDemand(outputs);
   const per = new Map();
   for (const o of start) {
     for (const [i, v] of Object.entries(outputs[o].inputs)) {

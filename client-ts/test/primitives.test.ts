@@ -41,6 +41,9 @@ test("ChaCha20 equals @noble/ciphers on random keys, nonces, counters and length
   }
   assert.throws(() => chacha20(new Uint8Array(32), new Uint8Array(12), new Uint8Array(65), undefined, 0xffffffff), /counter/);
   assert.throws(() => chacha20(new Uint8Array(31), new Uint8Array(12), new Uint8Array(1)), /key/);
+  assert.throws(() => chacha20(new Uint8Array(32), new Uint8Array(8), new Uint8Array(1)), /nonce/);
+  assert.throws(() => chacha20(new Uint8Array(32), new Uint8Array(12), new Uint8Array(9), new Uint8Array(8)), /output/);
+  assert.throws(() => chacha20(new Uint8Array(32), new Uint8Array(12), new Uint8Array(1), undefined, -1), /counter/);
 });
 
 test("SHA-256: FIPS 180-4 examples, and equal to @noble/hashes on every length 0..300 and large inputs", () => {
