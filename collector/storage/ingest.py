@@ -25,6 +25,7 @@ from uldp.collector.storage.records import (
     judge_stored,
     now_ms,
     phase_lock_key,
+    report_array_literals,
     report_arrays,
     report_params,
     stored_row,
@@ -85,7 +86,7 @@ class IngestTables(Tables):
     def store_reports(self, items: Sequence[PendingReport]) -> list[ReportOutcome]:
         """Commit a batch of reports in one transaction; one outcome per item."""
         with self.raw_write() as cur:
-            return self.store_reports_cursor(cur, items)
+            return self.store_reports_cursor(cur, items, commit=True)
 
     def store_reports_in(self, conn: Connection,
                          items: Sequence[PendingReport]) -> list[ReportOutcome]:
@@ -132,8 +133,8 @@ class IngestTables(Tables):
         if hold:
             self._held = raw
 
-    def store_reports_cursor(self, cur: Any,
-                             items: Sequence[PendingReport]) -> list[ReportOutcome]:
+    def store_reports_cursor(self, cur: Any, items: Sequence[PendingReport],
+                             commit: bool = False) -> list[ReportOutcome]:
         """Store validated reports with the DB-API cursor ``cur`` of an open write
         transaction.
 
@@ -148,10 +149,15 @@ class IngestTables(Tables):
         identical re-send after the phase closed is an OK duplicate), and only refused
         with FAILED_PRECONDITION when nothing is stored for its (query, device).
 
-        PostgreSQL first tries all of it as one pipelined round trip (guards, then one
-        statement inserting and counting) under a savepoint; if a phase turns out not to
-        be open or a row conflicts (a retry), it rolls back to the savepoint and takes the
-        statement-by-statement path, which says which phase or report was refused.
+        PostgreSQL first sends all of it as one pipelined round trip of a fixed number of
+        statements whatever the batch holds (:meth:`_pg_one_trip`: the shared locks of
+        every phase in one statement, then one statement inserting only the rows of open
+        phases and counting them, and with ``commit=True`` — the writer's own
+        transaction — the COMMIT): no savepoint, no per-phase statements, no second round
+        trip. Everything it stored is correct as it stands; the reports it did not insert
+        (a phase not open, a row already stored: retries) then take the
+        statement-by-statement path, which says which phase or report was refused (after
+        the commit, in the next transaction, with ``commit=True``).
 
         No phase row is written: the phase's state is read under its shared advisory lock
         (:meth:`phase_open`) and the reports are counted in this process's own row of
@@ -160,26 +166,32 @@ class IngestTables(Tables):
         """
         out: list[ReportOutcome | None] = [None] * len(items)
         t = now_ms()
+        rest: Sequence[int] = range(len(items))  # left to the slow path
+        if not self.is_sqlite and items:
+            rest = self._pg_one_trip(cur, items, out, t, commit)
+        if rest:
+            sub = [items[i] for i in rest]
+            for i, o in zip(rest, self._store_slow(cur, sub, t), strict=True):
+                out[i] = o
+        return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
+                for o in out]
+
+    def _store_slow(self, cur: Any, items: Sequence[PendingReport],
+                    t: int) -> list[ReportOutcome | None]:
+        """Statement by statement: guard each phase, insert the first report of each
+        (query, device) of the open phases, judge the rest against the stored reports,
+        count the inserts."""
+        out: list[ReportOutcome | None] = [None] * len(items)
         by_phase: dict[tuple[str, int], list[int]] = {}
         for i, it in enumerate(items):
             by_phase.setdefault((it.query_id, it.phase), []).append(i)
-        phases = sorted(by_phase)
-        inserted: Any = None  # container of the (query, device) keys inserted
-        counted = False  # the pipelined statement counted its inserts
-        if not self.is_sqlite:
-            rows, first_of, later = first_reports(items, [by_phase[k] for k in phases])
-            if self._pg_pipelined(cur, phases, rows, t):
-                inserted, counted = first_of.keys(), True
-        if inserted is None:
-            open_groups = self._guard_phases(cur, items, by_phase, out)
-            rows, first_of, later = first_reports(items, open_groups)
-            inserted = self._insert_reports(cur, rows, t)
+        open_groups = self._guard_phases(cur, items, by_phase, out)
+        rows, first_of, later = first_reports(items, open_groups)
+        inserted = self._insert_reports(cur, rows, t)
         counts = self._judge_inserts(cur, items, first_of, later, inserted, out, t)
-        if not counted:
-            for (qid, ph), c in counts.items():
-                self.count_in(cur, qid, ph, received=c)
-        return [o if o is not None else ReportOutcome("INTERNAL", "not processed")
-                for o in out]
+        for (qid, ph), c in counts.items():
+            self.count_in(cur, qid, ph, received=c)
+        return out
 
     def phase_open(self, cur: Any, query_id: str, phase: int) -> str | None:
         """The state of a phase (None: no such phase), read so that it stays what it is
@@ -269,31 +281,30 @@ class IngestTables(Tables):
             inserted.update((r[0], r[1]) for r in cur.fetchall())
         return inserted
 
-    def _pg_pipelined(self, cur: Any, phases: list[tuple[str, int]],
-                      rows: list[PendingReport], t: int) -> bool:
-        """PostgreSQL: guards + insert-and-count in one pipelined round trip under a
-        savepoint. True if every phase was open and every row was new (all inserted and
-        counted); otherwise False, rolled back to the savepoint."""
-        sql = self._sql
+    def _pg_one_trip(self, cur: Any, items: Sequence[PendingReport],
+                     out: list[ReportOutcome | None], t: int, commit: bool) -> list[int]:
+        """PostgreSQL: the shared locks of the batch's phases, then the first report of
+        each (query, device) inserted if its phase is open and nothing is stored for it,
+        counted in this writer's rows of ``phase_counts`` (and with ``commit`` the
+        COMMIT), all in one pipelined round trip of at most three statements. Sets the
+        outcome of every inserted report; returns the indices of the others, for
+        :meth:`_store_slow`."""
+        keys = sorted({phase_lock_key(it.query_id, it.phase) for it in items})
+        rows, first_of, _ = first_reports(items, [list(range(len(items)))])
         conn = cur.connection
-        guards = [conn.cursor() for _ in phases]
         ins = conn.cursor()
         try:
             with conn.pipeline():
-                cur.execute("SAVEPOINT uldp_ingest")
-                for g, (qid, ph) in zip(guards, phases, strict=True):
-                    g.execute(sql["lock"], (phase_lock_key(qid, ph),))
-                    g.execute(sql["phase_state"], (qid, ph))
-                if rows:
-                    ins.execute(sql["insert_count"], (*report_arrays(rows, t),
-                                                      self.writer_id))
-            n = ins.fetchone()[0] if rows else 0
-            states = [g.fetchone() for g in guards]
-            if n != len(rows) or any(st is None or st[0] != "open" for st in states):
-                # a phase is not open, or a device already has a stored report
-                cur.execute("ROLLBACK TO SAVEPOINT uldp_ingest")
-                return False
-            return True
+                cur.execute(self._sql["lock_many"], (keys,))
+                ins.execute(self._sql["insert_open"], (*report_array_literals(rows, t),
+                                                       self.writer_id))
+                if commit:
+                    # a statement, not conn.commit(): that would sync the pipeline (one
+                    # more wait); the server ends the transaction all the same
+                    cur.execute("COMMIT")
+            inserted = {(r[0], r[1]) for r in ins.fetchall()}
         finally:
-            for c in (*guards, ins):
-                c.close()
+            ins.close()
+        for key in inserted:
+            out[first_of[key]] = ReportOutcome("OK", "stored", False, t)
+        return [i for i, o in enumerate(out) if o is None]

@@ -320,7 +320,8 @@ class GroupCommitWriter:
         if all(t.reports_only for t in batch):
             # only reports (the ingest steady state): the bare DB-API transaction
             with self.db.raw_write(hold=True) as cur:
-                outcomes = self.db.store_reports_cursor(cur, reports)
+                # commit=True: PostgreSQL sends the COMMIT in the inserts' round trip
+                outcomes = self.db.store_reports_cursor(cur, reports, commit=True)
         else:
             with self.db.write() as conn:
                 devices = [d for t in batch for d in (t.devices or ())]

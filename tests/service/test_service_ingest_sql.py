@@ -2,7 +2,8 @@
 batch mixing new reports, duplicates inside the batch (identical and different), a
 report for a phase that is not open, and duplicates of stored rows; outcomes, stored
 bytes and the phase's ``received`` counter. On PostgreSQL the batch with a closed phase
-takes the fallback (rollback to the savepoint, statement by statement), so both paths
+stores the reports of open phases in one round trip and leaves the rest to the
+statement-by-statement path, so both paths
 are checked for not losing or double counting anything."""
 
 from __future__ import annotations
@@ -111,3 +112,19 @@ def test_writer_survives_a_dropped_connection(postgres):
     finally:
         w.close()
         db.dispose()
+
+
+def test_hostile_ids_and_payloads_are_stored_byte_for_byte(db):
+    """PostgreSQL sends each column as one array literal: ids with quotes, backslashes,
+    braces, commas, spaces, NULL-looking text and non-ASCII, and empty, odd and
+    high-byte payloads must come back exactly as sent (and the counter count them)."""
+    _query(db, 'q"{,}\\')
+    qid = 'q"{,}\\'
+    devs = ['d0', 'd"1', "d\\2", "d{3}", "d,4", "d 5", "NULL", "d\u00e97", "d\\\"8"]
+    pays = [b"", b"\x00", b"\xff" * 8, b"\\x00", b'"', b"{}", b",", b"\x80\x81", b"N"]
+    out = db.store_reports([PendingReport(qid, 1, d, 0, 1, i, p, 1)
+                            for i, (d, p) in enumerate(zip(devs, pays, strict=True))])
+    assert [o.code for o in out] == ["OK"] * len(devs)
+    assert not any(o.duplicate for o in out)
+    assert _stored(db) == {(qid, d): p for d, p in zip(devs, pays, strict=True)}
+    assert _received(db, qid) == [len(devs), 0]
