@@ -20,7 +20,11 @@ Timed:
   from one asyncio client over 8 TLS channels (requests serialized before the clock
   starts; ``--client threads`` uses ``--threads`` blocking threads instead, which costs
   the shared cores more per call); reports/s and per-call latency p50/p99 (an OK answer
-  = committed);
+  = committed). ``--route any`` (default) sends a report on whichever connection is free,
+  so with N replicas N − 1 in N reports reach a replica that has not seen the device
+  (an L7 balancer); ``--route device`` first sends every device's GetTasks (not timed)
+  on the connection that then carries its reports, as a device holding one channel does
+  behind ``--processes N`` (SO_REUSEPORT) or an L4 balancer;
 * batched: ``--batch-queries`` × devices reports sent as ``SubmitReportBatch`` calls of
   ``--batch-size`` reports (each with its own device token) from ``--batch-threads``
   threads; reports/s.
@@ -54,6 +58,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -362,11 +367,20 @@ def _unary(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Rep
 
 #: TLS connections of the asyncio load generator (--channels)
 CHANNELS = 8
+#: which connection carries a unary report (--route): "any" or the device's own
+ROUTE = "any"
 
 
 def _aio_calls(ep: Endpoint, method: str, wire: list[bytes], meta: list[tuple],
-               concurrency: int, channels: int = 8) -> tuple[float, np.ndarray]:
-    """Pre-serialized unary calls from one asyncio client: (calls/s, per-call latency)."""
+               concurrency: int, channels: int = 8, route: list[int] | None = None,
+               warm: tuple[str, list[bytes], list[tuple], list[int]] | None = None,
+               on_start: Callable[[], None] | None = None) -> tuple[float, np.ndarray]:
+    """Pre-serialized unary calls from one asyncio client: (calls/s, per-call latency).
+
+    ``route``: the channel of each call (default: whichever the free worker holds);
+    ``warm``: (method, requests, metadata, channels) of calls made before the clock
+    starts, each on its channel (``--route device``: every device's GetTasks on the
+    connection that then carries its reports, as a device holding one channel does)."""
     creds = grpc.ssl_channel_credentials(Path(ep.ca_cert).read_bytes())
     lat = np.zeros(len(wire))
     # each channel its own TCP connection: channels with equal arguments share one
@@ -382,10 +396,23 @@ def _aio_calls(ep: Endpoint, method: str, wire: list[bytes], meta: list[tuple],
         # connected (TLS handshakes done) before the clock starts; a busy box may make a
         # handshake slow: wait_for_ready retries instead of failing the run
         await asyncio.wait_for(asyncio.gather(*(c.channel_ready() for c in chans)), 300)
+        if warm is not None:
+            w_method, w_wire, w_meta, w_chan = warm
+            w_calls = [c.unary_unary(w_method) for c in chans]
+            w_next = iter(range(len(w_wire)))
+
+            async def warmer() -> None:
+                for i in w_next:
+                    await w_calls[w_chan[i]](w_wire[i], metadata=w_meta[i], timeout=120,
+                                             wait_for_ready=True)
+            await asyncio.gather(*(warmer() for _ in range(concurrency)))
+        if on_start is not None:  # the CPU counters start here, after the warm-up
+            on_start()
 
         async def worker(k: int) -> None:
-            call = calls[k % len(calls)]
+            own = calls[k % len(calls)]
             for j in nxt:
+                call = own if route is None else calls[route[j]]
                 t = time.perf_counter()
                 try:
                     await call(wire[j], metadata=meta[j], timeout=60, wait_for_ready=True)
@@ -409,15 +436,23 @@ def _aio_calls(ep: Endpoint, method: str, wire: list[bytes], meta: list[tuple],
 
 
 def _unary_aio(ep: Endpoint, prep: Prepared, reports: list[tuple[int, device_pb2.Report]],
-               concurrency: int) -> tuple[float, np.ndarray]:
+               concurrency: int, on_start: Callable[[], None]) -> tuple[float, np.ndarray]:
     """The same calls from one asyncio client (cheaper per call than 64 threads); the
     requests are serialized up front: the generator's CPU goes to gRPC, not to protobuf."""
     wire = [device_pb2.SubmitReportRequest(report=rep).SerializeToString()
             for _, rep in reports]
     meta = [bearer(prep.tokens[dev]) for dev, _ in reports]
-    method = "/" + device_pb2.DESCRIPTOR.services_by_name["DeviceService"].full_name + \
-        "/SubmitReport"
-    return _aio_calls(ep, method, wire, meta, concurrency, CHANNELS)
+    service = "/" + device_pb2.DESCRIPTOR.services_by_name["DeviceService"].full_name
+    if ROUTE == "any":
+        return _aio_calls(ep, service + "/SubmitReport", wire, meta, concurrency, CHANNELS,
+                          on_start=on_start)
+    n = len(prep.tokens)
+    ask = device_pb2.GetTasksRequest(datasets=["x"]).SerializeToString()
+    warm = (service + "/GetTasks", [ask] * n, [bearer(t) for t in prep.tokens],
+            [d % CHANNELS for d in range(n)])
+    return _aio_calls(ep, service + "/SubmitReport", wire, meta, concurrency, CHANNELS,
+                      route=[dev % CHANNELS for dev, _ in reports], warm=warm,
+                      on_start=on_start)
 
 
 def _floor(ep: Endpoint, calls: int, concurrency: int) -> float:
@@ -528,16 +563,26 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             c0, s0 = _cpu(proc.pid), _cpu(None)
             floor = _floor(ep, a.floor_calls, a.concurrency)
             cpu_f = (_cpu(proc.pid) - c0 + _cpu(None) - s0) / a.floor_calls
-        c0, s0, d0 = _cpu(proc.pid), _cpu(None), db_cpu()
-        r0 = _replica_cpu(proc.pid)
-        thr0 = quota.throttled() if quota is not None else []
-        roles = StageCpu(proc.pid, "unary", a.profile).start() if a.roles else None
-        with WaitSampler(db_url) if pg_port else contextlib.nullcontext() as waits:
+        at: dict[str, Any] = {}
+
+        def start() -> None:  # after the --route device warm-up, before the clock
+            at.update(c0=_cpu(proc.pid), s0=_cpu(None), d0=db_cpu(),
+                      r0=_replica_cpu(proc.pid),
+                      thr0=quota.throttled() if quota is not None else [],
+                      roles=StageCpu(proc.pid, "unary", a.profile).start() if a.roles
+                      else None,
+                      waits=WaitSampler(db_url).__enter__() if pg_port else None)
+        try:
             if a.client == "aio":
-                u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency)
+                u_rate, lat = _unary_aio(ep, prep, unary, a.concurrency, start)
             else:
+                start()
                 u_rate, lat = _unary(ep, prep, unary, a.threads)
-        cpu_u = (_cpu(proc.pid) - c0, _cpu(None) - s0, db_cpu() - d0)
+        finally:
+            if at.get("waits") is not None:
+                at["waits"].__exit__(None, None, None)
+        waits, roles, r0, thr0 = at["waits"], at["roles"], at["r0"], at["thr0"]
+        cpu_u = (_cpu(proc.pid) - at["c0"], _cpu(None) - at["s0"], db_cpu() - at["d0"])
         if roles is not None:
             print(roles.stop().table(len(unary)), file=sys.stderr)
         _print_replicas(name, "unary", r0, _replica_cpu(proc.pid), len(unary),
@@ -607,6 +652,13 @@ def main() -> None:
     ap.add_argument("--channels", type=int, default=CHANNELS,
                     help="TLS connections of the asyncio load generator (each reaches one "
                          "collector process)")
+    ap.add_argument("--route", choices=("any", "device"), default="any",
+                    help="unary stage: 'any' sends each report on whichever connection is "
+                         "free (an L7 balancer: with N replicas a report reaches another "
+                         "replica than its device's GetTasks N-1 times in N); 'device' "
+                         "sends a device's GetTasks (before the clock) and its reports on "
+                         "one connection, as a device holding one channel does through "
+                         "--processes N (SO_REUSEPORT) or an L4 balancer")
     ap.add_argument("--floor-calls", type=int, default=20_000,
                     help="empty Health/Check calls timed first, for the machine's gRPC "
                          "ceiling (0: skip)")
@@ -626,6 +678,7 @@ def main() -> None:
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     a = ap.parse_args()
     globals()["CHANNELS"] = a.channels
+    globals()["ROUTE"] = a.route
     if a.cpu_quota is not None:
         why = CpuQuota.check()
         if why is not None or not 0 < a.cpu_quota <= (os.cpu_count() or 1):

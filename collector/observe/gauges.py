@@ -96,9 +96,13 @@ def read_snapshot(db: Database) -> Snapshot:
         out.enrolled = db.enrolled_devices(conn)  # per-writer counters, summed
         out.stored = _received(conn, running=False)
         out.reported = _received(conn, running=True)
-        # a running query's assignments are its slots taken (next_slot)
+        # a running query's assignments are its slots taken: leased from its counter
+        # (next_slot) less the free slots of its blocks
+        b = S.slot_blocks
+        free = _count(conn, select(func.coalesce(func.sum(b.c.block_end - b.c.next_slot), 0))
+                      .where(b.c.query_id.in_(select(q.c.query_id).where(running))))
         out.assigned = _count(conn, select(func.coalesce(func.sum(q.c.next_slot), 0))
-                              .where(running)) - out.reported
+                              .where(running)) - free - out.reported
         out.queries = {s: int(n) for s, n in conn.execute(
             select(q.c.state, func.count()).group_by(q.c.state))}
         out.phases = {s: int(n) for s, n in conn.execute(

@@ -287,7 +287,7 @@ class QueryCatalogue:
         row = self.db.get_query(query_id)
         if row is None:
             raise ServiceError("NOT_FOUND", f"unknown query {echo(query_id)}")
-        return row, self.db.get_phases(query_id), min(int(row["next_slot"]),
+        return row, self.db.get_phases(query_id), min(self.db.slots_taken(query_id),
                                                       int(row["target_users"]))
 
     def list(self, state: str | None) -> list[dict[str, Any]]:

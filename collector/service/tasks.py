@@ -2,9 +2,10 @@
 
 See ``docs/architecture.md`` ("Service") and ``proto/uldp/v1/device.proto``. Spec:
 ``docs/algorithms.md`` §2.2, §3.7 / [D1] [D2] (random balanced assignment drawn before data
-use). Devices take *slots* 0, 1, 2, ... in check-in order; the query's program places a
-slot in (group, stage, phase) through the permutation drawn from the query's public seed.
-The slot counter, the assignment and its unique keys live in the database, so the same
+use). Devices take *slots* 0 .. users − 1 (from blocks each replica leases:
+``uldp.collector.storage.assignments``); the query's program places a slot in (group,
+stage, phase) through the permutation drawn from the query's public seed. The slot
+counter, the blocks, the assignment and its unique keys live in the database, so the same
 device always gets the same answer, from any replica, across restarts. A task is the
 program's task for the slot given what the closed phases published. In shuffle mode each
 answer also carries the device's shuffler ticket for its slot

@@ -3,7 +3,8 @@
 See ``docs/architecture.md`` ("Storage"). A mixin of
 :class:`uldp.collector.storage.db.Database`. Every device that checks in costs a status
 read (its assignment, and whether a report of it is stored) and, the first time, an
-assignment from the query's next free slot. Both run once per *batch* of devices
+assignment from a free slot of the query (from a block of slots this process
+leased: :meth:`AssignmentTables.take_slots`). Both run once per *batch* of devices
 (GetTasksBatch, and unary GetTasks calls that the group-commit writer batched), as fixed
 statements on the DB-API cursor: SQLAlchemy's per-statement compilation cost more than
 the statements themselves on this path.
@@ -33,7 +34,13 @@ Place = Callable[[int], tuple[int, int, int]]
 HELD_READERS = 8
 #: device ids per ``IN (...)`` list (SQLite allows 32766 parameters per statement)
 _IN_CHUNK = 900
-_A, _R, _Q = S.assignments.name, S.reports.name, S.queries.name
+#: slots a process leases from a query's counter at once, at most (and at least the
+#: devices it is assigning); near the end 1/BLOCK_SHARE of the slots left, so the last
+#: slots spread over the replicas still asking
+MAX_BLOCK = 1024
+BLOCK_SHARE = 8
+_A, _R, _Q, _B = (S.assignments.name, S.reports.name, S.queries.name,
+                  S.slot_blocks.name)
 _COLS = ", ".join(f"a.{c}" for c in ASSIGNMENT_COLUMNS)
 
 
@@ -43,7 +50,8 @@ def _row(r: Sequence[Any]) -> dict[str, Any]:
 
 
 class AssignmentTables(Tables):
-    """Statements on the ``assignments`` table (and the slot counter of ``queries``)."""
+    """Statements on the ``assignments`` table, the slot blocks and the slot counter of
+    ``queries``."""
 
     # ---- SQL text in the driver's parameter style ---------------------------------------
     def _in_list(self, n: int) -> str:
@@ -170,35 +178,136 @@ class AssignmentTables(Tables):
     def assign_many_cursor(self, cur: Any, query_id: str, device_ids: Sequence[str],
                            place: Place) -> dict[str, dict[str, Any] | None]:
         """Assignments of many devices to one query, inside an open write transaction:
-        existing ones are returned, the others take the next free slots in the order of
-        ``device_ids`` (None once the query is full or not running). A select of the
-        existing rows, the slot counter (locked ``FOR UPDATE`` on PostgreSQL), its update
+        existing ones are returned, the others take free slots in the order of
+        ``device_ids`` (None once the query is full or not running): a select of the
+        existing rows, the query's state, this process's slot blocks (:meth:`take_slots`)
         and one multi-row insert."""
         out: dict[str, dict[str, Any] | None] = dict(
             self.assignments_cursor(cur, query_id, device_ids))
         new = [d for d in dict.fromkeys(device_ids) if d not in out]
         if not new:
             return out
+        slots = self.take_slots(cur, query_id, len(new))
+        if slots:
+            t = now_ms()
+            rows = []
+            for dev, slot in zip(new, slots, strict=False):
+                grp, stage, phase = place(slot)
+                rows.append((query_id, dev, slot, int(grp), int(stage), int(phase), t))
+            self._insert_assignments(cur, rows)
+            out.update({row[1]: _row(row) for row in rows})
+        out.update({d: None for d in new[len(slots):]})
+        return out
+
+    # ---- slot blocks --------------------------------------------------------------------
+    def take_slots(self, cur: Any, query_id: str, n: int) -> list[int]:
+        """Up to ``n`` free slots of a running query, inside the write transaction of
+        ``cur`` (fewer once the query is full; none if it is not running).
+
+        Slots come from *blocks* (``uldp_slot_blocks``): this process's own blocks first,
+        each locked ``FOR UPDATE`` (a row no other replica asks for), then a new block
+        leased from the query's slot counter (:meth:`_lease_block`, its own short
+        transaction on PostgreSQL), and once the counter is exhausted, the free slots
+        left in any block (another replica's, or one whose process died), ``SKIP
+        LOCKED`` first. A block's ``next_slot`` moves in the transaction that inserts the
+        assignments of its slots, so a slot is given once even across kill -9, and a
+        block leased but never used is used by somebody before the query is full."""
+        cur.execute(self._mark(f"SELECT state FROM {_Q} WHERE query_id = ?"), [query_id])
+        r = cur.fetchone()
+        if r is None or r[0] != "running":
+            return []
+        lock = "" if self.is_sqlite else " FOR UPDATE"
+        slots: list[int] = []
+        while len(slots) < n:
+            cur.execute(self._mark(f"SELECT block_start, next_slot, block_end FROM {_B} "
+                                   f"WHERE query_id = ? AND writer = ? "
+                                   f"ORDER BY block_start{lock}"),
+                        [query_id, self.writer_id])
+            own = cur.fetchall()
+            slots += self._use_blocks(cur, query_id, own, n - len(slots))
+            if len(slots) < n and not self._lease_block(cur, query_id, n - len(slots)):
+                slots += self._use_others(cur, query_id, n - len(slots))
+                break
+        return slots
+
+    def _use_blocks(self, cur: Any, query_id: str, blocks: Sequence[Sequence[Any]],
+                    n: int) -> list[int]:
+        """Take up to ``n`` slots from ``blocks`` (rows locked by this transaction) in
+        order; a block left without free slots is deleted, the others move on."""
+        slots: list[int] = []
+        for start, nxt, end in blocks:
+            if len(slots) >= n:
+                break
+            k = min(n - len(slots), int(end) - int(nxt))
+            slots.extend(range(int(nxt), int(nxt) + k))
+            if int(nxt) + k >= int(end):
+                cur.execute(self._mark(f"DELETE FROM {_B} WHERE query_id = ? AND "
+                                       "block_start = ?"), [query_id, start])
+            else:
+                cur.execute(self._mark(f"UPDATE {_B} SET next_slot = ?, writer = ? WHERE "
+                                       "query_id = ? AND block_start = ?"),
+                            [int(nxt) + k, self.writer_id, query_id, start])
+        return slots
+
+    def _use_others(self, cur: Any, query_id: str, n: int) -> list[int]:
+        """The query's slot counter is exhausted: up to ``n`` slots from the blocks of
+        other processes (live or dead), those not locked right now first, then waiting
+        for a locked one (its owner's transaction ends in a commit's time)."""
+        slots: list[int] = []
+        waits = ([" FOR UPDATE SKIP LOCKED", " FOR UPDATE"] if not self.is_sqlite else [""])
+        for lock in waits:
+            while len(slots) < n:
+                cur.execute(self._mark(f"SELECT block_start, next_slot, block_end FROM {_B} "
+                                       "WHERE query_id = ? AND next_slot < block_end "
+                                       f"ORDER BY block_start LIMIT 1{lock}"), [query_id])
+                r = cur.fetchone()
+                if r is None:
+                    break
+                slots += self._use_blocks(cur, query_id, [r], n - len(slots))
+        return slots
+
+    def _lease_block(self, cur: Any, query_id: str, want: int) -> bool:
+        """Lease this process a new block of at least ``want`` slots (fewer at the end)
+        from the query's slot counter: False when the counter is exhausted or the query
+        is not running. On PostgreSQL in a transaction of its own, which holds the
+        query's row for a few statements, not through the writer's commit; on SQLite
+        (one writer at a time anyway) inside the caller's transaction."""
+        if self.is_sqlite:
+            return self._lease_in(cur, query_id, want)
+        with self.write() as conn:
+            c2 = conn.connection.cursor()
+            try:
+                c2.execute("SET LOCAL lock_timeout = '30s'")
+                return self._lease_in(c2, query_id, want)
+            finally:
+                c2.close()
+
+    def _lease_in(self, cur: Any, query_id: str, want: int) -> bool:
         lock = "" if self.is_sqlite else " FOR UPDATE"
         cur.execute(self._mark(f"SELECT next_slot, target_users, state FROM {_Q} "
                                f"WHERE query_id = ?{lock}"), [query_id])
         r = cur.fetchone()
-        if r is None or r[2] != "running":
-            return {**out, **{d: None for d in new}}
-        first, target = int(r[0]), int(r[1])
-        k = max(0, min(len(new), target - first))
-        if k:
-            cur.execute(self._mark(f"UPDATE {_Q} SET next_slot = ? WHERE query_id = ?"),
-                        [first + k, query_id])
-            t = now_ms()
-            rows = []
-            for j, dev in enumerate(new[:k]):
-                grp, stage, phase = place(first + j)
-                rows.append((query_id, dev, first + j, int(grp), int(stage), int(phase), t))
-            self._insert_assignments(cur, rows)
-            out.update({row[1]: _row(row) for row in rows})
-        out.update({d: None for d in new[k:]})
-        return out
+        if r is None or r[2] != "running" or int(r[0]) >= int(r[1]):
+            return False
+        first, left = int(r[0]), int(r[1]) - int(r[0])
+        size = min(left, max(want, min(MAX_BLOCK, left // BLOCK_SHARE)))
+        cur.execute(self._mark(f"UPDATE {_Q} SET next_slot = ? WHERE query_id = ?"),
+                    [first + size, query_id])
+        cur.execute(self._mark(f"INSERT INTO {_B} (query_id, block_start, next_slot, "
+                               "block_end, writer) VALUES (?, ?, ?, ?, ?)"),
+                    [query_id, first, first, first + size, self.writer_id])
+        return True
+
+    def slots_taken(self, query_id: str) -> int:
+        """Devices assigned to the query so far, from the small tables: the slots leased
+        from its counter less the free slots of its blocks."""
+        with self.raw_read() as cur:
+            cur.execute(self._mark(
+                f"SELECT q.next_slot - COALESCE((SELECT SUM(b.block_end - b.next_slot) "
+                f"FROM {_B} b WHERE b.query_id = q.query_id), 0) FROM {_Q} q "
+                "WHERE q.query_id = ?"), [query_id])
+            r = cur.fetchone()
+        return int(r[0]) if r is not None else 0
 
     def _insert_assignments(self, cur: Any, rows: list[tuple[Any, ...]]) -> None:
         head = f"INSERT INTO {_A} ({', '.join(ASSIGNMENT_COLUMNS)}) "

@@ -216,7 +216,7 @@ class Database(QueryTables, AssignmentTables, IngestTables, DeclineTables, Closi
         out: dict[str, list[tuple[Any, ...]]] = {}
         with self.read() as conn:
             for t in (S.queries, S.phases, S.assignments, S.reports, S.phase_counts,
-                      S.cell_declines):
+                      S.cell_declines, S.slot_blocks):
                 # reports: (query_id, device_id, phase, grp, stage, slot, payload,
                 # received_at_ms, vbytes, v0..v3), whatever the table's column order
                 cols = ([t.c[c] for c in REPORT_COLUMNS] if t is S.reports else list(t.c))

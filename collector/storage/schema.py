@@ -13,6 +13,9 @@ on the same PostgreSQL database) resumes each query exactly where it was:
                  published.
 ``assignments``  (query, device) -> slot, group, stage, phase. Primary key (query,
                  device): one assignment per device per query; unique (query, slot).
+``slot_blocks``  (query, first slot) -> next free slot, end, writer: the blocks of
+                 slots each collector process leased from ``queries.next_slot`` and
+                 assigns from (only blocks with free slots have a row).
 ``reports``      (query, device) -> phase, group, stage, slot, payload (the report's
                  integers little-endian at ``vbytes`` bytes each) and, for a report of at
                  most four integers, the same integers typed in ``v0 .. v3`` (what the
@@ -275,6 +278,24 @@ cell_declines = Table(
     Column("writer", String(64), nullable=False),
     Column("declined", BigInteger, nullable=False, default=0),
     PrimaryKeyConstraint("query_id", "phase", "grp", "stage", "writer"),
+)
+
+
+# blocks of a query's slots leased by one collector process (``writer`` as in
+# ``phase_counts``; uldp.collector.storage.assignments): a writer takes a block from the
+# query's slot counter in a short transaction of its own, then assigns devices from it
+# under that block's row lock only, so replicas never wait on one row per assignment. A
+# row lives while its block has free slots (``next_slot < block_end``); the query's slots
+# taken are ``queries.next_slot`` minus the free slots of its blocks. A new table:
+# create_all adds it to an existing database without a migration
+slot_blocks = Table(
+    "uldp_slot_blocks", metadata,
+    Column("query_id", String(64), nullable=False),
+    Column("block_start", Integer, nullable=False),
+    Column("next_slot", Integer, nullable=False),
+    Column("block_end", Integer, nullable=False),
+    Column("writer", String(64), nullable=False),
+    PrimaryKeyConstraint("query_id", "block_start"),
 )
 
 

@@ -326,8 +326,8 @@ class GroupCommitWriter:
                 devices = [d for t in batch for d in (t.devices or ())]
                 if devices:
                     self.db.add_devices_in(conn, devices)
-                # query rows (slot counters) before phase rows (operations, reports):
-                # the lock order of every transaction (uldp.collector.storage.db)
+                # slot blocks before query and phase rows (operations, reports): the
+                # lock order of every transaction (uldp.collector.storage.db)
                 self._assign(conn, [t for t in batch if t.assign is not None])
                 for t in batch:
                     if t.op is not None:
@@ -350,8 +350,8 @@ class GroupCommitWriter:
             for qid, dev, place in t.assign or ():
                 by_query.setdefault(qid, []).append((dev, place))
         got: dict[tuple[str, str], dict[str, Any] | None] = {}
-        # slot counters are locked (FOR UPDATE) in query-id order, the order every
-        # transaction takes them in, so replicas never wait on each other in a cycle
+        # queries in query-id order; each locks only this process's slot blocks (a new
+        # block is leased in a transaction of its own: storage.assignments.take_slots)
         for qid in sorted(by_query):
             items = by_query[qid]
             rows = self.db.assign_many_in(conn, qid, [dev for dev, _ in items], items[0][1])
