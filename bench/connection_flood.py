@@ -43,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.service.flood import HOST, Attacker, grpc_health, healthz, proc_stats
+from tests.service.spawn import with_nofile
 from tests.service.wire import enroll_with_task, report_for, send
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.client.wire import device_pb2_grpc
@@ -77,13 +78,11 @@ def start_collector(work: Path, nofile: int, extra: tuple[str, ...] = ()) -> Col
     port, http_port = _free_port(), _free_port()
     log = work / f"collector-{port}.log"
 
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(with_nofile(  # no preexec_fn: see tests/service/spawn.py
         [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve", "--db",
          f"sqlite:///{work}/c{port}.db", "--port", str(port), "--http-port", str(http_port),
          "--tls-dir", str(work / "pki"), "--allow-simulated", "--name", "flood", *extra],
-        stdout=open(log, "wb"), stderr=subprocess.STDOUT, preexec_fn=limit)  # noqa: SIM115
+        nofile), stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     c = Collector(proc, port, http_port, pki.ca_cert, log)
     end = time.monotonic() + 120
     while not (healthz(http_port, c.ca, 2)[0] and grpc_health(port, c.ca, 2)[0]):

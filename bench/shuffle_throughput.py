@@ -1,7 +1,7 @@
 """Benchmark: report throughput through the shuffler (shuffle mode) next to the direct path.
 
     python bench/shuffle_throughput.py [--devices 20000] [--batch-size 500] [--threads 4]
-                                       [--max-batch 50000] [--batch-parts 4]
+                                       [--max-batch 50000] [--batch-parts 1] [--checkers N]
                                        [--out bench/results/shuffle.md]
 
 Real processes on loopback, TLS everywhere, SQLite (WAL, synchronous=FULL) on both sides:
@@ -51,13 +51,16 @@ from uldp.collector.shuffler.launch import make_shuffle_pki, start_shuffler_proc
 from uldp.collector.simulation.demo import _stop, start_shuffled_collector
 
 
-def _deploy(work: Path, max_batch: int, parts: int) -> dict[str, Any]:
+def _deploy(work: Path, max_batch: int, parts: int, checkers: int | None = None
+            ) -> dict[str, Any]:
     sp = make_shuffle_pki(work)
     col, port, intake = start_shuffled_collector(work, sp)
     sh, sport = start_shuffler_process(work, sp, f"127.0.0.1:{intake}",
                                        extra=["--min-batch", "100", "--linger", "2",
                                               "--max-batch", str(max_batch),
-                                              "--batch-parts", str(parts)])
+                                              "--batch-parts", str(parts),
+                                              *([] if checkers is None else
+                                                ["--checkers", str(checkers)])])
     return {"sp": sp, "procs": [sh, col], "collector": Endpoint(f"127.0.0.1:{port}", sp.ca),
             "shuffler": Endpoint(f"127.0.0.1:{sport}", sp.ca)}
 
@@ -184,10 +187,10 @@ def _open_us(prep: dict[str, Any], work: Path) -> float:
     return (time.perf_counter() - t0) / len(sample) * 1e6
 
 
-def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 4
-        ) -> dict[str, Any]:
+def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 4,
+        checkers: int | None = None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="uldp-bench-shuffle-"))
-    d = _deploy(work, max_batch, parts)
+    d = _deploy(work, max_batch, parts, checkers)
     try:
         prep = _prepare(d, n, batch)
         toks = prep["tokens"]
@@ -210,6 +213,7 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 
         cpu_direct = (_cpu_s(col.pid) - c0, time.process_time() - b0)
         c0, s0, b0 = _cpu_s(col.pid), _cpu_s(sh.pid), time.process_time()
         o0 = {p: _cpu_s(int(p)) for p in _children(col.pid)}  # warm: started at boot
+        k0 = {p: _cpu_s(int(p)) for p in _children(sh.pid)}  # its checking processes
         t0 = time.perf_counter()
         t_ingest = _send(d["shuffler"], sealed, threads)
         while _stored(work, "shuffled") < n:
@@ -218,13 +222,14 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 
         t_e2e = time.perf_counter() - t0
         _wait_done(work, "shuffled")
         opener = sum(_cpu_s(int(p)) - o0.get(p, 0.0) for p in _children(col.pid))
+        checker = sum(_cpu_s(int(p)) - k0.get(p, 0.0) for p in _children(sh.pid))
         an = AnalystClient(d["collector"], (d["sp"].pki.directory / "admin.token").read_text())
         privacy = json.loads(an.result("shuffled").estimate_json)["privacy"]
         an.close()
         cpu_shuffled = (_cpu_s(col.pid) - c0, _cpu_s(sh.pid) - s0, time.process_time() - b0,
-                        opener)
+                        opener, checker)
         return {"devices": n, "batch": batch, "threads": threads, "max_batch": max_batch,
-                "batch_parts": parts,
+                "batch_parts": parts, "checkers": checkers,
                 "direct_rps": n / t_direct, "shuffler_ingest_rps": n / t_ingest,
                 "shuffled_e2e_rps": n / t_e2e, "e2e_seconds": t_e2e,
                 "seal_us": prep["seal_us"], "open_us": _open_us(prep, work),
@@ -251,19 +256,24 @@ def main() -> None:
     ap.add_argument("--batch-parts", type=int, default=1,
                     help="the shuffler's --batch-parts: a cell goes out in about this many "
                          "batches (1: one batch once the cell is complete)")
+    ap.add_argument("--checkers", type=int, default=None,
+                    help="the shuffler's --checkers (default: its own default, one "
+                         "process per core up to 4)")
     ap.add_argument("--out", default=None, help="write the markdown table here too")
     a = ap.parse_args()
     load0 = os.getloadavg()[0]
-    r = run(a.devices, a.batch_size, a.threads, a.max_batch, a.batch_parts)
+    r = run(a.devices, a.batch_size, a.threads, a.max_batch, a.batch_parts, a.checkers)
     r["load_average"] = [load0, os.getloadavg()[0]]  # rates follow the machine's load
     table = "\n".join([
         f"Shuffle mode throughput, {r['devices']} devices, batch calls of {r['batch']} "
         f"reports from {r['threads']} threads, shuffler --max-batch {r['max_batch']} "
-        f"--batch-parts {r['batch_parts']}, "
+        f"--batch-parts {r['batch_parts']}"
+        + ("" if r["checkers"] is None else f" --checkers {r['checkers']}") + ", "
         "loopback TLS, SQLite (WAL, synchronous=FULL) on both sides, 1-minute load average "
         f"{r['load_average'][0]:.1f} at the start, {r['load_average'][1]:.1f} at the end "
         f"(`python bench/shuffle_throughput.py --devices {r['devices']} --max-batch "
-        f"{r['max_batch']} --batch-parts {r['batch_parts']}`).", "",
+        f"{r['max_batch']} --batch-parts {r['batch_parts']}"
+        + ("" if r["checkers"] is None else f" --checkers {r['checkers']}") + "`).", "",
         "| path | reports/s | what an OK means |", "|---|---|---|",
         f"| direct: SubmitReportBatch → collector | {r['direct_rps']:,.0f} | committed at "
         "the collector |",
@@ -281,14 +291,15 @@ def main() -> None:
         f" {r['seal_us']:.0f} µs, opening (collector) {r['open_us']:.0f} µs.", "",
         "CPU per report (µs, user + system, from /proc, each path until its query is closed "
         "and estimated): the machine's cores are what both paths share.", "",
-        "| path | collector | its opening processes | shuffler | bench client | total |",
-        "|---|---|---|---|---|---|",
-        "| direct | {:.0f} | – | – | {:.0f} | {:.0f} |".format(
+        "| path | collector | its opening processes | shuffler | its checking processes "
+        "| bench client | total |",
+        "|---|---|---|---|---|---|---|",
+        "| direct | {:.0f} | – | – | – | {:.0f} | {:.0f} |".format(
             *r["cpu_us"]["direct"], sum(r["cpu_us"]["direct"])),
-        "| shuffled, end to end | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |".format(
+        "| shuffled, end to end | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |".format(
             r["cpu_us"]["shuffled"][0], r["cpu_us"]["shuffled"][3],
-            r["cpu_us"]["shuffled"][1], r["cpu_us"]["shuffled"][2],
-            sum(r["cpu_us"]["shuffled"])), ""])
+            r["cpu_us"]["shuffled"][1], r["cpu_us"]["shuffled"][4],
+            r["cpu_us"]["shuffled"][2], sum(r["cpu_us"]["shuffled"])), ""])
     print(table)
     print(json.dumps(r))
     if a.out:

@@ -146,7 +146,7 @@ def test_stated_variance_of_a_clamped_window_is_not_the_worst_case_on_concentrat
     Deterministic: the stage-I histogram is the expected one."""
     from scipy.stats import binom
 
-    from uldp.collector.methods.sized import _noise_fn, _outcome
+    from uldp.collector.methods.sized_predict import _noise_fn, _outcome
     from uldp.collector.methods.sizing import GridStage, expected_masses, grid_points
 
     D, m, eps, n1, n2 = 0.5, 1000, 1.0, 480, 1120

@@ -230,3 +230,20 @@ def test_reference_count_is_the_median_and_the_least_under_users_alike():
     res = run_users("mean", UserData(users), epsilon=2.0, lo=0.0, hi=1.0, samples=100,
                     options={"assume": "users-alike"})
     assert res.m_ref == 100 and any("hold fewer" in a for a in res.advisories)
+
+
+def test_ssl_reports_depend_on_a_users_statistic_alone():
+    """``bench/population_suite.py --collapsed`` replaces every user's records by one record,
+    their statistic, to run the n = 10⁵ ``ssl`` cells fast: with the same public ``m_ref``
+    and seed, the estimate, its interval and the prediction are the same bits (users of
+    equal counts, so the device batches hold the users in the same order; with unequal
+    counts the order, and so which random words a user draws, differs: the same law)."""
+    g = np.random.default_rng(4)
+    rows = [g.uniform(0, 10, 20) for _ in range(300)]
+    full = run_users("mean", UserData(rows), epsilon=1.0, lo=0.0, hi=10.0, method="ssl",
+                     reps=2, seed=3)
+    one = run_users("mean", UserData([np.array([float(np.mean(r))]) for r in rows]),
+                    epsilon=1.0, lo=0.0, hi=10.0, method="ssl", samples=20, reps=2, seed=3)
+    assert full.m_ref == one.m_ref == 20
+    assert full.sq_errors == one.sq_errors and full.coverage == one.coverage
+    assert np.array_equal(full.estimate.ci_low, one.estimate.ci_low)

@@ -1,6 +1,8 @@
 // What the size checks share (package-check.mjs, build-example.mjs, snippet-modules.mjs): the
-// README's web snippet, and the chunks a device without a shuffler loads — every chunk reachable
-// from the entry, static or dynamic, but shuffle mode's sealing (the chunk holding core/hpke, the HPKE code).
+// README's web snippet, and the chunks a device without a shuffler loads over Connect — every chunk
+// reachable from the entry, static or dynamic, but the two loaded on demand only: shuffle mode's
+// sealing (the chunk holding core/hpke, the HPKE code) and the gRPC-Web framing (web/grpcWeb,
+// loaded only by a FetchTransport with protocol "grpc-web").
 
 /** The README's ts block that imports @uldp/device/web with IndexedDbStore. */
 export function readmeSnippet(readme) {
@@ -10,9 +12,13 @@ export function readmeSnippet(readme) {
   return snippet;
 }
 
-/** The output files of an esbuild metafile reachable from its entry, shuffle mode's sealing left out. */
-export function withoutSealing(outputs, sealing = /core\/hpke\.[jt]s$/) {
-  const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => sealing.test(i));
+/** What a page loads only on demand: shuffle mode's sealing, the gRPC-Web framing. */
+export const ON_DEMAND = /core\/hpke\.[jt]s$|web\/grpcWeb\.[jt]s$/;
+
+/** The output files of an esbuild metafile reachable from its entry, the chunks holding an
+ * ON_DEMAND module left out. */
+export function withoutOnDemand(outputs, onDemand = ON_DEMAND) {
+  const isSealing = (o) => Object.keys(outputs[o].inputs).some((i) => onDemand.test(i));
   const start = new Set();
   const visit = (o) => {
     if (start.has(o) || isSealing(o)) return;

@@ -6,14 +6,15 @@
 // a shuffler loads, static or dynamic; per module its minified bytes in those chunks (esbuild's
 // metafile) and, as a rough guide to its gzip share, its own minified text gzipped alone.
 //
-//   node scripts/snippet-modules.mjs            (from client-ts/; ~2 s)
+//   node scripts/snippet-modules.mjs            (from client-ts/; ~2 s; BYTES=1 also prints the
+//                                                exact totals: minified bytes, gzip bytes)
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import * as esbuild from "esbuild";
-import { readmeSnippet, withoutSealing } from "./bundle-reach.mjs";
+import { readmeSnippet, withoutOnDemand } from "./bundle-reach.mjs";
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const app = mkdtempSync(join(tmpdir(), "uldp-snippet-"));
@@ -27,7 +28,7 @@ try {
     format: "esm", splitting: true, outdir: join(app, "dist"), platform: "browser", target: "es2022",
     legalComments: "none", metafile: true, logLevel: "error" });
   const outputs = r.metafile.outputs;
-  const start = withoutSealing(outputs);
+  const start = withoutOnDemand(outputs);
   const per = new Map();
   for (const o of start) {
     for (const [i, v] of Object.entries(outputs[o].inputs)) {
@@ -50,6 +51,7 @@ try {
   const bytes = [...start].map((f) => readFileSync(join(app, f)));
   const min = bytes.reduce((n, b) => n + b.length, 0);
   const gz = bytes.reduce((n, b) => n + gzipSync(b, { level: 9 }).length, 0);
+  if (process.env.BYTES) console.log(min, gz);
   console.log(`| **total** (${start.size} files, each gzipped as served) | ${(min / 1024).toFixed(1)} KiB | ${(gz / 1024).toFixed(1)} KiB gzip |`);
 } finally {
   rmSync(app, { recursive: true, force: true });

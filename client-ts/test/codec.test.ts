@@ -3,15 +3,19 @@
  * implementation (a dev dependency only): for every message type of proto/uldp/v1 and random
  * values of every field (extremes of each integer type, unicode, empty and repeated fields,
  * nested messages), the same bytes when encoded, the same object when decoded — also of bytes
- * written by the other side; and undecodable bytes are refused.
+ * written by the other side; and undecodable bytes are refused. The same for the device's own
+ * messages, written and read by hand (src/wire/messages.ts).
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import protobuf from "protobufjs";
 import descriptor from "./wire.gen.json" with { type: "json" };
-import { RandomSource } from "../src/core/index.js";
+import { RandomSource, seededSource } from "../src/core/index.js";
 import { CodecError, parseDescriptor, typeOf } from "../src/wire/codec.js";
 import { DESCRIPTOR } from "../src/wire/wire.gen.js";
+import {
+  ANSWERS, encodeDecline, encodeEnroll, encodeGetTasks, encodeSubmitReport, encodeSubmitSealed,
+} from "../src/wire/messages.js";
 
 const root = protobuf.Root.fromJSON(descriptor as protobuf.INamespace);
 const v1 = (descriptor as { nested: { uldp: { nested: { v1: { nested: Record<string, { fields?: object }> } } } } })
@@ -26,7 +30,7 @@ test("the codec's compact descriptor (wire.gen.ts) is wire.gen.json's uldp.v1 na
   assert.deepEqual(plain(parseDescriptor(DESCRIPTOR) as Record<string, object>), plain(v1));
 });
 
-const rng = RandomSource.seeded("codec-cross-check");
+const rng = seededSource("codec-cross-check");
 const u = (n: number): number => Number(rng.words(1)[0] % BigInt(n));
 const EXTREMES: Record<string, bigint[]> = {
   int32: [0n, 1n, -1n, 2147483647n, -2147483648n], uint32: [0n, 1n, 127n, 128n, 4294967295n],
@@ -108,4 +112,55 @@ test("wrong wire types and unknown message types are refused", () => {
   assert.throws(() => t.decode(Uint8Array.from([0x0b])), /unsupported wire type 3/);
   assert.throws(() => typeOf("NoSuchType"), /unknown message type/);
   assert.deepEqual(parseDescriptor("A=x:double:1"), { A: { fields: { x: { type: "double", id: 1 } } } });
+});
+
+// ---- the device's own messages (src/wire/messages.ts), written and read by hand ----------------------
+const camel = (s: string) => s.replace(/_(\w)/g, (_m, c: string) => c.toUpperCase());
+/** The encoder argument of a generated value of the request's inner message (snake -> camel). */
+const args = (v: Record<string, unknown>, bigints = false) => Object.fromEntries(Object.entries(v)
+  .map(([k, x]) => [camel(k), bigints && Array.isArray(x) ? x.map((y) => BigInt(y as string)) : x]));
+
+test("the device's hand-written requests are protobufjs's bytes, for random values of every field", () => {
+  const same = (name: string, mine: Uint8Array, value: Record<string, unknown>) =>
+    assert.deepEqual(Array.from(mine), Array.from(theirs(name).encode(theirs(name).fromObject(value)).finish()), name);
+  for (let k = 0; k < 60; k++) {
+    const e = message("EnrollRequest");
+    same("EnrollRequest", encodeEnroll(args(e)), e);
+    const g = message("GetTasksRequest");
+    same("GetTasksRequest", encodeGetTasks((g.datasets as string[] | undefined) ?? [], (g.query_id as string | undefined) ?? ""), g);
+    const r = message("Report");
+    delete r.device_token; // the token goes in a header, never in the report
+    const report = { queryId: "", phase: 0, values: [], taskDigest: "", simulated: false, ...args(r, true) };
+    same("SubmitReportRequest", encodeSubmitReport(report as Parameters<typeof encodeSubmitReport>[0]), { report: r });
+    const d = message("Decline");
+    delete d.device_token;
+    const decline = { queryId: "", phase: 0, taskDigest: "", reason: "", ...args(d) };
+    same("DeclineTaskRequest", encodeDecline(decline), { decline: d });
+    const s = message("SealedReport");
+    const sealed = { queryId: "", phase: 0, group: 0, stage: 0, taskDigest: "", sealed: new Uint8Array(0), ticket: "", ...args(s) };
+    same("SubmitSealedRequest", encodeSubmitSealed(sealed as Parameters<typeof encodeSubmitSealed>[0]), { report: s });
+  }
+  assert.throws(() => encodeSubmitReport({ queryId: "q", phase: 1, values: [1n << 63n], taskDigest: "", simulated: false }), CodecError);
+  assert.throws(() => encodeDecline({ queryId: "q", phase: -1, taskDigest: "", reason: "" }), CodecError);
+});
+
+test("the device's hand-written answers read what protobufjs writes; bad bytes refused", () => {
+  for (const name of Object.keys(ANSWERS)) {
+    for (let k = 0; k < 60; k++) {
+      const value = message(name);
+      const ref = theirs(name).encode(theirs(name).fromObject(value)).finish();
+      assert.deepEqual(normalize(ANSWERS[name](ref)), normalize(toObj(name, ref)), `${name} decode`);
+      assert.deepEqual(normalize(ANSWERS[name](ref)), normalize(typeOf(name).decode(ref)), `${name} as the codec`);
+    }
+  }
+  const tasks = ANSWERS.GetTasksResponse;
+  // unknown fields (99: a varint, 4: a fixed32) are skipped
+  assert.deepEqual(tasks(Uint8Array.from([0x98, 0x06, 0x05, 0x25, 1, 2, 3, 4, 0x18, 0x07])),
+    { tasks: [], waiting: [], retry_after_ms: 7 });
+  assert.throws(() => tasks(Uint8Array.from([0x0a, 0x05, 0x0a])), /truncated field/);
+  assert.throws(() => tasks(Uint8Array.from([0x18])), /truncated varint/);
+  assert.throws(() => tasks(Uint8Array.from([0x1a, 0x00])), /retry_after_ms: wrong wire type/);
+  assert.throws(() => tasks(Uint8Array.from([0x0b])), /unsupported wire type 3/);
+  assert.throws(() => ANSWERS.EnrollResponse(Uint8Array.from([0x0a, 0x01, 0xff])), /not UTF-8/);
+  assert.throws(() => tasks(Uint8Array.from([0x18, ...new Array(10).fill(0xff), 0x01])), /longer than 10 bytes/);
 });

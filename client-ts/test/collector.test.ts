@@ -18,7 +18,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { computeReport, parseTask, RandomSource } from "../src/core/index.js";
+import { computeReport, parseTask, RandomSource, seededSource } from "../src/core/index.js";
 import { Device } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
 import { DeviceTransport, grpc, RpcError } from "../src/node/index.js";
@@ -243,7 +243,7 @@ test(`a fleet of ${FLEET} TS devices completes a mean and a distribution query; 
     const devices: Device[] = [];
     for (let i = 0; i < FLEET; i++) {
       const d = await Device.open({ sendDelay: null, transport: transports[i % transports.length], store: new MemoryStore(), budget: 20,
-        label: `ts-fleet-${i}`, simulation: { rng: RandomSource.seeded(`ts-fleet-noise-${i}`) } });
+        label: `ts-fleet-${i}`, simulation: { rng: seededSource(`ts-fleet-noise-${i}`) } });
       const { steps, cats } = population(i);
       d.addDataset("steps", steps, null, { values: "real" });
       d.addDataset("cats", cats, null, { values: "categorical", alphabet: A });

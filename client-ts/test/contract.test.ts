@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { RandomSource, Status } from "../src/core/index.js";
+import { RandomSource, seededSource, Status } from "../src/core/index.js";
 import { sslMeanTask as task } from "./fixtures.js";
 import { Device, type DeviceTransportLike, EnrollmentError, type ReportMessage, type TaskMessage } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
@@ -47,7 +47,7 @@ class Collector implements DeviceTransportLike {
 
 
 async function device(c: Collector): Promise<Device> {
-  const d = await Device.open({ sendDelay: null, transport: c, store: new MemoryStore(), budget: 10, simulation: { rng: RandomSource.seeded(3) } });
+  const d = await Device.open({ sendDelay: null, transport: c, store: new MemoryStore(), budget: 10, simulation: { rng: seededSource(3) } });
   d.addDataset("data", [0.5]);
   return d;
 }

@@ -8,9 +8,9 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { RandomSource, taskDigest } from "../src/core/index.js";
+import { RandomSource, seededSource, taskDigest } from "../src/core/index.js";
 import {
-  Device, type DeviceTransportLike, type ReportMessage, Status, type TaskMessage,
+  Device, type DeviceTransportLike, runDevice, type ReportMessage, Status, type TaskMessage,
 } from "../src/device/index.js";
 import { type LedgerChange, type LedgerEntry, MemoryStore } from "../src/ledger/index.js";
 
@@ -28,7 +28,7 @@ class Fake implements DeviceTransportLike {
   }
   async getTasks() {
     this.calls.push("GetTasks");
-    return { tasks: this.tasks, waiting: [], retry_after_ms: 0 };
+    return { tasks: this.tasks, waiting: [] as { query_id: string; phase: number }[], retry_after_ms: 0 };
   }
   declines: { queryId: string; phase: number; taskDigest: string; reason: string }[] = [];
   declineErrors: number[] = [];
@@ -71,7 +71,7 @@ class RecordingStore extends MemoryStore {
 }
 
 async function device(fake: Fake, store = new MemoryStore(), budget = 10, sim = true): Promise<Device> {
-  return Device.open({ sendDelay: null, transport: fake, store, budget, simulation: sim ? { rng: RandomSource.seeded("dev-test") } : undefined });
+  return Device.open({ sendDelay: null, transport: fake, store, budget, simulation: sim ? { rng: seededSource("dev-test") } : undefined });
 }
 
 test("charge before the data, persist before the send, acknowledge after", async () => {
@@ -272,4 +272,26 @@ test("nothing is declined for a participated refusal; a failed decline changes n
     submitReport: fake.submitReport.bind(fake) };
   const b = await Device.open({ sendDelay: null, transport: bare, store: new MemoryStore(), budget: 1 });
   assert.deepEqual((await b.poll()).declined, []);
+});
+
+test("runDevice polls until nothing is waiting, merging the rounds, sleeping the collector's retry", async () => {
+  class Waves extends Fake {
+    waves: { tasks: TaskMessage[]; waiting: { query_id: string; phase: number }[] }[] = [];
+    override async getTasks() {
+      this.calls.push("GetTasks");
+      const w = this.waves.shift() ?? { tasks: [], waiting: [] };
+      return { tasks: w.tasks, waiting: w.waiting, retry_after_ms: w.waiting.length ? 200 : 0 };
+    }
+  }
+  const fake = new Waves();
+  const d = await device(fake);
+  d.addDataset("data", [0.5]);
+  fake.waves = [{ tasks: [taskMsg("q1")], waiting: [{ query_id: "q2", phase: 1 }] }, { tasks: [taskMsg("q2")], waiting: [] }];
+  const slept: number[] = [];
+  const r = await runDevice(d, 60_000, "", async (ms) => { slept.push(ms); });
+  assert.deepEqual(r.submitted, ["q1", "q2"]);
+  assert.equal(r.waiting, 0);
+  assert.equal(slept.length, 1);
+  assert.ok(slept[0] >= 100 && slept[0] <= 300, `slept ${slept[0]} ms for a 200 ms retry`);
+  assert.equal(d.ledger.spentUnits(), 2n << 24n);
 });

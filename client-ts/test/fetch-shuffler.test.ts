@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { RandomSource } from "../src/core/index.js";
+import { RandomSource, seededSource } from "../src/core/index.js";
 import { Device } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
 import { DeviceTransport, grpc, RpcError } from "../src/node/index.js";
@@ -102,7 +102,7 @@ test("TS devices send sealed reports to the shuffler over Connect and gRPC-Web; 
       for (let i = 0; i < users; i++) {
         const d = await Device.open({ sendDelay: null, transport: collector, store: new MemoryStore(), budget: 2,
           shuffler: shuffler(i % 2 ? "grpc-web" : "connect"), shufflerAttestation: at.attest[i],
-          simulation: { rng: RandomSource.seeded(`ts-sh-${i}`) } });
+          simulation: { rng: seededSource(`ts-sh-${i}`) } });
         d.addDataset("web", [0.25, 0.5]);
         const r = await d.poll();
         assert.deepEqual([r.submitted, r.refused, r.rejected], [["ts-shuffled"], [], []], `device ${i}`);

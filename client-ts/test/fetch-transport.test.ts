@@ -7,7 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Code, type FetchLike, FetchTransport, parseGrpcWeb, RpcError } from "../src/web/index.js";
+import { Code, type FetchLike, FetchTransport, RpcError } from "../src/web/index.js";
+import { parseGrpcWeb } from "../src/web/grpcWeb.js";
 import { encodeDecline, encodeSubmitReport, wire } from "../src/wire/index.js";
 
 type Answer = { status: number; headers?: Record<string, string>; body?: Uint8Array } | "network" | "hang";

@@ -12,7 +12,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  computeReport, expLower, gridPositions, type Interval, KINDS, ONE, AUDITED_ORACLES, parseTask, RandomSource, Ratio, AUDITED_SCALARS,
+  computeReport, expLower, gridPositions, type Interval, KINDS, ONE, AUDITED_ORACLES, parseTask, RandomSource, seededSource, Ratio, AUDITED_SCALARS,
   type Samples, statistics, type Task, taskRows, uniformStatistic, usable,
 } from "../src/core/index.js";
 import { mulberry32, pow } from "./exact-stats.js";
@@ -97,7 +97,7 @@ for (const [name, text] of cases()) {
     assert.ok(Number(t.units) <= t.epsilon * 2 ** 24, "the task spends more than its budget");
     const bound = pow(new Ratio(expLower(t.units / BigInt(count)), ONE), count);
     const rand = mulberry32(name.length * 7919 + name.charCodeAt(0));
-    const rng = RandomSource.seeded(`hadamard-audit-${name}`);
+    const rng = seededSource(`hadamard-audit-${name}`);
     let worst = Ratio.ONE;
     for (const [D, D2] of datasets(t, rand)) {
       for (const src of [D, D2]) {
@@ -118,8 +118,8 @@ for (const [name, text] of cases()) {
 
 test("hadamard: an empty distribution dataset reports the uniform distribution's coefficients", () => {
   const t = parseTask(hadamardTask({ ...DIST, epsilon: 2.0, eps_c: 1.0, components: [1, 2], intervals: [[-0.3, 0.3], [-0.3, 0.3]], stage: 3, mechanism: "pm" }));
-  const a = computeReport(t, [], null, RandomSource.seeded(3));
-  const b = computeReport(t, [9, Infinity], null, RandomSource.seeded(3));
+  const a = computeReport(t, [], null, seededSource(3));
+  const b = computeReport(t, [9, Infinity], null, seededSource(3));
   assert.deepEqual(a, b);
   assert.deepEqual(stats(t, []), [1, 2].map((c) => uniformStatistic(t)[c]));
 });

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 import {
-  alg1Params, binIndex, fallbacks, JInt, JsonError, KINDS, parseJson, parseTask, RandomSource, stage1Report, statistics,
+  alg1Params, binIndex, fallbacks, JInt, JsonError, KINDS, parseJson, parseTask, RandomSource, seededSource, stage1Report, statistics,
   taskDigest, TaskRefused, usable,
 } from "../src/core/index.js";
 import { Device, type DeviceTransportLike, type ReportMessage, type TaskMessage } from "../src/device/index.js";
@@ -52,7 +52,7 @@ function msg(queryId: string, o: Record<string, unknown> = {}, length = 4): Task
 }
 
 const open = (fake: Recorder, store = new MemoryStore()): Promise<Device> =>
-  Device.open({ sendDelay: null, transport: fake, store, budget: 100, simulation: { rng: RandomSource.seeded("hostile") } });
+  Device.open({ sendDelay: null, transport: fake, store, budget: 100, simulation: { rng: seededSource("hostile") } });
 
 const saved = { userStats: KINDS.mean.userStats };
 afterEach(() => Object.assign(KINDS.mean, saved));
@@ -67,7 +67,7 @@ test("a grid whose bins do not cover the support is refused (param)", () => {
 test("the bin index is capped before any integer conversion", () => {
   const p = alg1Params(1.0, 2 ** -63, 0, 4);
   assert.deepEqual([0.5, 1.0, 1e308, -1.0, 0.0, -0.75].map((y) => binIndex(y, p)), [4, 4, 4, 1, 4, 4]);
-  assert.equal(stage1Report([0.5], [p], 1.0, RandomSource.seeded(1)).length, 4);
+  assert.equal(stage1Report([0.5], [p], 1.0, seededSource(1)).length, 4);
 });
 
 test("whether the device reports does not depend on its data", async () => {
@@ -221,7 +221,7 @@ test("hostile ranges are refused before any charge, whatever the data; clamping 
     const fake = new Recorder();
     const logs: string[] = [];
     const d = await Device.open({ transport: fake, store: new MemoryStore(), budget: 100,
-      simulation: { rng: RandomSource.seeded("hostile-range") }, log: (l) => logs.push(l) });
+      simulation: { rng: seededSource("hostile-range") }, log: (l) => logs.push(l) });
     d.addDataset("data", values);
     fake.tasks = [...HOSTILE_RANGES.map(([range, bound], i) => msg(`h${i}`, { ...RANGED, range, bound }, 1)), msg("ok", RANGED, 1)];
     const r = await d.poll();

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import {
-  AlreadyParticipated, BudgetExceeded, budgetUnits, decodeValues, type DeviceStore, encodeValues, Ledger,
+  AlreadyParticipated, BudgetExceeded, budgetUnits, decodeValues, type DeviceStore, encodeValues, Ledger, recordReport,
   type LedgerChange, type LedgerEntry, ledgerStoreContract, MemoryStore, type LedgerStore,
 } from "../src/ledger/index.js";
 import { FileStore } from "../src/node/index.js";
@@ -15,20 +15,20 @@ const U = 1n << 24n; // units of one ε
 async function semantics(store: LedgerStore): Promise<Ledger> {
   const l = await Ledger.open(store, 2.0);
   assert.equal(l.totalUnits, 2n * U);
-  const a = await l.record("q1", "d1", 1, U, [1n, -2n, 3n], false);
+  const a = await recordReport(l, "q1", "d1", 1, U, [1n, -2n, 3n], false);
   assert.equal(a.state, "pending");
   assert.deepEqual(decodeValues(a.report), [1n, -2n, 3n]);
   // the same task again: the stored entry (and its bytes) come back, nothing is spent twice
-  const again = await l.record("q1", "d1", 1, U, [9n, 9n, 9n], false);
+  const again = await recordReport(l, "q1", "d1", 1, U, [9n, 9n, 9n], false);
   assert.deepEqual(decodeValues(again.report), [1n, -2n, 3n]);
   assert.equal(l.spentUnits(), U);
   // another task for the same query is refused
-  await assert.rejects(l.record("q1", "other", 2, 1n, [0n], false), AlreadyParticipated);
+  await assert.rejects(recordReport(l, "q1", "other", 2, 1n, [0n], false), AlreadyParticipated);
   // exactly filling the budget is allowed, one unit more is not
-  await assert.rejects(l.record("q2", "d2", 1, U + 1n, [0n], false), BudgetExceeded);
-  await l.record("q2", "d2", 1, U, [0n], true);
+  await assert.rejects(recordReport(l, "q2", "d2", 1, U + 1n, [0n], false), BudgetExceeded);
+  await recordReport(l, "q2", "d2", 1, U, [0n], true);
   assert.equal(l.remainingUnits(), 0n);
-  await assert.rejects(l.record("q3", "d3", 1, 1n, [0n], false), BudgetExceeded);
+  await assert.rejects(recordReport(l, "q3", "d3", 1, 1n, [0n], false), BudgetExceeded);
   await l.mark("q1", "acknowledged", "");
   assert.deepEqual(l.entries("pending").map((e) => e.queryId), ["q2"]);
   return l;
@@ -41,7 +41,7 @@ test("memory store: one report per query, exact budget in 2^-24 units, resend re
 test("concurrent records are serialized: two tasks that together exceed the budget", async () => {
   const l = await Ledger.open(new MemoryStore(), { units: 3n });
   const r = await Promise.allSettled([
-    l.record("a", "da", 1, 2n, [1n], false), l.record("b", "db", 1, 2n, [1n], false),
+    recordReport(l, "a", "da", 1, 2n, [1n], false), recordReport(l, "b", "db", 1, 2n, [1n], false),
   ]);
   assert.deepEqual(r.map((x) => x.status), ["fulfilled", "rejected"]);
   assert.ok((r[1] as PromiseRejectedResult).reason instanceof BudgetExceeded);
@@ -73,7 +73,7 @@ test("file store: entries survive a reopen; the directory is locked while open",
     assert.equal(l.get("q1")?.state, "acknowledged");
     assert.equal(l.get("q2")?.simulated, true);
     assert.deepEqual(decodeValues(l.get("q1")!.report), [1n, -2n, 3n]);
-    await assert.rejects(l.record("q1", "other", 1, 1n, [0n], false), AlreadyParticipated);
+    await assert.rejects(recordReport(l, "q1", "other", 1, 1n, [0n], false), AlreadyParticipated);
     assert.deepEqual(readdirSync(join(dir, "entries")).filter((f) => f.endsWith(".tmp")), []);
     again.close();
   } finally {
@@ -117,9 +117,9 @@ test("two Ledgers over one store: the in-memory snapshot is not the authority", 
   // the defect of issue 17 item 2: each ledger kept its own entries and spent 2.0 of 1.0
   const store = new MemoryStore();
   const [a, b] = [await Ledger.open(store, 1.0), await Ledger.open(store, 1.0)];
-  await a.record("q1", "d1", 1, U, [1n]);
-  await assert.rejects(b.record("q2", "d2", 1, U, [2n]), BudgetExceeded);
-  const again = await b.record("q1", "d1", 1, U, [9n]); // the same task: a's stored bytes
+  await recordReport(a, "q1", "d1", 1, U, [1n]);
+  await assert.rejects(recordReport(b, "q2", "d2", 1, U, [2n]), BudgetExceeded);
+  const again = await recordReport(b, "q1", "d1", 1, U, [9n]); // the same task: a's stored bytes
   assert.deepEqual(decodeValues(again.report), [1n]);
   assert.equal(b.spentUnits(), U);
 });

@@ -15,7 +15,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   alg1Params, binIndex, computeReport, discreteLaplaceLogPmf, expLower, gridPositions, type Interval, KINDS,
-  laplaceScale, laplaceScaleValue, ONE, AUDITED_ORACLES, parseTask, RandomSource, Ratio, AUDITED_SCALARS, type Samples, statistics,
+  laplaceScale, laplaceScaleValue, ONE, AUDITED_ORACLES, parseTask, RandomSource, seededSource, Ratio, AUDITED_SCALARS, type Samples, statistics,
   type Task, taskRows, usable,
 } from "../src/core/index.js";
 import { mulberry32, pow } from "./exact-stats.js";
@@ -181,7 +181,7 @@ for (const [name, text] of cases()) {
     assert.ok(Number(t.units) <= t.epsilon * 2 ** 24, "the task spends more than its budget");
     const bound = pow(new Ratio(expLower(t.units / BigInt(count)), ONE), count);
     const rand = mulberry32(name.length * 7919 + name.charCodeAt(0));
-    const rng = RandomSource.seeded(`mech-audit-${name}`);
+    const rng = seededSource(`mech-audit-${name}`);
     const { pairs, extreme } = datasets(t, rand);
     let worst = Ratio.ONE;
     for (const [D, D2] of [extreme, ...pairs]) {
@@ -212,7 +212,7 @@ test("negative control: Duchi reports drawn at 2ε fail the audit of ε", () => 
   const D2 = new Array(6).fill(5);
   let worst = Ratio.ONE;
   for (let i = 0; i < 20; i++) {
-    const z = computeReport(leaky, D2, null, RandomSource.seeded(i));
+    const z = computeReport(leaky, D2, null, seededSource(i));
     const r = probability(leaky, D2, z).div(probability(leaky, D, z));
     for (const x of [r, Ratio.ONE.div(r)]) if (x.cmp(worst) > 0) worst = x;
   }
@@ -229,7 +229,7 @@ test("negative control: sampled records through an oracle at 2ε fail the audit 
     const D2 = [4, 4, 4];
     let worst = Ratio.ONE;
     for (let i = 0; i < 20; i++) {
-      const z = computeReport(leaky, i % 2 ? D : D2, null, RandomSource.seeded(`leaky-${m}-${i}`));
+      const z = computeReport(leaky, i % 2 ? D : D2, null, seededSource(`leaky-${m}-${i}`));
       const r = probability(leaky, D2, z).div(probability(leaky, D, z));
       for (const x of [r, Ratio.ONE.div(r)]) if (x.cmp(worst) > 0) worst = x;
     }
@@ -247,7 +247,7 @@ test("mechanism audit: oracle with discrete Laplace (doubles) never exceeds the 
     const logP = (part: bigint[], v: number): number => part.reduce((s, x, j) => s + discreteLaplaceLogPmf(Number(x) - (j === v ? 1 : 0), tt), 0);
     const lse = (a: number, b: number): number => Math.max(a, b) + Math.log1p(Math.exp(-Math.abs(a - b)));
     const ll = (D: Samples, z: bigint[]): number => recordsMixture(t, D, z, logP, (a, b) => a + b, lse, (a, n) => a - Math.log(n));
-    const rng = RandomSource.seeded(`mech-audit-laplace-${r}`);
+    const rng = seededSource(`mech-audit-laplace-${r}`);
     const ds: Samples[] = [[0, 0, 0, 0], [4, 4, 4, 4], [], [NaN, 9], [1, 2, 3, 4], [2]];
     let worst = 0;
     for (const D of ds) {

@@ -17,7 +17,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   duchiDesign, EPS_DENOMINATOR, EXP_CAP_UNITS, expLower, GRID_STEPS, grrDesign, hashOf, HM_THRESHOLD_UNITS, hmAlpha,
-  olhDesign, ONE, AUDITED_ORACLES, ORACLES, oueQ, parseTask, pmDesign, RandomSource, Ratio, rationalEpsilon, AUDITED_SCALARS, SCALARS, ssDesign, taskDigest,
+  olhDesign, ONE, AUDITED_ORACLES, ORACLES, oueQ, parseTask, pmDesign, RandomSource, seededSource, Ratio, rationalEpsilon, AUDITED_SCALARS, SCALARS, ssDesign, taskDigest,
   TaskRefused,
 } from "../src/core/index.js";
 import { Device, type DeviceTransportLike, type ReportMessage, type TaskMessage } from "../src/device/index.js";
@@ -171,7 +171,7 @@ for (const name of ["duchi", "pm", "hm"]) {
 /** Counts of the reports of `draws` privatizations of item 3 over k = 5. */
 function oracleCounts(name: string, eps: number, n: number, seed: string): Map<string, number> {
   const o = AUDITED_ORACLES.get(name)!;
-  const rng = RandomSource.seeded(seed);
+  const rng = seededSource(seed);
   const counts = new Map<string, number>();
   for (let i = 0; i < n; i++) {
     const key = o.privatize(3, 5, eps, rng).join(",");
@@ -207,7 +207,7 @@ test("the olh sampler: uniform seeds, GRR of the seed's hash", () => {
   for (const eps of [0.5, 3.0]) {
     const n = 20000;
     const d = olhDesign(rationalEpsilon(eps));
-    const rng = RandomSource.seeded(`olh-${eps}`);
+    const rng = seededSource(`olh-${eps}`);
     const top = new Map<string, number>();
     let hits = 0;
     for (let i = 0; i < n; i++) {
@@ -233,7 +233,7 @@ for (const name of ["duchi", "pm", "hm"]) {
       for (const g of [0n, 40000n, G]) {
         const cuts = name === "duchi" ? [0n, 1n, 2n] : name === "pm" ? [0n, g, g + d.W, d.cells]
           : [0n, g, g + d.W, d.cells, d.cells + 1n, d.cells + 2n];
-        const z = s.privatize(new Array<bigint>(n).fill(g), eps, RandomSource.seeded(`${name}-${eps}-${g}`));
+        const z = s.privatize(new Array<bigint>(n).fill(g), eps, seededSource(`${name}-${eps}-${g}`));
         const counts = new Map<string, number>();
         const probs = new Map<string, Ratio>();
         for (let c = 0; c + 1 < cuts.length; c++) {
@@ -298,7 +298,7 @@ test("ε accounting: every mechanism spends |components|·N(eps_c) (oracle: reco
     assert.deepEqual([t.units, t.reportLength], [units, length], name);
     const fake = new Collector();
     const d = await Device.open({ sendDelay: null, transport: fake, store: new MemoryStore(), budget: 1.0,
-      simulation: { rng: RandomSource.seeded(name) } });
+      simulation: { rng: seededSource(name) } });
     d.addDataset("data", t.kind === "distribution" ? [0, 3, 3] : [[0.5, 9, -0.25]], undefined,
       t.kind === "distribution" ? { values: "categorical", alphabet: 5 } : { dim: 3 });
     fake.tasks = [{ query_id: "q", phase: 1, dataset: "data", task_json: text, task_digest: taskDigest(text), report_length: length }];

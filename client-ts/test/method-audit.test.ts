@@ -14,7 +14,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  alg1Params, computeReport, gridLogLikelihood, KINDS, parseTask, RandomSource, stage1LogLikelihood,
+  alg1Params, computeReport, gridLogLikelihood, KINDS, parseTask, RandomSource, seededSource, stage1LogLikelihood,
   stage2LogLikelihood, statistics, taskRows, type Interval, type Samples, type Task, usable,
 } from "../src/core/index.js";
 import { taskJson } from "./task-json.js";
@@ -126,7 +126,7 @@ for (const c of CASES) {
   test(`method audit: ${c.name} never exceeds the ε it charges`, () => {
     const t = parseTask(c.task);
     const eps = Number(t.units) / 2 ** 24;
-    const rng = RandomSource.seeded(`method-audit-${c.name}`);
+    const rng = seededSource(`method-audit-${c.name}`);
     const pairs: [Samples, Samples][] = [c.extreme];
     for (const a of c.datasets) for (const b of c.datasets) if (a !== b) pairs.push([a, b]);
     let worst = 0;
@@ -149,7 +149,7 @@ test("negative control: a method drawing at twice its claimed ε is flagged", ()
   const base = CASES.find((c) => c.name === "baseline-b")!;
   const claimed = parseTask(base.task); // baseline-b at ε = 0.8
   const leaky = parseTask(base.task.replace('"eps_c":0.8', '"eps_c":1.6').replace('"epsilon":0.8', '"epsilon":1.6'));
-  const rng = RandomSource.seeded("method-audit-negative");
+  const rng = seededSource("method-audit-negative");
   let worst = 0;
   for (let k = 0; k < 5; k++) {
     const z = computeReport(leaky, [1], null, rng);
@@ -174,7 +174,7 @@ test("method audit: mean-by — the report of a device in group A and in group B
     const vals = [10, 115, 60, 60];
     const D: [number[], number[]][] = [0, 1, 2].map((g) => [vals, [g, g, g, g]]);
     D.push([[200, 200], [0, 0]], [[-50, -50], [2, 2]], [vals, [NaN, NaN, NaN, NaN]], [[], []]);
-    const rng = RandomSource.seeded(`method-audit-mean-by-${eps}`);
+    const rng = seededSource(`method-audit-mean-by-${eps}`);
     let worst = 0;
     for (let i = 0; i < D.length; i++) {
       for (let j = i + 1; j < D.length; j++) {

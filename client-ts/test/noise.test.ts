@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  discreteLaplace, laplaceScale, randomizedRound, RandomSource, rationalEpsilon,
+  discreteLaplace, laplaceScale, randomizedRound, RandomSource, seededSource, rationalEpsilon,
 } from "../src/core/index.js";
 
 test("DLap(t) frequencies match the exact pmf (t = 2/0.7, 40000 draws, 5 sigma)", () => {
@@ -10,7 +10,7 @@ test("DLap(t) frequencies match the exact pmf (t = 2/0.7, 40000 draws, 5 sigma)"
   const t = Number(s.num) / Number(s.den);
   const q = Math.exp(-1 / t);
   const n = 40000;
-  const z = discreteLaplace(s, n, RandomSource.seeded("dlap-pmf")).map(Number);
+  const z = discreteLaplace(s, n, seededSource("dlap-pmf")).map(Number);
   for (const v of [-3, -1, 0, 1, 2, 5]) {
     const p = ((1 - q) / (1 + q)) * q ** Math.abs(v);
     const k = z.filter((x) => x === v).length;
@@ -25,7 +25,7 @@ test("DLap(t) frequencies match the exact pmf (t = 2/0.7, 40000 draws, 5 sigma)"
 test("randomized rounding is unbiased (x = 0.3 and 7.8125, 20000 draws, 5 sigma)", () => {
   for (const x of [0.3, 7.8125]) {
     const n = 20000;
-    const r = randomizedRound(new Array(n).fill(x), RandomSource.seeded(`round-${x}`)).map(Number);
+    const r = randomizedRound(new Array(n).fill(x), seededSource(`round-${x}`)).map(Number);
     const f = x - Math.floor(x);
     assert.ok(r.every((v) => v === Math.floor(x) || v === Math.floor(x) + 1));
     const mean = r.reduce((a, b) => a + b, 0) / n;
@@ -52,12 +52,12 @@ test("secure sources are keyed from the platform CSPRNG and are not simulation s
   assert.equal(a.simulation, false);
   assert.equal(a.spawn("x").simulation, false);
   assert.notDeepEqual(a.words(4), b.words(4));
-  assert.equal(RandomSource.seeded(1).simulation, true);
-  assert.equal(RandomSource.seeded(1).spawn("report").simulation, true);
+  assert.equal(seededSource(1).simulation, true);
+  assert.equal(seededSource(1).spawn("report").simulation, true);
   assert.throws(() => RandomSource.secure({} as never), /getRandomValues/);
 });
 
 test("ε above 2^20 is refused before any sampler runs (the exact samplers' ranges hold)", () => {
   assert.throws(() => laplaceScale(2, 1e300), RangeError);
-  assert.equal(discreteLaplace(laplaceScale(2, 2 ** 20), 3, RandomSource.seeded(0)).length, 3);
+  assert.equal(discreteLaplace(laplaceScale(2, 2 ** 20), 3, seededSource(0)).length, 3);
 });

@@ -11,7 +11,7 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Device, missingPrimitives, PlatformError, type DeviceTransportLike } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
-import { RandomSource } from "../src/core/index.js";
+import { RandomSource, seededSource } from "../src/core/index.js";
 
 const noTransport = {} as DeviceTransportLike; // never called: open fails first
 
@@ -59,7 +59,7 @@ test("crypto.getRandomValues is required in production, not in a simulation", as
     await assert.rejects(Device.open({ transport: noTransport, store: new MemoryStore(), budget: 1 }),
       /lacks crypto\.getRandomValues, .*react-native-get-random-values/);
     const sim = await Device.open({ transport: noTransport, store: new MemoryStore(), budget: 1,
-      simulation: { rng: RandomSource.seeded("platform") } });
+      simulation: { rng: seededSource("platform") } });
     assert.equal(sim.simulation, true);
   } finally {
     Object.defineProperty(globalThis, "crypto", saved);

@@ -11,10 +11,10 @@ import { chacha20 as nobleChacha } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { sha256 as nobleSha } from "@noble/hashes/sha2.js";
 import { chacha20 } from "../src/core/chacha20.js";
-import { bytesToHex, hexToBytes, isLowOrder, RandomSource } from "../src/core/index.js";
+import { bytesToHex, hexToBytes, isLowOrder, RandomSource, seededSource } from "../src/core/index.js";
 import { H0, K, sha256 } from "../src/core/sha256.js";
 
-const rng = RandomSource.seeded("primitives-cross-check");
+const rng = seededSource("primitives-cross-check");
 const u = (n: number): number => Number(rng.words(1)[0] % BigInt(n));
 
 test("ChaCha20: RFC 8439 §2.4.2 and A.2 #1", () => {
@@ -41,6 +41,9 @@ test("ChaCha20 equals @noble/ciphers on random keys, nonces, counters and length
   }
   assert.throws(() => chacha20(new Uint8Array(32), new Uint8Array(12), new Uint8Array(65), undefined, 0xffffffff), /counter/);
   assert.throws(() => chacha20(new Uint8Array(31), new Uint8Array(12), new Uint8Array(1)), /key/);
+  assert.throws(() => chacha20(new Uint8Array(32), new Uint8Array(8), new Uint8Array(1)), /nonce/);
+  assert.throws(() => chacha20(new Uint8Array(32), new Uint8Array(12), new Uint8Array(9), new Uint8Array(8)), /output/);
+  assert.throws(() => chacha20(new Uint8Array(32), new Uint8Array(12), new Uint8Array(1), undefined, -1), /counter/);
 });
 
 test("SHA-256: FIPS 180-4 examples, and equal to @noble/hashes on every length 0..300 and large inputs", () => {

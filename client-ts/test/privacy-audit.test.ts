@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  boundedParams, clampInterval, heavyTailedParams, rationalEpsilon, RandomSource,
+  boundedParams, clampInterval, heavyTailedParams, rationalEpsilon, RandomSource, seededSource,
   stage1LogLikelihood, stage1Report, stage2LogLikelihood, stage2Report, alg1Params,
   type Alg1Params, type Interval,
 } from "../src/core/index.js";
@@ -62,7 +62,7 @@ function stage2Mech(name: string, ivs: Interval[], eps: number, drawEps = eps): 
 /** Worst |log ratio| over the trials, or the first violation. */
 function audit(m: Mech, seed: number, trials = 25): { worst: number; violation: string | null } {
   const rand = mulberry32(seed);
-  const rng = RandomSource.seeded(`audit-${m.name}`);
+  const rng = seededSource(`audit-${m.name}`);
   let worst = 0;
   for (let trial = 0; trial < trials; trial++) {
     let y = randomStats(m.k, rand);
@@ -124,7 +124,7 @@ test("negative control: half the noise is flagged by the same audit", () => {
     [stage1Mech("leaky-stage1", [p6], 1.0, 2.0), stage1Mech("true-stage1", [p6], 2.0)],
     [stage2Mech("leaky-ssl", [[-1, 1]], 1.0, 2.0), stage2Mech("true-ssl", [[-1, 1]], 2.0)],
   ] as const) {
-    const rng = RandomSource.seeded(m.name);
+    const rng = seededSource(m.name);
     const y = [-50];
     const y2 = [50];
     let worst = 0;

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
-import { KINDS, RandomSource } from "../src/core/index.js";
+import { KINDS, RandomSource, seededSource } from "../src/core/index.js";
 import { sslMeanTask as task } from "./fixtures.js";
 import { DEFAULT_SEND_DELAY, Device, type DeviceTransportLike, drawDelayMs, type ReportMessage } from "../src/device/index.js";
 import { MemoryStore } from "../src/ledger/index.js";
@@ -32,7 +32,7 @@ async function offsets(m: number, usPerSample: number, seed: number, n: number, 
     getTasks: async () => ({ tasks: Array.from({ length: n }, (_, i) => task(`q${i}`)), waiting: [], retry_after_ms: 0 }),
     submitReport: async (_t: string, r: ReportMessage) => { sent.push(clock()); void r; return { duplicate: false, received_at_ms: "1" }; },
   };
-  const d = await Device.open({ sendDelay: null, transport, store: new MemoryStore(), budget: 1e6, simulation: { rng: RandomSource.seeded(seed) } });
+  const d = await Device.open({ sendDelay: null, transport, store: new MemoryStore(), budget: 1e6, simulation: { rng: seededSource(seed) } });
   d.addDataset("data", new Array<number>(m).fill(0.25));
   const r = await d.poll("", delay ? { sendDelay: { lowMs: LOW, highMs: HIGH }, clock, sleep } : { clock, sleep });
   assert.equal(r.submitted.length, n);
@@ -81,7 +81,7 @@ test("a window must be public and sane; a delay is exact on its grid", async () 
   for (const [lowMs, highMs] of [[-1, 1], [2, 1], [0, Infinity], [NaN, 1], [0, 1e12]]) {
     await assert.rejects(d.poll("", { sendDelay: { lowMs, highMs } }), /send window/);
   }
-  assert.equal(drawDelayMs({ lowMs: 7, highMs: 7 }, RandomSource.seeded(1)), 7);
+  assert.equal(drawDelayMs({ lowMs: 7, highMs: 7 }, seededSource(1)), 7);
 });
 
 test("a device sends at a drawn deadline by default; sendDelay: null opts out; never past the task's deadline",
@@ -98,7 +98,7 @@ test("a device sends at a drawn deadline by default; sendDelay: null opts out; n
       submitReport: async () => { sent.push(clock()); return { duplicate: false, received_at_ms: "1" }; },
     };
     const open = (o: { sendDelay?: null | { lowMs: number; highMs: number } }) =>
-      Device.open({ transport, store: new MemoryStore(), budget: 100, simulation: { rng: RandomSource.seeded("def") }, ...o });
+      Device.open({ transport, store: new MemoryStore(), budget: 100, simulation: { rng: seededSource("def") }, ...o });
     const d = await open({}); // no sendDelay: the default window
     d.addDataset("data", [0.25]);
     const t0 = now;

@@ -13,7 +13,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  computeReport, expLower, gridPositions, type Interval, KINDS, ONE, parseTask, RandomSource, Ratio, AUDITED_SCALARS,
+  computeReport, expLower, gridPositions, type Interval, KINDS, ONE, parseTask, RandomSource, seededSource, Ratio, AUDITED_SCALARS,
   statistics, type Task, taskRows, usable,
 } from "../src/core/index.js";
 import { mulberry32, pow } from "./exact-stats.js";
@@ -90,7 +90,7 @@ for (const method of ["ssl", "baseline-b"]) {
           const bound = pow(new Ratio(expLower(t.units / 2n), ONE), 2);
           boundAll = bound;
           const rand = mulberry32(name.length * 7919 + w[0] * 100);
-          const rng = RandomSource.seeded(`sgd-audit-${name}-${w[0]}`);
+          const rng = seededSource(`sgd-audit-${name}-${w[0]}`);
           const { pairs, extreme } = datasets(rand);
           for (const [D, D2] of [extreme, ...pairs]) {
             for (const src of [D, D2]) {

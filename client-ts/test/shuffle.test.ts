@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { test } from "node:test";
 import { x25519 } from "@noble/curves/ed25519.js";
-import { bytesToHex, keyIdOf, RandomSource, sealInfo, taskDigest } from "../src/core/index.js";
+import { bytesToHex, keyIdOf, RandomSource, seededSource, sealInfo, taskDigest } from "../src/core/index.js";
 import {
   Device, type DeviceTransportLike, type ReportMessage, type SealedReportMessage, type ShufflerTransportLike,
   Status, type TaskMessage,
@@ -106,7 +106,7 @@ test("the sealed report goes to the shuffler, stored and resent as identical byt
   const sh = new Shuffler();
   sh.errors = [Status.UNAVAILABLE]; // the first acknowledgement is lost
   const dev = await Device.open({ sendDelay: null, transport: col, store: new MemoryStore(), budget: 2, shuffler: sh,
-    shufflerAttestation: "v1.attested", simulation: { rng: RandomSource.seeded("shuffle-ts") } });
+    shufflerAttestation: "v1.attested", simulation: { rng: seededSource("shuffle-ts") } });
   dev.addDataset("data", [0.5, 0.25]);
   const first = await dev.poll();
   assert.equal(first.pending, 1);

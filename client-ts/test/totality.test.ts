@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  computeReport, emptyReport, fallbacks, MAX_RECORDS, ORACLES, oracleOf, parseTask, RandomSource, scalarOf, SCALARS, type Task,
+  computeReport, emptyReport, fallbacks, MAX_RECORDS, ORACLES, oracleOf, parseTask, RandomSource, seededSource, scalarOf, SCALARS, type Task,
   TaskRefused,
 } from "../src/core/index.js";
 
@@ -37,7 +37,7 @@ const RECORDS = [0, 1, 2, 7, MAX_RECORDS, MAX_RECORDS + 1, -1];
 
 class Gen {
   readonly #rng: RandomSource;
-  constructor(seed: string) { this.#rng = RandomSource.seeded(seed); }
+  constructor(seed: string) { this.#rng = seededSource(seed); }
   int(n: number): number { return Number(this.#rng.belowEach([BigInt(n)])[0]); }
   pick<T>(xs: readonly T[]): T { return xs[this.int(xs.length)]; }
   bool(): boolean { return this.int(2) === 1; }
@@ -186,8 +186,8 @@ function dataset(g: Gen, t: Task): [number[] | number[][], number[] | null] {
 function assertTotal(t: Task, g: Gen, label: string): void {
   const before = fallbacks.count;
   const [samples, labels] = dataset(g, t);
-  const reports = [computeReport(t, samples, labels, RandomSource.seeded(label)),
-    emptyReport(t, RandomSource.seeded(label))];
+  const reports = [computeReport(t, samples, labels, seededSource(label)),
+    emptyReport(t, seededSource(label))];
   assert.equal(fallbacks.count, before, `${label}: the computation threw on ${t.text}`);
   const lim = BigInt(maxAbs(t));
   for (const r of reports) {

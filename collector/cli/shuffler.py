@@ -16,7 +16,13 @@ from typing import Any
 from uldp.client.wire import DEFAULT_MAX_MESSAGE_BYTES
 from uldp.collector.cli.common import cors_origins, env, readable_file, ready_file, wait_for_signal
 from uldp.collector.cli.connections import add_connection_flags, connection_limits, trusted_proxies
-from uldp.collector.cli.util import OperatorError, port_number, positive_float, positive_int
+from uldp.collector.cli.util import (
+    OperatorError,
+    nonneg_int,
+    port_number,
+    positive_float,
+    positive_int,
+)
 from uldp.collector.security.tokens import AdminAuth
 
 __all__ = ["register"]
@@ -27,6 +33,7 @@ _FILES = (("tls_cert", "--tls-cert"), ("tls_key", "--tls-key"),
 
 
 def _config(a: argparse.Namespace) -> Any:
+    from uldp.collector.shuffler.checks import MAX_CHECKERS, default_checkers
     from uldp.collector.shuffler.server import ShufflerServerConfig
     from uldp.collector.shuffler.service import ShufflerConfig
 
@@ -38,6 +45,8 @@ def _config(a: argparse.Namespace) -> Any:
     db = Path(a.db)
     if db.is_dir() or not db.resolve().parent.is_dir():
         raise OperatorError(f"--db {db}: give a file in an existing directory")
+    if a.checkers is not None and a.checkers > 16 * MAX_CHECKERS:
+        raise OperatorError(f"--checkers {a.checkers}: at most {16 * MAX_CHECKERS} processes")
     if a.max_batch < a.min_batch:
         raise OperatorError(f"--max-batch {a.max_batch} is below --min-batch {a.min_batch}")
     if a.metrics_token_file:
@@ -65,6 +74,8 @@ def _config(a: argparse.Namespace) -> Any:
         max_message_bytes=a.max_message_bytes, collector_server_name=a.collector_server_name,
         shuffle=ShufflerConfig(min_batch=a.min_batch, max_batch=a.max_batch,
                                batch_parts=a.batch_parts,
+                               checkers=default_checkers() if a.checkers is None
+                               else a.checkers,
                                linger_s=a.linger, deadline_margin_s=a.deadline_margin,
                                max_message_bytes=a.max_message_bytes),
         connections=connection_limits(a, http=a.http_port is not None)[0])
@@ -198,6 +209,27 @@ def _key_flags(s: Any) -> None:
                         "it attested; without it they state the local ε0 only")
 
 
+def _batch_flags(s: Any) -> None:
+    """The flags of batching and of the checking processes."""
+    s.add_argument("--min-batch", type=positive_int, default=100,
+                   help="never forward a batch smaller than this (default 100; 1 is allowed "
+                        "but every query sets its own minimum of at least 2, which applies "
+                        "when larger); a cell is forwarded before it is complete only once "
+                        "it holds twice the minimum (the last batch keeps at least it)")
+    s.add_argument("--max-batch", type=positive_int, default=50_000,
+                   help="at most this many reports per batch (default 50000)")
+    s.add_argument("--batch-parts", type=positive_int, default=1,
+                   help="forward a cell in ~this many batches (default 1: one per cell, the "
+                   "smallest stated ε; 4: opened while it arrives, ~2× the ε; docs/privacy.md §7)")
+    s.add_argument("--checkers", type=nonneg_int, default=None,
+                   help="processes that check the tickets and attestations of batch calls "
+                        "(default: one per core, at most 4; 0: in the gRPC threads)")
+    s.add_argument("--linger", type=positive_float, default=2.0,
+                   help="forward a bucket once quiet this many seconds (default 2)")
+    s.add_argument("--deadline-margin", type=positive_float, default=5.0,
+                   help="forward a bucket this many seconds before its phase's deadline")
+
+
 def register(subparsers: Any) -> None:
     """Add ``shuffler serve`` and ``shuffler certs`` to the ``uldp`` parser."""
     pc = subparsers.add_parser("shuffler", help="run the shuffler of shuffle mode")
@@ -240,20 +272,7 @@ def register(subparsers: Any) -> None:
                    help="the shuffler's client certificate for the collector (its common "
                         "name is the collector's --shuffler-name)")
     s.add_argument("--client-key", required=True, help="key of --client-cert")
-    s.add_argument("--min-batch", type=positive_int, default=100,
-                   help="never forward a batch smaller than this (default 100; 1 is allowed "
-                        "but every query sets its own minimum of at least 2, which applies "
-                        "when larger); a cell is forwarded before it is complete only once "
-                        "it holds twice the minimum (the last batch keeps at least it)")
-    s.add_argument("--max-batch", type=positive_int, default=50_000,
-                   help="at most this many reports per batch (default 50000)")
-    s.add_argument("--batch-parts", type=positive_int, default=1,
-                   help="forward a cell in ~this many batches (default 1: one per cell, the "
-                   "smallest stated ε; 4: opened while it arrives, ~2× the ε; docs/privacy.md §7)")
-    s.add_argument("--linger", type=positive_float, default=2.0,
-                   help="forward a bucket once quiet this many seconds (default 2)")
-    s.add_argument("--deadline-margin", type=positive_float, default=5.0,
-                   help="forward a bucket this many seconds before its phase's deadline")
+    _batch_flags(s)
     s.add_argument("--max-message-bytes", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
                    help=f"largest gRPC message (default {DEFAULT_MAX_MESSAGE_BYTES})")
     s.add_argument("--log-level", default="info", help="debug, info, warning or error")

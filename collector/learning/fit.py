@@ -40,7 +40,7 @@ from uldp.collector.models.grid import (
     pilot_grid,
     pilot_users,
 )
-from uldp.collector.models.rounds import sgd_query
+from uldp.collector.models.rounds import rounds_advisory, sgd_query
 from uldp.collector.models.sgd import SGDConfig, SGDResult, steps_advisory
 from uldp.collector.models.shrinkage import (
     classify_shrinkage,
@@ -70,7 +70,7 @@ def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
         raise ValueError(f"theta0 must have {d} entries, got shape {np.shape(config.theta0)}")
     spec = sgd_query(config, n, _m_ref(source, m_ref), d, query_id=config.query_id)
     resolved = SGDConfig(**spec.extra["sgd"])
-    note = None if resolved.per_coordinate else \
+    note = rounds_advisory(spec.extra.get("rounds", {})) if resolved.per_coordinate else \
         steps_advisory(n, d, resolved, int(resolved.t0 or 1))
     if note:  # the scikit-style estimators' way to tell the user
         warnings.warn(note, UserWarning, stacklevel=2)

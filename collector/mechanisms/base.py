@@ -202,9 +202,12 @@ def independent_functional_variance(F: np.ndarray, p: float, q: float) -> np.nda
 
 
 def moments(F: np.ndarray, pi: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``(Σ_v π_v F_v, Σ_v π_v F_v², Σ_j F_j, Σ_j F_j²)`` per row of ``F``."""
+    """``(Σ_v π_v F_v, Σ_v π_v F_v², Σ_j F_j, Σ_j F_j²)`` per row of ``F`` (``pi``: one
+    share vector, or one per row of ``F``)."""
     F = np.atleast_2d(np.asarray(F, dtype=np.float64))
     F2 = F * F
+    if np.ndim(pi) == 2:
+        return (F * pi).sum(axis=1), (F2 * pi).sum(axis=1), F.sum(axis=1), F2.sum(axis=1)
     return F @ pi, F2 @ pi, F.sum(axis=1), F2.sum(axis=1)
 
 

@@ -76,8 +76,8 @@ def note_assumption(plan: Any, est: Any) -> Any:
     return est
 
 
-def location(points: np.ndarray, mass: np.ndarray, var: np.ndarray, mean_sd: float,
-             n1: int, m: int, alpha: float = ALPHA_BIAS) -> tuple[float, float]:
+def location(points: np.ndarray, mass: np.ndarray, var: np.ndarray, mean_sd: Any,
+             n1: int, m: int, alpha: float = ALPHA_BIAS) -> tuple[Any, Any]:
     """Confidence bounds ``(μ_lo, μ_hi)`` of the population mean from stage I's grid
     histogram (masses ``mass`` with per-point noise variances ``var``, ``n1`` reports),
     users alike with ``m`` records each. The intersection of
@@ -92,46 +92,64 @@ def location(points: np.ndarray, mass: np.ndarray, var: np.ndarray, mean_sd: flo
       ``K`` points (the largest is chosen from the data): the noise at ``z_{1−α/(4K)}``,
       the sampling of the stage-I users by the Chernoff bound at ``ln(4K/α)/n1``.
 
-    Each part fails with probability at most ``α/2``."""
+    Each part fails with probability at most ``α/2``. ``mass`` and ``var`` may hold one
+    histogram per row (``mean_sd`` then one value per row): the bounds are then arrays."""
+    many = np.ndim(mass) == 2
+    M = np.atleast_2d(np.asarray(mass, dtype=np.float64))
+    Vr = np.atleast_2d(np.asarray(var, dtype=np.float64))
     D = float(points[-1])
     K = points.size
     z = NormalDist().inv_cdf(1 - alpha / 4)
-    centre = float(points @ mass)
-    lo, hi = centre - z * mean_sd, centre + z * mean_sd
+    centre = M @ points
+    sd = np.asarray(mean_sd, dtype=np.float64).reshape(-1)
+    lo, hi = centre - z * sd, centre + z * sd
     if n1 > 0:
-        k = int(np.argmax(mass))
+        rows = np.arange(M.shape[0])
+        k = np.argmax(M, axis=1)
         zk = NormalDist().inv_cdf(1 - alpha / (4 * K))
-        x = float(mass[k]) - zk * math.sqrt(max(float(var[k]), 0.0))
-        if x > 0:
-            c = math.log(4 * K / alpha) / n1
-            q = 1.0 - float(kl_upper(1.0 - min(x, 1.0), c))  # Chernoff lower bound
-            if q > 0:
-                s = D * math.sqrt(2 * math.log(1 / q) / m)
-                left = float(points[max(k - 1, 0)]) - s
-                right = float(points[min(k + 1, K - 1)]) + s
-                lo, hi = max(lo, left), min(hi, right)
-    lo, hi = max(lo, -D), min(hi, D)
-    if lo > hi:  # the two parts disagree (one of them failed): the union, honestly
-        lo, hi = min(lo, hi), max(lo, hi)
-    return lo, hi
+        x = M[rows, k] - zk * np.sqrt(np.maximum(Vr[rows % Vr.shape[0], k], 0.0))
+        c = math.log(4 * K / alpha) / n1
+        on = x > 0
+        q = np.zeros(M.shape[0])
+        if on.any():  # Chernoff lower bound
+            q[on] = 1.0 - np.asarray(kl_upper(1.0 - np.minimum(x[on], 1.0), c))
+        on &= q > 0
+        s = D * np.sqrt(2 * np.log(1 / np.where(on, q, 1.0)) / m)
+        left = points[np.maximum(k - 1, 0)] - s
+        right = points[np.minimum(k + 1, K - 1)] + s
+        lo, hi = np.where(on, np.maximum(lo, left), lo), np.where(on, np.minimum(hi, right), hi)
+    lo, hi = np.maximum(lo, -D), np.minimum(hi, D)
+    # the two parts disagree (one of them failed): the union, honestly
+    lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+    if many:
+        return lo, hi
+    return float(lo[0]), float(hi[0])
 
 
-def tail_integral(t: np.ndarray, D: float, m: int, sigma2: float) -> np.ndarray:
+def tail_integral(t: np.ndarray, D: float, m: int, sigma2: Any) -> np.ndarray:
     """``∫_t^{2D} T(s) ds`` for each ``t ≥ 0`` (module docstring: the Hoeffding and Bernstein
-    tails of a mean of ``m`` i.i.d. records on ``[−D, D]`` with variance ``≤ sigma2``)."""
-    t = np.clip(np.asarray(t, dtype=np.float64), 0.0, 2 * D)
+    tails of a mean of ``m`` i.i.d. records on ``[−D, D]`` with variance ``≤ sigma2``, one
+    bound for all or one per ``t``)."""
+    t = np.clip(np.asarray(t, dtype=np.float64), 0.0, 2 * D).reshape(-1)
+    s2 = np.broadcast_to(np.maximum(np.asarray(sigma2, dtype=np.float64), 0.0), t.shape)
+    # a window's ends take few distinct values: integrate each once
+    ut, it = np.unique(t, return_inverse=True)
+    us, js = np.unique(s2, return_inverse=True)
+    pairs, back = np.unique(it.reshape(-1) * us.size + js.reshape(-1), return_inverse=True)
+    t, s2 = ut[pairs // us.size], us[pairs % us.size]
     u = np.linspace(0.0, 1.0, _POINTS)
     s = t[:, None] + (2 * D - t[:, None]) * u[None, :] ** 2  # dense near t
     hoeff = -m * s * s / (2 * D * D)
-    bern = -m * s * s / (2 * max(sigma2, 0.0) + 4 * D * s / 3 + 1e-300)
+    bern = -m * s * s / (2 * s2[:, None] + 4 * D * s / 3 + 1e-300)
     T = np.exp(np.minimum(np.minimum(hoeff, bern), 0.0))
-    return np.trapezoid(T, s, axis=1)
+    return np.trapezoid(T, s, axis=1)[back.reshape(-1)]
 
 
-def alike_bias(points: np.ndarray, a: np.ndarray, b: np.ndarray, bounds: tuple[float, float],
-               m: int, sigma2: float) -> tuple[np.ndarray, np.ndarray]:
+def alike_bias(points: np.ndarray, a: np.ndarray, b: np.ndarray, bounds: tuple[Any, Any],
+               m: int, sigma2: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(β_lo⁺, β_hi⁺)`` of each window ``[a, b]`` (arrays) for users alike, the mean in
-    ``bounds`` and the records' variance at most ``sigma2`` (module docstring)."""
+    ``bounds`` and the records' variance at most ``sigma2`` (module docstring; the bounds
+    and ``sigma2`` one for all windows or one per window)."""
     D = float(points[-1])
     mu_lo, mu_hi = bounds
     a = np.asarray(a, dtype=np.float64)

@@ -258,9 +258,13 @@ def moment_bounds(t2: np.ndarray, hist: Histogram, alpha: float = ALPHA_BIAS
         n = t2.shape[0]
         return np.zeros(n), np.ones(n)
     z = NormalDist().inv_cdf(1 - alpha / 2)
-    est = t2 @ np.clip(hist.mass, 0.0, None) / max(float(np.clip(hist.mass, 0.0, None).sum()),
-                                                   1e-12)
-    sd = np.sqrt((t2 * t2) @ hist.var)
+    mass = np.clip(hist.mass, 0.0, None)
+    if mass.ndim == 2:  # one histogram per row of ``t2`` (``sizing.GridStage``)
+        est = (t2 * mass).sum(axis=1) / np.maximum(mass.sum(axis=1), 1e-12)
+        sd = np.sqrt((t2 * t2 * hist.var).sum(axis=1))
+    else:
+        est = t2 @ mass / max(float(mass.sum()), 1e-12)
+        sd = np.sqrt((t2 * t2) @ hist.var)
     c = math.log(2 / alpha) / hist.reports
     hi = kl_upper(np.clip(est + z * sd, 0.0, 1.0), c)
     lo = 1.0 - kl_upper(np.clip(1.0 - est + z * sd, 0.0, 1.0), c)

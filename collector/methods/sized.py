@@ -23,36 +23,32 @@ the users (the Chernoff bounds of :mod:`uldp.collector.methods.intervals`).
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from uldp.client.params import GRID_STEPS, Alg1Params
+from uldp.client.params import Alg1Params
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import BinAccumulator, ValueAccumulator
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.mechanisms import ORACLE_DECODERS
-from uldp.collector.mechanisms.choice import SCALAR_CHOICES, scalar_variance
+from uldp.collector.mechanisms.choice import SCALAR_CHOICES
 from uldp.collector.methods.alike import assumed_samples
 from uldp.collector.methods.base import Published
 from uldp.collector.methods.common import (
     bin_mechanism,
     estimate_from_blocks,
-    noise_variance,
     report_noise_variance,
     value_mechanism,
 )
 from uldp.collector.methods.edges import edge_shares, note_edges
-from uldp.collector.methods.intervals import missed_tail_risk
+from uldp.collector.methods.sized_predict import _noise_fn, _normal, predict_component
 from uldp.collector.methods.sizing import (
     ESTIMATORS,
     Choice,
     GridStage,
     choose,
-    combine_error,
     estimator_weights,
-    expected_masses,
     functionals,
     grid_points,
     honest_terms,
@@ -77,24 +73,6 @@ def fine_bins(p: Alg1Params, m: int) -> Alg1Params:
     (``B + 1`` grid points, their edges)."""
     B = min(max(2 * math.ceil(math.sqrt(m)), MIN_BINS), MAX_BINS)
     return Alg1Params(p.bound, 2 * p.bound / B, p.margin, B)
-
-
-def _noise_fn(eps: float) -> Any:
-    """``noise(mech, widths, t2)``: the variance of one stage-II report on windows of these
-    widths at ``E t² = t2`` (arrays; None: the worst case over t), the rounding included
-    (``common.value_noise_variance``, vectorized)."""
-    unit = noise_variance(1.0, eps)
-    ends = {m: (scalar_variance(m, eps, 0.0), scalar_variance(m, eps, 1.0))
-            for m in SCALAR_CHOICES if m != "laplace"}
-
-    def noise(mech: str, width: Any, t2: Any) -> np.ndarray:
-        w = np.asarray(width, dtype=np.float64)
-        if mech == "laplace":
-            return unit * w * w
-        v0, v1 = ends[mech]
-        v = max(v0, v1) if t2 is None else v0 + (v1 - v0) * np.asarray(t2, dtype=np.float64)
-        return v * (w / 2) ** 2 + 0.25 * (w / GRID_STEPS) ** 2
-    return noise
 
 
 def _stage_two_noise(acc: ValueAccumulator, i: int, eps_c: float, st: GridStage | None
@@ -356,15 +334,18 @@ class TwoStageSized(TwoStage):
 
     def predict(self, plan: Any, sample_var: np.ndarray, stat_var: np.ndarray | None = None,
                 stat_mean: np.ndarray | None = None, population: str | None = None,
-                draws: int = PREDICTION_DRAWS, values: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
+                draws: int = PREDICTION_DRAWS, values: np.ndarray | None = None,
+                tol: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(mse, half_width)`` of every component: the rule run on
         :data:`PREDICTION_DRAWS` stage-I histograms of the population (the stage-I users
         drawn, the oracle's noise added; seeded, so the same public facts give the same
         prediction), each outcome's error computed exactly for the population, averaged.
         ``population``: one of :func:`reference_population` instead of the moments;
         ``values``: the users' statistics themselves (``(n, C)``: own data);
-        ``draws = 0``: the rule on the expected histogram only (fast: ``auto``'s ranking)."""
+        ``draws = 0``: the rule on the expected histogram only (fast: ``auto``'s ranking).
+        ``tol``: draw :data:`CHUNK` histograms at a time until the standard error of the
+        mean error is at most ``tol`` times the mean, at most ``draws`` (the rule's outcome
+        may be a rare wide window: :data:`OWN_DATA_DRAWS`)."""
         C = plan.n_components
         mse, half = np.zeros(C), np.zeros(C)
         m = plan.spec.samples
@@ -383,145 +364,10 @@ class TwoStageSized(TwoStage):
                     var = float(sample_var[c]) / m if stat_var is None else float(stat_var[c])
                     mu = 0.0 if stat_mean is None else float(stat_mean[c])
                     vals, wts = _normal(mu, var, p.bound)
-                mse[c], half[c] = _predict_component(
+                mse[c], half[c] = predict_component(
                     self, plan, g, p, vals, wts, n1, n2, plan.spec.users,
-                    population is not None, draws)
+                    population is not None, draws, tol)
         return mse, half
-
-
-def _normal(mu: float, var: float, bound: float) -> tuple[np.ndarray, np.ndarray]:
-    sd = math.sqrt(max(var, 0.0))
-    if sd <= 0:
-        return np.array([min(max(mu, -bound), bound)]), np.array([1.0])
-    x = np.linspace(max(-bound, mu - 5 * sd), min(bound, mu + 5 * sd), 257)
-    if x[-1] <= x[0]:
-        return np.array([min(max(mu, -bound), bound)]), np.array([1.0])
-    w = np.exp(-0.5 * ((x - mu) / sd) ** 2)
-    # the mass beyond the support piles at its ends (the device clamps)
-    lo_mass = 0.5 * math.erfc((mu + bound) / (sd * math.sqrt(2)))
-    hi_mass = 0.5 * math.erfc((bound - mu) / (sd * math.sqrt(2)))
-    w = w / w.sum() * max(1 - lo_mass - hi_mass, 0.0)
-    x = np.concatenate([[-bound], x, [bound]])
-    w = np.concatenate([[lo_mass], w, [hi_mass]])
-    return x, w / w.sum()
-
-
-def _predict_component(method: TwoStageSized, plan: Any, g: int, p: Alg1Params,
-                       vals: np.ndarray, wts: np.ndarray, n1: int, n2: int, n_all: int,
-                       unknown: bool, draws: int) -> tuple[float, float]:
-    """``(mse, half_width)`` of one component (cached on the public facts and the
-    population: a plan's prediction is asked for often, e.g. by ``auto``)."""
-    key = (method.name, plan.spec.objective, plan.spec.confidence, plan.spec.randomizer,
-           assumed_samples(plan.spec),
-           plan.spec.oracle, float(plan.grouping.groups[g].eps_c), p.bound, p.bins, n1, n2,
-           n_all, unknown, draws, vals.tobytes(), wts.tobytes())
-    hit = _CACHE.get(key)
-    if hit is None:
-        hit = _predict_uncached(method, plan, g, p, vals, wts, n1, n2, n_all, unknown, draws)
-        if len(_CACHE) > 4096:
-            _CACHE.clear()
-        _CACHE[key] = hit
-    return hit
-
-
-_CACHE: dict[tuple, tuple[float, float]] = {}
-
-
-def _predict_uncached(method: TwoStageSized, plan: Any, g: int, p: Alg1Params,
-                      vals: np.ndarray, wts: np.ndarray, n1: int, n2: int, n_all: int,
-                      unknown: bool, draws: int) -> tuple[float, float]:
-    eps_c = plan.grouping.groups[g].eps_c
-    oracle = method.oracle(plan, g)
-    pts = grid_points(p.bound, p.bins)
-    pi = expected_masses(vals, wts, pts)
-    n = n1 + n2
-    z = NormalDist().inv_cdf(0.5 + plan.spec.confidence / 2)
-    truth = GridStage(pts, pi, max(n1, 1), oracle, eps_c)
-    dec = ORACLE_DECODERS[oracle]
-    noise_sd = np.sqrt(dec.variance(pi, pts.size, eps_c) / max(n1, 1))
-    rng = np.random.default_rng(20240601)
-    mechs = method.mechanisms(plan, eps_c)
-    noise = _noise_fn(eps_c)
-    alike = assumed_samples(plan.spec)
-    mu = float(np.dot(vals, wts))
-    spread = float(np.dot((vals - mu) ** 2, wts)) * max(1 - n / n_all, 0.0) / max(n, 1)
-    errs, halves = [], []
-    for _ in range(draws if n1 > 0 and draws > 0 else 1):
-        if n1 > 0 and draws > 0:
-            sample = rng.multinomial(n1, pi) / n1 + rng.normal(0.0, 1.0, pts.size) * noise_sd
-        else:
-            sample = pi
-        seen = GridStage(pts, sample, n1, oracle, eps_c)
-        per = choose(seen, n1, n2, mechs, noise, plan.spec.objective, plan.spec.confidence,
-                     method.estimators(plan), alike, method.support_only)
-        mech = min(per, key=lambda k: per[k].objective)
-        ch = per[mech]
-        a, b = float(pts[ch.i]), float(pts[ch.j])
-        err, hw = _outcome(truth, seen, vals, wts, a, b, ch.estimator, mech, noise, n1, n2,
-                           z, alike)
-        if unknown and alike is None and n1 > 0 and (ch.i > 0 or ch.j < pts.size - 1):
-            # a tail of the users every stage-I user missed: for a population known only
-            # by its public facts, the largest expected squared clamping it leaves
-            W = max(a - pts[0], pts[-1] - b)
-            err += missed_tail_risk(n1, W) * (n2 / n) ** 2
-        errs.append(err + spread)
-        halves.append(math.sqrt(hw * hw + z * z * spread))
-    return float(np.mean(errs)), float(np.mean(halves))
-
-
-def _true_report_variance(stage: GridStage, F: np.ndarray, vals: np.ndarray,
-                          wts: np.ndarray) -> float:
-    """The noise of one stage-I report of the functional ``F`` for a population of
-    statistics ``vals``: the oracle's at the population's shares, plus the rounding of
-    each value between its two grid points, exactly."""
-    F = np.asarray(F, dtype=np.float64)
-    pi = expected_masses(vals, wts, stage.points)
-    oracle = float(ORACLE_DECODERS[stage.oracle].functional_variance(
-        F[None, :], stage.K, stage.eps)[0] @ pi)
-    pts = stage.points
-    h = pts[1] - pts[0]
-    x = (np.clip(vals, pts[0], pts[-1]) - pts[0]) / h
-    k = np.minimum(np.floor(x).astype(np.int64), pts.size - 2)
-    r = x - k
-    return oracle + float(np.dot(wts, r * (1 - r) * (F[k + 1] - F[k]) ** 2))
-
-
-def _outcome(truth: GridStage, seen: GridStage, vals: np.ndarray, wts: np.ndarray, a: float,
-             b: float, estimator: str, mech: str, noise: Any, n1: int, n2: int, z: float,
-             alike: int | None = None) -> tuple[float, float]:
-    """The exact expected squared error of one outcome of the rule for the population, and
-    the half-width its interval would state (the stage-II noise as the reports measure it,
-    the rest as estimated from what stage I saw)."""
-    w = b - a
-    y = np.clip(vals, a, b)
-    t = 2 * (y - a) / w - 1
-    N2 = float(noise(mech, np.array([w]), np.array([float(np.dot(t * t, wts))]))[0])
-    if mech == "duchi":  # its reports do not measure E t² (module ``common``)
-        floor = float(np.dot(t, wts)) ** 2
-        if n1 > 0:
-            floor = max(floor, float(t2_bounds(seen, np.array([a]), np.array([b]))[0][0]))
-        N2_stated = float(noise(mech, np.array([w]), np.array([min(floor, 1.0)]))[0])
-    else:
-        N2_stated = N2
-    if n1 <= 0:
-        return N2 / max(n2, 1), z * math.sqrt(N2_stated / max(n2, 1))
-    n = n1 + n2
-    lam, kappa = estimator_weights(estimator, n1, n2)
-    A, B = np.array([a]), np.array([b])
-    f, _ = functionals(truth.points, A, B, lam, kappa)
-    tau = np.maximum(vals - b, 0.0) - np.maximum(a - vals, 0.0)
-    mu = float(np.dot(vals, wts))
-    u = (lam - n1 / n) * (vals - mu) + kappa * (1 - lam) * (tau - float(np.dot(tau, wts)))
-    V = _true_report_variance(truth, f[0], vals, wts) / n1 + (1 - lam) ** 2 * N2 / n2 + \
-        n / (n1 * n2) * float(np.dot(u * u, wts))
-    bias = (1 - kappa) * (1 - lam) * float(np.dot(tau, wts))
-    est = honest_terms(seen, A, B, n1, n2, alike=alike)
-    Vs = combine_error(seen.report_variance(f), np.array([N2_stated]), est["S"], est["SY"],
-                       lam, kappa, n1, n2)
-    hw = z * math.sqrt(float(Vs[0]))
-    if kappa == 0:
-        hw += (1 - lam) * (float(est["b_lo"][0]) + float(est["b_hi"][0])) / 2
-    return V + bias * bias, hw
 
 
 class TwoStageAdaptive(TwoStageSized):

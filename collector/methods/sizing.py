@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from statistics import NormalDist
 from typing import Any
 
@@ -47,9 +48,9 @@ import numpy as np
 from uldp.collector.mechanisms import ORACLE_DECODERS
 from uldp.collector.methods.intervals import ALPHA_BIAS, Histogram, kl_upper, moment_bounds
 
-__all__ = ["ESTIMATORS", "OBJECTIVES", "Choice", "GridStage", "choose", "combine_error",
-           "estimator_weights", "expected_masses", "functionals", "grid_points",
-           "honest_terms", "reference_population", "t2_bounds", "tail_upper_rows"]
+__all__ = ["ESTIMATORS", "OBJECTIVES", "Choice", "GridStage", "choose", "choose_many",
+           "combine_error", "estimator_weights", "expected_masses", "functionals",
+           "grid_points", "honest_terms", "reference_population", "t2_bounds", "tail_upper_rows"]
 
 #: what the rule (and ``auto``) minimizes: the expected width of the interval at the
 #: query's confidence, or the mean squared error of the estimate
@@ -61,10 +62,19 @@ def grid_points(bound: float, bins: int) -> np.ndarray:
     return -bound + np.arange(bins + 1) * (2.0 * bound / bins)
 
 
+def rowdot(A: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``A @ v`` for one vector ``v``, or the row-wise products when ``v`` has one row per
+    row of ``A`` (a :class:`GridStage` of many histograms)."""
+    return A @ v if np.ndim(v) == 1 else (A * v).sum(axis=-1)
+
+
 @dataclass(frozen=True)
 class GridStage:
     """What stage I measured of one component: the grid, the unbiased shares ``p̂_k`` of
-    the stage-I users at each point, their count, and the oracle that carried them."""
+    the stage-I users at each point, their count, and the oracle that carried them.
+    ``mass`` may also hold one histogram per row of the windows asked about (``(W, K)``:
+    many histograms at once, as a prediction draws them; every method then answers per
+    row)."""
 
     points: np.ndarray
     mass: np.ndarray
@@ -79,7 +89,14 @@ class GridStage:
     def shares(self) -> np.ndarray:
         """The shares clipped to ``[0, 1]`` and normalized (what noise variances are
         evaluated at); uniform without reports."""
+        return self._shares
+
+    @cached_property
+    def _shares(self) -> np.ndarray:
         m = np.clip(self.mass, 0.0, None)
+        if m.ndim == 2:
+            tot = m.sum(axis=1, keepdims=True)
+            return np.where(tot > 0, m / np.where(tot > 0, tot, 1.0), 1.0 / self.K)
         return m / m.sum() if m.sum() > 0 else np.full(self.K, 1.0 / self.K)
 
     def report_variance(self, F: np.ndarray) -> np.ndarray:
@@ -93,7 +110,7 @@ class GridStage:
         pad = np.zeros((F.shape[0], 1))
         near = np.maximum(np.concatenate([pad, step], axis=1),
                           np.concatenate([step, pad], axis=1))
-        return noise + 0.25 * (near @ pi)
+        return noise + 0.25 * rowdot(near, pi)
 
     def histogram(self) -> Histogram:
         """The masses with their per-point noise variance (``intervals.Histogram``)."""
@@ -207,51 +224,57 @@ def honest_terms(stage: GridStage, a: np.ndarray, b: np.ndarray, n1: int, n2: in
     g = stage.points[None, :]
     _, tau = functionals(stage.points, a, b, 0.0, 1)
     tau2 = tau * tau
-    m2 = tau2 @ stage.mass
+    m2 = rowdot(tau2, stage.mass)
     sd2 = np.sqrt(np.maximum(stage.report_variance(tau2), 0.0) / max(n1, 1))
-    net = tau @ stage.mass
+    net = rowdot(tau, stage.mass)
     sd_net = np.sqrt(np.maximum(stage.report_variance(tau), 0.0) / max(n1, 1))
-    centre = float(stage.points @ stage.shares())
-    dev2 = (stage.points - centre) ** 2
+    many = np.ndim(stage.mass) == 2
+    # the users' spread S_Y²: one value per histogram (per row when there are many)
+    centre = rowdot(stage.points[None, :], stage.shares()).reshape(-1, 1)
+    dev2 = (stage.points[None, :] - centre) ** 2
     if point:
         S = np.maximum(m2 - net * net, 0.0)
-        SY = float(dev2 @ stage.shares())
+        SY = rowdot(dev2, stage.shares())
     else:
         S = _chernoff(m2, sd2, tau2.max(axis=1), n1)
-        sdY = math.sqrt(max(float(stage.report_variance(dev2[None, :])[0]), 0.0) / max(n1, 1))
-        SY = float(_chernoff(np.array([float(dev2 @ stage.mass)]), np.array([sdY]),
-                             np.array([float(dev2.max())]), n1)[0])
+        sdY = np.sqrt(np.maximum(stage.report_variance(dev2), 0.0) / max(n1, 1))
+        SY = _chernoff(rowdot(dev2, stage.mass), sdY, dev2.max(axis=1), n1)
     if alike is not None and alike > 0:
         # users alike: a statistic is the mean of ``m`` i.i.d. records on ``[−D, D]``, so
         # ``Var Y ≤ D²/m``, and the clamping ``τ`` is 1-Lipschitz in ``Y``, so
         # ``Var τ ≤ Var Y`` too — what the noisy histogram can only bound by the worst case
         cap = float(stage.points[-1]) ** 2 / alike
         S = np.minimum(S, cap)
-        SY = min(SY, cap)
+        SY = np.minimum(SY, cap)
+    spread: Any = SY if many else float(np.asarray(SY).reshape(-1)[0])
     hist = stage.histogram()
     if alike is not None and n1 > 0 and stage.reports > 0:
-        b_lo, b_hi = _alike_terms(stage, a, b, n1, alike, SY)
+        b_lo, b_hi = _alike_terms(stage, a, b, n1, alike, spread)
     else:
         b_lo = tail_upper_rows(np.maximum(a[:, None] - g, 0.0), hist)
         b_hi = tail_upper_rows(np.maximum(g - b[:, None], 0.0), hist)
-    return {"tau": tau, "S": S, "SY": SY, "b_lo": b_lo, "b_hi": b_hi, "net": net,
+    return {"tau": tau, "S": S, "SY": spread, "b_lo": b_lo, "b_hi": b_hi, "net": net,
             "sd_net": sd_net}
 
 
 def _alike_terms(stage: GridStage, a: np.ndarray, b: np.ndarray, n1: int, m: int,
-                 SY: float) -> tuple[np.ndarray, np.ndarray]:
+                 SY: Any) -> tuple[np.ndarray, np.ndarray]:
     """The bias bounds of users alike (:mod:`uldp.collector.methods.alike`): the mean
     located from stage I, the records' variance ``σ² = m·Var Y`` bounded by ``m·S_Y²``."""
     from uldp.collector.methods.alike import alike_bias, location
 
     D = float(stage.points[-1])
     hist = stage.histogram()
-    mean_var = float(stage.report_variance(stage.points[None, :])[0]) / n1 + D * D / (m * n1)
-    where = location(stage.points, stage.mass, hist.var, math.sqrt(mean_var), n1, m)
-    return alike_bias(stage.points, a, b, where, m, m * max(SY, 0.0))
+    mean_var = stage.report_variance(stage.points[None, :]) / n1 + D * D / (m * n1)
+    if np.ndim(stage.mass) == 1:
+        where = location(stage.points, stage.mass, hist.var, math.sqrt(float(mean_var[0])),
+                         n1, m)
+    else:
+        where = location(stage.points, stage.mass, hist.var, np.sqrt(mean_var), n1, m)
+    return alike_bias(stage.points, a, b, where, m, m * np.maximum(SY, 0.0))
 
 
-def combine_error(N1: np.ndarray, N2: np.ndarray, S_tau: np.ndarray, S_Y: float,
+def combine_error(N1: np.ndarray, N2: np.ndarray, S_tau: np.ndarray, S_Y: Any,
                   lam: float, kappa: int, n1: int, n2: int) -> np.ndarray:
     """The variance of an estimator (:data:`ESTIMATORS`) as an estimate of the mean over
     the ``n = n₁ + n₂`` users: ``N₁/n₁ + (1 − λ)² N₂/n₂ + n/(n₁n₂)·S_u²``, ``N₁`` the noise of
@@ -259,7 +282,7 @@ def combine_error(N1: np.ndarray, N2: np.ndarray, S_tau: np.ndarray, S_Y: float,
     ``u = (λ − n₁/n) Y + κ(1 − λ) τ`` the part of a user the two random halves of the users
     disagree on, ``S_u ≤ |λ − n₁/n| S_Y + κ(1 − λ) S_τ`` (Cauchy–Schwarz)."""
     n = n1 + n2
-    su = abs(lam - n1 / n) * math.sqrt(max(S_Y, 0.0)) + \
+    su = abs(lam - n1 / n) * np.sqrt(np.maximum(S_Y, 0.0)) + \
         kappa * (1 - lam) * np.sqrt(np.maximum(S_tau, 0.0))
     return N1 / n1 + (1 - lam) ** 2 * N2 / n2 + n / (n1 * n2) * su * su
 
@@ -279,8 +302,8 @@ def tail_upper_rows(w: np.ndarray, hist: Histogram) -> np.ndarray:
     """:func:`uldp.collector.methods.intervals.tail_upper` of every row of ``w``."""
     if hist.reports <= 0:
         return w.max(axis=1) if w.size else np.zeros(0)
-    sd = np.sqrt((w * w) @ hist.var)
-    return _chernoff(w @ hist.mass, sd, w.max(axis=1), hist.reports)
+    sd = np.sqrt(rowdot(w * w, hist.var))
+    return _chernoff(rowdot(w, hist.mass), sd, w.max(axis=1), hist.reports)
 
 
 def t2_bounds(stage: GridStage, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -305,33 +328,41 @@ def choose(stage: GridStage, n1: int, n2: int, mechanisms: Sequence[str],
     report (vectorized); without stage-I reports: the support. ``alike``: :func:`honest_terms`.
     ``support_only``: the window is the support (nothing clamped; only the randomizer and
     the estimate are chosen: ``two-stage-adaptive``)."""
+    return choose_many(stage, n1, n2, mechanisms, noise_var, objective, level, estimators,
+                       alike, support_only)[0]
+
+
+def choose_many(stage: GridStage, n1: int, n2: int, mechanisms: Sequence[str],
+                noise_var: Any, objective: str, level: float,
+                estimators: Sequence[str] = tuple(ESTIMATORS), alike: int | None = None,
+                support_only: bool = False) -> list[dict[str, Choice]]:
+    """:func:`choose` for each of the histograms of ``stage`` (one, or the rows of a
+    ``(R, K)`` mass): the same rule, its candidate windows of all histograms scored in one
+    pass (what a prediction drawing hundreds of stage-I histograms needs)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     z = NormalDist().inv_cdf(0.5 + level / 2)
     K, empty = stage.K, n1 <= 0 or stage.reports <= 0 or n2 <= 0
-    i, j = (np.array([0]), np.array([K - 1])) if empty or support_only else _windows(stage)
-    a, b = stage.points[i], stage.points[j]
-    full = (i == 0) & (j == K - 1)
-    out: dict[str, Choice] = {}
+    masses = np.atleast_2d(stage.mass)
+    R = masses.shape[0]
     if empty:
+        out: dict[str, Choice] = {}
         for mech in mechanisms:
-            v0 = float(noise_var(mech, b - a, None)[0]) / max(n2, 1)
+            v0 = float(noise_var(mech, stage.points[-1:] - stage.points[:1], None)[0]) / \
+                max(n2, 1)
             w0 = 2 * z * math.sqrt(v0)
             out[mech] = Choice(0, K - 1, "debiased", w0 if objective == "width" else v0, w0, v0)
-        return out
-    terms = honest_terms(stage, a, b, n1, n2, alike=alike)
-    lo2, hi2 = t2_bounds(stage, a, b)
-    N1 = {}
-    for est in estimators:
-        lam, kappa = estimator_weights(est, n1, n2)
-        f, _ = functionals(stage.points, a, b, lam, kappa)
-        if kappa == 0:  # the same functional for every window
-            N1[est] = np.full(a.size, float(stage.report_variance(f[:1])[0]))
-        else:
-            N1[est] = stage.report_variance(f)
+        return [dict(out) for _ in range(R)]
+    cuts, i, j, rows = _candidate_rows(stage, support_only)
+    a, b = stage.points[i], stage.points[j]
+    full = (i == 0) & (j == K - 1)
+    terms = honest_terms(rows, a, b, n1, n2, alike=alike)
+    lo2, hi2 = t2_bounds(rows, a, b)
+    N1 = _stage_one_noise(stage, rows, a, b, n1, n2, estimators)
+    outs: list[dict[str, Choice]] = [{} for _ in range(R)]
     for mech in mechanisms:
         N2 = np.maximum(noise_var(mech, b - a, lo2), noise_var(mech, b - a, hi2))
-        best: Choice | None = None
+        best: list[Choice | None] = [None] * R
         for est in estimators:
             lam, kappa = estimator_weights(est, n1, n2)
             V = combine_error(N1[est], N2, terms["S"], terms["SY"], lam, kappa, n1, n2)
@@ -348,14 +379,51 @@ def choose(stage: GridStage, n1: int, n2: int, mechanisms: Sequence[str],
                 width = np.where(full, np.inf, width)
                 mse = np.where(full, np.inf, mse)
             score = width if objective == "width" else mse
-            r = int(np.argmin(score))
-            c = Choice(int(i[r]), int(j[r]), est, float(score[r]), float(width[r]),
-                       float(mse[r]))
-            if best is None or c.objective < best.objective * (1 - 1e-12):
-                best = c
-        assert best is not None
-        out[mech] = best
-    return out
+            for r in range(R):
+                q = cuts[r] + int(np.argmin(score[cuts[r]:cuts[r + 1]]))
+                c = Choice(int(i[q]), int(j[q]), est, float(score[q]), float(width[q]),
+                           float(mse[q]))
+                now = best[r]
+                if now is None or c.objective < now.objective * (1 - 1e-12):
+                    best[r] = c
+        for r in range(R):
+            choice = best[r]
+            assert choice is not None
+            outs[r][mech] = choice
+    return outs
+
+
+def _candidate_rows(stage: GridStage, support_only: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, GridStage]:
+    """The candidate windows ``(i, j)`` of every histogram of ``stage``, one after another
+    (``cuts``: where each histogram's rows start), and the stage with each row's histogram
+    (``stage`` itself when it holds one)."""
+    K = stage.K
+    masses = np.atleast_2d(stage.mass)
+    parts = [(np.array([0]), np.array([K - 1])) if support_only else
+             _windows(GridStage(stage.points, masses[r], stage.reports, stage.oracle,
+                                stage.eps)) for r in range(masses.shape[0])]
+    cuts = np.cumsum([0] + [p[0].size for p in parts])
+    i = np.concatenate([p[0] for p in parts])
+    j = np.concatenate([p[1] for p in parts])
+    rows = stage if np.ndim(stage.mass) == 1 else GridStage(
+        stage.points, np.repeat(masses, np.diff(cuts), axis=0), stage.reports, stage.oracle,
+        stage.eps)
+    return cuts, i, j, rows
+
+
+def _stage_one_noise(stage: GridStage, rows: GridStage, a: np.ndarray, b: np.ndarray,
+                     n1: int, n2: int, estimators: Sequence[str]) -> dict[str, np.ndarray]:
+    """The noise of one stage-I report of each estimator's functional, per window row."""
+    N1 = {}
+    for est in estimators:
+        lam, kappa = estimator_weights(est, n1, n2)
+        f, _ = functionals(stage.points, a, b, lam, kappa)
+        if kappa == 0 and rows is stage:  # the same functional for every window
+            N1[est] = np.full(a.size, float(stage.report_variance(f[:1])[0]))
+        else:
+            N1[est] = rows.report_variance(f)
+    return N1
 
 
 def reference_population(name: str, bound: float, m: int) -> tuple[np.ndarray, np.ndarray]:

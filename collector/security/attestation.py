@@ -116,6 +116,11 @@ class HmacAttestation:
         self.max_lifetime_ms = int(max_lifetime_s * 1000)
         self._clock = clock
 
+    def __reduce__(self) -> tuple[Callable[..., HmacAttestation], tuple[object, ...]]:
+        """Pickled as its key, lifetime and clock (the shuffler's checking processes
+        rebuild it; a clock that cannot be pickled makes the verifier unpicklable)."""
+        return (_restore, (self._key, self.max_lifetime_ms / 1000, self._clock))
+
     @classmethod
     def from_file(cls, path: str | Path) -> HmacAttestation:
         """The key in ``path``: one line of at least 64 hex digits (ValueError if not)."""
@@ -176,3 +181,8 @@ class HmacAttestation:
             raise AttestationRefused("attestation rejected: issued in the future or for "
                                      "longer than 24 h")
         return sub
+
+
+def _restore(key: bytes, max_lifetime_s: float, clock: Callable[[], float]
+             ) -> HmacAttestation:
+    return HmacAttestation(key, max_lifetime_s=max_lifetime_s, clock=clock)

@@ -87,6 +87,10 @@ class TicketKey:
         # Python wrapper's: two of these per shuffled report)
         self._state = getattr(self._template, "_hmac", None) or self._template
 
+    def __reduce__(self) -> tuple[type[TicketKey], tuple[bytes]]:
+        """Pickled as its key (the shuffler's checking processes rebuild it)."""
+        return (TicketKey, (self._key,))
+
     @classmethod
     def generate(cls) -> TicketKey:
         return cls(secrets.token_bytes(32))

@@ -38,6 +38,7 @@ import multiprocessing
 import os
 import re
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -79,6 +80,19 @@ MAX_OPENERS = 8
 
 def _workers() -> int:
     return min(os.cpu_count() or 1, MAX_OPENERS)
+
+
+def _opener_start(parent: int) -> None:
+    """In each opening process, at its start: end it once the collector that started it
+    (``parent``, its pid as the collector gave it: a collector killed before this process
+    got here leaves it with another parent already) is gone — a collector killed with
+    SIGKILL would otherwise leave its pool running."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+    threading.Thread(target=watch, name="uldp-opener-parent", daemon=True).start()
 
 BATCH_ID = re.compile(r"[0-9a-f]{32}")
 VERIFIER = re.compile(r"[a-z0-9-]{0,64}")
@@ -123,7 +137,8 @@ class ShuffleIntake:
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
-                    _workers(), mp_context=multiprocessing.get_context("spawn"))
+                    _workers(), mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_opener_start, initargs=(os.getpid(),))
             return self._pool
 
     def warm(self) -> None:

@@ -13,6 +13,8 @@ time finer than the scrape — read from the store at scrape time (at most once 
 * ``uldp_shuffler_refusals_total{code}``: reports refused by the checks of
   ``shuffler.proto``, by gRPC status name (UNAUTHENTICATED = a bad ticket or attestation);
 * ``uldp_shuffler_collector_polls_total``: GetShuffleQuery calls to the collector;
+* ``uldp_shuffler_reports_checked_in_pool_total``: reports whose checks 1 to 5 ran in the
+  shuffler's checking processes (``--checkers``; the rest ran in the gRPC threads);
 * ``uldp_shuffler_enrolment_check``: 1 when the shuffler runs its own enrolment check
   (without one, no result counts its reports towards an amplified ε).
 """
@@ -70,6 +72,10 @@ class ShufflerMetrics(Collector):
         yield refused
         yield CounterMetricFamily("uldp_shuffler_collector_polls", "GetShuffleQuery calls "
                                   "to the collector", value=self.link.polls)
+        yield CounterMetricFamily("uldp_shuffler_reports_checked_in_pool", "Reports whose "
+                                  "ticket and attestation were checked in the shuffler's "
+                                  "checking processes (--checkers)",
+                                  value=self.servicer.checkers.pooled)
         yield GaugeMetricFamily("uldp_shuffler_enrolment_check", "1 when the shuffler runs "
                                 "its own enrolment check", value=int(bool(
                                     self.servicer.verifier_name)))

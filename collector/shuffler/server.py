@@ -108,7 +108,8 @@ class ShufflerServer:
         self.link = CollectorLink(self.channel, cfg.shuffle.query_ttl_s)
         self.forwarder = Forwarder(self.store, self.link, cfg.shuffle, verifier_name=name)
         self.servicer = ShufflerServicer(self.store, tickets, self.link, verifier, name,
-                                         on_admit=self.forwarder.admitted)
+                                         on_admit=self.forwarder.admitted,
+                                         checkers=cfg.shuffle.checkers)
         add_service(self.server, self.servicer, _SERVICE, batch_cap=MAX_SEALED_BATCH,
                     who="shuffler")
         self.metrics = ShufflerMetrics(self.store, self.servicer, self.forwarder, self.link)
@@ -120,6 +121,7 @@ class ShufflerServer:
         for name in ("", _SERVICE.full_name):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self.forwarder.start()
+        self.servicer.checkers.warm()
         if not defer_accept(self.port):
             log.debug("TCP_DEFER_ACCEPT not set on the shuffler's gRPC port %d", self.port)
         log.info("shuffler listening on %s:%d (TLS), forwarding to %s (mutual TLS); "
@@ -130,6 +132,7 @@ class ShufflerServer:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         self.forwarder.stop()
+        self.servicer.checkers.close()
         self.channel.close()
         log.info("shuffler stopped: %s", self.store.counts())
         self.store.close()

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -58,12 +57,12 @@ from typing import Any
 
 import grpc
 
-from uldp.client.sealing import ENC_BYTES, TAG_BYTES
 from uldp.client.transport import RETRYABLE
 from uldp.client.wire import AUTH_METADATA_KEY, MAX_BATCH_ITEMS, shuffler_pb2, shuffler_pb2_grpc
-from uldp.collector.security.attestation import AttestationRefused, EnrolmentVerifier
-from uldp.collector.security.tickets import TicketError, TicketKey
+from uldp.collector.security.attestation import EnrolmentVerifier
+from uldp.collector.security.tickets import TicketKey
 from uldp.collector.service.errors import ServiceError, batch_too_large, echo
+from uldp.collector.shuffler.checks import Checkers, precheck
 from uldp.collector.shuffler.store import (
     Admission,
     Bucket,
@@ -71,7 +70,6 @@ from uldp.collector.shuffler.store import (
     ShufflerStore,
     Submission,
     judge,
-    subject_hash,
 )
 
 __all__ = ["DEFAULT_BATCH_PARTS", "MAX_SEALED_BATCH", "TEST_PAUSE_ENV", "Forwarder",
@@ -95,9 +93,6 @@ DEFAULT_BATCH_PARTS = 1
 #: the forwarder ticks at most this often when woken by admissions (seconds)
 MIN_TICK_GAP_S = 0.02
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-MIN_SEALED = ENC_BYTES + 1 + 8 + TAG_BYTES  # one value
-MAX_SEALED = ENC_BYTES + 1 + 8 * (1 << 18) + TAG_BYTES  # the device limit of 2^18 values
 
 
 @dataclass(frozen=True)
@@ -111,6 +106,9 @@ class ShufflerConfig:
     deadline_margin_s: float = 5.0  # flush this long before the phase's deadline
     tick_s: float = 0.2
     query_ttl_s: float = 1.0  # how long the collector's answer about a query is reused
+    #: processes that run checks 1 to 5 of batch calls (0: the calls' own threads;
+    #: ``uldp shuffler serve`` defaults to one per core, at most 4)
+    checkers: int = 0
     senders: int = 2  # batches sent to the collector at once (it opens one while storing one)
     max_message_bytes: int = 4 * 1024 * 1024
 
@@ -193,9 +191,12 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
     def __init__(self, store: ShufflerStore, tickets: TicketKey, link: CollectorLink,
                  verifier: EnrolmentVerifier | None = None, verifier_name: str = "",
                  cap: int = MAX_SEALED_BATCH,
-                 on_admit: Callable[[], None] | None = None) -> None:
+                 on_admit: Callable[[], None] | None = None, checkers: int = 0) -> None:
         self.store, self.tickets, self.link = store, tickets, link
         self.verifier, self.cap = verifier, cap
+        #: checks 1 to 5 of a batch call's reports, in ``checkers`` processes (0: in the
+        #: call's thread; uldp.collector.shuffler.checks)
+        self.checkers = Checkers(tickets, verifier, checkers)
         #: called after a call admitted reports (the forwarder's wake-up: a bucket that
         #: is now due is drawn at once, not at the next tick)
         self.on_admit = on_admit
@@ -207,44 +208,23 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
                    ) -> Admission | Answer:
         """Checks 1 to 6 of one report: its admission, or the answer it gets now
         (``seen``: the queries' views asked for already in this call)."""
+        return self._placed_admission(precheck(self.tickets, self.verifier, r), seen)
+
+    def _placed_admission(self, item: Submission,
+                          seen: dict[str, QueryInfo | ServiceError | None] | None = None
+                          ) -> Admission | Answer:
+        """Check 6 of a report that passed checks 1 to 5 (:func:`precheck`)."""
         try:
-            t = self.tickets.verify(r.ticket)
-        except TicketError as exc:
-            raise ServiceError("UNAUTHENTICATED", str(exc)) from None
-        subject = None
-        if self.verifier is not None:
-            try:
-                subject = subject_hash(t.query_id, self.verifier.verify(r.attestation))
-            except AttestationRefused as exc:
-                raise ServiceError("UNAUTHENTICATED", f"this shuffler admits reports only "
-                                   f"from attested devices (SealedReport.attestation): {exc}"
-                                   ) from None
-        # each field read once (a protobuf field read decodes it again every time)
-        query_id, task_digest, sealed = r.query_id, r.task_digest, r.sealed
-        if not query_id or len(query_id) > 64:
-            raise ServiceError("INVALID_ARGUMENT", "query_id must have 1 to 64 characters")
-        if not _HEX64.fullmatch(task_digest):
-            raise ServiceError("INVALID_ARGUMENT", "task_digest must be 64 lowercase hex "
-                               "digits")
-        if not MIN_SEALED <= len(sealed) <= MAX_SEALED:
-            raise ServiceError("INVALID_ARGUMENT", f"a sealed report has {MIN_SEALED} to "
-                               f"{MAX_SEALED} bytes, got {len(sealed)}")
-        if (query_id, r.phase, r.group, r.stage, task_digest) != (
-                t.query_id, t.phase, t.group, t.stage, t.task_digest):
-            raise ServiceError("PERMISSION_DENIED", "the ticket was issued for another task "
-                               "(query, phase, group, stage or task digest)")
-        item = Submission(t.query_id, t.phase, t.group, t.stage, t.task_digest, bytes(sealed),
-                          t.slot, subject)
-        try:
-            placed = self._placed(t.query_id, t.phase, t.group, t.stage, t.slot, seen)
+            placed = self._placed(item.query_id, item.phase, item.group, item.stage,
+                                  item.slot, seen)
         except ServiceError:
             # step 5 before 6: a slot that stored its report answers for itself, also
             # once its phase closed (the store judges it again in the normal path)
-            judged = judge(self.store.prior(t.query_id, t.slot), item)
+            judged = judge(self.store.prior(item.query_id, item.slot), item)
             if judged is None:
                 raise
-            return (*judged, "" if judged[0] == "OK" else f"slot {t.slot} of query "
-                    f"{t.query_id} already sent a different report")
+            return (*judged, "" if judged[0] == "OK" else f"slot {item.slot} of query "
+                    f"{item.query_id} already sent a different report")
         return Admission(item, placed)
 
     def _query(self, query_id: str) -> QueryInfo | None:
@@ -331,9 +311,12 @@ class ShufflerServicer(shuffler_pb2_grpc.ShufflerServiceServicer):
         answers: list[Answer | None] = []
         todo: list[tuple[int, Admission]] = []
         seen: dict[str, QueryInfo | ServiceError | None] = {}
-        for r in request.reports:
+        for pre in self.checkers.check(request):  # checks 1 to 5, maybe in the pool
+            if isinstance(pre, tuple):
+                answers.append((pre[0], False, pre[1]))
+                continue
             try:
-                adm = self._admission(r, seen)
+                adm = self._placed_admission(pre, seen)
             except ServiceError as exc:
                 adm = (exc.code, False, exc.message)
             if isinstance(adm, Admission):

@@ -153,8 +153,11 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
               keep_state: bool = True, max_failures: int = 8,
               on_device: Callable[[int, Device], None] | None = None,
               shuffler: Endpoint | None = None,
-              shuffler_attestation_key: str | None = None) -> FleetResult:
-    """Run ``n_devices`` devices until none has anything left to do (or ``timeout_s``).
+              shuffler_attestation_key: str | None = None,
+              stop: threading.Event | None = None) -> FleetResult:
+    """Run ``n_devices`` devices until none has anything left to do (or ``timeout_s``, or
+    until ``stop`` is set: like the deadline, the calls in flight are cut off and the
+    devices left count as unfinished).
 
     With several endpoints (collector replicas), device ``i`` uses ``endpoint[i % k]``.
 
@@ -175,6 +178,7 @@ def run_fleet(endpoint: Endpoint | list[Endpoint], state_root: str | Path, n_dev
     fleet.shuffler = secure_channel(shuffler) if shuffler is not None else None
     fleet.attestation_key = shuffler_attestation_key
     fleet.bar = _Bar(n_devices, sys.stderr.isatty() if progress is None else progress)
+    fleet.stop = stop or threading.Event()
     res = fleet.run(concurrency)
     if not keep_state:
         shutil.rmtree(root, ignore_errors=True)
@@ -197,6 +201,7 @@ class _ThreadFleet:
         self.chans = [[secure_channel(e) for _ in range(max(1, channels))] for e in eps]
         self.shuffler: Any = None  # shuffle mode: the channel to the shuffler
         self.attestation_key: str | None = None  # and the shuffler's attestation key
+        self.stop = threading.Event()  # set: end now, like the deadline
         self.retry = RetryPolicy(attempts=10, base_s=0.2, cap_s=5.0,
                                  timeout_s=min(30.0, timeout_s))
         self.res = FleetResult(devices=n_devices)
@@ -245,7 +250,7 @@ class _ThreadFleet:
             if not self.heap and self.active == 0:
                 self.cv.notify_all()
                 return None
-            if time.monotonic() > self.deadline:
+            if time.monotonic() > self.deadline or self.stop.is_set():
                 return None
             if self.heap and self.heap[0][0] <= time.monotonic():
                 _, i = heapq.heappop(self.heap)
@@ -301,8 +306,10 @@ class _ThreadFleet:
                    for k in range(max(1, concurrency))]
         for t in threads:
             t.start()
-        for t in threads:  # a device call in flight at the deadline is cut off, not waited for
-            t.join(timeout=max(0.0, self.deadline - time.monotonic()) + 1.0)
+        for t in threads:  # a call in flight at the deadline or a stop is cut off, not waited for
+            while (t.is_alive() and not self.stop.is_set()
+                   and time.monotonic() < self.deadline + 1.0):
+                t.join(timeout=0.25)
         stuck = any(t.is_alive() for t in threads)
         for pool in self.chans:
             for c in pool:

@@ -233,7 +233,10 @@ def _predicted(plan: Any, sample_var: np.ndarray, stat_var: np.ndarray, theta: n
     T = plan.kind.transform(plan.template, plan.n_components)
     if predict is None or not getattr(plan.method, "adaptive_randomizer", False):
         return plan.predicted_mse(sample_var, stat_var, theta)
-    mse, _ = predict(plan, sample_var, stat_var, theta, values=stats)
+    from uldp.collector.methods.sized_predict import OWN_DATA_DRAWS, OWN_DATA_TOL
+
+    mse, _ = predict(plan, sample_var, stat_var, theta, values=stats, draws=OWN_DATA_DRAWS,
+                     tol=OWN_DATA_TOL)
     return float(np.sum(mse if T is None else np.square(np.asarray(T)) @ mse))
 
 

@@ -23,10 +23,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import grpc
 import pytest
 
+from tests.service.spawn import with_nofile
 from uldp.client.transport import Endpoint, secure_channel
 from uldp.collector.http import HttpConfig, HttpFront, attach_front
 from uldp.collector.security.certs import DevPki, make_dev_pki
@@ -104,6 +106,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def collector_argv(pki: DevPki, db_url: str, port: int, *, name: str,
+                   server_mode: str = "aio", allow_simulated: bool = True,
+                   extra_args: list[str] | None = None) -> list[str]:
+    """The command line of a subprocess collector (``launch_collector``)."""
+    return [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve",
+            "--db", db_url, "--port", str(port), "--tls-dir", str(pki.directory),
+            "--log-level", "info", "--name", name, "--server-mode", server_mode,
+            *(["--allow-simulated"] if allow_simulated else []), *(extra_args or [])]
+
+
+def start_process(cmd: list[str], log: IO[bytes], env: dict[str, str],
+                  nofile: int | None) -> subprocess.Popen[bytes]:
+    """``cmd`` as a process writing to ``log``, with RLIMIT_NOFILE = ``nofile`` (None: this
+    process's). No ``preexec_fn``: a fork() of this process, which runs gRPC, can abort the
+    child before its exec (``tests/service/spawn.py``, grpc/grpc#43055)."""
+    return subprocess.Popen(with_nofile(cmd, nofile), stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
+
+
 def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
                      subprocess_: bool = False, port: int = 0, name: str | None = None,
                      extra_args: list[str] | None = None, server_mode: str = "aio",
@@ -144,17 +165,9 @@ def launch_collector(pki: DevPki, workdir: Path, db_url: str | None = None, *,
         extra_args = [*(extra_args or []), "--http-port", str(http_port),
                       *[x for o in cors_origins for x in ("--cors-origin", o)]]
     log = open(workdir / f"collector-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
-    cmd = [sys.executable, "-m", "uldp.collector.cli.service", "collector", "serve",
-           "--db", url, "--port", str(port), "--tls-dir", str(pki.directory),
-           "--log-level", "info", "--name", name or f"proc-{port}", "--server-mode",
-           server_mode, *(["--allow-simulated"] if allow_simulated else []),
-           *(extra_args or [])]
-    def limit() -> None:
-        if nofile is not None:
-            import resource
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})}, preexec_fn=limit)
+    cmd = collector_argv(pki, url, port, name=name or f"proc-{port}", server_mode=server_mode,
+                         allow_simulated=allow_simulated, extra_args=extra_args)
+    proc = start_process(cmd, log, {**os.environ, **(env or {})}, nofile)
     log.close()
     c = Collector(port, url, pki, proc=proc, http_port=http_port)
     try:

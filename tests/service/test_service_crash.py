@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 import threading
 import time
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from uldp.client.transport import Endpoint
 from uldp.collector.service.client import QueryRequest
 from uldp.collector.simulation.fleet import FleetDataset, dataset_for_query, run_fleet
 from uldp.collector.storage import open_database
@@ -77,13 +79,25 @@ def _run_with_kill(start_collector, db_url: str, tmp_path: Path) -> None:
     data = dataset_for_query("mean", "gaussian", 16, 1, 1.0, seed=5)
     root = tmp_path / "fleet"
     result = {}
+    stop = threading.Event()
 
     def fleet() -> None:
         result["r"] = run_fleet(c.endpoint, root, USERS, [FleetDataset("x", data)],
                                 concurrency=24, seed=11, progress=False,
-                                timeout_s=FLEET_TIMEOUT_S)
-    th = threading.Thread(target=fleet)
+                                timeout_s=FLEET_TIMEOUT_S, stop=stop)
+    th = threading.Thread(target=fleet, name="crash-fleet", daemon=True)
     th.start()
+    try:
+        _kill_and_finish(start_collector, c, a, db_url, th, result, data, root)
+    finally:  # a failure ends the fleet too, at once, instead of leaving it running
+        stop.set()
+        th.join(timeout=60)
+
+
+def _kill_and_finish(start_collector, c, a, db_url: str, th: threading.Thread,
+                     result: dict, data, root: Path) -> None:
+    """kill -9 ``c`` mid-fleet, start a second collector on its port, let the fleet
+    finish, check the result and the store."""
     db = open_database(db_url)
     # kill once a fifth of the reports are stored (phase 1 holds half of them), however
     # long the loaded machine takes to get there
@@ -152,3 +166,24 @@ def test_two_replicas_on_postgres(start_collector, postgres, tmp_path):
     db = open_database(url)
     assert db.table_counts()["uldp_devices"] == USERS
     db.dispose()
+
+
+def test_a_fleet_ends_soon_after_its_stop_is_set(pki, tmp_path):
+    """``run_fleet(stop=...)``, which the kill -9 tests set when they fail so that no
+    device keeps calling: against a port where nothing listens the fleet would retry
+    until its ``timeout_s`` (measured: still running after 150 s); stopped after half a
+    second it returns within seconds, every device unfinished, none submitted."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = dataset_for_query("mean", "gaussian", 16, 1, 1.0, seed=5)
+    stop = threading.Event()
+    timer = threading.Timer(0.5, stop.set)
+    timer.start()
+    t0 = time.monotonic()
+    r = run_fleet(Endpoint(f"127.0.0.1:{port}", pki.ca_cert), tmp_path / "fleet", 40,
+                  [FleetDataset("x", data)], concurrency=8, seed=1, progress=False,
+                  timeout_s=FLEET_TIMEOUT_S, stop=stop)
+    timer.cancel()
+    assert time.monotonic() - t0 < 30
+    assert r.unfinished == 40 and r.submitted == 0

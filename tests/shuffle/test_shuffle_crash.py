@@ -8,12 +8,16 @@ collector acknowledged (the forwarder sends two at once) are still ``forwarding`
 shuffler, the other reports wait. A new shuffler on the same database re-sends those
 batches (the collector answers duplicate: the batch id) and forwards the rest. The
 collector ends with exactly the acknowledged reports, each once, and the query completes.
+The killed shuffler's checking processes (``--checkers``) end with it, and so do the
+collector's opening processes when it is killed in turn.
 """
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +49,21 @@ def _shuffler(d: Deployment, sql: str) -> list[tuple]:
         db.close()
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _wait(cond, timeout_s: float = 60.0) -> None:
     end = time.monotonic() + timeout_s
     while not cond():
@@ -54,6 +73,8 @@ def _wait(cond, timeout_s: float = 60.0) -> None:
 
 def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: Deployment):
     d = deployment
+    assert d.shuffler is not None
+    early = _children(d.shuffler.pid)  # checking processes maybe still starting up
     d.kill_shuffler()
     d.shuffler_args = ["--min-batch", "20", "--max-batch", "60", "--linger", "0.3"]
     d.start_shuffler(env={TEST_PAUSE_ENV: "600"})
@@ -72,6 +93,9 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
 
     batches = "SELECT batch_id, stored FROM uldp_shuffle_batches WHERE query_id = ?"
     _wait(lambda: len(_collector(d, batches, q.query_id)) >= 1)
+    assert d.shuffler is not None
+    kids = _children(d.shuffler.pid)  # its checking processes (and their helper)
+    assert kids, "the shuffler starts its checking processes"
     d.kill_shuffler()  # SIGKILL while the first batches are stored but not recorded
     acked = dict(_collector(d, batches, q.query_id))  # (the forwarder sends two at once)
     assert 1 <= len(acked) <= 2 and all(20 <= n <= 60 for n in acked.values())
@@ -80,6 +104,8 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
     shuffler_side = dict(_shuffler(d, "SELECT batch_id, state FROM batches"))
     assert set(shuffler_side.values()) == {"forwarding"} and set(acked) <= set(shuffler_side)
 
+    # no orphan left behind, also of the shuffler killed while they started
+    _wait(lambda: not any(_alive(p) for p in kids + early), 15.0)
     d.start_shuffler()  # the same database, no stall
     final = an.wait(q.query_id, timeout_s=120)
     an.close()
@@ -97,3 +123,11 @@ def test_kill9_mid_batch_loses_nothing_and_forwards_nothing_twice(deployment: De
     _wait(lambda: _shuffler(d, "SELECT count(*) FROM pending") == [(0,)])
     states = dict(_shuffler(d, "SELECT batch_id, state FROM batches"))
     assert set(states.values()) == {"forwarded"} and set(acked) <= set(states)
+
+    # the collector killed too (last: nothing runs after it in this module): its opening
+    # processes end with it
+    openers = _children(d.collector.pid)
+    assert openers, "the collector's shuffler port starts its opening processes"
+    d.collector.send_signal(signal.SIGKILL)
+    d.collector.wait()
+    _wait(lambda: not any(_alive(p) for p in openers), 15.0)

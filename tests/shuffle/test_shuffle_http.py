@@ -175,6 +175,7 @@ def test_the_shuffler_serves_aggregate_metrics_to_its_scraper(deployment):
     assert "UNAUTHENTICATED" in refusals  # the forged tickets of the checks above
     assert fams["uldp_shuffler_enrolment_check"].samples[0].value == 1
     assert fams["uldp_shuffler_collector_polls"].samples[0].value >= 1
+    assert fams["uldp_shuffler_reports_checked_in_pool"].samples[0].value >= 0
     assert b"query_id" not in body and b"web-checks" not in body
 
 

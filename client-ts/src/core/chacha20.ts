@@ -37,12 +37,10 @@ const word = (b: Uint8Array, i: number): number => b[i] | (b[i + 1] << 8) | (b[i
  */
 export function chacha20(key: Uint8Array, nonce: Uint8Array, data: Uint8Array,
   output: Uint8Array<ArrayBuffer> = new Uint8Array(data.length), counter = 0): Uint8Array<ArrayBuffer> {
-  if (key.length !== 32) throw new RangeError("ChaCha20 key must be 32 bytes");
-  if (nonce.length !== 12) throw new RangeError("ChaCha20 nonce must be 12 bytes");
-  if (output.length < data.length) throw new RangeError("ChaCha20 output is shorter than the data");
   const blocks = Math.ceil(data.length / 64);
-  if (!Number.isSafeInteger(counter) || counter < 0 || counter + blocks > 0x1_0000_0000) {
-    throw new RangeError("ChaCha20 block counter out of range (2^32 blocks)");
+  if (key.length !== 32 || nonce.length !== 12 || output.length < data.length || !Number.isSafeInteger(counter)
+    || counter < 0 || counter + blocks > 0x1_0000_0000) {
+    throw new RangeError("ChaCha20: a 32-byte key, 12-byte nonce, output as long as the data, block counter < 2^32");
   }
   const s = new Uint32Array(16);
   s.set(SIGMA);

@@ -30,12 +30,15 @@ export function taskDigest(text: string): string {
   return bytesToHex(sha256(utf8(text)));
 }
 
+/** The refusal of a task that contradicts `schema`'s public declaration, saying why. */
+const declarationRefusal = (schema: DatasetSchema) => (why: string): never => {
+  throw new TaskRefused(`dataset ${schema.name}: ${why}`, "declaration");
+};
+
 /** Refuse a task that contradicts the dataset's public declaration (code `declaration`). */
 export function checkDeclaration(task: Task, schema: DatasetSchema): void {
   const kind = kindOf(task.kind);
-  const bad = (why: string): never => {
-    throw new TaskRefused(`dataset ${schema.name}: ${why}`, "declaration");
-  };
+  const bad = declarationRefusal(schema);
   if (kind.vector && schema.dim !== task.dim) bad(`dim ${schema.dim ?? "scalar"}, the task's ${task.dim}`);
   if (!kind.vector && schema.dim !== null && schema.dim !== 1) bad(`dim ${schema.dim}; kind ${task.kind} needs scalars`);
   if (kind.usesLabels && !schema.labelled && task.by === null) bad(`no labels; kind ${task.kind} needs them`);
@@ -50,9 +53,7 @@ export function checkDeclaration(task: Task, schema: DatasetSchema): void {
 /** Refuse a grouped task whose groups' dataset (`by`) is not declared as scalar categorical
  * codes of its `dim` groups (code `declaration`). */
 export function checkByDeclaration(task: Task, schema: DatasetSchema): void {
-  const bad = (why: string): never => {
-    throw new TaskRefused(`dataset ${schema.name}: ${why}`, "declaration");
-  };
+  const bad = declarationRefusal(schema);
   if (schema.dim !== null && schema.dim !== 1 || schema.values === "real" || schema.labelled) bad("groups are one categorical code per sample");
   if (schema.alphabet !== null && schema.alphabet !== task.dim) bad(`${schema.alphabet} categories, the task's ${task.dim} groups`);
 }

@@ -1,5 +1,5 @@
 /** @uldp/device core: the exact device computation, no Node-only dependency. */
-export { ChaCha20Stream, RandomSource, utf8 } from "./random.js";
+export { bernoulliRational, ChaCha20Stream, RandomSource, seededSource, utf8 } from "./random.js";
 export {
   discreteLaplace, discreteLaplaceLogPmf, EPS_DENOMINATOR, floorTimesPow2, laplaceScale,
   laplaceScaleValue, MAX_EPSILON, rationalEpsilon, randomizedRound, type LaplaceScale,

@@ -56,11 +56,10 @@ export interface LaplaceScale {
 
 /** t = Δ / ε_r for an integer L1 sensitivity Δ >= 1 (grid units). Requires num < 2^56. */
 export function laplaceScale(sensitivity: bigint | number, epsilon: number): LaplaceScale {
-  const d = BigInt(sensitivity);
-  if (typeof sensitivity === "number" && !Number.isSafeInteger(sensitivity)) {
+  if (typeof sensitivity === "number" ? !Number.isSafeInteger(sensitivity) || sensitivity < 1 : sensitivity < 1n) {
     throw new RangeError(`sensitivity must be an integer >= 1, got ${sensitivity}`);
   }
-  if (d < 1n) throw new RangeError(`sensitivity must be an integer >= 1, got ${sensitivity}`);
+  const d = BigInt(sensitivity);
   const n = rationalEpsilon(epsilon);
   let num = d * EPS_DENOMINATOR;
   let den = n;

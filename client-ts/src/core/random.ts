@@ -9,7 +9,7 @@
  * Modes:
  *  - `RandomSource.secure()`: key from the platform CSPRNG (`crypto.getRandomValues`), the
  *    only mode of a production device (`simulation === false`);
- *  - `RandomSource.keyed(key)` / `RandomSource.seeded(seed)`: a reproducible stream for
+ *  - `RandomSource.keyed(key)` / `seededSource(seed)`: a reproducible stream for
  *    conformance vectors, tests and simulations only (`simulation === true`; reports made
  *    with it are marked `simulated` on the wire).
  *
@@ -17,6 +17,7 @@
  */
 import { chacha20 } from "./chacha20.js";
 import { sha256 } from "./sha256.js";
+import { hexToBytes } from "./encoding.js";
 
 const CHUNK_BYTES = 4096; // keystream generated 64 blocks at a time
 const BLOCKS_PER_CHUNK = CHUNK_BYTES / 64;
@@ -59,10 +60,7 @@ export class ChaCha20Stream {
     return out;
   }
 
-  #refill(): void {
-    if (this.#block + BLOCKS_PER_CHUNK > 0x1_0000_0000) {
-      throw new RangeError("ChaCha20 block counter exhausted (2^32 blocks)");
-    }
+  #refill(): void { // chacha20 refuses a block counter past 2^32 - 1: the stream never wraps
     this.#buf = chacha20(this.#key, ZERO_NONCE, ZEROS, new Uint8Array(CHUNK_BYTES), this.#block);
     this.#block += BLOCKS_PER_CHUNK;
     this.#pos = 0;
@@ -72,9 +70,6 @@ export class ChaCha20Stream {
 /** The 64 bytes of ChaCha20 block `counter` of `key` (nonce of zeros): a public function of
  * the key, e.g. the OLH hash family (docs/device-protocol.md §17.6). */
 export function chachaBlock(key: Uint8Array, counter: number): Uint8Array {
-  if (!Number.isSafeInteger(counter) || counter < 0 || counter >= 0x1_0000_0000) {
-    throw new RangeError(`bad block counter ${counter}`);
-  }
   return chacha20(key, ZERO_NONCE, new Uint8Array(64), new Uint8Array(64), counter);
 }
 
@@ -103,14 +98,7 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
  * (Python: `seed.to_bytes((seed.bit_length() + 8) // 8, "big")`). */
 function seedIntBytes(seed: bigint): Uint8Array {
   const bitLength = seed === 0n ? 0 : seed.toString(2).length;
-  const n = Math.floor((bitLength + 8) / 8);
-  const out = new Uint8Array(n);
-  let v = seed;
-  for (let i = n - 1; i >= 0; i--) {
-    out[i] = Number(v & 0xffn);
-    v >>= 8n;
-  }
-  return out;
+  return hexToBytes(seed.toString(16).padStart(2 * Math.floor((bitLength + 8) / 8), "0"));
 }
 
 /** `p` as the integer floor(p * 2^53) (exact: scaling by a power of two is exact). */
@@ -140,24 +128,6 @@ export class RandomSource {
   /** A reproducible stream from an explicit 32-byte key (vectors, tests, simulation). */
   static keyed(key: Uint8Array): RandomSource {
     return new RandomSource(key, true);
-  }
-
-  /** A reproducible stream from a public seed: key = SHA-256("uldp-simulation-seed:" || material). */
-  static seeded(seed: bigint | number | string | Uint8Array): RandomSource {
-    let material: Uint8Array;
-    if (typeof seed === "number" || typeof seed === "bigint") {
-      if (typeof seed === "number" && !Number.isSafeInteger(seed)) {
-        throw new RangeError(`seed must be an integer, got ${seed}`);
-      }
-      const s = BigInt(seed);
-      if (s < 0n) throw new RangeError(`seed must be non-negative, got ${seed}`);
-      material = seedIntBytes(s);
-    } else if (typeof seed === "string") {
-      material = utf8(seed);
-    } else {
-      material = seed.slice();
-    }
-    return new RandomSource(sha256(concat(utf8("uldp-simulation-seed:"), material)), true);
   }
 
   /** An independent child (same mode): key = SHA-256(utf8(label) || next 32 stream bytes). */
@@ -193,26 +163,15 @@ export class RandomSource {
       const shift = 64n - BigInt(n.toString(2).length - 1);
       return this.words(size).map((w) => w >> shift);
     }
-    const lim = TWO64 % n;
-    const out = new Array<bigint>(size);
-    let todo = Array.from({ length: size }, (_, i) => i);
-    while (todo.length) {
-      const w = this.words(todo.length);
-      const rest: number[] = [];
-      for (let j = 0; j < todo.length; j++) {
-        if (w[j] >= lim) out[todo[j]] = w[j] % n;
-        else rest.push(todo[j]);
-      }
-      todo = rest;
-    }
-    return out;
+    return this.belowEach(new Array<bigint>(size).fill(n)); // the same rounds of rejection
   }
 
   /**
    * One uniform integer in [0, ns[i]) per entry (Python `below(array)`): rounds of rejection
    * over all entries still missing, one word each in index order, accepted iff
-   * w >= 2^64 mod ns[i], giving w mod ns[i]. NOTE: unlike the scalar form there is no
-   * power-of-two shortcut: for n = 2^r this takes the LOW r bits, and n = 1 consumes a word.
+   * w >= 2^64 mod ns[i], giving w mod ns[i] (the scalar form's rounds when every n is the same).
+   * NOTE: unlike the scalar form there is no power-of-two shortcut: for n = 2^r this takes the
+   * LOW r bits, and n = 1 consumes a word.
    */
   belowEach(ns: readonly bigint[]): bigint[] {
     for (const n of ns) {
@@ -234,13 +193,6 @@ export class RandomSource {
     return out;
   }
 
-  /** Exact Bernoulli(num[i]/den[i]) draws, 0 <= num <= den: `belowEach(den)[i] < num[i]`. */
-  bernoulliRational(num: readonly bigint[], den: readonly bigint[]): boolean[] {
-    if (num.length !== den.length) throw new RangeError("num and den lengths differ");
-    const u = this.belowEach(den);
-    return u.map((x, i) => x < num[i]);
-  }
-
   /**
    * Bernoulli(p) for data rounding (not noise): one word per entry (all drawn at once);
    * true iff (w >> 11) < floor(p * 2^53).
@@ -252,4 +204,31 @@ export class RandomSource {
     const w = this.words(p.length);
     return p.map((x, i) => w[i] >> 11n < floatThreshold(x));
   }
+}
+
+/** A reproducible stream from a public seed: key = SHA-256("uldp-simulation-seed:" || material).
+ * A free function, not a static method, so a device bundle (which never seeds) leaves it out. */
+export function seededSource(seed: bigint | number | string | Uint8Array): RandomSource {
+  let material: Uint8Array;
+  if (typeof seed === "number" || typeof seed === "bigint") {
+    if (typeof seed === "number" && !Number.isSafeInteger(seed)) {
+      throw new RangeError(`seed must be an integer, got ${seed}`);
+    }
+    const s = BigInt(seed);
+    if (s < 0n) throw new RangeError(`seed must be non-negative, got ${seed}`);
+    material = seedIntBytes(s);
+  } else if (typeof seed === "string") {
+    material = utf8(seed);
+  } else {
+    material = seed.slice();
+  }
+  return RandomSource.keyed(sha256(concat(utf8("uldp-simulation-seed:"), material)));
+}
+
+/** Exact Bernoulli(num[i]/den[i]) draws, 0 <= num <= den: `rng.belowEach(den)[i] < num[i]`. A free
+ * function, not a method, so a bundle that never draws one leaves it out. */
+export function bernoulliRational(rng: RandomSource, num: readonly bigint[], den: readonly bigint[]): boolean[] {
+  if (num.length !== den.length) throw new RangeError("num and den lengths differ");
+  const u = rng.belowEach(den);
+  return u.map((x, i) => x < num[i]);
 }

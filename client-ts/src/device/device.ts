@@ -144,6 +144,13 @@ export interface DeviceOptions {
   log?: (line: string) => void;
 }
 
+/** An exception's message (a thrown non-Error as text). */
+const messageOf = (e: unknown): string => (e instanceof Error ? e.message : String(e));
+
+/** A ledger refusal (budget, participated) as the task's refusal; anything else unchanged. */
+const ledgerRefusal = (e: unknown): unknown => e instanceof LedgerError
+  ? new TaskRefused(e.message, e instanceof AlreadyParticipated ? "participated" : "budget") : e;
+
 const codeOf = (e: unknown): number | undefined => (typeof (e as { code?: unknown })?.code === "number" ? (e as { code: number }).code : undefined);
 
 export class Device {
@@ -164,7 +171,7 @@ export class Device {
   static async open(o: DeviceOptions): Promise<Device> {
     checkPlatform({ needRandomness: !o.simulation }); // names a missing TextEncoder, TextDecoder, crypto.getRandomValues
     if (!Object.keys(KINDS).length) {
-      throw new DeviceError("no query kind is registered: import \"@uldp/device/kinds/all\" (every kind) or the kinds the app's datasets need (e.g. \"@uldp/device/kinds/mean\") before Device.open");
+      throw new DeviceError("no query kind is registered: import the app's kinds (e.g. \"@uldp/device/kinds/mean\", or \"@uldp/device/kinds/all\") before Device.open");
     }
     if (o.simulation && !o.simulation.rng.simulation) throw new RangeError("a simulation needs a seeded RandomSource");
     if (o.sendDelay) checkWindow(o.sendDelay);
@@ -212,7 +219,7 @@ export class Device {
     const ask = async (previousToken: string) => this.#o.transport.enroll({ enrollmentSecret: this.#o.enrollmentSecret ?? "",
       label: this.#o.label ?? "", previousToken,
       attestation: previousToken ? "" : typeof att === "function" ? await att() : att });
-    const failed = (e: unknown) => new EnrollmentError(`enrollment failed: ${e instanceof Error ? e.message : String(e)}`);
+    const failed = (e: unknown) => new EnrollmentError(`enrollment failed: ${messageOf(e)}`);
     let r;
     let fresh = false;
     try {
@@ -264,14 +271,14 @@ export class Device {
       try {
         this.ledger.check(q, d, u);
       } catch (e) {
-        if (e instanceof LedgerError) throw new TaskRefused(e.message, e instanceof AlreadyParticipated ? "participated" : "budget");
-        throw e;
+        throw ledgerRefusal(e);
       }
     }, { shuffler: this.#o.shuffler !== undefined });
   }
 
-  #source(): RandomSource {
-    return this.#o.simulation ? this.#o.simulation.rng.spawn("report") : RandomSource.secure();
+  /** A fresh secure source; in a simulation the seeded stream's child `label`. */
+  #source(label = "report"): RandomSource {
+    return this.#o.simulation ? this.#o.simulation.rng.spawn(label) : RandomSource.secure();
   }
 
   #message(e: LedgerEntry): AnyReport {
@@ -298,8 +305,7 @@ export class Device {
       entry = await this.ledger.reserve(msg.query_id, msg.task_digest, msg.phase, units,
         JSON.stringify(msg), this.simulation);
     } catch (e) {
-      if (e instanceof LedgerError) throw new TaskRefused(e.message, e instanceof AlreadyParticipated ? "participated" : "budget");
-      throw e;
+      throw ledgerRefusal(e);
     }
     if (entry.report.length) return this.#message(entry);
     return this.#computeAndStore(entry, task, this.#datasets.get(msg.dataset), rng, fallback);
@@ -333,12 +339,11 @@ export class Device {
   }
 
   #fallback(task: Task): bigint[] {
-    const src = this.#o.simulation ? this.#o.simulation.rng.spawn("fallback") : RandomSource.secure();
     try {
-      return emptyReport(task, src);
+      return emptyReport(task, this.#source("fallback"));
     } catch (e) {
       if (e instanceof TaskRefused) throw e;
-      throw new TaskRefused(`no backstop report: ${e instanceof Error ? e.message : String(e)}`, "param");
+      throw new TaskRefused(`no backstop report: ${messageOf(e)}`, "param");
     }
   }
 
@@ -393,7 +398,7 @@ export class Device {
           if (!sealed) await this.enroll(true);
           continue;
         }
-        const details = e instanceof Error ? e.message : String(e);
+        const details = messageOf(e);
         if (sealed && code === Status.UNAUTHENTICATED) throw new ReportRejected(report.queryId, code, details, true);
         if (code === undefined || !RETRYABLE.has(code)) await this.ledger.mark(report.queryId, "rejected", `${code}: ${details}`);
         throw new ReportRejected(report.queryId, code ?? -1, details);
@@ -436,7 +441,7 @@ export class Device {
         const task = parseTask(msg.task_json);
         await this.#computeAndStore(e, task, this.#datasets.get(msg.dataset), this.#source(), this.#fallback(task));
       } catch (err) {
-        out?.failed.push({ queryId: e.queryId, message: err instanceof Error ? err.message : String(err) });
+        out?.failed.push({ queryId: e.queryId, message: messageOf(err) });
       }
     }
     const done: string[] = [];
@@ -464,9 +469,8 @@ export class Device {
   /** Wait until `start` plus a delay drawn from the window, but not past 1 s before the
    * task's deadline (wall-clock ms, public; 0: none); count an overrun in `out`. */
   async #wait(d: SendDelay, opts: PollOptions, start: number, out?: PollResult, deadlineMs = 0): Promise<void> {
-    const src = this.#o.simulation ? this.#o.simulation.rng.spawn("delay") : RandomSource.secure();
     const now = (opts.clock ?? monotonicMs)();
-    let target = start + drawDelayMs(d, src);
+    let target = start + drawDelayMs(d, this.#source("delay"));
     if (deadlineMs > 0) target = Math.min(target, now + Math.max(0, deadlineMs - Date.now() - DEADLINE_MARGIN_MS));
     const left = target - now;
     if (left >= 0) await (opts.sleep ?? defaultSleep)(left);
@@ -492,7 +496,7 @@ export class Device {
         if (e instanceof TaskRefused) {
           out.refused.push({ queryId: t.query_id, code: e.code, message: e.message });
           if (await this.decline(t, e)) out.declined.push(t.query_id);
-        } else out.failed.push({ queryId: t.query_id, message: e instanceof Error ? e.message : String(e) }); // a local fault: the others go on
+        } else out.failed.push({ queryId: t.query_id, message: messageOf(e) }); // a local fault: the others go on
         continue;
       }
       if (window) await this.#wait(window, opts, start, out, Number(t.deadline_ms ?? 0));
@@ -508,21 +512,23 @@ export class Device {
     out.retryAfterMs = Math.max(resp.retry_after_ms, out.pending ? 1000 : 0);
     return out;
   }
+}
 
-  /** Poll until nothing is waiting (or the timeout); returns the merged result. */
-  async run(timeoutMs = 600_000, queryId = "", sleep: (ms: number) => Promise<unknown> = defaultSleep,
-    opts: PollOptions = {}): Promise<PollResult> {
-    const total = emptyResult();
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const r = await this.poll(queryId, opts);
-      for (const k of ["submitted", "refused", "declined", "rejected", "failed"] as const) (total[k] as unknown[]).push(...r[k]);
-      total.late += r.late;
-      total.waiting = r.waiting;
-      total.retryAfterMs = r.retryAfterMs;
-      if (!r.waiting || Date.now() > end) return total;
-      await sleep(Math.max(r.retryAfterMs, 50) * (0.5 + Math.random()));
-    }
+
+/** Poll until nothing is waiting (or the timeout); returns the merged result. A free function,
+ * not a method, so a bundle that never calls it (the README's web snippet) leaves it out. */
+export async function runDevice(device: Device, timeoutMs = 600_000, queryId = "",
+  sleep: (ms: number) => Promise<unknown> = defaultSleep, opts: PollOptions = {}): Promise<PollResult> {
+  const total = emptyResult();
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const r = await device.poll(queryId, opts);
+    for (const k of ["submitted", "refused", "declined", "rejected", "failed"] as const) (total[k] as unknown[]).push(...r[k]);
+    total.late += r.late;
+    total.waiting = r.waiting;
+    total.retryAfterMs = r.retryAfterMs;
+    if (!r.waiting || Date.now() > end) return total;
+    await sleep(Math.max(r.retryAfterMs, 50) * (0.5 + Math.random()));
   }
 }
 

@@ -1,6 +1,6 @@
 /** @uldp/device/device: the app-facing Device over an injected transport (no Node-only API). */
 export {
-  Device, DeviceError, EnrollmentError, ReportRejected, Status, type DeclineMessage, type DeviceOptions, type DeviceStore,
+  Device, DeviceError, runDevice, EnrollmentError, ReportRejected, Status, type DeclineMessage, type DeviceOptions, type DeviceStore,
   type DeviceTransportLike, type Identity, type PollResult, type ReportMessage, type TaskMessage,
   type AnyReport, type SealedReportMessage, type ShufflerTransportLike,
 } from "./device.js";

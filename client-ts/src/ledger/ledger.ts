@@ -249,13 +249,6 @@ export class Ledger {
     });
   }
 
-  /** reserve + storeReport (for callers whose report needs no private data, e.g. tests). */
-  async record(queryId: string, taskDigest: string, phase: number, epsilonUnits: bigint,
-    values: readonly bigint[], simulated = false): Promise<LedgerEntry> {
-    const e = await this.reserve(queryId, taskDigest, phase, epsilonUnits, "", simulated);
-    return e.state === "reserved" ? this.storeReport(queryId, values) : e;
-  }
-
   /** Record the collector's answer; the spend stays. A reserved entry is not marked. */
   async mark(queryId: string, state: "acknowledged" | "rejected", detail = ""): Promise<void> {
     await this.#transact((m) => {
@@ -285,4 +278,12 @@ function admit(entries: ReadonlyMap<string, LedgerEntry>, totalUnits: bigint, qu
     throw new BudgetExceeded(`the task needs ${epsilonUnits} units of 2^-24; ${totalUnits - used} of ${totalUnits} remain`);
   }
   return null;
+}
+
+/** reserve + storeReport (for callers whose report needs no private data, e.g. tests). A free
+ * function, not a method, so a bundle that never calls it leaves it out. */
+export async function recordReport(ledger: Ledger, queryId: string, taskDigest: string, phase: number,
+  epsilonUnits: bigint, values: readonly bigint[], simulated = false): Promise<LedgerEntry> {
+  const e = await ledger.reserve(queryId, taskDigest, phase, epsilonUnits, "", simulated);
+  return e.state === "reserved" ? ledger.storeReport(queryId, values) : e;
 }

@@ -1,9 +1,10 @@
 /**
  * Node transport to a uldp collector's DeviceService over gRPC + TLS (@grpc/grpc-js).
  *
- * Messages are encoded and decoded by the SDK's small codec (`../wire`) from `wire.gen.ts` (the compact form of test/wire.gen.json), a
- * JSON descriptor generated from proto/uldp/v1/*.proto by scripts/gen-proto-json.mjs (checked in
- * CI), so no .proto file is read at run time. grpc-js sees only bytes: a request is encoded ONCE and
+ * Messages are written and read by the SDK's hand-written writers and readers of the device's
+ * messages (`../wire/messages.ts`, checked against protobufjs over test/wire.gen.json, which
+ * scripts/gen-proto-json.mjs generates from proto/uldp/v1/*.proto), so no .proto file is read at
+ * run time. grpc-js sees only bytes: a request is encoded ONCE and
  * every retry re-sends exactly those bytes (a resend after a lost acknowledgement is then a
  * byte-identical duplicate, which the collector answers with `duplicate = true`).
  *
@@ -107,17 +108,17 @@ export class DeviceTransport {
   }
 
   async enroll(req: EnrollArgs = {}): Promise<EnrollResult> {
-    return decode(wire.EnrollResponse, await this.call("Enroll", toBuf(encodeEnroll(req)), null));
+    return decode("EnrollResponse", await this.call("Enroll", toBuf(encodeEnroll(req)), null));
   }
 
   async getTasks(token: string, datasets: readonly string[], queryId = ""): Promise<GetTasksResult> {
-    return decode(wire.GetTasksResponse, await this.call("GetTasks", toBuf(encodeGetTasks(datasets, queryId)), token));
+    return decode("GetTasksResponse", await this.call("GetTasks", toBuf(encodeGetTasks(datasets, queryId)), token));
   }
 
   /** Send the exact bytes of a SubmitReportRequest (see `encodeSubmitReport`). */
   async submitReportBytes(token: string, body: Buffer)
     : Promise<{ duplicate: boolean; received_at_ms: string }> {
-    return decode(wire.SubmitReportResponse, await this.call("SubmitReport", body, token));
+    return decode("SubmitReportResponse", await this.call("SubmitReport", body, token));
   }
 
   submitReport(token: string, r: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }> {
@@ -125,7 +126,7 @@ export class DeviceTransport {
   }
   /** Decline a refused task (DeclineTask). */
   async declineTask(token: string, d: DeclineMessage): Promise<{ duplicate: boolean }> {
-    return decode(wire.DeclineTaskResponse, await this.call("DeclineTask", toBuf(encodeDecline(d)), token));
+    return decode("DeclineTaskResponse", await this.call("DeclineTask", toBuf(encodeDecline(d)), token));
   }
 }
 
@@ -141,7 +142,7 @@ export class ShufflerTransport extends DeviceTransport {
 
   async submitSealed(r: SealedReportMessage): Promise<{ duplicate: boolean }> {
     // no token: the shuffler takes the report's ticket, never the collector's credential
-    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", toBuf(encodeSubmitSealed(r)), null));
+    return decode("SubmitSealedResponse", await this.call("SubmitSealed", toBuf(encodeSubmitSealed(r)), null));
   }
 }
 

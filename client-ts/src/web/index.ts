@@ -2,7 +2,7 @@
  * no Node-only API. */
 export {
   codeOfConnect, codeOfHttpStatus, type FetchLike, FetchShufflerTransport, FetchTransport, type FetchTransportOptions, type HttpProtocol,
-  NetworkError, type NetworkProblem, networkFailure, parseGrpcWeb,
+  NetworkError, type NetworkProblem, networkFailure,
 } from "./transport.js";
 export { type IdbFactoryLike, IndexedDbStore } from "./indexedDbStore.js";
 export {

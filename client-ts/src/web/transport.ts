@@ -5,9 +5,12 @@
  * `FetchShufflerTransport`, the same to a shuffler's HTTP port (`uldp shuffler serve --http-port`, §16).
  *
  * A small hand-written unary client rather than @connectrpc/connect-web: the device makes four
- * unary calls (Enroll, GetTasks, SubmitReport, DeclineTask), the messages are encoded once by the same small codec as the Node gRPC transport
- * (`../wire`), so every retry re-sends the identical bytes, and the bundle stays small (no
- * protobuf runtime, no generated code: client-ts/README.md, "Wire code").
+ * unary calls (Enroll, GetTasks, SubmitReport, DeclineTask), the messages are encoded once by the
+ * same hand-written writers as the Node gRPC transport (`../wire/messages.ts`), so every retry
+ * re-sends the identical bytes, and the bundle stays small (no protobuf runtime, no generated
+ * code: client-ts/README.md, "Wire code"). The gRPC-Web framing
+ * (`./grpcWeb.ts`) is loaded on the first call of a transport with `protocol: "grpc-web"`, so a
+ * page over Connect never downloads it.
  *
  * Same rules as the Node transport: the device token in `authorization: Bearer <token>`;
  * retries (the contract's one rule, §10) for UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED
@@ -26,7 +29,7 @@
 import {
   Code, CODE_NAMES, decode, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_RETRY, DEVICE_SERVICE, encodeEnroll,
   encodeGetTasks, encodeSubmitReport, encodeSubmitSealed, type DeclineMessage, encodeDecline, type EnrollArgs, type EnrollResult,
-  type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE, wire,
+  type GetTasksResult, type ReportMessage, type RetryPolicy, RETRYABLE, RpcError, type SealedReportMessage, SHUFFLER_SERVICE,
   withRetries,
 } from "../wire/index.js";
 
@@ -72,15 +75,9 @@ const g = globalThis as unknown as Timers & {
 
 /** gRPC code of an HTTP status that carries no Connect / gRPC-Web status (gRPC HTTP mapping). */
 export function codeOfHttpStatus(status: number): number {
-  switch (status) {
-    case 400: return Code.INTERNAL;
-    case 401: return Code.UNAUTHENTICATED;
-    case 403: return Code.PERMISSION_DENIED;
-    case 404: return Code.UNIMPLEMENTED;
-    case 408: return Code.DEADLINE_EXCEEDED;
-    case 429: case 502: case 503: case 504: return Code.UNAVAILABLE;
-    default: return Code.UNKNOWN;
-  }
+  const { INTERNAL, UNAUTHENTICATED, PERMISSION_DENIED, UNIMPLEMENTED, DEADLINE_EXCEEDED, UNAVAILABLE } = Code;
+  return ({ 400: INTERNAL, 401: UNAUTHENTICATED, 403: PERMISSION_DENIED, 404: UNIMPLEMENTED, 408: DEADLINE_EXCEEDED,
+    429: UNAVAILABLE, 502: UNAVAILABLE, 503: UNAVAILABLE, 504: UNAVAILABLE } as Record<number, number>)[status] ?? Code.UNKNOWN;
 }
 
 /** gRPC code number of a Connect error code ("invalid_argument"; "canceled" is CANCELLED). */
@@ -137,47 +134,20 @@ export function networkFailure(e: unknown, baseUrl: string): NetworkError | null
   return null;
 }
 
-function frame(message: Uint8Array): Uint8Array {
-  const out = new Uint8Array(5 + message.length);
-  new DataView(out.buffer).setUint32(1, message.length, false);
-  out.set(message, 5);
-  return out;
+type GrpcWeb = typeof import("./grpcWeb.js");
+let grpcWebLoading: Promise<GrpcWeb> | null = null;
+/** The gRPC-Web framing (`./grpcWeb.ts`), loaded on first use (memoized; a failed load is
+ * retried on the next call). */
+function loadGrpcWeb(): Promise<GrpcWeb> {
+  grpcWebLoading ??= import("./grpcWeb.js").catch((e: unknown) => {
+    grpcWebLoading = null;
+    throw e;
+  });
+  return grpcWebLoading;
 }
-
-/** The message and the trailer (status, message) of a gRPC-Web response body. */
-export function parseGrpcWeb(body: Uint8Array): { message: Uint8Array | null; trailers: Map<string, string> } {
-  const view = new DataView(body.buffer, body.byteOffset, body.byteLength);
-  let message: Uint8Array | null = null;
-  const trailers = new Map<string, string>();
-  for (let at = 0; at + 5 <= body.length;) {
-    const flag = body[at];
-    const len = view.getUint32(at + 1, false);
-    const chunk = body.subarray(at + 5, at + 5 + len);
-    if (chunk.length !== len) throw new RpcError(Code.INTERNAL, "truncated gRPC-Web frame");
-    if (flag & 0x80) {
-      for (const line of utf8(chunk).split("\r\n")) {
-        const i = line.indexOf(":");
-        if (i > 0) trailers.set(line.slice(0, i).trim().toLowerCase(), line.slice(i + 1).trim());
-      }
-    } else if (message === null) {
-      message = chunk;
-    }
-    at += 5 + len;
-  }
-  return { message, trailers };
-}
-
-function grpcStatus(get: (k: string) => string | null | undefined): RpcError | null | undefined {
-  const status = get("grpc-status");
-  if (status === null || status === undefined) return undefined;
-  const code = Number(status);
-  if (code === 0) return null;
-  let msg = get("grpc-message") ?? "";
-  try {
-    msg = decodeURIComponent(msg);
-  } catch { /* keep it as sent */ }
-  return new RpcError(Number.isInteger(code) ? code : Code.UNKNOWN, msg);
-}
+const fail = (code: number, message: string): never => {
+  throw new RpcError(code, message);
+};
 
 export class FetchTransport {
   readonly baseUrl: string;
@@ -203,15 +173,15 @@ export class FetchTransport {
     this.#random = o.random ?? Math.random;
   }
 
-  #headers(token: string | null, timeoutMs: number): Record<string, string> {
-    const h: Record<string, string> = this.protocol === "connect"
-      ? { "content-type": "application/proto", "connect-protocol-version": "1", "connect-timeout-ms": String(timeoutMs) }
-      : { "content-type": "application/grpc-web+proto", "x-grpc-web": "1", "grpc-timeout": `${timeoutMs}m` };
+  #headers(gw: GrpcWeb | null, token: string | null, timeoutMs: number): Record<string, string> {
+    const h: Record<string, string> = gw ? gw.headers(timeoutMs)
+      : { "content-type": "application/proto", "connect-protocol-version": "1", "connect-timeout-ms": String(timeoutMs) };
     if (token !== null) h.authorization = `Bearer ${token}`;
     return h;
   }
 
   async #once(method: string, body: Uint8Array, token: string | null, timeoutMs: number): Promise<Uint8Array> {
+    const gw = this.protocol === "connect" ? null : await loadGrpcWeb(); // gRPC-Web: its framing, on first use
     const ctl = g.AbortController ? new g.AbortController() : null;
     let timedOut = false;
     const timer = g.setTimeout(() => {
@@ -223,8 +193,8 @@ export class FetchTransport {
       let bytes: Uint8Array;
       try {
         res = await this.#fetch(`${this.baseUrl}/${this.#service}/${method}`, {
-          method: "POST", headers: this.#headers(token, timeoutMs),
-          body: this.protocol === "connect" ? body : frame(body), signal: ctl?.signal,
+          method: "POST", headers: this.#headers(gw, token, timeoutMs),
+          body: gw ? gw.frame(body) : body, signal: ctl?.signal,
         });
         bytes = new Uint8Array(await res.arrayBuffer());
       } catch (e) {
@@ -234,7 +204,7 @@ export class FetchTransport {
       if (bytes.length > this.#max + 5 + 1024) {
         throw new RpcError(Code.RESOURCE_EXHAUSTED, `answer of ${bytes.length} bytes over the limit ${this.#max}`);
       }
-      return this.protocol === "connect" ? connectAnswer(res.status, res.headers, bytes) : grpcWebAnswer(res.status, res.headers, bytes);
+      return gw ? gw.grpcWebAnswer(res.status, res.headers, bytes, fail, codeOfHttpStatus) : connectAnswer(res.status, res.headers, bytes);
     } finally {
       g.clearTimeout(timer);
     }
@@ -246,16 +216,16 @@ export class FetchTransport {
   }
 
   async enroll(req: EnrollArgs = {}): Promise<EnrollResult> {
-    return decode(wire.EnrollResponse, await this.call("Enroll", encodeEnroll(req), null));
+    return decode("EnrollResponse", await this.call("Enroll", encodeEnroll(req), null));
   }
 
   async getTasks(token: string, datasets: readonly string[], queryId = ""): Promise<GetTasksResult> {
-    return decode(wire.GetTasksResponse, await this.call("GetTasks", encodeGetTasks(datasets, queryId), token));
+    return decode("GetTasksResponse", await this.call("GetTasks", encodeGetTasks(datasets, queryId), token));
   }
 
   /** Send the exact bytes of a SubmitReportRequest (`encodeSubmitReport`). */
   async submitReportBytes(token: string, body: Uint8Array): Promise<{ duplicate: boolean; received_at_ms: string }> {
-    return decode(wire.SubmitReportResponse, await this.call("SubmitReport", body, token));
+    return decode("SubmitReportResponse", await this.call("SubmitReport", body, token));
   }
 
   submitReport(token: string, r: ReportMessage): Promise<{ duplicate: boolean; received_at_ms: string }> {
@@ -263,7 +233,7 @@ export class FetchTransport {
   }
   /** Decline a refused task (DeclineTask). */
   async declineTask(token: string, d: DeclineMessage): Promise<{ duplicate: boolean }> {
-    return decode(wire.DeclineTaskResponse, await this.call("DeclineTask", encodeDecline(d), token));
+    return decode("DeclineTaskResponse", await this.call("DeclineTask", encodeDecline(d), token));
   }
 }
 
@@ -280,7 +250,7 @@ export class FetchShufflerTransport extends FetchTransport {
 
   async submitSealed(r: SealedReportMessage): Promise<{ duplicate: boolean }> {
     // no token: the shuffler takes the report's ticket, never the collector's credential
-    return decode(wire.SubmitSealedResponse, await this.call("SubmitSealed", encodeSubmitSealed(r), null));
+    return decode("SubmitSealedResponse", await this.call("SubmitSealed", encodeSubmitSealed(r), null));
   }
 }
 
@@ -296,16 +266,4 @@ function connectAnswer(status: number, headers: { get(k: string): string | null 
     }
   }
   throw new RpcError(codeOfHttpStatus(status), `HTTP ${status} without a Connect status`);
-}
-
-function grpcWebAnswer(status: number, headers: { get(k: string): string | null }, bytes: Uint8Array): Uint8Array {
-  const inHeaders = grpcStatus((k) => headers.get(k)); // a trailers-only answer
-  if (inHeaders) throw inHeaders;
-  if (status !== 200) throw new RpcError(codeOfHttpStatus(status), `HTTP ${status} without a gRPC-Web status`);
-  const { message, trailers } = parseGrpcWeb(bytes);
-  const err = inHeaders === null ? null : grpcStatus((k) => trailers.get(k));
-  if (err) throw err;
-  if (err === undefined && inHeaders === undefined) throw new RpcError(Code.INTERNAL, "gRPC-Web answer without a status");
-  if (message === null) throw new RpcError(Code.INTERNAL, "gRPC-Web answer without a message");
-  return message;
 }

@@ -15,6 +15,9 @@
  * decimal strings (exact, JSON-safe). No Node-only dependency.
  */
 import { DESCRIPTOR } from "./wire.gen.js";
+import { CodecError } from "./messages.js";
+
+export { CodecError };
 
 interface FieldDesc {
   type: string;
@@ -54,103 +57,74 @@ export interface MessageType {
   decode(bytes: Uint8Array): Record<string, unknown>;
 }
 
-const NESTED = parseDescriptor(DESCRIPTOR);
-/** The varint scalars and their ranges. */
-const RANGE: Record<string, readonly [bigint, bigint]> = {
-  bool: [0n, 1n], uint32: [0n, 0xffffffffn], int64: [-(1n << 63n), (1n << 63n) - 1n], sint64: [-(1n << 63n), (1n << 63n) - 1n],
+const fail = (message: string): never => {
+  throw new CodecError(message);
 };
-const U64 = (1n << 64n) - 1n;
 
-class CodecError extends Error {
-  override name = "CodecError";
-}
+const NESTED = /* @__PURE__ */ parseDescriptor(DESCRIPTOR);
+const I64 = [-(1n << 63n), (1n << 63n) - 1n] as const;
+/** The varint scalars and their ranges. */
+const RANGE: Record<string, readonly [bigint, bigint]> = { bool: [0n, 1n], uint32: [0n, 0xffffffffn], int64: I64, sint64: I64 };
 
-// ---- writing -------------------------------------------------------------------------------------
-class Writer {
-  buf = new Uint8Array(64);
-  len = 0;
-
-  room(n: number): void {
-    if (this.len + n <= this.buf.length) return;
-    const next = new Uint8Array(2 * (this.len + n));
-    next.set(this.buf);
-    this.buf = next;
-  }
-
-  varint(v: bigint): void { // v in [0, 2^64)
-    this.room(10);
-    for (; v > 0x7fn; v >>= 7n) this.buf[this.len++] = Number(v & 0x7fn) | 0x80;
-    this.buf[this.len++] = Number(v);
-  }
-
-  bytes(b: Uint8Array): void {
-    this.varint(BigInt(b.length));
-    this.room(b.length);
-    this.buf.set(b, this.len);
-    this.len += b.length;
-  }
-
-  finish(): Uint8Array {
-    return this.buf.slice(0, this.len);
-  }
-}
-
-const utf8Encode = (s: string): Uint8Array => new TextEncoder().encode(s);
-function utf8Decode(b: Uint8Array): string {
-  try {
-    return new TextDecoder("utf-8", { fatal: true }).decode(b);
-  } catch {
-    throw new CodecError("a string field is not UTF-8");
-  }
-}
 declare const TextEncoder: new () => { encode(s: string): Uint8Array };
 declare const TextDecoder: new (label: string, o: { fatal: boolean }) => { decode(b: Uint8Array): string };
+
+// ---- writing: bytes pushed onto a plain array -------------------------------------------------------
+type Out = number[];
+
+function varint(o: Out, v: bigint): void { // v in [0, 2^64)
+  for (; v > 127n; v >>= 7n) o.push(Number(v & 127n) | 128);
+  o.push(Number(v));
+}
+
+/** A length-delimited field: key, length, bytes. */
+function delimited(o: Out, id: number, b: ArrayLike<number>): void {
+  varint(o, BigInt((id << 3) | 2));
+  varint(o, BigInt(b.length));
+  for (let i = 0; i < b.length; i++) o.push(b[i]);
+}
 
 /** The varint payload of a numeric scalar (two's complement for negatives, zigzag for sint64). */
 function varintOf(v: unknown, type: string): bigint {
   if (type === "bool") return v ? 1n : 0n;
   const x = typeof v === "bigint" ? v : typeof v === "number" && Number.isInteger(v) ? BigInt(v)
-    : typeof v === "string" && /^-?\d+$/.test(v.trim()) ? BigInt(v.trim()) : null;
-  if (x === null) throw new CodecError(`${type} field needs an integer, got ${String(v)}`);
-  if (x < RANGE[type][0] || x > RANGE[type][1]) throw new CodecError(`${type} field out of range: ${x}`);
-  if (type === "sint64") return x >= 0n ? x << 1n : ((-x) << 1n) - 1n;
-  return x < 0n ? x + (1n << 64n) : x;
+    : typeof v === "string" && /^-?\d+$/.test(v.trim()) ? BigInt(v.trim()) : fail(`${type} field needs an integer, got ${String(v)}`);
+  if (x < RANGE[type][0] || x > RANGE[type][1]) fail(`${type} field out of range: ${x}`);
+  return type === "sint64" ? (x >= 0n ? x << 1n : ((-x) << 1n) - 1n) : BigInt.asUintN(64, x);
 }
 
-function isDefault(v: unknown, f: Field): boolean {
-  if (v === undefined || v === null) return true;
-  if (f.repeated || f.kind === "bytes") return (v as ArrayLike<unknown>).length === 0;
-  if (f.kind === "msg") return false;
-  if (f.kind === "string") return v === "";
-  return varintOf(v, f.kind) === 0n;
+/** The payload of a length-delimited field's value. */
+function bytesOf(f: Field, v: unknown): ArrayLike<number> {
+  if (f.kind === "msg") return encodeMessage(typeOf(f.msg).fields, v as Record<string, unknown>);
+  if (f.kind !== "string") return v as Uint8Array;
+  return typeof v === "string" ? new TextEncoder().encode(v) : fail(`${f.name}: a string field, got ${typeof v}`);
 }
 
-function writeOne(w: Writer, f: Field, v: unknown): void {
-  if (f.kind in RANGE) {
-    w.varint(BigInt(f.id << 3));
-    w.varint(varintOf(v, f.kind));
-    return;
-  }
-  if (f.kind === "string" && typeof v !== "string") throw new CodecError(`${f.name}: a string field, got ${typeof v}`);
-  w.varint(BigInt((f.id << 3) | 2));
-  w.bytes(f.kind === "msg" ? typeOf(f.msg).encode(v as Record<string, unknown>)
-    : f.kind === "string" ? utf8Encode(v as string) : (v as Uint8Array));
-}
-
-function encodeMessage(fields: readonly Field[], value: Record<string, unknown>): Uint8Array {
-  const w = new Writer();
+function encodeMessage(fields: readonly Field[], value: Record<string, unknown>): Out {
+  const o: Out = [];
   for (const f of fields) {
     const v = value[f.name];
-    if (isDefault(v, f)) continue;
-    if (!f.repeated) writeOne(w, f, v);
-    else if (f.kind in RANGE) { // packed
-      const inner = new Writer();
-      for (const x of v as unknown[]) inner.varint(varintOf(x, f.kind));
-      w.varint(BigInt((f.id << 3) | 2));
-      w.bytes(inner.finish());
-    } else for (const x of v as unknown[]) writeOne(w, f, x);
+    if (v === undefined || v === null) continue;
+    if (f.kind in RANGE) {
+      if (f.repeated) { // packed
+        const packed: Out = [];
+        for (const x of v as unknown[]) varint(packed, varintOf(x, f.kind));
+        if (packed.length) delimited(o, f.id, packed);
+      } else {
+        const x = varintOf(v, f.kind);
+        if (x) {
+          varint(o, BigInt(f.id << 3));
+          varint(o, x);
+        }
+      }
+    } else if (f.repeated) {
+      for (const x of v as unknown[]) delimited(o, f.id, bytesOf(f, x));
+    } else {
+      const b = bytesOf(f, v);
+      if (b.length || f.kind === "msg") delimited(o, f.id, b);
+    }
   }
-  return w.finish();
+  return o;
 }
 
 // ---- reading -------------------------------------------------------------------------------------
@@ -161,51 +135,49 @@ class Reader {
   varint(): bigint {
     let x = 0n;
     for (let shift = 0n; shift < 70n; shift += 7n) {
-      if (this.pos >= this.buf.length) throw new CodecError("truncated varint");
-      const b = this.buf[this.pos++];
-      x |= BigInt(b & 0x7f) << shift;
-      if (!(b & 0x80)) return x & U64;
+      const b = this.pos < this.buf.length ? this.buf[this.pos++] : fail("truncated varint");
+      x |= BigInt(b & 127) << shift;
+      if (b < 128) return BigInt.asUintN(64, x);
     }
-    throw new CodecError("varint longer than 10 bytes");
+    return fail("varint longer than 10 bytes");
   }
 
   take(n: number): Uint8Array {
-    if (n < 0 || this.pos + n > this.buf.length) throw new CodecError("truncated field");
+    if (this.pos + n > this.buf.length) fail("truncated field");
     return this.buf.subarray(this.pos, (this.pos += n));
   }
 
   /** The value of wire type `wt`: a varint, or the bytes of a fixed64, length-delimited or
    * fixed32 field. */
   read(wt: number): bigint | Uint8Array {
-    if (wt === 0) return this.varint();
-    if (wt === 1 || wt === 5) return this.take(wt === 1 ? 8 : 4);
-    if (wt === 2) return this.take(Number(this.varint()));
-    throw new CodecError(`unsupported wire type ${wt}`);
+    return wt === 0 ? this.varint() : wt === 1 || wt === 5 ? this.take(wt === 1 ? 8 : 4)
+      : wt === 2 ? this.take(Number(this.varint())) : fail(`unsupported wire type ${wt}`);
   }
 }
 
-function scalarOf(raw: bigint, t: string): unknown {
-  if (t === "bool") return raw !== 0n;
-  if (t === "uint32") return Number(raw & 0xffffffffn);
-  if (t === "sint64") return ((raw >> 1n) ^ -(raw & 1n)).toString();
-  return BigInt.asIntN(64, raw).toString(); // int64
-}
+/** A varint scalar's value: bool, uint32 a number, the 64-bit ones decimal strings. */
+const scalarOf = (raw: bigint, t: string): unknown => t === "bool" ? raw !== 0n : t === "uint32" ? Number(raw & 0xffffffffn)
+  : (t === "sint64" ? (raw >> 1n) ^ -(raw & 1n) : BigInt.asIntN(64, raw)).toString();
 
 function readOne(f: Field, wt: number, v: bigint | Uint8Array): unknown {
-  const varint = f.kind in RANGE;
-  if (wt !== (varint ? 0 : 2)) throw new CodecError(`${f.name}: wrong wire type`);
-  if (varint) return scalarOf(v as bigint, f.kind);
-  const b = v as Uint8Array;
-  return f.kind === "msg" ? typeOf(f.msg).decode(b) : f.kind === "string" ? utf8Decode(b)
-    : new Uint8Array(b); // a copy, a plain Uint8Array
+  const numeric = f.kind in RANGE;
+  if (wt !== (numeric ? 0 : 2)) fail(`${f.name}: wrong wire type`);
+  if (numeric) return scalarOf(v as bigint, f.kind);
+  if (f.kind === "msg") return decodeMessage(typeOf(f.msg).fields, v as Uint8Array);
+  if (f.kind === "bytes") return new Uint8Array(v as Uint8Array); // a copy, a plain Uint8Array
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(v as Uint8Array);
+  } catch {
+    return fail("a string field is not UTF-8");
+  }
 }
-
-const defaultOf = (f: Field): unknown => f.repeated ? [] : f.kind === "msg" ? null : f.kind === "string" ? ""
-  : f.kind === "bytes" ? new Uint8Array(0) : f.kind === "bool" ? false : f.kind === "uint32" ? 0 : "0";
 
 function decodeMessage(fields: readonly Field[], bytes: Uint8Array): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const f of fields) out[f.name] = defaultOf(f);
+  for (const f of fields) {
+    out[f.name] = f.repeated ? [] : f.kind === "msg" ? null : f.kind === "string" ? ""
+      : f.kind === "bytes" ? new Uint8Array(0) : scalarOf(0n, f.kind);
+  }
   const r = new Reader(bytes);
   while (r.pos < bytes.length) {
     const key = Number(r.varint());
@@ -223,26 +195,20 @@ function decodeMessage(fields: readonly Field[], bytes: Uint8Array): Record<stri
 }
 
 // ---- the types -----------------------------------------------------------------------------------
-const cache = new Map<string, MessageType>();
+const cache: Record<string, MessageType> = Object.create(null);
 
 /** The message type `uldp.v1.<name>` of the descriptor. */
 export function typeOf(name: string): MessageType {
-  const hit = cache.get(name);
-  if (hit) return hit;
-  const d = NESTED[name];
-  if (!d?.fields) throw new CodecError(`unknown message type uldp.v1.${name}`);
-  const fields: Field[] = Object.entries(d.fields).map(([fname, fd]) => {
-    const kind = fd.type in RANGE || fd.type === "string" || fd.type === "bytes" ? fd.type : NESTED[fd.type]?.fields ? "msg" : "";
-    if (!kind) throw new CodecError(`uldp.v1.${name}.${fname}: unsupported type ${fd.type}`);
-    return { name: fname, id: fd.id, kind, msg: fd.type, repeated: fd.rule === "repeated" };
-  }).sort((a, b) => a.id - b.id);
-  const t: MessageType = {
+  if (cache[name]) return cache[name];
+  const fields: Field[] = Object.entries(NESTED[name]?.fields ?? fail(`unknown message type uldp.v1.${name}`))
+    .map(([fname, { type, id, rule }]) => ({
+      name: fname, id, msg: type, repeated: rule === "repeated",
+      kind: type in RANGE || type === "string" || type === "bytes" ? type : NESTED[type]?.fields ? "msg"
+        : fail(`uldp.v1.${name}.${fname}: unsupported type ${type}`),
+    })).sort((a, b) => a.id - b.id);
+  return (cache[name] = {
     name, fields,
-    encode: (value) => encodeMessage(fields, value),
+    encode: (value) => Uint8Array.from(encodeMessage(fields, value)),
     decode: (bytes) => decodeMessage(fields, bytes),
-  };
-  cache.set(name, t);
-  return t;
+  });
 }
-
-export { CodecError };

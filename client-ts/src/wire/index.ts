@@ -1,26 +1,35 @@
 /**
- * The uldp.v1 messages a device sends and receives, encoded by the small descriptor-driven codec
- * of `./codec.ts` from `wire.gen.ts` (the compact form of test/wire.gen.json, a JSON descriptor generated from proto/uldp/v1/*.proto by
- * scripts/gen-proto-json.mjs, checked in CI), shared by every transport: the grpc-js one for Node
- * (`@uldp/device/node`) and the fetch one for browsers, React Native and Node (`@uldp/device/web`).
+ * The uldp.v1 messages a device sends and receives — written and read by `./messages.ts`
+ * (by hand, checked against protobufjs over test/wire.gen.json) — and the call rules, shared by
+ * every transport: the grpc-js one for Node (`@uldp/device/node`) and the fetch one for browsers,
+ * React Native and Node (`@uldp/device/web`). `wire` is every message type of the descriptor-driven
+ * codec of `./codec.ts` (from `wire.gen.ts`, generated from proto/uldp/v1/*.proto by
+ * scripts/gen-proto-json.mjs, checked in CI), for the Node entry.
  * A request is encoded ONCE, and the same bytes go out on every retry, whatever the transport.
  * No Node-only dependency (Uint8Array, not Buffer).
  */
 import { RETRYABLE, Status as Code } from "../core/status.js";
-import { CodecError, type MessageType, typeOf } from "./codec.js";
+import { type MessageType, typeOf } from "./codec.js";
+import { ANSWERS } from "./messages.js";
 
-export { CodecError, type MessageType, typeOf };
+export { type MessageType, typeOf };
+export {
+  CodecError, type DeclineMessage, encodeDecline, encodeEnroll, encodeGetTasks, encodeSubmitReport, encodeSubmitSealed,
+  type EnrollArgs, type ReportMessage, type SealedReportMessage,
+} from "./messages.js";
+/** The message types by name (the Node entry's `wire`): a bundle that never names this object
+ * leaves it, and the codec, out. */
 export const wire = {
-  EnrollRequest: typeOf("EnrollRequest"),
-  EnrollResponse: typeOf("EnrollResponse"),
-  GetTasksRequest: typeOf("GetTasksRequest"),
-  GetTasksResponse: typeOf("GetTasksResponse"),
-  SubmitReportRequest: typeOf("SubmitReportRequest"),
-  SubmitReportResponse: typeOf("SubmitReportResponse"),
-  DeclineTaskRequest: typeOf("DeclineTaskRequest"),
-  DeclineTaskResponse: typeOf("DeclineTaskResponse"),
-  SubmitSealedRequest: typeOf("SubmitSealedRequest"),
-  SubmitSealedResponse: typeOf("SubmitSealedResponse"),
+  EnrollRequest: /* @__PURE__ */ typeOf("EnrollRequest"),
+  EnrollResponse: /* @__PURE__ */ typeOf("EnrollResponse"),
+  GetTasksRequest: /* @__PURE__ */ typeOf("GetTasksRequest"),
+  GetTasksResponse: /* @__PURE__ */ typeOf("GetTasksResponse"),
+  SubmitReportRequest: /* @__PURE__ */ typeOf("SubmitReportRequest"),
+  SubmitReportResponse: /* @__PURE__ */ typeOf("SubmitReportResponse"),
+  DeclineTaskRequest: /* @__PURE__ */ typeOf("DeclineTaskRequest"),
+  DeclineTaskResponse: /* @__PURE__ */ typeOf("DeclineTaskResponse"),
+  SubmitSealedRequest: /* @__PURE__ */ typeOf("SubmitSealedRequest"),
+  SubmitSealedResponse: /* @__PURE__ */ typeOf("SubmitSealedResponse"),
 };
 
 /** The device service's path prefix (gRPC method names, Connect and gRPC-Web URLs). */
@@ -74,90 +83,18 @@ export interface GetTasksResult {
   retry_after_ms: number;
 }
 
-export interface ReportMessage {
-  queryId: string;
-  phase: number;
-  values: readonly bigint[];
-  taskDigest: string;
-  simulated: boolean;
-}
-
-/** A refused task's decline (device.proto, DeclineTask): the task's coordinates and the
- * refusal's stable code (§14.1), public facts only. */
-export interface DeclineMessage {
-  queryId: string;
-  phase: number;
-  taskDigest: string;
-  reason: string;
-}
-
-export function encodeDecline(d: DeclineMessage): Uint8Array {
-  return wire.DeclineTaskRequest.encode({
-    decline: { query_id: d.queryId, phase: d.phase, task_digest: d.taskDigest, reason: d.reason },
-  });
-}
-
-/** A sealed report for the shuffler (shuffle mode, protocol §16). */
-export interface SealedReportMessage {
-  queryId: string;
-  phase: number;
-  group: number;
-  stage: number;
-  taskDigest: string;
-  sealed: Uint8Array;
-  /** Task.shuffle_ticket of the task: the device's credential towards the shuffler. */
-  ticket: string;
-  /** The app's attestation for a shuffler that runs its own enrolment check (at send time). */
-  attestation?: string;
-}
-
-/** The exact bytes of a SubmitSealedRequest (deterministic). */
-export function encodeSubmitSealed(r: SealedReportMessage): Uint8Array {
-  return wire.SubmitSealedRequest.encode({ report: {
-    query_id: r.queryId, phase: r.phase, group: r.group, stage: r.stage, task_digest: r.taskDigest,
-    sealed: r.sealed, ticket: r.ticket, attestation: r.attestation ?? "",
-  } });
-}
-
-export interface EnrollArgs {
-  enrollmentSecret?: string;
-  label?: string;
-  previousToken?: string;
-  /** The app's attestation for a new identity (device.proto, EnrollRequest.attestation). */
-  attestation?: string;
-}
-
 export interface EnrollResult {
   device_id: string;
   token: string;
   expires_at_ms: string;
 }
 
-/** The exact bytes of a SubmitReportRequest (deterministic: same report, same bytes). */
-export function encodeSubmitReport(r: ReportMessage): Uint8Array {
-  const report = {
-    query_id: r.queryId, phase: r.phase, values: [...r.values], task_digest: r.taskDigest, simulated: r.simulated,
-  };
-  return wire.SubmitReportRequest.encode({ report });
-}
-
-export function encodeEnroll(req: EnrollArgs): Uint8Array {
-  return wire.EnrollRequest.encode({
-    enrollment_secret: req.enrollmentSecret ?? "", label: req.label ?? "", previous_token: req.previousToken ?? "",
-    attestation: req.attestation ?? "",
-  });
-}
-
-export function encodeGetTasks(datasets: readonly string[], queryId = ""): Uint8Array {
-  return wire.GetTasksRequest.encode({ datasets: [...datasets], query_id: queryId });
-}
-
 /** An answer's message; bytes that are not one are an INTERNAL error of the call. */
-export function decode<T>(t: MessageType, b: Uint8Array): T {
+export function decode<T>(name: string, b: Uint8Array): T {
   try {
-    return t.decode(b) as T;
+    return ANSWERS[name](b) as T;
   } catch (e) {
-    throw new RpcError(Code.INTERNAL, `the collector's answer is not a valid uldp.v1.${t.name}: ${(e as Error).message}`);
+    throw new RpcError(Code.INTERNAL, `the collector's answer is not a valid uldp.v1.${name}: ${(e as Error).message}`);
   }
 }
 

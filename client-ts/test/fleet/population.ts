@@ -4,13 +4,13 @@
  * (collector.test.ts) and the browser fleet (scripts/browser-fleet.mjs), which compute the exact
  * truth of the population from the same function. No Node-only dependency.
  */
-import { RandomSource } from "../../src/core/index.js";
+import { RandomSource, seededSource } from "../../src/core/index.js";
 
 export const M = 20; // samples per device
 export const A = 8; // categories
 
 export function population(i: number): { steps: number[]; cats: number[] } {
-  const r = RandomSource.seeded(`ts-fleet-data-${i}`);
+  const r = seededSource(`ts-fleet-data-${i}`);
   const u = (): number => Number(r.words(1)[0] >> 11n) / 2 ** 53;
   const offset = 0.1 * (2 * u() - 1);
   const steps = Array.from({ length: M }, () => 0.3 + offset + 0.4 * (2 * u() - 1));

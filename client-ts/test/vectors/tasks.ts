@@ -8,7 +8,7 @@ import {
   f64FromHex, f64ToHex, type FrameKind, groupOf, hexToBytes, kashinCoefficients, kashinFrame, ln, norm,
   parseTask, radial, RandomSource, RETRYABLE, seqSum, TaskRefused, tracing, uniformPm1, type DatasetSchema,
 } from "../../src/core/index.js";
-import { AlreadyParticipated, Ledger, LedgerError, MemoryStore } from "../../src/ledger/index.js";
+import { AlreadyParticipated, Ledger, recordReport, LedgerError, MemoryStore } from "../../src/ledger/index.js";
 import { mechanismCase } from "./mechanisms.js";
 import { eq, Mismatch } from "./util.js";
 
@@ -116,7 +116,7 @@ export async function refusalCase(c: Case): Promise<void> {
     (c.datasets as Case[]).map((d) => [d.name, datasetSchema(d.name, { dim: d.dim, values: d.values,
       labelled: d.labelled, alphabet: d.alphabet })]));
   const led = await Ledger.open(new MemoryStore(), c.budget);
-  for (const e of c.ledger as Case[]) await led.record(e.query_id, e.task_digest, 1, BigInt(e.units), [0n]);
+  for (const e of c.ledger as Case[]) await recordReport(led, e.query_id, e.task_digest, 1, BigInt(e.units), [0n]);
   const ledger = (q: string, d: string, u: bigint): void => {
     try {
       led.check(q, d, u);
