@@ -15,7 +15,8 @@ user from Zipf(1.1); *differ* — each user puts 70 % of its records on its own 
 ``method="auto"`` through the production code (planner, program phases, the device function
 ``compute_reports``, the collector's accumulators), the users handed to the device as their
 records (a one-record sampling task gets the one record the bench sampled for the user, which
-has the device's own law; a two-record task, hadamard's probe, the user's records). Against the same estimand — the mean over users of their category
+has the device's own law; a two-record task, hadamard's probe, the user's records).
+Against the same estimand — the mean over users of their category
 frequencies — the table gives auto's published MSE (its simplex projection) against the
 peers' (multi-freq-ldpy's GRR, OUE and SS clients, batched and estimated as its aggregators
 do, ``bench/frontier_peers.py``; *best peer* chosen after the fact), the ratio with ± two
