@@ -14,8 +14,9 @@ user from Zipf(1.1); *differ* — each user puts 70 % of its records on its own 
 (drawn from that law), the rest as the law; *mixture* — half the users of each. Every cell:
 ``method="auto"`` through the production code (planner, program phases, the device function
 ``compute_reports``, the collector's accumulators), the users handed to the device as their
-records (a record-sampling task gets the one record the bench sampled for the user, which has
-the device's own law). Against the same estimand — the mean over users of their category
+records (a one-record sampling task gets the one record the bench sampled for the user, which
+has the device's own law; a two-record task, hadamard's probe, the user's records).
+Against the same estimand — the mean over users of their category
 frequencies — the table gives auto's published MSE (its simplex projection) against the
 peers' (multi-freq-ldpy's GRR, OUE and SS clients, batched and estimated as its aggregators
 do, ``bench/frontier_peers.py``; *best peer* chosen after the fact), the ratio with ± two
@@ -88,7 +89,9 @@ def run_auto(spec: QuerySpec, users: dict[str, Any], items: np.ndarray, rng: Ran
     program = MeanEstProgram(spec)
 
     def privatize(slots: np.ndarray, task: Any, offsets: Any, acc: Any) -> None:
-        sampling = task.method == "oracle" or (task.method == "hadamard" and task.stage == 1)
+        # one sampled record (the device's law); two or more (hadamard's probe): the records
+        sampling = task.records == 1 and (
+            task.method == "oracle" or (task.method == "hadamard" and task.stage == 1))
         for start in range(0, slots.size, CHUNK):
             idx = slots[start:start + CHUNK]
             X = items[idx, None].astype(np.float64) if sampling \

@@ -232,6 +232,11 @@ def _hadamard_tasks() -> list[tuple[str, Any, list[str], str]]:
         t = TaskSpec(query_id="q-dist", kind="distribution", method="hadamard", stage=1,
                      epsilon=1.0, eps_c=1.0, components=tuple(range(8)), dim=5, mechanism=m)
         out.append((f"dist/hadamard-1-{m}", t, list(datasets(by["dist"])), "dist"))
+    for m in ("grr", "oue"):  # the fallback's probe: two records at ε/2 (hadamard_pairs)
+        t = TaskSpec(query_id="q-dist", kind="distribution", method="hadamard", stage=1,
+                     epsilon=1.0, eps_c=0.5, components=tuple(range(8)), dim=5, mechanism=m,
+                     records=2)
+        out.append((f"dist/hadamard-1-pairs-{m}", t, list(datasets(by["dist"])), "dist"))
     return out
 
 

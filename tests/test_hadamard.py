@@ -246,7 +246,7 @@ def _run(pop: str, seed: int, n: int = 20_000, m: int = 400, k: int = 8, eps: fl
     item = np.argmax(np.cumsum(counts, 1) > g.integers(0, m, n)[:, None], axis=1)
 
     def privatize(slots, task, offsets, acc):
-        if task.stage == 1:
+        if task.stage == 1 and task.records == 1:  # one sampled record: as the device's
             X = item[slots, None].astype(float)
         else:
             X = np.repeat(np.tile(np.arange(k, dtype=float), slots.size),
@@ -436,3 +436,66 @@ def test_users_who_differ_a_little_get_windows_with_an_honest_interval():
             assert h["inflation"] > 2.0
             cover.append(float(np.mean(est.covers(truth))))
     assert len(cover) >= 4 and np.mean(cover) >= 0.93
+
+
+# ---- the fallback's paired records (hadamard_pairs) --------------------------------------
+def test_the_probe_reports_two_records_at_half_the_budget_only_where_the_spread_can_matter():
+    from uldp.client.budget import epsilon_units, split_epsilon
+    from uldp.client.methods import METHODS
+
+    plan = compile_query(QuerySpec(kind="distribution", epsilon=8.0, users=20_000,
+                                   samples=10, dim=32, method="hadamard", seed=1))
+    probe, other = plan.task_for(0, 1), plan.task_for(5, 1)
+    assert (probe.records, other.records) == (2, 1)  # ⌈31/8⌉ = 4 probe groups
+    assert [plan.task_for(g, 1).records for g in range(4)] == [2] * 4
+    assert probe.eps_c == split_epsilon(8.0, 2) and other.eps_c == 8.0
+    units = METHODS["hadamard"].epsilon_units(probe)
+    assert units == 2 * epsilon_units(probe.eps_c) <= epsilon_units(8.0)
+    rep = compute_report(probe, np.arange(10, dtype=float) % 32, RandomSource.seeded("p"))
+    assert len(rep) == report_length(probe)
+    # the window phase's users after a fallback: the choice published by the spread phase
+    pub = plan.publish(1, {}) | {"mode": "fallback"}
+    assert plan.method.task(plan, 7, 3, pub | {"fallback_records": 2}).records == 2
+    assert plan.method.task(plan, 7, 3, pub).records == 1
+    # where the oracle's noise dominates, no probe: every centre user on one record
+    low = compile_query(QuerySpec(kind="distribution", epsilon=1.0, users=20_000,
+                                  samples=10, dim=32, method="hadamard", seed=1))
+    assert {low.task_for(g, 1).records for g in range(31)} == {1}
+
+
+def test_the_paired_records_measure_the_users_spread_exactly_from_two_sums():
+    """B̂ from the accumulator's two sums is the sample covariance of the two records'
+    supports (over (p* − q*)²), the paired variance their half mean squared difference."""
+    from uldp.collector.mechanisms import ORACLE_DECODERS
+    from uldp.collector.methods.hadamard_pairs import pair_stats
+
+    g = np.random.default_rng(3)
+    n, A, eps = 5000, 4, 4.0
+    s = g.integers(0, 2, size=(n, 2, A)) * (g.random((n, 1, A)) < 0.6)  # correlated
+    S = s.sum(axis=1)
+    sums = {"records": 2, "eps": eps, "count": n, "counts": S.sum(0).tolist(),
+            "sq": (S * S).sum(0).tolist()}
+    f, V, B, seB = pair_stats(sums, "grr", A)
+    p, q = ORACLE_DECODERS["grr"].pq(A, eps)
+    s1, s2 = s[:, 0].astype(float), s[:, 1].astype(float)
+    cov = (s1 * s2).mean(0) - ((s1 + s2) / 2).mean(0) ** 2
+    assert np.allclose(B, cov / (p - q) ** 2)
+    assert np.allclose(V, ((s1 - s2) ** 2).mean(0) / 4 / (p - q) ** 2)
+    assert np.allclose(f, (((s1 + s2) / 2).mean(0) - q) / (p - q))
+    assert np.all(seB > 0) and np.all(seB < 0.1 * B)
+
+
+def test_users_who_differ_get_a_fallback_interval_without_their_spread():
+    """Users who differ at ε = 8 (the oracle's noise small): the one-record interval counts
+    the users' spread and covered 0.994 here (20 runs); the probe's paired records take a
+    lower confidence bound of it out, and the window phase reports two records."""
+    cover, ratio = [], []
+    for seed in range(8):
+        est, truth, pred = _run("differ", seed, n=20_000, m=10, k=8, eps=8.0)
+        assert est.extra["hadamard"]["mode"] == "fallback"
+        assert est.extra["hadamard"]["fallback_records"] == 2
+        assert est.extra["paired"]["users"] > 10_000
+        cover.append(float(np.mean(est.covers(truth))))
+        ratio.append(float(np.sum((est.values - truth) ** 2)) / pred)
+    assert 0.93 <= np.mean(cover) <= 0.985
+    assert 0.7 <= np.mean(ratio) <= 1.4

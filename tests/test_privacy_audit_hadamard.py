@@ -27,6 +27,7 @@ from tests.test_privacy_audit_mechanisms import (
     _value_probability,
     worst_ratio,
 )
+from uldp.client.budget import split_epsilon
 from uldp.client.mechanisms import ORACLES
 from uldp.client.mechanisms.exact import ONE, exp_lower
 from uldp.client.methods.hadamard import HadamardWindows
@@ -77,6 +78,10 @@ def _cases() -> list[tuple[str, TaskSpec]]:
         cases.append((f"dist-centre-{m}", TaskSpec(**{
             **dist.__dict__, "stage": 1, "components": tuple(range(8)), "intervals": (),
             "mechanism": m})))
+    for m in ("grr", "oue"):  # the probe's centre users: two records at ε/2 (hadamard_pairs)
+        cases.append((f"dist-centre-pairs-{m}", TaskSpec(**{
+            **dist.__dict__, "stage": 1, "components": tuple(range(8)), "intervals": (),
+            "mechanism": m, "records": 2, "eps_c": split_epsilon(1.5, 2)})))
     return cases
 
 

@@ -50,7 +50,6 @@ from uldp.client.methods.hadamard import HADAMARD_KINDS
 from uldp.client.regimes import Group, Grouping
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.estimate import Estimate
-from uldp.collector.estimators.transforms import project_simplex
 from uldp.collector.mechanisms import ORACLE_DECODERS
 from uldp.collector.mechanisms.choice import (
     SCALAR_CHOICES,
@@ -85,6 +84,13 @@ from uldp.collector.methods.hadamard_model import (
     spread_share,
     test_windows,
     window_variance,
+)
+from uldp.collector.methods.hadamard_pairs import (
+    fallback_estimate,
+    fallback_records,
+    pair_oracle,
+    probe_groups,
+    sums,
 )
 from uldp.collector.methods.hadamard_predict import outcomes
 from uldp.collector.methods.oracle import OracleAccumulator, SampledRecords
@@ -156,9 +162,15 @@ class HadamardWindows:
         return SampledRecords()
 
     # ---- tasks and accumulators ----------------------------------------------------
-    def centre_task(self, plan: Any, group: int) -> TaskSpec:
+    def centre_task(self, plan: Any, group: int, records: int = 1) -> TaskSpec:
+        """The centre's report (``records = 2``: two records at ``ε/2``, hadamard_pairs)."""
         if self._categorical(plan):
-            return plan.group_task(group, 1, components=tuple(range(plan.n_components)),
+            every = tuple(range(plan.n_components))
+            if records == 2:
+                name, eps2 = pair_oracle(self, plan)
+                return plan.group_task(group, 1, components=every, mechanism=name,
+                                       eps_c=eps2, records=2)
+            return plan.group_task(group, 1, components=every,
                                    mechanism=self.oracle_name(plan))
         D = self._bound(plan, self._comp(plan, group))
         return plan.group_task(group, 1, intervals=((-D, D),),
@@ -167,7 +179,7 @@ class HadamardWindows:
     def task(self, plan: Any, group: int, stage: int, previous: Published | None,
              slot: int | None = None) -> TaskSpec:
         if stage == 1:
-            return self.centre_task(plan, group)
+            return self.centre_task(plan, group, 2 if group in probe_groups(self, plan) else 1)
         if previous is None:
             raise ValueError(f"stage {stage} of method hadamard needs what the previous "
                              "phase published")
@@ -176,7 +188,7 @@ class HadamardWindows:
             return plan.group_task(group, 2, intervals=((float(lo), float(hi)),),
                                    mechanism=previous["oracle"])
         if previous.get("mode") != "window":
-            return self.centre_task(plan, group)
+            return self.centre_task(plan, group, int(previous.get("fallback_records", 1)))
         lo, hi = previous["intervals"][str(group)]
         return plan.group_task(group, 3, intervals=((float(lo), float(hi)),),
                                mechanism=previous["mechanism"])
@@ -197,23 +209,31 @@ class HadamardWindows:
         K = plan.n_components
         if self._categorical(plan):
             A = plan.kind.categories(plan.template)
-            merged = _merged(accs)
-            if merged is None or merged.count == 0:
+            parts = {r: _merged({g: a for g, a in accs.items() if a.records == r})
+                     for r in (1, 2)}
+            got = {r: a for r, a in parts.items() if a is not None and a.count > 0}
+            if not got:
                 f, se, n = np.full(A, 1.0 / A), np.full(A, 0.5), 0
-            else:
-                f, se = merged.estimate()
-                n = merged.count
+            else:  # one- and two-record users (hadamard_pairs), each unbiased
+                n = sum(a.count for a in got.values())
+                fs = {r: a.estimate() for r, a in got.items()}
+                f = sum(got[r].count * fs[r][0] for r in got) / n
+                se = np.sqrt(sum((got[r].count * fs[r][1]) ** 2 for r in got)) / n
             theta = hadamard_rows(f[None], K)[0]
             # per coefficient: the sampled record's variance 1/K − θ_c² (θ_c moved two
-            # average standard errors toward 0) plus the oracle's noise spread over the K
-            # coefficients — the empirical total, Σ se², overall
+            # average standard errors toward 0) plus the oracle's noise (two records: half
+            # the oracle's at ε/2) spread over the K coefficients — the empirical total,
+            # Σ se², overall
             avg = float(np.sum(se * se)) / K
             low = np.maximum(np.abs(theta) - 2 * math.sqrt(avg), 0.0)
-            noise = oracle_total_variance(self.oracle_name(plan), A, float(plan.spec.epsilon))
+            names = {1: self.oracle_name(plan), 2: pair_oracle(self, plan)[0]}
+            noise = sum(a.count * oracle_total_variance(names[r], A, a.eps) / r
+                        for r, a in got.items()) / max(n, 1)
             var = np.maximum((1.0 / K - low * low + noise / K) / max(n, 1), avg)
             theta[0], var[0] = 1.0 / math.sqrt(K), 0.0
             return {"theta": theta.tolist(), "var": var.tolist(), "reports": int(n),
-                    "freq": f.tolist(), "se": se.tolist()}
+                    "freq": f.tolist(), "se": se.tolist(),
+                    "sums": {str(r): sums(a) for r, a in got.items()}}
         theta, var = np.zeros(K), np.zeros(K)
         means: dict[str, list[float]] = {}
         n = 0
@@ -372,7 +392,6 @@ class HadamardWindows:
                       for g in range(self.n_groups(plan))])
         return (priced * D) ** 2
 
-
     def choose(self, plan: Any, previous: Published, accs: dict[int, Any]) -> Published:
         """Close the spread phase (module docstring)."""
         M, sd, n2 = self.outside_share(accs, float(plan.spec.epsilon))
@@ -380,8 +399,11 @@ class HadamardWindows:
                                    self._fallback_mse(plan, previous["centre"], n2))
         base = {k: previous[k] for k in ("centre", "q_window", "mechanism", "intervals",
                                          "model_bias2", "model_t2")}
+        records = 1 if window or not self._categorical(plan) \
+            else fallback_records(self, plan, previous["centre"])
         return base | {"spread": info, "mode": "window" if window else "fallback",
-                       "reports": int(previous.get("reports", 0)) + n2}
+                       "reports": int(previous.get("reports", 0)) + n2,
+                       "fallback_records": records}
 
     def _fallback_mse(self, plan: Any, centre: dict[str, Any], n2: int) -> float:
         """The error of the fallback on the users left (centre and window phases):
@@ -416,10 +438,11 @@ class HadamardWindows:
         if previous.get("mode") == "window":
             est = self._window_estimate(plan, accs, previous, int(previous.get("reports", 0)))
         elif self._categorical(plan):
-            est = self._oracle_estimate(plan, accs, centre)
+            est = fallback_estimate(self, plan, accs, centre)
         else:
             est = self._values_estimate(plan, accs, centre)
-        est.extra["hadamard"] = {k: previous[k] for k in ("mode", "q_window", "mechanism")
+        est.extra["hadamard"] = {k: previous[k] for k in ("mode", "q_window", "mechanism",
+                                                             "fallback_records")
                                  if k in previous} | {"spread": previous.get("spread", {})}
         if "spread_inflation" in est.extra:
             est.extra["hadamard"]["inflation"] = est.extra.pop("spread_inflation")
@@ -500,28 +523,6 @@ class HadamardWindows:
         if r <= 1.0:
             return r, np.zeros(G)
         return r, measured_bias2(r, centre, sd, users, ivs[:, 0], ivs[:, 1])
-
-    def _oracle_estimate(self, plan: Any, accs: dict[int, Any], centre: dict[str, Any]
-                         ) -> Estimate:
-        merged = _merged(accs)
-        n1 = int(centre["reports"])
-        f1, se1 = np.asarray(centre["freq"]), np.asarray(centre["se"])
-        if merged is None or merged.count == 0:
-            f, se, n = f1, se1, n1
-        else:
-            f3, se3 = merged.estimate()
-            n3 = merged.count
-            n = n1 + n3
-            f = (n1 * f1 + n3 * f3) / max(n, 1)
-            se = np.sqrt(n1 * n1 * se1 * se1 + n3 * n3 * se3 * se3) / max(n, 1)
-        z = _NORMAL.inv_cdf(0.5 + plan.spec.confidence / 2)
-        K = plan.n_components
-        extra: dict[str, Any] = {
-            "components": hadamard_rows(f[None], K)[0], "projected": project_simplex(f),
-            "reports": n, "regime": plan.grouping.regime, "mechanism": self.oracle_name(plan)}
-        return Estimate(np.clip(f, 0, 1), se, np.clip(f - z * se, 0, 1),
-                        np.clip(f + z * se, 0, 1), plan.spec.confidence,
-                        counts={"reports": n}, extra=extra)
 
     def _values_estimate(self, plan: Any, accs: dict[int, Any], centre: dict[str, Any]
                          ) -> Estimate:

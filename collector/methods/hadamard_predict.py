@@ -33,6 +33,11 @@ from uldp.collector.methods.hadamard_model import (
     test_windows,
     window_variance,
 )
+from uldp.collector.methods.hadamard_pairs import (
+    pair_oracle,
+    predicted_fallback,
+    probe_groups,
+)
 
 __all__ = ["centre_variance", "fallback_variance", "outcomes"]
 
@@ -144,6 +149,11 @@ def centre_variance(method: Any, plan: Any, sv: np.ndarray, S2: np.ndarray, n1: 
     if method._categorical(plan):
         A = plan.kind.categories(plan.template)
         noise = oracle_total_variance(method.oracle_name(plan), A, eps)
+        probes = list(probe_groups(method, plan))
+        if probes:  # the probe's users: two records at ε/2 (hadamard_pairs)
+            name2, eps2 = pair_oracle(method, plan)
+            share = float(n1[probes].sum()) / max(float(n1.sum()), 1.0)
+            noise = (1 - share) * noise + share * oracle_total_variance(name2, A, eps2) / 2
         var[:] = (np.maximum(sv, 0.0) + noise / K) / max(float(n1.sum()), 1.0)
         var[0] = 0.0
         return var
@@ -165,14 +175,13 @@ def fallback_variance(method: Any, plan: Any, sv: np.ndarray, stat_var: np.ndarr
     n_left = max(spec.users - n2, 1)
     if method._categorical(plan):
         A = plan.kind.categories(plan.template)
-        noise = oracle_total_variance(method.oracle_name(plan), A, eps)
         total_sample = float(np.sum(sv))
         between = float(np.sum(stat_var)) if stat_var is not None \
             else total_sample / spec.samples
         within = max(total_sample - between, 0.0)
-        # the estimand counts the spread phase's users too (finite population)
-        fpc = 1.0 - n_left / spec.users
-        total = (noise + within + fpc * max(between, 0.0)) / n_left
+        # the estimand counts the spread phase's users too (finite population); the
+        # probe's two-record users (hadamard_pairs)
+        total = predicted_fallback(method, plan, within, max(between, 0.0), n_left)
         return np.full(K, total / A), total
     G = method.n_groups(plan)
     mech = value_mechanism(spec, eps)

@@ -1,0 +1,253 @@
+"""Method ``hadamard``'s paired records: the fallback's interval without the users' spread.
+
+See ``docs/algorithms.md`` ("Hadamard windows", "The fallback's paired records"). Used by
+``uldp.collector.methods.hadamard`` (the centre's tasks, the fallback's estimate) and
+``hadamard_predict`` (its predicted error).
+
+The fallback is the one-record frequency oracle. The estimand is the mean over *these*
+users of their frequencies ``f_iv``, so the spread between users, ``B_v = Var_i f_iv``, is no
+error of it; yet one record per user cannot tell it from the record's own variance, and the
+empirical standard error counts it (an interval too wide where the oracle's noise is small:
+coverage 0.98–1.00 at ε = 8). A user who reports **two** of its records, sampled without
+replacement, through the oracle at ``ε/2`` each — the ``oracle`` report with ``records = 2``
+(§17.10; ``hadamard`` stage 1 of a ``distribution`` already carries ``records``: no new
+device computation) — shows it. With 0/1 supports ``s₁, s₂`` of category ``v`` and the
+oracle's ``(p*, q*)``:
+
+* ``E[(s₁ − s₂)²/4 | i]/(p* − q*)² = Var(report_i | i) + f_iv(1 − f_iv)/(m_i − 1)``: the
+  paired difference measures a two-record user's own error, never less;
+* ``Cov_i(s₁, s₂)/(p* − q*)² = B_v − E_i f_iv(1 − f_iv)/(m_i − 1) ≤ B_v``: the users'
+  spread, never more. Per category a user's supports are one of three counts ``S ∈ {0, 1, 2}``
+  and the oracle accumulator's two sums (``Σ S``, ``Σ S²``) give their shares ``a₁, a₂``
+  exactly: ``B̂ = (a₂ − μ²)/(p* − q*)²`` with ``μ = a₁/2 + a₂``, its standard error by the delta
+  method on the trinomial.
+
+The **probe**: where the oracle's noise at ``ε`` is small enough that the spread can matter
+(:data:`PROBE_NOISE`), the centre users of one group (:func:`probe_group`) report two
+records. Closing the spread phase after a fallback, the window phase's users report two
+records too when the probe measured that a two-record report is the more precise
+(:func:`fallback_records`). The estimate (:func:`fallback_estimate`) weighs the one- and
+two-record users by their measured precision; a one-record user's variance is its empirical
+one less ``B̂ − 2·se`` (a lower confidence bound of the spread, ≥ 0), a two-record user's the
+paired one; the users the spread phase took enter the estimand with the spread at its upper
+bound (the one-record empirical variance).
+"""
+
+from __future__ import annotations
+
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from uldp.client.budget import split_epsilon
+from uldp.client.kinds.means import hadamard_rows
+from uldp.collector.estimators.estimate import Estimate
+from uldp.collector.estimators.transforms import project_simplex
+from uldp.collector.mechanisms import ORACLE_DECODERS
+from uldp.collector.mechanisms.choice import best_oracle, oracle_total_variance
+
+__all__ = ["PROBE_NOISE", "Z_SPREAD", "fallback_estimate", "fallback_records",
+           "pair_oracle", "pair_stats", "predicted_fallback", "probe_group", "probe_groups",
+           "sums"]
+
+#: the probe runs where the one-record oracle's total noise variance at ε is at most this:
+#: a record's sampling variance is at most 1, so the spread can make the interval's
+#: variance at least (noise + 1)/noise = 1.5× too large; above it, at most 1.5×
+PROBE_NOISE = 2.0
+#: one group in this many probes (rounded up)
+PROBE_SHARE = 8
+#: the spread ``B̂`` is subtracted at its estimate less this many standard errors
+Z_SPREAD = 2.0
+
+
+def _eps(plan: Any) -> float:
+    return float(plan.spec.epsilon)
+
+
+def pair_oracle(method: Any, plan: Any) -> tuple[str, float]:
+    """The oracle and ``ε_c`` of a two-record report: ``ε/2`` on the budget's grid."""
+    eps2 = split_epsilon(_eps(plan), 2)
+    A = plan.kind.categories(plan.template)
+    name = best_oracle(A, eps2) if plan.spec.oracle in ("best", "laplace") \
+        else plan.spec.oracle
+    return name, eps2
+
+
+def probe_group(method: Any, plan: Any) -> int | None:
+    """The group whose centre users report two records, or None (module docstring): a
+    distribution, two groups or more, 0/1 supports, the oracle's noise at most
+    :data:`PROBE_NOISE`."""
+    if not method._categorical(plan) or method.n_groups(plan) < 2:
+        return None
+    A = plan.kind.categories(plan.template)
+    one, (two, _) = method.oracle_name(plan), pair_oracle(method, plan)
+    if not (getattr(ORACLE_DECODERS[one], "binary", False)
+            and getattr(ORACLE_DECODERS[two], "binary", False)):
+        return None
+    return 0 if oracle_total_variance(one, A, _eps(plan)) <= PROBE_NOISE else None
+
+
+def probe_groups(method: Any, plan: Any) -> tuple[int, ...]:
+    """The groups whose centre users report two records: the first ``⌈G/8⌉`` (about an
+    eighth of the centre's users), none where :func:`probe_group` says no probe."""
+    if probe_group(method, plan) is None:
+        return ()
+    return tuple(range(-(-method.n_groups(plan) // PROBE_SHARE)))
+
+
+def sums(acc: Any) -> dict[str, Any]:
+    """An oracle accumulator's sufficient sums, published (JSON)."""
+    return {"records": int(acc.records), "eps": float(acc.eps), "count": int(acc.count),
+            "counts": acc.counts.tolist(), "sq": acc.sq.tolist()}
+
+
+def _pq(name: str, A: int, eps: float) -> tuple[float, float]:
+    p, q = ORACLE_DECODERS[name].pq(A, eps)
+    return float(p), float(q)
+
+
+def pair_stats(s: dict[str, Any], name: str, A: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(f̂, V, B̂, se(B̂))`` per category from two-record sums ``s`` (module docstring):
+    the frequencies, a user's paired variance, the users' spread and its standard error."""
+    p, q = _pq(name, A, float(s["eps"]))
+    n = max(int(s["count"]), 1)
+    counts, sq = np.asarray(s["counts"], np.float64), np.asarray(s["sq"], np.float64)
+    a2 = (sq - counts) / 2 / n
+    a1 = counts / n - 2 * a2
+    mu = a1 / 2 + a2
+    d2 = (p - q) ** 2
+    g1, g2 = -mu, 1 - 2 * mu
+    var_b = (g1 * g1 * a1 * (1 - a1) + g2 * g2 * a2 * (1 - a2) - 2 * g1 * g2 * a1 * a2) / n
+    return ((mu - q) / (p - q), a1 / 4 / d2, (a2 - mu * mu) / d2,
+            np.sqrt(np.maximum(var_b, 0.0)) / d2)
+
+
+def _one_stats(s: dict[str, Any], name: str, A: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(f̂, S²)`` per category from one-record sums: frequencies, a user's empirical
+    variance (users' spread included)."""
+    p, q = _pq(name, A, float(s["eps"]))
+    n = int(s["count"])
+    counts, sq = np.asarray(s["counts"], np.float64), np.asarray(s["sq"], np.float64)
+    mean = counts / max(n, 1)
+    S2 = (sq - n * mean**2) / max(n - 1, 1) / (p - q) ** 2
+    return (mean - q) / (p - q), np.maximum(S2, 0.0)
+
+
+def _floor(name: str, A: int, eps: float) -> float:
+    """The least variance of a one-record report given the user: the oracle's own."""
+    p, q = _pq(name, A, eps)
+    return min(p * (1 - p), q * (1 - q)) / (p - q) ** 2
+
+
+def _add(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    if a is None:
+        return dict(b)
+    return a | {"count": a["count"] + b["count"],
+                "counts": (np.add(a["counts"], b["counts"])).tolist(),
+                "sq": (np.add(a["sq"], b["sq"])).tolist()}
+
+
+def _variances(method: Any, plan: Any, one: dict[str, Any] | None,
+               two: dict[str, Any] | None) -> dict[str, Any]:
+    """Per category: each part's frequencies and a user's variance, the spread."""
+    A = plan.kind.categories(plan.template)
+    one_name, (two_name, eps2) = method.oracle_name(plan), pair_oracle(method, plan)
+    out: dict[str, Any] = {}
+    if two is not None and two["count"] >= 2:
+        fb, Vb, B, seB = pair_stats(two, two_name, A)
+        out["b"] = (fb, np.maximum(Vb, _floor(two_name, A, eps2) / 2), int(two["count"]))
+        out["B"], out["seB"] = B, seB
+    if one is not None and one["count"] >= 2:
+        fa, S2 = _one_stats(one, one_name, A)
+        low = np.maximum(out.get("B", 0.0) - Z_SPREAD * out.get("seB", 0.0), 0.0)
+        Va = np.maximum(S2 - low, _floor(one_name, A, _eps(plan)))
+        out["a"], out["S2"] = (fa, Va, int(one["count"])), S2
+    return out
+
+
+def fallback_records(method: Any, plan: Any, centre: dict[str, Any]) -> int:
+    """The window phase's records after a fallback: 2 where the probe measured a two-record
+    report (paired variance) more precise than a one-record one (its variance less the
+    spread), else 1."""
+    parts = centre.get("sums", {})
+    if "2" not in parts or "1" not in parts:
+        return 1
+    v = _variances(method, plan, parts["1"], parts["2"])
+    if "a" not in v or "b" not in v:
+        return 1
+    one = float(np.sum(np.maximum(v["S2"] - v["B"], 0.0)))
+    return 2 if float(np.sum(v["b"][1])) < one else 1
+
+
+def fallback_estimate(method: Any, plan: Any, accs: dict[int, Any], centre: dict[str, Any]
+                      ) -> Estimate:
+    """The fallback's estimate: the centre's and the window phase's oracle reports, one-
+    and two-record users weighed by their measured precision (module docstring)."""
+    A = plan.kind.categories(plan.template)
+    parts: dict[str, dict[str, Any] | None] = {
+        k: dict(v) for k, v in centre.get("sums", {}).items()}
+    for acc in accs.values():
+        key = str(int(acc.records))
+        parts[key] = _add(parts.get(key), sums(acc))
+    v = _variances(method, plan, parts.get("1"), parts.get("2"))
+    n_all = max(plan.spec.users, 1)
+    present = [v[k] for k in ("a", "b") if k in v]
+    if not present:
+        f, var, n = np.full(A, 1.0 / A), np.full(A, 0.25), 0
+    else:
+        prec = np.array([n_ / max(float(np.sum(V)), 1e-300) for _, V, n_ in present])
+        w = prec / prec.sum()
+        f = sum(wk * fk for wk, (fk, _, _) in zip(w, present, strict=True))
+        var = sum(wk * wk * Vk / nk for wk, (_, Vk, nk) in zip(w, present, strict=True))
+        n = sum(nk for _, _, nk in present)
+        if "B" in v:  # the users' spread left out of a user's variance: at its upper
+            # bound (the one-record empirical variance) for the users not counted
+            spread = v["S2"] if "S2" in v else v["B"] + Z_SPREAD * v["seB"]
+            share = float(sum(wk * wk / nk for wk, (_, _, nk) in zip(w, present,
+                                                                     strict=True)))
+            var = var + np.maximum(spread, 0.0) * max(share - 1.0 / n_all, 0.0)
+    se = np.sqrt(np.maximum(var, 0.0))
+    z = NormalDist().inv_cdf(0.5 + plan.spec.confidence / 2)
+    K = plan.n_components
+    extra: dict[str, Any] = {
+        "components": hadamard_rows(np.asarray(f)[None], K)[0],
+        "projected": project_simplex(np.asarray(f)), "reports": int(n),
+        "regime": plan.grouping.regime, "mechanism": method.oracle_name(plan),
+        "paired": {"users": int(v["b"][2]) if "b" in v else 0,
+                   "spread": float(np.sum(v["B"])) if "B" in v else None}}
+    return Estimate(np.clip(f, 0, 1), se, np.clip(f - z * se, 0, 1),
+                    np.clip(f + z * se, 0, 1), plan.spec.confidence,
+                    counts={"reports": int(n)}, extra=extra)
+
+
+def predicted_fallback(method: Any, plan: Any, within: float, between: float,
+                       n_left: int) -> float:
+    """The fallback's predicted total error (module docstring) on users whose records
+    spread ``within`` (``Σ_v E_i f_iv(1 − f_iv)``) and who spread ``between``
+    (``Σ_v Var_i f_iv``), over the ``n_left`` users the spread phase left: the
+    one-record oracle, or with the probe the precision-weighted mix of one- and two-record
+    users (the window phase's users on two records where that predicts less)."""
+    A, eps, n = plan.kind.categories(plan.template), _eps(plan), plan.spec.users
+    N1 = oracle_total_variance(method.oracle_name(plan), A, eps)
+    V1 = N1 + within
+    probes = probe_groups(method, plan)
+    if not probes:
+        return (V1 + (1.0 - n_left / n) * between) / n_left
+    name2, eps2 = pair_oracle(method, plan)
+    m = int(plan.spec.samples)
+    V2 = oracle_total_variance(name2, A, eps2) / 2 \
+        + (within * (m - 2) / (2 * (m - 1)) if m >= 2 else 0.0)
+    nb = sum(plan.stage_size(g, 1) for g in probes)
+    n3 = n_left - sum(plan.stage_size(k, 1) for k in range(method.n_groups(plan)))
+    if V2 < V1:
+        nb += max(n3, 0)
+    na = max(n_left - nb, 0)
+    prec = np.array([na / V1, nb / V2])
+    if prec.sum() <= 0:
+        return (V1 + between) / max(n_left, 1)
+    w = prec / prec.sum()
+    sizes = np.maximum([na, nb], 1)
+    var = float(np.sum(w * w * np.array([V1, V2]) / sizes))
+    return var + between * max(float(np.sum(w * w / sizes)) - 1.0 / n, 0.0)
