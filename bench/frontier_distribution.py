@@ -161,6 +161,9 @@ def _mse(cell: dict[str, Any], a: str) -> tuple[float, float]:
 def run_grid(a: argparse.Namespace, out: Path) -> None:
     """Repetition by repetition over the whole grid (a partial run covers every cell)."""
     cells: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
+    for pop, k, m, e in itertools.product(a.populations, a.ks, a.ms, a.eps):
+        if cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("stale"):  # old code: run afresh
+            del cells[f"{pop}|{k}|{m}|{e:g}"]
     for target, (pop, k, m) in itertools.product(
             range(1, a.reps + 1), itertools.product(a.populations, a.ks, a.ms)):
         while True:
@@ -197,6 +200,8 @@ def row(key: str, cell: dict[str, Any]) -> str:
     ratio, ratio_2se, cov, cov_2sd = honesty(cell, int(k))
     ran = ", ".join(f"{r} {n}" if len(cell["ran"]) > 1 else r
                     for r, n in sorted(cell["ran"].items()))
+    if cell.get("stale"):
+        ran += " † stale"
     return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {ran} | {auto:.3g} ± {auto_se:.2g} | "
             f"{pub} {p:.3g} | {pgain:.2f} ± {2 * pgain_sd:.2f} | "
             f"{best} {b:.3g} | **{gain:.2f}** ± {2 * gain_sd:.2f} | {ratio:.2f} ± "
@@ -258,7 +263,10 @@ def report(cells: dict[str, dict[str, Any]]) -> str:
             f"predicted outside [0.93, 0.97] / [0.8, 1.25] at the point estimate in {flags}, "
             f"by more than two standard errors (‼) in {len(sure)} "
             f"({', '.join(sure) or 'none'}).\n\n{gains}\n\n")
-    return text + "\n".join(lines)
+    stale = [f"{key} ({cells[key]['stale']})" for key in keys if cells[key].get("stale")]
+    foot = ("\n\n† stale: measured on older code; a run naming the cell starts it afresh: "
+            + "; ".join(stale) + "\n") if stale else ""
+    return text + "\n".join(lines) + foot
 
 
 def _done_when(cells: dict[str, dict[str, Any]]) -> str:
@@ -279,7 +287,8 @@ def _done_when(cells: dict[str, dict[str, Any]]) -> str:
                 continue
             auto = _mse(cell, "auto")[0]
             best = min(_mse(cell, p)[0] for p in ("GRR", "OUE", "SS"))
-            got.append(f"ε={e:g} k={k}: {best / auto:.1f}{'' if best / auto >= need else ' ✗'}")
+            got.append(f"ε={e:g} k={k}: {best / auto:.1f}{'' if best / auto >= need else ' ✗'}"
+                       + (" (stale †)" if cell.get("stale") else ""))
         out.append(f"* {text}: " + ", ".join(got))
     return "\n".join(out)
 
