@@ -8,9 +8,12 @@
 production device and collector code through ``run_users``), its runs split by the outcome
 of the spread test (``window`` / ``fallback``): per outcome the mean of ``z² = ((p̂ − p)/se)²``
 over the categories (1 for an honest interval), the coverage of the 95 % intervals and the
-MSE over the predicted (the prediction is the mixture of both outcomes: per outcome only a
-rough check). ``--no-pairs`` turns the probe off (``hadamard_pairs.PROBE_NOISE = −1``): the
-one-record oracle's interval, which counts the users' spread.
+MSE over the predicted: ``/ mixture`` is the query's prediction (the mixture of both
+outcomes, weighted by the predicted P(window)), ``/ own`` the outcome's own prediction
+(``outcomes()``: the windows' error, or the fallback's), the check that answers whether an
+outcome's error is stated honestly. ``--no-pairs`` turns the probe off
+(``hadamard_pairs.PROBE_NOISE = −1``): the one-record oracle's interval, which counts the
+users' spread.
 """
 
 from __future__ import annotations
@@ -25,7 +28,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from realdata_ldp import population
 
 import uldp.collector.methods.hadamard_pairs as pairs
+import uldp.collector.simulation.own_data as own_data
 from uldp.collector.simulation.own_data import UserData, run_users
+
+
+def _own_predictions(a: argparse.Namespace, cats: list[np.ndarray], A: int
+                     ) -> tuple[dict[str, float], float]:
+    """Each outcome's own predicted total MSE and the predicted P(window), from the plan and
+    the users' exact moments ``run_users`` computes (its prediction hook, wrapped)."""
+    got: dict[str, object] = {}
+    inner = own_data._predicted
+
+    def hook(plan, sv, stv, theta, stats):  # type: ignore[no-untyped-def]
+        got.update(plan=plan, sv=sv, stv=stv, theta=theta)
+        return inner(plan, sv, stv, theta, stats)
+
+    own_data._predicted = hook
+    try:
+        run_users("distribution", UserData(cats), epsilon=a.eps, dim=A, reps=1, seed=10**6)
+    finally:
+        own_data._predicted = inner
+    plan = got["plan"]
+    T = plan.kind.transform(plan.template, plan.n_components)  # type: ignore[attr-defined]
+
+    def total(v: np.ndarray) -> float:
+        return float(np.sum(v if T is None else np.square(np.asarray(T)) @ v))
+
+    window, fallback, p = plan.method.outcomes(  # type: ignore[attr-defined]
+        plan, got["sv"], got["stv"], got["theta"])
+    own = {"fallback": total(fallback)}
+    if window is not None:
+        own["window"] = total(window)
+    return own, float(p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,22 +74,31 @@ def main(argv: list[str] | None = None) -> int:
     pop = population(a.population)
     cats = [np.asarray(c, dtype=np.float64) for c in pop["categories"]]
     A = max(int(np.max(c)) for c in cats if len(c)) + 1
-    rows: dict[str, list[tuple[float, float, float]]] = {"window": [], "fallback": []}
+    own, p_window = _own_predictions(a, cats, A)
+    rows: dict[str, list[tuple[float, ...]]] = {"window": [], "fallback": []}
     for seed in range(a.reps):
         r = run_users("distribution", UserData(cats), epsilon=a.eps, dim=A, reps=1, seed=seed)
         e = r.estimate
         mode = e.extra.get("hadamard", {}).get("mode")
         if mode in rows:
             z2 = float(np.mean(((e.values - r.truth) / e.std_error) ** 2))
-            rows[mode].append((z2, float(np.mean(e.covers(r.truth))),
-                               float(np.sum((e.values - r.truth) ** 2)) / r.predicted_mse))
-    print("| population | ε | pairs | outcome | runs | mean z² | coverage | MSE / predicted |")
-    print("|---|---|---|---|---|---|---|---|")
+            sq = float(np.sum((e.values - r.truth) ** 2))
+            rows[mode].append((z2, float(np.mean(e.covers(r.truth))), sq / r.predicted_mse,
+                               sq / own.get(mode, float("nan"))))
+    print(f"predicted P(window) {p_window:.3f}; predicted MSE: "
+          + ", ".join(f"{k} {v:.3e}" for k, v in own.items()))
+    print()
+    print("| population | ε | pairs | outcome | runs | mean z² | coverage | MSE / mixture "
+          "| MSE / own ± 2 SE |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for mode, got in rows.items():
         if got:
-            z2, cov, ratio = np.mean(np.asarray(got), axis=0)
+            arr = np.asarray(got)
+            z2, cov, ratio, mine = np.mean(arr, axis=0)
+            se = 2 * float(np.std(arr[:, 3], ddof=1)) / np.sqrt(len(arr)) if len(arr) > 1 \
+                else float("nan")
             print(f"| {a.population} | {a.eps:g} | {'off' if a.no_pairs else 'on'} | {mode} | "
-                  f"{len(got)} | {z2:.3f} | {cov:.3f} | {ratio:.2f} |")
+                  f"{len(got)} | {z2:.3f} | {cov:.3f} | {ratio:.2f} | {mine:.2f} ± {se:.2f} |")
     return 0
 
 
