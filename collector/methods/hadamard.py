@@ -87,6 +87,7 @@ from uldp.collector.methods.hadamard_model import (
 )
 from uldp.collector.methods.hadamard_pairs import (
     fallback_estimate,
+    fallback_mse,
     fallback_records,
     pair_oracle,
     probe_groups,
@@ -406,19 +407,18 @@ class HadamardWindows:
                        "fallback_records": records}
 
     def _fallback_mse(self, plan: Any, centre: dict[str, Any], n2: int) -> float:
-        """The error of the fallback on the users left (centre and window phases):
-        the oracle at the centre's frequencies, or full-range values."""
+        """The fallback's error on the users left: the oracle at the centre's frequencies."""
         n_left = max(plan.spec.users - n2, 1)
         eps = float(plan.spec.epsilon)
+        if (paired := fallback_mse(self, plan, centre, n_left)) is not None:
+            return paired  # the probe ran: the fallback the query would run (hadamard_pairs)
         if self._categorical(plan):
             f = np.clip(np.asarray(centre["freq"]), 0, 1)
             noise = oracle_total_variance(self.oracle_name(plan), f.size, eps)
             return float((noise + max(1.0 - float(f @ f), 0.0)) / n_left)
-        G = self.n_groups(plan)
-        per = max(n_left / G, 1.0)
-        mech = value_mechanism(plan.spec, eps)
+        G, mech = self.n_groups(plan), value_mechanism(plan.spec, eps)
         return float(sum(value_noise_variance(mech, 2 * self._bound(plan, self._comp(plan, g)),
-                                              eps) / per for g in range(G)))
+                                              eps) / max(n_left / G, 1.0) for g in range(G)))
 
     def publish_with(self, plan: Any, stage: int, accs: dict[int, Any],
                      previous: Published | None) -> Published:

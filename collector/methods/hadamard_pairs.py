@@ -47,7 +47,7 @@ from uldp.collector.estimators.transforms import project_simplex
 from uldp.collector.mechanisms import ORACLE_DECODERS
 from uldp.collector.mechanisms.choice import best_oracle, oracle_total_variance
 
-__all__ = ["PROBE_NOISE", "Z_SPREAD", "fallback_estimate", "fallback_records",
+__all__ = ["PROBE_NOISE", "Z_SPREAD", "fallback_estimate", "fallback_mse", "fallback_records",
            "pair_oracle", "pair_stats", "predicted_fallback", "probe_group", "probe_groups",
            "sums"]
 
@@ -251,3 +251,21 @@ def predicted_fallback(method: Any, plan: Any, within: float, between: float,
     sizes = np.maximum([na, nb], 1)
     var = float(np.sum(w * w * np.array([V1, V2]) / sizes))
     return var + between * max(float(np.sum(w * w / sizes)) - 1.0 / n, 0.0)
+
+
+def fallback_mse(method: Any, plan: Any, centre: dict[str, Any], n_left: int) -> float | None:
+    """The fallback's error the spread rule weighs against the windows', from what the
+    centre measured, where the probe ran: :func:`predicted_fallback` at the centre's
+    frequencies and its measured spread ``Σ_v B̂_v`` (cut to ``[0, Σ_v f_v(1 − f_v)]``) —
+    the fallback the query would run, not the one-record oracle's (which counts the spread
+    and so made the windows look better than they are). None without the probe's sums."""
+    parts = centre.get("sums", {})
+    if "2" not in parts or not probe_groups(method, plan):
+        return None
+    v = _variances(method, plan, parts.get("1"), parts["2"])
+    if "B" not in v:
+        return None
+    f = np.clip(np.asarray(centre["freq"], dtype=np.float64), 0, 1)
+    total = max(1.0 - float(f @ f), 0.0)
+    between = min(max(float(np.sum(v["B"])), 0.0), total)
+    return predicted_fallback(method, plan, total - between, between, n_left)
