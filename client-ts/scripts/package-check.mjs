@@ -37,16 +37,17 @@ import { readmeSnippet, withoutOnDemand } from "./bundle-reach.mjs";
  * gzip, KiB, the sum over its chunks, each gzipped as it is served): a guard against regressions
  * such as the curve code back in the page's static imports (+40 KiB), every kind back in a build
  * that imports one (+10 KiB) or the codec back in the device's path (+0.8 KiB gzip). Measured
- * 52.3 / 20.12, one file (53.3 / 20.45 before seldom-used methods became free functions; 58.8 / 21.9 before the device's messages were written by hand, the
+ * 51.1 / 19.57, one file (52.3 / 20.12 before the seal-format check moved into the sealing chunk;
+ * 53.3 / 20.45 before seldom-used methods became free functions; 58.8 / 21.9 before the device's messages were written by hand, the
  * gRPC-Web framing became a chunk loaded on demand and smaller cuts; 59.0 / 22.5 before the
  * sealing chunk stopped sharing a chunk with the start; 121.4 / 43.1 before the sealing became
  * lazy and the core dropped @noble; 72.6 / 27.3 before the kind registry). The issue's aim,
- * 60 / 20: 60 KiB minified is met, 20 KiB gzip is not (20.12): what remains is the task rules,
- * the device, the deployed methods, every mechanism, the messages, the fetch transport and the
- * ledger, each needed by a device that may be sent any mean task (see client-ts/README.md;
+ * 60 / 20, is met (51.1 / 19.57): what remains is the task rules, the device, the deployed
+ * methods, every mechanism, the messages, the fetch transport and the ledger, each needed by a
+ * device that may be sent any mean task (see client-ts/README.md;
  * scripts/snippet-modules.mjs shows it by module). Lower it as bytes go; raise it only with a
  * reason in the commit. */
-const BUDGET = { minified: 52.5, gzip: 20.2 };
+const BUDGET = { minified: 52.5, gzip: 20.0 };
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const repo = join(here, "..");

@@ -52,6 +52,12 @@ test("the seal object's rules give their reasons", () => {
     const got = parseSeal(obj as never);
     assert.equal(typeof got, "string", why);
     assert.match(got as string, new RegExp(why), why);
+    assert.equal(hpke.parseSeal(obj as never), got, why); // the chunk's check (a Device's), @noble's SHA-256
+  }
+  assert.deepEqual(hpke.parseSeal(sealObject(pk)), parseSeal(sealObject(pk)));
+  for (let n = 0; n < 32; n++) { // key ids: the core's SHA-256 and @noble's
+    const k = Uint8Array.from({ length: 32 }, (_, i) => (i * 37 + n * 101 + 7) & 255);
+    assert.equal(hpke.keyIdOf(k), keyIdOf(k));
   }
 });
 

@@ -10,9 +10,10 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { x25519 } from "@noble/curves/ed25519.js";
-import { bytesToHex, keyIdOf, RandomSource, seededSource, sealInfo, taskDigest } from "../src/core/index.js";
+import { bytesToHex, keyIdOf, RandomSource, seededSource, sealInfo, taskDigest, TaskRefused } from "../src/core/index.js";
 import {
   Device, type DeviceTransportLike, type ReportMessage, type SealedReportMessage, type ShufflerTransportLike,
   Status, type TaskMessage,
@@ -158,3 +159,41 @@ test("a TS device's ciphertext opens in Python with the collector's key only", {
       sealed: bytesToHex(sh.got[0].sealed), info: bytesToHex(info) })]).toString();
     assert.deepEqual(JSON.parse(out), { n: 1, sim: false, other: false });
   });
+
+test("a Device loads the seal check with the sealing chunk and refuses as the vectors do, in order", async () => {
+  // conformance/v1/refusals.json's seal-* cases, through Device.prepare (the core's checkTask has
+  // the check built in; a Device loads it, with the sealing chunk, when a task carries "seal"):
+  // with a shuffler the vector's code; without one the same, or `seal` where the vector accepts
+  const text = readFileSync(new URL("../../../conformance/v1/refusals.json", import.meta.url), "utf8");
+  const cases = (JSON.parse(text) as { cases: { name: string; code: string | null; shuffler?: boolean; task: TaskMessage }[] })
+    .cases.filter((c) => c.name.startsWith("seal-"));
+  assert.ok(cases.length >= 14);
+  for (const c of cases) {
+    for (const withShuffler of [true, false]) {
+      if (!withShuffler && c.shuffler !== true) continue;
+      const dev = await Device.open({ sendDelay: null, transport: new Collector(), store: new MemoryStore(), budget: 10,
+        ...(withShuffler && c.shuffler ? { shuffler: new Shuffler() } : {}) });
+      dev.addDataset("data", [0.5, 0.25]);
+      const want = withShuffler || c.code !== null ? c.code : "seal";
+      let got: string | null = null;
+      try {
+        await dev.prepare(c.task);
+      } catch (e) {
+        if (!(e instanceof TaskRefused)) throw e;
+        got = e.code;
+      }
+      assert.equal(got, want, `${c.name} (shuffler: ${withShuffler && c.shuffler === true})`);
+      assert.equal(dev.ledger.get(c.task.query_id) !== undefined, want === null, c.name); // charged only if accepted
+    }
+  }
+});
+
+test("before a Device has loaded the seal check its checkTask refuses a sealed task (code seal)", async () => {
+  const dev = await Device.open({ sendDelay: null, transport: new Collector(), store: new MemoryStore(), budget: 2,
+    shuffler: new Shuffler() });
+  dev.addDataset("data", [0.5, 0.25]);
+  assert.throws(() => dev.checkTask(sealedTask("q-s")), (e: unknown) => e instanceof TaskRefused && e.code === "seal");
+  await dev.prepare(sealedTask("q-s")); // loads it: the same task is accepted, charged and sealed
+  assert.equal(dev.ledger.get("q-s")?.report.length, 49 + 8);
+  assert.equal(dev.checkTask(sealedTask("q-t")).task.seal?.keyId, keyIdOf(pk));
+});

@@ -10,7 +10,7 @@ import type { DatasetSchema } from "./dataset.js";
 import { kindOf } from "./registry.js";
 import { bytesToHex } from "./encoding.js";
 import { utf8 } from "./random.js";
-import { parseTaskFields, type Task, TaskRefused, validateFields } from "./task.js";
+import { parseTaskFields, type SealCheck, type Task, TaskRefused, validateFields } from "./task.js";
 
 /** The fields of a Task message the checks read. */
 export interface TaskMessageLike {
@@ -60,12 +60,12 @@ export function checkByDeclaration(task: Task, schema: DatasetSchema): void {
 
 /** Every check, in order; returns the validated task, its dataset's name and ε units. */
 export function checkTask(msg: TaskMessageLike, datasets: ReadonlyMap<string, DatasetSchema>,
-  ledger: LedgerCheck, opts: { shuffler?: boolean } = {}): { task: Task; units: bigint } {
+  ledger: LedgerCheck, opts: { shuffler?: boolean; sealCheck?: SealCheck } = {}): { task: Task; units: bigint } {
   try {
     if (taskDigest(msg.task_json) !== msg.task_digest) throw new TaskRefused("task digest mismatch", "digest");
     const fields = parseTaskFields(msg.task_json);
     if (fields.get("query_id") !== msg.query_id) throw new TaskRefused(`task text is not of query ${msg.query_id}`, "query");
-    const task = validateFields(msg.task_json, fields);
+    const task = validateFields(msg.task_json, fields, opts.sealCheck);
     const schema = datasets.get(msg.dataset);
     if (schema === undefined) throw new TaskRefused(`no dataset ${msg.dataset} on this device`, "dataset");
     checkDeclaration(task, schema);

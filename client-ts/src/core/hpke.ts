@@ -3,7 +3,7 @@
  * formats, is the public entry `./seal.ts`): RFC 9180 base mode, DHKEM(X25519, HKDF-SHA256) /
  * HKDF-SHA256 / ChaCha20-Poly1305, composed from @noble primitives. The Device imports THIS module
  * dynamically (src/device/sealing.ts), for a sealed task only; it imports nothing the rest of the
- * device also loads (only @noble and ./sealPayload.ts, whose helpers are its own), so a bundler
+ * device also loads (only @noble, ./sealFormat.ts and ./sealPayload.ts, whose helpers are their own), so a bundler
  * puts it in a chunk of its own and leaves the device's start as one file, with no chunk shared
  * between the two (smaller gzip for the page that never seals).
  */
@@ -11,10 +11,15 @@ import { chacha20poly1305 } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { expand, extract } from "@noble/hashes/hkdf.js";
 import { sha256 } from "@noble/hashes/sha2.js";
-import type { SealKey } from "./sealFormat.js";
+import { keyIdWith, type SealKey, sealCheckWith } from "./sealFormat.js";
 import { concat, sealPlaintext, u16, utf8 } from "./sealPayload.js";
 
 export { sealInfo } from "./sealPayload.js";
+
+/** A task's "seal" object checked (./sealFormat.ts), loaded with this chunk by a Device. */
+export const parseSeal = sealCheckWith(sha256);
+/** The key id of a raw X25519 public key: the first 16 hex digits of its SHA-256. */
+export const keyIdOf = (publicKey: Uint8Array): string => keyIdWith(sha256, publicKey);
 
 // the suite's ids, as ./sealFormat.ts checks them in a task's seal object (not imported from there:
 // this chunk shares no module with the device's start; test/seal.test.ts checks they are equal)

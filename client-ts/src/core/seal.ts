@@ -28,4 +28,4 @@
 // and the HPKE sealing (./hpke.ts, the module a Device loads for a sealed task)
 export * from "./sealFormat.js";
 export * from "./sealPayload.js";
-export { hpkeSeal, sealReport } from "./hpke.js";
+export { hpkeSeal, keyIdOf, parseSeal, sealReport } from "./hpke.js";

@@ -1,14 +1,26 @@
 /**
  * Shuffle mode's public formats (docs/device-protocol.md §16; Python: uldp.client.sealing):
  * the task's "seal" object and its checks (code `seal`) and the key id — what a device decides
- * BEFORE it is charged, with no elliptic-curve code, so the core and a page that never seals
- * carry none. The HPKE info, the sealed plaintext and a sealed report's length are
- * `./sealPayload.ts`; the HPKE sealing itself (X25519, HKDF, ChaCha20-Poly1305) is `./hpke.ts`:
- * both are loaded by the Device (dynamic import) only for a task that asks for a sealed report.
+ * BEFORE it is charged, with no elliptic-curve code. The task rules (./task.ts) take this check
+ * as a parameter (`SealCheck`): the core's entry points pass it (./index.ts), and a Device loads
+ * it with the sealing chunk (./hpke.ts re-exports it; src/device/sealing.ts), only when a task
+ * carries "seal", before the charge — so a page that never seals carries none of it. That chunk
+ * shares no module with the device's start, so this module imports only ./sealPayload.ts (its
+ * own hex helper), takes the SHA-256 it uses for the key id as a parameter (the chunk passes
+ * @noble's, bundled into it; the core passes its own — no ES-module-only import in the CommonJS
+ * build of the core) and tells a JSON integer by its bigint `value` (within a JValue only a JInt
+ * has one) instead of importing ./json.ts's class.
+ * The HPKE info, the sealed plaintext and a sealed report's length are `./sealPayload.ts`; the
+ * HPKE sealing itself (X25519, HKDF, ChaCha20-Poly1305) is `./hpke.ts`.
  */
-import { sha256 } from "./sha256.js";
-import { bytesToHex, hexToBytes } from "./encoding.js";
-import { isJInt, isJObject, type JValue } from "./json.js";
+import type { JInt, JValue } from "./json.js";
+import { hexToBytes } from "./sealPayload.js";
+
+/** A SHA-256: the core's own (./sha256.ts, for ./index.ts) or @noble's (in the sealing chunk). */
+export type Sha256 = (data: Uint8Array) => Uint8Array;
+
+const isJInt = (v: JValue | undefined): v is JInt => typeof (v as { value?: unknown } | null)?.value === "bigint";
+const isJObject = (v: JValue): v is Map<string, JValue> => v instanceof Map;
 
 export const KEM_ID = 0x0020;
 export const KDF_ID = 0x0001;
@@ -53,25 +65,26 @@ export function isLowOrder(publicKey: Uint8Array): boolean {
 }
 
 /** The key id of a raw X25519 public key: the first 16 hex digits of its SHA-256. */
-export function keyIdOf(publicKey: Uint8Array): string {
-  return bytesToHex(sha256(publicKey)).slice(0, 16);
+export function keyIdWith(sha256: Sha256, publicKey: Uint8Array): string {
+  return Array.from(sha256(publicKey).subarray(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /**
- * A task's "seal" object, checked: the key, or the reason it is refused (code `seal`):
+ * The check of a task's "seal" object with a given SHA-256 (`parseSeal` of ./index.ts and of
+ * the sealing chunk): the key, or the reason it is refused (code `seal`): the key, or the reason it is refused (code `seal`):
  * exactly {kem_id: 32, kdf_id: 1, aead_id: 3, key_id, public_key}, a 64-hex public key that
  * is not of low order, and its key id.
  */
-export function parseSeal(v: JValue): SealKey | string {
+export const sealCheckWith = (sha256: Sha256) => (v: JValue): SealKey | string => {
   try {
-    return checkedSeal(v);
+    return checkedSeal(v, sha256);
   } catch (e) {
     if (e instanceof SealProblem) return e.message;
     throw e;
   }
-}
+};
 
-function checkedSeal(v: JValue): SealKey {
+function checkedSeal(v: JValue, sha256: Sha256): SealKey {
   if (!isJObject(v)) return refuse("seal must be an object");
   const keys = [...v.keys()].sort();
   if (keys.join(",") !== [...SEAL_FIELDS].join(",")) refuse(`seal must have exactly the fields ${SEAL_FIELDS.join(", ")}`);
@@ -84,7 +97,7 @@ function checkedSeal(v: JValue): SealKey {
   const kid = v.get("key_id");
   if (typeof pk !== "string" || !/^[0-9a-f]{64}$/.test(pk)) refuse("seal.public_key must be 64 lowercase hex digits");
   const raw = hexToBytes(pk as string);
-  if (typeof kid !== "string" || !/^[0-9a-f]{16}$/.test(kid) || kid !== keyIdOf(raw)) {
+  if (typeof kid !== "string" || !/^[0-9a-f]{16}$/.test(kid) || kid !== keyIdWith(sha256, raw)) {
     refuse("seal.key_id is not the key id of seal.public_key");
   }
   if (isLowOrder(raw)) refuse("seal.public_key is a low-order point");

@@ -7,7 +7,7 @@
 import { isJInt, isJNum, isJObject, JInt, JsonError, type JObject, type JValue, parseJson, toDouble } from "./json.js";
 import { nextPow2 } from "./hadamard.js";
 import { rationalEpsilon } from "./noise.js";
-import { parseSeal, type SealKey } from "./sealFormat.js";
+import type { SealKey } from "./sealFormat.js";
 import { supportBins } from "./params.js";
 import { KINDS, kindOf, METHODS } from "./registry.js";
 import {
@@ -343,8 +343,17 @@ function spendAndLength(f: Map<string, JValue>, method: Method, stage: number, d
   return METHODS["baseline-a"]!.spend!(f);
 }
 
+/**
+ * How a task's "seal" object is checked: the key, or why it is refused (code `seal`) —
+ * ./sealFormat.ts's `parseSeal`, passed in so that a device that cannot seal carries none of
+ * it (the core's entry points, ./index.ts, pass it; a Device loads it with the sealing chunk).
+ * Without it a sealed task is refused, code `seal`.
+ */
+export type SealCheck = (v: JValue) => SealKey | string;
+const cannotSeal: SealCheck = () => "this device has not loaded shuffle mode's seal check";
+
 /** validate_task: every public rule, in order; returns the typed task. */
-export function validateFields(text: string, f: Map<string, JValue>): Task {
+export function validateFields(text: string, f: Map<string, JValue>, sealCheck: SealCheck = cannotSeal): Task {
   checkTypes(f);
   const kind = f.get("kind") as string;
   if (!(KIND_NAMES as readonly string[]).includes(kind)) refuse("kind", `unknown kind ${kind}`);
@@ -384,7 +393,7 @@ export function validateFields(text: string, f: Map<string, JValue>): Task {
   const [units, length] = spendAndLength(f, m, stage, dim);
   if (units > budget) refuse("over-budget", `the task spends ${units} units of 2^-24, over its query's ${budget}`);
   if (length > MAX_REPORT_VALUES) refuse("limit", `a report of ${length} values is over the limit ${MAX_REPORT_VALUES}`);
-  const seal = f.has("seal") ? parseSeal(f.get("seal")!) : null;
+  const seal = f.has("seal") ? sealCheck(f.get("seal")!) : null;
   if (typeof seal === "string") return refuse("seal", seal);
   const range = f.has("range") ? (f.get("range") as JValue[]).map((v) => dbl(v)) as [number, number] : null;
   const by = f.has("by") ? (f.get("by") as string) : null;
@@ -412,6 +421,6 @@ function typed(text: string, f: Map<string, JValue>, kind: KindName, method: Met
 }
 
 /** Parse and validate a task text (TaskSpec.from_json + validate_task). */
-export function parseTask(text: string): Task {
-  return validateFields(text, parseTaskFields(text));
+export function parseTask(text: string, sealCheck?: SealCheck): Task {
+  return validateFields(text, parseTaskFields(text), sealCheck);
 }

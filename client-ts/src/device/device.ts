@@ -26,7 +26,7 @@ import type { SealedReportMessage } from "../wire/index.js";
 import { computeReport, emptyReport } from "../core/report.js";
 import { clampedValues, groupOf } from "../core/kinds.js";
 import { KINDS } from "../core/registry.js";
-import { parseTask, type Task, TaskRefused } from "../core/task.js";
+import { parseTask, parseTaskFields, type SealCheck, type Task, TaskRefused } from "../core/task.js";
 import {
   AlreadyParticipated, decodeValues, type DeviceStore, Ledger, LedgerError, type LedgerEntry,
 } from "../ledger/ledger.js";
@@ -162,6 +162,9 @@ export class Device {
   readonly clamped = new Map<string, number>();
   #identity: Identity | null = null;
   #lock: Promise<unknown> = Promise.resolve();
+  /** Shuffle mode's check of a task's "seal" object: loaded with the sealing chunk by the first
+   * task that carries one (`#sealCheckFor`); until then such a task is refused (code `seal`). */
+  #sealCheck: SealCheck | undefined;
 
   private constructor(o: DeviceOptions, ledger: Ledger) {
     this.#o = o;
@@ -273,7 +276,26 @@ export class Device {
       } catch (e) {
         throw ledgerRefusal(e);
       }
-    }, { shuffler: this.#o.shuffler !== undefined });
+    }, { shuffler: this.#o.shuffler !== undefined, sealCheck: this.#sealCheck });
+  }
+
+  /** Loads shuffle mode's seal check (with the sealing chunk) if a task text carries "seal" —
+   * every device, so that its refusals keep their order; a text that does not parse is refused
+   * by the checks themselves. A device with a shuffler that cannot load it refuses nothing yet
+   * (the error goes up, the task is asked again); one without a shuffler refuses the task. */
+  async #sealCheckFor(text: string): Promise<SealCheck | undefined> {
+    let sealed = false;
+    try {
+      sealed = parseTaskFields(text).has("seal");
+    } catch { /* refused by the checks */ }
+    if (sealed && !this.#sealCheck) {
+      try {
+        this.#sealCheck = (await loadSealing()).parseSeal;
+      } catch (e) {
+        if (this.#o.shuffler) throw e;
+      }
+    }
+    return this.#sealCheck;
   }
 
   /** A fresh secure source; in a simulation the seeded stream's child `label`. */
@@ -296,6 +318,7 @@ export class Device {
   async prepare(msg: TaskMessage): Promise<AnyReport> {
     const prev = this.ledger.get(msg.query_id);
     if (prev && prev.taskDigest === msg.task_digest && prev.report.length) return this.#message(prev);
+    await this.#sealCheckFor(msg.task_json); // before the checks: a failure to load charges nothing
     const { task, units } = this.checkTask(msg);
     const rng = this.#source(); // before the charge: a broken source charges nothing
     const fallback = this.#fallback(task); // the report owed if the data fail: before the charge
@@ -438,7 +461,7 @@ export class Device {
       if (!e.task) continue;
       try { // a failure (storage, or a task this SDK no longer accepts) stops no other entry
         const msg = JSON.parse(e.task) as TaskMessage;
-        const task = parseTask(msg.task_json);
+        const task = parseTask(msg.task_json, await this.#sealCheckFor(msg.task_json));
         await this.#computeAndStore(e, task, this.#datasets.get(msg.dataset), this.#source(), this.#fallback(task));
       } catch (err) {
         out?.failed.push({ queryId: e.queryId, message: messageOf(err) });
@@ -538,7 +561,7 @@ const SEALED = new Map<string, boolean>();
 function sealedTask(text: string): boolean {
   let got = SEALED.get(text);
   if (got === undefined) {
-    got = parseTask(text).seal !== null;
+    got = parseTaskFields(text).has("seal"); // a checked task: sealed exactly when it has one
     if (SEALED.size > 1024) SEALED.clear();
     SEALED.set(text, got);
   }
