@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
@@ -42,6 +42,7 @@ BLOCK_SHARE = 8
 _A, _R, _Q, _B = (S.assignments.name, S.reports.name, S.queries.name,
                   S.slot_blocks.name)
 _COLS = ", ".join(f"a.{c}" for c in ASSIGNMENT_COLUMNS)
+_T = TypeVar("_T")
 
 
 def _row(r: Sequence[Any]) -> dict[str, Any]:
@@ -98,6 +99,22 @@ class AssignmentTables(Tables):
                 with contextlib.suppress(Exception):
                     raw.close()
 
+    def read_with(self, work: Callable[[Any], _T]) -> _T:
+        """``work(cursor)`` on a held read connection (:meth:`raw_read`). A held connection
+        the server ended while it sat in the free list (a restart, an administrator's
+        ``pg_terminate_backend``, an idle timeout) fails its next statement: then every
+        held connection is dropped (they went together) and ``work`` runs once more on a
+        new one, so the first call after the database comes back succeeds. Reads only —
+        running one twice is harmless (any driver error is tried once more: a real fault,
+        or an outage, fails the second try as well, and that error is raised)."""
+        try:
+            with self.raw_read() as cur:
+                return work(cur)
+        except self.dbapi_error:
+            self.close_readers()
+        with self.raw_read() as cur:
+            return work(cur)
+
     def close_readers(self) -> None:
         """Close the held read connections (again: nothing)."""
         with self._readers_lock:
@@ -112,8 +129,8 @@ class AssignmentTables(Tables):
         return got[0] if got else None
 
     def get_assignments(self, query_id: str, device_ids: Sequence[str]) -> list[dict[str, Any]]:
-        with self.raw_read() as cur:
-            return list(self.assignments_cursor(cur, query_id, device_ids).values())
+        return self.read_with(
+            lambda cur: list(self.assignments_cursor(cur, query_id, device_ids).values()))
 
     def assignments_cursor(self, cur: Any, query_id: str, device_ids: Sequence[str]
                            ) -> dict[str, dict[str, Any]]:
@@ -138,9 +155,10 @@ class AssignmentTables(Tables):
                         ) -> dict[str, tuple[dict[str, Any], bool]]:
         """device id -> (assignment, whether a report of it is stored), for the devices of
         ``device_ids`` assigned to the query (one statement per 900 devices)."""
-        out: dict[str, tuple[dict[str, Any], bool]] = {}
         ids = list(dict.fromkeys(device_ids))
-        with self.raw_read() as cur:
+
+        def work(cur: Any) -> dict[str, tuple[dict[str, Any], bool]]:
+            out: dict[str, tuple[dict[str, Any], bool]] = {}
             for k in range(0, len(ids), _IN_CHUNK):
                 chunk = ids[k:k + _IN_CHUNK]
                 cur.execute(self._mark(
@@ -150,7 +168,8 @@ class AssignmentTables(Tables):
                     [query_id, *self._ids(chunk)])
                 for r in cur.fetchall():
                     out[r[1]] = (_row(r), r[7] is not None)
-        return out
+            return out
+        return self.read_with(work)
 
     # ---- assigning ----------------------------------------------------------------------
     def assign(self, query_id: str, device_id: str, place: Place) -> dict[str, Any] | None:
@@ -301,12 +320,13 @@ class AssignmentTables(Tables):
     def slots_taken(self, query_id: str) -> int:
         """Devices assigned to the query so far, from the small tables: the slots leased
         from its counter less the free slots of its blocks."""
-        with self.raw_read() as cur:
+        def work(cur: Any) -> Any:
             cur.execute(self._mark(
                 f"SELECT q.next_slot - COALESCE((SELECT SUM(b.block_end - b.next_slot) "
                 f"FROM {_B} b WHERE b.query_id = q.query_id), 0) FROM {_Q} q "
                 "WHERE q.query_id = ?"), [query_id])
-            r = cur.fetchone()
+            return cur.fetchone()
+        r = self.read_with(work)
         return int(r[0]) if r is not None else 0
 
     def _insert_assignments(self, cur: Any, rows: list[tuple[Any, ...]]) -> None:

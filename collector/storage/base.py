@@ -28,6 +28,9 @@ class Tables:
     def raw_read(self) -> Any:
         raise NotImplementedError
 
+    def read_with(self, work: Any) -> Any:
+        raise NotImplementedError
+
     def phase_open(self, cur: Any, query_id: str, phase: int) -> str | None:
         raise NotImplementedError
 

@@ -112,11 +112,12 @@ class QueryTables(Tables):
         mark = "?" if self.is_sqlite else "%s"
         sums = ", ".join(f"(SELECT COALESCE(SUM(c.{k}), 0) FROM {pc} c WHERE c.query_id = "
                          f"p.query_id AND c.phase = p.phase)" for k in ("received", "declined"))
-        with self.raw_read() as cur:
+        def work(cur: Any) -> list[Any]:
             cur.execute(f"SELECT {', '.join('p.' + c for c in cols)}, {sums} FROM "
                         f"{S.phases.name} p WHERE p.query_id = {mark} ORDER BY p.phase",
                         [query_id])
-            got = cur.fetchall()
+            return list(cur.fetchall())
+        got = self.read_with(work)
         rows = []
         for r in got:
             row = dict(zip(cols, r[:len(cols)], strict=True))
@@ -160,7 +161,8 @@ class QueryTables(Tables):
         ping per tick (2.2 ms of collector CPU and 0.7 ms of PostgreSQL's per tick
         before: ~1 % of a core per idle replica, paid by every replica)."""
         t = now_ms() if t is None else t
-        with self.raw_read() as cur:
+        def work(cur: Any) -> list[Any]:
             cur.execute(self._sql_due, (t, t))
-            rows = cur.fetchall()
+            return list(cur.fetchall())
+        rows = self.read_with(work)
         return [(r[0], int(r[1])) for r in rows]

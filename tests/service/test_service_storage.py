@@ -203,16 +203,21 @@ def test_stream_windows_are_planned_on_stored_bytes(db):
 
 
 def test_due_phases_take_a_new_connection_after_theirs_died(db):
-    # phases_due and assignment reads use held autocommit connections (every replica
-    # polls several times a second); one that died fails that call only and is never
-    # reused; the due check still sees every writer's counters merged with the phase row
+    # phases_due, get_phases and assignment reads use held autocommit connections (every
+    # replica polls several times a second); one that died is dropped with the others and
+    # the read runs again on a new one, so the call still answers; the due check still
+    # sees every writer's counters merged with the phase row
     _query(db, quota=2)
     db.store_reports([PendingReport("q", 1, "d", 0, 1, 0, b"\x00" * 8)])
     assert db.phases_due() == []
-    for raw in db._readers:
-        raw.close()  # the database or the network dropped them
-    with pytest.raises(db.dbapi_error):
-        db.phases_due()
+    for read in (db.phases_due, lambda: db.get_phases("q")[0]["received"],
+                 lambda: db.get_assignments("q", ["x"])):
+        held = list(db._readers)
+        assert held
+        for raw in held:
+            raw.close()  # the database or the network dropped them
+        assert read() in ([], 1)
+        assert not any(raw in db._readers for raw in held)
     db.store_reports([PendingReport("q", 1, "e", 0, 1, 1, b"\x00" * 8)])
     assert db.phases_due() == [("q", 1)]
     assert db.phases_due(t=0) == [("q", 1)]
