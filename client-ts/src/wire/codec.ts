@@ -15,7 +15,7 @@
  * decimal strings (exact, JSON-safe). No Node-only dependency.
  */
 import { DESCRIPTOR } from "./wire.gen.js";
-import { CodecError } from "./messages.js";
+import { CodecError, delimited, type Out, varint } from "./messages.js";
 
 export { CodecError };
 
@@ -69,20 +69,7 @@ const RANGE: Record<string, readonly [bigint, bigint]> = { bool: [0n, 1n], uint3
 declare const TextEncoder: new () => { encode(s: string): Uint8Array };
 declare const TextDecoder: new (label: string, o: { fatal: boolean }) => { decode(b: Uint8Array): string };
 
-// ---- writing: bytes pushed onto a plain array -------------------------------------------------------
-type Out = number[];
-
-function varint(o: Out, v: bigint): void { // v in [0, 2^64)
-  for (; v > 127n; v >>= 7n) o.push(Number(v & 127n) | 128);
-  o.push(Number(v));
-}
-
-/** A length-delimited field: key, length, bytes. */
-function delimited(o: Out, id: number, b: ArrayLike<number>): void {
-  varint(o, BigInt((id << 3) | 2));
-  varint(o, BigInt(b.length));
-  for (let i = 0; i < b.length; i++) o.push(b[i]);
-}
+// ---- writing: bytes pushed onto a plain array (varint, delimited: messages.ts) ----------------------
 
 /** The varint payload of a numeric scalar (two's complement for negatives, zigzag for sint64). */
 function varintOf(v: unknown, type: string): bigint {

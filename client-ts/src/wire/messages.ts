@@ -24,15 +24,16 @@ declare const TextEncoder: new () => { encode(s: string): Uint8Array };
 declare const TextDecoder: new (label: string, o: { fatal: boolean }) => { decode(b: Uint8Array): string };
 
 // ---- writing ---------------------------------------------------------------------------------------
-type Out = number[];
+/** Bytes being written (the descriptor-driven codec, codec.ts, writes with these too). */
+export type Out = number[];
 
-function varint(o: Out, v: bigint): void { // v in [0, 2^64)
+export function varint(o: Out, v: bigint): void { // v in [0, 2^64)
   for (; v > 127n; v >>= 7n) o.push(Number(v & 127n) | 128);
   o.push(Number(v));
 }
 
 /** A length-delimited field (string, bytes, message): key, length, bytes. */
-function delimited(o: Out, id: number, b: ArrayLike<number>): Out {
+export function delimited(o: Out, id: number, b: ArrayLike<number>): Out {
   varint(o, BigInt((id << 3) | 2));
   varint(o, BigInt(b.length));
   for (let i = 0; i < b.length; i++) o.push(b[i]);
