@@ -62,6 +62,28 @@ def _own_predictions(a: argparse.Namespace, cats: list[np.ndarray], A: int
     return own, float(p)
 
 
+def _table(a: argparse.Namespace, rows: dict[str, list[tuple[float, ...]]], title: str
+           ) -> None:
+    """The table of the runs so far, by outcome."""
+    print(f"\n{title}:\n")
+    print("| population | ε | pairs | outcome | runs | mean z² | coverage | MSE / mixture "
+          "| MSE / own ± 2 SE |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for mode, got in rows.items():
+        if got:
+            arr = np.asarray(got)
+            z2, cov, ratio, mine = np.mean(arr, axis=0)
+            se = 2 * float(np.std(arr[:, 3], ddof=1)) / np.sqrt(len(arr)) if len(arr) > 1 \
+                else float("nan")
+            print(f"| {a.population} | {a.eps:g} | {'off' if a.no_pairs else 'on'} | {mode} | "
+                  f"{len(got)} | {z2:.3f} | {cov:.3f} | {ratio:.2f} | {mine:.2f} ± {se:.2f} |")
+    arr = np.asarray([r for got in rows.values() for r in got])
+    if len(arr):
+        print(f"| {a.population} | {a.eps:g} | {'off' if a.no_pairs else 'on'} | all | "
+              f"{len(arr)} | {np.mean(arr[:, 0]):.3f} | {np.mean(arr[:, 1]):.3f} | "
+              f"{np.mean(arr[:, 2]):.2f} | |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--population", default="flights")
@@ -76,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     A = max(int(np.max(c)) for c in cats if len(c)) + 1
     own, p_window = _own_predictions(a, cats, A)
     rows: dict[str, list[tuple[float, ...]]] = {"window": [], "fallback": []}
+    print(f"predicted P(window) {p_window:.3f}; predicted MSE: "
+          + ", ".join(f"{k} {v:.3e}" for k, v in own.items()), flush=True)
     for seed in range(a.reps):
+        if seed and seed % 25 == 0:  # progress: the table so far
+            _table(a, rows, f"after {seed} runs")
         r = run_users("distribution", UserData(cats), epsilon=a.eps, dim=A, reps=1, seed=seed)
         e = r.estimate
         mode = e.extra.get("hadamard", {}).get("mode")
@@ -85,20 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             sq = float(np.sum((e.values - r.truth) ** 2))
             rows[mode].append((z2, float(np.mean(e.covers(r.truth))), sq / r.predicted_mse,
                                sq / own.get(mode, float("nan"))))
-    print(f"predicted P(window) {p_window:.3f}; predicted MSE: "
-          + ", ".join(f"{k} {v:.3e}" for k, v in own.items()))
-    print()
-    print("| population | ε | pairs | outcome | runs | mean z² | coverage | MSE / mixture "
-          "| MSE / own ± 2 SE |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for mode, got in rows.items():
-        if got:
-            arr = np.asarray(got)
-            z2, cov, ratio, mine = np.mean(arr, axis=0)
-            se = 2 * float(np.std(arr[:, 3], ddof=1)) / np.sqrt(len(arr)) if len(arr) > 1 \
-                else float("nan")
-            print(f"| {a.population} | {a.eps:g} | {'off' if a.no_pairs else 'on'} | {mode} | "
-                  f"{len(got)} | {z2:.3f} | {cov:.3f} | {ratio:.2f} | {mine:.2f} ± {se:.2f} |")
+    _table(a, rows, f"{a.reps} runs")
     return 0
 
 
