@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--eps", type=float, default=8.0)
     ap.add_argument("--no-pairs", action="store_true", help="the one-record interval")
+    ap.add_argument("--start", type=int, default=0, help="first seed (runs in parallel)")
     a = ap.parse_args(argv)
     if a.no_pairs:
         pairs.PROBE_NOISE = -1.0
@@ -100,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[tuple[float, ...]]] = {"window": [], "fallback": []}
     print(f"predicted P(window) {p_window:.3f}; predicted MSE: "
           + ", ".join(f"{k} {v:.3e}" for k, v in own.items()), flush=True)
-    for seed in range(a.reps):
-        if seed and seed % 25 == 0:  # progress: the table so far
-            _table(a, rows, f"after {seed} runs")
+    for seed in range(a.start, a.start + a.reps):
+        if seed > a.start and (seed - a.start) % 25 == 0:  # progress: the table so far
+            _table(a, rows, f"after {seed - a.start} runs (seeds from {a.start})")
         r = run_users("distribution", UserData(cats), epsilon=a.eps, dim=A, reps=1, seed=seed)
         e = r.estimate
         mode = e.extra.get("hadamard", {}).get("mode")
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             sq = float(np.sum((e.values - r.truth) ** 2))
             rows[mode].append((z2, float(np.mean(e.covers(r.truth))), sq / r.predicted_mse,
                                sq / own.get(mode, float("nan"))))
-    _table(a, rows, f"{a.reps} runs")
+    _table(a, rows, f"{a.reps} runs, seeds {a.start}–{a.start + a.reps - 1}")
     return 0
 
 
