@@ -56,11 +56,12 @@ STAGES = [("decode", "decode"), ("checks 1–5", "check"), ("  of it: ticket", "
 
 
 class _Stub:
-    def ForwardBatch(self, req: Any, timeout: float) -> Any:
-        req.SerializeToString()  # what the gRPC client does with it
+    def ForwardBatch(self, pieces: Any, timeout: float) -> Any:
+        n = sum(len(r.SerializeToString()) and len(r.sealed)  # what the gRPC client does
+                for r in pieces)
 
         class _Resp:
-            stored, refused, duplicate = len(req.sealed), 0, False
+            stored, refused, duplicate = n, 0, False
         return _Resp()
 
 

@@ -47,6 +47,10 @@ def _config(a: argparse.Namespace) -> Any:
         raise OperatorError(f"--db {db}: give a file in an existing directory")
     if a.checkers is not None and a.checkers > 16 * MAX_CHECKERS:
         raise OperatorError(f"--checkers {a.checkers}: at most {16 * MAX_CHECKERS} processes")
+    from uldp.client.wire import MAX_FORWARD_REPORTS
+    if a.max_batch > MAX_FORWARD_REPORTS:
+        raise OperatorError(f"--max-batch {a.max_batch}: at most {MAX_FORWARD_REPORTS} "
+                            "reports (what the collector takes in one batch)")
     if a.max_batch < a.min_batch:
         raise OperatorError(f"--max-batch {a.max_batch} is below --min-batch {a.min_batch}")
     if a.metrics_token_file:

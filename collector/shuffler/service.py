@@ -20,8 +20,8 @@ uniform order, an OS-keyed ChaCha20 stream; ``ShufflerStore.draw``) when
 
 * the bucket holds at least ``T + B`` reports: it draws ``B``, so that at least ``T``
   remain for the next batch (``B`` = max(T, ⌈placed / ``batch_parts``⌉), at most
-  ``max_batch`` and what one message carries: a cell goes out in about ``batch_parts``
-  batches, the first opened at the collector while the rest still arrive); or
+  ``max_batch``: a cell goes out in about ``batch_parts`` batches, the first opened at the
+  collector while the rest still arrive); or
 * it holds at least ``T`` and its cell is complete, or its phase's deadline is less than
   ``deadline_margin_s`` away: it draws them all; or
 * it holds at least ``2T`` and has been quiet for ``linger_s``: it draws all but ``T``;
@@ -40,8 +40,11 @@ until the deadline. A bucket below ``T`` waits; when its phase is no longer open
 dropped (counted, logged): those reports could only have been released in a batch smaller than
 promised. Drawn batches are sent with ``ForwardBatch`` under their id, with the number of
 distinct attested subjects in them, until the collector answers; a definitive refusal is
-recorded and the batch dropped. Once a batch is answered the shuffler forgets which slot
-sent which of its reports.
+recorded and the batch dropped. A batch is streamed in pieces of at most
+:data:`FORWARD_PIECE` reports (and one message), in its drawn order: the collector opens
+each piece as it arrives and stores the batch once the last is in, so its opening runs
+while the rest of the batch is still on the wire. Once a batch is answered the shuffler
+forgets which slot sent which of its reports.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +61,13 @@ from typing import Any
 import grpc
 
 from uldp.client.transport import RETRYABLE
-from uldp.client.wire import AUTH_METADATA_KEY, MAX_BATCH_ITEMS, shuffler_pb2, shuffler_pb2_grpc
+from uldp.client.wire import (
+    AUTH_METADATA_KEY,
+    MAX_BATCH_ITEMS,
+    MAX_FORWARD_REPORTS,
+    shuffler_pb2,
+    shuffler_pb2_grpc,
+)
 from uldp.collector.security.attestation import EnrolmentVerifier
 from uldp.collector.security.tickets import TicketKey
 from uldp.collector.service.errors import ServiceError, batch_too_large, echo
@@ -72,8 +81,8 @@ from uldp.collector.shuffler.store import (
     judge,
 )
 
-__all__ = ["DEFAULT_BATCH_PARTS", "MAX_SEALED_BATCH", "TEST_PAUSE_ENV", "Forwarder",
-           "PhaseInfo", "QueryInfo", "ShufflerConfig", "ShufflerServicer"]
+__all__ = ["DEFAULT_BATCH_PARTS", "FORWARD_PIECE", "MAX_SEALED_BATCH", "TEST_PAUSE_ENV",
+           "Forwarder", "PhaseInfo", "QueryInfo", "ShufflerConfig", "ShufflerServicer"]
 
 log = logging.getLogger("uldp.shuffler")
 
@@ -90,6 +99,10 @@ MAX_SEALED_BATCH = MAX_BATCH_ITEMS
 #: as 1/√n); docs/privacy.md §7 "Batch sizes"
 DEFAULT_BATCH_PARTS = 1
 
+#: reports per piece of a forwarded batch, at most (fewer when the piece would not fit in
+#: one message): the collector starts opening a batch once its first piece is in
+FORWARD_PIECE = 1000
+
 #: the forwarder ticks at most this often when woken by admissions (seconds)
 MIN_TICK_GAP_S = 0.02
 
@@ -98,7 +111,7 @@ MIN_TICK_GAP_S = 0.02
 @dataclass(frozen=True)
 class ShufflerConfig:
     min_batch: int = 100  # the shuffler's own floor on every batch
-    max_batch: int = 50_000  # at most this many reports per batch (and per message)
+    max_batch: int = 50_000  # at most this many reports per batch (<= MAX_FORWARD_REPORTS)
     #: a cell is forwarded in about this many batches of at least ceil(placed / parts)
     #: (1: each cell in one batch once complete; docs/privacy.md §7 "Batch sizes")
     batch_parts: int = DEFAULT_BATCH_PARTS
@@ -447,17 +460,15 @@ class Forwarder:
         if answered:
             self.wake()  # a sender is free: the next drawn batch goes now
 
-    def _per_message(self, b: Bucket) -> int:
-        fit = (self.config.max_message_bytes - 4096) // (b.max_bytes + 8)
-        return max(1, min(self.config.max_batch, fit))
+    def _per_batch(self) -> int:
+        return max(1, min(self.config.max_batch, MAX_FORWARD_REPORTS))
 
     def _batch_size(self, b: Bucket, q: QueryInfo, t: int) -> int:
         """The size of the batches drawn from ``b`` before its cell completes: at least
-        ``ceil(placed / batch_parts)`` and at least ``t``, at most ``--max-batch`` and
-        what one message carries."""
+        ``ceil(placed / batch_parts)`` and at least ``t``, at most ``--max-batch``."""
         placed = q.cells.get((b.phase, b.group, b.stage), 0)
         want = max(t, -(-placed // max(1, self.config.batch_parts)))
-        return min(self._per_message(b), want)
+        return min(self._per_batch(), want)
 
     def _consider(self, b: Bucket) -> None:
         try:
@@ -473,8 +484,8 @@ class Forwarder:
                         ph.state, n)
             return
         t = max(self.config.min_batch, q.min_batch)
-        if t > self._per_message(b):
-            return  # cannot form a batch this large in one message: wait for the phase end
+        if t > self._per_batch():
+            return  # cannot form a batch this large: wait for the phase end
         now_ms = self.clock() * 1000
         near = bool(ph.deadline_ms) and (
             ph.deadline_ms - now_ms <= self.config.deadline_margin_s * 1000)
@@ -489,7 +500,7 @@ class Forwarder:
             self._draw(b, big, count)
             count -= big
         if count >= t and done:
-            if count > self._per_message(b) and count >= 2 * t:  # two, each >= T
+            if count > self._per_batch() and count >= 2 * t:  # two, each >= T
                 self._draw(b, count // 2, count)
                 count -= count // 2
             self._draw(b, count, count)
@@ -512,16 +523,26 @@ class Forwarder:
         log.info("query %s phase %d group %d stage %d: drew batch %s of %d reports (%d left)",
                  b.query_id, b.phase, b.group, b.stage, batch, size, count - size)
 
-    def _send(self, batch: DrawnBatch) -> bool:
-        """Send one batch; whether the collector answered it (False: retry later)."""
-        req = shuffler_pb2.ForwardBatchRequest(
+    def _pieces(self, batch: DrawnBatch) -> Iterator[shuffler_pb2.ForwardBatchRequest]:
+        """The ForwardBatch stream of a batch: the header and the first reports, then the
+        rest in pieces of at most :data:`FORWARD_PIECE` reports and one message."""
+        widest = max((len(s) for s in batch.sealed), default=1)
+        step = max(1, min(FORWARD_PIECE,
+                          (self.config.max_message_bytes - 4096) // (widest + 8)))
+        yield shuffler_pb2.ForwardBatchRequest(
             batch_id=batch.batch_id, query_id=batch.query_id, phase=batch.phase,
             group=batch.group, stage=batch.stage, task_digest=batch.task_digest,
-            sealed=batch.sealed, attested=batch.attested, verifier=batch.verifier)
+            sealed=batch.sealed[:step], attested=batch.attested, verifier=batch.verifier,
+            size=len(batch.sealed))
+        for i in range(step, len(batch.sealed), step):
+            yield shuffler_pb2.ForwardBatchRequest(sealed=batch.sealed[i:i + step])
+
+    def _send(self, batch: DrawnBatch) -> bool:
+        """Send one batch; whether the collector answered it (False: retry later)."""
         try:
-            resp = self.link.stub.ForwardBatch(req, timeout=60)
+            resp = self.link.stub.ForwardBatch(self._pieces(batch), timeout=60)
         except grpc.RpcError as exc:
-            if exc.code() in RETRYABLE:
+            if exc.code() in RETRYABLE or exc.code() == grpc.StatusCode.CANCELLED:
                 log.info("batch %s: collector unavailable (%s); retrying", batch.batch_id,
                          exc.code().name)
                 return False

@@ -210,7 +210,7 @@ def test_the_collector_checks_batches_and_drops_what_does_not_open(deployment, q
         req.update(kw)
         with secure_channel(ep) as ch:
             return shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch).ForwardBatch(
-                shuffler_pb2.ForwardBatchRequest(**req), timeout=30)
+                iter([shuffler_pb2.ForwardBatchRequest(**req)]), timeout=30)
 
     for kw, code, why in ((dict(batch_id="x"), "INVALID_ARGUMENT", "batch_id"),
                           (dict(sealed=[os.urandom(57)] * 5), "FAILED_PRECONDITION",
