@@ -221,7 +221,8 @@ def _batch_flags(s: Any) -> None:
                         "when larger); a cell is forwarded before it is complete only once "
                         "it holds twice the minimum (the last batch keeps at least it)")
     s.add_argument("--max-batch", type=positive_int, default=50_000,
-                   help="at most this many reports per batch (default 50000)")
+                   help="at most this many reports per batch (default 50000; at most "
+                        "100000, what the collector takes in one batch)")
     s.add_argument("--batch-parts", type=positive_int, default=1,
                    help="forward a cell in ~this many batches (default 1: one per cell, the "
                    "smallest stated ε; 4: opened while it arrives, ~2× the ε; docs/privacy.md §7)")
