@@ -54,7 +54,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -365,6 +365,22 @@ def _no_token(context: grpc.ServicerContext) -> None:
                                "SealedReport.ticket, never the collector token")
 
 
+class _Gate:
+    """Whether a batch sent while its draw was being recorded got recorded (set once)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._ok = False
+
+    def open(self, ok: bool) -> None:
+        self._ok = ok
+        self._done.set()
+
+    def wait(self) -> bool:
+        self._done.wait()
+        return self._ok
+
+
 class Forwarder:
     """Draws batches from quiet or full buckets and sends them (module docstring)."""
 
@@ -433,11 +449,11 @@ class Forwarder:
             self._round(wait)
 
     def _round(self, wait: bool) -> None:
+        started: list[Future[None]] = []
         for b in self.store.buckets():
-            self._consider(b)
+            started += self._consider(b)
         with self._lock:
             busy, free = frozenset(self._sending), self.config.senders - len(self._sending)
-        started = []
         for batch in self.store.unsent(busy, max(0, free)):
             if self._stop.is_set():
                 break
@@ -448,10 +464,10 @@ class Forwarder:
             for f in started:
                 f.result()
 
-    def _send_then_free(self, batch: DrawnBatch) -> None:
+    def _send_then_free(self, batch: DrawnBatch, gate: _Gate | None = None) -> None:
         answered = False
         try:
-            answered = self._send(batch)
+            answered = self._send(batch, gate)
         except Exception:
             log.exception("forwarding batch %s", batch.batch_id)
         finally:
@@ -470,11 +486,13 @@ class Forwarder:
         want = max(t, -(-placed // max(1, self.config.batch_parts)))
         return min(self._per_batch(), want)
 
-    def _consider(self, b: Bucket) -> None:
+    def _consider(self, b: Bucket) -> list[Future[None]]:
+        """Draw what is due in bucket ``b``; the sends started already (a complete cell's
+        single batch goes out while its draw is being recorded: :meth:`_draw_and_send`)."""
         try:
             q = self.link.query(b.query_id)
         except grpc.RpcError:
-            return  # ask again next tick
+            return []  # ask again next tick
         ph = q.phases.get(b.phase, _MISSING) if q else _MISSING
         if q is None or not q.shuffled or ph.state not in ("open", "pending"):
             n = self.store.drop_bucket(b)
@@ -482,10 +500,10 @@ class Forwarder:
             log.warning("query %s phase %d group %d stage %d is %s: dropped %d reports that "
                         "never made a batch", b.query_id, b.phase, b.group, b.stage,
                         ph.state, n)
-            return
+            return []
         t = max(self.config.min_batch, q.min_batch)
         if t > self._per_batch():
-            return  # cannot form a batch this large: wait for the phase end
+            return []  # cannot form a batch this large: wait for the phase end
         now_ms = self.clock() * 1000
         near = bool(ph.deadline_ms) and (
             ph.deadline_ms - now_ms <= self.config.deadline_margin_s * 1000)
@@ -493,7 +511,8 @@ class Forwarder:
         # completeness first, then the count: once complete, no report can come after
         # the count is read, so "draw them all" leaves nothing behind (``b`` is a
         # snapshot from the start of the tick; admissions go on meanwhile)
-        done = near or self._complete(q, ph, b)
+        complete = self._complete(q, ph, b)
+        done = near or complete
         count = self.store.pending(b)
         big = self._batch_size(b, q, t)
         while count >= t + big:  # full batches, keeping at least T for the next
@@ -503,9 +522,12 @@ class Forwarder:
             if count > self._per_batch() and count >= 2 * t:  # two, each >= T
                 self._draw(b, count // 2, count)
                 count -= count // 2
+            elif complete:  # the whole (complete) cell: no report can join it any more
+                return [f for f in (self._draw_and_send(b, count),) if f is not None]
             self._draw(b, count, count)
         elif count >= 2 * t and quiet:
             self._draw(b, count - t, count)  # keep T back: the cell's tail goes with them
+        return []
 
     def _complete(self, q: QueryInfo, ph: PhaseInfo, b: Bucket) -> bool:
         """Whether no more reports can come to ``b``'s cell: every device the query
@@ -523,25 +545,60 @@ class Forwarder:
         log.info("query %s phase %d group %d stage %d: drew batch %s of %d reports (%d left)",
                  b.query_id, b.phase, b.group, b.stage, batch, size, count - size)
 
-    def _pieces(self, batch: DrawnBatch) -> Iterator[shuffler_pb2.ForwardBatchRequest]:
+    def _draw_and_send(self, b: Bucket, size: int) -> Future[None] | None:
+        """Draw a complete cell's whole bucket as one batch and start sending it while
+        the draw is being recorded: every piece but the last goes out (and is opened at
+        the collector) during the draw's transaction; the last — without which the
+        collector stores nothing — only once that transaction has committed. If it fails
+        (or the shuffler dies first), the stream is broken, nothing is stored, and the
+        same reports — the cell is complete: no other can join them — are drawn again."""
+        plan = self.store.plan(b, size, self.verifier_name)
+        if plan is None:
+            return None
+        gate = _Gate()
+        with self._lock:
+            self._sending.add(plan.batch.batch_id)
+        fut = self._senders.submit(self._send_then_free, plan.batch, gate)
+        try:
+            self.store.commit(plan)
+        except BaseException:
+            gate.open(False)
+            raise
+        gate.open(True)
+        log.info("query %s phase %d group %d stage %d: drew batch %s of %d reports (the "
+                 "cell's last)", b.query_id, b.phase, b.group, b.stage, plan.batch.batch_id,
+                 size)
+        return fut
+
+    def _pieces(self, batch: DrawnBatch, gate: _Gate | None = None
+                ) -> Iterator[shuffler_pb2.ForwardBatchRequest]:
         """The ForwardBatch stream of a batch: the header and the first reports, then the
-        rest in pieces of at most :data:`FORWARD_PIECE` reports and one message."""
+        rest in pieces of at most :data:`FORWARD_PIECE` reports and one message; the last
+        piece only once ``gate`` says the batch is recorded (raises if it was not: the
+        stream breaks and the collector stores nothing)."""
         widest = max((len(s) for s in batch.sealed), default=1)
         step = max(1, min(FORWARD_PIECE,
                           (self.config.max_message_bytes - 4096) // (widest + 8)))
-        yield shuffler_pb2.ForwardBatchRequest(
-            batch_id=batch.batch_id, query_id=batch.query_id, phase=batch.phase,
-            group=batch.group, stage=batch.stage, task_digest=batch.task_digest,
-            sealed=batch.sealed[:step], attested=batch.attested, verifier=batch.verifier,
-            size=len(batch.sealed))
-        for i in range(step, len(batch.sealed), step):
-            yield shuffler_pb2.ForwardBatchRequest(sealed=batch.sealed[i:i + step])
+        starts = range(0, max(1, len(batch.sealed)), step)
+        for i in starts:
+            if gate is not None and i == starts[-1] and not gate.wait():
+                raise RuntimeError(f"batch {batch.batch_id} was not recorded: not sent")
+            if i == 0:
+                yield shuffler_pb2.ForwardBatchRequest(
+                    batch_id=batch.batch_id, query_id=batch.query_id, phase=batch.phase,
+                    group=batch.group, stage=batch.stage, task_digest=batch.task_digest,
+                    sealed=batch.sealed[:step], attested=batch.attested,
+                    verifier=batch.verifier, size=len(batch.sealed))
+            else:
+                yield shuffler_pb2.ForwardBatchRequest(sealed=batch.sealed[i:i + step])
 
-    def _send(self, batch: DrawnBatch) -> bool:
+    def _send(self, batch: DrawnBatch, gate: _Gate | None = None) -> bool:
         """Send one batch; whether the collector answered it (False: retry later)."""
         try:
-            resp = self.link.stub.ForwardBatch(self._pieces(batch), timeout=60)
+            resp = self.link.stub.ForwardBatch(self._pieces(batch, gate), timeout=60)
         except grpc.RpcError as exc:
+            if gate is not None and not gate.wait():
+                return False  # its draw was never recorded: nothing to retry or record
             if exc.code() in RETRYABLE or exc.code() == grpc.StatusCode.CANCELLED:
                 log.info("batch %s: collector unavailable (%s); retrying", batch.batch_id,
                          exc.code().name)

@@ -221,3 +221,41 @@ def test_the_stored_order_says_nothing_about_arrival(rig, tmp_path, monkeypatch)
     by_slot = [a for _, _, a in sorted(zip([r[1] for r in rows], [r[0] for r in rows],
                                            arrival, strict=True))]
     assert abs(rho(by_id)) < bound and abs(rho(by_slot)) < bound
+
+
+def test_a_complete_cell_streams_while_its_draw_is_recorded(rig, tmp_path, monkeypatch):
+    """A complete cell's batch goes out while its draw is being recorded, its last piece
+    only after the record: a record that fails breaks the stream (the collector stores
+    nothing) and leaves the reports undrawn; the next round draws and stores them all."""
+    core, info, hinfo = rig
+    monkeypatch.setattr(sv, "FORWARD_PIECE", 16)
+    store = ShufflerStore(tmp_path / "s.db")
+    link = _Link(core)
+    fwd = sv.Forwarder(store, link, sv.ShufflerConfig(min_batch=10))  # type: ignore[arg-type]
+    reps = _sealed(info, hinfo, USERS)
+    real, calls = store.commit, []
+
+    def failing(plan: Any) -> None:
+        calls.append(plan.batch.batch_id)
+        while link.pieces < 3:  # the collector already has pieces of it
+            time.sleep(0.01)
+        raise OSError("disk full")
+    try:
+        store.submit([Admission(Submission("st", 1, 0, 0, info.digest, reps[i], i), USERS)
+                      for i in range(USERS)])
+        monkeypatch.setattr(store, "commit", failing)
+        with pytest.raises(OSError):
+            fwd.tick(wait=True)
+        for _ in range(500):  # until the broken send has ended
+            if not fwd._sending:
+                break
+            time.sleep(0.01)
+        assert _stored(core) == 0 and store.counts()["pending"] == USERS
+        assert store.counts().get("batches_forwarding", 0) == 0
+        monkeypatch.setattr(store, "commit", real)
+        fwd.tick(wait=True)
+    finally:
+        fwd.stop()
+        store.close()
+    assert _stored(core) == USERS and len(calls) == 1
+    assert core.db.batch_counts("st")[0].stored == USERS
