@@ -43,7 +43,9 @@ distinct attested subjects in them, until the collector answers; a definitive re
 recorded and the batch dropped. A batch is streamed in pieces of at most
 :data:`FORWARD_PIECE` reports (and one message), in its drawn order: the collector opens
 each piece as it arrives and stores the batch once the last is in, so its opening runs
-while the rest of the batch is still on the wire. Once a batch is answered the shuffler
+while the rest of the batch is still on the wire. A complete cell's single batch starts
+streaming while its draw is being recorded, its last piece only once the record has
+committed (:meth:`Forwarder._draw_and_send`). Once a batch is answered the shuffler
 forgets which slot sent which of its reports.
 """
 

@@ -29,8 +29,10 @@ See ``docs/privacy.md`` §7 ("Shuffle mode"). Tables:
                  answered, then ``forwarded`` or ``refused``) and the collector's counts.
 
 A report is acknowledged only after the transaction that inserts its rows has committed
-(fsynced); a call whose transaction fails has committed nothing. A batch is drawn in one
-transaction (rows and their order fixed) *before* it is sent, so after a crash the same
+(fsynced); a call whose transaction fails has committed nothing. A batch is recorded in
+one transaction (rows and their order fixed) before the collector can store it (before it
+is sent, or — a complete cell's batch, :meth:`ShufflerStore.plan` then
+:meth:`ShufflerStore.commit` — before its last piece is sent), so after a crash the same
 batch, in the same order, is re-sent under the same id and the collector stores it at most
 once.
 """
