@@ -163,9 +163,11 @@ def _wait_done(work: Path, qid: str) -> None:
 
 
 def _timeline(work: Path, ingest_end: float) -> dict[str, float]:
-    """Seconds after the last SubmitSealedBatch was answered until the shuffler had drawn
-    (committed) its first batch and until the collector had stored its last one (the
-    stores' own clocks; the serial part of the end-to-end time at --batch-parts 1)."""
+    """Seconds after the last SubmitSealedBatch was answered until the shuffler had
+    recorded the draw of its first batch (the commit; a complete cell's batch is already
+    on the wire then) and until the collector began the transaction that stores its last
+    batch (the stores' own clocks; the serial part of the end-to-end time at
+    --batch-parts 1)."""
     sdb = sqlite3.connect(f"file:{work / 'shuffler.db'}?mode=ro", uri=True)
     cdb = sqlite3.connect(f"file:{work / 'collector.db'}?mode=ro", uri=True)
     try:
@@ -309,8 +311,8 @@ def main() -> None:
         "direct) |", "",
         f"After the last report was admitted ({n_fmt(r)} s of ingest, "
         f"{r['shuffler_ingest_cpu_us']:.0f} µs CPU per report in the shuffler and its "
-        f"checkers): first batch drawn {r['timeline_s']['drawn']:+.2f} s, last batch stored "
-        f"at the collector {r['timeline_s']['stored']:+.2f} s.", "",
+        f"checkers): first draw recorded {r['timeline_s']['drawn']:+.2f} s, the collector "
+        f"began storing the last batch {r['timeline_s']['stored']:+.2f} s.", "",
         f"Stated guarantee of the shuffled query ({r['mechanism']}, local ε0 = "
         f"{r['local_epsilon']:g}, δ = {r['delta']:g}): central ε = "
         f"{r['central_epsilon']:.4f} from its smallest batch of {r['smallest_batch']} "
