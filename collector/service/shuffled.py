@@ -164,6 +164,31 @@ class _Opening:
                 part.cancel()
 
 
+def _received(opening: _Opening, first: Sequence[bytes], rest: Iterable[Sequence[bytes]],
+              size: int) -> tuple[list[bytes], list[bytes | None]]:
+    """Every piece of a batch into ``opening`` — each checked against ``size`` before it
+    is opened — then (the batch's distinct ciphertexts, their opened reports) once the
+    stream has ended with exactly ``size`` reports; anything raised cancels the opening
+    (nothing is stored)."""
+    try:
+        opening.add(first)
+        got = len(first)
+        for piece in rest:
+            if got + len(piece) > size:  # before the piece is opened
+                raise ServiceError("INVALID_ARGUMENT", f"a piece of {len(piece)} reports "
+                                   f"takes the batch past its size {size} ({got} came "
+                                   "before it): nothing stored")
+            got += len(piece)
+            opening.add(piece)
+        if got < size:
+            raise ServiceError("INVALID_ARGUMENT", f"the stream ended after {got} of the "
+                               f"batch's {size} reports: nothing stored")
+        return opening.firsts, opening.result()
+    except BaseException:
+        opening.cancel()
+        raise
+
+
 class ShuffleIntake:
     """GetShuffleQuery and ForwardBatch (see the module docstring)."""
 
@@ -269,15 +294,10 @@ class ShuffleIntake:
                                f"{b.task_digest[:16] or '<empty>'}… != {info.digest[:16]}…)")
         return rt, info
 
-    def forward(self, b: ForwardedBatch, rest: Iterable[Sequence[bytes]] = ()
-                ) -> BatchOutcome:
-        """Check, open and store one batch streamed in pieces: ``b`` is its first piece
-        (the header and the first reports), ``rest`` the sealed reports of each later
-        piece, in order. The batch as a whole is checked on the first piece; each piece is
-        checked against the announced size, then handed to the opening pool, before the
-        next is read; the whole batch is stored in one transaction once the stream has
-        ended with exactly ``size`` reports. Anything raised — a refusal, a stream that
-        breaks (``rest`` raises) — stores nothing. A stored batch id is an OK duplicate."""
+    @staticmethod
+    def _head(b: ForwardedBatch) -> int:
+        """The checks of a batch's first piece that need no query (INVALID_ARGUMENT);
+        the batch's size."""
         if not BATCH_ID.fullmatch(b.batch_id):
             raise ServiceError("INVALID_ARGUMENT", "batch_id must be 32 lowercase hex digits")
         size = b.total
@@ -294,6 +314,18 @@ class ShuffleIntake:
         if not VERIFIER.fullmatch(b.verifier):
             raise ServiceError("INVALID_ARGUMENT", "verifier must be at most 64 characters "
                                "of [a-z0-9-]")
+        return size
+
+    def forward(self, b: ForwardedBatch, rest: Iterable[Sequence[bytes]] = ()
+                ) -> BatchOutcome:
+        """Check, open and store one batch streamed in pieces: ``b`` is its first piece
+        (the header and the first reports), ``rest`` the sealed reports of each later
+        piece, in order. The batch as a whole is checked on the first piece; each piece is
+        checked against the announced size, then handed to the opening pool, before the
+        next is read; the whole batch is stored in one transaction once the stream has
+        ended with exactly ``size`` reports. Anything raised — a refusal, a stream that
+        breaks (``rest`` raises) — stores nothing. A stored batch id is an OK duplicate."""
+        size = self._head(b)
         if self.catalogue.runtime(b.query_id) is not None:
             old = self.db.stored_batch(b.query_id, b.batch_id)
             if old is not None:
@@ -308,23 +340,7 @@ class ShuffleIntake:
         allow = self.allow_simulated or rt.allow_simulated
         opening = _Opening(self._openers() if size >= PARALLEL_OPEN else None,
                            key.private_bytes_raw(), hinfo, info.length, info.limit, allow)
-        try:
-            opening.add(b.sealed)
-            got = len(b.sealed)
-            for piece in rest:
-                if got + len(piece) > size:  # before the piece is opened
-                    raise ServiceError("INVALID_ARGUMENT", f"a piece of {len(piece)} reports "
-                                       f"takes the batch past its size {size} ({got} came "
-                                       "before it): nothing stored")
-                got += len(piece)
-                opening.add(piece)
-            if got < size:
-                raise ServiceError("INVALID_ARGUMENT", f"the stream ended after {got} of the "
-                                   f"batch's {size} reports: nothing stored")
-            firsts, opened = opening.firsts, opening.result()
-        except BaseException:
-            opening.cancel()
-            raise
+        firsts, opened = _received(opening, b.sealed, rest, size)
         opened = keep_valid(info, opened)  # the task's report rule (issue 28): dropped, counted
         kept = [i for i, p in enumerate(opened) if p is not None]
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,

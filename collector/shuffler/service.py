@@ -57,7 +57,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -74,6 +74,7 @@ from uldp.collector.security.attestation import EnrolmentVerifier
 from uldp.collector.security.tickets import TicketKey
 from uldp.collector.service.errors import ServiceError, batch_too_large, echo
 from uldp.collector.shuffler.checks import Checkers, precheck
+from uldp.collector.shuffler.link import CollectorLink, PhaseInfo, QueryInfo
 from uldp.collector.shuffler.store import (
     Admission,
     Bucket,
@@ -84,7 +85,8 @@ from uldp.collector.shuffler.store import (
 )
 
 __all__ = ["DEFAULT_BATCH_PARTS", "FORWARD_PIECE", "MAX_SEALED_BATCH", "TEST_PAUSE_ENV",
-           "Forwarder", "PhaseInfo", "QueryInfo", "ShufflerConfig", "ShufflerServicer"]
+           "CollectorLink", "Forwarder", "PhaseInfo", "QueryInfo", "ShufflerConfig",
+           "ShufflerServicer"]
 
 log = logging.getLogger("uldp.shuffler")
 
@@ -128,68 +130,8 @@ class ShufflerConfig:
     max_message_bytes: int = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class PhaseInfo:
-    state: str
-    deadline_ms: int
-    quota: int = 0  # slots placed in the phase
-    declined: int = 0  # of which declined their task
-
-
-@dataclass(frozen=True)
-class QueryInfo:
-    """What the collector says about a query (public): GetShuffleQuery."""
-
-    shuffled: bool
-    min_batch: int
-    phases: dict[int, PhaseInfo]
-    cells: dict[tuple[int, int, int], int]  # (phase, group, stage) -> devices placed there
-    users: int = 0  # slots 0 .. users - 1
-    #: (phase, group, stage) -> devices placed there that declined their task
-    declined: dict[tuple[int, int, int], int] = field(default_factory=dict)
-
-
 _MISSING = PhaseInfo("missing", 0)
 _UNASKED: Any = object()  # a query not asked for yet in this call
-
-
-class CollectorLink:
-    """The shuffler's client of the collector's shuffler port (mutual TLS), with a short
-    cache of each query's public parameters."""
-
-    def __init__(self, channel: grpc.Channel, ttl_s: float) -> None:
-        self.stub = shuffler_pb2_grpc.ShuffleIntakeServiceStub(channel)
-        self.ttl_s = ttl_s
-        self._cache: dict[str, tuple[float, QueryInfo | None]] = {}
-        self._lock = threading.Lock()
-        self.polls = 0  # GetShuffleQuery calls made (metrics)
-
-    def query(self, query_id: str, fresh: bool = False) -> QueryInfo | None:
-        """The query's info; None if the collector knows no such query. Raises
-        grpc.RpcError when the collector cannot be asked."""
-        with self._lock:
-            hit = self._cache.get(query_id)
-        if hit is not None and not fresh and time.monotonic() - hit[0] < self.ttl_s:
-            return hit[1]
-        try:
-            self.polls += 1
-            q = self.stub.GetShuffleQuery(
-                shuffler_pb2.GetShuffleQueryRequest(query_id=query_id), timeout=10)
-            info: QueryInfo | None = QueryInfo(
-                q.shuffled, q.min_batch,
-                {p.phase: PhaseInfo(p.state, p.deadline_ms, p.quota, p.declined)
-                 for p in q.phases},
-                {(c.phase, c.group, c.stage): c.devices for c in q.cells}, q.users,
-                {(c.phase, c.group, c.stage): c.declined for c in q.cells if c.declined})
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
-                raise
-            info = None
-        with self._lock:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[query_id] = (time.monotonic(), info)
-        return info
 
 
 def _status(code: str) -> int:
