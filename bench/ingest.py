@@ -544,7 +544,8 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
     proc, port = start_collector_process(work, db_url, work / "pki",
                                          ["--workers", str(a.workers),
                                           "--processes", str(a.processes),
-                                          "--commit-linger-ms", str(a.linger_ms)])
+                                          *(["--commit-linger-ms", str(a.linger_ms)]
+                                            if a.linger_ms is not None else [])])
     ep = Endpoint(f"127.0.0.1:{port}", work / "pki" / "ca.pem")
     try:
         _wait_replicas(work / "collector.log", a.processes, log_at)
@@ -672,8 +673,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
-    ap.add_argument("--linger-ms", type=float, default=5.0,
-                    help="the collector's --commit-linger-ms (group commit)")
+    ap.add_argument("--linger-ms", type=float, default=None,
+                    help="the collector's --commit-linger-ms (group commit; default: the "
+                         "collector's own)")
     ap.add_argument("--channels", type=int, default=CHANNELS,
                     help="TLS connections of the asyncio load generator (each reaches one "
                          "collector process)")
