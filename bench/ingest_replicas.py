@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ingest
 from ingest import local_postgres, parser, run_backend
 
 from uldp.collector.security.certs import make_dev_pki
@@ -64,6 +65,7 @@ def main() -> None:
         ap.error(f"--rounds must be at least 1, got {a.rounds}")
     rest = [x for x in a.ingest if x != "--"]
     b = parser().parse_args([*rest, "--backend", "postgres", "--roles"])
+    ingest.CHANNELS, ingest.ROUTE = b.channels, b.route  # as ingest.main sets them
     runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory(prefix="uldp-bench-replicas-") as tmp, \
             local_postgres(durable=True) as pg:

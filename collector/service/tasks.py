@@ -129,7 +129,9 @@ class TaskServer:
             missing = [(q, d) for q, d in pairs if (q, d) not in self._assignments]
         if not missing:
             return
-        queries = [q for q, _ in missing] + [r["query_id"] for r in self._running_queries()]
+        # the running queries as last read (no read here: a query started since then is
+        # only missed once more; one that ended meanwhile only adds rows that are right)
+        queries = [q for q, _ in missing] + [r["query_id"] for r in self._running[1]]
         for a in self.db.get_assignments_of(queries, [d for _, d in missing]):
             self.remember(a)
 

@@ -51,6 +51,7 @@ def test_a_miss_also_caches_the_device_in_the_other_running_queries(db):
     # the look-ups a replica makes need only the database (no writer, catalogue, phases)
     none = cast(Any, None)
     tasks = TaskServer(db, none, none, none)
+    tasks._running_queries()  # read by every GetTasks; the miss read uses the last list
     tasks.prefetch_devices([("a", "d1"), ("a", "d2"), ("a", "d7")])
     assert tasks.cached("a", "d1") and tasks.cached("a", "d2")
     assert tasks.cached("b", "d1")  # not asked about: the other running query
