@@ -85,3 +85,76 @@ def test_a_tolerance_draws_until_the_mean_error_is_known_and_stops_early_when_it
     assert _predict_uncached(*args, 48, 1e-9) == _predict_uncached(*args, 48)
     # a loose one: the first two chunks, then stop
     assert _predict_uncached(*args, 48, 10.0) == _predict_uncached(*args, 32)
+
+
+def _enumerated_covariance(oracle: str, pi: np.ndarray, eps: float) -> np.ndarray:
+    """The brute force of ``oracle_covariance``: every support a report can have, with its
+    exact probability from the design, for every value — the covariance of the decoded
+    share vector averaged over ``π``."""
+    from itertools import combinations, product
+
+    from uldp.client.mechanisms.exact import units_of
+    from uldp.client.mechanisms.ss import ss_design
+    from uldp.collector.mechanisms import ORACLE_DECODERS
+
+    k = pi.size
+    p, q = ORACLE_DECODERS[oracle].pq(k, eps)
+    cov = np.zeros((k, k))
+    for v in range(k):
+        outcomes: list[tuple[float, np.ndarray]] = []
+        if oracle == "grr":
+            outcomes = [(p if y == v else q, np.eye(k)[y]) for y in range(k)]
+        elif oracle == "ss":
+            w = ss_design(k, units_of(eps)).omega
+            subsets = [np.isin(np.arange(k), c).astype(float)
+                       for c in combinations(range(k), w)]
+            n_in = sum(1 for s in subsets if s[v])
+            outcomes = [(p / n_in if s[v] else (1 - p) / (len(subsets) - n_in), s)
+                        for s in subsets]
+        else:  # oue: independent bits
+            for bits in product((0.0, 1.0), repeat=k):
+                b = np.array(bits)
+                pr = np.prod(np.where(np.arange(k) == v, np.where(b > 0, p, 1 - p),
+                                      np.where(b > 0, q, 1 - q)))
+                outcomes.append((float(pr), b))
+        P = np.array([o[0] for o in outcomes])
+        assert np.isclose(P.sum(), 1.0, rtol=0, atol=1e-12)
+        f = (np.array([o[1] for o in outcomes]) - q) / (p - q)
+        m = P @ f
+        cov += pi[v] * ((f - m).T * P) @ (f - m)
+    return cov
+
+
+def test_oracle_covariance_is_the_exact_covariance_of_a_decoded_report():
+    """Against every support enumerated with its probability: the diagonal is the
+    per-point variance the draws used before, and the off-diagonal terms make subset
+    selection's and randomized response's decoded shares sum to exactly 1 (their total
+    variance is 0), which independent per-point noise missed (issue 24)."""
+    from uldp.collector.methods.sized_predict import oracle_covariance
+
+    pi = np.random.default_rng(3).dirichlet(np.ones(6))
+    for oracle, eps in (("ss", 0.5), ("ss", 1.0), ("grr", 2.0), ("oue", 1.0)):
+        exact = _enumerated_covariance(oracle, pi, eps)
+        got = oracle_covariance(oracle, pi, eps)
+        assert np.allclose(got, exact, rtol=1e-9, atol=1e-9 * np.abs(exact).max()), oracle
+        if oracle != "oue":
+            assert abs(got.sum()) <= 1e-9 * np.trace(got)
+
+
+def test_drawn_stage_one_histograms_have_the_exact_covariance_and_sum_to_one():
+    """The histograms a prediction runs the rule on: subset selection's sum to 1 (as stage
+    I's decoded shares do), and over 4 000 draws their covariance is the multinomial's plus
+    the oracle's (each entry within 4 standard errors of a sample covariance)."""
+    from uldp.collector.methods.sized_predict import oracle_covariance
+
+    pi = np.random.default_rng(4).dirichlet(np.ones(9))
+    n1, eps, draws = 16, 0.5, 4000
+    h = np.concatenate(list(stage_one_draws(pi, n1, "ss", eps, draws)))
+    assert h.shape == (draws, 9)
+    assert np.allclose(h.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    want = ((np.diag(pi) - np.outer(pi, pi)) + oracle_covariance("ss", pi, eps)) / n1
+    d = h - pi
+    got = d.T @ d / draws
+    # sd of a sample covariance of normals: sqrt((Σ_jj Σ_ll + Σ_jl²) / draws)
+    se = np.sqrt((np.outer(np.diag(want), np.diag(want)) + want * want) / draws)
+    assert np.all(np.abs(got - want) <= 4 * se)
