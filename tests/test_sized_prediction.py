@@ -16,6 +16,7 @@ from uldp.collector.methods.sized_predict import (
     _noise_fn,
     _outcome,
     _predict_uncached,
+    prediction_draws,
     stage_one_draws,
 )
 from uldp.collector.methods.sizing import GridStage, choose, expected_masses, grid_points
@@ -57,7 +58,8 @@ def test_prediction_over_many_histograms_equals_the_rule_run_on_each_alone():
     noise, alike = _noise_fn(eps_c), assumed_samples(plan.spec)
     spread = float(np.var(vals)) * max(1 - (n1 + n2) / plan.spec.users, 0.0) / (n1 + n2)
     errs, halves, widths = [], [], []
-    for sample in np.concatenate(list(stage_one_draws(pi, n1, oracle, eps_c, draws))):
+    for sample in np.concatenate(list(prediction_draws(vals, wts, pts, n1, plan.spec.users,
+                                                       oracle, eps_c, draws))):
         seen = GridStage(pts, sample, n1, oracle, eps_c)
         per = choose(seen, n1, n2, method.mechanisms(plan, eps_c), noise,
                      plan.spec.objective, plan.spec.confidence, method.estimators(plan), alike)
@@ -158,3 +160,36 @@ def test_drawn_stage_one_histograms_have_the_exact_covariance_and_sum_to_one():
     # sd of a sample covariance of normals: sqrt((Σ_jj Σ_ll + Σ_jl²) / draws)
     se = np.sqrt((np.outer(np.diag(want), np.diag(want)) + want * want) / draws)
     assert np.all(np.abs(got - want) <= 4 * se)
+
+
+def test_own_users_enter_stage_one_without_replacement_with_the_exact_covariance():
+    """A prediction on the users themselves draws stage I as the plan does: ``n₁`` of the
+    ``N`` users without replacement, each rounded to the grid, plus the oracle's noise.
+    Over 4 000 draws the histograms' covariance is the rounding's, plus the users' spread
+    times the finite-population factor ``(N − n₁)/(N − 1)`` (0.6 here: a multinomial
+    draw from the shares misses it, and fails this), plus the oracle's — each entry within
+    4 standard errors of a sample covariance."""
+    from uldp.collector.methods.sized_predict import oracle_covariance, stage_one_user_draws
+
+    g = np.random.default_rng(5)
+    pts = grid_points(1.0, 5)
+    vals = np.concatenate([g.uniform(-1, -0.5, 30), g.uniform(0.5, 1, 20)])
+    N, n1, eps, draws = vals.size, 20, 4.0, 4000
+    h = np.concatenate(list(stage_one_user_draws(vals, pts, n1, "ss", eps, draws)))
+    assert np.allclose(h.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    a = np.array([expected_masses(np.array([v]), np.ones(1), pts) for v in vals])  # E Y_i
+    rounding = np.mean([np.diag(r) - np.outer(r, r) for r in a], axis=0)
+    spread = a.T @ a / N - np.outer(a.mean(0), a.mean(0))
+    pi = a.mean(0)
+    want = (rounding + (N - n1) / (N - 1) * spread + oracle_covariance("ss", pi, eps)) / n1
+    d = h - pi
+    got = d.T @ d / draws
+    se = np.sqrt((np.outer(np.diag(want), np.diag(want)) + want * want) / draws)
+    assert np.all(np.abs(got - want) <= 4 * se)
+    # with replacement the spread would enter whole: the share of the lower half (where
+    # 30 of the 50 users are) far outside its sample variance's sd
+    with_repl = (rounding + spread + oracle_covariance("ss", pi, eps)) / n1
+    F = np.array([1.0, 1, 1, 0, 0, 0])
+    var = float(np.var(h @ F))
+    assert abs(var - F @ want @ F) <= 4 * var * np.sqrt(2 / draws)
+    assert abs(var - F @ with_repl @ F) > 8 * var * np.sqrt(2 / draws)

@@ -38,7 +38,7 @@ from uldp.collector.methods.sizing import (
 )
 
 __all__ = ["CHUNK", "OWN_DATA_DRAWS", "OWN_DATA_TOL", "oracle_covariance", "predict_component",
-           "stage_one_draws"]
+           "prediction_draws", "stage_one_draws"]
 
 #: stage-I histograms the rule is run on at once (``sizing.choose_many``)
 CHUNK = 16
@@ -129,7 +129,7 @@ def _predict_uncached(method: Any, plan: Any, g: int, p: Alg1Params,
     # a few dozen histograms at a time (the rule's arrays stay in the cache); with a
     # tolerance, until the mean error is known to within it (its standard error), at most
     # ``draws`` histograms
-    for part in stage_one_draws(pi, n1, oracle, eps_c, draws):
+    for part in prediction_draws(vals, wts, pts, n1, n_all, oracle, eps_c, draws):
         chunks.append(part)
         seen = GridStage(pts, part if part.shape[0] > 1 else part[0], n1, oracle, eps_c)
         for per in choose_many(seen, n1, n2, mechs, noise, plan.spec.objective,
@@ -165,6 +165,21 @@ def _predict_uncached(method: Any, plan: Any, g: int, p: Alg1Params,
     return float(np.mean(errs)), float(np.mean(halves))
 
 
+def prediction_draws(vals: np.ndarray, wts: np.ndarray, pts: np.ndarray, n1: int,
+                     n_all: int, oracle: str, eps: float, draws: int) -> Iterator[np.ndarray]:
+    """The stage-I histograms a prediction for the population ``(vals, wts)`` runs the rule
+    on: when the population is the query's users themselves (``n_all`` values of equal
+    weight: own data), stage I as it happens — ``n1`` of them sampled *without*
+    replacement, each rounded to the grid (:func:`stage_one_user_draws`); otherwise (a law
+    of the statistic, known by its moments or public facts) ``n1`` draws from its grid
+    shares (:func:`stage_one_draws`)."""
+    users = (vals.size == n_all and n1 < n_all and n_all > 1
+             and bool(np.all(wts == wts[0])))
+    if users:
+        return stage_one_user_draws(vals, pts, n1, oracle, eps, draws)
+    return stage_one_draws(expected_masses(vals, wts, pts), n1, oracle, eps, draws)
+
+
 def stage_one_draws(pi: np.ndarray, n1: int, oracle: str, eps: float, draws: int
                     ) -> Iterator[np.ndarray]:
     """The stage-I histograms a prediction runs the rule on, :data:`CHUNK` rows at a time:
@@ -181,13 +196,51 @@ def stage_one_draws(pi: np.ndarray, n1: int, oracle: str, eps: float, draws: int
         yield np.asarray(pi, dtype=np.float64)[None, :]
         return
     rng = np.random.default_rng(20240601)
-    lam, vec = np.linalg.eigh(oracle_covariance(oracle, pi, eps) / n1)
-    root = (vec * np.sqrt(np.maximum(lam, 0.0))).T  # z @ root ~ N(0, Σ / n1)
+    root = _noise_root(oracle, pi, eps, n1)
     for at in range(0, draws, CHUNK):
         # one histogram after the other from the one stream: the first draws are the same
         # whatever ``draws`` (``auto`` ranks on a few of them)
         yield np.array([rng.multinomial(n1, pi) / n1 + rng.normal(0.0, 1.0, pi.size) @ root
                         for _ in range(min(CHUNK, draws - at))])
+
+
+def stage_one_user_draws(vals: np.ndarray, pts: np.ndarray, n1: int, oracle: str, eps: float,
+                         draws: int) -> Iterator[np.ndarray]:
+    """:func:`stage_one_draws` for a population that is the users themselves: each
+    histogram from ``n1`` of the ``vals`` sampled without replacement (as the plan assigns
+    users to stage I) and rounded to the grid unbiasedly (as the device does), the oracle's
+    noise a normal of its exact covariance. A multinomial draw from the shares samples the
+    users with replacement: its spread between users is ``(N − 1)/(N − n₁)`` times stage
+    I's (1.4× at a 30 % stage I), so it saw the rare stage I that widens or shifts the
+    window too often (issue 24)."""
+    vals = np.clip(np.asarray(vals, dtype=np.float64), pts[0], pts[-1])
+    K, N = pts.size, vals.size
+    x = (vals - pts[0]) / (pts[1] - pts[0])
+    k = np.minimum(np.floor(x).astype(np.int64), K - 2)
+    up = np.clip(x - k, 0.0, 1.0)
+    if n1 <= 0 or draws <= 0:
+        yield expected_masses(vals, np.full(N, 1.0 / N), pts)[None, :]
+        return
+    rng = np.random.default_rng(20240601)
+    pi = expected_masses(vals, np.full(N, 1.0 / N), pts)
+    root = _noise_root(oracle, pi, eps, n1)
+    for at in range(0, draws, CHUNK):
+        rows = []
+        for _ in range(min(CHUNK, draws - at)):
+            who = rng.choice(N, n1, replace=False)
+            g = k[who] + (rng.random(n1) < up[who])
+            rows.append(np.bincount(g, minlength=K) / n1
+                        + rng.normal(0.0, 1.0, K) @ root)
+        yield np.array(rows)
+
+
+def _noise_root(oracle: str, pi: np.ndarray, eps: float, n1: int) -> np.ndarray:
+    """``R`` with ``z @ R ~ N(0, Σ/n₁)`` for standard normal ``z`` (``Σ``:
+    :func:`oracle_covariance`); directions of (numerically) zero variance — the sum of
+    subset selection's shares — get none, so the drawn shares sum to 1 exactly."""
+    lam, vec = np.linalg.eigh(oracle_covariance(oracle, pi, eps) / n1)
+    lam = np.where(lam > 1e-12 * max(float(lam.max()), 0.0), lam, 0.0)
+    return (vec * np.sqrt(lam)).T
 
 
 def oracle_covariance(oracle: str, pi: np.ndarray, eps: float) -> np.ndarray:
