@@ -34,6 +34,7 @@ import argparse
 import itertools
 import json
 import math
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -121,10 +122,13 @@ def one_rep(pop: str, k: int, m: int, eps_list: list[float], rep: int, n: int
         comp = np.asarray(est.extra["components"], dtype=np.float64)
         raw = hadamard_rows(comp[None], comp.size)[0][:k]
         ran = est.extra.get("hadamard", {}).get("mode")
+        predicted = plan.predicted_mse(sample_var, stat_var, stat_mean)
+        z = (np.asarray(est.values, dtype=np.float64) - truth) / est.std_error
         res: dict[str, Any] = {
             "auto": _sq(est.extra["projected"], truth), "auto_raw": _sq(raw, truth),
-            "covered": float(np.mean(est.covers(truth))),
-            "predicted": plan.predicted_mse(sample_var, stat_var, stat_mean),
+            "covered": float(np.mean(est.covers(truth))), "predicted": predicted,
+            "z2": float(np.mean(z**2)),
+            "own": _own_prediction(plan, ran, sample_var, stat_var, stat_mean, predicted),
             "ran": plan.spec.method + (f"/{ran}" if ran else ""), "secs": secs}
         pseed = rep * 1_000_003 + int(eps * 10) * 1009 + k * 17 + m + 31 * POPS.index(pop) + 7
         for name, (v, _s) in dist_peers(items, k, eps, pseed).items():
@@ -132,6 +136,19 @@ def one_rep(pop: str, k: int, m: int, eps_list: list[float], rep: int, n: int
                 res[name] = _sq(v, truth)
         out[eps] = res
     return out
+
+
+def _own_prediction(plan: Any, ran: str | None, sample_var: np.ndarray,
+                    stat_var: np.ndarray, stat_mean: np.ndarray, predicted: float) -> float:
+    """The predicted raw MSE of the outcome the run had: a Hadamard run's windows' or
+    fallback's own error (``outcomes()``, through the output transform), not the mixture
+    ``predicted`` weighs by P(window); any other method's is ``predicted`` itself."""
+    if ran not in ("window", "fallback"):
+        return predicted
+    window, fallback, _ = plan.method.outcomes(plan, sample_var, stat_var, stat_mean)
+    v = fallback if ran == "fallback" or window is None else window
+    T = plan.kind.transform(plan.template, plan.n_components)
+    return float(np.sum(v if T is None else np.square(np.asarray(T)) @ v))
 
 
 def _sq(v: Any, truth: np.ndarray) -> float:
@@ -149,6 +166,29 @@ def _add(cell: dict[str, Any], res: dict[str, Any]) -> None:
         cell[key] = cell.get(key, 0.0) + res[key]
     cell.setdefault("ran", {})
     cell["ran"][res["ran"]] = cell["ran"].get(res["ran"], 0) + 1
+    commits = cell.setdefault("commits", {})
+    commits[COMMIT] = commits.get(COMMIT, 0) + 1
+    # per outcome: runs, coverage, mean z², raw squared error, its own prediction
+    by = cell.setdefault("by_ran", {}).setdefault(res["ran"], [0, 0.0, 0.0, 0.0, 0.0])
+    for i, v in enumerate((1, res["covered"], res["z2"], res["auto_raw"], res["own"])):
+        by[i] += v
+
+
+def _commit() -> str:
+    """The code the repetitions run on: HEAD's short hash, ``+dirty`` when the package's
+    code (``client/``, ``collector/``) differs from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "client", "collector"],
+                               cwd=root, check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty.strip() else "")
+
+
+COMMIT = _commit()
 
 
 def _mse(cell: dict[str, Any], a: str) -> tuple[float, float]:
@@ -158,17 +198,39 @@ def _mse(cell: dict[str, Any], a: str) -> tuple[float, float]:
     return mse, math.sqrt(max(s2 / c - mse * mse, 0.0) / max(c - 1, 1))
 
 
+def groups_of(a: argparse.Namespace) -> list[tuple[str, int, int, list[float]]]:
+    """The cells to run, as (users, k, m, [ε]) — one draw of users serves the ε of one
+    (users, k, m): ``--cells`` (``users|k|m|ε`` keys, in the order given) or the grid."""
+    if not a.cells:
+        return [(p, k, m, list(a.eps)) for p, k, m in itertools.product(a.populations, a.ks,
+                                                                          a.ms)]
+    groups: dict[tuple[str, int, int], list[float]] = {}
+    for key in a.cells:
+        try:
+            pop, k, m, e = key.split("|")
+            if pop not in POPS:
+                raise ValueError(pop)
+            groups.setdefault((pop, int(k), int(m)), []).append(float(e))
+        except ValueError:
+            raise SystemExit(f"--cells: {key!r} is not users|k|m|ε with users in {POPS}"
+                             ) from None
+    return [(p, k, m, es) for (p, k, m), es in groups.items()]
+
+
 def run_grid(a: argparse.Namespace, out: Path) -> None:
-    """Repetition by repetition over the whole grid (a partial run covers every cell)."""
+    """Repetition by repetition over the cells (a partial run covers every cell). A stale
+    cell (``--fresh``: every named cell) starts afresh, its old repetitions dropped."""
     cells: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
-    for pop, k, m, e in itertools.product(a.populations, a.ks, a.ms, a.eps):
-        if cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("stale"):  # old code: run afresh
-            del cells[f"{pop}|{k}|{m}|{e:g}"]
-    for target, (pop, k, m) in itertools.product(
-            range(1, a.reps + 1), itertools.product(a.populations, a.ks, a.ms)):
+    groups = groups_of(a)
+    for pop, k, m, es in groups:
+        for e in es:
+            key = f"{pop}|{k}|{m}|{e:g}"
+            if key in cells and (a.fresh or cells[key].get("stale")):  # old code: afresh
+                del cells[key]
+    for target, (pop, k, m, es) in itertools.product(range(1, a.reps + 1), groups):
         while True:
-            have = {e: cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("reps", 0) for e in a.eps}
-            todo = [e for e in a.eps if have[e] < target]
+            have = {e: cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("reps", 0) for e in es}
+            todo = [e for e in es if have[e] < target]
             if not todo:
                 break
             rep = min(have[e] for e in todo)
@@ -202,7 +264,10 @@ def row(key: str, cell: dict[str, Any]) -> str:
                     for r, n in sorted(cell["ran"].items()))
     if cell.get("stale"):
         ran += " † stale"
-    return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {ran} | {auto:.3g} ± {auto_se:.2g} | "
+    commits = cell.get("commits", {})
+    code = ", ".join(f"{h} {n}" if len(commits) > 1 else h for h, n in commits.items()) or "?"
+    return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {code} | {ran} | "
+            f"{auto:.3g} ± {auto_se:.2g} | "
             f"{pub} {p:.3g} | {pgain:.2f} ± {2 * pgain_sd:.2f} | "
             f"{best} {b:.3g} | **{gain:.2f}** ± {2 * gain_sd:.2f} | {ratio:.2f} ± "
             f"{ratio_2se:.2f}{_flag(ratio, ratio_2se, 0.8, 1.25)} | {cov:.3f} ± {cov_2sd:.3f}"
@@ -231,11 +296,26 @@ def _flag(x: float, two_se: float, lo: float, hi: float) -> str:
     return "" if lo <= x <= hi else " ⚑"
 
 
-HEAD = ("| users | k | m | ε | reps | auto ran | auto MSE ± SE | public-parameter peer (ADP) | "
-        "public peer / auto ± 2 SE | best peer (after the fact) | "
+HEAD = ("| users | k | m | ε | reps | code (commit reps) | auto ran | auto MSE ± SE | "
+        "public-parameter peer (ADP) | public peer / auto ± 2 SE | best peer (after the fact) | "
         "best peer / auto ± 2 SE | auto raw MSE / predicted ± 2 SE | coverage ± 2 sd | "
         "s per run |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def by_outcome(keys: list[str], cells: dict[str, dict[str, Any]]) -> str:
+    """The flagged cells' repetitions split by what auto ran: per outcome the runs, the
+    coverage, the mean ``z² = ((p̂ − p)/se)²`` over the categories (1 for an honest interval)
+    and the raw MSE over the outcome's own prediction (a Hadamard run: the windows' or the
+    fallback's error, not the mixture)."""
+    lines = ["| cell | reps | outcome | runs | coverage | mean z² | raw MSE / own prediction |",
+             "|---|---|---|---|---|---|---|"]
+    for key in keys:
+        for ran, (n, cov, z2, sq, own) in sorted(cells[key].get("by_ran", {}).items()):
+            pop, k, m, e = key.split("|")
+            lines.append(f"| {pop} k={k} m={m} ε={e} | {cells[key]['reps']} | {ran} | {n} | "
+                         f"{cov / n:.3f} | {z2 / n:.2f} | {sq / own:.2f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def report(cells: dict[str, dict[str, Any]]) -> str:
@@ -266,6 +346,11 @@ def report(cells: dict[str, dict[str, Any]]) -> str:
     stale = [f"{key} ({cells[key]['stale']})" for key in keys if cells[key].get("stale")]
     foot = ("\n\n† stale: measured on older code; a run naming the cell starts it afresh: "
             + "; ".join(stale) + "\n") if stale else ""
+    diag = by_outcome([key for key, line in zip(keys, lines[1:], strict=True)
+                       if "⚑" in line or "‼" in line], cells)
+    if diag:
+        foot += ("\n\nThe flagged cells by outcome (cells run since the outcomes were "
+                 "recorded):\n\n" + diag + "\n")
     return text + "\n".join(lines) + foot
 
 
@@ -376,6 +461,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", nargs="+", type=int, default=list(KS))
     ap.add_argument("--ms", nargs="+", type=int, default=list(MS))
     ap.add_argument("--eps", nargs="+", type=float, default=list(EPS))
+    ap.add_argument("--cells", nargs="+", default=[], metavar="USERS|K|M|EPS",
+                    help="run these cells (instead of the grid the other flags span)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="drop the named cells' old repetitions (all on the current code)")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--table", action="store_true", help="only rewrite the .md from --out")
     ap.add_argument("--model", action="store_true",
