@@ -175,11 +175,13 @@ def _add(cell: dict[str, Any], res: dict[str, Any]) -> None:
 
 
 def _commit() -> str:
-    """The code the repetitions run on: HEAD's short hash, ``+dirty`` when the package's
-    code (``client/``, ``collector/``) differs from it."""
+    """The code the repetitions run on: the last commit that changed the code under test
+    (``client/``, ``collector/``; a bench-only commit leaves it), ``+dirty`` when the
+    working tree's differs from it."""
     root = Path(__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=root, check=True,
+        head = subprocess.run(["git", "log", "-1", "--format=%h", "--abbrev=7", "--",
+                               "client", "collector"], cwd=root, check=True,
                               capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "client", "collector"],
                                cwd=root, check=True, capture_output=True, text=True).stdout
