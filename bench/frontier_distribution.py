@@ -221,13 +221,15 @@ def groups_of(a: argparse.Namespace) -> list[tuple[str, int, int, list[float]]]:
 
 def run_grid(a: argparse.Namespace, out: Path) -> None:
     """Repetition by repetition over the cells (a partial run covers every cell). A stale
-    cell (``--fresh``: every named cell) starts afresh, its old repetitions dropped."""
+    cell (``--fresh``: every named cell with repetitions on other code than the current)
+    starts afresh, its old repetitions dropped."""
     cells: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
     groups = groups_of(a)
     for pop, k, m, es in groups:
         for e in es:
             key = f"{pop}|{k}|{m}|{e:g}"
-            if key in cells and (a.fresh or cells[key].get("stale")):  # old code: afresh
+            other = set(cells.get(key, {}).get("commits", {})) - {COMMIT}
+            if key in cells and ((a.fresh and other) or cells[key].get("stale")):
                 del cells[key]
     for target, (pop, k, m, es) in itertools.product(range(1, a.reps + 1), groups):
         while True:
@@ -466,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cells", nargs="+", default=[], metavar="USERS|K|M|EPS",
                     help="run these cells (instead of the grid the other flags span)")
     ap.add_argument("--fresh", action="store_true",
-                    help="drop the named cells' old repetitions (all on the current code)")
+                    help="drop the named cells' repetitions on other code than the current")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--table", action="store_true", help="only rewrite the .md from --out")
     ap.add_argument("--model", action="store_true",
