@@ -46,6 +46,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -106,6 +107,10 @@ class LocalPostgres:
         return f"postgresql+psycopg://uldp@127.0.0.1:{self.port}/{name}"
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def local_postgres(durable: bool = True, settings: dict[str, str] | None = None,
                    keep: Path | None = None) -> Iterator[LocalPostgres]:
@@ -133,9 +138,16 @@ def local_postgres(durable: bool = True, settings: dict[str, str] | None = None,
             + "".join(f" -c {k}={v}" for k, v in (settings or {}).items()))
     subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-o", opts, "-l",
                     str(root / "log"), "-w", "start"], check=True, capture_output=True)
+    # An outer `timeout` sends SIGTERM, which by default ends Python without running this
+    # `finally`: the server would outlive the bench. Turn it into SystemExit while we hold it.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         yield LocalPostgres(port)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w",
                         "stop"], capture_output=True)
         if keep is None:
@@ -254,6 +266,21 @@ class WaitSampler:
 
     def share(self) -> float:
         return self.lock / self.active if self.active else 0.0
+
+
+def _report_commits(db_url: str, qids: list[str]) -> int:
+    """PostgreSQL: how many transactions committed the reports of ``qids`` (distinct
+    ``xmin`` of their rows): the writers' group commits, without the reads and the
+    enrolment that ``pg_stat_database`` counts too."""
+    from urllib.parse import urlparse
+
+    import psycopg
+    u = urlparse(db_url)
+    with psycopg.connect(f"host={u.hostname} port={u.port} user={u.username} "
+                         f"dbname={u.path[1:]}", autocommit=True) as c:
+        row = c.execute("SELECT count(DISTINCT xmin::text) FROM uldp_reports "
+                        "WHERE query_id = ANY(%s)", (qids,)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _print_replicas(name: str, what: str, before: list[float], after: list[float],
@@ -517,7 +544,7 @@ def _wait_replicas(log: Path, n: int, offset: int, timeout_s: float = 300.0) -> 
         time.sleep(0.2)
 
 
-def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> dict[str, float]:
+def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> dict[str, Any]:
     from urllib.parse import urlparse
     pg_port = urlparse(db_url).port  # only this bench's PostgreSQL (the box may run others)
 
@@ -529,7 +556,8 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
     proc, port = start_collector_process(work, db_url, work / "pki",
                                          ["--workers", str(a.workers),
                                           "--processes", str(a.processes),
-                                          "--commit-linger-ms", str(a.linger_ms)])
+                                          *(["--commit-linger-ms", str(a.linger_ms)]
+                                            if a.linger_ms is not None else [])])
     ep = Endpoint(f"127.0.0.1:{port}", work / "pki" / "ca.pem")
     try:
         _wait_replicas(work / "collector.log", a.processes, log_at)
@@ -583,11 +611,19 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
                 at["waits"].__exit__(None, None, None)
         waits, roles, r0, thr0 = at["waits"], at["roles"], at["r0"], at["thr0"]
         cpu_u = (_cpu(proc.pid) - at["c0"], _cpu(None) - at["s0"], db_cpu() - at["d0"])
+        u_roles: dict[str, float] = {}  # role -> CPU µs per unary report, all replicas
         if roles is not None:
             print(roles.stop().table(len(unary)), file=sys.stderr)
+            for d in roles.by_role:
+                for k, v in d.items():
+                    u_roles[k] = u_roles.get(k, 0.0) + 1e6 * v / max(len(unary), 1)
+        u_commits = _report_commits(db_url, qids[:a.unary_queries]) if pg_port else 0
         _print_replicas(name, "unary", r0, _replica_cpu(proc.pid), len(unary),
                         (quota, len(unary) / u_rate, thr0) if quota is not None else None)
         _print_waits(name, "unary", a.processes, waits)
+        if u_commits:
+            print(f"{name}: unary, {u_commits:,} transactions stored the {len(unary):,} "
+                  f"reports ({len(unary) / u_commits:.1f} per commit)", file=sys.stderr)
         batch_items = []
         for k, q in enumerate(qids[a.unary_queries:]):
             for i, r in enumerate(_reports(prep, q, 100 + k)):
@@ -614,7 +650,8 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             assert final.state == 2 and final.phases[0].received == n, (q, final)
         an.close()
         lat = lat if len(lat) else np.full(1, np.nan)  # --unary-queries 0
-        return {"prep_s": prep_s, "unary_rps": u_rate, "p50_ms": float(np.median(lat) * 1e3),
+        return {"prep_s": prep_s, "unary_rps": u_rate, "unary_roles": u_roles,
+                "unary_db_commits": u_commits, "p50_ms": float(np.median(lat) * 1e3),
                 "p99_ms": float(np.percentile(lat, 99) * 1e3), "unary_n": len(unary),
                 "floor_cps": floor, "floor_cpu_us": 1e6 * cpu_f,
                 "batched_rps": b_rate, "batched_n": len(batch_items),
@@ -633,7 +670,8 @@ def run_backend(name: str, db_url: str, work: Path, a: argparse.Namespace) -> di
             print((work / "collector.log").read_text()[-3000:], file=sys.stderr)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The bench's command line (also used by ``bench/ingest_replicas.py``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", type=int, default=10_000)
     ap.add_argument("--unary-queries", type=int, default=2)
@@ -647,8 +685,9 @@ def main() -> None:
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--workers", type=int, default=64, help="collector handler threads")
     ap.add_argument("--processes", type=int, default=1, help="collector processes")
-    ap.add_argument("--linger-ms", type=float, default=5.0,
-                    help="the collector's --commit-linger-ms (group commit)")
+    ap.add_argument("--linger-ms", type=float, default=None,
+                    help="the collector's --commit-linger-ms (group commit; default: the "
+                         "collector's own)")
     ap.add_argument("--channels", type=int, default=CHANNELS,
                     help="TLS connections of the asyncio load generator (each reaches one "
                          "collector process)")
@@ -676,6 +715,11 @@ def main() -> None:
                     help="with --roles: also sample each replica with py-spy record "
                          "into DIR (collapsed stacks per stage and replica)")
     ap.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     a = ap.parse_args()
     globals()["CHANNELS"] = a.channels
     globals()["ROUTE"] = a.route

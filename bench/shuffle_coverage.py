@@ -85,10 +85,12 @@ class LocalLink:
         self.cache[query_id] = info
         return info
 
-    def ForwardBatch(self, r: Any, timeout: float = 0) -> Any:
+    def ForwardBatch(self, pieces: Any, timeout: float = 0) -> Any:
+        it = iter(pieces)
+        r = next(it)
         out = self.core.shuffled.forward(ForwardedBatch(
             r.batch_id, r.query_id, r.phase, r.group, r.stage, r.task_digest,
-            list(r.sealed), r.attested, r.verifier))
+            list(r.sealed), r.attested, r.verifier, r.size), (list(x.sealed) for x in it))
         return shuffler_pb2.ForwardBatchResponse(duplicate=out.duplicate, stored=out.stored,
                                                  refused=out.refused)
 

@@ -162,6 +162,24 @@ def _wait_done(work: Path, qid: str) -> None:
     raise AssertionError(f"query {qid} never finished")
 
 
+def _timeline(work: Path, ingest_end: float) -> dict[str, float]:
+    """Seconds after the last SubmitSealedBatch was answered until the shuffler had
+    recorded the draw of its first batch (the commit; a complete cell's batch is already
+    on the wire then) and until the collector began the transaction that stores its last
+    batch (the stores' own clocks; the serial part of the end-to-end time at
+    --batch-parts 1)."""
+    sdb = sqlite3.connect(f"file:{work / 'shuffler.db'}?mode=ro", uri=True)
+    cdb = sqlite3.connect(f"file:{work / 'collector.db'}?mode=ro", uri=True)
+    try:
+        drawn = sdb.execute("SELECT min(created_at_ms) FROM batches").fetchone()[0]
+        stored = cdb.execute("SELECT max(received_at_ms) FROM uldp_shuffle_batches WHERE "
+                             "query_id = 'shuffled'").fetchone()[0]
+    finally:
+        sdb.close()
+        cdb.close()
+    return {"drawn": drawn / 1000 - ingest_end, "stored": stored / 1000 - ingest_end}
+
+
 def _children(pid: int) -> list[str]:
     """Process ids of ``pid``'s children (the collector's opening processes)."""
     try:
@@ -214,12 +232,15 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 
         c0, s0, b0 = _cpu_s(col.pid), _cpu_s(sh.pid), time.process_time()
         o0 = {p: _cpu_s(int(p)) for p in _children(col.pid)}  # warm: started at boot
         k0 = {p: _cpu_s(int(p)) for p in _children(sh.pid)}  # its checking processes
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         t_ingest = _send(d["shuffler"], sealed, threads)
+        cpu_ingest = (_cpu_s(sh.pid) - s0 + sum(_cpu_s(int(p)) - k0.get(p, 0.0)
+                                                for p in _children(sh.pid))) / n * 1e6
         while _stored(work, "shuffled") < n:
             time.sleep(0.05)
             assert time.perf_counter() - t0 < 600, "the collector never got every report"
         t_e2e = time.perf_counter() - t0
+        timeline = _timeline(work, w0 + t_ingest)
         _wait_done(work, "shuffled")
         opener = sum(_cpu_s(int(p)) - o0.get(p, 0.0) for p in _children(col.pid))
         checker = sum(_cpu_s(int(p)) - k0.get(p, 0.0) for p in _children(sh.pid))
@@ -233,6 +254,7 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 
                 "direct_rps": n / t_direct, "shuffler_ingest_rps": n / t_ingest,
                 "shuffled_e2e_rps": n / t_e2e, "e2e_seconds": t_e2e,
                 "seal_us": prep["seal_us"], "open_us": _open_us(prep, work),
+                "timeline_s": timeline, "shuffler_ingest_cpu_us": cpu_ingest,
                 "central_epsilon": privacy["central_epsilon"], "delta": privacy["delta"],
                 "local_epsilon": privacy["local_epsilon"],
                 "mechanism": privacy["cells"][0]["mechanism"],
@@ -243,6 +265,10 @@ def run(n: int, batch: int, threads: int, max_batch: int = 50_000, parts: int = 
     finally:
         for p in d["procs"]:
             _stop(p)
+
+
+def n_fmt(r: dict[str, Any]) -> str:
+    return f"{r['devices'] / r['shuffler_ingest_rps']:.1f}"
 
 
 def main() -> None:
@@ -283,6 +309,10 @@ def main() -> None:
         f"{r['shuffled_e2e_rps']:,.0f} | every report stored at the collector "
         f"({r['e2e_seconds']:.1f} s for all; {r['shuffled_e2e_rps'] / r['direct_rps']:.2f}× "
         "direct) |", "",
+        f"After the last report was admitted ({n_fmt(r)} s of ingest, "
+        f"{r['shuffler_ingest_cpu_us']:.0f} µs CPU per report in the shuffler and its "
+        f"checkers): first draw recorded {r['timeline_s']['drawn']:+.2f} s, the collector "
+        f"began storing the last batch {r['timeline_s']['stored']:+.2f} s.", "",
         f"Stated guarantee of the shuffled query ({r['mechanism']}, local ε0 = "
         f"{r['local_epsilon']:g}, δ = {r['delta']:g}): central ε = "
         f"{r['central_epsilon']:.4f} from its smallest batch of {r['smallest_batch']} "

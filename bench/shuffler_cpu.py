@@ -56,11 +56,12 @@ STAGES = [("decode", "decode"), ("checks 1–5", "check"), ("  of it: ticket", "
 
 
 class _Stub:
-    def ForwardBatch(self, req: Any, timeout: float) -> Any:
-        req.SerializeToString()  # what the gRPC client does with it
+    def ForwardBatch(self, pieces: Any, timeout: float) -> Any:
+        n = sum(len(r.SerializeToString()) and len(r.sealed)  # what the gRPC client does
+                for r in pieces)
 
         class _Resp:
-            stored, refused, duplicate = len(req.sealed), 0, False
+            stored, refused, duplicate = n, 0, False
         return _Resp()
 
 
@@ -134,10 +135,13 @@ def once(n: int, batch: int, parts: int, checkers: int = 0) -> dict[str, float]:
         while servicer.checkers._ready_pool() is None:
             assert time.monotonic() < t_up, "the checking processes did not start"
             time.sleep(0.05)
-    patched = [(store, "submit"), (store, "draw"), (store, "finish"), (fwd, "_send"),
-               (servicer.checkers, "check"), (servicer, "_placed_admission"),
+    # a draw is ShufflerStore.plan then .commit (a complete cell's batch is sent between
+    # the two): both count as the draw
+    patched = [(store, "submit"), (store, "plan"), (store, "commit"), (store, "finish"),
+               (fwd, "_send"), (servicer.checkers, "check"), (servicer, "_placed_admission"),
                (tickets, "verify"), (att, "verify")]
-    labels = ["submit", "draw", "finish", "send", "check", "placed", "ticket", "attestation"]
+    labels = ["submit", "draw", "draw", "finish", "send", "check", "placed", "ticket",
+              "attestation"]
     for (obj, name), label in zip(patched, labels, strict=True):
         setattr(obj, name, _timed(spent, lock, label, getattr(obj, name)))
     decode = _timed(spent, lock, "decode", decoder(shuffler_pb2.SubmitSealedBatchRequest,

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "MAX_ABS_REPORT_VALUE",
     "MAX_BATCH_ITEMS",
+    "MAX_FORWARD_REPORTS",
     "SERVICE_NAMES",
     "analyst_pb2",
     "analyst_pb2_grpc",
@@ -48,6 +49,10 @@ MAX_ABS_REPORT_VALUE = 1 << 40
 #: Most items a batch call (EnrollBatch, GetTasksBatch, SubmitReportBatch, DeclineTaskBatch)
 #: may carry (INVALID_ARGUMENT above; fewer on a collector with a smaller message limit).
 MAX_BATCH_ITEMS = 10_000
+
+#: Most reports one shuffled batch may hold (ForwardBatchRequest.size, shuffler.proto; the
+#: shuffler's --max-batch is at most this).
+MAX_FORWARD_REPORTS = 100_000
 
 #: Fully qualified service names (for health checking and reflection).
 SERVICE_NAMES = (

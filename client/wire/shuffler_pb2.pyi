@@ -112,7 +112,7 @@ class ShuffleQuery(_message.Message):
     def __init__(self, query_id: _Optional[str] = ..., shuffled: _Optional[bool] = ..., min_batch: _Optional[int] = ..., phases: _Optional[_Iterable[_Union[ShufflePhase, _Mapping]]] = ..., cells: _Optional[_Iterable[_Union[ShuffleCell, _Mapping]]] = ..., users: _Optional[int] = ...) -> None: ...
 
 class ForwardBatchRequest(_message.Message):
-    __slots__ = ("batch_id", "query_id", "phase", "group", "stage", "task_digest", "sealed", "attested", "verifier")
+    __slots__ = ("batch_id", "query_id", "phase", "group", "stage", "task_digest", "sealed", "attested", "verifier", "size")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class ForwardBatchRequest(_message.Message):
     SEALED_FIELD_NUMBER: _ClassVar[int]
     ATTESTED_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     query_id: str
     phase: int
@@ -131,7 +132,8 @@ class ForwardBatchRequest(_message.Message):
     sealed: _containers.RepeatedScalarFieldContainer[bytes]
     attested: int
     verifier: str
-    def __init__(self, batch_id: _Optional[str] = ..., query_id: _Optional[str] = ..., phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., task_digest: _Optional[str] = ..., sealed: _Optional[_Iterable[bytes]] = ..., attested: _Optional[int] = ..., verifier: _Optional[str] = ...) -> None: ...
+    size: int
+    def __init__(self, batch_id: _Optional[str] = ..., query_id: _Optional[str] = ..., phase: _Optional[int] = ..., group: _Optional[int] = ..., stage: _Optional[int] = ..., task_digest: _Optional[str] = ..., sealed: _Optional[_Iterable[bytes]] = ..., attested: _Optional[int] = ..., verifier: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
 class ForwardBatchResponse(_message.Message):
     __slots__ = ("duplicate", "stored", "refused")

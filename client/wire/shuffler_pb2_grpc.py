@@ -160,7 +160,7 @@ class ShuffleIntakeServiceStub:
                 request_serializer=uldp_dot_v1_dot_shuffler__pb2.GetShuffleQueryRequest.SerializeToString,
                 response_deserializer=uldp_dot_v1_dot_shuffler__pb2.ShuffleQuery.FromString,
                 _registered_method=True)
-        self.ForwardBatch = channel.unary_unary(
+        self.ForwardBatch = channel.stream_unary(
                 '/uldp.v1.ShuffleIntakeService/ForwardBatch',
                 request_serializer=uldp_dot_v1_dot_shuffler__pb2.ForwardBatchRequest.SerializeToString,
                 response_deserializer=uldp_dot_v1_dot_shuffler__pb2.ForwardBatchResponse.FromString,
@@ -179,19 +179,26 @@ class ShuffleIntakeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ForwardBatch(self, request, context):
+    def ForwardBatch(self, request_iterator, context):
         """Stores one shuffled batch: the reports of one (query, phase, group, stage, task
-        digest), in the order the shuffler drew. Idempotent by batch_id: a batch already
-        stored answers OK with duplicate = true and stores nothing (the shuffler re-sends a
-        batch whose acknowledgement it lost, e.g. after a crash). Refusals of the whole
-        batch (nothing stored): NOT_FOUND unknown query; FAILED_PRECONDITION the query is
-        not in shuffle mode, the phase is not open, the group/stage is not one of the
-        phase's, task_digest is not the digest of that group's task, or the batch is
-        smaller than the query's minimum batch, or it would take the phase's received
-        reports past its quota; INVALID_ARGUMENT a malformed batch id, attested larger than
-        the batch, a malformed verifier, or more items than the message allows. Reports that fail to open (wrong length,
-        authentication failure, malformed plaintext, values out of range, a simulated report
-        the query refuses) are dropped one by one and counted in refused.
+        digest), in the order the shuffler drew, streamed in pieces (ForwardBatchRequest):
+        the first piece names the batch and its size, every piece carries the next reports
+        of that order. The collector checks the batch as a whole on the first piece, before
+        it opens any report, opens each piece as it arrives, and stores the whole batch in
+        one transaction once the last piece is in: a stream that breaks, ends early or is
+        refused stores nothing. Idempotent by batch_id: a batch already stored answers OK
+        with duplicate = true and stores nothing (the shuffler re-sends a batch whose
+        acknowledgement it lost, e.g. after a crash). Refusals of the whole batch (nothing
+        stored): NOT_FOUND unknown query; FAILED_PRECONDITION the query is not in shuffle
+        mode, the phase is not open, the group/stage is not one of the phase's,
+        task_digest is not the digest of that group's task, or the batch is smaller than
+        the query's minimum batch, or it would take the phase's received reports past its
+        quota; INVALID_ARGUMENT a malformed batch id, attested larger than the batch, a
+        malformed verifier, a size over 100 000 reports, a later piece that names the batch
+        again, a piece that takes the batch past its size (refused before it is opened), or
+        a stream that ends before size reports came. Reports that fail to open (wrong
+        length, authentication failure, malformed plaintext, values out of range, a
+        simulated report the query refuses) are dropped one by one and counted in refused.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -205,7 +212,7 @@ def add_ShuffleIntakeServiceServicer_to_server(servicer, server):
                     request_deserializer=uldp_dot_v1_dot_shuffler__pb2.GetShuffleQueryRequest.FromString,
                     response_serializer=uldp_dot_v1_dot_shuffler__pb2.ShuffleQuery.SerializeToString,
             ),
-            'ForwardBatch': grpc.unary_unary_rpc_method_handler(
+            'ForwardBatch': grpc.stream_unary_rpc_method_handler(
                     servicer.ForwardBatch,
                     request_deserializer=uldp_dot_v1_dot_shuffler__pb2.ForwardBatchRequest.FromString,
                     response_serializer=uldp_dot_v1_dot_shuffler__pb2.ForwardBatchResponse.SerializeToString,
@@ -249,7 +256,7 @@ class ShuffleIntakeService:
             _registered_method=True)
 
     @staticmethod
-    def ForwardBatch(request,
+    def ForwardBatch(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -259,8 +266,8 @@ class ShuffleIntakeService:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_unary(
+            request_iterator,
             target,
             '/uldp.v1.ShuffleIntakeService/ForwardBatch',
             uldp_dot_v1_dot_shuffler__pb2.ForwardBatchRequest.SerializeToString,

@@ -49,6 +49,7 @@ from uldp.collector.analyst.types import Preview
 from uldp.collector.datasets import FleetData
 from uldp.collector.methods.alike import assumption_note, relies_on
 from uldp.collector.methods.auto import AUTO_DRAWS
+from uldp.collector.models.rounds import sgd_advisories
 from uldp.collector.planner import Plan, compile_query
 from uldp.collector.programs import program_for
 from uldp.collector.programs.synthetic import run_query
@@ -131,6 +132,7 @@ def preview_message(msg: analyst_pb2.CreateQueryRequest,
         quotas = tuple(int(q) for q in program_for(spec).quotas())
         return Preview(spec.kind, float(spec.epsilon), spec.users, spec.samples,
                        spec.method, spec.mode, "", quotas, spec.confidence, (), (), None,
+                       advisories=tuple(sgd_advisories(spec)),
                        note="sgd: no width prediction (each step's interval depends on the "
                        "gradients); the result carries every step's standard errors")
     try:

@@ -47,6 +47,10 @@ def _config(a: argparse.Namespace) -> Any:
         raise OperatorError(f"--db {db}: give a file in an existing directory")
     if a.checkers is not None and a.checkers > 16 * MAX_CHECKERS:
         raise OperatorError(f"--checkers {a.checkers}: at most {16 * MAX_CHECKERS} processes")
+    from uldp.client.wire import MAX_FORWARD_REPORTS
+    if a.max_batch > MAX_FORWARD_REPORTS:
+        raise OperatorError(f"--max-batch {a.max_batch}: at most {MAX_FORWARD_REPORTS} "
+                            "reports (what the collector takes in one batch)")
     if a.max_batch < a.min_batch:
         raise OperatorError(f"--max-batch {a.max_batch} is below --min-batch {a.min_batch}")
     if a.metrics_token_file:
@@ -217,7 +221,8 @@ def _batch_flags(s: Any) -> None:
                         "when larger); a cell is forwarded before it is complete only once "
                         "it holds twice the minimum (the last batch keeps at least it)")
     s.add_argument("--max-batch", type=positive_int, default=50_000,
-                   help="at most this many reports per batch (default 50000)")
+                   help="at most this many reports per batch (default 50000; at most "
+                        "100000, what the collector takes in one batch)")
     s.add_argument("--batch-parts", type=positive_int, default=1,
                    help="forward a cell in ~this many batches (default 1: one per cell, the "
                    "smallest stated ε; 4: opened while it arrives, ~2× the ε; docs/privacy.md §7)")

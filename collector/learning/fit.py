@@ -40,8 +40,8 @@ from uldp.collector.models.grid import (
     pilot_grid,
     pilot_users,
 )
-from uldp.collector.models.rounds import rounds_advisory, sgd_query
-from uldp.collector.models.sgd import SGDConfig, SGDResult, steps_advisory
+from uldp.collector.models.rounds import sgd_advisories, sgd_query
+from uldp.collector.models.sgd import SGDConfig, SGDResult
 from uldp.collector.models.shrinkage import (
     classify_shrinkage,
     grid_signal,
@@ -69,10 +69,7 @@ def run_sgd(config: SGDConfig, users: Any, labels: Any = None, *,
     if config.theta0 is not None and np.shape(config.theta0) != (d,):
         raise ValueError(f"theta0 must have {d} entries, got shape {np.shape(config.theta0)}")
     spec = sgd_query(config, n, _m_ref(source, m_ref), d, query_id=config.query_id)
-    resolved = SGDConfig(**spec.extra["sgd"])
-    note = rounds_advisory(spec.extra.get("rounds", {})) if resolved.per_coordinate else \
-        steps_advisory(n, d, resolved, int(resolved.t0 or 1))
-    if note:  # the scikit-style estimators' way to tell the user
+    for note in sgd_advisories(spec):  # the scikit-style estimators' way to tell the user
         warnings.warn(note, UserWarning, stacklevel=2)
     bar = Progress(n, f"sgd {config.model}", progress)
     res = run_source(spec, source, None, rng, bar)

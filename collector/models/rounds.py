@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from uldp.client.regimes import Grouping
-from uldp.collector.models.sgd import SGDConfig, choose_steps, step_spec
+from uldp.collector.models.sgd import SGDConfig, choose_steps, step_spec, steps_advisory
 from uldp.collector.models.windows import (
     choose_grouping,
     coordinate_variances,
@@ -50,7 +50,8 @@ from uldp.collector.planner import QuerySpec, compile_query
 __all__ = ["DESIGN_CURVATURE", "DESIGN_SPREAD", "LEARN_LITTLE", "MIN_GROUP_USERS",
            "NOISE_CALIBRATION", "SETTLE_MAX", "RoundDesign",
            "best_rounds", "design_curvature", "design_distance", "predicted_risk",
-           "resolve_rounds", "round_design", "round_spec", "rounds_advisory", "sgd_query",
+           "resolve_rounds", "round_design", "round_spec", "rounds_advisory", "sgd_advisories",
+           "sgd_query",
            "supports_at"]
 
 #: the share of the public curvature bound a model's loss has along its flattest
@@ -294,6 +295,17 @@ def rounds_advisory(record: dict[str, Any]) -> str | None:
             f"of the model (predicted risk {risk:.3g} against {r0:.3g} at theta0, design "
             f"values): expect about the constant predictor's quality; more users, a larger "
             f"epsilon or fewer features help")
+
+
+def sgd_advisories(spec: QuerySpec) -> list[str]:
+    """The notes a stored SGD query carries for whoever reads its plan or its result — the
+    same on every path (the scikit-style estimators warn them, the service's result and
+    preview list them): per-coordinate rounds, :func:`rounds_advisory` of the rounds record;
+    Kashin steps, :func:`steps_advisory` of their groups."""
+    cfg = SGDConfig(**spec.extra["sgd"])
+    note = (rounds_advisory(spec.extra.get("rounds") or {}) if cfg.per_coordinate
+            else steps_advisory(spec.users, spec.dim, cfg, int(cfg.t0 or 1)))
+    return [note] if note else []
 
 
 def round_spec(config: SGDConfig, theta: np.ndarray, n_t: int, m_ref: int, d: int,

@@ -102,15 +102,16 @@ def _forwarded(m: CollectorMetrics, front: str, req: Any, resp: Any, code: str) 
     """A shuffled batch (shuffle mode, ``ShuffleIntakeService``): its reports stored, or
     dropped as not opening to a valid report (INVALID_ARGUMENT); a re-sent batch is
     duplicates."""
-    items = getattr(req, "sealed", None)
-    if items is None:
+    items = getattr(req, "sealed", None)  # None: a stream of pieces (the answer counts)
+    if items is None and (resp is None or code != "OK"):
         return
-    m.bound(m.batch, front, "ForwardBatch").observe(len(items))
+    n = len(items) if items is not None else resp.stored + resp.refused
+    m.bound(m.batch, front, "ForwardBatch").observe(n)
     if resp is None or code != "OK":
-        if items:
-            _report(m, front, code, False, len(items))
+        if n:
+            _report(m, front, code, False, n)
     elif resp.duplicate:
-        _report(m, front, "OK", True, len(items))
+        _report(m, front, "OK", True, n)
     else:
         if resp.stored:
             _report(m, front, "OK", False, resp.stored)

@@ -35,7 +35,7 @@ from uldp.client.regimes import Grouping
 from uldp.client.tasks import validate_task
 from uldp.client.taskspec import TaskSpec
 from uldp.collector.estimators.accumulators import Accumulator
-from uldp.collector.models.rounds import round_design, round_spec, supports_at
+from uldp.collector.models.rounds import round_design, round_spec, sgd_advisories, supports_at
 from uldp.collector.models.sgd import (
     SGDConfig,
     partition,
@@ -354,4 +354,6 @@ class SGDProgram:
                 "users": self.spec.users, "samples": self.spec.samples,
                 "dim": self.spec.dim, "epsilon": self.spec.epsilon, "config": cfg,
                 "method": self.config.method, "rounds": self.spec.extra.get("rounds", {}),
-                "accounting": accounting(self, published)}
+                "accounting": accounting(self, published),
+                # the rounds/steps advisory (Result.advisories, `uldp query result`)
+                "advisories": sgd_advisories(self.spec)}

@@ -61,7 +61,7 @@ class CoreConfig:
     tick_s: float = 0.2
     enrollment_secret: str | None = None
     max_users: int = 10_000_000
-    commit_linger_ms: float = 5.0  # group commit: wait at most this long for more reports
+    commit_linger_ms: float = 20.0  # group commit: wait at most this long for more reports
     #: accept reports marked ``simulated`` (seeded noise) for every query; otherwise only
     #: queries created with ``"allow_simulated": true`` in their params accept them
     allow_simulated: bool = False

@@ -11,6 +11,7 @@ is :class:`uldp.collector.service.shuffled.ShuffleIntake`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import replace
 from pathlib import Path
@@ -73,20 +74,33 @@ class ShuffleIntakeServicer(shuffler_pb2_grpc.ShuffleIntakeServiceServicer):
                        for p, g, st, n, declined in q["cells"]])
         return self._run(context, run)
 
-    def ForwardBatch(self, request: shuffler_pb2.ForwardBatchRequest,
+    def ForwardBatch(self, requests: Iterator[shuffler_pb2.ForwardBatchRequest],
                      context: grpc.ServicerContext) -> shuffler_pb2.ForwardBatchResponse:
         def run() -> shuffler_pb2.ForwardBatchResponse:
+            first = next(requests, None)
+            if first is None:
+                raise ServiceError("INVALID_ARGUMENT", "a ForwardBatch stream with no piece")
             out = self.core.shuffled.forward(ForwardedBatch(
-                request.batch_id, request.query_id, request.phase, request.group,
-                request.stage, request.task_digest, list(request.sealed),
-                request.attested, request.verifier))
+                first.batch_id, first.query_id, first.phase, first.group,
+                first.stage, first.task_digest, list(first.sealed),
+                first.attested, first.verifier, first.size), _later(requests))
             if not out.duplicate:
                 log.info("query %s phase %d group %d stage %d: shuffled batch of %d stored "
-                         "(%d dropped)", request.query_id, request.phase, request.group,
-                         request.stage, out.stored, out.refused)
+                         "(%d dropped)", first.query_id, first.phase, first.group,
+                         first.stage, out.stored, out.refused)
             return shuffler_pb2.ForwardBatchResponse(duplicate=out.duplicate,
                                                      stored=out.stored, refused=out.refused)
         return self._run(context, run)
+
+
+def _later(requests: Iterator[shuffler_pb2.ForwardBatchRequest]) -> Iterator[list[bytes]]:
+    """The sealed reports of each later piece of a ForwardBatch stream; a later piece that
+    sets any other field is refused (only the first piece names the batch)."""
+    for r in requests:
+        if r.ListFields() and any(f.name != "sealed" for f, _ in r.ListFields()):
+            raise ServiceError("INVALID_ARGUMENT", "only the first piece of a ForwardBatch "
+                               "stream names the batch: a later piece carries only sealed")
+        yield list(r.sealed)
 
 
 class IntakeServer:

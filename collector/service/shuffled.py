@@ -39,17 +39,17 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from uldp.client.sealing import open_reports, seal_info
 from uldp.client.tasks import task_epsilon
 from uldp.client.taskspec import TaskSpec
+from uldp.client.wire import MAX_FORWARD_REPORTS
 from uldp.collector.accounting.guarantee import BOUND, shuffle_guarantee
 from uldp.collector.accounting.odometer import cells_of_privacy
 from uldp.collector.accounting.parameters import task_parameters
@@ -69,11 +69,14 @@ from uldp.collector.storage.shuffle import (
 )
 from uldp.collector.storage.writer import GroupCommitWriter, WriterUnavailable
 
-__all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "cell_sizes", "privacy_section"]
+__all__ = ["BATCH_ID", "ForwardedBatch", "ShuffleIntake", "cell_sizes",
+           "privacy_section"]
 
 #: batches of at least this many reports are opened by a pool of processes (outside the
-#: GIL: the collector stores one batch while the pool opens the next)
+#: GIL: the collector receives and stores while the pool opens)
 PARALLEL_OPEN = 256
+#: reports per job of the opening pool, at most (a piece is split into jobs this large)
+OPEN_JOB = 1000
 #: processes of that pool, at most (and at most the machine's cores)
 MAX_OPENERS = 8
 
@@ -103,7 +106,8 @@ Cell = tuple[int, int, int]
 
 @dataclass(frozen=True)
 class ForwardedBatch:
-    """A ForwardBatch request, decoded."""
+    """The first piece of a ForwardBatch stream, decoded: the batch's header and its first
+    reports (``sealed``); ``size`` is the reports of the whole batch (0: just these)."""
 
     batch_id: str
     query_id: str
@@ -114,6 +118,75 @@ class ForwardedBatch:
     sealed: Sequence[bytes]
     attested: int = 0  # reports from distinct subjects the shuffler's check attested
     verifier: str = ""  # the name of that check ("": none)
+    size: int = 0  # reports in the whole batch (0: the batch is ``sealed``)
+
+    @property
+    def total(self) -> int:
+        return self.size or len(self.sealed)
+
+
+class _Opening:
+    """The opening of one streamed batch, piece by piece as its pieces arrive: each new
+    ciphertext (a ciphertext repeated in the batch is opened once; its copies count as
+    dropped) goes to the opening pool at once — or is opened in this thread when the
+    batch is small or there is no pool — and :meth:`result` gives every opened report in
+    the batch's order once the last piece is in."""
+
+    def __init__(self, pool: ProcessPoolExecutor | None, key: bytes, info: bytes,
+                 length: int, limit: int, allow: bool) -> None:
+        self.pool, self.args = pool, (key, info, length, limit, allow)
+        self.seen: set[bytes] = set()
+        self.firsts: list[bytes] = []
+        self.parts: list[Future[list[bytes | None]] | list[bytes | None]] = []
+
+    def add(self, piece: Sequence[bytes]) -> None:
+        fresh = []
+        for s in piece:
+            if s not in self.seen:
+                self.seen.add(s)
+                fresh.append(s)
+        self.firsts += fresh
+        if self.pool is None:
+            if fresh:
+                self.parts.append(open_reports(*self.args, fresh))
+            return
+        step = max(1, min(OPEN_JOB, -(-len(fresh) // _workers())))
+        for i in range(0, len(fresh), step):
+            self.parts.append(self.pool.submit(open_reports, *self.args, fresh[i:i + step]))
+
+    def result(self) -> list[bytes | None]:
+        return [p for part in self.parts
+                for p in (part.result() if isinstance(part, Future) else part)]
+
+    def cancel(self) -> None:
+        for part in self.parts:
+            if isinstance(part, Future):
+                part.cancel()
+
+
+def _received(opening: _Opening, first: Sequence[bytes], rest: Iterable[Sequence[bytes]],
+              size: int) -> tuple[list[bytes], list[bytes | None]]:
+    """Every piece of a batch into ``opening`` — each checked against ``size`` before it
+    is opened — then (the batch's distinct ciphertexts, their opened reports) once the
+    stream has ended with exactly ``size`` reports; anything raised cancels the opening
+    (nothing is stored)."""
+    try:
+        opening.add(first)
+        got = len(first)
+        for piece in rest:
+            if got + len(piece) > size:  # before the piece is opened
+                raise ServiceError("INVALID_ARGUMENT", f"a piece of {len(piece)} reports "
+                                   f"takes the batch past its size {size} ({got} came "
+                                   "before it): nothing stored")
+            got += len(piece)
+            opening.add(piece)
+        if got < size:
+            raise ServiceError("INVALID_ARGUMENT", f"the stream ended after {got} of the "
+                               f"batch's {size} reports: nothing stored")
+        return opening.firsts, opening.result()
+    except BaseException:
+        opening.cancel()
+        raise
 
 
 class ShuffleIntake:
@@ -157,21 +230,6 @@ class ShuffleIntake:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _open(self, key: X25519PrivateKey, info: bytes, length: int, limit: int,
-              allow: bool, sealed: list[bytes]) -> list[bytes | None]:
-        """:func:`~uldp.client.sealing.open_reports` of a batch: in this thread, or — a
-        batch of at least :data:`PARALLEL_OPEN` on a machine with several cores — in
-        chunks over a pool of processes (one X25519 per report is the collector's main
-        cost in shuffle mode, and it holds the GIL). Order is kept."""
-        pool = self._openers() if len(sealed) >= PARALLEL_OPEN else None
-        if pool is None:
-            return open_reports(key.private_bytes_raw(), info, length, limit, allow, sealed)
-        step = -(-len(sealed) // _workers())
-        parts = pool.map(open_reports, *zip(*[
-            (key.private_bytes_raw(), info, length, limit, allow, sealed[i:i + step])
-            for i in range(0, len(sealed), step)], strict=True))
-        return [p for part in parts for p in part]
-
     def cells(self, rt: QueryRuntime) -> dict[Cell, int]:
         """:func:`cell_sizes` of a query, counted once (fixed at creation)."""
         got = self._cells.get(rt.query_id)
@@ -201,7 +259,8 @@ class ShuffleIntake:
 
     def _checked(self, b: ForwardedBatch) -> tuple[QueryRuntime, Any]:
         """The runtime and the task of a batch that passes every check of the batch as a
-        whole (ServiceError otherwise), in the order of shuffler.proto."""
+        whole (ServiceError otherwise), in the order of shuffler.proto: on its first
+        piece, with the size it announces, before any report is opened."""
         rt = self.catalogue.runtime(b.query_id)
         if rt is None:
             raise ServiceError("NOT_FOUND", f"unknown query {echo(b.query_id)}")
@@ -217,14 +276,14 @@ class ShuffleIntake:
         if slot is None:
             raise ServiceError("FAILED_PRECONDITION", f"phase {b.phase} of query {b.query_id} "
                                f"has no group {b.group} stage {b.stage}")
-        if len(b.sealed) < int(rt.shuffle["min_batch"]):
+        if b.total < int(rt.shuffle["min_batch"]):
             raise ServiceError("FAILED_PRECONDITION",
-                               f"a batch of {len(b.sealed)} reports is below the query's "
+                               f"a batch of {b.total} reports is below the query's "
                                f"minimum batch {rt.shuffle['min_batch']}")
         got, quota = int(ph["received"]), int(ph["quota"])
-        if got + len(b.sealed) > quota:  # before any report is opened (the store checks
+        if got + b.total > quota:  # before any report is opened (the store checks
             # again, under the phase's lock, what actually opened)
-            raise ServiceError("FAILED_PRECONDITION", f"a batch of {len(b.sealed)} reports "
+            raise ServiceError("FAILED_PRECONDITION", f"a batch of {b.total} reports "
                                f"would take phase {b.phase} of query {b.query_id} past its "
                                f"quota ({got} of {quota} received)")
         info = self.tasks.task_info(rt, {"grp": b.group, "stage": b.stage, "phase": b.phase,
@@ -235,16 +294,38 @@ class ShuffleIntake:
                                f"{b.task_digest[:16] or '<empty>'}… != {info.digest[:16]}…)")
         return rt, info
 
-    def forward(self, b: ForwardedBatch) -> BatchOutcome:
-        """Check, open and store one batch; a stored batch id is an OK duplicate."""
+    @staticmethod
+    def _head(b: ForwardedBatch) -> int:
+        """The checks of a batch's first piece that need no query (INVALID_ARGUMENT);
+        the batch's size."""
         if not BATCH_ID.fullmatch(b.batch_id):
             raise ServiceError("INVALID_ARGUMENT", "batch_id must be 32 lowercase hex digits")
-        if not 0 <= b.attested <= len(b.sealed):
+        size = b.total
+        if size > MAX_FORWARD_REPORTS:
+            raise ServiceError("INVALID_ARGUMENT", f"a batch of {size} reports is more than "
+                               f"the {MAX_FORWARD_REPORTS} one batch may hold (reports "
+                               "held in memory here until the batch is stored)")
+        if len(b.sealed) > size:
+            raise ServiceError("INVALID_ARGUMENT", f"the first piece holds {len(b.sealed)} "
+                               f"reports, more than the batch's size {size}")
+        if not 0 <= b.attested <= size:
             raise ServiceError("INVALID_ARGUMENT", f"attested {b.attested} is more than the "
-                               f"batch's {len(b.sealed)} reports")
+                               f"batch's {size} reports")
         if not VERIFIER.fullmatch(b.verifier):
             raise ServiceError("INVALID_ARGUMENT", "verifier must be at most 64 characters "
                                "of [a-z0-9-]")
+        return size
+
+    def forward(self, b: ForwardedBatch, rest: Iterable[Sequence[bytes]] = ()
+                ) -> BatchOutcome:
+        """Check, open and store one batch streamed in pieces: ``b`` is its first piece
+        (the header and the first reports), ``rest`` the sealed reports of each later
+        piece, in order. The batch as a whole is checked on the first piece; each piece is
+        checked against the announced size, then handed to the opening pool, before the
+        next is read; the whole batch is stored in one transaction once the stream has
+        ended with exactly ``size`` reports. Anything raised — a refusal, a stream that
+        breaks (``rest`` raises) — stores nothing. A stored batch id is an OK duplicate."""
+        size = self._head(b)
         if self.catalogue.runtime(b.query_id) is not None:
             old = self.db.stored_batch(b.query_id, b.batch_id)
             if old is not None:
@@ -257,12 +338,13 @@ class ShuffleIntake:
                                f"sealing key {rt.shuffle['key_id']} of query {b.query_id}")
         hinfo = seal_info(b.query_id, b.phase, b.group, b.stage, b.task_digest)
         allow = self.allow_simulated or rt.allow_simulated
-        firsts = list(dict.fromkeys(b.sealed))  # a ciphertext twice is one report at most
-        opened = self._open(key, hinfo, info.length, info.limit, allow, firsts)
+        opening = _Opening(self._openers() if size >= PARALLEL_OPEN else None,
+                           key.private_bytes_raw(), hinfo, info.length, info.limit, allow)
+        firsts, opened = _received(opening, b.sealed, rest, size)
         opened = keep_valid(info, opened)  # the task's report rule (issue 28): dropped, counted
         kept = [i for i, p in enumerate(opened) if p is not None]
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,
-                              len(b.sealed), [opened[i] or b"" for i in kept],
+                              size, [opened[i] or b"" for i in kept],
                               int(rt.spec.users), b.attested if b.verifier else 0, b.verifier,
                               [sealed_digest(firsts[i]) for i in kept])
         try:

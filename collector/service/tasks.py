@@ -118,6 +118,23 @@ class TaskServer:
             for a in self.db.get_assignments(q, devs):
                 self.remember(a)
 
+    def prefetch_devices(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Load the uncached assignments of many (query, device) pairs together with the
+        same devices' assignments to every other running query, in one statement: a
+        device that reports to several queries through a balancer that spreads its calls
+        over the replicas (``--route any``) then misses once per replica, not once per
+        query and replica. Committed assignments never change, so caching the extra
+        rows is exact (issue 28)."""
+        with self._lock:
+            missing = [(q, d) for q, d in pairs if (q, d) not in self._assignments]
+        if not missing:
+            return
+        # the running queries as last read (no read here: a query started since then is
+        # only missed once more; one that ended meanwhile only adds rows that are right)
+        queries = [q for q, _ in missing] + [r["query_id"] for r in self._running[1]]
+        for a in self.db.get_assignments_of(queries, [d for _, d in missing]):
+            self.remember(a)
+
     # ---- tasks ------------------------------------------------------------------------
     def task_info(self, rt: QueryRuntime, a: dict[str, Any]) -> TaskInfo:
         """The task of assignment ``a`` (its phase must be open, or closed: its earlier
@@ -258,7 +275,8 @@ class AssignmentLoader:
     """Loads the assignments a replica has not cached yet for the asyncio servicer: off
     the event loop (in ``pool``) and many at a time. Misses that arrive while one read is
     under way wait for the next one, which fetches them all (``prefetch_assignments``:
-    one SELECT per query) — group commit for reads. Without it each miss was a database
+    one SELECT, which also takes the devices' assignments to the other running queries:
+    ``TaskServer.prefetch_devices``) — group commit for reads. Without it each miss was a database
     round trip *on the loop*, stalling every other call of the replica; with N replicas
     N − 1 in N devices miss on their first report (issue 28)."""
 
@@ -287,7 +305,7 @@ class AssignmentLoader:
                 self.reads += 1
                 # a failed read: each caller's own look-up then fails and reports it
                 with contextlib.suppress(Exception):
-                    await loop.run_in_executor(self.pool, self.tasks.prefetch_assignments,
+                    await loop.run_in_executor(self.pool, self.tasks.prefetch_devices,
                                                list(batch))
                 for futs in batch.values():
                     for f in futs:

@@ -20,8 +20,8 @@ uniform order, an OS-keyed ChaCha20 stream; ``ShufflerStore.draw``) when
 
 * the bucket holds at least ``T + B`` reports: it draws ``B``, so that at least ``T``
   remain for the next batch (``B`` = max(T, ⌈placed / ``batch_parts``⌉), at most
-  ``max_batch`` and what one message carries: a cell goes out in about ``batch_parts``
-  batches, the first opened at the collector while the rest still arrive); or
+  ``max_batch``: a cell goes out in about ``batch_parts`` batches, the first opened at the
+  collector while the rest still arrive); or
 * it holds at least ``T`` and its cell is complete, or its phase's deadline is less than
   ``deadline_margin_s`` away: it draws them all; or
 * it holds at least ``2T`` and has been quiet for ``linger_s``: it draws all but ``T``;
@@ -40,8 +40,13 @@ until the deadline. A bucket below ``T`` waits; when its phase is no longer open
 dropped (counted, logged): those reports could only have been released in a batch smaller than
 promised. Drawn batches are sent with ``ForwardBatch`` under their id, with the number of
 distinct attested subjects in them, until the collector answers; a definitive refusal is
-recorded and the batch dropped. Once a batch is answered the shuffler forgets which slot
-sent which of its reports.
+recorded and the batch dropped. A batch is streamed in pieces of at most
+:data:`FORWARD_PIECE` reports (and one message), in its drawn order: the collector opens
+each piece as it arrives and stores the batch once the last is in, so its opening runs
+while the rest of the batch is still on the wire. A complete cell's single batch starts
+streaming while its draw is being recorded, its last piece only once the record has
+committed (:meth:`Forwarder._draw_and_send`). Once a batch is answered the shuffler
+forgets which slot sent which of its reports.
 """
 
 from __future__ import annotations
@@ -50,19 +55,26 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from uldp.client.transport import RETRYABLE
-from uldp.client.wire import AUTH_METADATA_KEY, MAX_BATCH_ITEMS, shuffler_pb2, shuffler_pb2_grpc
+from uldp.client.wire import (
+    AUTH_METADATA_KEY,
+    MAX_BATCH_ITEMS,
+    MAX_FORWARD_REPORTS,
+    shuffler_pb2,
+    shuffler_pb2_grpc,
+)
 from uldp.collector.security.attestation import EnrolmentVerifier
 from uldp.collector.security.tickets import TicketKey
 from uldp.collector.service.errors import ServiceError, batch_too_large, echo
 from uldp.collector.shuffler.checks import Checkers, precheck
+from uldp.collector.shuffler.link import CollectorLink, PhaseInfo, QueryInfo
 from uldp.collector.shuffler.store import (
     Admission,
     Bucket,
@@ -72,8 +84,9 @@ from uldp.collector.shuffler.store import (
     judge,
 )
 
-__all__ = ["DEFAULT_BATCH_PARTS", "MAX_SEALED_BATCH", "TEST_PAUSE_ENV", "Forwarder",
-           "PhaseInfo", "QueryInfo", "ShufflerConfig", "ShufflerServicer"]
+__all__ = ["DEFAULT_BATCH_PARTS", "FORWARD_PIECE", "MAX_SEALED_BATCH", "TEST_PAUSE_ENV",
+           "CollectorLink", "Forwarder", "PhaseInfo", "QueryInfo", "ShufflerConfig",
+           "ShufflerServicer"]
 
 log = logging.getLogger("uldp.shuffler")
 
@@ -90,6 +103,10 @@ MAX_SEALED_BATCH = MAX_BATCH_ITEMS
 #: as 1/√n); docs/privacy.md §7 "Batch sizes"
 DEFAULT_BATCH_PARTS = 1
 
+#: reports per piece of a forwarded batch, at most (fewer when the piece would not fit in
+#: one message): the collector starts opening a batch once its first piece is in
+FORWARD_PIECE = 1000
+
 #: the forwarder ticks at most this often when woken by admissions (seconds)
 MIN_TICK_GAP_S = 0.02
 
@@ -98,7 +115,7 @@ MIN_TICK_GAP_S = 0.02
 @dataclass(frozen=True)
 class ShufflerConfig:
     min_batch: int = 100  # the shuffler's own floor on every batch
-    max_batch: int = 50_000  # at most this many reports per batch (and per message)
+    max_batch: int = 50_000  # at most this many reports per batch (<= MAX_FORWARD_REPORTS)
     #: a cell is forwarded in about this many batches of at least ceil(placed / parts)
     #: (1: each cell in one batch once complete; docs/privacy.md §7 "Batch sizes")
     batch_parts: int = DEFAULT_BATCH_PARTS
@@ -113,68 +130,8 @@ class ShufflerConfig:
     max_message_bytes: int = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class PhaseInfo:
-    state: str
-    deadline_ms: int
-    quota: int = 0  # slots placed in the phase
-    declined: int = 0  # of which declined their task
-
-
-@dataclass(frozen=True)
-class QueryInfo:
-    """What the collector says about a query (public): GetShuffleQuery."""
-
-    shuffled: bool
-    min_batch: int
-    phases: dict[int, PhaseInfo]
-    cells: dict[tuple[int, int, int], int]  # (phase, group, stage) -> devices placed there
-    users: int = 0  # slots 0 .. users - 1
-    #: (phase, group, stage) -> devices placed there that declined their task
-    declined: dict[tuple[int, int, int], int] = field(default_factory=dict)
-
-
 _MISSING = PhaseInfo("missing", 0)
 _UNASKED: Any = object()  # a query not asked for yet in this call
-
-
-class CollectorLink:
-    """The shuffler's client of the collector's shuffler port (mutual TLS), with a short
-    cache of each query's public parameters."""
-
-    def __init__(self, channel: grpc.Channel, ttl_s: float) -> None:
-        self.stub = shuffler_pb2_grpc.ShuffleIntakeServiceStub(channel)
-        self.ttl_s = ttl_s
-        self._cache: dict[str, tuple[float, QueryInfo | None]] = {}
-        self._lock = threading.Lock()
-        self.polls = 0  # GetShuffleQuery calls made (metrics)
-
-    def query(self, query_id: str, fresh: bool = False) -> QueryInfo | None:
-        """The query's info; None if the collector knows no such query. Raises
-        grpc.RpcError when the collector cannot be asked."""
-        with self._lock:
-            hit = self._cache.get(query_id)
-        if hit is not None and not fresh and time.monotonic() - hit[0] < self.ttl_s:
-            return hit[1]
-        try:
-            self.polls += 1
-            q = self.stub.GetShuffleQuery(
-                shuffler_pb2.GetShuffleQueryRequest(query_id=query_id), timeout=10)
-            info: QueryInfo | None = QueryInfo(
-                q.shuffled, q.min_batch,
-                {p.phase: PhaseInfo(p.state, p.deadline_ms, p.quota, p.declined)
-                 for p in q.phases},
-                {(c.phase, c.group, c.stage): c.devices for c in q.cells}, q.users,
-                {(c.phase, c.group, c.stage): c.declined for c in q.cells if c.declined})
-        except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
-                raise
-            info = None
-        with self._lock:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[query_id] = (time.monotonic(), info)
-        return info
 
 
 def _status(code: str) -> int:
@@ -352,6 +309,22 @@ def _no_token(context: grpc.ServicerContext) -> None:
                                "SealedReport.ticket, never the collector token")
 
 
+class _Gate:
+    """Whether a batch sent while its draw was being recorded got recorded (set once)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._ok = False
+
+    def open(self, ok: bool) -> None:
+        self._ok = ok
+        self._done.set()
+
+    def wait(self) -> bool:
+        self._done.wait()
+        return self._ok
+
+
 class Forwarder:
     """Draws batches from quiet or full buckets and sends them (module docstring)."""
 
@@ -420,11 +393,11 @@ class Forwarder:
             self._round(wait)
 
     def _round(self, wait: bool) -> None:
+        started: list[Future[None]] = []
         for b in self.store.buckets():
-            self._consider(b)
+            started += self._consider(b)
         with self._lock:
             busy, free = frozenset(self._sending), self.config.senders - len(self._sending)
-        started = []
         for batch in self.store.unsent(busy, max(0, free)):
             if self._stop.is_set():
                 break
@@ -435,10 +408,10 @@ class Forwarder:
             for f in started:
                 f.result()
 
-    def _send_then_free(self, batch: DrawnBatch) -> None:
+    def _send_then_free(self, batch: DrawnBatch, gate: _Gate | None = None) -> None:
         answered = False
         try:
-            answered = self._send(batch)
+            answered = self._send(batch, gate)
         except Exception:
             log.exception("forwarding batch %s", batch.batch_id)
         finally:
@@ -447,23 +420,23 @@ class Forwarder:
         if answered:
             self.wake()  # a sender is free: the next drawn batch goes now
 
-    def _per_message(self, b: Bucket) -> int:
-        fit = (self.config.max_message_bytes - 4096) // (b.max_bytes + 8)
-        return max(1, min(self.config.max_batch, fit))
+    def _per_batch(self) -> int:
+        return max(1, min(self.config.max_batch, MAX_FORWARD_REPORTS))
 
     def _batch_size(self, b: Bucket, q: QueryInfo, t: int) -> int:
         """The size of the batches drawn from ``b`` before its cell completes: at least
-        ``ceil(placed / batch_parts)`` and at least ``t``, at most ``--max-batch`` and
-        what one message carries."""
+        ``ceil(placed / batch_parts)`` and at least ``t``, at most ``--max-batch``."""
         placed = q.cells.get((b.phase, b.group, b.stage), 0)
         want = max(t, -(-placed // max(1, self.config.batch_parts)))
-        return min(self._per_message(b), want)
+        return min(self._per_batch(), want)
 
-    def _consider(self, b: Bucket) -> None:
+    def _consider(self, b: Bucket) -> list[Future[None]]:
+        """Draw what is due in bucket ``b``; the sends started already (a complete cell's
+        single batch goes out while its draw is being recorded: :meth:`_draw_and_send`)."""
         try:
             q = self.link.query(b.query_id)
         except grpc.RpcError:
-            return  # ask again next tick
+            return []  # ask again next tick
         ph = q.phases.get(b.phase, _MISSING) if q else _MISSING
         if q is None or not q.shuffled or ph.state not in ("open", "pending"):
             n = self.store.drop_bucket(b)
@@ -471,10 +444,10 @@ class Forwarder:
             log.warning("query %s phase %d group %d stage %d is %s: dropped %d reports that "
                         "never made a batch", b.query_id, b.phase, b.group, b.stage,
                         ph.state, n)
-            return
+            return []
         t = max(self.config.min_batch, q.min_batch)
-        if t > self._per_message(b):
-            return  # cannot form a batch this large in one message: wait for the phase end
+        if t > self._per_batch():
+            return []  # cannot form a batch this large: wait for the phase end
         now_ms = self.clock() * 1000
         near = bool(ph.deadline_ms) and (
             ph.deadline_ms - now_ms <= self.config.deadline_margin_s * 1000)
@@ -482,19 +455,23 @@ class Forwarder:
         # completeness first, then the count: once complete, no report can come after
         # the count is read, so "draw them all" leaves nothing behind (``b`` is a
         # snapshot from the start of the tick; admissions go on meanwhile)
-        done = near or self._complete(q, ph, b)
+        complete = self._complete(q, ph, b)
+        done = near or complete
         count = self.store.pending(b)
         big = self._batch_size(b, q, t)
         while count >= t + big:  # full batches, keeping at least T for the next
             self._draw(b, big, count)
             count -= big
         if count >= t and done:
-            if count > self._per_message(b) and count >= 2 * t:  # two, each >= T
+            if count > self._per_batch() and count >= 2 * t:  # two, each >= T
                 self._draw(b, count // 2, count)
                 count -= count // 2
+            elif complete:  # the whole (complete) cell: no report can join it any more
+                return [f for f in (self._draw_and_send(b, count),) if f is not None]
             self._draw(b, count, count)
         elif count >= 2 * t and quiet:
             self._draw(b, count - t, count)  # keep T back: the cell's tail goes with them
+        return []
 
     def _complete(self, q: QueryInfo, ph: PhaseInfo, b: Bucket) -> bool:
         """Whether no more reports can come to ``b``'s cell: every device the query
@@ -512,16 +489,61 @@ class Forwarder:
         log.info("query %s phase %d group %d stage %d: drew batch %s of %d reports (%d left)",
                  b.query_id, b.phase, b.group, b.stage, batch, size, count - size)
 
-    def _send(self, batch: DrawnBatch) -> bool:
-        """Send one batch; whether the collector answered it (False: retry later)."""
-        req = shuffler_pb2.ForwardBatchRequest(
-            batch_id=batch.batch_id, query_id=batch.query_id, phase=batch.phase,
-            group=batch.group, stage=batch.stage, task_digest=batch.task_digest,
-            sealed=batch.sealed, attested=batch.attested, verifier=batch.verifier)
+    def _draw_and_send(self, b: Bucket, size: int) -> Future[None] | None:
+        """Draw a complete cell's whole bucket as one batch and start sending it while
+        the draw is being recorded: every piece but the last goes out (and is opened at
+        the collector) during the draw's transaction; the last — without which the
+        collector stores nothing — only once that transaction has committed. If it fails
+        (or the shuffler dies first), the stream is broken, nothing is stored, and the
+        same reports — the cell is complete: no other can join them — are drawn again."""
+        plan = self.store.plan(b, size, self.verifier_name)
+        if plan is None:
+            return None
+        gate = _Gate()
+        with self._lock:
+            self._sending.add(plan.batch.batch_id)
+        fut = self._senders.submit(self._send_then_free, plan.batch, gate)
         try:
-            resp = self.link.stub.ForwardBatch(req, timeout=60)
+            self.store.commit(plan)
+        except BaseException:
+            gate.open(False)
+            raise
+        gate.open(True)
+        log.info("query %s phase %d group %d stage %d: drew batch %s of %d reports (the "
+                 "cell's last)", b.query_id, b.phase, b.group, b.stage, plan.batch.batch_id,
+                 size)
+        return fut
+
+    def _pieces(self, batch: DrawnBatch, gate: _Gate | None = None
+                ) -> Iterator[shuffler_pb2.ForwardBatchRequest]:
+        """The ForwardBatch stream of a batch: the header and the first reports, then the
+        rest in pieces of at most :data:`FORWARD_PIECE` reports and one message; the last
+        piece only once ``gate`` says the batch is recorded (raises if it was not: the
+        stream breaks and the collector stores nothing)."""
+        widest = max((len(s) for s in batch.sealed), default=1)
+        step = max(1, min(FORWARD_PIECE,
+                          (self.config.max_message_bytes - 4096) // (widest + 8)))
+        starts = range(0, max(1, len(batch.sealed)), step)
+        for i in starts:
+            if gate is not None and i == starts[-1] and not gate.wait():
+                raise RuntimeError(f"batch {batch.batch_id} was not recorded: not sent")
+            if i == 0:
+                yield shuffler_pb2.ForwardBatchRequest(
+                    batch_id=batch.batch_id, query_id=batch.query_id, phase=batch.phase,
+                    group=batch.group, stage=batch.stage, task_digest=batch.task_digest,
+                    sealed=batch.sealed[:step], attested=batch.attested,
+                    verifier=batch.verifier, size=len(batch.sealed))
+            else:
+                yield shuffler_pb2.ForwardBatchRequest(sealed=batch.sealed[i:i + step])
+
+    def _send(self, batch: DrawnBatch, gate: _Gate | None = None) -> bool:
+        """Send one batch; whether the collector answered it (False: retry later)."""
+        try:
+            resp = self.link.stub.ForwardBatch(self._pieces(batch, gate), timeout=60)
         except grpc.RpcError as exc:
-            if exc.code() in RETRYABLE:
+            if gate is not None and not gate.wait():
+                return False  # its draw was never recorded: nothing to retry or record
+            if exc.code() in RETRYABLE or exc.code() == grpc.StatusCode.CANCELLED:
                 log.info("batch %s: collector unavailable (%s); retrying", batch.batch_id,
                          exc.code().name)
                 return False

@@ -29,8 +29,10 @@ See ``docs/privacy.md`` §7 ("Shuffle mode"). Tables:
                  answered, then ``forwarded`` or ``refused``) and the collector's counts.
 
 A report is acknowledged only after the transaction that inserts its rows has committed
-(fsynced); a call whose transaction fails has committed nothing. A batch is drawn in one
-transaction (rows and their order fixed) *before* it is sent, so after a crash the same
+(fsynced); a call whose transaction fails has committed nothing. A batch is recorded in
+one transaction (rows and their order fixed) before the collector can store it (before it
+is sent, or — a complete cell's batch, :meth:`ShufflerStore.plan` then
+:meth:`ShufflerStore.commit` — before its last piece is sent), so after a crash the same
 batch, in the same order, is re-sent under the same id and the collector stores it at most
 once.
 """
@@ -53,8 +55,8 @@ import numpy as np
 
 from uldp.client.randomness import RandomSource
 
-__all__ = ["FORGOTTEN", "Bucket", "DrawnBatch", "ShufflerStore", "Submission", "draw_order",
-           "subject_hash"]
+__all__ = ["FORGOTTEN", "Bucket", "DrawPlan", "DrawnBatch", "ShufflerStore", "Submission",
+           "draw_order", "subject_hash"]
 
 SCHEMA_VERSION = 2
 
@@ -196,6 +198,16 @@ class DrawnBatch:
     sealed: list[bytes]  # in the batch's random order
     attested: int = 0  # distinct attested subjects among them
     verifier: str = ""  # the enrolment check that attested them ("": none)
+
+
+@dataclass(frozen=True)
+class DrawPlan:
+    """A drawn batch not yet recorded (:meth:`ShufflerStore.plan`): the batch (its
+    ``sealed`` in the drawn order, or empty), its bucket, and its rows' ids in order."""
+
+    batch: DrawnBatch
+    bucket: Bucket
+    order: list[int]
 
 
 #: the page cache of the shuffler's database (KiB, fixed: the waiting reports of a cell
@@ -396,28 +408,67 @@ class ShufflerStore:
         stream, :func:`draw_order`); the batch id, or None if the bucket has fewer reports
         now. The batch records how many distinct attested subjects it holds and the name
         of the enrolment check (``verifier``) that attested them."""
+        plan = self.plan(b, size, verifier, sealed=False)
+        if plan is None:
+            return None
+        self.commit(plan)
+        return plan.batch.batch_id
+
+    def plan(self, b: Bucket, size: int, verifier: str = "", sealed: bool = True
+             ) -> DrawPlan | None:
+        """The draw of :meth:`draw` (subset, order, batch id, attested subjects) and — with
+        ``sealed`` — the batch's sealed reports in that order, without writing anything;
+        None if the bucket has fewer than ``size`` reports. :meth:`commit` records it."""
         where, args = self._bucket_where(b)
-        with self._tx() as db:
-            rows = db.execute(f"SELECT id, subject FROM pending WHERE {where}", args).fetchall()
+        with self._lock:
+            rows = self._db.execute(f"SELECT id, subject FROM pending WHERE {where}",
+                                    args).fetchall()
             if len(rows) < size:
                 return None
             # a uniform subset, in uniform random order (OS-keyed ChaCha20, exact)
             chosen = [rows[i] for i in draw_order(len(rows), size)]
             attested = len({bytes(s) for _, s in chosen if s is not None})
-            batch_id = secrets.token_hex(16)
-            # in the rows' own order (their random positions in ``pos``): a pass over
-            # the table, not a random walk through pages the cache does not hold
-            ids: list[tuple[int, int]] = sorted((int(i), k) for k, (i, _) in enumerate(chosen))
-            db.executemany("UPDATE pending SET batch_id = ?, pos = ?, subject = NULL, "
-                           "received_at_ms = 0 WHERE id = ?",
-                           [(batch_id, k, i) for i, k in ids])
+            order = [int(i) for i, _ in chosen]
+            got: list[bytes] = []
+            if sealed:
+                by_id: dict[int, bytes] = {}
+                for k in range(0, size, _CHUNK):
+                    part = order[k:k + _CHUNK]
+                    by_id.update((int(i), bytes(v)) for i, v in self._db.execute(
+                        f"SELECT id, sealed FROM pending WHERE id IN ({','.join('?' * len(part))})",
+                        part))
+                got = [by_id[i] for i in order]
+        batch = DrawnBatch(secrets.token_hex(16), b.query_id, b.phase, b.group, b.stage,
+                           b.task_digest, got, attested if verifier else 0, verifier)
+        return DrawPlan(batch, b, order)
+
+    def commit(self, plan: DrawPlan) -> None:
+        """Record a planned draw in one transaction: its rows take the batch id and their
+        random positions and forget their subject and arrival time, the batch row is
+        written, the bucket's count goes down. RuntimeError (nothing written) if a row of
+        the plan is gone or in another batch by now."""
+        b, batch = plan.bucket, plan.batch
+        # in the rows' own order (their random positions in ``pos``): a pass over the
+        # table, not a random walk through pages the cache does not hold
+        ids = sorted((i, k) for k, i in enumerate(plan.order))
+        with self._tx() as db:
+            n = 0
+            for i in range(0, len(ids), _CHUNK):
+                part = ids[i:i + _CHUNK]
+                cur = db.executemany(
+                    "UPDATE pending SET batch_id = ?, pos = ?, subject = NULL, "
+                    "received_at_ms = 0 WHERE id = ? AND batch_id IS NULL",
+                    [(batch.batch_id, k, r) for r, k in part])
+                n += cur.rowcount
+            if n != len(ids):
+                raise RuntimeError(f"batch {batch.batch_id}: {len(ids) - n} of its reports "
+                                   "changed since it was drawn; not recorded")
             db.execute("INSERT INTO batches (batch_id, query_id, phase, grp, stage, "
                        "task_digest, size, attested, verifier, state, created_at_ms) VALUES "
                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, 'forwarding', ?)",
-                       (batch_id, b.query_id, b.phase, b.group, b.stage, b.task_digest,
-                        size, attested if verifier else 0, verifier, _now_ms()))
-            self._recount(db, b, size)
-        return batch_id
+                       (batch.batch_id, b.query_id, b.phase, b.group, b.stage, b.task_digest,
+                        len(ids), batch.attested, batch.verifier, _now_ms()))
+            self._recount(db, b, len(ids))
 
     def unsent(self, skip: frozenset[str] = frozenset(), limit: int = 1 << 30
                ) -> list[DrawnBatch]:

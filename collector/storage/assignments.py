@@ -146,6 +146,27 @@ class AssignmentTables(Tables):
                 out[r[1]] = _row(r)
         return out
 
+    def get_assignments_of(self, query_ids: Sequence[str], device_ids: Sequence[str]
+                           ) -> list[dict[str, Any]]:
+        """The assignments of ``device_ids`` to any of ``query_ids`` (one statement per
+        :data:`_IN_CHUNK` devices, on the primary key). A committed assignment never
+        changes, so a replica may cache every row it reads."""
+        qs, ids = list(dict.fromkeys(query_ids)), list(dict.fromkeys(device_ids))
+        if not qs or not ids:
+            return []
+
+        def work(cur: Any) -> list[dict[str, Any]]:
+            out = []
+            for k in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[k:k + _IN_CHUNK]
+                cur.execute(self._mark(f"SELECT {_COLS} FROM {_A} a WHERE a.query_id "
+                                       f"{self._in_list(len(qs))} AND a.device_id "
+                                       f"{self._in_list(len(chunk))}"),
+                            [*self._ids(qs), *self._ids(chunk)])
+                out += [_row(r) for r in cur.fetchall()]
+            return out
+        return self.read_with(work)
+
     def device_status(self, query_id: str, device_id: str
                       ) -> tuple[dict[str, Any] | None, bool]:
         """(assignment or None, whether a report of this device is stored)."""

@@ -33,12 +33,13 @@ class _Stub:
         self.sizes: list[int] = []
         self.sent = threading.Event()
 
-    def ForwardBatch(self, req: Any, timeout: float) -> Any:
-        self.sizes.append(len(req.sealed))
+    def ForwardBatch(self, pieces: Any, timeout: float) -> Any:
+        n = sum(len(r.sealed) for r in pieces)  # the stream of one batch's pieces
+        self.sizes.append(n)
         self.sent.set()
 
         class _Resp:
-            stored, refused, duplicate = len(req.sealed), 0, False
+            stored, refused, duplicate = n, 0, False
         return _Resp()
 
 

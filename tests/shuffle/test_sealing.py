@@ -167,7 +167,10 @@ def test_the_collector_opens_a_batch_in_order_and_drops_what_fails(monkeypatch):
     intake = sh.ShuffleIntake.__new__(sh.ShuffleIntake)
     intake._pool, intake._pool_lock = None, threading.Lock()
     try:
-        assert intake._open(sk, info, 2, 50, False, good + bad) == want + [None] * 6
+        opening = sh._Opening(intake._openers(), raw, info, 2, 50, False)
+        opening.add(good[:4])  # two pieces, as a streamed batch: jobs over the pool
+        opening.add(good[4:] + bad + good[:2])  # copies of a ciphertext: opened once
+        assert opening.result() == want + [None] * 6
         assert intake._pool is not None or (os.cpu_count() or 1) < 2
     finally:
         intake.close()

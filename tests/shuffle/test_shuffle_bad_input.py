@@ -70,6 +70,7 @@ def test_shuffler_serve_names_the_flag(deployment: Deployment, tmp_path, capsys)
             (["--ticket-key-file", str(bad)], "--ticket-key-file"),
             ([*tpk, "--attestation-key-file", str(bad)], "--attestation-key-file"),
             ([*tpk, "--min-batch", "50", "--max-batch", "10"], "--max-batch"),
+            ([*tpk, "--max-batch", "100001"], "--max-batch 100001: at most 100000"),
             ([*tpk, "--checkers", "65"], "--checkers 65: at most 64"),
             # --min-batch 1 is allowed (each query's own minimum of at least 2 applies):
             # the next mistake is the one reported
@@ -210,7 +211,7 @@ def test_the_collector_checks_batches_and_drops_what_does_not_open(deployment, q
         req.update(kw)
         with secure_channel(ep) as ch:
             return shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch).ForwardBatch(
-                shuffler_pb2.ForwardBatchRequest(**req), timeout=30)
+                iter([shuffler_pb2.ForwardBatchRequest(**req)]), timeout=30)
 
     for kw, code, why in ((dict(batch_id="x"), "INVALID_ARGUMENT", "batch_id"),
                           (dict(sealed=[os.urandom(57)] * 5), "FAILED_PRECONDITION",

@@ -285,7 +285,7 @@ def test_the_collector_refuses_a_batch_past_the_quota_and_stores_a_ciphertext_on
     with secure_channel(ep) as ch:
         stub = shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch)
         with pytest.raises(grpc.RpcError) as e:
-            stub.ForwardBatch(req, timeout=30)
+            stub.ForwardBatch(iter([req]), timeout=30)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "past its quota" in (e.value.details() or "")
         for bad, why in ((dict(attested=42), "attested"), (dict(verifier="Bad Name"),
@@ -295,7 +295,7 @@ def test_the_collector_refuses_a_batch_past_the_quota_and_stores_a_ciphertext_on
             for k, v in bad.items():
                 setattr(r2, k, v)
             with pytest.raises(grpc.RpcError) as e:
-                stub.ForwardBatch(r2, timeout=30)
+                stub.ForwardBatch(iter([r2]), timeout=30)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and why in \
                 (e.value.details() or "")
     assert _received(d, "quota") == [(0, 40)]
@@ -305,7 +305,8 @@ def test_the_collector_refuses_a_batch_past_the_quota_and_stores_a_ciphertext_on
     copies.sealed.extend([req.sealed[0]] * 20 + [_sealed(t)])
     copies.attested = 2
     with secure_channel(ep) as ch:
-        out = shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch).ForwardBatch(copies, timeout=30)
+        out = shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch).ForwardBatch(iter([copies]),
+                                                                          timeout=30)
     assert (out.stored, out.refused) == (2, 19)
     assert _received(d, "quota") == [(2, 40)]
 
@@ -332,12 +333,12 @@ def test_a_ciphertext_replayed_in_another_batch_is_stored_once(deployment):
 
     with secure_channel(ep) as ch:
         stub = shuffler_pb2_grpc.ShuffleIntakeServiceStub(ch)
-        out = stub.ForwardBatch(batch(first), timeout=30)
+        out = stub.ForwardBatch(iter([batch(first)]), timeout=30)
         assert (out.stored, out.refused, out.duplicate) == (12, 0, False)
         # 10 of the same ciphertexts again, with 2 fresh ones, under a new batch id
-        out = stub.ForwardBatch(batch(first[:10] + [_sealed(t), _sealed(t)]), timeout=30)
+        out = stub.ForwardBatch(iter([batch(first[:10] + [_sealed(t), _sealed(t)])]), timeout=30)
         assert (out.stored, out.refused, out.duplicate) == (2, 10, False)
-        out = stub.ForwardBatch(batch(first[2:]), timeout=30)  # only replays: nothing new
+        out = stub.ForwardBatch(iter([batch(first[2:])]), timeout=30)  # only replays: nothing new
         assert (out.stored, out.refused) == (0, 10)
     assert _received(d, "rebatch")[t.phase - 1][0] == 14
     est = _wait_done(d, "rebatch", timeout_s=60)
