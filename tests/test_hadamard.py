@@ -488,7 +488,7 @@ def test_the_paired_records_measure_the_users_spread_exactly_from_two_sums():
 def test_users_who_differ_get_a_fallback_interval_without_their_spread():
     """Users who differ at ε = 8 (the oracle's noise small): the one-record interval counts
     the users' spread and covered 0.994 here (20 runs); the probe's paired records measure
-    it (``B̂``, never more than it), the variance leaves ``B̂ − 2se`` out once for all users,
+    it (``B̂``, never more than it), the variance leaves ``B̂ − se`` out once for all users,
     and the window phase reports two records (40 seeds: coverage 0.956, mean z² 0.875)."""
     cover, ratio = [], []
     for seed in range(8):
@@ -534,13 +534,14 @@ def test_the_spread_rule_weighs_the_fallback_the_probe_makes():
 
 def test_the_fallback_variance_overstates_only_by_what_no_collector_can_see():
     """The fallback's stated variance on the exact expected sums of a population whose users
-    hold 1–100 records and differ (Dirichlet): ``Σ_k w_k² S_k/n_k − (B̂ − 2se)/n`` is the
+    hold 1–100 records and differ (Dirichlet): ``Σ_k w_k² S_k/n_k − (B̂ − Z se)/n`` is the
     estimate's variance around the mean over all ``n`` users (the spread phase's included)
-    plus ``(C + 2se)/n``, ``C = E_i Σ_v f_iv(1 − f_iv)/(m_i − 1)`` — the paired records
+    plus ``(C + Z se)/n``, ``C = E_i Σ_v f_iv(1 − f_iv)/(m_i − 1)`` — the paired records
     cannot tell the users' spread from it without each ``m_i`` — and never less. The
     interval of before (skewed at 0.976) over-stated by 1.4× that here."""
     from uldp.collector.mechanisms import ORACLE_DECODERS
     from uldp.collector.methods.hadamard_pairs import (
+        Z_SPREAD,
         _variances,
         _weighted_variance,
         pair_oracle,
@@ -581,12 +582,12 @@ def test_the_fallback_variance_overstates_only_by_what_no_collector_can_see():
     C = np.where(m[:, None] >= 2, F * (1 - F) / np.maximum(m - 1, 1)[:, None], 0).mean(0)
     assert np.all(stated >= true)
     np.testing.assert_allclose(v["B"], B - C, rtol=0.02)  # B̂ = B − C on the expected sums
-    # over-stated by C and the 2 se B̂ is taken out less, over n
-    low = np.maximum(v["B"] - 2 * v["seB"], 0.0)
+    # over-stated by C and the Z se B̂ is taken out less, over n
+    low = np.maximum(v["B"] - Z_SPREAD * v["seB"], 0.0)
     np.testing.assert_allclose(stated - true, (B - low) / n, rtol=0.03,
                                atol=1e-3 * float(true.min()))
     assert 1.02 < float(np.sum(stated) / np.sum(true)) < 1.3
-    # before: one-record users at S² − (B̂ − 2se), two-record users at the paired variance, the
+    # before: one-record users at S² − (B̂ − Z se), two-record users at the paired variance, the
     # spread phase's users with the spread at its upper bound S²
     before = (wts[0] ** 2 * (v["S2"] - low) / na + wts[1] ** 2 * v["b"][1] / nb
               + v["S2"] * (wts[0] ** 2 / na + wts[1] ** 2 / nb - 1 / n))

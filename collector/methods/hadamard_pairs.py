@@ -62,8 +62,10 @@ __all__ = ["PROBE_NOISE", "Z_SPREAD", "fallback_estimate", "fallback_mse", "fall
 PROBE_NOISE = 2.0
 #: one group in this many probes (rounded up)
 PROBE_SHARE = 8
-#: the spread ``B̂`` is subtracted at its estimate less this many standard errors
-Z_SPREAD = 2.0
+#: the spread ``B̂`` is subtracted at its estimate less this many standard errors (docs/
+#: algorithms.md: at 0 its noise under-covered, at 2 the interval over-covered where ``B̂``
+#: is noisy against itself — many rare categories)
+Z_SPREAD = 1.0
 
 
 def _eps(plan: Any) -> float:
@@ -202,8 +204,9 @@ def _weighted_variance(method: Any, plan: Any, v: dict[str, Any], w: np.ndarray,
              for k in ("a", "b") if k in v]
     total = sum(wk * wk * Sk / nk for wk, (Sk, nk, _) in zip(w, parts, strict=True))
     floor = sum(wk * wk * fl / nk for wk, (_, nk, fl) in zip(w, parts, strict=True))
-    # the spread at its lower confidence bound: at its estimate, its noise (rare categories
-    # of a small probe) made the variance too small (k = 32, m = 100: coverage 0.914)
+    # the spread one standard error below its estimate: at its estimate, its noise (rare
+    # categories of a small probe) made the variance too small (k = 32, m = 100: coverage
+    # 0.914); two below over-covered (k = 256, m = 1000: 0.982)
     spread = np.maximum(v["B"] - Z_SPREAD * v["seB"], 0.0) if "B" in v else 0.0
     return np.maximum(total - spread / max(n_all, 1), floor)
 
