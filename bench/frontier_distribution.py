@@ -420,7 +420,13 @@ all under `nice -n 19`:
   32 (`--cells <the 27 flagged keys> --reps 12 --fresh`); users alike, k = 8, m = 100 (all
   four ε near the coverage edge) to 24 (`--cells alike|8|100|* --reps 24 --fresh`). Users who
   differ and the mixture ran on d701b27, before branch `distribution`'s fallback-interval
-  change (5d4249e); re-run them when it lands.
+  change (5d4249e, 379bf2a, 6575d03), but for
+* users who differ at ε = 8, k = 8 and 32 at m = 100 and 1000, k = 256 at m = 1000, 12
+  repetitions on **6575d03** (the spread left out at `B̂ − se`; `--cells <those 5> --reps 12
+  --fresh`); the same seeds at `B̂ − 2se` (a900375) are in `frontier_distribution_z1.md`.
+  The flagged fallback cells differ 8/100/2, 8/1000/1, 32/10/0.5 and mixture 32/1000/8
+  likewise (12 repetitions on 6575d03, `--fresh`); the other fallback cells still ran on
+  d701b27's interval.
 
 *Older cells.* The users-alike cells at m = 10 and 100 (k = 8, 32) ran at fc79fb6, after the
 windows' clamping bias at m ≤ 400 came from the exact binomial law of a coefficient's average
