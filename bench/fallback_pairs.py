@@ -62,32 +62,10 @@ def _own_predictions(a: argparse.Namespace, cats: list[np.ndarray], A: int
     return own, float(p)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--population", default="flights")
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--eps", type=float, default=8.0)
-    ap.add_argument("--no-pairs", action="store_true", help="the one-record interval")
-    a = ap.parse_args(argv)
-    if a.no_pairs:
-        pairs.PROBE_NOISE = -1.0
-    pop = population(a.population)
-    cats = [np.asarray(c, dtype=np.float64) for c in pop["categories"]]
-    A = max(int(np.max(c)) for c in cats if len(c)) + 1
-    own, p_window = _own_predictions(a, cats, A)
-    rows: dict[str, list[tuple[float, ...]]] = {"window": [], "fallback": []}
-    for seed in range(a.reps):
-        r = run_users("distribution", UserData(cats), epsilon=a.eps, dim=A, reps=1, seed=seed)
-        e = r.estimate
-        mode = e.extra.get("hadamard", {}).get("mode")
-        if mode in rows:
-            z2 = float(np.mean(((e.values - r.truth) / e.std_error) ** 2))
-            sq = float(np.sum((e.values - r.truth) ** 2))
-            rows[mode].append((z2, float(np.mean(e.covers(r.truth))), sq / r.predicted_mse,
-                               sq / own.get(mode, float("nan"))))
-    print(f"predicted P(window) {p_window:.3f}; predicted MSE: "
-          + ", ".join(f"{k} {v:.3e}" for k, v in own.items()))
-    print()
+def _table(a: argparse.Namespace, rows: dict[str, list[tuple[float, ...]]], title: str
+           ) -> None:
+    """The table of the runs so far, by outcome."""
+    print(f"\n{title}:\n")
     print("| population | ε | pairs | outcome | runs | mean z² | coverage | MSE / mixture "
           "| MSE / own ± 2 SE |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -99,6 +77,42 @@ def main(argv: list[str] | None = None) -> int:
                 else float("nan")
             print(f"| {a.population} | {a.eps:g} | {'off' if a.no_pairs else 'on'} | {mode} | "
                   f"{len(got)} | {z2:.3f} | {cov:.3f} | {ratio:.2f} | {mine:.2f} ± {se:.2f} |")
+    arr = np.asarray([r for got in rows.values() for r in got])
+    if len(arr):
+        print(f"| {a.population} | {a.eps:g} | {'off' if a.no_pairs else 'on'} | all | "
+              f"{len(arr)} | {np.mean(arr[:, 0]):.3f} | {np.mean(arr[:, 1]):.3f} | "
+              f"{np.mean(arr[:, 2]):.2f} | |", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--population", default="flights")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--eps", type=float, default=8.0)
+    ap.add_argument("--no-pairs", action="store_true", help="the one-record interval")
+    ap.add_argument("--start", type=int, default=0, help="first seed (runs in parallel)")
+    a = ap.parse_args(argv)
+    if a.no_pairs:
+        pairs.PROBE_NOISE = -1.0
+    pop = population(a.population)
+    cats = [np.asarray(c, dtype=np.float64) for c in pop["categories"]]
+    A = max(int(np.max(c)) for c in cats if len(c)) + 1
+    own, p_window = _own_predictions(a, cats, A)
+    rows: dict[str, list[tuple[float, ...]]] = {"window": [], "fallback": []}
+    print(f"predicted P(window) {p_window:.3f}; predicted MSE: "
+          + ", ".join(f"{k} {v:.3e}" for k, v in own.items()), flush=True)
+    for seed in range(a.start, a.start + a.reps):
+        if seed > a.start and (seed - a.start) % 25 == 0:  # progress: the table so far
+            _table(a, rows, f"after {seed - a.start} runs (seeds from {a.start})")
+        r = run_users("distribution", UserData(cats), epsilon=a.eps, dim=A, reps=1, seed=seed)
+        e = r.estimate
+        mode = e.extra.get("hadamard", {}).get("mode")
+        if mode in rows:
+            z2 = float(np.mean(((e.values - r.truth) / e.std_error) ** 2))
+            sq = float(np.sum((e.values - r.truth) ** 2))
+            rows[mode].append((z2, float(np.mean(e.covers(r.truth))), sq / r.predicted_mse,
+                               sq / own.get(mode, float("nan"))))
+    _table(a, rows, f"{a.reps} runs, seeds {a.start}–{a.start + a.reps - 1}")
     return 0
 
 

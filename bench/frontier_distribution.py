@@ -34,6 +34,7 @@ import argparse
 import itertools
 import json
 import math
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -121,10 +122,13 @@ def one_rep(pop: str, k: int, m: int, eps_list: list[float], rep: int, n: int
         comp = np.asarray(est.extra["components"], dtype=np.float64)
         raw = hadamard_rows(comp[None], comp.size)[0][:k]
         ran = est.extra.get("hadamard", {}).get("mode")
+        predicted = plan.predicted_mse(sample_var, stat_var, stat_mean)
+        z = (np.asarray(est.values, dtype=np.float64) - truth) / est.std_error
         res: dict[str, Any] = {
             "auto": _sq(est.extra["projected"], truth), "auto_raw": _sq(raw, truth),
-            "covered": float(np.mean(est.covers(truth))),
-            "predicted": plan.predicted_mse(sample_var, stat_var, stat_mean),
+            "covered": float(np.mean(est.covers(truth))), "predicted": predicted,
+            "z2": float(np.mean(z**2)),
+            "own": _own_prediction(plan, ran, sample_var, stat_var, stat_mean, predicted),
             "ran": plan.spec.method + (f"/{ran}" if ran else ""), "secs": secs}
         pseed = rep * 1_000_003 + int(eps * 10) * 1009 + k * 17 + m + 31 * POPS.index(pop) + 7
         for name, (v, _s) in dist_peers(items, k, eps, pseed).items():
@@ -132,6 +136,19 @@ def one_rep(pop: str, k: int, m: int, eps_list: list[float], rep: int, n: int
                 res[name] = _sq(v, truth)
         out[eps] = res
     return out
+
+
+def _own_prediction(plan: Any, ran: str | None, sample_var: np.ndarray,
+                    stat_var: np.ndarray, stat_mean: np.ndarray, predicted: float) -> float:
+    """The predicted raw MSE of the outcome the run had: a Hadamard run's windows' or
+    fallback's own error (``outcomes()``, through the output transform), not the mixture
+    ``predicted`` weighs by P(window); any other method's is ``predicted`` itself."""
+    if ran not in ("window", "fallback"):
+        return predicted
+    window, fallback, _ = plan.method.outcomes(plan, sample_var, stat_var, stat_mean)
+    v = fallback if ran == "fallback" or window is None else window
+    T = plan.kind.transform(plan.template, plan.n_components)
+    return float(np.sum(v if T is None else np.square(np.asarray(T)) @ v))
 
 
 def _sq(v: Any, truth: np.ndarray) -> float:
@@ -149,6 +166,31 @@ def _add(cell: dict[str, Any], res: dict[str, Any]) -> None:
         cell[key] = cell.get(key, 0.0) + res[key]
     cell.setdefault("ran", {})
     cell["ran"][res["ran"]] = cell["ran"].get(res["ran"], 0) + 1
+    commits = cell.setdefault("commits", {})
+    commits[COMMIT] = commits.get(COMMIT, 0) + 1
+    # per outcome: runs, coverage, mean z², raw squared error, its own prediction
+    by = cell.setdefault("by_ran", {}).setdefault(res["ran"], [0, 0.0, 0.0, 0.0, 0.0])
+    for i, v in enumerate((1, res["covered"], res["z2"], res["auto_raw"], res["own"])):
+        by[i] += v
+
+
+def _commit() -> str:
+    """The code the repetitions run on: the last commit that changed the code under test
+    (``client/``, ``collector/``; a bench-only commit leaves it), ``+dirty`` when the
+    working tree's differs from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "log", "-1", "--format=%h", "--abbrev=7", "--",
+                               "client", "collector"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "client", "collector"],
+                               cwd=root, check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty.strip() else "")
+
+
+COMMIT = _commit()
 
 
 def _mse(cell: dict[str, Any], a: str) -> tuple[float, float]:
@@ -158,17 +200,41 @@ def _mse(cell: dict[str, Any], a: str) -> tuple[float, float]:
     return mse, math.sqrt(max(s2 / c - mse * mse, 0.0) / max(c - 1, 1))
 
 
+def groups_of(a: argparse.Namespace) -> list[tuple[str, int, int, list[float]]]:
+    """The cells to run, as (users, k, m, [ε]) — one draw of users serves the ε of one
+    (users, k, m): ``--cells`` (``users|k|m|ε`` keys, in the order given) or the grid."""
+    if not a.cells:
+        return [(p, k, m, list(a.eps)) for p, k, m in itertools.product(a.populations, a.ks,
+                                                                          a.ms)]
+    groups: dict[tuple[str, int, int], list[float]] = {}
+    for key in a.cells:
+        try:
+            pop, k, m, e = key.split("|")
+            if pop not in POPS:
+                raise ValueError(pop)
+            groups.setdefault((pop, int(k), int(m)), []).append(float(e))
+        except ValueError:
+            raise SystemExit(f"--cells: {key!r} is not users|k|m|ε with users in {POPS}"
+                             ) from None
+    return [(p, k, m, es) for (p, k, m), es in groups.items()]
+
+
 def run_grid(a: argparse.Namespace, out: Path) -> None:
-    """Repetition by repetition over the whole grid (a partial run covers every cell)."""
+    """Repetition by repetition over the cells (a partial run covers every cell). A stale
+    cell (``--fresh``: every named cell with repetitions on other code than the current)
+    starts afresh, its old repetitions dropped."""
     cells: dict[str, dict[str, Any]] = json.loads(out.read_text()) if out.exists() else {}
-    for pop, k, m, e in itertools.product(a.populations, a.ks, a.ms, a.eps):
-        if cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("stale"):  # old code: run afresh
-            del cells[f"{pop}|{k}|{m}|{e:g}"]
-    for target, (pop, k, m) in itertools.product(
-            range(1, a.reps + 1), itertools.product(a.populations, a.ks, a.ms)):
+    groups = groups_of(a)
+    for pop, k, m, es in groups:
+        for e in es:
+            key = f"{pop}|{k}|{m}|{e:g}"
+            other = set(cells.get(key, {}).get("commits", {})) - {COMMIT}
+            if key in cells and ((a.fresh and other) or cells[key].get("stale")):
+                del cells[key]
+    for target, (pop, k, m, es) in itertools.product(range(1, a.reps + 1), groups):
         while True:
-            have = {e: cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("reps", 0) for e in a.eps}
-            todo = [e for e in a.eps if have[e] < target]
+            have = {e: cells.get(f"{pop}|{k}|{m}|{e:g}", {}).get("reps", 0) for e in es}
+            todo = [e for e in es if have[e] < target]
             if not todo:
                 break
             rep = min(have[e] for e in todo)
@@ -202,7 +268,10 @@ def row(key: str, cell: dict[str, Any]) -> str:
                     for r, n in sorted(cell["ran"].items()))
     if cell.get("stale"):
         ran += " † stale"
-    return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {ran} | {auto:.3g} ± {auto_se:.2g} | "
+    commits = cell.get("commits", {})
+    code = ", ".join(f"{h} {n}" if len(commits) > 1 else h for h, n in commits.items()) or "?"
+    return (f"| {pop} | {k} | {m} | {float(eps):g} | {c} | {code} | {ran} | "
+            f"{auto:.3g} ± {auto_se:.2g} | "
             f"{pub} {p:.3g} | {pgain:.2f} ± {2 * pgain_sd:.2f} | "
             f"{best} {b:.3g} | **{gain:.2f}** ± {2 * gain_sd:.2f} | {ratio:.2f} ± "
             f"{ratio_2se:.2f}{_flag(ratio, ratio_2se, 0.8, 1.25)} | {cov:.3f} ± {cov_2sd:.3f}"
@@ -231,11 +300,26 @@ def _flag(x: float, two_se: float, lo: float, hi: float) -> str:
     return "" if lo <= x <= hi else " ⚑"
 
 
-HEAD = ("| users | k | m | ε | reps | auto ran | auto MSE ± SE | public-parameter peer (ADP) | "
-        "public peer / auto ± 2 SE | best peer (after the fact) | "
+HEAD = ("| users | k | m | ε | reps | code (commit reps) | auto ran | auto MSE ± SE | "
+        "public-parameter peer (ADP) | public peer / auto ± 2 SE | best peer (after the fact) | "
         "best peer / auto ± 2 SE | auto raw MSE / predicted ± 2 SE | coverage ± 2 sd | "
         "s per run |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def by_outcome(keys: list[str], cells: dict[str, dict[str, Any]]) -> str:
+    """The flagged cells' repetitions split by what auto ran: per outcome the runs, the
+    coverage, the mean ``z² = ((p̂ − p)/se)²`` over the categories (1 for an honest interval)
+    and the raw MSE over the outcome's own prediction (a Hadamard run: the windows' or the
+    fallback's error, not the mixture)."""
+    lines = ["| cell | reps | outcome | runs | coverage | mean z² | raw MSE / own prediction |",
+             "|---|---|---|---|---|---|---|"]
+    for key in keys:
+        for ran, (n, cov, z2, sq, own) in sorted(cells[key].get("by_ran", {}).items()):
+            pop, k, m, e = key.split("|")
+            lines.append(f"| {pop} k={k} m={m} ε={e} | {cells[key]['reps']} | {ran} | {n} | "
+                         f"{cov / n:.3f} | {z2 / n:.2f} | {sq / own:.2f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def report(cells: dict[str, dict[str, Any]]) -> str:
@@ -266,6 +350,11 @@ def report(cells: dict[str, dict[str, Any]]) -> str:
     stale = [f"{key} ({cells[key]['stale']})" for key in keys if cells[key].get("stale")]
     foot = ("\n\n† stale: measured on older code; a run naming the cell starts it afresh: "
             + "; ".join(stale) + "\n") if stale else ""
+    diag = by_outcome([key for key, line in zip(keys, lines[1:], strict=True)
+                       if "⚑" in line or "‼" in line], cells)
+    if diag:
+        foot += ("\n\nThe flagged cells by outcome (cells run since the outcomes were "
+                 "recorded):\n\n" + diag + "\n")
     return text + "\n".join(lines) + foot
 
 
@@ -308,9 +397,44 @@ def _worse(cell: dict[str, Any], key: str = "", public: bool = False, bar: float
     return ratio - 2 * ratio * math.hypot(auto_se / auto, b_se / b) > bar
 
 
-TITLE = """# The distribution frontier (issue 26)
+#: where each cell's repetitions came from (the column *code* names the commit)
+NOTES = """# The distribution frontier (issue 26)
 
-Generated by `bench/frontier_distribution.py` (`python bench/frontier.py --distribution`;
+*Code per cell.* The column *code* names, for every cell, the commit of the code under test
+(the last commit that changed `client/` or `collector/`) its repetitions ran on, with their
+count where a cell pools several. **d701b27** is main cc7b73e's code (session 5, branch
+`scale2`); a cell re-run there was started afresh (`--fresh` drops repetitions on other code),
+all under `nice -n 19`:
+* the 12 formerly stale k = 256, m = 1000 cells, 6 repetitions (`--cells
+  {alike,differ,mixture}|256|1000|{0.5,1,2,8} --reps 6 --fresh`);
+* users alike, k = 8 and 32 at m = 1000 and k = 256 at m = 10 and 100, 4 repetitions
+  (`--cells alike|{8,32}|1000|* alike|256|{10,100}|* --reps 8 --fresh`, stopped after 4 for
+  the CPU left on a shared machine); at 4 repetitions the same seeds on d701b27 gave
+  cb2c1a7's MSE to the printed digits in every one of these cells but ε = 8 at k = 8 and 32
+  (where the paired-record probe now runs); the predictions at k = 8 and 32, m = 1000 did
+  change (alike 8/1000/2: MSE / predicted 0.33 → 1.03 on the same errors);
+* to 12 repetitions the flagged users-alike cells and mixture k = 8, m = 10, ε = 0.5
+  (`--cells alike|8|1000|* alike|32|1000|* alike|8|10|0.5 alike|8|100|* mixture|8|10|0.5
+  --reps 12 --fresh`);
+* to 12 repetitions the flagged cells of users who differ and of the mixture at k = 8 and
+  32 (`--cells <the 27 flagged keys> --reps 12 --fresh`); users alike, k = 8, m = 100 (all
+  four ε near the coverage edge) to 24 (`--cells alike|8|100|* --reps 24 --fresh`). Users who
+  differ and the mixture ran on d701b27, before branch `distribution`'s fallback-interval
+  change (5d4249e); re-run them when it lands.
+
+*Older cells.* The users-alike cells at m = 10 and 100 (k = 8, 32) ran at fc79fb6, after the
+windows' clamping bias at m ≤ 400 came from the exact binomial law of a coefficient's average
+(`binomial_bias2`); alike k = 32, m = 100, ε = 1 was brought to 60 repetitions at 06e6902
+(12 – 59 new seeds pooled with the 12 before; no method code changed for the cell between):
+coverage 0.943 ± 0.010, MSE / predicted 1.09 ± 0.08 — its 12-repetition 0.917 was chance.
+Every cell still on cb2c1a7 (4 repetitions) ran before the spread rule priced the excess
+outside share beyond two standard errors (Z_PRICE), the clamping was charged from the
+measured spread (9a0b812, 59db9eb) and the paired-record probe (cf53cfa); the users-alike
+k = 8 cells re-run after the first are in `frontier_distribution_honesty.md`.
+
+"""
+
+TITLE = """Generated by `bench/frontier_distribution.py` (`python bench/frontier.py --distribution`;
 `--table` rewrites this file from `frontier_distribution.json`). n = 10^5 users; *alike*:
 every record of every user from Zipf(1.1) over k categories; *differ*: each user puts 70 % of
 its m records on its own category (drawn from that law), the rest as the law; *mixture*: half
@@ -376,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", nargs="+", type=int, default=list(KS))
     ap.add_argument("--ms", nargs="+", type=int, default=list(MS))
     ap.add_argument("--eps", nargs="+", type=float, default=list(EPS))
+    ap.add_argument("--cells", nargs="+", default=[], metavar="USERS|K|M|EPS",
+                    help="run these cells (instead of the grid the other flags span)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="drop the named cells' repetitions on other code than the current")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--table", action="store_true", help="only rewrite the .md from --out")
     ap.add_argument("--model", action="store_true",
@@ -393,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         run_grid(a, out)
     md = report(json.loads(out.read_text()))
     if not a.quick:
-        out.with_suffix(".md").write_text(TITLE + md + "\n")
+        out.with_suffix(".md").write_text(NOTES + TITLE + md + "\n")
     print(md)
     return 0
 

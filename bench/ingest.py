@@ -46,6 +46,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -106,6 +107,10 @@ class LocalPostgres:
         return f"postgresql+psycopg://uldp@127.0.0.1:{self.port}/{name}"
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def local_postgres(durable: bool = True, settings: dict[str, str] | None = None,
                    keep: Path | None = None) -> Iterator[LocalPostgres]:
@@ -133,9 +138,16 @@ def local_postgres(durable: bool = True, settings: dict[str, str] | None = None,
             + "".join(f" -c {k}={v}" for k, v in (settings or {}).items()))
     subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-o", opts, "-l",
                     str(root / "log"), "-w", "start"], check=True, capture_output=True)
+    # An outer `timeout` sends SIGTERM, which by default ends Python without running this
+    # `finally`: the server would outlive the bench. Turn it into SystemExit while we hold it.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         yield LocalPostgres(port)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         subprocess.run([*prefix, _pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w",
                         "stop"], capture_output=True)
         if keep is None:

@@ -571,9 +571,8 @@ def _tuning_flags(s: argparse.ArgumentParser) -> None:
                         "(default 604800 = 7 days)")
     s.add_argument("--commit-linger-ms", type=nonneg_float, default=20.0,
                    help="group commit: when few reports are queued, wait at most this long "
-                        "(ms, 0-100; default 20) for more before committing — the window "
-                        "follows the arrival rate and shrinks for a lone caller (fewer, "
-                        "larger transactions)")
+                        "(ms, 0-100; default 20) for more before committing; the window follows "
+                        "the arrival rate, shrinks for a lone caller (fewer, larger transactions)")
     s.add_argument("--name", default=env("ULDP_NAME"),
                    help="replica name in logs and the phase-closing lease (env ULDP_NAME; "
                         "Kubernetes sets it to the pod name; default a random name)")

@@ -277,7 +277,7 @@ def window_variance(report_var: float, bias2: float, centre_var: float) -> float
     """The variance a window coefficient's interval carries: its reports' variance (noise
     and the reporters' spread, finite population) plus its squared clamping bias,
     combined with the centre's as :func:`combine_centre` does. One function for the
-    estimate (``HadamardWindows._window_estimate``) and the preview
+    estimate (``hadamard_estimate.window_estimate``) and the preview
     (``HadamardWindows.predict``)."""
     return combine_centre(0.0, report_var + bias2, 0.0, centre_var, bias2)[1]
 

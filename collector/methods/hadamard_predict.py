@@ -51,7 +51,7 @@ def outcomes(method: Any, plan: Any, sample_var: np.ndarray,
     statistics ``N(θ_c, S_c²)`` (``stat_var``, or ``σ_c²/m``), the centre's error at its
     predicted variance, the window the centre phase picks, the outside share the spread
     phase would measure and its standard error. ``window``: per component the windows'
-    error as ``HadamardWindows._window_estimate`` combines it (None where they never
+    error as ``hadamard_estimate.window_estimate`` combines it (None where they never
     run; ``interval``: the variance their interval carries — model bias and the charged
     excess share expected when the test passes); ``fallback``: the oracle's error."""
     eps, K, G = float(plan.spec.epsilon), plan.n_components, method.n_groups(plan)
