@@ -489,7 +489,8 @@ def test_users_who_differ_get_a_fallback_interval_without_their_spread():
     """Users who differ at ε = 8 (the oracle's noise small): the one-record interval counts
     the users' spread and covered 0.994 here (20 runs); the probe's paired records measure
     it (``B̂``, never more than it), the variance leaves ``B̂ − se`` out once for all users,
-    and the window phase reports two records (40 seeds: coverage 0.956, mean z² 0.875)."""
+    and the window phase reports two records (40 seeds, measured when the margin was
+    2 se: coverage 0.956, mean z² 0.875)."""
     cover, ratio = [], []
     for seed in range(8):
         est, truth, pred = _run("differ", seed, n=20_000, m=10, k=8, eps=8.0)
