@@ -32,10 +32,9 @@ import uldp.collector.simulation.own_data as own_data
 from uldp.collector.simulation.own_data import UserData, run_users
 
 
-def _own_predictions(a: argparse.Namespace, cats: list[np.ndarray], A: int
-                     ) -> tuple[dict[str, float], float]:
-    """Each outcome's own predicted total MSE and the predicted P(window), from the plan and
-    the users' exact moments ``run_users`` computes (its prediction hook, wrapped)."""
+def captured_plan(cats: list[np.ndarray], A: int, eps: float) -> dict[str, object]:
+    """The plan, the users' exact moments and θ that one ``run_users`` of these users hands
+    its prediction hook (the hook wrapped for one run)."""
     got: dict[str, object] = {}
     inner = own_data._predicted
 
@@ -45,9 +44,17 @@ def _own_predictions(a: argparse.Namespace, cats: list[np.ndarray], A: int
 
     own_data._predicted = hook
     try:
-        run_users("distribution", UserData(cats), epsilon=a.eps, dim=A, reps=1, seed=10**6)
+        run_users("distribution", UserData(cats), epsilon=eps, dim=A, reps=1, seed=10**6)
     finally:
         own_data._predicted = inner
+    return got
+
+
+def _own_predictions(a: argparse.Namespace, cats: list[np.ndarray], A: int
+                     ) -> tuple[dict[str, float], float]:
+    """Each outcome's own predicted total MSE and the predicted P(window), from the plan and
+    the users' exact moments ``run_users`` computes (its prediction hook, wrapped)."""
+    got = captured_plan(cats, A, a.eps)
     plan = got["plan"]
     T = plan.kind.transform(plan.template, plan.n_components)  # type: ignore[attr-defined]
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fallback_pairs import captured_plan
 from realdata_ldp import population
 
-import uldp.collector.simulation.own_data as own_data
 from uldp.client.kinds.means import hadamard_rows
 from uldp.collector.methods.hadamard_model import (
     excess_limit,
@@ -37,23 +37,6 @@ from uldp.collector.methods.hadamard_model import (
     test_windows,
 )
 from uldp.collector.methods.hadamard_predict import _truth_bias2, centre_variance
-from uldp.collector.simulation.own_data import UserData, run_users
-
-
-def _plan(cats: list[np.ndarray], A: int, eps: float) -> dict:
-    got: dict = {}
-    inner = own_data._predicted
-
-    def hook(plan, sv, stv, theta, stats):  # type: ignore[no-untyped-def]
-        got.update(plan=plan, sv=sv, stv=stv, theta=theta)
-        return inner(plan, sv, stv, theta, stats)
-
-    own_data._predicted = hook
-    try:
-        run_users("distribution", UserData(cats), epsilon=eps, dim=A, reps=1, seed=10**6)
-    finally:
-        own_data._predicted = inner
-    return got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     pop = population(a.population)
     cats = [np.asarray(c, dtype=np.int64) for c in pop["categories"]]
     A = max(int(np.max(c)) for c in cats if len(c)) + 1
-    got = _plan([c.astype(np.float64) for c in cats], A, a.eps)
+    got = captured_plan([c.astype(np.float64) for c in cats], A, a.eps)
     plan, M = got["plan"], got["plan"].method
     K, G = plan.n_components, M.n_groups(plan)
     F = np.array([np.bincount(c, minlength=A) / len(c) if len(c) else np.full(A, 1 / A)
