@@ -708,8 +708,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--reps-d50", type=int, default=1)
     ap.add_argument("--first-rep", type=int, default=0,
-                    help="sgd, theorem8: start at this repetition (earlier ones are in the "
-                         "jsonl rows)")
+                    help="sgd, theorem8, real: start at this repetition (earlier ones are "
+                         "in the jsonl rows)")
+    ap.add_argument("--real-tag", default="default",
+                    help="real: the tag of the logged rows (a code version) the table reads")
     ap.add_argument("--real-grids", type=int, nargs="+", default=None,
                     help="real: the fixed grids swept (default 1..8)")
     ap.add_argument("--no-b", action="store_true",

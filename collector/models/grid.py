@@ -26,11 +26,11 @@ from uldp.collector.methods import METHOD_PLANS
 from uldp.collector.models.shrinkage import Shrinkage, classify_shrinkage, regress_shrinkage
 from uldp.collector.planner import RESOLVERS, QuerySpec, compile_query
 
-__all__ = ["DESIGN_RANGE", "PILOT_SHARE", "PILOT_WIGGLE", "PILOT_Z", "GridChoice",
+__all__ = ["DESIGN_RANGE", "PILOT_SHARE", "PILOT_WIGGLE", "PILOT_Z", "SIGN_Z", "GridChoice",
            "GridModel", "choose_grid", "components_of", "dense_cells", "design_bias_scale",
            "effective_sizes", "feature_box", "grid_result", "grid_risk", "hadamard_inverse",
-           "max_cells_per_axis", "measured_bias_scale", "noise_constant", "pilot_grid",
-           "pilot_users"]
+           "max_cells_per_axis", "measured_bias_scale", "misclassification_risk",
+           "noise_constant", "pilot_grid", "pilot_users", "sign_scale"]
 
 STAGE1_MIN = 200.0  # n_I·ε_c² below which stage I is unreliable (planner warning, §4.5)
 
@@ -51,10 +51,15 @@ class GridChoice:
     variance: float = math.nan
     candidates: tuple[tuple[int, float, float], ...] = ()
     pilot: dict[str, Any] | None = None
+    #: the risk weighed: ``"squared error"`` of ``η̂`` (``bias2``, ``variance``), or a
+    #: classifier's excess ``"misclassification"`` (``bias2``: the part a noiseless grid
+    #: of that side keeps, ``variance``: what the cells' noise adds; both in probability)
+    loss: str = "squared error"
 
     def to_json(self) -> dict[str, Any]:
-        out = {"M": self.M, "K_H": self.K, "rule": self.rule, "bias2": self.bias2,
-               "variance": self.variance, "risk": self.bias2 + self.variance,
+        out = {"M": self.M, "K_H": self.K, "rule": self.rule, "loss": self.loss,
+               "bias2": self.bias2, "variance": self.variance,
+               "risk": self.bias2 + self.variance,
                "candidates": [list(c) for c in self.candidates]}
         if self.pilot is not None:
             out["pilot"] = self.pilot
@@ -155,6 +160,11 @@ PILOT_WIGGLE = 8.0
 #: standard errors subtracted from the pilot's measured signal (a lower confidence bound:
 #: under no signal, a finer grid is chosen from noise about 16 % of the time, not half)
 PILOT_Z = 1.0
+#: standard errors a classify pilot's cell must sit across zero from the centre before it
+#: counts as a minority region (one-sided; with 4 pilot cells and none truly across, some
+#: cell reads across by noise in about 9 % of pilots, against 50 % at 1 SE — and near-empty
+#: cells, whose ``ζ`` is near zero, are the ones that do)
+SIGN_Z = 2.0
 #: the share of users a pilot may take, at least and at most
 PILOT_SHARE = (0.05, 0.25)
 
@@ -205,13 +215,102 @@ def pilot_users(n: int, m: int, d: int, epsilon: float, *, task: str = "classify
     return best
 
 
+def _pos_mean(mu: np.ndarray | float, tau: np.ndarray | float) -> np.ndarray:
+    """``E[X⁺]`` for ``X ~ N(μ, τ²)`` (``μ⁺`` at ``τ = 0``)."""
+    mu, tau = np.asarray(mu, dtype=np.float64), np.asarray(tau, dtype=np.float64)
+    safe = np.where(tau > 0, tau, 1.0)
+    a = mu / safe
+    val = mu * _ndtr(a) + safe * np.exp(-0.5 * a * a) / math.sqrt(2 * math.pi)
+    return np.where(tau > 0, val, np.maximum(mu, 0.0))
+
+
+def _ndtr(a: np.ndarray) -> np.ndarray:
+    from scipy.special import ndtr
+
+    return np.asarray(ndtr(a), dtype=np.float64)
+
+
+_GH = np.polynomial.hermite_e.hermegauss(96)
+
+
+def misclassification_risk(centre: float, sign_scale: float, spread_scale: float,
+                           variance: float, M: int, *, beta: float = 1.0
+                           ) -> tuple[float, float]:
+    """Predicted excess misclassification ``(noiseless part, noise part)`` of the grid
+    classifier on ``M`` cells per axis (docs/algorithms.md, Grids, "A classifier's risk").
+
+    Model, in the units the cells estimate (``ζ(x) = η(x) p(x)/p̄``: a cell's ``B q_l``;
+    the excess error of a rule ``g`` is ``E_x[|ζ(x)| 1{g(x) ≠ sign ζ(x)}]`` over the box):
+    ``ζ ~ N(c, S²)`` with ``c`` the mean label and ``S²`` (``sign_scale``) sized by how much
+    of ``ζ`` lies across zero from ``c``; a cell of side ``1/M`` keeps ``S²(1 − M^{−2β})``
+    between cells and hides ``S² M^{−2β}``; its estimate adds noise of ``variance`` (the
+    grid's per-cell variance, :func:`grid_risk`); the cell's label is the sign of the shrunk
+    value ``c + w(ζ̂_l − c)`` with ``w = s²/(s² + variance)``, ``s² = spread_scale
+    (1 − M^{−2β})`` the between-cell spread the shrinkage will read (``M = 1``: the sign of
+    the one cell). Gauss–Hermite quadrature over the cell estimate."""
+    c, S2 = float(centre), max(0.0, float(sign_scale))
+    between = S2 * (1.0 - M ** (-2.0 * beta))
+    spread = max(0.0, float(spread_scale)) * (1.0 - M ** (-2.0 * beta))
+
+    def risk(v: float, w: float) -> float:
+        Vu = between + v
+        nodes, weights = _GH
+        u = c + math.sqrt(Vu) * nodes
+        k = between / Vu if Vu > 0 else 0.0
+        mu = c + k * (u - c)
+        tau = math.sqrt(max(0.0, S2 - k * between))
+        if M == 1 or w >= 1.0:
+            plus = u >= 0
+        elif w <= 0.0:
+            plus = np.full(u.shape, c >= 0)
+        else:
+            plus = u >= c * (1.0 - 1.0 / w)
+        loss = np.where(plus, _pos_mean(-mu, tau), _pos_mean(mu, tau))
+        return float(np.sum(weights * loss) / np.sum(weights))
+
+    bias = risk(0.0, 1.0)
+    v = max(0.0, float(variance))
+    w = spread / (spread + v) if spread + v > 0 else 1.0
+    return bias, max(0.0, risk(v, w) - bias)
+
+
+def sign_scale(zeta: np.ndarray, se: np.ndarray, M0: int, d: int, *,
+               beta: float = 1.0) -> tuple[float, float, float]:
+    """``(c, A, S²)`` from a classify pilot's cells ``ζ̂_j = B0 q̂_j`` (standard errors
+    ``se``): the centre ``c`` (their mean: the mean label), the mass across zero from ``c``
+    the cells show beyond their noise, ``A = mean_j (−sgn(c) ζ̂_j − z se_j)⁺``
+    (:data:`SIGN_Z`), and the ``S²`` of :func:`misclassification_risk` whose between-cell
+    normal ``N(c, σ_b²)``, ``σ_b² = S²(1 − M0^{−2β})``, has that mass,
+    ``E[(−sgn(c) ζ̄)⁺] = A``; times :data:`PILOT_WIGGLE`, never above the design's ``C``.
+    A pilot whose cells all sit on the centre's side (``A = 0``) gives ``S² = 0``: no grid
+    can beat the majority label, and every finer grid only adds flips."""
+    z = np.asarray(zeta, dtype=np.float64)
+    s = np.where(np.isfinite(se), np.asarray(se, dtype=np.float64), np.inf)
+    c = float(z.mean())
+    sgn = 1.0 if c >= 0 else -1.0
+    A = float(np.mean(np.maximum(0.0, -sgn * z - SIGN_Z * s)))
+    if A <= 0.0:
+        return c, 0.0, 0.0
+    lo, hi = 0.0, 1.0
+    while float(_pos_mean(-abs(c), hi)) < A:
+        hi *= 2.0
+    for _ in range(60):  # E[N(−|c|, σ²)⁺] increases with σ
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float(_pos_mean(-abs(c), mid)) < A else (lo, mid)
+    S2 = PILOT_WIGGLE * hi * hi / (1.0 - float(M0) ** (-2 * beta))
+    return c, A, min(design_bias_scale(d, "classify"), S2)
+
+
 def _risk_rule(n: int, m: int, d: int, epsilon: float, task: str, beta: float,
                method: str, mode: str, label_bound: float,
-               bias_scale: float | None = None) -> GridChoice:
-    """The grid of least predicted risk (:func:`grid_risk`): ``M = 1, 2, …`` until the
-    variance alone exceeds the best risk (it grows with ``M``) or the device limit."""
+               bias_scale: float | None = None, centre: float | None = None,
+               spread_scale: float | None = None) -> GridChoice:
+    """The grid of least predicted risk (:func:`grid_risk`; a classifier with a pilot's
+    ``centre``: :func:`misclassification_risk`): ``M = 1, 2, …`` until the variance alone
+    exceeds the best risk (it grows with ``M``) or the device limit."""
     cands: list[tuple[int, float, float]] = []
     best: tuple[float, int, str] | None = None
+    signs = task == "classify" and centre is not None
     for M in range(1, max_cells_per_axis(d) + 1):
         try:
             b2, var, regime = grid_risk(n, m, d, epsilon, M, task=task, beta=beta,
@@ -219,30 +318,42 @@ def _risk_rule(n: int, m: int, d: int, epsilon: float, task: str, beta: float,
                                         bias_scale=bias_scale)
         except ValueError:  # too few users for this grid's groups
             break
+        if signs:
+            assert centre is not None
+            S2 = design_bias_scale(d, task) if bias_scale is None else float(bias_scale)
+            b2, var = misclassification_risk(
+                centre, S2, S2 if spread_scale is None else spread_scale, var, M, beta=beta)
         cands.append((M, b2, var))
         if best is None or b2 + var < best[0]:
             best = (b2 + var, M, regime)
-        if var > best[0]:
+        if var > best[0] or (signs and var >= best[0]):  # (a flip-free grid: 0 ≥ 0)
             break
     name = "least predicted risk" + ("" if bias_scale is None else
                                      ", bias measured by a pilot")
+    loss = "misclassification" if signs else "squared error"
     if best is None:
-        return GridChoice(1.0, 1, 1, "single", name)
+        return GridChoice(1.0, 1, 1, "single", name, loss=loss)
     _, M, regime = best
     row = next(c for c in cands if c[0] == M)
     return GridChoice(1.0 / M, M, next_pow2(M**d), regime, name, row[1], row[2],
-                      tuple(cands))
+                      tuple(cands), loss=loss)
 
 
 def choose_grid(n: int, m: int, d: int, epsilon: float, *, beta: float = 1.0,
                 c_l: float | None = None, task: str = "classify", mode: str = "default",
                 method: str = "auto", label_bound: float = 1.0,
-                rule: str = "risk", bias_scale: float | None = None) -> GridChoice:
+                rule: str = "risk", bias_scale: float | None = None,
+                centre: float | None = None, spread_scale: float | None = None
+                ) -> GridChoice:
     """The grid of a classify/regress query.
 
     ``rule="risk"`` (default): the number of cells per axis of least predicted risk,
     squared bias against variance (:func:`grid_risk`), from ``n, m, ε``, the dimension of
-    the feature box and the method's own noise; the choice states both terms.
+    the feature box and the method's own noise; the choice states both terms. A
+    classifier given a pilot's ``centre`` (its mean label), ``bias_scale`` (the ``S²`` of
+    :func:`sign_scale`) and ``spread_scale`` weighs its excess misclassification instead
+    (:func:`misclassification_risk`): what a finer grid's noisy cells cost in flipped
+    labels against the minority regions it can find.
 
     ``rule="rate"``: §9.4 / §10.4 with the circularity resolved as in [D17]. Compute the
     non-private side ``l_np = (nm/ln n)^{-1/(2β+d)}`` and its ``K_H^np``; if
@@ -262,7 +373,7 @@ def choose_grid(n: int, m: int, d: int, epsilon: float, *, beta: float = 1.0,
         raise ValueError(f"rule must be 'risk' or 'rate', got {rule!r}")
     if rule == "risk" and c_l is None:
         return _risk_rule(n, m, d, epsilon, task, beta, method, mode, label_bound,
-                          bias_scale)
+                          bias_scale, centre, spread_scale)
     return _rate_rule(n, m, d, epsilon, beta, c_l, task, mode, method)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Shrinkage", "classify_shrinkage", "grid_signal", "regress_shrinkage"]
+__all__ = ["Shrinkage", "cell_noise", "classify_shrinkage", "grid_signal", "regress_shrinkage"]
 
 
 @dataclass(frozen=True)

