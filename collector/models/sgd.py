@@ -159,6 +159,18 @@ class SGDConfig:
             self.model, (0.0, self.constants[0]))
         return (self.strong_convexity or lo, self.smoothness or hi)
 
+    def coordinate_shares(self, d: int) -> np.ndarray | None:
+        """``2 b_j/‖b‖`` per coordinate for a GLM whose curvature bounds are its own
+        (least squares, ridge, logistic: ``H = λI + E[s zzᵀ]``, ``|z_j| ≤ b_j``), the share
+        of the gradient's norm a coordinate of the windows' drift can carry
+        (:func:`~uldp.collector.models.windows.next_window`); None otherwise."""
+        if self.model not in ("least_squares", "ridge", "logistic") \
+                or self.smoothness is not None or self.strong_convexity is not None:
+            return None
+        b = np.abs(self.features(d))
+        nb = float(np.linalg.norm(b))
+        return 2 * b / nb if nb > 0 else None
+
     def step_bounds(self, d: int) -> tuple[float, float]:
         """``(ηγ, ηG)`` of :meth:`curvature_bounds`."""
         lo, hi = self.curvature_bounds(d)

@@ -315,7 +315,7 @@ class SGDProgram:
         clamped = pinned(windows, g, se) if t > 0 else []
         step = self.config.step_bounds(self.spec.dim)
         nxt = next_window(supports_at(self.config, theta), g, se, step, self.spec.samples,
-                          factor, clamped)
+                          factor, clamped, self.config.coordinate_shares(self.spec.dim))
         return {**nxt.to_json(), "windows_used": windows.tolist(), "mechanisms": mechanisms}
 
     def _tasks_of(self, t: int, published: PublishedPhases) -> list[tuple[int, TaskSpec]]:
