@@ -371,5 +371,9 @@ def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
         if windows is not None:
             record.update(chosen="hadamard", mode="default", stage1_share=windows.stage1_share)
             return windows, record
+    if chosen.method == "oracle":  # the paired-record probe where it runs
+        from uldp.collector.methods.auto_distribution import probe_choice
+
+        chosen = probe_choice(chosen, compile_fn)
     record.update(chosen=chosen.method, mode=chosen.mode, stage1_share=None)
     return chosen, record
