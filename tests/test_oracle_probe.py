@@ -9,7 +9,7 @@ import pytest
 
 from uldp.client.kinds.means import hadamard_rows
 from uldp.client.randomness import RandomSource
-from uldp.client.tasks import compute_reports
+from uldp.client.tasks import compute_reports, task_epsilon
 from uldp.collector.estimators.estimate import Estimate
 from uldp.collector.methods.oracle_probe import PROBE_GROUPS, mixed_variance
 from uldp.collector.planner import QuerySpec, compile_query
@@ -60,6 +60,9 @@ def test_auto_runs_the_probe_where_the_oracle_noise_is_small():
     assert (probe.method, probe.records, probe.eps_c) == ("oracle", 2, 4.0)
     assert (rest.method, rest.records, rest.eps_c) == ("oracle", 1, 8.0)
     assert plan.n_groups == PROBE_GROUPS and plan.group_size(0) == 1000 // PROBE_GROUPS + 1
+    # every device charged exactly the query's ε (the probe: two reports at ε/2; the
+    # two-record report is the hadamard centre's, audited in test_privacy_audit_hadamard)
+    assert {task_epsilon(plan.task_for(g, 0)) for g in range(plan.n_groups)} == {8.0}
     assert compile_query(QuerySpec(kind="distribution", epsilon=1.0, users=1000, samples=10,
                                    dim=8)).spec.method == "oracle"
     assert compile_query(QuerySpec(kind="distribution", epsilon=8.0, users=1000, samples=1,
