@@ -427,6 +427,11 @@ all under `nice -n 19`:
   The flagged fallback cells differ 8/100/2, 8/1000/1, 32/10/0.5 and mixture 32/1000/8
   likewise (12 repetitions on 6575d03, `--fresh`); the other fallback cells still ran on
   d701b27's interval.
+* session 6 (branch `distribution`, "distprobe"): every cell where `auto` now runs
+  `oracle-probe` (the one-record oracle with a paired-record probe, c8660ab) — ε = 8 at
+  k = 8 and 32, m = 10 and at k = 256, m = 10 and 100, all three populations — 12
+  repetitions on **c8660ab** (`--cells <those 12> --reps 12 --fresh`), including the two
+  cells of users who differ at k = 256 that were still on cb2c1a7.
 
 *Older cells.* The users-alike cells at m = 10 and 100 (k = 8, 32) ran at fc79fb6, after the
 windows' clamping bias at m ≤ 400 came from the exact binomial law of a coefficient's average
