@@ -94,11 +94,15 @@ def skewed_gain(plan: Any) -> float:
 
 
 def probe_choice(oracle: Any, compile_fn: Any) -> Any:
-    """The spec ``auto`` runs instead of the one-record oracle ``oracle``: method
-    ``oracle-probe`` where its probe runs (``oracle_probe.probe_worth``: the oracle's
-    noise small enough that the users' spread matters), else ``oracle`` itself."""
+    """The spec ``auto`` runs instead of its single-stage choice ``oracle``: where that is
+    the one-record oracle (``SampledRecords``), method ``oracle-probe`` where its probe runs
+    (``oracle_probe.probe_worth``: the oracle's noise small enough that the users' spread
+    matters); else ``oracle`` itself."""
+    from uldp.collector.methods.oracle import SampledRecords
     from uldp.collector.methods.oracle_probe import probe_worth
 
+    if not isinstance(compile_fn(oracle).method, SampledRecords):
+        return oracle
     probed = replace(oracle, method="oracle-probe")
     try:
         plan = compile_fn(probed)
