@@ -9,15 +9,17 @@ randomness; ``auto`` only, no peers), through the production program. In every r
 falls back, the fallback's variance (``hadamard_pairs._weighted_variance``) is captured and
 the same estimate's 95 % intervals are formed under each rule:
 
-* ``predictive`` — the production rule: the spread left out at ``B̂⁺`` (``V̂``), the
+* ``predictive`` — the production rule: the spread left out at ``B̂`` (``V̂``), the
   interval ``±z√V*`` holding the error with probability 95 % averaged over
-  ``V ~ N(V̂, Var V̂)`` cut at the oracle's floor (``hadamard_pairs.predictive_variance``;
-  docs/algorithms.md, "The fallback's paired records");
+  ``V ~ N(V̂, Var V̂)`` cut to the bounds ``V`` holds (the oracle's floor; the variance
+  with no spread, ``B ≥ 0``) (``hadamard_pairs.stated_variance``; docs/algorithms.md,
+  "The interval of a noisy variance");
 * ``2nd order`` — ``V* = (V̂ + √(V̂² + (z² + 1)·Var V̂))/2``, the second-order correction
   for the noise of ``V̂`` taken at its own root;
-* ``t`` — ``V̂`` with Student's ``t`` at the Satterthwaite ``ν = 2V̂²/Var V̂``;
+* ``t`` — ``V̂`` (cut to the bounds) with Student's ``t`` at the Satterthwaite
+  ``ν = 2V̂²/Var V̂``;
 * ``Z = z`` — the spread left out at ``(B̂ − z·se)⁺``, the normal quantile (session 5's rules;
-  ``Z = 1`` was the code before).
+  ``Z = 1`` was the code before; ``Z = 0`` is the plug-in ``V̂`` cut to the bounds).
 
 Per cell and rule: the coverage of every category's interval, the mean ``z²`` of the
 estimate against its stated standard error (1 for an honest variance; ``t`` states the
@@ -84,20 +86,22 @@ def rules(got: dict[str, Any]) -> dict[str, tuple[np.ndarray, ...]]:
     present = [v[key] for key in ("a", "b") if key in v]
     f = sum(wk * fk for wk, (fk, _, _) in zip(w, present, strict=True))
     args = (got["method"], got["plan"])
-    var, noise, floor = hp._weighted_variance(*args, v, w, got["n_all"])
+    raw, noise, floor, ceiling = hp._weighted_variance(*args, v, w, got["n_all"])
+    var = np.clip(raw, floor, ceiling)
     dof = np.maximum(2 * var * var / np.maximum(noise, 1e-300), 1.0)
     z = NormalDist().inv_cdf(0.5 + got["level"] / 2)
     # the second-order correction at its own root: V* = V̂ + (z² + 1)·Var V̂/(4V*)
     fixed = (var + np.sqrt(var * var + (z * z + 1) * noise)) / 2
-    pred = hp.predictive_variance(var, noise, floor, got["level"])
+    pred = hp.stated_variance(raw, noise, floor, ceiling, got["level"])
     out = {"predictive": (f, np.sqrt(pred), np.full_like(var, z), dof),
            "2nd order": (f, np.sqrt(fixed), np.full_like(var, z), dof),
            "t": (f, np.sqrt(var), student.ppf(0.5 + got["level"] / 2, dof), dof)}
     for Z in ZS:
         vz = dict(v)
         if "B" in v:
-            vz["B"] = np.maximum(v["B"] - Z * v["seB"], 0.0)
-        var_z, _, _ = hp._weighted_variance(*args, vz, w, got["n_all"])
+            vz["B"] = np.maximum(v["B"] - Z * v["seB"], 0.0)  # session 5's cut
+        raw_z, _, _, _ = hp._weighted_variance(*args, vz, w, got["n_all"])
+        var_z = np.clip(raw_z, floor, ceiling)
         out[f"Z = {Z:g}"] = (f, np.sqrt(var_z), np.full_like(var_z, z), dof)
     return out
 

@@ -516,7 +516,7 @@ def test_the_fallback_interval_is_calibrated_where_its_variance_is_noisy(monkeyp
 
     def hook(*args):  # type: ignore[no-untyped-def]
         out = inner(*args)
-        seen["var"] = out[0]
+        seen["var"], seen["bounds"] = np.clip(out[0], out[2], out[3]), (out[2], out[3])
         return out
 
     monkeypatch.setattr(hp, "_weighted_variance", hook)
@@ -527,7 +527,8 @@ def test_the_fallback_interval_is_calibrated_where_its_variance_is_noisy(monkeyp
         cover.append(float(np.mean(est.covers(truth))))
         plain.append(float(np.mean(np.abs(est.values - truth)
                                     <= 1.959964 * np.sqrt(seen["var"]))))
-        assert np.all(est.std_error ** 2 >= seen["var"])
+        low, high = seen["bounds"]
+        assert np.all((est.std_error ** 2 >= low) & (est.std_error ** 2 <= high * 1.000001))
     assert 0.93 <= np.mean(cover) <= 0.97
     assert np.mean(plain) < 0.93
 
@@ -575,7 +576,8 @@ def test_the_fallback_variance_overstates_only_by_what_no_collector_can_see():
     plan, v, wts, n, F, m = e["plan"], e["v"], e["w"], e["n"], e["F"], e["m"]
     (p1, q1, s1), (p2, q2, s2, ss) = e["one"], e["two"]
     na, nb = e["sums_a"]["count"], e["sums_b"]["count"]
-    stated, _, _ = _weighted_variance(plan.method, plan, v, wts, n)
+    raw, _, floor, ceiling = _weighted_variance(plan.method, plan, v, wts, n)
+    stated = np.clip(raw, floor, ceiling)
     # the truth: each user's own variance, and the users' placement in the parts
     own_a = (s1 * (1 - s1)).mean(0) / (p1 - q1) ** 2
     own_b = (ss - s2 * s2).mean(0) / 4 / (p2 - q2) ** 2
@@ -638,7 +640,7 @@ def test_the_fallback_variance_knows_its_own_noise():
 
     e = _expected_sums()
     plan, wts, n, sa, sb_ = e["plan"], e["w"], e["n"], e["sums_a"], e["sums_b"]
-    _, noise, _ = _weighted_variance(plan.method, plan, e["v"], wts, n)
+    _, noise, _, _ = _weighted_variance(plan.method, plan, e["v"], wts, n)
     a1, a2, nb = _shares(sb_)
     na = sa["count"]
     mu_a = np.asarray(sa["counts"]) / na
@@ -659,14 +661,15 @@ def test_the_fallback_variance_knows_its_own_noise():
 
 
 def test_the_interval_is_calibrated_for_a_noisy_variance():
-    """``predictive_variance``: the interval ``±z√V*`` at ``V ~ N(V̂, Var V̂)`` (cut at the
-    oracle's floor) holds a normal error of the true ``V`` 95 % of the time averaged over
+    """``stated_variance``: the interval ``±z√V*`` at ``V ~ N(V̂, Var V̂)`` (cut to the
+    bounds V holds) holds a normal error of the true ``V`` 95 % of the time averaged over
     ``V̂ ~ N(V, s²)`` — exactly (Gauss–Hermite over ``V̂``) within [0.94, 0.96] for
     ``s/V`` up to 0.6, where ``V̂`` itself covers 0.87 and ``V̂ + s`` (the fixed cut of
-    before) 0.974; ``V̂`` itself where it is exact; never below ``V̂`` or the floor."""
+    before) 0.974; ``V̂`` itself where it is exact; within the bounds, and at the ceiling
+    (no spread: ``B ≥ 0``) the noisier ``V̂`` is, the less it can widen."""
     from math import erf, sqrt
 
-    from uldp.collector.methods.hadamard_pairs import predictive_variance
+    from uldp.collector.methods.hadamard_pairs import stated_variance
 
     x, wq = np.polynomial.hermite_e.hermegauss(80)
     wq = wq / wq.sum()
@@ -675,15 +678,19 @@ def test_the_interval_is_calibrated_for_a_noisy_variance():
     def cover(h: np.ndarray) -> float:
         return float(np.sum(wq * np.array([erf(t / sqrt(2)) for t in h])))
 
+    fl, inf = 0.02, np.inf
     for r in (0.1, 0.3, 0.45, 0.6):
-        fl = 0.02
-        Vh = np.maximum(1.0 + r * x, fl)  # V = 1
-        star = predictive_variance(Vh, np.full_like(Vh, r * r), fl, 0.95)
-        assert np.all(star >= Vh)
+        raw = 1.0 + r * x  # V = 1
+        Vh = np.maximum(raw, fl)
+        star = stated_variance(raw, np.full_like(raw, r * r), fl, inf, 0.95)
+        assert np.all(star >= Vh * 0.999)
         assert 0.94 <= cover(z * np.sqrt(star)) <= 0.96, r
         if r >= 0.45:  # the plug-in under-covers, the fixed cut over-covers
             assert cover(z * np.sqrt(Vh)) < 0.91 < 0.97 < cover(z * np.sqrt(Vh + r))
     exact = np.array([1e-6, 2e-7])
-    np.testing.assert_allclose(predictive_variance(exact, np.zeros(2), 1e-8, 0.95), exact)
-    assert np.all(predictive_variance(np.array([-1e-7]), np.array([1e-14]), 1e-8, 0.95)
-                  >= 1e-8)
+    np.testing.assert_allclose(stated_variance(exact, np.zeros(2), 1e-8, 1.0, 0.95), exact)
+    raw = np.array([-1e-7, 0.5, 1.0, 3.0])
+    star = stated_variance(raw, np.full(4, 0.25), 1e-8, 1.0, 0.95)
+    assert np.all((star >= 1e-8) & (star <= 1.0)) and np.all(np.diff(star) > 0)
+    noisy = stated_variance(np.full(3, 0.5), np.array([0.01, 0.25, 4.0]), 1e-8, 1.0, 0.95)
+    assert noisy[0] < noisy[1] < noisy[2] <= 1.0

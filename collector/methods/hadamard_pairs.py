@@ -32,11 +32,11 @@ less ``B̂⁺``, a two-record user's the paired one). Its variance around the me
 ``n`` users (the spread phase's included), with users placed in the parts at random and
 ``S_k`` a part's empirical variance of a user's estimate (spread included), is exactly
 ``Σ_k w_k² S_k/n_k − B/n`` in expectation: the spread is left out once, for the population,
-at ``B̂⁺`` (:func:`_weighted_variance`). That variance is itself an estimate, noisy where the
+at ``B̂`` (:func:`_weighted_variance`). That variance is itself an estimate, noisy where the
 probe is small against a category (``B̂`` of a rare category from a few of its users): the
 interval holds the error with the stated probability averaged over what the variance can be
-given its estimate and that estimate's noise (:func:`predictive_variance`; ``Var V̂`` by the
-delta method on the parts' sums). What stays over-stated is ``C/n``, ``C = E_i Σ_v
+given its estimate, that estimate's noise and the bounds it holds (:func:`stated_variance`;
+``Var V̂`` by the delta method on the parts' sums). What stays over-stated is ``C/n``, ``C = E_i Σ_v
 f_iv(1 − f_iv)/(m_i − 1)``: no moment of the reports tells ``B`` from ``B − C`` without each
 ``m_i`` (users of few records: skewed's 1–9 963).
 """
@@ -56,8 +56,8 @@ from uldp.collector.mechanisms import ORACLE_DECODERS
 from uldp.collector.mechanisms.choice import best_oracle, oracle_total_variance
 
 __all__ = ["PROBE_NOISE", "fallback_estimate", "fallback_mse", "fallback_records",
-           "pair_oracle", "pair_stats", "predicted_fallback", "predictive_variance",
-           "probe_group", "probe_groups", "sums"]
+           "pair_oracle", "pair_stats", "predicted_fallback",
+           "probe_group", "probe_groups", "stated_variance", "sums"]
 
 #: the probe runs where the one-record oracle's total noise variance at ε is at most this:
 #: a record's sampling variance is at most 1, so the spread can make the interval's
@@ -201,7 +201,8 @@ def _variances(method: Any, plan: Any, one: dict[str, Any] | None,
 
 
 def _weighted_variance(method: Any, plan: Any, v: dict[str, Any], w: np.ndarray,
-                       n_all: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       n_all: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per category the variance of the weighted estimate ``Σ_k w_k Ȳ_k`` (parts ``k``: one-
     and two-record users) around the mean over all ``n`` users (module docstring), and the
     degrees of freedom of that variance's estimate. With ``S_k`` a part's empirical
@@ -209,14 +210,15 @@ def _weighted_variance(method: Any, plan: Any, v: dict[str, Any], w: np.ndarray,
     parts at random, ``Σ_k w_k² S_k/n_k − B/n`` exactly in expectation — the users' spread
     ``B`` left out once for the whole population, so the spread phase's users (in the
     estimand, not the estimate) need no bound of it. ``B`` enters at the paired records'
-    ``B̂⁺`` (``E B̂ = B − E_i f_iv(1 − f_iv)/(m_i − 1)`` is at most ``B``: the interval
-    over-states by that much over ``n``, never under), and the variance at least the
-    oracle's noise of each part.
+    ``B̂`` (``E B̂ = B − E_i f_iv(1 − f_iv)/(m_i − 1)`` is at most ``B``: the interval
+    over-states by that much over ``n``, never under).
 
-    Returns ``(V̂, Var V̂, floor)``: ``V̂`` is noisy where the probe is small against a category
-    (``B̂`` from a few thousand users, rare categories from a few of them), its noise by the
-    delta method — the one-record ``Ŝ²`` a Bernoulli sample variance, the two-record ``T̂``
-    and ``B̂`` jointly on their trinomial — for :func:`predictive_variance`."""
+    Returns ``(V̂, Var V̂, floor, ceiling)``: ``V̂ = Σ_k w_k² S_k/n_k − B̂/n`` uncut; its
+    noise by the delta method — the one-record ``Ŝ²`` a Bernoulli sample variance, the
+    two-record ``T̂`` and ``B̂`` jointly on their trinomial — large where the probe is small
+    against a category (``B̂`` of a rare category from a few of its users); and the bounds
+    the variance is known to hold: at least the oracle's noise of each part, at most
+    ``Σ_k w_k² S_k/n_k`` (``B ≥ 0``). :func:`stated_variance` makes the interval's."""
     A = plan.kind.categories(plan.template)
     one_name, (two_name, eps2) = method.oracle_name(plan), pair_oracle(method, plan)
     keys = [k for k in ("a", "b") if k in v]
@@ -224,8 +226,7 @@ def _weighted_variance(method: Any, plan: Any, v: dict[str, Any], w: np.ndarray,
              else (v["T"], v["b"][2], _floor(two_name, A, eps2) / 2) for k in keys]
     total = sum(wk * wk * Sk / nk for wk, (Sk, nk, _) in zip(w, parts, strict=True))
     floor = sum(wk * wk * fl / nk for wk, (_, nk, fl) in zip(w, parts, strict=True))
-    spread = np.maximum(v["B"], 0.0) if "B" in v else 0.0
-    var = np.maximum(total - spread / max(n_all, 1), floor)
+    raw = total - v.get("B", 0.0) / max(n_all, 1)
     noise = np.zeros(A)
     for wk, k, (_, nk, _) in zip(w, keys, parts, strict=True):
         c = wk * wk / nk
@@ -240,36 +241,41 @@ def _weighted_variance(method: Any, plan: Any, v: dict[str, Any], w: np.ndarray,
         g2 = (c * (1 - 2 * mu) - (1 - 2 * mu) / max(n_all, 1)) / d2
         noise = noise + np.maximum(g1 * g1 * a1 * (1 - a1) + g2 * g2 * a2 * (1 - a2)
                                    - 2 * g1 * g2 * a1 * a2, 0.0) / n2
-    return var, noise, np.broadcast_to(floor, var.shape)
+    floor = np.broadcast_to(floor, raw.shape)
+    return raw, noise, floor, np.maximum(total, floor)
 
 
-def predictive_variance(var: np.ndarray, noise: np.ndarray, floor: np.ndarray | float,
-                        level: float) -> np.ndarray:
+def stated_variance(raw: np.ndarray, noise: np.ndarray, floor: np.ndarray,
+                    ceiling: np.ndarray, level: float) -> np.ndarray:
     """The variance ``V*`` whose interval ``±z√V*`` holds the estimate's error with
     probability ``level`` averaged over what its variance can be given its estimate
-    (docs/algorithms.md, "The fallback's paired records"): ``V ~ N(V̂, Var V̂)`` cut to
-    ``V ≥ floor`` (the oracle's own noise, exact), ``E_V[2Φ(z√(V*/V)) − 1] = level``
-    (24-point Gauss–Hermite over ``V``, bisection on ``√V*``). ``V̂`` itself where it is
-    exact. (Student's ``t`` is the same construction for a ``χ²`` noise of ``V̂`` — the posterior
-    of ``V`` under Jeffreys' prior; here the noise is near-normal with a known standard
-    error, and ``t`` at ``ν = 2V̂²/Var V̂`` covered 0.99: bench/fallback_variance.py.)"""
+    (docs/algorithms.md, "The interval of a noisy variance"): ``V ~ N(V̂, Var V̂)`` cut to
+    the bounds it is known to hold, ``floor ≤ V ≤ ceiling``, and
+    ``E_V[2Φ(z√(V*/V)) − 1] = level`` (32-point Gauss–Legendre over the cut normal,
+    bisection on ``√V*``). ``V̂`` cut to the bounds where it is exact. (Student's ``t`` is
+    the same construction for a ``χ²`` noise of ``V̂`` — the posterior of ``V`` under
+    Jeffreys' prior; here the noise is near-normal with a known standard error, and ``t``
+    at ``ν = 2V̂²/Var V̂`` covered 0.98: bench/fallback_variance.py.)"""
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    var = np.asarray(var, np.float64)
+    raw = np.asarray(raw, np.float64)
     sd = np.sqrt(np.maximum(np.asarray(noise, np.float64), 0.0))
-    fl = np.broadcast_to(np.asarray(floor, np.float64), var.shape)
-    x, wq = np.polynomial.hermite_e.hermegauss(24)
-    V = var[..., None] + sd[..., None] * x
-    w = np.where(fl[..., None] <= V, wq, 0.0)
-    held = w.sum(axis=-1) > 0  # else every node below the floor: V̂ ≪ floor, exact floor
+    lo_b = np.broadcast_to(np.asarray(floor, np.float64), raw.shape)
+    hi_b = np.maximum(np.broadcast_to(np.asarray(ceiling, np.float64), raw.shape), lo_b)
+    point = np.clip(raw, lo_b, hi_b)
+    a = np.maximum(lo_b, raw - 8 * sd)
+    b = np.minimum(hi_b, raw + 8 * sd)
+    spread = (sd > 0) & (b > a)  # else the bounds hold V̂ to a point: that point
+    x, wq = np.polynomial.legendre.leggauss(32)
+    V = (a + b)[..., None] / 2 + (b - a)[..., None] / 2 * x
+    w = wq * np.exp(-0.5 * ((V - raw[..., None]) / np.where(sd > 0, sd, 1.0)[..., None]) ** 2)
     w = w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300)
-    sV = np.sqrt(np.maximum(V, np.maximum(fl[..., None], 1e-300)))
-    lo, hi = np.zeros_like(var), z * np.sqrt(np.max(sV * sV, axis=-1)) * 4
+    sV = np.sqrt(np.maximum(V, 1e-300))
+    lo, hi = np.zeros_like(raw), 4 * z * np.sqrt(np.maximum(b, point))
     for _ in range(60):
         mid = (lo + hi) / 2
-        got = np.sum(w * _cover(mid[..., None] / sV), axis=-1)
-        lo, hi = np.where(got < level, mid, lo), np.where(got < level, hi, mid)
-    out = (hi / z) ** 2
-    return np.where((sd > 0) & held, out, np.maximum(var, fl))
+        short = np.sum(w * _cover(mid[..., None] / sV), axis=-1) < level
+        lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
+    return np.where(spread & (np.sum(w, axis=-1) > 0), (hi / z) ** 2, point)
 
 
 def _cover(h: np.ndarray) -> np.ndarray:
@@ -313,8 +319,8 @@ def fallback_estimate(method: Any, plan: Any, accs: dict[int, Any], centre: dict
         w = prec / prec.sum()
         f = sum(wk * fk for wk, (fk, _, _) in zip(w, present, strict=True))
         n = sum(nk for _, _, nk in present)
-        var, noise, floor = _weighted_variance(method, plan, v, w, n_all)
-        var = predictive_variance(var, noise, floor, plan.spec.confidence)
+        var = stated_variance(*_weighted_variance(method, plan, v, w, n_all),
+                              plan.spec.confidence)
     se = np.sqrt(np.maximum(var, 0.0))
     z = NormalDist().inv_cdf(0.5 + plan.spec.confidence / 2)
     K = plan.n_components
