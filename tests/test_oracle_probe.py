@@ -98,7 +98,8 @@ def test_users_who_differ_get_an_oracle_interval_without_their_spread():
             z2[method].append(float(np.mean(z**2)))
             err[method].append(float(np.sum((np.asarray(est.values) - truth) ** 2)) / pred)
         assert est.extra["paired"]["users"] == 32_000 // PROBE_GROUPS
-    # measured: oracle 0.46, probe 0.84 (what stays over-stated: C/n and Z_SPREAD·se(B̂)/n)
+    # measured: oracle 0.46, probe 0.84 (with the fixed cut B̂ − se(B̂) of before; what
+    # stays over-stated: C/n)
     assert np.mean(z2["oracle"]) < 0.6
     assert 0.7 <= np.mean(z2["oracle-probe"]) <= 1.2
     assert 0.6 <= np.mean(err["oracle-probe"]) <= 1.5

@@ -28,12 +28,15 @@ records. Closing the spread phase after a fallback, the window phase's users rep
 records too when the probe measured that a two-record report is the more precise
 (:func:`fallback_records`). The estimate (:func:`fallback_estimate`) weighs the one- and
 two-record users by their measured precision (a one-record user's variance its empirical one
-less ``B̂ − 2·se``, a two-record user's the paired one). Its variance around the mean over
-*all* ``n`` users (the spread phase's included), with users placed in the parts at random and
+less ``B̂⁺``, a two-record user's the paired one). Its variance around the mean over *all*
+``n`` users (the spread phase's included), with users placed in the parts at random and
 ``S_k`` a part's empirical variance of a user's estimate (spread included), is exactly
 ``Σ_k w_k² S_k/n_k − B/n`` in expectation: the spread is left out once, for the population,
-at ``B̂ − 2·se`` (:func:`_weighted_variance`; at ``B̂`` its noise under-covered rare
-categories). What stays over-stated is ``C/n``, ``C = E_i Σ_v
+at ``B̂`` (:func:`_weighted_variance`). That variance is itself an estimate, noisy where the
+probe is small against a category (``B̂`` of a rare category from a few of its users): the
+interval holds the error with the stated probability averaged over what the variance can be
+given its estimate, that estimate's noise and the bounds it holds (:func:`stated_variance`;
+``Var V̂`` by the delta method on the parts' sums). What stays over-stated is ``C/n``, ``C = E_i Σ_v
 f_iv(1 − f_iv)/(m_i − 1)``: no moment of the reports tells ``B`` from ``B − C`` without each
 ``m_i`` (users of few records: skewed's 1–9 963).
 """
@@ -52,9 +55,9 @@ from uldp.collector.estimators.transforms import project_simplex
 from uldp.collector.mechanisms import ORACLE_DECODERS
 from uldp.collector.mechanisms.choice import best_oracle, oracle_total_variance
 
-__all__ = ["PROBE_NOISE", "Z_SPREAD", "fallback_estimate", "fallback_mse", "fallback_records",
-           "pair_oracle", "pair_stats", "predicted_fallback", "probe_group", "probe_groups",
-           "sums"]
+__all__ = ["PROBE_NOISE", "fallback_estimate", "fallback_mse", "fallback_records",
+           "pair_oracle", "pair_stats", "predicted_fallback",
+           "probe_group", "probe_groups", "stated_variance", "sums"]
 
 #: the probe runs where the one-record oracle's total noise variance at ε is at most this:
 #: a record's sampling variance is at most 1, so the spread can make the interval's
@@ -62,10 +65,6 @@ __all__ = ["PROBE_NOISE", "Z_SPREAD", "fallback_estimate", "fallback_mse", "fall
 PROBE_NOISE = 2.0
 #: one group in this many probes (rounded up)
 PROBE_SHARE = 8
-#: the spread ``B̂`` is subtracted at its estimate less this many standard errors (docs/
-#: algorithms.md: at 0 its noise under-covered, at 2 the interval over-covered where ``B̂``
-#: is noisy against itself — many rare categories)
-Z_SPREAD = 1.0
 
 
 def _eps(plan: Any) -> float:
@@ -114,15 +113,21 @@ def _pq(name: str, A: int, eps: float) -> tuple[float, float]:
     return float(p), float(q)
 
 
+def _shares(s: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(a₁, a₂, n)`` from two-record sums: per category the shares of users whose two
+    supports sum to 1 and to 2 (exact: ``S ∈ {0, 1, 2}``), and the users."""
+    n = max(int(s["count"]), 1)
+    counts, sq = np.asarray(s["counts"], np.float64), np.asarray(s["sq"], np.float64)
+    a2 = (sq - counts) / 2 / n
+    return counts / n - 2 * a2, a2, n
+
+
 def pair_stats(s: dict[str, Any], name: str, A: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(f̂, V, B̂, se(B̂))`` per category from two-record sums ``s`` (module docstring):
     the frequencies, a user's paired variance, the users' spread and its standard error."""
     p, q = _pq(name, A, float(s["eps"]))
-    n = max(int(s["count"]), 1)
-    counts, sq = np.asarray(s["counts"], np.float64), np.asarray(s["sq"], np.float64)
-    a2 = (sq - counts) / 2 / n
-    a1 = counts / n - 2 * a2
+    a1, a2, n = _shares(s)
     mu = a1 / 2 + a2
     d2 = (p - q) ** 2
     g1, g2 = -mu, 1 - 2 * mu
@@ -168,7 +173,9 @@ def _add(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
 
 def _variances(method: Any, plan: Any, one: dict[str, Any] | None,
                two: dict[str, Any] | None) -> dict[str, Any]:
-    """Per category: each part's frequencies and a user's variance, the spread."""
+    """Per category: each part's frequencies and a user's variance, the spread, and what
+    the noise of the interval's variance needs (:func:`_weighted_variance`): the one-record
+    part's ``Var Ŝ²`` and the two-record part's trinomial shares."""
     A = plan.kind.categories(plan.template)
     one_name, (two_name, eps2) = method.oracle_name(plan), pair_oracle(method, plan)
     out: dict[str, Any] = {}
@@ -177,38 +184,105 @@ def _variances(method: Any, plan: Any, one: dict[str, Any] | None,
         out["b"] = (fb, np.maximum(Vb, _floor(two_name, A, eps2) / 2), int(two["count"]))
         out["B"], out["seB"] = B, seB
         out["T"] = _two_empirical(two, two_name, A)
+        p2, q2 = _pq(two_name, A, float(two["eps"]))
+        out["shares"] = (*_shares(two), (p2 - q2) ** 2)
     if one is not None and one["count"] >= 2:
         fa, S2 = _one_stats(one, one_name, A)
-        low = np.maximum(out.get("B", 0.0) - Z_SPREAD * out.get("seB", 0.0), 0.0)
-        Va = np.maximum(S2 - low, _floor(one_name, A, _eps(plan)))
+        p1, q1 = _pq(one_name, A, float(one["eps"]))
+        mu = np.asarray(one["counts"], np.float64) / int(one["count"])
+        # a Bernoulli sample variance: Var s² = (μ₄ − σ⁴)/n = μ(1 − μ)(1 − 2μ)²/n
+        out["varS2"] = mu * (1 - mu) * (1 - 2 * mu) ** 2 / int(one["count"]) \
+            / (p1 - q1) ** 4
+        # the weights: a one-record user's variance less the spread at its estimate
+        Va = np.maximum(S2 - np.maximum(out.get("B", 0.0), 0.0),
+                        _floor(one_name, A, _eps(plan)))
         out["a"], out["S2"] = (fa, Va, int(one["count"])), S2
     return out
 
 
 def _weighted_variance(method: Any, plan: Any, v: dict[str, Any], w: np.ndarray,
-                       n_all: int) -> np.ndarray:
+                       n_all: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per category the variance of the weighted estimate ``Σ_k w_k Ȳ_k`` (parts ``k``: one-
-    and two-record users) around the mean over all ``n`` users (module docstring): with
-    ``S_k`` a part's empirical variance of a user's estimate (its users' spread included)
-    and the users placed in the parts at random, ``Σ_k w_k² S_k/n_k − B/n`` exactly in
-    expectation — the users' spread ``B`` left out once for the whole population, so the
-    spread phase's users (in the estimand, not the estimate) need no bound of it. ``B``
-    enters at the paired records' ``B̂`` less :data:`Z_SPREAD` standard errors (``E B̂ =
-    B − E_i f_iv(1 − f_iv)/(m_i − 1)`` is at most ``B``: the interval over-states by that
-    much over ``n``, never under), and the variance at least the oracle's noise of each
-    part."""
+    and two-record users) around the mean over all ``n`` users (module docstring), and the
+    degrees of freedom of that variance's estimate. With ``S_k`` a part's empirical
+    variance of a user's estimate (its users' spread included) and the users placed in the
+    parts at random, ``Σ_k w_k² S_k/n_k − B/n`` exactly in expectation — the users' spread
+    ``B`` left out once for the whole population, so the spread phase's users (in the
+    estimand, not the estimate) need no bound of it. ``B`` enters at the paired records'
+    ``B̂`` (``E B̂ = B − E_i f_iv(1 − f_iv)/(m_i − 1)`` is at most ``B``: the interval
+    over-states by that much over ``n``, never under).
+
+    Returns ``(V̂, Var V̂, floor, ceiling)``: ``V̂ = Σ_k w_k² S_k/n_k − B̂/n`` uncut; its
+    noise by the delta method — the one-record ``Ŝ²`` a Bernoulli sample variance, the
+    two-record ``T̂`` and ``B̂`` jointly on their trinomial — large where the probe is small
+    against a category (``B̂`` of a rare category from a few of its users); and the bounds
+    the variance is known to hold: at least the oracle's noise of each part, at most
+    ``Σ_k w_k² S_k/n_k`` (``B ≥ 0``). :func:`stated_variance` makes the interval's."""
     A = plan.kind.categories(plan.template)
     one_name, (two_name, eps2) = method.oracle_name(plan), pair_oracle(method, plan)
+    keys = [k for k in ("a", "b") if k in v]
     parts = [(v["S2"], v["a"][2], _floor(one_name, A, _eps(plan))) if k == "a"
-             else (v["T"], v["b"][2], _floor(two_name, A, eps2) / 2)
-             for k in ("a", "b") if k in v]
+             else (v["T"], v["b"][2], _floor(two_name, A, eps2) / 2) for k in keys]
     total = sum(wk * wk * Sk / nk for wk, (Sk, nk, _) in zip(w, parts, strict=True))
     floor = sum(wk * wk * fl / nk for wk, (_, nk, fl) in zip(w, parts, strict=True))
-    # the spread one standard error below its estimate: at its estimate, its noise (rare
-    # categories of a small probe) made the variance too small (k = 32, m = 100: coverage
-    # 0.914); two below over-covered (k = 256, m = 1000: 0.982)
-    spread = np.maximum(v["B"] - Z_SPREAD * v["seB"], 0.0) if "B" in v else 0.0
-    return np.maximum(total - spread / max(n_all, 1), floor)
+    raw = total - v.get("B", 0.0) / max(n_all, 1)
+    noise = np.zeros(A)
+    for wk, k, (_, nk, _) in zip(w, keys, parts, strict=True):
+        c = wk * wk / nk
+        if k == "a":
+            noise = noise + c * c * v["varS2"]
+            continue
+        a1, a2, n2, d2 = v["shares"]
+        mu = a1 / 2 + a2
+        # ∂(c T̂ − B̂/n)/∂(a₁, a₂): T̂ = Var(S)/(4 d²), Var(S) = a₁ + 4a₂ − (a₁ + 2a₂)²;
+        # B̂ = (a₂ − μ²)/d², μ = a₁/2 + a₂
+        g1 = (c * (1 - 4 * mu) / 4 + mu / max(n_all, 1)) / d2
+        g2 = (c * (1 - 2 * mu) - (1 - 2 * mu) / max(n_all, 1)) / d2
+        noise = noise + np.maximum(g1 * g1 * a1 * (1 - a1) + g2 * g2 * a2 * (1 - a2)
+                                   - 2 * g1 * g2 * a1 * a2, 0.0) / n2
+    floor = np.broadcast_to(floor, raw.shape)
+    return raw, noise, floor, np.maximum(total, floor)
+
+
+def stated_variance(raw: np.ndarray, noise: np.ndarray, floor: np.ndarray,
+                    ceiling: np.ndarray, level: float) -> np.ndarray:
+    """The variance ``V*`` whose interval ``±z√V*`` holds the estimate's error with
+    probability ``level`` averaged over what its variance can be given its estimate
+    (docs/algorithms.md, "The interval of a noisy variance"): ``V ~ N(V̂, Var V̂)`` cut to
+    the bounds it is known to hold, ``floor ≤ V ≤ ceiling``, and
+    ``E_V[2Φ(z√(V*/V)) − 1] = level`` (32-point Gauss–Legendre over the cut normal,
+    bisection on ``√V*``). ``V̂`` cut to the bounds where it is exact. (Student's ``t`` is
+    the same construction for a ``χ²`` noise of ``V̂`` — the posterior of ``V`` under
+    Jeffreys' prior; here the noise is near-normal with a known standard error, and ``t``
+    at ``ν = 2V̂²/Var V̂`` covered 0.98: bench/fallback_variance.py.)"""
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    raw = np.asarray(raw, np.float64)
+    sd = np.sqrt(np.maximum(np.asarray(noise, np.float64), 0.0))
+    lo_b = np.broadcast_to(np.asarray(floor, np.float64), raw.shape)
+    hi_b = np.maximum(np.broadcast_to(np.asarray(ceiling, np.float64), raw.shape), lo_b)
+    point = np.clip(raw, lo_b, hi_b)
+    a = np.maximum(lo_b, raw - 8 * sd)
+    b = np.minimum(hi_b, raw + 8 * sd)
+    spread = (sd > 0) & (b > a)  # else the bounds hold V̂ to a point: that point
+    x, wq = np.polynomial.legendre.leggauss(32)
+    V = (a + b)[..., None] / 2 + (b - a)[..., None] / 2 * x
+    w = wq * np.exp(-0.5 * ((V - raw[..., None]) / np.where(sd > 0, sd, 1.0)[..., None]) ** 2)
+    w = w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300)
+    sV = np.sqrt(np.maximum(V, 1e-300))
+    lo, hi = np.zeros_like(raw), 4 * z * np.sqrt(np.maximum(b, point))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        short = np.sum(w * _cover(mid[..., None] / sV), axis=-1) < level
+        lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
+    return np.where(spread & (np.sum(w, axis=-1) > 0), (hi / z) ** 2, point)
+
+
+def _cover(h: np.ndarray) -> np.ndarray:
+    """``2Φ(h) − 1``: a normal error's chance to fall within ``±h`` standard deviations."""
+    from scipy.special import erf
+
+    return np.asarray(erf(h / np.sqrt(2.0)))
 
 
 def fallback_records(method: Any, plan: Any, centre: dict[str, Any]) -> int:
@@ -245,7 +319,8 @@ def fallback_estimate(method: Any, plan: Any, accs: dict[int, Any], centre: dict
         w = prec / prec.sum()
         f = sum(wk * fk for wk, (fk, _, _) in zip(w, present, strict=True))
         n = sum(nk for _, _, nk in present)
-        var = _weighted_variance(method, plan, v, w, n_all)
+        var = stated_variance(*_weighted_variance(method, plan, v, w, n_all),
+                              plan.spec.confidence)
     se = np.sqrt(np.maximum(var, 0.0))
     z = NormalDist().inv_cdf(0.5 + plan.spec.confidence / 2)
     K = plan.n_components

@@ -16,9 +16,10 @@ users — reports two of its records, sampled without replacement, through the o
 ``ε/2`` each (the ``oracle`` report with ``records = 2``, exactly the Hadamard fallback's
 probe); every other user reports one record at ``ε``. The estimate is the Hadamard
 fallback's (``hadamard_pairs.fallback_estimate``, one place for both): one- and two-record
-users weighed by their measured precision, the variance ``Σ_k w_k² S_k/n_k − B̂⁻/n`` — the
-spread left out once for the whole population at the probe's estimate ``B̂`` (less
-``Z_SPREAD`` standard errors). ``B̂`` never exceeds ``B`` in expectation
+users weighed by their measured precision, the variance ``Σ_k w_k² S_k/n_k − B̂/n`` — the
+spread left out once for the whole population at the probe's estimate ``B̂``, the interval
+calibrated for that variance's own noise (``hadamard_pairs.stated_variance``). ``B̂`` never
+exceeds ``B`` in expectation
 (``B − E_i f_iv(1 − f_iv)/(m_i − 1)``), so the interval can over-state, never under-state
 by the spread.
 
