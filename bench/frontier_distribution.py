@@ -427,6 +427,14 @@ all under `nice -n 19`:
   The flagged fallback cells differ 8/100/2, 8/1000/1, 32/10/0.5 and mixture 32/1000/8
   likewise (12 repetitions on 6575d03, `--fresh`); the other fallback cells still ran on
   d701b27's interval.
+* session 6 (branch `distribution`, "distprobe"): every cell where `auto` now runs
+  `oracle-probe` (the one-record oracle with a paired-record probe, c8660ab) — ε = 8 at
+  k = 8 and 32, m = 10 and at k = 256, m = 10 and 100, all three populations — 12
+  repetitions on **c8660ab** (`--cells <those 12> --reps 12 --fresh`), including the two
+  cells of users who differ at k = 256 that were still on cb2c1a7; the k = 8 and 32 cells
+  to 24 (`--reps 24`), and the plain-oracle cells at k = 8, m = 10, ε ≤ 2 still on d701b27 or
+  cb2c1a7 to 24 fresh repetitions (the oracle's code unchanged since). 86ec274 moved where
+  `auto` asks for the probe (the same choice in all 36 (k, m, ε)); nothing re-ran for it.
 
 *Older cells.* The users-alike cells at m = 10 and 100 (k = 8, 32) ran at fc79fb6, after the
 windows' clamping bias at m ≤ 400 came from the exact binomial law of a coefficient's average

@@ -73,7 +73,8 @@ def _int_in(text: str, lo: int, hi: int | None, expected: str) -> int:
 #: tests/test_cli_simulate.py checks the two agree); kept here so that building the parser
 #: does not import the planner
 METHODS = ("auto", "two-stage", "two-stage-paper", "two-stage-sized", "two-stage-adaptive",
-           "ssl", "baseline-a", "baseline-b", "oracle", "hadamard", "grouped-ssl")
+           "ssl", "baseline-a", "baseline-b", "oracle", "oracle-probe", "hadamard",
+           "grouped-ssl")
 
 
 def add_method_flag(p: argparse.ArgumentParser | Any, default: str) -> None:

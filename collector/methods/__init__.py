@@ -10,7 +10,8 @@ The device half of each is in ``uldp.client.methods`` under the same name:
 * ``ssl`` / ``baseline-b`` (:mod:`~uldp.collector.methods.two_stage`) — single stage;
 * ``baseline-a`` (:mod:`~uldp.collector.methods.baselines`) — item-level reports;
 * ``oracle`` (:mod:`~uldp.collector.methods.oracle`) — sampled records through a frequency
-  oracle (categorical kinds);
+  oracle (categorical kinds); ``oracle-probe`` (:mod:`~uldp.collector.methods.oracle_probe`)
+  — the same with a paired-record probe that takes the users' spread out of the interval;
 * ``hadamard`` (:mod:`~uldp.collector.methods.hadamard`) — one Hadamard coefficient per user
   in a window sized from the users' measured spread, or the oracle where users differ.
 * ``grouped-ssl`` (:mod:`~uldp.collector.methods.grouped`) — the group means and shares of
@@ -22,6 +23,7 @@ from uldp.collector.methods.baselines import BaselineA
 from uldp.collector.methods.grouped import GroupedSSL
 from uldp.collector.methods.hadamard import HadamardWindows
 from uldp.collector.methods.oracle import SampledRecords
+from uldp.collector.methods.oracle_probe import ProbedRecords
 from uldp.collector.methods.sized import TwoStageAdaptive, TwoStageSized
 from uldp.collector.methods.two_stage import SSL, BaselineB, TwoStage, TwoStagePaper
 
@@ -30,5 +32,5 @@ __all__ = ["METHOD_PLANS", "MethodPlan", "Published"]
 _PLANS: tuple[MethodPlan, ...] = (TwoStage(), TwoStagePaper(), TwoStageSized(),
                                   TwoStageAdaptive(), SSL(),
                                   BaselineA(), BaselineB(), SampledRecords(), GroupedSSL(),
-                                  HadamardWindows())
+                                  HadamardWindows(), ProbedRecords())
 METHOD_PLANS: dict[str, MethodPlan] = {m.name: m for m in _PLANS}

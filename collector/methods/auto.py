@@ -364,12 +364,13 @@ def resolve_auto(spec: Any, compile_fn: Any) -> tuple[Any, dict[str, Any]]:
             return replace(spec, method="two-stage", mode=legacy[1], stage1_share=legacy[2],
                            oracle="best", randomizer="best"), record
     if plan.kind.categories is not None:  # distributions: uldp.collector.methods.auto_distribution
-        from uldp.collector.methods.auto_distribution import hadamard_choice
+        from uldp.collector.methods.auto_distribution import hadamard_choice, probe_choice
 
         windows, info = hadamard_choice(spec, compile_fn, single)
         record.update(info)
         if windows is not None:
             record.update(chosen="hadamard", mode="default", stage1_share=windows.stage1_share)
             return windows, record
+        chosen = probe_choice(chosen, compile_fn)  # the oracle's paired-record probe
     record.update(chosen=chosen.method, mode=chosen.mode, stage1_share=None)
     return chosen, record

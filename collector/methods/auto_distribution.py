@@ -15,6 +15,11 @@ method falls back to the same oracle on every user but the spread phase's (at mo
 ``spread_share``), i.e. at most ``1/(1 − s₂) ≤ 1.076`` times the oracle's error; the centre
 phase's reports are the oracle's own. So the rule needs no minimax regret: it takes the
 windows wherever users alike would gain.
+
+Where the windows are not taken, the one-record oracle runs as method ``oracle-probe``
+(``uldp.collector.methods.oracle_probe``) wherever its paired-record probe runs
+(:func:`probe_choice`): the same reports but for a sixteenth of the users, who report two
+records so that the interval leaves out the spread between users.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import numpy as np
 
 from uldp.client.kinds.means import hadamard_rows
 
-__all__ = ["CENTRE_SHARES", "HADAMARD_GAIN", "SKEWED_ZIPF", "hadamard_choice", "skewed_gain"]
+__all__ = ["CENTRE_SHARES", "HADAMARD_GAIN", "SKEWED_ZIPF", "hadamard_choice", "probe_choice",
+           "skewed_gain"]
 
 #: the centre phase's shares ``auto`` tries (the rest, less the spread phase, windows)
 CENTRE_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
@@ -85,3 +91,21 @@ def skewed_gain(plan: Any) -> float:
     n2 = plan.spec.users * plan.method.stage_shares(plan.spec)[1]
     oracle = float(fallback.sum()) * (1 - n2 / plan.spec.users)
     return oracle / max(mixed, 1e-300)
+
+
+def probe_choice(oracle: Any, compile_fn: Any) -> Any:
+    """The spec ``auto`` runs instead of its single-stage choice ``oracle``: where that is
+    the one-record oracle (``SampledRecords``), method ``oracle-probe`` where its probe runs
+    (``oracle_probe.probe_worth``: the oracle's noise small enough that the users' spread
+    matters); else ``oracle`` itself."""
+    from uldp.collector.methods.oracle import SampledRecords
+    from uldp.collector.methods.oracle_probe import probe_worth
+
+    if not isinstance(compile_fn(oracle).method, SampledRecords):
+        return oracle
+    probed = replace(oracle, method="oracle-probe")
+    try:
+        plan = compile_fn(probed)
+    except ValueError:
+        return oracle
+    return probed if probe_worth(plan) else oracle
