@@ -241,22 +241,6 @@ def _lookup(db: sqlite3.Connection, sql: str, keys: list[tuple[int, object]]
     return out
 
 
-def _insert(db: sqlite3.Connection, subs: list[tuple[object, ...]],
-            seals: list[tuple[object, ...]], pend: list[tuple[object, ...]],
-            cells: dict[tuple[str, int, int, int], int],
-            buckets: dict[int, list[int]], t: int) -> None:
-    """The rows of a call's admitted reports, a few statements in all."""
-    db.executemany("INSERT INTO submissions VALUES (?, ?, ?)", subs)
-    db.executemany("INSERT INTO sealed_seen VALUES (?, ?)", seals)
-    db.executemany("INSERT INTO pending (bk, id, sealed, slot, subject) "
-                   "VALUES (?, ?, ?, ?, ?)", pend)
-    db.executemany("INSERT INTO cells VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
-                   "SET admitted = excluded.admitted", [(*c, n) for c, n in cells.items()])
-    db.executemany("UPDATE buckets SET count = count + ?, last_ms = max(last_ms, ?), "
-                   "max_bytes = max(max_bytes, ?) WHERE bk = ?",
-                   [(n, t, m, k) for k, (n, m) in buckets.items()])
-
-
 def judge(prior: bytes | None, item: Submission) -> tuple[str, bool] | None:
     """The answer to ``item`` given what its slot has stored (None: nothing yet)."""
     if prior is None:
@@ -264,6 +248,39 @@ def judge(prior: bytes | None, item: Submission) -> tuple[str, bool] | None:
     if prior == FORGOTTEN or prior == item.digest:
         return ("OK", True)
     return ("ALREADY_EXISTS", False)
+
+
+@dataclass
+class _Rows:
+    """The rows one :meth:`ShufflerStore.submit` call writes."""
+
+    subs: list[tuple[object, ...]] = field(default_factory=list)
+    seals: list[tuple[object, ...]] = field(default_factory=list)
+    pend: list[tuple[object, ...]] = field(default_factory=list)
+    cells: dict[tuple[str, int, int, int], int] = field(default_factory=dict)
+    buckets: dict[int, list[int]] = field(default_factory=dict)
+
+    def add(self, it: Submission, qk: int, bk: int, report_id: int) -> None:
+        self.cells[(it.query_id, it.phase, it.group, it.stage)] += 1
+        b = self.buckets.setdefault(bk, [0, 0])
+        b[0] += 1
+        b[1] = max(b[1], len(it.sealed))
+        self.subs.append((qk, it.slot, it.digest))
+        self.seals.append((qk, it.sealed_hash))
+        self.pend.append((bk, report_id, it.sealed, it.slot, it.subject))
+
+    def insert(self, db: sqlite3.Connection, t: int) -> None:
+        """Write the rows (arrival time ``t``), a few statements in all."""
+        db.executemany("INSERT INTO submissions VALUES (?, ?, ?)", self.subs)
+        db.executemany("INSERT INTO sealed_seen VALUES (?, ?)", self.seals)
+        db.executemany("INSERT INTO pending (bk, id, sealed, slot, subject) "
+                       "VALUES (?, ?, ?, ?, ?)", self.pend)
+        db.executemany("INSERT INTO cells VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
+                       "SET admitted = excluded.admitted",
+                       [(*c, n) for c, n in self.cells.items()])
+        db.executemany("UPDATE buckets SET count = count + ?, last_ms = max(last_ms, ?), "
+                       "max_bytes = max(max_bytes, ?) WHERE bk = ?",
+                       [(n, t, m, k) for k, (n, m) in self.buckets.items()])
 
 
 class ShufflerStore:
@@ -357,74 +374,65 @@ class ShufflerStore:
         (code, duplicate, message), in order, as if admitted one by one. All committed
         together before returning, or none (an exception). A few statements per call, not
         per report: the lookups in chunks, the inserts with ``executemany``."""
-        out: list[tuple[str, bool, str]] = []
         t = _now_ms()
         new_q: dict[object, int] = {}
         new_b: dict[object, int] = {}
         with self._tx() as db:
             qks = {q: self._query_key(db, q, new_q)
                    for q in dict.fromkeys(a.item.query_id for a in items)}
-            priors = _lookup(db, "SELECT qk, slot, digest FROM submissions WHERE "
-                             "qk = ? AND slot IN ({})",
-                             [(qks[a.item.query_id], a.item.slot) for a in items])
-            seen = _lookup(db, "SELECT qk, hash, 1 FROM sealed_seen WHERE "
-                           "qk = ? AND hash IN ({})",
-                           [(qks[a.item.query_id], a.item.sealed_hash) for a in items])
-            cells: dict[tuple[str, int, int, int], int] = {}
-            buckets: dict[int, list[int]] = {}
-            bks: dict[tuple[str, int, int, int, str], int] = {}
-            subs: list[tuple[object, ...]] = []
-            seals: list[tuple[object, ...]] = []
-            pend: list[tuple[object, ...]] = []
-            nid = self._next
-            for adm in items:
-                it = adm.item
-                qk = qks[it.query_id]
-                key = (qk, it.slot)
-                got = priors.get(key, _NONE)
-                judged = judge(None if got is _NONE else
-                               (got if isinstance(got, bytes) else FORGOTTEN), it)
-                if judged is not None:
-                    out.append((*judged, "" if judged[0] == "OK" else
-                                f"slot {it.slot} of query {it.query_id} already sent a "
-                                "different report"))
-                    continue
-                cell = (it.query_id, it.phase, it.group, it.stage)
-                if cell not in cells:
-                    row = db.execute("SELECT admitted FROM cells WHERE query_id = ? AND "
-                                     "phase = ? AND grp = ? AND stage = ?", cell).fetchone()
-                    cells[cell] = int(row[0]) if row is not None else 0
-                if cells[cell] >= adm.placed:
-                    out.append(("FAILED_PRECONDITION", False,
-                                f"phase {it.phase} group {it.group} stage {it.stage} of "
-                                f"query {it.query_id} holds all its {adm.placed} reports"))
-                    continue
-                h = it.sealed_hash
-                if (qk, h) in seen:
-                    out.append(("ALREADY_EXISTS", False, "this sealed report was submitted "
-                                "before (a replayed ciphertext)"))
-                    continue
-                priors[key] = it.digest
-                seen[(qk, h)] = 1
-                cells[cell] += 1
-                bfields = (*cell, it.task_digest)
-                bk = bks.get(bfields)
-                if bk is None:
-                    bk = bks[bfields] = self._bucket_key(db, bfields, new_b)
-                b = buckets.setdefault(bk, [0, 0])
-                b[0] += 1
-                b[1] = max(b[1], len(it.sealed))
-                subs.append((qk, it.slot, it.digest))
-                seals.append((qk, h))
-                pend.append((bk, nid, it.sealed, it.slot, it.subject))
-                nid += 1
-                out.append(("OK", False, ""))
-            if pend:
-                _insert(db, subs, seals, pend, cells, buckets, t)
-            self._next = nid  # ids of a call that rolls back are skipped, never reused
+            out, rows = self._admit(db, items, qks, new_b)
+            if rows.pend:
+                rows.insert(db, t)
+            self._next += len(rows.pend)  # ids of a call that rolls back are never reused
         self._qk.update(new_q)  # type: ignore[arg-type]
         self._bk.update(new_b)  # type: ignore[arg-type]
         return out
+
+    def _admit(self, db: sqlite3.Connection, items: Sequence[Admission],
+               qks: dict[str, int], new_b: dict[object, int]
+               ) -> tuple[list[tuple[str, bool, str]], _Rows]:
+        """The answers of :meth:`submit` and the rows of the reports it admits."""
+        priors = _lookup(db, "SELECT qk, slot, digest FROM submissions WHERE "
+                         "qk = ? AND slot IN ({})",
+                         [(qks[a.item.query_id], a.item.slot) for a in items])
+        seen = _lookup(db, "SELECT qk, hash, 1 FROM sealed_seen WHERE qk = ? AND hash IN ({})",
+                       [(qks[a.item.query_id], a.item.sealed_hash) for a in items])
+        rows = _Rows()
+        out: list[tuple[str, bool, str]] = []
+        bks: dict[tuple[str, int, int, int, str], int] = {}
+        for adm in items:
+            it = adm.item
+            qk = qks[it.query_id]
+            got = priors.get((qk, it.slot), _NONE)
+            judged = judge(None if got is _NONE else
+                           (got if isinstance(got, bytes) else FORGOTTEN), it)
+            if judged is not None:
+                out.append((*judged, "" if judged[0] == "OK" else f"slot {it.slot} of "
+                            f"query {it.query_id} already sent a different report"))
+                continue
+            cell = (it.query_id, it.phase, it.group, it.stage)
+            if cell not in rows.cells:
+                row = db.execute("SELECT admitted FROM cells WHERE query_id = ? AND "
+                                 "phase = ? AND grp = ? AND stage = ?", cell).fetchone()
+                rows.cells[cell] = int(row[0]) if row is not None else 0
+            if rows.cells[cell] >= adm.placed:
+                out.append(("FAILED_PRECONDITION", False,
+                            f"phase {it.phase} group {it.group} stage {it.stage} of "
+                            f"query {it.query_id} holds all its {adm.placed} reports"))
+                continue
+            if (qk, it.sealed_hash) in seen:
+                out.append(("ALREADY_EXISTS", False, "this sealed report was submitted "
+                            "before (a replayed ciphertext)"))
+                continue
+            priors[(qk, it.slot)] = it.digest
+            seen[(qk, it.sealed_hash)] = 1
+            bfields = (*cell, it.task_digest)
+            bk = bks.get(bfields)
+            if bk is None:
+                bk = bks[bfields] = self._bucket_key(db, bfields, new_b)
+            rows.add(it, qk, bk, self._next + len(rows.pend))
+            out.append(("OK", False, ""))
+        return out, rows
 
     def admitted(self, query_id: str, phase: int) -> dict[tuple[int, int], int]:
         """(group, stage) -> reports admitted in ``phase`` of ``query_id`` (incl. forwarded)."""
