@@ -33,7 +33,7 @@ import numpy as np
 from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from uldp.client.hpke import AEAD_ID, KDF_ID, KEM_ID
+from uldp.client.hpke import AEAD_ID, KDF_ID, KEM_ID, BaseOpener
 from uldp.client.taskspec import TaskRefused
 
 __all__ = [
@@ -162,8 +162,7 @@ def open_reports(private_key: bytes, info: bytes, length: int, limit: int,
     ``[-limit, limit]``, a simulated report where ``allow_simulated`` is false). A plain
     function of bytes, so that a pool of processes can open a large batch in parallel;
     the checks run on the whole batch at once."""
-    key = X25519PrivateKey.from_private_bytes(private_key)
-    hpke_suite, want, size = suite(), sealed_length(length), 1 + 8 * length
+    opener, want, size = BaseOpener(private_key, info), sealed_length(length), 1 + 8 * length
     flags = (0, 1) if allow_simulated else (0,)
     opened: list[int] = []
     body: list[bytes] = []
@@ -171,7 +170,7 @@ def open_reports(private_key: bytes, info: bytes, length: int, limit: int,
         if len(s) != want:
             continue
         try:
-            pt = hpke_suite.decrypt(s, key, info=info)
+            pt = opener.open(s)
         except Exception:  # authentication failure, malformed enc: dropped
             continue
         if len(pt) == size and pt[0] in flags:

@@ -137,6 +137,9 @@ class _Opening:
         self.pool, self.args = pool, (key, info, length, limit, allow)
         self.seen: set[bytes] = set()
         self.firsts: list[bytes] = []
+        #: per first, its :func:`sealed_digest` (computed while the pool opens the piece,
+        #: not after the batch's last piece)
+        self.digests: list[bytes] = []
         self.parts: list[Future[list[bytes | None]] | list[bytes | None]] = []
 
     def add(self, piece: Sequence[bytes]) -> None:
@@ -146,6 +149,7 @@ class _Opening:
                 self.seen.add(s)
                 fresh.append(s)
         self.firsts += fresh
+        self.digests += [sealed_digest(s) for s in fresh]
         if self.pool is None:
             if fresh:
                 self.parts.append(open_reports(*self.args, fresh))
@@ -167,9 +171,9 @@ class _Opening:
 def _received(opening: _Opening, first: Sequence[bytes], rest: Iterable[Sequence[bytes]],
               size: int) -> tuple[list[bytes], list[bytes | None]]:
     """Every piece of a batch into ``opening`` — each checked against ``size`` before it
-    is opened — then (the batch's distinct ciphertexts, their opened reports) once the
-    stream has ended with exactly ``size`` reports; anything raised cancels the opening
-    (nothing is stored)."""
+    is opened — then (the digests of the batch's distinct ciphertexts, their opened
+    reports) once the stream has ended with exactly ``size`` reports; anything raised
+    cancels the opening (nothing is stored)."""
     try:
         opening.add(first)
         got = len(first)
@@ -183,7 +187,7 @@ def _received(opening: _Opening, first: Sequence[bytes], rest: Iterable[Sequence
         if got < size:
             raise ServiceError("INVALID_ARGUMENT", f"the stream ended after {got} of the "
                                f"batch's {size} reports: nothing stored")
-        return opening.firsts, opening.result()
+        return opening.digests, opening.result()
     except BaseException:
         opening.cancel()
         raise
@@ -340,13 +344,13 @@ class ShuffleIntake:
         allow = self.allow_simulated or rt.allow_simulated
         opening = _Opening(self._openers() if size >= PARALLEL_OPEN else None,
                            key.private_bytes_raw(), hinfo, info.length, info.limit, allow)
-        firsts, opened = _received(opening, b.sealed, rest, size)
+        digests, opened = _received(opening, b.sealed, rest, size)
         opened = keep_valid(info, opened)  # the task's report rule (issue 28): dropped, counted
         kept = [i for i, p in enumerate(opened) if p is not None]
         batch = ShuffledBatch(b.query_id, b.batch_id, b.phase, b.group, b.stage,
                               size, [opened[i] or b"" for i in kept],
                               int(rt.spec.users), b.attested if b.verifier else 0, b.verifier,
-                              [sealed_digest(firsts[i]) for i in kept])
+                              [digests[i] for i in kept])
         try:
             out: BatchOutcome = self.writer.run(lambda conn: self.db.store_batch_in(conn, batch))
         except WriterUnavailable as exc:

@@ -34,9 +34,12 @@ from uldp.collector.storage import schema as S  # noqa: N812
 from uldp.collector.storage.base import Tables
 from uldp.collector.storage.records import (
     INSERT_CHUNK,
+    REPORT_COLUMNS,
+    TYPED_VALUES,
     PendingReport,
     now_ms,
     phase_lock_key,
+    typed_values,
 )
 
 __all__ = ["BatchOutcome", "ShuffleTables", "ShuffledBatch", "StoredBatch", "sealed_digest"]
@@ -202,9 +205,14 @@ class ShuffleTables(Tables):
             refused=batch.size - n, received_at_ms=t, attested=batch.attested,
             verifier=batch.verifier))
         if digests:
-            self._insert_digests(cur, batch.query_id, batch.phase, digests)
+            self._insert_digests(cur, batch.query_id, batch.phase, sorted(digests))
         if n:
-            self._insert_reports(cur, _pending(batch, payloads), t)
+            rows = _rows(batch, payloads, t)
+            if self.is_sqlite:
+                _insert_rows(cur, rows)
+            else:
+                self._insert_reports(cur, [PendingReport(r[0], r[2], r[1], r[3], r[4], r[5],
+                                                         r[6], 8) for r in rows], t)
         return BatchOutcome(False, n, batch.size - n)
 
     def _fresh(self, conn: Connection, batch: ShuffledBatch
@@ -218,7 +226,7 @@ class ShuffleTables(Tables):
             return list(batch.payloads), []
         assert len(batch.digests) == len(batch.payloads)
         seen: set[bytes] = set()
-        wanted = list(dict.fromkeys(batch.digests))
+        wanted = sorted(set(batch.digests))  # in key order: neighbouring index pages
         cur = conn.connection.cursor()
         head = (f"SELECT digest FROM {S.shuffle_digests.name} WHERE query_id = {{m}} AND "
                 f"phase = {{m}} AND digest ")
@@ -258,14 +266,43 @@ class ShuffleTables(Tables):
                         + ",".join(["(?, ?, ?)"] * len(part)), params)
 
 
-def _pending(batch: ShuffledBatch, payloads: Sequence[bytes]) -> list[PendingReport]:
-    """The rows of a batch's stored reports: each under a fresh random id ``r-<24 hex>``
-    and a uniformly random slot in ``[0, batch.slots)`` (OS randomness; neither says
-    anything about a device)."""
+def _rows(batch: ShuffledBatch, payloads: Sequence[bytes], t: int) -> list[tuple[Any, ...]]:
+    """The rows (:data:`REPORT_COLUMNS`) of a batch's stored reports: each under a fresh
+    random id ``r-<24 hex>`` and a uniformly random slot in ``[0, batch.slots)`` (OS
+    randomness; neither says anything about a device). The ids and the slots are drawn,
+    then sorted — the rows go into the reports table's two indexes in key order, a pass
+    over neighbouring pages instead of a random walk — and the payloads are matched to
+    them in an order of the collector's own drawing (a uniformly random permutation:
+    whatever order the shuffler sent them in, each report's slot is uniform and
+    independent of the others' as before; nothing here follows the batch's order)."""
     n = len(payloads)
-    ids = os.urandom(12 * n).hex()
-    slots = np.random.default_rng(secrets.randbits(128)).integers(
-        0, max(batch.slots, 1), n)
-    return [PendingReport(batch.query_id, batch.phase, "r-" + ids[24 * k:24 * k + 24],
-                          batch.grp, batch.stage, int(slots[k]), payload, 8)
-            for k, payload in enumerate(payloads)]
+    rng = np.random.default_rng(secrets.randbits(128))
+    hexes = os.urandom(12 * n).hex()
+    ids = sorted("r-" + hexes[24 * k:24 * k + 24] for k in range(n))
+    slots = np.sort(rng.integers(0, max(batch.slots, 1), n)).tolist()
+    order = rng.permutation(n).tolist()
+    width = len(payloads[0]) // 8 if n else 0
+    if all(len(p) == 8 * width for p in payloads) and 0 < width <= TYPED_VALUES:
+        vals = np.frombuffer(b"".join(payloads), dtype="<i8").reshape(n, width).tolist()
+        pad = (None,) * (TYPED_VALUES - width)
+        typed = [(*vals[i], *pad) for i in order]
+    else:
+        typed = [typed_values(payloads[i], 8) for i in order]
+    q, ph, g, st = batch.query_id, batch.phase, batch.grp, batch.stage
+    return [(q, ids[k], ph, g, st, slots[k], payloads[i], t, 8, *typed[k])
+            for k, i in enumerate(order)]
+
+
+def _insert_rows(cur: Any, rows: list[tuple[Any, ...]]) -> None:
+    """SQLite: insert a batch's report rows, multi-row VALUES without RETURNING (every
+    id is fresh: 96 random bits). RuntimeError if a row was not inserted (an id that
+    exists already): the batch's transaction then stores nothing."""
+    head = f"INSERT INTO {S.reports.name} ({', '.join(REPORT_COLUMNS)}) VALUES "
+    one = "(" + ", ".join("?" * len(REPORT_COLUMNS)) + ")"
+    for i in range(0, len(rows), INSERT_CHUNK):
+        part = rows[i:i + INSERT_CHUNK]
+        cur.execute(head + ",".join([one] * len(part)) + " ON CONFLICT DO NOTHING",
+                    [v for r in part for v in r])
+        if cur.rowcount != len(part):
+            raise RuntimeError("a report id drawn for a shuffled batch exists already; "
+                               "the batch is not stored (the shuffler sends it again)")

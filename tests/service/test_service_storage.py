@@ -429,3 +429,45 @@ def test_window_sums_leave_out_declines_and_count_wide_reports(db):
     (w,) = db.close_windows("q", 1, 10_000, None)
     s = db.window_sums("q", 1, w, [0], 1, False)[(0, 1)]
     assert s.count == 8 and s.filled[:2] == [7, 1]  # one report fills v1: not width 1
+
+
+def test_a_shuffled_batch_stores_its_reports_in_an_order_of_its_own(db):
+    """Issue 25: a batch's reports are stored whole (payloads and their typed columns),
+    each under a fresh id and a slot in [0, slots); ids and slots go in sorted (index
+    order, the cheap insert) and the payloads are matched to them by the collector's own
+    random permutation: a shuffler that sends its batch sorted by value cannot make the
+    slots (the windows a phase is closed in) or the ids follow the values."""
+    from uldp.collector.storage.shuffle import ShuffledBatch
+
+    n = 2000
+    _query(db, quota=n + 1)
+    batch = ShuffledBatch("q", secrets.token_hex(16), 1, 0, 0, n,
+                          [np.int64(i).tobytes() for i in range(n)], 500, n, "v")
+    with db.write() as conn:
+        assert db.store_batch_in(conn, batch).stored == n
+    wide = ShuffledBatch("q", secrets.token_hex(16), 1, 0, 0, 1,
+                         [np.arange(5, dtype="<i8").tobytes()], 500, 1, "v")
+    with db.write() as conn:
+        assert db.store_batch_in(conn, wide).stored == 1
+    with db.read() as conn:
+        rows = conn.execute(text("SELECT device_id, slot, payload, v0, v1, v2, v3 FROM "
+                                 "uldp_reports WHERE query_id = 'q' ORDER BY device_id")
+                            ).all()
+    assert len(rows) == n + 1 and len({r[0] for r in rows}) == n + 1
+    assert all(r[0].startswith("r-") and len(r[0]) == 26 for r in rows)
+    narrow = [r for r in rows if len(r[2]) == 8]
+    values = np.array([np.frombuffer(bytes(r[2]), "<i8")[0] for r in narrow])
+    assert sorted(values.tolist()) == list(range(n))
+    assert all(r[3] == v and r[4:] == (None, None, None)
+               for r, v in zip(narrow, values, strict=True))
+    (w,) = [r for r in rows if len(r[2]) == 40]
+    assert w[3:] == (None, None, None, None)  # five values: no typed columns
+    slots = np.array([r[1] for r in narrow])
+    assert slots.min() >= 0 and slots.max() < 500
+
+    def rho(a: np.ndarray, b: np.ndarray) -> float:
+        return float(np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1])
+
+    bound = 5 / np.sqrt(n - 1)  # |ρ| of independent ranks: sd 1/√(n−1)
+    assert abs(rho(values, slots)) < bound  # slots ignore the batch's order
+    assert abs(rho(values, np.arange(n))) < bound  # so do the ids

@@ -1,6 +1,8 @@
 """Sealed reports (protocol §16): the HPKE construction, the vectors and the device rules.
 
 * the reference HPKE (fixed ephemeral key) reproduces RFC 9180 Appendix A.2.1;
+* the collector's ``BaseOpener`` opens exactly what ``cryptography``'s HPKE opens, to the
+  same bytes (the vectors, random reports, and every tampering tried);
 * every ``seal.json`` case opens with ``cryptography``'s HPKE and the recipient key, to the
   documented plaintext, and only with that key and that task's info;
 * production sealing: a fresh ephemeral key per report, the fixed size 49 + 8·L;
@@ -20,7 +22,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from uldp.client.device import Device
-from uldp.client.hpke import seal_with_ephemeral
+from uldp.client.hpke import BaseOpener, seal_with_ephemeral
 from uldp.client.sealing import (
     SealKey,
     open_plaintext,
@@ -49,6 +51,45 @@ def test_reference_hpke_reproduces_rfc9180_a21():
         "1afa08d3dec047a643885163f1180476fa7ddb54c6a8029ea33f95796bf2ac4a"
         "1c5250d8034ec2b784ba2cfd69dbdb8af406cfe3ff938e131f0def8c8b60b4db"
         "21993c62ce81883d2dd1b51a28")
+
+
+def test_the_collectors_opener_opens_exactly_what_cryptography_opens():
+    """``BaseOpener`` (the collector's OpenBase, a batch's key schedule computed once)
+    against ``Suite.decrypt``: every vector, random reports of random lengths under random
+    keys and infos, and each of them tampered with — a flipped bit in enc, ciphertext or
+    tag, another info, another key, a truncation, low-order and non-canonical encs —
+    opens in both to the same bytes or fails in both."""
+    for case in CASES:
+        opener = BaseOpener(h(case["recipient_private_key"]), h(case["info"]))
+        assert opener.open(h(case["sealed"])) == h(case["plaintext"])
+    rng = np.random.default_rng(25)
+    low = [bytes(32), (1).to_bytes(32, "little"), (2**255 - 20).to_bytes(32, "little"),
+           h("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"),
+           h("5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157"),
+           bytes([255] * 31 + [127])]
+    for k in range(40):
+        sk = X25519PrivateKey.generate()
+        info = seal_info(f"q{k}", k, k % 3, 1, os.urandom(32).hex())
+        data = os.urandom(int(rng.integers(1, 90)))
+        sealed = seal(SealKey.of(sk.public_key().public_bytes_raw()), info, data)
+        flip = bytearray(sealed)
+        flip[int(rng.integers(0, len(sealed)))] ^= 1 << int(rng.integers(0, 8))
+        tries = [(sk, info, sealed), (sk, info, bytes(flip)), (sk, info + b"x", sealed),
+                 (X25519PrivateKey.generate(), info, sealed), (sk, info, sealed[:-1]),
+                 (sk, info, sealed[:40]), (sk, info, low[k % len(low)] + sealed[32:])]
+        outs = []
+        for key, inf, blob in tries:
+            try:
+                want: bytes | None = suite().decrypt(blob, key, info=inf)
+            except Exception:  # any failure: the opener must fail too
+                want = None
+            try:
+                got: bytes | None = BaseOpener(key.private_bytes_raw(), inf).open(blob)
+            except Exception:
+                got = None
+            assert got == want, (k, inf == info, len(blob))
+            outs.append(got)
+        assert outs[0] == data and outs[1:] == [None] * 6  # every tampering fails
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

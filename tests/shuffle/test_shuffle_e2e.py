@@ -177,7 +177,7 @@ def test_a_captured_report_opens_with_the_collector_key_only(deployment, tmp_pat
     shuffler_db = sqlite3.connect(deployment.work / "shuffler.db")
     rows = shuffler_db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
     shuffler_db.close()
-    assert {r[0] for r in rows} == {"submissions", "sealed_seen", "cells", "buckets",
+    assert {r[0] for r in rows} == {"queries", "submissions", "sealed_seen", "cells", "buckets",
                                     "pending", "counters", "batches"}  # no key table
     dev.close()
 
