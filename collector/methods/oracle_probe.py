@@ -135,7 +135,7 @@ class ProbedRecords(SampledRecords):
             else:
                 merged[r] = copy.deepcopy(acc)
         parts = {str(r): sums(acc) for r, acc in merged.items()}
-        est = fallback_estimate(self, plan, {}, {"sums": parts})
+        est = fallback_estimate(self, plan, {}, {"sums": parts}, spread_gate=True)
         est.extra.update({
             "method": plan.spec.method, "mechanism": self.mechanism(plan),
             "mechanisms": {"oracle": self.mechanism(plan), "randomizer": None},
