@@ -16,7 +16,8 @@ each coordinate's window (and noise) carries a ``√d`` term the steady design (
 gradient) leaves out. ``--share 2`` brought d = 50's rounds to 0.78× ``V_t``. Since
 71d0a8e a GLM's windows bound each coordinate's drift by ``r(|∇L_j| + 2b_j/‖b‖ ‖∇L‖)``
 (``windows.next_window``): d = 50's rounds read 1.0–1.3× ``V_t`` (half-widths 0.038–0.078),
-the 10-repetition RMSE 0.0244 → 0.0213 and the slope 0.63 → 0.59 ± 0.03. (With ``--share``
+the 10-repetition RMSE 0.0244 → 0.0213 and the slope 0.63 → 0.59 ± 0.03 (0.53 ± 0.03 at 20
+repetitions per d, the planner's predicted slope). (With ``--share``
 on top of that, the cut applies to both bounds.)
 """
 
