@@ -56,17 +56,17 @@ from uldp.collector.mechanisms import ORACLE_DECODERS
 from uldp.collector.mechanisms.choice import best_oracle, oracle_total_variance
 
 __all__ = ["PROBE_NOISE", "SPREAD_SIGNIFICANT", "fallback_estimate", "fallback_mse",
-           "fallback_records",
-           "pair_oracle", "pair_stats", "predicted_fallback",
-           "probe_group", "probe_groups", "stated_variance", "sums"]
+           "fallback_records", "pair_oracle", "pair_stats", "predicted_fallback",
+           "probe_group", "probe_groups", "spread_measured", "stated_variance", "sums"]
 
 #: the probe runs where the one-record oracle's total noise variance at ε is at most this:
 #: a record's sampling variance is at most 1, so the spread can make the interval's
 #: variance at least (noise + 1)/noise = 1.5× too large; above it, at most 1.5×
 PROBE_NOISE = 2.0
-#: :func:`fallback_estimate` with ``spread_gate``: the users' spread is left out of a
-#: category's interval only where the paired records measured it above this many of its
-#: standard errors; elsewhere the interval keeps it (the ceiling ``Σ w²S/n``)
+#: :func:`fallback_estimate` with ``spread_gate``: the users' spread is left out of the
+#: interval only where the paired records measured it, summed over the categories, above
+#: this many of its standard errors (:func:`spread_measured`); else the interval keeps it
+#: (the ceiling ``Σ w²S/n``)
 SPREAD_SIGNIFICANT = 2.0
 #: one group in this many probes (rounded up)
 PROBE_SHARE = 8
@@ -304,18 +304,28 @@ def fallback_records(method: Any, plan: Any, centre: dict[str, Any]) -> int:
     return 2 if float(np.sum(v["b"][1])) < one else 1
 
 
+def spread_measured(B: np.ndarray, seB: np.ndarray) -> bool:
+    """Whether the probe measured that users differ at all: the spread summed over the
+    categories above :data:`SPREAD_SIGNIFICANT` of its standard error (the categories'
+    ``B̂`` taken as independent). One test for the whole population, as the Hadamard
+    method's spread phase makes one before its fallback."""
+    B, seB = np.asarray(B, np.float64), np.asarray(seB, np.float64)
+    return bool(np.sum(B) > SPREAD_SIGNIFICANT * np.sqrt(np.sum(seB * seB)))
+
+
 def fallback_estimate(method: Any, plan: Any, accs: dict[int, Any], centre: dict[str, Any],
                       spread_gate: bool = False) -> Estimate:
     """The fallback's estimate: the centre's and the window phase's oracle reports, one-
     and two-record users weighed by their measured precision (module docstring).
 
     ``spread_gate`` (method ``oracle-probe``, which runs on public values alone, with no
-    measurement that its users differ): a category's interval leaves the users' spread out
-    only where the probe measured it (``B̂ > SPREAD_SIGNIFICANT·se(B̂)``), else it states
-    the ceiling ``Σ w²S/n``. Users alike have ``B = 0``, where the variance sits at that
-    ceiling and any cut below it under-covers (k = 256, m = 100, ε = 8: 0.903; a 1 200-user
-    shuffled query: 5 of 7 runs missed). The Hadamard fallback runs only after its spread
-    phase measured that users differ, and keeps the calibrated cut everywhere."""
+    measurement that its users differ): the interval leaves the users' spread out only
+    where the probe measured that they differ (:func:`spread_measured`), else every
+    category states the ceiling ``Σ w²S/n``. Users alike have ``B = 0``, where the
+    variance sits at that ceiling and any cut below it under-covers (k = 256, m = 100,
+    ε = 8: 0.903; a 1 200-user shuffled query: 5 of 7 runs missed). The Hadamard
+    fallback runs only after its spread phase measured that users differ, and keeps the
+    calibrated cut everywhere."""
     A = plan.kind.categories(plan.template)
     parts: dict[str, dict[str, Any] | None] = {
         k: dict(v) for k, v in centre.get("sums", {}).items()}
@@ -334,9 +344,8 @@ def fallback_estimate(method: Any, plan: Any, accs: dict[int, Any], centre: dict
         n = sum(nk for _, _, nk in present)
         raw, noise, floor, ceiling = _weighted_variance(method, plan, v, w, n_all)
         var = stated_variance(raw, noise, floor, ceiling, plan.spec.confidence)
-        if spread_gate and "B" in v:
-            var = np.where(v["B"] > SPREAD_SIGNIFICANT * v["seB"], var,
-                           np.maximum(var, ceiling))
+        if spread_gate and "B" in v and not spread_measured(v["B"], v["seB"]):
+            var = np.maximum(var, ceiling)
     se = np.sqrt(np.maximum(var, 0.0))
     z = NormalDist().inv_cdf(0.5 + plan.spec.confidence / 2)
     K = plan.n_components
